@@ -1,0 +1,238 @@
+// Package cli parses the command line and wires the concrete parts
+// together. It is the only package that does.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+)
+
+// Version is the program's version, set at build time with
+// -ldflags "-X github.com/mcp-idempotent/mcp-idempotent/internal/cli.Version=...".
+var Version = "dev"
+
+// A usageError is a mistake on the command line; the usage text follows it.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// ExitCode maps an error from Run to the process exit status: 2 for a
+// command-line mistake, 1 otherwise.
+func ExitCode(err error) int {
+	var u *usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `mcp-idempotent makes retried MCP tool calls safe: a retry attaches to the
+execution that already happened instead of running the tool again.
+
+Usage:
+  mcp-idempotent [flags] -- COMMAND [ARGS...]   proxy a stdio MCP server
+  mcp-idempotent demo                          show the problem and the fix
+  mcp-idempotent version                       print the version
+
+Flags:
+`
+
+// Run runs the program with args (without the program name).
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "demo":
+			return runDemo(ctx, args[1:], stdout, stderr)
+		case "version":
+			fmt.Fprintln(stdout, "mcp-idempotent", Version)
+			return nil
+		case "help", "-h", "-help", "--help":
+			fs := newProxyFlags(stderr)
+			fs.fs.SetOutput(stdout)
+			fmt.Fprint(stdout, usage)
+			fs.fs.PrintDefaults()
+			return nil
+		}
+	}
+	return runProxy(ctx, args, stdin, stdout, stderr)
+}
+
+// proxyFlags are the flags of the proxy command.
+type proxyFlags struct {
+	fs         *flag.FlagSet
+	logLevel   string
+	logFormat  string
+	maxMessage string
+	actor      string
+}
+
+func newProxyFlags(stderr io.Writer) *proxyFlags {
+	f := &proxyFlags{fs: flag.NewFlagSet("mcp-idempotent", flag.ContinueOnError)}
+	f.fs.SetOutput(stderr)
+	f.fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		f.fs.PrintDefaults()
+	}
+	f.fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	f.fs.StringVar(&f.maxMessage, "max-message-size", "16MiB", "largest JSON-RPC message accepted, in bytes (suffixes KiB, MiB, GiB)")
+	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
+	return f
+}
+
+func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	f := newProxyFlags(stderr)
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &usageError{err.Error()}
+	}
+	argv := f.fs.Args()
+	if len(argv) == 0 {
+		f.fs.Usage()
+		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js")
+	}
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return err
+	}
+	maxMessage, err := parseSize(f.maxMessage)
+	if err != nil {
+		return usagef("--max-message-size: %v", err)
+	}
+	actor := f.actor
+	if actor == "" {
+		actor = osUser()
+	}
+	hasher, err := newHasher()
+	if err != nil {
+		return err
+	}
+
+	child, err := stdio.Start(argv, stderr, maxMessage)
+	if err != nil {
+		return err
+	}
+	upstreamID := stdio.Describe(argv)
+	log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
+
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: hasher, Logger: log})
+	session := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), child, proxy.Options{
+		Interceptor: in,
+		Actor:       actor,
+		Scope:       "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_"),
+		UpstreamID:  upstreamID,
+		Logger:      log,
+	})
+	runErr := session.Run(ctx)
+	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
+		// Give the exit status a moment to arrive so the message names it.
+		select {
+		case <-child.Done():
+		case <-time.After(2 * time.Second):
+		}
+		stopChild(child)
+		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", upstreamID, exitStatus(child))
+	}
+	stopChild(child)
+	return runErr
+}
+
+func stopChild(child *stdio.Child) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = child.Stop(ctx, 3*time.Second)
+}
+
+func exitStatus(child *stdio.Child) string {
+	select {
+	case <-child.Done():
+		if err := child.ExitError(); err != nil {
+			return err.Error()
+		}
+		return "exit status 0"
+	default:
+		return "still running; stopped"
+	}
+}
+
+// newHasher keys fingerprints with MCP_IDEMPOTENT_SECRET, or with a random
+// secret for this process: the memory store forgets everything at exit, so
+// nothing needs the secret to outlive the process.
+func newHasher() (*fingerprint.Hasher, error) {
+	if s := os.Getenv("MCP_IDEMPOTENT_SECRET"); s != "" {
+		h, err := fingerprint.New([]byte(s))
+		if err != nil {
+			return nil, fmt.Errorf("MCP_IDEMPOTENT_SECRET: %w", err)
+		}
+		return h, nil
+	}
+	return fingerprint.NewRandom(), nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format: %q is not one of text, json", format)
+}
+
+// parseSize reads a byte count such as 1048576, 512KiB or 16MiB.
+func parseSize(s string) (int, error) {
+	mult := 1
+	num := s
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a positive size such as 1048576, 512KiB or 16MiB", s)
+	}
+	if n > (1<<31)/mult {
+		return 0, fmt.Errorf("%q is larger than 2GiB", s)
+	}
+	return n * mult, nil
+}
+
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "uid:" + strconv.Itoa(os.Getuid())
+}

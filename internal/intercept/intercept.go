@@ -1,0 +1,428 @@
+// Package intercept turns a tools/call into at most one execution:
+//
+//	policy -> fingerprint -> reserve -> dispatch -> complete -> reply
+//
+// The first caller of an action wins the reservation and its call is
+// dispatched; every identical call that follows attaches to that execution
+// and gets its answer, replayed. The package depends only on the interfaces
+// it defines (Upstream, Replier) and on record.Store.
+package intercept
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// An Upstream is the server a session's calls go to.
+type Upstream interface {
+	// Call sends a request and waits for its response. On success it
+	// returns the result member. Its error is a *jsonrpc.Error when the
+	// upstream answered with one, a retry.NotSentError when the request
+	// never left, and anything else when the request may have been
+	// received but no answer was observed. Call returns once ctx is done
+	// or the upstream is gone.
+	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+}
+
+// An Answer is what one caller receives: a result or a JSON-RPC error
+// object, exactly one of them set.
+type Answer struct {
+	Result json.RawMessage
+	Error  json.RawMessage
+}
+
+// A Replier writes the answer to one caller's request.
+type Replier interface {
+	// Reply writes a on the caller's transport. A nil error means the
+	// transport took it.
+	Reply(a Answer) error
+}
+
+// A Request is one caller's tools/call.
+type Request struct {
+	Call   *ToolCall
+	Policy policy.Policy
+	// Actor, Scope and UpstreamID go into the fingerprint.
+	Actor      string
+	Scope      string
+	UpstreamID string
+	Upstream   Upstream
+	Reply      Replier
+	// Correlation names the caller's request in logs: its session and
+	// JSON-RPC id. It is evidence, never part of matching.
+	Correlation string
+}
+
+// Options configures an Interceptor.
+type Options struct {
+	Store  record.Store        // required
+	Hasher *fingerprint.Hasher // required
+	// Logger receives one line per dedupe decision (info) and per state
+	// transition (debug). Nil discards.
+	Logger *slog.Logger
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// An Interceptor executes tool calls at most once per action. It is safe
+// for concurrent use by every session of a process.
+type Interceptor struct {
+	store  record.Store
+	hasher *fingerprint.Hasher
+	log    *slog.Logger
+	now    func() time.Time
+
+	// executions counts dispatches under way, which outlive the callers
+	// that started them.
+	executions sync.WaitGroup
+}
+
+// New returns an Interceptor.
+func New(opts Options) *Interceptor {
+	in := &Interceptor{store: opts.Store, hasher: opts.Hasher, log: opts.Logger, now: opts.Now}
+	if in.log == nil {
+		in.log = slog.New(slog.DiscardHandler)
+	}
+	if in.now == nil {
+		in.now = time.Now
+	}
+	return in
+}
+
+// Wait blocks until every execution under way has settled, or ctx is done.
+func (in *Interceptor) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		in.executions.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Handle runs req to its answer and writes that answer with req.Reply. It
+// returns when the caller has its answer, or when ctx is done: the caller
+// cancelled, which detaches it from the execution but never stops the
+// execution itself. Read-only tools are not the interceptor's: the caller
+// passes them through.
+func (in *Interceptor) Handle(ctx context.Context, req *Request) {
+	call := req.Call
+	fp, err := in.hasher.Sum(fingerprint.Action{
+		Actor:     req.Actor,
+		Scope:     req.Scope,
+		Upstream:  req.UpstreamID,
+		Tool:      call.Name,
+		Arguments: call.Arguments,
+		Extra:     extra(call),
+	})
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return
+	}
+	log := in.log.With("tool", call.Name, "class", req.Policy.Class, "fingerprint", fp[:12], "request", req.Correlation)
+
+	fresh := &record.Record{
+		ID:          record.NewID(in.now()),
+		Key:         fp,
+		Fingerprint: fp,
+		Actor:       req.Actor,
+		Scope:       req.Scope,
+		Upstream:    req.UpstreamID,
+		Tool:        call.Name,
+		Retention:   req.Policy.Retention,
+	}
+	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(req.Policy))
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the caller left before anything was reserved
+		}
+		// Fail closed: without a reservation nothing may run.
+		log.Error("store refused the reservation", "err", err)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
+		return
+	}
+	log = log.With("execution", rec.ID)
+	if won {
+		log.Info("new execution")
+		in.executions.Add(1)
+		go in.execute(rec, req, log)
+	} else {
+		log.Info("attached to an existing execution", "state", rec.State, "attached", rec.Attached)
+	}
+
+	if rec.State.InFlight() {
+		wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
+		settled, err := in.store.Wait(wctx, rec.ID)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			log.Info("caller cancelled; detached, the execution goes on")
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			cur, gerr := in.store.Get(ctx, rec.ID)
+			if gerr != nil {
+				cur = rec
+			}
+			log.Info("attach window passed; told the caller it is still in progress", "window", req.Policy.AttachWindow)
+			in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
+			return
+		case err != nil:
+			log.Error("waiting for the execution", "err", err)
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, call.Name, err))
+			return
+		}
+		rec = settled
+	}
+	in.answer(ctx, req, rec, won, log)
+}
+
+// answer writes a settled record's answer to one caller.
+func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, originator bool, log *slog.Logger) {
+	switch rec.State {
+	case record.Completed, record.Delivered:
+		result := rec.Result
+		if !originator {
+			result = withMeta(result, replayMeta(rec))
+		}
+		in.reply(ctx, req, Answer{Result: result}, rec)
+	case record.Failed:
+		switch {
+		case rec.Error != nil:
+			in.reply(ctx, req, Answer{Error: rec.Error}, nil)
+		case rec.Result != nil:
+			// A result that is not a completion, such as input_required:
+			// the caller needs it, and the next call runs anew.
+			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
+		default:
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: execution %s of %s failed before it was sent (%s); nothing ran, and calling again runs it",
+				rec.ID, rec.Tool, lastNote(rec)))
+		}
+	case record.Unknown:
+		log.Info("answered outcome unknown")
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
+	default:
+		log.Error("answer asked for an unsettled execution", "state", rec.State)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
+	}
+}
+
+// reply writes a to the caller unless it has cancelled, and marks rec
+// delivered when the transport took a completed result.
+func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
+	if ctx.Err() != nil {
+		return // cancelled first: the caller never sees this answer
+	}
+	if err := req.Reply.Reply(a); err != nil {
+		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		return
+	}
+	if rec == nil {
+		return
+	}
+	// Not ctx: the answer is out, so delivery must be recorded even if the
+	// caller cancels this instant.
+	if _, err := in.store.Update(context.WithoutCancel(ctx), rec.ID, record.Change{To: record.Delivered}); err != nil {
+		in.log.Warn("recording delivery", "execution", rec.ID, "err", err)
+		return
+	}
+	in.log.Debug("transition", "execution", rec.ID, "state", record.Delivered)
+}
+
+func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
+	b, _ := json.Marshal(e) // an *Error with no Data always marshals
+	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
+		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
+	}
+}
+
+// execute dispatches a won reservation and settles its record. It runs on
+// its own, detached from the caller that started it: a dispatched side
+// effect is never dropped because its caller left.
+func (in *Interceptor) execute(rec *record.Record, req *Request, log *slog.Logger) {
+	defer in.executions.Done()
+	ctx := context.Background()
+	settle := func(c record.Change) {
+		if _, err := in.store.Update(ctx, rec.ID, c); err != nil {
+			log.Error("recording a transition", "state", c.To, "err", err)
+			return
+		}
+		log.Debug("transition", "state", c.To, "note", c.Note)
+	}
+
+	// Persist before send: once bytes may have left, the record says so.
+	if _, err := in.store.Update(ctx, rec.ID, record.Change{To: record.Dispatched}); err != nil {
+		log.Error("recording dispatch; not sending", "err", err)
+		settle(record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
+		return
+	}
+	log.Debug("transition", "state", record.Dispatched)
+
+	result, err := req.Upstream.Call(ctx, "tools/call", req.Call.Params)
+	var rpcErr *jsonrpc.Error
+	switch {
+	case err == nil && inputRequired(result):
+		settle(record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"})
+	case err == nil:
+		settle(record.Change{To: record.Completed, Result: result})
+	case errors.As(err, &rpcErr):
+		b, _ := json.Marshal(rpcErr)
+		settle(record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message})
+	case retry.IsNotSent(err):
+		settle(record.Change{To: record.Failed, Note: err.Error()})
+	default:
+		settle(record.Change{To: record.Unknown, Note: err.Error()})
+	}
+}
+
+// reserveOptions maps a policy to the settled states a new call replaces.
+func reserveOptions(p policy.Policy) record.ReserveOptions {
+	switch {
+	case p.Class == policy.Idempotent:
+		// Coalesce in-flight duplicates only: a later call runs again.
+		return record.ReserveOptions{Replace: []record.State{record.Completed, record.Delivered}}
+	case p.Replay == policy.ReplayUndelivered:
+		return record.ReserveOptions{Replace: []record.State{record.Delivered}}
+	}
+	return record.ReserveOptions{}
+}
+
+// extra returns the members besides arguments that change what a call
+// means: whether it asks for a task (not the task's ttl, which only says how
+// long to keep it), and a continuation's answers.
+func extra(c *ToolCall) map[string]json.RawMessage {
+	if c.Task == nil && c.InputResponses == nil && c.RequestState == nil {
+		return nil
+	}
+	m := make(map[string]json.RawMessage, 3)
+	if c.Task != nil {
+		m["task"] = json.RawMessage("true")
+	}
+	m["inputResponses"] = c.InputResponses
+	m["requestState"] = c.RequestState
+	return m
+}
+
+// inputRequired reports whether result asks the client for more input
+// (MCP 2026-07-28 multi-round requests) rather than completing.
+func inputRequired(result json.RawMessage) bool {
+	if !bytes.Contains(result, []byte("input_required")) {
+		return false
+	}
+	var r struct {
+		ResultType string `json:"resultType"`
+	}
+	return json.Unmarshal(result, &r) == nil && r.ResultType == "input_required"
+}
+
+func lastNote(r *record.Record) string {
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if r.History[i].Note != "" {
+			return r.History[i].Note
+		}
+	}
+	return "no reason recorded"
+}
+
+// Meta keys the proxy adds to results it answers from the record.
+const (
+	MetaReplayed  = "mcp-idempotent/replayed"
+	MetaExecution = "mcp-idempotent/execution"
+	MetaOutcome   = "mcp-idempotent/outcome"
+)
+
+// executionMeta is the execution as a client sees it in _meta.
+type executionMeta struct {
+	ID       string               `json:"id"`
+	State    record.State         `json:"state"`
+	Tool     string               `json:"tool"`
+	Times    map[string]time.Time `json:"times"`
+	Attempts int                  `json:"attempts"`
+	Attached int                  `json:"attached"`
+	Upstream string               `json:"upstream,omitempty"`
+}
+
+func describe(r *record.Record) executionMeta {
+	m := executionMeta{ID: r.ID, State: r.State, Tool: r.Tool, Times: make(map[string]time.Time, len(r.History)), Attempts: r.Attempts, Attached: r.Attached}
+	for _, t := range r.History {
+		m.Times[string(t.State)] = t.At
+	}
+	return m
+}
+
+func replayMeta(r *record.Record) map[string]any {
+	return map[string]any{MetaReplayed: true, MetaExecution: describe(r)}
+}
+
+// withMeta returns a copy of result with the given members merged into its
+// _meta. The stored result is never modified. A result that is not an
+// object comes back unchanged.
+func withMeta(result json.RawMessage, add map[string]any) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(result, &obj); err != nil || obj == nil {
+		return result
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := obj["_meta"]; ok {
+		_ = json.Unmarshal(raw, &meta) // a malformed _meta is replaced
+		if meta == nil {
+			meta = map[string]json.RawMessage{}
+		}
+	}
+	for k, v := range add {
+		b, err := json.Marshal(v)
+		if err != nil {
+			continue
+		}
+		meta[k] = b
+	}
+	obj["_meta"], _ = json.Marshal(meta)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return result
+	}
+	return out
+}
+
+// toolResult builds an isError CallToolResult that speaks for the proxy.
+func toolResult(text, outcome string, r *record.Record) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": text}},
+		"isError": true,
+		"_meta":   map[string]any{MetaOutcome: outcome, MetaExecution: describe(r)},
+	})
+	return b
+}
+
+func unknownResult(r *record.Record) json.RawMessage {
+	sent := r.At(record.Dispatched).UTC().Format(time.RFC3339Nano)
+	return toolResult(fmt.Sprintf(
+		"Outcome unknown: execution %s of %s was sent to the upstream (%s) at %s and no answer was observed (%s). "+
+			"It may or may not have taken effect. Do not retry blindly: check whether it happened first.",
+		r.ID, r.Tool, r.Upstream, sent, lastNote(r)), "unknown", r)
+}
+
+func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
+	return toolResult(fmt.Sprintf(
+		"Still in progress: execution %s of %s has not finished after %s (state %s). "+
+			"Do not retry: the same call attaches to this execution and returns its answer once it is done.",
+		r.ID, r.Tool, window, r.State), "in_progress", r)
+}

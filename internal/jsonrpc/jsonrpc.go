@@ -1,0 +1,203 @@
+// Package jsonrpc decodes JSON-RPC 2.0 frames just far enough to route them.
+//
+// A proxy must hand on what it does not own exactly as it came, so a Message
+// keeps the frame's original bytes and its id as raw JSON: "1", "1.0" and
+// "\"1\"" are three different ids and stay so. Only the fields needed to
+// route a frame are decoded; everything else stays in Raw.
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Standard JSON-RPC 2.0 error codes.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+)
+
+// A Message is one decoded frame. A Message is read-only once decoded: Raw,
+// ID, Params, Result and Error are slices of one buffer and must not be
+// modified in place.
+type Message struct {
+	// Raw is the frame exactly as received, without its delimiter.
+	Raw []byte
+	// ID is the request or response id as raw JSON, or nil for a
+	// notification.
+	ID json.RawMessage
+	// Method is set for requests and notifications.
+	Method string
+	// Params, Result and Error are the raw members, nil when absent.
+	Params json.RawMessage
+	Result json.RawMessage
+	Error  json.RawMessage
+	// Batch is set when the frame is a JSON array (a JSON-RPC batch); no
+	// other field but Raw is then decoded.
+	Batch bool
+}
+
+// IsRequest reports whether m is a request: a method and an id.
+func (m *Message) IsRequest() bool { return m.Method != "" && m.ID != nil }
+
+// IsNotification reports whether m is a notification: a method, no id.
+func (m *Message) IsNotification() bool { return m.Method != "" && m.ID == nil }
+
+// IsResponse reports whether m is a response: an id and no method.
+func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil && !m.Batch }
+
+// wire is the part of a frame that routing needs. Unknown members are
+// ignored here and preserved in Message.Raw.
+type wire struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// ErrNotObject is returned by Decode for a frame that is valid JSON but
+// neither an object nor an array.
+var ErrNotObject = errors.New("a JSON-RPC message must be a JSON object or array")
+
+// Decode parses frame. The returned Message refers to frame's memory.
+func Decode(frame []byte) (*Message, error) {
+	trimmed := bytes.TrimLeft(frame, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, errors.New("empty message")
+	}
+	switch trimmed[0] {
+	case '[':
+		if !json.Valid(frame) {
+			return nil, errors.New("invalid JSON in batch")
+		}
+		return &Message{Raw: frame, Batch: true}, nil
+	case '{':
+	default:
+		if !json.Valid(frame) {
+			return nil, errors.New("invalid JSON")
+		}
+		return nil, ErrNotObject
+	}
+	var w wire
+	if err := json.Unmarshal(frame, &w); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	m := &Message{Raw: frame, ID: w.ID, Method: w.Method, Params: w.Params, Result: w.Result, Error: w.Error}
+	return m, nil
+}
+
+// DecodeBatch decodes the elements of a batch frame.
+func DecodeBatch(frame []byte) ([]*Message, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(frame, &elems); err != nil {
+		return nil, fmt.Errorf("invalid batch: %w", err)
+	}
+	msgs := make([]*Message, 0, len(elems))
+	for i, e := range elems {
+		m, err := Decode(e)
+		if err != nil {
+			return nil, fmt.Errorf("batch element %d: %w", i, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// An Error is a JSON-RPC error object.
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message)
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// null is the id of an error response to a request whose id could not be
+// read (JSON-RPC 2.0 section 5).
+var null = json.RawMessage("null")
+
+// NewResponse returns the bytes of a response carrying result under id.
+// result must be valid JSON; it is copied as is.
+func NewResponse(id, result json.RawMessage) []byte {
+	b := make([]byte, 0, len(result)+len(id)+36)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, orNull(id)...)
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	return append(b, '}')
+}
+
+// NewErrorResponse returns the bytes of an error response under id; a nil id
+// becomes null.
+func NewErrorResponse(id json.RawMessage, e *Error) []byte {
+	eb, err := json.Marshal(e)
+	if err != nil {
+		// Only Data can fail to marshal, and it is raw JSON we made.
+		eb = []byte(`{"code":` + strconv.Itoa(e.Code) + `,"message":"internal error"}`)
+	}
+	return NewRawErrorResponse(id, eb)
+}
+
+// NewRawErrorResponse is NewErrorResponse for an error object already in
+// JSON form, such as one received from another peer.
+func NewRawErrorResponse(id, errObj json.RawMessage) []byte {
+	b := make([]byte, 0, len(errObj)+len(id)+36)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, orNull(id)...)
+	b = append(b, `,"error":`...)
+	b = append(b, errObj...)
+	return append(b, '}')
+}
+
+// NewRequest returns the bytes of a request. params may be nil.
+func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byte {
+	mb, _ := json.Marshal(method) // a string always marshals
+	b := make([]byte, 0, len(params)+len(id)+len(mb)+48)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	b = append(b, `,"method":`...)
+	b = append(b, mb...)
+	if params != nil {
+		b = append(b, `,"params":`...)
+		b = append(b, params...)
+	}
+	return append(b, '}')
+}
+
+func orNull(id json.RawMessage) json.RawMessage {
+	if id == nil {
+		return null
+	}
+	return id
+}
+
+// DecodeError decodes a raw error member. A member that is not an error
+// object yields a generic error that keeps the raw text.
+func DecodeError(raw json.RawMessage) *Error {
+	var e Error
+	if err := json.Unmarshal(raw, &e); err != nil || e.Message == "" && e.Code == 0 {
+		return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
+	}
+	return &e
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,487 @@
+// Package proxy pumps one MCP session between a client and an upstream
+// server. tools/call requests go to the interceptor; everything else passes
+// through byte for byte, in both directions.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// A Conn carries JSON-RPC frames. ReadFrame is called from one goroutine;
+// WriteFrame may be called from many. Close must unblock the peer's reads of
+// what we write (it closes our write side).
+type Conn interface {
+	ReadFrame() ([]byte, error)
+	WriteFrame(frame []byte) error
+	Close() error
+}
+
+// ErrUpstreamClosed is returned by Run when the upstream closed its side
+// while the client was still there.
+var ErrUpstreamClosed = errors.New("upstream closed the connection")
+
+// Options configures a Session.
+type Options struct {
+	Interceptor *intercept.Interceptor // required
+	// Actor and Scope are the session's part of every fingerprint.
+	Actor string
+	Scope string
+	// UpstreamID names the upstream in fingerprints and records.
+	UpstreamID string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// ShutdownGrace bounds how long Run waits, once the client has gone,
+	// for calls under way to settle. Zero means 10 seconds.
+	ShutdownGrace time.Duration
+}
+
+// A Session relays one client connection to one upstream connection.
+type Session struct {
+	client   Conn
+	upstream Conn
+	opts     Options
+	log      *slog.Logger
+	tools    *toolTable
+
+	nextID   atomic.Int64
+	handlers sync.WaitGroup // tools/call handlers under way
+
+	mu sync.Mutex // protects the maps below
+	// pending holds the proxy's own requests upstream, by id.
+	pending map[string]chan *jsonrpc.Message
+	// forwarded holds the client's requests passed upstream and not yet
+	// answered, by id, with their method.
+	forwarded map[string]string
+	// calls holds the client's tools/call requests being handled, by id.
+	calls map[string]*clientCall
+	// gone is closed when the upstream has closed its side.
+	gone chan struct{}
+}
+
+// clientCall is one tools/call of the client's while it is handled.
+type clientCall struct {
+	cancel context.CancelFunc // detaches the caller; never stops an execution
+
+	mu          sync.Mutex // held while the request is forwarded
+	passThrough bool       // the request went upstream as it came
+}
+
+// New returns a Session between client and upstream.
+func New(client, upstream Conn, opts Options) *Session {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = 10 * time.Second
+	}
+	return &Session{
+		client:    client,
+		upstream:  upstream,
+		opts:      opts,
+		log:       log,
+		tools:     newToolTable(),
+		pending:   make(map[string]chan *jsonrpc.Message),
+		forwarded: make(map[string]string),
+		calls:     make(map[string]*clientCall),
+		gone:      make(chan struct{}),
+	}
+}
+
+// idPrefix starts every id the proxy puts on its own requests upstream. A
+// client request whose id starts with it is refused, so the proxy's ids and
+// the client's can never collide.
+const idPrefix = `"mcp-idempotent:`
+
+// Run pumps frames until the client goes (it returns nil), the upstream
+// goes (ErrUpstreamClosed), or ctx is done (nil). Once the client has gone,
+// Run waits up to ShutdownGrace for calls under way to settle. When the
+// upstream goes, every caller still waiting is answered first.
+func (s *Session) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	upstreamDone := make(chan error, 1)
+	go func() { upstreamDone <- s.pumpUpstream(ctx) }()
+	clientDone := make(chan error, 1)
+	go func() { clientDone <- s.pumpClient(ctx) }()
+
+	select {
+	case err := <-upstreamDone:
+		s.upstreamGone()
+		s.handlers.Wait() // every handler answers at once: the upstream is gone
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUpstreamClosed, err)
+		}
+		return ErrUpstreamClosed
+	case err := <-clientDone:
+		if err != nil {
+			s.log.Error("reading from the client", "err", err)
+		}
+	case <-ctx.Done():
+	}
+	// The client has gone: let calls under way finish within the grace.
+	done := make(chan struct{})
+	go func() {
+		s.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.opts.ShutdownGrace):
+		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
+	case err := <-upstreamDone:
+		s.upstreamGone()
+		if err != nil {
+			s.log.Debug("upstream closed during shutdown", "err", err)
+		}
+	}
+	return nil
+}
+
+// pumpClient reads the client's frames until it closes.
+func (s *Session) pumpClient(ctx context.Context) error {
+	for {
+		frame, err := s.client.ReadFrame()
+		if err != nil {
+			if isFrameTooLarge(err) {
+				s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		s.fromClient(ctx, frame)
+	}
+}
+
+// isFrameTooLarge reports whether err is a transport's size-limit error,
+// after which the stream is still usable.
+func isFrameTooLarge(err error) bool {
+	var limited interface{ FrameTooLarge() bool }
+	return errors.As(err, &limited) && limited.FrameTooLarge()
+}
+
+func (s *Session) fromClient(ctx context.Context, frame []byte) {
+	msg, err := jsonrpc.Decode(frame)
+	if err != nil {
+		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		return
+	}
+	switch {
+	case msg.Batch:
+		s.fromClientBatch(frame)
+	case msg.IsRequest() && bytes.HasPrefix(msg.ID, []byte(idPrefix)):
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+			"mcp-idempotent: request ids starting with %s are reserved for the proxy", idPrefix[1:])))
+	case msg.IsRequest() && msg.Method == "tools/call":
+		s.startToolCall(ctx, msg)
+	case msg.IsRequest():
+		s.mu.Lock()
+		s.forwarded[string(msg.ID)] = msg.Method
+		s.mu.Unlock()
+		s.writeUpstream(msg.Raw)
+	case msg.Method == "notifications/cancelled":
+		s.cancelled(msg)
+	default:
+		// Notifications and the client's responses to server requests.
+		s.writeUpstream(msg.Raw)
+	}
+}
+
+// fromClientBatch passes a batch through unless it holds a tools/call:
+// splitting a batch would change what the client asked for, and passing
+// the call through would skip deduplication, so such a batch is refused.
+func (s *Session) fromClientBatch(frame []byte) {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		return
+	}
+	for _, m := range msgs {
+		if m.Method == "tools/call" {
+			var errs [][]byte
+			for _, m := range msgs {
+				if m.IsRequest() {
+					errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+						"mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own")))
+				}
+			}
+			if len(errs) > 0 {
+				s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.forwarded[string(m.ID)] = m.Method
+		}
+	}
+	s.mu.Unlock()
+	s.writeUpstream(frame)
+}
+
+// startToolCall validates a tools/call and hands it to a handler goroutine.
+func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
+	call, perr := intercept.ParseToolCall(msg.Params)
+	if perr != nil {
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, perr))
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	c := &clientCall{cancel: cancel}
+	key := string(msg.ID)
+	s.mu.Lock()
+	s.calls[key] = c
+	s.mu.Unlock()
+	s.handlers.Add(1)
+	go func() {
+		defer s.handlers.Done()
+		defer func() {
+			s.mu.Lock()
+			if s.calls[key] == c {
+				delete(s.calls, key)
+			}
+			s.mu.Unlock()
+			cancel()
+		}()
+		s.handleToolCall(cctx, c, msg, call)
+	}()
+}
+
+func (s *Session) handleToolCall(ctx context.Context, c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall) {
+	pol := s.tools.policyFor(ctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
+		return s.listTools(ctx, cursor, call.Meta)
+	})
+	if ctx.Err() != nil {
+		return // cancelled before anything was decided: nothing ran
+	}
+	if pol.Class == policy.ReadOnly {
+		s.log.Debug("read-only tool passes through", "tool", call.Name, "request", string(msg.ID))
+		c.mu.Lock()
+		c.passThrough = true
+		s.mu.Lock()
+		s.forwarded[string(msg.ID)] = msg.Method
+		s.mu.Unlock()
+		s.writeUpstream(msg.Raw)
+		c.mu.Unlock()
+		return
+	}
+	s.opts.Interceptor.Handle(ctx, &intercept.Request{
+		Call:        call,
+		Policy:      pol,
+		Actor:       s.opts.Actor,
+		Scope:       s.opts.Scope,
+		UpstreamID:  s.opts.UpstreamID,
+		Upstream:    upstreamCaller{s},
+		Reply:       replier{s: s, id: msg.ID},
+		Correlation: s.opts.Scope + "/" + string(msg.ID),
+	})
+}
+
+// cancelled handles notifications/cancelled from the client. For a
+// tools/call the interceptor handles, it detaches the caller and goes no
+// further: the execution belongs to the record now, and other callers may
+// be attached to it. Any other cancellation passes through.
+func (s *Session) cancelled(msg *jsonrpc.Message) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(msg.Params, &p) == nil && p.RequestID != nil {
+		s.mu.Lock()
+		c, ok := s.calls[string(p.RequestID)]
+		s.mu.Unlock()
+		if ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.passThrough {
+				s.log.Info("client cancelled a tools/call; detaching it", "request", string(p.RequestID))
+				c.cancel()
+				return
+			}
+		}
+	}
+	s.writeUpstream(msg.Raw)
+}
+
+// pumpUpstream reads the upstream's frames until it closes.
+func (s *Session) pumpUpstream(ctx context.Context) error {
+	for {
+		frame, err := s.upstream.ReadFrame()
+		if err != nil {
+			if isFrameTooLarge(err) {
+				s.log.Error("dropped a message from the upstream", "err", err)
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		s.fromUpstream(frame)
+	}
+}
+
+func (s *Session) fromUpstream(frame []byte) {
+	msg, err := jsonrpc.Decode(frame)
+	if err != nil {
+		// Not ours to judge: the client sees what the server sent.
+		s.log.Warn("unparseable message from the upstream, passed on", "err", err, "size", len(frame))
+		s.writeClient(frame)
+		return
+	}
+	if msg.IsResponse() {
+		key := string(msg.ID)
+		s.mu.Lock()
+		if ch, ok := s.pending[key]; ok {
+			delete(s.pending, key)
+			s.mu.Unlock()
+			ch <- msg
+			return
+		}
+		method := s.forwarded[key]
+		delete(s.forwarded, key)
+		s.mu.Unlock()
+		if method == "tools/list" && msg.Result != nil {
+			if page, err := policy.ParseListResult(msg.Result); err == nil {
+				s.tools.learn(page)
+			}
+		}
+	} else if msg.Method == "notifications/tools/list_changed" {
+		s.tools.invalidate()
+	}
+	s.writeClient(frame)
+}
+
+// upstreamGone answers everyone still waiting on the upstream.
+func (s *Session) upstreamGone() {
+	s.mu.Lock()
+	select {
+	case <-s.gone:
+		s.mu.Unlock()
+		return
+	default:
+	}
+	close(s.gone)
+	forwarded := s.forwarded
+	s.forwarded = make(map[string]string)
+	s.mu.Unlock()
+	for id, method := range forwarded {
+		s.writeClient(jsonrpc.NewErrorResponse(json.RawMessage(id), jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream closed before answering %s", method)))
+	}
+}
+
+// call sends one of the proxy's own requests upstream and waits for the
+// answer. Errors follow intercept.Upstream's contract.
+func (s *Session) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
+	ch := make(chan *jsonrpc.Message, 1)
+	s.mu.Lock()
+	select {
+	case <-s.gone:
+		s.mu.Unlock()
+		return nil, retry.NotSent(errors.New("the upstream has closed"))
+	default:
+	}
+	s.pending[string(id)] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pending, string(id))
+		s.mu.Unlock()
+	}()
+
+	if err := s.upstream.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
+		// A request the upstream could not take whole was never received.
+		return nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err))
+	}
+	select {
+	case msg := <-ch:
+		if msg.Error != nil {
+			return nil, jsonrpc.DecodeError(msg.Error)
+		}
+		if msg.Result == nil {
+			return nil, fmt.Errorf("the upstream answered %s with neither result nor error", method)
+		}
+		return msg.Result, nil
+	case <-s.gone:
+		return nil, errors.New("the upstream exited before answering")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// listTools asks the upstream for one page of its tools, in the protocol
+// the client speaks (meta is the client request's _meta).
+func (s *Session) listTools(ctx context.Context, cursor string, meta json.RawMessage) (policy.ListPage, error) {
+	params := map[string]any{}
+	if cursor != "" {
+		params["cursor"] = cursor
+	}
+	if pm := protocolMeta(meta); pm != nil {
+		params["_meta"] = pm
+	}
+	var raw json.RawMessage
+	if len(params) > 0 {
+		raw, _ = json.Marshal(params)
+	}
+	result, err := s.call(ctx, "tools/list", raw)
+	if err != nil {
+		s.log.Warn("listing the upstream's tools; treating unlisted tools as side effects", "err", err)
+		return policy.ListPage{}, err
+	}
+	return policy.ParseListResult(result)
+}
+
+func (s *Session) writeClient(frame []byte) {
+	if err := s.client.WriteFrame(frame); err != nil {
+		s.log.Debug("writing to the client", "err", err)
+	}
+}
+
+func (s *Session) writeUpstream(frame []byte) {
+	if err := s.upstream.WriteFrame(frame); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
+	}
+}
+
+// upstreamCaller is the session's upstream as the interceptor sees it.
+type upstreamCaller struct{ s *Session }
+
+func (u upstreamCaller) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	return u.s.call(ctx, method, params)
+}
+
+// replier answers one client request.
+type replier struct {
+	s  *Session
+	id json.RawMessage
+}
+
+func (r replier) Reply(a intercept.Answer) error {
+	if a.Error != nil {
+		return r.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(r.id, a.Error))
+	}
+	return r.s.client.WriteFrame(jsonrpc.NewResponse(r.id, a.Result))
+}

@@ -1,0 +1,227 @@
+// Package memstore is the in-memory record.Store: one process, fastest, and
+// forgotten when the process exits.
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is a record.Store held in memory. Settled records are dropped once
+// they expire, so memory is bounded by what the retention keeps.
+type Store struct {
+	now func() time.Time
+
+	mu      sync.Mutex        // protects the fields below
+	byID    map[string]*entry // every record not yet purged
+	byKey   map[string]*entry // the record currently holding each key
+	expires expiryHeap        // settled records by expiry
+}
+
+// entry is one record and the channel its waiters share.
+type entry struct {
+	rec *record.Record
+	// settled is closed when rec leaves the in-flight states; Wait selects
+	// on it, so one close wakes every waiter at once. A record that goes
+	// back in flight (a re-dispatch of an unknown one) gets a new channel.
+	settled chan struct{}
+	index   int // position in the expiry heap, -1 when not in it
+}
+
+var _ record.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry)}
+}
+
+// purgeBatch bounds the expired records dropped per call, so no single
+// call pays for a large backlog.
+const purgeBatch = 64
+
+// Reserve implements record.Store.
+func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.purge(now, purgeBatch)
+
+	if cur, ok := s.byKey[r.Key]; ok && !s.replaceable(cur.rec, now, opts) {
+		cur.rec.Attached++
+		return cur.rec.Clone(), false, nil
+	}
+	if _, dup := s.byID[r.ID]; dup {
+		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
+	}
+	rec := r.Clone()
+	rec.State = record.Accepted
+	rec.History = []record.Transition{{State: record.Accepted, At: now}}
+	rec.ExpiresAt = time.Time{}
+	e := &entry{rec: rec, settled: make(chan struct{}), index: -1}
+	s.byID[rec.ID] = e
+	s.byKey[rec.Key] = e
+	return rec.Clone(), true, nil
+}
+
+func (s *Store) replaceable(r *record.Record, now time.Time, opts record.ReserveOptions) bool {
+	if r.State.Settled() && !now.Before(r.ExpiresAt) {
+		return true
+	}
+	return r.State == record.Failed || slices.Contains(opts.Replace, r.State)
+}
+
+// Update implements record.Store.
+func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
+	}
+	r := e.rec
+	if r.State == record.Delivered && c.To == record.Delivered {
+		return r.Clone(), nil
+	}
+	if !record.CanTransition(r.State, c.To) {
+		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, r.State, c.To, record.ErrConflict)
+	}
+	wasInFlight := r.State.InFlight()
+	r.State = c.To
+	r.History = append(r.History, record.Transition{State: c.To, At: now, Note: c.Note})
+	if c.To == record.Dispatched {
+		r.Attempts++
+	}
+	if c.Result != nil {
+		r.Result = c.Result
+	}
+	if c.Error != nil {
+		r.Error = c.Error
+	}
+	switch {
+	case c.To.Settled():
+		r.ExpiresAt = now.Add(r.Retention)
+		if e.index >= 0 {
+			heap.Fix(&s.expires, e.index)
+		} else {
+			heap.Push(&s.expires, e)
+		}
+		if wasInFlight {
+			close(e.settled)
+		}
+	case !wasInFlight:
+		// Back in flight: new waiters need a channel that is still open.
+		e.settled = make(chan struct{})
+		r.ExpiresAt = time.Time{}
+		if e.index >= 0 {
+			heap.Remove(&s.expires, e.index)
+		}
+	}
+	return r.Clone(), nil
+}
+
+// Get implements record.Store.
+func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("getting %s: %w", id, record.ErrNotFound)
+	}
+	return e.rec.Clone(), nil
+}
+
+// Wait implements record.Store.
+func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
+	for {
+		s.mu.Lock()
+		e, ok := s.byID[id]
+		if !ok {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
+		}
+		if e.rec.State.Settled() {
+			r := e.rec.Clone()
+			s.mu.Unlock()
+			return r, nil
+		}
+		settled := e.settled
+		s.mu.Unlock()
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Len returns how many records the store holds.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byID)
+}
+
+// purge drops up to max expired records. s.mu must be held.
+func (s *Store) purge(now time.Time, max int) {
+	for i := 0; i < max && len(s.expires) > 0; i++ {
+		e := s.expires[0]
+		if now.Before(e.rec.ExpiresAt) {
+			return
+		}
+		heap.Pop(&s.expires)
+		delete(s.byID, e.rec.ID)
+		if s.byKey[e.rec.Key] == e {
+			delete(s.byKey, e.rec.Key)
+		}
+	}
+}
+
+// expiryHeap orders settled entries by ExpiresAt, soonest first.
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].rec.ExpiresAt.Before(h[j].rec.ExpiresAt) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,186 @@
+// Package record defines the execution record, its states, and the Store
+// that keeps records. It is a leaf: it imports no other internal package.
+//
+// One execution is one accepted attempt to perform a tool action. Its life:
+//
+//	accepted -> dispatched -> completed -> delivered
+//	   |            |
+//	   +-> failed   +-> unknown  (sent; outcome not observed)
+//	                +-> failed   (upstream answered with a JSON-RPC error)
+//
+// accepted is the reservation: exactly one caller wins it for a key.
+// dispatched is stored before the request goes upstream. completed holds the
+// result. delivered means a caller's transport took the result.
+package record
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// A State is where an execution is in its life.
+type State string
+
+// The states of an execution.
+const (
+	// Accepted: validated, reserved in the store, not yet sent.
+	Accepted State = "accepted"
+	// Dispatched: stored as sent before the bytes went upstream.
+	Dispatched State = "dispatched"
+	// Completed: a CallToolResult came back (isError true included) and is
+	// stored; the caller has not been seen to receive it.
+	Completed State = "completed"
+	// Delivered: the result was written to a caller's transport.
+	Delivered State = "delivered"
+	// Failed: known not to have run, or the upstream refused the request
+	// with a JSON-RPC error. The key may be reserved again.
+	Failed State = "failed"
+	// Unknown: sent, and no answer was observed. It is not failed: the
+	// action may have happened.
+	Unknown State = "unknown"
+)
+
+// InFlight reports whether s is a state in which an answer may still come.
+func (s State) InFlight() bool { return s == Accepted || s == Dispatched }
+
+// Settled reports whether s is a state a waiter can act on.
+func (s State) Settled() bool { return !s.InFlight() }
+
+// next lists, for each state, the states it may move to.
+var next = map[State][]State{
+	Accepted:   {Dispatched, Failed},
+	Dispatched: {Completed, Failed, Unknown},
+	Completed:  {Delivered},
+	Unknown:    {Dispatched, Completed, Failed},
+}
+
+// CanTransition reports whether an execution in state from may move to to.
+// Unknown may be settled later (by a re-dispatch, a status check or an
+// operator), which is why it is not a dead end.
+func CanTransition(from, to State) bool {
+	return slices.Contains(next[from], to)
+}
+
+// A Transition is one state change with its time.
+type Transition struct {
+	State State     `json:"state"`
+	At    time.Time `json:"at"`
+	Note  string    `json:"note,omitempty"`
+}
+
+// A Record is one execution. Records returned by a Store are copies; the
+// Result and Error bytes are shared and must not be modified.
+type Record struct {
+	ID          string `json:"id"`          // "exe_" + ULID
+	Key         string `json:"key"`         // what calls are matched on
+	Fingerprint string `json:"fingerprint"` // the intent fingerprint, hex
+	Actor       string `json:"actor"`
+	Scope       string `json:"scope"`
+	Upstream    string `json:"upstream"`
+	Tool        string `json:"tool"`
+
+	State   State        `json:"state"`
+	History []Transition `json:"history"`
+	// Attempts counts dispatches.
+	Attempts int `json:"attempts"`
+	// Attached counts callers that joined this execution after the first.
+	Attached int `json:"attached"`
+
+	// Result is the upstream's result member, as it came.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the upstream's JSON-RPC error object, as it came.
+	Error json.RawMessage `json:"error,omitempty"`
+
+	// Retention is how long a settled record stays matchable.
+	Retention time.Duration `json:"retention"`
+	// ExpiresAt is when a settled record stops matching; zero while in
+	// flight.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// At returns when r last entered s, or the zero time.
+func (r *Record) At(s State) time.Time {
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if r.History[i].State == s {
+			return r.History[i].At
+		}
+	}
+	return time.Time{}
+}
+
+// Clone returns a copy of r that shares only the immutable Result and
+// Error bytes.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.History = slices.Clone(r.History)
+	return &c
+}
+
+// NewID returns a fresh execution id: "exe_" and a ULID, so ids sort by
+// creation time.
+func NewID(t time.Time) string {
+	ms := ulid.Timestamp(t)
+	if t.Before(time.UnixMilli(0)) || ms > ulid.MaxTime() {
+		ms = 0 // a clock that far off is a test's; the id stays unique
+	}
+	// crypto/rand never fails, and ms is in range, so New cannot fail.
+	id, _ := ulid.New(ms, rand.Reader)
+	return "exe_" + id.String()
+}
+
+// A Change moves a record to a new state.
+type Change struct {
+	To   State
+	Note string
+	// Result and Error are stored with the change when non-nil.
+	Result json.RawMessage
+	Error  json.RawMessage
+}
+
+// ReserveOptions says which settled records a reservation may replace.
+type ReserveOptions struct {
+	// Replace lists states, besides Failed, in which a record holding the
+	// key is superseded by the new one rather than matched. A tool that
+	// coalesces only in-flight calls replaces Completed and Delivered.
+	Replace []State
+}
+
+// Sentinel errors that callers branch on.
+var (
+	// ErrNotFound: no record has that id.
+	ErrNotFound = errors.New("no such execution")
+	// ErrConflict: the record is not in a state that allows the change.
+	ErrConflict = errors.New("execution is not in a state that allows this change")
+)
+
+// A Store keeps execution records. Implementations are safe for concurrent
+// use, and every method honours ctx.
+type Store interface {
+	// Reserve claims r.Key for the new record r, atomically: of any number
+	// of concurrent calls for one key, exactly one wins. It wins when no
+	// record holds the key, or the holder is expired, Failed, or in a state
+	// listed in opts.Replace; r is then stored as Accepted and returned with
+	// won true. Otherwise the holder is returned with won false and its
+	// Attached count raised by one.
+	Reserve(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, won bool, err error)
+
+	// Update applies c to the record id and returns the result. It returns
+	// ErrNotFound or ErrConflict (a move CanTransition forbids). Marking a
+	// Delivered record Delivered again is a no-op. A change to a settled
+	// state sets ExpiresAt to now plus the record's Retention.
+	Update(ctx context.Context, id string, c Change) (*Record, error)
+
+	// Get returns the record id, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Record, error)
+
+	// Wait blocks until the record id is settled (not in flight) and
+	// returns it, or returns ctx's error. All waiters of one record are
+	// woken by one event; nobody polls.
+	Wait(ctx context.Context, id string) (*Record, error)
+}

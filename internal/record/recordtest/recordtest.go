@@ -1,0 +1,329 @@
+// Package recordtest is the semantics suite every record.Store passes.
+package recordtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A Clock is a settable time source for the store under test.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock set to t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// NewStore returns an empty store that reads the time from now.
+type NewStore func(t *testing.T, now func() time.Time) record.Store
+
+// Run runs the suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, record.Store, *Clock)
+	}{
+		{"ReserveOnce", testReserveOnce},
+		{"ConcurrentReserve", testConcurrentReserve},
+		{"Lifecycle", testLifecycle},
+		{"ForbiddenTransitions", testForbiddenTransitions},
+		{"FailedIsReplaced", testFailedIsReplaced},
+		{"ReplaceOption", testReplaceOption},
+		{"Expiry", testExpiry},
+		{"WaitWakesAll", testWaitWakesAll},
+		{"WaitHonoursContext", testWaitHonoursContext},
+		{"UnknownRedispatch", testUnknownRedispatch},
+		{"NotFound", testNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+			tt.fn(t, newStore(t, clock.Now), clock)
+		})
+	}
+}
+
+var seq atomic.Int64
+
+func newRecord(key string) *record.Record {
+	return &record.Record{
+		ID:          fmt.Sprintf("exe_test%08d", seq.Add(1)),
+		Key:         key,
+		Fingerprint: key,
+		Actor:       "alice",
+		Scope:       "session:1",
+		Upstream:    "stdio:server",
+		Tool:        "charge_card",
+		Retention:   time.Hour,
+	}
+}
+
+func mustReserve(t *testing.T, s record.Store, r *record.Record, opts record.ReserveOptions) (*record.Record, bool) {
+	t.Helper()
+	got, won, err := s.Reserve(context.Background(), r, opts)
+	if err != nil {
+		t.Fatalf("Reserve(%s): %v", r.Key, err)
+	}
+	return got, won
+}
+
+func mustUpdate(t *testing.T, s record.Store, id string, c record.Change) *record.Record {
+	t.Helper()
+	got, err := s.Update(context.Background(), id, c)
+	if err != nil {
+		t.Fatalf("Update(%s, %s): %v", id, c.To, err)
+	}
+	return got
+}
+
+func testReserveOnce(t *testing.T, s record.Store, _ *Clock) {
+	first := newRecord("k1")
+	got, won := mustReserve(t, s, first, record.ReserveOptions{})
+	if !won || got.ID != first.ID || got.State != record.Accepted {
+		t.Fatalf("first Reserve = %s %s won=%v; want %s accepted won", got.ID, got.State, won, first.ID)
+	}
+	got, won = mustReserve(t, s, newRecord("k1"), record.ReserveOptions{})
+	if won || got.ID != first.ID {
+		t.Fatalf("second Reserve = %s won=%v; want the first record %s, not won", got.ID, won, first.ID)
+	}
+	if got.Attached != 1 {
+		t.Errorf("Attached = %d after one duplicate; want 1", got.Attached)
+	}
+	if _, won = mustReserve(t, s, newRecord("k2"), record.ReserveOptions{}); !won {
+		t.Error("Reserve of another key did not win")
+	}
+}
+
+func testConcurrentReserve(t *testing.T, s record.Store, _ *Clock) {
+	const n = 1000
+	var wins atomic.Int32
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			got, won, err := s.Reserve(context.Background(), newRecord("hot"), record.ReserveOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if won {
+				wins.Add(1)
+			}
+			ids[i] = got.ID
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d of %d concurrent reservations won; want exactly 1", wins.Load(), n)
+	}
+	for i, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("caller %d got execution %s, caller 0 got %s; all must share one", i, id, ids[0])
+		}
+	}
+	got, err := s.Get(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attached != n-1 {
+		t.Errorf("Attached = %d; want %d", got.Attached, n-1)
+	}
+}
+
+func testLifecycle(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	clock.Advance(time.Second)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	clock.Advance(time.Second)
+	result := json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: result})
+	clock.Advance(time.Second)
+	got := mustUpdate(t, s, r.ID, record.Change{To: record.Delivered})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Delivered}) // a no-op, not an error
+
+	if got.State != record.Delivered || string(got.Result) != string(result) {
+		t.Errorf("after delivery: state %s result %s", got.State, got.Result)
+	}
+	if got.Attempts != 1 {
+		t.Errorf("Attempts = %d; want 1", got.Attempts)
+	}
+	want := []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered}
+	if len(got.History) != len(want) {
+		t.Fatalf("History = %v; want states %v", got.History, want)
+	}
+	start := got.History[0].At
+	for i, tr := range got.History {
+		if tr.State != want[i] {
+			t.Errorf("History[%d] = %s; want %s", i, tr.State, want[i])
+		}
+		if at := start.Add(time.Duration(i) * time.Second); !tr.At.Equal(at) {
+			t.Errorf("History[%d] at %v; want %v", i, tr.At, at)
+		}
+	}
+	if exp := got.At(record.Completed).Add(time.Hour); !got.ExpiresAt.Equal(exp) && !got.ExpiresAt.Equal(exp.Add(time.Second)) {
+		t.Errorf("ExpiresAt = %v; want retention after settling (%v)", got.ExpiresAt, exp)
+	}
+}
+
+func testForbiddenTransitions(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	for _, to := range []record.State{record.Completed, record.Delivered, record.Unknown} {
+		if _, err := s.Update(context.Background(), r.ID, record.Change{To: to}); !errors.Is(err, record.ErrConflict) {
+			t.Errorf("accepted -> %s: err = %v; want ErrConflict", to, err)
+		}
+	}
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	if _, err := s.Update(context.Background(), r.ID, record.Change{To: record.Failed}); !errors.Is(err, record.ErrConflict) {
+		t.Errorf("completed -> failed: err = %v; want ErrConflict", err)
+	}
+}
+
+func testFailedIsReplaced(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Failed, Note: "upstream not started"})
+	next := newRecord("k")
+	got, won := mustReserve(t, s, next, record.ReserveOptions{})
+	if !won || got.ID != next.ID {
+		t.Fatalf("Reserve after failure = %s won=%v; want a new execution %s", got.ID, won, next.ID)
+	}
+	old, err := s.Get(context.Background(), r.ID)
+	if err != nil || old.State != record.Failed {
+		t.Errorf("the failed record must stay readable by id: %v %v", old, err)
+	}
+}
+
+func testReplaceOption(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{Replace: []record.State{record.Delivered}}); won {
+		t.Fatal("a completed record was replaced though only delivered ones may be")
+	}
+	mustUpdate(t, s, r.ID, record.Change{To: record.Delivered})
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{}); won {
+		t.Fatal("a delivered record was replaced without the option")
+	}
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{Replace: []record.State{record.Delivered}}); !won {
+		t.Fatal("a delivered record was not replaced with Replace: [delivered]")
+	}
+}
+
+func testExpiry(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	clock.Advance(48 * time.Hour) // in flight: no expiry, however long
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{}); won {
+		t.Fatal("an in-flight record expired")
+	}
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	clock.Advance(time.Hour - time.Second)
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{}); won {
+		t.Fatal("a completed record stopped matching before its retention ran out")
+	}
+	clock.Advance(time.Second)
+	if _, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{}); !won {
+		t.Fatal("a completed record still matched after its retention ran out")
+	}
+}
+
+func testWaitWakesAll(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+
+	const waiters = 50
+	results := make(chan *record.Record, waiters)
+	var started sync.WaitGroup
+	for range waiters {
+		started.Add(1)
+		go func() {
+			started.Done()
+			got, err := s.Wait(context.Background(), r.ID)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- got
+		}()
+	}
+	started.Wait()
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{"n":1}`)})
+	for range waiters {
+		got := <-results
+		if got == nil || got.State != record.Completed || string(got.Result) != `{"n":1}` {
+			t.Fatalf("a waiter got %+v; want the completed record", got)
+		}
+	}
+	// A settled record answers at once.
+	got, err := s.Wait(context.Background(), r.ID)
+	if err != nil || got.State != record.Completed {
+		t.Fatalf("Wait on a settled record = %v, %v", got, err)
+	}
+}
+
+func testWaitHonoursContext(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Wait(ctx, r.ID); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with a cancelled context = %v; want context.Canceled", err)
+	}
+}
+
+func testUnknownRedispatch(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Unknown, Note: "upstream exited"})
+	if got, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{}); won || got.State != record.Unknown {
+		t.Fatalf("Reserve over an unknown record = %s won=%v; an unknown outcome must be matched, never replaced", got.State, won)
+	}
+	got := mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched, Note: "retry"})
+	if got.Attempts != 2 {
+		t.Errorf("Attempts = %d after a re-dispatch; want 2", got.Attempts)
+	}
+	done := make(chan *record.Record, 1)
+	go func() {
+		got, _ := s.Wait(context.Background(), r.ID)
+		done <- got
+	}()
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	if got := <-done; got == nil || got.State != record.Completed {
+		t.Fatalf("a waiter on a re-dispatched record got %+v", got)
+	}
+}
+
+func testNotFound(t *testing.T, s record.Store, _ *Clock) {
+	ctx := context.Background()
+	if _, err := s.Get(ctx, "exe_missing"); !errors.Is(err, record.ErrNotFound) {
+		t.Errorf("Get = %v; want ErrNotFound", err)
+	}
+	if _, err := s.Update(ctx, "exe_missing", record.Change{To: record.Dispatched}); !errors.Is(err, record.ErrNotFound) {
+		t.Errorf("Update = %v; want ErrNotFound", err)
+	}
+	if _, err := s.Wait(ctx, "exe_missing"); !errors.Is(err, record.ErrNotFound) {
+		t.Errorf("Wait = %v; want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,104 @@
+package stdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A Child is an upstream MCP server running as a child process, spoken to
+// over its stdin and stdout. Its stderr goes to the proxy's stderr.
+type Child struct {
+	*Conn
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	err  error         // the exit error; written before done is closed
+}
+
+// Start starts argv[0] with the arguments argv[1:]. The child's stderr is
+// written to stderr.
+func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no upstream command given")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	// Our own pipe rather than cmd.StdoutPipe: Wait closes the latter as soon
+	// as the process exits, dropping a last answer still in the pipe. The read
+	// end of an os.Pipe stays ours until it reports EOF.
+	out, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
+	}
+	c := &Child{Conn: NewConn(out, in, maxFrame), cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// Done is closed when the child has exited.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// ExitError returns how the child exited; call it after Done is closed.
+func (c *Child) ExitError() error { return c.err }
+
+// Pid returns the child's process id.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Stop ends the child the way MCP's stdio transport asks: close its stdin,
+// wait, then SIGTERM, then SIGKILL, each after grace.
+func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
+	c.Close()
+	for _, sig := range []os.Signal{nil, syscall.SIGTERM, syscall.SIGKILL} {
+		if sig != nil {
+			_ = c.cmd.Process.Signal(sig)
+		}
+		t := time.NewTimer(grace)
+		select {
+		case <-c.done:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			_ = c.cmd.Process.Kill()
+			<-c.done
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	<-c.done
+	return nil
+}
+
+// Describe normalises argv into the upstream's identity: the words joined by
+// single spaces, each quoted only where it must be.
+func Describe(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+			words[i] = fmt.Sprintf("%q", a)
+		} else {
+			words[i] = a
+		}
+	}
+	return "stdio:" + strings.Join(words, " ")
+}

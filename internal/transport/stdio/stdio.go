@@ -1,0 +1,135 @@
+// Package stdio carries newline-delimited JSON-RPC frames over pipes: the
+// proxy's own stdin and stdout, and the stdin and stdout of an upstream
+// server it starts as a child process.
+package stdio
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// DefaultMaxFrame is the default limit on one frame's size.
+const DefaultMaxFrame = 16 << 20
+
+// A FrameTooLargeError reports a frame over the size limit. The frame was
+// read to its end and dropped; the next ReadFrame reads the frame after it.
+type FrameTooLargeError struct {
+	Limit int
+}
+
+// FrameTooLarge marks the error as one after which the stream is still
+// usable.
+func (e *FrameTooLargeError) FrameTooLarge() bool { return true }
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("message larger than the %d-byte limit (--max-message-size)", e.Limit)
+}
+
+// A Conn reads and writes newline-delimited frames. ReadFrame must be called
+// from one goroutine at a time; WriteFrame is safe for concurrent use.
+type Conn struct {
+	r   *bufio.Reader
+	max int
+
+	wmu sync.Mutex // serializes writes so frames never interleave
+	w   io.Writer
+	c   io.Closer // closes the write side; nil if none
+}
+
+// NewConn returns a Conn reading from r and writing to w. Frames longer than
+// maxFrame bytes are refused; maxFrame <= 0 means DefaultMaxFrame. If w is an
+// io.Closer, Close closes it.
+func NewConn(r io.Reader, w io.Writer, maxFrame int) *Conn {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	c := &Conn{r: bufio.NewReaderSize(r, 64<<10), max: maxFrame, w: w}
+	if cl, ok := w.(io.Closer); ok {
+		c.c = cl
+	}
+	return c
+}
+
+// ReadFrame returns the next non-empty frame without its line ending. The
+// returned slice is the caller's to keep. At the end of input it returns
+// io.EOF; a final frame without a newline is still returned first.
+func (c *Conn) ReadFrame() ([]byte, error) {
+	for {
+		frame, err := c.readLine()
+		if err != nil {
+			return nil, err
+		}
+		frame = bytes.TrimRight(frame, "\r")
+		if len(bytes.TrimSpace(frame)) == 0 {
+			continue
+		}
+		return frame, nil
+	}
+}
+
+func (c *Conn) readLine() ([]byte, error) {
+	var buf []byte
+	tooLarge := false
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		if !tooLarge {
+			if len(buf)+len(chunk) > c.max+1 { // +1: the newline is not part of the frame
+				tooLarge, buf = true, nil
+			} else if buf == nil && err == nil {
+				// The common case: the whole line was in the buffer.
+				return bytes.Clone(chunk[:len(chunk)-1]), nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			if tooLarge {
+				return nil, &FrameTooLargeError{Limit: c.max}
+			}
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if tooLarge {
+				return nil, &FrameTooLargeError{Limit: c.max}
+			}
+			if len(buf) > 0 {
+				return buf, nil
+			}
+			return nil, io.EOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// WriteFrame writes frame followed by a newline, in one write.
+func (c *Conn) WriteFrame(frame []byte) error {
+	if bytes.IndexByte(frame, '\n') >= 0 {
+		// A newline inside a frame would split it in two for the reader.
+		// JSON never needs one outside strings, where it is escaped.
+		frame = bytes.ReplaceAll(frame, []byte("\n"), nil)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	buf := make([]byte, 0, len(frame)+1)
+	buf = append(append(buf, frame...), '\n')
+	_, err := c.w.Write(buf)
+	return err
+}
+
+// Close closes the write side, which tells a child process reading it that
+// no more input will come.
+func (c *Conn) Close() error {
+	if c.c == nil {
+		return nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.c.Close()
+}
