@@ -52,16 +52,6 @@ func (m *Message) IsNotification() bool { return m.Method != "" && m.ID == nil }
 // IsResponse reports whether m is a response: an id and no method.
 func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil && !m.Batch }
 
-// wire is the part of a frame that routing needs. Unknown members are
-// ignored here and preserved in Message.Raw.
-type wire struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-}
-
 // ErrNotObject is returned by Decode for a frame that is valid JSON but
 // neither an object nor an array.
 var ErrNotObject = errors.New("a JSON-RPC message must be a JSON object or array")
@@ -85,11 +75,20 @@ func Decode(frame []byte) (*Message, error) {
 		}
 		return nil, ErrNotObject
 	}
-	var w wire
-	if err := json.Unmarshal(frame, &w); err != nil {
+	// Member names are matched exactly. encoding/json matches struct fields
+	// case-insensitively, so {"id":1,"method":"tools/call","Method":"x"}
+	// would route as "x" while the upstream, reading names as JSON-RPC
+	// defines them, runs tools/call: a call that skips deduplication.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &members); err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	m := &Message{Raw: frame, ID: w.ID, Method: w.Method, Params: w.Params, Result: w.Result, Error: w.Error}
+	m := &Message{Raw: frame, ID: members["id"], Params: members["params"], Result: members["result"], Error: members["error"]}
+	if raw, ok := members["method"]; ok {
+		if err := json.Unmarshal(raw, &m.Method); err != nil {
+			return nil, fmt.Errorf("invalid method: %w", err)
+		}
+	}
 	return m, nil
 }
 
@@ -131,8 +130,12 @@ func Errorf(code int, format string, args ...any) *Error {
 var null = json.RawMessage("null")
 
 // NewResponse returns the bytes of a response carrying result under id.
-// result must be valid JSON; it is copied as is.
+// result must be valid JSON; it is copied as is. A nil id or result becomes
+// null.
 func NewResponse(id, result json.RawMessage) []byte {
+	if result == nil {
+		result = null
+	}
 	b := make([]byte, 0, len(result)+len(id)+36)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, orNull(id)...)
@@ -163,13 +166,18 @@ func NewRawErrorResponse(id, errObj json.RawMessage) []byte {
 	return append(b, '}')
 }
 
-// NewRequest returns the bytes of a request. params may be nil.
+// NewRequest returns the bytes of a request. params may be nil. A nil id
+// makes a notification: the id member is left out, never written empty.
 func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byte {
 	mb, _ := json.Marshal(method) // a string always marshals
 	b := make([]byte, 0, len(params)+len(id)+len(mb)+48)
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, id...)
-	b = append(b, `,"method":`...)
+	b = append(b, `{"jsonrpc":"2.0",`...)
+	if id != nil {
+		b = append(b, `"id":`...)
+		b = append(b, id...)
+		b = append(b, ',')
+	}
+	b = append(b, `"method":`...)
 	b = append(b, mb...)
 	if params != nil {
 		b = append(b, `,"params":`...)

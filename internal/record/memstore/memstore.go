@@ -180,6 +180,17 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	}
 }
 
+// Records returns a copy of every record the store holds, in no order.
+func (s *Store) Records() []*record.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs := make([]*record.Record, 0, len(s.byID))
+	for _, e := range s.byID {
+		recs = append(recs, e.rec.Clone())
+	}
+	return recs
+}
+
 // Len returns how many records the store holds.
 func (s *Store) Len() int {
 	s.mu.Lock()

@@ -1,0 +1,494 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// upstream is a scripted Upstream that counts what reaches it.
+type upstream struct {
+	calls   atomic.Int32
+	respond func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error)
+}
+
+func (u *upstream) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	n := int(u.calls.Add(1))
+	return u.respond(ctx, n, params)
+}
+
+// charged answers the nth call with a result naming n.
+func charged(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charge #%d"}]}`, n)), nil
+}
+
+// answers collects what one caller was told.
+type answers struct {
+	mu  sync.Mutex
+	got []Answer
+}
+
+func (a *answers) Reply(ans Answer) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, ans)
+	return nil
+}
+
+func (a *answers) only(t *testing.T) Answer {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.got) != 1 {
+		t.Fatalf("caller got %d answers; want exactly 1: %+v", len(a.got), a.got)
+	}
+	return a.got[0]
+}
+
+func (a *answers) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.got)
+}
+
+type harness struct {
+	in    *Interceptor
+	store *memstore.Store
+	up    *upstream
+	pol   policy.Policy
+}
+
+func newHarness(respond func(context.Context, int, json.RawMessage) (json.RawMessage, error)) *harness {
+	store := memstore.New(memstore.Options{})
+	return &harness{
+		in:    New(Options{Store: store, Hasher: fingerprint.NewRandom()}),
+		store: store,
+		up:    &upstream{respond: respond},
+		pol:   policy.FromAnnotations(nil),
+	}
+}
+
+// call makes one tools/call and returns what its caller was told.
+func (h *harness) call(ctx context.Context, t *testing.T, params string) *answers {
+	t.Helper()
+	tc, perr := ParseToolCall(json.RawMessage(params))
+	if perr != nil {
+		t.Fatalf("ParseToolCall(%s): %v", params, perr)
+	}
+	a := &answers{}
+	h.in.Handle(ctx, &Request{
+		Call: tc, Policy: h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
+		Upstream: h.up, Reply: a, Correlation: "test",
+	})
+	return a
+}
+
+const chargeCall = `{"name":"charge_card","arguments":{"card":"4242","amount":100}}`
+
+type resultView struct {
+	Content []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+	IsError bool `json:"isError"`
+	Meta    struct {
+		Replayed  bool          `json:"mcp-idempotent/replayed"`
+		Outcome   string        `json:"mcp-idempotent/outcome"`
+		Execution executionMeta `json:"mcp-idempotent/execution"`
+	} `json:"_meta"`
+}
+
+func view(t *testing.T, a Answer) resultView {
+	t.Helper()
+	if a.Error != nil {
+		t.Fatalf("got JSON-RPC error %s; want a result", a.Error)
+	}
+	var v resultView
+	if err := json.Unmarshal(a.Result, &v); err != nil || len(v.Content) == 0 {
+		t.Fatalf("result %s is not a CallToolResult with content: %v", a.Result, err)
+	}
+	return v
+}
+
+func TestSequentialRetriesReplay(t *testing.T) {
+	h := newHarness(charged)
+	first := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if first.Meta.Replayed {
+		t.Error("the first caller's answer is marked replayed; it is the live answer")
+	}
+	for i := range 4 {
+		// Key order, spacing and number spelling are the same action.
+		v := view(t, h.call(t.Context(), t, `{ "arguments": {"amount": 1e2, "card": "4242"}, "name": "charge_card" }`).only(t))
+		if v.Content[0].Text != first.Content[0].Text {
+			t.Fatalf("retry %d got %q; want the first answer %q", i+1, v.Content[0].Text, first.Content[0].Text)
+		}
+		if !v.Meta.Replayed || !strings.HasPrefix(v.Meta.Execution.ID, "exe_") {
+			t.Fatalf("retry %d is not marked as a replay of an execution: %+v", i+1, v.Meta)
+		}
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times for 5 identical calls; want 1", n)
+	}
+}
+
+func TestConcurrentDuplicatesShareOneExecution(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		const callers = 50
+		got := make([]*answers, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() { got[i] = h.call(t.Context(), t, chargeCall) })
+		}
+		synctest.Wait() // every caller has reserved or attached, and blocks
+		if r := h.onlyRecord(t); r.Attached != callers-1 || r.State != record.Dispatched {
+			t.Fatalf("record %s attached=%d; want dispatched with %d attached", r.State, r.Attached, callers-1)
+		}
+		close(release)
+		wg.Wait()
+
+		replayed := 0
+		for i, a := range got {
+			v := view(t, a.only(t))
+			if v.Content[0].Text != "charge #1" {
+				t.Errorf("caller %d got %q; want charge #1", i, v.Content[0].Text)
+			}
+			if v.Meta.Replayed {
+				replayed++
+			}
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times for %d concurrent calls; want 1", n, callers)
+		}
+		if replayed != callers-1 {
+			t.Errorf("%d answers marked replayed; want %d (all but the originator's)", replayed, callers-1)
+		}
+	})
+}
+
+func TestDistinctActionsRunSeparately(t *testing.T) {
+	h := newHarness(charged)
+	for _, p := range []string{
+		`{"name":"charge_card","arguments":{"card":"4242","amount":100}}`,
+		`{"name":"charge_card","arguments":{"card":"4242","amount":101}}`,
+		`{"name":"charge_card","arguments":{"card":"5555","amount":100}}`,
+		`{"name":"refund","arguments":{"card":"4242","amount":100}}`,
+	} {
+		h.call(t.Context(), t, p).only(t)
+	}
+	if n := h.up.calls.Load(); n != 4 {
+		t.Fatalf("upstream ran %d times for 4 different actions; want 4", n)
+	}
+}
+
+func TestActorsNeverShare(t *testing.T) {
+	h := newHarness(charged)
+	for _, actor := range []string{"alice", "bob"} {
+		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
+		a := &answers{}
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
+		a.only(t)
+	}
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream ran %d times for two actors; want 2", n)
+	}
+}
+
+func TestToolErrorResultIsReplayed(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[{"type":"text","text":"card declined"}],"isError":true}`), nil
+	})
+	h.call(t.Context(), t, chargeCall).only(t)
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !v.IsError || !v.Meta.Replayed {
+		t.Fatalf("retry of a declined charge: %+v; want the stored isError result, replayed", v)
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times; an isError result is a completion and must replay", n)
+	}
+}
+
+func TestUpstreamErrorFailsAndRunsAgain(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if n == 1 {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "amount too large"}
+		}
+		return charged(context.Background(), n, p)
+	})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	if a.Error == nil || !strings.Contains(string(a.Error), "amount too large") {
+		t.Fatalf("first call got %+v; want the upstream's JSON-RPC error as it came", a)
+	}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Meta.Replayed || v.Content[0].Text != "charge #2" {
+		t.Fatalf("call after a failure got %+v; want a new execution", v)
+	}
+}
+
+func TestNotSentFailsAndRunsAgain(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if n == 1 {
+			return nil, retry.NotSent(errors.New("the upstream has closed"))
+		}
+		return charged(context.Background(), n, p)
+	})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	e := jsonrpc.DecodeError(a.Error)
+	if a.Error == nil || !strings.Contains(e.Message, "failed before it was sent") {
+		t.Fatalf("first call got %+v; want an error saying nothing ran", a)
+	}
+	h.call(t.Context(), t, chargeCall).only(t)
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; a call that was never sent must run on the next try", n)
+	}
+}
+
+func TestOutcomeUnknownIsNeverResent(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("the upstream exited before answering")
+	})
+	for i := range 2 {
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") ||
+			!strings.Contains(v.Content[0].Text, v.Meta.Execution.ID) || v.Meta.Outcome != "unknown" {
+			t.Fatalf("call %d got %+v; want an outcome-unknown result naming the execution", i+1, v)
+		}
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; an unknown outcome must never be re-sent", n)
+	}
+}
+
+func TestIdempotentToolsCoalesceOnlyInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times for 3 concurrent calls to an idempotent tool; want 1", n)
+		}
+		h.call(t.Context(), t, chargeCall).only(t)
+		if n := h.up.calls.Load(); n != 2 {
+			t.Fatalf("upstream ran %d times; a later call to an idempotent tool runs again", n)
+		}
+	})
+}
+
+func TestCancelledCallerDetachesAndTheAnswerWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan *answers)
+		go func() { done <- h.call(ctx, t, chargeCall) }()
+		synctest.Wait()
+		if r := h.onlyRecord(t); r.State != record.Dispatched {
+			t.Fatalf("state %s; want dispatched", r.State)
+		}
+		cancel()
+		if a := <-done; a.count() != 0 {
+			t.Fatalf("a caller that cancelled got %d answers; want none", a.count())
+		}
+		close(release) // the execution goes on without its caller
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.onlyRecord(t); r.State != record.Completed {
+			t.Fatalf("state %s after the cancelled caller's execution finished; want completed (not delivered)", r.State)
+		}
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("retry after a cancel got %+v; want the stored answer", v)
+		}
+		if r := h.onlyRecord(t); r.State != record.Delivered {
+			t.Fatalf("state %s after the replay was written; want delivered", r.State)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times; want 1", n)
+		}
+	})
+}
+
+func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		first := make(chan *answers)
+		go func() { first <- h.call(ctx, t, chargeCall) }()
+		second := make(chan *answers)
+		go func() { second <- h.call(t.Context(), t, chargeCall) }()
+		synctest.Wait()
+		cancel()
+		<-first
+		close(release)
+		if v := view(t, (<-second).only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the remaining caller got %+v", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times; want 1", n)
+		}
+	})
+}
+
+func TestAttachWindowAnswersStillInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		h.pol.AttachWindow = time.Minute
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Still in progress:") ||
+			!strings.Contains(v.Content[0].Text, "Do not retry") || v.Meta.Outcome != "in_progress" {
+			t.Fatalf("after the attach window: %+v; want a still-in-progress result", v)
+		}
+		close(release)
+		synctest.Wait()
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
+			t.Fatalf("after the execution finished: %+v; want its answer replayed", v)
+		}
+	})
+}
+
+func TestInputRequiredIsNotACompletion(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(fmt.Sprintf(`{"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}},"requestState":"s%d"}`, n)), nil
+	})
+	for i := range 2 {
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if !strings.Contains(string(a.Result), fmt.Sprintf(`"s%d"`, i+1)) {
+			t.Fatalf("call %d got %s; want the upstream's own input_required result", i+1, a.Result)
+		}
+	}
+	// A continuation is its own action: its answers are fingerprinted.
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"4242","amount":100},"inputResponses":{"confirm":{"action":"accept"}},"requestState":"s1"}`)
+	if n := h.up.calls.Load(); n != 3 {
+		t.Fatalf("upstream reached %d times; input_required completes nothing, so each call runs", n)
+	}
+}
+
+func TestTaskHandleIsReplayed(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"task-%d","status":"working"}}`, n)), nil
+	})
+	taskCall := `{"name":"charge_card","arguments":{"card":"4242","amount":100},"task":{"ttl":60000}}`
+	first := h.call(t.Context(), t, taskCall).only(t)
+	retry := h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"4242","amount":100},"task":{"ttl":30000}}`).only(t)
+	for _, a := range []Answer{first, retry} {
+		if !strings.Contains(string(a.Result), `"taskId":"task-1"`) {
+			t.Fatalf("got %s; a retried task-augmented call must attach to the same task", a.Result)
+		}
+	}
+	h.call(t.Context(), t, chargeCall).only(t) // not task-augmented: another action
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; want 2", n)
+	}
+}
+
+// failingStore refuses every reservation, like a store that is down.
+type failingStore struct{ record.Store }
+
+func (failingStore) Reserve(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, error) {
+	return nil, false, errors.New("connection refused")
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	h := newHarness(charged)
+	h.in = New(Options{Store: failingStore{}, Hasher: fingerprint.NewRandom()})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "store is unavailable") {
+		t.Fatalf("got %+v; want an error saying the store is unavailable", a)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("upstream reached %d times without a reservation; want 0", n)
+	}
+}
+
+func TestParseToolCall(t *testing.T) {
+	for _, tt := range []struct {
+		params string
+		err    string // substring of the error; "" for success
+	}{
+		{`{"name":"charge_card","arguments":{"a":1}}`, ""},
+		{`{"name":"charge_card"}`, ""},
+		{`{"name":"charge_card","arguments":null}`, ""},
+		{`{"arguments":{}}`, "params.name must be a non-empty string"},
+		{`{"name":""}`, "params.name must be a non-empty string"},
+		{`{"name":7}`, "params.name must be a non-empty string"},
+		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
+		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
+		{`[1]`, "params must be an object"},
+		{``, "params must be an object"},
+	} {
+		_, err := ParseToolCall(json.RawMessage(tt.params))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("ParseToolCall(%s) = %v; want success", tt.params, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Message, tt.err) || err.Code != jsonrpc.CodeInvalidParams):
+			t.Errorf("ParseToolCall(%s) = %v; want -32602 containing %q", tt.params, err, tt.err)
+		}
+	}
+}
+
+func TestReplayLeavesTheStoredResultUntouched(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[{"type":"text","text":"ok"}],"_meta":{"vendor/trace":"t1"}}`), nil
+	})
+	h.call(t.Context(), t, chargeCall).only(t)
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	var v struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(a.Result, &v); err != nil || string(v.Meta["vendor/trace"]) != `"t1"` {
+		t.Fatalf("replay %s lost the upstream's own _meta", a.Result)
+	}
+	if r := h.onlyRecord(t); strings.Contains(string(r.Result), "replayed") {
+		t.Fatalf("the stored result was modified: %s", r.Result)
+	}
+}
+
+// onlyRecord returns the one record the store holds.
+func (h *harness) onlyRecord(t *testing.T) *record.Record {
+	t.Helper()
+	recs := h.store.Records()
+	if len(recs) != 1 {
+		t.Fatalf("store holds %d records; want 1", len(recs))
+	}
+	return recs[0]
+}
+
+func ptr[T any](v T) *T { return &v }
