@@ -71,17 +71,23 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 	}
 }
 
+// readLine returns the next line without its line ending (an LF, or a CR
+// and an LF). A line whose content is over the limit is read to its end,
+// dropped, and reported as a FrameTooLargeError.
 func (c *Conn) readLine() ([]byte, error) {
+	// A whole line holds the frame, a CR and the LF.
+	limit := c.max + 2
 	var buf []byte
 	tooLarge := false
 	for {
 		chunk, err := c.r.ReadSlice('\n')
 		if !tooLarge {
-			if len(buf)+len(chunk) > c.max+1 { // +1: the newline is not part of the frame
+			if len(buf)+len(chunk) > limit {
 				tooLarge, buf = true, nil
 			} else if buf == nil && err == nil {
 				// The common case: the whole line was in the buffer.
-				return bytes.Clone(chunk[:len(chunk)-1]), nil
+				line, err := c.endLine(chunk)
+				return bytes.Clone(line), err
 			} else {
 				buf = append(buf, chunk...)
 			}
@@ -91,7 +97,7 @@ func (c *Conn) readLine() ([]byte, error) {
 			if tooLarge {
 				return nil, &FrameTooLargeError{Limit: c.max}
 			}
-			return buf[:len(buf)-1], nil
+			return c.endLine(buf)
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
@@ -99,13 +105,25 @@ func (c *Conn) readLine() ([]byte, error) {
 				return nil, &FrameTooLargeError{Limit: c.max}
 			}
 			if len(buf) > 0 {
-				return buf, nil
+				// A final frame without a newline: the limit still
+				// applies to all of it.
+				return c.endLine(buf)
 			}
 			return nil, io.EOF
 		default:
 			return nil, err
 		}
 	}
+}
+
+// endLine strips line's ending and checks what is left against the limit.
+func (c *Conn) endLine(line []byte) ([]byte, error) {
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) > c.max {
+		return nil, &FrameTooLargeError{Limit: c.max}
+	}
+	return line, nil
 }
 
 // WriteFrame writes frame followed by a newline, in one write.
@@ -124,12 +142,14 @@ func (c *Conn) WriteFrame(frame []byte) error {
 }
 
 // Close closes the write side, which tells a child process reading it that
-// no more input will come.
+// no more input will come. Close does not wait for a WriteFrame in
+// progress: a write stuck on a peer that stopped reading would make it wait
+// forever, and Child.Stop could then never send its signals. Closing an
+// *os.File or an io.PipeWriter unblocks such a write with an error; other
+// closers must be safe to call during a Write.
 func (c *Conn) Close() error {
 	if c.c == nil {
 		return nil
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	return c.c.Close()
 }

@@ -1,0 +1,276 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected frames of testdata/*.txt from what the proxy does")
+
+// peer is one end of a pipe pair, as seen by the test.
+type peer struct {
+	conn   *stdio.Conn
+	frames chan []byte
+	closed chan struct{}
+}
+
+func newPeer(conn *stdio.Conn) *peer {
+	p := &peer{conn: conn, frames: make(chan []byte, 64), closed: make(chan struct{})}
+	go func() {
+		defer close(p.closed)
+		for {
+			f, err := conn.ReadFrame()
+			if err != nil {
+				return
+			}
+			p.frames <- f
+		}
+	}()
+	return p
+}
+
+func (p *peer) send(t *testing.T, frame string) {
+	t.Helper()
+	if err := p.conn.WriteFrame([]byte(frame)); err != nil {
+		t.Fatalf("sending %s: %v", frame, err)
+	}
+}
+
+func (p *peer) next(t *testing.T, side string) string {
+	t.Helper()
+	select {
+	case f := <-p.frames:
+		return string(f)
+	case <-p.closed:
+		t.Fatalf("%s: connection closed while a frame was expected", side)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no frame within 5s", side)
+	}
+	return ""
+}
+
+// rig is a Session between two test peers: the client and the upstream.
+type rig struct {
+	client, upstream *peer
+	clientW          io.Closer // closing it is the client going away
+	upstreamW        io.Closer // closing it is the upstream exiting
+	stopped          chan struct{} // closed when Run has returned
+	err              error         // what Run returned; read after stopped
+}
+
+func newRig(t *testing.T, maxFrame int) *rig {
+	t.Helper()
+	cr, cw := io.Pipe() // client -> proxy
+	pr, pw := io.Pipe() // proxy -> client
+	ur, uw := io.Pipe() // upstream -> proxy
+	qr, qw := io.Pipe() // proxy -> upstream
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	s := New(stdio.NewConn(cr, pw, maxFrame), stdio.NewConn(ur, qw, maxFrame), Options{
+		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
+	})
+	r := &rig{
+		client:    newPeer(stdio.NewConn(pr, cw, 0)),
+		upstream:  newPeer(stdio.NewConn(qr, uw, 0)),
+		clientW:   cw,
+		upstreamW: uw,
+		stopped:   make(chan struct{}),
+	}
+	go func() {
+		r.err = s.Run(context.Background())
+		pw.Close()
+		qw.Close()
+		close(r.stopped)
+	}()
+	t.Cleanup(func() {
+		cw.Close()
+		uw.Close()
+		r.wait(t)
+	})
+	return r
+}
+
+// wait returns what Run returned, failing the test if it does not return.
+func (r *rig) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-r.stopped:
+		return r.err
+	case <-time.After(5 * time.Second):
+		t.Fatal("session did not stop")
+		return nil
+	}
+}
+
+// volatile matches what differs from run to run: execution ids, times.
+var volatile = regexp.MustCompile(`exe_[0-9A-HJKMNP-TV-Z]{26}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
+
+func normalise(frame string) string {
+	return volatile.ReplaceAllStringFunc(frame, func(s string) string {
+		if strings.HasPrefix(s, "exe_") {
+			return "exe_ID"
+		}
+		return "TIME"
+	})
+}
+
+// TestTranscripts replays testdata/*.txt. Each line is a frame:
+// "client> F" the client sends F; "upstream> F" the upstream sends F;
+// "client< F" the client must receive F next; "upstream< F" likewise the
+// upstream. Lines starting with # are comments. With -update, the
+// expected frames are rewritten from what was received.
+func TestTranscripts(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no transcripts in testdata")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newRig(t, 0)
+			var out bytes.Buffer
+			sc := bufio.NewScanner(bytes.NewReader(data))
+			sc.Buffer(nil, 1<<20)
+			for n := 1; sc.Scan(); n++ {
+				line := sc.Text()
+				verb, frame, ok := strings.Cut(line, " ")
+				switch {
+				case !ok || strings.HasPrefix(line, "#"):
+				case verb == "client>":
+					r.client.send(t, frame)
+				case verb == "upstream>":
+					r.upstream.send(t, frame)
+				case verb == "client<" || verb == "upstream<":
+					p := r.client
+					if verb == "upstream<" {
+						p = r.upstream
+					}
+					got := normalise(p.next(t, fmt.Sprintf("%s:%d", file, n)))
+					if *update {
+						line = verb + " " + got
+					} else if got != frame {
+						t.Errorf("%s:%d: %s\n got: %s\nwant: %s", file, n, verb, got, frame)
+					}
+				default:
+					t.Fatalf("%s:%d: unknown verb %q", file, n, verb)
+				}
+				out.WriteString(line + "\n")
+			}
+			if *update {
+				if err := os.WriteFile(file, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestUpstreamDeathAnswersEveryone(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`)
+	list := r.upstream.next(t, "upstream") // the proxy's own tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	if !strings.Contains(list, `"method":"tools/list"`) {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", list)
+	}
+	r.upstream.next(t, "upstream") // the tools/call: dispatched
+	r.upstreamW.Close()            // the upstream dies with the call in flight
+
+	answers := map[string]string{}
+	for range 2 {
+		f := r.client.next(t, "client")
+		var m struct{ ID json.RawMessage }
+		json.Unmarshal([]byte(f), &m)
+		answers[string(m.ID)] = f
+	}
+	if a := answers["1"]; !strings.Contains(a, `"error"`) || !strings.Contains(a, "closed before answering resources/read") {
+		t.Errorf("pass-through request got %s; want an error saying the upstream closed", a)
+	}
+	if a := answers["2"]; !strings.Contains(a, `Outcome unknown: execution exe_`) || !strings.Contains(a, `"isError":true`) {
+		t.Errorf("dispatched tools/call got %s; want an outcome-unknown result", a)
+	}
+	if err := r.wait(t); !errors.Is(err, ErrUpstreamClosed) {
+		t.Fatalf("Run = %v; want ErrUpstreamClosed", err)
+	}
+}
+
+func TestRunReturnsWhenEitherSideCloses(t *testing.T) {
+	r := newRig(t, 0)
+	r.upstreamW.Close()
+	if err := r.wait(t); !errors.Is(err, ErrUpstreamClosed) {
+		t.Fatalf("upstream closed: Run = %v; want ErrUpstreamClosed", err)
+	}
+
+	r = newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	r.clientW.Close() // the client leaves with a call in flight
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1`) {
+		t.Fatalf("the call in flight when the client left was answered %s", got)
+	}
+	if err := r.wait(t); err != nil {
+		t.Fatalf("client closed: Run = %v; want nil", err)
+	}
+}
+
+func TestOversizedFrameIsRefusedAndTheSessionGoesOn(t *testing.T) {
+	r := newRig(t, 64)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 100)+`"}}`)
+	got := r.client.next(t, "client")
+	if !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "64-byte limit") {
+		t.Fatalf("got %s; want an error naming the 64-byte limit", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":2,"method":"ping"}` {
+		t.Fatalf("the frame after an oversized one reached upstream as %s", got)
+	}
+}
+
+func TestCancellingAnInterceptedCallStaysInTheProxy(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
+	// The cancel is not forwarded: the next frame upstream is the notification after it.
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, "roots/list_changed") {
+		t.Fatalf("upstream got %s after the cancel; an intercepted call's cancel must stay in the proxy", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"done"}]}}`)
+	// The cancelled caller gets nothing; its retry gets the stored answer.
+	r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	got := r.client.next(t, "client")
+	if !strings.Contains(got, `"id":8`) || !strings.Contains(got, `"mcp-idempotent/replayed":true`) || !strings.Contains(got, "done") {
+		t.Fatalf("retry after cancel got %s; want the stored answer replayed under id 8", got)
+	}
+}
