@@ -69,8 +69,8 @@ func (p *peer) next(t *testing.T, side string) string {
 // rig is a Session between two test peers: the client and the upstream.
 type rig struct {
 	client, upstream *peer
-	clientW          io.Closer // closing it is the client going away
-	upstreamW        io.Closer // closing it is the upstream exiting
+	clientW          io.Closer     // closing it is the client going away
+	upstreamW        io.Closer     // closing it is the upstream exiting
 	stopped          chan struct{} // closed when Run has returned
 	err              error         // what Run returned; read after stopped
 }
