@@ -35,7 +35,9 @@ type Action struct {
 	Arguments json.RawMessage
 	// Extra holds members that change what the call means besides its
 	// arguments, such as the task mode of a task-augmented call or the
-	// inputResponses of a continuation. Nil members are left out.
+	// inputResponses of a continuation. Nil members are left out; a name
+	// of the record's own (actor, scope, upstream, tool, arguments) is an
+	// error.
 	Extra map[string]json.RawMessage
 }
 
@@ -67,7 +69,7 @@ func NewRandom() *Hasher {
 
 // Canonical returns the RFC 8785 form of a's action record.
 func Canonical(a Action) ([]byte, error) {
-	args := a.Arguments
+	args := bytes.TrimSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
@@ -76,16 +78,26 @@ func Canonical(a Action) ([]byte, error) {
 		return nil, err
 	}
 	rec := map[string]json.RawMessage{"arguments": args}
-	var raw []byte
-	for k, v := range a.Extra {
-		if v != nil {
-			rec[k] = v
-		}
-	}
 	for k, v := range map[string]string{"actor": a.Actor, "scope": a.Scope, "upstream": a.Upstream, "tool": a.Tool} {
 		rec[k], _ = json.Marshal(v) // strings always marshal
 	}
-	raw, err = json.Marshal(rec)
+	for k, v := range a.Extra {
+		if v == nil {
+			continue
+		}
+		if _, ok := rec[k]; ok {
+			// An Extra "arguments" would replace the arguments, an
+			// Extra "actor" would be dropped: either way two different
+			// calls could share a fingerprint.
+			return nil, fmt.Errorf("extra member %q has the name of an action record member", k)
+		}
+		// Numbers in Extra get the same guard as the arguments:
+		// inputResponses may carry amounts.
+		if rec[k], err = exactNumbers(v); err != nil {
+			return nil, fmt.Errorf("extra member %q: %w", k, err)
+		}
+	}
+	raw, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encoding action record: %w", err)
 	}
@@ -101,7 +113,7 @@ var ErrArguments = errors.New("arguments must be a JSON object")
 
 // Sum returns a's fingerprint as lowercase hex.
 func (h *Hasher) Sum(a Action) (string, error) {
-	if len(a.Arguments) > 0 && string(a.Arguments) != "null" && !isObject(a.Arguments) {
+	if args := bytes.TrimSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
 		return "", ErrArguments
 	}
 	canon, err := Canonical(a)
@@ -137,6 +149,9 @@ const decimalKey = "mcp-idempotent/decimal"
 // blind to value. raw is returned unchanged when it holds no such number,
 // which is the common case.
 func exactNumbers(raw json.RawMessage) (json.RawMessage, error) {
+	if !needsExactPass(raw) {
+		return raw, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -157,8 +172,14 @@ func exactNumbers(raw json.RawMessage) (json.RawMessage, error) {
 func walkNumbers(v any, changed *bool) any {
 	switch v := v.(type) {
 	case map[string]any:
+		reserved := false
 		for k, e := range v {
 			v[k] = walkNumbers(e, changed)
+			reserved = reserved || strings.HasPrefix(k, decimalKey)
+		}
+		if reserved {
+			*changed = true
+			return escapeKeys(v)
 		}
 	case []any:
 		for i, e := range v {
@@ -171,6 +192,21 @@ func walkNumbers(v any, changed *bool) any {
 		}
 	}
 	return v
+}
+
+// escapeKeys appends "~" to every key of m that begins with decimalKey, so
+// that an argument object such as {"mcp-idempotent/decimal": "1/3"} never
+// reads as the stand-in for a number. The mapping is one to one: escaped
+// keys keep the prefix and unescaped ones never had it.
+func escapeKeys(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, e := range m {
+		if strings.HasPrefix(k, decimalKey) {
+			k += "~"
+		}
+		out[k] = e
+	}
+	return out
 }
 
 // maxExponent bounds the exponent of a number literal that exactDecimal
@@ -222,4 +258,61 @@ func exactDecimal(s string) (string, bool) {
 		}
 	}
 	return want.String(), false
+}
+
+// needsExactPass reports whether raw may hold a number literal that a
+// double does not represent exactly, or a key that needs escaping. It
+// scans the bytes once, skipping strings, and passes every literal with at most 15 significant digits and
+// a moderate exponent: such a decimal survives the trip through a double
+// and back (the guarantee behind C's DBL_DIG), so it needs no exact
+// arithmetic. Malformed input answers true, leaving the verdict to the
+// decoder.
+func needsExactPass(raw []byte) bool {
+	// A key that might read as decimalKey must be escaped (escapeKeys), and
+	// a \u escape can spell any key: both take the careful path.
+	if bytes.Contains(raw, []byte("decimal")) || bytes.Contains(raw, []byte(`\u`)) {
+		return true
+	}
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(raw) {
+				return true
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			j := i
+			for j < len(raw) && strings.IndexByte("+-0123456789.eE", raw[j]) >= 0 {
+				j++
+			}
+			if !exactEnough(raw[i:j]) {
+				return true
+			}
+			i = j - 1
+		}
+	}
+	return false
+}
+
+// exactEnough reports whether the number literal num has at most 15
+// significant digits and an exponent within ±300.
+func exactEnough(num []byte) bool {
+	digits, leading := 0, true
+	for k, c := range num {
+		switch {
+		case c >= '0' && c <= '9':
+			if c != '0' || !leading {
+				leading = false
+				digits++
+			}
+		case c == 'e' || c == 'E':
+			exp, err := strconv.Atoi(strings.TrimPrefix(string(num[k+1:]), "+"))
+			return err == nil && digits <= 15 && exp >= -300 && exp <= 300
+		}
+	}
+	return digits <= 15
 }

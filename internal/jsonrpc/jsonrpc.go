@@ -23,9 +23,9 @@ const (
 	CodeInternalError  = -32603
 )
 
-// A Message is one decoded frame. A Message is read-only once decoded: Raw,
-// ID, Params, Result and Error are slices of one buffer and must not be
-// modified in place.
+// A Message is one decoded frame. A Message is read-only once decoded: Raw
+// is the caller's frame, and ID, Params, Result and Error may be shared
+// with other Messages; none must be modified in place.
 type Message struct {
 	// Raw is the frame exactly as received, without its delimiter.
 	Raw []byte

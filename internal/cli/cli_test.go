@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	valid := []struct {
+		in   string
+		want int
+	}{
+		{"1048576", 1 << 20},
+		{"512KiB", 512 << 10},
+		{"16MiB", 16 << 20},
+		{"1GiB", 1 << 30},
+		{"2GiB", 2 << 30},
+		{"100B", 100},
+		{"1", 1},
+		{"2147483648", 1 << 31},
+	}
+	for _, tt := range valid {
+		got, err := parseSize(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+
+	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
+	for _, in := range invalid {
+		got, err := parseSize(in)
+		if err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), `"`+in+`"`) {
+			t.Errorf("parseSize(%q) = %q, want an error naming the value", in, err)
+		}
+	}
+}
+
+// run runs the program with args and no input, and returns its output.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err = Run(ctx, args, strings.NewReader(""), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string // each must be in the error message
+	}{
+		{"bad log level", []string{"--log-level", "nope", "--", "/bin/cat"}, []string{"--log-level", `"nope"`}},
+		{"bad log format", []string{"--log-format", "xml", "--", "/bin/cat"}, []string{"--log-format", `"xml"`}},
+		{"zero message size", []string{"--max-message-size", "0", "--", "/bin/cat"}, []string{"--max-message-size", `"0"`}},
+		{"bad message size", []string{"--max-message-size=3TB", "--", "/bin/cat"}, []string{"--max-message-size", `"3TB"`}},
+		{"message size too large", []string{"--max-message-size", "4GiB", "--", "/bin/cat"}, []string{"--max-message-size", `"4GiB"`}},
+		{"unknown flag", []string{"--nope", "--", "/bin/cat"}, []string{"nope"}},
+		{"flag without value", []string{"--log-level"}, []string{"log-level"}},
+		{"nothing after --", []string{"--"}, []string{"no upstream command", "--"}},
+		{"no arguments", nil, []string{"no upstream command"}},
+		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
+		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, _, err := run(t, tt.args...)
+			if err == nil {
+				t.Fatalf("Run(%q) succeeded", tt.args)
+			}
+			if code := ExitCode(err); code != 2 {
+				t.Errorf("Run(%q) = %v; exit code %d, want 2", tt.args, err, code)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Run(%q) = %q, want it to name %s", tt.args, err, w)
+				}
+			}
+			if stdout != "" {
+				t.Errorf("Run(%q) wrote %q to stdout, which belongs to the client", tt.args, stdout)
+			}
+		})
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	if code := ExitCode(errors.New("upstream failed")); code != 1 {
+		t.Errorf("ExitCode of a plain error = %d, want 1", code)
+	}
+	if code := ExitCode(usagef("bad")); code != 2 {
+		t.Errorf("ExitCode of a usage error = %d, want 2", code)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	stdout, _, err := run(t, "demo")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stdout)
+	}
+	for _, want := range []string{"ran 2 times", "ran 1 time", "exe_"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stdout, _, err := run(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout != "mcp-idempotent "+Version+"\n" {
+		t.Errorf("version printed %q", stdout)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"help", "--help", "-h"} {
+		stdout, _, err := run(t, arg)
+		if err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		for _, want := range []string{"Usage:", "-- COMMAND", "-max-message-size", "-log-level"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%s output lacks %q:\n%s", arg, want, stdout)
+			}
+		}
+	}
+}
+
+// TestProxyPassThrough runs the proxy in front of /bin/cat, which sends
+// every frame back: a frame the proxy does not own comes back byte for
+// byte.
+func TestProxyPassThrough(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	var stderr bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"--log-level", "error", "--", "/bin/cat"}, stdinR, stdoutW, &stderr)
+		stdoutW.Close()
+	}()
+
+	frame := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`
+	if _, err := io.WriteString(stdinW, frame+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the proxy's output: %v", err)
+	}
+	if got != frame+"\n" {
+		t.Errorf("proxy wrote %q, want %q", got, frame+"\n")
+	}
+	stdinW.Close() // the client leaves; the proxy stops cat and returns
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestUpstreamExit checks that an upstream that dies is reported with its
+// exit status.
+func TestUpstreamExit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdinR, stdinW := io.Pipe() // the client stays connected
+	defer stdinW.Close()
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, []string{"--", "sh", "-c", "exit 3"}, stdinR, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("Run succeeded with an upstream that exited")
+	}
+	if !strings.Contains(err.Error(), "exit status 3") || ExitCode(err) != 1 {
+		t.Errorf("Run = %q (exit code %d), want exit status 3 and exit code 1", err, ExitCode(err))
+	}
+}
