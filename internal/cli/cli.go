@@ -160,7 +160,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 func stopChild(child *stdio.Child) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = child.Stop(ctx, 3*time.Second)
+	_ = child.Stop(ctx, 2*time.Second)
 }
 
 func exitStatus(child *stdio.Child) string {

@@ -27,13 +27,14 @@ import (
 
 // An Upstream is the server a session's calls go to.
 type Upstream interface {
-	// Call sends a request and waits for its response. On success it
-	// returns the result member. Its error is a *jsonrpc.Error when the
-	// upstream answered with one, a retry.NotSentError when the request
-	// never left, and anything else when the request may have been
-	// received but no answer was observed. Call returns once ctx is done
-	// or the upstream is gone.
-	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	// Send writes a request upstream and arranges for done to be called
+	// exactly once with the outcome: the result member on success; a
+	// *jsonrpc.Error when the upstream answered with one; a
+	// retry.NotSentError when the request never left; anything else when
+	// the request may have been received but no answer was observed. done
+	// may be called before Send returns, or later on the goroutine that
+	// reads the upstream, so it must not block for long.
+	Send(method string, params json.RawMessage, done func(result json.RawMessage, err error))
 }
 
 // An Answer is what one caller receives: a result or a JSON-RPC error
@@ -46,7 +47,7 @@ type Answer struct {
 // A Replier writes the answer to one caller's request.
 type Replier interface {
 	// Reply writes a on the caller's transport. A nil error means the
-	// transport took it.
+	// transport took it. Reply is called at most once per request.
 	Reply(a Answer) error
 }
 
@@ -84,7 +85,7 @@ type Interceptor struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	// executions counts dispatches under way, which outlive the callers
+	// executions counts dispatches under way; they outlive the callers
 	// that started them.
 	executions sync.WaitGroup
 }
@@ -116,11 +117,16 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 	}
 }
 
-// Handle runs req to its answer and writes that answer with req.Reply. It
-// returns when the caller has its answer, or when ctx is done: the caller
-// cancelled, which detaches it from the execution but never stops the
-// execution itself. Read-only tools are not the interceptor's: the caller
-// passes them through.
+// Handle starts req and returns without waiting for the upstream; the
+// answer is written with req.Reply when it is known. ctx is the caller's:
+// cancelling it detaches the caller, who then gets no answer, but never
+// stops the execution. Read-only tools are not the interceptor's: the
+// caller passes them through.
+//
+// The first caller of an action is dispatched on the calling goroutine and
+// answered on the one that delivers the upstream's response, so the common
+// case costs no goroutine hand-off; only callers that attach to an
+// execution already under way get a goroutine of their own to wait in.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	call := req.Call
 	fp, err := in.hasher.Sum(fingerprint.Action{
@@ -135,8 +141,6 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 		return
 	}
-	log := in.log.With("tool", call.Name, "class", req.Policy.Class, "fingerprint", fp[:12], "request", req.Correlation)
-
 	fresh := &record.Record{
 		ID:          record.NewID(in.now()),
 		Key:         fp,
@@ -148,54 +152,120 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		Retention:   req.Policy.Retention,
 	}
 	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(req.Policy))
-	if err != nil {
-		if ctx.Err() != nil {
-			return // the caller left before anything was reserved
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // the caller left before anything was reserved
+	case err != nil:
 		// Fail closed: without a reservation nothing may run.
-		log.Error("store refused the reservation", "err", err)
+		in.log.Error("store refused the reservation", "tool", call.Name, "request", req.Correlation, "err", err)
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
-		return
-	}
-	log = log.With("execution", rec.ID)
-	if won {
-		log.Info("new execution")
-		in.executions.Add(1)
-		go in.execute(rec, req, log)
-	} else {
-		log.Info("attached to an existing execution", "state", rec.State, "attached", rec.Attached)
-	}
-
-	if rec.State.InFlight() {
-		wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
-		settled, err := in.store.Wait(wctx, rec.ID)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			log.Info("caller cancelled; detached, the execution goes on")
-			return
-		case errors.Is(err, context.DeadlineExceeded):
-			cur, gerr := in.store.Get(ctx, rec.ID)
-			if gerr != nil {
-				cur = rec
-			}
-			log.Info("attach window passed; told the caller it is still in progress", "window", req.Policy.AttachWindow)
-			in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
-			return
-		case err != nil:
-			log.Error("waiting for the execution", "err", err)
-			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-				"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, call.Name, err))
+	case won:
+		in.log.Info("new execution", "execution", rec.ID, "tool", call.Name, "class", req.Policy.Class,
+			"fingerprint", fp[:12], "request", req.Correlation)
+		in.dispatch(ctx, rec, req)
+	default:
+		in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
+			"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		if rec.State.Settled() {
+			in.answer(ctx, req, rec, false)
 			return
 		}
-		rec = settled
+		go in.attach(ctx, rec, req)
 	}
-	in.answer(ctx, req, rec, won, log)
 }
 
-// answer writes a settled record's answer to one caller.
-func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, originator bool, log *slog.Logger) {
+// dispatch sends a won reservation upstream. The execution runs on its
+// own from here, detached from the caller that started it: a dispatched
+// side effect is never dropped because its caller left.
+func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Request) {
+	bg := context.WithoutCancel(ctx)
+	// Persist before send: once bytes may have left, the record says so.
+	if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched}); err != nil {
+		in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
+		settled := in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
+		if settled == nil {
+			settled = rec
+		}
+		in.answer(ctx, req, settled, true)
+		return
+	}
+	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched)
+	in.executions.Add(1)
+	req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
+		defer in.executions.Done()
+		settled := in.settle(bg, rec.ID, outcome(result, err))
+		if settled == nil {
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
+			return
+		}
+		in.answer(ctx, req, settled, true)
+	})
+}
+
+// outcome maps an upstream's answer to the change that settles the record.
+func outcome(result json.RawMessage, err error) record.Change {
+	var rpcErr *jsonrpc.Error
+	switch {
+	case err == nil && inputRequired(result):
+		return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
+	case err == nil:
+		return record.Change{To: record.Completed, Result: result}
+	case errors.As(err, &rpcErr):
+		b, _ := json.Marshal(rpcErr)
+		return record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message}
+	case retry.IsNotSent(err):
+		return record.Change{To: record.Failed, Note: err.Error()}
+	default:
+		return record.Change{To: record.Unknown, Note: err.Error()}
+	}
+}
+
+// settle applies c and returns the settled record, or nil if the store
+// refused.
+func (in *Interceptor) settle(ctx context.Context, id string, c record.Change) *record.Record {
+	rec, err := in.store.Update(ctx, id, c)
+	if err != nil {
+		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
+		return nil
+	}
+	if in.log.Enabled(ctx, slog.LevelDebug) {
+		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
+	}
+	return rec
+}
+
+// attach waits, on its own goroutine, for an execution under way that
+// req's caller joined, then answers the caller.
+func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Request) {
+	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
+	settled, err := in.store.Wait(wctx, rec.ID)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
+	case errors.Is(err, context.DeadlineExceeded):
+		cur, gerr := in.store.Get(ctx, rec.ID)
+		if gerr != nil {
+			cur = rec
+		}
+		in.log.Info("attach window passed; told the caller it is still in progress",
+			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
+	case err != nil:
+		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
+	default:
+		in.answer(ctx, req, settled, false)
+	}
+}
+
+// answer writes a settled record's answer to one caller. The originator
+// gets the upstream's result as it came; everyone else gets it marked as a
+// replay.
+func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, originator bool) {
 	switch rec.State {
 	case record.Completed, record.Delivered:
 		result := rec.Result
@@ -217,10 +287,10 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 				rec.ID, rec.Tool, lastNote(rec)))
 		}
 	case record.Unknown:
-		log.Info("answered outcome unknown")
+		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
-		log.Error("answer asked for an unsettled execution", "state", rec.State)
+		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
 }
@@ -240,56 +310,15 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	}
 	// Not ctx: the answer is out, so delivery must be recorded even if the
 	// caller cancels this instant.
-	if _, err := in.store.Update(context.WithoutCancel(ctx), rec.ID, record.Change{To: record.Delivered}); err != nil {
-		in.log.Warn("recording delivery", "execution", rec.ID, "err", err)
-		return
+	if rec.State == record.Completed {
+		in.settle(context.WithoutCancel(ctx), rec.ID, record.Change{To: record.Delivered})
 	}
-	in.log.Debug("transition", "execution", rec.ID, "state", record.Delivered)
 }
 
 func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
 	b, _ := json.Marshal(e) // an *Error with no Data always marshals
 	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
 		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
-	}
-}
-
-// execute dispatches a won reservation and settles its record. It runs on
-// its own, detached from the caller that started it: a dispatched side
-// effect is never dropped because its caller left.
-func (in *Interceptor) execute(rec *record.Record, req *Request, log *slog.Logger) {
-	defer in.executions.Done()
-	ctx := context.Background()
-	settle := func(c record.Change) {
-		if _, err := in.store.Update(ctx, rec.ID, c); err != nil {
-			log.Error("recording a transition", "state", c.To, "err", err)
-			return
-		}
-		log.Debug("transition", "state", c.To, "note", c.Note)
-	}
-
-	// Persist before send: once bytes may have left, the record says so.
-	if _, err := in.store.Update(ctx, rec.ID, record.Change{To: record.Dispatched}); err != nil {
-		log.Error("recording dispatch; not sending", "err", err)
-		settle(record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
-		return
-	}
-	log.Debug("transition", "state", record.Dispatched)
-
-	result, err := req.Upstream.Call(ctx, "tools/call", req.Call.Params)
-	var rpcErr *jsonrpc.Error
-	switch {
-	case err == nil && inputRequired(result):
-		settle(record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"})
-	case err == nil:
-		settle(record.Change{To: record.Completed, Result: result})
-	case errors.As(err, &rpcErr):
-		b, _ := json.Marshal(rpcErr)
-		settle(record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message})
-	case retry.IsNotSent(err):
-		settle(record.Change{To: record.Failed, Note: err.Error()})
-	default:
-		settle(record.Change{To: record.Unknown, Note: err.Error()})
 	}
 }
 

@@ -26,9 +26,9 @@ type upstream struct {
 	respond func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error)
 }
 
-func (u *upstream) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+func (u *upstream) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	n := int(u.calls.Add(1))
-	return u.respond(ctx, n, params)
+	go func() { done(u.respond(context.Background(), n, params)) }()
 }
 
 // charged answers the nth call with a result naming n.
@@ -38,32 +38,34 @@ func charged(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, erro
 
 // answers collects what one caller was told.
 type answers struct {
-	mu  sync.Mutex
-	got []Answer
+	got chan Answer
 }
 
+func newAnswers() *answers { return &answers{got: make(chan Answer, 4)} }
+
 func (a *answers) Reply(ans Answer) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.got = append(a.got, ans)
+	a.got <- ans
 	return nil
 }
 
+// only waits for the caller's answer and checks that no second one came.
 func (a *answers) only(t *testing.T) Answer {
 	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.got) != 1 {
-		t.Fatalf("caller got %d answers; want exactly 1: %+v", len(a.got), a.got)
+	var ans Answer
+	select {
+	case ans = <-a.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller got no answer")
 	}
-	return a.got[0]
+	select {
+	case extra := <-a.got:
+		t.Fatalf("the caller got a second answer: %+v", extra)
+	default:
+	}
+	return ans
 }
 
-func (a *answers) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.got)
-}
+func (a *answers) count() int { return len(a.got) }
 
 type harness struct {
 	in    *Interceptor
@@ -89,7 +91,7 @@ func (h *harness) call(ctx context.Context, t *testing.T, params string) *answer
 	if perr != nil {
 		t.Fatalf("ParseToolCall(%s): %v", params, perr)
 	}
-	a := &answers{}
+	a := newAnswers()
 	h.in.Handle(ctx, &Request{
 		Call: tc, Policy: h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
 		Upstream: h.up, Reply: a, Correlation: "test",
@@ -202,7 +204,7 @@ func TestActorsNeverShare(t *testing.T) {
 	h := newHarness(charged)
 	for _, actor := range []string{"alice", "bob"} {
 		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
-		a := &answers{}
+		a := newAnswers()
 		h.in.Handle(t.Context(), &Request{Call: tc, Policy: h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
 		a.only(t)
 	}
@@ -315,12 +317,13 @@ func TestCancelledCallerDetachesAndTheAnswerWaits(t *testing.T) {
 			t.Fatalf("state %s; want dispatched", r.State)
 		}
 		cancel()
-		if a := <-done; a.count() != 0 {
-			t.Fatalf("a caller that cancelled got %d answers; want none", a.count())
-		}
+		a := <-done
 		close(release) // the execution goes on without its caller
 		if err := h.in.Wait(t.Context()); err != nil {
 			t.Fatal(err)
+		}
+		if a.count() != 0 {
+			t.Fatalf("a caller that cancelled got %d answers; want none", a.count())
 		}
 		if r := h.onlyRecord(t); r.State != record.Completed {
 			t.Fatalf("state %s after the cancelled caller's execution finished; want completed (not delivered)", r.State)
@@ -352,13 +355,16 @@ func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
 		go func() { second <- h.call(t.Context(), t, chargeCall) }()
 		synctest.Wait()
 		cancel()
-		<-first
+		cancelled := <-first
 		close(release)
 		if v := view(t, (<-second).only(t)); v.Content[0].Text != "charge #1" {
 			t.Fatalf("the remaining caller got %+v", v)
 		}
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream ran %d times; want 1", n)
+		}
+		if cancelled.count() != 0 {
+			t.Fatalf("the caller that cancelled got %d answers; want none", cancelled.count())
 		}
 	})
 }
@@ -370,14 +376,20 @@ func TestAttachWindowAnswersStillInProgress(t *testing.T) {
 			<-release
 			return charged(ctx, n, p)
 		})
-		h.pol.AttachWindow = time.Minute
+		h.pol.AttachWindow = 5 * time.Second
+		first := h.call(t.Context(), t, chargeCall) // dispatched; the upstream holds it
 		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
 		if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Still in progress:") ||
 			!strings.Contains(v.Content[0].Text, "Do not retry") || v.Meta.Outcome != "in_progress" {
 			t.Fatalf("after the attach window: %+v; want a still-in-progress result", v)
 		}
+		if first.count() != 0 {
+			t.Fatal("the originator was answered before the upstream answered")
+		}
 		close(release)
-		synctest.Wait()
+		if v := view(t, first.only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the originator got %+v once the upstream answered", v)
+		}
 		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
 			t.Fatalf("after the execution finished: %+v; want its answer replayed", v)
 		}

@@ -58,12 +58,15 @@ type Session struct {
 	log      *slog.Logger
 	tools    *toolTable
 
-	nextID   atomic.Int64
-	handlers sync.WaitGroup // tools/call handlers under way
+	nextID atomic.Int64
+	// inflight counts the client's tools/call requests not yet answered
+	// or detached.
+	inflight sync.WaitGroup
 
 	mu sync.Mutex // protects the maps below
-	// pending holds the proxy's own requests upstream, by id.
-	pending map[string]chan *jsonrpc.Message
+	// pending holds the proxy's own requests upstream, by id, with what to
+	// do with the answer.
+	pending map[string]func(*jsonrpc.Message, error)
 	// forwarded holds the client's requests passed upstream and not yet
 	// answered, by id, with their method.
 	forwarded map[string]string
@@ -75,10 +78,37 @@ type Session struct {
 
 // clientCall is one tools/call of the client's while it is handled.
 type clientCall struct {
+	s      *Session
+	key    string
+	id     json.RawMessage
+	ctx    context.Context
 	cancel context.CancelFunc // detaches the caller; never stops an execution
+	once   sync.Once          // guards finish
 
 	mu          sync.Mutex // held while the request is forwarded
 	passThrough bool       // the request went upstream as it came
+}
+
+// finish forgets the call: it was answered, passed through or detached.
+func (c *clientCall) finish() {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		if c.s.calls[c.key] == c {
+			delete(c.s.calls, c.key)
+		}
+		c.s.mu.Unlock()
+		c.cancel()
+		c.s.inflight.Done()
+	})
+}
+
+// Reply implements intercept.Replier.
+func (c *clientCall) Reply(a intercept.Answer) error {
+	defer c.finish()
+	if a.Error != nil {
+		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
+	}
+	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
 }
 
 // New returns a Session between client and upstream.
@@ -96,7 +126,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		opts:      opts,
 		log:       log,
 		tools:     newToolTable(),
-		pending:   make(map[string]chan *jsonrpc.Message),
+		pending:   make(map[string]func(*jsonrpc.Message, error)),
 		forwarded: make(map[string]string),
 		calls:     make(map[string]*clientCall),
 		gone:      make(chan struct{}),
@@ -110,8 +140,10 @@ const idPrefix = `"mcp-idempotent:`
 
 // Run pumps frames until the client goes (it returns nil), the upstream
 // goes (ErrUpstreamClosed), or ctx is done (nil). Once the client has gone,
-// Run waits up to ShutdownGrace for calls under way to settle. When the
-// upstream goes, every caller still waiting is answered first.
+// Run waits up to ShutdownGrace for calls under way to settle, closes the
+// upstream connection, and relays what the upstream still writes until it
+// closes its side (for up to two seconds). When the upstream goes first,
+// every caller still waiting is answered before Run returns.
 func (s *Session) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -124,7 +156,7 @@ func (s *Session) Run(ctx context.Context) error {
 	select {
 	case err := <-upstreamDone:
 		s.upstreamGone()
-		s.handlers.Wait() // every handler answers at once: the upstream is gone
+		s.inflight.Wait() // every caller is answered at once: the upstream is gone
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrUpstreamClosed, err)
 		}
@@ -135,24 +167,38 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 	case <-ctx.Done():
 	}
-	// The client has gone: let calls under way finish within the grace.
-	done := make(chan struct{})
+	// The client has gone: let calls under way finish within the grace,
+	// then pass the end of input on to the upstream, and keep relaying
+	// what it still writes until it closes too.
+	deadline := time.NewTimer(s.opts.ShutdownGrace)
+	defer deadline.Stop()
+	settled := make(chan struct{})
 	go func() {
-		s.handlers.Wait()
-		close(done)
+		s.inflight.Wait()
+		close(settled)
 	}()
 	select {
-	case <-done:
-	case <-time.After(s.opts.ShutdownGrace):
+	case <-settled:
+	case <-deadline.C:
 		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
-	case err := <-upstreamDone:
+	case <-upstreamDone:
 		s.upstreamGone()
-		if err != nil {
-			s.log.Debug("upstream closed during shutdown", "err", err)
-		}
+		return nil
+	}
+	s.upstream.Close()
+	select {
+	case <-upstreamDone:
+		s.upstreamGone()
+	case <-time.After(drainWait):
+		s.log.Debug("the upstream is still open after the end of input", "waited", drainWait)
 	}
 	return nil
 }
+
+// drainWait bounds how long Run relays the upstream's output after passing
+// on the end of input; a server that does not exit by then is stopped by
+// the caller of Run.
+const drainWait = 2 * time.Second
 
 // pumpClient reads the client's frames until it closes.
 func (s *Session) pumpClient(ctx context.Context) error {
@@ -241,7 +287,10 @@ func (s *Session) fromClientBatch(frame []byte) {
 	s.writeUpstream(frame)
 }
 
-// startToolCall validates a tools/call and hands it to a handler goroutine.
+// startToolCall validates a tools/call and starts it. When the tool's
+// policy is known, which is the common case, everything up to the dispatch
+// happens here on the reading goroutine; only a tool the proxy must first
+// list sends the call to a goroutine of its own.
 func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
 	call, perr := intercept.ParseToolCall(msg.Params)
 	if perr != nil {
@@ -249,53 +298,52 @@ func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	c := &clientCall{cancel: cancel}
-	key := string(msg.ID)
+	c := &clientCall{s: s, key: string(msg.ID), id: msg.ID, ctx: cctx, cancel: cancel}
+	s.inflight.Add(1)
 	s.mu.Lock()
-	s.calls[key] = c
+	s.calls[c.key] = c
 	s.mu.Unlock()
-	s.handlers.Add(1)
+
+	if pol, ok := s.tools.cached(call.Name); ok {
+		s.handleToolCall(c, msg, call, pol)
+		return
+	}
 	go func() {
-		defer s.handlers.Done()
-		defer func() {
-			s.mu.Lock()
-			if s.calls[key] == c {
-				delete(s.calls, key)
-			}
-			s.mu.Unlock()
-			cancel()
-		}()
-		s.handleToolCall(cctx, c, msg, call)
+		pol := s.tools.policyFor(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
+			return s.listTools(ctx, cursor, call.Meta)
+		})
+		if cctx.Err() != nil {
+			c.finish() // cancelled before anything was decided: nothing ran
+			return
+		}
+		s.handleToolCall(c, msg, call, pol)
 	}()
 }
 
-func (s *Session) handleToolCall(ctx context.Context, c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall) {
-	pol := s.tools.policyFor(ctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
-		return s.listTools(ctx, cursor, call.Meta)
-	})
-	if ctx.Err() != nil {
-		return // cancelled before anything was decided: nothing ran
-	}
+func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall, pol policy.Policy) {
 	if pol.Class == policy.ReadOnly {
-		s.log.Debug("read-only tool passes through", "tool", call.Name, "request", string(msg.ID))
+		if s.log.Enabled(c.ctx, slog.LevelDebug) {
+			s.log.Debug("read-only tool passes through", "tool", call.Name, "request", string(msg.ID))
+		}
 		c.mu.Lock()
 		c.passThrough = true
 		s.mu.Lock()
-		s.forwarded[string(msg.ID)] = msg.Method
+		s.forwarded[c.key] = msg.Method
 		s.mu.Unlock()
 		s.writeUpstream(msg.Raw)
 		c.mu.Unlock()
+		c.finish()
 		return
 	}
-	s.opts.Interceptor.Handle(ctx, &intercept.Request{
+	s.opts.Interceptor.Handle(c.ctx, &intercept.Request{
 		Call:        call,
 		Policy:      pol,
 		Actor:       s.opts.Actor,
 		Scope:       s.opts.Scope,
 		UpstreamID:  s.opts.UpstreamID,
-		Upstream:    upstreamCaller{s},
-		Reply:       replier{s: s, id: msg.ID},
-		Correlation: s.opts.Scope + "/" + string(msg.ID),
+		Upstream:    s,
+		Reply:       c,
+		Correlation: c.key,
 	})
 }
 
@@ -316,7 +364,7 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 			defer c.mu.Unlock()
 			if !c.passThrough {
 				s.log.Info("client cancelled a tools/call; detaching it", "request", string(p.RequestID))
-				c.cancel()
+				c.finish()
 				return
 			}
 		}
@@ -353,10 +401,10 @@ func (s *Session) fromUpstream(frame []byte) {
 	if msg.IsResponse() {
 		key := string(msg.ID)
 		s.mu.Lock()
-		if ch, ok := s.pending[key]; ok {
+		if done, ok := s.pending[key]; ok {
 			delete(s.pending, key)
 			s.mu.Unlock()
-			ch <- msg
+			done(msg, nil)
 			return
 		}
 		method := s.forwarded[key]
@@ -385,48 +433,74 @@ func (s *Session) upstreamGone() {
 	close(s.gone)
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]string)
+	pending := s.pending
+	s.pending = make(map[string]func(*jsonrpc.Message, error))
 	s.mu.Unlock()
+	for _, done := range pending {
+		done(nil, errUpstreamExited)
+	}
 	for id, method := range forwarded {
 		s.writeClient(jsonrpc.NewErrorResponse(json.RawMessage(id), jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream closed before answering %s", method)))
 	}
 }
 
-// call sends one of the proxy's own requests upstream and waits for the
-// answer. Errors follow intercept.Upstream's contract.
-func (s *Session) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+// errUpstreamExited is the outcome of a request that was sent but never
+// answered because the upstream went away: not NotSent, since the upstream
+// may have acted on it.
+var errUpstreamExited = errors.New("the upstream exited before answering")
+
+// Send implements intercept.Upstream: it sends one of the proxy's own
+// requests upstream, under an id of the proxy's, and calls done with the
+// outcome from the goroutine that reads the upstream.
+func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
-	ch := make(chan *jsonrpc.Message, 1)
+	key := string(id)
 	s.mu.Lock()
 	select {
 	case <-s.gone:
 		s.mu.Unlock()
-		return nil, retry.NotSent(errors.New("the upstream has closed"))
+		done(nil, retry.NotSent(errors.New("the upstream has closed")))
+		return
 	default:
 	}
-	s.pending[string(id)] = ch
+	s.pending[key] = func(msg *jsonrpc.Message, err error) {
+		switch {
+		case err != nil:
+			done(nil, err)
+		case msg.Error != nil:
+			done(nil, jsonrpc.DecodeError(msg.Error))
+		case msg.Result == nil:
+			done(nil, fmt.Errorf("the upstream answered %s with neither result nor error", method))
+		default:
+			done(msg.Result, nil)
+		}
+	}
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.pending, string(id))
-		s.mu.Unlock()
-	}()
 
 	if err := s.upstream.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
-		// A request the upstream could not take whole was never received.
-		return nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err))
+		s.mu.Lock()
+		_, still := s.pending[key]
+		delete(s.pending, key)
+		s.mu.Unlock()
+		if still {
+			// A request the upstream could not take whole was never received.
+			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
+		}
 	}
+}
+
+// call is Send for a caller that waits.
+func (s *Session) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	type outcome struct {
+		result json.RawMessage
+		err    error
+	}
+	ch := make(chan outcome, 1)
+	s.Send(method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
 	select {
-	case msg := <-ch:
-		if msg.Error != nil {
-			return nil, jsonrpc.DecodeError(msg.Error)
-		}
-		if msg.Result == nil {
-			return nil, fmt.Errorf("the upstream answered %s with neither result nor error", method)
-		}
-		return msg.Result, nil
-	case <-s.gone:
-		return nil, errors.New("the upstream exited before answering")
+	case o := <-ch:
+		return o.result, o.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -464,24 +538,4 @@ func (s *Session) writeUpstream(frame []byte) {
 	if err := s.upstream.WriteFrame(frame); err != nil {
 		s.log.Debug("writing to the upstream", "err", err)
 	}
-}
-
-// upstreamCaller is the session's upstream as the interceptor sees it.
-type upstreamCaller struct{ s *Session }
-
-func (u upstreamCaller) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
-	return u.s.call(ctx, method, params)
-}
-
-// replier answers one client request.
-type replier struct {
-	s  *Session
-	id json.RawMessage
-}
-
-func (r replier) Reply(a intercept.Answer) error {
-	if a.Error != nil {
-		return r.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(r.id, a.Error))
-	}
-	return r.s.client.WriteFrame(jsonrpc.NewResponse(r.id, a.Result))
 }

@@ -59,6 +59,11 @@ func (p *peer) next(t *testing.T, side string) string {
 	case f := <-p.frames:
 		return string(f)
 	case <-p.closed:
+		select { // frames read before the close come first
+		case f := <-p.frames:
+			return string(f)
+		default:
+		}
 		t.Fatalf("%s: connection closed while a frame was expected", side)
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s: no frame within 5s", side)

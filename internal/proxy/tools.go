@@ -32,6 +32,19 @@ func (t *toolTable) learn(page policy.ListPage) {
 	}
 }
 
+// cached returns the policy of a tool already listed, without waiting.
+func (t *toolTable) cached(name string) (policy.Policy, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tool, ok := t.tools[name]; ok {
+		return policy.FromAnnotations(orEmpty(tool.Annotations)), true
+	}
+	if t.fetched {
+		return policy.FromAnnotations(nil), true
+	}
+	return policy.Policy{}, false
+}
+
 // invalidate forgets the listing after notifications/tools/list_changed.
 func (t *toolTable) invalidate() {
 	t.mu.Lock()

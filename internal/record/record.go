@@ -129,8 +129,13 @@ func NewID(t time.Time) string {
 	if t.Before(time.UnixMilli(0)) || ms > ulid.MaxTime() {
 		ms = 0 // a clock that far off is a test's; the id stays unique
 	}
-	// crypto/rand never fails, and ms is in range, so New cannot fail.
-	id, _ := ulid.New(ms, rand.Reader)
+	// The default entropy is monotonic within a millisecond and seeded
+	// from crypto/rand; it fails only if a millisecond's 80 random bits
+	// overflow, and crypto/rand then takes over.
+	id, err := ulid.New(ms, ulid.DefaultEntropy())
+	if err != nil {
+		id, _ = ulid.New(ms, rand.Reader)
+	}
 	return "exe_" + id.String()
 }
 
