@@ -1,0 +1,378 @@
+// Package bench measures what mcp-idempotent adds to a tools/call round trip,
+// at the process level, against two baselines in the same run:
+//
+//	direct        client -> benchserver
+//	relay         client -> relay (bare io.Copy, one extra process hop) -> benchserver
+//	proxy         client -> mcp-idempotent -> benchserver, distinct arguments per call
+//	                (every call is a new execution: fingerprint, reserve, dispatch, complete)
+//	proxy-replay  client -> mcp-idempotent -> benchserver, the same arguments every call
+//	                (every timed call is a replay of the first)
+//
+// The binaries are built into a temporary directory by TestMain, only when
+// benchmarks were asked for (-bench), so `go test ./...` stays fast. Setting
+// MCP_IDEMPOTENT_BENCH_BIN to a directory holding benchserver, relay and
+// mcp-idempotent uses those instead (bench/run.sh does this). Run with
+// bench/run.sh, or:
+//
+//	go test ./bench -run '^$' -bench . -benchtime 2000x -count 5
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const modulePath = "github.com/mcp-idempotent/mcp-idempotent"
+
+// warmupCalls are made after the handshake and before the timer starts, so
+// the first call's one-off costs (page faults, lazy initialisation, a proxy
+// learning the tool list) stay out of the figures.
+const warmupCalls = 20
+
+// bins holds the paths of the binaries under test. Written once by TestMain
+// before any benchmark runs.
+var bins struct {
+	server, relay, proxy string
+	proxyErr             error // why the proxy is unavailable; proxy benchmarks skip
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	cleanup, err := setupBinaries()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// setupBinaries fills bins, from MCP_IDEMPOTENT_BENCH_BIN or by building.
+func setupBinaries() (cleanup func(), err error) {
+	if dir := os.Getenv("MCP_IDEMPOTENT_BENCH_BIN"); dir != "" {
+		bins.server = filepath.Join(dir, "benchserver")
+		bins.relay = filepath.Join(dir, "relay")
+		bins.proxy = filepath.Join(dir, "mcp-idempotent")
+		for _, p := range []string{bins.server, bins.relay} {
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("using MCP_IDEMPOTENT_BENCH_BIN: %w", err)
+			}
+		}
+		if _, err := os.Stat(bins.proxy); err != nil {
+			bins.proxyErr = err
+		}
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "mcp-idempotent-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("creating build directory: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	bins.server = filepath.Join(dir, "benchserver")
+	bins.relay = filepath.Join(dir, "relay")
+	bins.proxy = filepath.Join(dir, "mcp-idempotent")
+	for _, b := range []struct{ out, pkg string }{
+		{bins.server, modulePath + "/bench/benchserver"},
+		{bins.relay, modulePath + "/bench/relay"},
+	} {
+		if err := goBuild(b.out, b.pkg); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	// The proxy failing to build must not hide the baselines.
+	bins.proxyErr = goBuild(bins.proxy, modulePath+"/cmd/mcp-idempotent")
+	return cleanup, nil
+}
+
+func goBuild(out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// BenchmarkCall times sequential tools/call round trips through each chain.
+// Besides ns/op it reports, per call: p50-ns and p99-ns (latency
+// percentiles), cpu-ns/op (CPU time of the whole chain, server included),
+// upstream-calls/op (how many calls reached the server: 1 for
+// a new execution, 0 for a replay) and replayed/op (answers marked
+// _meta["mcp-idempotent/replayed"]).
+func BenchmarkCall(b *testing.B) {
+	proxyArgs := strings.Fields(os.Getenv("MCP_IDEMPOTENT_BENCH_PROXY_FLAGS"))
+	chains := []struct {
+		name   string
+		argv   func() []string
+		proxy  bool
+		replay bool
+	}{
+		{name: "direct", argv: func() []string { return []string{bins.server} }},
+		{name: "relay", argv: func() []string { return []string{bins.relay, "--", bins.server} }},
+		{name: "proxy", proxy: true, argv: func() []string {
+			return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
+		}},
+		{name: "proxy-replay", proxy: true, replay: true, argv: func() []string {
+			return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
+		}},
+	}
+	for _, c := range chains {
+		b.Run(c.name, func(b *testing.B) {
+			if c.proxy && bins.proxyErr != nil {
+				b.Skipf("proxy unavailable: %v", bins.proxyErr)
+			}
+			benchChain(b, c.argv(), c.replay)
+		})
+	}
+}
+
+func benchChain(b *testing.B, argv []string, replay bool) {
+	cl := startClient(b, argv)
+	closed := false
+	defer func() {
+		if !closed {
+			cl.close()
+		}
+	}()
+	cl.handshake()
+
+	seq := 0
+	next := func() []byte {
+		seq++
+		if replay {
+			return cl.callFrame(seq, "4242-4242-4242-4242", 100)
+		}
+		return cl.callFrame(seq, fmt.Sprintf("4242-0000-0000-%06d", seq), 100+seq)
+	}
+	upstreamBefore := 0
+	for range warmupCalls {
+		r := cl.roundTrip(next(), seq)
+		upstreamBefore = max(upstreamBefore, r.upstreamCount)
+	}
+
+	lat := make([]time.Duration, 0, 4096)
+	upstreamAfter, replayed := upstreamBefore, 0
+	for b.Loop() {
+		req := next()
+		start := time.Now()
+		r := cl.roundTrip(req, seq)
+		lat = append(lat, r.at.Sub(start))
+		upstreamAfter = max(upstreamAfter, r.upstreamCount)
+		if r.replayed {
+			replayed++
+		}
+	}
+
+	n := float64(len(lat))
+	// The chain's CPU time, from wait4: the head process and the children it
+	// reaped (the server). It includes start-up and the warm-up calls, shared
+	// out over every call made.
+	closed = true
+	if st := cl.close(); st != nil {
+		cpu := st.UserTime() + st.SystemTime()
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(len(lat)+warmupCalls), "cpu-ns/op")
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(percentile(lat, 0.50).Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(upstreamAfter-upstreamBefore)/n, "upstream-calls/op")
+	b.ReportMetric(float64(replayed)/n, "replayed/op")
+}
+
+// percentile returns the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// client is a raw line client: one JSON-RPC frame per line, one request in
+// flight at a time.
+type client struct {
+	b      *testing.B
+	argv   []string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *os.File
+	buf    []byte // request frame, reused
+}
+
+func startClient(b *testing.B, argv []string) *client {
+	b.Helper()
+	stderr, err := os.Create(filepath.Join(b.TempDir(), "stderr"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting %q: %v", argv, err)
+	}
+	return &client{b: b, argv: argv, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 64<<10), stderr: stderr}
+}
+
+// close ends the chain the way an MCP client does on stdio: close stdin, then
+// wait; kill only if the chain does not exit. It returns the head process's
+// state, nil if it had to be killed.
+func (c *client) close() *os.ProcessState {
+	_ = c.in.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	defer c.stderr.Close()
+	select {
+	case <-done:
+		return c.cmd.ProcessState
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+		c.b.Logf("%q did not exit within 5s of stdin closing; killed", c.argv)
+		return nil
+	}
+}
+
+// fatalf stops the benchmark with the chain's stderr attached.
+func (c *client) fatalf(format string, args ...any) {
+	c.b.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if tail, err := os.ReadFile(c.stderr.Name()); err == nil && len(tail) > 0 {
+		if len(tail) > 4096 {
+			tail = tail[len(tail)-4096:]
+		}
+		msg += "\nstderr of " + filepath.Base(c.argv[0]) + ":\n" + string(tail)
+	}
+	c.b.Fatal(msg)
+}
+
+func (c *client) handshake() {
+	c.b.Helper()
+	c.send([]byte(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"mcp-idempotent-bench","version":"0.0.0"}}}` + "\n"))
+	c.expect(`"init"`)
+	c.send([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"))
+	// A real client lists tools before calling one; a proxy may take its
+	// per-tool policy from these annotations.
+	c.send([]byte(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}` + "\n"))
+	c.expect(`"list"`)
+}
+
+// callFrame builds a tools/call request for charge_card in the reused buffer.
+func (c *client) callFrame(id int, card string, amount int) []byte {
+	c.buf = append(c.buf[:0], `{"jsonrpc":"2.0","id":`...)
+	c.buf = strconv.AppendInt(c.buf, int64(id), 10)
+	c.buf = append(c.buf, `,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"`...)
+	c.buf = append(c.buf, card...)
+	c.buf = append(c.buf, `","amount":`...)
+	c.buf = strconv.AppendInt(c.buf, int64(amount), 10)
+	c.buf = append(c.buf, "}}}\n"...)
+	return c.buf
+}
+
+func (c *client) send(frame []byte) {
+	if _, err := c.in.Write(frame); err != nil {
+		c.fatalf("writing to %q: %v", c.argv, err)
+	}
+}
+
+// reply is the part of a response the benchmark checks.
+type reply struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool                       `json:"isError"`
+		Meta    map[string]json.RawMessage `json:"_meta"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// expect reads frames until the response with the given raw id, skipping
+// notifications, and returns it with the time its last byte was read.
+func (c *client) expect(id string) (reply, time.Time) {
+	c.b.Helper()
+	for {
+		line, err := c.out.ReadBytes('\n')
+		at := time.Now()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				c.fatalf("%q closed its stdout while waiting for id %s", c.argv, id)
+			}
+			c.fatalf("reading from %q: %v", c.argv, err)
+		}
+		var r reply
+		if err := json.Unmarshal(line, &r); err != nil {
+			c.fatalf("bad frame %q: %v", line, err)
+		}
+		if r.Method != "" {
+			if len(r.ID) > 0 {
+				c.fatalf("unexpected server-to-client request %q", line)
+			}
+			continue // notification
+		}
+		if string(r.ID) != id {
+			c.fatalf("response id %s, want %s: %q", r.ID, id, line)
+		}
+		if r.Error != nil {
+			c.fatalf("JSON-RPC error %d %s", r.Error.Code, r.Error.Message)
+		}
+		return r, at
+	}
+}
+
+// callResult is one timed tools/call answer.
+type callResult struct {
+	at            time.Time // when the last byte of the answer was read
+	upstreamCount int       // the server's tools/call counter carried in the text
+	replayed      bool
+}
+
+func (c *client) roundTrip(frame []byte, id int) callResult {
+	c.send(frame)
+	r, at := c.expect(strconv.Itoa(id))
+	if r.Result == nil || len(r.Result.Content) == 0 || r.Result.IsError {
+		c.fatalf("tools/call id %d: unexpected result %+v", id, r.Result)
+	}
+	text := r.Result.Content[0].Text
+	i := strings.LastIndexByte(text, '#')
+	n, err := strconv.Atoi(text[i+1:])
+	if !strings.HasPrefix(text, "charged ") || i < 0 || err != nil {
+		c.fatalf("tools/call id %d: unexpected text %q", id, text)
+	}
+	return callResult{
+		at:            at,
+		upstreamCount: n,
+		replayed:      bytes.Equal(r.Result.Meta["mcp-idempotent/replayed"], []byte("true")),
+	}
+}
