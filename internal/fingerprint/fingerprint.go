@@ -18,8 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -68,24 +71,36 @@ func NewRandom() *Hasher {
 }
 
 // Canonical returns the RFC 8785 form of a's action record.
+//
+// The record's own members are plain strings whose canonical form is
+// written here; only the JSON values that come from the caller (the
+// arguments and any Extra) go through jcs.Transform, so the long upstream
+// and scope strings are not parsed again on every call. The result is the
+// same bytes jcs.Transform gives for the whole record (FuzzCanonical checks
+// it).
 func Canonical(a Action) ([]byte, error) {
 	args := bytes.TrimSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	args, err := exactNumbers(args)
+	args, err := canonicalValue(args)
 	if err != nil {
 		return nil, err
 	}
-	rec := map[string]json.RawMessage{"arguments": args}
-	for k, v := range map[string]string{"actor": a.Actor, "scope": a.Scope, "upstream": a.Upstream, "tool": a.Tool} {
-		rec[k], _ = json.Marshal(v) // strings always marshal
-	}
+	members := make([]member, 0, 5+len(a.Extra))
+	members = append(members,
+		member{"actor", appendJCSString(nil, a.Actor)},
+		member{"arguments", args},
+		member{"scope", appendJCSString(nil, a.Scope)},
+		member{"tool", appendJCSString(nil, a.Tool)},
+		member{"upstream", appendJCSString(nil, a.Upstream)},
+	)
 	for k, v := range a.Extra {
 		if v == nil {
 			continue
 		}
-		if _, ok := rec[k]; ok {
+		switch k {
+		case "arguments", "actor", "scope", "upstream", "tool":
 			// An Extra "arguments" would replace the arguments, an
 			// Extra "actor" would be dropped: either way two different
 			// calls could share a fingerprint.
@@ -93,19 +108,104 @@ func Canonical(a Action) ([]byte, error) {
 		}
 		// Numbers in Extra get the same guard as the arguments:
 		// inputResponses may carry amounts.
-		if rec[k], err = exactNumbers(v); err != nil {
+		cv, err := canonicalValue(v)
+		if err != nil {
 			return nil, fmt.Errorf("extra member %q: %w", k, err)
 		}
+		members = append(members, member{k, cv})
 	}
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encoding action record: %w", err)
+	// RFC 8785 section 3.2.3: members sorted by their names as UTF-16
+	// code units.
+	slices.SortFunc(members, func(x, y member) int { return compareUTF16(x.name, y.name) })
+	n := 2
+	for _, m := range members {
+		n += len(m.name) + len(m.value) + 4
 	}
-	canon, err := jcs.Transform(raw)
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	for i, m := range members {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendJCSString(out, m.name)
+		out = append(out, ':')
+		out = append(out, m.value...)
+	}
+	return append(out, '}'), nil
+}
+
+type member struct {
+	name  string
+	value []byte // canonical JSON
+}
+
+// canonicalValue returns the RFC 8785 form of a JSON value from a caller,
+// with the exact-number guard applied first.
+func canonicalValue(v json.RawMessage) ([]byte, error) {
+	if !json.Valid(v) {
+		return nil, errors.New("not valid JSON")
+	}
+	v, err := exactNumbers(v)
 	if err != nil {
-		return nil, fmt.Errorf("canonicalising action record: %w", err)
+		return nil, err
+	}
+	canon, err := jcs.Transform(v)
+	if err != nil {
+		return nil, fmt.Errorf("canonicalising: %w", err)
 	}
 	return canon, nil
+}
+
+// appendJCSString appends s as RFC 8785 serialises a string (ECMAScript's
+// JSON.stringify): quote, backslash and control characters escaped, the
+// five with short forms as \b \f \n \r \t, the rest as \u00xx in lower
+// case; everything else as it is. Each byte of invalid UTF-8 becomes
+// U+FFFD, as when encoding/json writes a string.
+func appendJCSString(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		var v strings.Builder
+		for i := 0; i < len(s); {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			v.WriteRune(r) // RuneError for an invalid byte
+			i += n
+		}
+		s = v.String()
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c >= 0x20:
+			b = append(b, c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+	}
+	return append(b, '"')
+}
+
+// compareUTF16 orders strings by their UTF-16 code units, as RFC 8785
+// sorts member names. It differs from byte order only for characters
+// beyond U+FFFF against those from U+E000 to U+FFFF.
+func compareUTF16(x, y string) int {
+	if isASCII(x) && isASCII(y) {
+		return strings.Compare(x, y)
+	}
+	a, b := utf16.Encode([]rune(x)), utf16.Encode([]rune(y))
+	return slices.Compare(a, b)
 }
 
 // ErrArguments is returned for arguments that are not a JSON object.
@@ -315,4 +415,13 @@ func exactEnough(num []byte) bool {
 		}
 	}
 	return digits <= 15
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

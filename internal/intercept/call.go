@@ -32,34 +32,39 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 	if len(params) == 0 || params[0] != '{' {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
 	}
-	var p struct {
-		Name           json.RawMessage `json:"name"`
-		Arguments      json.RawMessage `json:"arguments"`
-		Task           json.RawMessage `json:"task"`
-		InputResponses json.RawMessage `json:"inputResponses"`
-		RequestState   json.RawMessage `json:"requestState"`
-		Meta           json.RawMessage `json:"_meta"`
+	// Members are read exactly as the upstream will read them; see
+	// jsonrpc.EachMember.
+	tc := &ToolCall{Params: params}
+	var nameRaw []byte
+	err := jsonrpc.EachMember(params, func(name, value []byte) bool {
+		switch string(name) {
+		case "name":
+			nameRaw = value
+		case "arguments":
+			tc.Arguments = nullToNil(value)
+		case "_meta":
+			tc.Meta = nullToNil(value)
+		case "task":
+			tc.Task = nullToNil(value)
+		case "inputResponses":
+			tc.InputResponses = nullToNil(value)
+		case "requestState":
+			tc.RequestState = nullToNil(value)
+		}
+		return true
+	})
+	if err != nil || !json.Valid(params) {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
 	}
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object: %v", err)
-	}
-	var name string
-	if err := json.Unmarshal(p.Name, &name); err != nil || name == "" {
+	name, ok := jsonrpc.StringValue(nameRaw)
+	if !ok || name == "" {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
-	args := nullToNil(p.Arguments)
-	if args != nil && args[0] != '{' {
+	tc.Name = name
+	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
-	return &ToolCall{
-		Params:         params,
-		Name:           name,
-		Arguments:      args,
-		Meta:           nullToNil(p.Meta),
-		Task:           nullToNil(p.Task),
-		InputResponses: nullToNil(p.InputResponses),
-		RequestState:   nullToNil(p.RequestState),
-	}, nil
+	return tc, nil
 }
 
 func nullToNil(raw json.RawMessage) json.RawMessage {

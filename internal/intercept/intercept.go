@@ -70,8 +70,9 @@ type Request struct {
 type Options struct {
 	Store  record.Store        // required
 	Hasher *fingerprint.Hasher // required
-	// Logger receives one line per dedupe decision (info) and per state
-	// transition (debug). Nil discards.
+	// Logger receives one line per call answered from the record: an
+	// attach, a replay, an unknown outcome (info); and one per new execution
+	// and per state transition (debug). Nil discards.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -161,8 +162,13 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
 	case won:
-		in.log.Info("new execution", "execution", rec.ID, "tool", call.Name, "class", req.Policy.Class,
-			"fingerprint", fp[:12], "request", req.Correlation)
+		// A new execution is the ordinary path, logged at debug; info is
+		// kept for the calls the proxy answers from the record, so that
+		// logging at the default level costs nothing per ordinary call.
+		if in.log.Enabled(ctx, slog.LevelDebug) {
+			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", req.Policy.Class,
+				"fingerprint", fp[:12], "request", req.Correlation)
+		}
 		in.dispatch(ctx, rec, req)
 	default:
 		in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
@@ -397,38 +403,52 @@ func describe(r *record.Record) executionMeta {
 	return m
 }
 
-func replayMeta(r *record.Record) map[string]any {
-	return map[string]any{MetaReplayed: true, MetaExecution: describe(r)}
+// replayMeta returns the _meta members that mark a replay, as JSON
+// members without the braces.
+func replayMeta(r *record.Record) []byte {
+	exe, _ := json.Marshal(describe(r)) // plain strings, ints and times
+	b := make([]byte, 0, len(exe)+64)
+	b = append(b, `"`+MetaReplayed+`":true,"`+MetaExecution+`":`...)
+	return append(b, exe...)
 }
 
-// withMeta returns a copy of result with the given members merged into its
-// _meta. The stored result is never modified. A result that is not an
-// object comes back unchanged.
-func withMeta(result json.RawMessage, add map[string]any) json.RawMessage {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(result, &obj); err != nil || obj == nil {
+// withMeta returns a copy of result with members (JSON members without
+// braces) added to its _meta object, creating it if absent. The stored
+// result is never modified, and the rest of it is kept byte for byte. A
+// result that is not an object comes back unchanged.
+func withMeta(result json.RawMessage, members []byte) json.RawMessage {
+	var meta []byte
+	empty := true
+	if jsonrpc.EachMember(result, func(name, value []byte) bool {
+		empty = false
+		if string(name) == "_meta" {
+			meta = value // the last one wins, as in JSON.parse
+		}
+		return true
+	}) != nil {
 		return result
 	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := obj["_meta"]; ok {
-		_ = json.Unmarshal(raw, &meta) // a malformed _meta is replaced
-		if meta == nil {
-			meta = map[string]json.RawMessage{}
+	out := make([]byte, 0, len(result)+len(members)+16)
+	if meta != nil && meta[0] == '{' {
+		// Insert before the closing brace of the existing _meta. meta is
+		// a slice of result, so its capacity locates it.
+		end := cap(result) - cap(meta) + len(meta) - 1
+		out = append(out, result[:end]...)
+		if len(bytes.TrimSpace(meta[1:len(meta)-1])) > 0 {
+			out = append(out, ',')
 		}
+		out = append(out, members...)
+		return append(out, result[end:]...)
 	}
-	for k, v := range add {
-		b, err := json.Marshal(v)
-		if err != nil {
-			continue
-		}
-		meta[k] = b
+	// Add a _meta member last, so that it also shadows a _meta that is not
+	// an object.
+	end := bytes.LastIndexByte(result, '}')
+	out = append(out, result[:end]...)
+	if !empty {
+		out = append(out, ',')
 	}
-	obj["_meta"], _ = json.Marshal(meta)
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return result
-	}
-	return out
+	out = append(append(append(out, `"_meta":{`...), members...), '}')
+	return append(out, result[end:]...)
 }
 
 // toolResult builds an isError CallToolResult that speaks for the proxy.

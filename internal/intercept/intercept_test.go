@@ -504,3 +504,31 @@ func (h *harness) onlyRecord(t *testing.T) *record.Record {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestWithMeta(t *testing.T) {
+	const add = `"k":1`
+	for _, tt := range []struct{ in, want string }{
+		{`{"content":[]}`, `{"content":[],"_meta":{"k":1}}`},
+		{`{}`, `{"_meta":{"k":1}}`},
+		{` { } `, ` { "_meta":{"k":1}} `},
+		{`{"_meta":{},"content":[]}`, `{"_meta":{"k":1},"content":[]}`},
+		{`{"_meta":{ },"content":[]}`, `{"_meta":{ "k":1},"content":[]}`},
+		{`{"_meta":{"vendor/x":"}"},"content":[]}`, `{"_meta":{"vendor/x":"}","k":1},"content":[]}`},
+		{`{"content":[],"_meta":{"a":{"b":1}} }`, `{"content":[],"_meta":{"a":{"b":1},"k":1} }`},
+		{`{"_meta":"odd"}`, `{"_meta":"odd","_meta":{"k":1}}`},
+		{`[1]`, `[1]`},
+		{`"text"`, `"text"`},
+	} {
+		in := json.RawMessage(tt.in)
+		got := string(withMeta(in, []byte(add)))
+		if got != tt.want {
+			t.Errorf("withMeta(%s) = %s; want %s", tt.in, got, tt.want)
+		}
+		if string(in) != tt.in {
+			t.Errorf("withMeta modified its input %s", tt.in)
+		}
+		if got != tt.in && !json.Valid([]byte(got)) {
+			t.Errorf("withMeta(%s) = %s, not valid JSON", tt.in, got)
+		}
+	}
+}

@@ -75,19 +75,35 @@ func Decode(frame []byte) (*Message, error) {
 		}
 		return nil, ErrNotObject
 	}
-	// Member names are matched exactly. encoding/json matches struct fields
-	// case-insensitively, so {"id":1,"method":"tools/call","Method":"x"}
-	// would route as "x" while the upstream, reading names as JSON-RPC
-	// defines them, runs tools/call: a call that skips deduplication.
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &members); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
+	if !json.Valid(frame) {
+		var v json.RawMessage
+		return nil, fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
 	}
-	m := &Message{Raw: frame, ID: members["id"], Params: members["params"], Result: members["result"], Error: members["error"]}
-	if raw, ok := members["method"]; ok {
-		if err := json.Unmarshal(raw, &m.Method); err != nil {
-			return nil, fmt.Errorf("invalid method: %w", err)
+	// Member names are matched exactly (see EachMember): a frame must route
+	// here as the upstream will read it.
+	m := &Message{Raw: frame}
+	var methodRaw []byte
+	EachMember(frame, func(name, value []byte) bool {
+		switch string(name) {
+		case "id":
+			m.ID = value
+		case "method":
+			methodRaw = value
+		case "params":
+			m.Params = value
+		case "result":
+			m.Result = value
+		case "error":
+			m.Error = value
 		}
+		return true
+	})
+	if methodRaw != nil && string(methodRaw) != "null" {
+		method, ok := StringValue(methodRaw)
+		if !ok {
+			return nil, fmt.Errorf("invalid method: %s is not a string", truncate(string(methodRaw), 40))
+		}
+		m.Method = method
 	}
 	return m, nil
 }

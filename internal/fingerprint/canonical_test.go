@@ -1,0 +1,65 @@
+package fingerprint
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/gowebpki/jcs"
+)
+
+// jcsWhole is the reference: the whole record through jcs.Transform.
+func jcsWhole(a Action) ([]byte, error) {
+	args := bytes.TrimSpace(a.Arguments)
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	args, err := exactNumbers(args)
+	if err != nil {
+		return nil, err
+	}
+	rec := map[string]any{"actor": a.Actor, "scope": a.Scope, "upstream": a.Upstream, "tool": a.Tool, "arguments": json.RawMessage(args)}
+	for k, v := range a.Extra {
+		if v != nil {
+			ev, err := exactNumbers(v)
+			if err != nil {
+				return nil, err
+			}
+			rec[k] = json.RawMessage(ev)
+		}
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(raw)
+}
+
+// FuzzCanonical checks that Canonical, which writes the record's own
+// members itself, gives exactly what jcs.Transform gives for the whole
+// record.
+func FuzzCanonical(f *testing.F) {
+	f.Add("alice", "session:01K", "stdio:node server.js", "charge_card", `{"card":"4242","amount":100}`, "task", `true`)
+	f.Add("bob\u2028", "s\x01\"\\/", "stdio:\"quoted arg\" \t\n", "tööl", `{"b":[1,2.50,1e2],"a":{"\u00e9":null}}`, "inputResponses", `{"r":{"n":12345678901234567}}`)
+	f.Add("\xff\xfe", "", "", "x", `{}`, "😀", `"v"`)
+	f.Add("a", "b", "c", "d", `{"\ud83d\ude00":1,"\ue000":2}`, "\ue000", `1`)
+	f.Fuzz(func(t *testing.T, actor, scope, upstream, tool, args, extraName, extraValue string) {
+		if !json.Valid([]byte(args)) || !isObject([]byte(args)) || !json.Valid([]byte(extraValue)) {
+			t.Skip()
+		}
+		switch extraName {
+		case "actor", "scope", "upstream", "tool", "arguments":
+			t.Skip()
+		}
+		a := Action{Actor: actor, Scope: scope, Upstream: upstream, Tool: tool, Arguments: json.RawMessage(args),
+			Extra: map[string]json.RawMessage{extraName: json.RawMessage(extraValue)}}
+		got, gerr := Canonical(a)
+		want, werr := jcsWhole(a)
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("Canonical error %v; jcs on the whole record: %v", gerr, werr)
+		}
+		if gerr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("Canonical:\n %s\njcs on the whole record:\n %s", got, want)
+		}
+	})
+}

@@ -1,0 +1,144 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+)
+
+// errMalformed is returned by EachMember for input that is not a JSON
+// object; callers validate first, so it means a caller's mistake.
+var errMalformed = errors.New("malformed JSON object")
+
+// EachMember calls fn with the name and the raw value of each member of the
+// JSON object obj, in order, until fn returns false. Names are unescaped and
+// matched as JSON defines them, exactly: encoding/json's case-insensitive
+// struct matching would let {"method":"tools/call","Method":"x"} read as x
+// here and as tools/call upstream. A later duplicate is seen after an
+// earlier one, so a caller that keeps the last value agrees with
+// JSON.parse. The value slices point into obj.
+//
+// obj must be valid JSON (json.Valid); EachMember checks only as much as it
+// needs to never read out of bounds.
+func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return errMalformed
+	}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return nil
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return errMalformed
+		}
+		end := skipString(obj, i)
+		if end < 0 {
+			return errMalformed
+		}
+		name := obj[i+1 : end-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(obj[i:end], &s) != nil {
+				return errMalformed
+			}
+			name = []byte(s)
+		}
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return errMalformed
+		}
+		i = skipSpace(obj, i+1)
+		vend := skipValue(obj, i)
+		if vend < 0 {
+			return errMalformed
+		}
+		if !fn(name, obj[i:vend]) {
+			return nil
+		}
+		i = skipSpace(obj, vend)
+		switch {
+		case i < len(obj) && obj[i] == ',':
+			i = skipSpace(obj, i+1)
+		case i < len(obj) && obj[i] == '}':
+			return nil
+		default:
+			return errMalformed
+		}
+	}
+}
+
+// StringValue returns the string a raw JSON value holds.
+func StringValue(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err == nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i], or
+// -1 if it does not end.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just past the value starting at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				end := skipString(b, i)
+				if end < 0 {
+					return -1
+				}
+				i = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return -1
+	default:
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+		}
+		return i
+	}
+}

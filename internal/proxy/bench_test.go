@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+)
+
+// BenchmarkSession measures one tools/call round trip through a Session
+// in process, over pipes, against an upstream that answers at once: the
+// proxy's own cost, without process hops. The sub-benchmarks run side by
+// side: "relay" copies frames without looking at them.
+func BenchmarkSession(b *testing.B) {
+	for _, mode := range []string{"relay", "new-execution", "replay"} {
+		b.Run(mode, func(b *testing.B) {
+			cr, cw := io.Pipe()
+			pr, pw := io.Pipe()
+			ur, uw := io.Pipe()
+			qr, qw := io.Pipe()
+			clientSide := stdio.NewConn(cr, pw, 0)
+			upstreamSide := stdio.NewConn(ur, qw, 0)
+			go answer(stdio.NewConn(qr, uw, 0))
+			done := make(chan struct{})
+			if mode == "relay" {
+				go func() { copyFrames(clientSide, upstreamSide); close(done) }()
+				go copyFrames(upstreamSide, clientSide)
+			} else {
+				in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+				s := New(clientSide, upstreamSide, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+				go func() { s.Run(context.Background()); close(done) }()
+			}
+			client := stdio.NewConn(pr, cw, 0)
+			call := func(i int) {
+				amount := i
+				if mode == "replay" {
+					amount = 0
+				}
+				req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242","amount":%d}}}`, i, amount)
+				if err := client.WriteFrame([]byte(req)); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := client.ReadFrame(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			call(-1) // the proxy lists the tools once
+			b.ResetTimer()
+			for i := range b.N {
+				call(i)
+			}
+			b.StopTimer()
+			cw.Close()
+			uw.Close()
+			<-done
+		})
+	}
+}
+
+// answer is an upstream that answers every request at once.
+func answer(c *stdio.Conn) {
+	for {
+		f, err := c.ReadFrame()
+		if err != nil {
+			return
+		}
+		m, err := jsonrpc.Decode(f)
+		if err != nil || !m.IsRequest() {
+			continue
+		}
+		result := json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`)
+		if m.Method == "tools/list" {
+			result = json.RawMessage(`{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}`)
+		}
+		c.WriteFrame(jsonrpc.NewResponse(m.ID, result))
+	}
+}
+
+func copyFrames(from, to *stdio.Conn) {
+	for {
+		f, err := from.ReadFrame()
+		if err != nil {
+			to.Close()
+			return
+		}
+		to.WriteFrame(f)
+	}
+}
