@@ -17,10 +17,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"math/big"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -47,7 +49,14 @@ type Action struct {
 // A Hasher computes fingerprints under one secret. It is safe for concurrent
 // use.
 type Hasher struct {
-	key []byte
+	key  []byte
+	macs sync.Pool // of hash.Hash: HMACs under key, reset before use
+}
+
+func keyed(key []byte) *Hasher {
+	h := &Hasher{key: key}
+	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
+	return h
 }
 
 // MinSecret is the shortest secret accepted, in bytes.
@@ -59,7 +68,7 @@ func New(secret []byte) (*Hasher, error) {
 	if len(secret) < MinSecret {
 		return nil, fmt.Errorf("fingerprint secret is %d bytes; it must be at least %d", len(secret), MinSecret)
 	}
-	return &Hasher{key: append([]byte(nil), secret...)}, nil
+	return keyed(append([]byte(nil), secret...)), nil
 }
 
 // NewRandom returns a Hasher keyed by a fresh random secret: fingerprints
@@ -67,7 +76,7 @@ func New(secret []byte) (*Hasher, error) {
 func NewRandom() *Hasher {
 	key := make([]byte, 32)
 	rand.Read(key) // never fails (crypto/rand documents it)
-	return &Hasher{key: key}
+	return keyed(key)
 }
 
 // Canonical returns the RFC 8785 form of a's action record.
@@ -142,10 +151,7 @@ type member struct {
 // canonicalValue returns the RFC 8785 form of a JSON value from a caller,
 // with the exact-number guard applied first.
 func canonicalValue(v json.RawMessage) ([]byte, error) {
-	if !json.Valid(v) {
-		return nil, errors.New("not valid JSON")
-	}
-	v, err := exactNumbers(v)
+	v, err := exactNumbers(v) // invalid JSON is refused here or by jcs
 	if err != nil {
 		return nil, err
 	}
@@ -220,9 +226,12 @@ func (h *Hasher) Sum(a Action) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mac := hmac.New(sha256.New, h.key)
+	mac := h.macs.Get().(hash.Hash)
+	defer h.macs.Put(mac)
+	mac.Reset()
 	mac.Write(canon)
-	return hex.EncodeToString(mac.Sum(nil)), nil
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(mac.Sum(sum[:0])), nil
 }
 
 func isObject(raw json.RawMessage) bool {

@@ -114,11 +114,13 @@ func (r *Record) At(s State) time.Time {
 	return time.Time{}
 }
 
-// Clone returns a copy of r that shares only the immutable Result and
-// Error bytes.
+// Clone returns a copy of r. The copy shares the Result and Error bytes
+// and the History entries, none of which is ever modified once written (a
+// store only appends to History); its History is clipped, so appending to
+// the copy's never writes into the original's.
 func (r *Record) Clone() *Record {
 	c := *r
-	c.History = slices.Clone(r.History)
+	c.History = slices.Clip(r.History)
 	return &c
 }
 
