@@ -84,6 +84,16 @@ func newHarness(respond func(context.Context, int, json.RawMessage) (json.RawMes
 	}
 }
 
+// newHeldHarness returns a harness whose upstream holds every call until
+// release is closed, then answers it like charged.
+func newHeldHarness() (h *harness, release chan struct{}) {
+	release = make(chan struct{})
+	return newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		<-release
+		return charged(ctx, n, p)
+	}), release
+}
+
 // call makes one tools/call and returns what its caller was told.
 func (h *harness) call(ctx context.Context, t *testing.T, params string) *answers {
 	t.Helper()
@@ -148,11 +158,7 @@ func TestSequentialRetriesReplay(t *testing.T) {
 
 func TestConcurrentDuplicatesShareOneExecution(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		const callers = 50
 		got := make([]*answers, callers)
 		var wg sync.WaitGroup
@@ -279,11 +285,7 @@ func TestOutcomeUnknownIsNeverResent(t *testing.T) {
 
 func TestIdempotentToolsCoalesceOnlyInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
 		var wg sync.WaitGroup
 		for range 3 {
@@ -304,11 +306,7 @@ func TestIdempotentToolsCoalesceOnlyInFlight(t *testing.T) {
 
 func TestCancelledCallerDetachesAndTheAnswerWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan *answers)
 		go func() { done <- h.call(ctx, t, chargeCall) }()
@@ -343,11 +341,7 @@ func TestCancelledCallerDetachesAndTheAnswerWaits(t *testing.T) {
 
 func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		ctx, cancel := context.WithCancel(t.Context())
 		first := make(chan *answers)
 		go func() { first <- h.call(ctx, t, chargeCall) }()
@@ -371,11 +365,7 @@ func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
 
 func TestAttachWindowAnswersStillInProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		h.pol.AttachWindow = 5 * time.Second
 		first := h.call(t.Context(), t, chargeCall) // dispatched; the upstream holds it
 		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
