@@ -37,6 +37,42 @@ const (
 	ReplayUndelivered Replay = "undelivered"
 )
 
+// A Scope says within what calls are matched.
+type Scope string
+
+// The intent scopes.
+const (
+	// ScopeSession matches calls within one MCP session: on stdio, one
+	// proxy process.
+	ScopeSession Scope = "session"
+	// ScopeActor matches the actor's calls across sessions and restarts
+	// (with a durable or shared store).
+	ScopeActor Scope = "actor"
+	// ScopeKey matches only calls that carry a client key; calls without
+	// one run as they come, unrecorded.
+	ScopeKey Scope = "key"
+	// ScopeGlobal matches calls across actors. Only a tool named exactly
+	// in the policy file may have it.
+	ScopeGlobal Scope = "global"
+)
+
+// OnUnknown says what a call gets when it matches an execution whose
+// outcome is unknown (sent, no answer observed).
+type OnUnknown string
+
+// The unknown-outcome modes.
+const (
+	// Block answers "outcome unknown" with the execution record and never
+	// re-sends.
+	Block OnUnknown = "block"
+	// Retry re-dispatches once under the same execution id, so an upstream
+	// that honours the forwarded key can dedupe it.
+	Retry OnUnknown = "retry"
+	// Recover asks the tool's status tool first, and re-dispatches only if
+	// it says the action is not done.
+	Recover OnUnknown = "recover"
+)
+
 // Defaults.
 const (
 	DefaultRetention    = 24 * time.Hour
@@ -46,6 +82,7 @@ const (
 // A Policy is one tool's replay contract.
 type Policy struct {
 	Class Class
+	Scope Scope
 	// Retention is how long a completed execution replays.
 	Retention time.Duration
 	// Replay says whether delivered executions are replayed.
@@ -53,8 +90,43 @@ type Policy struct {
 	// AttachWindow is how long a caller waits on an in-flight execution
 	// before it is told the execution is still in progress.
 	AttachWindow time.Duration
+	// Ignore lists argument paths (dot-separated object members, as in
+	// "trace.id") dropped before fingerprinting: they do not change the
+	// effect.
+	Ignore []string
+	// Defaults materialises the inputSchema's top-level property defaults
+	// before fingerprinting, so {} and {"region":"us-east-1"} match when
+	// us-east-1 is the default.
+	Defaults bool
+	// OnUnknown says what a call matching an unknown execution gets.
+	OnUnknown OnUnknown
+	// Recover names the status tool for OnUnknown Recover.
+	Recover *RecoverRule
+	// ForwardKey sends the execution id upstream in the call's _meta.
+	ForwardKey bool
+
 	// Source says where the class came from, for logs and `policy show`.
 	Source string
+	// Written reports whether a rule of the policy file covers the tool,
+	// by its name or a glob: its contract is written down.
+	Written bool
+	// Explicit reports whether the policy file names the tool exactly.
+	Explicit bool
+}
+
+// A RecoverRule says how to ask an upstream whether an execution whose
+// outcome is unknown took effect.
+type RecoverRule struct {
+	// Tool is the status tool to call.
+	Tool string
+	// Arguments is the status call's arguments, a JSON object in which
+	// every string "{{execution_id}}" is replaced by the execution id.
+	Arguments json.RawMessage
+	// DonePath is the dot path, in the status result's structuredContent,
+	// of the field that says whether the action is done; DoneValues are
+	// the values (as JSON text, such as "done" or true) that mean it is.
+	DonePath   string
+	DoneValues []string
 }
 
 // Annotations are the tool annotations of MCP's Tool type that bear on
@@ -70,14 +142,26 @@ type Annotations struct {
 // nil means the tool is not known, which MCP treats like a tool with no
 // annotations: it may have side effects.
 func FromAnnotations(a *Annotations) Policy {
-	p := Policy{Class: SideEffect, Retention: DefaultRetention, Replay: ReplayAlways, AttachWindow: DefaultAttachWindow, Source: "default (no annotations)"}
+	p := Policy{
+		Class:        SideEffect,
+		Scope:        ScopeSession,
+		Retention:    DefaultRetention,
+		Replay:       ReplayAlways,
+		AttachWindow: DefaultAttachWindow,
+		Defaults:     true,
+		OnUnknown:    Block,
+		ForwardKey:   true,
+		Source:       "default (no annotations)",
+	}
 	switch {
 	case a == nil:
 		p.Source = "default (tool not listed)"
 	case isTrue(a.ReadOnlyHint):
 		p.Class, p.Source = ReadOnly, "annotation readOnlyHint"
 	case isTrue(a.IdempotentHint):
-		p.Class, p.Source = Idempotent, "annotation idempotentHint"
+		// DESIGN section 6: an idempotent tool may be re-sent when its
+		// outcome is unknown.
+		p.Class, p.Source, p.OnUnknown = Idempotent, "annotation idempotentHint", Retry
 	}
 	return p
 }
