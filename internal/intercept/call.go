@@ -18,6 +18,8 @@ type ToolCall struct {
 	// Meta is the _meta member, or nil. It is never part of the
 	// fingerprint.
 	Meta json.RawMessage
+	// Key is the client's idempotency key from _meta, or "".
+	Key string
 	// Task is the task-augmentation member (MCP 2025-11-25 tasks), or nil.
 	Task json.RawMessage
 	// InputResponses and RequestState continue a multi-round request
@@ -64,7 +66,60 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
+	if tc.Meta != nil {
+		key, err := clientKey(tc.Meta)
+		if err != nil {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+		}
+		tc.Key = key
+	}
 	return tc, nil
+}
+
+// Meta keys a client may name its own idempotency key with. The first is
+// the proxy's own; the second is the common spelling.
+const (
+	MetaKey       = "mcp-idempotent/key"
+	MetaKeyCommon = "idempotencyKey"
+)
+
+// MaxKeyLength bounds a client key, as the IETF Idempotency-Key draft
+// suggests servers do.
+const MaxKeyLength = 255
+
+// clientKey returns the client's idempotency key from _meta, or "" when it
+// names none.
+func clientKey(meta json.RawMessage) (string, error) {
+	var raw []byte
+	from := ""
+	if meta[0] != '{' {
+		return "", nil // a malformed _meta is the upstream's to judge
+	}
+	jsonrpc.EachMember(meta, func(name, value []byte) bool {
+		switch n := string(name); {
+		case n == MetaKey, n == MetaKeyCommon && from != MetaKey:
+			raw, from = value, n
+		}
+		return true
+	})
+	if raw == nil {
+		return "", nil
+	}
+	key, ok := jsonrpc.StringValue(raw)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("_meta[%q] must be a string", from)
+	case key == "":
+		return "", fmt.Errorf("_meta[%q] is empty", from)
+	case len(key) > MaxKeyLength:
+		return "", fmt.Errorf("_meta[%q] is %d bytes long; the limit is %d", from, len(key), MaxKeyLength)
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return "", fmt.Errorf("_meta[%q] contains the control character %U", from, r)
+		}
+	}
+	return key, nil
 }
 
 func nullToNil(raw json.RawMessage) json.RawMessage {

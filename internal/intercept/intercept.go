@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type Replier interface {
 type Request struct {
 	Call   *ToolCall
 	Policy policy.Policy
+	// SchemaDefaults are the tool's inputSchema property defaults, which
+	// Policy.Defaults materialises before fingerprinting.
+	SchemaDefaults map[string]json.RawMessage
 	// Actor, Scope and UpstreamID go into the fingerprint.
 	Actor      string
 	Scope      string
@@ -129,30 +133,50 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 // case costs no goroutine hand-off; only callers that attach to an
 // execution already under way get a goroutine of their own to wait in.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
-	call := req.Call
+	call, pol := req.Call, req.Policy
+	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return
+	}
+	actor, scope := matchScope(req)
 	fp, err := in.hasher.Sum(fingerprint.Action{
-		Actor:     req.Actor,
-		Scope:     req.Scope,
+		Actor:     actor,
+		Scope:     scope,
 		Upstream:  req.UpstreamID,
 		Tool:      call.Name,
-		Arguments: call.Arguments,
+		Arguments: args,
 		Extra:     extra(call),
 	})
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 		return
 	}
+	key := fp
+	if call.Key != "" {
+		// The client's key names the execution (DESIGN section 3): it is
+		// matched on the key, within the actor and the upstream, and the
+		// fingerprint checks that the key is not reused for another action.
+		kb, _ := json.Marshal(call.Key)
+		kfp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: "client-key", Upstream: req.UpstreamID,
+			Extra: map[string]json.RawMessage{"key": kb}})
+		if err != nil {
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+			return
+		}
+		key = "key:" + kfp
+	}
 	fresh := &record.Record{
 		ID:          record.NewID(in.now()),
-		Key:         fp,
+		Key:         key,
 		Fingerprint: fp,
 		Actor:       req.Actor,
-		Scope:       req.Scope,
+		Scope:       scope,
 		Upstream:    req.UpstreamID,
 		Tool:        call.Name,
-		Retention:   req.Policy.Retention,
+		Retention:   pol.Retention,
 	}
-	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(req.Policy))
+	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(pol))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // the caller left before anything was reserved
@@ -166,28 +190,184 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		// kept for the calls the proxy answers from the record, so that
 		// logging at the default level costs nothing per ordinary call.
 		if in.log.Enabled(ctx, slog.LevelDebug) {
-			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", req.Policy.Class,
+			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
-		in.dispatch(ctx, rec, req)
+		in.dispatch(ctx, rec, req, "")
+	case rec.Fingerprint != fp:
+		// Only a client key can match a record of another action: the
+		// IETF Idempotency-Key draft's 422. Never executed.
+		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); the arguments differ, so this call was not executed: use a new key for a new action",
+			call.Key, rec.ID, rec.Tool))
 	default:
 		in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
 			"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
-		if rec.State.Settled() {
+		switch {
+		case rec.State == record.Unknown:
+			in.unknown(ctx, rec, req)
+		case rec.State.Settled():
 			in.answer(ctx, req, rec, false)
-			return
+		default:
+			go in.attach(ctx, rec, req)
 		}
-		go in.attach(ctx, rec, req)
 	}
 }
 
-// dispatch sends a won reservation upstream. The execution runs on its
-// own from here, detached from the caller that started it: a dispatched
-// side effect is never dropped because its caller left.
-func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Request) {
+// matchScope returns the actor and the scope that go into the
+// fingerprint: a client key is matched within its actor across sessions,
+// and a global tool across actors.
+func matchScope(req *Request) (actor, scope string) {
+	actor = req.Actor
+	switch {
+	case req.Call.Key != "":
+		scope = string(policy.ScopeKey)
+	case req.Policy.Scope == policy.ScopeActor:
+		scope = string(policy.ScopeActor)
+	case req.Policy.Scope == policy.ScopeGlobal:
+		scope = string(policy.ScopeGlobal)
+	default:
+		scope = req.Scope
+	}
+	if req.Policy.Scope == policy.ScopeGlobal {
+		actor = ""
+	}
+	return actor, scope
+}
+
+// unknown answers a call that matched an execution whose outcome is
+// unknown, as the tool's on_unknown says.
+func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Request) {
+	switch {
+	case req.Policy.OnUnknown == policy.Retry && rec.Attempts < maxAttempts:
+		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
+		in.dispatch(ctx, rec, req, "re-dispatch: on_unknown retry")
+	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil && rec.Attempts < maxAttempts:
+		go in.recover(ctx, rec, req)
+	default:
+		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
+	}
+}
+
+// maxAttempts bounds the dispatches of one execution: the first, and one
+// re-dispatch after an unknown outcome.
+const maxAttempts = 2
+
+// recover asks the upstream's status tool whether an execution whose
+// outcome is unknown took effect. Done: the execution completes with the
+// status result. Not done: it is re-dispatched. No clear answer: it stays
+// unknown, and so does the caller's answer.
+func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Request) {
+	rule := req.Policy.Recover
+	status, err := in.status(rec, req)
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case err != nil:
+		in.log.Warn("status check gave no answer; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool, "err", err)
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
+	case statusDone(status, rule):
+		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
+		settled, err := in.store.Update(bg, rec.ID, record.Change{To: record.Completed, Result: status,
+			Note: "recovered: " + rule.Tool + " says the action is done"})
+		if err != nil {
+			// Another caller settled it first: answer from the record.
+			in.attach(ctx, rec, req)
+			return
+		}
+		in.answer(ctx, req, settled, true)
+	default:
+		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
+		in.dispatch(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
+	}
+}
+
+// status calls the recover rule's status tool and waits for its result.
+func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage, error) {
+	rule := req.Policy.Recover
+	args := bytes.ReplaceAll(rule.Arguments, []byte("{{execution_id}}"), []byte(rec.ID))
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	name, _ := json.Marshal(rule.Tool)
+	params := []byte(`{"name":` + string(name) + `,"arguments":` + string(args) + `}`)
+	type outcome struct {
+		result json.RawMessage
+		err    error
+	}
+	ch := make(chan outcome, 1)
+	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	o := <-ch
+	if o.err != nil {
+		return nil, o.err
+	}
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	if json.Unmarshal(o.result, &r) != nil || r.IsError {
+		return nil, fmt.Errorf("%s answered with an error result", rule.Tool)
+	}
+	return o.result, nil
+}
+
+// Default status-check reading: structuredContent.status in these values
+// means done.
+var (
+	defaultDonePath   = "status"
+	defaultDoneValues = []string{"done", "completed", "succeeded", "success"}
+)
+
+// statusDone reports whether a status tool's result says the action is
+// done.
+func statusDone(result json.RawMessage, rule *policy.RecoverRule) bool {
+	path, values := rule.DonePath, rule.DoneValues
+	if path == "" {
+		path = defaultDonePath
+	}
+	if len(values) == 0 {
+		values = defaultDoneValues
+	}
+	var r struct {
+		Structured json.RawMessage `json:"structuredContent"`
+	}
+	if json.Unmarshal(result, &r) != nil || r.Structured == nil {
+		return false
+	}
+	v := r.Structured
+	for _, name := range strings.Split(path, ".") {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(v, &obj) != nil {
+			return false
+		}
+		if v = obj[name]; v == nil {
+			return false
+		}
+	}
+	text := string(bytes.TrimSpace(v))
+	str, isString := jsonrpc.StringValue(v)
+	for _, want := range values {
+		if text == want || isString && str == want {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch sends an execution upstream: a won reservation, or a
+// re-dispatch of an unknown one under the same id (note says why). The
+// execution runs on its own from here, detached from the caller that
+// started it: a dispatched side effect is never dropped because its caller
+// left.
+func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Request, note string) {
 	bg := context.WithoutCancel(ctx)
 	// Persist before send: once bytes may have left, the record says so.
-	if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched}); err != nil {
+	if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched, Note: note}); err != nil {
+		if errors.Is(err, record.ErrConflict) && rec.State == record.Unknown {
+			// Another caller re-dispatched it first: wait for that one.
+			go in.attach(ctx, rec, req)
+			return
+		}
 		in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
 		settled := in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
 		if settled == nil {
@@ -196,9 +376,15 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		in.answer(ctx, req, settled, true)
 		return
 	}
-	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched)
+	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+	params := req.Call.Params
+	if req.Policy.ForwardKey {
+		// The execution id goes upstream, so a server that honours
+		// idempotency keys can dedupe a re-dispatch itself.
+		params = withMeta(params, []byte(`"`+MetaExecutionID+`":"`+rec.ID+`"`))
+	}
 	in.executions.Add(1)
-	req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
+	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
 		defer in.executions.Done()
 		settled := in.settle(bg, rec.ID, outcome(result, err))
 		if settled == nil {
@@ -382,6 +568,9 @@ const (
 	MetaReplayed  = "mcp-idempotent/replayed"
 	MetaExecution = "mcp-idempotent/execution"
 	MetaOutcome   = "mcp-idempotent/outcome"
+	// MetaExecutionID carries the execution id upstream in the params'
+	// _meta (forward_key).
+	MetaExecutionID = "mcp-idempotent/execution-id"
 )
 
 // executionMeta is the execution as a client sees it in _meta.

@@ -68,10 +68,11 @@ func (a *answers) only(t *testing.T) Answer {
 func (a *answers) count() int { return len(a.got) }
 
 type harness struct {
-	in    *Interceptor
-	store *memstore.Store
-	up    *upstream
-	pol   policy.Policy
+	in       *Interceptor
+	store    *memstore.Store
+	up       *upstream
+	pol      policy.Policy
+	defaults map[string]json.RawMessage // the tool's schema defaults
 }
 
 func newHarness(respond func(context.Context, int, json.RawMessage) (json.RawMessage, error)) *harness {

@@ -187,3 +187,31 @@ func ParseListResult(result json.RawMessage) (ListPage, error) {
 	err := json.Unmarshal(result, &page)
 	return page, err
 }
+
+// SchemaDefaults returns the defaults that an inputSchema gives its
+// top-level properties, as raw JSON by property name; nil when there are
+// none or the schema cannot be read.
+func SchemaDefaults(schema json.RawMessage) map[string]json.RawMessage {
+	if len(schema) == 0 {
+		return nil
+	}
+	var s struct {
+		Properties map[string]struct {
+			Default json.RawMessage `json:"default"`
+		} `json:"properties"`
+	}
+	if json.Unmarshal(schema, &s) != nil {
+		return nil
+	}
+	var defaults map[string]json.RawMessage
+	for name, p := range s.Properties {
+		if p.Default == nil {
+			continue
+		}
+		if defaults == nil {
+			defaults = make(map[string]json.RawMessage)
+		}
+		defaults[name] = p.Default
+	}
+	return defaults
+}

@@ -43,6 +43,9 @@ type Options struct {
 	Scope string
 	// UpstreamID names the upstream in fingerprints and records.
 	UpstreamID string
+	// Resolve gives each tool its policy; nil means the defaults from its
+	// annotations.
+	Resolve Resolver
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// ShutdownGrace bounds how long Run waits, once the client has gone,
@@ -125,7 +128,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		upstream:  upstream,
 		opts:      opts,
 		log:       log,
-		tools:     newToolTable(),
+		tools:     newToolTable(opts.Resolve),
 		pending:   make(map[string]func(*jsonrpc.Message, error)),
 		forwarded: make(map[string]string),
 		calls:     make(map[string]*clientCall),
@@ -304,26 +307,29 @@ func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
 	s.calls[c.key] = c
 	s.mu.Unlock()
 
-	if pol, ok := s.tools.cached(call.Name); ok {
-		s.handleToolCall(c, msg, call, pol)
+	if info, ok := s.tools.cached(call.Name); ok {
+		s.handleToolCall(c, msg, call, info)
 		return
 	}
 	go func() {
-		pol := s.tools.policyFor(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
+		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
 			return s.listTools(ctx, cursor, call.Meta)
 		})
 		if cctx.Err() != nil {
 			c.finish() // cancelled before anything was decided: nothing ran
 			return
 		}
-		s.handleToolCall(c, msg, call, pol)
+		s.handleToolCall(c, msg, call, info)
 	}()
 }
 
-func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall, pol policy.Policy) {
-	if pol.Class == policy.ReadOnly {
+func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall, info toolInfo) {
+	pol := info.policy
+	if pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == "" {
+		// Read-only tools, and calls without a client key to a tool whose
+		// calls are matched by key only, pass through unrecorded.
 		if s.log.Enabled(c.ctx, slog.LevelDebug) {
-			s.log.Debug("read-only tool passes through", "tool", call.Name, "request", string(msg.ID))
+			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", string(msg.ID))
 		}
 		c.mu.Lock()
 		c.passThrough = true
@@ -336,14 +342,15 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		return
 	}
 	s.opts.Interceptor.Handle(c.ctx, &intercept.Request{
-		Call:        call,
-		Policy:      pol,
-		Actor:       s.opts.Actor,
-		Scope:       s.opts.Scope,
-		UpstreamID:  s.opts.UpstreamID,
-		Upstream:    s,
-		Reply:       c,
-		Correlation: c.key,
+		Call:           call,
+		Policy:         pol,
+		SchemaDefaults: info.defaults,
+		Actor:          s.opts.Actor,
+		Scope:          s.opts.Scope,
+		UpstreamID:     s.opts.UpstreamID,
+		Upstream:       s,
+		Reply:          c,
+		Correlation:    c.key,
 	})
 }
 

@@ -9,76 +9,107 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
+// A Resolver returns a tool's effective policy from its annotations (nil
+// for a tool the upstream did not list).
+type Resolver func(tool string, ann *policy.Annotations) policy.Policy
+
+// toolInfo is what the proxy knows of one tool.
+type toolInfo struct {
+	policy policy.Policy
+	// defaults holds the inputSchema's top-level property defaults.
+	defaults map[string]json.RawMessage
+}
+
 // toolTable is what the upstream's tools/list said, learned from the
 // client's own listings as they pass and, for a tool not seen yet, from a
 // listing the proxy asks for itself.
 type toolTable struct {
+	resolve Resolver
+
 	mu       sync.Mutex // protects the fields below
-	tools    map[string]policy.Tool
+	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
 	inFlight chan struct{} // closed when the proxy's own listing finishes; nil if none
 }
 
-func newToolTable() *toolTable {
-	return &toolTable{tools: make(map[string]policy.Tool)}
+func newToolTable(resolve Resolver) *toolTable {
+	if resolve == nil {
+		resolve = func(_ string, ann *policy.Annotations) policy.Policy { return policy.FromAnnotations(ann) }
+	}
+	return &toolTable{resolve: resolve, tools: make(map[string]toolInfo)}
 }
 
 // learn merges one page of a tools/list result.
 func (t *toolTable) learn(page policy.ListPage) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	infos := make(map[string]toolInfo, len(page.Tools))
 	for _, tool := range page.Tools {
-		t.tools[tool.Name] = tool
+		// A listed tool without annotations is distinct from one not
+		// listed at all.
+		ann := tool.Annotations
+		if ann == nil {
+			ann = &policy.Annotations{}
+		}
+		infos[tool.Name] = toolInfo{policy: t.resolve(tool.Name, ann), defaults: policy.SchemaDefaults(tool.InputSchema)}
 	}
-}
-
-// cached returns the policy of a tool already listed, without waiting.
-func (t *toolTable) cached(name string) (policy.Policy, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tool, ok := t.tools[name]; ok {
-		return policy.FromAnnotations(orEmpty(tool.Annotations)), true
+	for name, info := range infos {
+		t.tools[name] = info
 	}
-	if t.fetched {
-		return policy.FromAnnotations(nil), true
-	}
-	return policy.Policy{}, false
 }
 
 // invalidate forgets the listing after notifications/tools/list_changed.
 func (t *toolTable) invalidate() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.tools = make(map[string]policy.Tool)
+	t.tools = make(map[string]toolInfo)
 	t.fetched = false
+}
+
+// cached returns what is known of a tool without waiting: ok is false when
+// the tool has not been seen and no full listing has been read.
+func (t *toolTable) cached(name string) (toolInfo, bool) {
+	t.mu.Lock()
+	info, ok := t.tools[name]
+	fetched := t.fetched
+	t.mu.Unlock()
+	if ok {
+		return info, true
+	}
+	if fetched {
+		return t.unlisted(name), true
+	}
+	return toolInfo{}, false
+}
+
+// unlisted is the info of a tool the upstream does not list: MCP's
+// default, which is that it may have side effects, unless the policy file
+// says otherwise.
+func (t *toolTable) unlisted(name string) toolInfo {
+	return toolInfo{policy: t.resolve(name, nil)}
 }
 
 // maxListPages bounds the pages of the proxy's own listing, so a server
 // that always returns a cursor cannot keep it busy forever.
 const maxListPages = 100
 
-// policyFor returns the policy of the named tool. A tool not seen yet makes
+// lookup returns what is known of the named tool. A tool not seen yet makes
 // the proxy list the upstream's tools once (concurrent callers share that
-// listing); a tool still unknown after it gets the MCP default: it may have
-// side effects. list performs one tools/list request.
-func (t *toolTable) policyFor(ctx context.Context, name string, list func(ctx context.Context, cursor string) (policy.ListPage, error)) policy.Policy {
+// listing); a tool still unknown after it is treated as unlisted. list
+// performs one tools/list request.
+func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx context.Context, cursor string) (policy.ListPage, error)) toolInfo {
 	for {
+		if info, ok := t.cached(name); ok {
+			return info
+		}
 		t.mu.Lock()
-		if tool, ok := t.tools[name]; ok {
-			t.mu.Unlock()
-			return policy.FromAnnotations(orEmpty(tool.Annotations))
-		}
-		if t.fetched {
-			t.mu.Unlock()
-			return policy.FromAnnotations(nil)
-		}
 		if wait := t.inFlight; wait != nil {
 			t.mu.Unlock()
 			select {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return policy.FromAnnotations(nil)
+				return t.unlisted(name)
 			}
 		}
 		done := make(chan struct{})
@@ -90,19 +121,17 @@ func (t *toolTable) policyFor(ctx context.Context, name string, list func(ctx co
 		t.mu.Lock()
 		t.inFlight = nil
 		t.fetched = t.fetched || ok
-		if !ok {
-			// Listing failed: this call is treated as a side effect, and
-			// the next one tries the listing again.
-			tool, known := t.tools[name]
-			t.mu.Unlock()
-			close(done)
-			if known {
-				return policy.FromAnnotations(orEmpty(tool.Annotations))
-			}
-			return policy.FromAnnotations(nil)
-		}
+		info, known := t.tools[name]
 		t.mu.Unlock()
 		close(done)
+		if !ok {
+			// Listing failed: this call goes by what is known, and the
+			// next one tries the listing again.
+			if known {
+				return info
+			}
+			return t.unlisted(name)
+		}
 	}
 }
 
@@ -120,15 +149,6 @@ func (t *toolTable) fetch(ctx context.Context, list func(ctx context.Context, cu
 		cursor = page.NextCursor
 	}
 	return true
-}
-
-// orEmpty makes a listed tool without annotations distinct from a tool
-// that is not listed at all.
-func orEmpty(a *policy.Annotations) *policy.Annotations {
-	if a == nil {
-		return &policy.Annotations{}
-	}
-	return a
 }
 
 // protocolMeta returns the _meta members a stateless (2026-07-28) request

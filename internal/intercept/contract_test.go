@@ -1,0 +1,264 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// callAs makes one tools/call as actor in session scope.
+func (h *harness) callAs(t *testing.T, actor, scope, params string) *answers {
+	t.Helper()
+	tc, perr := ParseToolCall(json.RawMessage(params))
+	if perr != nil {
+		t.Fatalf("ParseToolCall(%s): %v", params, perr)
+	}
+	a := newAnswers()
+	h.in.Handle(t.Context(), &Request{
+		Call: tc, Policy: h.pol, SchemaDefaults: h.defaults, Actor: actor, Scope: scope,
+		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a,
+	})
+	return a
+}
+
+func keyed(key, args string) string {
+	return `{"name":"charge_card","arguments":` + args + `,"_meta":{"mcp-idempotent/key":"` + key + `"}}`
+}
+
+func TestClientKeyNamesTheExecution(t *testing.T) {
+	h := newHarness(charged)
+	first := view(t, h.callAs(t, "alice", "session:1", keyed("order-1", `{"amount":100}`)).only(t))
+	// The same key from another session, arguments spelt differently.
+	again := view(t, h.callAs(t, "alice", "session:2", keyed("order-1", `{"amount":1e2}`)).only(t))
+	if !again.Meta.Replayed || again.Content[0].Text != first.Content[0].Text {
+		t.Fatalf("the key's second use got %+v; want the first answer replayed", again)
+	}
+	// The same key for other arguments: refused, never executed.
+	a := h.callAs(t, "alice", "session:1", keyed("order-1", `{"amount":200}`)).only(t)
+	e := jsonrpc.DecodeError(a.Error)
+	if a.Error == nil || e.Code != jsonrpc.CodeInvalidParams || !strings.Contains(e.Message, `"order-1"`) || !strings.Contains(e.Message, "arguments differ") {
+		t.Fatalf("key reused for other arguments got %+v; want -32602 naming the key", a)
+	}
+	// Another key is another execution, even for the same arguments; so is
+	// another actor's use of the same key.
+	h.callAs(t, "alice", "session:1", keyed("order-2", `{"amount":100}`)).only(t)
+	h.callAs(t, "bob", "session:1", keyed("order-1", `{"amount":100}`)).only(t)
+	if n := h.up.calls.Load(); n != 3 {
+		t.Fatalf("upstream ran %d times; want 3 (order-1, order-2, bob's order-1)", n)
+	}
+}
+
+func TestClientKeyValidation(t *testing.T) {
+	for _, tt := range []struct{ meta, key, err string }{
+		{`{"mcp-idempotent/key":"k1"}`, "k1", ""},
+		{`{"idempotencyKey":"k2"}`, "k2", ""},
+		{`{"idempotencyKey":"common","mcp-idempotent/key":"ours"}`, "ours", ""},
+		{`{"progressToken":1}`, "", ""},
+		{`{"mcp-idempotent/key":7}`, "", "must be a string"},
+		{`{"mcp-idempotent/key":""}`, "", "is empty"},
+		{`{"mcp-idempotent/key":"a\nb"}`, "", "control character"},
+		{`{"idempotencyKey":"` + strings.Repeat("k", 256) + `"}`, "", "256 bytes long; the limit is 255"},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("_meta %s: %v", tt.meta, err)
+		case tt.err == "" && tc.Key != tt.key:
+			t.Errorf("_meta %s: key %q; want %q", tt.meta, tc.Key, tt.key)
+		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err)):
+			t.Errorf("_meta %s: error %v; want -32602 containing %q", tt.meta, err, tt.err)
+		}
+	}
+}
+
+func TestIgnoredArgumentsAndSchemaDefaults(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Ignore = []string{"note", "trace.id"}
+	h.defaults = map[string]json.RawMessage{"region": json.RawMessage(`"us-east-1"`)}
+	for _, args := range []string{
+		`{"amount":100}`,
+		`{"amount":100,"region":"us-east-1"}`,
+		`{"amount":100,"note":"retry #2"}`,
+		`{"amount":100,"trace":{"id":"t-9"}}`,
+	} {
+		h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times; ignored members and defaults must not change the action", n)
+	}
+	h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"amount":100,"region":"eu-west-1"}}`).only(t)
+	h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"amount":100,"trace":{"id":"t-9","span":"x"}}}`).only(t)
+	if n := h.up.calls.Load(); n != 3 {
+		t.Fatalf("upstream ran %d times; a non-default region and a member beside the ignored one are other actions", n)
+	}
+	h.pol.Defaults = false
+	h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"amount":100}}`).only(t) // matches the first
+	h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"amount":100,"region":"us-east-1"}}`).only(t)
+	if n := h.up.calls.Load(); n != 4 {
+		t.Fatalf("upstream ran %d times; with defaults off, an explicit default is another action", n)
+	}
+}
+
+func TestScopes(t *testing.T) {
+	for _, tt := range []struct {
+		scope policy.Scope
+		calls [][2]string // actor, session
+		want  int32
+	}{
+		{policy.ScopeSession, [][2]string{{"alice", "s1"}, {"alice", "s2"}, {"alice", "s1"}}, 2},
+		{policy.ScopeActor, [][2]string{{"alice", "s1"}, {"alice", "s2"}, {"bob", "s1"}}, 2},
+		{policy.ScopeGlobal, [][2]string{{"alice", "s1"}, {"bob", "s2"}, {"carol", "s3"}}, 1},
+	} {
+		h := newHarness(charged)
+		h.pol.Scope = tt.scope
+		for _, c := range tt.calls {
+			h.callAs(t, c[0], c[1], chargeCall).only(t)
+		}
+		if n := h.up.calls.Load(); n != tt.want {
+			t.Errorf("scope %s: upstream ran %d times; want %d", tt.scope, n, tt.want)
+		}
+	}
+}
+
+func TestForwardKey(t *testing.T) {
+	var sent []string
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		sent = append(sent, string(p))
+		return charged(context.Background(), n, p)
+	})
+	v := view(t, h.call(t.Context(), t, `{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p"}}`).only(t))
+	_ = v
+	rec := h.onlyRecord(t)
+	want := `{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p","mcp-idempotent/execution-id":"` + rec.ID + `"}}`
+	if sent[0] != want {
+		t.Fatalf("upstream got %s; want %s", sent[0], want)
+	}
+	h.pol.ForwardKey = false
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":2}}`).only(t)
+	if sent[1] != `{"name":"charge_card","arguments":{"n":2}}` {
+		t.Fatalf("with forward_key off, upstream got %s; want the params as sent", sent[1])
+	}
+}
+
+// dies answers the first dispatch as an upstream that died after the side
+// effect, and then behaves as respond.
+func dies(respond func(context.Context, int, json.RawMessage) (json.RawMessage, error)) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+	return func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if n == 1 {
+			return nil, errors.New("the upstream exited before answering")
+		}
+		return respond(ctx, n, p)
+	}
+}
+
+func TestOnUnknownBlock(t *testing.T) {
+	h := newHarness(dies(charged))
+	for i := range 3 {
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("call %d got %+v; want outcome unknown", i+1, v)
+		}
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; block never re-sends", n)
+	}
+}
+
+func TestOnUnknownRetry(t *testing.T) {
+	var ids []string
+	h := newHarness(dies(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		var params struct {
+			Meta map[string]string `json:"_meta"`
+		}
+		json.Unmarshal(p, &params)
+		ids = append(ids, params.Meta[MetaExecutionID])
+		return charged(context.Background(), n, p)
+	}))
+	h.pol.OnUnknown = policy.Retry
+	first := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !strings.HasPrefix(first.Content[0].Text, "Outcome unknown:") {
+		t.Fatalf("first call got %+v; want outcome unknown", first)
+	}
+	second := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if second.Content[0].Text != "charge #2" {
+		t.Fatalf("the call after an unknown outcome got %+v; want the re-dispatch's answer", second)
+	}
+	rec := h.onlyRecord(t)
+	if rec.Attempts != 2 || rec.State != record.Delivered || len(ids) != 1 || ids[0] != rec.ID || rec.ID != first.Meta.Execution.ID {
+		t.Fatalf("record %s attempts=%d state=%s, re-dispatch carried %v; want one execution, two attempts, the same id", rec.ID, rec.Attempts, rec.State, ids)
+	}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.Meta.Replayed || v.Content[0].Text != "charge #2" {
+		t.Fatalf("third call got %+v; want the replay", v)
+	}
+}
+
+func TestOnUnknownRetriesOnce(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("the upstream exited before answering")
+	})
+	h.pol.OnUnknown = policy.Retry
+	for range 4 {
+		h.call(t.Context(), t, chargeCall).only(t)
+	}
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; on_unknown retry re-sends once", n)
+	}
+}
+
+func TestOnUnknownRecover(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		status     string // the status tool's result; "" means it fails
+		wantText   string
+		wantCalls  int32 // charge_card dispatches
+		wantState  record.State
+		wantRecord string
+	}{
+		{"done", `{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"status":"succeeded"}}`, "deployed", 1, record.Delivered, "completed by the status result"},
+		{"not done", `{"content":[{"type":"text","text":"no such deploy"}],"structuredContent":{"status":"not_found"}}`, "charge #2", 2, record.Delivered, "re-dispatched"},
+		{"no answer", "", "Outcome unknown:", 1, record.Unknown, "left unknown"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var charges, checks int32
+			var checkedID string
+			h := newHarness(func(_ context.Context, _ int, p json.RawMessage) (json.RawMessage, error) {
+				var params struct {
+					Name      string            `json:"name"`
+					Arguments map[string]string `json:"arguments"`
+				}
+				json.Unmarshal(p, &params)
+				if params.Name == "get_status" {
+					checks++
+					checkedID = params.Arguments["execution_id"]
+					if tt.status == "" {
+						return nil, &jsonrpc.Error{Code: -32603, Message: "status unavailable"}
+					}
+					return json.RawMessage(tt.status), nil
+				}
+				charges++
+				if charges == 1 {
+					return nil, errors.New("the upstream exited before answering")
+				}
+				return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charge #%d"}]}`, charges)), nil
+			})
+			h.pol.OnUnknown = policy.Recover
+			h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+			h.call(t.Context(), t, chargeCall).only(t)
+			a := h.call(t.Context(), t, chargeCall).only(t)
+			v := view(t, a)
+			rec := h.onlyRecord(t)
+			if !strings.HasPrefix(v.Content[0].Text, tt.wantText) || charges != tt.wantCalls || rec.State != tt.wantState {
+				t.Fatalf("got %q, %d dispatches, record %s; want %q, %d, %s (%s)", v.Content[0].Text, charges, rec.State, tt.wantText, tt.wantCalls, tt.wantState, tt.wantRecord)
+			}
+			if checks != 1 || checkedID != rec.ID {
+				t.Fatalf("status tool called %d times with execution_id %q; want once with %s", checks, checkedID, rec.ID)
+			}
+		})
+	}
+}

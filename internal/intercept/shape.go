@@ -1,0 +1,74 @@
+package intercept
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+)
+
+// shapeArguments applies a tool's fingerprint options to its arguments
+// before they are fingerprinted: the inputSchema's defaults are filled in
+// for members the call leaves out (policy Defaults), and the members the
+// policy ignores are dropped. The call sent upstream is never changed.
+// Arguments come back as they were when neither option applies, which is
+// the common case and costs nothing.
+func shapeArguments(args json.RawMessage, pol policy.Policy, defaults map[string]json.RawMessage) (json.RawMessage, error) {
+	useDefaults := pol.Defaults && len(defaults) > 0
+	if !useDefaults && len(pol.Ignore) == 0 {
+		return args, nil
+	}
+	obj := map[string]json.RawMessage{}
+	if args != nil {
+		if err := json.Unmarshal(args, &obj); err != nil {
+			return nil, fmt.Errorf("reading arguments: %w", err)
+		}
+	}
+	if useDefaults {
+		for name, v := range defaults {
+			if _, ok := obj[name]; !ok {
+				obj[name] = v
+			}
+		}
+	}
+	for _, path := range pol.Ignore {
+		if err := dropPath(obj, strings.Split(path, ".")); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(obj)
+}
+
+// dropPath deletes the member at path from obj, and an object the removal
+// leaves empty. A path through a value that is not an object, or to a
+// member that is absent, drops nothing.
+func dropPath(obj map[string]json.RawMessage, path []string) error {
+	if len(path) == 1 {
+		delete(obj, path[0])
+		return nil
+	}
+	raw, ok := obj[path[0]]
+	if !ok || len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	inner := map[string]json.RawMessage{}
+	if err := json.Unmarshal(raw, &inner); err != nil {
+		return fmt.Errorf("reading arguments: %w", err)
+	}
+	if err := dropPath(inner, path[1:]); err != nil {
+		return err
+	}
+	if len(inner) == 0 {
+		// Left empty by the removal: {"trace":{"id":"t"}} and {} are the
+		// same call when trace.id is ignored.
+		delete(obj, path[0])
+		return nil
+	}
+	b, err := json.Marshal(inner)
+	if err != nil {
+		return err
+	}
+	obj[path[0]] = b
+	return nil
+}
