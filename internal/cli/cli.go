@@ -50,6 +50,9 @@ execution that already happened instead of running the tool again.
 Usage:
   mcp-idempotent [flags] -- COMMAND [ARGS...]   proxy a stdio MCP server
   mcp-idempotent demo                          show the problem and the fix
+  mcp-idempotent policy check FILE             validate a policy file
+  mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
+                                               the effective policy of each tool
   mcp-idempotent version                       print the version
 
 Flags:
@@ -61,6 +64,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		switch args[0] {
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr)
+		case "policy":
+			return runPolicy(ctx, args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, "mcp-idempotent", Version)
 			return nil
@@ -82,6 +87,8 @@ type proxyFlags struct {
 	logFormat  string
 	maxMessage string
 	actor      string
+	policy     string
+	scope      string
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -95,6 +102,8 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	f.fs.StringVar(&f.maxMessage, "max-message-size", "16MiB", "largest JSON-RPC message accepted, in bytes (suffixes KiB, MiB, GiB)")
 	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
+	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
+	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
 	return f
 }
 
@@ -127,6 +136,10 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return err
 	}
+	resolve, _, err := newResolver(f.policy, f.scope)
+	if err != nil {
+		return err
+	}
 
 	child, err := stdio.Start(argv, stderr, maxMessage)
 	if err != nil {
@@ -141,6 +154,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		Actor:       actor,
 		Scope:       "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_"),
 		UpstreamID:  upstreamID,
+		Resolve:     resolve,
 		Logger:      log,
 	})
 	runErr := session.Run(ctx)

@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+)
+
+const policyUsage = `Usage:
+  mcp-idempotent policy check FILE                    validate a policy file
+  mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
+                                                      the effective policy of every tool the upstream lists
+`
+
+func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, policyUsage)
+		return usagef("policy: say check or show")
+	}
+	switch args[0] {
+	case "check":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, policyUsage)
+			return usagef("policy check takes one FILE")
+		}
+		f, err := policy.Load(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: valid, %d tool rules\n", args[1], len(f.Rules()))
+		return nil
+	case "show":
+		return runPolicyShow(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprint(stderr, policyUsage)
+	return usagef("policy: unknown subcommand %q", args[0])
+}
+
+func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("policy show", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("policy", "", "the policy `FILE` to merge with the annotations")
+	scope := fs.String("scope", "", "the default intent scope, as for the proxy")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, policyUsage)
+		return usagef("policy show: no upstream command: put it after --")
+	}
+	resolve, file, err := newResolver(*path, *scope)
+	if err != nil {
+		return err
+	}
+	tools, err := listUpstreamTools(ctx, fs.Args(), stderr)
+	if err != nil {
+		return err
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tFROM\tCONTRACT")
+	unwritten := 0
+	for _, t := range tools {
+		ann := t.Annotations
+		if ann == nil {
+			ann = &policy.Annotations{}
+		}
+		p := resolve(t.Name, ann)
+		contract := "written"
+		switch {
+		case p.Class == policy.ReadOnly:
+			contract = "-"
+		case !p.Written:
+			contract = "NOT WRITTEN"
+			unwritten++
+		}
+		onUnknown := string(p.OnUnknown)
+		if p.Recover != nil {
+			onUnknown += " (" + p.Recover.Tool + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, p.Class, p.Scope, duration(p.Retention),
+			p.Replay, duration(p.AttachWindow), onUnknown, p.Source, contract)
+	}
+	tw.Flush()
+	if unwritten > 0 {
+		fmt.Fprintf(stdout, "\n%d side-effecting tool(s) run on annotation defaults only: nobody wrote down what happens\n"+
+			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten)
+	}
+	if file != nil {
+		listed := make(map[string]bool, len(tools))
+		for _, t := range tools {
+			listed[t.Name] = true
+		}
+		for _, r := range file.Rules() {
+			if !strings.ContainsAny(r, `*?[\`) && !listed[r] {
+				fmt.Fprintf(stdout, "note: %s names %q, which the upstream does not list\n", *path, r)
+			}
+		}
+	}
+	return nil
+}
+
+// duration writes d as a policy file would: 7d, 72h, 10m, 90s.
+func duration(d time.Duration) string {
+	for _, u := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d > 0 && d%u.unit == 0 {
+			return fmt.Sprintf("%d%s", d/u.unit, u.suffix)
+		}
+	}
+	return d.String()
+}
+
+// newResolver returns the policy of each tool: the policy file at path
+// (none if empty) over the annotations, with scope as the default scope.
+func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
+	var file *policy.File
+	if path != "" {
+		var err error
+		if file, err = policy.Load(path); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch policy.Scope(scope) {
+	case "", policy.ScopeSession, policy.ScopeActor, policy.ScopeKey:
+	case policy.ScopeGlobal:
+		return nil, nil, usagef("--scope global: a global scope shares executions across actors, so it is only allowed for a tool named exactly in the policy file")
+	default:
+		return nil, nil, usagef("--scope: %q is not one of session, actor, key", scope)
+	}
+	return func(tool string, ann *policy.Annotations) policy.Policy {
+		p := file.Resolve(tool, ann)
+		if scope != "" && p.Scope == policy.ScopeSession {
+			// The flag replaces the default; a scope the file gives the
+			// tool wins.
+			p.Scope = policy.Scope(scope)
+		}
+		return p
+	}, file, nil
+}
+
+// listUpstreamTools starts the upstream, does the MCP handshake, lists
+// every tool and stops it.
+func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]policy.Tool, error) {
+	child, err := stdio.Start(argv, stderr, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer stopChild(child)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	frames := make(chan []byte, 16)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := child.ReadFrame()
+			if err != nil {
+				return
+			}
+			frames <- f
+		}
+	}()
+	next := 0
+	call := func(method string, params any) (json.RawMessage, error) {
+		next++
+		id := json.RawMessage(fmt.Sprint(next))
+		p, _ := json.Marshal(params)
+		if err := child.WriteFrame(jsonrpc.NewRequest(id, method, p)); err != nil {
+			return nil, fmt.Errorf("%s: writing to the upstream: %w", method, err)
+		}
+		for {
+			select {
+			case f, ok := <-frames:
+				if !ok {
+					return nil, fmt.Errorf("%s: the upstream closed before answering", method)
+				}
+				m, err := jsonrpc.Decode(f)
+				switch {
+				case err != nil:
+					continue
+				case m.IsRequest():
+					// A request of the server's during the handshake
+					// (roots, sampling): this client offers none.
+					child.WriteFrame(jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "not supported by mcp-idempotent policy show")))
+					continue
+				case !m.IsResponse() || string(m.ID) != string(id):
+					continue
+				case m.Error != nil:
+					return nil, fmt.Errorf("%s: %v", method, jsonrpc.DecodeError(m.Error))
+				}
+				return m.Result, nil
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%s: no answer from the upstream: %w", method, ctx.Err())
+			}
+		}
+	}
+	if _, err := call("initialize", map[string]any{
+		"protocolVersion": "2025-06-18",
+		"capabilities":    map[string]any{},
+		"clientInfo":      map[string]string{"name": "mcp-idempotent policy show", "version": Version},
+	}); err != nil {
+		return nil, err
+	}
+	if err := child.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		return nil, err
+	}
+	var tools []policy.Tool
+	cursor := ""
+	for range 100 {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		result, err := call("tools/list", params)
+		if err != nil {
+			return nil, err
+		}
+		page, err := policy.ParseListResult(result)
+		if err != nil {
+			return nil, fmt.Errorf("tools/list: %w", err)
+		}
+		tools = append(tools, page.Tools...)
+		if cursor = page.NextCursor; cursor == "" {
+			return tools, nil
+		}
+	}
+	return nil, errors.New("tools/list: more than 100 pages")
+}
