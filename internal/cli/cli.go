@@ -149,6 +149,9 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: hasher, Logger: log})
+	leases, stopLeases := context.WithCancel(ctx)
+	defer stopLeases()
+	go in.KeepLeases(leases)
 	session := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), child, proxy.Options{
 		Interceptor: in,
 		Actor:       actor,

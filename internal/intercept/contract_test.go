@@ -189,6 +189,7 @@ func TestOnUnknownRetry(t *testing.T) {
 	if second.Content[0].Text != "charge #2" {
 		t.Fatalf("the call after an unknown outcome got %+v; want the re-dispatch's answer", second)
 	}
+	h.in.Wait(t.Context()) // delivery is recorded just after the answer is written
 	rec := h.onlyRecord(t)
 	if rec.Attempts != 2 || rec.State != record.Delivered || len(ids) != 1 || ids[0] != rec.ID || rec.ID != first.Meta.Execution.ID {
 		t.Fatalf("record %s attempts=%d state=%s, re-dispatch carried %v; want one execution, two attempts, the same id", rec.ID, rec.Attempts, rec.State, ids)
@@ -252,6 +253,7 @@ func TestOnUnknownRecover(t *testing.T) {
 			h.call(t.Context(), t, chargeCall).only(t)
 			a := h.call(t.Context(), t, chargeCall).only(t)
 			v := view(t, a)
+			h.in.Wait(t.Context()) // delivery is recorded just after the answer is written
 			rec := h.onlyRecord(t)
 			if !strings.HasPrefix(v.Content[0].Text, tt.wantText) || charges != tt.wantCalls || rec.State != tt.wantState {
 				t.Fatalf("got %q, %d dispatches, record %s; want %q, %d, %s (%s)", v.Content[0].Text, charges, rec.State, tt.wantText, tt.wantCalls, tt.wantState, tt.wantRecord)

@@ -80,6 +80,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Owner names this process in the records it runs; empty means a
+	// fresh random name.
+	Owner string
+	// Lease is how long a record stays claimed by this process without a
+	// renewal (KeepLeases renews it); zero means 30 seconds. When a process
+	// dies, its executions are taken over once their lease lapses.
+	Lease time.Duration
 }
 
 // An Interceptor executes tool calls at most once per action. It is safe
@@ -89,6 +96,8 @@ type Interceptor struct {
 	hasher *fingerprint.Hasher
 	log    *slog.Logger
 	now    func() time.Time
+	owner  string
+	lease  time.Duration
 
 	// executions counts dispatches under way; they outlive the callers
 	// that started them.
@@ -97,7 +106,13 @@ type Interceptor struct {
 
 // New returns an Interceptor.
 func New(opts Options) *Interceptor {
-	in := &Interceptor{store: opts.Store, hasher: opts.Hasher, log: opts.Logger, now: opts.Now}
+	in := &Interceptor{store: opts.Store, hasher: opts.Hasher, log: opts.Logger, now: opts.Now, owner: opts.Owner, lease: opts.Lease}
+	if in.owner == "" {
+		in.owner = "proxy-" + strings.TrimPrefix(record.NewID(time.Now()), "exe_")
+	}
+	if in.lease == 0 {
+		in.lease = 30 * time.Second
+	}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -105,6 +120,23 @@ func New(opts Options) *Interceptor {
 		in.now = time.Now
 	}
 	return in
+}
+
+// KeepLeases renews this process's claim on the executions it runs, three
+// times per lease, until ctx is done.
+func (in *Interceptor) KeepLeases(ctx context.Context) {
+	t := time.NewTicker(in.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := in.store.Renew(ctx, in.owner, in.now().Add(in.lease)); err != nil && ctx.Err() == nil {
+				in.log.Warn("renewing leases", "owner", in.owner, "err", err)
+			}
+		}
+	}
 }
 
 // Wait blocks until every execution under way has settled, or ctx is done.
@@ -175,6 +207,8 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		Upstream:    req.UpstreamID,
 		Tool:        call.Name,
 		Retention:   pol.Retention,
+		Owner:       in.owner,
+		LeaseUntil:  in.now().Add(in.lease),
 	}
 	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(pol))
 	switch {
@@ -362,7 +396,11 @@ func statusDone(result json.RawMessage, rule *policy.RecoverRule) bool {
 func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Request, note string) {
 	bg := context.WithoutCancel(ctx)
 	// Persist before send: once bytes may have left, the record says so.
-	if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched, Note: note}); err != nil {
+	claim := record.Change{To: record.Dispatched, Note: note}
+	if rec.State == record.Unknown {
+		claim.Owner, claim.LeaseUntil = in.owner, in.now().Add(in.lease)
+	}
+	if _, err := in.store.Update(bg, rec.ID, claim); err != nil {
 		if errors.Is(err, record.ErrConflict) && rec.State == record.Unknown {
 			// Another caller re-dispatched it first: wait for that one.
 			go in.attach(ctx, rec, req)

@@ -102,6 +102,27 @@ type Record struct {
 	// ExpiresAt is when a settled record stops matching; zero while in
 	// flight.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+
+	// Owner names the proxy process that runs the execution while it is
+	// in flight, and LeaseUntil is when its claim lapses unless renewed.
+	// A record in flight past its lease is an orphan: its owner died.
+	Owner      string    `json:"owner,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+}
+
+// Orphaned reports whether r is in flight with a lease that lapsed
+// before now: the process that ran it is gone.
+func (r *Record) Orphaned(now time.Time) bool {
+	return r.State.InFlight() && !r.LeaseUntil.IsZero() && now.After(r.LeaseUntil)
+}
+
+// OrphanChange is how an orphan is settled: one never sent failed (safe to
+// run again), one sent became unknown (never silently re-sent).
+func OrphanChange(r *Record) Change {
+	if r.State == Accepted {
+		return Change{To: Failed, Note: "owner " + r.Owner + " went away before sending it"}
+	}
+	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after sending it; no answer was recorded"}
 }
 
 // At returns when r last entered s, or the zero time.
@@ -148,6 +169,10 @@ type Change struct {
 	// Result and Error are stored with the change when non-nil.
 	Result json.RawMessage
 	Error  json.RawMessage
+	// Owner and LeaseUntil, when set, claim the record for a process: a
+	// re-dispatch by another proxy than the one that first ran it.
+	Owner      string
+	LeaseUntil time.Time
 }
 
 // ReserveOptions says which settled records a reservation may replace.
@@ -168,13 +193,21 @@ var (
 
 // A Store keeps execution records. Implementations are safe for concurrent
 // use, and every method honours ctx.
+//
+// Leases: a record is reserved with r.Owner and r.LeaseUntil, and its owner
+// calls Renew while it runs. A record found in flight past its lease is an
+// orphan, and the store settles it with OrphanChange in the same atomic
+// step that found it (so exactly one caller takes an orphan over): in
+// Reserve, before matching, and in Wait, which therefore returns by the
+// lease's end at the latest.
 type Store interface {
 	// Reserve claims r.Key for the new record r, atomically: of any number
 	// of concurrent calls for one key, exactly one wins. It wins when no
-	// record holds the key, or the holder is expired, Failed, or in a state
-	// listed in opts.Replace; r is then stored as Accepted and returned with
-	// won true. Otherwise the holder is returned with won false and its
-	// Attached count raised by one.
+	// record holds the key, or the holder is expired, Failed (an orphan
+	// not yet sent included), or in a state listed in opts.Replace; r is
+	// then stored as Accepted and returned with won true. Otherwise the
+	// holder is returned with won false and its Attached count raised by
+	// one.
 	Reserve(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, won bool, err error)
 
 	// Update applies c to the record id and returns the result. It returns
@@ -188,6 +221,11 @@ type Store interface {
 
 	// Wait blocks until the record id is settled (not in flight) and
 	// returns it, or returns ctx's error. All waiters of one record are
-	// woken by one event; nobody polls.
+	// woken by one event; a store shared across processes may also check
+	// on a bounded backoff, and settles an orphan it finds.
 	Wait(ctx context.Context, id string) (*Record, error)
+
+	// Renew extends to until the lease of every record in flight that
+	// owner holds.
+	Renew(ctx context.Context, owner string, until time.Time) error
 }

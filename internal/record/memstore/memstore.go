@@ -24,10 +24,11 @@ type Options struct {
 type Store struct {
 	now func() time.Time
 
-	mu      sync.Mutex        // protects the fields below
-	byID    map[string]*entry // every record not yet purged
-	byKey   map[string]*entry // the record currently holding each key
-	expires expiryHeap        // settled records by expiry
+	mu       sync.Mutex        // protects the fields below
+	byID     map[string]*entry // every record not yet purged
+	byKey    map[string]*entry // the record currently holding each key
+	inFlight map[string]*entry // the records in flight, for Renew
+	expires  expiryHeap        // settled records by expiry
 }
 
 // entry is one record and the channel its waiters share.
@@ -48,7 +49,7 @@ func New(opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry)}
+	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry), inFlight: make(map[string]*entry)}
 }
 
 // purgeBatch bounds the expired records dropped per call, so no single
@@ -65,7 +66,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	defer s.mu.Unlock()
 	s.purge(now, purgeBatch)
 
-	if cur, ok := s.byKey[r.Key]; ok && !s.replaceable(cur.rec, now, opts) {
+	cur, ok := s.byKey[r.Key]
+	if ok && cur.rec.Orphaned(now) {
+		s.apply(cur, record.OrphanChange(cur.rec), now)
+	}
+	if ok && !s.replaceable(cur.rec, now, opts) {
 		cur.rec.Attached++
 		return cur.rec.Clone(), false, nil
 	}
@@ -79,6 +84,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	e := &entry{rec: rec, settled: make(chan struct{}), index: -1}
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
+	s.inFlight[rec.ID] = e
 	return rec.Clone(), true, nil
 }
 
@@ -108,6 +114,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if !record.CanTransition(r.State, c.To) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, r.State, c.To, record.ErrConflict)
 	}
+	s.apply(e, c, now)
+	return r.Clone(), nil
+}
+
+// apply moves e's record by c, which CanTransition allows. s.mu must be
+// held.
+func (s *Store) apply(e *entry, c record.Change, now time.Time) {
+	r := e.rec
 	wasInFlight := r.State.InFlight()
 	r.State = c.To
 	r.History = append(r.History, record.Transition{State: c.To, At: now, Note: c.Note})
@@ -120,26 +134,47 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if c.Error != nil {
 		r.Error = c.Error
 	}
+	if c.Owner != "" {
+		r.Owner, r.LeaseUntil = c.Owner, c.LeaseUntil
+	}
 	switch {
 	case c.To.Settled():
 		r.ExpiresAt = now.Add(r.Retention)
+		r.LeaseUntil = time.Time{}
 		if e.index >= 0 {
 			heap.Fix(&s.expires, e.index)
 		} else {
 			heap.Push(&s.expires, e)
 		}
 		if wasInFlight {
+			delete(s.inFlight, r.ID)
 			close(e.settled)
 		}
 	case !wasInFlight:
-		// Back in flight: new waiters need a channel that is still open.
+		// Back in flight (a re-dispatch of an unknown one): new waiters
+		// need a channel that is still open, and the owner a lease.
 		e.settled = make(chan struct{})
 		r.ExpiresAt = time.Time{}
 		if e.index >= 0 {
 			heap.Remove(&s.expires, e.index)
 		}
+		s.inFlight[r.ID] = e
 	}
-	return r.Clone(), nil
+}
+
+// Renew implements record.Store.
+func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.inFlight {
+		if e.rec.Owner == owner {
+			e.rec.LeaseUntil = until
+		}
+	}
+	return nil
 }
 
 // Get implements record.Store.
@@ -159,11 +194,15 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 // Wait implements record.Store.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	for {
+		now := s.now()
 		s.mu.Lock()
 		e, ok := s.byID[id]
 		if !ok {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
+		}
+		if e.rec.Orphaned(now) {
+			s.apply(e, record.OrphanChange(e.rec), now)
 		}
 		if e.rec.State.Settled() {
 			r := e.rec.Clone()
@@ -171,13 +210,30 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			return r, nil
 		}
 		settled := e.settled
+		lease := e.rec.LeaseUntil
 		s.mu.Unlock()
-		select {
-		case <-settled:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := waitFor(ctx, settled, lease, now); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// waitFor waits for settled to close, or for lease (if set) to pass, so
+// that an orphan is noticed.
+func waitFor(ctx context.Context, settled <-chan struct{}, lease, now time.Time) error {
+	var lapse <-chan time.Time
+	if !lease.IsZero() {
+		t := time.NewTimer(lease.Sub(now) + time.Millisecond)
+		defer t.Stop()
+		lapse = t.C
+	}
+	select {
+	case <-settled:
+	case <-lapse:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Records returns a copy of every record the store holds, in no order.

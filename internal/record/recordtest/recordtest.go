@@ -57,6 +57,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"WaitHonoursContext", testWaitHonoursContext},
 		{"UnknownRedispatch", testUnknownRedispatch},
 		{"NotFound", testNotFound},
+		{"OrphanNotSentFails", testOrphanNotSentFails},
+		{"OrphanSentIsUnknown", testOrphanSentIsUnknown},
+		{"RenewKeepsTheLease", testRenewKeepsTheLease},
+		{"WaitSettlesAnOrphan", testWaitSettlesAnOrphan},
+		{"ConcurrentOrphanTakeover", testConcurrentOrphanTakeover},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,5 +330,93 @@ func testNotFound(t *testing.T, s record.Store, _ *Clock) {
 	}
 	if _, err := s.Wait(ctx, "exe_missing"); !errors.Is(err, record.ErrNotFound) {
 		t.Errorf("Wait = %v; want ErrNotFound", err)
+	}
+}
+
+func leased(key, owner string, until time.Time) *record.Record {
+	r := newRecord(key)
+	r.Owner, r.LeaseUntil = owner, until
+	return r
+}
+
+func testOrphanNotSentFails(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, leased("k", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	clock.Advance(11 * time.Second) // proxy-1 died without sending
+	next, won := mustReserve(t, s, leased("k", "proxy-2", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	if !won || next.ID == r.ID {
+		t.Fatalf("Reserve over an orphan never sent = %s won=%v; want a new execution", next.ID, won)
+	}
+	old, err := s.Get(context.Background(), r.ID)
+	if err != nil || old.State != record.Failed || !old.LeaseUntil.IsZero() {
+		t.Fatalf("the orphan is %+v (%v); want failed, lease cleared", old, err)
+	}
+}
+
+func testOrphanSentIsUnknown(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, leased("k", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	clock.Advance(11 * time.Second) // proxy-1 died after sending
+	got, won := mustReserve(t, s, leased("k", "proxy-2", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	if won || got.ID != r.ID || got.State != record.Unknown {
+		t.Fatalf("Reserve over a sent orphan = %s %s won=%v; want %s unknown, never re-sent", got.ID, got.State, won, r.ID)
+	}
+}
+
+func testRenewKeepsTheLease(t *testing.T, s record.Store, clock *Clock) {
+	mine, _ := mustReserve(t, s, leased("mine", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	theirs, _ := mustReserve(t, s, leased("theirs", "proxy-2", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	mustUpdate(t, s, mine.ID, record.Change{To: record.Dispatched})
+	mustUpdate(t, s, theirs.ID, record.Change{To: record.Dispatched})
+	clock.Advance(5 * time.Second)
+	if err := s.Renew(context.Background(), "proxy-1", clock.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(6 * time.Second) // past the first lease, within the renewed one
+	if got, _ := mustReserve(t, s, newRecord("mine"), record.ReserveOptions{}); got.State != record.Dispatched {
+		t.Errorf("a renewed record is %s; want still dispatched", got.State)
+	}
+	if got, _ := mustReserve(t, s, newRecord("theirs"), record.ReserveOptions{}); got.State != record.Unknown {
+		t.Errorf("another owner's record is %s; Renew must touch only the owner's", got.State)
+	}
+}
+
+func testWaitSettlesAnOrphan(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, leased("k", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	clock.Advance(11 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := s.Wait(ctx, r.ID)
+	if err != nil || got.State != record.Unknown {
+		t.Fatalf("Wait on a sent orphan = %+v, %v; want it settled unknown", got, err)
+	}
+}
+
+func testConcurrentOrphanTakeover(t *testing.T, s record.Store, clock *Clock) {
+	r, _ := mustReserve(t, s, leased("k", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	clock.Advance(11 * time.Second)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			got, won, err := s.Reserve(context.Background(), leased("k", "proxy-2", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+			if err != nil || won || got.State != record.Unknown {
+				t.Errorf("Reserve over an orphan: %v won=%v err=%v", got, won, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.Get(context.Background(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknowns := 0
+	for _, tr := range got.History {
+		if tr.State == record.Unknown {
+			unknowns++
+		}
+	}
+	if unknowns != 1 {
+		t.Fatalf("the orphan was settled %d times: %+v; exactly one caller takes it over", unknowns, got.History)
 	}
 }

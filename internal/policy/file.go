@@ -1,0 +1,934 @@
+package policy
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// MaxRetention is the longest retention a policy file may set.
+const MaxRetention = 400 * 24 * time.Hour
+
+// Default status-tool settings of a recover block (DESIGN section 6).
+var (
+	defaultDonePath   = "status"
+	defaultDoneValues = []string{`"done"`, `"completed"`, `"succeeded"`, `"success"`}
+	// defaultRecoverArguments is used when a recover block has no
+	// arguments: the status tool is asked about the execution by its id.
+	defaultRecoverArguments = json.RawMessage(`{"execution_id":"{{execution_id}}"}`)
+)
+
+// A File is a parsed policy file: the user's written replay contract,
+// layered over the defaults that tool annotations give. It does not change
+// once parsed, so it is safe for concurrent use.
+type File struct {
+	path     string
+	defaults rule
+	rules    []*rule          // tool rules, exact names and globs, in file order
+	exact    map[string]*rule // rules of exact tool names
+}
+
+// A rule is one layer of a policy: the file's defaults or one tool entry.
+// A zero field is not set by the rule.
+type rule struct {
+	name         string // tool name or glob pattern; empty for the defaults
+	glob         bool
+	class        Class
+	scope        Scope
+	retention    time.Duration
+	replay       Replay
+	attachWindow time.Duration
+	ignore       []string
+	ignoreSet    bool
+	defaults     *bool
+	onUnknown    OnUnknown
+	recover      *RecoverRule
+	forwardKey   *bool
+}
+
+// Load reads and parses the policy file at path.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses a policy file's contents; name is used in errors (the path).
+// An empty file is valid: every tool keeps its annotation defaults. Every
+// problem found is reported, joined with errors.Join, each as
+// "name:line:column: field.path: what is wrong"; a file with any problem
+// is refused as a whole.
+func Parse(name string, data []byte) (*File, error) {
+	f := &File{path: name, exact: map[string]*rule{}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return f, nil
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for {
+		// A stray "---" at the end starts an empty document: allow it.
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if len(extra.Content) > 0 && !isNull(extra.Content[0]) {
+			return nil, fmt.Errorf("%s:%d: a policy file holds one YAML document; remove the second (from this ---)", name, extra.Line)
+		}
+	}
+
+	p := &parser{name: name}
+	p.file(&doc, f)
+	if len(p.errs) > 0 {
+		// In file order, though the walk finds a duplicate key before
+		// the errors in the first of its two values.
+		slices.SortStableFunc(p.errs, func(a, b error) int {
+			ea, eb := a.(*fileError), b.(*fileError)
+			return cmp.Or(cmp.Compare(ea.line, eb.line), cmp.Compare(ea.column, eb.column))
+		})
+		return nil, errors.Join(p.errs...)
+	}
+	return f, nil
+}
+
+// Path returns the name the file was parsed under: its path for Load.
+func (f *File) Path() string {
+	if f == nil {
+		return ""
+	}
+	return f.path
+}
+
+// Rules returns the exact tool names and glob patterns of the file, in file
+// order, so `policy show` can list tools the file names but the upstream
+// does not.
+func (f *File) Rules() []string {
+	if f == nil {
+		return nil
+	}
+	names := make([]string, len(f.rules))
+	for i, r := range f.rules {
+		names[i] = r.name
+	}
+	return names
+}
+
+// Resolve returns the effective policy of the named tool. Layers apply in
+// order: FromAnnotations(ann) (ann nil: the tool is not listed), the file's
+// defaults, then the one rule for the tool: its exact name if the file has
+// it, else the first glob in file order that matches. Rules do not merge:
+// an exact rule replaces every glob that would also match.
+//
+// When a rule changes the class and no layer of the file sets on_unknown,
+// on_unknown follows the new class (retry for idempotent, block
+// otherwise), so a tool annotated idempotent but written as side_effect
+// is never re-sent blindly.
+//
+// A nil *File resolves to FromAnnotations(ann) alone. The returned policy
+// shares no memory with the file.
+func (f *File) Resolve(tool string, ann *Annotations) Policy {
+	p := FromAnnotations(ann)
+	if f == nil {
+		return p
+	}
+	annotated := p.Class
+	onUnknownSet := f.defaults.apply(&p)
+	r, explicit := f.lookup(tool)
+	if r != nil {
+		if r.apply(&p) {
+			onUnknownSet = true
+		}
+		p.Written, p.Explicit = true, explicit
+		if r.class != "" {
+			p.Source = "policy file (" + r.name + ")"
+		}
+	}
+	if !onUnknownSet && p.Class != annotated {
+		p.OnUnknown = classOnUnknown(p.Class)
+	}
+	return p
+}
+
+// classOnUnknown is the on_unknown a class implies, as FromAnnotations
+// sets it: only an idempotent tool may be re-sent (DESIGN section 6).
+func classOnUnknown(c Class) OnUnknown {
+	if c == Idempotent {
+		return Retry
+	}
+	return Block
+}
+
+// lookup returns the rule for tool, and whether it names tool exactly.
+func (f *File) lookup(tool string) (*rule, bool) {
+	if r, ok := f.exact[tool]; ok {
+		return r, true
+	}
+	for _, r := range f.rules {
+		if !r.glob {
+			continue
+		}
+		// Patterns were checked by Parse: Match cannot fail.
+		if ok, _ := path.Match(r.name, tool); ok {
+			return r, false
+		}
+	}
+	return nil, false
+}
+
+// apply lays r over p and reports whether r sets on_unknown.
+func (r *rule) apply(p *Policy) bool {
+	if r.class != "" {
+		p.Class = r.class
+	}
+	if r.scope != "" {
+		p.Scope = r.scope
+	}
+	if r.retention != 0 {
+		p.Retention = r.retention
+	}
+	if r.replay != "" {
+		p.Replay = r.replay
+	}
+	if r.attachWindow != 0 {
+		p.AttachWindow = r.attachWindow
+	}
+	if r.ignoreSet {
+		// A rule's ignore list replaces the defaults' list.
+		p.Ignore = append([]string(nil), r.ignore...)
+	}
+	if r.defaults != nil {
+		p.Defaults = *r.defaults
+	}
+	if r.forwardKey != nil {
+		p.ForwardKey = *r.forwardKey
+	}
+	if r.onUnknown == "" {
+		return false
+	}
+	p.OnUnknown = r.onUnknown
+	p.Recover = nil
+	if r.recover != nil {
+		rr := *r.recover
+		rr.Arguments = append(json.RawMessage(nil), rr.Arguments...)
+		rr.DoneValues = append([]string(nil), rr.DoneValues...)
+		p.Recover = &rr
+	}
+	return true
+}
+
+// isGlob reports whether a tools key is a pattern rather than a name:
+// whether it holds one of path.Match's special characters.
+func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
+
+// The keys each level accepts, in the order errors list them.
+var (
+	fileKeys        = []string{"defaults", "tools"}
+	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
+	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key"}
+	fingerprintKeys = []string{"ignore", "defaults"}
+	recoverKeys     = []string{"tool", "arguments", "done"}
+	doneKeys        = []string{"path", "in"}
+
+	classes    = []string{string(ReadOnly), string(Idempotent), string(SideEffect)}
+	scopes     = []string{string(ScopeSession), string(ScopeActor), string(ScopeKey), string(ScopeGlobal)}
+	replays    = []string{string(ReplayAlways), string(ReplayUndelivered)}
+	onUnknowns = []string{string(Block), string(Retry), string(Recover)}
+)
+
+// A parser walks a policy file's node tree, collecting every error.
+type parser struct {
+	name      string
+	errs      []error
+	work      int  // values walked, counting each alias followed
+	exhausted bool // work went over maxWork, and that was reported
+}
+
+// A fileError is one problem in a policy file, at a node.
+type fileError struct {
+	name         string
+	line, column int
+	field        string // dot path of the field, such as tools.charge_card.scope
+	msg          string
+}
+
+func (e *fileError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d:%d: ", e.name, e.line, e.column)
+	if e.field != "" {
+		b.WriteString(e.field + ": ")
+	}
+	b.WriteString(e.msg)
+	return b.String()
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
+	p.errs = append(p.errs, &fileError{
+		name: p.name, line: n.Line, column: n.Column,
+		field: field, msg: fmt.Sprintf(format, args...),
+	})
+}
+
+// A field is one key and value of a mapping.
+type field struct{ key, val *yaml.Node }
+
+func (p *parser) file(doc *yaml.Node, f *File) {
+	root := doc
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return
+		}
+		root = doc.Content[0]
+	}
+	fields, ok := p.mapping(root, "", "a mapping with defaults and tools")
+	if !ok {
+		return
+	}
+	for _, kv := range fields {
+		switch kv.key.Value {
+		case "defaults":
+			p.rule(kv.val, "defaults", &f.defaults, defaultsKeys)
+		case "tools":
+			p.tools(kv.val, f)
+		default:
+			p.unknownKey(kv.key, "", fileKeys)
+		}
+	}
+}
+
+func (p *parser) tools(n *yaml.Node, f *File) {
+	fields, ok := p.mapping(n, "tools", "a mapping of tool names and glob patterns to rules")
+	if !ok {
+		return
+	}
+	for _, kv := range fields {
+		name := kv.key.Value
+		field := "tools." + fieldName(name)
+		r := &rule{name: name, glob: isGlob(name)}
+		switch {
+		case name == "":
+			p.errorf(kv.key, "tools", "empty tool name")
+		case r.glob:
+			if _, err := path.Match(name, ""); err != nil {
+				p.errorf(kv.key, field, "%q is not a valid glob pattern (path.Match syntax: * ? [a-z], \\ to escape)", name)
+			}
+		}
+		p.rule(kv.val, field, r, toolKeys)
+		f.rules = append(f.rules, r)
+		if !r.glob {
+			f.exact[name] = r
+		}
+	}
+}
+
+// rule decodes one rule, the defaults or a tool's, accepting keys.
+func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
+	inDefaults := field == "defaults"
+	fields, ok := p.mapping(n, field, "a mapping of rule fields")
+	if !ok {
+		return
+	}
+	var onUnknown, recoverBlock *yaml.Node
+	for _, kv := range fields {
+		k, v := kv.key.Value, resolve(kv.val)
+		sub := field + "." + k
+		if !slices.Contains(keys, k) {
+			switch {
+			case inDefaults && k == "class":
+				p.errorf(kv.key, sub, "class can only be set per tool, under tools")
+			case inDefaults && k == "recover":
+				p.errorf(kv.key, sub, "recover names a status tool, so it can only be set per tool, under tools")
+			default:
+				p.unknownKey(kv.key, field, keys)
+			}
+			continue
+		}
+		switch k {
+		case "class":
+			if s, ok := p.enum(v, sub, "a class", classes); ok {
+				r.class = Class(s)
+			}
+		case "scope":
+			s, ok := p.enum(v, sub, "a scope", scopes)
+			switch {
+			case !ok:
+			case s == string(ScopeGlobal) && inDefaults:
+				p.errorf(v, sub, "global is not allowed in defaults: only a tool named exactly may match calls across actors")
+			case s == string(ScopeGlobal) && r.glob:
+				p.errorf(v, sub, "global is not allowed on a glob pattern: only a tool named exactly may match calls across actors")
+			default:
+				r.scope = Scope(s)
+			}
+		case "retention":
+			if d, ok := p.duration(v, sub); ok {
+				if d > MaxRetention {
+					p.errorf(v, sub, "%q is longer than the most allowed, 400d", v.Value)
+				} else {
+					r.retention = d
+				}
+			}
+		case "replay":
+			if s, ok := p.enum(v, sub, "a replay mode", replays); ok {
+				r.replay = Replay(s)
+			}
+		case "attach_window":
+			if d, ok := p.duration(v, sub); ok {
+				r.attachWindow = d
+			}
+		case "fingerprint":
+			p.fingerprint(v, sub, r)
+		case "on_unknown":
+			onUnknown = v
+			s, ok := p.enum(v, sub, "an on_unknown mode", onUnknowns)
+			switch {
+			case !ok:
+			case s == string(Recover) && inDefaults:
+				p.errorf(v, sub, "recover is not allowed in defaults: it needs a status tool, set per tool under tools")
+			default:
+				r.onUnknown = OnUnknown(s)
+			}
+		case "recover":
+			recoverBlock = v
+			r.recover = p.recoverRule(v, sub, r.name)
+		case "forward_key":
+			if b, ok := p.boolean(v, sub); ok {
+				r.forwardKey = &b
+			}
+		}
+	}
+	switch {
+	case r.onUnknown == Recover && recoverBlock == nil:
+		p.errorf(onUnknown, field+".on_unknown", "recover needs a recover block naming the status tool (recover: {tool: ...})")
+	case r.onUnknown == Recover && r.recover == nil:
+		// The recover block is wrong, and said so already.
+	case recoverBlock != nil && onUnknown == nil:
+		p.errorf(recoverBlock, field+".recover", "a recover block is used only with on_unknown: recover, which this rule does not set")
+	case recoverBlock != nil && r.onUnknown != "" && r.onUnknown != Recover:
+		p.errorf(recoverBlock, field+".recover", "a recover block is used only with on_unknown: recover, not %s", r.onUnknown)
+	}
+}
+
+func (p *parser) fingerprint(n *yaml.Node, field string, r *rule) {
+	fields, ok := p.mapping(n, field, "a mapping with ignore and defaults")
+	if !ok {
+		return
+	}
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		switch kv.key.Value {
+		case "ignore":
+			r.ignore, r.ignoreSet = p.ignoreList(kv.val, sub)
+		case "defaults":
+			if b, ok := p.boolean(kv.val, sub); ok {
+				r.defaults = &b
+			}
+		default:
+			p.unknownKey(kv.key, field, fingerprintKeys)
+		}
+	}
+}
+
+func (p *parser) ignoreList(n *yaml.Node, field string) ([]string, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, field, "want a list of argument paths such as [note, trace.id], not %s", describe(n))
+		return nil, false
+	}
+	ok := true
+	paths := []string{} // set, even if empty: "ignore: []" clears the defaults' list
+	if !p.spend(len(n.Content), n) {
+		return nil, false
+	}
+	for i, e := range n.Content {
+		e = resolve(e)
+		if !isString(e) {
+			p.errorf(e, fmt.Sprintf("%s[%d]", field, i), "want an argument path such as trace.id, not %s", describe(e))
+			ok = false
+			continue
+		}
+		if err := checkDotPath(e.Value); err != "" {
+			p.errorf(e, fmt.Sprintf("%s[%d]", field, i), "%q %s", e.Value, err)
+			ok = false
+			continue
+		}
+		paths = append(paths, e.Value)
+	}
+	return paths, ok
+}
+
+// checkDotPath returns what is wrong with a dot path of object members, or "".
+func checkDotPath(s string) string {
+	switch {
+	case s == "":
+		return "is empty: want a dot path of argument members such as trace.id"
+	case s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, ".."):
+		return "has an empty member name: want a dot path such as trace.id, without leading, trailing or doubled dots"
+	}
+	return ""
+}
+
+func (p *parser) recoverRule(n *yaml.Node, field, tool string) *RecoverRule {
+	fields, ok := p.mapping(n, field, "a mapping with tool, arguments and done")
+	if !ok {
+		return nil
+	}
+	rr := &RecoverRule{DonePath: defaultDonePath, DoneValues: defaultDoneValues}
+	var toolNode *yaml.Node
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		v := resolve(kv.val)
+		switch kv.key.Value {
+		case "tool":
+			toolNode = v
+			switch {
+			case !isString(v):
+				p.errorf(v, sub, "want the name of the status tool, not %s", describe(v))
+				ok = false
+			case v.Value == "":
+				p.errorf(v, sub, "the status tool's name is empty")
+				ok = false
+			case v.Value == tool:
+				p.errorf(v, sub, "%q cannot be its own status tool", tool)
+				ok = false
+			default:
+				rr.Tool = v.Value
+			}
+		case "arguments":
+			if v.Kind != yaml.MappingNode {
+				p.errorf(v, sub, "want a mapping, the status call's arguments, not %s", describe(v))
+				ok = false
+				continue
+			}
+			conv := &jsonConv{p: p, root: v, field: sub, budget: maxArgumentNodes}
+			var b bytes.Buffer
+			if !conv.value(&b, v, sub, 0) {
+				ok = false
+				continue
+			}
+			rr.Arguments = b.Bytes()
+		case "done":
+			if !p.done(v, sub, rr) {
+				ok = false
+			}
+		default:
+			p.unknownKey(kv.key, field, recoverKeys)
+		}
+	}
+	if toolNode == nil {
+		p.errorf(n, field, "want tool, the name of the status tool to call")
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	if rr.Arguments == nil {
+		rr.Arguments = defaultRecoverArguments
+	}
+	return rr
+}
+
+func (p *parser) done(n *yaml.Node, field string, rr *RecoverRule) bool {
+	fields, ok := p.mapping(n, field, "a mapping with path and in")
+	if !ok {
+		return false
+	}
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		v := resolve(kv.val)
+		switch kv.key.Value {
+		case "path":
+			if !isString(v) {
+				p.errorf(v, sub, "want a dot path in structuredContent such as status, not %s", describe(v))
+				ok = false
+			} else if err := checkDotPath(v.Value); err != "" {
+				p.errorf(v, sub, "%q %s", v.Value, err)
+				ok = false
+			} else {
+				rr.DonePath = v.Value
+			}
+		case "in":
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+				p.errorf(v, sub, "want a non-empty list of the values that mean done, such as [done, succeeded], not %s", describe(v))
+				ok = false
+				continue
+			}
+			if !p.spend(len(v.Content), v) {
+				return false
+			}
+			var vals []string
+			for i, e := range v.Content {
+				e = resolve(e)
+				esub := fmt.Sprintf("%s[%d]", sub, i)
+				if e.Kind != yaml.ScalarNode {
+					p.errorf(e, esub, "want a string, number, boolean or null, not %s", describe(e))
+					ok = false
+					continue
+				}
+				var b bytes.Buffer
+				conv := &jsonConv{p: p, root: e, field: esub, budget: 1}
+				if !conv.value(&b, e, esub, 0) {
+					ok = false
+					continue
+				}
+				vals = append(vals, b.String())
+			}
+			rr.DoneValues = vals
+		default:
+			p.unknownKey(kv.key, field, doneKeys)
+		}
+	}
+	return ok
+}
+
+// Limits on recover.arguments, which may use aliases: they keep a
+// "billion laughs" file or an alias cycle from exhausting the proxy.
+const (
+	maxArgumentNodes = 10000
+	maxArgumentDepth = 64
+	// maxWork bounds the values walked in the whole file, each alias
+	// counted every time it is followed: a rule used by a thousand
+	// aliases is walked a thousand times, and a mapping may merge another
+	// twice, which merges another twice...
+	maxWork = 1_000_000
+)
+
+// A jsonConv converts a YAML node to JSON text, keeping mapping order.
+type jsonConv struct {
+	p      *parser
+	root   *yaml.Node // the value converted, where size errors point
+	field  string
+	budget int // nodes left to convert
+}
+
+func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int) bool {
+	n = resolve(n)
+	if !c.p.spend(1, n) {
+		return false
+	}
+	c.budget--
+	if c.budget < 0 || depth > maxArgumentDepth {
+		if c.budget == -1 || depth == maxArgumentDepth+1 {
+			c.p.errorf(c.root, c.field, "too large or too deep: more than %d values or %d levels, counting aliases", maxArgumentNodes, maxArgumentDepth)
+		}
+		c.budget = -2 // report once
+		return false
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		nerrs := len(c.p.errs)
+		fields, _ := c.p.mapping(n, field, "a mapping")
+		if len(c.p.errs) > nerrs {
+			return false // a duplicate key or a key that is not a name
+		}
+		b.WriteByte('{')
+		for i, kv := range fields {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeJSONString(b, kv.key.Value)
+			b.WriteByte(':')
+			if !c.value(b, kv.val, field+"."+fieldName(kv.key.Value), depth+1) {
+				return false
+			}
+		}
+		b.WriteByte('}')
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, e := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if !c.value(b, e, fmt.Sprintf("%s[%d]", field, i), depth+1) {
+				return false
+			}
+		}
+		b.WriteByte(']')
+	case yaml.ScalarNode:
+		return c.scalar(b, n, field)
+	default:
+		c.p.errorf(n, field, "cannot be converted to JSON")
+		return false
+	}
+	return true
+}
+
+func (c *jsonConv) scalar(b *bytes.Buffer, n *yaml.Node, field string) bool {
+	switch n.ShortTag() {
+	case "!!null":
+		b.WriteString("null")
+	case "!!int", "!!float":
+		if isJSONNumber(n.Value) {
+			// As written: big integers stay exact, JSON numbers have no
+			// size limit.
+			b.WriteString(n.Value)
+			return true
+		}
+		if n.ShortTag() == "!!int" {
+			// YAML spellings JSON lacks: 0x1F, 0o17, 1_000, +5.
+			if i, ok := new(big.Int).SetString(n.Value, 0); ok {
+				b.WriteString(i.String())
+				return true
+			}
+		}
+		fallthrough
+	case "!!bool":
+		var v any
+		if err := n.Decode(&v); err != nil {
+			c.p.errorf(n, field, "%q: %v", n.Value, err)
+			return false
+		}
+		if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+			c.p.errorf(n, field, "%q is not a number JSON can hold", n.Value)
+			return false
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			c.p.errorf(n, field, "%q is not a value JSON can hold", n.Value)
+			return false
+		}
+		b.Write(j)
+	case "!!str", "!!timestamp", "!!binary":
+		// Timestamps and binary stay the text written: JSON has neither.
+		writeJSONString(b, n.Value)
+	default:
+		c.p.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
+		return false
+	}
+	return true
+}
+
+// isJSONNumber reports whether s is a number in JSON's own spelling.
+func isJSONNumber(s string) bool {
+	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') {
+		return false
+	}
+	var num json.Number
+	return json.Unmarshal([]byte(s), &num) == nil
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	j, _ := json.Marshal(s) // a string always marshals
+	b.Write(j)
+}
+
+// mapping returns the fields of a mapping node, following aliases and
+// expanding merge keys (<<), which the node API leaves to the caller. A
+// null node is an empty mapping. It reports whether n is a mapping (want
+// describes the mapping for that error); duplicate keys and keys that are
+// not scalars are reported too, and left out of the fields, so the walk
+// goes on to find every other error.
+func (p *parser) mapping(n *yaml.Node, field, want string) ([]field, bool) {
+	return p.mappingIn(n, field, want, nil)
+}
+
+func (p *parser) mappingIn(n *yaml.Node, fieldPath, want string, merging []*yaml.Node) ([]field, bool) {
+	n = resolve(n)
+	if isNull(n) {
+		return nil, true
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, fieldPath, "want %s, not %s", want, describe(n))
+		return nil, false
+	}
+	if !p.spend(len(n.Content)/2, n) {
+		return nil, false
+	}
+	for _, m := range merging {
+		if m == n {
+			p.errorf(n, fieldPath, "a merge (<<) includes the mapping it is in")
+			return nil, false
+		}
+	}
+	var own, merged []field
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if isMergeKey(k) {
+			srcs := []*yaml.Node{resolve(v)}
+			if srcs[0].Kind == yaml.SequenceNode {
+				srcs = srcs[0].Content
+			}
+			for _, s := range srcs {
+				fs, _ := p.mappingIn(s, fieldPath, "a mapping to merge (<<)", append(merging, n))
+				merged = append(merged, fs...)
+			}
+			continue
+		}
+		k = resolve(k)
+		if k.Kind != yaml.ScalarNode || isNull(k) {
+			p.errorf(k, fieldPath, "want a name as key, not %s", describe(k))
+			continue
+		}
+		if prev, dup := seen[k.Value]; dup {
+			p.errorf(k, fieldPath, "%q appears twice (first at line %d)", k.Value, prev.Line)
+			continue
+		}
+		seen[k.Value] = k
+		own = append(own, field{k, v})
+	}
+	// Keys written in the mapping win over merged ones; among merged
+	// mappings, the first to give a key wins (YAML merge key spec).
+	for _, kv := range merged {
+		if _, dup := seen[kv.key.Value]; !dup {
+			seen[kv.key.Value] = kv.key
+			own = append(own, kv)
+		}
+	}
+	return own, true
+}
+
+// spend counts n values walked, and reports false once the file has cost
+// more than maxWork: a walk stops there.
+func (p *parser) spend(n int, at *yaml.Node) bool {
+	p.work += n
+	if p.work <= maxWork {
+		return true
+	}
+	if !p.exhausted {
+		p.exhausted = true
+		p.errorf(at, "", "through aliases (*name) and merges (<<), the file holds more than %d values", maxWork)
+	}
+	return false
+}
+
+func (p *parser) unknownKey(k *yaml.Node, field string, valid []string) {
+	p.errorf(k, field, "unknown key %q (valid: %s)", k.Value, strings.Join(valid, ", "))
+}
+
+func (p *parser) enum(n *yaml.Node, field, what string, valid []string) (string, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.ScalarNode || !slices.Contains(valid, n.Value) || !isString(n) {
+		p.errorf(n, field, "%s is not %s (use %s)", quoted(n), what, orList(valid))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
+	n = resolve(n)
+	// YAML 1.2 reads yes, no, on and off as strings: require true or false.
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+		p.errorf(n, field, "%s is not a boolean (use true or false)", quoted(n))
+		return false, false
+	}
+	var b bool
+	if err := n.Decode(&b); err != nil {
+		p.errorf(n, field, "%s is not a boolean (use true or false)", quoted(n))
+		return false, false
+	}
+	return b, true
+}
+
+// duration parses a Go duration or a whole number of days ("7d"), > 0.
+func (p *parser) duration(n *yaml.Node, field string) (time.Duration, bool) {
+	n = resolve(n)
+	const use = "(use 90s, 10m, 72h or 7d)"
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		p.errorf(n, field, "%s is not a duration %s", quoted(n), use)
+		return 0, false
+	}
+	s := n.Value
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		nd, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || nd > int64(math.MaxInt64/(24*time.Hour)) {
+			p.errorf(n, field, "%q is too long", s)
+			return 0, false
+		}
+		d = time.Duration(nd) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			p.errorf(n, field, "%q is not a duration %s", s, use)
+			return 0, false
+		}
+	}
+	if d <= 0 {
+		p.errorf(n, field, "%q must be more than zero", s)
+		return 0, false
+	}
+	return d, true
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	// An alias names an anchored node, never another alias, but a loop
+	// bound costs nothing.
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isMergeKey(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && k.Style == 0 && k.ShortTag() == "!!merge"
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+func isString(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" }
+
+// describe names a node's kind for a type error.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "an empty value"
+		case "!!bool":
+			return "the boolean " + n.Value
+		case "!!int", "!!float":
+			return "the number " + n.Value
+		}
+		return strconv.Quote(n.Value)
+	}
+	return "an unsupported YAML node"
+}
+
+// quoted shows a value in an error: scalars as written, others by kind.
+func quoted(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && !isNull(n) {
+		return strconv.Quote(n.Value)
+	}
+	return describe(n)
+}
+
+// fieldName shows a tool name or key in a field path, quoting it when it
+// would not read as one path element.
+func fieldName(s string) string {
+	if s != "" && !strings.ContainsAny(s, ". \t\n\"[]") {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+func orList(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
