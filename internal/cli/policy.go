@@ -38,7 +38,8 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: valid, %d tool rules\n", args[1], len(f.Rules()))
+		n := len(f.Rules())
+		fmt.Fprintf(stdout, "%s: valid, %d tool rule%s\n", args[1], n, plural(n))
 		return nil
 	case "show":
 		return runPolicyShow(ctx, args[1:], stdout, stderr)
@@ -94,8 +95,12 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	tw.Flush()
 	if unwritten > 0 {
-		fmt.Fprintf(stdout, "\n%d side-effecting tool(s) run on annotation defaults only: nobody wrote down what happens\n"+
-			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten)
+		verb := "run"
+		if unwritten == 1 {
+			verb = "runs"
+		}
+		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
+			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
 	}
 	if file != nil {
 		listed := make(map[string]bool, len(tools))
@@ -109,6 +114,13 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // duration writes d as a policy file would: 7d, 72h, 10m, 90s.

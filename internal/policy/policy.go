@@ -151,7 +151,7 @@ func FromAnnotations(a *Annotations) Policy {
 		Defaults:     true,
 		OnUnknown:    Block,
 		ForwardKey:   true,
-		Source:       "default (no annotations)",
+		Source:       "annotations (no read-only or idempotent hint)",
 	}
 	switch {
 	case a == nil:

@@ -12,12 +12,21 @@
 //   - charge_and_crash {card, amount}: counts one charge, then exits with
 //     status 3 before answering: the side effect happened, the answer is lost.
 //   - set_counter {value}: sets a value and returns it (idempotent).
+//   - create_vm {name, region = "us-east-1"}: counts one VM and answers
+//     "created vm NAME in REGION (vm #N)". Side-effecting. Its inputSchema is
+//     written by hand so that region carries a JSON Schema default.
+//   - echo_meta {tag}: answers with the params._meta it received, as JSON
+//     text and as structured content {"meta": {...}, "n": N}. Side-effecting,
+//     so the tests can see what the proxy forwards upstream.
+//   - calls: how many times create_vm, echo_meta and set_counter have run,
+//     as {"calls": {"create_vm": N, ...}} (read-only).
 //
 // Counts live in the process: one chargeserver per test.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -57,12 +66,62 @@ type Counter struct {
 	Value int `json:"value"`
 }
 
+// VMArgs are the arguments of create_vm.
+type VMArgs struct {
+	Name   string `json:"name"`
+	Region string `json:"region"`
+}
+
+// vmInputSchema is create_vm's inputSchema: region has a default, which the
+// proxy materialises before fingerprinting (and go-sdk before the handler
+// runs).
+var vmInputSchema = json.RawMessage(`{
+	"type": "object",
+	"properties": {
+		"name": {"type": "string"},
+		"region": {"type": "string", "default": "us-east-1"}
+	},
+	"required": ["name"]
+}`)
+
+// VM is the structured result of create_vm.
+type VM struct {
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	N      int    `json:"n"` // the number of VMs created, this one included
+}
+
+// EchoArgs are the arguments of echo_meta.
+type EchoArgs struct {
+	Tag string `json:"tag"`
+}
+
+// Echo is the structured result of echo_meta.
+type Echo struct {
+	Meta map[string]any `json:"meta"`
+	N    int            `json:"n"` // the number of echo_meta runs, this one included
+}
+
+// Calls is the structured result of calls.
+type Calls struct {
+	Calls map[string]int `json:"calls"`
+}
+
 // ledger counts charges. It is the side effect the tests observe.
 type ledger struct {
 	mu      sync.Mutex // protects the fields below
 	total   int
 	perCard map[string]int
 	counter int
+	calls   map[string]int // runs of create_vm, echo_meta and set_counter
+}
+
+// called counts one run of tool and returns its new count.
+func (l *ledger) called(tool string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[tool]++
+	return l.calls[tool]
 }
 
 // charge counts one charge to card and returns that card's new count.
@@ -86,7 +145,7 @@ func main() {
 	log.SetPrefix("chargeserver: ")
 	log.SetFlags(0)
 
-	l := &ledger{perCard: map[string]int{}}
+	l := &ledger{perCard: map[string]int{}, calls: map[string]int{}}
 	s := mcp.NewServer(&mcp.Implementation{Name: "chargeserver", Version: "0.1.0"}, nil)
 
 	yes := true
@@ -141,10 +200,59 @@ func main() {
 	}, func(_ context.Context, _ *mcp.CallToolRequest, in CounterArgs) (*mcp.CallToolResult, Counter, error) {
 		l.mu.Lock()
 		l.counter = in.Value
+		l.calls["set_counter"]++
 		l.mu.Unlock()
 		return &mcp.CallToolResult{
 			Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(in.Value)}},
 		}, Counter{Value: in.Value}, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "create_vm",
+		Description: "Create a virtual machine. Every execution creates one.",
+		InputSchema: vmInputSchema,
+	}, func(_ context.Context, _ *mcp.CallToolRequest, in VMArgs) (*mcp.CallToolResult, VM, error) {
+		n := l.called("create_vm")
+		log.Printf("create_vm name=%s region=%s n=%d", in.Name, in.Region, n)
+		return &mcp.CallToolResult{
+			Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("created vm %s in %s (vm #%d)", in.Name, in.Region, n)}},
+		}, VM{Name: in.Name, Region: in.Region, N: n}, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "echo_meta",
+		Description: "Answer with the _meta of the request. Counted as a side effect.",
+	}, func(_ context.Context, req *mcp.CallToolRequest, in EchoArgs) (*mcp.CallToolResult, Echo, error) {
+		n := l.called("echo_meta")
+		meta := map[string]any{}
+		for k, v := range req.Params.Meta {
+			meta[k] = v
+		}
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return nil, Echo{}, err
+		}
+		log.Printf("echo_meta tag=%s n=%d meta=%s", in.Tag, n, b)
+		return &mcp.CallToolResult{
+			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		}, Echo{Meta: meta, N: n}, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "calls",
+		Description: "How many times create_vm, echo_meta and set_counter have run.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, Calls, error) {
+		l.mu.Lock()
+		counts := make(map[string]int, len(l.calls))
+		for k, v := range l.calls {
+			counts[k] = v
+		}
+		l.mu.Unlock()
+		b, _ := json.Marshal(counts)
+		return &mcp.CallToolResult{
+			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		}, Calls{Calls: counts}, nil
 	})
 
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
