@@ -186,8 +186,8 @@ func TestOnUnknownRetry(t *testing.T) {
 		t.Fatalf("first call got %+v; want outcome unknown", first)
 	}
 	second := view(t, h.call(t.Context(), t, chargeCall).only(t))
-	if second.Content[0].Text != "charge #2" {
-		t.Fatalf("the call after an unknown outcome got %+v; want the re-dispatch's answer", second)
+	if second.Content[0].Text != "charge #2" || second.Meta.Replayed || second.Meta.Execution.ID != first.Meta.Execution.ID {
+		t.Fatalf("the call after an unknown outcome got %+v; want the re-dispatch's answer, naming the first execution, not marked replayed", second)
 	}
 	h.in.Wait(t.Context()) // delivery is recorded just after the answer is written
 	rec := h.onlyRecord(t)

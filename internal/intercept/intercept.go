@@ -242,7 +242,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		case rec.State == record.Unknown:
 			in.unknown(ctx, rec, req)
 		case rec.State.Settled():
-			in.answer(ctx, req, rec, false)
+			in.answer(ctx, req, rec, replayed)
 		default:
 			go in.attach(ctx, rec, req)
 		}
@@ -310,7 +310,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 			in.attach(ctx, rec, req)
 			return
 		}
-		in.answer(ctx, req, settled, true)
+		in.answer(ctx, req, settled, resumed)
 	default:
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
 		in.dispatch(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
@@ -411,10 +411,14 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		if settled == nil {
 			settled = rec
 		}
-		in.answer(ctx, req, settled, true)
+		in.answer(ctx, req, settled, live)
 		return
 	}
 	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+	m := live
+	if rec.State == record.Unknown {
+		m = resumed
+	}
 	params := req.Call.Params
 	if req.Policy.ForwardKey {
 		// The execution id goes upstream, so a server that honours
@@ -430,7 +434,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 				"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
 			return
 		}
-		in.answer(ctx, req, settled, true)
+		in.answer(ctx, req, settled, m)
 	})
 }
 
@@ -488,19 +492,34 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
 	default:
-		in.answer(ctx, req, settled, false)
+		in.answer(ctx, req, settled, replayed)
 	}
 }
 
-// answer writes a settled record's answer to one caller. The originator
-// gets the upstream's result as it came; everyone else gets it marked as a
-// replay.
-func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, originator bool) {
+// How an answer is marked.
+type marking int
+
+const (
+	// live: the first dispatch's answer, as the upstream gave it.
+	live marking = iota
+	// replayed: the stored answer of an execution the caller attached to.
+	replayed
+	// resumed: the answer of a re-dispatch or a status check of an
+	// execution whose outcome was unknown: fresh, but of an execution that
+	// began earlier, which _meta names.
+	resumed
+)
+
+// answer writes a settled record's answer to one caller, marked as m says.
+func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, m marking) {
 	switch rec.State {
 	case record.Completed, record.Delivered:
 		result := rec.Result
-		if !originator {
+		switch m {
+		case replayed:
 			result = withMeta(result, replayMeta(rec))
+		case resumed:
+			result = withMeta(result, executionMember(rec))
 		}
 		in.reply(ctx, req, Answer{Result: result}, rec)
 	case record.Failed:
@@ -633,10 +652,13 @@ func describe(r *record.Record) executionMeta {
 // replayMeta returns the _meta members that mark a replay, as JSON
 // members without the braces.
 func replayMeta(r *record.Record) []byte {
+	return append([]byte(`"`+MetaReplayed+`":true,`), executionMember(r)...)
+}
+
+// executionMember returns the _meta member that names r's execution.
+func executionMember(r *record.Record) []byte {
 	exe, _ := json.Marshal(describe(r)) // plain strings, ints and times
-	b := make([]byte, 0, len(exe)+64)
-	b = append(b, `"`+MetaReplayed+`":true,"`+MetaExecution+`":`...)
-	return append(b, exe...)
+	return append([]byte(`"`+MetaExecution+`":`), exe...)
 }
 
 // withMeta returns a copy of result with members (JSON members without
