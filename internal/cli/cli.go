@@ -19,7 +19,6 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 )
 
@@ -89,6 +88,8 @@ type proxyFlags struct {
 	actor      string
 	policy     string
 	scope      string
+	store      string
+	lease      time.Duration
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -104,6 +105,8 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
 	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
+	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory, or sqlite:PATH[?sync=full] to keep them across restarts and share them between processes on one host")
+	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	return f
 }
 
@@ -132,11 +135,21 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if actor == "" {
 		actor = osUser()
 	}
-	hasher, err := newHasher()
+	if f.lease < time.Second {
+		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
+	}
+	resolve, _, err := newResolver(f.policy, f.scope)
 	if err != nil {
 		return err
 	}
-	resolve, _, err := newResolver(f.policy, f.scope)
+	store, durable, err := openStore(ctx, f.store)
+	if err != nil {
+		return err
+	}
+	if durable != nil {
+		defer durable.Close()
+	}
+	hasher, err := newHasher(ctx, durable)
 	if err != nil {
 		return err
 	}
@@ -148,7 +161,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	upstreamID := stdio.Describe(argv)
 	log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: hasher, Logger: log})
+	in := intercept.New(intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease})
 	leases, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
 	go in.KeepLeases(leases)
@@ -192,10 +205,11 @@ func exitStatus(child *stdio.Child) string {
 	}
 }
 
-// newHasher keys fingerprints with MCP_IDEMPOTENT_SECRET, or with a random
-// secret for this process: the memory store forgets everything at exit, so
-// nothing needs the secret to outlive the process.
-func newHasher() (*fingerprint.Hasher, error) {
+// newHasher keys fingerprints with MCP_IDEMPOTENT_SECRET; else with the
+// secret a durable store keeps, which every proxy sharing it agrees on;
+// else with a random secret for this process: the memory store forgets
+// everything at exit, so nothing needs the secret to outlive the process.
+func newHasher(ctx context.Context, durable durableStore) (*fingerprint.Hasher, error) {
 	if s := os.Getenv("MCP_IDEMPOTENT_SECRET"); s != "" {
 		h, err := fingerprint.New([]byte(s))
 		if err != nil {
@@ -203,7 +217,14 @@ func newHasher() (*fingerprint.Hasher, error) {
 		}
 		return h, nil
 	}
-	return fingerprint.NewRandom(), nil
+	if durable == nil {
+		return fingerprint.NewRandom(), nil
+	}
+	secret, err := durable.Secret(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the fingerprint secret from the store: %w", err)
+	}
+	return fingerprint.New(secret)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

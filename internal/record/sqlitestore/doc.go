@@ -1,5 +1,26 @@
 // Package sqlitestore is the SQLite record.Store: durable on one host, shared
 // by several proxy processes through one database file.
+//
+// The database runs in WAL mode. Every change is one transaction begun with
+// BEGIN IMMEDIATE, which takes the database's single write lock at its start:
+// the read that decides a reservation and the write that records it see no
+// other writer in between, whether that writer is a goroutine of this process
+// or another process on the host. Within a process, writes go through one
+// connection, so goroutines queue in database/sql instead of spinning on the
+// file lock; reads use a pool of their own and never wait for a writer.
+//
+// With the default synchronous=NORMAL a committed change survives the crash
+// of any process (kill -9 included); Options.Sync "full" makes it survive a
+// power loss too, at the cost of an fsync per change.
+//
+// The schema (version 1) is created on first use:
+//
+//	records         one row per execution: id (primary key), key, holder (1
+//	                for the one record that currently holds its key: a
+//	                partial unique index on key keeps it unique), state,
+//	                history/result/error as JSON text, times as INTEGER unix
+//	                nanoseconds (NULL when unset), retention in nanoseconds
+//	secrets         the fingerprint secret, created once by whichever process
+//	                asks first
+//	schema_version  the schema's version, so a later one can migrate
 package sqlitestore
-
-import _ "modernc.org/sqlite" // the cgo-free driver

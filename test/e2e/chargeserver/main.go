@@ -21,7 +21,17 @@
 //   - calls: how many times create_vm, echo_meta and set_counter have run,
 //     as {"calls": {"create_vm": N, ...}} (read-only).
 //
-// Counts live in the process: one chargeserver per test.
+// With -ledger FILE, for tests that outlive one server process:
+//
+//   - pay {card, amount}: appends the execution id the proxy forwarded
+//     (_meta "mcp-idempotent/execution-id") to FILE, then, the first time
+//     only (FILE.crashed absent), creates FILE.crashed and exits with
+//     status 3 before answering; later it answers "paid AMOUNT from card
+//     CARD (payment #N)", N counting FILE's lines.
+//   - payment_status {execution_id}: {"status": "done"} when FILE holds the
+//     id, else {"status": "not_found"} (read-only).
+//
+// Other counts live in the process: one chargeserver per test.
 package main
 
 import (
@@ -32,6 +42,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,6 +152,7 @@ func (l *ledger) totalCharges() int {
 
 func main() {
 	delay := flag.Duration("delay", 0, "how long charge_card waits after charging and before answering")
+	ledgerFile := flag.String("ledger", "", "the file pay and payment_status keep their ledger in")
 	flag.Parse()
 	log.SetPrefix("chargeserver: ")
 	log.SetFlags(0)
@@ -255,7 +267,78 @@ func main() {
 		}, Calls{Calls: counts}, nil
 	})
 
+	if *ledgerFile != "" {
+		addLedgerTools(s, *ledgerFile)
+	}
+
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// PayArgs are the arguments of pay.
+type PayArgs struct {
+	Card   string  `json:"card"`
+	Amount float64 `json:"amount"`
+}
+
+// StatusArgs are the arguments of payment_status.
+type StatusArgs struct {
+	ExecutionID string `json:"execution_id"`
+}
+
+// Status is the structured result of payment_status.
+type Status struct {
+	Status string `json:"status"`
+}
+
+// addLedgerTools adds pay and payment_status, which keep their ledger in a
+// file so that it outlives the process.
+func addLedgerTools(s *mcp.Server, file string) {
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "pay",
+		Description: "Pay from a card; the first payment crashes the server after it is recorded.",
+	}, func(_ context.Context, req *mcp.CallToolRequest, in PayArgs) (*mcp.CallToolResult, struct{}, error) {
+		id, _ := req.Params.Meta["mcp-idempotent/execution-id"].(string)
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, struct{}{}, err
+		}
+		fmt.Fprintln(f, id)
+		f.Close()
+		if _, err := os.Stat(file + ".crashed"); os.IsNotExist(err) {
+			os.WriteFile(file+".crashed", nil, 0o644)
+			log.Printf("pay card=%s execution=%s: recorded; exiting with status 3", in.Card, id)
+			os.Exit(3)
+		}
+		n := len(ledgerLines(file))
+		log.Printf("pay card=%s execution=%s n=%d", in.Card, id, n)
+		text := fmt.Sprintf("paid %s from card %s (payment #%d)", strconv.FormatFloat(in.Amount, 'f', -1, 64), in.Card, n)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, struct{}{}, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "payment_status",
+		Description: "Whether the payment of an execution was made.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(_ context.Context, _ *mcp.CallToolRequest, in StatusArgs) (*mcp.CallToolResult, Status, error) {
+		st := Status{Status: "not_found"}
+		for _, line := range ledgerLines(file) {
+			if line == in.ExecutionID {
+				st.Status = "done"
+			}
+		}
+		log.Printf("payment_status execution=%s: %s", in.ExecutionID, st.Status)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: st.Status}}}, st, nil
+	})
+}
+
+func ledgerLines(file string) []string {
+	b, _ := os.ReadFile(file)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }

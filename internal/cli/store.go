@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+)
+
+// A durableStore outlives the process and is shared, so it also keeps the
+// fingerprint secret that every proxy using it must agree on.
+type durableStore interface {
+	record.Store
+	Secret(ctx context.Context) ([]byte, error)
+	Close() error
+}
+
+// openStore opens the store a --store URL names. A durable store comes back
+// with its closer; the memory store has none.
+func openStore(ctx context.Context, url string) (record.Store, durableStore, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var (
+		s   durableStore
+		err error
+	)
+	switch {
+	case url == "" || url == "memory":
+		return memstore.New(memstore.Options{}), nil, nil
+	case strings.HasPrefix(url, "sqlite:"):
+		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{})
+	default:
+		return nil, nil, usagef("--store: %q is not memory or sqlite:PATH", redact(url))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the store %s: %w", redact(url), err)
+	}
+	return s, s, nil
+}
+
+// redact hides a password in a store URL, so it never reaches a log.
+func redact(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return url
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return url
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return scheme + "://" + user + ":***@" + host
+	}
+	return url
+}

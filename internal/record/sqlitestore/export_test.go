@@ -1,0 +1,18 @@
+package sqlitestore
+
+import "context"
+
+// Synchronous returns the writer connection's PRAGMA synchronous: 1 is
+// NORMAL, 2 is FULL.
+func (s *Store) Synchronous(ctx context.Context) (int, error) {
+	var n int
+	err := s.w.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&n)
+	return n, err
+}
+
+// JournalMode returns the database's journal mode.
+func (s *Store) JournalMode(ctx context.Context) (string, error) {
+	var mode string
+	err := s.r.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+	return mode, err
+}

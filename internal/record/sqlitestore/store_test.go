@@ -1,0 +1,363 @@
+package sqlitestore_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// open opens the store at path and closes it when the test ends.
+func open(t testing.TB, path string, opts sqlitestore.Options) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func dbPath(t testing.TB) string { return filepath.Join(t.TempDir(), "records.db") }
+
+func TestSemantics(t *testing.T) {
+	recordtest.Run(t, func(t *testing.T, now func() time.Time) record.Store {
+		return open(t, dbPath(t), sqlitestore.Options{Now: now})
+	})
+}
+
+func newRecord(key string) *record.Record {
+	return &record.Record{
+		ID:          record.NewID(time.Now()),
+		Key:         key,
+		Fingerprint: "f-" + key,
+		Actor:       "alice",
+		Scope:       "session:1",
+		Upstream:    "stdio:server",
+		Tool:        "charge_card",
+		Retention:   time.Hour,
+	}
+}
+
+func TestReopenKeepsRecords(t *testing.T) {
+	ctx := t.Context()
+	path := dbPath(t)
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 123456789, time.UTC))
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRecord("k")
+	r.Owner, r.LeaseUntil = "proxy-1", clock.Now().Add(time.Minute)
+	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
+		t.Fatalf("Reserve = won %v, %v", won, err)
+	}
+	clock.Advance(time.Millisecond)
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched, Note: "sent"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Microsecond)
+	want, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{"content":[]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := s.Secret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, path, sqlitestore.Options{Now: clock.Now})
+	got, err := s.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("after reopening: %v", err)
+	}
+	if !sameRecord(got, want) {
+		t.Errorf("after reopening:\n got  %+v\n want %+v", got, want)
+	}
+	if got, won, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err != nil || won || got.ID != r.ID || got.Attached != 1 {
+		t.Errorf("Reserve after reopening = %v won=%v %v; want %s matched, attached 1", got, won, err, r.ID)
+	}
+	again, err := s.Secret(ctx)
+	if err != nil || !bytes.Equal(again, secret) {
+		t.Errorf("Secret after reopening = %x, %v; want %x", again, err, secret)
+	}
+}
+
+// sameRecord compares records field by field, times with Equal.
+func sameRecord(a, b *record.Record) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+func TestSyncOption(t *testing.T) {
+	for _, tt := range []struct {
+		sync string
+		want int // PRAGMA synchronous; 0: Open fails
+	}{
+		{"", 1},
+		{"normal", 1},
+		{"full", 2},
+		{"FULL", 2},
+		{"off", 0},
+		{"fsync", 0},
+	} {
+		t.Run(tt.sync, func(t *testing.T) {
+			s, err := sqlitestore.Open(t.Context(), dbPath(t), sqlitestore.Options{Sync: tt.sync})
+			if tt.want == 0 {
+				if err == nil {
+					s.Close()
+					t.Fatalf("Open with sync %q succeeded; want an error", tt.sync)
+				}
+				if !strings.Contains(err.Error(), `invalid sync "`+tt.sync+`"`) {
+					t.Errorf("error %q does not name the bad sync value", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if n, err := s.Synchronous(t.Context()); err != nil || n != tt.want {
+				t.Errorf("PRAGMA synchronous = %d, %v; want %d", n, err, tt.want)
+			}
+			if mode, err := s.JournalMode(t.Context()); err != nil || mode != "wal" {
+				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+			}
+		})
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		url     string
+		wantErr string // "" for success
+	}{
+		{"sqlite:" + filepath.Join(dir, "a.db"), ""},
+		{"sqlite:" + filepath.Join(dir, "b.db") + "?sync=full", ""},
+		{"sqlite:" + filepath.Join(dir, "c.db") + "?sync=normal", ""},
+		{"sqlite:" + filepath.Join(dir, "d.db") + "?sync=sometimes", `invalid sync "sometimes"`},
+		{"sqlite:" + filepath.Join(dir, "e.db") + "?cache=shared", `unknown parameter "cache"`},
+		{"sqlite:", "no database path"},
+		{"sqlite:?sync=full", "no database path"},
+		{"postgres://localhost/db", "not a sqlite:PATH URL"},
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			s, err := sqlitestore.OpenURL(t.Context(), tt.url, sqlitestore.Options{})
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Close()
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatalf("OpenURL(%q) succeeded; want an error", tt.url)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("OpenURL(%q) = %q; want it to say %q", tt.url, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestOpenURLSyncFull(t *testing.T) {
+	s, err := sqlitestore.OpenURL(t.Context(), "sqlite:"+dbPath(t)+"?sync=full", sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n, err := s.Synchronous(t.Context()); err != nil || n != 2 {
+		t.Errorf("PRAGMA synchronous = %d, %v; want 2 (FULL)", n, err)
+	}
+}
+
+func TestMissingDirectory(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	path := filepath.Join(missing, "records.db")
+	_, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err == nil {
+		t.Fatal("Open in a missing directory succeeded")
+	}
+	if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), missing+" does not exist") {
+		t.Errorf("error %q; want it to name %s and say its directory does not exist", err, path)
+	}
+}
+
+func TestNewFileIsPrivate(t *testing.T) {
+	path := dbPath(t)
+	open(t, path, sqlitestore.Options{})
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("database file mode %v; want 0600, since it holds the secret", perm)
+	}
+}
+
+func TestSecretIsSharedAndCreatedOnce(t *testing.T) {
+	path := dbPath(t)
+	const stores = 4
+	secrets := make([][]byte, stores)
+	var wg sync.WaitGroup
+	for i := range stores {
+		s := open(t, path, sqlitestore.Options{})
+		wg.Go(func() {
+			var err error
+			if secrets[i], err = s.Secret(t.Context()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(secrets[0]) != 32 {
+		t.Fatalf("secret is %d bytes; want 32", len(secrets[0]))
+	}
+	for i, s := range secrets {
+		if !bytes.Equal(s, secrets[0]) {
+			t.Fatalf("store %d has secret %x, store 0 %x; all must agree", i, s, secrets[0])
+		}
+	}
+	other, err := open(t, dbPath(t), sqlitestore.Options{}).Secret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(other, secrets[0]) {
+		t.Error("two databases have the same secret")
+	}
+}
+
+func TestPurge(t *testing.T) {
+	ctx := t.Context()
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := open(t, dbPath(t), sqlitestore.Options{Now: clock.Now})
+	var ids []string
+	for i := range 100 {
+		r := newRecord("k" + string(rune('a'+i%26)) + time.Duration(i).String())
+		r.Retention = time.Minute
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	inFlight := newRecord("still running")
+	if _, _, err := s.Reserve(ctx, inFlight, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Purge(ctx, 1000); err != nil || n != 0 {
+		t.Fatalf("Purge before the retention ran out = %d, %v; want 0", n, err)
+	}
+	clock.Advance(time.Minute)
+	if n, err := s.Purge(ctx, 60); err != nil || n != 60 {
+		t.Fatalf("Purge(60) = %d, %v; want 60, the limit", n, err)
+	}
+	// Reservations purge the rest a batch at a time.
+	for range 64 {
+		if _, _, err := s.Reserve(ctx, newRecord("fresh"+record.NewID(clock.Now())), record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if _, err := s.Get(ctx, id); !errors.Is(err, record.ErrNotFound) {
+			t.Fatalf("Get(%s) after its retention = %v; want ErrNotFound", id, err)
+		}
+	}
+	if _, err := s.Get(ctx, inFlight.ID); err != nil {
+		t.Errorf("a record in flight was purged: %v", err)
+	}
+}
+
+func TestWaitSeesAnotherStoresChange(t *testing.T) {
+	ctx := t.Context()
+	path := dbPath(t)
+	a := open(t, path, sqlitestore.Options{})
+	b := open(t, path, sqlitestore.Options{})
+	r, _, err := a.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *record.Record)
+	go func() {
+		got, err := a.Wait(ctx, r.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	// b cannot wake a's waiters; a must see the change by polling.
+	if _, err := b.Update(ctx, r.ID, record.Change{To: record.Failed, Note: "upstream not started"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got == nil || got.State != record.Failed {
+		t.Fatalf("Wait = %+v; want the record failed by the other store", got)
+	}
+}
+
+func TestCloseEndsWaits(t *testing.T) {
+	s, err := sqlitestore.Open(t.Context(), dbPath(t), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := s.Wait(t.Context(), r.ID)
+		done <- err
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("Wait returned no error after Close")
+	}
+}
+
+func TestPathWithURICharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a?b#c%20d e")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "records.db")
+	s := open(t, path, sqlitestore.Options{})
+	if _, _, err := s.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the database is not at the path given: %v", err)
+	}
+	if _, err := os.Stat(path + "-wal"); err != nil {
+		t.Errorf("no WAL beside the database: %v", err)
+	}
+}
