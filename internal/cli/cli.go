@@ -52,6 +52,8 @@ Usage:
   mcp-idempotent policy check FILE             validate a policy file
   mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
                                                the effective policy of each tool
+  mcp-idempotent activity list|show|resolve --store URL ...
+                                               what the executions in a store did
   mcp-idempotent version                       print the version
 
 Flags:
@@ -65,6 +67,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runDemo(ctx, args[1:], stdout, stderr)
 		case "policy":
 			return runPolicy(ctx, args[1:], stdout, stderr)
+		case "activity":
+			return runActivity(ctx, args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, "mcp-idempotent", Version)
 			return nil

@@ -229,3 +229,30 @@ type Store interface {
 	// owner holds.
 	Renew(ctx context.Context, owner string, until time.Time) error
 }
+
+// A Filter selects records for List.
+type Filter struct {
+	Tool  string    // only this tool's executions, if set
+	State State     // only executions in this state, if set
+	Since time.Time // only executions accepted at or after this, if set
+	Limit int       // at most this many; 0 means 100
+}
+
+// A Lister lists execution records, newest first. Stores that outlive the
+// process implement it, for the activity commands.
+type Lister interface {
+	List(ctx context.Context, f Filter) ([]*Record, error)
+}
+
+// IDFloor returns the smallest execution id a record accepted at t can
+// have: ids are ULIDs, which sort by their time, so records accepted at or
+// after t are those whose id is at least IDFloor(t).
+func IDFloor(t time.Time) string {
+	ms := ulid.Timestamp(t)
+	if t.Before(time.UnixMilli(0)) {
+		ms = 0
+	}
+	var id ulid.ULID
+	_ = id.SetTime(ms) // out of range only past the year 10889
+	return "exe_" + id.String()
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -245,6 +246,32 @@ func (s *Store) Records() []*record.Record {
 		recs = append(recs, e.rec.Clone())
 	}
 	return recs
+}
+
+// List implements record.Lister.
+func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	floor := ""
+	if !f.Since.IsZero() {
+		floor = record.IDFloor(f.Since)
+	}
+	var recs []*record.Record
+	for _, r := range s.Records() {
+		if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && r.ID >= floor {
+			recs = append(recs, r)
+		}
+	}
+	slices.SortFunc(recs, func(a, b *record.Record) int { return strings.Compare(b.ID, a.ID) })
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(recs) > limit {
+		recs = recs[:limit]
+	}
+	return recs, nil
 }
 
 // Len returns how many records the store holds.

@@ -1,5 +1,41 @@
 // Package pgstore is the PostgreSQL record.Store: shared, durable and
-// queryable.
+// queryable. Every proxy that opens the same database and schema shares
+// one set of reservations.
+//
+// # Tables
+//
+// Open takes a schema (default "mcp_idempotent") and creates, on first use
+// and under an advisory lock so that proxies starting together do not race:
+//
+//   - records: one row per execution, keyed by id. The columns are the
+//     Record's fields; history is a jsonb array of transitions, result and
+//     error are json (kept byte for byte as they came), times are
+//     timestamptz, retention is an interval. holds_key marks the one record
+//     that currently holds its key: a partial unique index on key where
+//     holds_key is what makes a reservation atomic.
+//   - secrets: the fingerprint HMAC key, one row.
+//   - schema_version: the layout's version.
+//
+// # Atomicity
+//
+// Every step is one statement, so it is atomic on its own and needs no
+// transaction held across round trips. A reservation is an INSERT ... ON
+// CONFLICT (key) WHERE holds_key DO NOTHING, and in the same statement an
+// UPDATE that attaches to the holder when it may be matched: the unique
+// index lets exactly one of any number of concurrent callers insert. An
+// orphan or a replaceable holder is dealt with by a compare-and-set UPDATE
+// (only one caller's succeeds: the row lock serializes them and the losers'
+// WHERE no longer matches), after which the reservation is tried again.
+// Update is a compare-and-set on the current state as well.
+//
+// # Waiting
+//
+// A trigger on records runs pg_notify(schema, id) when a record leaves the
+// in-flight states, in the transaction of the statement that settled it,
+// whichever statement that was (an operator's UPDATE included). Each Store
+// keeps one listening connection, opened by the first Wait, that wakes the
+// in-process waiters of that id; waiters also poll on a backoff from 10 ms
+// to 1 s, so a lost connection or notification only delays them.
+//
+// All times come from Options.Now, never from the server's clock.
 package pgstore
-
-import _ "github.com/jackc/pgx/v5"

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RenewKeepsTheLease", testRenewKeepsTheLease},
 		{"WaitSettlesAnOrphan", testWaitSettlesAnOrphan},
 		{"ConcurrentOrphanTakeover", testConcurrentOrphanTakeover},
+		{"List", testList},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,5 +419,47 @@ func testConcurrentOrphanTakeover(t *testing.T, s record.Store, clock *Clock) {
 	}
 	if unknowns != 1 {
 		t.Fatalf("the orphan was settled %d times: %+v; exactly one caller takes it over", unknowns, got.History)
+	}
+}
+
+func testList(t *testing.T, s record.Store, clock *Clock) {
+	l, ok := s.(record.Lister)
+	if !ok {
+		t.Skip("the store does not list its records")
+	}
+	start := clock.Now()
+	var ids []string
+	for i, tool := range []string{"charge_card", "refund", "charge_card", "charge_card"} {
+		r := newRecord(fmt.Sprintf("list-%d", i))
+		r.ID, r.Tool = record.NewID(clock.Now()), tool
+		mustReserve(t, s, r, record.ReserveOptions{})
+		if i%2 == 1 {
+			mustUpdate(t, s, r.ID, record.Change{To: record.Failed})
+		}
+		ids = append(ids, r.ID)
+		clock.Advance(time.Minute)
+	}
+	for _, tt := range []struct {
+		name string
+		f    record.Filter
+		want []string
+	}{
+		{"all, newest first", record.Filter{}, []string{ids[3], ids[2], ids[1], ids[0]}},
+		{"by tool", record.Filter{Tool: "charge_card"}, []string{ids[3], ids[2], ids[0]}},
+		{"by state", record.Filter{State: record.Failed}, []string{ids[3], ids[1]}},
+		{"since", record.Filter{Since: start.Add(90 * time.Second)}, []string{ids[3], ids[2]}},
+		{"limit", record.Filter{Limit: 1}, []string{ids[3]}},
+	} {
+		got, err := l.List(context.Background(), tt.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var gotIDs []string
+		for _, r := range got {
+			gotIDs = append(gotIDs, r.ID)
+		}
+		if fmt.Sprint(gotIDs) != fmt.Sprint(tt.want) {
+			t.Errorf("List %s = %v; want %v", tt.name, gotIDs, tt.want)
+		}
 	}
 }

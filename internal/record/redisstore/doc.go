@@ -1,5 +1,67 @@
 // Package redisstore is the Redis (and Valkey) record.Store: shared across
 // processes and hosts.
+//
+// # Keys
+//
+// With P the key prefix (Options.Prefix, "mcpi:" by default) and T the hex
+// of the first 16 bytes of SHA-256 of a record key, the store writes:
+//
+//	P{T}:k        string: the id of the record holding the key
+//	P{T}:r:<id>   hash: one record (its fields are listed in codec.go)
+//	Pi:<id>       string: T, so that a process that never saw the record's
+//	              key can find it by id
+//	Psecret       string: the fingerprint key, 32 bytes
+//	Psettled      pub/sub channel: the id of each record that settled
+//
+// Everything a reservation or an update touches carries the hash tag {T}, so
+// each script works on keys of one Redis Cluster slot. The holder's record
+// key is built inside the reservation script from the holder's id; it shares
+// the tag, so it is in the same slot (Redis checks the slot, not the KEYS
+// list).
+//
+// # Atomicity
+//
+// Reserve, Update, Wait's check and Renew are Lua scripts, run with EVALSHA
+// (EVAL when the server has forgotten them): Redis runs a script alone, so
+// reading the holder, settling an orphan, matching or replacing the holder
+// and writing the new record happen as one step, in one round trip. Every
+// time the scripts write or compare comes from Options.Now, passed as unix
+// nanoseconds; the server's clock is never read. Go-redis is set never to
+// resend a command (MaxRetries -1): a script that timed out may have run.
+//
+// # Finding a record by id
+//
+// Update, Get and Wait name a record by its id alone, and its keys need its
+// tag. The store remembers the tag of every record it has reserved, matched
+// or read (a bounded cache, plus the records its owners keep in flight), so
+// these calls make one round trip. A process that has only the id reads the
+// index key Pi:<id> first. Update writes that index in the same pipeline as
+// its script, so a record is findable by id alone from its first update (its
+// dispatch) on; before that only the processes that reserved or matched it
+// by key know it.
+//
+// # Expiry
+//
+// A record in flight and its holder key have no Redis TTL; its index has
+// one of a day, which Renew extends. A settled record, its holder key and
+// its index get a TTL of the record's retention plus one minute, so Redis
+// drops them itself: no purge pass is needed. Matching never relies on the
+// TTL: a settled record stops matching when Options.Now passes its
+// ExpiresAt. The extra minute lets a waiter woken by the settle read the
+// record even with a zero retention, and covers clocks of proxies a little
+// behind the server's.
+//
+// # Waiting
+//
+// Each settle is published, from inside the script, on Psettled with the id
+// as payload. A Store holds one subscription and wakes its in-process
+// waiters of that id at once (they share one channel). A waiter also checks
+// on a backoff from 10 ms to 1 s, so a missed message or a lost subscription
+// only delays it, and by its lease's end, when it settles the orphan.
+//
+// # Leases
+//
+// Renew extends, in one pipeline of one script per record, the records in
+// flight that this Store reserved or claimed for the owner. An owner is a
+// proxy process with its own Store, so these are all of the owner's records.
 package redisstore
-
-import _ "github.com/redis/go-redis/v9"

@@ -633,6 +633,48 @@ func (s *Store) notify(id string) {
 	}
 }
 
+// List implements record.Lister: newest first, from the read pool.
+func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, error) {
+	q := "SELECT " + columns + " FROM records WHERE 1=1"
+	var args []any
+	if f.Tool != "" {
+		q += " AND tool = ?"
+		args = append(args, f.Tool)
+	}
+	if f.State != "" {
+		q += " AND state = ?"
+		args = append(args, string(f.State))
+	}
+	if !f.Since.IsZero() {
+		// Ids are ULIDs, which sort by the time they were made.
+		q += " AND id >= ?"
+		args = append(args, record.IDFloor(f.Since))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	defer rows.Close()
+	var recs []*record.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing executions: %w", err)
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	return recs, nil
+}
+
 // Purge drops up to limit settled records whose retention ran out, oldest
 // first, and returns how many it dropped. Reserve calls it now and then;
 // it is exported for an operator's cleanup and for tests.
@@ -708,7 +750,10 @@ func getRecord(ctx context.Context, byID *sql.Stmt, id string) (*record.Record, 
 	return r, err
 }
 
-func scanRecord(row *sql.Row) (*record.Record, error) {
+// A scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (*record.Record, error) {
 	var (
 		r                     record.Record
 		history               []byte

@@ -1,0 +1,239 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+const activityUsage = `Usage:
+  mcp-idempotent activity list --store URL [--tool T] [--state S] [--since 1h] [--limit N] [--json]
+  mcp-idempotent activity show EXE_ID --store URL [--json]
+  mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--json]
+`
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments, as in `activity show exe_1 --store x`.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity: say list, show or resolve")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("activity "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	storeURL := fs.String("store", "", "the store `URL`, as given to the proxy (sqlite:PATH, ...)")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	var (
+		tool, state, since, as, note *string
+		limit                        *int
+	)
+	switch verb {
+	case "list":
+		tool = fs.String("tool", "", "only this tool's executions")
+		state = fs.String("state", "", "only executions in this state")
+		since = fs.String("since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
+		limit = fs.Int("limit", 100, "at most this many")
+	case "show":
+	case "resolve":
+		as = fs.String("as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
+		note = fs.String("note", "", "why: recorded with the resolution")
+	default:
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity: unknown subcommand %q", verb)
+	}
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	if *storeURL == "" {
+		return usagef("activity %s: --store is required: the store the proxy used", verb)
+	}
+	wantPos := 1
+	if verb == "list" {
+		wantPos = 0
+	}
+	if len(pos) != wantPos {
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity %s: want %d execution id, got %d arguments", verb, wantPos, len(pos))
+	}
+	store, durable, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	if durable == nil {
+		return usagef("--store: the memory store lives inside a proxy process; give the durable store the proxy used")
+	}
+	defer durable.Close()
+
+	switch verb {
+	case "list":
+		lister, ok := store.(record.Lister)
+		if !ok {
+			return fmt.Errorf("the store %s cannot list its executions", redact(*storeURL))
+		}
+		f := record.Filter{Tool: *tool, State: record.State(*state), Limit: *limit}
+		if *since != "" {
+			d, err := parseDays(*since)
+			if err != nil {
+				return usagef("--since: %v", err)
+			}
+			f.Since = time.Now().Add(-d)
+		}
+		recs, err := lister.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, recs)
+		}
+		printList(stdout, recs)
+	case "show":
+		r, err := store.Get(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, r)
+		}
+		printRecord(stdout, r)
+	case "resolve":
+		r, err := resolveExecution(ctx, store, pos[0], *as, *note)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, r)
+		}
+		printRecord(stdout, r)
+	}
+	return nil
+}
+
+// resolveExecution settles an unknown execution as an operator found it,
+// recording who did and why.
+func resolveExecution(ctx context.Context, store record.Store, id, as, note string) (*record.Record, error) {
+	cur, err := store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State != record.Unknown {
+		return nil, fmt.Errorf("execution %s is %s; only an unknown execution is resolved by hand", id, cur.State)
+	}
+	why := "resolved by " + osUser()
+	if note != "" {
+		why += ": " + note
+	}
+	c := record.Change{Note: why}
+	switch record.State(as) {
+	case record.Failed:
+		c.To = record.Failed
+	case record.Completed:
+		// Retries of a completed execution replay its result: this one
+		// says what the operator found.
+		text := fmt.Sprintf("Completed: execution %s of %s was resolved as done by an operator (%s).", id, cur.Tool, why)
+		result, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": text}}}) // strings always marshal
+		c.To, c.Result = record.Completed, result
+	default:
+		return nil, usagef("--as: %q is not failed or completed", as)
+	}
+	r, err := store.Update(ctx, id, c)
+	if errors.Is(err, record.ErrConflict) {
+		return nil, fmt.Errorf("execution %s changed while it was being resolved: %w", id, err)
+	}
+	return r, err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printList(w io.Writer, recs []*record.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXECUTION\tTOOL\tSTATE\tACCEPTED\tATTEMPTS\tATTACHED\tACTOR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Tool, r.State,
+			r.At(record.Accepted).Local().Format(time.DateTime), r.Attempts, r.Attached, r.Actor)
+	}
+	tw.Flush()
+}
+
+func printRecord(w io.Writer, r *record.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"execution", r.ID},
+		{"tool", r.Tool},
+		{"state", string(r.State)},
+		{"actor", r.Actor},
+		{"scope", r.Scope},
+		{"upstream", r.Upstream},
+		{"fingerprint", r.Fingerprint},
+		{"attempts", fmt.Sprint(r.Attempts)},
+		{"attached callers", fmt.Sprint(r.Attached)},
+		{"result", resultSize(r)},
+		{"owner", r.Owner},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+		}
+	}
+	if !r.ExpiresAt.IsZero() {
+		fmt.Fprintf(tw, "replays until\t%s\n", r.ExpiresAt.Local().Format(time.RFC3339))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nhistory:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range r.History {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05.000"), h.State, h.Note)
+	}
+	tw.Flush()
+}
+
+func resultSize(r *record.Record) string {
+	switch {
+	case r.Result != nil:
+		return fmt.Sprintf("%d bytes", len(r.Result))
+	case r.Error != nil:
+		return "JSON-RPC error " + strings.TrimSpace(string(r.Error))
+	}
+	return ""
+}
+
+// parseDays reads a Go duration or a whole number of days such as 7d.
+func parseDays(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		var days int
+		if _, err := fmt.Sscanf(n, "%d", &days); err == nil && days > 0 && fmt.Sprint(days) == n {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 90m, 24h or 7d", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,646 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Now returns the current time; nil means time.Now. Every time the
+	// store writes or compares (history, leases, expiry) comes from it,
+	// never from the database server's clock.
+	Now func() time.Time
+	// Schema is the PostgreSQL schema holding the tables; "" means
+	// "mcp_idempotent". Proxies share reservations when they use the same
+	// database and schema. Its name is also the LISTEN channel.
+	Schema string
+	// Logger receives what the store cannot return to a caller (a purge
+	// or the listening connection failing); nil discards it.
+	Logger *slog.Logger
+}
+
+// DefaultSchema is the schema used when Options.Schema is empty.
+const DefaultSchema = "mcp_idempotent"
+
+// Defaults that a URL may override (connect_timeout, statement_timeout):
+// a store that cannot be reached must fail a call promptly so that the
+// proxy fails closed rather than hanging.
+const (
+	defaultConnectTimeout   = 5 * time.Second
+	defaultStatementTimeout = "10s"
+)
+
+// Purging: every purgeEvery-th Reserve deletes up to purgeBatch expired
+// records, so the table stays bounded by what the retention keeps and no
+// single call pays for a large backlog.
+const (
+	purgeEvery = 64
+	purgeBatch = 256
+)
+
+// Waiting: the fallback poll's backoff, for a notification that never
+// comes (a dropped listening connection).
+const (
+	minPoll = 10 * time.Millisecond
+	maxPoll = time.Second
+)
+
+// Store is a record.Store in a PostgreSQL database.
+type Store struct {
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	log    *slog.Logger
+	schema string // as given
+	quoted string // schema as an SQL identifier
+	name   string // the server and schema, for errors: no credentials
+
+	setupMu chan struct{} // one schema setup at a time
+	ready   atomic.Bool   // the schema exists
+
+	reserves atomic.Uint64 // Reserve calls, to pace purging
+
+	q queries
+
+	waiters          waiters
+	minPoll, maxPoll time.Duration // Wait's fallback poll
+
+	ctx    context.Context // cancelled by Close; bounds the listener
+	cancel context.CancelFunc
+
+	mu        sync.Mutex // protects the fields below
+	closed    bool
+	listening bool           // the listener goroutine was started
+	wg        sync.WaitGroup // the listener goroutine
+	secret    []byte         // the fingerprint secret, once read
+}
+
+var _ record.Store = (*Store)(nil)
+
+// Open returns a Store for the database at rawURL, a postgres:// or
+// postgresql:// URL (pgxpool's parameters such as pool_max_conns are
+// understood). It does not connect: the first call does, and creates the
+// schema then if it does not exist. Close releases the store.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
+		return nil, fmt.Errorf("opening postgres store: %q is not a postgres:// or postgresql:// URL", redact(rawURL))
+	}
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		// The parse error may quote the URL, password included.
+		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse", redact(rawURL))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = defaultStatementTimeout
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	s := &Store{
+		now:     opts.Now,
+		log:     opts.Logger,
+		schema:  schema,
+		quoted:  pgx.Identifier{schema}.Sanitize(),
+		name:    fmt.Sprintf("postgres store %s (schema %s)", redact(rawURL), schema),
+		setupMu: make(chan struct{}, 1),
+		waiters: waiters{m: make(map[string]*waitGen)},
+		minPoll: minPoll,
+		maxPoll: maxPoll,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.q = queries{
+		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
+		update: s.sql(updateSQL), get: s.sql(getSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL),
+		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", s.name, err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// redact returns the URL's scheme, host and path: no user, password or
+// parameters.
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// String names the store: the server, database and schema.
+func (s *Store) String() string { return s.name }
+
+// Close stops the listener and closes the connections. Calls made after
+// Close fail, and so do the Waits in progress.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.pool.Close()
+	s.waiters.wakeAll() // to find the pool closed
+	return nil
+}
+
+// fail wraps an error of the database for the operation op ("reserving
+// exe_..."), naming the store.
+func (s *Store) fail(op string, err error) error {
+	return fmt.Errorf("%s in %s: %w", op, s.name, err)
+}
+
+// clock returns the current time as stored: UTC, to the microsecond.
+func (s *Store) clock() time.Time {
+	return s.now().UTC().Truncate(time.Microsecond)
+}
+
+// In flight and settled, in SQL. inFlight matches record.State.InFlight.
+const (
+	inFlight = `state IN ('accepted', 'dispatched')`
+	settled  = `state NOT IN ('accepted', 'dispatched')`
+	// orphan is record.Record.Orphaned at $now.
+	orphan = `(` + inFlight + ` AND lease_until IS NOT NULL AND lease_until < $now)`
+	// replaceable is what a reservation may supersede: an expired settled
+	// record, a failed one, or one in a state of $replace.
+	replaceable = `(state = 'failed' OR state = ANY($replace) OR (` + settled + ` AND coalesce(expires_at <= $now, true)))`
+)
+
+// columns are a record's, in the order scanRecord reads them.
+const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until`
+
+// reserveSQL inserts the new record unless another holds the key and, if
+// one does and may be matched, attaches to it: one statement, one round
+// trip, for both a new execution and a replay. The unique index on the
+// holder lets exactly one concurrent insert through. When it returns no
+// row, the holder is an orphan or replaceable (or appeared after the
+// statement's snapshot) and Reserve deals with it before trying again.
+var reserveSQL = params(`
+WITH ins AS (
+	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
+		attempts, attached, result, error, retention, owner, lease_until)
+	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, 'accepted', $history,
+		$attempts, $attached, $result, $error, $retention, $owner, $lease_until)
+	ON CONFLICT (key) WHERE holds_key DO NOTHING
+	RETURNING `+columns+`
+), att AS (
+	UPDATE {schema}.records SET attached = attached + 1
+	WHERE key = $key AND holds_key AND NOT EXISTS (SELECT FROM ins)
+		AND NOT `+orphan+` AND NOT `+replaceable+`
+	RETURNING `+columns+`
+)
+SELECT true, `+columns+` FROM ins
+UNION ALL
+SELECT false, `+columns+` FROM att`,
+	"id", "key", "fingerprint", "actor", "scope", "upstream", "tool", "history", "attempts", "attached",
+	"result", "error", "retention", "owner", "lease_until", "now", "replace")
+
+// holderSQL reads the record holding a key.
+const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 AND holds_key`
+
+// releaseSQL takes the key from a replaceable holder, if it still is one.
+var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
+	WHERE id = $id AND holds_key AND NOT `+orphan+` AND `+replaceable,
+	"id", "now", "replace")
+
+// updateSQL applies a change to a record whose state is one of $from: the
+// compare-and-set that makes Update and the settling of an orphan atomic.
+// With $orphan set it applies only while the lease has lapsed (a Renew may
+// have come first).
+var updateSQL = params(`UPDATE {schema}.records SET
+	state = $to::text,
+	history = history || $entry::jsonb,
+	attempts = attempts + $dispatch::integer,
+	result = coalesce($result::json, result),
+	error = coalesce($error::json, error),
+	owner = CASE WHEN $owner::text = '' THEN owner ELSE $owner::text END,
+	lease_until = CASE WHEN $settles::boolean THEN NULL WHEN $owner::text = '' THEN lease_until ELSE $lease_until::timestamptz END,
+	expires_at = CASE WHEN $settles::boolean THEN $now::timestamptz + retention END
+WHERE id = $id AND state = ANY($from::text[]) AND (NOT $orphan::boolean OR `+orphan+`)
+RETURNING `+columns,
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "orphan")
+
+const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
+
+const renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
+
+const purgeSQL = `DELETE FROM {schema}.records WHERE id IN (
+	SELECT id FROM {schema}.records WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// The secret is made by whoever inserts first; everyone then reads it.
+const (
+	secretInsertSQL = `INSERT INTO {schema}.secrets (name, value) VALUES ('fingerprint', $1) ON CONFLICT (name) DO NOTHING`
+	secretSelectSQL = `SELECT value FROM {schema}.secrets WHERE name = 'fingerprint'`
+)
+
+// queries are the statements above for one schema.
+type queries struct {
+	reserve, holder, release, update, get, renew, purge, secretInsert, secretSelect string
+}
+
+// params replaces the named parameters $name in q by $1, $2... in the
+// order of names, so that the long statements above read by name.
+func params(q string, names ...string) string {
+	byLength := slices.Clone(names)
+	// Longest first, so that $tool is not taken for $to.
+	slices.SortFunc(byLength, func(a, b string) int { return len(b) - len(a) })
+	for _, name := range byLength {
+		q = strings.ReplaceAll(q, "$"+name, fmt.Sprintf("$%d", slices.Index(names, name)+1))
+	}
+	for i := 0; i+1 < len(q); i++ {
+		if q[i] == '$' && (q[i+1] < '0' || q[i+1] > '9') {
+			panic("pgstore: unnamed parameter at " + q[i:])
+		}
+	}
+	return q
+}
+
+// Reserve implements record.Store.
+func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	op := "reserving " + r.ID
+	if err := s.ensure(ctx); err != nil {
+		return nil, false, s.fail(op, err)
+	}
+	now := s.clock()
+	if s.reserves.Add(1)%purgeEvery == 1 {
+		if n, err := s.Purge(ctx, purgeBatch); err != nil {
+			s.log.Warn("purging expired executions", "store", s.name, "err", err)
+		} else if n > 0 {
+			s.log.Debug("purged expired executions", "store", s.name, "count", n)
+		}
+	}
+	history, err := json.Marshal([]record.Transition{{State: record.Accepted, At: now}})
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	replace := make([]string, len(opts.Replace))
+	for i, st := range opts.Replace {
+		replace[i] = string(st)
+	}
+	// Each pass that does not return settles or releases the holder, or
+	// finds one that appeared after its snapshot; a few passes suffice
+	// under any contention, and the bound guards against a holder that
+	// the statements and this code judge differently.
+	for range maxPasses {
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", op, err)
+		}
+		var won bool
+		rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.reserve,
+			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, r.Attempts, r.Attached,
+			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(r.LeaseUntil), now, replace), &won)
+		switch {
+		case err == nil:
+			return rec, won, nil
+		case isUniqueViolation(err):
+			// The key's conflicts are absorbed by ON CONFLICT; this is
+			// the primary key.
+			return nil, false, fmt.Errorf("%s: execution id already used", op)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, false, s.fail(op, err)
+		}
+
+		// The holder can be neither matched nor replaced as it is.
+		holder, err := scanRecord(s.pool.QueryRow(ctx, s.q.holder, r.Key))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // purged or released meanwhile: insert again
+		case err != nil:
+			return nil, false, s.fail(op, err)
+		case holder.Orphaned(now):
+			// Settled by this caller or a concurrent one; either way
+			// the next pass matches or replaces the settled record.
+			if _, _, err := s.settleOrphan(ctx, holder, now); err != nil {
+				return nil, false, s.fail(op, err)
+			}
+		case s.replaceable(holder, now, opts):
+			// Release the key and compete for it again: whoever then
+			// inserts first wins, exactly one.
+			if _, err := s.pool.Exec(ctx, s.q.release, holder.ID, now, replace); err != nil {
+				return nil, false, s.fail(op, err)
+			}
+		}
+		// Otherwise the holder became matchable after the first
+		// statement's snapshot: the next pass attaches to it.
+	}
+	return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
+}
+
+// maxPasses bounds the statements of one Reserve.
+const maxPasses = 100
+
+func (s *Store) replaceable(r *record.Record, now time.Time, opts record.ReserveOptions) bool {
+	if r.State.Settled() && !now.Before(r.ExpiresAt) {
+		return true
+	}
+	if r.State == record.Failed {
+		return true
+	}
+	return slices.Contains(opts.Replace, r.State)
+}
+
+// Update implements record.Store.
+func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	op := "updating " + id
+	if err := s.ensure(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	now := s.clock()
+	var from []record.State
+	for _, st := range []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown} {
+		if record.CanTransition(st, c.To) {
+			from = append(from, st)
+		}
+	}
+	for {
+		rec, ok, err := s.apply(ctx, id, c, now, from, false)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		if ok {
+			return rec, nil
+		}
+		cur, err := s.get(ctx, id)
+		if err != nil {
+			return nil, s.wrap(op, err)
+		}
+		if cur.State == record.Delivered && c.To == record.Delivered {
+			return cur, nil
+		}
+		if !record.CanTransition(cur.State, c.To) {
+			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
+		}
+		// It moved into a state the change may leave between the two
+		// statements: try again.
+	}
+}
+
+// apply runs the compare-and-set updateSQL. ok is false when the record
+// is missing or not in one of the states from (or, with orphanOnly, not an
+// orphan at now).
+func (s *Store) apply(ctx context.Context, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
+	// jsonb refuses the escape \u0000, which a note quoting an
+	// upstream's output might hold.
+	note := strings.ReplaceAll(c.Note, "\x00", "\uFFFD")
+	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: note}})
+	if err != nil {
+		return nil, false, err
+	}
+	dispatch := 0
+	if c.To == record.Dispatched {
+		dispatch = 1
+	}
+	fromText := make([]string, len(from))
+	for i, st := range from {
+		fromText[i] = string(st)
+	}
+	rec, err = scanRecord(s.pool.QueryRow(ctx, s.q.update,
+		id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
+		timestamp(c.LeaseUntil), now, fromText, orphanOnly))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	return rec, err == nil, err
+}
+
+// settleOrphan settles r, found orphaned at now, with record.OrphanChange.
+// ok is false when another caller settled it first or its owner renewed
+// the lease; then the record is read again.
+func (s *Store) settleOrphan(ctx context.Context, r *record.Record, now time.Time) (rec *record.Record, ok bool, err error) {
+	rec, ok, err = s.apply(ctx, r.ID, record.OrphanChange(r), now, []record.State{r.State}, true)
+	if err != nil || ok {
+		return rec, ok, err
+	}
+	rec, err = s.get(ctx, r.ID)
+	return rec, false, err
+}
+
+// Get implements record.Store.
+func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
+	op := "getting " + id
+	if err := s.ensure(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	rec, err := s.get(ctx, id)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	return rec, nil
+}
+
+// get reads the record id; it returns record.ErrNotFound unwrapped.
+func (s *Store) get(ctx context.Context, id string) (*record.Record, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.get, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, record.ErrNotFound
+	}
+	return rec, err
+}
+
+// wrap wraps an error of get: ErrNotFound plainly, the others naming the
+// store.
+func (s *Store) wrap(op string, err error) error {
+	if errors.Is(err, record.ErrNotFound) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.fail(op, err)
+}
+
+// Wait implements record.Store. It returns when a notification, the
+// fallback poll or the lease's end finds the record settled (settling an
+// orphan itself), or when ctx is done.
+func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
+	op := "waiting for " + id
+	if err := s.ensure(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	s.listen()
+	poll := s.minPoll
+	for {
+		// Registered before reading, so that a settling committed
+		// after the read still wakes this waiter.
+		g := s.waiters.add(id)
+		rec, err := s.check(ctx, id)
+		if err != nil || rec.State.Settled() {
+			s.waiters.remove(id, g)
+			if err != nil {
+				return nil, s.wrap(op, err)
+			}
+			return rec, nil
+		}
+		next := poll
+		if !rec.LeaseUntil.IsZero() {
+			// Wake as the lease lapses, to settle the orphan.
+			next = max(min(next, rec.LeaseUntil.Sub(s.now())+time.Millisecond), time.Millisecond)
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-g.ch:
+		case <-t.C:
+			poll = min(2*poll, s.maxPoll)
+		case <-ctx.Done():
+		}
+		t.Stop()
+		s.waiters.remove(id, g)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+}
+
+// check reads the record id and settles it if it is an orphan.
+func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
+	for {
+		now := s.clock()
+		rec, err := s.get(ctx, id)
+		if err != nil || !rec.Orphaned(now) {
+			return rec, err
+		}
+		rec, ok, err := s.settleOrphan(ctx, rec, now)
+		if err != nil || ok || !rec.Orphaned(now) {
+			return rec, err
+		}
+	}
+}
+
+// Renew implements record.Store, in one statement for all of owner's
+// records in flight.
+func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	op := "renewing the leases of " + owner
+	if err := s.ensure(ctx); err != nil {
+		return s.fail(op, err)
+	}
+	if _, err := s.pool.Exec(ctx, s.q.renew, owner, timestamp(until)); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+// Purge deletes up to limit settled records whose retention has run out
+// and returns how many it deleted. Reserve calls it every so often; an
+// operator may call it to clear a backlog.
+func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
+	if err := s.ensure(ctx); err != nil {
+		return 0, s.fail("purging", err)
+	}
+	tag, err := s.pool.Exec(ctx, s.q.purge, s.clock(), limit)
+	if err != nil {
+		return 0, s.fail("purging", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Secret returns the fingerprint HMAC key that every proxy sharing this
+// store uses: 32 random bytes, made by the first caller of any process
+// (the insert of a second is ignored) and read by all.
+func (s *Store) Secret(ctx context.Context) ([]byte, error) {
+	const op = "reading the fingerprint secret"
+	s.mu.Lock()
+	secret := s.secret
+	s.mu.Unlock()
+	if secret != nil {
+		return secret, nil
+	}
+	if err := s.ensure(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	fresh := make([]byte, 32)
+	rand.Read(fresh)
+	if _, err := s.pool.Exec(ctx, s.q.secretInsert, fresh); err != nil {
+		return nil, s.fail(op, err)
+	}
+	if err := s.pool.QueryRow(ctx, s.q.secretSelect).Scan(&secret); err != nil {
+		return nil, s.fail(op, err)
+	}
+	if len(secret) != 32 {
+		return nil, fmt.Errorf("%s in %s: the stored secret has %d bytes; want 32", op, s.name, len(secret))
+	}
+	s.mu.Lock()
+	s.secret = secret
+	s.mu.Unlock()
+	return secret, nil
+}
+
+// scanRecord reads a row of columns, after the values of head if any.
+func scanRecord(row pgx.Row, head ...any) (*record.Record, error) {
+	var (
+		r                 record.Record
+		state             string
+		result, errJSON   []byte
+		expires, leaseEnd pgtype.Timestamptz
+	)
+	dest := append(head,
+		&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &state, &r.History,
+		&r.Attempts, &r.Attached, &result, &errJSON, &r.Retention, &expires, &r.Owner, &leaseEnd)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	r.State = record.State(state)
+	if result != nil {
+		r.Result = result
+	}
+	if errJSON != nil {
+		r.Error = errJSON
+	}
+	if expires.Valid {
+		r.ExpiresAt = expires.Time.UTC()
+	}
+	if leaseEnd.Valid {
+		r.LeaseUntil = leaseEnd.Time.UTC()
+	}
+	return &r, nil
+}
+
+// timestamp is t for a timestamptz parameter, NULL for the zero time.
+func timestamp(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// rawJSON is m for a json parameter, NULL when absent.
+func rawJSON(m json.RawMessage) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return []byte(m)
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -1,0 +1,580 @@
+package pgstore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// runHint says how to run the tests that need a server.
+const runHint = "MCPI_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go test ./internal/record/pgstore"
+
+var server struct {
+	once sync.Once
+	url  string
+	err  error
+}
+
+// serverURL returns MCPI_POSTGRES_URL once a connection to it succeeded,
+// and otherwise skips tb (fails it with MCPI_REQUIRE_SERVICES=1).
+func serverURL(tb testing.TB) string {
+	tb.Helper()
+	server.once.Do(func() {
+		u := os.Getenv("MCPI_POSTGRES_URL")
+		if u == "" {
+			server.err = errors.New("MCPI_POSTGRES_URL is not set")
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := connect(ctx, u)
+		if err != nil {
+			server.err = fmt.Errorf("PostgreSQL at MCPI_POSTGRES_URL is unreachable: %w", err)
+			return
+		}
+		conn.Close(ctx)
+		server.url = u
+	})
+	if server.err != nil {
+		msg := fmt.Sprintf("%v; to run these tests: %s", server.err, runHint)
+		if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	return server.url
+}
+
+// connect opens a connection to the URL as Open understands it (with
+// pgxpool's parameters).
+func connect(ctx context.Context, rawURL string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
+}
+
+// newSchema returns a schema name of tb's own, dropped when tb ends.
+func newSchema(tb testing.TB) string {
+	tb.Helper()
+	u := serverURL(tb)
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "mcpi_test_" + hex.EncodeToString(b)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := connect(ctx, u)
+		if err != nil {
+			tb.Errorf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// open returns a Store on schema, closed when tb ends.
+func open(tb testing.TB, rawURL, schema string, now func() time.Time) *Store {
+	tb.Helper()
+	s, err := Open(context.Background(), rawURL, Options{Now: now, Schema: schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return s
+}
+
+// newStore returns a Store on a schema of tb's own.
+func newStore(tb testing.TB, now func() time.Time) *Store {
+	tb.Helper()
+	return open(tb, serverURL(tb), newSchema(tb), now)
+}
+
+func TestSemantics(t *testing.T) {
+	serverURL(t)
+	recordtest.Run(t, func(t *testing.T, now func() time.Time) record.Store {
+		return newStore(t, now)
+	})
+}
+
+func newRecord(key string, now time.Time) *record.Record {
+	return &record.Record{ID: record.NewID(now), Key: key, Fingerprint: key, Actor: "alice", Scope: "session:1",
+		Upstream: "stdio:server", Tool: "charge_card", Retention: time.Hour}
+}
+
+func TestUnreachableServerFailsPromptly(t *testing.T) {
+	s, err := Open(context.Background(), "postgres://postgres:hunter2@127.0.0.1:1/test", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, _, err = s.Reserve(ctx, newRecord("k", start), record.ReserveOptions{})
+	if err == nil {
+		t.Fatal("Reserve against an unreachable server succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Reserve took %v to fail; want it prompt", d)
+	}
+	msg := err.Error()
+	t.Log(msg)
+	if !strings.Contains(msg, "reserving") || !strings.Contains(msg, "postgres://127.0.0.1:1/test") {
+		t.Errorf("error %q does not say what failed and name the store", msg)
+	}
+	if strings.Contains(msg, "hunter2") {
+		t.Errorf("error %q shows the password", msg)
+	}
+}
+
+func TestOpenRejectsOtherURLs(t *testing.T) {
+	for _, u := range []string{"redis://127.0.0.1:6379", "sqlite:/tmp/x.db", "postgres://%zz"} {
+		if s, err := Open(context.Background(), u, Options{}); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded", u)
+		}
+	}
+}
+
+// Stores on one new schema, used for the first time at once, all create or
+// find it, and agree on one secret.
+func TestConcurrentFirstUse(t *testing.T) {
+	u, schema := serverURL(t), newSchema(t)
+	const n = 8
+	stores := make([]*Store, n)
+	for i := range stores {
+		stores[i] = open(t, u, schema, nil)
+	}
+	secrets := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Go(func() {
+			var err error
+			if secrets[i], err = s.Secret(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i, secret := range secrets {
+		if len(secret) != 32 || !bytes.Equal(secret, secrets[0]) {
+			t.Fatalf("store %d has secret %x; store 0 has %x: want one 32-byte secret", i, secret, secrets[0])
+		}
+	}
+	again, err := open(t, u, schema, nil).Secret(context.Background())
+	if err != nil || !bytes.Equal(again, secrets[0]) {
+		t.Fatalf("a later store reads secret %x (%v); want %x", again, err, secrets[0])
+	}
+}
+
+func TestResultKeptByteForByte(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := json.RawMessage("{\"z\": 1,  \"a\" : [1.0, 1e2],\n\"u\":\"\\u00e9\"}")
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: result}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Result, result) || got.Error != nil {
+		t.Fatalf("stored result %q, error %q; want %q and none", got.Result, got.Error, result)
+	}
+}
+
+// A note may hold any text, NUL included, which jsonb would refuse.
+func TestNoteWithNUL(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Update(ctx, r.ID, record.Change{To: record.Failed, Note: "upstream said \x00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if note := got.History[1].Note; note != "upstream said \uFFFD" {
+		t.Fatalf("note = %q", note)
+	}
+}
+
+func TestExpiredRecordsArePurged(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	var inFlight string
+	for i := range 100 {
+		r, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", i), clock.Now()), record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			inFlight = r.ID // never settled: never purged
+			continue
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour - time.Second)
+	if n, err := s.Purge(ctx, 1000); err != nil || n != 0 {
+		t.Fatalf("Purge before the retention ran out = %d, %v; want 0", n, err)
+	}
+	clock.Advance(time.Second)
+	for _, want := range []int{60, 39, 0} {
+		if n, err := s.Purge(ctx, 60); err != nil || n != want {
+			t.Fatalf("Purge(60) = %d, %v; want %d", n, err, want)
+		}
+	}
+	if _, err := s.Get(ctx, inFlight); err != nil {
+		t.Errorf("the record in flight was purged: %v", err)
+	}
+}
+
+// Reserve purges on its own, a bounded batch every so often.
+func TestReservePurges(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	first, _, err := s.Reserve(ctx, newRecord("first", clock.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, first.ID, record.Change{To: record.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	for i := range purgeEvery {
+		if _, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", i), clock.Now()), record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(ctx, first.ID); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("an expired record is still there after %d reservations: %v", purgeEvery, err)
+	}
+}
+
+// Of concurrent reservations over a replaceable holder, exactly one wins.
+func TestConcurrentReplace(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	for _, settle := range []record.State{record.Delivered, record.Failed} {
+		r, _, err := s.Reserve(ctx, newRecord("k", clock.Now()), record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settle == record.Delivered {
+			for _, to := range []record.State{record.Dispatched, record.Completed} {
+				if _, err := s.Update(ctx, r.ID, record.Change{To: to}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: settle}); err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				_, won, err := s.Reserve(ctx, newRecord("k", clock.Now()), record.ReserveOptions{Replace: []record.State{record.Delivered}})
+				if err != nil {
+					t.Error(err)
+				}
+				if won {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("%d of 100 reservations over a %s holder won; want 1", n, settle)
+		}
+	}
+}
+
+// waitFor runs Wait in the background; the returned channel yields its
+// result.
+func waitFor(s *Store, id string) <-chan *record.Record {
+	done := make(chan *record.Record, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, _ := s.Wait(ctx, id)
+		done <- r
+	}()
+	return done
+}
+
+// waiting blocks until id has n waiters registered and the listener is up.
+func waiting(t *testing.T, s *Store, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.waiters.mu.Lock()
+		g := s.waiters.m[id]
+		got := 0
+		if g != nil {
+			got = g.refs
+		}
+		s.waiters.mu.Unlock()
+		if got == n && listening(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters on %s; want %d", got, id, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// listening reports whether the store's listener has run LISTEN.
+func listening(s *Store) bool {
+	var n int
+	err := s.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND datname = current_database()", "LISTEN "+s.quoted).Scan(&n)
+	return err == nil && n > 0
+}
+
+// Waiters in another process (another Store here) are woken by the
+// notification, whatever settles the record, not by the poll.
+func TestWaitIsNotified(t *testing.T) {
+	u, schema := serverURL(t), newSchema(t)
+	writer, waiter := open(t, u, schema, nil), open(t, u, schema, nil)
+	waiter.minPoll, waiter.maxPoll = time.Hour, time.Hour
+	ctx := context.Background()
+
+	settles := map[string]func(id string) error{
+		"Update": func(id string) error {
+			_, err := writer.Update(ctx, id, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+			return err
+		},
+		"an operator's UPDATE": func(id string) error {
+			_, err := writer.pool.Exec(ctx, writer.sql(`UPDATE {schema}.records SET state = 'unknown' WHERE id = $1`), id)
+			return err
+		},
+		"a broken listening connection": func(id string) error {
+			// Settled while nobody listens: the listener reconnects and
+			// its waiters look again.
+			if _, err := writer.pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", "LISTEN "+waiter.quoted); err != nil {
+				return err
+			}
+			_, err := writer.Update(ctx, id, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+			return err
+		},
+	}
+	for name, settle := range settles {
+		t.Run(name, func(t *testing.T) {
+			r, _, err := writer.Reserve(ctx, newRecord(name, time.Now()), record.ReserveOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := writer.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+				t.Fatal(err)
+			}
+			const n = 5
+			done := make([]<-chan *record.Record, n)
+			for i := range done {
+				done[i] = waitFor(waiter, r.ID)
+			}
+			waiting(t, waiter, r.ID, n)
+			if err := settle(r.ID); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range done {
+				if got := <-d; got == nil || got.State.InFlight() {
+					t.Fatalf("a waiter got %+v; want the settled record", got)
+				}
+			}
+		})
+	}
+}
+
+// Wait with its poll alone (no listener can help across a lapsed lease)
+// returns when the lease lapses and settles the orphan.
+func TestWaitEndsWithTheLease(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r := newRecord("k", time.Now())
+	r.Owner, r.LeaseUntil = "proxy-1", time.Now().Add(200*time.Millisecond)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	s.minPoll, s.maxPoll = time.Hour, time.Hour
+	got := <-waitFor(s, r.ID)
+	if got == nil || got.State != record.Unknown || len(got.History) != 3 || !strings.Contains(got.History[2].Note, "proxy-1") {
+		t.Fatalf("Wait over a lapsing lease = %+v; want it settled unknown", got)
+	}
+}
+
+// The reservation holds across processes: helper processes each reserve
+// one key concurrently, and exactly one reservation wins in all.
+func TestMultiProcessReserve(t *testing.T) {
+	schema := newSchema(t)
+	const procs, perProc = 4, 50
+	var wg sync.WaitGroup
+	outs := make([][]byte, procs)
+	for i := range procs {
+		wg.Go(func() {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "MCPI_PGSTORE_HELPER_SCHEMA="+schema, fmt.Sprint("MCPI_PGSTORE_HELPER_N=", perProc))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("helper process %d: %v\n%s", i, err, out)
+			}
+			outs[i] = out
+		})
+	}
+	wg.Wait()
+	wins, ids, results := 0, map[string]bool{}, 0
+	for _, out := range outs {
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			var won bool
+			var id string
+			if _, err := fmt.Sscanf(sc.Text(), "reserved %t %s", &won, &id); err != nil {
+				continue
+			}
+			results++
+			ids[id] = true
+			if won {
+				wins++
+			}
+		}
+	}
+	if results != procs*perProc {
+		t.Fatalf("%d reservations reported; want %d", results, procs*perProc)
+	}
+	if wins != 1 || len(ids) != 1 {
+		t.Fatalf("%d of %d reservations in %d processes won, sharing %d executions; want 1 winner and 1 execution", wins, results, procs, len(ids))
+	}
+}
+
+// TestHelperProcess is a process of TestMultiProcessReserve.
+func TestHelperProcess(t *testing.T) {
+	schema := os.Getenv("MCPI_PGSTORE_HELPER_SCHEMA")
+	if schema == "" {
+		t.Skip("a helper process of TestMultiProcessReserve")
+	}
+	var n int
+	fmt.Sscan(os.Getenv("MCPI_PGSTORE_HELPER_N"), &n)
+	s := open(t, serverURL(t), schema, nil)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			r, won, err := s.Reserve(context.Background(), newRecord("multi-process", time.Now()), record.ReserveOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Printf("reserved %t %s\n", won, r.ID)
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkReserveComplete(b *testing.B) {
+	s := newStore(b, nil)
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		execute(b, ctx, s, fmt.Sprint("k", i))
+	}
+}
+
+func BenchmarkReserveCompleteParallel(b *testing.B) {
+	s := newStore(b, nil)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			execute(b, ctx, s, fmt.Sprint("k", n.Add(1)))
+		}
+	})
+}
+
+// execute runs one new execution through its life. It may run on a
+// goroutine of RunParallel, so it reports errors without FailNow.
+func execute(b *testing.B, ctx context.Context, s *Store, key string) {
+	r, won, err := s.Reserve(ctx, newRecord(key, time.Now()), record.ReserveOptions{})
+	if err != nil || !won {
+		b.Errorf("Reserve(%s) won=%v: %v", key, won, err)
+		return
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}, {To: record.Delivered}} {
+		if _, err := s.Update(ctx, r.ID, c); err != nil {
+			b.Error(err)
+			return
+		}
+	}
+}
+
+func BenchmarkReplay(b *testing.B) {
+	s := newStore(b, nil)
+	ctx := context.Background()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}} {
+		if _, err := s.Update(ctx, r.ID, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		got, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+		if err != nil || won || got.ID != r.ID {
+			b.Fatalf("Reserve of a completed key = %v won=%v: %v", got, won, err)
+		}
+	}
+}

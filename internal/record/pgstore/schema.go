@@ -1,0 +1,175 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// schemaVersion is the version of the layout below. A change to it adds a
+// migration from the previous version to setup.
+const schemaVersion = 1
+
+// ddl creates the tables in {schema}.
+//
+// The records table leaves room on each page (fillfactor) so that the
+// frequent updates of a row that touch no indexed column (attached, history,
+// result) stay heap-only tuple updates.
+const ddl = `
+CREATE TABLE {schema}.records (
+	id          text PRIMARY KEY,
+	key         text NOT NULL,
+	holds_key   boolean NOT NULL,
+	fingerprint text NOT NULL,
+	actor       text NOT NULL,
+	scope       text NOT NULL,
+	upstream    text NOT NULL,
+	tool        text NOT NULL,
+	state       text NOT NULL,
+	history     jsonb NOT NULL,
+	attempts    integer NOT NULL,
+	attached    integer NOT NULL,
+	result      json,
+	error       json,
+	retention   interval NOT NULL,
+	expires_at  timestamptz,
+	owner       text NOT NULL,
+	lease_until timestamptz
+) WITH (fillfactor = 80);
+
+-- The reservation: at most one record holds a key.
+CREATE UNIQUE INDEX records_key_holder ON {schema}.records (key) WHERE holds_key;
+-- Renew: an owner's records in flight.
+CREATE INDEX records_owner_in_flight ON {schema}.records (owner) WHERE state IN ('accepted', 'dispatched');
+-- Purge: settled records by expiry.
+CREATE INDEX records_expires_at ON {schema}.records (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE {schema}.secrets (
+	name  text PRIMARY KEY,
+	value bytea NOT NULL
+);
+
+-- Waiters listen on the channel named after the schema. The notification
+-- is sent at the commit of whatever statement settled the record.
+CREATE FUNCTION {schema}.notify_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify(TG_TABLE_SCHEMA, NEW.id);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER records_settled AFTER UPDATE OF state ON {schema}.records FOR EACH ROW
+	WHEN (OLD.state IN ('accepted', 'dispatched') AND NEW.state NOT IN ('accepted', 'dispatched'))
+	EXECUTE FUNCTION {schema}.notify_settled();
+
+INSERT INTO {schema}.schema_version (version) VALUES (1);
+`
+
+// ensure creates the schema on the first call that reaches the server.
+// Later calls cost an atomic load.
+func (s *Store) ensure(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.ready.Load() {
+		return nil
+	}
+	select {
+	case s.setupMu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.setupMu }()
+	if s.ready.Load() {
+		return nil
+	}
+	if err := s.setup(ctx); err != nil {
+		return fmt.Errorf("creating schema %s: %w", s.schema, err)
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+// setup creates the schema and its tables unless they exist.
+func (s *Store) setup(ctx context.Context) error {
+	// Most opens find the schema made: check without taking the lock or
+	// needing the right to create anything.
+	v, err := s.version(ctx, s.pool)
+	switch {
+	case err == nil && v == schemaVersion:
+		return nil
+	case err == nil:
+		return versionError(v)
+	case !undefined(err):
+		return err
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	// Two proxies creating one schema at once would fail on the catalog's
+	// unique indexes (CREATE ... IF NOT EXISTS is not safe against a
+	// concurrent creation), so they take turns; the lock ends with the
+	// transaction.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema)); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.sql("CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.schema_version (version integer NOT NULL)")); err != nil {
+		return err
+	}
+	v, err = s.version(ctx, tx)
+	if err != nil {
+		return err
+	}
+	switch v {
+	case 0:
+		if _, err := tx.Exec(ctx, s.sql(ddl)); err != nil {
+			return err
+		}
+	case schemaVersion:
+		// Another process made it while this one waited for the lock.
+	default:
+		return versionError(v)
+	}
+	return tx.Commit(ctx)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// version returns the schema's version, 0 when it has none yet.
+func (s *Store) version(ctx context.Context, q querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, s.sql("SELECT coalesce(max(version), 0) FROM {schema}.schema_version")).Scan(&v)
+	return v, err
+}
+
+func versionError(v int) error {
+	return fmt.Errorf("the schema is at version %d; this build knows versions up to %d", v, schemaVersion)
+}
+
+// undefined reports whether err says the schema or the version table does
+// not exist.
+func undefined(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
+}
+
+// lockKey is the advisory lock that serializes the creation of schema.
+func lockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("mcp-idempotent schema " + schema))
+	return int64(h.Sum64())
+}
+
+// sql returns q with {schema} replaced by the quoted schema name.
+func (s *Store) sql(q string) string {
+	return strings.ReplaceAll(q, "{schema}", s.quoted)
+}

@@ -1,0 +1,165 @@
+package redisstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A record is a Redis hash with these fields. Times are unix nanoseconds in
+// decimal, "" for none; durations are nanoseconds. history is a JSON array
+// of [state, time, note] triples, appended to by the scripts. result and
+// error are present only when set.
+//
+//	id key fingerprint actor scope upstream tool
+//	state history attempts attached result error
+//	retention expires_at owner lease_until
+
+// encTime returns t as the scripts store it. Times outside the years 1970
+// to 2262 are clamped: a clock that far off is a test's, and the scripts
+// compare only non-negative times.
+func encTime(t time.Time) string {
+	switch {
+	case t.IsZero():
+		return ""
+	case t.Before(time.Unix(0, 0)):
+		return "0"
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return strconv.FormatInt(math.MaxInt64, 10)
+	}
+	return strconv.FormatInt(t.UnixNano(), 10)
+}
+
+func decTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	ns, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q", s)
+	}
+	return time.Unix(0, ns).UTC(), nil
+}
+
+// encDuration returns d in nanoseconds; a negative one is zero.
+func encDuration(d time.Duration) string {
+	return strconv.FormatInt(max(int64(d), 0), 10)
+}
+
+// encBytes marks b as set ("=" and b) or not (""), for the update script.
+func encBytes(b json.RawMessage) string {
+	if b == nil {
+		return ""
+	}
+	return "=" + string(b)
+}
+
+// newFields returns the hash fields of r, reserved as accepted at now, as
+// arguments for HSET.
+func newFields(r *record.Record, now string) []any {
+	hist, _ := json.Marshal([][3]string{{string(record.Accepted), now, ""}})
+	f := []any{
+		"id", r.ID, "key", r.Key, "fingerprint", r.Fingerprint,
+		"actor", r.Actor, "scope", r.Scope, "upstream", r.Upstream, "tool", r.Tool,
+		"state", string(record.Accepted), "history", hist,
+		"attempts", r.Attempts, "attached", r.Attached,
+		"retention", encDuration(r.Retention), "expires_at", "",
+		"owner", r.Owner, "lease_until", encTime(r.LeaseUntil),
+	}
+	if r.Result != nil {
+		f = append(f, "result", []byte(r.Result))
+	}
+	if r.Error != nil {
+		f = append(f, "error", []byte(r.Error))
+	}
+	return f
+}
+
+// accepted returns what Reserve stored for r at now: memstore's rules, a
+// copy of r as accepted.
+func accepted(r *record.Record, now string) *record.Record {
+	at, _ := decTime(now)
+	rec := r.Clone()
+	rec.State = record.Accepted
+	rec.History = []record.Transition{{State: record.Accepted, At: at}}
+	rec.ExpiresAt = time.Time{}
+	rec.LeaseUntil, _ = decTime(encTime(r.LeaseUntil))
+	return rec
+}
+
+// fields turns a flat HGETALL reply into a map.
+func fields(v any) (map[string]string, error) {
+	list, ok := v.([]any)
+	if !ok || len(list)%2 != 0 {
+		return nil, fmt.Errorf("unexpected record reply %T", v)
+	}
+	m := make(map[string]string, len(list)/2)
+	for i := 0; i < len(list); i += 2 {
+		k, ok1 := list[i].(string)
+		val, ok2 := list[i+1].(string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("unexpected record field %T %T", list[i], list[i+1])
+		}
+		m[k] = val
+	}
+	return m, nil
+}
+
+// decode builds a record from its hash fields.
+func decode(m map[string]string) (*record.Record, error) {
+	r := &record.Record{
+		ID:          m["id"],
+		Key:         m["key"],
+		Fingerprint: m["fingerprint"],
+		Actor:       m["actor"],
+		Scope:       m["scope"],
+		Upstream:    m["upstream"],
+		Tool:        m["tool"],
+		State:       record.State(m["state"]),
+		Owner:       m["owner"],
+	}
+	if r.ID == "" || r.State == "" {
+		return nil, fmt.Errorf("record has no id or state")
+	}
+	var hist [][3]string
+	if err := json.Unmarshal([]byte(m["history"]), &hist); err != nil {
+		return nil, fmt.Errorf("record %s: history: %w", r.ID, err)
+	}
+	r.History = make([]record.Transition, len(hist))
+	for i, h := range hist {
+		at, err := decTime(h[1])
+		if err != nil {
+			return nil, fmt.Errorf("record %s: history: %w", r.ID, err)
+		}
+		r.History[i] = record.Transition{State: record.State(h[0]), At: at, Note: h[2]}
+	}
+	var err error
+	if r.Attempts, err = strconv.Atoi(m["attempts"]); err != nil {
+		return nil, fmt.Errorf("record %s: attempts: %w", r.ID, err)
+	}
+	if r.Attached, err = strconv.Atoi(m["attached"]); err != nil {
+		return nil, fmt.Errorf("record %s: attached: %w", r.ID, err)
+	}
+	ret, err := strconv.ParseInt(m["retention"], 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: retention: %w", r.ID, err)
+	}
+	r.Retention = time.Duration(ret)
+	if r.ExpiresAt, err = decTime(m["expires_at"]); err != nil {
+		return nil, fmt.Errorf("record %s: expires_at: %w", r.ID, err)
+	}
+	if r.LeaseUntil, err = decTime(m["lease_until"]); err != nil {
+		return nil, fmt.Errorf("record %s: lease_until: %w", r.ID, err)
+	}
+	if v, ok := m["result"]; ok {
+		r.Result = json.RawMessage(v)
+	}
+	if v, ok := m["error"]; ok {
+		r.Error = json.RawMessage(v)
+	}
+	return r, nil
+}

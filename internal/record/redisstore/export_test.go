@@ -1,0 +1,26 @@
+package redisstore
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client returns the store's client, for tests that add a hook.
+func Client(s *Store) *redis.Client { return s.rdb }
+
+// Subscribed is closed once the store's subscription is confirmed.
+func Subscribed(s *Store) <-chan struct{} { return s.subscribed }
+
+// SetPoll sets Wait's fallback backoff; call it before any Wait.
+func SetPoll(s *Store, lo, hi time.Duration) { s.pollMin, s.pollMax = lo, hi }
+
+// Keys returns the holder, record and index keys of the record id
+// reserved for key.
+func Keys(s *Store, key, id string) (holder, rec, index string) {
+	tag := tagOf(key)
+	return s.holderKey(tag), s.recordKey(tag, id), s.indexKey(id)
+}
+
+// TTLGrace is what a settled record's TTL adds to its retention.
+const TTLGrace = ttlGrace

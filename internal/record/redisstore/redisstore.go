@@ -1,0 +1,657 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Now returns the current time; nil means time.Now. Every time the
+	// store writes or compares comes from it, never from the server.
+	Now func() time.Time
+	// Prefix begins every key and channel name; "" means "mcpi:". Stores
+	// that share records must share it. It may not contain braces, which
+	// would change the keys' hash tags.
+	Prefix string
+	// Logger receives the store's warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// Timeouts set when the URL sets none, so that a server that cannot be
+// reached fails a call promptly and the proxy fails closed.
+const (
+	dialTimeout = 2 * time.Second
+	ioTimeout   = 2 * time.Second
+)
+
+// Wait checks on a record on this backoff, besides being woken.
+const (
+	pollMin = 10 * time.Millisecond
+	pollMax = time.Second
+)
+
+// Store is a record.Store kept in Redis. It is safe for concurrent use;
+// Close releases it.
+type Store struct {
+	rdb     *redis.Client
+	now     func() time.Time
+	prefix  string
+	channel string // where settles are published
+	name    string // "redis store <addr>/<db>", for errors
+	log     *slog.Logger
+
+	pollMin, pollMax time.Duration // Wait's backoff; tests change them
+
+	tags tagCache
+
+	mu      sync.Mutex                  // protects owned, ownerOf and gen
+	owned   map[string]map[string]owned // owner -> id -> its records in flight
+	ownerOf map[string]string           // id -> its key in owned
+	gen     uint64                      // counts calls to track
+
+	wmu     sync.Mutex        // protects waiters
+	waiters map[string]*watch // id -> the channel its waiters share
+
+	smu    sync.Mutex // protects secret
+	secret []byte
+
+	ps         *redis.PubSub
+	subscribed chan struct{} // closed once the subscription is first confirmed
+	stop       context.CancelFunc
+	done       chan struct{} // closed when the listener has returned
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+var _ record.Store = (*Store)(nil)
+
+// Open returns a Store for the server at url, redis://... or rediss://...
+// (see redis.ParseURL for its options). It does not wait for the server:
+// a store that cannot be reached fails each call, promptly, with an error
+// that names it. Retries are turned off whatever the URL says, since a
+// script that timed out may have run.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		// A url.Error quotes the URL, password included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("opening redis store: %w", err)
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = "mcpi:"
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("opening redis store: prefix %q contains a brace", prefix)
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = dialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = ioTimeout
+	}
+	if o.DialerRetries == 0 {
+		o.DialerRetries = 1
+	}
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+
+	s := &Store{
+		rdb:        redis.NewClient(o),
+		now:        opts.Now,
+		prefix:     prefix,
+		channel:    prefix + "settled",
+		name:       "redis store " + o.Addr + "/" + strconv.Itoa(o.DB),
+		log:        opts.Logger,
+		pollMin:    pollMin,
+		pollMax:    pollMax,
+		tags:       newTagCache(tagCacheSize),
+		owned:      make(map[string]map[string]owned),
+		ownerOf:    make(map[string]string),
+		waiters:    make(map[string]*watch),
+		subscribed: make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	// Loading the scripts now makes each first call one round trip; a
+	// server that is down is found out by the calls themselves.
+	lctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	for _, sc := range scripts {
+		if err := sc.Load(lctx, s.rdb).Err(); err != nil {
+			s.log.Warn("redis store not reachable yet", "store", s.name, "err", err)
+			break
+		}
+	}
+	cancel()
+	lctx, s.stop = context.WithCancel(context.Background())
+	s.ps = s.rdb.Subscribe(lctx)
+	go s.listen(lctx)
+	return s, nil
+}
+
+// Close stops the subscription and closes the connections. Waits under way
+// return errors.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stop()
+		_ = s.ps.Close()
+		<-s.done
+		s.closeErr = s.rdb.Close()
+		s.wakeAll() // to find the client closed
+	})
+	return s.closeErr
+}
+
+// clock returns now as the scripts take it.
+func (s *Store) clock() string { return encTime(s.now()) }
+
+// fail wraps an error of the server or the connection with the operation
+// and the store's name.
+func (s *Store) fail(op string, err error) error {
+	return fmt.Errorf("%s: %s: %w", op, s.name, err)
+}
+
+// Keys; see the package doc.
+
+func tagOf(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:16])
+}
+
+func (s *Store) holderKey(tag string) string     { return s.prefix + "{" + tag + "}:k" }
+func (s *Store) recordPrefix(tag string) string  { return s.prefix + "{" + tag + "}:r:" }
+func (s *Store) recordKey(tag, id string) string { return s.recordPrefix(tag) + id }
+func (s *Store) indexKey(id string) string       { return s.prefix + "i:" + id }
+
+// Reserve implements record.Store.
+func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	op := "reserving " + r.ID
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	now := s.clock()
+	tag := tagOf(r.Key)
+	replace := ","
+	for _, st := range opts.Replace {
+		replace += string(st) + ","
+	}
+	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace}, newFields(r, now)...)
+	v, err := reserveScript.Run(ctx, s.rdb, []string{s.holderKey(tag), s.recordKey(tag, r.ID)}, args...).Slice()
+	if err != nil {
+		return nil, false, s.fail(op, err)
+	}
+	if len(v) < 3 {
+		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
+	}
+	won, _ := v[0].(int64)
+	if oid, _ := v[1].(string); oid != "" {
+		ttl, _ := v[2].(int64)
+		s.orphanSettled(ctx, oid, ttl)
+	}
+	switch won {
+	case 1:
+		rec := accepted(r, now)
+		s.tags.put(rec.ID, loc{tag, rec.Retention})
+		s.track(rec, loc{tag, rec.Retention})
+		return rec, true, nil
+	case -1:
+		return nil, false, fmt.Errorf("%s: execution id already used", op)
+	}
+	if len(v) < 4 {
+		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
+	}
+	rec, err := s.decodeReply(v[3], tag)
+	if err != nil {
+		return nil, false, s.fail(op, err)
+	}
+	return rec, false, nil
+}
+
+// decodeReply decodes a record's fields from a script's reply and
+// remembers where it is.
+func (s *Store) decodeReply(v any, tag string) (*record.Record, error) {
+	m, err := fields(v)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decode(m)
+	if err != nil {
+		return nil, err
+	}
+	s.tags.put(rec.ID, loc{tag, rec.Retention})
+	return rec, nil
+}
+
+// orphanSettled follows up a script that settled the orphan id: its
+// index, kept for a day while it was in flight, gets the record's TTL.
+// Orphans are rare, so the extra round trip is too.
+func (s *Store) orphanSettled(ctx context.Context, id string, ttl int64) {
+	s.untrack(id)
+	if ttl <= 0 {
+		return
+	}
+	if err := s.rdb.PExpire(ctx, s.indexKey(id), time.Duration(ttl)*time.Millisecond).Err(); err != nil {
+		s.log.Warn("setting the TTL of a settled orphan's index", "execution", id, "store", s.name, "err", err)
+	}
+}
+
+// Update implements record.Store.
+func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	op := "updating " + id
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	l, cached, err := s.locate(ctx, id)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
+	args := []any{s.clock(), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseUntil)}
+	var cmd *redis.Cmd
+	if cached {
+		// The index goes with the update, in the same round trip.
+		ttl := indexTTL(c.To, l.retention)
+		cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+			eval(ctx, p, updateScript, full, keys, args...)
+			p.Set(ctx, s.indexKey(id), l.tag, ttl)
+		})
+		if err := cmds[1].Err(); err != nil && cmds[0].Err() == nil {
+			s.log.Warn("writing an index", "execution", id, "store", s.name, "err", err)
+		}
+		cmd = cmds[0].(*redis.Cmd)
+	} else {
+		cmd = updateScript.Run(ctx, s.rdb, keys, args...)
+	}
+	v, err := cmd.Slice()
+	if err == nil && len(v) == 0 {
+		err = errors.New("empty reply")
+	}
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	status, _ := v[0].(string)
+	if status == "notfound" {
+		s.tags.drop(id)
+		s.untrack(id)
+		if cached {
+			// The index just written points nowhere.
+			_ = s.rdb.Del(ctx, s.indexKey(id)).Err()
+		}
+		return nil, fmt.Errorf("%s: %w", op, record.ErrNotFound)
+	}
+	if len(v) < 2 {
+		return nil, s.fail(op, fmt.Errorf("unexpected reply %v", v))
+	}
+	rec, err := s.decodeReply(v[1], l.tag)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	if status == "conflict" {
+		if cached && c.To.InFlight() != rec.State.InFlight() {
+			s.fixIndex(ctx, rec) // the pipeline set it for the state refused
+		}
+		return nil, fmt.Errorf("%s from %s to %s: %w", op, rec.State, c.To, record.ErrConflict)
+	}
+	if !cached {
+		s.fixIndex(ctx, rec)
+	}
+	if rec.State.Settled() {
+		s.wake(id) // at once, without waiting for our own message
+	}
+	s.track(rec, loc{l.tag, rec.Retention})
+	return rec, nil
+}
+
+// recordTTL is the Redis TTL of a record settled with retention r.
+func recordTTL(r time.Duration) time.Duration {
+	return min(max(r, 0), maxTTL).Truncate(time.Millisecond) + ttlGrace
+}
+
+// indexFlightTTL is the TTL of the index of a record in flight. Renew
+// extends it, so it lapses only for a record whose owner is gone and that
+// no one settled: one no process can find but by its key.
+const indexFlightTTL = 24 * time.Hour
+
+// indexTTL is the TTL of the index of a record in state st.
+func indexTTL(st record.State, retention time.Duration) time.Duration {
+	if st.InFlight() {
+		return indexFlightTTL
+	}
+	return recordTTL(retention)
+}
+
+// fixIndex sets the TTL of the index of rec as its state requires, when the
+// update did not.
+func (s *Store) fixIndex(ctx context.Context, rec *record.Record) {
+	if err := s.rdb.PExpire(ctx, s.indexKey(rec.ID), indexTTL(rec.State, rec.Retention)).Err(); err != nil {
+		s.log.Warn("setting the TTL of an index", "execution", rec.ID, "store", s.name, "err", err)
+	}
+}
+
+// Get implements record.Store.
+func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
+	op := "getting " + id
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	l, _, err := s.locate(ctx, id)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	m, err := s.rdb.HGetAll(ctx, s.recordKey(l.tag, id)).Result()
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	if len(m) == 0 {
+		s.tags.drop(id)
+		return nil, fmt.Errorf("%s: %w", op, record.ErrNotFound)
+	}
+	rec, err := decode(m)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	s.tags.put(id, loc{l.tag, rec.Retention})
+	return rec, nil
+}
+
+// Wait implements record.Store.
+func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
+	op := "waiting for " + id
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	l, _, err := s.locate(ctx, id)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	poll := s.pollMin
+	for {
+		// Watch before reading, so a settle after the read is not missed.
+		w := s.watch(id)
+		rec, err := s.check(ctx, l, id)
+		if err != nil || rec.State.Settled() {
+			s.unwatch(id, w)
+			if err != nil {
+				return nil, s.wrap(op, err)
+			}
+			return rec, nil
+		}
+		woken, err := s.sleep(ctx, w, poll, rec.LeaseUntil)
+		s.unwatch(id, w)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if woken {
+			poll = s.pollMin
+		} else {
+			poll = min(2*poll, s.pollMax)
+		}
+	}
+}
+
+// sleep waits for w to be woken, poll to pass, or lease (if set) to lapse,
+// so that an orphan is noticed. It reports whether w was woken.
+func (s *Store) sleep(ctx context.Context, w *watch, poll time.Duration, lease time.Time) (bool, error) {
+	var lapse <-chan time.Time
+	if !lease.IsZero() {
+		t := time.NewTimer(lease.Sub(s.now()) + time.Millisecond)
+		defer t.Stop()
+		lapse = t.C
+	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	select {
+	case <-w.ch:
+		return true, nil
+	case <-t.C:
+	case <-lapse:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return false, nil
+}
+
+// check reads the record id for a waiter, settling it if it is an orphan.
+func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, error) {
+	v, err := checkScript.Run(ctx, s.rdb, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id).Slice()
+	if err == nil && len(v) == 0 {
+		err = errors.New("empty reply")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if status, _ := v[0].(string); status == "notfound" {
+		s.tags.drop(id)
+		return nil, record.ErrNotFound
+	}
+	if len(v) < 3 {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	if ttl, _ := v[1].(int64); ttl > 0 {
+		s.orphanSettled(ctx, id, ttl)
+	}
+	return s.decodeReply(v[2], l.tag)
+}
+
+// Renew implements record.Store. It renews, in one round trip, the records
+// in flight that this Store reserved or claimed for owner.
+func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	op := "renewing the leases of " + owner
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.mu.Lock()
+	mine := make([]owned, 0, len(s.owned[owner]))
+	for _, o := range s.owned[owner] {
+		mine = append(mine, o)
+	}
+	s.mu.Unlock()
+	if len(mine) == 0 {
+		return nil
+	}
+	lease := encTime(until)
+	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+		for _, o := range mine {
+			eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id)}, owner, lease)
+			p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
+		}
+	})
+	var first error
+	for i, o := range mine {
+		n, err := cmds[2*i].(*redis.Cmd).Int64()
+		switch {
+		case err != nil:
+			first = cmp.Or(first, err)
+		case n == 0:
+			// Settled, or taken over by another owner.
+			s.untrackIf(o.id, o.gen)
+		}
+	}
+	if first != nil {
+		return s.fail(op, first)
+	}
+	return nil
+}
+
+// Secret returns the key every proxy sharing this store signs
+// fingerprints with: 32 random bytes, written once by whichever process
+// asks first.
+func (s *Store) Secret(ctx context.Context) ([]byte, error) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.secret != nil {
+		return append([]byte(nil), s.secret...), nil
+	}
+	b := make([]byte, 32)
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		return nil, fmt.Errorf("making the secret: %w", err)
+	}
+	key := s.prefix + "secret"
+	if err := s.rdb.SetNX(ctx, key, b, 0).Err(); err != nil {
+		return nil, s.fail("storing the secret", err)
+	}
+	got, err := s.rdb.Get(ctx, key).Bytes()
+	if err != nil {
+		return nil, s.fail("reading the secret", err)
+	}
+	if len(got) != 32 {
+		return nil, fmt.Errorf("reading the secret: %s holds %d bytes under %s; want 32", s.name, len(got), key)
+	}
+	s.secret = got
+	return append([]byte(nil), got...), nil
+}
+
+// wrap adds the operation to err, and the store's name unless err is one
+// of the record package's or the context's.
+func (s *Store) wrap(op string, err error) error {
+	if errors.Is(err, record.ErrNotFound) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.fail(op, err)
+}
+
+// A loc says where a record is: its tag, and its retention, which the TTL
+// of its index follows.
+type loc struct {
+	tag       string
+	retention time.Duration
+}
+
+// locate returns where the record id is, and whether this Store knew it;
+// if not, it reads the index (one more round trip).
+func (s *Store) locate(ctx context.Context, id string) (loc, bool, error) {
+	if l, ok := s.tags.get(id); ok {
+		return l, true, nil
+	}
+	s.mu.Lock()
+	o, ok := s.owned[s.ownerOf[id]][id]
+	s.mu.Unlock()
+	if ok {
+		return o.loc, true, nil
+	}
+	tag, err := s.rdb.Get(ctx, s.indexKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return loc{}, false, record.ErrNotFound
+	}
+	if err != nil {
+		return loc{}, false, err
+	}
+	return loc{tag: tag}, false, nil
+}
+
+// pipe runs the commands fill queues in one round trip, and once more with
+// the scripts sent in full if the server has forgotten them (a restart, a
+// SCRIPT FLUSH). What the pipelines run is safe to run twice: a script the
+// server did not know did not run. It returns the commands, each with its
+// result or error.
+func (s *Store) pipe(ctx context.Context, fill func(p redis.Pipeliner, full bool)) []redis.Cmder {
+	p := s.rdb.Pipeline()
+	fill(p, false)
+	cmds, _ := p.Exec(ctx)
+	if noScript(cmds) {
+		p = s.rdb.Pipeline()
+		fill(p, true)
+		cmds, _ = p.Exec(ctx)
+	}
+	return cmds
+}
+
+// eval queues the script sc on p, by its hash or, if full, in full.
+func eval(ctx context.Context, p redis.Pipeliner, sc *redis.Script, full bool, keys []string, args ...any) {
+	if full {
+		sc.Eval(ctx, p, keys, args...)
+	} else {
+		sc.EvalSha(ctx, p, keys, args...)
+	}
+}
+
+// noScript reports whether any of cmds failed because the server did not
+// know a script.
+func noScript(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			return true
+		}
+	}
+	return false
+}
+
+// An owned record is one in flight that this Store reserved or claimed for
+// an owner, kept for Renew.
+type owned struct {
+	id string
+	loc
+	gen uint64 // when it was tracked
+}
+
+// track notes that rec, in flight, is run by rec.Owner, for Renew; a
+// record settled or without an owner is forgotten.
+func (s *Store) track(rec *record.Record, l loc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forget(rec.ID)
+	if rec.State.Settled() || rec.Owner == "" {
+		return
+	}
+	m := s.owned[rec.Owner]
+	if m == nil {
+		m = make(map[string]owned)
+		s.owned[rec.Owner] = m
+	}
+	s.gen++
+	m[rec.ID] = owned{id: rec.ID, loc: l, gen: s.gen}
+	s.ownerOf[rec.ID] = rec.Owner
+}
+
+func (s *Store) untrack(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forget(id)
+}
+
+// untrackIf forgets id if it has not been tracked again since gen: Renew
+// found it settled, but an update may have claimed it since.
+func (s *Store) untrackIf(id string, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owned[s.ownerOf[id]][id].gen == gen {
+		s.forget(id)
+	}
+}
+
+// forget drops id from owned. s.mu must be held.
+func (s *Store) forget(id string) {
+	owner, ok := s.ownerOf[id]
+	if !ok {
+		return
+	}
+	delete(s.ownerOf, id)
+	delete(s.owned[owner], id)
+	if len(s.owned[owner]) == 0 {
+		delete(s.owned, owner)
+	}
+}

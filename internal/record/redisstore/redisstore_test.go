@@ -1,0 +1,693 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const howToRun = "MCPI_REDIS_URL=redis://127.0.0.1:6379/0 go test ./internal/record/redisstore"
+
+// serverURL returns the URL of the Redis server the tests use, from
+// MCPI_REDIS_URL. Without a reachable one the test is skipped, or fails
+// when MCPI_REQUIRE_SERVICES=1.
+func serverURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("MCPI_REDIS_URL")
+	if u == "" {
+		unavailable(tb, "MCPI_REDIS_URL is not set")
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		tb.Fatalf("MCPI_REDIS_URL: %v", err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		unavailable(tb, fmt.Sprintf("no Redis server answers at %s (%v)", opt.Addr, err))
+	}
+	return u
+}
+
+func unavailable(tb testing.TB, why string) {
+	tb.Helper()
+	msg := why + "; to run the Redis store tests: " + howToRun
+	if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
+// newPrefix returns a key prefix of the test's own, and deletes every key
+// under it when the test ends.
+func newPrefix(tb testing.TB, url string) string {
+	tb.Helper()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	prefix := "mcpi-test-" + hex.EncodeToString(b) + ":"
+	tb.Cleanup(func() { deleteKeys(tb, url, prefix) })
+	return prefix
+}
+
+// deleteKeys deletes the keys under prefix, which has no glob characters.
+func deleteKeys(tb testing.TB, url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Error(err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	flush := func() {
+		if len(batch) > 0 {
+			if err := c.Unlink(ctx, batch...).Err(); err != nil {
+				tb.Errorf("deleting the test's keys: %v", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			flush()
+		}
+	}
+	flush()
+	if err := iter.Err(); err != nil {
+		tb.Errorf("listing the test's keys: %v", err)
+	}
+}
+
+// open returns a store under prefix, closed when the test ends.
+func open(tb testing.TB, url, prefix string, now func() time.Time) *redisstore.Store {
+	tb.Helper()
+	s, err := redisstore.Open(context.Background(), url, redisstore.Options{Now: now, Prefix: prefix})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestSemantics(t *testing.T) {
+	url := serverURL(t)
+	recordtest.Run(t, func(t *testing.T, now func() time.Time) record.Store {
+		return open(t, url, newPrefix(t, url), now)
+	})
+}
+
+func newRecord(key string) *record.Record {
+	return &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: key, Tool: "charge_card", Retention: time.Hour}
+}
+
+func TestUnreachableFailsPromptly(t *testing.T) {
+	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{})
+	if err != nil {
+		t.Fatalf("Open of a server that is down = %v; want a store whose calls fail", err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	r := newRecord("k")
+	calls := []struct {
+		op   string
+		call func() error
+	}{
+		{"reserving " + r.ID, func() error { _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); return err }},
+		{"updating " + r.ID, func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); return err }},
+		{"getting " + r.ID, func() error { _, err := s.Get(ctx, r.ID); return err }},
+		{"waiting for " + r.ID, func() error { _, err := s.Wait(ctx, r.ID); return err }},
+		{"storing the secret", func() error { _, err := s.Secret(ctx); return err }},
+	}
+	for _, c := range calls {
+		start := time.Now()
+		err := c.call()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s took %v against a server that is down; want a prompt error", c.op, took)
+		}
+		if err == nil {
+			t.Fatalf("%s succeeded against a server that is down", c.op)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, c.op+": redis store 127.0.0.1:1/0: ") {
+			t.Errorf("error = %q; want it to say %q and name the store", msg, c.op)
+		}
+	}
+}
+
+// counter counts round trips: a command, or a pipeline.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func TestRoundTrips(t *testing.T) {
+	url := serverURL(t)
+	s := open(t, url, newPrefix(t, url), nil)
+	ctx := t.Context()
+	var c counter
+	redisstore.Client(s).AddHook(&c)
+
+	execute := func(key string, count bool) {
+		t.Helper()
+		r := newRecord(key)
+		r.Owner, r.LeaseUntil = "proxy-1", time.Now().Add(time.Minute)
+		steps := []struct {
+			name string
+			do   func() error
+		}{
+			{"Reserve", func() error {
+				_, won, err := s.Reserve(ctx, r, record.ReserveOptions{})
+				if err == nil && !won {
+					err = fmt.Errorf("did not win")
+				}
+				return err
+			}},
+			{"Update dispatched", func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); return err }},
+			{"Update completed", func() error {
+				_, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+				return err
+			}},
+			{"Update delivered", func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Delivered}); return err }},
+		}
+		for _, st := range steps {
+			before := c.n.Load()
+			if err := st.do(); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if n := c.n.Load() - before; count && n != 1 {
+				t.Errorf("%s took %d round trips; want 1", st.name, n)
+			}
+		}
+	}
+	execute("warm-up", false) // connections made; their handshakes are not counted
+	c.n.Store(0)
+	execute("one", true)
+	if n := c.n.Load(); n != 4 {
+		t.Errorf("a new execution took %d round trips; want 4 (Reserve and 3 Updates)", n)
+	}
+
+	before := c.n.Load()
+	if _, won, err := s.Reserve(ctx, newRecord("one"), record.ReserveOptions{}); err != nil || won {
+		t.Fatalf("replay: won=%v err=%v", won, err)
+	}
+	if n := c.n.Load() - before; n != 1 {
+		t.Errorf("a replay took %d round trips; want 1", n)
+	}
+
+	for i := range 3 {
+		r := newRecord("renew" + strconv.Itoa(i))
+		r.Owner, r.LeaseUntil = "proxy-1", time.Now().Add(time.Minute)
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = c.n.Load()
+	if err := s.Renew(ctx, "proxy-1", time.Now().Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.n.Load() - before; n != 1 {
+		t.Errorf("Renew of 3 records took %d round trips; want 1", n)
+	}
+}
+
+// evalHook signals each script that a client ran.
+type evalHook struct{ ran chan struct{} }
+
+func (h evalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h evalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			select {
+			case h.ran <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+func (h evalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter in one process is woken by a settle in another through pub/sub:
+// its fallback poll is set too slow to find it in time.
+func TestWaitWokenByAnotherProcess(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	waiter, runner := open(t, url, prefix, nil), open(t, url, prefix, nil)
+	redisstore.SetPoll(waiter, time.Hour, time.Hour)
+	hook := evalHook{ran: make(chan struct{}, 1)}
+	redisstore.Client(waiter).AddHook(hook)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-redisstore.Subscribed(waiter):
+	case <-ctx.Done():
+		t.Fatal("the store never subscribed")
+	}
+
+	r, _, err := runner.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runner.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *record.Record, 1)
+	go func() {
+		// The waiter never saw the record: it finds it by id.
+		got, err := waiter.Wait(ctx, r.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	select {
+	case <-hook.ran: // the waiter has seen the record in flight
+	case <-ctx.Done():
+		t.Fatal("the waiter never checked the record")
+	}
+	if _, err := runner.Update(ctx, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got == nil || got.State != record.Completed || string(got.Result) != `{"n":1}` {
+			t.Fatalf("the waiter got %+v; want the completed record", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the other store's settle")
+	}
+	if got, err := waiter.Get(ctx, r.ID); err != nil || got.State != record.Completed {
+		t.Fatalf("Get from the other store = %+v, %v", got, err)
+	}
+}
+
+// Settled records, their holder and their index carry a Redis TTL of their
+// retention and a grace; records in flight and their holder carry none.
+func TestSettledRecordsExpireInRedis(t *testing.T) {
+	url := serverURL(t)
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := open(t, url, newPrefix(t, url), clock.Now)
+	opt, _ := redis.ParseURL(url)
+	raw := redis.NewClient(opt)
+	defer raw.Close()
+	ctx := t.Context()
+	ttl := func(key string) time.Duration {
+		t.Helper()
+		d, err := raw.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	settled := func(what, key string) {
+		t.Helper()
+		if d := ttl(key); d <= time.Hour || d > time.Hour+redisstore.TTLGrace {
+			t.Errorf("%s TTL = %v; want the retention and a grace", what, d)
+		}
+	}
+	inFlight := func(what, key string) {
+		t.Helper()
+		if d := ttl(key); d != -1 {
+			t.Errorf("%s TTL = %v; want none (-1)", what, d)
+		}
+	}
+	indexInFlight := func(what, key string) {
+		t.Helper()
+		if d := ttl(key); d <= 23*time.Hour || d > 24*time.Hour {
+			t.Errorf("%s TTL = %v; want a day, renewed while in flight", what, d)
+		}
+	}
+
+	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, rec, index := redisstore.Keys(s, "k", r.ID)
+	inFlight("accepted record", rec)
+	inFlight("holder of an accepted record", holder)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	indexInFlight("index of a dispatched record", index)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Unknown})
+	settled("unknown record", rec)
+	settled("holder of an unknown record", holder)
+	settled("index of an unknown record", index)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched, Note: "retry"})
+	inFlight("re-dispatched record", rec)
+	inFlight("holder of a re-dispatched record", holder)
+	indexInFlight("index of a re-dispatched record", index)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	settled("completed record", rec)
+
+	// A replaced record that moves on leaves its successor's holder alone.
+	next, won, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{Replace: []record.State{record.Completed}})
+	if err != nil || !won {
+		t.Fatalf("Reserve with Replace: won=%v err=%v", won, err)
+	}
+	inFlight("holder of the successor", holder)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Delivered})
+	inFlight("holder of the successor after its predecessor's delivery", holder)
+
+	// An orphan settled by another caller's reservation: its index expires
+	// with it.
+	mustUpdate(t, s, next.ID, record.Change{To: record.Dispatched, Owner: "proxy-1", LeaseUntil: clock.Now().Add(10 * time.Second)})
+	_, _, nextIndex := redisstore.Keys(s, "k", next.ID)
+	indexInFlight("index of a dispatched record", nextIndex)
+	clock.Advance(11 * time.Second)
+	if got, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err != nil || got.State != record.Unknown {
+		t.Fatalf("Reserve over an orphan = %+v, %v", got, err)
+	}
+	settled("index of a settled orphan", nextIndex)
+}
+
+// Times are kept to the nanosecond: expiry is exact, with a carry into
+// the seconds, and a lease lapses one nanosecond after its end, not at it.
+func TestTimesAreExact(t *testing.T) {
+	url := serverURL(t)
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 999_999_999, time.UTC))
+	s := open(t, url, newPrefix(t, url), clock.Now)
+	ctx := t.Context()
+	r := newRecord("k")
+	r.Retention = 1500*time.Millisecond + 1
+	r.Owner, r.LeaseUntil = "proxy-1", clock.Now().Add(time.Nanosecond)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Nanosecond) // at the lease's end: still held
+	got, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil || got.ID != r.ID || got.State != record.Accepted {
+		t.Fatalf("Reserve at the lease's end = %+v, %v; want the record still accepted", got, err)
+	}
+	clock.Advance(time.Nanosecond) // past it: an orphan
+	next, won, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil || !won {
+		t.Fatalf("Reserve past the lease = %+v won=%v, %v; want the orphan failed and replaced", next, won, err)
+	}
+	old, err := s.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settledAt := time.Date(2026, 7, 28, 12, 0, 1, 1, time.UTC)
+	if len(old.History) != 2 || !old.History[1].At.Equal(settledAt) {
+		t.Fatalf("History = %+v; want failed at %v", old.History, settledAt)
+	}
+	if want := settledAt.Add(r.Retention); !old.ExpiresAt.Equal(want) {
+		t.Errorf("ExpiresAt = %v; want %v", old.ExpiresAt, want)
+	}
+	if want := "owner proxy-1 went away before sending it"; old.History[1].Note != want {
+		t.Errorf("note = %q; want %q", old.History[1].Note, want)
+	}
+}
+
+func mustUpdate(t *testing.T, s *redisstore.Store, id string, c record.Change) *record.Record {
+	t.Helper()
+	got, err := s.Update(t.Context(), id, c)
+	if err != nil {
+		t.Fatalf("Update(%s): %v", c.To, err)
+	}
+	return got
+}
+
+// The keys one script touches share a hash tag: one Redis Cluster slot.
+func TestKeysShareAHashTag(t *testing.T) {
+	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{Prefix: "p:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tag := func(key string) string {
+		_, after, ok := strings.Cut(key, "{")
+		tag, _, ok2 := strings.Cut(after, "}")
+		if !ok || !ok2 || tag == "" {
+			t.Fatalf("key %q has no hash tag", key)
+		}
+		return tag
+	}
+	holder, rec, _ := redisstore.Keys(s, "some key {with braces}", "exe_1")
+	_, other, _ := redisstore.Keys(s, "some key {with braces}", "exe_2")
+	if tag(holder) != tag(rec) || tag(rec) != tag(other) {
+		t.Errorf("keys %s %s %s do not share a hash tag", holder, rec, other)
+	}
+	if h2, _, _ := redisstore.Keys(s, "another key", "exe_1"); tag(h2) == tag(holder) {
+		t.Errorf("two record keys share the tag %s", tag(h2))
+	}
+	if !strings.HasPrefix(holder, "p:") || !strings.HasPrefix(rec, "p:") {
+		t.Errorf("keys %s %s do not begin with the prefix", holder, rec)
+	}
+	if _, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{Prefix: "a{b}:"}); err == nil {
+		t.Error("Open accepted a prefix with braces")
+	}
+}
+
+func TestSecret(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	const n = 8
+	secrets := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := open(t, url, prefix, nil) // a process each
+		wg.Go(func() {
+			b, err := s.Secret(t.Context())
+			if err != nil {
+				t.Error(err)
+			}
+			secrets[i] = b
+		})
+	}
+	wg.Wait()
+	for i, b := range secrets {
+		if len(b) != 32 || !bytes.Equal(b, secrets[0]) {
+			t.Fatalf("store %d has secret %x, store 0 %x; want the same 32 bytes", i, b, secrets[0])
+		}
+	}
+	other := open(t, url, newPrefix(t, url), nil)
+	if b, err := other.Secret(t.Context()); err != nil || bytes.Equal(b, secrets[0]) {
+		t.Errorf("another prefix's secret = %x, %v; want its own", b, err)
+	}
+}
+
+const (
+	helperEnv   = "MCPI_REDIS_HELPER_PREFIX"
+	helperCalls = 50
+)
+
+// Four processes, each reserving one key 50 times at once against one
+// store: exactly one reservation wins.
+func TestMultiProcessReserve(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	const procs = 4
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	type child struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		out    *bufio.Scanner
+		stderr bytes.Buffer
+	}
+	children := make([]*child, procs)
+	for i := range children {
+		c := &child{cmd: exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")}
+		c.cmd.Env = append(os.Environ(), helperEnv+"="+prefix, "MCPI_REDIS_URL="+url)
+		c.cmd.Stderr = &c.stderr
+		var err error
+		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := c.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.out = bufio.NewScanner(stdout)
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children[i] = c
+	}
+	// Start them together, once all are connected.
+	line := func(c *child, prefix string) string {
+		for c.out.Scan() {
+			if v, ok := strings.CutPrefix(c.out.Text(), prefix); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for i, c := range children {
+		if line(c, "ready") == "" && c.out.Err() != nil {
+			t.Fatalf("process %d: %v", i, c.out.Err())
+		}
+	}
+	for _, c := range children {
+		_, _ = io.WriteString(c.stdin, "go\n")
+		_ = c.stdin.Close()
+	}
+	wins := 0
+	for i, c := range children {
+		v := line(c, "wins=")
+		for c.out.Scan() { // drain, so Wait can return
+		}
+		err := c.cmd.Wait()
+		n, perr := strconv.Atoi(v)
+		if err != nil || perr != nil {
+			t.Fatalf("process %d: %v (wins=%q)\n%s", i, err, v, c.stderr.String())
+		}
+		wins += n
+	}
+	if wins != 1 {
+		t.Fatalf("%d of %d reservations across %d processes won; want exactly 1", wins, procs*helperCalls, procs)
+	}
+}
+
+// TestHelperProcess is one process of TestMultiProcessReserve.
+func TestHelperProcess(t *testing.T) {
+	prefix := os.Getenv(helperEnv)
+	if prefix == "" {
+		t.Skip("a helper process of TestMultiProcessReserve")
+	}
+	url := serverURL(t)
+	s, err := redisstore.Open(t.Context(), url, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Get(t.Context(), "exe_none"); err == nil { // connected
+		t.Fatal("Get of a missing record succeeded")
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range helperCalls {
+		wg.Go(func() {
+			_, won, err := s.Reserve(t.Context(), newRecord("contested"), record.ReserveOptions{})
+			if err != nil {
+				t.Error(err)
+			}
+			if won {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("wins=%d\n", wins.Load())
+}
+
+// execute runs one new execution: Reserve, then dispatched, completed and
+// delivered.
+func execute(ctx context.Context, s *redisstore.Store) error {
+	r := newRecord("")
+	r.Key = r.ID
+	r.Owner, r.LeaseUntil = "bench", time.Now().Add(time.Minute)
+	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
+		return fmt.Errorf("Reserve: won=%v err=%v", won, err)
+	}
+	for _, c := range []record.Change{
+		{To: record.Dispatched},
+		{To: record.Completed, Result: json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`)},
+		{To: record.Delivered},
+	} {
+		if _, err := s.Update(ctx, r.ID, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func BenchmarkReserveComplete(b *testing.B) {
+	url := serverURL(b)
+	s := open(b, url, newPrefix(b, url), nil)
+	ctx := b.Context()
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if err := execute(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel32", func(b *testing.B) {
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := execute(ctx, s); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func BenchmarkReplay(b *testing.B) {
+	url := serverURL(b)
+	s := open(b, url, newPrefix(b, url), nil)
+	ctx := b.Context()
+	if err := execute(ctx, s); err != nil {
+		b.Fatal(err)
+	}
+	first := newRecord("replayed")
+	if _, _, err := s.Reserve(ctx, first, record.ReserveOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{}`)}} {
+		if _, err := s.Update(ctx, first.ID, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		got, won, err := s.Reserve(ctx, newRecord("replayed"), record.ReserveOptions{})
+		if err != nil || won || got.ID != first.ID {
+			b.Fatalf("replay: %v won=%v err=%v", got, won, err)
+		}
+	}
+}

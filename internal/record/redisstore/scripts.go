@@ -1,0 +1,253 @@
+package redisstore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// ttlGrace is added to a settled record's retention to make its Redis TTL;
+// see the package doc.
+const ttlGrace = time.Minute
+
+// maxTTL caps a Redis TTL, which must fit the server's millisecond clock.
+const maxTTL = 100 * 365 * 24 * time.Hour
+
+// The scripts. Each one touches keys of one hash tag. Times are unix
+// nanoseconds as decimal strings ("" for none); Lua's numbers are doubles,
+// exact only to 2^53, so the helpers compare and add them as seconds and
+// nanoseconds.
+var (
+	// reserveScript claims a key.
+	//
+	//	KEYS[1] the holder key, KEYS[2] the new record's key
+	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
+	//	[4] the new id, [5] the replaceable states as ",a,b,",
+	//	[6...] the new record's fields and values
+	//
+	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
+	// 0 (the holder, attached to, is returned) or -1 (the id is taken).
+	reserveScript = redis.NewScript(luaLib + `
+local now, channel = ARGV[1], ARGV[2]
+local hid = redis.call('GET', KEYS[1])
+local oid, ottl = '', 0
+if hid then
+  local rk = ARGV[3] .. hid
+  local h = redis.call('HMGET', rk, 'state', 'lease_until', 'owner', 'expires_at')
+  local st, exp = h[1], h[4]
+  if st then
+    if orphaned(st, h[2], now) then
+      st, ottl = settle_orphan(rk, KEYS[1], hid, st, h[3] or '', now, channel)
+      oid = hid
+      exp = redis.call('HGET', rk, 'expires_at')
+    end
+    local replace = st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)
+      or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
+    if not replace then
+      redis.call('HINCRBY', rk, 'attached', 1)
+      return {0, oid, ottl, redis.call('HGETALL', rk)}
+    end
+  end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {-1, oid, ottl}
+end
+redis.call('HSET', KEYS[2], unpack(ARGV, 6))
+redis.call('SET', KEYS[1], ARGV[4])
+return {1, oid, ottl}
+`)
+
+	// updateScript applies a change.
+	//
+	//	KEYS[1] the record, KEYS[2] its holder key
+	//	ARGV[1] now, [2] the channel, [3] the id, [4] the new state,
+	//	[5] the note, [6] "=" and the result or "", [7] likewise the
+	//	error, [8] the new owner or "", [9] its lease
+	//
+	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"}.
+	updateScript = redis.NewScript(luaLib + `
+local st = redis.call('HGET', KEYS[1], 'state')
+if not st then
+  return {'notfound'}
+end
+local to = ARGV[4]
+if not (st == 'delivered' and to == 'delivered') then
+  if not (NEXT[st] and NEXT[st][to]) then
+    return {'conflict', redis.call('HGETALL', KEYS[1])}
+  end
+  apply(KEYS[1], KEYS[2], ARGV[3], st, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2])
+end
+return {'ok', redis.call('HGETALL', KEYS[1])}
+`)
+
+	// checkScript reads a record for a waiter, settling it first if it
+	// is an orphan.
+	//
+	//	KEYS[1] the record, KEYS[2] its holder key
+	//	ARGV[1] now, [2] the channel, [3] the id
+	//
+	// It returns {"ok", orphan TTL ms or 0, fields} or {"notfound"}.
+	checkScript = redis.NewScript(luaLib + `
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'owner')
+if not h[1] then
+  return {'notfound'}
+end
+local ttl = 0
+if orphaned(h[1], h[2], ARGV[1]) then
+  local _
+  _, ttl = settle_orphan(KEYS[1], KEYS[2], ARGV[3], h[1], h[3] or '', ARGV[1], ARGV[2])
+end
+return {'ok', ttl, redis.call('HGETALL', KEYS[1])}
+`)
+
+	// renewScript extends one record's lease if owner still runs it.
+	//
+	//	KEYS[1] the record; ARGV[1] the owner, [2] the new lease
+	//
+	// It returns 1 if it did, else 0.
+	renewScript = redis.NewScript(luaLib + `
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if h[1] and INFLIGHT[h[1]] and h[2] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript}
+)
+
+// luaLib is the preamble every script shares. Its tables come from the
+// record package, so the transitions and the orphan notes cannot drift.
+var luaLib = luaTables() + `
+local function split(t)
+  local n = #t
+  if n <= 9 then return 0, tonumber(t) end
+  return tonumber(string.sub(t, 1, n - 9)), tonumber(string.sub(t, n - 8))
+end
+
+-- before reports whether time a is before time b.
+local function before(a, b)
+  local ah, al = split(a)
+  local bh, bl = split(b)
+  return ah < bh or (ah == bh and al < bl)
+end
+
+-- add returns time t plus the duration d.
+local function add(t, d)
+  local th, tl = split(t)
+  local dh, dl = split(d)
+  local h, l = th + dh, tl + dl
+  if l >= 1e9 then h, l = h + 1, l - 1e9 end
+  if h == 0 then return string.format('%d', l) end
+  return string.format('%d%09d', h, l)
+end
+
+local function orphaned(state, lease, now)
+  return INFLIGHT[state] and lease and lease ~= '' and before(lease, now)
+end
+
+-- apply moves the record rk from state from to state to, which NEXT
+-- allows. It returns the TTL given to the record if it settled, else 0.
+local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease, channel)
+  local e = cjson.encode({to, now, note})
+  local h = redis.call('HGET', rk, 'history')
+  if h and #h > 2 then
+    h = string.sub(h, 1, -2) .. ',' .. e .. ']'
+  else
+    h = '[' .. e .. ']'
+  end
+  redis.call('HSET', rk, 'state', to, 'history', h)
+  if to == 'dispatched' then redis.call('HINCRBY', rk, 'attempts', 1) end
+  if result ~= '' then redis.call('HSET', rk, 'result', string.sub(result, 2)) end
+  if err ~= '' then redis.call('HSET', rk, 'error', string.sub(err, 2)) end
+  if owner ~= '' then redis.call('HSET', rk, 'owner', owner, 'lease_until', lease) end
+  -- A replaced record may still move (completed to delivered); the holder
+  -- key then belongs to its successor and keeps its own TTL.
+  local holds = redis.call('GET', hk) == id
+  if not INFLIGHT[to] then
+    local ret = redis.call('HGET', rk, 'retention') or '0'
+    local ttl = math.min(math.floor(tonumber(ret) / 1e6), MAX_TTL_MS) + GRACE_MS
+    redis.call('HSET', rk, 'expires_at', add(now, ret), 'lease_until', '')
+    redis.call('PEXPIRE', rk, ttl)
+    if holds then redis.call('PEXPIRE', hk, ttl) end
+    if INFLIGHT[from] then redis.call('PUBLISH', channel, id) end
+    return ttl
+  end
+  if not INFLIGHT[from] then
+    redis.call('HSET', rk, 'expires_at', '')
+    redis.call('PERSIST', rk)
+    if holds then redis.call('PERSIST', hk) end
+  end
+  return 0
+end
+
+-- settle_orphan settles an orphan as record.OrphanChange does and returns
+-- its new state and TTL.
+local function settle_orphan(rk, hk, id, from, owner, now, channel)
+  local o = ORPHAN[from]
+  local ttl = apply(rk, hk, id, from, o.to, now, o.pre .. owner .. o.suf, '', '', '', '', channel)
+  return o.to, ttl
+end
+`
+
+// states lists every record.State.
+var states = []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown}
+
+// luaTables writes the Lua tables INFLIGHT, NEXT and ORPHAN and the TTL
+// constants from the record package's rules.
+func luaTables() string {
+	var b strings.Builder
+	b.WriteString("local INFLIGHT = {")
+	for _, s := range states {
+		if s.InFlight() {
+			fmt.Fprintf(&b, "[%s] = true, ", luaQuote(string(s)))
+		}
+	}
+	b.WriteString("}\nlocal NEXT = {")
+	for _, from := range states {
+		fmt.Fprintf(&b, "[%s] = {", luaQuote(string(from)))
+		for _, to := range states {
+			if record.CanTransition(from, to) {
+				fmt.Fprintf(&b, "[%s] = true, ", luaQuote(string(to)))
+			}
+		}
+		b.WriteString("}, ")
+	}
+	b.WriteString("}\nlocal ORPHAN = {")
+	// OrphanChange puts the owner inside its note; a marker in its place
+	// splits the note into what goes before and after.
+	const marker = "\x00owner\x00"
+	for _, s := range states {
+		if !s.InFlight() {
+			continue
+		}
+		c := record.OrphanChange(&record.Record{State: s, Owner: marker})
+		pre, suf, _ := strings.Cut(c.Note, marker)
+		fmt.Fprintf(&b, "[%s] = {to = %s, pre = %s, suf = %s}, ", luaQuote(string(s)), luaQuote(string(c.To)), luaQuote(pre), luaQuote(suf))
+	}
+	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local GRACE_MS = %d\nlocal MAX_TTL_MS = %d\n", ttlGrace.Milliseconds(), maxTTL.Milliseconds())
+	return b.String()
+}
+
+// luaQuote returns s as a Lua string literal, every byte but letters,
+// digits, spaces and common punctuation written as a decimal escape.
+func luaQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= ' ' && c <= '~' && c != '"' && c != '\\' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "\\%03d", c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
