@@ -99,9 +99,9 @@ type Interceptor struct {
 	owner  string
 	lease  time.Duration
 
-	// executions counts dispatches under way; they outlive the callers
-	// that started them.
-	executions sync.WaitGroup
+	// work counts dispatches and status checks under way; they outlive
+	// the callers that started them.
+	work sync.WaitGroup
 }
 
 // New returns an Interceptor.
@@ -139,11 +139,12 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 	}
 }
 
-// Wait blocks until every execution under way has settled, or ctx is done.
+// Wait blocks until every dispatch and status check under way has
+// settled and its callers are answered, or ctx is done.
 func (in *Interceptor) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
-		in.executions.Wait()
+		in.work.Wait()
 		close(done)
 	}()
 	select {
@@ -278,7 +279,11 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.dispatch(ctx, rec, req, "re-dispatch: on_unknown retry")
 	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil && rec.Attempts < maxAttempts:
-		go in.recover(ctx, rec, req)
+		in.work.Add(1)
+		go func() {
+			defer in.work.Done()
+			in.recover(ctx, rec, req)
+		}()
 	default:
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
@@ -425,9 +430,9 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		// idempotency keys can dedupe a re-dispatch itself.
 		params = withMeta(params, []byte(`"`+MetaExecutionID+`":"`+rec.ID+`"`))
 	}
-	in.executions.Add(1)
+	in.work.Add(1)
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
-		defer in.executions.Done()
+		defer in.work.Done()
 		settled := in.settle(bg, rec.ID, outcome(result, err))
 		if settled == nil {
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
