@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
 
@@ -33,8 +35,16 @@ func openStore(ctx context.Context, url string) (record.Store, durableStore, err
 		return memstore.New(memstore.Options{}), nil, nil
 	case strings.HasPrefix(url, "sqlite:"):
 		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{})
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
+		// prefix= is ours, not the driver's: several deployments can share
+		// one Redis database under different key prefixes.
+		u, prefix, perr := cutParam(url, "prefix")
+		if perr != nil {
+			return nil, nil, usagef("--store: %v", perr)
+		}
+		s, err = redisstore.Open(ctx, u, redisstore.Options{Prefix: prefix})
 	default:
-		return nil, nil, usagef("--store: %q is not memory or sqlite:PATH", redact(url))
+		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://... or rediss://...", redact(url))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the store %s: %w", redact(url), err)
@@ -56,4 +66,18 @@ func redact(url string) string {
 		return scheme + "://" + user + ":***@" + host
 	}
 	return url
+}
+
+// cutParam removes the query parameter name from rawURL and returns its
+// value.
+func cutParam(rawURL, name string) (string, string, error) {
+	u, err := neturl.Parse(rawURL)
+	if err != nil {
+		return "", "", fmt.Errorf("%q is not a URL: %v", redact(rawURL), err)
+	}
+	q := u.Query()
+	v := q.Get(name)
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return u.String(), v, nil
 }

@@ -59,6 +59,11 @@
 // on a backoff from 10 ms to 1 s, so a missed message or a lost subscription
 // only delays it, and by its lease's end, when it settles the orphan.
 //
+// # Listing
+//
+// List (record.Lister) scans the keys under the prefix: its cost grows with
+// the database, which suits the activity commands, not the request path.
+//
 // # Leases
 //
 // Renew extends, in one pipeline of one script per record, the records in

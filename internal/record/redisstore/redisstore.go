@@ -82,11 +82,12 @@ type Store struct {
 
 var _ record.Store = (*Store)(nil)
 
-// Open returns a Store for the server at url, redis://... or rediss://...
-// (see redis.ParseURL for its options). It does not wait for the server:
-// a store that cannot be reached fails each call, promptly, with an error
-// that names it. Retries are turned off whatever the URL says, since a
-// script that timed out may have run.
+// Open returns a Store for the server at rawURL, redis://... or
+// rediss://... (see redis.ParseURL for its options). It tries the server
+// once, to load the scripts, and succeeds even if the server cannot be
+// reached: each call then fails, promptly, with an error that names the
+// store, and the proxy fails closed. Retries are turned off whatever the
+// URL says, since a script that timed out may have run.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
@@ -139,17 +140,18 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	// Loading the scripts now makes each first call one round trip; a
 	// server that is down is found out by the calls themselves.
-	lctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	loadCtx, cancel := context.WithTimeout(ctx, dialTimeout)
 	for _, sc := range scripts {
-		if err := sc.Load(lctx, s.rdb).Err(); err != nil {
+		if err := sc.Load(loadCtx, s.rdb).Err(); err != nil {
 			s.log.Warn("redis store not reachable yet", "store", s.name, "err", err)
 			break
 		}
 	}
 	cancel()
-	lctx, s.stop = context.WithCancel(context.Background())
-	s.ps = s.rdb.Subscribe(lctx)
-	go s.listen(lctx)
+	var listenCtx context.Context
+	listenCtx, s.stop = context.WithCancel(context.Background())
+	s.ps = s.rdb.Subscribe(listenCtx)
+	go s.listen(listenCtx)
 	return s, nil
 }
 

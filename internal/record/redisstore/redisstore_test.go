@@ -446,6 +446,33 @@ func TestTimesAreExact(t *testing.T) {
 	}
 }
 
+// List keeps the newest records across scan batches.
+func TestListNewestFirst(t *testing.T) {
+	url := serverURL(t)
+	s := open(t, url, newPrefix(t, url), nil)
+	ctx := t.Context()
+	var ids []string
+	for i := range 250 {
+		r := newRecord("list" + strconv.Itoa(i))
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	got, err := s.List(ctx, record.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 {
+		t.Fatalf("List returned %d records; want the default limit, 100", len(got))
+	}
+	for i, r := range got {
+		if want := ids[len(ids)-1-i]; r.ID != want {
+			t.Fatalf("List[%d] = %s; want %s, newest first", i, r.ID, want)
+		}
+	}
+}
+
 func mustUpdate(t *testing.T, s *redisstore.Store, id string, c record.Change) *record.Record {
 	t.Helper()
 	got, err := s.Update(t.Context(), id, c)

@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// sharedStores returns the store URLs the shared-store tests run on: SQLite
+// always, Redis and PostgreSQL when their servers are given (MCPI_REDIS_URL,
+// MCPI_POSTGRES_URL; required under MCPI_REQUIRE_SERVICES=1).
+func sharedStores(t *testing.T) map[string]string {
+	t.Helper()
+	stores := map[string]string{"sqlite": "sqlite:" + filepath.Join(t.TempDir(), "records.db")}
+	if u := serviceURL(t, "MCPI_REDIS_URL", "redis://127.0.0.1:6379/0"); u != "" {
+		// A prefix of this test's own keeps its records apart from any
+		// other run on the same server.
+		stores["redis"] = withQuery(u, "prefix", "mcpi-e2e-"+strings.ToLower(t.Name())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
+	}
+	return stores
+}
+
+// TestManyProxiesOneStore: four proxy processes share one store; 200
+// identical calls spread across them run the tool once.
+func TestManyProxiesOneStore(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	for name, store := range sharedStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			const proxies, calls = 4, 200
+			peers := make([]*peer, proxies)
+			for i := range peers {
+				flags := []string{"--store", store, "--scope", "actor", "--actor", "alice"}
+				peers[i] = connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "300ms")...))
+			}
+			answers := make([]string, calls)
+			var wg sync.WaitGroup
+			for i := range calls {
+				wg.Go(func() {
+					res, err := peers[i%proxies].CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+					if err != nil {
+						t.Errorf("call %d: %v", i, err)
+						return
+					}
+					answers[i] = firstText(res)
+				})
+			}
+			wg.Wait()
+			total := 0
+			for _, p := range peers {
+				total += executions(t, ctx, p)
+			}
+			if total != 1 {
+				t.Fatalf("%d calls across %d proxies on one %s store ran charge_card %d times; want 1", calls, proxies, name, total)
+			}
+			for i, a := range answers {
+				if a != answers[0] {
+					t.Fatalf("call %d got %q, call 0 got %q; every caller gets the one answer", i, a, answers[0])
+				}
+			}
+		})
+	}
+}
+
+// TestKilledProxyAfterDispatch: a proxy is killed with a call in flight.
+// Once its lease lapses, a new proxy on the same store answers the retry
+// as outcome unknown, never sends it again, and the record tells the story.
+func TestKilledProxyAfterDispatch(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	dir := t.TempDir()
+	store := "sqlite:" + filepath.Join(dir, "records.db")
+	flags := []string{"--store", store, "--scope", "actor", "--actor", "alice", "--lease", "1s"}
+	ctx := testContext(t)
+
+	doomed := connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "3s")...))
+	go doomed.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+	if err := doomed.stderr.waitFor(ctx, "charge_card card=4242"); err != nil {
+		t.Fatalf("the first server never received the call: %v", err)
+	}
+	// kill -9 the proxy: no answer, no last write to the store.
+	if err := doomed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The retry comes at once: it attaches to the dispatched execution and
+	// is answered when the dead owner's lease lapses.
+	// The same upstream command line: it is part of the fingerprint.
+	p := connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "3s")...))
+	res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.HasPrefix(firstText(res), "Outcome unknown:") {
+		t.Fatalf("the retry after the killed proxy got %q; want outcome unknown", firstText(res))
+	}
+	if n := executions(t, ctx, p); n != 0 {
+		t.Fatalf("the new proxy's server ran charge_card %d times; an unknown outcome is never re-sent", n)
+	}
+	id := executionID(res)
+	out, stderr, code := runProxy(t, ctx, "activity", "show", id, "--store", store)
+	if code != 0 || !strings.Contains(out, "dispatched") || !strings.Contains(out, "went away after sending it") {
+		t.Fatalf("activity show exited %d:\n%s%s\nwant the dispatch and the takeover", code, out, stderr)
+	}
+}
+
+// serviceURL returns the server URL in env, or "" after saying how to run
+// the tests that need it; under MCPI_REQUIRE_SERVICES=1 a missing one fails
+// the test.
+func serviceURL(t *testing.T, env, example string) string {
+	t.Helper()
+	if u := os.Getenv(env); u != "" {
+		return u
+	}
+	if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("%s is not set and MCPI_REQUIRE_SERVICES=1", env)
+	}
+	t.Logf("%s is not set: the tests on that store are skipped (run them with %s=%s)", env, env, example)
+	return ""
+}
+
+func withQuery(raw, name, value string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// privateRedis starts a redis-server of the test's own on a free port, so
+// that the test can stop and restart it without touching anyone else's.
+func privateRedis(t *testing.T, port int) (stop func()) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
+			t.Fatal("redis-server is not installed and MCPI_REQUIRE_SERVICES=1")
+		}
+		t.Skip("redis-server is not installed: this test starts and stops a Redis of its own")
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	for {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redis-server on port %d did not start: %v", port, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestStoreDownFailsClosed: with the store gone, side effects are refused
+// at once with an error naming the store, reads still pass, and when the
+// store is back the proxy works again without a restart.
+func TestStoreDownFailsClosed(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	port := freePort(t)
+	stop := privateRedis(t, port)
+	ctx := testContext(t)
+	store := "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"
+	p := connect(t, ctx, proxiedWith(t, []string{"--store", store}, chargeServer()...))
+	charge(t, ctx, p, "4242", 1)
+
+	stop()
+	start := time.Now()
+	_, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 2)})
+	if err == nil || !strings.Contains(err.Error(), "store is unavailable") || !strings.Contains(err.Error(), "was not executed") {
+		t.Fatalf("a side effect with the store down got %v; want a JSON-RPC error saying the store is unavailable", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the refusal took %v; a store that is down must fail at once", took)
+	}
+	if n := executions(t, ctx, p); n != 1 {
+		t.Fatalf("with the store down, the read-only count answered %d; want 1 (reads pass, the refused call never ran)", n)
+	}
+
+	privateRedis(t, port) // the store is back
+	res := charge(t, ctx, p, "4242", 3)
+	if !strings.Contains(firstText(res), "charge #2") {
+		t.Fatalf("after the store came back the call got %q; want it to run", firstText(res))
+	}
+}
