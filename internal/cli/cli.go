@@ -109,7 +109,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
 	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
-	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts)")
+	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts); postgres://...[&schema=S] (shared, durable, queryable)")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	return f
 }

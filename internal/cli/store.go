@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/pgstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
@@ -43,8 +44,15 @@ func openStore(ctx context.Context, url string) (record.Store, durableStore, err
 			return nil, nil, usagef("--store: %v", perr)
 		}
 		s, err = redisstore.Open(ctx, u, redisstore.Options{Prefix: prefix})
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		// schema= is ours too: pgx would send it to the server.
+		u, schema, perr := cutParam(url, "schema")
+		if perr != nil {
+			return nil, nil, usagef("--store: %v", perr)
+		}
+		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema})
 	default:
-		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://... or rediss://...", redact(url))
+		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://..., rediss://... or postgres://...", redact(url))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the store %s: %w", redact(url), err)

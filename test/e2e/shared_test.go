@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -27,7 +29,25 @@ func sharedStores(t *testing.T) map[string]string {
 		// other run on the same server.
 		stores["redis"] = withQuery(u, "prefix", "mcpi-e2e-"+strings.ToLower(t.Name())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
 	}
+	if u := serviceURL(t, "MCPI_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"); u != "" {
+		schema := "mcpi_e2e_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		stores["postgres"] = withQuery(u, "schema", schema)
+		t.Cleanup(func() { dropSchema(t, u, schema) })
+	}
 	return stores
+}
+
+// dropSchema removes a test's PostgreSQL schema.
+func dropSchema(t *testing.T, url, schema string) {
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Logf("dropping schema %s: %v", schema, err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Logf("dropping schema %s: %v", schema, err)
+	}
 }
 
 // TestManyProxiesOneStore: four proxy processes share one store; 200

@@ -12,7 +12,8 @@
 //     error are json (kept byte for byte as they came), times are
 //     timestamptz, retention is an interval. holds_key marks the one record
 //     that currently holds its key: a partial unique index on key where
-//     holds_key is what makes a reservation atomic.
+//     holds_key is what makes a reservation atomic. watched marks a
+//     record that a Wait waits for.
 //   - secrets: the fingerprint HMAC key, one row.
 //   - schema_version: the layout's version.
 //
@@ -30,12 +31,15 @@
 //
 // # Waiting
 //
-// A trigger on records runs pg_notify(schema, id) when a record leaves the
-// in-flight states, in the transaction of the statement that settled it,
-// whichever statement that was (an operator's UPDATE included). Each Store
-// keeps one listening connection, opened by the first Wait, that wakes the
-// in-process waiters of that id; waiters also poll on a backoff from 10 ms
-// to 1 s, so a lost connection or notification only delays them.
+// Wait marks the record watched. A trigger on records runs
+// pg_notify(schema, id) when a watched record leaves the in-flight states,
+// in the transaction of the statement that settled it, whichever statement
+// that was (an operator's UPDATE included). Records nobody waits for are
+// not notified: a commit that notifies is serialized with every other
+// such commit in the database. Each Store keeps one listening connection,
+// opened by the first Wait, that wakes the in-process waiters of that id;
+// waiters also poll on a backoff from 10 ms to 1 s, so a lost connection
+// or notification only delays them.
 //
 // All times come from Options.Now, never from the server's clock.
 package pgstore

@@ -133,7 +133,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
-		update: s.sql(updateSQL), get: s.sql(getSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL),
+		update: s.sql(updateSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL),
 		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL),
 	}
 	if s.log == nil {
@@ -255,6 +255,11 @@ RETURNING `+columns,
 
 const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 
+// watchSQL asks for a notification when the record settles. A settling
+// that commits after it sees the flag (the row lock orders the two); one
+// that committed before is seen by the read that follows it.
+const watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND NOT watched AND ` + inFlight
+
 const renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
 
 const purgeSQL = `DELETE FROM {schema}.records WHERE id IN (
@@ -268,7 +273,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, get, renew, purge, secretInsert, secretSelect string
+	reserve, holder, release, update, get, watch, renew, purge, secretInsert, secretSelect string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the
@@ -489,10 +494,16 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	}
 	s.listen()
 	poll := s.minPoll
-	for {
+	for watched := false; ; watched = true {
 		// Registered before reading, so that a settling committed
 		// after the read still wakes this waiter.
 		g := s.waiters.add(id)
+		if !watched {
+			if _, err := s.pool.Exec(ctx, s.q.watch, id); err != nil {
+				s.waiters.remove(id, g)
+				return nil, s.fail(op, err)
+			}
+		}
 		rec, err := s.check(ctx, id)
 		if err != nil || rec.State.Settled() {
 			s.waiters.remove(id, g)

@@ -17,13 +17,16 @@ const schemaVersion = 1
 
 // ddl creates the tables in {schema}.
 //
+// Ids and keys compare byte by byte (COLLATE "C"): ids are ULIDs, which
+// sort by time that way, for List.
+//
 // The records table leaves room on each page (fillfactor) so that the
 // frequent updates of a row that touch no indexed column (attached, history,
 // result) stay heap-only tuple updates.
 const ddl = `
 CREATE TABLE {schema}.records (
-	id          text PRIMARY KEY,
-	key         text NOT NULL,
+	id          text COLLATE "C" PRIMARY KEY,
+	key         text COLLATE "C" NOT NULL,
 	holds_key   boolean NOT NULL,
 	fingerprint text NOT NULL,
 	actor       text NOT NULL,
@@ -39,7 +42,8 @@ CREATE TABLE {schema}.records (
 	retention   interval NOT NULL,
 	expires_at  timestamptz,
 	owner       text NOT NULL,
-	lease_until timestamptz
+	lease_until timestamptz,
+	watched     boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 80);
 
 -- The reservation: at most one record holds a key.
@@ -55,7 +59,10 @@ CREATE TABLE {schema}.secrets (
 );
 
 -- Waiters listen on the channel named after the schema. The notification
--- is sent at the commit of whatever statement settled the record.
+-- is sent at the commit of whatever statement settled the record, if a
+-- waiter marked it watched: a commit that notifies takes a lock that
+-- serializes it with every other such commit in the database, which the
+-- many records that nobody waits for need not pay.
 CREATE FUNCTION {schema}.notify_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify(TG_TABLE_SCHEMA, NEW.id);
@@ -63,7 +70,7 @@ BEGIN
 END
 $$;
 CREATE TRIGGER records_settled AFTER UPDATE OF state ON {schema}.records FOR EACH ROW
-	WHEN (OLD.state IN ('accepted', 'dispatched') AND NEW.state NOT IN ('accepted', 'dispatched'))
+	WHEN (NEW.watched AND OLD.state IN ('accepted', 'dispatched') AND NEW.state NOT IN ('accepted', 'dispatched'))
 	EXECUTE FUNCTION {schema}.notify_settled();
 
 INSERT INTO {schema}.schema_version (version) VALUES (1);
