@@ -245,3 +245,22 @@ func TestStoreDownFailsClosed(t *testing.T) {
 		t.Fatalf("after the store came back the call got %q; want it to run", firstText(res))
 	}
 }
+
+// TestActorsNeverShare: two proxies for two actors on one store, with the
+// actor scope, never share an execution; two for the same actor do.
+func TestActorsNeverShare(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
+	ctx := testContext(t)
+	total := 0
+	for _, actor := range []string{"alice", "bob", "alice"} {
+		p := connect(t, ctx, proxiedWith(t, []string{"--store", store, "--scope", "actor", "--actor", actor}, chargeServer()...))
+		charge(t, ctx, p, "4242", 100)
+		total += executions(t, ctx, p)
+	}
+	if total != 2 {
+		t.Fatalf("alice, bob, alice made the same call: it ran %d times; want 2 (once per actor)", total)
+	}
+}
