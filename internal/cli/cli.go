@@ -13,6 +13,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -61,6 +62,12 @@ Flags:
 
 // Run runs the program with args (without the program name).
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if _, ok := stderr.(*os.File); !ok {
+		// The logger and the upstream's stderr copier both write to it.
+		// (A file is handed to the child as it is, and its writes are
+		// atomic.)
+		stderr = &lockedWriter{w: stderr}
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "demo":
@@ -94,6 +101,8 @@ type proxyFlags struct {
 	scope      string
 	store      string
 	lease      time.Duration
+	restarts   int
+	window     time.Duration
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -110,6 +119,8 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
 	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts); postgres://...[&schema=S] (shared, durable, queryable)")
+	f.fs.IntVar(&f.restarts, "max-restarts", 5, "start the upstream again when it exits, at most this many times within --restart-window; 0 ends the session when it exits")
+	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	return f
 }
@@ -138,6 +149,12 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	actor := f.actor
 	if actor == "" {
 		actor = osUser()
+	}
+	if f.restarts < 0 {
+		return usagef("--max-restarts: %d is negative", f.restarts)
+	}
+	if f.window <= 0 {
+		return usagef("--restart-window: %v must be positive", f.window)
 	}
 	if f.lease < time.Second {
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
@@ -169,15 +186,29 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	leases, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
 	go in.KeepLeases(leases)
-	session := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), child, proxy.Options{
-		Interceptor: in,
-		Actor:       actor,
-		Scope:       "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_"),
-		UpstreamID:  upstreamID,
-		Resolve:     resolve,
-		Logger:      log,
-	})
-	runErr := session.Run(ctx)
+	opts := proxy.Options{
+		Interceptor:   in,
+		Actor:         actor,
+		Scope:         "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_"),
+		UpstreamID:    upstreamID,
+		Resolve:       resolve,
+		Logger:        log,
+		MaxRestarts:   f.restarts,
+		RestartWindow: f.window,
+	}
+	if f.restarts > 0 {
+		opts.Restart = func(context.Context) (proxy.Conn, error) {
+			stopChild(child) // reap the one that exited
+			next, err := stdio.Start(argv, stderr, maxMessage)
+			if err != nil {
+				return nil, err
+			}
+			child = next
+			log.Debug("upstream started again", "upstream", upstreamID, "pid", child.Pid())
+			return child, nil
+		}
+	}
+	runErr := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), child, opts).Run(ctx)
 	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
 		// Give the exit status a moment to arrive so the message names it.
 		select {
@@ -185,6 +216,9 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		case <-time.After(2 * time.Second):
 		}
 		stopChild(child)
+		if errors.Is(runErr, proxy.ErrCrashLoop) {
+			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
+		}
 		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", upstreamID, exitStatus(child))
 	}
 	stopChild(child)
@@ -277,4 +311,16 @@ func osUser() string {
 		return u
 	}
 	return "uid:" + strconv.Itoa(os.Getuid())
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex // protects w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -173,13 +173,28 @@ func TestProxyPassThrough(t *testing.T) {
 
 // TestUpstreamExit checks that an upstream that dies is reported with its
 // exit status.
+func TestUpstreamCrashLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, []string{"--max-restarts", "2", "--", "sh", "-c", "exit 3"}, stdinR, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "keeps exiting") || !strings.Contains(err.Error(), "3 exits") {
+		t.Fatalf("Run = %v; want a crash loop after 3 exits", err)
+	}
+	if n := strings.Count(stderr.String(), "starting it again"); n != 2 {
+		t.Errorf("the upstream was started again %d times; want 2:\n%s", n, stderr.String())
+	}
+}
+
 func TestUpstreamExit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stdinR, stdinW := io.Pipe() // the client stays connected
 	defer stdinW.Close()
 	var stdout, stderr bytes.Buffer
-	err := Run(ctx, []string{"--", "sh", "-c", "exit 3"}, stdinR, &stdout, &stderr)
+	err := Run(ctx, []string{"--max-restarts", "0", "--", "sh", "-c", "exit 3"}, stdinR, &stdout, &stderr)
 	if err == nil {
 		t.Fatal("Run succeeded with an upstream that exited")
 	}

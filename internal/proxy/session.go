@@ -48,6 +48,15 @@ type Options struct {
 	Resolve Resolver
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Restart starts the upstream again after it has closed; nil means a
+	// closed upstream ends the session. Run replays the client's handshake
+	// on the new connection and carries on.
+	Restart func(ctx context.Context) (Conn, error)
+	// MaxRestarts and RestartWindow stop a crash loop: the upstream is not
+	// started again once it has closed MaxRestarts times within
+	// RestartWindow. Zero means 5 in a minute.
+	MaxRestarts   int
+	RestartWindow time.Duration
 	// ShutdownGrace bounds how long Run waits, once the client has gone,
 	// for calls under way to settle. Zero means 10 seconds.
 	ShutdownGrace time.Duration
@@ -55,11 +64,10 @@ type Options struct {
 
 // A Session relays one client connection to one upstream connection.
 type Session struct {
-	client   Conn
-	upstream Conn
-	opts     Options
-	log      *slog.Logger
-	tools    *toolTable
+	client Conn
+	opts   Options
+	log    *slog.Logger
+	tools  *toolTable
 
 	nextID atomic.Int64
 	// inflight counts the client's tools/call requests not yet answered
@@ -75,8 +83,34 @@ type Session struct {
 	forwarded map[string]string
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
-	// gone is closed when the upstream has closed its side.
-	gone chan struct{}
+	// up is the upstream connection in use; it changes when the upstream
+	// is restarted. While up.ready is open, the connection is being set up
+	// (the handshake replayed) and only the proxy's own requests use it.
+	up *link
+	// handshake is the client's initialize params (2025 protocol era), to
+	// replay on a restarted upstream; nil if the client sent none.
+	handshake   json.RawMessage
+	initialized bool // the client sent notifications/initialized
+}
+
+// A link is one connection to the upstream.
+type link struct {
+	conn  Conn
+	ready chan struct{} // closed once the client's traffic may use it
+	gone  chan struct{} // closed when the upstream has closed it
+}
+
+func newLink(conn Conn) *link {
+	return &link{conn: conn, ready: make(chan struct{}), gone: make(chan struct{})}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // clientCall is one tools/call of the client's while it is handled.
@@ -123,16 +157,23 @@ func New(client, upstream Conn, opts Options) *Session {
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = 10 * time.Second
 	}
+	if opts.MaxRestarts == 0 {
+		opts.MaxRestarts = 5
+	}
+	if opts.RestartWindow == 0 {
+		opts.RestartWindow = time.Minute
+	}
+	up := newLink(upstream)
+	close(up.ready)
 	return &Session{
 		client:    client,
-		upstream:  upstream,
+		up:        up,
 		opts:      opts,
 		log:       log,
 		tools:     newToolTable(opts.Resolve),
 		pending:   make(map[string]func(*jsonrpc.Message, error)),
 		forwarded: make(map[string]string),
 		calls:     make(map[string]*clientCall),
-		gone:      make(chan struct{}),
 	}
 }
 
@@ -141,34 +182,70 @@ func New(client, upstream Conn, opts Options) *Session {
 // the client's can never collide.
 const idPrefix = `"mcp-idempotent:`
 
+// ErrCrashLoop is wrapped by the error Run returns when the upstream kept
+// closing and was not started again.
+var ErrCrashLoop = errors.New("the upstream keeps exiting; not starting it again")
+
 // Run pumps frames until the client goes (it returns nil), the upstream
-// goes (ErrUpstreamClosed), or ctx is done (nil). Once the client has gone,
-// Run waits up to ShutdownGrace for calls under way to settle, closes the
-// upstream connection, and relays what the upstream still writes until it
-// closes its side (for up to two seconds). When the upstream goes first,
-// every caller still waiting is answered before Run returns.
+// goes and cannot be restarted (ErrUpstreamClosed), or ctx is done (nil).
+//
+// When the upstream closes, every caller still waiting on it is answered
+// at once (outcome unknown for calls sent, failed for the rest, an error
+// for pass-through requests). With Options.Restart set, the upstream is
+// then started again with backoff, the client's handshake is replayed, and
+// the session carries on; a crash loop ends it.
+//
+// Once the client has gone, Run waits up to ShutdownGrace for calls under
+// way to settle, closes the upstream connection, and relays what the
+// upstream still writes until it closes its side (for up to two seconds).
 func (s *Session) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	upstreamDone := make(chan error, 1)
-	go func() { upstreamDone <- s.pumpUpstream(ctx) }()
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- s.pumpClient(ctx) }()
+	upstreamDone := s.startPump(ctx, s.current())
+	var exits []time.Time // recent upstream exits, for the crash-loop limit
 
-	select {
-	case err := <-upstreamDone:
-		s.upstreamGone()
-		s.inflight.Wait() // every caller is answered at once: the upstream is gone
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUpstreamClosed, err)
+pump:
+	for {
+		select {
+		case err := <-upstreamDone:
+			s.upstreamGone(s.current())
+			if err != nil {
+				s.log.Warn("reading from the upstream", "err", err)
+			}
+			if s.opts.Restart == nil {
+				s.inflight.Wait() // every caller is answered at once: the upstream is gone
+				return ErrUpstreamClosed
+			}
+			now := time.Now()
+			exits = append(exits, now)
+			for now.Sub(exits[0]) > s.opts.RestartWindow {
+				exits = exits[1:]
+			}
+			if len(exits) > s.opts.MaxRestarts {
+				s.log.Error("the upstream keeps exiting; giving up", "exits", len(exits), "window", s.opts.RestartWindow)
+				s.inflight.Wait()
+				return fmt.Errorf("%w: %w (%d exits within %v)", ErrUpstreamClosed, ErrCrashLoop, len(exits), s.opts.RestartWindow)
+			}
+			next, err := s.restart(ctx, len(exits))
+			if err != nil {
+				s.inflight.Wait()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: starting it again: %v", ErrUpstreamClosed, err)
+			}
+			upstreamDone = next
+		case err := <-clientDone:
+			if err != nil {
+				s.log.Error("reading from the client", "err", err)
+			}
+			break pump
+		case <-ctx.Done():
+			break pump
 		}
-		return ErrUpstreamClosed
-	case err := <-clientDone:
-		if err != nil {
-			s.log.Error("reading from the client", "err", err)
-		}
-	case <-ctx.Done():
 	}
 	// The client has gone: let calls under way finish within the grace,
 	// then pass the end of input on to the upstream, and keep relaying
@@ -185,13 +262,20 @@ func (s *Session) Run(ctx context.Context) error {
 	case <-deadline.C:
 		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
 	case <-upstreamDone:
-		s.upstreamGone()
+		s.upstreamGone(s.current())
 		return nil
 	}
-	s.upstream.Close()
+	if l := s.current(); !closed(l.gone) {
+		s.mu.Lock()
+		conn := l.conn // nil while a restart has not started the upstream yet
+		s.mu.Unlock()
+		if conn != nil {
+			conn.Close()
+		}
+	}
 	select {
 	case <-upstreamDone:
-		s.upstreamGone()
+		s.upstreamGone(s.current())
 	case <-time.After(drainWait):
 		s.log.Debug("the upstream is still open after the end of input", "waited", drainWait)
 	}
@@ -202,6 +286,88 @@ func (s *Session) Run(ctx context.Context) error {
 // on the end of input; a server that does not exit by then is stopped by
 // the caller of Run.
 const drainWait = 2 * time.Second
+
+// usable returns the upstream link once the client's traffic may use it:
+// while the upstream is being started again, it waits until the handshake
+// is replayed (or that start fails).
+func (s *Session) usable() *link {
+	l := s.current()
+	select {
+	case <-l.ready:
+	case <-l.gone:
+	}
+	return l
+}
+
+// current returns the upstream link in use.
+func (s *Session) current() *link {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up
+}
+
+// startPump reads l until it closes; the channel then receives the error.
+func (s *Session) startPump(ctx context.Context, l *link) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.pumpUpstream(ctx, l) }()
+	return done
+}
+
+// restart starts the upstream again, after a backoff that grows with the
+// number of recent exits, replays the client's handshake on it, and makes
+// it the link in use. It returns the new link's pump channel.
+func (s *Session) restart(ctx context.Context, exits int) (<-chan error, error) {
+	// The new link is in use from now on, not ready: the client's traffic
+	// waits for it instead of meeting the connection that is gone.
+	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+	s.mu.Lock()
+	s.up = l
+	handshake, initialized := s.handshake, s.initialized
+	s.mu.Unlock()
+	s.tools.invalidate()
+	fail := func(err error) (<-chan error, error) {
+		s.upstreamGone(l) // wakes the traffic that waited, with errors
+		return nil, err
+	}
+
+	wait := restartBackoff(exits)
+	s.log.Warn("the upstream exited; starting it again", "in", wait, "recent_exits", exits)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	conn, err := s.opts.Restart(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	l.conn = conn
+	s.mu.Unlock()
+	done := s.startPump(ctx, l)
+	if handshake != nil {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := s.call(hctx, "initialize", handshake)
+		cancel()
+		if err == nil && initialized {
+			err = conn.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+		}
+		if err != nil {
+			conn.Close()
+			return fail(fmt.Errorf("replaying the client's handshake: %w", err))
+		}
+	}
+	close(l.ready)
+	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
+	return done, nil
+}
+
+// restartBackoff is the wait before a restart: 100ms, doubling with each
+// recent exit, at most 5s.
+func restartBackoff(exits int) time.Duration {
+	d := 100 * time.Millisecond << min(exits-1, 6)
+	return min(d, 5*time.Second)
+}
 
 // pumpClient reads the client's frames until it closes.
 func (s *Session) pumpClient(ctx context.Context) error {
@@ -244,15 +410,39 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg)
 	case msg.IsRequest():
-		s.mu.Lock()
-		s.forwarded[string(msg.ID)] = msg.Method
-		s.mu.Unlock()
-		s.writeUpstream(msg.Raw)
+		s.forward(msg)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
 	default:
 		// Notifications and the client's responses to server requests.
+		if msg.Method == "notifications/initialized" {
+			s.mu.Lock()
+			s.initialized = true
+			s.mu.Unlock()
+		}
 		s.writeUpstream(msg.Raw)
+	}
+}
+
+// forward passes a client's request upstream, remembering it until it is
+// answered. While the upstream is being restarted it waits for it; if the
+// upstream is gone for good it is answered with an error at once.
+func (s *Session) forward(msg *jsonrpc.Message) {
+	l := s.usable()
+	s.mu.Lock()
+	if closed(l.gone) || l != s.up {
+		s.mu.Unlock()
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
+		return
+	}
+	s.forwarded[string(msg.ID)] = msg.Method
+	if msg.Method == "initialize" && msg.Params != nil {
+		s.handshake = msg.Params
+	}
+	s.mu.Unlock()
+	if err := l.conn.WriteFrame(msg.Raw); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
 	}
 }
 
@@ -333,10 +523,7 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		}
 		c.mu.Lock()
 		c.passThrough = true
-		s.mu.Lock()
-		s.forwarded[c.key] = msg.Method
-		s.mu.Unlock()
-		s.writeUpstream(msg.Raw)
+		s.forward(msg)
 		c.mu.Unlock()
 		c.finish()
 		return
@@ -380,9 +567,9 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 }
 
 // pumpUpstream reads the upstream's frames until it closes.
-func (s *Session) pumpUpstream(ctx context.Context) error {
+func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 	for {
-		frame, err := s.upstream.ReadFrame()
+		frame, err := l.conn.ReadFrame()
 		if err != nil {
 			if isFrameTooLarge(err) {
 				s.log.Error("dropped a message from the upstream", "err", err)
@@ -428,16 +615,14 @@ func (s *Session) fromUpstream(frame []byte) {
 	s.writeClient(frame)
 }
 
-// upstreamGone answers everyone still waiting on the upstream.
-func (s *Session) upstreamGone() {
+// upstreamGone answers everyone still waiting on the upstream link l.
+func (s *Session) upstreamGone(l *link) {
 	s.mu.Lock()
-	select {
-	case <-s.gone:
+	if closed(l.gone) {
 		s.mu.Unlock()
 		return
-	default:
 	}
-	close(s.gone)
+	close(l.gone)
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]string)
 	pending := s.pending
@@ -463,13 +648,17 @@ var errUpstreamExited = errors.New("the upstream exited before answering")
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
 	key := string(id)
+	l := s.current()
+	if method != "initialize" {
+		// While the upstream is being started again, only the replayed
+		// handshake goes first; everything else waits for it.
+		l = s.usable()
+	}
 	s.mu.Lock()
-	select {
-	case <-s.gone:
+	if closed(l.gone) || l != s.up {
 		s.mu.Unlock()
 		done(nil, retry.NotSent(errors.New("the upstream has closed")))
 		return
-	default:
 	}
 	s.pending[key] = func(msg *jsonrpc.Message, err error) {
 		switch {
@@ -485,7 +674,7 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 	}
 	s.mu.Unlock()
 
-	if err := s.upstream.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
+	if err := l.conn.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
 		s.mu.Lock()
 		_, still := s.pending[key]
 		delete(s.pending, key)
@@ -542,7 +731,12 @@ func (s *Session) writeClient(frame []byte) {
 }
 
 func (s *Session) writeUpstream(frame []byte) {
-	if err := s.upstream.WriteFrame(frame); err != nil {
+	l := s.usable()
+	if closed(l.gone) {
+		s.log.Debug("the upstream is not running; a message was dropped", "size", len(frame))
+		return
+	}
+	if err := l.conn.WriteFrame(frame); err != nil {
 		s.log.Debug("writing to the upstream", "err", err)
 	}
 }

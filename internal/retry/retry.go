@@ -1,6 +1,25 @@
-// Package retry says which failures are safe to retry. A failure is only
-// safe to retry when the request is known never to have left; any other
-// failure must be assumed to have reached the upstream.
+// Package retry says which failures are safe to retry, how long to wait
+// before the next attempt, and how much an upstream account can take
+// (DESIGN.md section 7, issue 5).
+//
+// A failure is only safe to retry when the request is known never to have
+// left; any other failure must be assumed to have reached the upstream,
+// and is resent only where the tool's replay contract says so
+// (SafeToResend).
+//
+// The parts, in the order a retry loop uses them:
+//
+//   - Classify maps one failed attempt to Retry, Fail or Bug.
+//   - SafeToResend says whether a retry after dispatch may happen at all.
+//   - Backoff.Next gives the full-jitter wait, floored by Retry-After
+//     (ParseRetryAfter), or refuses when attempts or the deadline run out.
+//   - Bucket is the account's allowance: every attempt takes from it.
+//   - RetryBudget stops retries, not first attempts, when the account is
+//     failing.
+//
+// The package is a leaf: it imports no other package of this module, and
+// it reads no clock and no global randomness of its own except where a nil
+// option asks for the default. Times are passed in, so tests never sleep.
 package retry
 
 import "errors"

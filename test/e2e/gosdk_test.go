@@ -247,7 +247,12 @@ func TestDistinctArgumentsExecuteSeparately(t *testing.T) {
 func TestCrashAfterDispatchIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	p := connect(t, ctx, proxied(t, chargeServer()...))
+	cmd := proxied(t, chargeServer()...)
+	if !direct {
+		// Without restarts, the upstream's exit ends the session.
+		cmd = proxiedWith(t, []string{"--max-restarts", "0"}, chargeServer()...)
+	}
+	p := connect(t, ctx, cmd)
 
 	res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", 100)})
 	if direct {

@@ -20,7 +20,7 @@ import (
 func paySession(t *testing.T, store, ledger, policy string) (*mcp.CallToolResult, *peer) {
 	t.Helper()
 	ctx := testContext(t)
-	flags := []string{"--store", store, "--scope", "actor", "--actor", "alice"}
+	flags := []string{"--store", store, "--scope", "actor", "--actor", "alice", "--max-restarts", "0"}
 	if policy != "" {
 		flags = append(flags, withPolicy(t, policy)...)
 	}
@@ -113,5 +113,56 @@ func TestAnswerSurvivesARestart(t *testing.T) {
 	}
 	if answers[0] != answers[1] {
 		t.Fatalf("answers differ across the restart: %q, %q", answers[0], answers[1])
+	}
+}
+
+// TestUpstreamRestartsAndTheSessionGoesOn: the upstream dies mid-call; the
+// caller is told the outcome is unknown, the proxy starts the upstream
+// again, replays the handshake, and the client's session carries on.
+func TestUpstreamRestartsAndTheSessionGoesOn(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	ctx := testContext(t)
+	p := connect(t, ctx, proxied(t, chargeServer()...))
+	res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", 100)})
+	if err != nil || !strings.HasPrefix(firstText(res), "Outcome unknown:") {
+		t.Fatalf("the call the upstream died in got %v, %q; want outcome unknown", err, firstText(res))
+	}
+	// The same call again is not re-sent: its outcome stays unknown.
+	again, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", 100)})
+	if err != nil || !strings.HasPrefix(firstText(again), "Outcome unknown:") {
+		t.Fatalf("the same call after the restart got %v, %q; want outcome unknown, not a second charge", err, firstText(again))
+	}
+	// Another call runs on the restarted upstream.
+	if got := firstText(charge(t, ctx, p, "4242", 7)); !strings.Contains(got, "charge #1") {
+		t.Fatalf("the next call got %q; want it to run on the restarted upstream", got)
+	}
+	if n := executions(t, ctx, p); n != 1 {
+		t.Fatalf("the restarted upstream counted %d charges; want 1", n)
+	}
+	if !strings.Contains(p.stderr.String(), "the upstream was started again") {
+		t.Errorf("the proxy did not say it restarted the upstream:\n%s", p.stderr)
+	}
+}
+
+// TestCrashLoopEndsTheSession: an upstream that keeps exiting is not
+// started again for ever.
+func TestCrashLoopEndsTheSession(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	ctx := testContext(t)
+	p := connect(t, ctx, proxiedWith(t, []string{"--max-restarts", "1"}, chargeServer()...))
+	for i := range 2 {
+		// Two different calls: the same one again would be answered from
+		// the record (outcome unknown) and never reach the upstream.
+		p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", float64(100+i))})
+	}
+	if code := exitCode(t, ctx, p); code == 0 {
+		t.Fatal("the proxy exited 0 after a crash loop")
+	}
+	if !strings.Contains(p.stderr.String(), "keeps exiting") {
+		t.Fatalf("stderr does not say the upstream keeps exiting:\n%s", p.stderr)
 	}
 }

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+)
+
+// upstreamEnd is the test's side of one upstream connection.
+type upstreamEnd struct {
+	*peer
+	w io.Closer // closing it is this upstream exiting
+}
+
+// restartRig is a Session whose upstream can be started again: every start
+// hands the test a new upstream end.
+type restartRig struct {
+	client  *peer
+	clientW io.Closer
+	starts  chan *upstreamEnd
+	stopped chan struct{}
+	err     error
+}
+
+func pipeEnds() (proxySide *stdio.Conn, testSide *upstreamEnd) {
+	ur, uw := io.Pipe() // upstream -> proxy
+	qr, qw := io.Pipe() // proxy -> upstream
+	return stdio.NewConn(ur, qw, 0), &upstreamEnd{peer: newPeer(stdio.NewConn(qr, uw, 0)), w: uw}
+}
+
+func newRestartRig(t *testing.T, maxRestarts int) *restartRig {
+	t.Helper()
+	cr, cw := io.Pipe()
+	pr, pw := io.Pipe()
+	r := &restartRig{client: newPeer(stdio.NewConn(pr, cw, 0)), clientW: cw, starts: make(chan *upstreamEnd, 8), stopped: make(chan struct{})}
+	first, end := pipeEnds()
+	r.starts <- end
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	s := New(stdio.NewConn(cr, pw, 0), first, Options{
+		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
+		MaxRestarts: maxRestarts,
+		Restart: func(context.Context) (Conn, error) {
+			conn, end := pipeEnds()
+			r.starts <- end
+			return conn, nil
+		},
+	})
+	go func() {
+		r.err = s.Run(context.Background())
+		pw.Close()
+		close(r.stopped)
+	}()
+	t.Cleanup(func() {
+		cw.Close()
+		for {
+			select {
+			case end := <-r.starts:
+				end.w.Close()
+				continue
+			case <-r.stopped:
+			case <-time.After(5 * time.Second):
+				t.Error("session did not stop")
+			}
+			return
+		}
+	})
+	return r
+}
+
+func (r *restartRig) upstream(t *testing.T) *upstreamEnd {
+	t.Helper()
+	select {
+	case end := <-r.starts:
+		return end
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream was not started")
+		return nil
+	}
+}
+
+func TestRestartReplaysTheHandshake(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"c","version":"1"}}}`
+	r.client.send(t, initialize)
+	up.next(t, "upstream")
+	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	up.next(t, "upstream")
+
+	up.w.Close() // the upstream exits between calls
+	up2 := r.upstream(t)
+	got := up2.next(t, "restarted upstream")
+	want := `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"c","version":"1"}}}`
+	if got != want {
+		t.Fatalf("the restarted upstream got %s; want the client's initialize replayed:\n%s", got, want)
+	}
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	if got := up2.next(t, "restarted upstream"); got != `{"jsonrpc":"2.0","method":"notifications/initialized"}` {
+		t.Fatalf("after initialize the restarted upstream got %s; want notifications/initialized", got)
+	}
+	// The client never saw any of it, and its session carries on.
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if got := up2.next(t, "restarted upstream"); got != `{"jsonrpc":"2.0","id":2,"method":"ping"}` {
+		t.Fatalf("the client's next request reached the restarted upstream as %s", got)
+	}
+	up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{}}` {
+		t.Fatalf("the client got %s; want the ping's answer (and nothing of the replayed handshake)", got)
+	}
+}
+
+func TestCrashLoopStopsRestarting(t *testing.T) {
+	r := newRestartRig(t, 2)
+	for range 3 { // the first start and two restarts exit at once
+		r.upstream(t).w.Close()
+	}
+	select {
+	case <-r.stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run went on restarting a crash loop")
+	}
+	if !errors.Is(r.err, ErrCrashLoop) || !errors.Is(r.err, ErrUpstreamClosed) || !strings.Contains(r.err.Error(), "3 exits") {
+		t.Fatalf("Run = %v; want a crash-loop error counting 3 exits", r.err)
+	}
+}

@@ -1,0 +1,42 @@
+package retry
+
+// Safety is what SafeToResend needs to know about an attempt that
+// Classify said to Retry: where the request got to, and what the tool's
+// replay contract allows.
+type Safety struct {
+	// ToolClass is the tool's class as the policy spells it: "read_only",
+	// "idempotent" or "side_effect". Anything else, the empty string
+	// included, counts as "side_effect", which is the MCP default for a
+	// tool without annotations.
+	//
+	// (It is not called Class: in this package a Class is a failure's.)
+	ToolClass string
+	// Sent is set when the request may have left the proxy: any failure
+	// but a NotSentError.
+	Sent bool
+	// TransientSafe is set when the attempt's result matched a transient
+	// pattern that the policy declares safe_to_resend: the vendor says it
+	// did nothing (a 429 in a tool result, say).
+	TransientSafe bool
+	// OnUnknownRetry is set when the policy says on_unknown: retry: the
+	// same execution id is forwarded, and the upstream is trusted to
+	// deduplicate on it.
+	OnUnknownRetry bool
+}
+
+// SafeToResend reports whether the request may be sent again. A request
+// that never left may always be; one that may have left only when running
+// it twice does no harm (read_only, idempotent), when the vendor said it did
+// nothing (TransientSafe), or when the upstream dedupes on the forwarded key
+// (OnUnknownRetry). A side effect whose outcome is unknown is never resent:
+// that is the duplicate this proxy exists to prevent.
+func SafeToResend(s Safety) bool {
+	if !s.Sent {
+		return true
+	}
+	switch s.ToolClass {
+	case "read_only", "idempotent":
+		return true
+	}
+	return s.TransientSafe || s.OnUnknownRetry
+}
