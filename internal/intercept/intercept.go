@@ -367,30 +367,7 @@ func statusDone(result json.RawMessage, rule *policy.RecoverRule) bool {
 	if len(values) == 0 {
 		values = defaultDoneValues
 	}
-	var r struct {
-		Structured json.RawMessage `json:"structuredContent"`
-	}
-	if json.Unmarshal(result, &r) != nil || r.Structured == nil {
-		return false
-	}
-	v := r.Structured
-	for _, name := range strings.Split(path, ".") {
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(v, &obj) != nil {
-			return false
-		}
-		if v = obj[name]; v == nil {
-			return false
-		}
-	}
-	text := string(bytes.TrimSpace(v))
-	str, isString := jsonrpc.StringValue(v)
-	for _, want := range values {
-		if text == want || isString && str == want {
-			return true
-		}
-	}
-	return false
+	return structuredIn(result, path, values)
 }
 
 // dispatch sends an execution upstream: a won reservation, or a
@@ -424,23 +401,181 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 	if rec.State == record.Unknown {
 		m = resumed
 	}
+	in.work.Add(1)
+	in.send(ctx, rec, req, m, 1)
+}
+
+// send sends attempt n of a dispatched execution and settles it from the
+// answer, or, where the tool's retry rule says the answer is transient and
+// sending again is safe, sends it again after a backoff. The caller of send
+// holds one count of in.work, which the settling answer releases.
+func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int) {
+	bg := context.WithoutCancel(ctx)
 	params := req.Call.Params
 	if req.Policy.ForwardKey {
 		// The execution id goes upstream, so a server that honours
 		// idempotency keys can dedupe a re-dispatch itself.
 		params = withMeta(params, []byte(`"`+MetaExecutionID+`":"`+rec.ID+`"`))
 	}
-	in.work.Add(1)
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
-		defer in.work.Done()
-		settled := in.settle(bg, rec.ID, outcome(result, err))
-		if settled == nil {
-			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-				"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
+		if wait, why, ok := in.again(req, n, result, err); ok {
+			in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", wait, "why", why)
+			time.AfterFunc(wait, func() {
+				// The same execution, sent again: recorded as another
+				// attempt before the bytes go.
+				if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
+					Note: fmt.Sprintf("attempt %d: %s", n+1, why)}); err != nil {
+					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", err)
+					in.finish(ctx, rec, req, m, result, err)
+					return
+				}
+				in.send(ctx, rec, req, m, n+1)
+			})
 			return
 		}
-		in.answer(ctx, req, settled, m)
+		in.finish(ctx, rec, req, m, result, err)
 	})
+}
+
+// finish settles an execution from its last answer and answers its
+// caller, releasing the work count that send's caller took.
+func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Request, m marking, result json.RawMessage, err error) {
+	defer in.work.Done()
+	c := outcome(result, err)
+	if err == nil && req.Policy.Retry != nil && c.To == record.Completed {
+		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
+			// Still transient after the last attempt: the effect did not
+			// happen, so it is not replayed (Stripe does not cache a 429
+			// either); the caller sees this last result.
+			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+		}
+	}
+	settled := in.settle(context.WithoutCancel(ctx), rec.ID, c)
+	if settled == nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
+		return
+	}
+	in.answer(ctx, req, settled, m)
+}
+
+// again decides whether attempt n's answer is sent again, and after how
+// long: only under a retry rule, only for a failure the retry package
+// classes as retry (never sent, or a result the rule marks transient),
+// only where sending again is safe, and within the rule's attempts.
+func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err error) (time.Duration, string, bool) {
+	rule := req.Policy.Retry
+	if rule == nil {
+		return 0, "", false
+	}
+	var (
+		why        string
+		retryAfter time.Duration
+	)
+	switch {
+	case err != nil && retry.Classify(retry.Failure{Err: err}) == retry.Retry:
+		why = "not sent: " + err.Error()
+	case err == nil:
+		match, ok := transient(result, rule)
+		if !ok || !safeToResend(req.Policy, match) {
+			return 0, "", false
+		}
+		why = "transient result"
+		if rule.RetryAfterPath != "" {
+			if secs, ok := structuredNumber(result, rule.RetryAfterPath); ok && secs > 0 {
+				retryAfter = time.Duration(secs * float64(time.Second))
+			}
+		}
+	default:
+		return 0, "", false
+	}
+	b := retry.Backoff{Base: rule.Base, Cap: rule.Cap, MaxAttempts: rule.MaxAttempts}
+	wait, ok := b.Next(n-1, retryAfter, in.now(), time.Time{})
+	return wait, why, ok
+}
+
+// safeToResend reports whether a transient result of this tool may be
+// sent again: a read-only or idempotent tool, or a result the policy
+// declares means the upstream did nothing.
+func safeToResend(p policy.Policy, m policy.ResultMatch) bool {
+	return retry.SafeToResend(retry.Safety{ToolClass: string(p.Class), Sent: true, TransientSafe: m.SafeToResend})
+}
+
+// transient returns the rule's first match for a tool result.
+func transient(result json.RawMessage, rule *policy.RetryRule) (policy.ResultMatch, bool) {
+	if len(rule.Transient) == 0 {
+		return policy.ResultMatch{}, false
+	}
+	var r struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	_ = json.Unmarshal(result, &r)
+	var text strings.Builder
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			text.WriteString(c.Text)
+			text.WriteByte('\n')
+		}
+	}
+	for _, m := range rule.Transient {
+		if m.Text != nil && m.Text.MatchString(text.String()) {
+			return m, true
+		}
+		if m.Path != "" && structuredIn(result, m.Path, m.In) {
+			return m, true
+		}
+	}
+	return policy.ResultMatch{}, false
+}
+
+// structuredValue returns structuredContent at a dot path.
+func structuredValue(result json.RawMessage, path string) (json.RawMessage, bool) {
+	var r struct {
+		Structured json.RawMessage `json:"structuredContent"`
+	}
+	if json.Unmarshal(result, &r) != nil || r.Structured == nil {
+		return nil, false
+	}
+	v := r.Structured
+	for _, name := range strings.Split(path, ".") {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(v, &obj) != nil {
+			return nil, false
+		}
+		if v = obj[name]; v == nil {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// structuredIn reports whether structuredContent at path is one of values
+// (JSON text; a string also matches its unquoted form).
+func structuredIn(result json.RawMessage, path string, values []string) bool {
+	v, ok := structuredValue(result, path)
+	if !ok {
+		return false
+	}
+	text := string(bytes.TrimSpace(v))
+	str, isString := jsonrpc.StringValue(v)
+	for _, want := range values {
+		if text == want || isString && str == want {
+			return true
+		}
+	}
+	return false
+}
+
+func structuredNumber(result json.RawMessage, path string) (float64, bool) {
+	v, ok := structuredValue(result, path)
+	if !ok {
+		return 0, false
+	}
+	var f float64
+	return f, json.Unmarshal(v, &f) == nil
 }
 
 // outcome maps an upstream's answer to the change that settles the record.

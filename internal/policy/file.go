@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ type rule struct {
 	onUnknown    OnUnknown
 	recover      *RecoverRule
 	forwardKey   *bool
+	retry        *RetryRule
 }
 
 // Load reads and parses the policy file at path.
@@ -223,6 +225,11 @@ func (r *rule) apply(p *Policy) bool {
 	if r.forwardKey != nil {
 		p.ForwardKey = *r.forwardKey
 	}
+	if r.retry != nil {
+		rr := *r.retry
+		rr.Transient = slices.Clone(r.retry.Transient)
+		p.Retry = &rr
+	}
 	if r.onUnknown == "" {
 		return false
 	}
@@ -245,7 +252,9 @@ func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
 var (
 	fileKeys        = []string{"defaults", "tools"}
 	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
-	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key"}
+	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry"}
+	retryKeys       = []string{"max_attempts", "base", "cap", "transient", "retry_after"}
+	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
 	recoverKeys     = []string{"tool", "arguments", "done"}
 	doneKeys        = []string{"path", "in"}
@@ -414,6 +423,8 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 			if b, ok := p.boolean(v, sub); ok {
 				r.forwardKey = &b
 			}
+		case "retry":
+			r.retry = p.retryRule(v, sub)
 		}
 	}
 	switch {
@@ -426,6 +437,136 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 	case recoverBlock != nil && r.onUnknown != "" && r.onUnknown != Recover:
 		p.errorf(recoverBlock, field+".recover", "a recover block is used only with on_unknown: recover, not %s", r.onUnknown)
 	}
+}
+
+// Bounds on a retry rule.
+const maxRetryAttempts = 20
+
+// retryRule decodes a tool's retry block.
+func (p *parser) retryRule(n *yaml.Node, field string) *RetryRule {
+	fields, ok := p.mapping(n, field, "a mapping with max_attempts, base, cap, transient and retry_after")
+	if !ok {
+		return nil
+	}
+	rr := &RetryRule{MaxAttempts: 3, Base: 200 * time.Millisecond, Cap: 30 * time.Second}
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		v := resolve(kv.val)
+		switch kv.key.Value {
+		case "max_attempts":
+			n, err := strconv.Atoi(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil || n < 1 || n > maxRetryAttempts {
+				p.errorf(v, sub, "want a whole number of attempts from 1 to %d, the first included", maxRetryAttempts)
+				ok = false
+				continue
+			}
+			rr.MaxAttempts = n
+		case "base":
+			if d, dok := p.duration(v, sub); dok {
+				rr.Base = d
+			} else {
+				ok = false
+			}
+		case "cap":
+			if d, dok := p.duration(v, sub); dok {
+				rr.Cap = d
+			} else {
+				ok = false
+			}
+		case "transient":
+			if v.Kind != yaml.SequenceNode {
+				p.errorf(v, sub, "want a list of result matches, not %s", describe(v))
+				ok = false
+				continue
+			}
+			for i, e := range v.Content {
+				m, mok := p.resultMatch(resolve(e), fmt.Sprintf("%s[%d]", sub, i))
+				if !mok {
+					ok = false
+					continue
+				}
+				rr.Transient = append(rr.Transient, m)
+			}
+		case "retry_after":
+			afs, aok := p.mapping(v, sub, "a mapping with structured: PATH")
+			if !aok {
+				ok = false
+				continue
+			}
+			for _, a := range afs {
+				av := resolve(a.val)
+				if a.key.Value != "structured" {
+					p.unknownKey(a.key, sub, []string{"structured"})
+					ok = false
+					continue
+				}
+				if !isString(av) || checkDotPath(av.Value) != "" {
+					p.errorf(av, sub+".structured", "want a dot path in structuredContent such as retry_after_seconds")
+					ok = false
+					continue
+				}
+				rr.RetryAfterPath = av.Value
+			}
+		default:
+			p.unknownKey(kv.key, field, retryKeys)
+			ok = false
+		}
+	}
+	if rr.Cap < rr.Base {
+		p.errorf(n, field, "cap (%v) is shorter than base (%v)", rr.Cap, rr.Base)
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	return rr
+}
+
+// resultMatch decodes one entry of a transient list.
+func (p *parser) resultMatch(n *yaml.Node, field string) (ResultMatch, bool) {
+	var m ResultMatch
+	fields, ok := p.mapping(n, field, "a mapping with result_text or structured, and safe_to_resend")
+	if !ok {
+		return m, false
+	}
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		v := resolve(kv.val)
+		switch kv.key.Value {
+		case "result_text":
+			re, err := regexp.Compile(v.Value)
+			if !isString(v) || err != nil {
+				p.errorf(v, sub, "want a regular expression (Go RE2 syntax): %v", err)
+				ok = false
+				continue
+			}
+			m.Text = re
+		case "structured":
+			var rr RecoverRule
+			if !p.done(v, sub, &rr) || rr.DonePath == "" || len(rr.DoneValues) == 0 {
+				if rr.DonePath == "" || len(rr.DoneValues) == 0 {
+					p.errorf(v, sub, "want {path: FIELD, in: [VALUES...]}")
+				}
+				ok = false
+				continue
+			}
+			m.Path, m.In = rr.DonePath, rr.DoneValues
+		case "safe_to_resend":
+			b, bok := p.boolean(v, sub)
+			if !bok {
+				ok = false
+			}
+			m.SafeToResend = b
+		default:
+			p.unknownKey(kv.key, field, transientKeys)
+			ok = false
+		}
+	}
+	if ok && m.Text == nil && m.Path == "" {
+		p.errorf(n, field, "a transient match needs result_text or structured")
+		ok = false
+	}
+	return m, ok
 }
 
 func (p *parser) fingerprint(n *yaml.Node, field string, r *rule) {

@@ -5,6 +5,7 @@ package policy
 
 import (
 	"encoding/json"
+	"regexp"
 	"time"
 )
 
@@ -104,6 +105,9 @@ type Policy struct {
 	Recover *RecoverRule
 	// ForwardKey sends the execution id upstream in the call's _meta.
 	ForwardKey bool
+	// Retry, when set, re-sends a call whose result the rule marks
+	// transient (or that never left), with backoff.
+	Retry *RetryRule
 
 	// Source says where the class came from, for logs and `policy show`.
 	Source string
@@ -112,6 +116,34 @@ type Policy struct {
 	Written bool
 	// Explicit reports whether the policy file names the tool exactly.
 	Explicit bool
+}
+
+// A RetryRule says when a call is sent again, and how soon.
+type RetryRule struct {
+	// MaxAttempts bounds the sends of one call, the first included.
+	MaxAttempts int
+	// Base and Cap shape the full-jitter backoff: the wait before attempt
+	// n+1 is uniform in [0, min(Cap, Base*2^n)].
+	Base, Cap time.Duration
+	// Transient lists the results that mean "try again later".
+	Transient []ResultMatch
+	// RetryAfterPath, if set, is the dot path in structuredContent of a
+	// number of seconds to wait at least before the next attempt.
+	RetryAfterPath string
+}
+
+// A ResultMatch recognises a tool result: by a regular expression on its
+// text content, or by a structuredContent field's value.
+type ResultMatch struct {
+	// Text, if set, must match the result's text content.
+	Text *regexp.Regexp
+	// Path and In, if Path is set: structuredContent at Path must be one
+	// of In (values as JSON text, such as 429 or "busy").
+	Path string
+	In   []string
+	// SafeToResend declares that such a result means the upstream did
+	// nothing (a vendor's 429), so even a side effect may be sent again.
+	SafeToResend bool
 }
 
 // A RecoverRule says how to ask an upstream whether an execution whose

@@ -55,14 +55,15 @@ func (s State) Settled() bool { return !s.InFlight() }
 // next lists, for each state, the states it may move to.
 var next = map[State][]State{
 	Accepted:   {Dispatched, Failed},
-	Dispatched: {Completed, Failed, Unknown},
+	Dispatched: {Completed, Failed, Unknown, Dispatched},
 	Completed:  {Delivered},
 	Unknown:    {Dispatched, Completed, Failed},
 }
 
 // CanTransition reports whether an execution in state from may move to to.
 // Unknown may be settled later (by a re-dispatch, a status check or an
-// operator), which is why it is not a dead end.
+// operator), which is why it is not a dead end. Dispatched to Dispatched is
+// a re-send of the same execution after a transient result.
 func CanTransition(from, to State) bool {
 	return slices.Contains(next[from], to)
 }

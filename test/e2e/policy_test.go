@@ -564,3 +564,56 @@ func TestScopeFlag(t *testing.T) {
 		}
 	})
 }
+
+// TestTransientResultsAreRetried: a vendor's 429, declared safe to resend,
+// is retried by the proxy: the client sees one success, the upstream saw
+// three calls. Without the rule the client sees the 429.
+func TestTransientResultsAreRetried(t *testing.T) {
+	needProxy(t)
+	const rule = `tools:
+  flaky_upload:
+    retry:
+      max_attempts: 5
+      base: 10ms
+      cap: 50ms
+      transient:
+        - result_text: "\\b429\\b"
+          safe_to_resend: true
+`
+	for _, withRule := range []bool{true, false} {
+		ctx := testContext(t)
+		var flags []string
+		if withRule {
+			flags = withPolicy(t, rule)
+		}
+		p := connect(t, ctx, proxiedWith(t, flags, chargeServer()...))
+		res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "flaky_upload", Arguments: map[string]any{"tag": "logo.png"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, n := firstText(res), runs(t, ctx, p, "flaky_upload")
+		switch {
+		case withRule && (res.IsError || got != "uploaded logo.png" || n != 3):
+			t.Fatalf("with the retry rule: %q (isError %v) after %d upstream calls; want one success after 3", got, res.IsError, n)
+		case !withRule && (!res.IsError || !strings.Contains(got, "429") || n != 1):
+			t.Fatalf("without the rule: %q after %d upstream calls; want the 429, once", got, n)
+		}
+	}
+}
+
+// TestUnknownSideEffectIsNotRetried: even under a retry rule that matches
+// everything, a side effect whose upstream died after dispatch is not sent
+// again.
+func TestUnknownSideEffectIsNotRetried(t *testing.T) {
+	needProxy(t)
+	ctx := testContext(t)
+	flags := append(withPolicy(t, "tools:\n  charge_and_crash:\n    retry:\n      transient: [{result_text: \".\", safe_to_resend: true}]\n"), "--max-restarts", "1")
+	p := connect(t, ctx, proxiedWith(t, flags, chargeServer()...))
+	res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", 100)})
+	if err != nil || !strings.HasPrefix(firstText(res), "Outcome unknown:") {
+		t.Fatalf("got %v, %q; want outcome unknown", err, firstText(res))
+	}
+	if n := executions(t, ctx, p); n != 0 {
+		t.Fatalf("the restarted upstream counted %d charges; the unknown side effect must not be re-sent", n)
+	}
+}

@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"WaitSettlesAnOrphan", testWaitSettlesAnOrphan},
 		{"ConcurrentOrphanTakeover", testConcurrentOrphanTakeover},
 		{"List", testList},
+		{"ResendWhileDispatched", testResendWhileDispatched},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -461,5 +462,28 @@ func testList(t *testing.T, s record.Store, clock *Clock) {
 		if fmt.Sprint(gotIDs) != fmt.Sprint(tt.want) {
 			t.Errorf("List %s = %v; want %v", tt.name, gotIDs, tt.want)
 		}
+	}
+}
+
+func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	done := make(chan *record.Record, 1)
+	go func() {
+		got, _ := s.Wait(context.Background(), r.ID)
+		done <- got
+	}()
+	got := mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched, Note: "re-sent after a transient result"})
+	if got.State != record.Dispatched || got.Attempts != 2 {
+		t.Fatalf("after a re-send: %s, %d attempts; want dispatched, 2", got.State, got.Attempts)
+	}
+	select {
+	case w := <-done:
+		t.Fatalf("a waiter was woken by a re-send: %+v", w)
+	default:
+	}
+	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	if w := <-done; w == nil || w.State != record.Completed {
+		t.Fatalf("the waiter got %+v; want the completed record", w)
 	}
 }

@@ -18,8 +18,11 @@
 //   - echo_meta {tag}: answers with the params._meta it received, as JSON
 //     text and as structured content {"meta": {...}, "n": N}. Side-effecting,
 //     so the tests can see what the proxy forwards upstream.
-//   - calls: how many times create_vm, echo_meta and set_counter have run,
-//     as {"calls": {"create_vm": N, ...}} (read-only).
+//   - flaky_upload {tag}: answers an isError "429 Too Many Requests" result
+//     to the first two attempts of each tag, then "uploaded TAG".
+//     Side-effecting.
+//   - calls: how many times create_vm, echo_meta, set_counter and
+//     flaky_upload have run, as {"calls": {"create_vm": N, ...}} (read-only).
 //
 // With -ledger FILE, for tests that outlive one server process:
 //
@@ -265,6 +268,22 @@ func main() {
 		return &mcp.CallToolResult{
 			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
 		}, Calls{Calls: counts}, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "flaky_upload",
+		Description: "Upload; the vendor answers 429 to the first two attempts of each name.",
+	}, func(_ context.Context, _ *mcp.CallToolRequest, in EchoArgs) (*mcp.CallToolResult, struct{}, error) {
+		n := l.called("flaky_upload")
+		l.mu.Lock()
+		l.calls["flaky_upload:"+in.Tag]++
+		tries := l.calls["flaky_upload:"+in.Tag]
+		l.mu.Unlock()
+		log.Printf("flaky_upload tag=%s try=%d n=%d", in.Tag, tries, n)
+		if tries <= 2 {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "429 Too Many Requests: rate limited"}}}, struct{}{}, nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "uploaded " + in.Tag}}}, struct{}{}, nil
 	})
 
 	if *ledgerFile != "" {

@@ -1,0 +1,124 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// busyThen answers "429 rate limited" to the first busy calls, then
+// charges.
+func busyThen(busy int) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+	return func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if n <= busy {
+			return json.RawMessage(`{"content":[{"type":"text","text":"429: rate limited, try later"}],"isError":true,"structuredContent":{"status":429,"retry_after_seconds":2}}`), nil
+		}
+		return charged(ctx, n, p)
+	}
+}
+
+func retryRule(safe bool) *policy.RetryRule {
+	return &policy.RetryRule{MaxAttempts: 4, Base: 100 * time.Millisecond, Cap: time.Second,
+		Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`(?i)\b429\b`), SafeToResend: safe}}}
+}
+
+func TestTransientResultsAreSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(2))
+		h.pol.Retry = retryRule(true)
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if v.IsError || v.Content[0].Text != "charge #3" {
+			t.Fatalf("the caller got %+v; want the third attempt's success, and nothing of the 429s", v)
+		}
+		h.in.Wait(t.Context())
+		rec := h.onlyRecord(t)
+		if rec.Attempts != 3 || rec.State != record.Delivered || h.up.calls.Load() != 3 {
+			t.Fatalf("record: %d attempts, %s; upstream saw %d calls; want 3, delivered, 3", rec.Attempts, rec.State, h.up.calls.Load())
+		}
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.Meta.Replayed || v.Content[0].Text != "charge #3" {
+			t.Fatalf("a later identical call got %+v; want the success replayed", v)
+		}
+	})
+}
+
+func TestTransientSideEffectIsNotResentUnlessDeclaredSafe(t *testing.T) {
+	h := newHarness(busyThen(1))
+	h.pol.Retry = retryRule(false) // a 429 that may not mean "did nothing"
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !v.IsError || !strings.Contains(v.Content[0].Text, "429") || h.up.calls.Load() != 1 {
+		t.Fatalf("got %+v after %d calls; a side effect is not sent again unless the policy says the result is safe", v, h.up.calls.Load())
+	}
+}
+
+func TestTransientIdempotentToolIsResent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(1))
+		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
+		h.pol.Retry = retryRule(false)
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" {
+			t.Fatalf("got %+v; an idempotent tool may be sent again", v)
+		}
+	})
+}
+
+func TestStillTransientAfterTheLastAttemptFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol.Retry = retryRule(true)
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !strings.Contains(v.Content[0].Text, "429") || h.up.calls.Load() != 4 {
+			t.Fatalf("got %+v after %d calls; want the last 429 after 4 attempts", v, h.up.calls.Load())
+		}
+		h.in.Wait(t.Context())
+		if rec := h.onlyRecord(t); rec.State != record.Failed {
+			t.Fatalf("record %s; a call still transient at the end is failed, not replayed", rec.State)
+		}
+		h.call(t.Context(), t, chargeCall).only(t)
+		if n := h.up.calls.Load(); n != 8 {
+			t.Fatalf("upstream saw %d calls; the next identical call runs again (4 more attempts)", n)
+		}
+	})
+}
+
+func TestRetryAfterIsAFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(1))
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.RetryAfterPath = "retry_after_seconds"
+		start := time.Now()
+		h.call(t.Context(), t, chargeCall).only(t)
+		if waited := time.Since(start); waited < 2*time.Second {
+			t.Fatalf("the second attempt went after %v; the result asked for at least 2s", waited)
+		}
+	})
+}
+
+func TestUnknownOutcomeIsNeverRetried(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("the upstream exited before answering")
+	})
+	h.pol.Retry = retryRule(true)
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || h.up.calls.Load() != 1 {
+		t.Fatalf("got %+v after %d calls; a side effect whose outcome is unknown is never sent again by the retry rule", v, h.up.calls.Load())
+	}
+}
+
+func TestStructuredTransientMatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(1))
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond,
+			Transient: []policy.ResultMatch{{Path: "status", In: []string{"503", "429"}, SafeToResend: true}}}
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" {
+			t.Fatalf("got %+v; structuredContent.status 429 is transient", v)
+		}
+	})
+}
