@@ -244,7 +244,7 @@ tools:
 			want: []string{
 				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint)`,
 				`p.yaml:3:17: defaults.fingerprint: unknown key "ignores" (valid: ignore, defaults)`,
-				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key)`,
+				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry)`,
 				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done)`,
 				`p.yaml:8:41: tools.a.recover.done: unknown key "paths" (valid: path, in)`,
 			},
@@ -854,4 +854,49 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseRetry(t *testing.T) {
+	f, err := Parse("p.yaml", []byte(`tools:
+  upload_asset:
+    retry:
+      max_attempts: 5
+      base: 50ms
+      cap: 2s
+      transient:
+        - result_text: "(?i)\\b429\\b"
+          safe_to_resend: true
+        - structured: {path: status, in: [503, "busy"]}
+      retry_after: {structured: retry_after_seconds}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Resolve("upload_asset", nil).Retry
+	switch {
+	case r == nil:
+		t.Fatal("no retry rule")
+	case r.MaxAttempts != 5 || r.Base != 50*time.Millisecond || r.Cap != 2*time.Second || r.RetryAfterPath != "retry_after_seconds":
+		t.Errorf("retry rule %+v", r)
+	case len(r.Transient) != 2 || !r.Transient[0].Text.MatchString("HTTP 429") || !r.Transient[0].SafeToResend:
+		t.Errorf("first transient match %+v", r.Transient)
+	case r.Transient[1].Path != "status" || strings.Join(r.Transient[1].In, ",") != `503,"busy"` || r.Transient[1].SafeToResend:
+		t.Errorf("second transient match %+v", r.Transient[1])
+	}
+	if f.Resolve("other", nil).Retry != nil {
+		t.Error("a tool without a retry rule got one")
+	}
+
+	for _, tt := range []struct{ yaml, want string }{
+		{"tools:\n  a:\n    retry:\n      max_attempts: 0\n", "p.yaml:4:21: tools.a.retry.max_attempts: want a whole number of attempts from 1 to 20"},
+		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: \"(\"\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: want a regular expression"},
+		{"tools:\n  a:\n    retry:\n      transient:\n        - safe_to_resend: true\n", "tools.a.retry.transient[0]: a transient match needs result_text or structured"},
+		{"tools:\n  a:\n    retry:\n      base: 1s\n      cap: 10ms\n", "tools.a.retry: cap (10ms) is shorter than base (1s)"},
+		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, transient, retry_after)`},
+	} {
+		_, err := Parse("p.yaml", []byte(tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
+		}
+	}
 }
