@@ -70,10 +70,29 @@ type Request struct {
 	Correlation string
 }
 
+// An Observer is told of every decision, attempt and transition, for
+// metrics. Its methods are called on the request path and must not block.
+type Observer interface {
+	// Decision: what became of one call. decision is one of new,
+	// attached, replayed, passed_through, key_refused, store_unavailable,
+	// unknown (answered outcome unknown), in_progress, redispatched,
+	// recovered.
+	Decision(tool string, class policy.Class, decision string)
+	// Attempt: a call is sent again after wait, for why (transient, not
+	// sent).
+	Attempt(tool string, n int, why string, wait time.Duration)
+	// Transition: an execution moved to state.
+	Transition(tool string, state record.State)
+	// Upstream: the upstream answered one send after d.
+	Upstream(tool string, d time.Duration)
+}
+
 // Options configures an Interceptor.
 type Options struct {
-	Store  record.Store        // required
-	Hasher *fingerprint.Hasher // required
+	// Observer is told of decisions and transitions; nil means none.
+	Observer Observer
+	Store    record.Store        // required
+	Hasher   *fingerprint.Hasher // required
 	// Logger receives one line per call answered from the record: an
 	// attach, a replay, an unknown outcome (info); and one per new execution
 	// and per state transition (debug). Nil discards.
@@ -98,6 +117,7 @@ type Interceptor struct {
 	now    func() time.Time
 	owner  string
 	lease  time.Duration
+	obs    Observer
 
 	// work counts dispatches and status checks under way; they outlive
 	// the callers that started them.
@@ -113,6 +133,10 @@ func New(opts Options) *Interceptor {
 	if in.lease == 0 {
 		in.lease = 30 * time.Second
 	}
+	in.obs = opts.Observer
+	if in.obs == nil {
+		in.obs = nopObserver{}
+	}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -120,6 +144,19 @@ func New(opts Options) *Interceptor {
 		in.now = time.Now
 	}
 	return in
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Decision(string, policy.Class, string)      {}
+func (nopObserver) Attempt(string, int, string, time.Duration) {}
+func (nopObserver) Transition(string, record.State)            {}
+func (nopObserver) Upstream(string, time.Duration)             {}
+
+// PassedThrough tells the observer that a call went upstream as it came,
+// unrecorded (a read-only tool, or a key-scoped one called without a key).
+func (in *Interceptor) PassedThrough(tool string, class policy.Class) {
+	in.obs.Decision(tool, class, "passed_through")
 }
 
 // KeepLeases renews this process's claim on the executions it runs, three
@@ -218,6 +255,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	case err != nil:
 		// Fail closed: without a reservation nothing may run.
 		in.log.Error("store refused the reservation", "tool", call.Name, "request", req.Correlation, "err", err)
+		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
 	case won:
@@ -228,11 +266,13 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
+		in.obs.Decision(call.Name, pol.Class, "new")
 		in.dispatch(ctx, rec, req, "")
 	case rec.Fingerprint != fp:
 		// Only a client key can match a record of another action: the
 		// IETF Idempotency-Key draft's 422. Never executed.
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
+		in.obs.Decision(call.Name, pol.Class, "key_refused")
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); the arguments differ, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool))
@@ -243,8 +283,10 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		case rec.State == record.Unknown:
 			in.unknown(ctx, rec, req)
 		case rec.State.Settled():
+			in.obs.Decision(call.Name, pol.Class, "replayed")
 			in.answer(ctx, req, rec, replayed)
 		default:
+			in.obs.Decision(call.Name, pol.Class, "attached")
 			go in.attach(ctx, rec, req)
 		}
 	}
@@ -277,8 +319,10 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	switch {
 	case req.Policy.OnUnknown == policy.Retry && rec.Attempts < maxAttempts:
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
+		in.obs.Decision(rec.Tool, req.Policy.Class, "redispatched")
 		in.dispatch(ctx, rec, req, "re-dispatch: on_unknown retry")
 	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil && rec.Attempts < maxAttempts:
+		in.obs.Decision(rec.Tool, req.Policy.Class, "recovered")
 		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
@@ -286,6 +330,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		}()
 	default:
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		in.obs.Decision(rec.Tool, req.Policy.Class, "unknown")
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }
@@ -397,6 +442,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		return
 	}
 	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+	in.obs.Transition(rec.Tool, record.Dispatched)
 	m := live
 	if rec.State == record.Unknown {
 		m = resumed
@@ -417,9 +463,12 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		// idempotency keys can dedupe a re-dispatch itself.
 		params = withMeta(params, []byte(`"`+MetaExecutionID+`":"`+rec.ID+`"`))
 	}
+	sent := in.now()
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
+		in.obs.Upstream(rec.Tool, in.now().Sub(sent))
 		if wait, why, ok := in.again(req, n, result, err); ok {
 			in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", wait, "why", why)
+			in.obs.Attempt(rec.Tool, n+1, why, wait)
 			time.AfterFunc(wait, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
@@ -604,6 +653,7 @@ func (in *Interceptor) settle(ctx context.Context, id string, c record.Change) *
 		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
 		return nil
 	}
+	in.obs.Transition(rec.Tool, c.To)
 	if in.log.Enabled(ctx, slog.LevelDebug) {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
 	}
@@ -624,6 +674,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		if gerr != nil {
 			cur = rec
 		}
+		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
 		in.log.Info("attach window passed; told the caller it is still in progress",
 			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)

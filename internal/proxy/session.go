@@ -521,6 +521,7 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		if s.log.Enabled(c.ctx, slog.LevelDebug) {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", string(msg.ID))
 		}
+		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
 		s.forward(msg)
