@@ -475,23 +475,32 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 				if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
 					Note: fmt.Sprintf("attempt %d: %s", n+1, why)}); err != nil {
 					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", err)
-					in.finish(ctx, rec, req, m, result, err)
+					in.finish(ctx, rec, req, m, n, result, err)
 					return
 				}
 				in.send(ctx, rec, req, m, n+1)
 			})
 			return
 		}
-		in.finish(ctx, rec, req, m, result, err)
+		in.finish(ctx, rec, req, m, n, result, err)
 	})
 }
 
 // finish settles an execution from its last answer and answers its
 // caller, releasing the work count that send's caller took.
-func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Request, m marking, result json.RawMessage, err error) {
+func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Request, m marking, n int, result json.RawMessage, err error) {
 	defer in.work.Done()
 	c := outcome(result, err)
-	if err == nil && req.Policy.Retry != nil && c.To == record.Completed {
+	if resent := n > 1 || m == resumed; resent && err == nil && c.To == record.Completed {
+		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
+			// A re-send found the effect in place (a delete of something
+			// gone): the first send did it, so the execution is done.
+			in.log.Info("a re-send found the effect already done; completing as a success", "execution", rec.ID, "tool", rec.Tool)
+			c.Result = alreadyDoneResult(rec, result)
+			c.Note = "already done: the re-send found the effect in place"
+		}
+	}
+	if err == nil && req.Policy.Retry != nil && c.To == record.Completed && c.Note == "" {
 		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
 			// Still transient after the last attempt: the effect did not
 			// happen, so it is not replayed (Stripe does not cache a 429
@@ -550,9 +559,14 @@ func safeToResend(p policy.Policy, m policy.ResultMatch) bool {
 	return retry.SafeToResend(retry.Safety{ToolClass: string(p.Class), Sent: true, TransientSafe: m.SafeToResend})
 }
 
-// transient returns the rule's first match for a tool result.
+// transient returns the rule's first transient match for a tool result.
 func transient(result json.RawMessage, rule *policy.RetryRule) (policy.ResultMatch, bool) {
-	if len(rule.Transient) == 0 {
+	return firstMatch(result, rule.Transient)
+}
+
+// firstMatch returns the first of matches that a tool result meets.
+func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.ResultMatch, bool) {
+	if len(matches) == 0 {
 		return policy.ResultMatch{}, false
 	}
 	var r struct {
@@ -569,7 +583,7 @@ func transient(result json.RawMessage, rule *policy.RetryRule) (policy.ResultMat
 			text.WriteByte('\n')
 		}
 	}
-	for _, m := range rule.Transient {
+	for _, m := range matches {
 		if m.Text != nil && m.Text.MatchString(text.String()) {
 			return m, true
 		}
@@ -897,6 +911,32 @@ func toolResult(text, outcome string, r *record.Record) json.RawMessage {
 		"content": []map[string]string{{"type": "text", "text": text}},
 		"isError": true,
 		"_meta":   map[string]any{MetaOutcome: outcome, MetaExecution: describe(r)},
+	})
+	return b
+}
+
+// alreadyDoneResult is the success a caller gets when a re-send found the
+// effect already in place: what the upstream said is kept in the text.
+func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessage {
+	var u struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	_ = json.Unmarshal(upstream, &u)
+	var said []string
+	for _, c := range u.Content {
+		if c.Type == "text" {
+			said = append(said, c.Text)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
+			"Done: execution %s of %s had already taken effect; sending it again, the upstream answered: %s",
+			r.ID, r.Tool, strings.Join(said, " "))}},
+		"isError": false,
+		"_meta":   map[string]any{MetaOutcome: "already_done"},
 	})
 	return b
 }

@@ -122,3 +122,29 @@ func TestStructuredTransientMatch(t *testing.T) {
 		}
 	})
 }
+
+func TestAlreadyDoneOnAResendIsDone(t *testing.T) {
+	gone := json.RawMessage(`{"content":[{"type":"text","text":"404: no such file"}],"isError":true}`)
+	h := newHarness(dies(func(context.Context, int, json.RawMessage) (json.RawMessage, error) { return gone, nil }))
+	h.pol.OnUnknown = policy.Retry
+	h.pol.AlreadyDone = []policy.ResultMatch{{Text: regexp.MustCompile(`(?i)no such|not found`)}}
+	h.call(t.Context(), t, `{"name":"delete_file","arguments":{"path":"/a"}}`).only(t) // sent; the upstream died
+	a := h.call(t.Context(), t, `{"name":"delete_file","arguments":{"path":"/a"}}`).only(t)
+	v := view(t, a)
+	if v.IsError || !strings.HasPrefix(v.Content[0].Text, "Done: execution") || !strings.Contains(v.Content[0].Text, "no such file") || v.Meta.Outcome != "already_done" {
+		t.Fatalf("the re-send that found the file gone got %+v; want a success saying it was already done", v)
+	}
+	h.in.Wait(t.Context())
+	if rec := h.onlyRecord(t); rec.State != record.Delivered || rec.Attempts != 2 {
+		t.Fatalf("record %s after %d attempts; want delivered after 2", rec.State, rec.Attempts)
+	}
+}
+
+func TestAlreadyDoneOnTheFirstSendIsTheAnswer(t *testing.T) {
+	gone := json.RawMessage(`{"content":[{"type":"text","text":"404: no such file"}],"isError":true}`)
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) { return gone, nil })
+	h.pol.AlreadyDone = []policy.ResultMatch{{Text: regexp.MustCompile(`(?i)no such`)}}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.IsError {
+		t.Fatalf("the first send's not-found got %+v; only a re-send's counts as already done", v)
+	}
+}

@@ -59,6 +59,7 @@ type rule struct {
 	recover      *RecoverRule
 	forwardKey   *bool
 	retry        *RetryRule
+	alreadyDone  []ResultMatch
 }
 
 // Load reads and parses the policy file at path.
@@ -225,6 +226,9 @@ func (r *rule) apply(p *Policy) bool {
 	if r.forwardKey != nil {
 		p.ForwardKey = *r.forwardKey
 	}
+	if r.alreadyDone != nil {
+		p.AlreadyDone = slices.Clone(r.alreadyDone)
+	}
 	if r.retry != nil {
 		rr := *r.retry
 		rr.Transient = slices.Clone(r.retry.Transient)
@@ -252,7 +256,7 @@ func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
 var (
 	fileKeys        = []string{"defaults", "tools"}
 	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
-	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry"}
+	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done"}
 	retryKeys       = []string{"max_attempts", "base", "cap", "transient", "retry_after"}
 	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
@@ -425,6 +429,8 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 			}
 		case "retry":
 			r.retry = p.retryRule(v, sub)
+		case "already_done":
+			r.alreadyDone = p.alreadyDone(v, sub)
 		}
 	}
 	switch {
@@ -520,6 +526,25 @@ func (p *parser) retryRule(n *yaml.Node, field string) *RetryRule {
 		return nil
 	}
 	return rr
+}
+
+// alreadyDone decodes an already_done block: one result match, or a list.
+func (p *parser) alreadyDone(n *yaml.Node, field string) []ResultMatch {
+	items := []*yaml.Node{n}
+	if n.Kind == yaml.SequenceNode {
+		items = n.Content
+	}
+	var out []ResultMatch
+	for i, e := range items {
+		sub := field
+		if n.Kind == yaml.SequenceNode {
+			sub = fmt.Sprintf("%s[%d]", field, i)
+		}
+		if m, ok := p.resultMatch(resolve(e), sub); ok {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // resultMatch decodes one entry of a transient list.

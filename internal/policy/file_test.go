@@ -244,7 +244,7 @@ tools:
 			want: []string{
 				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint)`,
 				`p.yaml:3:17: defaults.fingerprint: unknown key "ignores" (valid: ignore, defaults)`,
-				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry)`,
+				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done)`,
 				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done)`,
 				`p.yaml:8:41: tools.a.recover.done: unknown key "paths" (valid: path, in)`,
 			},
@@ -898,5 +898,21 @@ func TestParseRetry(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
 		}
+	}
+}
+
+func TestParseAlreadyDone(t *testing.T) {
+	f, err := Parse("p.yaml", []byte("tools:\n  delete_file:\n    already_done: {result_text: \"(?i)not found\"}\n  delete_user:\n    already_done:\n      - result_text: gone\n      - structured: {path: code, in: [404]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := f.Resolve("delete_file", nil).AlreadyDone; len(m) != 1 || !m[0].Text.MatchString("Not Found") {
+		t.Errorf("delete_file already_done = %+v", m)
+	}
+	if m := f.Resolve("delete_user", nil).AlreadyDone; len(m) != 2 || m[1].Path != "code" {
+		t.Errorf("delete_user already_done = %+v", m)
+	}
+	if _, err := Parse("p.yaml", []byte("tools:\n  a:\n    already_done: {}\n")); err == nil || !strings.Contains(err.Error(), "needs result_text or structured") {
+		t.Errorf("an empty already_done: %v", err)
 	}
 }

@@ -108,6 +108,10 @@ type Policy struct {
 	// Retry, when set, re-sends a call whose result the rule marks
 	// transient (or that never left), with backoff.
 	Retry *RetryRule
+	// AlreadyDone lists results that, on a re-send of the same execution,
+	// mean the effect already happened (a delete of something gone): the
+	// execution then completes as a success.
+	AlreadyDone []ResultMatch
 
 	// Source says where the class came from, for logs and `policy show`.
 	Source string
