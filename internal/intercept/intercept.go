@@ -102,6 +102,8 @@ type Options struct {
 	// Owner names this process in the records it runs; empty means a
 	// fresh random name.
 	Owner string
+	// Accounts are the upstream accounts retry rules name, by name.
+	Accounts map[string]policy.Account
 	// Lease is how long a record stays claimed by this process without a
 	// renewal (KeepLeases renews it); zero means 30 seconds. When a process
 	// dies, its executions are taken over once their lease lapses.
@@ -119,6 +121,8 @@ type Interceptor struct {
 	lease  time.Duration
 	obs    Observer
 
+	accounts map[string]*account // read-only after New
+
 	// work counts dispatches and status checks under way; they outlive
 	// the callers that started them.
 	work sync.WaitGroup
@@ -133,16 +137,17 @@ func New(opts Options) *Interceptor {
 	if in.lease == 0 {
 		in.lease = 30 * time.Second
 	}
-	in.obs = opts.Observer
-	if in.obs == nil {
-		in.obs = nopObserver{}
-	}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
 	if in.now == nil {
 		in.now = time.Now
 	}
+	in.obs = opts.Observer
+	if in.obs == nil {
+		in.obs = nopObserver{}
+	}
+	in.accounts = newAccounts(opts.Accounts, in.now())
 	return in
 }
 
@@ -421,6 +426,27 @@ func statusDone(result json.RawMessage, rule *policy.RecoverRule) bool {
 // started it: a dispatched side effect is never dropped because its caller
 // left.
 func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Request, note string) {
+	a := in.accountOf(req)
+	if a == nil {
+		in.dispatchNow(ctx, rec, req, note, nil)
+		return
+	}
+	// A first attempt waits for room in the account's allowance, up to
+	// the attach window, rather than hammering the account.
+	deadline := in.now().Add(req.Policy.AttachWindow)
+	in.admit(a, deadline, func() { in.dispatchNow(ctx, rec, req, note, a) }, func(wait time.Duration) {
+		bg := context.WithoutCancel(ctx)
+		msg := fmt.Sprintf("account %s has no room for another call for %v", a.name, wait.Round(time.Millisecond))
+		if rec.State != record.Unknown {
+			in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: msg})
+		}
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, rec.Tool))
+	})
+}
+
+// dispatchNow is dispatch once the account (a, or nil) has let it go.
+func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req *Request, note string, a *account) {
 	bg := context.WithoutCancel(ctx)
 	// Persist before send: once bytes may have left, the record says so.
 	claim := record.Change{To: record.Dispatched, Note: note}
@@ -428,6 +454,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		claim.Owner, claim.LeaseUntil = in.owner, in.now().Add(in.lease)
 	}
 	if _, err := in.store.Update(bg, rec.ID, claim); err != nil {
+		a.release()
 		if errors.Is(err, record.ErrConflict) && rec.State == record.Unknown {
 			// Another caller re-dispatched it first: wait for that one.
 			go in.attach(ctx, rec, req)
@@ -448,14 +475,14 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		m = resumed
 	}
 	in.work.Add(1)
-	in.send(ctx, rec, req, m, 1)
+	in.send(ctx, rec, req, m, 1, a)
 }
 
 // send sends attempt n of a dispatched execution and settles it from the
 // answer, or, where the tool's retry rule says the answer is transient and
 // sending again is safe, sends it again after a backoff. The caller of send
 // holds one count of in.work, which the settling answer releases.
-func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int) {
+func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int, a *account) {
 	bg := context.WithoutCancel(ctx)
 	params := req.Call.Params
 	if req.Policy.ForwardKey {
@@ -465,24 +492,35 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 	}
 	sent := in.now()
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
+		a.release()
 		in.obs.Upstream(rec.Tool, in.now().Sub(sent))
-		if wait, why, ok := in.again(req, n, result, err); ok {
-			in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", wait, "why", why)
-			in.obs.Attempt(rec.Tool, n+1, why, wait)
-			time.AfterFunc(wait, func() {
+		wait, why, ok := in.again(req, n, result, err)
+		if ok && a != nil && !a.budget.AllowRetry() {
+			in.log.Warn("retry budget exhausted; answering with the last result", "execution", rec.ID, "account", a.name)
+			result = appendText(result, fmt.Sprintf(
+				"mcp-idempotent: the retry budget of account %s is exhausted, so this result was not retried.", a.name))
+			ok = false
+		}
+		if !ok {
+			in.finish(ctx, rec, req, m, n, result, err)
+			return
+		}
+		in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", wait, "why", why)
+		in.obs.Attempt(rec.Tool, n+1, why, wait)
+		time.AfterFunc(wait, func() {
+			in.admit(a, time.Time{}, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
-				if _, err := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
-					Note: fmt.Sprintf("attempt %d: %s", n+1, why)}); err != nil {
-					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", err)
+				if _, uerr := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
+					Note: fmt.Sprintf("attempt %d: %s", n+1, why)}); uerr != nil {
+					a.release()
+					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", uerr)
 					in.finish(ctx, rec, req, m, n, result, err)
 					return
 				}
-				in.send(ctx, rec, req, m, n+1)
-			})
-			return
-		}
-		in.finish(ctx, rec, req, m, n, result, err)
+				in.send(ctx, rec, req, m, n+1, a)
+			}, nil)
+		})
 	})
 }
 
@@ -535,7 +573,16 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 		why = "not sent: " + err.Error()
 	case err == nil:
 		match, ok := transient(result, rule)
-		if !ok || !safeToResend(req.Policy, match) {
+		if !ok {
+			if a := in.accountOf(req); a != nil {
+				a.budget.OnSuccess()
+			}
+			return 0, "", false
+		}
+		if a := in.accountOf(req); a != nil {
+			a.budget.OnFailure()
+		}
+		if !safeToResend(req.Policy, match) {
 			return 0, "", false
 		}
 		why = "transient result"
@@ -550,6 +597,24 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 	b := retry.Backoff{Base: rule.Base, Cap: rule.Cap, MaxAttempts: rule.MaxAttempts}
 	wait, ok := b.Next(n-1, retryAfter, in.now(), time.Time{})
 	return wait, why, ok
+}
+
+// appendText returns a copy of a tool result with one more text content
+// item; a result that cannot be read comes back as it was.
+func appendText(result json.RawMessage, text string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(result, &obj) != nil || obj == nil {
+		return result
+	}
+	var content []json.RawMessage
+	_ = json.Unmarshal(obj["content"], &content)
+	item, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+	obj["content"], _ = json.Marshal(append(content, item))
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return result
+	}
+	return out
 }
 
 // safeToResend reports whether a transient result of this tool may be

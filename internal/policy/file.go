@@ -40,6 +40,19 @@ type File struct {
 	defaults rule
 	rules    []*rule          // tool rules, exact names and globs, in file order
 	exact    map[string]*rule // rules of exact tool names
+	accounts map[string]Account
+}
+
+// Accounts returns the accounts the file defines, by name.
+func (f *File) Accounts() map[string]Account {
+	if f == nil {
+		return nil
+	}
+	out := make(map[string]Account, len(f.accounts))
+	for k, v := range f.accounts {
+		out[k] = v
+	}
+	return out
 }
 
 // A rule is one layer of a policy: the file's defaults or one tool entry.
@@ -59,6 +72,7 @@ type rule struct {
 	recover      *RecoverRule
 	forwardKey   *bool
 	retry        *RetryRule
+	retryAccount *yaml.Node // where the retry rule names its account, for errors
 	alreadyDone  []ResultMatch
 }
 
@@ -254,10 +268,12 @@ func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
 
 // The keys each level accepts, in the order errors list them.
 var (
-	fileKeys        = []string{"defaults", "tools"}
+	fileKeys        = []string{"defaults", "tools", "accounts"}
+	accountKeys     = []string{"rate", "burst", "max_concurrency", "retry_budget"}
+	budgetKeys      = []string{"max_tokens", "token_ratio"}
 	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
 	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done"}
-	retryKeys       = []string{"max_attempts", "base", "cap", "transient", "retry_after"}
+	retryKeys       = []string{"max_attempts", "base", "cap", "transient", "retry_after", "account"}
 	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
 	recoverKeys     = []string{"tool", "arguments", "done"}
@@ -323,10 +339,108 @@ func (p *parser) file(doc *yaml.Node, f *File) {
 			p.rule(kv.val, "defaults", &f.defaults, defaultsKeys)
 		case "tools":
 			p.tools(kv.val, f)
+		case "accounts":
+			p.accounts(kv.val, f)
 		default:
 			p.unknownKey(kv.key, "", fileKeys)
 		}
 	}
+	// A retry rule may only name an account the file defines.
+	for _, r := range f.rules {
+		if r.retry != nil && r.retry.Account != "" {
+			if _, ok := f.accounts[r.retry.Account]; !ok {
+				p.errorf(r.retryAccount, "tools."+r.name+".retry.account", "%q is not an account defined under accounts", r.retry.Account)
+			}
+		}
+	}
+}
+
+// accounts decodes the accounts block.
+func (p *parser) accounts(n *yaml.Node, f *File) {
+	fields, ok := p.mapping(n, "accounts", "a mapping of account names to allowances")
+	if !ok {
+		return
+	}
+	f.accounts = make(map[string]Account, len(fields))
+	for _, kv := range fields {
+		name := kv.key.Value
+		field := "accounts." + name
+		afs, ok := p.mapping(resolve(kv.val), field, "a mapping with rate, burst, max_concurrency and retry_budget")
+		if !ok {
+			continue
+		}
+		a := Account{Name: name, Burst: 1, MaxTokens: 10, TokenRatio: 0.1}
+		rateSet := false
+		for _, akv := range afs {
+			sub := field + "." + akv.key.Value
+			v := resolve(akv.val)
+			switch akv.key.Value {
+			case "rate":
+				r, err := parseRate(v.Value)
+				if !isString(v) && v.Kind != yaml.ScalarNode || err != nil {
+					p.errorf(v, sub, "%q is not a rate such as 500/h, 10/s, 3/m or 1000/d", v.Value)
+					continue
+				}
+				a.Rate, rateSet = r, true
+			case "burst", "max_concurrency":
+				n, err := strconv.Atoi(v.Value)
+				if v.Kind != yaml.ScalarNode || err != nil || n < 0 || n > 1_000_000 || akv.key.Value == "burst" && n < 1 {
+					p.errorf(v, sub, "want a whole number (burst at least 1)")
+					continue
+				}
+				if akv.key.Value == "burst" {
+					a.Burst = n
+				} else {
+					a.MaxConcurrency = n
+				}
+			case "retry_budget":
+				bfs, ok := p.mapping(v, sub, "a mapping with max_tokens and token_ratio")
+				if !ok {
+					continue
+				}
+				for _, bkv := range bfs {
+					bv := resolve(bkv.val)
+					x, err := strconv.ParseFloat(bv.Value, 64)
+					if bv.Kind != yaml.ScalarNode || err != nil || x <= 0 || x > 1000 {
+						p.errorf(bv, sub+"."+bkv.key.Value, "want a positive number")
+						continue
+					}
+					switch bkv.key.Value {
+					case "max_tokens":
+						a.MaxTokens = x
+					case "token_ratio":
+						a.TokenRatio = x
+					default:
+						p.unknownKey(bkv.key, sub, budgetKeys)
+					}
+				}
+			default:
+				p.unknownKey(akv.key, field, accountKeys)
+			}
+		}
+		if !rateSet {
+			p.errorf(kv.key, field, "an account needs a rate, such as rate: 500/h")
+			continue
+		}
+		f.accounts[name] = a
+	}
+}
+
+// parseRate reads "N/s", "N/m", "N/h" or "N/d" as calls per second.
+func parseRate(s string) (float64, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("no unit")
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad count")
+	}
+	per := map[string]float64{"s": 1, "m": 60, "h": 3600, "d": 86400}[strings.TrimSpace(unit)]
+	if per == 0 {
+		return 0, fmt.Errorf("bad unit")
+	}
+	return n / per, nil
 }
 
 func (p *parser) tools(n *yaml.Node, f *File) {
@@ -428,7 +542,7 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 				r.forwardKey = &b
 			}
 		case "retry":
-			r.retry = p.retryRule(v, sub)
+			r.retry, r.retryAccount = p.retryRule(v, sub)
 		case "already_done":
 			r.alreadyDone = p.alreadyDone(v, sub)
 		}
@@ -449,11 +563,12 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 const maxRetryAttempts = 20
 
 // retryRule decodes a tool's retry block.
-func (p *parser) retryRule(n *yaml.Node, field string) *RetryRule {
-	fields, ok := p.mapping(n, field, "a mapping with max_attempts, base, cap, transient and retry_after")
+func (p *parser) retryRule(n *yaml.Node, field string) (*RetryRule, *yaml.Node) {
+	fields, ok := p.mapping(n, field, "a mapping with max_attempts, base, cap, transient, retry_after and account")
 	if !ok {
-		return nil
+		return nil, nil
 	}
+	var accountNode *yaml.Node
 	rr := &RetryRule{MaxAttempts: 3, Base: 200 * time.Millisecond, Cap: 30 * time.Second}
 	for _, kv := range fields {
 		sub := field + "." + kv.key.Value
@@ -513,6 +628,13 @@ func (p *parser) retryRule(n *yaml.Node, field string) *RetryRule {
 				}
 				rr.RetryAfterPath = av.Value
 			}
+		case "account":
+			if !isString(v) || v.Value == "" {
+				p.errorf(v, sub, "want the name of an account defined under accounts")
+				ok = false
+				continue
+			}
+			rr.Account, accountNode = v.Value, v
 		default:
 			p.unknownKey(kv.key, field, retryKeys)
 			ok = false
@@ -523,9 +645,9 @@ func (p *parser) retryRule(n *yaml.Node, field string) *RetryRule {
 		ok = false
 	}
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	return rr
+	return rr, accountNode
 }
 
 // alreadyDone decodes an already_done block: one result match, or a list.

@@ -228,7 +228,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			in:   "default:\n  scope: actor\n",
-			want: []string{`p.yaml:1:1: unknown key "default" (valid: defaults, tools)`},
+			want: []string{`p.yaml:1:1: unknown key "default" (valid: defaults, tools, accounts)`},
 		},
 		{
 			name: "unknown keys at every level",
@@ -892,7 +892,7 @@ func TestParseRetry(t *testing.T) {
 		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: \"(\"\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: want a regular expression"},
 		{"tools:\n  a:\n    retry:\n      transient:\n        - safe_to_resend: true\n", "tools.a.retry.transient[0]: a transient match needs result_text or structured"},
 		{"tools:\n  a:\n    retry:\n      base: 1s\n      cap: 10ms\n", "tools.a.retry: cap (10ms) is shorter than base (1s)"},
-		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, transient, retry_after)`},
+		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, transient, retry_after, account)`},
 	} {
 		_, err := Parse("p.yaml", []byte(tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -914,5 +914,38 @@ func TestParseAlreadyDone(t *testing.T) {
 	}
 	if _, err := Parse("p.yaml", []byte("tools:\n  a:\n    already_done: {}\n")); err == nil || !strings.Contains(err.Error(), "needs result_text or structured") {
 		t.Errorf("an empty already_done: %v", err)
+	}
+}
+
+func TestParseAccounts(t *testing.T) {
+	f, err := Parse("p.yaml", []byte(`accounts:
+  cloudinary: {rate: 500/h, burst: 20, max_concurrency: 4, retry_budget: {max_tokens: 20, token_ratio: 0.2}}
+  slack: {rate: 1/s}
+tools:
+  upload_asset:
+    retry: {account: cloudinary}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.Accounts()
+	if c := a["cloudinary"]; c.Rate != 500.0/3600 || c.Burst != 20 || c.MaxConcurrency != 4 || c.MaxTokens != 20 || c.TokenRatio != 0.2 {
+		t.Errorf("cloudinary = %+v", c)
+	}
+	if s := a["slack"]; s.Rate != 1 || s.Burst != 1 || s.MaxTokens != 10 || s.TokenRatio != 0.1 {
+		t.Errorf("slack = %+v; want the defaults burst 1, max_tokens 10, token_ratio 0.1", s)
+	}
+	if r := f.Resolve("upload_asset", nil).Retry; r == nil || r.Account != "cloudinary" {
+		t.Errorf("upload_asset retry = %+v", r)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"accounts:\n  a: {rate: 5 per hour}\n", `accounts.a.rate: "5 per hour" is not a rate such as 500/h`},
+		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
+		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: want a whole number (burst at least 1)"},
+		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},
+	} {
+		if _, err := Parse("p.yaml", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
+		}
 	}
 }

@@ -134,6 +134,26 @@ type RetryRule struct {
 	// RetryAfterPath, if set, is the dot path in structuredContent of a
 	// number of seconds to wait at least before the next attempt.
 	RetryAfterPath string
+	// Account names the upstream account whose allowance every send of
+	// this tool takes from, first attempts and retries alike.
+	Account string
+}
+
+// An Account is an upstream account's allowance, shared by every tool that
+// names it.
+type Account struct {
+	Name string
+	// Rate is in calls per second, Burst how many may go at once after a
+	// quiet spell.
+	Rate  float64
+	Burst int
+	// MaxConcurrency caps the calls in flight at once; 0 means no cap.
+	MaxConcurrency int
+	// MaxTokens and TokenRatio shape the retry budget (gRPC retry
+	// throttling): retries stop while fewer than half of MaxTokens are
+	// left; each failure costs 1, each success returns TokenRatio.
+	MaxTokens  float64
+	TokenRatio float64
 }
 
 // A ResultMatch recognises a tool result: by a regular expression on its
