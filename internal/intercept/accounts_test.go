@@ -113,4 +113,3 @@ func TestAccountConcurrencyCap(t *testing.T) {
 		}
 	})
 }
-
