@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
@@ -103,6 +104,7 @@ type proxyFlags struct {
 	lease      time.Duration
 	restarts   int
 	window     time.Duration
+	metrics    string
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -122,6 +124,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.IntVar(&f.restarts, "max-restarts", 5, "start the upstream again when it exits, at most this many times within --restart-window; 0 ends the session when it exits")
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
+	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
 	return f
 }
 
@@ -159,7 +162,26 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if f.lease < time.Second {
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
 	}
-	resolve, _, err := newResolver(f.policy, f.scope)
+	var obs *metrics.Metrics
+	if f.metrics != "" {
+		// Listen now, so a bad address or a port in use stops the proxy
+		// before it opens the store or starts the upstream.
+		ln, err := metrics.Listen(f.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		obs = metrics.New()
+		serving, stopServing := context.WithCancel(ctx)
+		served := make(chan struct{})
+		defer func() { stopServing(); <-served }()
+		go func() {
+			defer close(served)
+			if err := obs.ServeOn(serving, ln, log); err != nil {
+				log.Error("metrics server stopped", "addr", f.metrics, "err", err)
+			}
+		}()
+	}
+	resolve, policyFile, err := newResolver(f.policy, f.scope)
 	if err != nil {
 		return err
 	}
@@ -182,7 +204,17 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	upstreamID := stdio.Describe(argv)
 	log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 
-	in := intercept.New(intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease})
+	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts()}
+	if obs != nil {
+		// Only the interceptor's handle is timed: durable keeps the
+		// store's Secret and Close.
+		iopts.Store = obs.TimeStore(store)
+		iopts.Observer = obs
+	}
+	in := intercept.New(iopts)
+	if obs != nil {
+		obs.WatchAccounts(in.AccountLevels)
+	}
 	leases, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
 	go in.KeepLeases(leases)

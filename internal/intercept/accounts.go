@@ -83,3 +83,23 @@ func (a *account) release() {
 		<-a.slots
 	}
 }
+
+// An AccountLevel is where one account stands, for metrics.
+type AccountLevel struct {
+	Name string
+	// Tokens is what is left of the allowance now.
+	Tokens float64
+	// RetryBudget is the retry budget's level; retries stop below half
+	// its maximum.
+	RetryBudget float64
+}
+
+// AccountLevels returns every account's level.
+func (in *Interceptor) AccountLevels() []AccountLevel {
+	now := in.now()
+	levels := make([]AccountLevel, 0, len(in.accounts))
+	for name, a := range in.accounts {
+		levels = append(levels, AccountLevel{Name: name, Tokens: a.bucket.Tokens(now), RetryBudget: a.budget.Level()})
+	}
+	return levels
+}

@@ -1,0 +1,242 @@
+// Package metrics counts what the interceptor decides and does, and how
+// long the upstream and the store take, and serves the counts to
+// Prometheus. Every series lives in a registry of its own, never the
+// process-wide default one, so two proxies in one process (as in tests)
+// never collide.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// MaxTools bounds the distinct values of the tool label. Tool names come
+// from the upstream, which may list any number of them; past this many,
+// further tools are counted under OtherTool, so a large or misbehaving
+// upstream cannot grow the series without bound.
+const MaxTools = 200
+
+// OtherTool is the tool label of every tool past the first MaxTools.
+const OtherTool = "other"
+
+// Metrics implements the interceptor's Observer and records the store's
+// latency (see TimeStore). Its methods are safe for concurrent use and
+// never block on I/O.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	calls       *prometheus.CounterVec   // tool, class, decision
+	transitions *prometheus.CounterVec   // tool, state
+	attempts    *prometheus.CounterVec   // tool, why
+	retryWait   *prometheus.HistogramVec // tool
+	upstream    *prometheus.HistogramVec // tool
+	store       *prometheus.HistogramVec // op
+	storeErrors *prometheus.CounterVec   // op
+
+	mu    sync.Mutex          // protects tools
+	tools map[string]struct{} // the tool label values handed out so far
+}
+
+// upstreamBuckets reach minutes: a tool call may run that long.
+var upstreamBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// storeBuckets start below a millisecond: the memory store answers in
+// microseconds, a remote one in milliseconds.
+var storeBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// New returns Metrics with every series registered in a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg:   prometheus.NewRegistry(),
+		tools: make(map[string]struct{}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcp_idempotent_calls_total",
+			Help: "Tool calls, by what became of each: decision is new, attached, replayed, passed_through, key_refused, store_unavailable, unknown, in_progress, redispatched or recovered.",
+		}, []string{"tool", "class", "decision"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcp_idempotent_transitions_total",
+			Help: "Executions that moved to state (dispatched, completed, delivered, failed, unknown).",
+		}, []string{"tool", "state"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcp_idempotent_attempts_total",
+			Help: "Calls sent upstream again (retries), by why: not_sent (the request never left) or transient (the tool's result said try again later).",
+		}, []string{"tool", "why"}),
+		retryWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_idempotent_retry_wait_seconds",
+			Help:    "The backoff waited before each retry counted in mcp_idempotent_attempts_total.",
+			Buckets: upstreamBuckets,
+		}, []string{"tool"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_idempotent_upstream_seconds",
+			Help:    "Time from sending a tools/call upstream to its answer, per send.",
+			Buckets: upstreamBuckets,
+		}, []string{"tool"}),
+		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_idempotent_store_seconds",
+			Help:    "Latency of execution-store operations (op is reserve, update, get or renew; wait blocks by design and is not timed).",
+			Buckets: storeBuckets,
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcp_idempotent_store_errors_total",
+			Help: "Execution-store operations that failed, by op; not-found, conflict and a caller's cancellation are answers, not failures, and are not counted.",
+		}, []string{"op"}),
+	}
+	m.reg.MustRegister(m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors)
+	return m
+}
+
+// tool returns the label value for name: name itself for the first
+// MaxTools distinct names, OtherTool after.
+func (m *Metrics) tool(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tools[name]; ok {
+		return name
+	}
+	if len(m.tools) >= MaxTools {
+		return OtherTool
+	}
+	m.tools[name] = struct{}{}
+	return name
+}
+
+// Decision implements intercept.Observer.
+func (m *Metrics) Decision(tool string, class policy.Class, decision string) {
+	m.calls.WithLabelValues(m.tool(tool), string(class), decision).Inc()
+}
+
+// Attempt implements intercept.Observer.
+func (m *Metrics) Attempt(tool string, n int, why string, wait time.Duration) {
+	t := m.tool(tool)
+	m.attempts.WithLabelValues(t, whyLabel(why)).Inc()
+	m.retryWait.WithLabelValues(t).Observe(wait.Seconds())
+}
+
+// whyLabel reduces the interceptor's reason for a retry to a bounded set:
+// a "not sent" reason carries the error's text, which must not become a
+// label value.
+func whyLabel(why string) string {
+	switch {
+	case strings.HasPrefix(why, "not sent"):
+		return "not_sent"
+	case strings.HasPrefix(why, "transient"):
+		return "transient"
+	}
+	return "other"
+}
+
+// Transition implements intercept.Observer.
+func (m *Metrics) Transition(tool string, state record.State) {
+	m.transitions.WithLabelValues(m.tool(tool), string(state)).Inc()
+}
+
+// Upstream implements intercept.Observer.
+func (m *Metrics) Upstream(tool string, d time.Duration) {
+	m.upstream.WithLabelValues(m.tool(tool)).Observe(d.Seconds())
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Serve serves /metrics on addr until ctx is done. It binds exactly where
+// told: a host of 0.0.0.0, or none (":9090"), exposes the metrics on every
+// interface, so give 127.0.0.1:PORT to keep them on this host. To report a
+// bad address before starting anything else, call Listen and ServeOn
+// instead.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+	ln, err := Listen(addr)
+	if err != nil {
+		return err
+	}
+	return m.ServeOn(ctx, ln, log)
+}
+
+// Listen opens addr, a host:port, for ServeOn.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// ServeOn serves /metrics on ln until ctx is done, then shuts the server
+// down and closes ln. It returns nil after a shutdown ctx caused.
+func (m *Metrics) ServeOn(ctx context.Context, ln net.Listener, log *slog.Logger) error {
+	defer ln.Close() // Serve does not close it if ctx was done before it began
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	shut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(shut)
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	log.Debug("serving metrics", "addr", ln.Addr().String())
+	err := srv.Serve(ln)
+	if !stop() {
+		// The shutdown began; return once it is over, leaving nothing
+		// running behind.
+		<-shut
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serving metrics on %s: %w", ln.Addr(), err)
+}
+
+// WatchAccounts reports, at every scrape, each account's level as
+// mcp_idempotent_account_tokens{account} (what is left of its allowance)
+// and mcp_idempotent_account_retry_budget{account} (its retry budget's
+// level), read from levels.
+func (m *Metrics) WatchAccounts(levels func() []intercept.AccountLevel) {
+	m.reg.MustRegister(accountCollector{levels})
+}
+
+var (
+	accountTokens = prometheus.NewDesc("mcp_idempotent_account_tokens",
+		"What is left of an account's allowance: calls that may go now.", []string{"account"}, nil)
+	accountBudget = prometheus.NewDesc("mcp_idempotent_account_retry_budget",
+		"An account's retry budget level; retries stop below half its maximum.", []string{"account"}, nil)
+)
+
+type accountCollector struct {
+	levels func() []intercept.AccountLevel
+}
+
+func (c accountCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- accountTokens
+	ch <- accountBudget
+}
+
+func (c accountCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.levels() {
+		ch <- prometheus.MustNewConstMetric(accountTokens, prometheus.GaugeValue, l.Tokens, l.Name)
+		ch <- prometheus.MustNewConstMetric(accountBudget, prometheus.GaugeValue, l.RetryBudget, l.Name)
+	}
+}

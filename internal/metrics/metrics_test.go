@@ -1,0 +1,231 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+var _ intercept.Observer = (*metrics.Metrics)(nil)
+
+// scrape returns the exposition the handler serves.
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %s\n%s", resp.Status, body)
+	}
+	return string(body)
+}
+
+func TestObserverExposition(t *testing.T) {
+	m := metrics.New()
+	m.Decision("create_issue", policy.SideEffect, "new")
+	m.Decision("create_issue", policy.SideEffect, "attached")
+	m.Decision("create_issue", policy.SideEffect, "attached")
+	m.Decision("search", policy.ReadOnly, "passed_through")
+	m.Transition("create_issue", record.Dispatched)
+	m.Transition("create_issue", record.Completed)
+	m.Attempt("upload", 2, "transient result", 200*time.Millisecond)
+	m.Attempt("upload", 3, "not sent: dial tcp 10.0.0.1:80: connection refused", time.Second)
+	m.Upstream("create_issue", 1500*time.Millisecond)
+
+	got := scrape(t, m)
+	for _, want := range []string{
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="create_issue"} 1`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="attached",tool="create_issue"} 2`,
+		`mcp_idempotent_calls_total{class="read_only",decision="passed_through",tool="search"} 1`,
+		`mcp_idempotent_transitions_total{state="dispatched",tool="create_issue"} 1`,
+		`mcp_idempotent_transitions_total{state="completed",tool="create_issue"} 1`,
+		`mcp_idempotent_attempts_total{tool="upload",why="transient"} 1`,
+		`mcp_idempotent_attempts_total{tool="upload",why="not_sent"} 1`,
+		`mcp_idempotent_retry_wait_seconds_count{tool="upload"} 2`,
+		`mcp_idempotent_retry_wait_seconds_sum{tool="upload"} 1.2`,
+		`mcp_idempotent_upstream_seconds_count{tool="create_issue"} 1`,
+		`mcp_idempotent_upstream_seconds_sum{tool="create_issue"} 1.5`,
+		`mcp_idempotent_upstream_seconds_bucket{tool="create_issue",le="1"} 0`,
+		`mcp_idempotent_upstream_seconds_bucket{tool="create_issue",le="2.5"} 1`,
+		`# TYPE mcp_idempotent_upstream_seconds histogram`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the exposition lacks %s", want)
+		}
+	}
+	// The error text of a not-sent retry never becomes a label value.
+	if strings.Contains(got, "connection refused") {
+		t.Errorf("an error's text became a label value:\n%s", got)
+	}
+	// Nothing from the process-wide default registry leaks in.
+	if strings.Contains(got, "go_goroutines") {
+		t.Errorf("the exposition holds the default registry's series")
+	}
+}
+
+func TestToolLabelCap(t *testing.T) {
+	m := metrics.New()
+	for i := range metrics.MaxTools + 50 {
+		m.Decision(fmt.Sprintf("tool_%03d", i), policy.SideEffect, "new")
+	}
+	// A tool seen before the cap keeps its own label after it.
+	m.Decision("tool_000", policy.SideEffect, "new")
+	m.Upstream("tool_249", time.Millisecond)
+
+	got := scrape(t, m)
+	if n := strings.Count(got, "mcp_idempotent_calls_total{"); n != metrics.MaxTools+1 {
+		t.Errorf("%d calls_total series; want %d tools and %q", n, metrics.MaxTools, metrics.OtherTool)
+	}
+	for _, want := range []string{
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="tool_000"} 2`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="tool_199"} 1`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="other"} 50`,
+		`mcp_idempotent_upstream_seconds_count{tool="other"} 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the exposition lacks %s", want)
+		}
+	}
+	if strings.Contains(got, `tool="tool_200"`) {
+		t.Errorf("a tool past the cap has its own label")
+	}
+}
+
+func TestTimeStore(t *testing.T) {
+	m := metrics.New()
+	s := m.TimeStore(memstore.New(memstore.Options{}))
+	ctx := context.Background()
+	now := time.Now()
+
+	r := &record.Record{ID: record.NewID(now), Key: "k1", Tool: "create_issue", Owner: "p1", LeaseUntil: now.Add(time.Minute), Retention: time.Hour}
+	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
+		t.Fatalf("Reserve: won %v, %v", won, err)
+	}
+	if _, err := s.Get(ctx, r.ID); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if _, err := s.Get(ctx, "exe_missing"); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("Get of a missing id: %v; want ErrNotFound", err)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Renew(ctx, "p1", now.Add(2*time.Minute)); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+
+	// The memory store lists its records; the wrapper must not hide that.
+	l, ok := s.(record.Lister)
+	if !ok {
+		t.Fatalf("TimeStore(memstore) is not a record.Lister")
+	}
+	recs, err := l.List(ctx, record.Filter{})
+	if err != nil || len(recs) != 1 || recs[0].ID != r.ID {
+		t.Fatalf("List = %v, %v; want the one record", recs, err)
+	}
+
+	got := scrape(t, m)
+	for _, want := range []string{
+		`mcp_idempotent_store_seconds_count{op="reserve"} 1`,
+		`mcp_idempotent_store_seconds_count{op="get"} 2`,
+		`mcp_idempotent_store_seconds_count{op="update"} 1`,
+		`mcp_idempotent_store_seconds_count{op="renew"} 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the exposition lacks %s", want)
+		}
+	}
+	// Not found is an answer, not a failure of the store.
+	if strings.Contains(got, "mcp_idempotent_store_errors_total{") {
+		t.Errorf("a store error was counted:\n%s", got)
+	}
+}
+
+// failingStore fails every operation, as an unreachable store does.
+type failingStore struct{ record.Store }
+
+var errDown = errors.New("connection refused")
+
+func (failingStore) Get(context.Context, string) (*record.Record, error) { return nil, errDown }
+
+func TestTimeStoreErrors(t *testing.T) {
+	m := metrics.New()
+	s := m.TimeStore(failingStore{})
+	if _, ok := s.(record.Lister); ok {
+		t.Errorf("TimeStore of a store without List is a record.Lister")
+	}
+	if _, err := s.Get(context.Background(), "exe_1"); !errors.Is(err, errDown) {
+		t.Fatalf("Get: %v; want the store's error", err)
+	}
+	if got, want := scrape(t, m), `mcp_idempotent_store_errors_total{op="get"} 1`; !strings.Contains(got, want+"\n") {
+		t.Errorf("the exposition lacks %s:\n%s", want, got)
+	}
+}
+
+func TestServe(t *testing.T) {
+	m := metrics.New()
+	m.Decision("t", policy.SideEffect, "new")
+	ln, err := metrics.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.ServeOn(ctx, ln, nil) }()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `mcp_idempotent_calls_total{class="side_effect",decision="new",tool="t"} 1`) {
+		t.Errorf("GET /metrics lacks the call:\n%s", body)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeOn after cancel: %v; want nil", err)
+	}
+}
+
+func TestServeBadAddress(t *testing.T) {
+	err := metrics.New().Serve(context.Background(), "256.1.1.1:1", nil)
+	if err == nil || !strings.Contains(err.Error(), "256.1.1.1:1") {
+		t.Errorf("Serve on a bad address: %v; want an error naming it", err)
+	}
+}
+
+func TestAccountLevels(t *testing.T) {
+	m := metrics.New()
+	m.WatchAccounts(func() []intercept.AccountLevel {
+		return []intercept.AccountLevel{{Name: "cloudinary", Tokens: 17, RetryBudget: 9.5}}
+	})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`mcp_idempotent_account_tokens{account="cloudinary"} 17`, `mcp_idempotent_account_retry_budget{account="cloudinary"} 9.5`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("the exposition lacks %s:\n%s", want, rec.Body)
+		}
+	}
+}
