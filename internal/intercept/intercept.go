@@ -529,6 +529,10 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Request, m marking, n int, result json.RawMessage, err error) {
 	defer in.work.Done()
 	c := outcome(result, err)
+	if strings.HasPrefix(c.Note, "malformed answer") {
+		// A bug upstream, not a passing failure: said loudly.
+		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
+	}
 	if resent := n > 1 || m == resumed; resent && err == nil && c.To == record.Completed {
 		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
 			// A re-send found the effect in place (a delete of something
@@ -709,7 +713,15 @@ func structuredNumber(result json.RawMessage, path string) (float64, bool) {
 // outcome maps an upstream's answer to the change that settles the record.
 func outcome(result json.RawMessage, err error) record.Change {
 	var rpcErr *jsonrpc.Error
+	var malformed *retry.MalformedError
+	if err == nil && (len(result) == 0 || result[0] != '{') {
+		err = retry.Malformed("a tools/call result that is not an object", result)
+	}
 	switch {
+	case errors.As(err, &malformed):
+		b, _ := json.Marshal(jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream's answer was malformed (%s); the call failed", malformed.What))
+		return record.Change{To: record.Failed, Error: b, Note: err.Error()}
 	case err == nil && inputRequired(result):
 		return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
 	case err == nil:

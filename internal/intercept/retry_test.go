@@ -148,3 +148,20 @@ func TestAlreadyDoneOnTheFirstSendIsTheAnswer(t *testing.T) {
 		t.Fatalf("the first send's not-found got %+v; only a re-send's counts as already done", v)
 	}
 }
+
+func TestMalformedAnswerFails(t *testing.T) {
+	for _, result := range []string{`[1,2]`, `"text"`, `null`} {
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(result), nil
+		})
+		h.pol.Retry = retryRule(true)
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if a.Error == nil || !strings.Contains(string(a.Error), "malformed") {
+			t.Fatalf("a result %s got %+v; want a JSON-RPC error saying the answer was malformed", result, a)
+		}
+		h.call(t.Context(), t, chargeCall).only(t)
+		if n := h.up.calls.Load(); n != 2 {
+			t.Fatalf("upstream saw %d calls; a malformed answer fails the call (not replayed, not retried)", n)
+		}
+	}
+}

@@ -668,7 +668,7 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 		case msg.Error != nil:
 			done(nil, jsonrpc.DecodeError(msg.Error))
 		case msg.Result == nil:
-			done(nil, fmt.Errorf("the upstream answered %s with neither result nor error", method))
+			done(nil, retry.Malformed("a response to "+method+" with neither result nor error", msg.Raw))
 		default:
 			done(msg.Result, nil)
 		}

@@ -22,7 +22,10 @@
 // option asks for the default. Times are passed in, so tests never sleep.
 package retry
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // NotSentError wraps a failure that happened before any byte of the
 // request left the proxy: nothing can have run upstream.
@@ -41,4 +44,27 @@ func NotSent(err error) error { return &NotSentError{Err: err} }
 func IsNotSent(err error) bool {
 	var ns *NotSentError
 	return errors.As(err, &ns)
+}
+
+// A MalformedError is an answer from the upstream that is not what the
+// protocol allows, such as a response with neither result nor error, or a
+// tool result that is not an object. It is a bug, not a transient
+// failure: the call fails, and the proxy says so loudly.
+type MalformedError struct {
+	What string // what was wrong
+	Size int    // the size of the answer, in bytes
+	Head string // its first bytes, for the log
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("malformed answer from the upstream: %s (%d bytes, starting %q)", e.What, e.Size, e.Head)
+}
+
+// Malformed returns a MalformedError for raw, keeping its first 64 bytes.
+func Malformed(what string, raw []byte) error {
+	head := raw
+	if len(head) > 64 {
+		head = head[:64]
+	}
+	return &MalformedError{What: what, Size: len(raw), Head: string(head)}
 }
