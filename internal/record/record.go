@@ -111,6 +111,36 @@ type Record struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
+// Apply moves r by c at now, which CanTransition must allow: the state and
+// its history entry, the attempt count, the result or error, a new owner's
+// claim; a record that settles gets its expiry and loses its lease, and
+// one back in flight loses its expiry. Every store applies changes with it,
+// so they agree on what a change does.
+func (r *Record) Apply(c Change, now time.Time) {
+	wasInFlight := r.State.InFlight()
+	r.State = c.To
+	r.History = append(r.History, Transition{State: c.To, At: now, Note: c.Note})
+	if c.To == Dispatched {
+		r.Attempts++
+	}
+	if c.Result != nil {
+		r.Result = c.Result
+	}
+	if c.Error != nil {
+		r.Error = c.Error
+	}
+	if c.Owner != "" {
+		r.Owner, r.LeaseUntil = c.Owner, c.LeaseUntil
+	}
+	switch {
+	case c.To.Settled():
+		r.ExpiresAt = now.Add(r.Retention)
+		r.LeaseUntil = time.Time{}
+	case !wasInFlight:
+		r.ExpiresAt = time.Time{} // back in flight: a re-dispatch
+	}
+}
+
 // Orphaned reports whether r is in flight with a lease that lapsed
 // before now: the process that ran it is gone.
 func (r *Record) Orphaned(now time.Time) bool {

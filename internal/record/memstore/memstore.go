@@ -124,24 +124,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 	r := e.rec
 	wasInFlight := r.State.InFlight()
-	r.State = c.To
-	r.History = append(r.History, record.Transition{State: c.To, At: now, Note: c.Note})
-	if c.To == record.Dispatched {
-		r.Attempts++
-	}
-	if c.Result != nil {
-		r.Result = c.Result
-	}
-	if c.Error != nil {
-		r.Error = c.Error
-	}
-	if c.Owner != "" {
-		r.Owner, r.LeaseUntil = c.Owner, c.LeaseUntil
-	}
+	r.Apply(c, now)
 	switch {
 	case c.To.Settled():
-		r.ExpiresAt = now.Add(r.Retention)
-		r.LeaseUntil = time.Time{}
 		if e.index >= 0 {
 			heap.Fix(&s.expires, e.index)
 		} else {
@@ -155,7 +140,6 @@ func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 		// Back in flight (a re-dispatch of an unknown one): new waiters
 		// need a channel that is still open, and the owner a lease.
 		e.settled = make(chan struct{})
-		r.ExpiresAt = time.Time{}
 		if e.index >= 0 {
 			heap.Remove(&s.expires, e.index)
 		}

@@ -478,30 +478,11 @@ func (s *Store) update(ctx context.Context, id string, c record.Change) (*record
 	return r, nil
 }
 
-// apply moves r by c, which CanTransition allows, as memstore does.
+// apply moves r by c, which CanTransition allows; times are kept in UTC
+// to the nanosecond, as stored.
 func apply(r *record.Record, c record.Change, now time.Time) {
-	wasInFlight := r.State.InFlight()
-	r.State = c.To
-	r.History = append(r.History, record.Transition{State: c.To, At: now, Note: c.Note})
-	if c.To == record.Dispatched {
-		r.Attempts++
-	}
-	if c.Result != nil {
-		r.Result = c.Result
-	}
-	if c.Error != nil {
-		r.Error = c.Error
-	}
-	if c.Owner != "" {
-		r.Owner, r.LeaseUntil = c.Owner, c.LeaseUntil.Round(0).UTC()
-	}
-	switch {
-	case c.To.Settled():
-		r.ExpiresAt = now.Add(r.Retention)
-		r.LeaseUntil = time.Time{}
-	case !wasInFlight:
-		r.ExpiresAt = time.Time{} // back in flight: a re-dispatch
-	}
+	c.LeaseUntil = c.LeaseUntil.Round(0).UTC()
+	r.Apply(c, now)
 }
 
 // Get implements record.Store.
