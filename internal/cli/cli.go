@@ -101,6 +101,8 @@ type proxyFlags struct {
 	policy     string
 	scope      string
 	store      string
+	upstream   string
+	headers    headerFlags
 	lease      time.Duration
 	restarts   int
 	window     time.Duration
@@ -120,6 +122,8 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
 	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
+	f.fs.StringVar(&f.upstream, "upstream", "", "a Streamable HTTP MCP server's `URL` to proxy, instead of a command after --")
+	f.fs.Var(&f.headers, "upstream-header", "a header for every request to --upstream, as 'Name: value' (repeatable; values are never logged)")
 	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts); postgres://...[&schema=S] (shared, durable, queryable)")
 	f.fs.IntVar(&f.restarts, "max-restarts", 5, "start the upstream again when it exits, at most this many times within --restart-window; 0 ends the session when it exits")
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
@@ -137,9 +141,14 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return &usageError{err.Error()}
 	}
 	argv := f.fs.Args()
-	if len(argv) == 0 {
+	switch {
+	case f.upstream != "" && len(argv) > 0:
+		return usagef("--upstream and a command after -- both name the upstream: give one")
+	case f.upstream == "" && len(argv) == 0:
 		f.fs.Usage()
-		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js")
+		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js, or give --upstream URL")
+	case f.upstream == "" && len(f.headers) > 0:
+		return usagef("--upstream-header goes with --upstream")
 	}
 	log, err := newLogger(stderr, f.logLevel, f.logFormat)
 	if err != nil {
@@ -197,12 +206,26 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 
-	child, err := stdio.Start(argv, stderr, maxMessage)
-	if err != nil {
-		return err
+	var (
+		child      *stdio.Child // the upstream, when it is a command
+		upstream   proxy.Conn
+		upstreamID string
+	)
+	if f.upstream != "" {
+		c, id, err := dialUpstream(ctx, f.upstream, f.headers, hasher, log, maxMessage)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		upstream, upstreamID = c, id
+	} else {
+		child, err = stdio.Start(argv, stderr, maxMessage)
+		if err != nil {
+			return err
+		}
+		upstream, upstreamID = child, stdio.Describe(argv)
+		log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 	}
-	upstreamID := stdio.Describe(argv)
-	log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 
 	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts()}
 	if obs != nil {
@@ -228,7 +251,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
 	}
-	if f.restarts > 0 {
+	if f.restarts > 0 && child != nil {
 		opts.Restart = func(context.Context) (proxy.Conn, error) {
 			stopChild(child) // reap the one that exited
 			next, err := stdio.Start(argv, stderr, maxMessage)
@@ -240,7 +263,10 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return child, nil
 		}
 	}
-	runErr := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), child, opts).Run(ctx)
+	runErr := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), upstream, opts).Run(ctx)
+	if child == nil {
+		return runErr
+	}
 	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
 		// Give the exit status a moment to arrive so the message names it.
 		select {

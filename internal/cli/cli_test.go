@@ -202,3 +202,21 @@ func TestUpstreamExit(t *testing.T) {
 		t.Errorf("Run = %q (exit code %d), want exit status 3 and exit code 1", err, ExitCode(err))
 	}
 }
+
+func TestUpstreamFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "http://127.0.0.1:1/mcp", "--", "node", "s.js"}, "both name the upstream"},
+		{[]string{"--upstream-header", "Authorization: x", "--", "cat"}, "--upstream-header goes with --upstream"},
+		{[]string{"--upstream-header", "no colon", "--upstream", "http://h/"}, "want 'Name: value'"},
+		{[]string{"--upstream", "ftp://host/mcp"}, `--upstream: "ftp://host/mcp" is not an http:// or https:// URL`},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Run(context.Background(), tt.args, strings.NewReader(""), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || ExitCode(err) != 2 {
+			t.Errorf("Run(%q) = %v (exit %d); want a usage error containing %q", tt.args, err, ExitCode(err), tt.want)
+		}
+	}
+}

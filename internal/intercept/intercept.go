@@ -726,11 +726,13 @@ func outcome(result json.RawMessage, err error) record.Change {
 		return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
 	case err == nil:
 		return record.Change{To: record.Completed, Result: result}
+	case retry.IsNotSent(err):
+		// Before the JSON-RPC case: a transport's not-sent error may wrap
+		// its stand-in error object.
+		return record.Change{To: record.Failed, Note: err.Error()}
 	case errors.As(err, &rpcErr):
 		b, _ := json.Marshal(rpcErr)
 		return record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message}
-	case retry.IsNotSent(err):
-		return record.Change{To: record.Failed, Note: err.Error()}
 	default:
 		return record.Change{To: record.Unknown, Note: err.Error()}
 	}

@@ -666,7 +666,16 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 		case err != nil:
 			done(nil, err)
 		case msg.Error != nil:
-			done(nil, jsonrpc.DecodeError(msg.Error))
+			// A transport's stand-in for an answer that never came is not
+			// the upstream refusing the request.
+			switch notSent, unanswered := jsonrpc.TransportFailure(msg.Error); {
+			case notSent:
+				done(nil, retry.NotSent(jsonrpc.DecodeError(msg.Error)))
+			case unanswered:
+				done(nil, fmt.Errorf("no answer from the upstream: %s", jsonrpc.DecodeError(msg.Error).Message))
+			default:
+				done(nil, jsonrpc.DecodeError(msg.Error))
+			}
 		case msg.Result == nil:
 			done(nil, retry.Malformed("a response to "+method+" with neither result nor error", msg.Raw))
 		default:

@@ -284,3 +284,21 @@ func TestCancellingAnInterceptedCallStaysInTheProxy(t *testing.T) {
 		t.Fatalf("retry after cancel got %s; want the stored answer replayed under id 8", got)
 	}
 }
+
+func TestTransportStandInsAreNotUpstreamErrors(t *testing.T) {
+	for _, tt := range []struct{ data, want string }{
+		{`{"mcp-idempotent/unanswered":true}`, "Outcome unknown:"},
+		{`{"mcp-idempotent/not_sent":true}`, "failed before it was sent"},
+		{`{"http_status":503}`, "HTTP 503"},
+	} {
+		r := newRig(t, 0)
+		r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+		r.upstream.next(t, "upstream") // tools/list
+		r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+		r.upstream.next(t, "upstream") // the call
+		r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2","error":{"code":-32603,"message":"upstream answered HTTP 503","data":`+tt.data+`}}`)
+		if got := r.client.next(t, "client"); !strings.Contains(got, tt.want) {
+			t.Errorf("a transport error with data %s reached the client as %s; want %q", tt.data, got, tt.want)
+		}
+	}
+}

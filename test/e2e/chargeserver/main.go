@@ -43,6 +43,8 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -156,6 +158,7 @@ func (l *ledger) totalCharges() int {
 func main() {
 	delay := flag.Duration("delay", 0, "how long charge_card waits after charging and before answering")
 	ledgerFile := flag.String("ledger", "", "the file pay and payment_status keep their ledger in")
+	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address (printing the URL) instead of stdio")
 	flag.Parse()
 	log.SetPrefix("chargeserver: ")
 	log.SetFlags(0)
@@ -290,6 +293,15 @@ func main() {
 		addLedgerTools(s, *ledgerFile)
 	}
 
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("http://%s/mcp\n", ln.Addr())
+		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+		log.Fatal(http.Serve(ln, handler))
+	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}

@@ -1,0 +1,693 @@
+// Package streamhttp speaks MCP's Streamable HTTP transport (protocol
+// versions 2025-06-18 and 2025-11-25) to an upstream server, as a
+// frame-level connection the proxy's session pump can use in place of a
+// child process.
+//
+// Spec: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#streamable-http
+package streamhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// Header names of the Streamable HTTP transport.
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "MCP-Protocol-Version"
+	headerLastEventID     = "Last-Event-ID"
+	// headerIdempotencyKey carries a tools/call's execution id, per the IETF
+	// draft "The Idempotency-Key HTTP Header Field".
+	headerIdempotencyKey = "Idempotency-Key"
+)
+
+// executionIDKey is the _meta key under which the interceptor puts the
+// execution id of a tools/call it dispatches.
+const executionIDKey = "mcp-idempotent/execution-id"
+
+// DefaultMaxMessage is the largest frame or SSE line accepted when
+// Options.MaxMessage is zero.
+const DefaultMaxMessage = 16 << 20
+
+// deleteTimeout bounds the DELETE that Close sends.
+const deleteTimeout = 5 * time.Second
+
+// ErrClosed is returned by WriteFrame after Close.
+var ErrClosed = errors.New("streamhttp: client closed")
+
+// Options configures a Client. The zero value is usable.
+type Options struct {
+	// Header holds extra headers sent on every request, such as
+	// Authorization. Their values are never logged.
+	Header http.Header
+	// HTTPClient sends the requests; nil means http.DefaultClient. It should
+	// have no overall Timeout: responses to long tool calls and the GET
+	// stream stay open for as long as the server needs.
+	HTTPClient *http.Client
+	// Logger receives transport events; nil discards them.
+	Logger *slog.Logger
+	// MaxMessage bounds one frame, and one SSE line, in bytes; zero means
+	// DefaultMaxMessage.
+	MaxMessage int
+}
+
+// A Client is one session with a Streamable HTTP MCP server. It carries
+// JSON-RPC frames like a connection: each frame written is POSTed on its own
+// goroutine, and every message the server answers with, in a JSON body, in
+// an SSE response or on the GET stream, is returned by ReadFrame.
+//
+// A request that gets no answer from the server because of an HTTP error, a
+// transport failure or a stream that ended early is answered by the Client
+// itself with a JSON-RPC error (code -32603) under the request's id, so no
+// caller waits for ever. The error's data holds "http_status" and
+// "retry_after" when the server sent them.
+type Client struct {
+	url    string
+	hc     *http.Client
+	header http.Header
+	log    *slog.Logger
+	max    int
+
+	ctx    context.Context // parent of every request; cancelled by Close
+	cancel context.CancelFunc
+	frames chan []byte   // frames for ReadFrame
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	mu          sync.Mutex // protects the fields below
+	closed      bool
+	sessionID   string // from the initialize response's Mcp-Session-Id
+	version     string // the protocolVersion the server chose
+	initID      string // raw id of the initialize request, once written
+	listening   bool   // the GET stream has been started
+	lastEventID string // the id of the last SSE event received, any stream
+}
+
+// Dial returns a Client for the MCP endpoint at rawURL. It sends nothing:
+// the session starts with the initialize request written to it. Cancelling
+// ctx aborts every request in flight; Close must still be called.
+func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing upstream URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("upstream URL %q: want http:// or https:// and a host", u.Redacted())
+	}
+	c := &Client{
+		url:    rawURL,
+		hc:     opts.HTTPClient,
+		header: opts.Header.Clone(),
+		log:    opts.Logger,
+		max:    opts.MaxMessage,
+		frames: make(chan []byte, 64),
+		done:   make(chan struct{}),
+	}
+	if c.hc == nil {
+		c.hc = http.DefaultClient
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.max <= 0 {
+		c.max = DefaultMaxMessage
+	}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	return c, nil
+}
+
+// SessionID returns the session id the server assigned, or "" before the
+// initialize response or if the server uses none.
+func (c *Client) SessionID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionID
+}
+
+// LastEventID returns the id of the last SSE event received on any stream.
+func (c *Client) LastEventID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastEventID
+}
+
+// ReadFrame returns the next frame from the server. After Close it returns
+// the frames already received, then io.EOF.
+func (c *Client) ReadFrame() ([]byte, error) {
+	select {
+	case f := <-c.frames:
+		return f, nil
+	case <-c.done:
+		select {
+		case f := <-c.frames:
+			return f, nil
+		default:
+			return nil, io.EOF
+		}
+	}
+}
+
+// sent describes what a POST carried, for answering its requests when the
+// server does not.
+type sent struct {
+	ids    []json.RawMessage // ids of the requests in the frame
+	isInit bool              // the frame holds the initialize request
+	hasSID bool              // the POST carried a session id
+}
+
+// WriteFrame POSTs frame to the server and returns without waiting for the
+// answer, which ReadFrame returns when it comes. It fails only for a frame
+// that is not JSON-RPC or after Close.
+func (c *Client) WriteFrame(frame []byte) error {
+	// Our own copy: the caller may reuse frame, and the ids kept for
+	// answering on failure point into it.
+	body := bytes.Clone(frame)
+	var msgs []*jsonrpc.Message
+	m, err := jsonrpc.Decode(body)
+	if err != nil {
+		return fmt.Errorf("writing to the upstream: %w", err)
+	}
+	if m.Batch {
+		if msgs, err = jsonrpc.DecodeBatch(body); err != nil {
+			return fmt.Errorf("writing to the upstream: %w", err)
+		}
+	} else {
+		msgs = []*jsonrpc.Message{m}
+	}
+	var s sent
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.ids = append(s.ids, m.ID)
+			if m.Method == "initialize" {
+				s.isInit = true
+			}
+		}
+	}
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("writing to the upstream: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if !m.Batch && m.IsRequest() && m.Method == "tools/call" {
+		if key, ok := idempotencyKey(m.Params); ok {
+			req.Header.Set(headerIdempotencyKey, key)
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if s.isInit {
+		for _, m := range msgs {
+			if m.Method == "initialize" {
+				c.initID = string(m.ID)
+			}
+		}
+	}
+	c.setHeadersLocked(req)
+	s.hasSID = c.sessionID != ""
+	c.wg.Add(1) // under mu, so that Close's Wait cannot have started
+	go c.post(req, s)
+	return nil
+}
+
+// setHeadersLocked adds the configured headers, but none the transport has
+// set already, and the session's headers.
+func (c *Client) setHeadersLocked(req *http.Request) {
+	for k, vs := range c.header {
+		k = http.CanonicalHeaderKey(k)
+		if _, ok := req.Header[k]; !ok {
+			req.Header[k] = slices.Clone(vs)
+		}
+	}
+	if c.sessionID != "" {
+		req.Header.Set(headerSessionID, c.sessionID)
+	}
+	if c.version != "" {
+		req.Header.Set(headerProtocolVersion, c.version)
+	}
+}
+
+// post sends one POST and relays what comes back.
+func (c *Client) post(req *http.Request, s sent) {
+	defer c.wg.Done()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.log.Warn("POST to the upstream failed", "err", err)
+		// A failed dial sent nothing; any other failure may have come
+		// after the upstream read the request.
+		marker := jsonrpc.DataUnanswered
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			marker = jsonrpc.DataNotSent
+		}
+		c.answer(s.ids, &jsonrpc.Error{
+			Code:    jsonrpc.CodeInternalError,
+			Message: "upstream unreachable: " + err.Error(),
+			Data:    json.RawMessage(`{"` + marker + `":true}`),
+		})
+		return
+	}
+	defer resp.Body.Close()
+	if s.isInit && resp.StatusCode/100 == 2 {
+		if sid := resp.Header.Get(headerSessionID); sid != "" {
+			c.mu.Lock()
+			c.sessionID = sid
+			c.mu.Unlock()
+		}
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := "upstream answered HTTP " + strconv.Itoa(resp.StatusCode)
+		if resp.StatusCode == http.StatusNotFound && s.hasSID {
+			// Spec, "Session Management": a 404 to a request with a session
+			// id means the session is gone.
+			msg = "upstream session expired (HTTP 404)"
+		}
+		c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
+		c.answer(s.ids, &jsonrpc.Error{
+			Code:    jsonrpc.CodeInternalError,
+			Message: msg,
+			Data:    statusData(resp),
+		})
+		return
+	}
+	pending := make(map[string]json.RawMessage, len(s.ids))
+	for _, id := range s.ids {
+		pending[string(id)] = id
+	}
+	if resp.StatusCode == http.StatusAccepted || len(s.ids) == 0 {
+		// 202 is the answer to notifications and responses; a body, if
+		// any, carries nothing we need.
+		if len(s.ids) > 0 {
+			c.answer(s.ids, &jsonrpc.Error{
+				Code:    jsonrpc.CodeInternalError,
+				Message: "upstream accepted the request without answering it (HTTP 202)",
+				Data:    statusData(resp),
+			})
+		}
+		return
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+		switch {
+		case err != nil:
+			c.log.Warn("reading the upstream's answer", "err", err)
+		case len(body) > c.max:
+			c.log.Warn("the upstream's answer is too large", "limit", c.max)
+		default:
+			c.deliver(body, pending)
+		}
+	case "text/event-stream":
+		c.relayStream(resp.Body, pending)
+	default:
+		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
+	}
+	if len(pending) > 0 {
+		ids := make([]json.RawMessage, 0, len(pending))
+		for _, id := range pending {
+			ids = append(ids, id)
+		}
+		c.answer(ids, &jsonrpc.Error{
+			Code:    jsonrpc.CodeInternalError,
+			Message: "upstream response ended without an answer",
+			Data:    unanswered(statusData(resp)),
+		})
+	}
+}
+
+// maxResumes bounds the attempts in a row to resume a broken stream that
+// bring no new event.
+const maxResumes = 5
+
+// relayStream delivers the message events of the SSE body answering a POST
+// until every request in pending is answered. A stream that ends first is
+// resumed with GET and Last-Event-ID (spec, "Resumability and
+// Redelivery"): losing the connection must not lose the answer.
+func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage) {
+	r := newSSEReader(body, c.max)
+	lastID, retry := "", -1
+	for failures := 0; ; {
+		if r != nil {
+			n, err := c.relaySSE(r, pending)
+			body.Close()
+			if err != nil {
+				c.log.Debug("the upstream's event stream broke", "err", err)
+			}
+			if n > 0 {
+				failures = 0
+			}
+			lastID, retry = r.lastID, r.retry
+		}
+		if len(pending) == 0 || c.ctx.Err() != nil {
+			return
+		}
+		if lastID == "" {
+			c.log.Warn("the upstream's event stream ended before the answer and has no event id to resume from")
+			return
+		}
+		if failures++; failures > maxResumes {
+			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
+			return
+		}
+		if failures > 1 && !c.sleep(resumeWait(failures, retry)) {
+			return
+		}
+		resp, err := c.get(lastID)
+		var se *statusError
+		switch {
+		case errors.As(err, &se) && !transient(se.status):
+			c.log.Warn("the upstream refused to resume its event stream", "err", err)
+			return
+		case err != nil:
+			// The server may not have seen the old stream go yet (the
+			// go-sdk answers 409 until then), or the network is down.
+			c.log.Debug("resuming the upstream's event stream", "err", err, "attempt", failures)
+			r = nil
+			continue
+		}
+		body = resp.Body
+		r = newSSEReader(body, c.max)
+		r.lastID, r.retry = lastID, retry
+	}
+}
+
+// resumeWait is the pause before resumption attempt n (from 2): what the
+// server asked for with the SSE retry field, or else a doubling from 250ms.
+func resumeWait(n, retryMS int) time.Duration {
+	if retryMS >= 0 {
+		return time.Duration(retryMS) * time.Millisecond
+	}
+	return 250 * time.Millisecond << (n - 2)
+}
+
+// transient reports whether an HTTP status refusing a resumption may go
+// away by itself.
+func transient(status int) bool {
+	return status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
+}
+
+// sleep waits for d, and reports false if the Client was closed first.
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return false
+	case <-c.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// get opens an event stream with GET, resuming after lastID if it is set.
+// Any answer but a 2xx event stream is an error.
+func (c *Client) get(lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.setHeadersLocked(req)
+	c.mu.Unlock()
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set(headerLastEventID, lastID)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode/100 != 2 || ct != "text/event-stream" {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, &statusError{resp.StatusCode, ct}
+	}
+	return resp, nil
+}
+
+// A statusError is an answer to GET other than a 2xx event stream.
+type statusError struct {
+	status      int
+	contentType string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("HTTP %d, Content-Type %q", e.status, e.contentType)
+}
+
+// relaySSE delivers the message events of r until it ends, returning how
+// many events it read. pending may be nil. The error is nil at a clean end
+// of stream.
+func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (int, error) {
+	for n := 0; ; n++ {
+		ev, err := r.next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if ev.ID != "" {
+			c.mu.Lock()
+			c.lastEventID = ev.ID
+			c.mu.Unlock()
+		}
+		if ev.Type == "message" && !c.deliver(ev.Data, pending) {
+			return n, nil
+		}
+	}
+}
+
+// deliver hands frame to ReadFrame, noting the answers to pending and the
+// initialize result. It reports false once the Client is closed.
+func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool {
+	frame = bytes.TrimSpace(frame)
+	if bytes.ContainsAny(frame, "\r\n") {
+		// Frames are newline-free: the stdio side writes one per line.
+		var b bytes.Buffer
+		if err := json.Compact(&b, frame); err != nil {
+			c.log.Warn("dropping a message from the upstream that is not JSON", "err", err)
+			return true
+		}
+		frame = b.Bytes()
+	}
+	m, err := jsonrpc.Decode(frame)
+	if err != nil {
+		c.log.Warn("dropping a message from the upstream that is not JSON-RPC", "err", err)
+		return true
+	}
+	msgs := []*jsonrpc.Message{m}
+	if m.Batch {
+		msgs, _ = jsonrpc.DecodeBatch(frame)
+	}
+	for _, m := range msgs {
+		if m.IsResponse() {
+			delete(pending, string(m.ID))
+			c.noteResponse(m)
+		}
+	}
+	select {
+	case <-c.done:
+		return false // closed: nothing more is delivered
+	default:
+	}
+	select {
+	case c.frames <- frame:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// noteResponse takes the protocol version from the initialize result and
+// then opens the GET stream.
+func (c *Client) noteResponse(m *jsonrpc.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.initID == "" || string(m.ID) != c.initID || m.Result == nil {
+		return
+	}
+	c.initID = ""
+	var r struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(m.Result, &r); err == nil && r.ProtocolVersion != "" {
+		c.version = r.ProtocolVersion
+	}
+	// Protocol 2026-07-28 (SEP-2575) drops the GET stream.
+	if c.listening || c.closed || c.version >= "2026-07-28" {
+		return
+	}
+	c.listening = true
+	c.wg.Add(1)
+	go c.listen()
+}
+
+// listen keeps the GET stream open for server-to-client messages until
+// Close, reconnecting, with Last-Event-ID once it has one, when the server
+// ends it.
+func (c *Client) listen() {
+	defer c.wg.Done()
+	lastID := ""
+	for {
+		resp, err := c.get(lastID)
+		var se *statusError
+		switch {
+		case errors.As(err, &se) && se.status == http.StatusMethodNotAllowed:
+			// Spec: the server offers no stream at this endpoint.
+			c.log.Debug("the upstream offers no GET stream")
+			return
+		case err != nil:
+			if c.ctx.Err() == nil {
+				c.log.Warn("opening the upstream's GET stream", "err", err)
+			}
+			return
+		}
+		r := newSSEReader(resp.Body, c.max)
+		r.lastID = lastID
+		if _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {
+			c.log.Debug("the upstream's GET stream broke", "err", err)
+		}
+		resp.Body.Close()
+		lastID = r.lastID
+		wait := time.Second
+		if r.retry >= 0 {
+			wait = time.Duration(r.retry) * time.Millisecond
+		}
+		if !c.sleep(wait) {
+			return
+		}
+	}
+}
+
+// answer delivers, for each id, an error response from the Client itself.
+func (c *Client) answer(ids []json.RawMessage, e *jsonrpc.Error) {
+	for _, id := range ids {
+		if !c.deliver(jsonrpc.NewErrorResponse(id, e), nil) {
+			return
+		}
+	}
+}
+
+// Close ends the session: it aborts the requests and the GET stream still
+// open, sends DELETE for the session if the server assigned one, and makes
+// ReadFrame return io.EOF once the frames already received are read.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sid := c.sessionID
+	c.mu.Unlock()
+	// done first: a request that fails because cancel aborted it then
+	// finds the Client closed, and answers no one.
+	close(c.done)
+	c.cancel()
+	c.wg.Wait()
+	if sid == "" {
+		return nil
+	}
+	// Spec, "Session Management": a client that no longer needs a session
+	// SHOULD send DELETE with its id. The request outlives c.ctx.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), deleteTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.url, nil)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.setHeadersLocked(req)
+	c.mu.Unlock()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("ending the upstream session: %w", err)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	// 405: the server does not let clients end sessions, which is allowed.
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusNotFound {
+		return fmt.Errorf("ending the upstream session: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// statusData returns the error data recording an HTTP answer, for the retry
+// classifier.
+// unanswered marks error data as standing for an answer that never came.
+func unanswered(data json.RawMessage) json.RawMessage {
+	return append(append(json.RawMessage(`{"`+jsonrpc.DataUnanswered+`":true,`), data[1:len(data)-1]...), '}')
+}
+
+func statusData(resp *http.Response) json.RawMessage {
+	d := struct {
+		HTTPStatus int    `json:"http_status"`
+		RetryAfter string `json:"retry_after,omitempty"`
+	}{resp.StatusCode, resp.Header.Get("Retry-After")}
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// idempotencyKey returns the Idempotency-Key header value for a tools/call
+// whose params._meta holds an execution id: an RFC 8941 sf-string. An id
+// that a sf-string cannot hold (not printable ASCII) gives none.
+func idempotencyKey(params json.RawMessage) (string, bool) {
+	// Keep the last of duplicate members, as JSON.parse and the upstream do.
+	member := func(obj []byte, key string) (v []byte) {
+		if len(obj) == 0 || obj[0] != '{' {
+			return nil
+		}
+		_ = jsonrpc.EachMember(obj, func(name, value []byte) bool {
+			if string(name) == key {
+				v = value
+			}
+			return true
+		})
+		return v
+	}
+	id, ok := jsonrpc.StringValue(member(member(params, "_meta"), executionIDKey))
+	if !ok || id == "" {
+		return "", false
+	}
+	return sfString(id)
+}
+
+// sfString encodes s as an RFC 8941 section 3.3.3 String.
+func sfString(s string) (string, bool) {
+	var b []byte
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch < 0x20 || ch > 0x7e {
+			return "", false
+		}
+		if ch == '"' || ch == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, ch)
+	}
+	return string(append(b, '"')), true
+}

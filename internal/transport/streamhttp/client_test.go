@@ -1,0 +1,424 @@
+package streamhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// recorder wraps a handler and keeps the requests it saw.
+type recorder struct {
+	next http.Handler
+
+	mu   sync.Mutex
+	seen []seenRequest
+	// fail, when set, answers the next POST carrying a request with this
+	// method instead of the handler.
+	fail func(w http.ResponseWriter, body string) bool
+	// hook, when set, sees each request first.
+	hook func(*http.Request)
+	// got receives the method of each request, for tests that wait for one.
+	got chan string
+}
+
+type seenRequest struct {
+	method string
+	header http.Header
+	body   string
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	req.Body = io.NopCloser(strings.NewReader(string(body)))
+	r.mu.Lock()
+	r.seen = append(r.seen, seenRequest{req.Method, req.Header.Clone(), string(body)})
+	fail, hook := r.fail, r.hook
+	r.mu.Unlock()
+	if hook != nil {
+		hook(req)
+	}
+	if r.got != nil {
+		select {
+		case r.got <- req.Method:
+		default:
+		}
+	}
+	if fail != nil && req.Method == http.MethodPost && fail(w, string(body)) {
+		return
+	}
+	r.next.ServeHTTP(w, req)
+}
+
+// requests returns the requests seen whose body contains substr.
+func (r *recorder) requests(method, substr string) []seenRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []seenRequest
+	for _, s := range r.seen {
+		if s.method == method && strings.Contains(s.body, substr) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type progressArgs struct {
+	Steps int `json:"steps"`
+}
+
+// newServer starts a go-sdk server behind a recorder.
+func newServer(t *testing.T, opts *mcp.StreamableHTTPOptions) (*mcp.Server, *recorder, *httptest.Server) {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{Name: "progress"}, func(ctx context.Context, req *mcp.CallToolRequest, in progressArgs) (*mcp.CallToolResult, any, error) {
+		for i := range in.Steps {
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: req.Params.GetProgressToken(),
+				Progress:      float64(i + 1),
+				Total:         float64(in.Steps),
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+	})
+	rec := &recorder{next: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, opts)}
+	ts := httptest.NewServer(rec)
+	t.Cleanup(ts.Close)
+	return server, rec, ts
+}
+
+func dial(t *testing.T, url string) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), url, Options{Header: http.Header{"Authorization": {"Bearer secret"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func write(t *testing.T, c *Client, frame string) {
+	t.Helper()
+	if err := c.WriteFrame([]byte(frame)); err != nil {
+		t.Fatalf("WriteFrame(%s): %v", frame, err)
+	}
+}
+
+func read(t *testing.T, c *Client) *jsonrpc.Message {
+	t.Helper()
+	f, err := c.ReadFrame()
+	if err != nil {
+		t.Fatalf("ReadFrame: %v", err)
+	}
+	if strings.ContainsAny(string(f), "\r\n") {
+		t.Errorf("frame holds a newline: %q", f)
+	}
+	m, err := jsonrpc.Decode(f)
+	if err != nil {
+		t.Fatalf("decoding %s: %v", f, err)
+	}
+	return m
+}
+
+// readResponse reads frames until the response with id, returning it and
+// the frames before it.
+func readResponse(t *testing.T, c *Client, id string) (*jsonrpc.Message, []*jsonrpc.Message) {
+	t.Helper()
+	var before []*jsonrpc.Message
+	for {
+		m := read(t, c)
+		if m.IsResponse() && string(m.ID) == id {
+			return m, before
+		}
+		before = append(before, m)
+	}
+}
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}`
+
+// handshake initializes the session and returns the initialize result.
+func handshake(t *testing.T, c *Client) *jsonrpc.Message {
+	t.Helper()
+	write(t, c, initialize)
+	resp, _ := readResponse(t, c, "1")
+	if resp.Error != nil {
+		t.Fatalf("initialize failed: %s", resp.Raw)
+	}
+	write(t, c, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return resp
+}
+
+func TestSession(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		name := "sse"
+		if jsonResponse {
+			name = "json"
+		}
+		t.Run(name, func(t *testing.T) {
+			_, rec, ts := newServer(t, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
+			c := dial(t, ts.URL)
+			init := handshake(t, c)
+			var r struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			json.Unmarshal(init.Result, &r)
+			if r.ProtocolVersion != "2025-11-25" {
+				t.Errorf("protocolVersion = %q", r.ProtocolVersion)
+			}
+			sid := c.SessionID()
+			if sid == "" {
+				t.Fatal("no session id after initialize")
+			}
+
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+			list, _ := readResponse(t, c, "2")
+			if !strings.Contains(string(list.Result), `"echo"`) {
+				t.Errorf("tools/list = %s", list.Raw)
+			}
+			write(t, c, `{"jsonrpc":"2.0","id":"c-3","method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"mcp-idempotent/execution-id":"01JEXEC"}}}`)
+			call, _ := readResponse(t, c, `"c-3"`)
+			if !strings.Contains(string(call.Result), `"hi"`) {
+				t.Errorf("tools/call = %s", call.Raw)
+			}
+
+			for _, s := range rec.requests(http.MethodPost, "") {
+				if got := s.header.Get("Authorization"); got != "Bearer secret" {
+					t.Errorf("POST %s: Authorization = %q", s.body, got)
+				}
+				if got := s.header.Get("Accept"); got != "application/json, text/event-stream" {
+					t.Errorf("POST: Accept = %q", got)
+				}
+				if strings.Contains(s.body, `"initialize"`) {
+					if s.header.Get(headerSessionID) != "" || s.header.Get(headerProtocolVersion) != "" {
+						t.Errorf("initialize carried session headers: %v", s.header)
+					}
+					continue
+				}
+				if got := s.header.Get(headerSessionID); got != sid {
+					t.Errorf("POST %s: Mcp-Session-Id = %q, want %q", s.body, got, sid)
+				}
+				if got := s.header.Get(headerProtocolVersion); got != "2025-11-25" {
+					t.Errorf("POST %s: MCP-Protocol-Version = %q", s.body, got)
+				}
+			}
+			calls := rec.requests(http.MethodPost, `"tools/call"`)
+			if len(calls) != 1 || calls[0].header.Get(headerIdempotencyKey) != `"01JEXEC"` {
+				t.Errorf("Idempotency-Key of the tools/call = %q", calls[0].header.Get(headerIdempotencyKey))
+			}
+			if got := rec.requests(http.MethodPost, `"tools/list"`)[0].header.Get(headerIdempotencyKey); got != "" {
+				t.Errorf("tools/list carried Idempotency-Key %q", got)
+			}
+
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			dels := rec.requests(http.MethodDelete, "")
+			if len(dels) != 1 || dels[0].header.Get(headerSessionID) != sid {
+				t.Errorf("DELETE requests: %v", dels)
+			}
+			if _, err := c.ReadFrame(); err != io.EOF {
+				t.Errorf("ReadFrame after Close = %v, want io.EOF", err)
+			}
+			if err := c.WriteFrame([]byte(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)); !errors.Is(err, ErrClosed) {
+				t.Errorf("WriteFrame after Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestProgressOverSSE checks that the notifications a tool sends before its
+// result arrive, in order, before the result, and that the SSE event ids are
+// kept.
+func TestProgressOverSSE(t *testing.T) {
+	// The go-sdk server numbers its events only when it can replay them.
+	_, _, ts := newServer(t, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	write(t, c, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress","arguments":{"steps":3},"_meta":{"progressToken":"tok"}}}`)
+	resp, before := readResponse(t, c, "7")
+	if !strings.Contains(string(resp.Result), `"done"`) {
+		t.Errorf("result = %s", resp.Raw)
+	}
+	var progress []float64
+	for _, m := range before {
+		if m.Method != "notifications/progress" {
+			continue
+		}
+		var p struct {
+			ProgressToken string  `json:"progressToken"`
+			Progress      float64 `json:"progress"`
+		}
+		json.Unmarshal(m.Params, &p)
+		if p.ProgressToken != "tok" {
+			t.Errorf("progress token = %q", p.ProgressToken)
+		}
+		progress = append(progress, p.Progress)
+	}
+	if len(progress) != 3 || progress[0] != 1 || progress[2] != 3 {
+		t.Errorf("progress = %v, want [1 2 3]", progress)
+	}
+	if c.LastEventID() == "" {
+		t.Error("no SSE event id kept")
+	}
+}
+
+// TestGETStream checks that a server-to-client message sent outside any
+// request reaches ReadFrame through the GET stream.
+func TestGETStream(t *testing.T) {
+	server, rec, ts := newServer(t, nil)
+	rec.got = make(chan string, 16)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	for m := range rec.got {
+		if m == http.MethodGet {
+			break
+		}
+	}
+	gets := rec.requests(http.MethodGet, "")
+	if len(gets) == 0 || gets[0].header.Get(headerSessionID) != c.SessionID() || gets[0].header.Get("Accept") != "text/event-stream" {
+		t.Fatalf("GET stream requests: %v", gets)
+	}
+	// Adding a tool makes the server send notifications/tools/list_changed,
+	// which belongs to no request.
+	server.AddTool(&mcp.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	m := read(t, c)
+	if m.Method != "notifications/tools/list_changed" {
+		t.Errorf("got %s, want notifications/tools/list_changed", m.Raw)
+	}
+}
+
+// TestHTTPErrors checks that a POST refused with an HTTP error is answered
+// with a JSON-RPC error under the request's id, carrying the status and
+// Retry-After.
+func TestHTTPErrors(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		switch {
+		case strings.Contains(body, `"unavailable"`):
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case strings.Contains(body, `"gone"`):
+			http.Error(w, "no such session", http.StatusNotFound)
+		default:
+			return false
+		}
+		return true
+	}
+	rec.mu.Unlock()
+
+	for _, tc := range []struct {
+		name, id, tool, message, data string
+	}{
+		{"503", `"a"`, "unavailable", "upstream answered HTTP 503", `{"http_status":503,"retry_after":"2"}`},
+		{"404", `17`, "gone", "upstream session expired (HTTP 404)", `{"http_status":404}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(t, c, `{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
+			m := read(t, c)
+			if string(m.ID) != tc.id || m.Error == nil {
+				t.Fatalf("got %s, want an error under id %s", m.Raw, tc.id)
+			}
+			e := jsonrpc.DecodeError(m.Error)
+			if e.Code != jsonrpc.CodeInternalError || e.Message != tc.message || string(e.Data) != tc.data {
+				t.Errorf("error = %d %q %s, want %d %q %s", e.Code, e.Message, e.Data, jsonrpc.CodeInternalError, tc.message, tc.data)
+			}
+		})
+	}
+
+	// A notification refused gets no answer: there is no one to answer.
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	write(t, c, `{"jsonrpc":"2.0","id":99,"method":"ping"}`)
+	if m := read(t, c); string(m.ID) != "99" {
+		t.Errorf("got %s, want the answer to ping", m.Raw)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	url := ts.URL
+	ts.Close()
+	c := dial(t, url)
+	write(t, c, initialize)
+	m := read(t, c)
+	if string(m.ID) != "1" || m.Error == nil {
+		t.Fatalf("got %s, want an error for id 1", m.Raw)
+	}
+	if e := jsonrpc.DecodeError(m.Error); !strings.HasPrefix(e.Message, "upstream unreachable") {
+		t.Errorf("message = %q", e.Message)
+	}
+}
+
+// TestWriteDoesNotWait checks that WriteFrame returns while the server is
+// still working on the call.
+func TestWriteDoesNotWait(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 5,\n  \"result\": {}\n}\n")
+	}))
+	defer ts.Close()
+	c := dial(t, ts.URL)
+	write(t, c, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow"}}`)
+	close(release) // WriteFrame returned before the server answered
+	f, err := c.ReadFrame()
+	if err != nil || string(f) != `{"jsonrpc":"2.0","id":5,"result":{}}` {
+		t.Errorf("ReadFrame = %s, %v; want the compacted answer", f, err)
+	}
+}
+
+func TestDialRejectsBadURL(t *testing.T) {
+	for _, u := range []string{"", "ftp://host/mcp", "http://", "://x"} {
+		if _, err := Dial(context.Background(), u, Options{}); err == nil {
+			t.Errorf("Dial(%q) succeeded", u)
+		}
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	for _, tc := range []struct {
+		params, want string
+	}{
+		{`{"name":"x","_meta":{"mcp-idempotent/execution-id":"01J"}}`, `"01J"`},
+		{`{"_meta":{"mcp-idempotent/execution-id":"a\"b\\c"}}`, `"a\"b\\c"`},
+		{`{"_meta":{"mcp-idempotent/execution-id":"é"}}`, ""},
+		{`{"_meta":{"mcp-idempotent/execution-id":"a\nb"}}`, ""},
+		{`{"_meta":{"mcp-idempotent/execution-id":1}}`, ""},
+		{`{"_meta":{"other":"x"}}`, ""},
+		{`{"name":"x"}`, ""},
+		{`{"_meta":{"mcp-idempotent/execution-id":"one","mcp-idempotent/execution-id":"two"}}`, `"two"`},
+	} {
+		got, ok := idempotencyKey(json.RawMessage(tc.params))
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("idempotencyKey(%s) = %q, %v; want %q", tc.params, got, ok, tc.want)
+		}
+	}
+}

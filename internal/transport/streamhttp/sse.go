@@ -1,0 +1,141 @@
+package streamhttp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// An event is one server-sent event (WHATWG HTML, "Server-sent events",
+// section 9.2.6 "Interpreting an event stream").
+type event struct {
+	Type string // "message" when the stream named none
+	Data []byte
+	// ID is the stream's last event id once this event was read: an event
+	// without an id field keeps the one before it, as the spec says.
+	ID string
+	// Retry is the reconnection delay the server asked for, in milliseconds,
+	// or -1 if it sent none in this event.
+	Retry int
+}
+
+// errLineTooLong is returned by an sseReader for a line longer than its limit.
+var errLineTooLong = errors.New("server-sent event line too long")
+
+// An sseReader reads events from a text/event-stream body.
+type sseReader struct {
+	r      *bufio.Reader
+	max    int    // longest line and longest data, in bytes
+	lastID string // the last event id seen on this stream
+	retry  int    // the last reconnection delay asked for, in ms; -1 if none
+	start  bool   // the first line has been read (a BOM may lead it)
+}
+
+func newSSEReader(r io.Reader, max int) *sseReader {
+	return &sseReader{r: bufio.NewReader(r), max: max, retry: -1}
+}
+
+// line returns the next line without its terminator, which is CRLF, LF or a
+// lone CR, and whether it had one. At the end of input it returns io.EOF,
+// after returning a last unterminated line, if any.
+func (s *sseReader) line() ([]byte, bool, error) {
+	var buf []byte
+	for {
+		b, err := s.r.ReadByte()
+		if err != nil {
+			if err == io.EOF && len(buf) > 0 {
+				return buf, false, nil
+			}
+			return nil, false, err
+		}
+		switch b {
+		case '\n':
+			return buf, true, nil
+		case '\r':
+			if nb, err := s.r.Peek(1); err == nil && nb[0] == '\n' {
+				s.r.ReadByte()
+			}
+			return buf, true, nil
+		}
+		if len(buf) >= s.max {
+			return nil, false, errLineTooLong
+		}
+		buf = append(buf, b)
+	}
+}
+
+// next returns the next event that has data. Events with no data are not
+// dispatched (the spec's "if the data buffer is an empty string" step), but
+// their id still updates lastID.
+func (s *sseReader) next() (event, error) {
+	var (
+		data    []byte
+		hasData bool
+		typ     string
+		retry   = -1
+	)
+	for {
+		line, terminated, err := s.line()
+		if err != nil {
+			return event{}, err
+		}
+		if !s.start {
+			s.start = true
+			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+		}
+		if !terminated {
+			// An event cut off by the end of the stream is not dispatched.
+			return event{}, io.ErrUnexpectedEOF
+		}
+		if len(line) == 0 {
+			if !hasData {
+				typ, retry = "", -1
+				continue
+			}
+			if typ == "" {
+				typ = "message"
+			}
+			return event{Type: typ, Data: data, ID: s.lastID, Retry: retry}, nil
+		}
+		if line[0] == ':' {
+			continue // a comment, often a keep-alive
+		}
+		name, value, found := bytes.Cut(line, []byte(":"))
+		if found {
+			value = bytes.TrimPrefix(value, []byte(" "))
+		}
+		switch string(name) {
+		case "event":
+			typ = string(value)
+		case "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			if len(data)+len(value) > s.max {
+				return event{}, errLineTooLong
+			}
+			data = append(data, value...)
+			hasData = true
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				s.lastID = string(value)
+			}
+		case "retry":
+			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 && isDigits(value) {
+				retry = n
+				s.retry = n
+			}
+		}
+	}
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
+}

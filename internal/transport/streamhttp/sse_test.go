@@ -1,0 +1,84 @@
+package streamhttp
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func readAll(r *sseReader) ([]event, error) {
+	var evs []event
+	for {
+		ev, err := r.next()
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []event
+		err      error
+	}{
+		{"one", "data: {}\n\n", []event{{"message", []byte("{}"), "", -1}}, io.EOF},
+		{"multiline data", "data: a\ndata:b\ndata:  c\n\n", []event{{"message", []byte("a\nb\n c"), "", -1}}, io.EOF},
+		{"crlf and cr", "event: message\r\nid: 7\rdata: x\r\n\r\n", []event{{"message", []byte("x"), "7", -1}}, io.EOF},
+		{"type, id, retry", "event: ping\nid: s1_0\nretry: 500\ndata: 1\n\nid: s1_1\ndata: 2\n\n", []event{
+			{"ping", []byte("1"), "s1_0", 500},
+			{"message", []byte("2"), "s1_1", -1},
+		}, io.EOF},
+		{"comments and no data", ": keep-alive\n\nid: 3\n\ndata: y\n\n", []event{{"message", []byte("y"), "3", -1}}, io.EOF},
+		{"bom", "\xef\xbb\xbfdata: z\n\n", []event{{"message", []byte("z"), "", -1}}, io.EOF},
+		{"field without colon", "data\n\n", []event{{"message", nil, "", -1}}, io.EOF},
+		{"bad retry and id with NUL", "retry: 1x\nid: a\x00b\ndata: q\n\n", []event{{"message", []byte("q"), "", -1}}, io.EOF},
+		{"cut off", "data: {}\n\ndata: {\"par", []event{{"message", []byte("{}"), "", -1}}, io.ErrUnexpectedEOF},
+		{"cut off before the blank line", "data: {}\n", nil, io.EOF},
+		{"too long", "data: " + strings.Repeat("x", 100) + "\n\n", nil, errLineTooLong},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs, err := readAll(newSSEReader(strings.NewReader(tc.in), 64))
+			if !errors.Is(err, tc.err) {
+				t.Errorf("error = %v, want %v", err, tc.err)
+			}
+			if !reflect.DeepEqual(evs, tc.want) {
+				t.Errorf("events = %+v, want %+v", evs, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzSSEReader(f *testing.F) {
+	for _, s := range []string{
+		"data: {}\n\n",
+		"event: message\r\nid: 1\r\ndata: a\r\ndata: b\r\n\r\n",
+		": c\rretry: 10\rdata\r\r",
+		"\xef\xbb\xbfid: \x00\ndata: x",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		const max = 1 << 10
+		r := newSSEReader(strings.NewReader(in), max)
+		for range len(in) + 1 {
+			ev, err := r.next()
+			if err != nil {
+				if err != io.EOF && err != io.ErrUnexpectedEOF && err != errLineTooLong {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if ev.Type == "" || len(ev.Data) > max || ev.Retry < -1 || strings.ContainsRune(ev.ID, 0) {
+				t.Fatalf("bad event %+v", ev)
+			}
+			if strings.ContainsAny(ev.Type, "\r\n") || strings.ContainsAny(ev.ID, "\r\n") {
+				t.Fatalf("line break in a field: %+v", ev)
+			}
+		}
+		t.Fatalf("more events than input bytes")
+	})
+}
