@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
 
 // Version is the program's version, set at build time with
@@ -211,13 +212,14 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		upstream   proxy.Conn
 		upstreamID string
 	)
+	var httpUp *streamhttp.Client // the upstream, when it is a URL
 	if f.upstream != "" {
 		c, id, err := dialUpstream(ctx, f.upstream, f.headers, hasher, log, maxMessage)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		upstream, upstreamID = c, id
+		defer func() { httpUp.Close() }()
+		httpUp, upstream, upstreamID = c, c, id
 	} else {
 		child, err = stdio.Start(argv, stderr, maxMessage)
 		if err != nil {
@@ -250,6 +252,19 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		Logger:        log,
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
+	}
+	if f.restarts > 0 && httpUp != nil {
+		// The session expired (404): a new session, into which the proxy
+		// replays the client's handshake.
+		opts.Restart = func(ctx context.Context) (proxy.Conn, error) {
+			httpUp.Close()
+			c, _, err := dialUpstream(ctx, f.upstream, f.headers, hasher, log, maxMessage)
+			if err != nil {
+				return nil, err
+			}
+			httpUp = c
+			return c, nil
+		}
 	}
 	if f.restarts > 0 && child != nil {
 		opts.Restart = func(context.Context) (proxy.Conn, error) {

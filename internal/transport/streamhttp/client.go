@@ -50,6 +50,11 @@ const deleteTimeout = 5 * time.Second
 // ErrClosed is returned by WriteFrame after Close.
 var ErrClosed = errors.New("streamhttp: client closed")
 
+// ErrSessionExpired is returned by ReadFrame, after the frames already
+// received, once the server has answered 404 to a request carrying the
+// session id: the session is gone, and a new Client must initialise anew.
+var ErrSessionExpired = errors.New("streamhttp: the upstream session expired (HTTP 404)")
+
 // Options configures a Client. The zero value is usable.
 type Options struct {
 	// Header holds extra headers sent on every request, such as
@@ -87,7 +92,10 @@ type Client struct {
 	cancel context.CancelFunc
 	frames chan []byte   // frames for ReadFrame
 	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
+	// expired is closed, once, when the server says the session is gone.
+	expired     chan struct{}
+	expiredOnce sync.Once
+	wg          sync.WaitGroup
 
 	mu          sync.Mutex // protects the fields below
 	closed      bool
@@ -110,13 +118,14 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("upstream URL %q: want http:// or https:// and a host", u.Redacted())
 	}
 	c := &Client{
-		url:    rawURL,
-		hc:     opts.HTTPClient,
-		header: opts.Header.Clone(),
-		log:    opts.Logger,
-		max:    opts.MaxMessage,
-		frames: make(chan []byte, 64),
-		done:   make(chan struct{}),
+		url:     rawURL,
+		hc:      opts.HTTPClient,
+		header:  opts.Header.Clone(),
+		log:     opts.Logger,
+		max:     opts.MaxMessage,
+		frames:  make(chan []byte, 64),
+		done:    make(chan struct{}),
+		expired: make(chan struct{}),
 	}
 	if c.hc == nil {
 		c.hc = http.DefaultClient
@@ -152,6 +161,13 @@ func (c *Client) ReadFrame() ([]byte, error) {
 	select {
 	case f := <-c.frames:
 		return f, nil
+	case <-c.expired:
+		select {
+		case f := <-c.frames:
+			return f, nil
+		default:
+			return nil, ErrSessionExpired
+		}
 	case <-c.done:
 		select {
 		case f := <-c.frames:
@@ -280,6 +296,7 @@ func (c *Client) post(req *http.Request, s sent) {
 			// Spec, "Session Management": a 404 to a request with a session
 			// id means the session is gone.
 			msg = "upstream session expired (HTTP 404)"
+			defer c.expiredOnce.Do(func() { close(c.expired) })
 		}
 		c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
 		c.answer(s.ids, &jsonrpc.Error{

@@ -332,7 +332,6 @@ func TestHTTPErrors(t *testing.T) {
 		name, id, tool, message, data string
 	}{
 		{"503", `"a"`, "unavailable", "upstream answered HTTP 503", `{"http_status":503,"retry_after":"2"}`},
-		{"404", `17`, "gone", "upstream session expired (HTTP 404)", `{"http_status":404}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(t, c, `{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
@@ -358,6 +357,32 @@ func TestHTTPErrors(t *testing.T) {
 	write(t, c, `{"jsonrpc":"2.0","id":99,"method":"ping"}`)
 	if m := read(t, c); string(m.ID) != "99" {
 		t.Errorf("got %s, want the answer to ping", m.Raw)
+	}
+}
+
+// TestSessionExpired: a 404 to a request carrying the session id answers
+// that request, and then ReadFrame reports that the session is gone, so
+// that the proxy starts a new one.
+func TestSessionExpired(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		if !strings.Contains(body, `"gone"`) {
+			return false // the handshake's last notification may still be on its way
+		}
+		http.Error(w, "no such session", http.StatusNotFound)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"gone"}}`)
+	m := read(t, c)
+	if e := jsonrpc.DecodeError(m.Error); string(m.ID) != "17" || e.Message != "upstream session expired (HTTP 404)" || string(e.Data) != `{"http_status":404}` {
+		t.Fatalf("got %s; want the session-expired error under id 17", m.Raw)
+	}
+	if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+		t.Fatalf("ReadFrame after the 404 = %v; want ErrSessionExpired", err)
 	}
 }
 
