@@ -487,3 +487,31 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 		t.Fatalf("the waiter got %+v; want the completed record", w)
 	}
 }
+
+// ExecutionResult is the result Execute stores.
+var ExecutionResult = json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`)
+
+// Execute runs one execution through s as the proxy does: reserved under
+// key (a fresh one when key is empty) by owner "bench", then dispatched,
+// completed with ExecutionResult and delivered. The benchmarks of every
+// backend share it, so their figures measure the same work.
+func Execute(ctx context.Context, s record.Store, key string) (*record.Record, error) {
+	r := &record.Record{ID: record.NewID(time.Now()), Tool: "charge_card", Retention: time.Hour,
+		Owner: "bench", LeaseUntil: time.Now().Add(time.Minute)}
+	r.Key = key
+	if key == "" {
+		r.Key = r.ID
+	}
+	r.Fingerprint = r.Key
+	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
+		return nil, fmt.Errorf("reserving %s: won=%v err=%v", r.Key, won, err)
+	}
+	var got *record.Record
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: ExecutionResult}, {To: record.Delivered}} {
+		var err error
+		if got, err = s.Update(ctx, r.ID, c); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
