@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/pgstore"
@@ -21,6 +22,15 @@ type durableStore interface {
 	Secret(ctx context.Context) ([]byte, error)
 	Close() error
 }
+
+// The shared stores also keep the accounts' allowances, so that proxies
+// sharing a store share them; the memory store does not, and each process
+// keeps its own.
+var (
+	_ intercept.Allowances = (*sqlitestore.Store)(nil)
+	_ intercept.Allowances = (*redisstore.Store)(nil)
+	_ intercept.Allowances = (*pgstore.Store)(nil)
+)
 
 // openStore opens the store a --store URL names. A durable store comes back
 // with its closer; the memory store has none.

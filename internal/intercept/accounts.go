@@ -1,29 +1,67 @@
 package intercept
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// An account is the shared allowance of one upstream account in this
-// process: every send to a tool that names it, first attempt or retry,
-// takes a token; retries also need room in its retry budget.
-type account struct {
-	name   string
-	bucket *retry.Bucket
-	budget *retry.RetryBudget
-	slots  chan struct{} // one per call in flight; nil for no cap
+// Allowances keep the accounts' allowances where every proxy process that
+// shares them takes from one allowance per account: in a shared store.
+//
+// Both methods follow retry.Allowance's arithmetic (TakeAt, TokensAt),
+// with the allowance a the caller passes and the time now it passes, never
+// a clock of the store's, so that processes agree and tests need no
+// sleep. An account never taken from has a full allowance.
+type Allowances interface {
+	// TakeAllowance takes room for one call from account's allowance at
+	// now, if there is room; if there is none it takes nothing, and wait
+	// is how long until there will be. It must be atomic across every
+	// process sharing the store: of N takes at once from an account with
+	// room for K < N, exactly K succeed. An error means nothing is known
+	// to have been taken, and the caller must not send.
+	TakeAllowance(ctx context.Context, account string, a retry.Allowance, now time.Time) (ok bool, wait time.Duration, err error)
+	// AllowanceTokens returns the room left in account's allowance at
+	// now, in calls, for metrics.
+	AllowanceTokens(ctx context.Context, account string, a retry.Allowance, now time.Time) (float64, error)
 }
 
-func newAccounts(defs map[string]policy.Account, now time.Time) map[string]*account {
+// allowanceTimeout bounds one call to the shared Allowances, so that a
+// store that stopped answering fails a call rather than holding it.
+const allowanceTimeout = 5 * time.Second
+
+// An account is one upstream account's limits: every send to a tool that
+// names it, first attempt or retry, takes from its allowance; retries also
+// need room in its retry budget; with a cap, a send needs a free slot.
+//
+// The allowance lives in the shared Allowances when the Interceptor has
+// them, so that proxies sharing a store share it; the retry budget and
+// the concurrency cap are always this process's own (see README,
+// "Accounts and budgets").
+type account struct {
+	name      string
+	allowance retry.Allowance
+	shared    Allowances    // nil: bucket holds the allowance in process
+	bucket    *retry.Bucket // nil when shared
+	budget    *retry.RetryBudget
+	slots     chan struct{} // one per call in flight; nil for no cap
+}
+
+func newAccounts(defs map[string]policy.Account, shared Allowances, now time.Time) map[string]*account {
 	accounts := make(map[string]*account, len(defs))
 	for name, d := range defs {
 		a := &account{
-			name:   name,
-			bucket: retry.NewBucket(retry.Allowance{Rate: d.Rate, Burst: d.Burst}, now),
-			budget: retry.NewRetryBudget(d.MaxTokens, d.TokenRatio),
+			name:      name,
+			allowance: retry.Allowance{Rate: d.Rate, Burst: d.Burst},
+			shared:    shared,
+			budget:    retry.NewRetryBudget(d.MaxTokens, d.TokenRatio),
+		}
+		if shared == nil {
+			a.bucket = retry.NewBucket(a.allowance, now)
 		}
 		if d.MaxConcurrency > 0 {
 			a.slots = make(chan struct{}, d.MaxConcurrency)
@@ -31,6 +69,37 @@ func newAccounts(defs map[string]policy.Account, now time.Time) map[string]*acco
 		accounts[name] = a
 	}
 	return accounts
+}
+
+// take takes room for one call at now, from the shared allowance or the
+// process's own.
+func (a *account) take(ctx context.Context, now time.Time) (bool, time.Duration, error) {
+	if a.shared == nil {
+		ok, wait := a.bucket.Take(now)
+		return ok, wait, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allowanceTimeout)
+	defer cancel()
+	ok, wait, err := a.shared.TakeAllowance(ctx, a.name, a.allowance, now)
+	if err != nil {
+		return false, 0, fmt.Errorf("taking from the allowance of account %s: %w", a.name, err)
+	}
+	return ok, wait, nil
+}
+
+// tokens returns the room left in the allowance at now; NaN when the
+// shared store cannot say.
+func (a *account) tokens(now time.Time) float64 {
+	if a.shared == nil {
+		return a.bucket.Tokens(now)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), allowanceTimeout)
+	defer cancel()
+	t, err := a.shared.AllowanceTokens(ctx, a.name, a.allowance, now)
+	if err != nil {
+		return math.NaN()
+	}
+	return t
 }
 
 // accountOf returns the account a request's sends take from, or nil.
@@ -41,24 +110,48 @@ func (in *Interceptor) accountOf(req *Request) *account {
 	return in.accounts[req.Policy.Retry.Account]
 }
 
+// A refusal says why admit did not send: the account had no room before
+// the deadline (Wait is the wait that was needed), or its shared allowance
+// could not be reached (Err), in which case the proxy fails closed.
+type refusal struct {
+	Wait time.Duration
+	Err  error
+}
+
+// message says what the refusal means, for the caller.
+func (r refusal) message(account string) string {
+	if r.Err != nil {
+		return fmt.Sprintf("account %s's allowance could not be read, so the proxy fails closed: %v", account, r.Err)
+	}
+	return fmt.Sprintf("account %s has no room for another call for %v, which would pass the call's deadline",
+		account, r.Wait.Round(time.Millisecond))
+}
+
 // admit runs send once the account lets another call go: at once when it
-// has a token (and, with a cap, a free slot), else on a timer when one
-// will be there, never blocking the caller's goroutine. If the wait would
-// pass deadline, refuse runs instead, with the wait that was needed. A nil
-// account admits at once. The slot taken is given back by release.
-func (in *Interceptor) admit(a *account, deadline time.Time, send func(), refuse func(wait time.Duration)) {
+// has room (and, with a cap, a free slot), else on a timer when there will
+// be room, never blocking the caller's goroutine for longer than a store's
+// answer takes. If the wait would reach deadline, or the shared allowance
+// cannot be reached, refuse runs instead. A nil account admits at once.
+// The slot taken is given back by release.
+func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time, send func(), refuse func(refusal)) {
 	if a == nil {
 		send()
 		return
 	}
 	now := in.now()
-	ok, wait := a.bucket.Take(now)
-	if !ok {
-		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			refuse(wait)
+	ok, wait, err := a.take(ctx, now)
+	switch {
+	case err != nil:
+		refuse(refusal{Err: err})
+		return
+	case !ok:
+		// As in retry.Backoff.Next, a wait that ends at the deadline
+		// leaves the call no time, and is not begun either.
+		if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
+			refuse(refusal{Wait: wait})
 			return
 		}
-		time.AfterFunc(wait, func() { in.admit(a, deadline, send, refuse) })
+		time.AfterFunc(wait, func() { in.admit(ctx, a, deadline, send, refuse) })
 		return
 	}
 	if a.slots == nil {
@@ -87,19 +180,22 @@ func (a *account) release() {
 // An AccountLevel is where one account stands, for metrics.
 type AccountLevel struct {
 	Name string
-	// Tokens is what is left of the allowance now.
+	// Tokens is what is left of the allowance now: of the one shared
+	// through the store when the Interceptor has Allowances (NaN when the
+	// store cannot say), else of this process's own.
 	Tokens float64
-	// RetryBudget is the retry budget's level; retries stop below half
-	// its maximum.
+	// RetryBudget is the retry budget's level, always this process's own;
+	// retries stop below half its maximum.
 	RetryBudget float64
 }
 
-// AccountLevels returns every account's level.
+// AccountLevels returns every account's level. With shared Allowances it
+// asks the store, one account at a time.
 func (in *Interceptor) AccountLevels() []AccountLevel {
 	now := in.now()
 	levels := make([]AccountLevel, 0, len(in.accounts))
 	for name, a := range in.accounts {
-		levels = append(levels, AccountLevel{Name: name, Tokens: a.bucket.Tokens(now), RetryBudget: a.budget.Level()})
+		levels = append(levels, AccountLevel{Name: name, Tokens: a.tokens(now), RetryBudget: a.budget.Level()})
 	}
 	return levels
 }

@@ -3,7 +3,9 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,8 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // withAccount gives h an interceptor whose retry rule spends account a.
@@ -57,7 +61,7 @@ func TestAccountAllowancePacesCalls(t *testing.T) {
 func TestAccountWithoutRoomBeforeTheDeadlineRefuses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(charged)
-		h.pol.AttachWindow = 500 * time.Millisecond
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: 500 * time.Millisecond}
 		h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 1})
 		h.call(t.Context(), t, charge(1)).only(t)
 		a := h.call(t.Context(), t, charge(2)).only(t)
@@ -112,4 +116,89 @@ func TestAccountConcurrencyCap(t *testing.T) {
 			t.Fatalf("%d calls were in flight at once; the account allows 1", m)
 		}
 	})
+}
+
+// sharedAllowances is an Allowances kept in memory, shared by every
+// Interceptor given it, as a store shares it between processes.
+type sharedAllowances struct {
+	mu   sync.Mutex
+	full map[string]time.Time // protected by mu
+	err  error                // what every call fails with, if set
+}
+
+func (s *sharedAllowances) TakeAllowance(_ context.Context, account string, a retry.Allowance, now time.Time) (bool, time.Duration, error) {
+	if s.err != nil {
+		return false, 0, s.err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, ok, wait := a.TakeAt(s.full[account], now)
+	s.full[account] = next
+	return ok, wait, nil
+}
+
+func (s *sharedAllowances) AllowanceTokens(_ context.Context, account string, a retry.Allowance, now time.Time) (float64, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return a.TokensAt(s.full[account], now), nil
+}
+
+// withSharedAccount is withAccount for an Interceptor whose allowances are
+// shared.
+func (h *harness) withSharedAccount(a policy.Account, shared Allowances) {
+	h.withAccount(a)
+	h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Accounts: map[string]policy.Account{a.Name: a}, Allowances: shared})
+}
+
+func TestSharedAllowanceIsOneAcrossProcesses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &sharedAllowances{full: map[string]time.Time{}}
+		bank := policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 2}
+		// Two proxy processes, each with its own store and upstream.
+		p1, p2 := newHarness(charged), newHarness(charged)
+		for _, h := range []*harness{p1, p2} {
+			h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Second}
+			h.withSharedAccount(bank, shared)
+		}
+		p1.call(t.Context(), t, charge(1)).only(t)
+		p2.call(t.Context(), t, charge(2)).only(t)
+		a := p1.call(t.Context(), t, charge(3)).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "account bank has no room") {
+			t.Fatalf("the third call got %+v; the two processes share a burst of 2", a)
+		}
+		if n := p1.up.calls.Load() + p2.up.calls.Load(); n != 2 {
+			t.Fatalf("the upstreams saw %d calls; want 2", n)
+		}
+		for i, h := range []*harness{p1, p2} {
+			if l := h.in.AccountLevels(); len(l) != 1 || l[0].Tokens != 0 {
+				t.Fatalf("process %d reports levels %+v; want the shared allowance, empty", i+1, l)
+			}
+		}
+	})
+}
+
+func TestSharedAllowanceUnreachableFailsClosed(t *testing.T) {
+	h := newHarness(charged)
+	shared := &sharedAllowances{err: errors.New("dial tcp 127.0.0.1:6379: connection refused")}
+	h.withSharedAccount(policy.Account{Name: "bank", Rate: 1, Burst: 1}, shared)
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	e := jsonrpc.DecodeError(a.Error)
+	if a.Error == nil || e.Code != jsonrpc.CodeInternalError ||
+		!strings.Contains(e.Message, "account bank's allowance could not be read, so the proxy fails closed") ||
+		!strings.Contains(e.Message, "connection refused") || !strings.Contains(e.Message, "nothing ran") {
+		t.Fatalf("got %+v; want an error saying the allowance could not be read and nothing ran", a)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("the upstream saw %d calls; want none", n)
+	}
+	h.in.Wait(t.Context())
+	if rec := h.onlyRecord(t); rec.State != record.Failed {
+		t.Fatalf("record %s; want failed, so that the next call runs", rec.State)
+	}
+	if l := h.in.AccountLevels(); len(l) != 1 || !math.IsNaN(l[0].Tokens) {
+		t.Fatalf("levels %+v; want NaN tokens when the store cannot say", l)
+	}
 }

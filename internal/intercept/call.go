@@ -3,6 +3,9 @@ package intercept
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -26,6 +29,9 @@ type ToolCall struct {
 	// (MCP 2026-07-28); nil when absent.
 	InputResponses json.RawMessage
 	RequestState   json.RawMessage
+	// Deadline is the client's deadline from _meta (MetaDeadline), as a
+	// time from the call's arrival, or 0 when it sets none.
+	Deadline time.Duration
 }
 
 // ParseToolCall decodes and validates tools/call params. Its errors are
@@ -72,6 +78,9 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
+		if tc.Deadline, err = clientDeadline(tc.Meta); err != nil {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+		}
 	}
 	return tc, nil
 }
@@ -82,6 +91,13 @@ const (
 	MetaKey       = "mcp-idempotent/key"
 	MetaKeyCommon = "idempotencyKey"
 )
+
+// MetaDeadline names, in a call's _meta, the client's deadline for the
+// call: a positive whole number of milliseconds from its arrival. It can
+// only shorten the tool's retry deadline (policy RetryRule.Deadline): a
+// client that waits less than the policy allows says so, and the proxy
+// stops waiting for it sooner.
+const MetaDeadline = "mcp-idempotent/deadline_ms"
 
 // MaxKeyLength bounds a client key, as the IETF Idempotency-Key draft
 // suggests servers do.
@@ -120,6 +136,54 @@ func clientKey(meta json.RawMessage) (string, error) {
 		}
 	}
 	return key, nil
+}
+
+// clientDeadline returns the client's deadline from _meta, or 0 when it
+// sets none. Anything but a positive whole number of milliseconds is an
+// error: a call whose deadline cannot be read is refused, not run without
+// one.
+func clientDeadline(meta json.RawMessage) (time.Duration, error) {
+	if meta[0] != '{' {
+		return 0, nil
+	}
+	var raw []byte
+	jsonrpc.EachMember(meta, func(name, value []byte) bool {
+		if string(name) == MetaDeadline {
+			raw = value // the last one wins, as in JSON.parse
+		}
+		return true
+	})
+	if raw == nil {
+		return 0, nil
+	}
+	// ParseInt takes only digits here: the params are valid JSON, whose
+	// numbers have no "+", so 1.5, 1e3, "100" and -1 are all refused.
+	const maxMS = math.MaxInt64 / int64(time.Millisecond)
+	ms, err := strconv.ParseInt(string(raw), 10, 64)
+	switch {
+	case err != nil && len(raw) > 0 && raw[0] >= '1' && raw[0] <= '9' && isDigits(raw), err == nil && ms > maxMS:
+		return 0, fmt.Errorf("_meta[%q] is %s milliseconds; the most is %d", MetaDeadline, truncate(raw), maxMS)
+	case err != nil || ms <= 0:
+		return 0, fmt.Errorf("_meta[%q] must be a positive whole number of milliseconds, not %s", MetaDeadline, truncate(raw))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate returns raw JSON for an error message, cut to a readable size.
+func truncate(raw []byte) string {
+	if len(raw) > 40 {
+		return string(raw[:40]) + "..."
+	}
+	return string(raw)
 }
 
 func nullToNil(raw json.RawMessage) json.RawMessage {

@@ -5,7 +5,7 @@
 // The first caller of an action wins the reservation and its call is
 // dispatched; every identical call that follows attaches to that execution
 // and gets its answer, replayed. The package depends only on the interfaces
-// it defines (Upstream, Replier) and on record.Store.
+// it defines (Upstream, Replier, Allowances) and on record.Store.
 package intercept
 
 import (
@@ -68,6 +68,11 @@ type Request struct {
 	// Correlation names the caller's request in logs: its session and
 	// JSON-RPC id. It is evidence, never part of matching.
 	Correlation string
+
+	// deadline is when the proxy stops beginning waits for this call
+	// (RetryRule.Deadline, shortened by the client's Call.Deadline); set
+	// by Handle on the call's arrival.
+	deadline time.Time
 }
 
 // An Observer is told of every decision, attempt and transition, for
@@ -104,6 +109,10 @@ type Options struct {
 	Owner string
 	// Accounts are the upstream accounts retry rules name, by name.
 	Accounts map[string]policy.Account
+	// Allowances, if set, hold the accounts' allowances in a store that
+	// other proxy processes share, so that they all take from one
+	// allowance per account; nil keeps each allowance in this process.
+	Allowances Allowances
 	// Lease is how long a record stays claimed by this process without a
 	// renewal (KeepLeases renews it); zero means 30 seconds. When a process
 	// dies, its executions are taken over once their lease lapses.
@@ -147,7 +156,7 @@ func New(opts Options) *Interceptor {
 	if in.obs == nil {
 		in.obs = nopObserver{}
 	}
-	in.accounts = newAccounts(opts.Accounts, in.now())
+	in.accounts = newAccounts(opts.Accounts, opts.Allowances, in.now())
 	return in
 }
 
@@ -209,6 +218,7 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 // execution already under way get a goroutine of their own to wait in.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
+	req.deadline = deadline(in.now(), pol.Retry, call.Deadline)
 	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
@@ -295,6 +305,22 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 			go in.attach(ctx, rec, req)
 		}
 	}
+}
+
+// deadline returns when a call arriving at now stops beginning waits: the
+// retry rule's deadline (policy.DefaultDeadline when it sets none), or
+// the client's, if that is sooner. Without a retry rule the proxy makes
+// no waits of its own, and the client's deadline, checked by
+// ParseToolCall, has nothing to bound.
+func deadline(now time.Time, rule *policy.RetryRule, client time.Duration) time.Time {
+	d := policy.DefaultDeadline
+	if rule != nil && rule.Deadline > 0 {
+		d = rule.Deadline
+	}
+	if client > 0 {
+		d = min(d, client)
+	}
+	return now.Add(d)
 }
 
 // matchScope returns the actor and the scope that go into the
@@ -432,11 +458,13 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		return
 	}
 	// A first attempt waits for room in the account's allowance, up to
-	// the attach window, rather than hammering the account.
-	deadline := in.now().Add(req.Policy.AttachWindow)
-	in.admit(a, deadline, func() { in.dispatchNow(ctx, rec, req, note, a) }, func(wait time.Duration) {
+	// the call's deadline, rather than hammering the account.
+	in.admit(ctx, a, req.deadline, func() { in.dispatchNow(ctx, rec, req, note, a) }, func(r refusal) {
 		bg := context.WithoutCancel(ctx)
-		msg := fmt.Sprintf("account %s has no room for another call for %v", a.name, wait.Round(time.Millisecond))
+		msg := r.message(a.name)
+		if r.Err != nil {
+			in.log.Error("the account's allowance could not be read; not sending", "execution", rec.ID, "account", a.name, "err", r.Err)
+		}
 		if rec.State != record.Unknown {
 			in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: msg})
 		}
@@ -494,32 +522,37 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
 		a.release()
 		in.obs.Upstream(rec.Tool, in.now().Sub(sent))
-		wait, why, ok := in.again(req, n, result, err)
-		if ok && a != nil && !a.budget.AllowRetry() {
+		r := in.again(req, n, result, err)
+		if r.ok && a != nil && !a.budget.AllowRetry() {
 			in.log.Warn("retry budget exhausted; answering with the last result", "execution", rec.ID, "account", a.name)
-			result = appendText(result, fmt.Sprintf(
-				"mcp-idempotent: the retry budget of account %s is exhausted, so this result was not retried.", a.name))
-			ok = false
+			r = resend{stop: fmt.Sprintf("the retry budget of account %s is exhausted, so this result was not retried", a.name)}
 		}
-		if !ok {
+		if !r.ok {
+			if r.stop != "" {
+				result, err = withNote(result, err, r.stop)
+			}
 			in.finish(ctx, rec, req, m, n, result, err)
 			return
 		}
-		in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", wait, "why", why)
-		in.obs.Attempt(rec.Tool, n+1, why, wait)
-		time.AfterFunc(wait, func() {
-			in.admit(a, time.Time{}, func() {
+		in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", r.wait, "why", r.why)
+		in.obs.Attempt(rec.Tool, n+1, r.why, r.wait)
+		time.AfterFunc(r.wait, func() {
+			in.admit(ctx, a, req.deadline, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
 				if _, uerr := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
-					Note: fmt.Sprintf("attempt %d: %s", n+1, why)}); uerr != nil {
+					Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}); uerr != nil {
 					a.release()
 					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", uerr)
 					in.finish(ctx, rec, req, m, n, result, err)
 					return
 				}
 				in.send(ctx, rec, req, m, n+1, a)
-			}, nil)
+			}, func(ref refusal) {
+				in.log.Info("not sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "why", ref.message(a.name))
+				result, err := withNote(result, err, "not retried: "+ref.message(a.name))
+				in.finish(ctx, rec, req, m, n, result, err)
+			})
 		})
 	})
 }
@@ -559,35 +592,47 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 	in.answer(ctx, req, settled, m)
 }
 
+// A resend is again's decision on one attempt's answer.
+type resend struct {
+	ok   bool          // send again
+	wait time.Duration // after this wait
+	why  string        // why it is sent again, for the log and the record
+	// stop, when not ok, is why an answer that could have been retried
+	// was not, where the caller should be told (a deadline); "" when the
+	// answer is simply final.
+	stop string
+}
+
 // again decides whether attempt n's answer is sent again, and after how
 // long: only under a retry rule, only for a failure the retry package
-// classes as retry (never sent, or a result the rule marks transient),
-// only where sending again is safe, and within the rule's attempts.
-func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err error) (time.Duration, string, bool) {
+// classes as retry (never sent, an HTTP status of an overloaded or
+// restarting upstream, or a result the rule marks transient), only where
+// sending again is safe, within the rule's attempts, and only if the wait
+// ends before the call's deadline.
+func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err error) resend {
 	rule := req.Policy.Retry
 	if rule == nil {
-		return 0, "", false
+		return resend{}
 	}
+	acct := in.accountOf(req)
 	var (
 		why        string
 		retryAfter time.Duration
 	)
-	switch {
-	case err != nil && retry.Classify(retry.Failure{Err: err}) == retry.Retry:
-		why = "not sent: " + err.Error()
+	switch f, retryAfterText := failure(err); {
 	case err == nil:
 		match, ok := transient(result, rule)
 		if !ok {
-			if a := in.accountOf(req); a != nil {
-				a.budget.OnSuccess()
+			if acct != nil {
+				acct.budget.OnSuccess()
 			}
-			return 0, "", false
+			return resend{}
 		}
-		if a := in.accountOf(req); a != nil {
-			a.budget.OnFailure()
+		if acct != nil {
+			acct.budget.OnFailure()
 		}
 		if !safeToResend(req.Policy, match) {
-			return 0, "", false
+			return resend{}
 		}
 		why = "transient result"
 		if rule.RetryAfterPath != "" {
@@ -595,12 +640,92 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 				retryAfter = time.Duration(secs * float64(time.Second))
 			}
 		}
+	case retry.Classify(f) != retry.Retry:
+		return resend{}
+	case f.HTTPStatus != 0:
+		// The account is throttling or unreachable: as gRPC counts only
+		// retryable statuses against its budget, so does this.
+		if acct != nil {
+			acct.budget.OnFailure()
+		}
+		// The status got to the proxy, so the request may have reached
+		// the tool: it is sent again only where that is safe, or where the
+		// status proves nothing ran (429; see retry.StatusNotRun).
+		if !retry.SafeToResend(retry.Safety{
+			ToolClass:      string(req.Policy.Class),
+			Sent:           !retry.StatusNotRun(f.HTTPStatus),
+			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry,
+		}) {
+			return resend{}
+		}
+		why = fmt.Sprintf("HTTP %d", f.HTTPStatus)
+		if d, ok := retry.ParseRetryAfter(retryAfterText, in.now()); ok {
+			retryAfter = d
+		}
 	default:
-		return 0, "", false
+		why = "not sent: " + err.Error()
 	}
+	now := in.now()
 	b := retry.Backoff{Base: rule.Base, Cap: rule.Cap, MaxAttempts: rule.MaxAttempts}
-	wait, ok := b.Next(n-1, retryAfter, in.now(), time.Time{})
-	return wait, why, ok
+	wait, ok := b.Next(n-1, retryAfter, now, time.Time{})
+	if !ok {
+		return resend{}
+	}
+	// A wait that would pass the caller's deadline fails now instead
+	// (DESIGN section 7): the caller gets the last real answer at once,
+	// not a timeout later. A wait ending exactly at the deadline would
+	// leave the attempt no time, so it is refused too.
+	if !req.deadline.IsZero() && !now.Add(wait).Before(req.deadline) {
+		return resend{stop: fmt.Sprintf(
+			"not retried: waiting %v for attempt %d (%s) would pass the call's deadline, %v from now",
+			wait.Round(time.Millisecond), n+1, why, req.deadline.Sub(now).Round(time.Millisecond))}
+	}
+	return resend{ok: true, wait: wait, why: why}
+}
+
+// failure reads an attempt's error as the retry classifier sees it, and
+// returns the Retry-After value an HTTP upstream sent with it, if any.
+//
+// The Streamable HTTP client answers a POST that failed with an HTTP
+// status with a JSON-RPC internal error (-32603) of its own, whose data
+// holds "http_status" and "retry_after" (transport/streamhttp.Client).
+// Only that code is read for a status: a server's own error of another
+// code is the server refusing the request, whatever its data says.
+func failure(err error) (retry.Failure, string) {
+	f := retry.Failure{Err: err}
+	rpcErr, ok := errors.AsType[*jsonrpc.Error](err)
+	if !ok {
+		return f, ""
+	}
+	f.RPCCode = rpcErr.Code
+	if rpcErr.Code != jsonrpc.CodeInternalError || len(rpcErr.Data) == 0 || rpcErr.Data[0] != '{' {
+		return f, ""
+	}
+	var data struct {
+		HTTPStatus int    `json:"http_status"`
+		RetryAfter string `json:"retry_after"`
+	}
+	if json.Unmarshal(rpcErr.Data, &data) != nil {
+		return f, ""
+	}
+	f.HTTPStatus = data.HTTPStatus
+	return f, data.RetryAfter
+}
+
+// withNote adds the proxy's note to an attempt's answer, which is still
+// the caller's answer: a text item added to a tool result, the note added
+// to a JSON-RPC error's message or to another error's text.
+func withNote(result json.RawMessage, err error, note string) (json.RawMessage, error) {
+	note = "mcp-idempotent: " + note + "."
+	if err == nil {
+		return appendText(result, note), nil
+	}
+	if rpcErr, ok := errors.AsType[*jsonrpc.Error](err); ok && !retry.IsNotSent(err) {
+		e := *rpcErr
+		e.Message += " (" + note + ")"
+		return result, &e
+	}
+	return result, fmt.Errorf("%w (%s)", err, note)
 }
 
 // appendText returns a copy of a tool result with one more text content

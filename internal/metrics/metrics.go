@@ -73,7 +73,7 @@ func New() *Metrics {
 		}, []string{"tool", "state"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcp_idempotent_attempts_total",
-			Help: "Calls sent upstream again (retries), by why: not_sent (the request never left) or transient (the tool's result said try again later).",
+			Help: "Calls sent upstream again (retries), by why: not_sent (the request never left), transient (the tool's result said try again later) or http_status (an HTTP upstream answered 429, 502, 503 or 504).",
 		}, []string{"tool", "why"}),
 		retryWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcp_idempotent_retry_wait_seconds",
@@ -135,6 +135,10 @@ func whyLabel(why string) string {
 		return "not_sent"
 	case strings.HasPrefix(why, "transient"):
 		return "transient"
+	case strings.HasPrefix(why, "HTTP "):
+		// The status is left out too: the set of statuses retried is
+		// small, but one label value per reason is what the rest keep.
+		return "http_status"
 	}
 	return "other"
 }

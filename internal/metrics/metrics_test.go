@@ -50,6 +50,7 @@ func TestObserverExposition(t *testing.T) {
 	m.Transition("create_issue", record.Completed)
 	m.Attempt("upload", 2, "transient result", 200*time.Millisecond)
 	m.Attempt("upload", 3, "not sent: dial tcp 10.0.0.1:80: connection refused", time.Second)
+	m.Attempt("upload", 4, "HTTP 503", 0)
 	m.Upstream("create_issue", 1500*time.Millisecond)
 
 	got := scrape(t, m)
@@ -61,7 +62,8 @@ func TestObserverExposition(t *testing.T) {
 		`mcp_idempotent_transitions_total{state="completed",tool="create_issue"} 1`,
 		`mcp_idempotent_attempts_total{tool="upload",why="transient"} 1`,
 		`mcp_idempotent_attempts_total{tool="upload",why="not_sent"} 1`,
-		`mcp_idempotent_retry_wait_seconds_count{tool="upload"} 2`,
+		`mcp_idempotent_attempts_total{tool="upload",why="http_status"} 1`,
+		`mcp_idempotent_retry_wait_seconds_count{tool="upload"} 3`,
 		`mcp_idempotent_retry_wait_seconds_sum{tool="upload"} 1.2`,
 		`mcp_idempotent_upstream_seconds_count{tool="create_issue"} 1`,
 		`mcp_idempotent_upstream_seconds_sum{tool="create_issue"} 1.5`,

@@ -273,7 +273,7 @@ var (
 	budgetKeys      = []string{"max_tokens", "token_ratio"}
 	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
 	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done"}
-	retryKeys       = []string{"max_attempts", "base", "cap", "transient", "retry_after", "account"}
+	retryKeys       = []string{"max_attempts", "base", "cap", "deadline", "transient", "retry_after", "account"}
 	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
 	recoverKeys     = []string{"tool", "arguments", "done"}
@@ -564,12 +564,12 @@ const maxRetryAttempts = 20
 
 // retryRule decodes a tool's retry block.
 func (p *parser) retryRule(n *yaml.Node, field string) (*RetryRule, *yaml.Node) {
-	fields, ok := p.mapping(n, field, "a mapping with max_attempts, base, cap, transient, retry_after and account")
+	fields, ok := p.mapping(n, field, "a mapping with max_attempts, base, cap, deadline, transient, retry_after and account")
 	if !ok {
 		return nil, nil
 	}
 	var accountNode *yaml.Node
-	rr := &RetryRule{MaxAttempts: 3, Base: 200 * time.Millisecond, Cap: 30 * time.Second}
+	rr := &RetryRule{MaxAttempts: 3, Base: 200 * time.Millisecond, Cap: 30 * time.Second, Deadline: DefaultDeadline}
 	for _, kv := range fields {
 		sub := field + "." + kv.key.Value
 		v := resolve(kv.val)
@@ -591,6 +591,12 @@ func (p *parser) retryRule(n *yaml.Node, field string) (*RetryRule, *yaml.Node) 
 		case "cap":
 			if d, dok := p.duration(v, sub); dok {
 				rr.Cap = d
+			} else {
+				ok = false
+			}
+		case "deadline":
+			if d, dok := p.duration(v, sub); dok {
+				rr.Deadline = d
 			} else {
 				ok = false
 			}

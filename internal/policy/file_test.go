@@ -863,6 +863,7 @@ func TestParseRetry(t *testing.T) {
       max_attempts: 5
       base: 50ms
       cap: 2s
+      deadline: 90s
       transient:
         - result_text: "(?i)\\b429\\b"
           safe_to_resend: true
@@ -876,7 +877,7 @@ func TestParseRetry(t *testing.T) {
 	switch {
 	case r == nil:
 		t.Fatal("no retry rule")
-	case r.MaxAttempts != 5 || r.Base != 50*time.Millisecond || r.Cap != 2*time.Second || r.RetryAfterPath != "retry_after_seconds":
+	case r.MaxAttempts != 5 || r.Base != 50*time.Millisecond || r.Cap != 2*time.Second || r.Deadline != 90*time.Second || r.RetryAfterPath != "retry_after_seconds":
 		t.Errorf("retry rule %+v", r)
 	case len(r.Transient) != 2 || !r.Transient[0].Text.MatchString("HTTP 429") || !r.Transient[0].SafeToResend:
 		t.Errorf("first transient match %+v", r.Transient)
@@ -886,13 +887,19 @@ func TestParseRetry(t *testing.T) {
 	if f.Resolve("other", nil).Retry != nil {
 		t.Error("a tool without a retry rule got one")
 	}
+	if f, err := Parse("p.yaml", []byte("tools:\n  a:\n    retry: {max_attempts: 2}\n")); err != nil || f.Resolve("a", nil).Retry.Deadline != DefaultDeadline {
+		t.Errorf("a retry rule without deadline: %v; want the default %v", err, DefaultDeadline)
+	}
 
 	for _, tt := range []struct{ yaml, want string }{
 		{"tools:\n  a:\n    retry:\n      max_attempts: 0\n", "p.yaml:4:21: tools.a.retry.max_attempts: want a whole number of attempts from 1 to 20"},
 		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: \"(\"\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: want a regular expression"},
 		{"tools:\n  a:\n    retry:\n      transient:\n        - safe_to_resend: true\n", "tools.a.retry.transient[0]: a transient match needs result_text or structured"},
 		{"tools:\n  a:\n    retry:\n      base: 1s\n      cap: 10ms\n", "tools.a.retry: cap (10ms) is shorter than base (1s)"},
-		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, transient, retry_after, account)`},
+		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, deadline, transient, retry_after, account)`},
+		{"tools:\n  a:\n    retry:\n      deadline: 0s\n", `p.yaml:4:17: tools.a.retry.deadline: "0s" must be more than zero`},
+		{"tools:\n  a:\n    retry:\n      deadline: soon\n", `p.yaml:4:17: tools.a.retry.deadline: "soon" is not a duration (use 90s, 10m, 72h or 7d)`},
+		{"tools:\n  a:\n    retry:\n      deadline: [1s]\n", `p.yaml:4:17: tools.a.retry.deadline: a list is not a duration`},
 	} {
 		_, err := Parse("p.yaml", []byte(tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -78,6 +78,13 @@ const (
 const (
 	DefaultRetention    = 24 * time.Hour
 	DefaultAttachWindow = 10 * time.Minute
+	// DefaultDeadline bounds the time a call with a retry rule may spend
+	// from its arrival in the proxy's own waits (an account's allowance,
+	// a backoff). It is the MCP TypeScript SDK's default request timeout:
+	// most clients have given up by then, and a wait past that only holds
+	// the account's room for an answer that a retry of the client's would
+	// find replayed anyway.
+	DefaultDeadline = time.Minute
 )
 
 // A Policy is one tool's replay contract.
@@ -137,6 +144,13 @@ type RetryRule struct {
 	// Account names the upstream account whose allowance every send of
 	// this tool takes from, first attempts and retries alike.
 	Account string
+	// Deadline is the most time a call may spend from its arrival across
+	// the proxy's waits and its attempts: a wait for the account's room or
+	// a backoff that would end past it is not begun, and the call ends
+	// with its last real answer. An attempt already sent is never cut
+	// short. Zero means DefaultDeadline; a client may shorten it per call
+	// (_meta "mcp-idempotent/deadline_ms").
+	Deadline time.Duration
 }
 
 // An Account is an upstream account's allowance, shared by every tool that

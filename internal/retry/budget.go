@@ -50,6 +50,55 @@ func ParseRate(s string) (float64, error) {
 	return n / per.Seconds(), nil
 }
 
+// Interval returns the time one call's room takes to come back: 1/Rate,
+// at least a nanosecond. A Rate that is not positive and finite (ParseRate
+// never returns one) gives the longest Duration: room that never comes
+// back.
+func (a Allowance) Interval() time.Duration {
+	if !(a.Rate > 0) || math.IsInf(a.Rate, 0) {
+		return math.MaxInt64
+	}
+	return max(time.Duration(float64(time.Second)/a.Rate), 1)
+}
+
+// Tolerance returns how far ahead of now the calls may run: Burst-1
+// intervals. The bucket holds room for a call while it is less than
+// Tolerance+Interval from full.
+func (a Allowance) Tolerance() time.Duration {
+	return saturatingMul(a.Interval(), max(a.Burst, 1)-1)
+}
+
+// TakeAt is a Bucket's Take for a caller that keeps the bucket's one time
+// itself, such as a store that shares the allowance across processes:
+// full is when the bucket will next be full (the zero time, or any time
+// not after now, for a bucket that is full), and next is the time to keep
+// after the take. ok and wait are as Take's. A refused take leaves full as
+// it was (next == full).
+//
+// Every holder of the allowance computes the same thing, so processes that
+// share full through a store share one allowance, as long as their clocks
+// agree to well within an interval.
+func (a Allowance) TakeAt(full, now time.Time) (next time.Time, ok bool, wait time.Duration) {
+	f := full
+	if f.Before(now) {
+		f = now
+	}
+	// The bucket holds a token while it is less than tolerance+interval,
+	// that is Burst tokens' time, away from full.
+	if earliest := f.Add(-a.Tolerance()); earliest.After(now) {
+		return full, false, earliest.Sub(now)
+	}
+	return f.Add(a.Interval()), true, 0
+}
+
+// TokensAt is a Bucket's Tokens for a bucket next full at full (see
+// TakeAt): a number in [0, Burst].
+func (a Allowance) TokensAt(full, now time.Time) float64 {
+	interval := a.Interval()
+	ahead := max(full.Sub(now), 0)
+	return (float64(a.Tolerance()) + float64(interval) - float64(ahead)) / float64(interval)
+}
+
 // A Bucket is a token bucket holding an account's Allowance. It starts
 // full, with Burst tokens, and gains Rate tokens a second up to Burst;
 // each call takes one.
@@ -58,13 +107,13 @@ func ParseRate(s string) (float64, error) {
 // next be full (the generic cell rate algorithm, GCRA, which is a token
 // bucket written differently). That makes the arithmetic exact in
 // nanoseconds, and it is the one value a shared store needs to hold to
-// share the allowance across processes.
+// share the allowance across processes (Allowance.TakeAt is the same
+// arithmetic, for such a store).
 //
 // A Bucket is safe for concurrent use. It reads no clock: callers pass
 // the time.
 type Bucket struct {
-	interval  time.Duration // the time one token takes to come back
-	tolerance time.Duration // (Burst-1) * interval: how far ahead calls may run
+	a Allowance
 
 	mu   sync.Mutex // protects full
 	full time.Time  // when the bucket will be full again, if no call takes from it
@@ -79,13 +128,7 @@ func NewBucket(a Allowance, now time.Time) *Bucket {
 	if !(a.Rate > 0) || math.IsInf(a.Rate, 0) {
 		panic(fmt.Sprintf("retry: NewBucket with rate %v; a rate must be positive and finite", a.Rate))
 	}
-	interval := max(time.Duration(float64(time.Second)/a.Rate), 1)
-	burst := max(a.Burst, 1)
-	return &Bucket{
-		interval:  interval,
-		tolerance: saturatingMul(interval, burst-1),
-		full:      now,
-	}
+	return &Bucket{a: a, full: now}
 }
 
 // Take takes a token at now if there is one. If there is none it takes
@@ -95,17 +138,8 @@ func NewBucket(a Allowance, now time.Time) *Bucket {
 func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	full := b.full
-	if full.Before(now) {
-		full = now
-	}
-	// The bucket holds a token while it is less than tolerance+interval,
-	// that is Burst tokens' time, away from full.
-	if earliest := full.Add(-b.tolerance); earliest.After(now) {
-		return false, earliest.Sub(now)
-	}
-	b.full = full.Add(b.interval)
-	return true, 0
+	b.full, ok, wait = b.a.TakeAt(b.full, now)
+	return ok, wait
 }
 
 // Tokens returns how many tokens the bucket holds at now, for metrics: a
@@ -113,8 +147,7 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 func (b *Bucket) Tokens(now time.Time) float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ahead := max(b.full.Sub(now), 0)
-	return (float64(b.tolerance) + float64(b.interval) - float64(ahead)) / float64(b.interval)
+	return b.a.TokensAt(b.full, now)
 }
 
 func saturatingMul(d time.Duration, n int) time.Duration {

@@ -264,3 +264,45 @@ func TestRetryBudgetConcurrent(t *testing.T) {
 		t.Errorf("level %v after 300 failures and 100 successes of 1 from 1000, want in [700, 800]", got)
 	}
 }
+
+// TestTakeAt walks the arithmetic a shared store uses, keeping the time
+// itself: a full bucket may be the zero time, and a refusal leaves the
+// time as it was.
+func TestTakeAt(t *testing.T) {
+	a := Allowance{Rate: 10, Burst: 2}
+	if a.Interval() != 100*time.Millisecond || a.Tolerance() != 100*time.Millisecond {
+		t.Fatalf("Interval, Tolerance = %v, %v; want 100ms, 100ms", a.Interval(), a.Tolerance())
+	}
+	var full time.Time // never taken from
+	steps := []struct {
+		at       time.Duration
+		wantOK   bool
+		wantWait time.Duration
+		wantFull time.Duration // from t0, after the step
+	}{
+		{0, true, 0, 100 * time.Millisecond},
+		{0, true, 0, 200 * time.Millisecond},
+		{0, false, 100 * time.Millisecond, 200 * time.Millisecond},
+		{150 * time.Millisecond, true, 0, 300 * time.Millisecond},
+		{time.Hour, true, 0, time.Hour + 100*time.Millisecond},
+	}
+	for i, s := range steps {
+		next, ok, wait := a.TakeAt(full, t0.Add(s.at))
+		if ok != s.wantOK || wait != s.wantWait || !next.Equal(t0.Add(s.wantFull)) {
+			t.Fatalf("step %d: TakeAt(+%v) = %v, %v, %v; want +%v, %v, %v", i, s.at, next.Sub(t0), ok, wait, s.wantFull, s.wantOK, s.wantWait)
+		}
+		full = next
+	}
+	if got := a.TokensAt(time.Time{}, t0); got != 2 {
+		t.Errorf("TokensAt of a bucket never taken from = %v; want the burst, 2", got)
+	}
+}
+
+func TestAllowanceWithoutARate(t *testing.T) {
+	for _, rate := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		a := Allowance{Rate: rate, Burst: 3}
+		if a.Interval() != math.MaxInt64 || a.Tolerance() != math.MaxInt64 {
+			t.Errorf("rate %v: Interval, Tolerance = %v, %v; want the longest Duration", rate, a.Interval(), a.Tolerance())
+		}
+	}
+}

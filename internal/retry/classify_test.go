@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 )
 
@@ -100,6 +101,22 @@ func TestSafeToResend(t *testing.T) {
 	for _, tt := range tests {
 		if got := SafeToResend(tt.s); got != tt.want {
 			t.Errorf("%s: SafeToResend(%+v) = %v, want %v", tt.name, tt.s, got, tt.want)
+		}
+	}
+}
+
+func TestStatusNotRun(t *testing.T) {
+	for status, want := range map[int]bool{
+		http.StatusTooManyRequests:     true,
+		http.StatusBadGateway:          false,
+		http.StatusServiceUnavailable:  false,
+		http.StatusGatewayTimeout:      false,
+		http.StatusBadRequest:          false,
+		http.StatusInternalServerError: false,
+		0:                              false,
+	} {
+		if got := StatusNotRun(status); got != want {
+			t.Errorf("StatusNotRun(%d) = %v; want %v", status, got, want)
 		}
 	}
 }

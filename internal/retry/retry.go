@@ -10,10 +10,13 @@
 // The parts, in the order a retry loop uses them:
 //
 //   - Classify maps one failed attempt to Retry, Fail or Bug.
-//   - SafeToResend says whether a retry after dispatch may happen at all.
+//   - SafeToResend says whether a retry after dispatch may happen at all;
+//     StatusNotRun, whether an HTTP status proves nothing ran.
 //   - Backoff.Next gives the full-jitter wait, floored by Retry-After
 //     (ParseRetryAfter), or refuses when attempts or the deadline run out.
 //   - Bucket is the account's allowance: every attempt takes from it.
+//     Allowance.TakeAt is the same arithmetic for a store that shares the
+//     allowance across processes.
 //   - RetryBudget stops retries, not first attempts, when the account is
 //     failing.
 //

@@ -1,5 +1,7 @@
 package retry
 
+import "net/http"
+
 // Safety is what SafeToResend needs to know about an attempt that
 // Classify said to Retry: where the request got to, and what the tool's
 // replay contract allows.
@@ -39,4 +41,20 @@ func SafeToResend(s Safety) bool {
 		return true
 	}
 	return s.TransientSafe || s.OnUnknownRetry
+}
+
+// StatusNotRun reports whether an HTTP status proves that the request did
+// not run, so that even a side effect may be sent again.
+//
+// Only 429 does: a rate limiter, in the server or in a gateway before it,
+// refuses the request before anything handles it (RFC 6585 section 4).
+// The other statuses Classify retries prove nothing. A 502 or a 504 is a
+// gateway saying the server's answer went missing, which may be after the
+// server ran the request. A 503 usually means the server was not ready,
+// but gateways send it too for a connection to the server that broke
+// after the request went up (Envoy's "upstream connect error or
+// disconnect/reset before headers"), so it cannot tell "never ran" from
+// "ran, answer lost" either.
+func StatusNotRun(status int) bool {
+	return status == http.StatusTooManyRequests
 }

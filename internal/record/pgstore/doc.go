@@ -15,6 +15,10 @@
 //     holds_key is what makes a reservation atomic. watched marks a
 //     record that a Wait waits for.
 //   - secrets: the fingerprint HMAC key, one row.
+//   - allowances: one row per upstream account whose allowance the proxies
+//     share: when its bucket is next full, in unix nanoseconds (see
+//     retry.Allowance.TakeAt). A take is one INSERT ... ON CONFLICT DO
+//     UPDATE, whose row lock serializes concurrent takes (schema version 2).
 //   - schema_version: the layout's version.
 //
 // # Atomicity

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 func TestMain(m *testing.M) {
@@ -576,5 +577,38 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil || won || got.ID != r.ID {
 			b.Fatalf("Reserve of a completed key = %v won=%v: %v", got, won, err)
 		}
+	}
+}
+
+func TestAllowances(t *testing.T) {
+	recordtest.RunAllowances(t, func(t *testing.T) (recordtest.AllowanceStore, recordtest.AllowanceStore) {
+		u, schema := serverURL(t), newSchema(t)
+		return open(t, u, schema, nil), open(t, u, schema, nil)
+	})
+}
+
+// TestMigrateFromVersion1 opens a schema an older build laid out: the
+// first use adds the allowances and moves it to version 2.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t, nil)
+	if _, err := s.pool.Exec(ctx, s.sql("CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL)")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecord("kept", time.Now())
+	if _, err := s.pool.Exec(ctx, s.sql("INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, retention, owner) VALUES ($1, $2, true, 'f', 'a', 's', 'u', 't', 'accepted', '[]', 0, 0, '1h', 'o')"), r.ID, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := s.TakeAllowance(ctx, "bank", retry.Allowance{Rate: 1, Burst: 1}, time.Now()); !ok || err != nil {
+		t.Fatalf("TakeAllowance on a migrated schema = %v, %v", ok, err)
+	}
+	if v, err := s.version(ctx, s.pool); v != schemaVersion || err != nil {
+		t.Fatalf("version %d, %v; want %d", v, err, schemaVersion)
+	}
+	if _, err := s.Get(ctx, r.ID); err != nil {
+		t.Fatalf("a record of version 1: %v", err)
 	}
 }

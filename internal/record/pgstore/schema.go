@@ -13,7 +13,7 @@ import (
 
 // schemaVersion is the version of the layout below. A change to it adds a
 // migration from the previous version to setup.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // ddl creates the tables in {schema}.
 //
@@ -76,6 +76,21 @@ CREATE TRIGGER records_settled AFTER UPDATE OF state ON {schema}.records FOR EAC
 INSERT INTO {schema}.schema_version (version) VALUES (1);
 `
 
+// ddl2 takes version 1 to 2: the accounts' allowances that every proxy
+// sharing the schema takes from (allowance.go). full_at is when the
+// account's bucket is next full, in unix nanoseconds (a timestamptz keeps
+// only microseconds); last_took is whether the last take found room,
+// which is what the take's one statement returns.
+const ddl2 = `
+CREATE TABLE {schema}.allowances (
+	account   text COLLATE "C" PRIMARY KEY,
+	full_at   bigint NOT NULL,
+	last_took boolean NOT NULL
+);
+
+INSERT INTO {schema}.schema_version (version) VALUES (2);
+`
+
 // ensure creates the schema on the first call that reaches the server.
 // Later calls cost an atomic load.
 func (s *Store) ensure(ctx context.Context) error {
@@ -109,9 +124,9 @@ func (s *Store) setup(ctx context.Context) error {
 	switch {
 	case err == nil && v == schemaVersion:
 		return nil
-	case err == nil:
+	case err == nil && v > schemaVersion:
 		return versionError(v)
-	case !undefined(err):
+	case err != nil && !undefined(err):
 		return err
 	}
 
@@ -137,6 +152,11 @@ func (s *Store) setup(ctx context.Context) error {
 	switch v {
 	case 0:
 		if _, err := tx.Exec(ctx, s.sql(ddl)); err != nil {
+			return err
+		}
+		fallthrough
+	case 1:
+		if _, err := tx.Exec(ctx, s.sql(ddl2)); err != nil {
 			return err
 		}
 	case schemaVersion:

@@ -12,6 +12,10 @@
 //	              key can find it by id
 //	Psecret       string: the fingerprint key, 32 bytes
 //	Psettled      pub/sub channel: the id of each record that settled
+//	Pa:<account>  string: when an upstream account's shared allowance is
+//	              next full, unix nanoseconds (retry.Allowance.TakeAt); a
+//	              take is one script, and the key expires once the
+//	              allowance is full again
 //
 // Everything a reservation or an update touches carries the hash tag {T}, so
 // each script works on keys of one Redis Cluster slot. The holder's record
@@ -21,7 +25,7 @@
 //
 // # Atomicity
 //
-// Reserve, Update, Wait's check and Renew are Lua scripts, run with EVALSHA
+// Reserve, Update, Wait's check, Renew and TakeAllowance are Lua scripts, run with EVALSHA
 // (EVAL when the server has forgotten them): Redis runs a script alone, so
 // reading the holder, settling an orphan, matching or replacing the holder
 // and writing the new record happen as one step, in one round trip. Every

@@ -700,3 +700,11 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 }
+
+func TestAllowances(t *testing.T) {
+	url := serverURL(t)
+	recordtest.RunAllowances(t, func(t *testing.T) (recordtest.AllowanceStore, recordtest.AllowanceStore) {
+		prefix := newPrefix(t, url)
+		return open(t, url, prefix, nil), open(t, url, prefix, nil)
+	})
+}

@@ -118,7 +118,7 @@ end
 return 0
 `)
 
-	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript}
+	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript}
 )
 
 // luaLib is the preamble every script shares. Its tables come from the

@@ -22,5 +22,9 @@
 //	                nanoseconds (NULL when unset), retention in nanoseconds
 //	secrets         the fingerprint secret, created once by whichever process
 //	                asks first
+//	allowances      one row per upstream account that shares its allowance
+//	                through the file: when its bucket is next full, in unix
+//	                nanoseconds (see retry.Allowance.TakeAt); each take is a
+//	                BEGIN IMMEDIATE transaction of its own
 //	schema_version  the schema's version, so a later one can migrate
 package sqlitestore

@@ -289,6 +289,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	case v.Int64 > schemaVersion:
 		return fmt.Errorf("the database has schema version %d; this program knows only up to %d", v.Int64, schemaVersion)
 	}
+	if _, err := tx.ExecContext(ctx, allowancesTable); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 

@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 func TestMain(m *testing.M) {
@@ -359,5 +361,35 @@ func TestPathWithURICharacters(t *testing.T) {
 	}
 	if _, err := os.Stat(path + "-wal"); err != nil {
 		t.Errorf("no WAL beside the database: %v", err)
+	}
+}
+
+func TestAllowances(t *testing.T) {
+	recordtest.RunAllowances(t, func(t *testing.T) (recordtest.AllowanceStore, recordtest.AllowanceStore) {
+		path := dbPath(t)
+		return open(t, path, sqlitestore.Options{}), open(t, path, sqlitestore.Options{})
+	})
+}
+
+// TestAllowancesInAnOlderFile opens a file an older build made, without
+// the allowances table: opening it adds the table.
+func TestAllowancesInAnOlderFile(t *testing.T) {
+	path := dbPath(t)
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DROP TABLE allowances"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	a := retry.Allowance{Rate: 1, Burst: 1}
+	if ok, _, err := open(t, path, sqlitestore.Options{}).TakeAllowance(t.Context(), "bank", a, time.Now()); !ok || err != nil {
+		t.Fatalf("TakeAllowance on a reopened older file = %v, %v; want room", ok, err)
 	}
 }

@@ -1,0 +1,145 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+func TestClientDeadlineValidation(t *testing.T) {
+	for _, tt := range []struct {
+		meta string
+		want time.Duration
+		err  string
+	}{
+		{`{"mcp-idempotent/deadline_ms":1500}`, 1500 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":1}`, time.Millisecond, ""},
+		{`{"progressToken":1}`, 0, ""},
+		{`{"mcp-idempotent/deadline_ms":5,"mcp-idempotent/deadline_ms":7}`, 7 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":0}`, 0, "must be a positive whole number of milliseconds, not 0"},
+		{`{"mcp-idempotent/deadline_ms":-5}`, 0, "not -5"},
+		{`{"mcp-idempotent/deadline_ms":1.5}`, 0, "not 1.5"},
+		{`{"mcp-idempotent/deadline_ms":1e3}`, 0, "not 1e3"},
+		{`{"mcp-idempotent/deadline_ms":"1000"}`, 0, `not "1000"`},
+		{`{"mcp-idempotent/deadline_ms":null}`, 0, "not null"},
+		{`{"mcp-idempotent/deadline_ms":true}`, 0, "not true"},
+		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 0, "milliseconds; the most is 9223372036854"},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("_meta %s: %v", tt.meta, err)
+		case tt.err == "" && tc.Deadline != tt.want:
+			t.Errorf("_meta %s: deadline %v; want %v", tt.meta, tc.Deadline, tt.want)
+		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err) ||
+			!strings.Contains(err.Message, `_meta["mcp-idempotent/deadline_ms"]`)):
+			t.Errorf("_meta %s: error %v; want -32602 naming the member and containing %q", tt.meta, err, tt.err)
+		}
+	}
+}
+
+// withDeadline returns a tools/call whose _meta sets the client's
+// deadline to ms milliseconds.
+func withDeadline(params string, ms int) string {
+	return strings.TrimSuffix(params, "}") + `,"_meta":{"mcp-idempotent/deadline_ms":` + strconv.Itoa(ms) + `}}`
+}
+
+func TestFirstAttemptWaitsForRoomUpToItsDeadline(t *testing.T) {
+	// The account lets one call go a minute; the second call arrives at
+	// once and needs to wait 60s for room.
+	for _, tt := range []struct {
+		name       string
+		deadline   time.Duration // the policy's retry.deadline; 0 for the default
+		clientMS   int           // the client's deadline_ms; 0 for none
+		wantSentAt time.Duration // when the second call reaches the upstream; -1: never
+	}{
+		{"the policy deadline allows the wait", 2 * time.Minute, 0, time.Minute},
+		{"the default deadline refuses a wait that ends exactly at it", 0, 0, -1},
+		{"a policy deadline before the room comes refuses", 30 * time.Second, 0, -1},
+		{"the client shortens the deadline", 2 * time.Minute, 30_000, -1},
+		{"a client deadline past the policy's does not lengthen it", 30 * time.Second, 120_000, -1},
+		{"a client deadline after the room comes allows the wait", 10 * time.Minute, 61_000, time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var mu sync.Mutex
+				var at []time.Duration
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					mu.Lock()
+					at = append(at, time.Since(start))
+					mu.Unlock()
+					return charged(ctx, n, p)
+				})
+				h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: tt.deadline}
+				h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 1})
+				h.call(t.Context(), t, charge(1)).only(t)
+				second := charge(2)
+				if tt.clientMS > 0 {
+					second = withDeadline(second, tt.clientMS)
+				}
+				a := <-h.call(t.Context(), t, second).got // after a minute, maybe
+				h.in.Wait(t.Context())
+				if tt.wantSentAt < 0 {
+					e := jsonrpc.DecodeError(a.Error)
+					if a.Error == nil || !strings.Contains(e.Message, "account bank has no room for another call for 1m0s, which would pass the call's deadline") ||
+						!strings.Contains(e.Message, "nothing ran") {
+						t.Fatalf("got %+v; want an error saying the wait for room would pass the deadline", a)
+					}
+					if len(at) != 1 {
+						t.Fatalf("the upstream saw calls at %v; want only the first", at)
+					}
+					return
+				}
+				if v := view(t, a); v.Content[0].Text != "charge #2" || len(at) != 2 || at[1] != tt.wantSentAt {
+					t.Fatalf("got %+v, with calls at %v; want the second call sent after %v", v, at, tt.wantSentAt)
+				}
+			})
+		})
+	}
+}
+
+func TestBackoffPastTheDeadlineEndsTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100)) // each 429 asks for 2s
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.RetryAfterPath = "retry_after_seconds"
+		h.pol.Retry.Deadline = 3 * time.Second
+		start := time.Now()
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		// The second attempt goes at 2s; a third would wait 2s more,
+		// past the deadline at 3s, so the call ends at 2s with the 429.
+		if n := h.up.calls.Load(); n != 2 || time.Since(start) != 2*time.Second {
+			t.Fatalf("upstream saw %d calls, answered after %v; want 2, after 2s", n, time.Since(start))
+		}
+		last := v.Content[len(v.Content)-1].Text
+		if !strings.Contains(v.Content[0].Text, "429") || !strings.Contains(last, "would pass the call's deadline") {
+			t.Fatalf("got %+v; want the last 429 with a note that a wait would pass the deadline", v)
+		}
+		h.in.Wait(t.Context())
+		if rec := h.onlyRecord(t); rec.State != record.Failed || rec.Attempts != 2 {
+			t.Fatalf("record %s after %d attempts; want failed after 2 (a transient result is not replayed)", rec.State, rec.Attempts)
+		}
+	})
+}
+
+func TestClientDeadlineShortensRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.RetryAfterPath = "retry_after_seconds" // 2s
+		v := view(t, h.call(t.Context(), t, withDeadline(chargeCall, 1500)).only(t))
+		if n := h.up.calls.Load(); n != 1 || !strings.Contains(v.Content[len(v.Content)-1].Text, "would pass the call's deadline, 1.5s from now") {
+			t.Fatalf("got %+v after %d calls; a client deadline of 1.5s leaves no room for a 2s wait", v, n)
+		}
+	})
+}

@@ -1,0 +1,140 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// httpError is the JSON-RPC error the Streamable HTTP client answers a
+// POST with when the server's answer is an HTTP error status.
+func httpError(status int, retryAfter string) *jsonrpc.Error {
+	data, _ := json.Marshal(map[string]any{"http_status": status, "retry_after": retryAfter})
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("upstream answered HTTP %d", status), Data: data}
+}
+
+// statusThen answers the first call with e, then charges.
+func statusThen(e *jsonrpc.Error) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+	return func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if n == 1 {
+			return nil, e
+		}
+		return charged(ctx, n, p)
+	}
+}
+
+func TestHTTPStatuses(t *testing.T) {
+	sideEffect := policy.FromAnnotations(nil)
+	idempotent := policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
+	readOnly := policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
+	keyed := policy.FromAnnotations(nil)
+	keyed.OnUnknown = policy.Retry // the upstream dedupes on the forwarded execution id
+	for _, tt := range []struct {
+		name   string
+		err    *jsonrpc.Error
+		pol    policy.Policy
+		resent bool
+	}{
+		// 429 proves nothing ran: even a side effect is sent again.
+		{"429 side effect", httpError(http.StatusTooManyRequests, ""), sideEffect, true},
+		// 502, 503 and 504 may come after the tool ran: sent again only
+		// where the policy says that is safe.
+		{"502 side effect", httpError(http.StatusBadGateway, ""), sideEffect, false},
+		{"503 side effect", httpError(http.StatusServiceUnavailable, ""), sideEffect, false},
+		{"504 side effect", httpError(http.StatusGatewayTimeout, ""), sideEffect, false},
+		{"503 idempotent", httpError(http.StatusServiceUnavailable, ""), idempotent, true},
+		{"502 read only", httpError(http.StatusBadGateway, ""), readOnly, true},
+		{"504 on_unknown retry", httpError(http.StatusGatewayTimeout, ""), keyed, true},
+		// The request is wrong, or the server will not do it: repeating
+		// it cannot help, whatever the tool.
+		{"400", httpError(http.StatusBadRequest, ""), idempotent, false},
+		{"401", httpError(http.StatusUnauthorized, ""), idempotent, false},
+		{"403", httpError(http.StatusForbidden, ""), idempotent, false},
+		{"404", httpError(http.StatusNotFound, ""), idempotent, false},
+		{"422", httpError(http.StatusUnprocessableEntity, ""), idempotent, false},
+		{"501", httpError(http.StatusNotImplemented, ""), idempotent, false},
+		{"500", httpError(http.StatusInternalServerError, ""), idempotent, false},
+		// A server's own error is the server refusing, whatever its data.
+		{"server error with a status in its data", &jsonrpc.Error{Code: -32000, Message: "busy", Data: json.RawMessage(`{"http_status":503}`)}, idempotent, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(statusThen(tt.err))
+				h.pol = tt.pol
+				h.pol.Retry = retryRule(false)
+				a := h.call(t.Context(), t, chargeCall).only(t)
+				h.in.Wait(t.Context())
+				rec := h.onlyRecord(t)
+				if tt.resent {
+					if v := view(t, a); v.Content[0].Text != "charge #2" || h.up.calls.Load() != 2 || rec.Attempts != 2 {
+						t.Fatalf("got %+v after %d calls, %d attempts; want the second attempt's success", v, h.up.calls.Load(), rec.Attempts)
+					}
+					return
+				}
+				if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Message != tt.err.Message || string(e.Data) != string(tt.err.Data) {
+					t.Fatalf("got %+v; want the upstream's error as it came", a)
+				}
+				if n := h.up.calls.Load(); n != 1 || rec.State != record.Failed {
+					t.Fatalf("upstream saw %d calls, record %s; want 1 call, failed", n, rec.State)
+				}
+			})
+		})
+	}
+}
+
+func TestHTTPRetryAfterIsAFloor(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		retryAfter func(now time.Time) string
+		want       time.Duration
+	}{
+		{"seconds", func(time.Time) string { return "3" }, 3 * time.Second},
+		{"an HTTP date", func(now time.Time) string { return now.Add(5 * time.Second).UTC().Format(http.TimeFormat) }, 5 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var second time.Duration
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					if n == 1 {
+						return nil, httpError(http.StatusTooManyRequests, tt.retryAfter(time.Now()))
+					}
+					second = time.Since(start)
+					return charged(ctx, n, p)
+				})
+				h.pol.Retry = retryRule(false) // backoff ceilings of 100ms and up
+				if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" {
+					t.Fatalf("got %+v; want the second attempt's success", v)
+				}
+				if second < tt.want || second > tt.want+100*time.Millisecond {
+					t.Fatalf("the second attempt went after %v; Retry-After asked for %v, and the backoff adds at most 100ms", second, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func TestHTTPRetryAfterPastTheDeadlineFailsNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(statusThen(httpError(http.StatusTooManyRequests, "120")))
+		h.pol.Retry = retryRule(false) // the default deadline: a minute
+		start := time.Now()
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		e := jsonrpc.DecodeError(a.Error)
+		if a.Error == nil || !strings.HasPrefix(e.Message, "upstream answered HTTP 429 (mcp-idempotent: not retried: waiting 2m0s for attempt 2 (HTTP 429) would pass the call's deadline") {
+			t.Fatalf("got %+v; want the 429 now, saying the wait would pass the deadline", a)
+		}
+		if n := h.up.calls.Load(); n != 1 || time.Since(start) != 0 {
+			t.Fatalf("upstream saw %d calls; answered after %v; want 1, at once", n, time.Since(start))
+		}
+	})
+}
