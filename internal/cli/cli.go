@@ -51,6 +51,9 @@ execution that already happened instead of running the tool again.
 
 Usage:
   mcp-idempotent [flags] -- COMMAND [ARGS...]   proxy a stdio MCP server
+  mcp-idempotent [flags] --upstream URL        proxy a Streamable HTTP MCP server
+  mcp-idempotent serve --listen ADDR [flags] (-- COMMAND... | --upstream URL)
+                                               serve MCP over Streamable HTTP
   mcp-idempotent demo                          show the problem and the fix
   mcp-idempotent policy check FILE             validate a policy file
   mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
@@ -74,6 +77,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		switch args[0] {
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr)
+		case "serve":
+			return runServe(ctx, args[1:], stderr)
 		case "policy":
 			return runPolicy(ctx, args[1:], stdout, stderr)
 		case "activity":
@@ -141,7 +146,21 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return &usageError{err.Error()}
 	}
-	argv := f.fs.Args()
+	if err := f.checkUpstream(f.fs.Args()); err != nil {
+		return err
+	}
+	w, err := f.wire(ctx, f.fs.Args(), stderr)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	scope := "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_")
+	return w.session(ctx, stdio.NewConn(stdin, stdout, w.maxMessage), w.actor, scope)
+}
+
+// checkUpstream checks that the upstream is named once: a command after
+// -- or --upstream URL.
+func (f *proxyFlags) checkUpstream(argv []string) error {
 	switch {
 	case f.upstream != "" && len(argv) > 0:
 		return usagef("--upstream and a command after -- both name the upstream: give one")
@@ -151,39 +170,73 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
-	if err != nil {
-		return err
+	return nil
+}
+
+// A wiring is what every session of one proxy process shares: the logger,
+// the store, the fingerprint key, the policy and the interceptor.
+type wiring struct {
+	f          *proxyFlags
+	argv       []string // the upstream command, when it is one
+	stderr     io.Writer
+	log        *slog.Logger
+	maxMessage int
+	actor      string // the actor of a session that names none
+	hasher     *fingerprint.Hasher
+	resolve    proxy.Resolver
+	in         *intercept.Interceptor
+	closers    []func()
+}
+
+// close releases what wire opened, in reverse order.
+func (w *wiring) close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
 	}
-	maxMessage, err := parseSize(f.maxMessage)
-	if err != nil {
-		return usagef("--max-message-size: %v", err)
+}
+
+// wire checks the flags and builds what the sessions share. On success the
+// caller must call close.
+func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) (w *wiring, err error) {
+	w = &wiring{f: f, argv: argv, stderr: stderr}
+	built := w // what to release on failure, once w is nil
+	defer func() {
+		if err != nil {
+			built.close()
+		}
+	}()
+	if w.log, err = newLogger(stderr, f.logLevel, f.logFormat); err != nil {
+		return nil, err
 	}
-	actor := f.actor
-	if actor == "" {
-		actor = osUser()
+	if w.maxMessage, err = parseSize(f.maxMessage); err != nil {
+		return nil, usagef("--max-message-size: %v", err)
+	}
+	w.actor = f.actor
+	if w.actor == "" {
+		w.actor = osUser()
 	}
 	if f.restarts < 0 {
-		return usagef("--max-restarts: %d is negative", f.restarts)
+		return nil, usagef("--max-restarts: %d is negative", f.restarts)
 	}
 	if f.window <= 0 {
-		return usagef("--restart-window: %v must be positive", f.window)
+		return nil, usagef("--restart-window: %v must be positive", f.window)
 	}
 	if f.lease < time.Second {
-		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
+		return nil, usagef("--lease: %v is too short; it must be at least 1s", f.lease)
 	}
+	log := w.log
 	var obs *metrics.Metrics
 	if f.metrics != "" {
 		// Listen now, so a bad address or a port in use stops the proxy
 		// before it opens the store or starts the upstream.
 		ln, err := metrics.Listen(f.metrics)
 		if err != nil {
-			return fmt.Errorf("--metrics: %w", err)
+			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 		obs = metrics.New()
 		serving, stopServing := context.WithCancel(ctx)
 		served := make(chan struct{})
-		defer func() { stopServing(); <-served }()
+		w.closers = append(w.closers, func() { stopServing(); <-served })
 		go func() {
 			defer close(served)
 			if err := obs.ServeOn(serving, ln, log); err != nil {
@@ -193,43 +246,28 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	resolve, policyFile, err := newResolver(f.policy, f.scope)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	w.resolve = resolve
 	store, durable, err := openStore(ctx, f.store)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if durable != nil {
-		defer durable.Close()
+		w.closers = append(w.closers, func() { durable.Close() })
 	}
 	hasher, err := newHasher(ctx, durable)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	var (
-		child      *stdio.Child // the upstream, when it is a command
-		upstream   proxy.Conn
-		upstreamID string
-	)
-	var httpUp *streamhttp.Client // the upstream, when it is a URL
-	if f.upstream != "" {
-		c, id, err := dialUpstream(ctx, f.upstream, f.headers, hasher, log, maxMessage)
-		if err != nil {
-			return err
-		}
-		defer func() { httpUp.Close() }()
-		httpUp, upstream, upstreamID = c, c, id
-	} else {
-		child, err = stdio.Start(argv, stderr, maxMessage)
-		if err != nil {
-			return err
-		}
-		upstream, upstreamID = child, stdio.Describe(argv)
-		log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
-	}
+	w.hasher = hasher
 
 	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts()}
+	if shared, ok := store.(intercept.Allowances); ok {
+		// Every proxy sharing the store takes from one allowance per
+		// account.
+		iopts.Allowances = shared
+	}
 	if obs != nil {
 		// Only the interceptor's handle is timed: durable keeps the
 		// store's Secret and Close.
@@ -240,15 +278,47 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if obs != nil {
 		obs.WatchAccounts(in.AccountLevels)
 	}
+	w.in = in
 	leases, stopLeases := context.WithCancel(ctx)
-	defer stopLeases()
+	w.closers = append(w.closers, stopLeases)
 	go in.KeepLeases(leases)
+	return w, nil
+}
+
+// session runs one client session: it starts the upstream (a child
+// process, or a session with the HTTP server), pumps frames between it
+// and client until the client goes, and stops the upstream.
+func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope string) error {
+	f, log := w.f, w.log
+	var (
+		child      *stdio.Child // the upstream, when it is a command
+		upstream   proxy.Conn
+		upstreamID string
+	)
+	var httpUp *streamhttp.Client // the upstream, when it is a URL
+	if f.upstream != "" {
+		c, id, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
+		if err != nil {
+			return err
+		}
+		defer func() { httpUp.Close() }()
+		httpUp, upstream, upstreamID = c, c, id
+	} else {
+		var err error
+		child, err = stdio.Start(w.argv, w.stderr, w.maxMessage)
+		if err != nil {
+			return err
+		}
+		upstream, upstreamID = child, stdio.Describe(w.argv)
+		log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
+	}
+
 	opts := proxy.Options{
-		Interceptor:   in,
+		Interceptor:   w.in,
 		Actor:         actor,
-		Scope:         "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_"),
+		Scope:         scope,
 		UpstreamID:    upstreamID,
-		Resolve:       resolve,
+		Resolve:       w.resolve,
 		Logger:        log,
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
@@ -258,7 +328,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		// replays the client's handshake.
 		opts.Restart = func(ctx context.Context) (proxy.Conn, error) {
 			httpUp.Close()
-			c, _, err := dialUpstream(ctx, f.upstream, f.headers, hasher, log, maxMessage)
+			c, _, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
 			if err != nil {
 				return nil, err
 			}
@@ -269,7 +339,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if f.restarts > 0 && child != nil {
 		opts.Restart = func(context.Context) (proxy.Conn, error) {
 			stopChild(child) // reap the one that exited
-			next, err := stdio.Start(argv, stderr, maxMessage)
+			next, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
 			if err != nil {
 				return nil, err
 			}
@@ -278,7 +348,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return child, nil
 		}
 	}
-	runErr := proxy.New(stdio.NewConn(stdin, stdout, maxMessage), upstream, opts).Run(ctx)
+	runErr := proxy.New(client, upstream, opts).Run(ctx)
 	if child == nil {
 		return runErr
 	}

@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
+)
+
+// serveFlags are the flags of the serve command: the proxy's, and the
+// HTTP front's.
+type serveFlags struct {
+	*proxyFlags
+	listen       string
+	path         string
+	origins      stringsFlag
+	hosts        stringsFlag
+	tokenFile    string
+	maxSessions  int
+	idleTimeout  time.Duration
+	jsonResponse bool
+}
+
+// stringsFlag collects a repeatable flag's values.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+func newServeFlags(stderr io.Writer) *serveFlags {
+	f := &serveFlags{proxyFlags: newProxyFlags(stderr)}
+	fs := f.fs
+	fs.Init("mcp-idempotent serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, serveUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "the `ADDR` (host:port) to serve MCP on; keep it loopback unless clients on other hosts need it, and then set --auth-token-file")
+	fs.StringVar(&f.path, "path", "/mcp", "the URL path of the MCP endpoint")
+	fs.Var(&f.origins, "allow-origin", "an Origin to accept besides the loopback ones, as https://app.example.com, or * for any (repeatable); a browser page from any other origin gets 403")
+	fs.Var(&f.hosts, "allow-host", "a Host name to accept besides loopback names, the --listen host and the --allow-origin hosts (repeatable); any other Host gets 403 (DNS rebinding)")
+	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint, so two tokens never share an execution")
+	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); more get 503")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 30*time.Minute, "end a session (and stop its upstream) after this long without a request")
+	fs.BoolVar(&f.jsonResponse, "json-response", false, "answer each POST with one JSON body instead of an SSE stream (no progress on the request's stream, no resumption)")
+	return f
+}
+
+const serveUsage = `mcp-idempotent serve is a Streamable HTTP MCP server in front of an MCP
+server: every client session gets its own upstream (a child process, or a
+session with the HTTP upstream), and retried tool calls are made safe.
+
+Usage:
+  mcp-idempotent serve [flags] -- COMMAND [ARGS...]
+  mcp-idempotent serve [flags] --upstream URL
+
+Flags:
+`
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	f := newServeFlags(stderr)
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &usageError{err.Error()}
+	}
+	argv := f.fs.Args()
+	if err := f.checkUpstream(argv); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(f.path, "/") {
+		return usagef("--path: %q must start with /", f.path)
+	}
+	if f.maxSessions <= 0 {
+		return usagef("--max-sessions: %d must be positive", f.maxSessions)
+	}
+	if f.idleTimeout <= 0 {
+		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
+	}
+	host, _, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return usagef("--listen: %q is not host:port: %v", f.listen, err)
+	}
+	var tokens map[string]string
+	if f.tokenFile != "" {
+		if tokens, err = readTokens(f.tokenFile); err != nil {
+			return fmt.Errorf("--auth-token-file: %w", err)
+		}
+	}
+	hosts := f.hosts
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		hosts = append(hosts, strings.ToLower(host))
+	}
+
+	w, err := f.wire(ctx, argv, stderr)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	if !isLoopbackHost(host) && tokens == nil {
+		w.log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	front := streamhttp.NewServer(streamhttp.ServerOptions{
+		Open: func(ctx context.Context, s *streamhttp.ServerSession) error {
+			return w.session(ctx, s, s.Actor(), "session:"+s.ID())
+		},
+		Tokens:       tokens,
+		Actor:        w.actor,
+		AllowOrigins: f.origins,
+		AllowHosts:   hosts,
+		MaxSessions:  f.maxSessions,
+		IdleTimeout:  f.idleTimeout,
+		MaxMessage:   w.maxMessage,
+		JSONResponse: f.jsonResponse,
+		Logger:       w.log,
+	})
+	mux := http.NewServeMux()
+	mux.Handle(f.path, front)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	reaping, stopReaping := context.WithCancel(ctx)
+	defer stopReaping()
+	go front.RunReaper(reaping, min(max(f.idleTimeout/4, time.Second), time.Minute))
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	w.log.Info("serving MCP over Streamable HTTP", "url", "http://"+ln.Addr().String()+f.path, "auth", tokens != nil)
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	// End the sessions first: their open streams would keep Shutdown
+	// waiting. Each session's calls under way settle, and its upstream
+	// stops.
+	front.Close()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdown)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
+// and lines starting with # are skipped.
+func readTokens(path string) (map[string]string, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	tokens := make(map[string]string)
+	sc := bufio.NewScanner(file)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s:%d: want 'TOKEN ACTOR', two fields, not %d", path, n, len(fields))
+		}
+		if _, dup := tokens[fields[0]]; dup {
+			return nil, fmt.Errorf("%s:%d: the token is listed twice", path, n)
+		}
+		tokens[fields[0]] = fields[1]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("%s lists no token: add lines of 'TOKEN ACTOR'", path)
+	}
+	return tokens, nil
+}

@@ -1,0 +1,888 @@
+package streamhttp
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// The protocol versions a Server accepts in MCP-Protocol-Version. A request
+// without the header is taken as 2025-03-26, as the spec says.
+var serverVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+
+// frontStatelessSince is the first protocol version without sessions
+// (SEP-2575): its requests carry their protocol version and client
+// information in _meta, and no Mcp-Session-Id.
+const frontStatelessSince = "2026-07-28"
+
+// primingVersion is the first protocol version whose clients expect an
+// SSE stream to open with an event that has an id and no data, so they
+// can resume a stream that breaks before its first message (SEP-1699).
+const primingVersion = "2025-11-25"
+
+// ServerOptions configures a Server.
+type ServerOptions struct {
+	// Open runs the proxy for one session, reading the client's frames
+	// from s and writing what goes back to s, until s.ReadFrame returns
+	// io.EOF. It is called on its own goroutine when the session starts;
+	// when it returns, the session ends. Required.
+	Open func(ctx context.Context, s *ServerSession) error
+	// Tokens maps each bearer token a client may present to the actor it
+	// acts for. Nil means no authentication: every request acts for Actor.
+	Tokens map[string]string
+	Actor  string
+	// AllowOrigins lists the Origin header values accepted besides the
+	// loopback ones (http or https, localhost, 127.0.0.1 or [::1], any
+	// port); "*" accepts any. A request without Origin is not a browser's
+	// and passes.
+	AllowOrigins []string
+	// AllowHosts lists the Host header names (without port) accepted
+	// besides the loopback ones and the hosts of AllowOrigins: a foreign
+	// Host is how a DNS rebinding attack shows.
+	AllowHosts []string
+	// MaxSessions bounds the sessions open at once; zero means 100.
+	MaxSessions int
+	// IdleTimeout ends a session no request has touched for that long and
+	// that owes no answer; zero means 30 minutes.
+	IdleTimeout time.Duration
+	// MaxMessage bounds a request body; zero means DefaultMaxMessage.
+	MaxMessage int
+	// EventBuffer and EventBufferBytes bound the events a session holds
+	// for clients that reconnect; zero means 1024 events and 32 MiB.
+	EventBuffer      int
+	EventBufferBytes int
+	// JSONResponse answers a POST with one JSON body instead of an SSE
+	// stream. Messages the server starts then go on the GET stream.
+	JSONResponse bool
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now is the clock for idle timeouts; nil means time.Now.
+	Now func() time.Time
+}
+
+// A Server is the Streamable HTTP front of the proxy (spec 2025-11-25,
+// "Streamable HTTP"; and the 2026-07-28 stateless requests of SEP-2575).
+// Each session a client initialises gets its own proxy session from
+// Options.Open; the stateless requests of one actor share one lane.
+type Server struct {
+	opts ServerOptions
+	log  *slog.Logger
+
+	ctx    context.Context // parent of every session; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // protects the fields below
+	sessions map[string]*ServerSession
+	lanes    map[string]*ServerSession // stateless lanes, by actor
+	tokens   []token
+	closed   bool
+}
+
+// A token is a bearer token, kept as its SHA-256 so that every comparison
+// takes the same time whatever the lengths.
+type token struct {
+	sum   [sha256.Size]byte
+	actor string
+}
+
+// NewServer returns a Server; Close ends its sessions.
+func NewServer(opts ServerOptions) *Server {
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 100
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 30 * time.Minute
+	}
+	if opts.MaxMessage <= 0 {
+		opts.MaxMessage = DefaultMaxMessage
+	}
+	if opts.EventBuffer <= 0 {
+		opts.EventBuffer = 1024
+	}
+	if opts.EventBufferBytes <= 0 {
+		opts.EventBufferBytes = 32 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger,
+		sessions: make(map[string]*ServerSession),
+		lanes:    make(map[string]*ServerSession),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for t, actor := range opts.Tokens {
+		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(t)), actor: actor})
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Close ends every session and waits for their Open calls to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*ServerSession, 0, len(s.sessions)+len(s.lanes))
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	for _, ss := range s.lanes {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
+		ss.close()
+	}
+	s.wg.Wait()
+	s.cancel()
+	return nil
+}
+
+// RunReaper ends idle sessions until ctx is done, looking every tick.
+func (s *Server) RunReaper(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Reap()
+		}
+	}
+}
+
+// Reap ends the sessions that have sat idle for longer than IdleTimeout:
+// no request under way, no answer owed, no stream open.
+func (s *Server) Reap() {
+	now := s.now()
+	s.mu.Lock()
+	var idle []*ServerSession
+	for _, ss := range s.sessions {
+		ss.mu.Lock()
+		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > s.opts.IdleTimeout {
+			idle = append(idle, ss)
+		}
+		ss.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, ss := range idle {
+		s.log.Info("session ended after sitting idle", "session", ss.id, "idle_timeout", s.opts.IdleTimeout)
+		ss.close()
+	}
+}
+
+// Sessions returns how many sessions are open, stateless lanes included.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions) + len(s.lanes)
+}
+
+// An httpError is a refusal: a status, and a message for the body.
+type httpError struct {
+	status int
+	msg    string
+	header http.Header
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func refuse(status int, format string, args ...any) *httpError {
+	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// writeRefusal answers with status and a JSON-RPC error body, which every
+// MCP client can show; code is the JSON-RPC code (-32600 unless told).
+func writeRefusal(w http.ResponseWriter, e *httpError, code int) {
+	for k, vs := range e.header {
+		w.Header()[k] = vs
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	w.Write(jsonrpc.NewErrorResponse(nil, &jsonrpc.Error{Code: code, Message: e.msg}))
+}
+
+// ServeHTTP implements http.Handler for the MCP endpoint.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	actor, herr := s.check(r)
+	if herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		s.post(w, r, actor)
+	case http.MethodGet:
+		s.get(w, r, actor)
+	case http.MethodDelete:
+		s.delete(w, r, actor)
+	default:
+		writeRefusal(w, &httpError{status: http.StatusMethodNotAllowed,
+			msg:    r.Method + " is not a method of the MCP endpoint: use POST, GET or DELETE",
+			header: http.Header{"Allow": {"GET, POST, DELETE"}}}, jsonrpc.CodeInvalidRequest)
+	}
+}
+
+// check applies the checks every request passes: Host, Origin, the bearer
+// token, and the protocol version. It returns the request's actor.
+func (s *Server) check(r *http.Request) (string, *httpError) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if !s.hostAllowed(strings.Trim(strings.ToLower(host), "[]")) {
+		return "", refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
+		return "", refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
+	}
+	actor := s.opts.Actor
+	if s.tokens != nil {
+		var ok bool
+		if actor, ok = s.authenticate(r); !ok {
+			return "", &httpError{status: http.StatusUnauthorized, msg: "a valid bearer token is required (Authorization: Bearer TOKEN)",
+				header: http.Header{"Www-Authenticate": {`Bearer realm="mcp-idempotent"`}}}
+		}
+	}
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !slices.Contains(serverVersions, v) {
+		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(serverVersions, ", "))
+	}
+	return actor, nil
+}
+
+func isLoopbackName(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) hostAllowed(host string) bool {
+	if isLoopbackName(host) || slices.Contains(s.opts.AllowHosts, host) {
+		return true
+	}
+	for _, o := range s.opts.AllowOrigins {
+		if u, err := url.Parse(o); err == nil && strings.EqualFold(u.Hostname(), host) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	for _, o := range s.opts.AllowOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(strings.ToLower(u.Hostname()))
+}
+
+// authenticate finds the actor of the request's bearer token, comparing
+// it with every token in constant time.
+func (s *Server) authenticate(r *http.Request) (string, bool) {
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
+	actor, found := "", 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
+			actor, found = t.actor, 1
+		}
+	}
+	return actor, found == 1
+}
+
+// accepts reports whether the Accept header lists mediaType (or a range
+// covering it).
+func accepts(r *http.Request, mediaType string) bool {
+	major, _, _ := strings.Cut(mediaType, "/")
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lookup returns the session the request names, checking that it belongs
+// to actor; another actor's session is as unknown as one that never was.
+func (s *Server) lookup(r *http.Request, actor string) (*ServerSession, *httpError) {
+	id := r.Header.Get(headerSessionID)
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss == nil || ss.actor != actor || ss.closed() {
+		return nil, refuse(http.StatusNotFound, "session %q is unknown or has ended: initialize a new one", id)
+	}
+	return ss, nil
+}
+
+// post handles a POST: one JSON-RPC message, or a batch of them.
+func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
+	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
+		writeRefusal(w, refuse(http.StatusUnsupportedMediaType, "Content-Type must be application/json, not %q", r.Header.Get("Content-Type")), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	if !accepts(r, "application/json") || !accepts(r, "text/event-stream") {
+		writeRefusal(w, refuse(http.StatusNotAcceptable, "Accept must list both application/json and text/event-stream"), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeRefusal(w, refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
+			return
+		}
+		s.log.Debug("reading a request body failed", "err", err)
+		writeRefusal(w, refuse(http.StatusBadRequest, "reading the body: %v", err), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	msgs, herr, code := decodeBody(body)
+	if herr != nil {
+		writeRefusal(w, herr, code)
+		return
+	}
+
+	var ss *ServerSession
+	isInit := len(msgs) == 1 && msgs[0].IsRequest() && msgs[0].Method == "initialize"
+	switch {
+	case r.Header.Get(headerSessionID) != "":
+		if ss, herr = s.lookup(r, actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+			return
+		}
+	case isInit:
+		if ss, herr = s.startSession(actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInternalError)
+			return
+		}
+		w.Header().Set(headerSessionID, ss.id)
+	case isStateless(r, msgs):
+		if len(msgs) != 1 {
+			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", frontStatelessSince), jsonrpc.CodeInvalidRequest)
+			return
+		}
+		if ss, herr = s.lane(actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInternalError)
+			return
+		}
+	default:
+		writeRefusal(w, refuse(http.StatusBadRequest, "Mcp-Session-Id is required: start a session with initialize"), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	ss.begin()
+	defer ss.end()
+	s.deliver(w, r, ss, body, msgs)
+}
+
+// decodeBody reads a POST body as JSON-RPC.
+func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
+	m, err := jsonrpc.Decode(body)
+	if err != nil {
+		if errors.Is(err, jsonrpc.ErrNotObject) {
+			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
+		}
+		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err), jsonrpc.CodeParseError
+	}
+	msgs := []*jsonrpc.Message{m}
+	if m.Batch {
+		if msgs, err = jsonrpc.DecodeBatch(body); err != nil {
+			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
+		}
+		if len(msgs) == 0 {
+			return nil, refuse(http.StatusBadRequest, "an empty batch"), jsonrpc.CodeInvalidRequest
+		}
+	}
+	for _, m := range msgs {
+		if m.Method == "" && m.ID == nil {
+			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
+		}
+	}
+	return msgs, nil, 0
+}
+
+// isStateless reports whether a request without a session id is a
+// 2026-07-28 one: the header says so, or the message is server/discover,
+// or its _meta names that protocol version.
+func isStateless(r *http.Request, msgs []*jsonrpc.Message) bool {
+	if v := r.Header.Get(headerProtocolVersion); v != "" {
+		return v >= frontStatelessSince
+	}
+	for _, m := range msgs {
+		if m.Method == "server/discover" || frontMetaVersion(m.Params) >= frontStatelessSince {
+			return true
+		}
+	}
+	return false
+}
+
+// frontMetaVersion returns params._meta's protocol version (SEP-2575), or "".
+func frontMetaVersion(params json.RawMessage) string {
+	var v string
+	jsonrpc.EachMember(params, func(name, value []byte) bool {
+		if string(name) != "_meta" {
+			return true
+		}
+		jsonrpc.EachMember(value, func(name, value []byte) bool {
+			if string(name) == "io.modelcontextprotocol/protocolVersion" {
+				v, _ = jsonrpc.StringValue(value)
+				return false
+			}
+			return true
+		})
+		return false
+	})
+	return v
+}
+
+// startSession opens a session for an initialize request.
+func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
+	var b [16]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
+	}
+	if len(s.sessions) >= s.opts.MaxSessions {
+		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open (--max-sessions); end one with DELETE or wait for one to sit idle", len(s.sessions))
+		e.header = http.Header{"Retry-After": {"5"}}
+		return nil, e
+	}
+	ss := newServerSession(s, id, actor, false)
+	s.sessions[id] = ss
+	s.run(ss, func() { delete(s.sessions, id) })
+	s.log.Info("session started", "session", id, "actor", actor)
+	return ss, nil
+}
+
+// lane returns the stateless lane of actor, opening it on first use.
+func (s *Server) lane(actor string) (*ServerSession, *httpError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
+	}
+	if ss := s.lanes[actor]; ss != nil && !ss.closed() {
+		return ss, nil
+	}
+	ss := newServerSession(s, "stateless:"+actor, actor, true)
+	s.lanes[actor] = ss
+	s.run(ss, func() {
+		if s.lanes[actor] == ss {
+			delete(s.lanes, actor)
+		}
+	})
+	return ss, nil
+}
+
+// run starts Open for ss; once it returns, the session is closed and
+// forget (called under s.mu) removes it. Called under s.mu.
+func (s *Server) run(ss *ServerSession, forget func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := s.opts.Open(s.ctx, ss)
+		if err != nil {
+			s.log.Warn("session ended", "session", ss.id, "err", err)
+		} else {
+			s.log.Debug("session ended", "session", ss.id)
+		}
+		ss.endPending()
+		ss.close()
+		s.mu.Lock()
+		forget()
+		s.mu.Unlock()
+	}()
+}
+
+func (ss *ServerSession) begin() {
+	ss.mu.Lock()
+	ss.active++
+	ss.mu.Unlock()
+}
+
+func (ss *ServerSession) end() {
+	ss.mu.Lock()
+	ss.active--
+	ss.lastActive = ss.srv.now()
+	ss.mu.Unlock()
+}
+
+// deliver passes a POST's messages to the session and answers: 202 when
+// they hold no request, else the answers, as an SSE stream or JSON.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSession, body []byte, msgs []*jsonrpc.Message) {
+	var st *stream
+	var ids []string // the requests' ids as the proxy sees them
+	ss.mu.Lock()
+	if !ss.stateless {
+		for _, m := range msgs {
+			p := ss.pending[string(m.ID)]
+			if !m.IsRequest() || p == nil {
+				continue
+			}
+			if len(msgs) != 1 || string(p.frame) != string(body) {
+				ss.mu.Unlock()
+				writeRefusal(w, refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID), jsonrpc.CodeInvalidRequest)
+				return
+			}
+			// The client sent again a request still being answered (it
+			// lost the stream and did not resume): it gets the one answer
+			// on this new stream, and the request is not passed on twice.
+			st = s.newPostStreamLocked(r, ss)
+			st.want = 1
+			if p.st.want--; p.st.want == 0 {
+				ss.endLocked(p.st)
+			}
+			p.st = st
+			if p.token != "" {
+				ss.progress[p.token] = st
+			}
+			ss.mu.Unlock()
+			s.log.Debug("a request sent again attaches to its answer", "session", ss.id, "id", string(m.ID))
+			s.answer(w, r, ss, st)
+			return
+		}
+	}
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		key := string(m.ID)
+		if ss.stateless {
+			ss.nextID++
+			newID := json.RawMessage(strconv.Quote("h" + strconv.FormatInt(ss.nextID, 10)))
+			ss.origIDs[string(newID)] = m.ID
+			body = withID(body, m.ID, newID)
+			key = string(newID)
+		}
+		if st == nil {
+			st = s.newPostStreamLocked(r, ss)
+		}
+		st.want++
+		p := &pendingRequest{st: st, frame: body}
+		if t := progressToken(m.Params); t != "" && !st.isJSON {
+			p.token = t
+			ss.progress[t] = st
+		}
+		ss.pending[key] = p
+		ids = append(ids, key)
+	}
+	frame := body
+	ss.mu.Unlock()
+
+	select {
+	case ss.in <- frame:
+	case <-ss.done:
+		ss.forget(ids)
+		writeRefusal(w, refuse(http.StatusNotFound, "session %q has ended: initialize a new one", ss.id), jsonrpc.CodeInvalidRequest)
+		return
+	case <-r.Context().Done():
+		ss.forget(ids)
+		return
+	}
+	if st == nil {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	answered := s.answer(w, r, ss, st)
+	if !answered && ss.stateless {
+		// A stateless request's client cannot come back for its answer:
+		// closing the request cancels it (SEP-2575). The proxy detaches
+		// the caller; an execution under way runs to its end, and the
+		// same call sent again attaches to it.
+		ss.cancel(ids)
+	}
+}
+
+// newPostStreamLocked makes the stream that answers a POST. An SSE stream
+// for a client of 2025-11-25 or later opens with a priming event, an id
+// and no data, so the client can resume the stream even if it breaks
+// before the first message; it is held before the request goes to the
+// proxy, so it comes first.
+func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession) *stream {
+	st := ss.newStreamLocked()
+	st.isJSON = s.opts.JSONResponse
+	if v := r.Header.Get(headerProtocolVersion); !st.isJSON && !ss.stateless && v >= primingVersion {
+		ss.appendLocked(st, nil)
+	}
+	return st
+}
+
+// forget drops requests that never reached the proxy.
+func (ss *ServerSession) forget(ids []string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, id := range ids {
+		if p := ss.pending[id]; p != nil && p.token != "" {
+			delete(ss.progress, p.token)
+		}
+		delete(ss.pending, id)
+		delete(ss.origIDs, id)
+	}
+}
+
+// cancel tells the proxy the client of a stateless lane gave up on ids.
+func (ss *ServerSession) cancel(ids []string) {
+	ss.mu.Lock()
+	var gone []string
+	for _, id := range ids {
+		if ss.pending[id] != nil {
+			gone = append(gone, id)
+		}
+	}
+	ss.mu.Unlock()
+	ss.forget(gone)
+	for _, id := range gone {
+		n := jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(`{"requestId":`+id+`,"reason":"the client closed the request"}`))
+		select {
+		case ss.in <- n:
+		case <-ss.done:
+			return
+		}
+	}
+}
+
+// answer writes st to the client until it is done, the client goes, or
+// the session ends. It reports whether the stream was written to its end.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream) bool {
+	if st.isJSON {
+		return s.answerJSON(w, r, ss, st)
+	}
+	openStream(w)
+	return s.pump(w, r, ss, st, 0)
+}
+
+// openStream sends the headers of an SSE response at once: the client
+// learns that its request is in before the first event, which may be a
+// long call away.
+func openStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// answerJSON waits for st's answers and writes them as one JSON body.
+func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream) bool {
+	for {
+		ss.mu.Lock()
+		done, notify := st.done, st.notify
+		var out [][]byte
+		if done {
+			for _, ev := range st.events {
+				out = append(out, ev.data)
+			}
+		}
+		ss.mu.Unlock()
+		if done {
+			w.Header().Set("Content-Type", "application/json")
+			if len(out) == 1 {
+				w.Write(out[0])
+			} else {
+				w.Write(append(append([]byte("["), joinFrames(out)...), ']'))
+			}
+			return true
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			return false
+		case <-ss.done:
+			return false
+		}
+	}
+}
+
+func joinFrames(frames [][]byte) []byte {
+	var b []byte
+	for i, f := range frames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, f...)
+	}
+	return b
+}
+
+// pump writes st's events from sequence number from on, as they come,
+// until the stream is done, the client goes, the session ends, or another
+// request takes the stream over. It reports whether it wrote the end.
+func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream, from int64) bool {
+	ss.mu.Lock()
+	ss.writers++
+	gen := ss.writers
+	st.writer = gen
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		if st.writer == gen {
+			st.writer = 0
+		}
+		ss.mu.Unlock()
+	}()
+	flusher, _ := w.(http.Flusher)
+	var buf []byte
+	ending := false // the session has ended: write what is held, then stop
+	for {
+		ss.mu.Lock()
+		if st.writer != gen {
+			ss.mu.Unlock()
+			return false
+		}
+		buf = buf[:0]
+		for _, ev := range st.events {
+			if ev.seq < from {
+				continue
+			}
+			buf = appendEvent(buf, eventID(st.num, ev.seq), ev.data)
+			from = ev.seq + 1
+		}
+		done := st.done && from >= st.next
+		notify := st.notify
+		ss.mu.Unlock()
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return false
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if done {
+			return true
+		}
+		if ending {
+			return false
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			return false
+		case <-ss.done:
+			ending = true
+		}
+	}
+}
+
+// appendEvent appends one SSE event. A JSON-RPC frame holds no newline
+// (JSON strings escape them), so data fits on one line.
+func appendEvent(b []byte, id string, data []byte) []byte {
+	b = append(b, "id: "...)
+	b = append(b, id...)
+	if len(data) == 0 {
+		return append(b, "\ndata:\n\n"...)
+	}
+	b = append(b, "\nevent: message\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
+
+// get handles a GET: the standing stream for messages the server starts,
+// or, with Last-Event-ID, the rest of a stream the client lost.
+func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
+	if !accepts(r, "text/event-stream") {
+		writeRefusal(w, refuse(http.StatusNotAcceptable, "Accept must list text/event-stream"), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	if r.Header.Get(headerSessionID) == "" {
+		writeRefusal(w, &httpError{status: http.StatusMethodNotAllowed,
+			msg:    "GET needs an Mcp-Session-Id: there is no stream without a session",
+			header: http.Header{"Allow": {"POST"}}}, jsonrpc.CodeInvalidRequest)
+		return
+	}
+	ss, herr := s.lookup(r, actor)
+	if herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return
+	}
+	ss.begin()
+	defer ss.end()
+
+	var st *stream
+	var from int64
+	if last := r.Header.Get(headerLastEventID); last != "" {
+		num, seq, ok := parseEventID(last)
+		ss.mu.Lock()
+		if ok {
+			st = ss.streams[num]
+		}
+		held := st != nil && (seq+1 >= st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
+		ss.mu.Unlock()
+		if !held {
+			writeRefusal(w, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
+			return
+		}
+		from = seq + 1
+		s.log.Debug("client resumes a stream", "session", ss.id, "last_event_id", last)
+	} else {
+		ss.mu.Lock()
+		st = ss.getStreamLocked()
+		live := st.writer != 0
+		ss.mu.Unlock()
+		if live {
+			writeRefusal(w, refuse(http.StatusConflict, "the session's GET stream is already open"), jsonrpc.CodeInvalidRequest)
+			return
+		}
+	}
+	openStream(w)
+	s.pump(w, r, ss, st, from)
+}
+
+// delete handles a DELETE: the client ends its session.
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, actor string) {
+	if r.Header.Get(headerSessionID) == "" {
+		writeRefusal(w, refuse(http.StatusBadRequest, "DELETE needs the Mcp-Session-Id of the session to end"), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	ss, herr := s.lookup(r, actor)
+	if herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return
+	}
+	s.log.Info("session deleted by the client", "session", ss.id)
+	ss.close()
+	s.mu.Lock()
+	delete(s.sessions, ss.id)
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}

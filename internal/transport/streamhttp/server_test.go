@@ -1,0 +1,599 @@
+package streamhttp
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// A fakeProxy stands in for the proxy behind a Server: it answers every
+// request with {"method":M,"id":ID} (the id it saw), after the request's
+// gate opens for methods named "slow", and records what it read.
+type fakeProxy struct {
+	gate chan struct{} // closed to let "slow" requests answer
+
+	mu     sync.Mutex
+	frames []string // every frame read, in order
+	opened int      // sessions opened
+	ended  chan *ServerSession
+}
+
+func newFakeProxy() *fakeProxy {
+	return &fakeProxy{gate: make(chan struct{}), ended: make(chan *ServerSession, 16)}
+}
+
+func (p *fakeProxy) open(ctx context.Context, s *ServerSession) error {
+	p.mu.Lock()
+	p.opened++
+	p.mu.Unlock()
+	defer func() { p.ended <- s }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		f, err := s.ReadFrame()
+		if err != nil {
+			return nil
+		}
+		p.mu.Lock()
+		p.frames = append(p.frames, string(f))
+		p.mu.Unlock()
+		msgs, err := jsonrpc.DecodeBatch(f)
+		if err != nil {
+			m, err := jsonrpc.Decode(f)
+			if err != nil {
+				continue
+			}
+			msgs = []*jsonrpc.Message{m}
+		}
+		for _, m := range msgs {
+			if !m.IsRequest() {
+				continue
+			}
+			if m.Method == "end" {
+				return nil // the upstream went away with the answer owed
+			}
+			p.answer(&wg, s, m)
+		}
+	}
+}
+
+// answer answers m on its own goroutine, as a proxy answers calls.
+func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Message) {
+	wg.Go(func() {
+		switch m.Method {
+		case "slow":
+			select {
+			case <-p.gate:
+			case <-s.done:
+				return
+			}
+		case "progress":
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
+		}
+		result, _ := json.Marshal(map[string]any{"method": m.Method, "id": m.ID})
+		s.WriteFrame(jsonrpc.NewResponse(m.ID, result))
+	})
+}
+
+func (p *fakeProxy) seen(substr string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, f := range p.frames {
+		if strings.Contains(f, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func newTestServer(t *testing.T, opts ServerOptions) (*Server, *fakeProxy, *httptest.Server) {
+	t.Helper()
+	p := newFakeProxy()
+	opts.Open = p.open
+	if opts.Actor == "" {
+		opts.Actor = "alice"
+	}
+	srv := NewServer(opts)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		select {
+		case <-p.gate:
+		default:
+			close(p.gate)
+		}
+		hs.CloseClientConnections()
+		srv.Close()
+		hs.Close()
+	})
+	return srv, p, hs
+}
+
+const (
+	initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	version  = "2025-11-25"
+)
+
+// do sends one request with the usual headers, overridden by hdr ("" deletes).
+func do(t *testing.T, ctx context.Context, method, url, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// start initialises a session and returns its id.
+func start(t *testing.T, url string, hdr map[string]string) string {
+	t.Helper()
+	resp := do(t, t.Context(), "POST", url, initBody, hdr)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("initialize: %s %s", resp.Status, b)
+	}
+	sid := resp.Header.Get(headerSessionID)
+	if sid == "" {
+		t.Fatal("initialize: no Mcp-Session-Id")
+	}
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"initialize"`) {
+		t.Fatalf("initialize answered %v", msgs)
+	}
+	return sid
+}
+
+type testEvent struct{ id, data string }
+
+// readEvents reads SSE events with data until the stream ends.
+func readEvents(t *testing.T, body io.Reader) []testEvent {
+	t.Helper()
+	r := newSSEReader(body, 1<<20)
+	var out []testEvent
+	for {
+		ev, err := r.next()
+		if err != nil {
+			return out
+		}
+		if len(ev.Data) > 0 {
+			out = append(out, testEvent{ev.ID, string(ev.Data)})
+		}
+	}
+}
+
+func session(sid string) map[string]string {
+	return map[string]string{headerSessionID: sid, headerProtocolVersion: version}
+}
+
+func TestServerBadInput(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{MaxMessage: 1024})
+	sid := start(t, hs.URL, nil)
+	tests := []struct {
+		name   string
+		method string
+		body   string
+		hdr    map[string]string
+		status int
+		code   int // the JSON-RPC error code in the body; 0 for none
+	}{
+		{"content type", "POST", initBody, map[string]string{"Content-Type": "text/plain"}, 415, -32600},
+		{"no accept", "POST", initBody, map[string]string{"Accept": ""}, 406, -32600},
+		{"accept json only", "POST", initBody, map[string]string{"Accept": "application/json"}, 406, -32600},
+		{"too large", "POST", `{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"` + strings.Repeat("a", 2000) + `"}}`, session(sid), 413, -32600},
+		{"not json", "POST", `{"jsonrpc":`, session(sid), 400, -32700},
+		{"not an object", "POST", `42`, session(sid), 400, -32600},
+		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
+		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
+		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
+		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
+		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
+		{"put", "PUT", `{}`, session(sid), 405, -32600},
+		{"get without accept", "GET", "", map[string]string{headerSessionID: sid, "Accept": "application/json"}, 406, -32600},
+		{"get without session", "GET", "", nil, 405, -32600},
+		{"get unknown session", "GET", "", session("nope"), 404, -32600},
+		{"resume unknown event", "GET", "", map[string]string{headerSessionID: sid, headerLastEventID: "99-3"}, 400, -32600},
+		{"resume bad event id", "GET", "", map[string]string{headerSessionID: sid, headerLastEventID: "x"}, 400, -32600},
+		{"delete without session", "DELETE", "", nil, 400, -32600},
+		{"delete unknown session", "DELETE", "", session("nope"), 404, -32600},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := do(t, t.Context(), tt.method, hs.URL, tt.body, tt.hdr)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d; body %s", resp.StatusCode, tt.status, b)
+			}
+			m, err := jsonrpc.Decode(b)
+			if err != nil || m.Error == nil {
+				t.Fatalf("body %q is not a JSON-RPC error", b)
+			}
+			if e := jsonrpc.DecodeError(m.Error); e.Code != tt.code || e.Message == "" {
+				t.Fatalf("error %+v, want code %d and a message", e, tt.code)
+			}
+		})
+	}
+}
+
+func TestServerOriginAndHost(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"}})
+	tests := []struct {
+		name   string
+		hdr    map[string]string
+		status int
+	}{
+		{"no origin", nil, 200},
+		{"loopback origin", map[string]string{"Origin": "http://localhost:5173"}, 200},
+		{"allowed origin", map[string]string{"Origin": "https://app.example.com"}, 200},
+		{"foreign origin", map[string]string{"Origin": "https://evil.example"}, 403},
+		{"null origin", map[string]string{"Origin": "null"}, 403},
+		{"foreign host", map[string]string{"Host": "evil.example:80"}, 403},
+		{"rebinding host", map[string]string{"Host": "attacker.localhost.evil.example"}, 403},
+		{"allowed origin's host", map[string]string{"Host": "app.example.com"}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range tt.hdr {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, b)
+			}
+		})
+	}
+}
+
+func TestServerAuth(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	for _, auth := range []string{"", "Bearer wrong", "Basic dG9rLWE6", "Bearer tok-a-longer"} {
+		resp := do(t, t.Context(), "POST", hs.URL, initBody, map[string]string{"Authorization": auth})
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	sidA := start(t, hs.URL, map[string]string{"Authorization": "Bearer tok-a"})
+	// Bob's token does not open Alice's session.
+	hdr := session(sidA)
+	hdr["Authorization"] = "Bearer tok-b"
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, hdr)
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("another token's session: %s, want 404", resp.Status)
+	}
+	if srv.Sessions() != 1 || p.opened != 1 {
+		t.Fatalf("%d sessions open, %d opened; want 1", srv.Sessions(), p.opened)
+	}
+	srv.mu.Lock()
+	actor := srv.sessions[sidA].Actor()
+	srv.mu.Unlock()
+	if actor != "alice" {
+		t.Fatalf("the session acts for %q, want alice", actor)
+	}
+}
+
+func TestServerSessionLifecycle(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("a notification: %s, want 202", resp.Status)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"a","method":"tools/list"}`, session(sid))
+	msgs := readEvents(t, resp.Body)
+	resp.Body.Close()
+	if len(msgs) != 1 || msgs[0].data != `{"jsonrpc":"2.0","id":"a","result":{"id":"a","method":"tools/list"}}` {
+		t.Fatalf("tools/list answered %v", msgs)
+	}
+	resp = do(t, t.Context(), "DELETE", hs.URL, "", session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("DELETE: %s, want 204", resp.Status)
+	}
+	if ended := <-p.ended; ended.ID() != sid {
+		t.Fatalf("session %s ended, want %s", ended.ID(), sid)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("a deleted session: %s, want 404", resp.Status)
+	}
+	if n := srv.Sessions(); n != 0 {
+		t.Fatalf("%d sessions open after DELETE", n)
+	}
+}
+
+// TestServerResume: the client loses the stream of a call under way and
+// comes back with Last-Event-ID; it gets the answer, which the proxy
+// produced once.
+func TestServerResume(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+	r := newSSEReader(resp.Body, 1<<20)
+	priming, err := r.next()
+	if err != nil || len(priming.Data) != 0 || priming.ID == "" {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event with an id and no data", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	close(p.gate) // the answer comes while nobody listens
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
+	}
+	if n := p.seen(`"slow"`); n != 1 {
+		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+}
+
+// TestServerResend: a client that lost the stream and sends the same
+// request again gets the one answer; the request is not passed on twice.
+func TestServerResend(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	body := `{"jsonrpc":"2.0","id":8,"method":"slow"}`
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, body, session(sid))
+	newSSEReader(resp.Body, 1<<20).next() // the priming event: the request is in
+	cut()
+	resp.Body.Close()
+
+	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":8,"method":"other"}`, session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("another request under a pending id: %s, want 400", resp.Status)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, body, session(sid))
+	defer resp.Body.Close()
+	close(p.gate)
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":8`) {
+		t.Fatalf("the second POST got %v; want the answer to 8", msgs)
+	}
+	if n := p.seen(`"slow"`); n != 1 {
+		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+}
+
+// TestServerStateless: 2026-07-28 requests carry no session; two clients
+// may use the same id at once, and each gets its own answer, with its own
+// id back. A client that closes its request cancels it.
+func TestServerStateless(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			resp := do(t, t.Context(), "POST", hs.URL, body, hdr)
+			defer resp.Body.Close()
+			if resp.Header.Get(headerSessionID) != "" {
+				t.Error("a stateless answer carries a session id")
+			}
+			msgs := readEvents(t, resp.Body)
+			if len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":1,"result":`) {
+				t.Errorf("answered %v; want the answer under id 1", msgs)
+			}
+		})
+	}
+	wg.Wait()
+	if n := p.seen(`"id":"h1"`) + p.seen(`"id":"h2"`); n != 2 {
+		t.Fatalf("the proxy saw %v; want two requests under distinct ids", p.frames)
+	}
+	// Without the header, server/discover alone marks a stateless request.
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"d","method":"server/discover"}`, nil)
+	msgs := readEvents(t, resp.Body)
+	resp.Body.Close()
+	if len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":"d"`) {
+		t.Fatalf("server/discover answered %v", msgs)
+	}
+
+	ctx, cut := context.WithCancel(t.Context())
+	resp = do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":5,"method":"slow"}`, hdr)
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+	cut()
+	resp.Body.Close()
+	waitFor(t, func() bool { return p.seen(`notifications/cancelled`) == 1 })
+	if p.seen(`"requestId":"h4"`) != 1 {
+		t.Fatalf("the cancellation does not name the request's id: %v", p.frames)
+	}
+}
+
+// waitFor polls cond: the fake proxy's reads happen on the server's
+// goroutines, with no event to wait on from here.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestServerProgressAndServerMessages(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":9,"method":"progress","params":{"_meta":{"progressToken":"tok"}}}`, session(sid))
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	// With no GET stream open, the log message goes on the open POST
+	// stream; progress goes on its request's stream.
+	if len(msgs) != 3 || !strings.Contains(msgs[0].data, `"progressToken":"tok"`) || !strings.Contains(msgs[1].data, "notifications/message") || !strings.Contains(msgs[2].data, `"id":9`) {
+		t.Fatalf("the stream held %v; want progress, the log message, then the answer", msgs)
+	}
+}
+
+func TestServerJSONResponse(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+	resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	sid := resp.Header.Get(headerSessionID)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"method":"initialize"`) {
+		t.Fatalf("initialize answered %s %q", resp.Header.Get("Content-Type"), b)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, `[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]`, session(sid))
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var batch []json.RawMessage
+	if err := json.Unmarshal(b, &batch); err != nil || len(batch) != 2 {
+		t.Fatalf("a batch answered %q; want an array of two answers", b)
+	}
+}
+
+func TestServerMaxSessions(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{MaxSessions: 1})
+	start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a session past the limit: %s (Retry-After %q); want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+	}
+}
+
+func TestServerIdleTimeout(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
+	sid := start(t, hs.URL, nil)
+
+	// A call under way keeps the session however long it takes.
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"slow"}`, session(sid))
+	advance(2 * time.Minute)
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("a session with a call under way was reaped")
+	}
+	close(p.gate)
+	readEvents(t, resp.Body)
+	resp.Body.Close()
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.sessions[sid].active == 0
+	})
+
+	advance(59 * time.Second)
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("a session idle for less than the timeout was reaped")
+	}
+	advance(2 * time.Second)
+	srv.Reap()
+	if ended := <-p.ended; ended.ID() != sid {
+		t.Fatalf("session %s ended, want %s", ended.ID(), sid)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"x"}`, session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("a reaped session: %s, want 404", resp.Status)
+	}
+}
+
+// TestServerSessionEndsWithAnswersOwed: when the proxy for a session
+// stops, every request still owed an answer gets an error; no stream
+// hangs.
+func TestServerSessionEndsWithAnswersOwed(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":4,"method":"end"}`, session(sid))
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":4,"error"`) || !strings.Contains(msgs[0].data, "session ended") {
+		t.Fatalf("the stream held %v; want an error answer to 4", msgs)
+	}
+}
+
+// TestServerEventBufferBound: a session holds its last EventBuffer events;
+// a stream whose events were dropped cannot be resumed, and says so.
+func TestServerEventBufferBound(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{EventBuffer: 2})
+	sid := start(t, hs.URL, nil)
+	primings := make([]string, 2)
+	for i := range primings {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1`+strconv.Itoa(i)+`,"method":"x"}`, session(sid))
+		ev, err := newSSEReader(resp.Body, 1<<20).next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		primings[i] = ev.ID
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i, want := range []int{400, 200} {
+		hdr := session(sid)
+		hdr[headerLastEventID] = primings[i]
+		resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
+		var msgs []testEvent
+		if resp.StatusCode == 200 {
+			msgs = readEvents(t, resp.Body)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("resuming stream %d: %s, want %d", i, resp.Status, want)
+		}
+		if want == 200 && (len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":11`)) {
+			t.Fatalf("the resumed stream held %v; want the answer to 11", msgs)
+		}
+	}
+}
+
+func TestWithID(t *testing.T) {
+	frame := []byte(`{"jsonrpc":"2.0","result":{"id":1},"id":1}`)
+	m, err := jsonrpc.Decode(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(withID(frame, m.ID, json.RawMessage(`"h1"`)))
+	if want := `{"jsonrpc":"2.0","result":{"id":1},"id":"h1"}`; got != want {
+		t.Fatalf("withID = %s, want %s", got, want)
+	}
+}
