@@ -43,28 +43,31 @@ func TestHTTPStatuses(t *testing.T) {
 		err    *jsonrpc.Error
 		pol    policy.Policy
 		resent bool
+		// unknown, when not resent: the status may follow a run, so the
+		// outcome is unknown, not failed.
+		unknown bool
 	}{
 		// 429 proves nothing ran: even a side effect is sent again.
-		{"429 side effect", httpError(http.StatusTooManyRequests, ""), sideEffect, true},
+		{"429 side effect", httpError(http.StatusTooManyRequests, ""), sideEffect, true, false},
 		// 502, 503 and 504 may come after the tool ran: sent again only
 		// where the policy says that is safe.
-		{"502 side effect", httpError(http.StatusBadGateway, ""), sideEffect, false},
-		{"503 side effect", httpError(http.StatusServiceUnavailable, ""), sideEffect, false},
-		{"504 side effect", httpError(http.StatusGatewayTimeout, ""), sideEffect, false},
-		{"503 idempotent", httpError(http.StatusServiceUnavailable, ""), idempotent, true},
-		{"502 read only", httpError(http.StatusBadGateway, ""), readOnly, true},
-		{"504 on_unknown retry", httpError(http.StatusGatewayTimeout, ""), keyed, true},
+		{"502 side effect", httpError(http.StatusBadGateway, ""), sideEffect, false, true},
+		{"503 side effect", httpError(http.StatusServiceUnavailable, ""), sideEffect, false, true},
+		{"504 side effect", httpError(http.StatusGatewayTimeout, ""), sideEffect, false, true},
+		{"503 idempotent", httpError(http.StatusServiceUnavailable, ""), idempotent, true, false},
+		{"502 read only", httpError(http.StatusBadGateway, ""), readOnly, true, false},
+		{"504 on_unknown retry", httpError(http.StatusGatewayTimeout, ""), keyed, true, false},
 		// The request is wrong, or the server will not do it: repeating
 		// it cannot help, whatever the tool.
-		{"400", httpError(http.StatusBadRequest, ""), idempotent, false},
-		{"401", httpError(http.StatusUnauthorized, ""), idempotent, false},
-		{"403", httpError(http.StatusForbidden, ""), idempotent, false},
-		{"404", httpError(http.StatusNotFound, ""), idempotent, false},
-		{"422", httpError(http.StatusUnprocessableEntity, ""), idempotent, false},
-		{"501", httpError(http.StatusNotImplemented, ""), idempotent, false},
-		{"500", httpError(http.StatusInternalServerError, ""), idempotent, false},
+		{"400", httpError(http.StatusBadRequest, ""), idempotent, false, false},
+		{"401", httpError(http.StatusUnauthorized, ""), idempotent, false, false},
+		{"403", httpError(http.StatusForbidden, ""), idempotent, false, false},
+		{"404", httpError(http.StatusNotFound, ""), idempotent, false, false},
+		{"422", httpError(http.StatusUnprocessableEntity, ""), idempotent, false, false},
+		{"501", httpError(http.StatusNotImplemented, ""), idempotent, false, false},
+		{"500", httpError(http.StatusInternalServerError, ""), idempotent, false, true},
 		// A server's own error is the server refusing, whatever its data.
-		{"server error with a status in its data", &jsonrpc.Error{Code: -32000, Message: "busy", Data: json.RawMessage(`{"http_status":503}`)}, idempotent, false},
+		{"server error with a status in its data", &jsonrpc.Error{Code: -32000, Message: "busy", Data: json.RawMessage(`{"http_status":503}`)}, idempotent, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -77,6 +80,12 @@ func TestHTTPStatuses(t *testing.T) {
 				if tt.resent {
 					if v := view(t, a); v.Content[0].Text != "charge #2" || h.up.calls.Load() != 2 || rec.Attempts != 2 {
 						t.Fatalf("got %+v after %d calls, %d attempts; want the second attempt's success", v, h.up.calls.Load(), rec.Attempts)
+					}
+					return
+				}
+				if tt.unknown {
+					if v := view(t, a); !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || rec.State != record.Unknown || h.up.calls.Load() != 1 {
+						t.Fatalf("got %+v, record %s, after %d calls; want outcome unknown after 1 call", v, rec.State, h.up.calls.Load())
 					}
 					return
 				}

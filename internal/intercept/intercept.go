@@ -562,6 +562,11 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Request, m marking, n int, result json.RawMessage, err error) {
 	defer in.work.Done()
 	c := outcome(result, err)
+	if f, _ := failure(err); c.To == record.Failed && retry.StatusMayHaveRun(f.HTTPStatus) {
+		// The status may have come after the tool ran (a gateway gave up
+		// waiting, the server failed mid-call): nobody saw the outcome.
+		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+	}
 	if strings.HasPrefix(c.Note, "malformed answer") {
 		// A bug upstream, not a passing failure: said loudly.
 		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)

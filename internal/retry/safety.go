@@ -58,3 +58,17 @@ func SafeToResend(s Safety) bool {
 func StatusNotRun(status int) bool {
 	return status == http.StatusTooManyRequests
 }
+
+// StatusMayHaveRun reports whether an HTTP status can come after the
+// server received the request and ran it, its answer lost: 500 (the
+// server failed mid-call), and 502, 503 and 504 for the reasons given at
+// StatusNotRun. An execution that ends on one of them has an unknown
+// outcome, not a failed one: a failed execution's call runs again when it
+// is sent again, which could repeat a side effect that happened.
+func StatusMayHaveRun(status int) bool {
+	switch status {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
