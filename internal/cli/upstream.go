@@ -28,6 +28,17 @@ func (h *headerFlags) Set(v string) error {
 	return nil
 }
 
+// upstreamClient sends every request to an HTTP upstream, for every
+// session: one pool of connections. Each call in flight holds a connection
+// for its answer's stream, so the pool keeps more idle connections than
+// http.DefaultTransport's two, which under concurrent calls would open a
+// new connection for nearly every call.
+var upstreamClient = &http.Client{Transport: func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+}()}
+
 // dialUpstream connects to a Streamable HTTP upstream. Its identity, which
 // enters every fingerprint, is the URL without credentials, plus a keyed
 // hash of the headers given (which carry the credential): the same call
@@ -59,7 +70,7 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 		}
 		id += " credential:" + ref[:16]
 	}
-	c, err := streamhttp.Dial(ctx, rawURL, streamhttp.Options{Header: hdr, Logger: log, MaxMessage: maxMessage})
+	c, err := streamhttp.Dial(ctx, rawURL, streamhttp.Options{Header: hdr, Logger: log, MaxMessage: maxMessage, HTTPClient: upstreamClient})
 	if err != nil {
 		return nil, "", fmt.Errorf("--upstream %s: %w", redact(rawURL), err)
 	}
