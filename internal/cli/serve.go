@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	})
 	mux := http.NewServeMux()
 	mux.Handle(f.path, front)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	reaping, stopReaping := context.WithCancel(ctx)
 	defer stopReaping()
 	go front.RunReaper(reaping, min(max(f.idleTimeout/4, time.Second), time.Minute))

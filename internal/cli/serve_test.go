@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestServeUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string // each must be in the error message
+	}{
+		{"no upstream", []string{"serve"}, []string{"no upstream command"}},
+		{"two upstreams", []string{"serve", "--upstream", "http://127.0.0.1:1/mcp", "--", "/bin/cat"}, []string{"--upstream"}},
+		{"bad listen", []string{"serve", "--listen", "8080", "--", "/bin/cat"}, []string{"--listen", `"8080"`}},
+		{"relative path", []string{"serve", "--path", "mcp", "--", "/bin/cat"}, []string{"--path", `"mcp"`}},
+		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
+		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
+		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := run(t, tt.args...)
+			if err == nil || ExitCode(err) != 2 {
+				t.Fatalf("Run(%q) = %v; want a usage error (exit 2)", tt.args, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Run(%q) = %q, want it to name %s", tt.args, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestReadTokens(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "# tokens\n\ntok-a alice\n  tok-b   bob  \n")
+	tokens, err := readTokens(good)
+	if err != nil || len(tokens) != 2 || tokens["tok-a"] != "alice" || tokens["tok-b"] != "bob" {
+		t.Fatalf("readTokens = %v, %v", tokens, err)
+	}
+	for _, tt := range []struct{ content, want string }{
+		{"tok-a\n", ":1: want 'TOKEN ACTOR'"},
+		{"tok-a alice extra\n", ":1: want 'TOKEN ACTOR'"},
+		{"tok-a alice\ntok-a bob\n", ":2: the token is listed twice"},
+		{"# nothing\n", "lists no token"},
+	} {
+		p := write("bad", tt.content)
+		if _, err := readTokens(p); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("readTokens(%q) = %v; want an error naming the file and %q", tt.content, err, tt.want)
+		}
+	}
+	if _, err := readTokens(filepath.Join(dir, "missing")); err == nil {
+		t.Error("readTokens of a missing file succeeded")
+	}
+}
+
+// TestServeRefusesBeforeTheUpstream: serve starts, refuses a request
+// without a token and one from a foreign Host before any upstream starts,
+// and stops when its context ends.
+func TestServeRefusesBeforeTheUpstream(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("s3cret alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--auth-token-file", tokens, "--", "/bin/cat"}, strings.NewReader(""), io.Discard, pw)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	url := ""
+	for url == "" && sc.Scan() {
+		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	if url == "" {
+		t.Fatal("serve did not log where it listens")
+	}
+	go io.Copy(io.Discard, pr)
+	for _, tt := range []struct {
+		host, auth string
+		status     int
+	}{
+		{"", "", http.StatusUnauthorized},
+		{"", "Bearer wrong", http.StatusUnauthorized},
+		{"evil.example", "Bearer s3cret", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tt.auth != "" {
+			req.Header.Set("Authorization", tt.auth)
+		}
+		if tt.host != "" {
+			req.Host = tt.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("Host %q, Authorization %q: %s, want %d", tt.host, tt.auth, resp.Status, tt.status)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v after its context ended; want nil", err)
+	}
+}
