@@ -1,9 +1,11 @@
-// Package streamhttp speaks MCP's Streamable HTTP transport (protocol
-// versions 2025-06-18 and 2025-11-25) to an upstream server, as a
-// frame-level connection the proxy's session pump can use in place of a
-// child process.
+// Package streamhttp speaks MCP's Streamable HTTP transport to an upstream
+// server, as a frame-level connection the proxy's session pump can use in
+// place of a child process. It speaks both eras of the transport: the
+// session-based one of protocol versions 2025-06-18 and 2025-11-25, and the
+// stateless one of 2026-07-28 (SEP-2575), choosing per message.
 //
 // Spec: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#streamable-http
+// and https://modelcontextprotocol.io/specification/2026-07-28/basic/transports/streamable-http
 package streamhttp
 
 import (
@@ -76,6 +78,17 @@ type Options struct {
 // goroutine, and every message the server answers with, in a JSON body, in
 // an SSE response or on the GET stream, is returned by ReadFrame.
 //
+// Each message follows the rules of its own era, so one Client serves a
+// client of either era, and a client that probes with server/discover and
+// then falls back to initialize. A request of the 2025 era (initialize and
+// what follows it) uses the session: Mcp-Session-Id, the negotiated
+// MCP-Protocol-Version, the GET stream, resumption, DELETE. A request of
+// the 2026-07-28 era (server/discover, or a request whose _meta declares
+// that version or a later one) is sent alone: MCP-Protocol-Version from its
+// _meta, Mcp-Method and Mcp-Name, no session id, and no resumption. Its
+// notifications/cancelled is not sent: the Client closes the request's
+// response stream instead, which is how that era cancels over HTTP.
+//
 // A request that gets no answer from the server because of an HTTP error, a
 // transport failure or a stream that ended early is answered by the Client
 // itself with a JSON-RPC error (code -32603) under the request's id, so no
@@ -102,12 +115,36 @@ type Client struct {
 	sessionID   string // from the initialize response's Mcp-Session-Id
 	version     string // the protocolVersion the server chose
 	initID      string // raw id of the initialize request, once written
+	handshake   bool   // an initialize request has been written
 	listening   bool   // the GET stream has been started
 	lastEventID string // the id of the last SSE event received, any stream
+	// era is that of the last request written, which notifications follow:
+	// they declare no version of their own.
+	era transportEra
+	// calls holds the stateless requests in flight by raw id, so that a
+	// cancellation can close their response streams.
+	calls map[string]*statelessCall
+	// tools holds the x-mcp-header bindings of the tools listed to
+	// stateless requests, by tool name, for the Mcp-Param-* headers.
+	tools map[string][]paramHeader
+}
+
+// A transportEra is the generation of the transport a message follows.
+type transportEra struct {
+	stateless bool
+	version   string // the protocol version a stateless message declares
+}
+
+// A statelessCall is one stateless request in flight.
+type statelessCall struct {
+	method    string
+	cancel    context.CancelFunc // aborts the POST
+	cancelled bool               // the client cancelled it; set under Client.mu
 }
 
 // Dial returns a Client for the MCP endpoint at rawURL. It sends nothing:
-// the session starts with the initialize request written to it. Cancelling
+// a 2025-era session starts with the initialize request written to it, and
+// a 2026-07-28 request needs none. Cancelling
 // ctx aborts every request in flight; Close must still be called.
 func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	u, err := url.Parse(rawURL)
@@ -126,6 +163,8 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		frames:  make(chan []byte, 64),
 		done:    make(chan struct{}),
 		expired: make(chan struct{}),
+		calls:   make(map[string]*statelessCall),
+		tools:   make(map[string][]paramHeader),
 	}
 	if c.hc == nil {
 		c.hc = http.DefaultClient
@@ -184,6 +223,10 @@ type sent struct {
 	ids    []json.RawMessage // ids of the requests in the frame
 	isInit bool              // the frame holds the initialize request
 	hasSID bool              // the POST carried a session id
+	// stateless marks a POST of the 2026-07-28 era, which has no session
+	// and cannot be resumed.
+	stateless bool
+	call      *statelessCall // the stateless request's entry in Client.calls, or nil
 }
 
 // WriteFrame POSTs frame to the server and returns without waiting for the
@@ -231,28 +274,98 @@ func (c *Client) WriteFrame(frame []byte) error {
 	if c.closed {
 		return ErrClosed
 	}
+	e := c.eraLocked(m)
+	if m.IsNotification() && m.Method == "notifications/cancelled" {
+		if c.cancelLocked(m) {
+			return nil
+		}
+		e = transportEra{}
+	}
+	s.stateless = e.stateless
+	if s.stateless {
+		setRequestMetadata(req.Header, m, e.version)
+		if m.Method == "tools/call" {
+			name, _ := requestName(m)
+			setParamHeaders(req.Header, m.Params, c.tools[name])
+		}
+		if len(s.ids) == 1 {
+			// Its own context, so that a cancellation can close the
+			// response stream of this request alone.
+			ctx, cancel := context.WithCancel(c.ctx)
+			req = req.WithContext(ctx)
+			s.call = &statelessCall{method: m.Method, cancel: cancel}
+			c.calls[string(s.ids[0])] = s.call
+		}
+	}
 	if s.isInit {
+		c.handshake = true
 		for _, m := range msgs {
 			if m.Method == "initialize" {
 				c.initID = string(m.ID)
 			}
 		}
 	}
-	c.setHeadersLocked(req)
-	s.hasSID = c.sessionID != ""
+	c.setHeadersLocked(req, s.stateless)
+	s.hasSID = !s.stateless && c.sessionID != ""
 	c.wg.Add(1) // under mu, so that Close's Wait cannot have started
 	go c.post(req, s)
 	return nil
 }
 
+// eraLocked decides which rules m follows, and notes the era of a request
+// for the notifications after it. A request says for itself (see
+// statelessVersion); a notification declares no version, so it follows the
+// last request; a response answers a server's request, which only the 2025
+// era has; and only a 2025-era peer sends a batch, since 2025-06-18 removed
+// them and 2026-07-28 allows one message a POST.
+func (c *Client) eraLocked(m *jsonrpc.Message) transportEra {
+	switch {
+	case m.Batch || m.IsResponse():
+		return transportEra{}
+	case m.IsNotification():
+		return c.era
+	}
+	var e transportEra
+	e.version, e.stateless = statelessVersion(m)
+	if !e.stateless {
+		e.version = ""
+	}
+	c.era = e
+	return e
+}
+
+// cancelLocked carries out a notifications/cancelled m for a stateless
+// request: on Streamable HTTP, 2026-07-28 has no client notifications, and
+// "closing the SSE response stream is itself the cancellation signal" (spec
+// 2026-07-28, basic/transports/streamable-http, "Sending Messages" and
+// "Cancellation"). It reports whether m is done with; if not, m goes to the
+// 2025-era session, whose server may still be working on the request.
+func (c *Client) cancelLocked(m *jsonrpc.Message) bool {
+	if cl, ok := c.calls[string(member(m.Params, "requestId"))]; ok {
+		cl.cancelled = true
+		cl.cancel()
+		c.log.Debug("cancelled a stateless request by closing its response stream")
+		return true
+	}
+	// Without a session, the request is a stateless one already answered,
+	// and needs nothing.
+	return !c.handshake
+}
+
 // setHeadersLocked adds the configured headers, but none the transport has
-// set already, and the session's headers.
-func (c *Client) setHeadersLocked(req *http.Request) {
+// set already, and, for a POST of the 2025 era, the session's headers.
+func (c *Client) setHeadersLocked(req *http.Request, stateless bool) {
 	for k, vs := range c.header {
 		k = http.CanonicalHeaderKey(k)
 		if _, ok := req.Header[k]; !ok {
 			req.Header[k] = slices.Clone(vs)
 		}
+	}
+	if stateless {
+		// 2026-07-28 has no sessions, and each request carries its own
+		// version: the session of a 2025-era exchange on this Client,
+		// if any, is not this request's.
+		return
 	}
 	if c.sessionID != "" {
 		req.Header.Set(headerSessionID, c.sessionID)
@@ -265,6 +378,9 @@ func (c *Client) setHeadersLocked(req *http.Request) {
 // post sends one POST and relays what comes back.
 func (c *Client) post(req *http.Request, s sent) {
 	defer c.wg.Done()
+	if s.call != nil {
+		defer c.forget(s)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.log.Warn("POST to the upstream failed", "err", err)
@@ -275,7 +391,7 @@ func (c *Client) post(req *http.Request, s sent) {
 		if errors.As(err, &op) && op.Op == "dial" {
 			marker = jsonrpc.DataNotSent
 		}
-		c.answer(s.ids, &jsonrpc.Error{
+		c.fail(s, s.ids, &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: "upstream unreachable: " + err.Error(),
 			Data:    json.RawMessage(`{"` + marker + `":true}`),
@@ -290,7 +406,14 @@ func (c *Client) post(req *http.Request, s sent) {
 			c.mu.Unlock()
 		}
 	}
+	pending := make(map[string]json.RawMessage, len(s.ids))
+	for _, id := range s.ids {
+		pending[string(id)] = id
+	}
 	if resp.StatusCode/100 != 2 {
+		if s.stateless {
+			c.relayErrorBody(resp, pending)
+		}
 		msg := "upstream answered HTTP " + strconv.Itoa(resp.StatusCode)
 		if resp.StatusCode == http.StatusNotFound && s.hasSID {
 			// Spec, "Session Management": a 404 to a request with a session
@@ -299,22 +422,18 @@ func (c *Client) post(req *http.Request, s sent) {
 			defer c.expiredOnce.Do(func() { close(c.expired) })
 		}
 		c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
-		c.answer(s.ids, &jsonrpc.Error{
+		c.fail(s, unansweredIDs(s.ids, pending), &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: msg,
 			Data:    statusData(resp),
 		})
 		return
 	}
-	pending := make(map[string]json.RawMessage, len(s.ids))
-	for _, id := range s.ids {
-		pending[string(id)] = id
-	}
 	if resp.StatusCode == http.StatusAccepted || len(s.ids) == 0 {
 		// 202 is the answer to notifications and responses; a body, if
 		// any, carries nothing we need.
 		if len(s.ids) > 0 {
-			c.answer(s.ids, &jsonrpc.Error{
+			c.fail(s, s.ids, &jsonrpc.Error{
 				Code:    jsonrpc.CodeInternalError,
 				Message: "upstream accepted the request without answering it (HTTP 202)",
 				Data:    statusData(resp),
@@ -335,21 +454,78 @@ func (c *Client) post(req *http.Request, s sent) {
 			c.deliver(body, pending)
 		}
 	case "text/event-stream":
-		c.relayStream(resp.Body, pending)
+		c.relayStream(resp.Body, pending, !s.stateless)
 	default:
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
 	}
 	if len(pending) > 0 {
-		ids := make([]json.RawMessage, 0, len(pending))
-		for _, id := range pending {
-			ids = append(ids, id)
-		}
-		c.answer(ids, &jsonrpc.Error{
+		c.fail(s, unansweredIDs(s.ids, pending), &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: "upstream response ended without an answer",
 			Data:    unanswered(statusData(resp)),
 		})
 	}
+}
+
+// relayErrorBody delivers the JSON-RPC error with which a stateless-era
+// server explains an HTTP error, when it answers a request in pending. The
+// client needs it as it came: an UnsupportedProtocolVersionError lists the
+// versions to retry with, and a client probing with server/discover falls
+// back to initialize only on an error it does not recognise as modern
+// (spec 2026-07-28, basic/transports/streamable-http, "Protocol Version
+// Header" and "Backward Compatibility").
+func (c *Client) relayErrorBody(resp *http.Response, pending map[string]json.RawMessage) {
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+	if err != nil || len(body) > c.max {
+		return
+	}
+	m, err := jsonrpc.Decode(bytes.TrimSpace(body))
+	if err != nil || !m.IsResponse() || m.Error == nil {
+		return
+	}
+	if _, ok := pending[string(m.ID)]; ok {
+		c.deliver(body, pending)
+	}
+}
+
+// fail answers ids with e, unless the client cancelled the request: it
+// expects no answer then, and the server sends none (spec 2026-07-28,
+// "Cancellation": the server "MUST NOT send any further messages for it").
+func (c *Client) fail(s sent, ids []json.RawMessage, e *jsonrpc.Error) {
+	if s.call != nil {
+		c.mu.Lock()
+		cancelled := s.call.cancelled
+		c.mu.Unlock()
+		if cancelled {
+			c.log.Debug("not answering a cancelled request", "reason", e.Message)
+			return
+		}
+	}
+	c.answer(ids, e)
+}
+
+// forget removes a finished stateless request from c.calls.
+func (c *Client) forget(s sent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id := string(s.ids[0]); c.calls[id] == s.call {
+		delete(c.calls, id)
+	}
+	s.call.cancel()
+}
+
+// unansweredIDs returns the ids still in pending, in the order sent.
+func unansweredIDs(ids []json.RawMessage, pending map[string]json.RawMessage) []json.RawMessage {
+	var out []json.RawMessage
+	for _, id := range ids {
+		if _, ok := pending[string(id)]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // maxResumes bounds the attempts in a row to resume a broken stream that
@@ -358,9 +534,11 @@ const maxResumes = 5
 
 // relayStream delivers the message events of the SSE body answering a POST
 // until every request in pending is answered. A stream that ends first is
-// resumed with GET and Last-Event-ID (spec, "Resumability and
-// Redelivery"): losing the connection must not lose the answer.
-func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage) {
+// resumed with GET and Last-Event-ID (spec 2025-11-25, "Resumability and
+// Redelivery"): losing the connection must not lose the answer. Only a
+// resumable stream is: 2026-07-28 has no GET and no resumption (spec
+// 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
+func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) {
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
 	for failures := 0; ; {
@@ -375,7 +553,7 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			}
 			lastID, retry = r.lastID, r.retry
 		}
-		if len(pending) == 0 || c.ctx.Err() != nil {
+		if len(pending) == 0 || c.ctx.Err() != nil || !resumable {
 			return
 		}
 		if lastID == "" {
@@ -445,7 +623,7 @@ func (c *Client) get(lastID string) (*http.Response, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.setHeadersLocked(req)
+	c.setHeadersLocked(req, false)
 	c.mu.Unlock()
 	req.Header.Set("Accept", "text/event-stream")
 	if lastID != "" {
@@ -538,11 +716,16 @@ func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool 
 	}
 }
 
-// noteResponse takes the protocol version from the initialize result and
+// noteResponse learns the x-mcp-header bindings from a stateless tools/list
+// result, and takes the protocol version from the initialize result and
 // then opens the GET stream.
 func (c *Client) noteResponse(m *jsonrpc.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cl, ok := c.calls[string(m.ID)]; ok && cl.method == "tools/list" && m.Result != nil {
+		learnTools(c.tools, m.Result)
+		return
+	}
 	if c.initID == "" || string(m.ID) != c.initID || m.Result == nil {
 		return
 	}
@@ -637,7 +820,7 @@ func (c *Client) Close() error {
 		return err
 	}
 	c.mu.Lock()
-	c.setHeadersLocked(req)
+	c.setHeadersLocked(req, false)
 	c.mu.Unlock()
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -652,13 +835,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// statusData returns the error data recording an HTTP answer, for the retry
-// classifier.
 // unanswered marks error data as standing for an answer that never came.
 func unanswered(data json.RawMessage) json.RawMessage {
 	return append(append(json.RawMessage(`{"`+jsonrpc.DataUnanswered+`":true,`), data[1:len(data)-1]...), '}')
 }
 
+// statusData returns the error data recording an HTTP answer, for the retry
+// classifier.
 func statusData(resp *http.Response) json.RawMessage {
 	d := struct {
 		HTTPStatus int    `json:"http_status"`
@@ -672,19 +855,6 @@ func statusData(resp *http.Response) json.RawMessage {
 // whose params._meta holds an execution id: an RFC 8941 sf-string. An id
 // that a sf-string cannot hold (not printable ASCII) gives none.
 func idempotencyKey(params json.RawMessage) (string, bool) {
-	// Keep the last of duplicate members, as JSON.parse and the upstream do.
-	member := func(obj []byte, key string) (v []byte) {
-		if len(obj) == 0 || obj[0] != '{' {
-			return nil
-		}
-		_ = jsonrpc.EachMember(obj, func(name, value []byte) bool {
-			if string(name) == key {
-				v = value
-			}
-			return true
-		})
-		return v
-	}
 	id, ok := jsonrpc.StringValue(member(member(params, "_meta"), executionIDKey))
 	if !ok || id == "" {
 		return "", false

@@ -28,10 +28,9 @@ import (
 // without the header is taken as 2025-03-26, as the spec says.
 var serverVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
 
-// frontStatelessSince is the first protocol version without sessions
-// (SEP-2575): its requests carry their protocol version and client
-// information in _meta, and no Mcp-Session-Id.
-const frontStatelessSince = "2026-07-28"
+// codeHeaderMismatch is the JSON-RPC error code of a stateless request
+// whose headers disagree with its body (the go-sdk's CodeHeaderMismatch).
+const codeHeaderMismatch = -32020
 
 // primingVersion is the first protocol version whose clients expect an
 // SSE stream to open with an event that has an id and no data, so they
@@ -186,6 +185,7 @@ func (s *Server) Reap() {
 		ss.mu.Lock()
 		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > s.opts.IdleTimeout {
 			idle = append(idle, ss)
+			delete(s.sessions, ss.id)
 		}
 		ss.mu.Unlock()
 	}
@@ -208,6 +208,7 @@ type httpError struct {
 	status int
 	msg    string
 	header http.Header
+	id     json.RawMessage // the refused request's id, if the body is read
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -224,7 +225,7 @@ func writeRefusal(w http.ResponseWriter, e *httpError, code int) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
-	w.Write(jsonrpc.NewErrorResponse(nil, &jsonrpc.Error{Code: code, Message: e.msg}))
+	w.Write(jsonrpc.NewErrorResponse(e.id, &jsonrpc.Error{Code: code, Message: e.msg}))
 }
 
 // ServeHTTP implements http.Handler for the MCP endpoint.
@@ -395,7 +396,11 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		w.Header().Set(headerSessionID, ss.id)
 	case isStateless(r, msgs):
 		if len(msgs) != 1 {
-			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", frontStatelessSince), jsonrpc.CodeInvalidRequest)
+			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
+			return
+		}
+		if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
+			writeRefusal(w, herr, codeHeaderMismatch)
 			return
 		}
 		if ss, herr = s.lane(actor); herr != nil {
@@ -442,33 +447,50 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 // or its _meta names that protocol version.
 func isStateless(r *http.Request, msgs []*jsonrpc.Message) bool {
 	if v := r.Header.Get(headerProtocolVersion); v != "" {
-		return v >= frontStatelessSince
+		return v >= statelessSince
 	}
 	for _, m := range msgs {
-		if m.Method == "server/discover" || frontMetaVersion(m.Params) >= frontStatelessSince {
+		if _, ok := statelessVersion(m); ok {
 			return true
 		}
 	}
 	return false
 }
 
-// frontMetaVersion returns params._meta's protocol version (SEP-2575), or "".
-func frontMetaVersion(params json.RawMessage) string {
-	var v string
-	jsonrpc.EachMember(params, func(name, value []byte) bool {
-		if string(name) != "_meta" {
-			return true
+// checkStatelessHeaders checks that a stateless request's headers say
+// what its body says: MCP-Protocol-Version the _meta version, Mcp-Method
+// the method, Mcp-Name the tool, prompt or resource. The spec has servers
+// refuse a mismatch (2026-07-28, basic/transports/streamable-http,
+// "Standard Request Headers"): intermediaries route on the headers, so a
+// request whose headers lie could be routed as one thing and run as
+// another. The upstream behind the proxy may not see the headers at all
+// (a child process), so the proxy checks them.
+func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
+	mismatch := func(format string, args ...any) *httpError {
+		e := refuse(http.StatusBadRequest, format, args...)
+		e.id = m.ID
+		return e
+	}
+	if version, _ := statelessVersion(m); version != "" && r.Header.Get(headerProtocolVersion) != "" && r.Header.Get(headerProtocolVersion) != version {
+		return mismatch("header mismatch: MCP-Protocol-Version %q does not match the _meta version %q", r.Header.Get(headerProtocolVersion), version)
+	}
+	method := r.Header.Get(headerMcpMethod)
+	if method == "" {
+		return mismatch("missing required %s header", headerMcpMethod)
+	}
+	if method != m.Method {
+		return mismatch("header mismatch: %s %q does not match the body's method %q", headerMcpMethod, method, m.Method)
+	}
+	if name, ok := requestName(m); ok {
+		got, valid := decodeHeaderValue(r.Header.Get(headerMcpName))
+		switch {
+		case r.Header.Get(headerMcpName) == "":
+			return mismatch("missing required %s header for method %q", headerMcpName, m.Method)
+		case !valid || got != name:
+			return mismatch("header mismatch: %s does not match the body's %q", headerMcpName, name)
 		}
-		jsonrpc.EachMember(value, func(name, value []byte) bool {
-			if string(name) == "io.modelcontextprotocol/protocolVersion" {
-				v, _ = jsonrpc.StringValue(value)
-				return false
-			}
-			return true
-		})
-		return false
-	})
-	return v
+	}
+	return nil
 }
 
 // startSession opens a session for an initialize request.
@@ -586,21 +608,31 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			continue
 		}
 		key := string(m.ID)
+		token := progressToken(m.Params)
 		if ss.stateless {
 			ss.nextID++
-			newID := json.RawMessage(strconv.Quote("h" + strconv.FormatInt(ss.nextID, 10)))
+			n := strconv.FormatInt(ss.nextID, 10)
+			newID := json.RawMessage(strconv.Quote("h" + n))
 			ss.origIDs[string(newID)] = m.ID
 			body = withID(body, m.ID, newID)
 			key = string(newID)
+			if token != "" && !s.opts.JSONResponse {
+				if rm, err := jsonrpc.Decode(body); err == nil {
+					newToken := strconv.Quote("p" + n)
+					ss.origTokens[newToken] = json.RawMessage(token)
+					body = withID(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
+					token = newToken
+				}
+			}
 		}
 		if st == nil {
 			st = s.newPostStreamLocked(r, ss)
 		}
 		st.want++
 		p := &pendingRequest{st: st, frame: body}
-		if t := progressToken(m.Params); t != "" && !st.isJSON {
-			p.token = t
-			ss.progress[t] = st
+		if token != "" && !st.isJSON {
+			p.token = token
+			ss.progress[token] = st
 		}
 		ss.pending[key] = p
 		ids = append(ids, key)
@@ -653,6 +685,7 @@ func (ss *ServerSession) forget(ids []string) {
 	for _, id := range ids {
 		if p := ss.pending[id]; p != nil && p.token != "" {
 			delete(ss.progress, p.token)
+			delete(ss.origTokens, p.token)
 		}
 		delete(ss.pending, id)
 		delete(ss.origIDs, id)

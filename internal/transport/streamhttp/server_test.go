@@ -404,7 +404,7 @@ func TestServerResend(t *testing.T) {
 // id back. A client that closes its request cancels it.
 func TestServerStateless(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{})
-	hdr := map[string]string{headerProtocolVersion: "2026-07-28"}
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "tools/list"}
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
 	var wg sync.WaitGroup
 	for range 2 {
@@ -425,7 +425,7 @@ func TestServerStateless(t *testing.T) {
 		t.Fatalf("the proxy saw %v; want two requests under distinct ids", p.frames)
 	}
 	// Without the header, server/discover alone marks a stateless request.
-	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"d","method":"server/discover"}`, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"d","method":"server/discover"}`, map[string]string{headerMcpMethod: "server/discover"})
 	msgs := readEvents(t, resp.Body)
 	resp.Body.Close()
 	if len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":"d"`) {
@@ -433,13 +433,57 @@ func TestServerStateless(t *testing.T) {
 	}
 
 	ctx, cut := context.WithCancel(t.Context())
-	resp = do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":5,"method":"slow"}`, hdr)
+	resp = do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":5,"method":"slow"}`, map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "slow"})
 	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
 	cut()
 	resp.Body.Close()
 	waitFor(t, func() bool { return p.seen(`notifications/cancelled`) == 1 })
 	if p.seen(`"requestId":"h4"`) != 1 {
 		t.Fatalf("the cancellation does not name the request's id: %v", p.frames)
+	}
+}
+
+// TestServerStatelessHeaders: a stateless request whose headers disagree
+// with its body is refused before it reaches the proxy.
+func TestServerStatelessHeaders(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	call := func(name string) string {
+		return `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + name + `","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	}
+	v := "2026-07-28"
+	for _, tt := range []struct {
+		name   string
+		body   string
+		hdr    map[string]string
+		status int
+	}{
+		{"matching", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "charge"}, 200},
+		{"encoded name", call("café"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "=?base64?Y2Fmw6k=?="}, 200},
+		{"no method header", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpName: "charge"}, 400},
+		{"other method", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/list", headerMcpName: "charge"}, 400},
+		{"no name header", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call"}, 400},
+		{"other name", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "refund"}, 400},
+		{"bad base64", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "=?base64?!!?="}, 400},
+		{"other version", strings.Replace(call("charge"), "2026-07-28", "2026-08-01", 1), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "charge"}, 400},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := p.seen(`"tools/call"`)
+			resp := do(t, t.Context(), "POST", hs.URL, tt.body, tt.hdr)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("%s, want %d: %s", resp.Status, tt.status, b)
+			}
+			if tt.status == 200 {
+				return
+			}
+			if m, err := jsonrpc.Decode(b); err != nil || string(m.ID) != "3" || jsonrpc.DecodeError(m.Error).Code != codeHeaderMismatch {
+				t.Fatalf("refused with %s; want a -32020 error for request 3", b)
+			}
+			if p.seen(`"tools/call"`) != before {
+				t.Fatal("a refused request reached the proxy")
+			}
+		})
 	}
 }
 

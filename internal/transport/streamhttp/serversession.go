@@ -53,9 +53,10 @@ type ServerSession struct {
 	active     int
 	lastActive time.Time
 	// For a stateless lane: the next id to give a client request, and the
-	// client's own id for each id given.
-	nextID  int64
-	origIDs map[string]json.RawMessage
+	// client's own id (and progress token) for each one given.
+	nextID     int64
+	origIDs    map[string]json.RawMessage
+	origTokens map[string]json.RawMessage
 }
 
 // A pendingRequest is a client request not yet answered.
@@ -124,6 +125,7 @@ func newServerSession(srv *Server, id, actor string, stateless bool) *ServerSess
 		pending:    make(map[string]*pendingRequest),
 		progress:   make(map[string]*stream),
 		origIDs:    make(map[string]json.RawMessage),
+		origTokens: make(map[string]json.RawMessage),
 		lastActive: srv.now(),
 	}
 }
@@ -216,6 +218,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message) {
 		delete(ss.pending, key)
 		if p.token != "" {
 			delete(ss.progress, p.token)
+			delete(ss.origTokens, p.token)
 		}
 		if ss.stateless {
 			// Give the client its own id back.
@@ -230,7 +233,11 @@ func (ss *ServerSession) route(m *jsonrpc.Message) {
 		return
 	}
 	if m.Method == "notifications/progress" {
-		if st := ss.progress[progressToken(m.Params)]; st != nil {
+		token := progressTokenValue(m.Params)
+		if st := ss.progress[string(token)]; st != nil {
+			if orig, ok := ss.origTokens[string(token)]; ok {
+				frame = withID(frame, token, orig)
+			}
 			ss.appendLocked(st, frame)
 			return
 		}
@@ -330,24 +337,32 @@ func (ss *ServerSession) endPending() {
 	clear(ss.pending)
 	clear(ss.progress)
 	clear(ss.origIDs)
+	clear(ss.origTokens)
 }
 
 // progressToken returns params._meta.progressToken as raw JSON, or "".
 func progressToken(params json.RawMessage) string {
-	var token string
+	return string(progressTokenValue(params))
+}
+
+// progressTokenValue returns params._meta.progressToken (or, in a
+// notifications/progress, params.progressToken) as the subslice of params
+// that holds it, or nil.
+func progressTokenValue(params json.RawMessage) []byte {
+	var token []byte
 	jsonrpc.EachMember(params, func(name, value []byte) bool {
 		switch string(name) {
 		case "_meta":
 			jsonrpc.EachMember(value, func(name, value []byte) bool {
 				if string(name) == "progressToken" {
-					token = string(value)
+					token = value
 					return false
 				}
 				return true
 			})
 			return false
 		case "progressToken": // in a notifications/progress
-			token = string(value)
+			token = value
 			return false
 		}
 		return true

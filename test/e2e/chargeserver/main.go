@@ -6,7 +6,9 @@
 //
 //   - charge_card {card, amount, note?}: counts one charge, waits -delay, then
 //     answers "charged AMOUNT to card CARD (charge #N)". Side-effecting, so the
-//     proxy dedupes it.
+//     proxy dedupes it. A call with a progress token is told of the charge
+//     with a progress notification (1 of 2, "charged card CARD") just
+//     before the answer.
 //   - charges: the number of charges counted so far (read-only, so the proxy
 //     passes it straight through; tests ask it for the count).
 //   - charge_and_crash {card, amount}: counts one charge, then exits with
@@ -35,6 +37,16 @@
 //     id, else {"status": "not_found"} (read-only).
 //
 // Other counts live in the process: one chargeserver per test.
+//
+// With -gate, charge_card, once it has counted the charge, logs "waiting
+// for SIGUSR1" and answers only when the process gets a SIGUSR1, which
+// releases every call waiting then (the kernel merges signals sent close
+// together, so one signal per call would lose some): a test holds a call
+// under way for as long as it needs, with no guess at a delay.
+//
+// With -http ADDR it serves Streamable HTTP instead of stdio; adding
+// -stateless serves it in the go-sdk's stateless mode, the one that speaks
+// protocol 2026-07-28 (SEP-2575: no sessions, every request on its own).
 package main
 
 import (
@@ -46,9 +58,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -159,9 +173,15 @@ func main() {
 	delay := flag.Duration("delay", 0, "how long charge_card waits after charging and before answering")
 	ledgerFile := flag.String("ledger", "", "the file pay and payment_status keep their ledger in")
 	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address (printing the URL) instead of stdio")
+	stateless := flag.Bool("stateless", false, "with -http, serve without sessions, which protocol 2026-07-28 needs")
+	gated := flag.Bool("gate", false, "charge_card answers only after a SIGUSR1, which releases every call waiting")
 	flag.Parse()
 	log.SetPrefix("chargeserver: ")
 	log.SetFlags(0)
+	var g *gate
+	if *gated {
+		g = newGate()
+	}
 
 	l := &ledger{perCard: map[string]int{}, calls: map[string]int{}}
 	s := mcp.NewServer(&mcp.Implementation{Name: "chargeserver", Version: "0.1.0"}, nil)
@@ -171,16 +191,28 @@ func main() {
 		Name:        "charge_card",
 		Description: "Charge a card. Not idempotent: every execution is a new charge.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: false},
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, in ChargeArgs) (*mcp.CallToolResult, Charge, error) {
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in ChargeArgs) (*mcp.CallToolResult, Charge, error) {
 		n := l.charge(in.Card)
 		log.Printf("charge_card card=%s amount=%v n=%d", in.Card, in.Amount, n)
+
 		// The charge has happened; only the answer is slow. The wait ignores
 		// ctx on purpose: a payment that left cannot be called back, and a
 		// cancelled caller must not undo the count.
 		time.Sleep(*delay)
+		if g != nil {
+			open := g.wait()
+			log.Printf("charge_card card=%s n=%d: waiting for SIGUSR1", in.Card, n)
+			<-open
+		}
 		if ctx.Err() != nil {
 			log.Printf("charge_card card=%s n=%d: the client cancelled the request; answering anyway", in.Card, n)
 		}
+		if token := req.Params.GetProgressToken(); token != nil {
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: 1, Total: 2, Message: "charged card " + in.Card,
+			})
+		}
+
 		// Tests wait for this line to know the answer has left.
 		log.Printf("charge_card card=%s n=%d: answered", in.Card, n)
 		out := Charge{ChargeID: fmt.Sprintf("ch_%s_%d", in.Card, n), N: n}
@@ -299,12 +331,41 @@ func main() {
 			log.Fatal(err)
 		}
 		fmt.Printf("http://%s/mcp\n", ln.Addr())
-		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: *stateless})
 		log.Fatal(http.Serve(ln, handler))
 	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// A gate holds calls until the next SIGUSR1.
+type gate struct {
+	mu   sync.Mutex    // protects open
+	open chan struct{} // closed by the next SIGUSR1
+}
+
+func newGate() *gate {
+	g := &gate{open: make(chan struct{})}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() {
+		for range sig {
+			g.mu.Lock()
+			close(g.open)
+			g.open = make(chan struct{})
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+// wait returns a channel the next SIGUSR1 closes.
+func (g *gate) wait() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
 }
 
 // PayArgs are the arguments of pay.
