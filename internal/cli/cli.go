@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -60,6 +61,7 @@ Usage:
                                                the effective policy of each tool
   mcp-idempotent activity list|show|resolve --store URL ...
                                                what the executions in a store did
+  mcp-idempotent audit verify FILE             check an activity journal's hash chain
   mcp-idempotent version                       print the version
 
 Flags:
@@ -83,6 +85,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runPolicy(ctx, args[1:], stdout, stderr)
 		case "activity":
 			return runActivity(ctx, args[1:], stdout, stderr)
+		case "audit":
+			return runAudit(args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, "mcp-idempotent", Version)
 			return nil
@@ -113,6 +117,7 @@ type proxyFlags struct {
 	restarts   int
 	window     time.Duration
 	metrics    string
+	journal    string
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -134,6 +139,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.IntVar(&f.restarts, "max-restarts", 5, "start the upstream again when it exits, at most this many times within --restart-window; 0 ends the session when it exits")
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
+	f.fs.StringVar(&f.journal, "journal", "", "append one hash-chained JSON line per execution transition to `FILE` (created mode 0600; one proxy process per file); arguments and results appear as each tool's policy says (default: arguments hashed, results redacted); check it with `mcp-idempotent audit verify FILE`")
 	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
 	return f
 }
@@ -244,6 +250,20 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 			}
 		}()
 	}
+	var jw *journal.Writer
+	if f.journal != "" {
+		// Opened before the store, so a journal another proxy holds, or
+		// one with a torn tail, stops this one before anything runs; and
+		// closed after it, so the last transitions still reach it.
+		if jw, err = journal.Open(f.journal); err != nil {
+			return nil, fmt.Errorf("--journal: %w", err)
+		}
+		w.closers = append(w.closers, func() {
+			if err := jw.Close(); err != nil {
+				log.Error("closing the activity journal", "file", f.journal, "err", err)
+			}
+		})
+	}
 	resolve, policyFile, err := newResolver(f.policy, f.scope)
 	if err != nil {
 		return nil, err
@@ -268,11 +288,17 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		// account.
 		iopts.Allowances = shared
 	}
+	if jw != nil {
+		iopts.Journal = jw
+	}
 	if obs != nil {
 		// Only the interceptor's handle is timed: durable keeps the
 		// store's Secret and Close.
 		iopts.Store = obs.TimeStore(store)
 		iopts.Observer = obs
+		if jw != nil {
+			iopts.Journal = obs.CountJournal(jw)
+		}
 	}
 	in := intercept.New(iopts)
 	if obs != nil {

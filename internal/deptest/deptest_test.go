@@ -55,7 +55,7 @@ func deps(t *testing.T, pkgs ...string) map[string][]string {
 // TestLeaves checks that the leaf packages import no other package of this
 // module's internal tree.
 func TestLeaves(t *testing.T) {
-	leaves := []string{"internal/jsonrpc", "internal/fingerprint", "internal/record", "internal/retry"}
+	leaves := []string{"internal/jsonrpc", "internal/fingerprint", "internal/record", "internal/retry", "internal/journal"}
 	for pkg, ds := range deps(t, leaves...) {
 		for _, d := range ds {
 			if strings.HasPrefix(d, internal) {

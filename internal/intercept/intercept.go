@@ -5,7 +5,7 @@
 // The first caller of an action wins the reservation and its call is
 // dispatched; every identical call that follows attaches to that execution
 // and gets its answer, replayed. The package depends only on the interfaces
-// it defines (Upstream, Replier, Allowances) and on record.Store.
+// it defines (Upstream, Replier, Allowances, Journal) and on record.Store.
 package intercept
 
 import (
@@ -117,6 +117,9 @@ type Options struct {
 	// renewal (KeepLeases renews it); zero means 30 seconds. When a process
 	// dies, its executions are taken over once their lease lapses.
 	Lease time.Duration
+	// Journal, if set, gets one entry per transition of the executions
+	// this process runs; nil keeps no journal.
+	Journal Journal
 }
 
 // An Interceptor executes tool calls at most once per action. It is safe
@@ -129,6 +132,8 @@ type Interceptor struct {
 	owner  string
 	lease  time.Duration
 	obs    Observer
+	// journal is nil when no journal is kept.
+	journal Journal
 
 	accounts map[string]*account // read-only after New
 
@@ -152,6 +157,7 @@ func New(opts Options) *Interceptor {
 	if in.now == nil {
 		in.now = time.Now
 	}
+	in.journal = opts.Journal
 	in.obs = opts.Observer
 	if in.obs == nil {
 		in.obs = nopObserver{}
@@ -282,6 +288,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.obs.Decision(call.Name, pol.Class, "new")
+		in.journalize(req, rec, record.Change{To: record.Accepted})
 		in.dispatch(ctx, rec, req, "")
 	case rec.Fingerprint != fp:
 		// Only a client key can match a record of another action: the
@@ -384,13 +391,14 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
-		settled, err := in.store.Update(bg, rec.ID, record.Change{To: record.Completed, Result: status,
-			Note: "recovered: " + rule.Tool + " says the action is done"})
+		done := record.Change{To: record.Completed, Result: status, Note: "recovered: " + rule.Tool + " says the action is done"}
+		settled, err := in.store.Update(bg, rec.ID, done)
 		if err != nil {
 			// Another caller settled it first: answer from the record.
 			in.attach(ctx, rec, req)
 			return
 		}
+		in.journalize(req, settled, done)
 		in.answer(ctx, req, settled, resumed)
 	default:
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
@@ -466,7 +474,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 			in.log.Error("the account's allowance could not be read; not sending", "execution", rec.ID, "account", a.name, "err", r.Err)
 		}
 		if rec.State != record.Unknown {
-			in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: msg})
+			in.settle(bg, req, rec.ID, record.Change{To: record.Failed, Note: msg})
 		}
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, rec.Tool))
@@ -481,7 +489,8 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 	if rec.State == record.Unknown {
 		claim.Owner, claim.LeaseUntil = in.owner, in.now().Add(in.lease)
 	}
-	if _, err := in.store.Update(bg, rec.ID, claim); err != nil {
+	claimed, err := in.store.Update(bg, rec.ID, claim)
+	if err != nil {
 		a.release()
 		if errors.Is(err, record.ErrConflict) && rec.State == record.Unknown {
 			// Another caller re-dispatched it first: wait for that one.
@@ -489,7 +498,7 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 			return
 		}
 		in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
-		settled := in.settle(bg, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
+		settled := in.settle(bg, req, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
 		if settled == nil {
 			settled = rec
 		}
@@ -498,6 +507,7 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 	}
 	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
 	in.obs.Transition(rec.Tool, record.Dispatched)
+	in.journalize(req, claimed, claim)
 	m := live
 	if rec.State == record.Unknown {
 		m = resumed
@@ -540,13 +550,15 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 			in.admit(ctx, a, req.deadline, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
-				if _, uerr := in.store.Update(bg, rec.ID, record.Change{To: record.Dispatched,
-					Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}); uerr != nil {
+				again := record.Change{To: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}
+				cur, uerr := in.store.Update(bg, rec.ID, again)
+				if uerr != nil {
 					a.release()
 					in.log.Error("recording another attempt; not sending", "execution", rec.ID, "err", uerr)
 					in.finish(ctx, rec, req, m, n, result, err)
 					return
 				}
+				in.journalize(req, cur, again)
 				in.send(ctx, rec, req, m, n+1, a)
 			}, func(ref refusal) {
 				in.log.Info("not sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "why", ref.message(a.name))
@@ -588,7 +600,7 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 		}
 	}
-	settled := in.settle(context.WithoutCancel(ctx), rec.ID, c)
+	settled := in.settle(context.WithoutCancel(ctx), req, rec.ID, c)
 	if settled == nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
@@ -868,15 +880,16 @@ func outcome(result json.RawMessage, err error) record.Change {
 	}
 }
 
-// settle applies c and returns the settled record, or nil if the store
-// refused.
-func (in *Interceptor) settle(ctx context.Context, id string, c record.Change) *record.Record {
+// settle applies c, made by req's call, and returns the settled record, or
+// nil if the store refused.
+func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c record.Change) *record.Record {
 	rec, err := in.store.Update(ctx, id, c)
 	if err != nil {
 		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
 		return nil
 	}
 	in.obs.Transition(rec.Tool, c.To)
+	in.journalize(req, rec, c)
 	if in.log.Enabled(ctx, slog.LevelDebug) {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
 	}
@@ -974,7 +987,7 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	// Not ctx: the answer is out, so delivery must be recorded even if the
 	// caller cancels this instant.
 	if rec.State == record.Completed {
-		in.settle(context.WithoutCancel(ctx), rec.ID, record.Change{To: record.Delivered})
+		in.settle(context.WithoutCancel(ctx), req, rec.ID, record.Change{To: record.Delivered})
 	}
 }
 

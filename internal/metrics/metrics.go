@@ -46,6 +46,7 @@ type Metrics struct {
 	upstream    *prometheus.HistogramVec // tool
 	store       *prometheus.HistogramVec // op
 	storeErrors *prometheus.CounterVec   // op
+	journalErrs prometheus.Counter       // see CountJournal
 
 	mu    sync.Mutex          // protects tools
 	tools map[string]struct{} // the tool label values handed out so far
@@ -94,8 +95,12 @@ func New() *Metrics {
 			Name: "mcp_idempotent_store_errors_total",
 			Help: "Execution-store operations that failed, by op; not-found, conflict and a caller's cancellation are answers, not failures, and are not counted.",
 		}, []string{"op"}),
+		journalErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcp_idempotent_journal_errors_total",
+			Help: "Transitions that could not be written to the activity journal (--journal); the calls went on, but the journal misses them.",
+		}),
 	}
-	m.reg.MustRegister(m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors)
+	m.reg.MustRegister(m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors, m.journalErrs)
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -229,5 +230,26 @@ func TestAccountLevels(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("the exposition lacks %s:\n%s", want, rec.Body)
 		}
+	}
+}
+
+type failingJournal struct{ err error }
+
+func (f failingJournal) Record(journal.Entry) error { return f.err }
+
+func TestCountJournal(t *testing.T) {
+	m := metrics.New()
+	if !strings.Contains(scrape(t, m), "mcp_idempotent_journal_errors_total 0") {
+		t.Error("the journal error count is not served before any error")
+	}
+	j := m.CountJournal(failingJournal{errors.New("disk full")})
+	for range 2 {
+		if err := j.Record(journal.Entry{}); err == nil {
+			t.Fatal("CountJournal swallowed the error; the interceptor must still see it")
+		}
+	}
+	m.CountJournal(failingJournal{}).Record(journal.Entry{})
+	if got := scrape(t, m); !strings.Contains(got, "mcp_idempotent_journal_errors_total 2") {
+		t.Errorf("want 2 journal errors counted:\n%s", got)
 	}
 }

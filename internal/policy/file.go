@@ -74,6 +74,7 @@ type rule struct {
 	retry        *RetryRule
 	retryAccount *yaml.Node // where the retry rule names its account, for errors
 	alreadyDone  []ResultMatch
+	journal      JournalRule // zero modes are not set
 }
 
 // Load reads and parses the policy file at path.
@@ -243,6 +244,12 @@ func (r *rule) apply(p *Policy) bool {
 	if r.alreadyDone != nil {
 		p.AlreadyDone = slices.Clone(r.alreadyDone)
 	}
+	if r.journal.Arguments != "" {
+		p.Journal.Arguments = r.journal.Arguments
+	}
+	if r.journal.Result != "" {
+		p.Journal.Result = r.journal.Result
+	}
 	if r.retry != nil {
 		rr := *r.retry
 		rr.Transient = slices.Clone(r.retry.Transient)
@@ -271,8 +278,9 @@ var (
 	fileKeys        = []string{"defaults", "tools", "accounts"}
 	accountKeys     = []string{"rate", "burst", "max_concurrency", "retry_budget"}
 	budgetKeys      = []string{"max_tokens", "token_ratio"}
-	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint"}
-	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done"}
+	defaultsKeys    = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint", "journal"}
+	toolKeys        = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done", "journal"}
+	journalKeys     = []string{"arguments", "result"}
 	retryKeys       = []string{"max_attempts", "base", "cap", "deadline", "transient", "retry_after", "account"}
 	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
@@ -283,6 +291,7 @@ var (
 	scopes     = []string{string(ScopeSession), string(ScopeActor), string(ScopeKey), string(ScopeGlobal)}
 	replays    = []string{string(ReplayAlways), string(ReplayUndelivered)}
 	onUnknowns = []string{string(Block), string(Retry), string(Recover)}
+	journals   = []string{string(JournalHash), string(JournalRedact), string(JournalClear)}
 )
 
 // A parser walks a policy file's node tree, collecting every error.
@@ -545,6 +554,8 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 			r.retry, r.retryAccount = p.retryRule(v, sub)
 		case "already_done":
 			r.alreadyDone = p.alreadyDone(v, sub)
+		case "journal":
+			r.journal = p.journalRule(v, sub)
 		}
 	}
 	switch {
@@ -557,6 +568,32 @@ func (p *parser) rule(n *yaml.Node, field string, r *rule, keys []string) {
 	case recoverBlock != nil && r.onUnknown != "" && r.onUnknown != Recover:
 		p.errorf(recoverBlock, field+".recover", "a recover block is used only with on_unknown: recover, not %s", r.onUnknown)
 	}
+}
+
+// journalRule decodes a journal block: how arguments and results appear
+// in the activity journal. A mode it leaves out is not set by the rule.
+func (p *parser) journalRule(n *yaml.Node, field string) JournalRule {
+	var jr JournalRule
+	fields, ok := p.mapping(n, field, "a mapping with arguments and result")
+	if !ok {
+		return jr
+	}
+	for _, kv := range fields {
+		sub := field + "." + kv.key.Value
+		switch kv.key.Value {
+		case "arguments":
+			if s, ok := p.enum(kv.val, sub, "a journal mode", journals); ok {
+				jr.Arguments = JournalMode(s)
+			}
+		case "result":
+			if s, ok := p.enum(kv.val, sub, "a journal mode", journals); ok {
+				jr.Result = JournalMode(s)
+			}
+		default:
+			p.unknownKey(kv.key, field, journalKeys)
+		}
+	}
+	return jr
 }
 
 // Bounds on a retry rule.

@@ -30,7 +30,8 @@ func TestLoadExample(t *testing.T) {
 		Class: SideEffect, Scope: ScopeActor, Retention: 72 * time.Hour,
 		Replay: ReplayUndelivered, AttachWindow: 10 * time.Minute,
 		Ignore: []string{"note", "trace.id"}, Defaults: true, OnUnknown: Block,
-		ForwardKey: false, Source: "policy file (charge_card)", Written: true, Explicit: true,
+		ForwardKey: false, Journal: JournalRule{Arguments: JournalHash, Result: JournalRedact},
+		Source: "policy file (charge_card)", Written: true, Explicit: true,
 	}
 	if !reflect.DeepEqual(charge, wantCharge) {
 		t.Errorf("charge_card:\n got %+v\nwant %+v", charge, wantCharge)
@@ -242,9 +243,9 @@ tools:
     recover: {tool: s, tools: x, done: {paths: x}}
 `,
 			want: []string{
-				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint)`,
+				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint, journal)`,
 				`p.yaml:3:17: defaults.fingerprint: unknown key "ignores" (valid: ignore, defaults)`,
-				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done)`,
+				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done, journal)`,
 				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done)`,
 				`p.yaml:8:41: tools.a.recover.done: unknown key "paths" (valid: path, in)`,
 			},
@@ -900,6 +901,50 @@ func TestParseRetry(t *testing.T) {
 		{"tools:\n  a:\n    retry:\n      deadline: 0s\n", `p.yaml:4:17: tools.a.retry.deadline: "0s" must be more than zero`},
 		{"tools:\n  a:\n    retry:\n      deadline: soon\n", `p.yaml:4:17: tools.a.retry.deadline: "soon" is not a duration (use 90s, 10m, 72h or 7d)`},
 		{"tools:\n  a:\n    retry:\n      deadline: [1s]\n", `p.yaml:4:17: tools.a.retry.deadline: a list is not a duration`},
+	} {
+		_, err := Parse("p.yaml", []byte(tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+// TestParseJournal: journal modes layer like every other field, one mode
+// at a time, and a bad one is refused with its position.
+func TestParseJournal(t *testing.T) {
+	f, err := Parse("p.yaml", []byte(`defaults:
+  journal: {result: hash}
+tools:
+  send_email:
+    journal: {arguments: redact}
+  "log_*":
+    journal: {arguments: clear, result: clear}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tool string
+		want JournalRule
+	}{
+		{"charge_card", JournalRule{Arguments: JournalHash, Result: JournalHash}},
+		{"send_email", JournalRule{Arguments: JournalRedact, Result: JournalHash}},
+		{"log_line", JournalRule{Arguments: JournalClear, Result: JournalClear}},
+	}
+	for _, tt := range tests {
+		if got := f.Resolve(tt.tool, nil).Journal; got != tt.want {
+			t.Errorf("%s: journal %+v, want %+v", tt.tool, got, tt.want)
+		}
+	}
+	if got, want := FromAnnotations(nil).Journal, (JournalRule{Arguments: JournalHash, Result: JournalRedact}); got != want {
+		t.Errorf("default journal rule %+v, want %+v (hash the arguments, redact the result)", got, want)
+	}
+
+	for _, tt := range []struct{ yaml, want string }{
+		{"tools:\n  a:\n    journal: {arguments: plain}\n", `p.yaml:3:26: tools.a.journal.arguments: "plain" is not a journal mode (use hash, redact or clear)`},
+		{"defaults:\n  journal:\n    result: [hash]\n", `p.yaml:3:13: defaults.journal.result: a list is not a journal mode (use hash, redact or clear)`},
+		{"tools:\n  a:\n    journal: {args: hash}\n", `p.yaml:3:15: tools.a.journal: unknown key "args" (valid: arguments, result)`},
+		{"tools:\n  a:\n    journal: hash\n", `p.yaml:3:14: tools.a.journal: want a mapping with arguments and result, not "hash"`},
 	} {
 		_, err := Parse("p.yaml", []byte(tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -74,8 +74,42 @@ const (
 	Recover OnUnknown = "recover"
 )
 
+// A JournalMode says how a value (a call's arguments, a tool's result)
+// appears in the activity journal (DESIGN section 9).
+type JournalMode string
+
+// The journal modes.
+const (
+	// JournalHash shows a keyed hash of the value: HMAC-SHA-256, under the
+	// fingerprint secret, of its canonical JSON (RFC 8785). Lines of one
+	// action show one hash, and whoever holds the secret can check a
+	// value they have against it; nobody else can read the value, or find
+	// it by hashing guesses from a small space (card numbers, amounts).
+	JournalHash JournalMode = "hash"
+	// JournalRedact shows only that there was a value.
+	JournalRedact JournalMode = "redact"
+	// JournalClear shows the value as it came: for tools whose arguments
+	// or results hold nothing secret, where the journal must say exactly
+	// what was asked or answered.
+	JournalClear JournalMode = "clear"
+)
+
+// A JournalRule says how a tool's calls appear in the activity journal.
+type JournalRule struct {
+	Arguments JournalMode
+	Result    JournalMode // the result, or the upstream's JSON-RPC error
+}
+
 // Defaults.
 const (
+	// DefaultJournalArguments hashes arguments: the journal can tell which
+	// lines are the same action without holding card numbers.
+	DefaultJournalArguments = JournalHash
+	// DefaultJournalResult redacts results: they are often large and may
+	// hold what the tool read (personal data), and an auditor rarely has
+	// a result of their own to check against a hash.
+	DefaultJournalResult = JournalRedact
+
 	DefaultRetention    = 24 * time.Hour
 	DefaultAttachWindow = 10 * time.Minute
 	// DefaultDeadline bounds the time a call with a retry rule may spend
@@ -119,6 +153,9 @@ type Policy struct {
 	// mean the effect already happened (a delete of something gone): the
 	// execution then completes as a success.
 	AlreadyDone []ResultMatch
+	// Journal says how the call's arguments and its result appear in the
+	// activity journal.
+	Journal JournalRule
 
 	// Source says where the class came from, for logs and `policy show`.
 	Source string
@@ -221,6 +258,7 @@ func FromAnnotations(a *Annotations) Policy {
 		Defaults:     true,
 		OnUnknown:    Block,
 		ForwardKey:   true,
+		Journal:      JournalRule{Arguments: DefaultJournalArguments, Result: DefaultJournalResult},
 		Source:       "annotations (no read-only or idempotent hint)",
 	}
 	switch {

@@ -1,0 +1,96 @@
+package intercept
+
+import (
+	"encoding/json"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A Journal keeps the activity journal (DESIGN section 9): one entry per
+// transition of an execution this process makes (accepted, dispatched,
+// each further attempt, completed, failed, unknown, and delivered once
+// for each caller whose transport took the result), stamped with the
+// interceptor's clock when the store has taken it. Transitions
+// a store makes on its own (settling an orphan whose owner died) and an
+// operator's `activity resolve` are in the record's history, not here.
+//
+// Record is called on the request path, after the store took the
+// transition, so it must not block for long: a local file write. It may be
+// called from many goroutines at once.
+//
+// A Record error is logged at error level and otherwise ignored: the store
+// is what the proxy's decisions rest on, and the journal is the audit trail
+// of them, so a journal that cannot be written (a full disk) must not lose
+// a call or hold up its answer. Count the failures (metrics.CountJournal)
+// and alert on them.
+type Journal interface {
+	Record(journal.Entry) error
+}
+
+// journalize writes rec's move to c.To in the journal, if there is one. req is
+// the caller whose call made the move. Arguments go in with the execution's
+// acceptance, results and errors with the transition that stored them, each
+// as the tool's policy allows.
+func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Change) {
+	if in.journal == nil {
+		return
+	}
+	e := journal.Entry{
+		Time:        in.now(),
+		Execution:   rec.ID,
+		Tool:        rec.Tool,
+		State:       string(c.To),
+		Attempt:     rec.Attempts,
+		Upstream:    rec.Upstream,
+		Actor:       rec.Actor,
+		Scope:       rec.Scope,
+		Fingerprint: rec.Fingerprint,
+		Request:     req.Correlation,
+		Note:        c.Note,
+	}
+	rule := req.Policy.Journal
+	if c.To == record.Accepted {
+		args := req.Call.Arguments
+		if args == nil {
+			args = json.RawMessage("{}")
+		}
+		e.Arguments = in.journalValue(rule.Arguments, "arguments", args)
+	}
+	if c.Result != nil {
+		e.Result = in.journalValue(rule.Result, "result", c.Result)
+	}
+	if c.Error != nil {
+		e.Error = in.journalValue(rule.Result, "error", c.Error)
+	}
+	if err := in.journal.Record(e); err != nil {
+		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "state", c.To, "err", err)
+	}
+}
+
+// journalValue shows v as mode says. A hash is the fingerprint Hasher's
+// HMAC of the value in a record of its own, {"scope": "journal:" + what,
+// "value": v} with the action record's other members empty, so that no
+// journal hash is ever an intent fingerprint, and the hashes of arguments
+// and of results never match each other. An unset mode is the default's,
+// and a value that cannot be canonicalised is redacted rather than shown.
+func (in *Interceptor) journalValue(mode policy.JournalMode, what string, v json.RawMessage) *journal.Value {
+	switch mode {
+	case policy.JournalClear:
+		return &journal.Value{Clear: v}
+	case policy.JournalRedact:
+		return &journal.Value{Redacted: true}
+	case "":
+		if what == "arguments" {
+			return in.journalValue(policy.DefaultJournalArguments, what, v)
+		}
+		return in.journalValue(policy.DefaultJournalResult, what, v)
+	}
+	sum, err := in.hasher.Sum(fingerprint.Action{Scope: "journal:" + what, Extra: map[string]json.RawMessage{"value": v}})
+	if err != nil {
+		return &journal.Value{Redacted: true}
+	}
+	return &journal.Value{HMAC: sum}
+}

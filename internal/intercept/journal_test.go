@@ -1,0 +1,198 @@
+package intercept
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+)
+
+// memJournal keeps entries in memory, or fails every Record with err.
+type memJournal struct {
+	mu      sync.Mutex // protects entries
+	entries []journal.Entry
+	err     error
+}
+
+func (j *memJournal) Record(e journal.Entry) error {
+	if j.err != nil {
+		return j.err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.entries = append(j.entries, e)
+	return nil
+}
+
+func (j *memJournal) states() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var s []string
+	for _, e := range j.entries {
+		s = append(s, e.State)
+	}
+	return s
+}
+
+// withJournal rebuilds h's interceptor with a journal and a logger.
+func (h *harness) withJournal(j Journal, log *slog.Logger) *harness {
+	h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Journal: j, Logger: log})
+	return h
+}
+
+// settle waits until every dispatch has settled and been answered, so its
+// last transitions are in the journal.
+func (h *harness) settle(t *testing.T) {
+	t.Helper()
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJournalRecordsTransitions: three identical calls are one execution
+// in the journal: accepted, dispatched, completed, delivered, with the
+// arguments hashed and the result redacted by default.
+func TestJournalRecordsTransitions(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged).withJournal(j, nil)
+	for range 3 {
+		h.call(t.Context(), t, chargeCall).only(t)
+		// Settled before the next call, so that it replays a delivered
+		// execution: a call that replays a completed one delivers it again.
+		h.settle(t)
+	}
+
+	if got, want := j.states(), []string{"accepted", "dispatched", "completed", "delivered"}; !slices.Equal(got, want) {
+		t.Fatalf("journal states %q; want %q", got, want)
+	}
+	rec := h.onlyRecord(t)
+	for i, e := range j.entries {
+		if e.Execution != rec.ID || e.Tool != "charge_card" || e.Actor != "alice" || e.Fingerprint != rec.Fingerprint ||
+			e.Upstream != "stdio:bank" || e.Request != "test" || e.Time.IsZero() {
+			t.Errorf("entry %d (%s) does not name the execution, its action and its caller: %+v", i, e.State, e)
+		}
+		if (e.Arguments != nil) != (e.State == "accepted") || (e.Result != nil) != (e.State == "completed") {
+			t.Errorf("entry %d (%s): arguments %+v, result %+v; want the arguments with acceptance, the result with completion", i, e.State, e.Arguments, e.Result)
+		}
+	}
+	if e := j.entries[1]; e.Attempt != 1 {
+		t.Errorf("dispatched entry: attempt %d, want 1", e.Attempt)
+	}
+	args := j.entries[0].Arguments
+	if len(args.HMAC) != 64 || args.Clear != nil || args.Redacted {
+		t.Errorf("arguments %+v; want only a hex HMAC (hash is the default)", args)
+	}
+	if strings.Contains(args.HMAC, rec.Fingerprint) {
+		t.Error("the arguments' hash is the fingerprint; they must differ")
+	}
+	if res := j.entries[2].Result; !res.Redacted || res.Clear != nil || res.HMAC != "" {
+		t.Errorf("result %+v; want redacted (the default)", res)
+	}
+}
+
+// TestJournalValues: each mode shows a value as it says; a hash is blind
+// to spelling, keyed, and differs between arguments and results.
+func TestJournalValues(t *testing.T) {
+	in := New(Options{Store: nil, Hasher: fingerprint.NewRandom()})
+	other := New(Options{Store: nil, Hasher: fingerprint.NewRandom()})
+	a := json.RawMessage(`{"card":"4242","amount":100}`)
+	b := json.RawMessage(`{ "amount": 1e2, "card": "4242" }`)
+	tests := []struct {
+		name string
+		mode policy.JournalMode
+		what string
+		want journal.Value
+	}{
+		{"clear", policy.JournalClear, "arguments", journal.Value{Clear: a}},
+		{"redact", policy.JournalRedact, "result", journal.Value{Redacted: true}},
+		{"unset arguments are hashed", "", "arguments", journal.Value{HMAC: in.journalValue(policy.JournalHash, "arguments", a).HMAC}},
+		{"an unset result is redacted", "", "result", journal.Value{Redacted: true}},
+	}
+	for _, tt := range tests {
+		got := in.journalValue(tt.mode, tt.what, a)
+		if !bytes.Equal(got.Clear, tt.want.Clear) || got.HMAC != tt.want.HMAC || got.Redacted != tt.want.Redacted {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	ha := in.journalValue(policy.JournalHash, "arguments", a).HMAC
+	switch {
+	case ha != in.journalValue(policy.JournalHash, "arguments", b).HMAC:
+		t.Error("two spellings of the same arguments hash differently")
+	case ha == in.journalValue(policy.JournalHash, "result", a).HMAC:
+		t.Error("the same bytes hash alike as arguments and as a result")
+	case ha == other.journalValue(policy.JournalHash, "arguments", a).HMAC:
+		t.Error("the hash is not keyed: two secrets give one hash")
+	}
+	if v := in.journalValue(policy.JournalHash, "arguments", json.RawMessage(`{"n":1e999999}`)); !v.Redacted {
+		t.Errorf("a value that cannot be canonicalised: %+v; want it redacted", v)
+	}
+}
+
+// TestJournalClearPolicy: a tool whose policy says clear shows its
+// arguments and result as they came.
+func TestJournalClearPolicy(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged).withJournal(j, nil)
+	h.pol.Journal = policy.JournalRule{Arguments: policy.JournalClear, Result: policy.JournalClear}
+	h.call(t.Context(), t, chargeCall).only(t)
+	h.settle(t)
+	if got := j.entries[0].Arguments; got == nil || string(got.Clear) != `{"card":"4242","amount":100}` {
+		t.Errorf("arguments %+v; want them in clear", got)
+	}
+	if got := j.entries[2].Result; got == nil || !strings.Contains(string(got.Clear), "charge #1") {
+		t.Errorf("result %+v; want it in clear", got)
+	}
+}
+
+// TestJournalFailureKeepsTheCall: a journal that cannot be written is
+// logged at error level, and the call is answered as if it were not there.
+func TestJournalFailureKeepsTheCall(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
+	h := newHarness(charged).withJournal(&memJournal{err: errors.New("disk full")}, log)
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	h.settle(t)
+	if v.Content[0].Text != "charge #1" {
+		t.Errorf("the call got %q; want charge #1", v.Content[0].Text)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"writing the activity journal"); n != 4 {
+		t.Errorf("%d journal errors logged; want 4 (one per transition):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "disk full") {
+		t.Errorf("the log does not say why:\n%s", logs.String())
+	}
+}
+
+// TestJournalFileVerifies: the interceptor's entries, written to a real
+// journal, make a chain that verifies.
+func TestJournalFileVerifies(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	w, err := journal.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(charged).withJournal(w, nil)
+	for _, p := range []string{chargeCall, chargeCall, `{"name":"charge_card","arguments":{"card":"5555","amount":7}}`} {
+		h.call(t.Context(), t, p).only(t)
+		h.settle(t)
+	}
+	w.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := journal.Verify(f); n != 8 || err != nil {
+		t.Errorf("Verify = %d, %v; want 8 lines (two executions of four transitions), nil", n, err)
+	}
+}

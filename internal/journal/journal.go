@@ -1,0 +1,426 @@
+// Package journal keeps the activity journal (DESIGN.md section 9): an
+// append-only file of one JSON object per line, one line per transition of
+// an execution, each line carrying the SHA-256 of the line before it. The
+// chain lets Verify (`mcp-idempotent audit verify FILE`) find, offline, the
+// first line that was changed, removed or inserted after it was written.
+//
+// It is a leaf: it imports no other internal package. The interceptor
+// decides what an Entry holds, and how much of a call's arguments and
+// result it shows (the tool's policy); this package only chains and
+// checks lines.
+//
+// # Line format
+//
+// Each line is a JSON object whose first member is "prev", the lowercase
+// hex SHA-256 of the previous line's bytes without its newline; the first
+// line of a journal has Genesis instead. The other members are Entry's.
+// Every line ends in a newline, so a last line without one is torn: its
+// write was cut short.
+//
+// # What the chain proves
+//
+// The chain is not keyed: it catches an edit in the middle of the file, a
+// line removed or inserted, lines cut from its start, and a torn write, but
+// not lines cut from its end, nor a writer who rewrites every line after
+// the one it changed. Where that matters, copy the hash of the last line
+// (sha256sum of it, without the newline) somewhere the proxy's host cannot
+// write, and compare later.
+//
+// # Durability and sharing
+//
+// Lines are written with one write call each into the operating system's
+// cache and never synced: a line written survives a crash of the proxy
+// (kill -9), not of the machine. The journal is an audit trail of what the
+// store decided, and an fsync per transition would cost more than the
+// store's own write; a machine crash may leave a torn last line, which Open
+// then refuses, saying how to repair the file.
+//
+// One journal file belongs to one proxy process: two writers would each
+// chain from their own view of the last line and fork the chain. Open takes
+// an exclusive flock on the file where the system has one (Linux, macOS,
+// the BSDs) and fails with ErrLocked if another process holds it; give each
+// proxy its own file.
+package journal
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Genesis is the prev of a journal's first line: 64 zeros, a value that no
+// line hashes to.
+const Genesis = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// ErrLocked is returned by Open when another process holds the journal.
+var ErrLocked = errors.New("another process is writing this journal")
+
+// An Entry is one transition of one execution, as the journal shows it.
+type Entry struct {
+	// Time is when the execution entered State; Record writes it in UTC,
+	// RFC 3339 with nanoseconds. Zero means the time of Record.
+	Time      time.Time `json:"time"`
+	Execution string    `json:"execution"` // the execution id, exe_...
+	Tool      string    `json:"tool"`
+	State     string    `json:"state"`
+	// Attempt counts the dispatches of the execution so far.
+	Attempt     int    `json:"attempt,omitempty"`
+	Upstream    string `json:"upstream,omitempty"`
+	Actor       string `json:"actor,omitempty"`
+	Scope       string `json:"scope,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"` // the intent fingerprint, hex
+	// Request names the caller's request that caused the transition: its
+	// session and JSON-RPC id.
+	Request string `json:"request,omitempty"`
+	Note    string `json:"note,omitempty"`
+	// Arguments, Result and Error are the call's arguments, the tool's
+	// result and the upstream's JSON-RPC error, where the transition has
+	// one, shown as the tool's policy allows.
+	Arguments *Value `json:"arguments,omitempty"`
+	Result    *Value `json:"result,omitempty"`
+	Error     *Value `json:"error,omitempty"`
+}
+
+// A Value is a JSON value as the journal may show it: in clear, as a keyed
+// hash, or only as redacted. Exactly one member is set, so a reader tells
+// a redacted value from a clear one without guessing.
+type Value struct {
+	Clear json.RawMessage `json:"clear,omitempty"`
+	// HMAC is the hex HMAC-SHA-256 of the value, keyed as the caller
+	// documents.
+	HMAC     string `json:"hmac_sha256,omitempty"`
+	Redacted bool   `json:"redacted,omitempty"`
+}
+
+// A Writer appends entries to a journal file. It is safe for concurrent
+// use: lines are written one at a time, in the order Record is called.
+type Writer struct {
+	path string
+
+	mu    sync.Mutex // protects the fields below
+	f     *os.File
+	prev  string // hex SHA-256 of the last line, or Genesis
+	lines int    // lines in the file
+	// err, once set, refuses every later Record: the file is closed, or a
+	// write was cut short and its tail is no longer a line to chain from.
+	err error
+}
+
+// Open opens the journal at path for appending, creating it (mode 0600) if
+// it does not exist. An existing journal's chain is continued from its
+// last line, which must be whole and must name the line before it: Open
+// refuses a torn or broken tail rather than fork the chain, with an error
+// naming the file and line. Open reads the whole file once to find its
+// tail (hashing it, not parsing it); `audit verify` checks every line.
+func Open(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening journal: %w", err)
+	}
+	if err := lock(f); err != nil {
+		f.Close()
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("opening journal %s: %w (it holds the file's lock); several proxies must not share one journal: give each its own file", path, err)
+		}
+		return nil, fmt.Errorf("locking journal %s: %w", path, err)
+	}
+	prev, lines, err := tail(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening journal %s: %w", path, err)
+	}
+	return &Writer{path: path, f: f, prev: prev, lines: lines}, nil
+}
+
+// tail reads a journal from its start and returns the hash of its last
+// line (Genesis for an empty file) and how many lines it has. The last
+// line must be whole and its prev must be the hash of the line before it.
+func tail(f *os.File) (prev string, lines int, err error) {
+	r := newLineReader(io.NewSectionReader(f, 0, 1<<62))
+	prev = Genesis
+	var before string // the hash of the line before the last
+	var last []byte
+	for {
+		line, torn, err := r.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", 0, fmt.Errorf("reading line %d: %w", lines+1, err)
+		}
+		if torn {
+			return "", 0, &LineError{Line: lines + 1, Reason: fmt.Sprintf(
+				"torn: it does not end in a newline (a write was cut short); to continue the chain, cut the file to its first %d lines (truncate -s %d FILE), or start a new journal",
+				lines, r.offset-int64(len(line)))}
+		}
+		before, prev = prev, sum(line)
+		last = append(last[:0], line...)
+		lines++
+	}
+	if lines == 0 {
+		return Genesis, 0, nil
+	}
+	got, err := prevOf(last)
+	switch {
+	case err != nil:
+		return "", 0, &LineError{Line: lines, Reason: err.Error() + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+	case got != before:
+		return "", 0, &LineError{Line: lines, Reason: "its prev is not the SHA-256 of the line before it; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+	}
+	return prev, lines, nil
+}
+
+// Record appends e as one line. The line is written with one write call,
+// so a reader never sees half of it unless the write itself failed. An
+// error means the line is not in the journal; after a write that was cut
+// short, every later Record fails too, so the chain is never continued from
+// a torn line.
+func (w *Writer) Record(e Entry) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Time = e.Time.UTC()
+	// Encoded outside the lock; only the prev member waits for it.
+	body, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encoding journal entry of %s: %w", e.Execution, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	line := make([]byte, 0, len(`{"prev":"`)+len(Genesis)+2+len(body))
+	line = append(line, `{"prev":"`...)
+	line = append(line, w.prev...)
+	line = append(line, `",`...)
+	line = append(line, body[1:]...) // body is an object with members: Time is always there
+	next := sum(line)
+	n, err := w.f.Write(append(line, '\n'))
+	switch {
+	case err == nil:
+		w.prev = next
+		w.lines++
+		return nil
+	case n == 0:
+		// Nothing reached the file: the chain still ends at the last line.
+		return fmt.Errorf("writing journal %s: %w", w.path, err)
+	}
+	w.err = fmt.Errorf("writing journal %s: line %d was cut short (%v); no more lines are written, so the chain is not forked: cut the torn line off the file and restart", w.path, w.lines+1, err)
+	return w.err
+}
+
+// Close closes the journal file, releasing its lock. Record fails after it.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if errors.Is(w.err, os.ErrClosed) {
+		return nil
+	}
+	w.err = fmt.Errorf("writing journal %s: %w", w.path, os.ErrClosed)
+	return w.f.Close()
+}
+
+// A LineError says which line of a journal does not verify, and why.
+type LineError struct {
+	Line   int // from 1
+	Reason string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// Verify reads a journal and checks every line: that it is whole (ends in
+// a newline), that it is one JSON object with no member twice, and that its
+// prev is the SHA-256 of the line before it (Genesis for the first). It
+// returns the number of lines that verify, all of them when the error is
+// nil; otherwise the error is a *LineError naming the first line that does
+// not, or a read error.
+//
+// A link that does not hold says only that one of its two lines changed.
+// Verify looks one line further to say which: if the next link holds, the
+// later line is as its successor recorded it, so the earlier one changed
+// (or lines after it were removed), and the earlier one is named; if the
+// next link is broken too, the later line is named. A change to the last
+// line's body cannot be seen: no line names it.
+func Verify(r io.Reader) (int, error) {
+	lr := newLineReader(r)
+	want := Genesis
+	n := 0
+	// broken names a line whose link to the line before it does not
+	// hold, until the line after it says which side of the link changed.
+	var broken *LineError
+	var brokenSum string // the hash of the line whose link is broken
+	for {
+		line, torn, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		num := n + 1
+		if broken != nil {
+			num = broken.Line + 1
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading line %d: %w", num, err)
+		}
+		var prev string
+		var perr error
+		if torn {
+			perr = errors.New("torn: it does not end in a newline (a write was cut short)")
+		} else {
+			prev, perr = prevOf(line)
+		}
+		if broken != nil {
+			if perr == nil && prev == brokenSum {
+				// The line after the broken link names the later line as
+				// it is: the earlier one is what changed.
+				return verifiedBefore(broken.Line - 1), earlierChanged(broken.Line)
+			}
+			if perr == nil && broken.Line > 1 {
+				// Both links of the line are broken: it is what changed,
+				// or it does not belong here.
+				broken.Reason = fmt.Sprintf("its prev is not the SHA-256 of line %d, nor is its SHA-256 the prev of line %d: line %d was changed or inserted",
+					broken.Line-1, broken.Line+1, broken.Line)
+			}
+			return verifiedBefore(broken.Line), broken
+		}
+		if perr != nil {
+			return n, &LineError{Line: num, Reason: perr.Error()}
+		}
+		if prev != want {
+			broken = &LineError{Line: num, Reason: fmt.Sprintf("its prev %s is not the SHA-256 of line %d, %s: line %d or line %d was changed, or lines were removed or inserted between them", short(prev), num-1, short(want), num-1, num)}
+			if num == 1 {
+				broken.Reason = fmt.Sprintf("its prev %s is not the genesis value (64 zeros): the lines before it were removed, or it was changed", short(prev))
+			}
+			brokenSum = sum(line)
+			continue
+		}
+		want = sum(line)
+		n++
+	}
+	if broken != nil {
+		return verifiedBefore(broken.Line), broken
+	}
+	return n, nil
+}
+
+func verifiedBefore(line int) int { return max(line-1, 0) }
+
+// earlierChanged is the error for a broken link into line m whose next
+// link holds: line m is intact, so line m-1 changed, or for m == 1 the
+// lines before it were cut.
+func earlierChanged(m int) *LineError {
+	if m == 1 {
+		return &LineError{Line: 1, Reason: "its prev is not the genesis value (64 zeros), and line 2 names it as it is: the lines before it were removed"}
+	}
+	return &LineError{Line: m - 1, Reason: fmt.Sprintf(
+		"it is not the line that line %d's prev names, while line %d is as line %d names it: line %d was changed, or lines after it were removed or inserted",
+		m, m, m+1, m-1)}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "..."
+	}
+	return h
+}
+
+// sum returns the hex SHA-256 of a line without its newline.
+func sum(line []byte) string {
+	s := sha256.Sum256(line)
+	return hex.EncodeToString(s[:])
+}
+
+// prevOf checks that line is one JSON object with no member twice and a
+// prev member of 64 lowercase hex digits, and returns that prev.
+func prevOf(line []byte) (string, error) {
+	if len(line) == 0 {
+		return "", errors.New("empty line")
+	}
+	if !json.Valid(line) {
+		return "", errors.New("not valid JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
+		return "", errors.New("not a JSON object")
+	}
+	seen := make(map[string]bool)
+	prev, hasPrev := "", false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", errors.New("not valid JSON")
+		}
+		name, _ := tok.(string) // json.Valid said members have string names
+		if seen[name] {
+			return "", fmt.Errorf("member %q appears twice", name)
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", errors.New("not valid JSON")
+		}
+		if name == "prev" {
+			if json.Unmarshal(v, &prev) != nil || !isHash(prev) {
+				return "", errors.New("prev is not 64 lowercase hex digits")
+			}
+			hasPrev = true
+		}
+	}
+	if !hasPrev {
+		return "", errors.New("no prev member")
+	}
+	return prev, nil
+}
+
+func isHash(s string) bool {
+	return len(s) == 2*sha256.Size && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// A lineReader splits a journal into lines of any length.
+type lineReader struct {
+	br     *bufio.Reader
+	buf    []byte
+	offset int64 // bytes read so far, newlines included
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next line without its newline, and whether it is torn
+// (the input ended before a newline); io.EOF when there is none. The line
+// is valid until the next call.
+func (r *lineReader) next() (line []byte, torn bool, err error) {
+	r.buf = r.buf[:0]
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		r.offset += int64(len(chunk))
+		switch {
+		case err == nil:
+			if len(r.buf) == 0 {
+				return chunk[:len(chunk)-1], false, nil
+			}
+			r.buf = append(r.buf, chunk[:len(chunk)-1]...)
+			return r.buf, false, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			r.buf = append(r.buf, chunk...)
+		case errors.Is(err, io.EOF):
+			r.buf = append(r.buf, chunk...)
+			if len(r.buf) == 0 {
+				return nil, false, io.EOF
+			}
+			return r.buf, true, nil
+		default:
+			return nil, false, err
+		}
+	}
+}

@@ -1,0 +1,389 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 29, 20, 0, 0, 123456789, time.FixedZone("CET", 3600))
+
+func entry(i int) Entry {
+	return Entry{
+		Time: t0.Add(time.Duration(i) * time.Millisecond), Execution: fmt.Sprintf("exe_%03d", i),
+		Tool: "charge_card", State: "accepted", Attempt: 1, Actor: "alice",
+		Arguments: &Value{HMAC: strings.Repeat("ab", 32)},
+	}
+}
+
+// write makes a journal of n entries and returns its path.
+func write(t *testing.T, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range n {
+		if err := w.Record(entry(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.SplitAfter(string(b), "\n")[:bytes.Count(b, []byte("\n"))]
+}
+
+func hash(line string) string {
+	s := sha256.Sum256([]byte(strings.TrimSuffix(line, "\n")))
+	return hex.EncodeToString(s[:])
+}
+
+func TestChain(t *testing.T) {
+	path := write(t, 3)
+	ls := lines(t, path)
+	if len(ls) != 3 {
+		t.Fatalf("%d lines, want 3", len(ls))
+	}
+	want := Genesis
+	for i, l := range ls {
+		var got struct {
+			Prev      string `json:"prev"`
+			Time      string `json:"time"`
+			Execution string `json:"execution"`
+			Arguments Value  `json:"arguments"`
+		}
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if got.Prev != want {
+			t.Errorf("line %d: prev %s, want %s", i+1, got.Prev, want)
+		}
+		if !strings.HasPrefix(l, `{"prev":"`) {
+			t.Errorf("line %d does not begin with prev: %s", i+1, l)
+		}
+		if wantTime := entry(i).Time.UTC().Format(time.RFC3339Nano); got.Time != wantTime {
+			t.Errorf("line %d: time %s, want %s (UTC)", i+1, got.Time, wantTime)
+		}
+		if got.Arguments.HMAC == "" || got.Arguments.Clear != nil || got.Arguments.Redacted {
+			t.Errorf("line %d: arguments %+v; want the hash only", i+1, got.Arguments)
+		}
+		want = hash(l)
+	}
+	f, _ := os.Open(path)
+	defer f.Close()
+	if n, err := Verify(f); n != 3 || err != nil {
+		t.Errorf("Verify = %d, %v; want 3, nil", n, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestReopenContinuesChain(t *testing.T) {
+	path := write(t, 2)
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Record(entry(2)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	ls := lines(t, path)
+	if len(ls) != 3 || !strings.Contains(ls[2], `"prev":"`+hash(ls[1])+`"`) {
+		t.Fatalf("after reopening, line 3 does not chain from line 2:\n%s", strings.Join(ls, ""))
+	}
+	if n, err := Verify(strings.NewReader(strings.Join(ls, ""))); n != 3 || err != nil {
+		t.Errorf("Verify = %d, %v; want 3, nil", n, err)
+	}
+}
+
+func TestOpenRefusesABadTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(ls []string) string
+		want   []string
+	}{
+		{"torn last line", func(ls []string) string { return strings.Join(ls, "") + `{"prev":"00` },
+			[]string{"line 3", "torn", "truncate -s ", "first 2 lines"}},
+		{"last line does not chain", func(ls []string) string {
+			at := len(`{"prev":"`)
+			return tamper(ls, 2, at, flipHex(ls[1][at]))
+		}, []string{"line 2", "not the SHA-256 of the line before it", "audit verify"}},
+		{"last line is not JSON", func(ls []string) string { return ls[0] + "not json\n" },
+			[]string{"line 2", "not valid JSON"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := write(t, 2)
+			damaged := tt.damage(lines(t, path))
+			if err := os.WriteFile(path, []byte(damaged), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w, err := Open(path)
+			if err == nil {
+				w.Close()
+				t.Fatal("Open succeeded on a damaged tail; it must refuse to fork the chain")
+			}
+			for _, s := range append(tt.want, path) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Open: %v; want it to say %q", err, s)
+				}
+			}
+			if tt.name == "torn last line" {
+				// The advice must be right: cutting there leaves a journal
+				// Open continues.
+				size := int64(len(damaged) - len(`{"prev":"00`))
+				if !strings.Contains(err.Error(), fmt.Sprintf("truncate -s %d ", size)) {
+					t.Errorf("Open: %v; want truncate -s %d", err, size)
+				}
+				os.Truncate(path, size)
+				w, err := Open(path)
+				if err != nil {
+					t.Fatalf("after the advised truncate: %v", err)
+				}
+				w.Close()
+			}
+		})
+	}
+}
+
+func TestOpenEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Record(entry(0))
+	if ls := lines(t, path); len(ls) != 1 || !strings.Contains(ls[0], Genesis) {
+		t.Errorf("the first line of an empty file does not chain from Genesis: %q", ls)
+	}
+}
+
+func TestOneWriterPerFile(t *testing.T) {
+	path := write(t, 1)
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Open(path)
+	if err == nil {
+		second.Close()
+		w.Close()
+		t.Skip("no flock on this system: one writer per file is the operator's to keep")
+	}
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) {
+		t.Errorf("a second Open: %v; want ErrLocked naming %s", err, path)
+	}
+	w.Close()
+	// Closing releases the lock.
+	third, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	third.Close()
+}
+
+func TestRecordAfterClose(t *testing.T) {
+	w, err := Open(filepath.Join(t.TempDir(), "j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := w.Record(entry(0)); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Record after Close = %v; want os.ErrClosed", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close = %v", err)
+	}
+}
+
+// TestConcurrentRecord: many goroutines of one process append to one
+// journal; every line is whole and the chain holds (run with -race).
+func TestConcurrentRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 50
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				e := entry(g*each + i)
+				e.Result = &Value{Clear: json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", 100*i) + `"}]}`)}
+				if err := w.Record(e); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	w.Close()
+	f, _ := os.Open(path)
+	defer f.Close()
+	if n, err := Verify(f); n != writers*each || err != nil {
+		t.Errorf("Verify = %d, %v; want %d, nil", n, err, writers*each)
+	}
+}
+
+// flipHex returns a different lowercase hex digit than c.
+func flipHex(c byte) byte {
+	if c == '0' {
+		return '1'
+	}
+	return '0'
+}
+
+// tamper returns the journal with the byte at index i of line l (from 1)
+// replaced by c.
+func tamper(ls []string, l, i int, c byte) string {
+	b := []byte(ls[l-1])
+	b[i] = c
+	out := append([]string(nil), ls...)
+	out[l-1] = string(b)
+	return strings.Join(out, "")
+}
+
+func TestVerify(t *testing.T) {
+	ls := lines(t, write(t, 5))
+	prevAt := len(`{"prev":"`) + 3 // a byte inside the prev value
+	toolAt := strings.Index(ls[2], "charge_card") + 1
+	tests := []struct {
+		name     string
+		in       string
+		wantN    int
+		wantLine int    // 0: no error
+		want     string // in the error
+	}{
+		{"intact", strings.Join(ls, ""), 5, 0, ""},
+		{"empty file", "", 0, 0, ""},
+		{"one byte of a middle line's body", tamper(ls, 3, toolAt, 'X'), 2, 3, "line 3 was changed"},
+		{"one byte of a middle line's prev", tamper(ls, 3, prevAt, flipHex(ls[2][prevAt])), 2, 3, "line 3 was changed or inserted"},
+		{"one byte of the first line's body", tamper(ls, 1, toolAt, 'X'), 0, 1, "line 1 was changed"},
+		{"a middle line removed", ls[0] + ls[1] + ls[3] + ls[4], 1, 2, "line 2 was changed, or lines after it were removed"},
+		{"the first lines removed", ls[2] + ls[3] + ls[4], 0, 1, "the lines before it were removed"},
+		{"lines swapped", ls[0] + ls[2] + ls[1] + ls[3] + ls[4], 1, 2, "line 2 was changed or inserted"},
+		{"a line inserted", ls[0] + ls[1] + ls[0] + ls[2] + ls[3] + ls[4], 2, 3, "line 3 was changed or inserted"},
+		{"the last line's prev", tamper(ls, 5, prevAt, flipHex(ls[4][prevAt])), 4, 5, "line 4 or line 5 was changed"},
+		{"torn last line", strings.Join(ls, "") + `{"prev":`, 5, 6, "torn"},
+		{"last newline missing", strings.TrimSuffix(strings.Join(ls, ""), "\n"), 4, 5, "torn"},
+		{"bad JSON", ls[0] + "{\n", 1, 2, "not valid JSON"},
+		{"blank line", ls[0] + "\n" + ls[1], 1, 2, "empty line"},
+		{"not an object", `["` + Genesis + `"]` + "\n", 0, 1, "not a JSON object"},
+		{"no prev", `{"time":"x"}` + "\n", 0, 1, "no prev member"},
+		{"prev in capitals", `{"prev":"` + strings.ToUpper(strings.Repeat("ab", 32)) + `"}` + "\n", 0, 1, "64 lowercase hex"},
+		{"prev twice", `{"prev":"` + Genesis + `","prev":"` + Genesis + `"}` + "\n", 0, 1, `"prev" appears twice`},
+		{"trailing text", `{"prev":"` + Genesis + `"} x` + "\n", 0, 1, "not valid JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := Verify(strings.NewReader(tt.in))
+			if n != tt.wantN {
+				t.Errorf("Verify = %d lines; want %d", n, tt.wantN)
+			}
+			if tt.wantLine == 0 {
+				if err != nil {
+					t.Errorf("Verify: %v", err)
+				}
+				return
+			}
+			var le *LineError
+			if !errors.As(err, &le) || le.Line != tt.wantLine || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Verify: %v; want a LineError for line %d saying %q", err, tt.wantLine, tt.want)
+			}
+		})
+	}
+}
+
+// TestVerifyLongLines: a line longer than the reader's buffer is one line.
+func TestVerifyLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := entry(0)
+	e.Arguments = &Value{Clear: json.RawMessage(`{"blob":"` + strings.Repeat("y", 300<<10) + `"}`)}
+	for range 3 {
+		if err := w.Record(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	w, err = Open(path) // its tail is read across buffer boundaries too
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	f, _ := os.Open(path)
+	defer f.Close()
+	if n, err := Verify(f); n != 3 || err != nil {
+		t.Errorf("Verify = %d, %v; want 3, nil", n, err)
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	var good bytes.Buffer
+	prev := Genesis
+	for i := range 3 {
+		line := fmt.Sprintf(`{"prev":"%s","n":%d}`, prev, i)
+		good.WriteString(line + "\n")
+		prev = hash(line)
+	}
+	f.Add(good.Bytes())
+	f.Add([]byte(""))
+	f.Add([]byte("\n"))
+	f.Add([]byte(`{"prev":"` + Genesis + `"}`))
+	f.Add([]byte(`{"prev":"` + Genesis + `","prev":1}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, err := Verify(bytes.NewReader(data))
+		newlines := bytes.Count(data, []byte("\n"))
+		if err == nil {
+			if n != newlines || len(data) > 0 && data[len(data)-1] != '\n' {
+				t.Fatalf("Verify = %d, nil for %d newlines in %q", n, newlines, data)
+			}
+			// A line chained to a journal that verifies verifies too.
+			last := Genesis
+			if n > 0 {
+				ls := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+				last = hash(string(ls[len(ls)-1]))
+			}
+			more := append(bytes.Clone(data), `{"prev":"`+last+`"}`+"\n"...)
+			if m, err := Verify(bytes.NewReader(more)); m != n+1 || err != nil {
+				t.Fatalf("after appending a chained line: Verify = %d, %v; want %d, nil", m, err, n+1)
+			}
+			return
+		}
+		var le *LineError
+		if !errors.As(err, &le) {
+			t.Fatalf("Verify: %v is not a LineError", err)
+		}
+		if le.Line < 1 || le.Line > newlines+1 || n != le.Line-1 {
+			t.Fatalf("Verify = %d, line %d, for %d newlines", n, le.Line, newlines)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// journalLine is what the test reads of one line of the activity journal.
+type journalLine struct {
+	Prev      string `json:"prev"`
+	Execution string `json:"execution"`
+	Tool      string `json:"tool"`
+	State     string `json:"state"`
+	Arguments *struct {
+		HMAC  string          `json:"hmac_sha256"`
+		Clear json.RawMessage `json:"clear"`
+	} `json:"arguments"`
+	Result *struct {
+		Redacted bool `json:"redacted"`
+	} `json:"result"`
+}
+
+// TestJournalTellsOneExecution: three identical charge_card calls through
+// the proxy with --journal are one execution in the journal, its
+// transitions in order, with the card hashed rather than written; `audit
+// verify` passes on it, and names the line of a byte changed after.
+func TestJournalTellsOneExecution(t *testing.T) {
+	needProxy(t)
+	t.Parallel()
+	ctx := testContext(t)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	const card = "card-7f3a-journal"
+	p := connect(t, ctx, proxiedWith(t, []string{"--journal", path}, chargeServer()...))
+	for range 3 {
+		charge(t, ctx, p, card, 100)
+	}
+	if got := executions(t, ctx, p); got != 1 {
+		t.Fatalf("charges = %d after 3 identical calls, want 1", got)
+	}
+	// The delivered transition is written just after the answer is out:
+	// once the proxy has exited, every line is in.
+	if err := p.Close(); err != nil {
+		t.Logf("closing the session: %v", err)
+	}
+
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte(card)) {
+		t.Errorf("the journal holds the card in clear; arguments are hashed by default:\n%s", data)
+	}
+	var lines []journalLine
+	for l := range strings.Lines(string(data)) {
+		var jl journalLine
+		if err := json.Unmarshal([]byte(l), &jl); err != nil {
+			t.Fatalf("journal line %q: %v", l, err)
+		}
+		lines = append(lines, jl)
+	}
+	var states []string
+	for _, l := range lines {
+		states = append(states, l.State)
+		if l.Execution != lines[0].Execution || l.Tool != "charge_card" {
+			t.Errorf("line %+v is not of the one execution %s of charge_card", l, lines[0].Execution)
+		}
+	}
+	// A replay that finds the execution completed but not yet marked
+	// delivered delivers it again: one delivered line per caller, then.
+	if len(states) < 4 || !slices.Equal(states[:4], []string{"accepted", "dispatched", "completed", "delivered"}) ||
+		slices.ContainsFunc(states[4:], func(s string) bool { return s != "delivered" }) {
+		t.Fatalf("journal states %q; want accepted, dispatched, completed, delivered", states)
+	}
+	if a := lines[0].Arguments; a == nil || len(a.HMAC) != 64 || a.Clear != nil {
+		t.Errorf("accepted line's arguments %+v; want a hash only", a)
+	}
+	if r := lines[2].Result; r == nil || !r.Redacted {
+		t.Errorf("completed line's result %+v; want it redacted", r)
+	}
+
+	out, stderr, code := runProxy(t, ctx, "audit", "verify", path)
+	if want := path + ": " + strconv.Itoa(len(lines)) + " lines verify\n"; code != 0 || out != want {
+		t.Fatalf("audit verify exited %d: %q %s; want 0, %q", code, out, stderr, want)
+	}
+
+	// One byte of line 2 changed after the fact.
+	i := bytes.Index(data, []byte(`"state":"dispatched"`)) + len(`"state":"`)
+	data[i] = 'D'
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code = runProxy(t, ctx, "audit", "verify", path)
+	if code != 1 || out != "" || !strings.Contains(stderr, path+":2: does not verify") || !strings.Contains(stderr, "line 2 was changed") {
+		t.Fatalf("audit verify of a tampered journal exited %d: %q\n%s\nwant 1, naming line 2", code, out, stderr)
+	}
+}
