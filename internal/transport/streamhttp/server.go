@@ -602,6 +602,20 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			s.answer(w, r, ss, st)
 			return
 		}
+		for _, m := range msgs {
+			var c struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &c) != nil {
+				continue
+			}
+			if p := ss.pending[string(c.RequestID)]; p != nil {
+				delete(ss.pending, string(c.RequestID))
+				if p.token != "" {
+					delete(ss.progress, p.token)
+				}
+			}
+		}
 	}
 	for _, m := range msgs {
 		if !m.IsRequest() {
