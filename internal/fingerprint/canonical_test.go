@@ -2,6 +2,9 @@ package fingerprint
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"testing"
 
@@ -35,6 +38,11 @@ func jcsWhole(a Action) ([]byte, error) {
 	return jcs.Transform(raw)
 }
 
+var (
+	fuzzKey    = []byte("a fixed secret for the fuzz tests")
+	fuzzHasher = keyed(fuzzKey)
+)
+
 // FuzzCanonical checks that Canonical, which writes the record's own
 // members itself, gives exactly what jcs.Transform gives for the whole
 // record.
@@ -43,6 +51,8 @@ func FuzzCanonical(f *testing.F) {
 	f.Add("bob\u2028", "s\x01\"\\/", "stdio:\"quoted arg\" \t\n", "tööl", `{"b":[1,2.50,1e2],"a":{"\u00e9":null}}`, "inputResponses", `{"r":{"n":12345678901234567}}`)
 	f.Add("\xff\xfe", "", "", "x", `{}`, "😀", `"v"`)
 	f.Add("a", "b", "c", "d", `{"\ud83d\ude00":1,"\ue000":2}`, "\ue000", `1`)
+	f.Add("alice", "session:01K", "stdio:node server.js", "charge_card", `{"card":"4242","amount":100}`, "", `null`)
+	f.Add("\xff", "s\x01", "u\u2028", "t\"", `{"b":[1,2.50,1e2],"a":{"\u00e9":null}}`, "", `null`)
 	f.Fuzz(func(t *testing.T, actor, scope, upstream, tool, args, extraName, extraValue string) {
 		if !json.Valid([]byte(args)) || !isObject([]byte(args)) || !json.Valid([]byte(extraValue)) {
 			t.Skip()
@@ -53,6 +63,9 @@ func FuzzCanonical(f *testing.F) {
 		}
 		a := Action{Actor: actor, Scope: scope, Upstream: upstream, Tool: tool, Arguments: json.RawMessage(args),
 			Extra: map[string]json.RawMessage{extraName: json.RawMessage(extraValue)}}
+		if extraName == "" {
+			a.Extra = nil // the common case, which Canonical writes straight out
+		}
 		got, gerr := Canonical(a)
 		want, werr := jcsWhole(a)
 		if (gerr != nil) != (werr != nil) {
@@ -60,6 +73,15 @@ func FuzzCanonical(f *testing.F) {
 		}
 		if gerr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("Canonical:\n %s\njcs on the whole record:\n %s", got, want)
+		}
+		if gerr != nil {
+			return
+		}
+		// Sum reuses its buffers: it must still hash exactly Canonical.
+		mac := hmac.New(sha256.New, fuzzKey)
+		mac.Write(got)
+		if s, err := fuzzHasher.Sum(a); err != nil || s != hex.EncodeToString(mac.Sum(nil)) {
+			t.Fatalf("Sum = %s, %v; want the HMAC of Canonical %s", s, err, hex.EncodeToString(mac.Sum(nil)))
 		}
 	})
 }

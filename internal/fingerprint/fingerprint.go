@@ -51,11 +51,13 @@ type Action struct {
 type Hasher struct {
 	key  []byte
 	macs sync.Pool // of hash.Hash: HMACs under key, reset before use
+	bufs sync.Pool // of *[]byte: buffers for the canonical form
 }
 
 func keyed(key []byte) *Hasher {
 	h := &Hasher{key: key}
 	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
+	h.bufs.New = func() any { return new([]byte) }
 	return h
 }
 
@@ -88,9 +90,32 @@ func NewRandom() *Hasher {
 // same bytes jcs.Transform gives for the whole record (FuzzCanonical checks
 // it).
 func Canonical(a Action) ([]byte, error) {
+	return appendCanonical(nil, a)
+}
+
+// appendCanonical appends the RFC 8785 form of a's action record to out.
+func appendCanonical(out []byte, a Action) ([]byte, error) {
 	args := bytes.TrimSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
+	}
+	if len(a.Extra) == 0 {
+		// The common case: the record's own members only, whose names
+		// are already in RFC 8785 order, written straight out.
+		out = append(out, `{"actor":`...)
+		out = appendJCSString(out, a.Actor)
+		out = append(out, `,"arguments":`...)
+		var err error
+		if out, err = appendCanonicalValue(out, args); err != nil {
+			return nil, err
+		}
+		out = append(out, `,"scope":`...)
+		out = appendJCSString(out, a.Scope)
+		out = append(out, `,"tool":`...)
+		out = appendJCSString(out, a.Tool)
+		out = append(out, `,"upstream":`...)
+		out = appendJCSString(out, a.Upstream)
+		return append(out, '}'), nil
 	}
 	args, err := canonicalValue(args)
 	if err != nil {
@@ -126,11 +151,6 @@ func Canonical(a Action) ([]byte, error) {
 	// RFC 8785 section 3.2.3: members sorted by their names as UTF-16
 	// code units.
 	slices.SortFunc(members, func(x, y member) int { return compareUTF16(x.name, y.name) })
-	n := 2
-	for _, m := range members {
-		n += len(m.name) + len(m.value) + 4
-	}
-	out := make([]byte, 0, n)
 	out = append(out, '{')
 	for i, m := range members {
 		if i > 0 {
@@ -151,6 +171,18 @@ type member struct {
 // canonicalValue returns the RFC 8785 form of a JSON value from a caller,
 // with the exact-number guard applied first.
 func canonicalValue(v json.RawMessage) ([]byte, error) {
+	return appendCanonicalValue(nil, v)
+}
+
+// appendCanonicalValue is canonicalValue appending to out.
+func appendCanonicalValue(out []byte, v json.RawMessage) ([]byte, error) {
+	if !needsExactPass(v) {
+		// Then exactNumbers would return v as it is. Most arguments are
+		// simple enough to be canonicalised in one pass here.
+		if canon, ok := appendSimple(out, v); ok {
+			return canon, nil
+		}
+	}
 	v, err := exactNumbers(v) // invalid JSON is refused here or by jcs
 	if err != nil {
 		return nil, err
@@ -159,7 +191,7 @@ func canonicalValue(v json.RawMessage) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("canonicalising: %w", err)
 	}
-	return canon, nil
+	return append(out, canon...), nil
 }
 
 // appendJCSString appends s as RFC 8785 serialises a string (ECMAScript's
@@ -222,17 +254,28 @@ func (h *Hasher) Sum(a Action) (string, error) {
 	if args := bytes.TrimSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
 		return "", ErrArguments
 	}
-	canon, err := Canonical(a)
+	bp := h.bufs.Get().(*[]byte)
+	defer h.bufs.Put(bp)
+	canon, err := appendCanonical((*bp)[:0], a)
 	if err != nil {
 		return "", err
+	}
+	if cap(canon) <= maxKeptBuffer {
+		*bp = canon
 	}
 	mac := h.macs.Get().(hash.Hash)
 	defer h.macs.Put(mac)
 	mac.Reset()
 	mac.Write(canon)
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(mac.Sum(sum[:0])), nil
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], mac.Sum(sum[:0]))
+	return string(digits[:]), nil
 }
+
+// maxKeptBuffer bounds the canonical-form buffers a Hasher keeps for
+// reuse, so that one call with huge arguments does not pin its buffer.
+const maxKeptBuffer = 16 << 10
 
 func isObject(raw json.RawMessage) bool {
 	for _, c := range raw {

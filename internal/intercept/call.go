@@ -61,7 +61,7 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 		}
 		return true
 	})
-	if err != nil || !json.Valid(params) {
+	if err != nil || !jsonrpc.Valid(params) { // json.Valid's answer, faster
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
 	}
 	name, ok := jsonrpc.StringValue(nameRaw)

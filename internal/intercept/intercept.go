@@ -505,7 +505,11 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 		in.answer(ctx, req, settled, live)
 		return
 	}
-	in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+	if in.log.Enabled(ctx, slog.LevelDebug) {
+		// Guarded like settle's: the arguments cost allocations even
+		// when debug is off.
+		in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+	}
 	in.obs.Transition(rec.Tool, record.Dispatched)
 	in.journalize(req, claimed, claim)
 	m := live

@@ -64,18 +64,18 @@ func Decode(frame []byte) (*Message, error) {
 	}
 	switch trimmed[0] {
 	case '[':
-		if !json.Valid(frame) {
+		if !Valid(frame) {
 			return nil, errors.New("invalid JSON in batch")
 		}
 		return &Message{Raw: frame, Batch: true}, nil
 	case '{':
 	default:
-		if !json.Valid(frame) {
+		if !Valid(frame) {
 			return nil, errors.New("invalid JSON")
 		}
 		return nil, ErrNotObject
 	}
-	if !json.Valid(frame) {
+	if !Valid(frame) {
 		var v json.RawMessage
 		return nil, fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
 	}
@@ -99,6 +99,10 @@ func Decode(frame []byte) (*Message, error) {
 		return true
 	})
 	if methodRaw != nil && string(methodRaw) != "null" {
+		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {
+			m.Method = method
+			return m, nil
+		}
 		method, ok := StringValue(methodRaw)
 		if !ok {
 			return nil, fmt.Errorf("invalid method: %s is not a string", truncate(string(methodRaw), 40))
@@ -106,6 +110,35 @@ func Decode(frame []byte) (*Message, error) {
 		m.Method = method
 	}
 	return m, nil
+}
+
+// knownMethods holds the methods of MCP, so that Decode can return the
+// name without a copy of it per frame. Only a name spelled without escapes
+// is looked up; any other goes through StringValue.
+var knownMethods = func() map[string]string {
+	m := make(map[string]string)
+	for _, name := range []string{
+		"initialize", "ping", "tools/call", "tools/list", "resources/list", "resources/read",
+		"resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
+		"prompts/get", "completion/complete", "logging/setLevel", "sampling/createMessage",
+		"elicitation/create", "roots/list", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
+		"notifications/initialized", "notifications/cancelled", "notifications/progress",
+		"notifications/message", "notifications/tools/list_changed", "notifications/resources/list_changed",
+		"notifications/resources/updated", "notifications/prompts/list_changed",
+		"notifications/roots/list_changed", "notifications/tasks/status",
+	} {
+		m[name] = name
+	}
+	return m
+}()
+
+// unquoted returns the inside of a raw JSON string without escapes, or
+// nil for anything else.
+func unquoted(raw []byte) []byte {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' || bytes.IndexByte(raw, '\\') >= 0 {
+		return nil
+	}
+	return raw[1 : len(raw)-1]
 }
 
 // DecodeBatch decodes the elements of a batch frame.
@@ -185,8 +218,7 @@ func NewRawErrorResponse(id, errObj json.RawMessage) []byte {
 // NewRequest returns the bytes of a request. params may be nil. A nil id
 // makes a notification: the id member is left out, never written empty.
 func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byte {
-	mb, _ := json.Marshal(method) // a string always marshals
-	b := make([]byte, 0, len(params)+len(id)+len(mb)+48)
+	b := make([]byte, 0, len(params)+len(id)+len(method)+50)
 	b = append(b, `{"jsonrpc":"2.0",`...)
 	if id != nil {
 		b = append(b, `"id":`...)
@@ -194,12 +226,28 @@ func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byt
 		b = append(b, ',')
 	}
 	b = append(b, `"method":`...)
-	b = append(b, mb...)
+	b = appendString(b, method)
 	if params != nil {
 		b = append(b, `,"params":`...)
 		b = append(b, params...)
 	}
 	return append(b, '}')
+}
+
+// appendString appends s as json.Marshal writes it. A method name is
+// plain ASCII that needs no escape, and is copied between quotes as it is;
+// anything else goes through json.Marshal, so the bytes are the same
+// either way (TestAppendString).
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			mb, _ := json.Marshal(s) // a string always marshals
+			return append(b, mb...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func orNull(id json.RawMessage) json.RawMessage {

@@ -36,8 +36,11 @@ type Store struct {
 type entry struct {
 	rec *record.Record
 	// settled is closed when rec leaves the in-flight states; Wait selects
-	// on it, so one close wakes every waiter at once. A record that goes
-	// back in flight (a re-dispatch of an unknown one) gets a new channel.
+	// on it, so one close wakes every waiter at once. It is made by the
+	// first Wait, not with the record: most executions are never waited
+	// on, and the store keeps every record for its retention. A record
+	// that goes back in flight (a re-dispatch of an unknown one) starts
+	// again without one.
 	settled chan struct{}
 	index   int // position in the expiry heap, -1 when not in it
 }
@@ -52,6 +55,10 @@ func New(opts Options) *Store {
 	}
 	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry), inFlight: make(map[string]*entry)}
 }
+
+// commonLife is the number of transitions of an execution that is
+// accepted, dispatched, completed and delivered.
+const commonLife = 4
 
 // purgeBatch bounds the expired records dropped per call, so no single
 // call pays for a large backlog.
@@ -80,9 +87,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	rec := r.Clone()
 	rec.State = record.Accepted
-	rec.History = []record.Transition{{State: record.Accepted, At: now}}
+	// Room for the common life (accepted, dispatched, completed,
+	// delivered) up front: one allocation instead of three as it grows.
+	// Copies handed out are clipped (Record.Clone), so appending here
+	// never shows in them.
+	rec.History = append(make([]record.Transition, 0, commonLife), record.Transition{State: record.Accepted, At: now})
 	rec.ExpiresAt = time.Time{}
-	e := &entry{rec: rec, settled: make(chan struct{}), index: -1}
+	e := &entry{rec: rec, index: -1}
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
 	s.inFlight[rec.ID] = e
@@ -134,12 +145,16 @@ func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 		}
 		if wasInFlight {
 			delete(s.inFlight, r.ID)
-			close(e.settled)
+			if e.settled != nil {
+				close(e.settled)
+				e.settled = nil // waiters hold it; a later Wait finds the record settled
+			}
 		}
 	case !wasInFlight:
 		// Back in flight (a re-dispatch of an unknown one): new waiters
-		// need a channel that is still open, and the owner a lease.
-		e.settled = make(chan struct{})
+		// need a channel that is still open (the next Wait makes it), and
+		// the owner a lease.
+		e.settled = nil
 		if e.index >= 0 {
 			heap.Remove(&s.expires, e.index)
 		}
@@ -193,6 +208,9 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			r := e.rec.Clone()
 			s.mu.Unlock()
 			return r, nil
+		}
+		if e.settled == nil {
+			e.settled = make(chan struct{})
 		}
 		settled := e.settled
 		lease := e.rec.LeaseUntil

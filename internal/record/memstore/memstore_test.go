@@ -40,3 +40,32 @@ func TestExpiredRecordsArePurged(t *testing.T) {
 		t.Fatalf("store holds %d records after retention; want only the 2 fresh ones", n)
 	}
 }
+
+// TestCopiesDoNotShareHistory checks that records handed out stay as they
+// were when the store appends to its own history, which has room reserved
+// for the transitions to come, and that appending to a copy never changes
+// the store's.
+func TestCopiesDoNotShareHistory(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	ctx := t.Context()
+	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Retention: time.Minute}
+	reserved, _, err := s.Reserve(ctx, r, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatched, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatched.History = append(dispatched.History, record.Transition{State: "tampered"})
+	completed, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reserved.History) != 1 || reserved.History[0].State != record.Accepted {
+		t.Errorf("the reservation's copy changed: %+v", reserved.History)
+	}
+	if got := completed.History; len(got) != 3 || got[2].State != record.Completed {
+		t.Errorf("history after completion: %+v", got)
+	}
+}

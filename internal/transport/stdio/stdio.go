@@ -35,9 +35,10 @@ type Conn struct {
 	r   *bufio.Reader
 	max int
 
-	wmu sync.Mutex // serializes writes so frames never interleave
-	w   io.Writer
-	c   io.Closer // closes the write side; nil if none
+	wmu  sync.Mutex // serializes writes so frames never interleave
+	w    io.Writer
+	wbuf []byte    // the frame and its newline, reused under wmu
+	c    io.Closer // closes the write side; nil if none
 }
 
 // NewConn returns a Conn reading from r and writing to w. Frames longer than
@@ -135,11 +136,21 @@ func (c *Conn) WriteFrame(frame []byte) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	buf := make([]byte, 0, len(frame)+1)
-	buf = append(append(buf, frame...), '\n')
+	// One write per frame, from a buffer kept between frames: a write of
+	// the frame and another of the newline would cost the peer a second
+	// wake-up, and a fresh buffer per frame costs an allocation.
+	buf := append(append(c.wbuf[:0], frame...), '\n')
 	_, err := c.w.Write(buf)
+	if cap(buf) <= maxKeptBuffer {
+		c.wbuf = buf
+	} else {
+		c.wbuf = nil // a rare large frame does not pin its buffer
+	}
 	return err
 }
+
+// maxKeptBuffer bounds the write buffer a Conn keeps between frames.
+const maxKeptBuffer = 64 << 10
 
 // Close closes the write side, which tells a child process reading it that
 // no more input will come. Close does not wait for a WriteFrame in

@@ -612,3 +612,37 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// countingWriter records each Write as it was passed, copied.
+type countingWriter struct{ writes []string }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, string(p))
+	return len(p), nil
+}
+
+// TestWriteFrameOneWrite checks that each frame goes out in exactly one
+// Write, its newline included, whatever the sizes of the frames before it
+// (the write buffer is reused, and dropped after a large frame).
+func TestWriteFrameOneWrite(t *testing.T) {
+	var w countingWriter
+	c := NewConn(nil, &w, 0)
+	frames := []string{`{"a":1}`, `{"big":"` + strings.Repeat("x", maxKeptBuffer+10) + `"}`, `{"b":2}`, `{"c":"` + strings.Repeat("y", 1000) + `"}`, `{}`}
+	for _, f := range frames {
+		if err := c.WriteFrame([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.writes) != len(frames) {
+		t.Fatalf("%d writes for %d frames", len(w.writes), len(frames))
+	}
+	for i, f := range frames {
+		if w.writes[i] != f+"\n" {
+			t.Errorf("write %d is %.40q..., want %.40q...", i, w.writes[i], f+"\n")
+		}
+	}
+	d := NewConn(nil, io.Discard, 0)
+	if allocs := testing.AllocsPerRun(100, func() { d.WriteFrame([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)) }); allocs != 0 {
+		t.Errorf("WriteFrame allocates %v times per frame, want 0", allocs)
+	}
+}

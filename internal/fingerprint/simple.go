@@ -1,0 +1,239 @@
+package fingerprint
+
+// appendSimple appends the RFC 8785 form of src when src is a JSON value
+// built only of what tool arguments usually hold: objects, arrays, strings
+// of printable ASCII without escapes, integers of at most 15 digits, true,
+// false and null. For such a value the canonical form needs no number
+// formatting and no string re-encoding: it is the value with white space
+// dropped and object members sorted by name (byte order, which for ASCII
+// is RFC 8785's UTF-16 order). ok is false for anything else, invalid JSON
+// included, and the caller then goes through jcs.Transform, which has the
+// last word; FuzzSimple checks that the two agree wherever this path
+// answers.
+//
+// It exists because jcs.Transform builds a tree of the value and copies
+// every string through a builder: for the small objects of a tool call it
+// was the largest allocation of the fingerprint.
+func appendSimple(out, src []byte) (_ []byte, ok bool) {
+	p := simpleParser{src: src}
+	out, ok = p.value(out, 0)
+	if !ok {
+		return nil, false
+	}
+	p.space()
+	if p.i != len(src) {
+		return nil, false
+	}
+	return out, true
+}
+
+// maxSimpleDepth bounds the nesting appendSimple handles itself; deeper
+// values take the general path.
+const maxSimpleDepth = 32
+
+// maxSimpleDigits is the longest integer appendSimple copies as it is: up
+// to 15 digits every integer is a double exactly, and JCS prints it as
+// written.
+const maxSimpleDigits = 15
+
+type simpleParser struct {
+	src []byte
+	i   int
+}
+
+func (p *simpleParser) space() {
+	for p.i < len(p.src) {
+		switch p.src[p.i] {
+		case ' ', '\t', '\r', '\n':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *simpleParser) value(out []byte, depth int) ([]byte, bool) {
+	p.space()
+	if p.i >= len(p.src) || depth > maxSimpleDepth {
+		return nil, false
+	}
+	switch c := p.src[p.i]; {
+	case c == '{':
+		return p.object(out, depth)
+	case c == '[':
+		return p.array(out, depth)
+	case c == '"':
+		s, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, '"')
+		out = append(out, s...)
+		return append(out, '"'), true
+	case c == 't':
+		return p.literal(out, "true")
+	case c == 'f':
+		return p.literal(out, "false")
+	case c == 'n':
+		return p.literal(out, "null")
+	case c == '-' || '0' <= c && c <= '9':
+		return p.integer(out)
+	}
+	return nil, false
+}
+
+// str reads a string of printable ASCII without escapes and returns what
+// is between its quotes.
+func (p *simpleParser) str() ([]byte, bool) {
+	start := p.i + 1
+	for j := start; j < len(p.src); j++ {
+		switch c := p.src[j]; {
+		case c == '"':
+			p.i = j + 1
+			return p.src[start:j], true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func (p *simpleParser) literal(out []byte, lit string) ([]byte, bool) {
+	if len(p.src)-p.i < len(lit) || string(p.src[p.i:p.i+len(lit)]) != lit {
+		return nil, false
+	}
+	p.i += len(lit)
+	return append(out, lit...), true
+}
+
+// integer reads an integer of at most maxSimpleDigits digits, written
+// without a fraction or an exponent; -0 is left to the general path.
+func (p *simpleParser) integer(out []byte) ([]byte, bool) {
+	start := p.i
+	if p.src[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.src) && '0' <= p.src[p.i] && p.src[p.i] <= '9' {
+		p.i++
+	}
+	n := p.i - digits
+	switch {
+	case n == 0 || n > maxSimpleDigits:
+		return nil, false
+	case p.src[digits] == '0' && (n > 1 || digits > start):
+		return nil, false // a leading zero, or -0
+	case p.i < len(p.src) && (p.src[p.i] == '.' || p.src[p.i] == 'e' || p.src[p.i] == 'E'):
+		return nil, false
+	}
+	return append(out, p.src[start:p.i]...), true
+}
+
+func (p *simpleParser) array(out []byte, depth int) ([]byte, bool) {
+	p.i++ // [
+	out = append(out, '[')
+	p.space()
+	if p.i < len(p.src) && p.src[p.i] == ']' {
+		p.i++
+		return append(out, ']'), true
+	}
+	for {
+		var ok bool
+		if out, ok = p.value(out, depth+1); !ok {
+			return nil, false
+		}
+		p.space()
+		if p.i >= len(p.src) {
+			return nil, false
+		}
+		switch p.src[p.i] {
+		case ',':
+			p.i++
+			out = append(out, ',')
+		case ']':
+			p.i++
+			return append(out, ']'), true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// simpleMember is one member of an object being canonicalised: its name,
+// and where its canonical value was written in the output.
+type simpleMember struct {
+	name       []byte
+	start, end int
+}
+
+// object writes each member's canonical value to out in the order they
+// come, then the object itself with its members sorted by name after them,
+// and moves that over the values.
+func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
+	p.i++ // {
+	p.space()
+	if p.i < len(p.src) && p.src[p.i] == '}' {
+		p.i++
+		return append(out, '{', '}'), true
+	}
+	base := len(out)
+	var buf [16]simpleMember
+	members := buf[:0]
+	for {
+		p.space()
+		if p.i >= len(p.src) || p.src[p.i] != '"' {
+			return nil, false
+		}
+		name, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		p.space()
+		if p.i >= len(p.src) || p.src[p.i] != ':' {
+			return nil, false
+		}
+		p.i++
+		start := len(out)
+		if out, ok = p.value(out, depth+1); !ok {
+			return nil, false
+		}
+		// Insertion sort as the members come: objects are small.
+		m := simpleMember{name: name, start: start, end: len(out)}
+		k := len(members)
+		members = append(members, m)
+		for ; k > 0 && string(members[k-1].name) > string(name); k-- {
+			members[k] = members[k-1]
+		}
+		members[k] = m
+		if k > 0 && string(members[k-1].name) == string(name) {
+			return nil, false // a duplicate name: the general path decides
+		}
+		p.space()
+		if p.i >= len(p.src) {
+			return nil, false
+		}
+		if p.src[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.src[p.i] != '}' {
+			return nil, false
+		}
+		p.i++
+		break
+	}
+	sorted := len(out)
+	out = append(out, '{')
+	for k, m := range members {
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, '"')
+		out = append(out, m.name...)
+		out = append(out, '"', ':')
+		out = append(out, out[m.start:m.end]...)
+	}
+	out = append(out, '}')
+	n := copy(out[base:], out[sorted:])
+	return out[:base+n], true
+}

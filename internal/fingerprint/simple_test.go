@@ -1,0 +1,71 @@
+package fingerprint
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/gowebpki/jcs"
+)
+
+var simpleCases = []string{
+	`{}`, `[]`, `{"card":"4242-0000-0000-000017","amount":117}`, ` { "b" : [ 1 , 2 ] , "a" : { "z" : null , "y" : true } } `,
+	`{"a":1,"a":2}`, `{"b":1,"a":2,"c":3,"B":4,"_":5,"0":6}`, `"x"`, `123`, `-5`, `-0`, `0`, `00`, `01`, `1.0`, `1e2`, `1E2`,
+	`123456789012345`, `1234567890123456`, `-123456789012345`, `{"a":"\u00e9"}`, `{"a":"é"}`, `{"a":"x/y<>&\u007f"}`,
+	"{\"a\":\"\x7f\"}", `{"a":"tab\there"}`, `{"a":[1,[2,[3,{"b":[]}]]]}`, `{"a":}`, `{"a" 1}`, `{"a":1,}`, `[1,]`, `{"a":1}x`,
+	`tru`, `nul`, `falsee`, `[true,false,null]`, `{"q":"a\"b"}`, `{"":""}`, `{"k":{"k":{"k":{}}}}`,
+	`{"l":[{"b":2,"a":1},{"d":4,"c":3}],"m":-12,"n":0}`,
+	`{"1":1,"10":2,"2":3,"a":4,"A":5,"~":6}`, `{"a":1 , "b":2}`, "{\n\"a\":\r\n1\t}",
+}
+
+func TestSimple(t *testing.T) {
+	for _, c := range simpleCases {
+		checkSimple(t, []byte(c))
+	}
+	if _, ok := appendSimple(nil, []byte(`{"card":"4242","amount":100,"nested":{"b":[1,2],"a":null}}`)); !ok {
+		t.Error("typical arguments did not take the simple path")
+	}
+}
+
+func checkSimple(t *testing.T, data []byte) {
+	t.Helper()
+	prefix := []byte("prefix:")
+	got, ok := appendSimple(bytes.Clone(prefix), data)
+	if !ok {
+		return
+	}
+	want, err := jcs.Transform(data)
+	if err != nil {
+		t.Fatalf("appendSimple accepted %q, which jcs refuses: %v", data, err)
+	}
+	if !bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want) {
+		t.Fatalf("appendSimple(%q) = %q, jcs gives %q", data, got, want)
+	}
+}
+
+// FuzzSimple checks that wherever appendSimple answers, it gives exactly
+// what jcs.Transform gives.
+func FuzzSimple(f *testing.F) {
+	for _, c := range simpleCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkSimple(t, data)
+	})
+}
+
+func BenchmarkCanonicalValue(b *testing.B) {
+	args := []byte(`{"card":"4242-0000-0000-000017","amount":117}`)
+	b.Run("simple", func(b *testing.B) {
+		b.ReportAllocs()
+		var out []byte
+		for b.Loop() {
+			out, _ = appendCanonicalValue(out[:0], args)
+		}
+	})
+	b.Run("jcs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			jcs.Transform(args)
+		}
+	})
+}

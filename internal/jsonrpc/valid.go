@@ -1,0 +1,197 @@
+package jsonrpc
+
+// Valid reports whether data is one valid JSON value, with the same answer
+// as encoding/json's Valid for every input (FuzzValid checks it): the same
+// grammar, strings that may hold any byte from 0x20 up (invalid UTF-8
+// included, as encoding/json accepts it), and the same nesting limit.
+//
+// It exists because every frame is validated before it is routed, and
+// encoding/json's scanner, a state machine that makes an indirect call per
+// byte, was the largest single cost of a proxied tools/call after the
+// process hops. This loop reads each byte once, without calls per byte.
+func Valid(data []byte) bool {
+	// The open containers, '{' or '[', innermost last.
+	var buf [64]byte
+	stack := buf[:0]
+	i := 0
+	for {
+		// A value starts at i, after white space.
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return false
+		}
+		switch c := data[i]; c {
+		case '{', '[':
+			if len(stack) == maxNestingDepth {
+				return false
+			}
+			stack = append(stack, c)
+			i = skipSpace(data, i+1)
+			if i < len(data) && data[i] == c+2 { // '}' is '{'+2, ']' is '['+2
+				stack = stack[:len(stack)-1]
+				i++
+				break // an empty container is a whole value
+			}
+			if c == '{' {
+				if i = scanName(data, i); i < 0 {
+					return false
+				}
+			}
+			continue // the first element or member value
+		case '"':
+			if i = scanString(data, i); i < 0 {
+				return false
+			}
+		case 't':
+			if i = scanLiteral(data, i, "true"); i < 0 {
+				return false
+			}
+		case 'f':
+			if i = scanLiteral(data, i, "false"); i < 0 {
+				return false
+			}
+		case 'n':
+			if i = scanLiteral(data, i, "null"); i < 0 {
+				return false
+			}
+		default:
+			if i = scanNumber(data, i); i < 0 {
+				return false
+			}
+		}
+		// After a value: the containers it closes, then either the end of
+		// the input or a comma and the next element or member.
+		for {
+			i = skipSpace(data, i)
+			if len(stack) == 0 {
+				return i == len(data)
+			}
+			if i >= len(data) {
+				return false
+			}
+			top := stack[len(stack)-1]
+			if data[i] == ',' {
+				i++
+				if top == '{' {
+					if i = scanName(data, skipSpace(data, i)); i < 0 {
+						return false
+					}
+				}
+				break
+			}
+			if data[i] != top+2 {
+				return false
+			}
+			stack = stack[:len(stack)-1]
+			i++
+		}
+	}
+}
+
+// maxNestingDepth is encoding/json's limit on nested containers: deeper
+// input is invalid there, so it is here.
+const maxNestingDepth = 10000
+
+// scanName scans a member name at data[i] and the colon after it, and
+// returns the index past the colon, or -1.
+func scanName(data []byte, i int) int {
+	if i >= len(data) || data[i] != '"' {
+		return -1
+	}
+	if i = scanString(data, i); i < 0 {
+		return -1
+	}
+	i = skipSpace(data, i)
+	if i >= len(data) || data[i] != ':' {
+		return -1
+	}
+	return i + 1
+}
+
+// scanString returns the index past the string that starts at data[i],
+// or -1 if it is not a valid JSON string.
+func scanString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			i++
+			if i >= len(data) {
+				return -1
+			}
+			switch data[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(data) {
+					return -1
+				}
+				for _, h := range data[i+1 : i+5] {
+					if !isHex(h) {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		case c < 0x20:
+			return -1
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// scanNumber returns the index past the number that starts at data[i], or
+// -1: an optional minus, an integer part without leading zeros, an
+// optional fraction and an optional exponent.
+func scanNumber(data []byte, i int) int {
+	if data[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(data):
+		return -1
+	case data[i] == '0':
+		i++
+	case '1' <= data[i] && data[i] <= '9':
+		for i++; i < len(data) && isDigit(data[i]); i++ {
+		}
+	default:
+		return -1
+	}
+	if i < len(data) && data[i] == '.' {
+		i++
+		if i >= len(data) || !isDigit(data[i]) {
+			return -1
+		}
+		for i++; i < len(data) && isDigit(data[i]); i++ {
+		}
+	}
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
+		}
+		if i >= len(data) || !isDigit(data[i]) {
+			return -1
+		}
+		for i++; i < len(data) && isDigit(data[i]); i++ {
+		}
+	}
+	return i
+}
+
+// scanLiteral returns the index past lit at data[i], or -1.
+func scanLiteral(data []byte, i int, lit string) int {
+	if len(data)-i < len(lit) || string(data[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
