@@ -110,7 +110,7 @@ func start(b *testing.B, argv ...string) string {
 
 func chains(b *testing.B) []struct{ name, url string } {
 	upstream := start(b, bins.charge, "-http", "127.0.0.1:0")
-	flags := []string{"serve", "--listen", "127.0.0.1:0", "--log-level", "info", "--max-sessions", "4"}
+	flags := []string{"serve", "--listen", "127.0.0.1:0", "--log-level", "info", "--max-sessions", "64"}
 	return []struct{ name, url string }{
 		{"direct", upstream},
 		{"relay", relay(b, upstream)},
@@ -164,6 +164,14 @@ func newClient(b *testing.B, url string) *client {
 	b.Cleanup(c.hc.CloseIdleConnections)
 	resp := c.mustPost(b, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"httpbench","version":"1"}}}`)
 	c.session = resp.Header.Get("Mcp-Session-Id")
+	b.Cleanup(func() {
+		// End the session, and with it serve's upstream for it.
+		req, _ := http.NewRequest("DELETE", c.url, nil)
+		req.Header.Set("Mcp-Session-Id", c.session)
+		if resp, err := c.hc.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	resp = c.mustPost(b, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
