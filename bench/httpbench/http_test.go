@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -133,6 +134,7 @@ func relay(b *testing.B, upstream string) string {
 			r.Out.URL.Path = target.Path
 		},
 		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0), // see the note in call
 		Transport:     &http.Transport{MaxIdleConnsPerHost: 64},
 	}
 	srv := httptest.NewServer(rp)
