@@ -480,3 +480,37 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestHeadID(t *testing.T) {
+	for _, tt := range []struct {
+		head     string
+		id       string
+		response bool
+	}{
+		{`{"jsonrpc":"2.0","id":12,"result":{"content":[{"text":"xxxx`, "12", true},
+		{`{"jsonrpc":"2.0","id":"a\"b","result":`, `"a\"b"`, true},
+		{`{"id":12`, "", false},               // the id may go on past the head
+		{`{"id":1234,`, "1234", true},         // ... unless something follows it
+		{`{"result":{"text":"xxx`, "", false}, // the id comes after the result
+		{`{"jsonrpc":"2.0","method":"sampling/createMessage","id":3,`, "", false},
+		{`{"jsonrpc":"2.0","id":3,"method":"x",`, "3", false},
+		{`not json`, "", false},
+		{``, "", false},
+	} {
+		id, response := HeadID([]byte(tt.head))
+		if string(id) != tt.id || (id != nil && response != tt.response) {
+			t.Errorf("HeadID(%s) = %s, %v; want %s, %v", tt.head, id, response, tt.id, tt.response)
+		}
+	}
+}
+
+func FuzzHeadID(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":12,"result":{"content":[{"text":"xx`))
+	f.Add([]byte(`{"id":"a\"b","method":"x"`))
+	f.Fuzz(func(t *testing.T, head []byte) {
+		id, _ := HeadID(head)
+		if id != nil && !bytes.Contains(head, id) {
+			t.Fatalf("HeadID(%q) = %q, not from head", head, id)
+		}
+	})
+}

@@ -142,3 +142,30 @@ func skipValue(b []byte, i int) int {
 		return i
 	}
 }
+
+// HeadID returns the id of the message whose first bytes are head, the
+// part of a frame too large to read whole: the value of a top-level "id"
+// member that ends inside head, among the members that head holds whole.
+// isResponse is false when one of those is "method": the message is then
+// a request or notification, not an answer.
+func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
+	isResponse = true
+	EachMember(head, func(name, value []byte) bool {
+		switch string(name) {
+		case "method":
+			isResponse = false
+			return false
+		case "id":
+			// value points into head: the id was read whole if head goes
+			// on after it (a number cut short would read as another).
+			if end := cap(head) - cap(value) + len(value); end < len(head) {
+				id = value
+			}
+		}
+		return true
+	})
+	if id == nil {
+		return nil, false
+	}
+	return id, isResponse
+}

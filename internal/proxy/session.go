@@ -573,7 +573,7 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 		frame, err := l.conn.ReadFrame()
 		if err != nil {
 			if isFrameTooLarge(err) {
-				s.log.Error("dropped a message from the upstream", "err", err)
+				s.tooLargeFromUpstream(err)
 				continue
 			}
 			if errors.Is(err, io.EOF) {
@@ -614,6 +614,39 @@ func (s *Session) fromUpstream(frame []byte) {
 		s.tools.invalidate()
 	}
 	s.writeClient(frame)
+}
+
+// tooLargeFromUpstream handles a message from the upstream over the size
+// limit, which was dropped: if it was the answer to a request still
+// waiting, that request is answered now, or it would wait for ever. The
+// answer's id is read from the frame's first bytes, where encoders put it
+// before a large result.
+func (s *Session) tooLargeFromUpstream(err error) {
+	var head []byte
+	if h, ok := err.(interface{ FrameHead() []byte }); ok {
+		head = h.FrameHead()
+	}
+	id, isResponse := jsonrpc.HeadID(head)
+	if !isResponse {
+		s.log.Error("dropped a message from the upstream", "err", err)
+		return
+	}
+	key := string(id)
+	s.mu.Lock()
+	done, own := s.pending[key]
+	delete(s.pending, key)
+	method, forwarded := s.forwarded[key]
+	delete(s.forwarded, key)
+	s.mu.Unlock()
+	s.log.Error("dropped an answer from the upstream", "err", err, "id", key)
+	switch {
+	case own:
+		// Not a NotSent error: the upstream ran the request and answered.
+		done(nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
+	case forwarded:
+		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream's answer to %s was dropped: %v", method, err)))
+	}
 }
 
 // upstreamGone answers everyone still waiting on the upstream link l.

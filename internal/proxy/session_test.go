@@ -262,6 +262,37 @@ func TestOversizedFrameIsRefusedAndTheSessionGoesOn(t *testing.T) {
 	}
 }
 
+// TestOversizedAnswerIsAnswered: an answer from the upstream over the
+// size limit is dropped, and the request it answered is answered at once:
+// a tools/call with an unknown outcome (it ran; its result is lost), a
+// pass-through request with an error. Neither waits for ever.
+func TestOversizedAnswerIsAnswered(t *testing.T) {
+	r := newRig(t, 200)
+	big := `"` + strings.Repeat("x", 300) + `"`
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"contents":[{"text":`+big+`}]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"error"`) || !strings.Contains(got, "answer to resources/read was dropped") || !strings.Contains(got, "200-byte limit") {
+		t.Fatalf("the pass-through request got %s; want an error naming the limit", got)
+	}
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(r.upstream.next(t, "upstream")), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":`+big+`}]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2`) || !strings.Contains(got, "Outcome unknown:") || !strings.Contains(got, "200-byte limit") {
+		t.Fatalf("the tools/call got %s; want outcome unknown, naming the limit", got)
+	}
+	// A request from the server too large to read is only logged.
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"sampling/createMessage","id":9,"params":{"p":`+big+`}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":3`) {
+		t.Fatalf("the session did not go on: upstream got %s", got)
+	}
+}
+
 func TestCancellingAnInterceptedCallStaysInTheProxy(t *testing.T) {
 	r := newRig(t, 0)
 	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)

@@ -19,11 +19,21 @@ const DefaultMaxFrame = 16 << 20
 // read to its end and dropped; the next ReadFrame reads the frame after it.
 type FrameTooLargeError struct {
 	Limit int
+	// Head is the frame's first bytes (at most headSize), from which a
+	// reader can tell which request the dropped answer was for.
+	Head []byte
 }
+
+// headSize bounds FrameTooLargeError.Head: enough for the members a
+// JSON-RPC encoder writes before a large result.
+const headSize = 1024
 
 // FrameTooLarge marks the error as one after which the stream is still
 // usable.
 func (e *FrameTooLargeError) FrameTooLarge() bool { return true }
+
+// FrameHead returns the dropped frame's first bytes.
+func (e *FrameTooLargeError) FrameHead() []byte { return e.Head }
 
 func (e *FrameTooLargeError) Error() string {
 	return fmt.Sprintf("message larger than the %d-byte limit (--max-message-size)", e.Limit)
@@ -78,12 +88,14 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 func (c *Conn) readLine() ([]byte, error) {
 	// A whole line holds the frame, a CR and the LF.
 	limit := c.max + 2
-	var buf []byte
+	var buf, head []byte
 	tooLarge := false
 	for {
 		chunk, err := c.r.ReadSlice('\n')
 		if !tooLarge {
 			if len(buf)+len(chunk) > limit {
+				head = append(buf, chunk...)
+				head = bytes.Clone(head[:min(len(head), headSize)])
 				tooLarge, buf = true, nil
 			} else if buf == nil && err == nil {
 				// The common case: the whole line was in the buffer.
@@ -96,14 +108,14 @@ func (c *Conn) readLine() ([]byte, error) {
 		switch {
 		case err == nil:
 			if tooLarge {
-				return nil, &FrameTooLargeError{Limit: c.max}
+				return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 			}
 			return c.endLine(buf)
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
 			if tooLarge {
-				return nil, &FrameTooLargeError{Limit: c.max}
+				return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 			}
 			if len(buf) > 0 {
 				// A final frame without a newline: the limit still
@@ -122,7 +134,7 @@ func (c *Conn) endLine(line []byte) ([]byte, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
 	line = bytes.TrimSuffix(line, []byte("\r"))
 	if len(line) > c.max {
-		return nil, &FrameTooLargeError{Limit: c.max}
+		return nil, &FrameTooLargeError{Limit: c.max, Head: bytes.Clone(line[:min(len(line), headSize)])}
 	}
 	return line, nil
 }
