@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,24 +14,8 @@ import (
 // package or node is missing, or fails it under MCPI_REQUIRE_SERVICES=1.
 func everythingServer(t *testing.T) []string {
 	t.Helper()
-	missing := func(why string) {
-		t.Helper()
-		msg := why + "; run: (cd test/npm && npm ci)"
-		if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing("node not found in PATH")
-	}
 	// The package's "bin" entry, mcp-server-everything.
-	entry := filepath.Join(moduleRoot, "test", "npm", "node_modules",
-		"@modelcontextprotocol", "server-everything", "dist", "index.js")
-	if _, err := os.Stat(entry); err != nil {
-		missing("@modelcontextprotocol/server-everything is not installed (" + err.Error() + ")")
-	}
+	node, entry := nodePeer(t, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	return []string{node, entry, "stdio"}
 }
 

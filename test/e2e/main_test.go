@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -232,9 +233,14 @@ func (s *syncBuffer) String() string {
 
 // waitFor waits until s contains substr, or ctx ends.
 func (s *syncBuffer) waitFor(ctx context.Context, substr string) error {
+	return s.waitUntil(ctx, strconv.Quote(substr), func(b string) bool { return strings.Contains(b, substr) })
+}
+
+// waitUntil waits until ok(s's contents) holds, or ctx ends.
+func (s *syncBuffer) waitUntil(ctx context.Context, what string, ok func(string) bool) error {
 	for {
 		s.mu.Lock()
-		if strings.Contains(s.b.String(), substr) {
+		if ok(s.b.String()) {
 			s.mu.Unlock()
 			return nil
 		}
@@ -246,7 +252,7 @@ func (s *syncBuffer) waitFor(ctx context.Context, substr string) error {
 		select {
 		case <-written:
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %q: %w", substr, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		}
 	}
 }

@@ -557,27 +557,6 @@ func (r *relay) url(t *testing.T, u string) string {
 	return parsed.String()
 }
 
-// waitUntil waits until ok(s's contents) holds, or ctx ends.
-func (s *syncBuffer) waitUntil(ctx context.Context, what string, ok func(string) bool) error {
-	for {
-		s.mu.Lock()
-		if ok(s.b.String()) {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.written == nil {
-			s.written = make(chan struct{})
-		}
-		written := s.written
-		s.mu.Unlock()
-		select {
-		case <-written:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
-	}
-}
-
 // awaitingAnswer reports whether b, the bytes of SSE streams, holds a
 // stream that has its priming event (an id, no data) and no message yet:
 // the stream of a call still under way, which its client can resume.
@@ -1105,18 +1084,9 @@ func TestServeEverythingUpstream(t *testing.T) {
 		}
 	})
 	t.Run("sampling", func(t *testing.T) {
+		args := map[string]any{"prompt": "say hello", "maxTokens": 20}
 		run := func(p *peer, c *everythingClient) (string, *mcp.CreateMessageParams) {
-			res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "say hello", "maxTokens": 20}})
-			if err != nil {
-				t.Fatalf("trigger-sampling-request: %v", err)
-			}
-			select {
-			case req := <-c.sampled:
-				return answer(res), req
-			default:
-				t.Fatalf("trigger-sampling-request answered %s, but the client was never asked to sample", answer(res))
-				return "", nil
-			}
+			return serverAsks(t, ctx, p, "trigger-sampling-request", args, c.sampled)
 		}
 		wantRes, wantReq := run(bare, &barec)
 		gotRes, gotReq := run(px, &pxc)
@@ -1130,17 +1100,7 @@ func TestServeEverythingUpstream(t *testing.T) {
 	})
 	t.Run("elicitation", func(t *testing.T) {
 		run := func(p *peer, c *everythingClient) (string, *mcp.ElicitParams) {
-			res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-elicitation-request", Arguments: map[string]any{}})
-			if err != nil {
-				t.Fatalf("trigger-elicitation-request: %v", err)
-			}
-			select {
-			case req := <-c.elicited:
-				return answer(res), req
-			default:
-				t.Fatalf("trigger-elicitation-request answered %s, but the client was never asked", answer(res))
-				return "", nil
-			}
+			return serverAsks(t, ctx, p, "trigger-elicitation-request", map[string]any{}, c.elicited)
 		}
 		wantRes, wantReq := run(bare, &barec)
 		gotRes, gotReq := run(px, &pxc)
@@ -1152,6 +1112,25 @@ func TestServeEverythingUpstream(t *testing.T) {
 			t.Errorf("the tool's answer %s does not carry the client's elicited content", gotRes)
 		}
 	})
+}
+
+// serverAsks calls tool through p and returns its answer and the request
+// the server made of the client while the tool ran, which the client's
+// handler sent to asked.
+func serverAsks[R any](t *testing.T, ctx context.Context, p *peer, tool string, args map[string]any, asked chan R) (string, R) {
+	t.Helper()
+	res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	select {
+	case req := <-asked:
+		return answer(res), req
+	default:
+		t.Fatalf("%s answered %s, but the client was never asked", tool, answer(res))
+		var zero R
+		return "", zero
+	}
 }
 
 // gateOf returns a function that lets the gated chargeserver behind s
