@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -50,15 +51,10 @@ func httpChargeServerAt(t *testing.T, addr string) (string, func()) {
 	return strings.TrimSpace(line), stop
 }
 
-// TestHTTPUpstream: the proxy in front of a Streamable HTTP server (the
-// go-sdk's), driven over stdio by the go-sdk client: retries run once.
-func TestHTTPUpstream(t *testing.T) {
-	if direct {
-		t.Skip("needs the proxy")
-	}
-	url := httpChargeServer(t)
-	ctx := testContext(t)
-	p := connect(t, ctx, proxiedWith(t, []string{"--upstream", url, "--upstream-header", "Authorization: Bearer t0ken"}))
+// chargeFiveTimesOnce makes five identical charges through p and checks
+// that the upstream ran one: the later answers are the first, replayed.
+func chargeFiveTimesOnce(t *testing.T, ctx context.Context, p *peer) {
+	t.Helper()
 	var first string
 	for i := range 5 {
 		res := charge(t, ctx, p, "4242", 100)
@@ -69,8 +65,20 @@ func TestHTTPUpstream(t *testing.T) {
 		}
 	}
 	if n := executions(t, ctx, p); n != 1 {
-		t.Fatalf("the HTTP upstream ran charge_card %d times for 5 identical calls; want 1", n)
+		t.Fatalf("the upstream ran charge_card %d times for 5 identical calls; want 1", n)
 	}
+}
+
+// TestHTTPUpstream: the proxy in front of a Streamable HTTP server (the
+// go-sdk's), driven over stdio by the go-sdk client: retries run once.
+func TestHTTPUpstream(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	url := httpChargeServer(t)
+	ctx := testContext(t)
+	p := connect(t, ctx, proxiedWith(t, []string{"--upstream", url, "--upstream-header", "Authorization: Bearer t0ken"}))
+	chargeFiveTimesOnce(t, ctx, p)
 	if strings.Contains(p.stderr.String(), "t0ken") {
 		t.Fatal("the credential appeared in the proxy's log")
 	}
@@ -168,18 +176,7 @@ func TestHTTPUpstreamEras(t *testing.T) {
 			if !listed {
 				t.Fatalf("tools/list has no charge_card")
 			}
-			var first string
-			for i := range 5 {
-				res := charge(t, ctx, p, "4242", 100)
-				if i == 0 {
-					first = firstText(res)
-				} else if firstText(res) != first || !replayed(res) {
-					t.Fatalf("call %d got %q (replayed %v); want the first answer %q replayed", i+1, firstText(res), replayed(res), first)
-				}
-			}
-			if n := executions(t, ctx, p); n != 1 {
-				t.Fatalf("the HTTP upstream ran charge_card %d times for 5 identical calls; want 1", n)
-			}
+			chargeFiveTimesOnce(t, ctx, p)
 		})
 	}
 }
