@@ -588,12 +588,11 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			// The client sent again a request still being answered (it
 			// lost the stream and did not resume): it gets the one answer
 			// on this new stream, and the request is not passed on twice.
+			// The old stream gets the answer too, for a client that also
+			// resumes it.
 			st = s.newPostStreamLocked(r, ss)
 			st.want = 1
-			if p.st.want--; p.st.want == 0 {
-				ss.endLocked(p.st)
-			}
-			p.st = st
+			p.streams = append(p.streams, st)
 			if p.token != "" {
 				ss.progress[p.token] = st
 			}
@@ -643,7 +642,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			st = s.newPostStreamLocked(r, ss)
 		}
 		st.want++
-		p := &pendingRequest{st: st, frame: body}
+		p := &pendingRequest{streams: []*stream{st}, frame: body}
 		if token != "" && !st.isJSON {
 			p.token = token
 			ss.progress[token] = st

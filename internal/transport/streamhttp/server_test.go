@@ -378,7 +378,10 @@ func TestServerResend(t *testing.T) {
 	body := `{"jsonrpc":"2.0","id":8,"method":"slow"}`
 	ctx, cut := context.WithCancel(t.Context())
 	resp := do(t, ctx, "POST", hs.URL, body, session(sid))
-	newSSEReader(resp.Body, 1<<20).next() // the priming event: the request is in
+	priming, err := newSSEReader(resp.Body, 1<<20).next() // the request is in
+	if err != nil {
+		t.Fatal(err)
+	}
 	cut()
 	resp.Body.Close()
 
@@ -396,6 +399,14 @@ func TestServerResend(t *testing.T) {
 	}
 	if n := p.seen(`"slow"`); n != 1 {
 		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+	// The first stream got the answer too, for a client that resumes it.
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":8`) {
+		t.Fatalf("the first stream, resumed, held %v; want the answer to 8", msgs)
 	}
 }
 

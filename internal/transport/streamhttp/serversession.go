@@ -61,9 +61,21 @@ type ServerSession struct {
 
 // A pendingRequest is a client request not yet answered.
 type pendingRequest struct {
-	st    *stream
-	frame []byte // the request as the client sent it, to tell a re-send
-	token string // its progress token, if any
+	// streams carry the answer: the request's own, and one more each time
+	// the client sends the request again while it is pending.
+	streams []*stream
+	frame   []byte // the request as the client sent it, to tell a re-send
+	token   string // its progress token, if any
+}
+
+// answerLocked appends the answer to every stream of p.
+func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte) {
+	for _, st := range p.streams {
+		ss.appendLocked(st, frame)
+		if st.want--; st.want == 0 {
+			ss.endLocked(st)
+		}
+	}
 }
 
 // A stream is one SSE stream's events: the answer to one POST, or the
@@ -225,11 +237,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message) {
 			frame = withID(frame, m.ID, ss.origIDs[key])
 			delete(ss.origIDs, key)
 		}
-		ss.appendLocked(p.st, frame)
-		p.st.want--
-		if p.st.want == 0 {
-			ss.endLocked(p.st)
-		}
+		ss.answerLocked(p, frame)
 		return
 	}
 	if m.Method == "notifications/progress" {
@@ -326,13 +334,10 @@ func (ss *ServerSession) endPending() {
 		if ss.stateless {
 			id = ss.origIDs[key]
 		}
-		ss.appendLocked(p.st, jsonrpc.NewErrorResponse(id, &jsonrpc.Error{
+		ss.answerLocked(p, jsonrpc.NewErrorResponse(id, &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: "the proxy session ended before the request was answered",
 		}))
-		if p.st.want--; p.st.want == 0 {
-			ss.endLocked(p.st)
-		}
 	}
 	clear(ss.pending)
 	clear(ss.progress)
