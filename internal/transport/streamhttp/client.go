@@ -1,8 +1,10 @@
-// Package streamhttp speaks MCP's Streamable HTTP transport to an upstream
-// server, as a frame-level connection the proxy's session pump can use in
-// place of a child process. It speaks both eras of the transport: the
-// session-based one of protocol versions 2025-06-18 and 2025-11-25, and the
-// stateless one of 2026-07-28 (SEP-2575), choosing per message.
+// Package streamhttp speaks MCP's Streamable HTTP transport on both sides
+// of the proxy, as frame-level connections the session pump uses in place
+// of pipes: Client is the upstream side (a server reached by URL), Server
+// the front (clients that connect over HTTP, each session a ServerSession).
+// Both speak both eras of the transport: the session-based one of protocol
+// versions 2025-06-18 and 2025-11-25, and the stateless one of 2026-07-28
+// (SEP-2575), choosing per message.
 //
 // Spec: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#streamable-http
 // and https://modelcontextprotocol.io/specification/2026-07-28/basic/transports/streamable-http
