@@ -434,9 +434,17 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 			return nil, refuse(http.StatusBadRequest, "an empty batch"), jsonrpc.CodeInvalidRequest
 		}
 	}
+	requests := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		if m.Method == "" && m.ID == nil {
 			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
+		}
+		if m.IsRequest() {
+			// Two answers under one id could not be told apart.
+			if requests[string(m.ID)] {
+				return nil, refuse(http.StatusBadRequest, "the batch holds two requests with id %s", m.ID), jsonrpc.CodeInvalidRequest
+			}
+			requests[string(m.ID)] = true
 		}
 	}
 	return msgs, nil, 0

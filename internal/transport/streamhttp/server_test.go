@@ -207,6 +207,7 @@ func TestServerBadInput(t *testing.T) {
 		{"not an object", "POST", `42`, session(sid), 400, -32600},
 		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
 		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
+		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, session(sid), 400, -32600},
 		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
 		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
