@@ -146,7 +146,9 @@ func resolveExecution(ctx context.Context, store record.Store, id, as, note stri
 	if note != "" {
 		why += ": " + note
 	}
-	c := record.Change{Note: why}
+	// Only from unknown: a proxy may re-dispatch it meanwhile, and that
+	// execution's outcome is then the proxy's to record.
+	c := record.Change{From: record.Unknown, Note: why}
 	switch record.State(as) {
 	case record.Failed:
 		c.To = record.Failed

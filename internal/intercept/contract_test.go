@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -263,4 +265,46 @@ func TestOnUnknownRecover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentRecoversRedispatchOnce: two calls find the same unknown
+// execution, and both status checks say "not done". Only one of them may
+// re-dispatch it: the claim is conditional on the record still being
+// unknown, so the other attaches to that re-dispatch.
+func TestConcurrentRecoversRedispatchOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var charges atomic.Int32
+		hold := make(chan struct{})       // holds both status checks
+		holdCharge := make(chan struct{}) // holds the re-dispatch
+		h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			var params struct {
+				Name string `json:"name"`
+			}
+			json.Unmarshal(p, &params)
+			if params.Name == "get_status" {
+				<-hold
+				return json.RawMessage(`{"content":[{"type":"text","text":"no"}],"structuredContent":{"status":"not_found"}}`), nil
+			}
+			if charges.Add(1) == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			<-holdCharge
+			return charged(context.Background(), n, p)
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+		h.call(t.Context(), t, chargeCall).only(t) // outcome unknown
+		a := h.call(t.Context(), t, chargeCall)
+		b := h.call(t.Context(), t, chargeCall)
+		synctest.Wait() // both status checks are under way
+		close(hold)
+		synctest.Wait() // both answered; the claims are decided
+		close(holdCharge)
+		a.only(t)
+		b.only(t)
+		h.in.Wait(t.Context())
+		if n := charges.Load(); n != 2 {
+			t.Fatalf("charge_card was sent %d times; want 2 (the first, and one re-dispatch)", n)
+		}
+	})
 }

@@ -391,7 +391,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
-		done := record.Change{To: record.Completed, Result: status, Note: "recovered: " + rule.Tool + " says the action is done"}
+		done := record.Change{To: record.Completed, From: record.Unknown, Result: status, Note: "recovered: " + rule.Tool + " says the action is done"}
 		settled, err := in.store.Update(bg, rec.ID, done)
 		if err != nil {
 			// Another caller settled it first: answer from the record.
@@ -421,7 +421,21 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 	}
 	ch := make(chan outcome, 1)
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
-	o := <-ch
+	// Bounded by the call's deadline (else the attach window): a status
+	// tool that never answers leaves the outcome unknown, not the caller
+	// waiting.
+	wait := req.Policy.AttachWindow
+	if !req.deadline.IsZero() {
+		wait = req.deadline.Sub(in.now())
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var o outcome
+	select {
+	case o = <-ch:
+	case <-timer.C:
+		return nil, fmt.Errorf("%s did not answer within %v", rule.Tool, wait.Round(time.Millisecond))
+	}
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -487,6 +501,8 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 	// Persist before send: once bytes may have left, the record says so.
 	claim := record.Change{To: record.Dispatched, Note: note}
 	if rec.State == record.Unknown {
+		// A claim: of two callers re-dispatching it, one wins.
+		claim.From = record.Unknown
 		claim.Owner, claim.LeaseUntil = in.owner, in.now().Add(in.lease)
 	}
 	claimed, err := in.store.Update(bg, rec.ID, claim)
@@ -554,7 +570,7 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 			in.admit(ctx, a, req.deadline, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
-				again := record.Change{To: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}
+				again := record.Change{To: record.Dispatched, From: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}
 				cur, uerr := in.store.Update(bg, rec.ID, again)
 				if uerr != nil {
 					a.release()

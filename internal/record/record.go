@@ -68,6 +68,12 @@ func CanTransition(from, to State) bool {
 	return slices.Contains(next[from], to)
 }
 
+// Allowed reports whether c may move a record in state from: a move
+// CanTransition allows, from c.From if c names one.
+func (c Change) Allowed(from State) bool {
+	return (c.From == "" || c.From == from) && CanTransition(from, c.To)
+}
+
 // A Transition is one state change with its time.
 type Transition struct {
 	State State     `json:"state"`
@@ -195,7 +201,13 @@ func NewID(t time.Time) string {
 
 // A Change moves a record to a new state.
 type Change struct {
-	To   State
+	To State
+	// From, when set, makes the change conditional: it applies only to a
+	// record in that state, and any other is ErrConflict. Two callers that
+	// both claim an unknown execution for a re-dispatch (Unknown to
+	// Dispatched) then cannot both win: the second finds it Dispatched,
+	// which may otherwise move to Dispatched again.
+	From State
 	Note string
 	// Result and Error are stored with the change when non-nil.
 	Result json.RawMessage

@@ -123,7 +123,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if r.State == record.Delivered && c.To == record.Delivered {
 		return r.Clone(), nil
 	}
-	if !record.CanTransition(r.State, c.To) {
+	if !c.Allowed(r.State) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, r.State, c.To, record.ErrConflict)
 	}
 	s.apply(e, c, now)

@@ -386,7 +386,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	now := s.clock()
 	var from []record.State
 	for _, st := range []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown} {
-		if record.CanTransition(st, c.To) {
+		if c.Allowed(st) {
 			from = append(from, st)
 		}
 	}
@@ -405,7 +405,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		if cur.State == record.Delivered && c.To == record.Delivered {
 			return cur, nil
 		}
-		if !record.CanTransition(cur.State, c.To) {
+		if !c.Allowed(cur.State) {
 			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
 		}
 		// It moved into a state the change may leave between the two

@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentOrphanTakeover", testConcurrentOrphanTakeover},
 		{"List", testList},
 		{"ResendWhileDispatched", testResendWhileDispatched},
+		{"ConditionalClaim", testConditionalClaim},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -485,6 +486,40 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
 	if w := <-done; w == nil || w.State != record.Completed {
 		t.Fatalf("the waiter got %+v; want the completed record", w)
+	}
+}
+
+// testConditionalClaim: of several callers claiming one unknown execution
+// for a re-dispatch (Change.From Unknown), exactly one wins; the others get
+// ErrConflict, though Dispatched may otherwise move to Dispatched. A change
+// from a state the record is not in is refused too.
+func testConditionalClaim(t *testing.T, s record.Store, _ *Clock) {
+	r, _ := mustReserve(t, s, newRecord("k"), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	if _, err := s.Update(context.Background(), r.ID, record.Change{To: record.Dispatched, From: record.Unknown}); !errors.Is(err, record.ErrConflict) {
+		t.Fatalf("a change from unknown on a dispatched record: %v; want ErrConflict", err)
+	}
+	mustUpdate(t, s, r.ID, record.Change{To: record.Unknown})
+	const claimers = 8
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range claimers {
+		wg.Go(func() {
+			_, err := s.Update(context.Background(), r.ID, record.Change{To: record.Dispatched, From: record.Unknown, Owner: fmt.Sprintf("p%d", i)})
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, record.ErrConflict):
+				t.Errorf("a losing claim: %v; want ErrConflict", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d of %d claims won; want exactly 1", n, claimers)
+	}
+	if got, err := s.Get(context.Background(), r.ID); err != nil || got.State != record.Dispatched || got.Attempts != 2 {
+		t.Fatalf("after the claim: %+v, %v; want dispatched, 2 attempts", got, err)
 	}
 }
 

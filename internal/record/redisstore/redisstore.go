@@ -272,7 +272,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.wrap(op, err)
 	}
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
-	args := []any{s.clock(), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseUntil)}
+	args := []any{s.clock(), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseUntil), string(c.From)}
 	var cmd *redis.Cmd
 	if cached {
 		// The index goes with the update, in the same round trip.

@@ -66,7 +66,8 @@ return {1, oid, ottl}
 	//	KEYS[1] the record, KEYS[2] its holder key
 	//	ARGV[1] now, [2] the channel, [3] the id, [4] the new state,
 	//	[5] the note, [6] "=" and the result or "", [7] likewise the
-	//	error, [8] the new owner or "", [9] its lease
+	//	error, [8] the new owner or "", [9] its lease, [10] the state
+	//	the change applies from only (Change.From), or ""
 	//
 	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"}.
 	updateScript = redis.NewScript(luaLib + `
@@ -76,7 +77,7 @@ if not st then
 end
 local to = ARGV[4]
 if not (st == 'delivered' and to == 'delivered') then
-  if not (NEXT[st] and NEXT[st][to]) then
+  if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
     return {'conflict', redis.call('HGETALL', KEYS[1])}
   end
   apply(KEYS[1], KEYS[2], ARGV[3], st, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2])

@@ -468,7 +468,7 @@ func (s *Store) update(ctx context.Context, id string, c record.Change) (*record
 	if r.State == record.Delivered && c.To == record.Delivered {
 		return r, nil
 	}
-	if !record.CanTransition(r.State, c.To) {
+	if !c.Allowed(r.State) {
 		return nil, fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
 	}
 	apply(r, c, now)
