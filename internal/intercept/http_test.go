@@ -66,6 +66,8 @@ func TestHTTPStatuses(t *testing.T) {
 		{"422", httpError(http.StatusUnprocessableEntity, ""), idempotent, false, false},
 		{"501", httpError(http.StatusNotImplemented, ""), idempotent, false, false},
 		{"500", httpError(http.StatusInternalServerError, ""), idempotent, false, true},
+		{"524 (a gateway's timeout)", httpError(524, ""), sideEffect, false, true},
+		{"408", httpError(http.StatusRequestTimeout, ""), sideEffect, false, true},
 		// A server's own error is the server refusing, whatever its data.
 		{"server error with a status in its data", &jsonrpc.Error{Code: -32000, Message: "busy", Data: json.RawMessage(`{"http_status":503}`)}, idempotent, false, false},
 	} {

@@ -60,15 +60,20 @@ func StatusNotRun(status int) bool {
 }
 
 // StatusMayHaveRun reports whether an HTTP status can come after the
-// server received the request and ran it, its answer lost: 500 (the
-// server failed mid-call), and 502, 503 and 504 for the reasons given at
-// StatusNotRun. An execution that ends on one of them has an unknown
-// outcome, not a failed one: a failed execution's call runs again when it
-// is sent again, which could repeat a side effect that happened.
+// server received the request and ran it, its answer lost: a 5xx (the
+// server failed mid-call, or a gateway gave up waiting for it: 502, 503
+// and 504 for the reasons given at StatusNotRun, and the like of
+// Cloudflare's 522 and 524), but 501 and 505, which refuse the request
+// itself; and 408, a timeout that may have cut the request off mid-run.
+// An execution that ends on one of them has an unknown outcome, not a
+// failed one: a failed execution's call runs again when it is sent again,
+// which could repeat a side effect that happened.
 func StatusMayHaveRun(status int) bool {
-	switch status {
-	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	switch {
+	case status == http.StatusRequestTimeout:
 		return true
+	case status == http.StatusNotImplemented, status == http.StatusHTTPVersionNotSupported:
+		return false
 	}
-	return false
+	return status >= 500 && status <= 599
 }

@@ -438,7 +438,8 @@ func (c *Client) post(req *http.Request, s sent) {
 			c.fail(s, s.ids, &jsonrpc.Error{
 				Code:    jsonrpc.CodeInternalError,
 				Message: "upstream accepted the request without answering it (HTTP 202)",
-				Data:    statusData(resp),
+				// Accepted for processing: it may run, unseen.
+				Data: unanswered(statusData(resp)),
 			})
 		}
 		return

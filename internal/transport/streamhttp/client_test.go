@@ -324,6 +324,8 @@ func TestHTTPErrors(t *testing.T) {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 		case strings.Contains(body, `"gone"`):
 			http.Error(w, "no such session", http.StatusNotFound)
+		case strings.Contains(body, `"accepted"`):
+			w.WriteHeader(http.StatusAccepted)
 		default:
 			return false
 		}
@@ -335,6 +337,9 @@ func TestHTTPErrors(t *testing.T) {
 		name, id, tool, message, data string
 	}{
 		{"503", `"a"`, "unavailable", "upstream answered HTTP 503", `{"http_status":503,"retry_after":"2"}`},
+		// Accepted, and never answered: it may run, so the outcome is
+		// unknown, never failed.
+		{"202", `"b"`, "accepted", "upstream accepted the request without answering it (HTTP 202)", `{"mcp-idempotent/unanswered":true,"http_status":202}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(t, c, `{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
