@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // callAs makes one tools/call as actor in session scope.
@@ -307,4 +308,51 @@ func TestConcurrentRecoversRedispatchOnce(t *testing.T) {
 			t.Fatalf("charge_card was sent %d times; want 2 (the first, and one re-dispatch)", n)
 		}
 	})
+}
+
+// TestKeyReuseIsRefusedWhateverTheFirstCallBecame: a client key reused
+// with other arguments is refused, never executed, also when the key's
+// first execution failed or is one a new call would replace (an idempotent
+// tool's completed call, a delivered call under replay: undelivered).
+func TestKeyReuseIsRefusedWhateverTheFirstCallBecame(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(h *harness)
+		fail bool
+	}{
+		{"idempotent, completed", func(h *harness) { h.pol.Class = policy.Idempotent }, false},
+		{"replay undelivered, delivered", func(h *harness) { h.pol.Replay = policy.ReplayUndelivered }, false},
+		{"failed", func(h *harness) {}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+				if tc.fail && n == 1 {
+					return nil, retry.NotSent(errors.New("refused"))
+				}
+				return charged(ctx, n, p)
+			})
+			tc.set(h)
+			h.callAs(t, "alice", "s", keyed("order-1", `{"amount":100}`)).only(t)
+			h.in.Wait(t.Context())
+			a := h.callAs(t, "alice", "s", keyed("order-1", `{"amount":999}`)).only(t)
+			if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Code != jsonrpc.CodeInvalidParams {
+				t.Fatalf("key order-1 reused for other arguments got %s %s; want -32602, not run", a.Result, a.Error)
+			}
+			if n := h.up.calls.Load(); n != 1 {
+				t.Fatalf("the upstream saw %d calls; want 1", n)
+			}
+		})
+	}
+}
+
+// TestClientKeysAreTheActorsOwnOnAGlobalTool: a global tool shares
+// executions across actors, but not client keys: bob's key k is his own,
+// whatever alice did under hers.
+func TestClientKeysAreTheActorsOwnOnAGlobalTool(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Scope = policy.ScopeGlobal
+	h.callAs(t, "alice", "s1", keyed("k", `{"amount":100}`)).only(t)
+	if a := h.callAs(t, "bob", "s2", keyed("k", `{"amount":5}`)).only(t); a.Error != nil {
+		t.Fatalf("bob's key k was refused because alice used hers: %s", a.Error)
+	}
 }

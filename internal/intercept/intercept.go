@@ -248,8 +248,10 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		// The client's key names the execution (DESIGN section 3): it is
 		// matched on the key, within the actor and the upstream, and the
 		// fingerprint checks that the key is not reused for another action.
+		// The caller's own actor even for a global tool: two actors never
+		// share a key, nor learn of each other's executions through one.
 		kb, _ := json.Marshal(call.Key)
-		kfp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: "client-key", Upstream: req.UpstreamID,
+		kfp, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID,
 			Extra: map[string]json.RawMessage{"key": kb}})
 		if err != nil {
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))

@@ -223,6 +223,9 @@ type ReserveOptions struct {
 	// Replace lists states, besides Failed, in which a record holding the
 	// key is superseded by the new one rather than matched. A tool that
 	// coalesces only in-flight calls replaces Completed and Delivered.
+	// Only a record of the same action (an equal Fingerprint) is ever
+	// superseded before it expires: under a client's key, a record of
+	// another action is matched, and the caller refuses the reuse.
 	Replace []State
 }
 

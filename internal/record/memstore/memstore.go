@@ -78,7 +78,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if ok && cur.rec.Orphaned(now) {
 		s.apply(cur, record.OrphanChange(cur.rec), now)
 	}
-	if ok && !s.replaceable(cur.rec, now, opts) {
+	if ok && !s.replaceable(cur.rec, r, now, opts) {
 		cur.rec.Attached++
 		return cur.rec.Clone(), false, nil
 	}
@@ -100,11 +100,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec.Clone(), true, nil
 }
 
-func (s *Store) replaceable(r *record.Record, now time.Time, opts record.ReserveOptions) bool {
+func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
 	if r.State.Settled() && !now.Before(r.ExpiresAt) {
 		return true
 	}
-	return r.State == record.Failed || slices.Contains(opts.Replace, r.State)
+	return r.Fingerprint == next.Fingerprint && (r.State == record.Failed || slices.Contains(opts.Replace, r.State))
 }
 
 // Update implements record.Store.

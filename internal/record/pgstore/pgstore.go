@@ -195,8 +195,9 @@ const (
 	// orphan is record.Record.Orphaned at $now.
 	orphan = `(` + inFlight + ` AND lease_until IS NOT NULL AND lease_until < $now)`
 	// replaceable is what a reservation may supersede: an expired settled
-	// record, a failed one, or one in a state of $replace.
-	replaceable = `(state = 'failed' OR state = ANY($replace) OR (` + settled + ` AND coalesce(expires_at <= $now, true)))`
+	// record, or one of the same action that failed or is in a state of
+	// $replace.
+	replaceable = `((fingerprint = $fingerprint AND (state = 'failed' OR state = ANY($replace))) OR (` + settled + ` AND coalesce(expires_at <= $now, true)))`
 )
 
 // columns are a record's, in the order scanRecord reads them.
@@ -234,7 +235,7 @@ const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 A
 // releaseSQL takes the key from a replaceable holder, if it still is one.
 var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
 	WHERE id = $id AND holds_key AND NOT `+orphan+` AND `+replaceable,
-	"id", "now", "replace")
+	"id", "now", "replace", "fingerprint")
 
 // updateSQL applies a change to a record whose state is one of $from: the
 // compare-and-set that makes Update and the settling of an orphan atomic.
@@ -351,10 +352,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			if _, _, err := s.settleOrphan(ctx, holder, now); err != nil {
 				return nil, false, s.fail(op, err)
 			}
-		case s.replaceable(holder, now, opts):
+		case s.replaceable(holder, r, now, opts):
 			// Release the key and compete for it again: whoever then
 			// inserts first wins, exactly one.
-			if _, err := s.pool.Exec(ctx, s.q.release, holder.ID, now, replace); err != nil {
+			if _, err := s.pool.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint); err != nil {
 				return nil, false, s.fail(op, err)
 			}
 		}
@@ -367,14 +368,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 // maxPasses bounds the statements of one Reserve.
 const maxPasses = 100
 
-func (s *Store) replaceable(r *record.Record, now time.Time, opts record.ReserveOptions) bool {
+func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
 	if r.State.Settled() && !now.Before(r.ExpiresAt) {
 		return true
 	}
-	if r.State == record.Failed {
-		return true
-	}
-	return slices.Contains(opts.Replace, r.State)
+	return r.Fingerprint == next.Fingerprint && (r.State == record.Failed || slices.Contains(opts.Replace, r.State))
 }
 
 // Update implements record.Store.

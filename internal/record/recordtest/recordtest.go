@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"List", testList},
 		{"ResendWhileDispatched", testResendWhileDispatched},
 		{"ConditionalClaim", testConditionalClaim},
+		{"OnlyTheSameActionReplaces", testOnlyTheSameActionReplaces},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -486,6 +487,55 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 	mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
 	if w := <-done; w == nil || w.State != record.Completed {
 		t.Fatalf("the waiter got %+v; want the completed record", w)
+	}
+}
+
+// testOnlyTheSameActionReplaces: under a client's key, a failed or
+// replaceable record is superseded only by a reservation of the same
+// action (fingerprint); one of another action is matched, so that the
+// caller can refuse the key's reuse instead of running the other action.
+// Once the record expires, the key is free for anything.
+func testOnlyTheSameActionReplaces(t *testing.T, s record.Store, clock *Clock) {
+	for _, tc := range []struct {
+		name  string
+		state record.State
+		opts  record.ReserveOptions
+	}{
+		{"failed", record.Failed, record.ReserveOptions{}},
+		{"delivered, replace delivered", record.Delivered, record.ReserveOptions{Replace: []record.State{record.Delivered}}},
+	} {
+		key := "key:" + tc.name
+		first := newRecord(key)
+		first.Fingerprint = "action-a"
+		r, _ := mustReserve(t, s, first, tc.opts)
+		mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+		if tc.state == record.Failed {
+			mustUpdate(t, s, r.ID, record.Change{To: record.Failed})
+		} else {
+			mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+			mustUpdate(t, s, r.ID, record.Change{To: record.Delivered})
+		}
+		other := newRecord(key)
+		other.Fingerprint = "action-b"
+		if got, won := mustReserve(t, s, other, tc.opts); won || got.ID != r.ID {
+			t.Fatalf("%s: another action under the key won=%v (%s); want the %s record %s matched", tc.name, won, got.ID, tc.state, r.ID)
+		}
+		same := newRecord(key)
+		same.Fingerprint = "action-a"
+		if got, won := mustReserve(t, s, same, tc.opts); !won || got.ID != same.ID {
+			t.Fatalf("%s: the same action won=%v (%s); want it to replace the %s record", tc.name, won, got.ID, tc.state)
+		}
+	}
+	// Expired, the key takes any action.
+	first := newRecord("key:expiring")
+	first.Fingerprint = "action-a"
+	r, _ := mustReserve(t, s, first, record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Failed})
+	clock.Advance(2 * time.Hour)
+	other := newRecord("key:expiring")
+	other.Fingerprint = "action-b"
+	if _, won := mustReserve(t, s, other, record.ReserveOptions{}); !won {
+		t.Fatal("after the record expired, another action under its key did not win")
 	}
 }
 

@@ -201,7 +201,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	for _, st := range opts.Replace {
 		replace += string(st) + ","
 	}
-	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace}, newFields(r, now)...)
+	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now)...)
 	v, err := reserveScript.Run(ctx, s.rdb, []string{s.holderKey(tag), s.recordKey(tag, r.ID)}, args...).Slice()
 	if err != nil {
 		return nil, false, s.fail(op, err)

@@ -27,7 +27,9 @@ var (
 	//	KEYS[1] the holder key, KEYS[2] the new record's key
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
-	//	[6...] the new record's fields and values
+	//	[6] the new record's fingerprint (only a record of the same
+	//	action is replaced before it expires),
+	//	[7...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
 	// 0 (the holder, attached to, is returned) or -1 (the id is taken).
@@ -37,7 +39,7 @@ local hid = redis.call('GET', KEYS[1])
 local oid, ottl = '', 0
 if hid then
   local rk = ARGV[3] .. hid
-  local h = redis.call('HMGET', rk, 'state', 'lease_until', 'owner', 'expires_at')
+  local h = redis.call('HMGET', rk, 'state', 'lease_until', 'owner', 'expires_at', 'fingerprint')
   local st, exp = h[1], h[4]
   if st then
     if orphaned(st, h[2], now) then
@@ -45,7 +47,7 @@ if hid then
       oid = hid
       exp = redis.call('HGET', rk, 'expires_at')
     end
-    local replace = st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)
+    local replace = (h[5] == ARGV[6] and (st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)))
       or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
     if not replace then
       redis.call('HINCRBY', rk, 'attached', 1)
@@ -56,7 +58,7 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {-1, oid, ottl}
 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 6))
+redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('SET', KEYS[1], ARGV[4])
 return {1, oid, ottl}
 `)

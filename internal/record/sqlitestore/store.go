@@ -393,7 +393,7 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 			apply(cur, record.OrphanChange(cur), now)
 			orphan = cur.ID
 		}
-		if !replaceable(cur, now, opts) {
+		if !replaceable(cur, r, now, opts) {
 			cur.Attached++
 			if orphan != "" {
 				err = s.writeRecord(ctx, tx, cur)
@@ -435,11 +435,11 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec, true, orphan, nil
 }
 
-func replaceable(r *record.Record, now time.Time, opts record.ReserveOptions) bool {
+func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
 	if r.State.Settled() && !now.Before(r.ExpiresAt) {
 		return true
 	}
-	return r.State == record.Failed || slices.Contains(opts.Replace, r.State)
+	return r.Fingerprint == next.Fingerprint && (r.State == record.Failed || slices.Contains(opts.Replace, r.State))
 }
 
 // Update implements record.Store.
