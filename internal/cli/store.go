@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	neturl "net/url"
 	"strings"
@@ -70,20 +71,27 @@ func openStore(ctx context.Context, url string) (record.Store, durableStore, err
 	return s, s, nil
 }
 
-// redact hides a password in a store URL, so it never reaches a log.
-func redact(url string) string {
-	scheme, rest, ok := strings.Cut(url, "://")
+// redact returns a URL fit for a message or a log: its scheme, host and
+// path. A user, a password or a query, any of which may hold a credential
+// (a token as the user name, ?password=...), shows only as "***".
+func redact(raw string) string {
+	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return url
+		return raw // sqlite:PATH, memory: nothing secret
 	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return url
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return scheme + "://(a URL that does not parse)"
 	}
-	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-		return scheme + "://" + user + ":***@" + host
+	out := scheme + "://"
+	if u.User != nil {
+		out += "***@"
 	}
-	return url
+	out += u.Host + u.EscapedPath()
+	if u.RawQuery != "" {
+		out += "?***"
+	}
+	return out
 }
 
 // cutParam removes the query parameter name from rawURL and returns its
@@ -91,7 +99,8 @@ func redact(url string) string {
 func cutParam(rawURL, name string) (string, string, error) {
 	u, err := neturl.Parse(rawURL)
 	if err != nil {
-		return "", "", fmt.Errorf("%q is not a URL: %v", redact(rawURL), err)
+		// Not err itself: a *url.Error quotes the whole URL.
+		return "", "", fmt.Errorf("%q is not a URL: %v", redact(rawURL), errors.Unwrap(err))
 	}
 	q := u.Query()
 	v := q.Get(name)

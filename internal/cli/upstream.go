@@ -54,8 +54,11 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 		name, value, _ := strings.Cut(v, ":")
 		hdr.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
-	id := "http:" + redact(u.Redacted())
-	if len(hdr) > 0 || u.User != nil {
+	// The URL's user and query may carry a credential (a token as the
+	// user name, an api_key parameter): they enter the id only through the
+	// keyed hash below.
+	id := "http:" + (&neturl.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	if len(hdr) > 0 || u.User != nil || u.RawQuery != "" {
 		// A keyed hash, so the reference tells credentials apart without
 		// being a guessable digest of them.
 		names := make([]string, 0, len(hdr))
@@ -63,7 +66,7 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String()})
+		cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String(), "query": u.RawQuery})
 		ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
 		if err != nil {
 			return nil, "", err
