@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,6 +182,22 @@ func New(client, upstream Conn, opts Options) *Session {
 // client request whose id starts with it is refused, so the proxy's ids and
 // the client's can never collide.
 const idPrefix = `"mcp-idempotent:`
+
+const reservedMessage = "mcp-idempotent: request ids starting with mcp-idempotent: are reserved for the proxy"
+
+// reservedID reports whether a client's request id is in the proxy's id
+// space, however it is spelled: the upstream reads "mcp\u002didempotent:1"
+// as the proxy's "mcp-idempotent:1", and would answer it as such.
+func reservedID(id json.RawMessage) bool {
+	if bytes.HasPrefix(id, []byte(idPrefix)) {
+		return true
+	}
+	if len(id) == 0 || id[0] != '"' || bytes.IndexByte(id, '\\') < 0 {
+		return false
+	}
+	v, ok := jsonrpc.StringValue(id)
+	return ok && strings.HasPrefix(v, idPrefix[1:])
+}
 
 // ErrCrashLoop is wrapped by the error Run returns when the upstream kept
 // closing and was not started again.
@@ -404,9 +421,8 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	switch {
 	case msg.Batch:
 		s.fromClientBatch(frame)
-	case msg.IsRequest() && bytes.HasPrefix(msg.ID, []byte(idPrefix)):
-		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
-			"mcp-idempotent: request ids starting with %s are reserved for the proxy", idPrefix[1:])))
+	case msg.IsRequest() && reservedID(msg.ID):
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, reservedMessage)))
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg)
 	case msg.IsRequest():
@@ -456,19 +472,25 @@ func (s *Session) fromClientBatch(frame []byte) {
 		return
 	}
 	for _, m := range msgs {
-		if m.Method == "tools/call" {
-			var errs [][]byte
-			for _, m := range msgs {
-				if m.IsRequest() {
-					errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
-						"mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own")))
-				}
-			}
-			if len(errs) > 0 {
-				s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
-			}
-			return
+		var why string
+		switch {
+		case m.Method == "tools/call":
+			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
+		case m.IsRequest() && reservedID(m.ID):
+			why = reservedMessage
+		default:
+			continue
 		}
+		var errs [][]byte
+		for _, m := range msgs {
+			if m.IsRequest() {
+				errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+			}
+		}
+		if len(errs) > 0 {
+			s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+		}
+		return
 	}
 	s.mu.Lock()
 	for _, m := range msgs {
@@ -592,6 +614,19 @@ func (s *Session) fromUpstream(frame []byte) {
 		s.log.Warn("unparseable message from the upstream, passed on", "err", err, "size", len(frame))
 		s.writeClient(frame)
 		return
+	}
+	if msg.Batch {
+		// The answers to a batch the client sent: no request waits on
+		// them any more.
+		if msgs, err := jsonrpc.DecodeBatch(frame); err == nil {
+			s.mu.Lock()
+			for _, m := range msgs {
+				if m.IsResponse() {
+					delete(s.forwarded, string(m.ID))
+				}
+			}
+			s.mu.Unlock()
+		}
 	}
 	if msg.IsResponse() {
 		key := string(msg.ID)

@@ -333,3 +333,42 @@ func TestTransportStandInsAreNotUpstreamErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReservedIDsHoweverSpelled: a client request whose id the upstream
+// reads as one of the proxy's own is refused, spelled with an escape or
+// inside a batch, so no answer to it can be taken for the proxy's.
+func TestReservedIDsHoweverSpelled(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp\u002didempotent:2","method":"ping"}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "reserved") {
+		t.Fatalf("an escaped reserved id got %s; want -32600", got)
+	}
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"mcp-idempotent:3","method":"ping"}]`)
+	if got := r.client.next(t, "client"); strings.Count(got, `"code":-32600`) != 2 {
+		t.Fatalf("a batch holding a reserved id got %s; want each request refused", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":4,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want only the ping after the refused ones", got)
+	}
+}
+
+// TestAnsweredBatchIsForgotten: a batch's requests, once answered, are
+// not answered again with an error when the upstream later exits.
+func TestAnsweredBatchIsForgotten(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":7,"method":"ping"}]`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":7,"result":{}}]`)
+	if got := r.client.next(t, "client"); got != `[{"jsonrpc":"2.0","id":7,"result":{}}]` {
+		t.Fatalf("the client got %s; want the batch answer", got)
+	}
+	r.upstreamW.Close()
+	r.wait(t)
+	<-r.client.closed // every frame the proxy wrote has been read
+	select {
+	case f := <-r.client.frames:
+		t.Fatalf("after the upstream exited the client got %s; the batch was already answered", f)
+	default:
+	}
+}
