@@ -111,10 +111,12 @@ func (in *Interceptor) accountOf(req *Request) *account {
 }
 
 // A refusal says why admit did not send: the account had no room before
-// the deadline (Wait is the wait that was needed), or its shared allowance
-// could not be reached (Err), in which case the proxy fails closed.
+// the deadline (Wait is the wait that was needed), its concurrency cap
+// stayed full until the deadline (Full), or its shared allowance could not
+// be reached (Err), in which case the proxy fails closed.
 type refusal struct {
 	Wait time.Duration
+	Full bool
 	Err  error
 }
 
@@ -122,6 +124,9 @@ type refusal struct {
 func (r refusal) message(account string) string {
 	if r.Err != nil {
 		return fmt.Sprintf("account %s's allowance could not be read, so the proxy fails closed: %v", account, r.Err)
+	}
+	if r.Full {
+		return fmt.Sprintf("account %s had as many calls in flight as it allows until the call's deadline", account)
 	}
 	return fmt.Sprintf("account %s has no room for another call for %v, which would pass the call's deadline",
 		account, r.Wait.Round(time.Millisecond))
@@ -162,10 +167,21 @@ func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time
 	case a.slots <- struct{}{}:
 		send()
 	default:
-		// At the cap: wait for a slot on a goroutine of its own.
+		// At the cap: wait for a slot on a goroutine of its own, up to
+		// the deadline.
 		go func() {
-			a.slots <- struct{}{}
-			send()
+			var expired <-chan time.Time
+			if !deadline.IsZero() {
+				t := time.NewTimer(deadline.Sub(in.now()))
+				defer t.Stop()
+				expired = t.C
+			}
+			select {
+			case a.slots <- struct{}{}:
+				send()
+			case <-expired:
+				refuse(refusal{Full: true})
+			}
 		}()
 	}
 }

@@ -202,3 +202,29 @@ func TestSharedAllowanceUnreachableFailsClosed(t *testing.T) {
 		t.Fatalf("levels %+v; want NaN tokens when the store cannot say", l)
 	}
 }
+
+// TestSlotWaitEndsAtTheDeadline: a call waiting for a slot under an
+// account's concurrency cap is refused at its deadline, not left waiting
+// for as long as the calls ahead of it take; nothing of it runs.
+func TestSlotWaitEndsAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.withAccount(policy.Account{Name: "bank", Rate: 100, Burst: 100, MaxConcurrency: 1})
+		first := h.call(t.Context(), t, charge(1))
+		start := time.Now()
+		second := h.call(t.Context(), t, withDeadline(charge(2), 100))
+		a := second.only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "as many calls in flight as it allows") {
+			t.Fatalf("the call waiting for a slot got %s %s; want refused at its deadline", a.Result, a.Error)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Fatalf("refused after %v; want at the 100ms deadline", waited)
+		}
+		close(release)
+		first.only(t)
+		h.in.Wait(t.Context())
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("the upstream saw %d calls; want 1", n)
+		}
+	})
+}

@@ -483,15 +483,26 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 	}
 	// A first attempt waits for room in the account's allowance, up to
 	// the call's deadline, rather than hammering the account.
-	in.admit(ctx, a, req.deadline, func() { in.dispatchNow(ctx, rec, req, note, a) }, func(r refusal) {
+	// The wait counts as work under way, so that Wait does not return
+	// while an execution waits for its account.
+	in.work.Add(1)
+	in.admit(ctx, a, req.deadline, func() {
+		defer in.work.Done()
+		in.dispatchNow(ctx, rec, req, note, a)
+	}, func(r refusal) {
+		defer in.work.Done()
 		bg := context.WithoutCancel(ctx)
 		msg := r.message(a.name)
 		if r.Err != nil {
 			in.log.Error("the account's allowance could not be read; not sending", "execution", rec.ID, "account", a.name, "err", r.Err)
 		}
-		if rec.State != record.Unknown {
-			in.settle(bg, req, rec.ID, record.Change{To: record.Failed, Note: msg})
+		if rec.State == record.Unknown {
+			// A re-dispatch not sent: the first send may still have run.
+			result, _ := withNote(unknownResult(rec), nil, "not sent again: "+msg)
+			in.reply(ctx, req, Answer{Result: result}, nil)
+			return
 		}
+		in.settle(bg, req, rec.ID, record.Change{To: record.Failed, Note: msg})
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, rec.Tool))
 	})
