@@ -79,6 +79,11 @@ type Session struct {
 	// pending holds the proxy's own requests upstream, by id, with what to
 	// do with the answer.
 	pending map[string]func(*jsonrpc.Message, error)
+	// sending counts the proxy's own requests not yet answered and acted
+	// on; idle, when not nil, is closed once it is zero: shutdown waits on
+	// it for executions sent whose callers have all left.
+	sending int
+	idle    chan struct{}
 	// forwarded holds the client's requests passed upstream and not yet
 	// answered, by id, with their method.
 	forwarded map[string]string
@@ -271,7 +276,11 @@ pump:
 	defer deadline.Stop()
 	settled := make(chan struct{})
 	go func() {
+		// The callers still attached, then the executions sent whose
+		// callers left: a dispatched side effect is not cut off by the
+		// client going, within the grace.
 		s.inflight.Wait()
+		<-s.sendsSettled()
 		close(settled)
 	}()
 	select {
@@ -684,6 +693,21 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	}
 }
 
+// sendsSettled returns a channel closed once every request of the
+// proxy's own has been answered and its answer acted on (an execution
+// recorded as completed, say).
+func (s *Session) sendsSettled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+		if s.sending == 0 {
+			close(s.idle)
+		}
+	}
+	return s.idle
+}
+
 // upstreamGone answers everyone still waiting on the upstream link l.
 func (s *Session) upstreamGone(l *link) {
 	s.mu.Lock()
@@ -715,6 +739,19 @@ var errUpstreamExited = errors.New("the upstream exited before answering")
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream.
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
+	s.mu.Lock()
+	s.sending++
+	s.mu.Unlock()
+	acted := done
+	done = func(result json.RawMessage, err error) {
+		acted(result, err)
+		s.mu.Lock()
+		if s.sending--; s.sending == 0 && s.idle != nil {
+			close(s.idle)
+			s.idle = nil
+		}
+		s.mu.Unlock()
+	}
 	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
 	key := string(id)
 	l := s.current()

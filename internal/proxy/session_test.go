@@ -372,3 +372,30 @@ func TestAnsweredBatchIsForgotten(t *testing.T) {
 	default:
 	}
 }
+
+// TestShutdownWaitsForADetachedExecution: the client cancels a dispatched
+// call and leaves. The upstream is not told the input ended until the
+// call's answer is in (within the shutdown grace), so an upstream that
+// exits at the end of its input does not leave the execution unknown.
+func TestShutdownWaitsForADetachedExecution(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	r.clientW.Close()
+	// Nothing tells of a shutdown that waits; one that does not closes
+	// the upstream's input at once, well within this.
+	select {
+	case <-r.upstream.closed:
+		t.Fatal("the upstream's input was closed with a dispatched call unanswered")
+	case <-time.After(300 * time.Millisecond):
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[]}}`)
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run = %v; want nil", err)
+	}
+}
