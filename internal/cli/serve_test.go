@@ -80,11 +80,14 @@ func TestServeRefusesBeforeTheUpstream(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("s3cret alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	started := filepath.Join(dir, "started")
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--auth-token-file", tokens, "--", "/bin/cat"}, strings.NewReader(""), io.Discard, pw)
+		// The upstream leaves a mark when it starts: a refused request
+		// must not start one.
+		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--auth-token-file", tokens, "--", "/bin/sh", "-c", `touch "$0"; exec cat`, started}, strings.NewReader(""), io.Discard, pw)
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
@@ -123,6 +126,9 @@ func TestServeRefusesBeforeTheUpstream(t *testing.T) {
 		if resp.StatusCode != tt.status {
 			t.Errorf("Host %q, Authorization %q: %s, want %d", tt.host, tt.auth, resp.Status, tt.status)
 		}
+	}
+	if _, err := os.Stat(started); err == nil {
+		t.Error("an upstream was started for a refused request")
 	}
 	cancel()
 	if err := <-done; err != nil {

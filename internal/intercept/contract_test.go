@@ -136,8 +136,7 @@ func TestForwardKey(t *testing.T) {
 		sent = append(sent, string(p))
 		return charged(context.Background(), n, p)
 	})
-	v := view(t, h.call(t.Context(), t, `{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p"}}`).only(t))
-	_ = v
+	view(t, h.call(t.Context(), t, `{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p"}}`).only(t))
 	rec := h.onlyRecord(t)
 	want := `{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p","mcp-idempotent/execution-id":"` + rec.ID + `"}}`
 	if sent[0] != want {

@@ -156,11 +156,18 @@ func TestCrashLoopEndsTheSession(t *testing.T) {
 	p := connect(t, ctx, proxiedWith(t, []string{"--max-restarts", "1"}, chargeServer()...))
 	for i := range 2 {
 		// Two different calls: the same one again would be answered from
-		// the record (outcome unknown) and never reach the upstream.
-		p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", float64(100+i))})
+		// the record (outcome unknown) and never reach the upstream. The
+		// second reaches the upstream started again after the first exit.
+		res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_and_crash", Arguments: chargeArgs("4242", float64(100+i))})
+		if err != nil || !res.IsError || !strings.HasPrefix(firstText(res), "Outcome unknown:") {
+			t.Fatalf("call %d got %v, %v; want outcome unknown: the upstream exited with it", i+1, res, err)
+		}
 	}
 	if code := exitCode(t, ctx, p); code == 0 {
 		t.Fatal("the proxy exited 0 after a crash loop")
+	}
+	if n := strings.Count(p.stderr.String(), "the upstream was started again"); n != 1 {
+		t.Errorf("the upstream was started again %d times; want 1 (--max-restarts 1):\n%s", n, p.stderr)
 	}
 	if !strings.Contains(p.stderr.String(), "keeps exiting") {
 		t.Fatalf("stderr does not say the upstream keeps exiting:\n%s", p.stderr)
