@@ -19,19 +19,19 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// httpChargeServer starts the charge server on Streamable HTTP and returns
-// its URL.
-func httpChargeServer(t *testing.T) string {
+// httpChargeServer starts the charge server on Streamable HTTP on a free
+// loopback port, with extra flags, and returns its URL.
+func httpChargeServer(t *testing.T, flags ...string) string {
 	t.Helper()
-	url, _ := httpChargeServerAt(t, "127.0.0.1:0")
+	url, _ := httpChargeServerAt(t, "127.0.0.1:0", flags...)
 	return url
 }
 
 // httpChargeServerAt starts the charge server on Streamable HTTP at addr,
-// and returns its URL and a function that stops it.
-func httpChargeServerAt(t *testing.T, addr string) (string, func()) {
+// with extra flags, and returns its URL and a function that stops it.
+func httpChargeServerAt(t *testing.T, addr string, flags ...string) (string, func()) {
 	t.Helper()
-	cmd := exec.Command(chargeBin, "-http", addr)
+	cmd := exec.Command(chargeBin, append([]string{"-http", addr}, flags...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -112,29 +112,6 @@ func TestHTTPSessionExpiry(t *testing.T) {
 	}
 }
 
-// startHTTPChargeServer starts the charge server on Streamable HTTP on a
-// free loopback port, with extra flags, and returns its URL.
-func startHTTPChargeServer(t *testing.T, flags ...string) string {
-	t.Helper()
-	cmd := exec.Command(chargeBin, append([]string{"-http", "127.0.0.1:0"}, flags...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the HTTP charge server did not say where it listens: %v", err)
-	}
-	return strings.TrimSpace(line)
-}
-
 // TestHTTPUpstreamEras runs the go-sdk v1.8.0 client, which speaks
 // 2026-07-28 first (it sends server/discover before anything else), through
 // the proxy to an HTTP upstream of each era. The stateful go-sdk server
@@ -155,7 +132,7 @@ func TestHTTPUpstreamEras(t *testing.T) {
 		{"2026-07-28", []string{"-stateless"}, "2026-07-28"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url := startHTTPChargeServer(t, tc.serverFlags...)
+			url := httpChargeServer(t, tc.serverFlags...)
 			ctx := testContext(t)
 			p := connect(t, ctx, proxiedWith(t, []string{"--upstream", url}))
 			if got := p.InitializeResult().ProtocolVersion; got != tc.version {

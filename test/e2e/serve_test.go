@@ -1606,7 +1606,7 @@ func TestServeHTTPUpstream(t *testing.T) {
 				if server == "stateless" {
 					flags = []string{"-stateless"}
 				}
-				s := startServe(t, "--upstream", startHTTPChargeServer(t, flags...))
+				s := startServe(t, "--upstream", httpChargeServer(t, flags...))
 				p := connectHTTP(t, ctx, s, s.url, version, nil, nil)
 				// Only a 2026-07-28 server lets a default client stay in
 				// 2026-07-28; against any other it falls back to
