@@ -813,22 +813,12 @@ func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.Re
 	if len(matches) == 0 {
 		return policy.ResultMatch{}, false
 	}
-	var r struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(result, &r)
-	var text strings.Builder
-	for _, c := range r.Content {
-		if c.Type == "text" {
-			text.WriteString(c.Text)
-			text.WriteByte('\n')
-		}
+	text := ""
+	if texts := textContents(result); len(texts) > 0 {
+		text = strings.Join(texts, "\n") + "\n"
 	}
 	for _, m := range matches {
-		if m.Text != nil && m.Text.MatchString(text.String()) {
+		if m.Text != nil && m.Text.MatchString(text) {
 			return m, true
 		}
 		if m.Path != "" && structuredIn(result, m.Path, m.In) {
@@ -1170,22 +1160,28 @@ func toolResult(text, outcome string, r *record.Record) json.RawMessage {
 	return b
 }
 
-// alreadyDoneResult is the success a caller gets when a re-send found the
-// effect already in place: what the upstream said is kept in the text.
-func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessage {
-	var u struct {
+// textContents returns the texts of a tool result's text content items.
+func textContents(result json.RawMessage) []string {
+	var r struct {
 		Content []struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		} `json:"content"`
 	}
-	_ = json.Unmarshal(upstream, &u)
-	var said []string
-	for _, c := range u.Content {
+	_ = json.Unmarshal(result, &r) // not a result with content: no texts
+	var texts []string
+	for _, c := range r.Content {
 		if c.Type == "text" {
-			said = append(said, c.Text)
+			texts = append(texts, c.Text)
 		}
 	}
+	return texts
+}
+
+// alreadyDoneResult is the success a caller gets when a re-send found the
+// effect already in place: what the upstream said is kept in the text.
+func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessage {
+	said := textContents(upstream)
 	b, _ := json.Marshal(map[string]any{
 		"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
 			"Done: execution %s of %s had already taken effect; sending it again, the upstream answered: %s",
