@@ -451,7 +451,11 @@ func needsExactPass(raw []byte) bool {
 }
 
 // exactEnough reports whether the number literal num has at most 15
-// significant digits and an exponent within ±300.
+// significant digits and a magnitude a double holds: every digit of it
+// within 10^±300. The digits' places count, not only the exponent: a long
+// run of zeros can carry 0.000…1e-300 past what a double holds, where it
+// would read as 0. The bound is loose on purpose: a number it turns away
+// only takes the exact path.
 func exactEnough(num []byte) bool {
 	digits, leading := 0, true
 	for k, c := range num {
@@ -463,10 +467,10 @@ func exactEnough(num []byte) bool {
 			}
 		case c == 'e' || c == 'E':
 			exp, err := strconv.Atoi(strings.TrimPrefix(string(num[k+1:]), "+"))
-			return err == nil && digits <= 15 && exp >= -300 && exp <= 300
+			return err == nil && digits <= 15 && exp-k >= -300 && exp+k <= 300
 		}
 	}
-	return digits <= 15
+	return digits <= 15 && len(num) <= 300
 }
 
 func isASCII(s string) bool {

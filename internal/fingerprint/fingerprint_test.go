@@ -423,3 +423,33 @@ func FuzzSum(f *testing.F) {
 		}
 	})
 }
+
+// TestTinyAndHugeNumbersStayDistinct: numbers a double cannot hold are
+// compared by their exact value however they are spelled, never collapsed
+// to 0 or to one another.
+func TestTinyAndHugeNumbersStayDistinct(t *testing.T) {
+	h := NewRandom()
+	sum := func(args string) string {
+		t.Helper()
+		s, err := h.Sum(Action{Tool: "t", Arguments: json.RawMessage(args)})
+		if err != nil {
+			t.Fatalf("Sum(%s): %v", args, err)
+		}
+		return s
+	}
+	zero := sum(`{"x":0}`)
+	for _, args := range []string{
+		`{"x":0.00000000000000000000000000000001e-300}`,
+		`{"x":0.` + strings.Repeat("0", 400) + `1}`,
+	} {
+		if sum(args) == zero {
+			t.Errorf("%s has the fingerprint of 0", args)
+		}
+	}
+	if a, b := sum(`{"x":0.000000000000001234567890123e-300}`), sum(`{"x":0.000000000000001234567890124e-300}`); a == b {
+		t.Error("two distinct subnormal numbers share a fingerprint")
+	}
+	if a, b := sum(`{"x":1e-332}`), sum(`{"x":0.00000000000000000000000000000001e-300}`); a != b {
+		t.Error("1e-332 spelled two ways has two fingerprints")
+	}
+}
