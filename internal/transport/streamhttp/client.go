@@ -593,9 +593,21 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 // server asked for with the SSE retry field, or else a doubling from 250ms.
 func resumeWait(n, retryMS int) time.Duration {
 	if retryMS >= 0 {
-		return time.Duration(retryMS) * time.Millisecond
+		return serverRetry(retryMS)
 	}
 	return 250 * time.Millisecond << (n - 2)
+}
+
+// maxServerRetry bounds the reconnection delay a server may ask for with
+// the SSE retry field: a huge value would overflow a Duration, or park the
+// stream for ever.
+const maxServerRetry = time.Minute
+
+func serverRetry(ms int) time.Duration {
+	if ms > int(maxServerRetry/time.Millisecond) {
+		return maxServerRetry
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // transient reports whether an HTTP status refusing a resumption may go
@@ -777,7 +789,7 @@ func (c *Client) listen() {
 		lastID = r.lastID
 		wait := time.Second
 		if r.retry >= 0 {
-			wait = time.Duration(r.retry) * time.Millisecond
+			wait = serverRetry(r.retry)
 		}
 		if !c.sleep(wait) {
 			return

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func readAll(r *sseReader) ([]event, error) {
@@ -81,4 +82,12 @@ func FuzzSSEReader(f *testing.F) {
 		}
 		t.Fatalf("more events than input bytes")
 	})
+}
+
+func TestServerRetryIsBounded(t *testing.T) {
+	for ms, want := range map[int]time.Duration{0: 0, 1500: 1500 * time.Millisecond, 1 << 62: maxServerRetry} {
+		if got := serverRetry(ms); got != want {
+			t.Errorf("serverRetry(%d) = %v, want %v", ms, got, want)
+		}
+	}
 }
