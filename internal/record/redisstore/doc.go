@@ -39,10 +39,9 @@
 // tag. The store remembers the tag of every record it has reserved, matched
 // or read (a bounded cache, plus the records its owners keep in flight), so
 // these calls make one round trip. A process that has only the id reads the
-// index key Pi:<id> first. Update writes that index in the same pipeline as
-// its script, so a record is findable by id alone from its first update (its
-// dispatch) on; before that only the processes that reserved or matched it
-// by key know it.
+// index key Pi:<id> first. Reserve and Update write that index in the same
+// pipeline as their script, so a record is findable by id alone from its
+// reservation on.
 //
 // # Expiry
 //

@@ -202,7 +202,17 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		replace += string(st) + ","
 	}
 	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now)...)
-	v, err := reserveScript.Run(ctx, s.rdb, []string{s.holderKey(tag), s.recordKey(tag, r.ID)}, args...).Slice()
+	// The id's index goes with the reservation, in the same round trip:
+	// another process must find a record by its id from the start (one
+	// that attached to it waits on it by id, while this one may wait for
+	// its account's room before its first update). If the reservation is
+	// not won, the index names a record that never was, and expires.
+	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID)}
+	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+		eval(ctx, p, reserveScript, full, keys, args...)
+		p.Set(ctx, s.indexKey(r.ID), tag, indexFlightTTL)
+	})
+	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err != nil {
 		return nil, false, s.fail(op, err)
 	}

@@ -277,6 +277,21 @@ func (h evalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // A waiter in one process is woken by a settle in another through pub/sub:
 // its fallback poll is set too slow to find it in time.
+// TestReservedIsFoundByIDFromAnotherProcess: a record is found by its id
+// from any process from its reservation on, before its first update.
+func TestReservedIsFoundByIDFromAnotherProcess(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	a, b := open(t, url, prefix, nil), open(t, url, prefix, nil)
+	r, won, err := a.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{})
+	if err != nil || !won {
+		t.Fatalf("Reserve = %v, won %v", err, won)
+	}
+	if got, err := b.Get(t.Context(), r.ID); err != nil || got.State != record.Accepted {
+		t.Fatalf("another process's Get of a reserved record: %+v, %v; want it, accepted", got, err)
+	}
+}
+
 func TestWaitWokenByAnotherProcess(t *testing.T) {
 	url := serverURL(t)
 	prefix := newPrefix(t, url)
