@@ -133,7 +133,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
-		update: s.sql(updateSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL),
+		update: s.sql(updateSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
 		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL),
 	}
 	if s.log == nil {
@@ -263,6 +263,9 @@ const watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND N
 
 const renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
 
+// orphansSQL reads records whose owner's lease lapsed.
+var orphansSQL = params(`SELECT `+columns+` FROM {schema}.records WHERE `+orphan+` LIMIT $limit`, "now", "limit")
+
 const purgeSQL = `DELETE FROM {schema}.records WHERE id IN (
 	SELECT id FROM {schema}.records WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
@@ -274,7 +277,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, get, watch, renew, purge, secretInsert, secretSelect string
+	reserve, holder, release, update, get, watch, renew, purge, orphans, secretInsert, secretSelect string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the
@@ -565,7 +568,24 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 	if err := s.ensure(ctx); err != nil {
 		return 0, s.fail("purging", err)
 	}
-	tag, err := s.pool.Exec(ctx, s.q.purge, s.clock(), limit)
+	now := s.clock()
+	// Orphans nobody calls again would stay in flight for ever, out of
+	// reach of the purge that retention promises: they are settled as a
+	// reservation or a waiter meeting them would settle them.
+	rows, err := s.pool.Query(ctx, s.q.orphans, now, limit)
+	if err != nil {
+		return 0, s.fail("purging", err)
+	}
+	orphans, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) { return scanRecord(row) })
+	if err != nil {
+		return 0, s.fail("purging", err)
+	}
+	for _, r := range orphans {
+		if _, _, err := s.settleOrphan(ctx, r, now); err != nil {
+			return 0, s.fail("purging", err)
+		}
+	}
+	tag, err := s.pool.Exec(ctx, s.q.purge, now, limit)
 	if err != nil {
 		return 0, s.fail("purging", err)
 	}

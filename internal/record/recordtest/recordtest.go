@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ResendWhileDispatched", testResendWhileDispatched},
 		{"ConditionalClaim", testConditionalClaim},
 		{"OnlyTheSameActionReplaces", testOnlyTheSameActionReplaces},
+		{"PurgeSettlesOrphans", testPurgeSettlesOrphans},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -536,6 +537,34 @@ func testOnlyTheSameActionReplaces(t *testing.T, s record.Store, clock *Clock) {
 	other.Fingerprint = "action-b"
 	if _, won := mustReserve(t, s, other, record.ReserveOptions{}); !won {
 		t.Fatal("after the record expired, another action under its key did not win")
+	}
+}
+
+// testPurgeSettlesOrphans: for a store that purges, an orphan nobody calls
+// again is settled by the purge (unknown: it was sent) and, once its
+// retention has passed, purged: retention bounds the store.
+func testPurgeSettlesOrphans(t *testing.T, s record.Store, clock *Clock) {
+	p, ok := s.(interface {
+		Purge(ctx context.Context, limit int) (int, error)
+	})
+	if !ok {
+		t.Skip("the store has no purge: its records expire by themselves")
+	}
+	r, _ := mustReserve(t, s, leased("k", "proxy-1", clock.Now().Add(10*time.Second)), record.ReserveOptions{})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	clock.Advance(11 * time.Second) // proxy-1 died after sending
+	if _, err := p.Purge(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(context.Background(), r.ID); err != nil || got.State != record.Unknown {
+		t.Fatalf("after a purge, the orphan is %+v, %v; want it unknown", got, err)
+	}
+	clock.Advance(2 * time.Hour) // past its retention
+	if n, err := p.Purge(context.Background(), 100); err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v; want the settled orphan purged", n, err)
+	}
+	if _, err := s.Get(context.Background(), r.ID); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("after its retention the orphan is still there: %v", err)
 	}
 }
 

@@ -679,12 +679,45 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 }
 
 func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int, error) {
+	if err := s.settleOrphans(ctx, tx, now, limit); err != nil {
+		return 0, err
+	}
 	res, err := tx.StmtContext(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
 	if err != nil {
 		return 0, err
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
+}
+
+// settleOrphans settles up to limit records whose owner's lease lapsed,
+// as a reservation or a waiter meeting them would (record.OrphanChange):
+// an orphan nobody calls again would otherwise stay in flight for ever,
+// out of reach of the purge that retention promises.
+func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) error {
+	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ('accepted', 'dispatched') AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
+	if err != nil {
+		return err
+	}
+	var orphans []*record.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		orphans = append(orphans, r)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, r := range orphans {
+		apply(r, record.OrphanChange(r), now)
+		if err := s.writeRecord(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Secret returns the fingerprint secret that every proxy sharing this
