@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -146,6 +148,39 @@ func TestHTTPRetryAfterPastTheDeadlineFailsNow(t *testing.T) {
 		}
 		if n := h.up.calls.Load(); n != 1 || time.Since(start) != 0 {
 			t.Fatalf("upstream saw %d calls; answered after %v; want 1, at once", n, time.Since(start))
+		}
+	})
+}
+
+// countingObserver counts the transitions the interceptor reports.
+type countingObserver struct {
+	mu sync.Mutex
+	n  map[record.State]int
+}
+
+func (o *countingObserver) Decision(string, policy.Class, string)      {}
+func (o *countingObserver) Attempt(string, int, string, time.Duration) {}
+func (o *countingObserver) Upstream(string, time.Duration)             {}
+func (o *countingObserver) Transition(_ string, st record.State) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[st]++
+}
+
+// TestEveryDispatchIsObserved: a re-send is a transition to dispatched
+// like the first send, and the metrics see both.
+func TestEveryDispatchIsObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &countingObserver{n: map[record.State]int{}}
+		h := newHarness(statusThen(httpError(http.StatusTooManyRequests, "")))
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Observer: obs})
+		h.pol.Retry = retryRule(false)
+		h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if obs.n[record.Dispatched] != 2 || obs.n[record.Completed] != 1 {
+			t.Fatalf("observed %v; want 2 dispatches and 1 completion", obs.n)
 		}
 	})
 }

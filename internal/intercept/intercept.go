@@ -400,6 +400,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 			in.attach(ctx, rec, req)
 			return
 		}
+		in.obs.Transition(rec.Tool, record.Completed)
 		in.journalize(req, settled, done)
 		in.answer(ctx, req, settled, resumed)
 	default:
@@ -591,6 +592,7 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 					in.finish(ctx, rec, req, m, n, result, err)
 					return
 				}
+				in.obs.Transition(rec.Tool, record.Dispatched)
 				in.journalize(req, cur, again)
 				in.send(ctx, rec, req, m, n+1, a)
 			}, func(ref refusal) {
