@@ -693,6 +693,17 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	}
 }
 
+// acted notes that one of the proxy's own requests has been answered and
+// its answer acted on.
+func (s *Session) acted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sending--; s.sending == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
 // sendsSettled returns a channel closed once every request of the
 // proxy's own has been answered and its answer acted on (an execution
 // recorded as completed, say).
@@ -739,19 +750,6 @@ var errUpstreamExited = errors.New("the upstream exited before answering")
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream.
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
-	s.mu.Lock()
-	s.sending++
-	s.mu.Unlock()
-	acted := done
-	done = func(result json.RawMessage, err error) {
-		acted(result, err)
-		s.mu.Lock()
-		if s.sending--; s.sending == 0 && s.idle != nil {
-			close(s.idle)
-			s.idle = nil
-		}
-		s.mu.Unlock()
-	}
 	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
 	key := string(id)
 	l := s.current()
@@ -766,7 +764,9 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 		done(nil, retry.NotSent(errors.New("the upstream has closed")))
 		return
 	}
+	s.sending++
 	s.pending[key] = func(msg *jsonrpc.Message, err error) {
+		defer s.acted()
 		switch {
 		case err != nil:
 			done(nil, err)
@@ -797,6 +797,7 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 		if still {
 			// A request the upstream could not take whole was never received.
 			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
+			s.acted()
 		}
 	}
 }
