@@ -34,8 +34,10 @@ type ToolCall struct {
 	Deadline time.Duration
 }
 
-// ParseToolCall decodes and validates tools/call params. Its errors are
-// JSON-RPC invalid-params errors, ready for the wire.
+// ParseToolCall decodes and validates tools/call params, which must be
+// valid JSON, as jsonrpc.Decode leaves a message's params: it checks what
+// a tools/call needs of them, not the JSON again. Its errors are JSON-RPC
+// invalid-params errors, ready for the wire.
 func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 	if len(params) == 0 || params[0] != '{' {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
@@ -61,7 +63,7 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 		}
 		return true
 	})
-	if err != nil || !jsonrpc.Valid(params) { // json.Valid's answer, faster
+	if err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
 	}
 	name, ok := jsonrpc.StringValue(nameRaw)

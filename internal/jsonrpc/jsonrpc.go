@@ -75,15 +75,12 @@ func Decode(frame []byte) (*Message, error) {
 		}
 		return nil, ErrNotObject
 	}
-	if !Valid(frame) {
-		var v json.RawMessage
-		return nil, fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
-	}
-	// Member names are matched exactly (see EachMember): a frame must route
-	// here as the upstream will read it.
+	// One pass checks the frame and finds its members. Member names are
+	// matched exactly (see EachMember): a frame must route here as the
+	// upstream will read it.
 	m := &Message{Raw: frame}
 	var methodRaw []byte
-	EachMember(frame, func(name, value []byte) bool {
+	end := walkObject(frame, len(frame)-len(trimmed), true, func(name, value []byte) bool {
 		switch string(name) {
 		case "id":
 			m.ID = value
@@ -98,6 +95,10 @@ func Decode(frame []byte) (*Message, error) {
 		}
 		return true
 	})
+	if end < 0 || skipSpace(frame, end) != len(frame) {
+		var v json.RawMessage
+		return nil, fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
+	}
 	if methodRaw != nil && string(methodRaw) != "null" {
 		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {
 			m.Method = method

@@ -22,50 +22,73 @@ var errMalformed = errors.New("malformed JSON object")
 // obj must be valid JSON (json.Valid); EachMember checks only as much as it
 // needs to never read out of bounds.
 func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
+	if walkObject(obj, skipSpace(obj, 0), false, fn) < 0 {
 		return errMalformed
+	}
+	return nil
+}
+
+// walkObject calls fn with each member of the object that starts at
+// obj[i], as EachMember does, and returns the index just past the object,
+// or -1 if it is malformed. With validate set, names and values are
+// checked to be valid JSON as they are passed (the object being at the top
+// level, for the nesting limit), so that a caller needs no other pass over
+// them; without it, they are only checked enough never to read out of
+// bounds. If fn stops the walk, the index returned is 0.
+func walkObject(obj []byte, i int, validate bool, fn func(name, value []byte) bool) int {
+	if i >= len(obj) || obj[i] != '{' {
+		return -1
 	}
 	i = skipSpace(obj, i+1)
 	if i < len(obj) && obj[i] == '}' {
-		return nil
+		return i + 1
 	}
 	for {
 		if i >= len(obj) || obj[i] != '"' {
-			return errMalformed
+			return -1
 		}
-		end := skipString(obj, i)
+		var end int
+		if validate {
+			end = scanString(obj, i)
+		} else {
+			end = skipString(obj, i)
+		}
 		if end < 0 {
-			return errMalformed
+			return -1
 		}
 		name := obj[i+1 : end-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			var s string
 			if json.Unmarshal(obj[i:end], &s) != nil {
-				return errMalformed
+				return -1
 			}
 			name = []byte(s)
 		}
 		i = skipSpace(obj, end)
 		if i >= len(obj) || obj[i] != ':' {
-			return errMalformed
+			return -1
 		}
 		i = skipSpace(obj, i+1)
-		vend := skipValue(obj, i)
+		var vend int
+		if validate {
+			vend = validValue(obj, i, 1)
+		} else {
+			vend = skipValue(obj, i)
+		}
 		if vend < 0 {
-			return errMalformed
+			return -1
 		}
 		if !fn(name, obj[i:vend]) {
-			return nil
+			return 0
 		}
 		i = skipSpace(obj, vend)
 		switch {
 		case i < len(obj) && obj[i] == ',':
 			i = skipSpace(obj, i+1)
 		case i < len(obj) && obj[i] == '}':
-			return nil
+			return i + 1
 		default:
-			return errMalformed
+			return -1
 		}
 	}
 }
@@ -91,17 +114,21 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string starting at b[i], or
-// -1 if it does not end.
+// -1 if it does not end. It does not check what the string holds.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+	for i++; ; i += 2 {
+		i = skipPlain(b, i)
+		for i < len(b) && b[i] < 0x20 {
+			i = skipPlain(b, i+1) // not checked here
+		}
+		switch {
+		case i >= len(b):
+			return -1
+		case b[i] == '"':
 			return i + 1
 		}
+		// A backslash: the byte after it is escaped.
 	}
-	return -1
 }
 
 // skipValue returns the index just past the value starting at b[i], or -1.

@@ -1,5 +1,10 @@
 package jsonrpc
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // Valid reports whether data is one valid JSON value, with the same answer
 // as encoding/json's Valid for every input (FuzzValid checks it): the same
 // grammar, strings that may hold any byte from 0x20 up (invalid UTF-8
@@ -10,20 +15,29 @@ package jsonrpc
 // byte, was the largest single cost of a proxied tools/call after the
 // process hops. This loop reads each byte once, without calls per byte.
 func Valid(data []byte) bool {
+	i := skipSpace(data, 0)
+	if i = validValue(data, i, 0); i < 0 {
+		return false
+	}
+	return skipSpace(data, i) == len(data)
+}
+
+// validValue returns the index past the valid JSON value that starts at
+// data[i], or -1. depth is the number of containers the value is inside,
+// for the nesting limit.
+func validValue(data []byte, i, depth int) int {
 	// The open containers, '{' or '[', innermost last.
 	var buf [64]byte
 	stack := buf[:0]
-	i := 0
 	for {
 		// A value starts at i, after white space.
-		i = skipSpace(data, i)
 		if i >= len(data) {
-			return false
+			return -1
 		}
 		switch c := data[i]; c {
 		case '{', '[':
-			if len(stack) == maxNestingDepth {
-				return false
+			if depth+len(stack) == maxNestingDepth {
+				return -1
 			}
 			stack = append(stack, c)
 			i = skipSpace(data, i+1)
@@ -34,53 +48,55 @@ func Valid(data []byte) bool {
 			}
 			if c == '{' {
 				if i = scanName(data, i); i < 0 {
-					return false
+					return -1
 				}
 			}
+			i = skipSpace(data, i)
 			continue // the first element or member value
 		case '"':
 			if i = scanString(data, i); i < 0 {
-				return false
+				return -1
 			}
 		case 't':
 			if i = scanLiteral(data, i, "true"); i < 0 {
-				return false
+				return -1
 			}
 		case 'f':
 			if i = scanLiteral(data, i, "false"); i < 0 {
-				return false
+				return -1
 			}
 		case 'n':
 			if i = scanLiteral(data, i, "null"); i < 0 {
-				return false
+				return -1
 			}
 		default:
 			if i = scanNumber(data, i); i < 0 {
-				return false
+				return -1
 			}
 		}
 		// After a value: the containers it closes, then either the end of
-		// the input or a comma and the next element or member.
+		// this value or a comma and the next element or member.
 		for {
-			i = skipSpace(data, i)
 			if len(stack) == 0 {
-				return i == len(data)
+				return i
 			}
+			i = skipSpace(data, i)
 			if i >= len(data) {
-				return false
+				return -1
 			}
 			top := stack[len(stack)-1]
 			if data[i] == ',' {
 				i++
 				if top == '{' {
 					if i = scanName(data, skipSpace(data, i)); i < 0 {
-						return false
+						return -1
 					}
 				}
+				i = skipSpace(data, i)
 				break
 			}
 			if data[i] != top+2 {
-				return false
+				return -1
 			}
 			stack = stack[:len(stack)-1]
 			i++
@@ -111,7 +127,11 @@ func scanName(data []byte, i int) int {
 // scanString returns the index past the string that starts at data[i],
 // or -1 if it is not a valid JSON string.
 func scanString(data []byte, i int) int {
-	for i++; i < len(data); i++ {
+	for i++; ; i++ {
+		i = skipPlain(data, i)
+		if i >= len(data) {
+			return -1
+		}
 		switch c := data[i]; {
 		case c == '"':
 			return i + 1
@@ -139,7 +159,41 @@ func scanString(data []byte, i int) int {
 			return -1
 		}
 	}
-	return -1
+}
+
+// skipPlain returns the index of the first byte from data[i] on that is a
+// quote, a backslash or a control character (below 0x20), or len(data):
+// the bytes a string scan must look at. It reads eight bytes at a time,
+// with one well-predicted branch per eight, where a byte-by-byte switch
+// costs a branch per byte that a cold predictor gets wrong.
+func skipPlain(data []byte, i int) int {
+	for ; i+8 <= len(data); i += 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+			// The lowest flagged byte is a special one: a false flag
+			// comes only from a borrow out of a lower flagged byte.
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(data); i++ {
+		if c := data[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
+}
+
+// specialBytes returns a mask with the high bit set in each byte of x
+// that is '"', '\\' or below 0x20 (and maybe in bytes above such a
+// byte), and zero when x has none: the "has zero byte" and "has less
+// than" tricks of Bit Twiddling Hacks, both exact when they find nothing.
+func specialBytes(x uint64) uint64 {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	quote := x ^ (ones * '"')
+	backslash := x ^ (ones * '\\')
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*0x20)&^x) & highs
 }
 
 func isHex(c byte) bool {

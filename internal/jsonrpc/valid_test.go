@@ -17,6 +17,8 @@ var validCases = []string{
 	`true`, `false`, `null`, `tru`, `truex`, `nul`, `nulll`, `True`, `[true,false,null]`,
 	"{\n\t\"a\" :\r\n1}", `{"a":{"b":{"c":[[[]]]}}}`, `[[[[`, `]]]]`, `{"a":[}`, `{} {}`, `1 2`, `{}x`,
 	`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242","amount":100}}}`,
+	`"abcdefgh"`, `"abcdefghi"`, `"abcdefg\"h"`, `"abcdefgh\u00e9ijklmnop"`, "\"abcdefghij\x1fk\"", "\"abcdefghijklmno\xffp\"",
+	`{"abcdefghijklmnop":"qrstuvwxyz0123456789","x":["abcdefgh","ijklmnop"]}`, `"abcdefgh\`, `"abcdefghijklmnopqrs`,
 	"\x00", `"a"b`, `[1,[2,[3]],{"x":[]}]`, `{"":""}`, `{"\"":1}`,
 }
 
@@ -98,5 +100,26 @@ func TestDecodeKnownMethod(t *testing.T) {
 	frame := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}`)
 	if allocs := testing.AllocsPerRun(100, func() { Decode(frame) }); allocs > 1 {
 		t.Errorf("Decode allocates %v times, want 1 (the Message)", allocs)
+	}
+}
+
+// TestSkipPlain puts every byte value at every place of a plain string and
+// checks that skipPlain stops exactly at the special ones, by eights and
+// in the tail.
+func TestSkipPlain(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 17} {
+		for at := 0; at < n; at++ {
+			for b := range 256 {
+				data := []byte(strings.Repeat("a", n))
+				data[at] = byte(b)
+				want := n
+				if b == '"' || b == '\\' || b < 0x20 {
+					want = at
+				}
+				if got := skipPlain(data, 0); got != want {
+					t.Fatalf("skipPlain(%q) = %d, want %d", data, got, want)
+				}
+			}
+		}
 	}
 }

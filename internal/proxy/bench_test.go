@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -92,4 +93,85 @@ func copyFrames(from, to *stdio.Conn) {
 		}
 		to.WriteFrame(f)
 	}
+}
+
+// BenchmarkPath measures the proxy's own work for one tools/call round
+// trip, with no pipes and no goroutine hand-offs: the client's frame is
+// handed to the session, the request it sends upstream is answered by
+// handing the answer back, and the client's answer is taken. It is the
+// CPU a call costs the proxy process, to profile with -cpuprofile.
+func BenchmarkPath(b *testing.B) {
+	for _, mode := range []string{"new-execution", "replay", "read-only"} {
+		b.Run(mode, func(b *testing.B) {
+			client, upstream := &sink{}, &sink{}
+			annotations := `{}`
+			if mode == "read-only" {
+				annotations = `{"readOnlyHint":true}`
+			}
+			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+			s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+			ctx := context.Background()
+			tools := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`)
+			s.fromClient(ctx, tools)
+			s.fromUpstream([]byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":` + annotations + `}]}}`))
+			client.take()
+			upstream.take()
+			result := []byte(`{"content":[{"type":"text","text":"charged 4242-0000-0000-000001 #1"}],"isError":false}`)
+			var req, answer []byte
+			call := func(i int) {
+				amount := i
+				if mode == "replay" {
+					amount = 0
+				}
+				req = fmt.Appendf(req[:0], `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242-0000-0000-%06d","amount":%d}}}`, i, amount, amount)
+				s.fromClient(ctx, req)
+				if sent := upstream.take(); sent != nil {
+					m, err := jsonrpc.Decode(sent)
+					if err != nil {
+						b.Fatal(err)
+					}
+					answer = append(append(append(answer[:0], `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
+					answer = append(append(answer, result...), '}')
+					s.fromUpstream(answer)
+				}
+				if client.take() == nil {
+					b.Fatalf("call %d: no answer", i)
+				}
+			}
+			call(-1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				call(i)
+				i++
+			}
+		})
+	}
+}
+
+// sink is a Conn that keeps the last frame written to it.
+type sink struct {
+	mu    sync.Mutex
+	frame []byte
+}
+
+func (k *sink) ReadFrame() ([]byte, error) { return nil, io.EOF }
+func (k *sink) Close() error               { return nil }
+func (k *sink) WriteFrame(f []byte) error {
+	k.mu.Lock()
+	k.frame = append(k.frame[:0], f...)
+	k.mu.Unlock()
+	return nil
+}
+
+// take returns the last frame written and forgets it; nil if none.
+func (k *sink) take() []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.frame) == 0 {
+		return nil
+	}
+	f := k.frame
+	k.frame = nil
+	return f
 }
