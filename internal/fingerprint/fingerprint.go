@@ -50,13 +50,13 @@ type Action struct {
 // use.
 type Hasher struct {
 	key  []byte
-	macs sync.Pool // of hash.Hash: HMACs under key, reset before use
+	macs sync.Pool // of *macState: HMACs under key, reset before use
 	bufs sync.Pool // of *[]byte: buffers for the canonical form
 }
 
 func keyed(key []byte) *Hasher {
 	h := &Hasher{key: key}
-	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
+	h.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, h.key)} }
 	h.bufs.New = func() any { return new([]byte) }
 	return h
 }
@@ -263,14 +263,20 @@ func (h *Hasher) Sum(a Action) (string, error) {
 	if cap(canon) <= maxKeptBuffer {
 		*bp = canon
 	}
-	mac := h.macs.Get().(hash.Hash)
-	defer h.macs.Put(mac)
-	mac.Reset()
-	mac.Write(canon)
-	var sum [sha256.Size]byte
+	st := h.macs.Get().(*macState)
+	defer h.macs.Put(st)
+	st.mac.Reset()
+	st.mac.Write(canon)
 	var digits [2 * sha256.Size]byte
-	hex.Encode(digits[:], mac.Sum(sum[:0]))
+	hex.Encode(digits[:], st.mac.Sum(st.sum[:0]))
 	return string(digits[:]), nil
+}
+
+// macState is an HMAC and the room for its sum, kept together so that a
+// sum costs no allocation.
+type macState struct {
+	mac hash.Hash
+	sum [sha256.Size]byte
 }
 
 // maxKeptBuffer bounds the canonical-form buffers a Hasher keeps for

@@ -25,7 +25,7 @@ func (h *harness) callAs(t *testing.T, actor, scope, params string) *answers {
 	}
 	a := newAnswers()
 	h.in.Handle(t.Context(), &Request{
-		Call: tc, Policy: h.pol, SchemaDefaults: h.defaults, Actor: actor, Scope: scope,
+		Call: tc, Policy: &h.pol, SchemaDefaults: h.defaults, Actor: actor, Scope: scope,
 		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a,
 	})
 	return a

@@ -55,7 +55,7 @@ type Replier interface {
 // A Request is one caller's tools/call.
 type Request struct {
 	Call   *ToolCall
-	Policy policy.Policy
+	Policy *policy.Policy // read-only; shared with other calls
 	// SchemaDefaults are the tool's inputSchema property defaults, which
 	// Policy.Defaults materialises before fingerprinting.
 	SchemaDefaults map[string]json.RawMessage
@@ -73,6 +73,9 @@ type Request struct {
 	// (RetryRule.Deadline, shortened by the client's Call.Deadline); set
 	// by Handle on the call's arrival.
 	deadline time.Time
+	// bg is the caller's context without its cancellation, for the work
+	// that outlives the caller (recording the outcome); set by Handle.
+	bg context.Context
 }
 
 // An Observer is told of every decision, attempt and transition, for
@@ -128,10 +131,13 @@ type Interceptor struct {
 	store  record.Store
 	hasher *fingerprint.Hasher
 	log    *slog.Logger
-	now    func() time.Time
-	owner  string
-	lease  time.Duration
-	obs    Observer
+	// debug is whether log takes debug records, read once: the per-call
+	// debug lines are built only then.
+	debug bool
+	now   func() time.Time
+	owner string
+	lease time.Duration
+	obs   Observer
 	// journal is nil when no journal is kept.
 	journal Journal
 
@@ -154,6 +160,7 @@ func New(opts Options) *Interceptor {
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
+	in.debug = in.log.Enabled(context.Background(), slog.LevelDebug)
 	if in.now == nil {
 		in.now = time.Now
 	}
@@ -225,6 +232,7 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
 	req.deadline = deadline(in.now(), pol.Retry, call.Deadline)
+	req.bg = context.WithoutCancel(ctx)
 	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
@@ -285,7 +293,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		// A new execution is the ordinary path, logged at debug; info is
 		// kept for the calls the proxy answers from the record, so that
 		// logging at the default level costs nothing per ordinary call.
-		if in.log.Enabled(ctx, slog.LevelDebug) {
+		if in.debug {
 			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
@@ -386,7 +394,7 @@ const maxAttempts = 2
 func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Request) {
 	rule := req.Policy.Recover
 	status, err := in.status(rec, req)
-	bg := context.WithoutCancel(ctx)
+	bg := req.bg
 	switch {
 	case err != nil:
 		in.log.Warn("status check gave no answer; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool, "err", err)
@@ -492,7 +500,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 		in.dispatchNow(ctx, rec, req, note, a)
 	}, func(r refusal) {
 		defer in.work.Done()
-		bg := context.WithoutCancel(ctx)
+		bg := req.bg
 		msg := r.message(a.name)
 		if r.Err != nil {
 			in.log.Error("the account's allowance could not be read; not sending", "execution", rec.ID, "account", a.name, "err", r.Err)
@@ -511,7 +519,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 
 // dispatchNow is dispatch once the account (a, or nil) has let it go.
 func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req *Request, note string, a *account) {
-	bg := context.WithoutCancel(ctx)
+	bg := req.bg
 	// Persist before send: once bytes may have left, the record says so.
 	claim := record.Change{To: record.Dispatched, Note: note}
 	if rec.State == record.Unknown {
@@ -535,7 +543,7 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 		in.answer(ctx, req, settled, live)
 		return
 	}
-	if in.log.Enabled(ctx, slog.LevelDebug) {
+	if in.debug {
 		// Guarded like settle's: the arguments cost allocations even
 		// when debug is off.
 		in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
@@ -555,12 +563,14 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 // sending again is safe, sends it again after a backoff. The caller of send
 // holds one count of in.work, which the settling answer releases.
 func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int, a *account) {
-	bg := context.WithoutCancel(ctx)
+	bg := req.bg
 	params := req.Call.Params
 	if req.Policy.ForwardKey {
 		// The execution id goes upstream, so a server that honours
 		// idempotency keys can dedupe a re-dispatch itself.
-		params = withMeta(params, []byte(`"`+MetaExecutionID+`":"`+rec.ID+`"`))
+		var buf [96]byte
+		member := append(append(append(buf[:0], `"`+MetaExecutionID+`":"`...), rec.ID...), '"')
+		params = withMeta(params, member)
 	}
 	sent := in.now()
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
@@ -635,7 +645,7 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 		}
 	}
-	settled := in.settle(context.WithoutCancel(ctx), req, rec.ID, c)
+	settled := in.settle(req.bg, req, rec.ID, c)
 	if settled == nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
@@ -801,7 +811,7 @@ func appendText(result json.RawMessage, text string) json.RawMessage {
 // safeToResend reports whether a transient result of this tool may be
 // sent again: a read-only or idempotent tool, or a result the policy
 // declares means the upstream did nothing.
-func safeToResend(p policy.Policy, m policy.ResultMatch) bool {
+func safeToResend(p *policy.Policy, m policy.ResultMatch) bool {
 	return retry.SafeToResend(retry.Safety{ToolClass: string(p.Class), Sent: true, TransientSafe: m.SafeToResend})
 }
 
@@ -915,7 +925,7 @@ func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c re
 	}
 	in.obs.Transition(rec.Tool, c.To)
 	in.journalize(req, rec, c)
-	if in.log.Enabled(ctx, slog.LevelDebug) {
+	if in.debug {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
 	}
 	return rec
@@ -1012,7 +1022,7 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	// Not ctx: the answer is out, so delivery must be recorded even if the
 	// caller cancels this instant.
 	if rec.State == record.Completed {
-		in.settle(context.WithoutCancel(ctx), req, rec.ID, record.Change{To: record.Delivered})
+		in.settle(req.bg, req, rec.ID, record.Change{To: record.Delivered})
 	}
 }
 
@@ -1024,7 +1034,7 @@ func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
 }
 
 // reserveOptions maps a policy to the settled states a new call replaces.
-func reserveOptions(p policy.Policy) record.ReserveOptions {
+func reserveOptions(p *policy.Policy) record.ReserveOptions {
 	switch {
 	case p.Class == policy.Idempotent:
 		// Coalesce in-flight duplicates only: a later call runs again.

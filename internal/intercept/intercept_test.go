@@ -104,7 +104,7 @@ func (h *harness) call(ctx context.Context, t *testing.T, params string) *answer
 	}
 	a := newAnswers()
 	h.in.Handle(ctx, &Request{
-		Call: tc, Policy: h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
+		Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
 		Upstream: h.up, Reply: a, Correlation: "test",
 	})
 	return a
@@ -212,7 +212,7 @@ func TestActorsNeverShare(t *testing.T) {
 	for _, actor := range []string{"alice", "bob"} {
 		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
 		a := newAnswers()
-		h.in.Handle(t.Context(), &Request{Call: tc, Policy: h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
 		a.only(t)
 	}
 	if n := h.up.calls.Load(); n != 2 {

@@ -14,7 +14,7 @@ import (
 // policy ignores are dropped. The call sent upstream is never changed.
 // Arguments come back as they were when neither option applies, which is
 // the common case and costs nothing.
-func shapeArguments(args json.RawMessage, pol policy.Policy, defaults map[string]json.RawMessage) (json.RawMessage, error) {
+func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[string]json.RawMessage) (json.RawMessage, error) {
 	useDefaults := pol.Defaults && len(defaults) > 0
 	if !useDefaults && len(pol.Ignore) == 0 {
 		return args, nil

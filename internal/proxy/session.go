@@ -68,6 +68,7 @@ type Session struct {
 	client Conn
 	opts   Options
 	log    *slog.Logger
+	debug  bool // log takes debug records; read once
 	tools  *toolTable
 
 	nextID atomic.Int64
@@ -76,9 +77,8 @@ type Session struct {
 	inflight sync.WaitGroup
 
 	mu sync.Mutex // protects the maps below
-	// pending holds the proxy's own requests upstream, by id, with what to
-	// do with the answer.
-	pending map[string]func(*jsonrpc.Message, error)
+	// pending holds the proxy's own requests upstream, by id.
+	pending map[string]sent
 	// sending counts the proxy's own requests not yet answered and acted
 	// on; idle, when not nil, is closed once it is zero: shutdown waits on
 	// it for executions sent whose callers have all left.
@@ -97,6 +97,13 @@ type Session struct {
 	// replay on a restarted upstream; nil if the client sent none.
 	handshake   json.RawMessage
 	initialized bool // the client sent notifications/initialized
+}
+
+// sent is one of the proxy's own requests upstream, waiting for its
+// answer.
+type sent struct {
+	method string
+	done   func(json.RawMessage, error)
 }
 
 // A link is one connection to the upstream.
@@ -176,8 +183,9 @@ func New(client, upstream Conn, opts Options) *Session {
 		up:        up,
 		opts:      opts,
 		log:       log,
+		debug:     log.Enabled(context.Background(), slog.LevelDebug),
 		tools:     newToolTable(opts.Resolve),
-		pending:   make(map[string]func(*jsonrpc.Message, error)),
+		pending:   make(map[string]sent),
 		forwarded: make(map[string]string),
 		calls:     make(map[string]*clientCall),
 	}
@@ -549,7 +557,7 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 	if pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == "" {
 		// Read-only tools, and calls without a client key to a tool whose
 		// calls are matched by key only, pass through unrecorded.
-		if s.log.Enabled(c.ctx, slog.LevelDebug) {
+		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", string(msg.ID))
 		}
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
@@ -640,10 +648,10 @@ func (s *Session) fromUpstream(frame []byte) {
 	if msg.IsResponse() {
 		key := string(msg.ID)
 		s.mu.Lock()
-		if done, ok := s.pending[key]; ok {
+		if p, ok := s.pending[key]; ok {
 			delete(s.pending, key)
 			s.mu.Unlock()
-			done(msg, nil)
+			s.answered(p, msg, nil)
 			return
 		}
 		method := s.forwarded[key]
@@ -677,7 +685,7 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	}
 	key := string(id)
 	s.mu.Lock()
-	done, own := s.pending[key]
+	p, own := s.pending[key]
 	delete(s.pending, key)
 	method, forwarded := s.forwarded[key]
 	delete(s.forwarded, key)
@@ -686,7 +694,7 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	switch {
 	case own:
 		// Not a NotSent error: the upstream ran the request and answered.
-		done(nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
+		s.answered(p, nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
 	case forwarded:
 		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream's answer to %s was dropped: %v", method, err)))
@@ -730,10 +738,10 @@ func (s *Session) upstreamGone(l *link) {
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]string)
 	pending := s.pending
-	s.pending = make(map[string]func(*jsonrpc.Message, error))
+	s.pending = make(map[string]sent)
 	s.mu.Unlock()
-	for _, done := range pending {
-		done(nil, errUpstreamExited)
+	for _, p := range pending {
+		s.answered(p, nil, errUpstreamExited)
 	}
 	for id, method := range forwarded {
 		s.writeClient(jsonrpc.NewErrorResponse(json.RawMessage(id), jsonrpc.Errorf(jsonrpc.CodeInternalError,
@@ -750,7 +758,9 @@ var errUpstreamExited = errors.New("the upstream exited before answering")
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream.
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
-	id := json.RawMessage(idPrefix + strconv.FormatInt(s.nextID.Add(1), 10) + `"`)
+	var buf [48]byte
+	id := strconv.AppendInt(append(buf[:0], idPrefix...), s.nextID.Add(1), 10)
+	id = append(id, '"')
 	key := string(id)
 	l := s.current()
 	if method != "initialize" {
@@ -765,28 +775,7 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 		return
 	}
 	s.sending++
-	s.pending[key] = func(msg *jsonrpc.Message, err error) {
-		defer s.acted()
-		switch {
-		case err != nil:
-			done(nil, err)
-		case msg.Error != nil:
-			// A transport's stand-in for an answer that never came is not
-			// the upstream refusing the request.
-			switch notSent, unanswered := jsonrpc.TransportFailure(msg.Error); {
-			case notSent:
-				done(nil, retry.NotSent(jsonrpc.DecodeError(msg.Error)))
-			case unanswered:
-				done(nil, fmt.Errorf("no answer from the upstream: %s", jsonrpc.DecodeError(msg.Error).Message))
-			default:
-				done(nil, jsonrpc.DecodeError(msg.Error))
-			}
-		case msg.Result == nil:
-			done(nil, retry.Malformed("a response to "+method+" with neither result nor error", msg.Raw))
-		default:
-			done(msg.Result, nil)
-		}
-	}
+	s.pending[key] = sent{method: method, done: done}
 	s.mu.Unlock()
 
 	if err := l.conn.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
@@ -799,6 +788,31 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
 			s.acted()
 		}
+	}
+}
+
+// answered hands the outcome of one of the proxy's own requests to its
+// sender: the answer msg, or err when none came.
+func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
+	defer s.acted()
+	switch {
+	case err != nil:
+		p.done(nil, err)
+	case msg.Error != nil:
+		// A transport's stand-in for an answer that never came is not
+		// the upstream refusing the request.
+		switch notSent, unanswered := jsonrpc.TransportFailure(msg.Error); {
+		case notSent:
+			p.done(nil, retry.NotSent(jsonrpc.DecodeError(msg.Error)))
+		case unanswered:
+			p.done(nil, fmt.Errorf("no answer from the upstream: %s", jsonrpc.DecodeError(msg.Error).Message))
+		default:
+			p.done(nil, jsonrpc.DecodeError(msg.Error))
+		}
+	case msg.Result == nil:
+		p.done(nil, retry.Malformed("a response to "+p.method+" with neither result nor error", msg.Raw))
+	default:
+		p.done(msg.Result, nil)
 	}
 }
 

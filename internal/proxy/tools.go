@@ -15,7 +15,7 @@ type Resolver func(tool string, ann *policy.Annotations) policy.Policy
 
 // toolInfo is what the proxy knows of one tool.
 type toolInfo struct {
-	policy policy.Policy
+	policy *policy.Policy // read-only: shared by every call of the tool
 	// defaults holds the inputSchema's top-level property defaults.
 	defaults map[string]json.RawMessage
 }
@@ -49,7 +49,8 @@ func (t *toolTable) learn(page policy.ListPage) {
 		if ann == nil {
 			ann = &policy.Annotations{}
 		}
-		infos[tool.Name] = toolInfo{policy: t.resolve(tool.Name, ann), defaults: policy.SchemaDefaults(tool.InputSchema)}
+		pol := t.resolve(tool.Name, ann)
+		infos[tool.Name] = toolInfo{policy: &pol, defaults: policy.SchemaDefaults(tool.InputSchema)}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -86,7 +87,8 @@ func (t *toolTable) cached(name string) (toolInfo, bool) {
 // default, which is that it may have side effects, unless the policy file
 // says otherwise.
 func (t *toolTable) unlisted(name string) toolInfo {
-	return toolInfo{policy: t.resolve(name, nil)}
+	pol := t.resolve(name, nil)
+	return toolInfo{policy: &pol}
 }
 
 // maxListPages bounds the pages of the proxy's own listing, so a server

@@ -196,8 +196,14 @@ func NewID(t time.Time) string {
 	if err != nil {
 		id, _ = ulid.New(ms, rand.Reader)
 	}
-	return "exe_" + id.String()
+	var b [len(idPrefix) + ulid.EncodedSize]byte
+	copy(b[:], idPrefix)
+	_ = id.MarshalTextTo(b[len(idPrefix):]) // fails only for a short buffer
+	return string(b[:])
 }
+
+// idPrefix starts every execution id.
+const idPrefix = "exe_"
 
 // A Change moves a record to a new state.
 type Change struct {
@@ -239,6 +245,9 @@ var (
 
 // A Store keeps execution records. Implementations are safe for concurrent
 // use, and every method honours ctx.
+//
+// The records a Store returns are the caller's to read, never to change: a
+// store may hand one record to many callers, and keep it.
 //
 // Leases: a record is reserved with r.Owner and r.LeaseUntil, and its owner
 // calls Renew while it runs. A record found in flight past its lease is an
@@ -300,5 +309,8 @@ func IDFloor(t time.Time) string {
 	}
 	var id ulid.ULID
 	_ = id.SetTime(ms) // out of range only past the year 10889
-	return "exe_" + id.String()
+	var b [len(idPrefix) + ulid.EncodedSize]byte
+	copy(b[:], idPrefix)
+	_ = id.MarshalTextTo(b[len(idPrefix):]) // fails only for a short buffer
+	return string(b[:])
 }

@@ -22,6 +22,10 @@ type Options struct {
 
 // Store is a record.Store held in memory. Settled records are dropped once
 // they expire, so memory is bounded by what the retention keeps.
+//
+// Records are copied on write: the store never changes a record it has
+// handed out, so it hands out the one it holds, and each change makes the
+// next version. A call costs one copy per change, not one per read.
 type Store struct {
 	now func() time.Time
 
@@ -32,9 +36,10 @@ type Store struct {
 	expires  expiryHeap        // settled records by expiry
 }
 
-// entry is one record and the channel its waiters share.
+// entry is one execution: the current version of its record and the
+// channel its waiters share.
 type entry struct {
-	rec *record.Record
+	rec *record.Record // never modified; replaced by each change
 	// settled is closed when rec leaves the in-flight states; Wait selects
 	// on it, so one close wakes every waiter at once. It is made by the
 	// first Wait, not with the record: most executions are never waited
@@ -43,6 +48,13 @@ type entry struct {
 	// again without one.
 	settled chan struct{}
 	index   int // position in the expiry heap, -1 when not in it
+	// expires is the entry's key in the expiry heap: the record's
+	// ExpiresAt when it was pushed, in Unix nanoseconds. A later change
+	// only moves ExpiresAt later, so the key may lag behind it; purge
+	// pushes such an entry again rather than dropping it. The heap is
+	// thus not reordered on every change, and comparing two keys reads
+	// no record.
+	expires int64
 }
 
 var _ record.Store = (*Store)(nil)
@@ -79,8 +91,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		s.apply(cur, record.OrphanChange(cur.rec), now)
 	}
 	if ok && !s.replaceable(cur.rec, r, now, opts) {
-		cur.rec.Attached++
-		return cur.rec.Clone(), false, nil
+		attached := *cur.rec
+		attached.Attached++
+		cur.rec = &attached
+		return cur.rec, false, nil
 	}
 	if _, dup := s.byID[r.ID]; dup {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
@@ -89,15 +103,15 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec.State = record.Accepted
 	// Room for the common life (accepted, dispatched, completed,
 	// delivered) up front: one allocation instead of three as it grows.
-	// Copies handed out are clipped (Record.Clone), so appending here
-	// never shows in them.
+	// Each version appends past the end of the one before, which never
+	// sees it.
 	rec.History = append(make([]record.Transition, 0, commonLife), record.Transition{State: record.Accepted, At: now})
 	rec.ExpiresAt = time.Time{}
 	e := &entry{rec: rec, index: -1}
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
 	s.inFlight[rec.ID] = e
-	return rec.Clone(), true, nil
+	return rec, true, nil
 }
 
 func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -115,33 +129,42 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.byID[id]
+	// Most changes are to a record in flight: the small map first.
+	e, ok := s.inFlight[id]
+	if !ok {
+		e, ok = s.byID[id]
+	}
 	if !ok {
 		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
 	}
 	r := e.rec
 	if r.State == record.Delivered && c.To == record.Delivered {
-		return r.Clone(), nil
+		return r, nil
 	}
 	if !c.Allowed(r.State) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, r.State, c.To, record.ErrConflict)
 	}
 	s.apply(e, c, now)
-	return r.Clone(), nil
+	return e.rec, nil
 }
 
 // apply moves e's record by c, which CanTransition allows. s.mu must be
 // held.
 func (s *Store) apply(e *entry, c record.Change, now time.Time) {
-	r := e.rec
+	next := *e.rec
+	r := &next
 	wasInFlight := r.State.InFlight()
 	r.Apply(c, now)
+	e.rec = r
 	switch {
 	case c.To.Settled():
-		if e.index >= 0 {
-			heap.Fix(&s.expires, e.index)
-		} else {
+		switch expires := r.ExpiresAt.UnixNano(); {
+		case e.index < 0:
+			e.expires = expires
 			heap.Push(&s.expires, e)
+		case expires < e.expires:
+			e.expires = expires
+			heap.Fix(&s.expires, e.index)
 		}
 		if wasInFlight {
 			delete(s.inFlight, r.ID)
@@ -171,7 +194,9 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	defer s.mu.Unlock()
 	for _, e := range s.inFlight {
 		if e.rec.Owner == owner {
-			e.rec.LeaseUntil = until
+			renewed := *e.rec
+			renewed.LeaseUntil = until
+			e.rec = &renewed
 		}
 	}
 	return nil
@@ -188,7 +213,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if !ok {
 		return nil, fmt.Errorf("getting %s: %w", id, record.ErrNotFound)
 	}
-	return e.rec.Clone(), nil
+	return e.rec, nil
 }
 
 // Wait implements record.Store.
@@ -205,7 +230,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			s.apply(e, record.OrphanChange(e.rec), now)
 		}
 		if e.rec.State.Settled() {
-			r := e.rec.Clone()
+			r := e.rec
 			s.mu.Unlock()
 			return r, nil
 		}
@@ -239,13 +264,14 @@ func waitFor(ctx context.Context, settled <-chan struct{}, lease, now time.Time)
 	return nil
 }
 
-// Records returns a copy of every record the store holds, in no order.
+// Records returns every record the store holds, in no order. They are
+// shared: read them, never change them.
 func (s *Store) Records() []*record.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs := make([]*record.Record, 0, len(s.byID))
 	for _, e := range s.byID {
-		recs = append(recs, e.rec.Clone())
+		recs = append(recs, e.rec)
 	}
 	return recs
 }
@@ -287,10 +313,17 @@ func (s *Store) Len() int {
 func (s *Store) purge(now time.Time, max int) {
 	for i := 0; i < max && len(s.expires) > 0; i++ {
 		e := s.expires[0]
-		if now.Before(e.rec.ExpiresAt) {
+		if now.UnixNano() < e.expires {
 			return
 		}
 		heap.Pop(&s.expires)
+		if now.Before(e.rec.ExpiresAt) {
+			// Settled again since it was pushed (delivered after
+			// completed): it expires later.
+			e.expires = e.rec.ExpiresAt.UnixNano()
+			heap.Push(&s.expires, e)
+			continue
+		}
 		delete(s.byID, e.rec.ID)
 		if s.byKey[e.rec.Key] == e {
 			delete(s.byKey, e.rec.Key)
@@ -302,7 +335,7 @@ func (s *Store) purge(now time.Time, max int) {
 type expiryHeap []*entry
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].rec.ExpiresAt.Before(h[j].rec.ExpiresAt) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i

@@ -41,11 +41,11 @@ func TestExpiredRecordsArePurged(t *testing.T) {
 	}
 }
 
-// TestCopiesDoNotShareHistory checks that records handed out stay as they
-// were when the store appends to its own history, which has room reserved
-// for the transitions to come, and that appending to a copy never changes
-// the store's.
-func TestCopiesDoNotShareHistory(t *testing.T) {
+// TestVersionsStayAsTheyWere checks that a record handed out never
+// changes when the store changes the execution: each change makes a new
+// version, and the history the store appends to, which has room reserved
+// for the transitions to come, never shows in earlier versions.
+func TestVersionsStayAsTheyWere(t *testing.T) {
 	s := memstore.New(memstore.Options{})
 	ctx := t.Context()
 	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Retention: time.Minute}
@@ -57,15 +57,64 @@ func TestCopiesDoNotShareHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dispatched.History = append(dispatched.History, record.Transition{State: "tampered"})
+	attached, _, err := s.Reserve(ctx, &record.Record{ID: record.NewID(time.Now()), Key: "k"}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	completed, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reserved.History) != 1 || reserved.History[0].State != record.Accepted {
-		t.Errorf("the reservation's copy changed: %+v", reserved.History)
+	if reserved.State != record.Accepted || len(reserved.History) != 1 || reserved.History[0].State != record.Accepted {
+		t.Errorf("the reservation's version changed: %s %+v", reserved.State, reserved.History)
 	}
-	if got := completed.History; len(got) != 3 || got[2].State != record.Completed {
-		t.Errorf("history after completion: %+v", got)
+	if dispatched.State != record.Dispatched || len(dispatched.History) != 2 || dispatched.Attached != 0 {
+		t.Errorf("the dispatched version changed: %s, attached %d, %+v", dispatched.State, dispatched.Attached, dispatched.History)
+	}
+	if attached.State != record.Dispatched || attached.Attached != 1 {
+		t.Errorf("the attached caller got %s, attached %d; want dispatched, 1", attached.State, attached.Attached)
+	}
+	if got := completed.History; len(got) != 3 || got[2].State != record.Completed || completed.Attached != 1 {
+		t.Errorf("after completion: attached %d, history %+v", completed.Attached, got)
+	}
+}
+
+// TestDeliveryMovesTheExpiry checks that a record delivered after it
+// completed is kept for its retention from the delivery: the purge finds
+// it due by its completion and keeps it.
+func TestDeliveryMovesTheExpiry(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := memstore.New(memstore.Options{Now: clock.Now})
+	ctx := t.Context()
+	r := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Retention: time.Minute}
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []record.State{record.Dispatched, record.Completed} {
+		if _, err := s.Update(ctx, r.ID, record.Change{To: to, Result: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(30 * time.Second)
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Delivered}); err != nil {
+		t.Fatal(err)
+	}
+	// A reservation runs the purge.
+	other := func() {
+		t.Helper()
+		o := &record.Record{ID: record.NewID(clock.Now()), Key: "other" + record.NewID(clock.Now()), Retention: time.Minute}
+		if _, _, err := s.Reserve(ctx, o, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(45 * time.Second) // 75s after completion, 45s after delivery
+	other()
+	if _, err := s.Get(ctx, r.ID); err != nil {
+		t.Fatalf("75s after completion and 45s after delivery, with a retention of 1m: %v", err)
+	}
+	clock.Advance(16 * time.Second) // 61s after delivery
+	other()
+	if _, err := s.Get(ctx, r.ID); err == nil {
+		t.Fatal("61s after delivery, with a retention of 1m, the record is still held")
 	}
 }
