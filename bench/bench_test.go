@@ -111,90 +111,165 @@ func goBuild(out, pkg string) error {
 	return nil
 }
 
-// BenchmarkCall times sequential tools/call round trips through each chain.
-// Besides ns/op it reports, per call: p50-ns and p99-ns (latency
-// percentiles), cpu-ns/op (CPU time of the whole chain, server included),
-// upstream-calls/op (how many calls reached the server: 1 for
-// a new execution, 0 for a replay) and replayed/op (answers marked
-// _meta["mcp-idempotent/replayed"]).
-func BenchmarkCall(b *testing.B) {
+// A chain is one path from the benchmark's client to the server.
+type chain struct {
+	name   string
+	argv   func() []string
+	proxy  bool // the chain's head is mcp-idempotent
+	replay bool // every call has the same arguments
+}
+
+func chains() []chain {
 	proxyArgs := strings.Fields(os.Getenv("MCP_IDEMPOTENT_BENCH_PROXY_FLAGS"))
-	chains := []struct {
-		name   string
-		argv   func() []string
-		proxy  bool
-		replay bool
-	}{
+	proxy := func() []string {
+		return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
+	}
+	return []chain{
 		{name: "direct", argv: func() []string { return []string{bins.server} }},
 		{name: "relay", argv: func() []string { return []string{bins.relay, "--", bins.server} }},
-		{name: "proxy", proxy: true, argv: func() []string {
-			return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
-		}},
-		{name: "proxy-replay", proxy: true, replay: true, argv: func() []string {
-			return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
-		}},
+		{name: "proxy", proxy: true, argv: proxy},
+		{name: "proxy-replay", proxy: true, replay: true, argv: proxy},
 	}
-	for _, c := range chains {
+}
+
+// BenchmarkCall times sequential tools/call round trips through each chain,
+// one chain after the other. Besides ns/op it reports, per call: p50-ns and
+// p99-ns (latency percentiles), cpu-ns/op (CPU time of the whole chain,
+// server included), upstream-calls/op (how many calls reached the server: 1
+// for a new execution, 0 for a replay) and replayed/op (answers marked
+// _meta["mcp-idempotent/replayed"]).
+func BenchmarkCall(b *testing.B) {
+	for _, c := range chains() {
 		b.Run(c.name, func(b *testing.B) {
 			if c.proxy && bins.proxyErr != nil {
 				b.Skipf("proxy unavailable: %v", bins.proxyErr)
 			}
-			benchChain(b, c.argv(), c.replay)
+			r := startChain(b, c)
+			defer r.close()
+			for b.Loop() {
+				r.call()
+			}
+			r.report("")
 		})
 	}
 }
 
-func benchChain(b *testing.B, argv []string, replay bool) {
-	cl := startClient(b, argv)
-	closed := false
+// BenchmarkInterleaved times the chains of BenchmarkCall all at once: each
+// iteration makes one call on each chain, in an order that rotates from one
+// iteration to the next, and the metrics of BenchmarkCall are reported with
+// the chain's name before them (proxy-p50-ns). A load spike thus falls on
+// every chain alike. It measures another regime than BenchmarkCall: the
+// other chains run between two calls of one chain, so every call finds the
+// chain's processes asleep and their caches cold, as calls spaced out by a
+// model's thinking do. ns/op is the time of one call on every chain.
+func BenchmarkInterleaved(b *testing.B) {
+	var runs []*chainRun
 	defer func() {
-		if !closed {
-			cl.close()
+		for _, r := range runs {
+			r.close()
 		}
 	}()
-	cl.handshake()
-
-	seq := 0
-	next := func() []byte {
-		seq++
-		if replay {
-			return cl.callFrame(seq, "4242-4242-4242-4242", 100)
+	for _, c := range chains() {
+		if c.proxy && bins.proxyErr != nil {
+			b.Logf("%s skipped: proxy unavailable: %v", c.name, bins.proxyErr)
+			continue
 		}
-		return cl.callFrame(seq, fmt.Sprintf("4242-0000-0000-%06d", seq), 100+seq)
+		runs = append(runs, startChain(b, c))
 	}
-	upstreamBefore := 0
-	for range warmupCalls {
-		r := cl.roundTrip(next(), seq)
-		upstreamBefore = max(upstreamBefore, r.upstreamCount)
-	}
-
-	lat := make([]time.Duration, 0, 4096)
-	upstreamAfter, replayed := upstreamBefore, 0
+	i := 0
 	for b.Loop() {
-		req := next()
-		start := time.Now()
-		r := cl.roundTrip(req, seq)
-		lat = append(lat, r.at.Sub(start))
-		upstreamAfter = max(upstreamAfter, r.upstreamCount)
-		if r.replayed {
-			replayed++
+		for j := range runs {
+			runs[(i+j)%len(runs)].call()
 		}
+		i++
 	}
+	for _, r := range runs {
+		r.report(r.chain.name + "-")
+	}
+}
 
-	n := float64(len(lat))
-	// The chain's CPU time, from wait4: the head process and the children it
-	// reaped (the server). It includes start-up and the warm-up calls, shared
-	// out over every call made.
-	closed = true
-	if st := cl.close(); st != nil {
-		cpu := st.UserTime() + st.SystemTime()
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(len(lat)+warmupCalls), "cpu-ns/op")
+// chainRun is one chain under measurement: its client and what its calls
+// measured.
+type chainRun struct {
+	chain
+	cl     *client
+	closed bool
+	seq    int
+
+	lat                           []time.Duration
+	upstreamBefore, upstreamAfter int
+	replayed                      int
+	cpu                           time.Duration // of the whole chain, once closed; 0 if unknown
+}
+
+// startChain starts c, makes the handshake and the untimed warm-up calls.
+func startChain(b *testing.B, c chain) *chainRun {
+	r := &chainRun{chain: c, cl: startClient(b, c.argv()), lat: make([]time.Duration, 0, 4096)}
+	r.cl.handshake()
+	for range warmupCalls {
+		res := r.roundTrip()
+		r.upstreamBefore = max(r.upstreamBefore, res.upstreamCount)
 	}
+	r.upstreamAfter = r.upstreamBefore
+	return r
+}
+
+// roundTrip makes the chain's next call and returns what it measured.
+func (r *chainRun) roundTrip() callResult {
+	r.seq++
+	var req []byte
+	if r.replay {
+		req = r.cl.callFrame(r.seq, "4242-4242-4242-4242", 100)
+	} else {
+		req = r.cl.callFrame(r.seq, fmt.Sprintf("4242-0000-0000-%06d", r.seq), 100+r.seq)
+	}
+	start := time.Now()
+	res := r.cl.roundTrip(req, r.seq)
+	res.took = res.at.Sub(start)
+	return res
+}
+
+// call makes one timed call.
+func (r *chainRun) call() {
+	res := r.roundTrip()
+	r.lat = append(r.lat, res.took)
+	r.upstreamAfter = max(r.upstreamAfter, res.upstreamCount)
+	if res.replayed {
+		r.replayed++
+	}
+}
+
+// close ends the chain, once, and takes its CPU time.
+func (r *chainRun) close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	if st := r.cl.close(); st != nil {
+		r.cpu = st.UserTime() + st.SystemTime()
+	}
+}
+
+// report closes the chain and reports its metrics, their names prefixed.
+func (r *chainRun) report(prefix string) {
+	b := r.cl.b
+	r.close()
+	n := float64(len(r.lat))
+	if n == 0 {
+		return
+	}
+	// The chain's CPU time, from wait4: the head process and the children
+	// it reaped (the server). It includes start-up and the warm-up calls,
+	// shared out over every call made.
+	if r.cpu > 0 {
+		b.ReportMetric(float64(r.cpu.Nanoseconds())/(n+warmupCalls), prefix+"cpu-ns/op")
+	}
+	lat := slices.Clone(r.lat)
 	slices.Sort(lat)
-	b.ReportMetric(float64(percentile(lat, 0.50).Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
-	b.ReportMetric(float64(upstreamAfter-upstreamBefore)/n, "upstream-calls/op")
-	b.ReportMetric(float64(replayed)/n, "replayed/op")
+	b.ReportMetric(float64(percentile(lat, 0.50).Nanoseconds()), prefix+"p50-ns")
+	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), prefix+"p99-ns")
+	b.ReportMetric(float64(r.upstreamAfter-r.upstreamBefore)/n, prefix+"upstream-calls/op")
+	b.ReportMetric(float64(r.replayed)/n, prefix+"replayed/op")
 }
 
 // percentile returns the nearest-rank percentile of sorted durations.
@@ -353,8 +428,9 @@ func (c *client) expect(id string) (reply, time.Time) {
 
 // callResult is one timed tools/call answer.
 type callResult struct {
-	at            time.Time // when the last byte of the answer was read
-	upstreamCount int       // the server's tools/call counter carried in the text
+	at            time.Time     // when the last byte of the answer was read
+	took          time.Duration // from just before the request was written
+	upstreamCount int           // the server's tools/call counter carried in the text
 	replayed      bool
 }
 
