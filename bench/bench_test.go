@@ -124,12 +124,20 @@ func chains() []chain {
 	proxy := func() []string {
 		return slices.Concat([]string{bins.proxy}, proxyArgs, []string{"--", bins.server})
 	}
-	return []chain{
+	cs := []chain{
 		{name: "direct", argv: func() []string { return []string{bins.server} }},
 		{name: "relay", argv: func() []string { return []string{bins.relay, "--", bins.server} }},
 		{name: "proxy", proxy: true, argv: proxy},
 		{name: "proxy-replay", proxy: true, replay: true, argv: proxy},
 	}
+	if baseline := os.Getenv("MCP_IDEMPOTENT_BENCH_BASELINE"); baseline != "" {
+		// Another build of the proxy, to compare with this one in one
+		// run: new executions only.
+		cs = append(cs, chain{name: "baseline", argv: func() []string {
+			return slices.Concat([]string{baseline}, proxyArgs, []string{"--", bins.server})
+		}})
+	}
+	return cs
 }
 
 // BenchmarkCall times sequential tools/call round trips through each chain,
