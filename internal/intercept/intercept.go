@@ -889,9 +889,17 @@ func structuredNumber(result json.RawMessage, path string) (float64, bool) {
 
 // outcome maps an upstream's answer to the change that settles the record.
 func outcome(result json.RawMessage, err error) record.Change {
+	if err == nil && len(result) > 0 && result[0] == '{' {
+		// The common case, decided before the error cases below, whose
+		// targets cost an allocation each.
+		if inputRequired(result) {
+			return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
+		}
+		return record.Change{To: record.Completed, Result: result}
+	}
 	var rpcErr *jsonrpc.Error
 	var malformed *retry.MalformedError
-	if err == nil && (len(result) == 0 || result[0] != '{') {
+	if err == nil {
 		err = retry.Malformed("a tools/call result that is not an object", result)
 	}
 	switch {
@@ -899,10 +907,6 @@ func outcome(result json.RawMessage, err error) record.Change {
 		b, _ := json.Marshal(jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream's answer was malformed (%s); the call failed", malformed.What))
 		return record.Change{To: record.Failed, Error: b, Note: err.Error()}
-	case err == nil && inputRequired(result):
-		return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
-	case err == nil:
-		return record.Change{To: record.Completed, Result: result}
 	case retry.IsNotSent(err):
 		// Before the JSON-RPC case: a transport's not-sent error may wrap
 		// its stand-in error object.

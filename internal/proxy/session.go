@@ -128,12 +128,11 @@ func closed(ch chan struct{}) bool {
 
 // clientCall is one tools/call of the client's while it is handled.
 type clientCall struct {
-	s      *Session
-	key    string
-	id     json.RawMessage
-	ctx    context.Context
-	cancel context.CancelFunc // detaches the caller; never stops an execution
-	once   sync.Once          // guards finish
+	s    *Session
+	key  string
+	id   json.RawMessage
+	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
+	once sync.Once   // guards finish
 
 	mu          sync.Mutex // held while the request is forwarded
 	passThrough bool       // the request went upstream as it came
@@ -147,9 +146,71 @@ func (c *clientCall) finish() {
 			delete(c.s.calls, c.key)
 		}
 		c.s.mu.Unlock()
-		c.cancel()
+		c.ctx.end()
 		c.s.inflight.Done()
 	})
+}
+
+// callContext is the context of one client call: the session's, ended
+// early when the call is answered or its caller detaches. It is part of the
+// clientCall, so a call allocates no context of its own and touches
+// nothing of the session's context; a Done channel is made only when one
+// is asked for (a caller that waits for another's execution).
+type callContext struct {
+	context.Context // the session's
+	ended           atomic.Bool
+
+	mu         sync.Mutex    // protects the fields below
+	done       chan struct{} // made by Done
+	doneClosed bool
+	stop       func() bool // stops closing done when the session's context ends
+}
+
+func (c *callContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *callContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.ended.Load() {
+			c.closeLocked()
+		} else {
+			c.stop = context.AfterFunc(c.Context, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.closeLocked()
+			})
+		}
+	}
+	return c.done
+}
+
+// end ends the call's context.
+func (c *callContext) end() {
+	c.ended.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+	c.closeLocked()
+}
+
+func (c *callContext) closeLocked() {
+	if c.done != nil && !c.doneClosed {
+		close(c.done)
+		c.doneClosed = true
+	}
 }
 
 // Reply implements intercept.Replier.
@@ -529,8 +590,8 @@ func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, perr))
 		return
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	c := &clientCall{s: s, key: string(msg.ID), id: msg.ID, ctx: cctx, cancel: cancel}
+	c := &clientCall{s: s, key: string(msg.ID), id: msg.ID, ctx: callContext{Context: ctx}}
+	cctx := &c.ctx
 	s.inflight.Add(1)
 	s.mu.Lock()
 	s.calls[c.key] = c
@@ -568,7 +629,7 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		c.finish()
 		return
 	}
-	s.opts.Interceptor.Handle(c.ctx, &intercept.Request{
+	s.opts.Interceptor.Handle(&c.ctx, &intercept.Request{
 		Call:           call,
 		Policy:         pol,
 		SchemaDefaults: info.defaults,

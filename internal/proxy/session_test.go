@@ -399,3 +399,62 @@ func TestShutdownWaitsForADetachedExecution(t *testing.T) {
 		t.Fatalf("Run = %v; want nil", err)
 	}
 }
+
+// TestCallContext checks a call's context: it ends when the call ends or
+// the session's context does, whichever is first, and contexts derived
+// from it end with it.
+func TestCallContext(t *testing.T) {
+	isDone := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("call ends", func(t *testing.T) {
+		session, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		c := &callContext{Context: session}
+		derived, stop := context.WithTimeout(c, time.Hour)
+		defer stop()
+		if c.Err() != nil || isDone(c.Done()) {
+			t.Fatal("a new call's context has ended")
+		}
+		c.end()
+		if !errors.Is(c.Err(), context.Canceled) || !isDone(c.Done()) {
+			t.Fatalf("after end: Err = %v, Done closed = %v", c.Err(), isDone(c.Done()))
+		}
+		select {
+		case <-derived.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("a context derived from the call's did not end with it")
+		}
+		if session.Err() != nil {
+			t.Fatal("ending a call ended the session's context")
+		}
+		c.end() // twice is fine
+	})
+	t.Run("session ends", func(t *testing.T) {
+		session, cancel := context.WithCancel(t.Context())
+		c := &callContext{Context: session}
+		done := c.Done()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the call's context did not end with the session's")
+		}
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("Err = %v", c.Err())
+		}
+		c.end()
+	})
+	t.Run("Done after end", func(t *testing.T) {
+		c := &callContext{Context: t.Context()}
+		c.end()
+		if !isDone(c.Done()) {
+			t.Fatal("Done asked for after the end is open")
+		}
+	})
+}
