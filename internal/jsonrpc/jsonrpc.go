@@ -183,10 +183,14 @@ var null = json.RawMessage("null")
 // result must be valid JSON; it is copied as is. A nil id or result becomes
 // null.
 func NewResponse(id, result json.RawMessage) []byte {
+	return AppendResponse(make([]byte, 0, len(result)+len(id)+36), id, result)
+}
+
+// AppendResponse appends the bytes NewResponse returns to b.
+func AppendResponse(b []byte, id, result json.RawMessage) []byte {
 	if result == nil {
 		result = null
 	}
-	b := make([]byte, 0, len(result)+len(id)+36)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, orNull(id)...)
 	b = append(b, `,"result":`...)
@@ -219,7 +223,11 @@ func NewRawErrorResponse(id, errObj json.RawMessage) []byte {
 // NewRequest returns the bytes of a request. params may be nil. A nil id
 // makes a notification: the id member is left out, never written empty.
 func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byte {
-	b := make([]byte, 0, len(params)+len(id)+len(method)+50)
+	return AppendRequest(make([]byte, 0, len(params)+len(id)+len(method)+50), id, method, params)
+}
+
+// AppendRequest appends the bytes NewRequest returns to b.
+func AppendRequest(b []byte, id json.RawMessage, method string, params json.RawMessage) []byte {
 	b = append(b, `{"jsonrpc":"2.0",`...)
 	if id != nil {
 		b = append(b, `"id":`...)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,7 +125,8 @@ func BenchmarkPath(b *testing.B) {
 					amount = 0
 				}
 				req = fmt.Appendf(req[:0], `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242-0000-0000-%06d","amount":%d}}}`, i, amount, amount)
-				s.fromClient(ctx, req)
+				// Frames are clones, as stdio.Conn.ReadFrame returns them.
+				s.fromClient(ctx, bytes.Clone(req))
 				if sent := upstream.take(); sent != nil {
 					m, err := jsonrpc.Decode(sent)
 					if err != nil {
@@ -132,7 +134,7 @@ func BenchmarkPath(b *testing.B) {
 					}
 					answer = append(append(append(answer[:0], `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
 					answer = append(append(answer, result...), '}')
-					s.fromUpstream(answer)
+					s.fromUpstream(bytes.Clone(answer))
 				}
 				if client.take() == nil {
 					b.Fatalf("call %d: no answer", i)
@@ -164,7 +166,24 @@ func (k *sink) WriteFrame(f []byte) error {
 	return nil
 }
 
-// take returns the last frame written and forgets it; nil if none.
+// WriteResponse and WriteRequest make sink a frameBuilder, as the stdio
+// transport is.
+func (k *sink) WriteResponse(id, result json.RawMessage) error {
+	k.mu.Lock()
+	k.frame = jsonrpc.AppendResponse(k.frame[:0], id, result)
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *sink) WriteRequest(id json.RawMessage, method string, params json.RawMessage) error {
+	k.mu.Lock()
+	k.frame = jsonrpc.AppendRequest(k.frame[:0], id, method, params)
+	k.mu.Unlock()
+	return nil
+}
+
+// take returns the last frame written and forgets it; nil if none. The
+// frame is good until the next write.
 func (k *sink) take() []byte {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -172,6 +191,6 @@ func (k *sink) take() []byte {
 		return nil
 	}
 	f := k.frame
-	k.frame = nil
+	k.frame = k.frame[:0]
 	return f
 }

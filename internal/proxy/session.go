@@ -32,6 +32,14 @@ type Conn interface {
 	Close() error
 }
 
+// A frameBuilder is a Conn that builds the frames the proxy makes in a
+// buffer of its own (stdio.Conn does), which saves making each frame
+// first and copying it there.
+type frameBuilder interface {
+	WriteResponse(id, result json.RawMessage) error
+	WriteRequest(id json.RawMessage, method string, params json.RawMessage) error
+}
+
 // ErrUpstreamClosed is returned by Run when the upstream closed its side
 // while the client was still there.
 var ErrUpstreamClosed = errors.New("upstream closed the connection")
@@ -218,6 +226,9 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	defer c.finish()
 	if a.Error != nil {
 		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
+	}
+	if b, ok := c.s.client.(frameBuilder); ok {
+		return b.WriteResponse(c.id, a.Result)
 	}
 	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
 }
@@ -839,7 +850,13 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 	s.pending[key] = sent{method: method, done: done}
 	s.mu.Unlock()
 
-	if err := l.conn.WriteFrame(jsonrpc.NewRequest(id, method, params)); err != nil {
+	var err error
+	if b, ok := l.conn.(frameBuilder); ok {
+		err = b.WriteRequest(id, method, params)
+	} else {
+		err = l.conn.WriteFrame(jsonrpc.NewRequest(id, method, params))
+	}
+	if err != nil {
 		s.mu.Lock()
 		_, still := s.pending[key]
 		delete(s.pending, key)

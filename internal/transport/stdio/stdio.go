@@ -6,10 +6,13 @@ package stdio
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // DefaultMaxFrame is the default limit on one frame's size.
@@ -141,22 +144,44 @@ func (c *Conn) endLine(line []byte) ([]byte, error) {
 
 // WriteFrame writes frame followed by a newline, in one write.
 func (c *Conn) WriteFrame(frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(append(c.wbuf[:0], frame...))
+}
+
+// WriteResponse writes the frame jsonrpc.NewResponse(id, result) makes,
+// built in the Conn's own buffer rather than in one of its own.
+func (c *Conn) WriteResponse(id, result json.RawMessage) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(jsonrpc.AppendResponse(c.wbuf[:0], id, result))
+}
+
+// WriteRequest writes the frame jsonrpc.NewRequest(id, method, params)
+// makes, built in the Conn's own buffer rather than in one of its own.
+func (c *Conn) WriteRequest(id json.RawMessage, method string, params json.RawMessage) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(jsonrpc.AppendRequest(c.wbuf[:0], id, method, params))
+}
+
+// writeLocked writes frame, built in c.wbuf, and a newline, in one write,
+// and keeps the buffer for the next frame. c.wmu must be held.
+func (c *Conn) writeLocked(frame []byte) error {
 	if bytes.IndexByte(frame, '\n') >= 0 {
 		// A newline inside a frame would split it in two for the reader.
 		// JSON never needs one outside strings, where it is escaped.
 		frame = bytes.ReplaceAll(frame, []byte("\n"), nil)
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	// One write per frame, from a buffer kept between frames: a write of
 	// the frame and another of the newline would cost the peer a second
 	// wake-up, and a fresh buffer per frame costs an allocation.
-	buf := append(append(c.wbuf[:0], frame...), '\n')
+	buf := append(frame, '\n')
 	_, err := c.w.Write(buf)
-	if cap(buf) <= maxKeptBuffer {
-		c.wbuf = buf
-	} else {
+	if cap(buf) > maxKeptBuffer {
 		c.wbuf = nil // a rare large frame does not pin its buffer
+	} else if cap(buf) > cap(c.wbuf) {
+		c.wbuf = buf
 	}
 	return err
 }

@@ -3,17 +3,21 @@ package stdio
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // tooLarge stands for a FrameTooLargeError in the expected results.
@@ -644,5 +648,39 @@ func TestWriteFrameOneWrite(t *testing.T) {
 	d := NewConn(nil, io.Discard, 0)
 	if allocs := testing.AllocsPerRun(100, func() { d.WriteFrame([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)) }); allocs != 0 {
 		t.Errorf("WriteFrame allocates %v times per frame, want 0", allocs)
+	}
+}
+
+// TestWriteResponseAndRequest checks that the frames a Conn builds itself
+// are those jsonrpc makes, newline and all, each in one write and without
+// an allocation once the buffer has grown; and that a newline in the
+// parts cannot split the frame.
+func TestWriteResponseAndRequest(t *testing.T) {
+	var w countingWriter
+	c := NewConn(nil, &w, 0)
+	id, result, params := json.RawMessage(`7`), json.RawMessage(`{"content":[]}`), json.RawMessage(`{"name":"t"}`)
+	if err := c.WriteResponse(id, result); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteRequest(json.RawMessage(`"mcp-idempotent:1"`), "tools/call", params); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteResponse(id, json.RawMessage("{\n\"a\":1}")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		string(jsonrpc.NewResponse(id, result)) + "\n",
+		string(jsonrpc.NewRequest(json.RawMessage(`"mcp-idempotent:1"`), "tools/call", params)) + "\n",
+		`{"jsonrpc":"2.0","id":7,"result":{"a":1}}` + "\n",
+	}
+	if !slices.Equal(w.writes, want) {
+		t.Fatalf("writes %q, want %q", w.writes, want)
+	}
+	d := NewConn(nil, io.Discard, 0)
+	if allocs := testing.AllocsPerRun(100, func() {
+		d.WriteResponse(id, result)
+		d.WriteRequest(id, "tools/call", params)
+	}); allocs != 0 {
+		t.Errorf("WriteResponse and WriteRequest allocate %v times, want 0", allocs)
 	}
 }
