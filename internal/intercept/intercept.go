@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -1118,13 +1120,71 @@ func describe(r *record.Record) executionMeta {
 // replayMeta returns the _meta members that mark a replay, as JSON
 // members without the braces.
 func replayMeta(r *record.Record) []byte {
-	return append([]byte(`"`+MetaReplayed+`":true,`), executionMember(r)...)
+	return appendExecution(append(make([]byte, 0, 320), `"`+MetaReplayed+`":true,"`+MetaExecution+`":`...), r)
 }
 
 // executionMember returns the _meta member that names r's execution.
 func executionMember(r *record.Record) []byte {
-	exe, _ := json.Marshal(describe(r)) // plain strings, ints and times
-	return append([]byte(`"`+MetaExecution+`":`), exe...)
+	return appendExecution(append(make([]byte, 0, 300), `"`+MetaExecution+`":`...), r)
+}
+
+// appendExecution appends the JSON of describe(r), byte for byte what
+// json.Marshal makes of it (TestAppendExecution), without reflection: it is
+// on the path of every replay.
+func appendExecution(b []byte, r *record.Record) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, r.ID)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, string(r.State))
+	b = append(b, `,"tool":`...)
+	b = appendJSONString(b, r.Tool)
+	b = append(b, `,"times":{`...)
+	// The last time of each state, in the order of the names, as
+	// json.Marshal writes a map.
+	names := make([]string, 0, 8)
+	for _, t := range r.History {
+		if !slices.Contains(names, string(t.State)) {
+			names = append(names, string(t.State))
+		}
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, name)
+		b = append(b, ':')
+		at := r.At(record.State(name))
+		if y := at.Year(); y < 0 || y > 9999 {
+			// Outside what RFC 3339 can write, where json.Marshal
+			// fails: no time rather than no answer.
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '"')
+		b = at.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, `},"attempts":`...)
+	b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	b = append(b, `,"attached":`...)
+	b = strconv.AppendInt(b, int64(r.Attached), 10)
+	return append(b, '}') // describe leaves Upstream out
+}
+
+// appendJSONString appends s as json.Marshal writes a string: a string of
+// plain printable ASCII between quotes as it is, anything else through
+// json.Marshal (which escapes <, > and & too).
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // withMeta returns a copy of result with members (JSON members without

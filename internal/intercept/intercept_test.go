@@ -523,3 +523,27 @@ func TestWithMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendExecution checks that the _meta a replay carries is what
+// json.Marshal makes of the execution, for names that need escapes too.
+func TestAppendExecution(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+	for _, r := range []*record.Record{
+		{ID: "exe_01", State: record.Delivered, Tool: "charge_card", Attempts: 1, Upstream: "stdio:bank",
+			History: []record.Transition{{State: record.Accepted, At: at}, {State: record.Dispatched, At: at.Add(time.Millisecond)},
+				{State: record.Completed, At: at.Add(time.Second)}, {State: record.Delivered, At: at.Add(2 * time.Second)}}},
+		{ID: "exe_02", State: record.Completed, Tool: `a "quoted" <tool> & é`, Attempts: 2, Attached: 3,
+			History: []record.Transition{{State: record.Accepted, At: at}, {State: record.Dispatched, At: at.Add(time.Millisecond)},
+				{State: record.Unknown, At: at.In(time.FixedZone("x", 3600))}, {State: record.Dispatched, At: at.Add(time.Hour)},
+				{State: record.Completed, At: at.Add(2 * time.Hour)}}},
+		{ID: "exe_03", State: record.Failed, Tool: "t\n\x01", Upstream: "http://h/p?\u2028"},
+	} {
+		want, err := json.Marshal(describe(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendExecution(nil, r); string(got) != string(want) {
+			t.Errorf("appendExecution:\n got %s\nwant %s", got, want)
+		}
+	}
+}
