@@ -39,12 +39,22 @@ type ToolCall struct {
 // a tools/call needs of them, not the JSON again. Its errors are JSON-RPC
 // invalid-params errors, ready for the wire.
 func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
+	tc := new(ToolCall)
+	if err := tc.Parse(params); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// Parse is ParseToolCall into tc, for a caller that keeps the call in a
+// struct of its own. On an error tc is left part filled.
+func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if len(params) == 0 || params[0] != '{' {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
 	}
 	// Members are read exactly as the upstream will read them; see
 	// jsonrpc.EachMember.
-	tc := &ToolCall{Params: params}
+	*tc = ToolCall{Params: params}
 	var nameRaw []byte
 	err := jsonrpc.EachMember(params, func(name, value []byte) bool {
 		switch string(name) {
@@ -64,27 +74,27 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 		return true
 	})
 	if err != nil {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
 	}
 	name, ok := jsonrpc.StringValue(nameRaw)
 	if !ok || name == "" {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
 	tc.Name = name
 	if args := tc.Arguments; args != nil && args[0] != '{' {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
 	if tc.Meta != nil {
 		key, err := clientKey(tc.Meta)
 		if err != nil {
-			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
 		if tc.Deadline, err = clientDeadline(tc.Meta); err != nil {
-			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 	}
-	return tc, nil
+	return nil
 }
 
 // Meta keys a client may name its own idempotency key with. The first is

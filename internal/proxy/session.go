@@ -142,6 +142,11 @@ type clientCall struct {
 	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
 	once sync.Once   // guards finish
 
+	// call and req are the call as parsed and as handed to the
+	// interceptor, kept here so that a call is one allocation.
+	call intercept.ToolCall
+	req  intercept.Request
+
 	mu          sync.Mutex // held while the request is forwarded
 	passThrough bool       // the request went upstream as it came
 }
@@ -596,12 +601,13 @@ func (s *Session) fromClientBatch(frame []byte) {
 // happens here on the reading goroutine; only a tool the proxy must first
 // list sends the call to a goroutine of its own.
 func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
-	call, perr := intercept.ParseToolCall(msg.Params)
-	if perr != nil {
+	c := &clientCall{s: s, id: msg.ID, ctx: callContext{Context: ctx}}
+	call := &c.call
+	if perr := call.Parse(msg.Params); perr != nil {
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, perr))
 		return
 	}
-	c := &clientCall{s: s, key: string(msg.ID), id: msg.ID, ctx: callContext{Context: ctx}}
+	c.key = string(msg.ID)
 	cctx := &c.ctx
 	s.inflight.Add(1)
 	s.mu.Lock()
@@ -640,7 +646,7 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		c.finish()
 		return
 	}
-	s.opts.Interceptor.Handle(&c.ctx, &intercept.Request{
+	c.req = intercept.Request{
 		Call:           call,
 		Policy:         pol,
 		SchemaDefaults: info.defaults,
@@ -650,7 +656,8 @@ func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *inte
 		Upstream:       s,
 		Reply:          c,
 		Correlation:    c.key,
-	})
+	}
+	s.opts.Interceptor.Handle(&c.ctx, &c.req)
 }
 
 // cancelled handles notifications/cancelled from the client. For a
