@@ -99,7 +99,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if _, dup := s.byID[r.ID]; dup {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
 	}
-	rec := r.Clone()
+	rec := r // the store's now (record.Store)
 	rec.State = record.Accepted
 	// Room for the common life (accepted, dispatched, completed,
 	// delivered) up front: one allocation instead of three as it grows.
