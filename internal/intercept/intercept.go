@@ -572,7 +572,9 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		// idempotency keys can dedupe a re-dispatch itself.
 		var buf [96]byte
 		member := append(append(append(buf[:0], `"`+MetaExecutionID+`":"`...), rec.ID...), '"')
-		params = withMeta(params, member)
+		// ParseToolCall found the params' _meta (and their name: they are
+		// not empty), so they need not be read again.
+		params = insertMeta(params, req.Call.Meta, false, member)
 	}
 	sent := in.now()
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
@@ -1203,6 +1205,14 @@ func withMeta(result json.RawMessage, members []byte) json.RawMessage {
 	}) != nil {
 		return result
 	}
+	return insertMeta(result, meta, empty, members)
+}
+
+// insertMeta is withMeta for an object whose _meta member the caller has
+// found already: meta is its value, a slice of obj, or nil if it has none;
+// empty says obj has no members at all.
+func insertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawMessage {
+	result := obj
 	out := make([]byte, 0, len(result)+len(members)+16)
 	if meta != nil && meta[0] == '{' {
 		// Insert before the closing brace of the existing _meta. meta is

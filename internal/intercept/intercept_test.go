@@ -547,3 +547,30 @@ func TestAppendExecution(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertMetaAsWithMeta checks that adding the execution id to params
+// whose _meta ParseToolCall found gives what withMeta gives by reading
+// them again, whatever _meta is.
+func TestInsertMetaAsWithMeta(t *testing.T) {
+	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
+	for _, params := range []string{
+		`{"name":"t","arguments":{}}`,
+		`{"name":"t","_meta":{}}`,
+		`{"name":"t","_meta":{ }}`,
+		`{"name":"t","_meta":{"progressToken":1},"arguments":{"a":"}"}}`,
+		`{"name":"t","_meta":null}`,
+		`{"name":"t","_meta":"x"}`,
+		`{"_meta":{"a":1},"name":"t","_meta":{"b":2}}`,
+		`{"_meta":{"a":1},"name":"t","_meta":null}`,
+		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
+	} {
+		tc, err := ParseToolCall(json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("ParseToolCall(%s): %v", params, err)
+		}
+		got := insertMeta(tc.Params, tc.Meta, false, member)
+		if want := withMeta(json.RawMessage(params), member); string(got) != string(want) {
+			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
+		}
+	}
+}
