@@ -176,9 +176,12 @@ func canonicalValue(v json.RawMessage) ([]byte, error) {
 
 // appendCanonicalValue is canonicalValue appending to out.
 func appendCanonicalValue(out []byte, v json.RawMessage) ([]byte, error) {
-	if !needsExactPass(v) {
-		// Then exactNumbers would return v as it is. Most arguments are
-		// simple enough to be canonicalised in one pass here.
+	if !bytes.Contains(v, []byte("decimal")) {
+		// Most arguments are simple enough to be canonicalised in one
+		// pass here. For a value appendSimple takes, whose numbers are
+		// all short integers and whose strings have no escapes,
+		// needsExactPass is false but for a key that needs escaping, so
+		// exactNumbers would return it as it is.
 		if canon, ok := appendSimple(out, v); ok {
 			return canon, nil
 		}

@@ -40,6 +40,11 @@ func checkSimple(t *testing.T, data []byte) {
 	if !bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want) {
 		t.Fatalf("appendSimple(%q) = %q, jcs gives %q", data, got, want)
 	}
+	// appendCanonicalValue takes this path without asking needsExactPass,
+	// for a value with no "decimal" in it: the two must agree.
+	if !bytes.Contains(data, []byte("decimal")) && needsExactPass(data) {
+		t.Fatalf("appendSimple accepted %q, for which needsExactPass is true", data)
+	}
 }
 
 // FuzzSimple checks that wherever appendSimple answers, it gives exactly
