@@ -168,23 +168,29 @@ func (c *clientCall) finish() {
 // early when the call is answered or its caller detaches. It is part of the
 // clientCall, so a call allocates no context of its own and touches
 // nothing of the session's context; a Done channel is made only when one
-// is asked for (a caller that waits for another's execution).
+// is asked for (a caller that waits for another's execution). Its first
+// error stays its error. context.Cause is not tracked: it reports the
+// session's cause.
 type callContext struct {
 	context.Context // the session's
-	ended           atomic.Bool
+	err             atomic.Pointer[error]
 
-	mu         sync.Mutex    // protects the fields below
+	mu         sync.Mutex    // protects the fields below, and the setting of err
 	done       chan struct{} // made by Done
 	doneClosed bool
-	stop       func() bool // stops closing done when the session's context ends
+	stop       func() bool // stops ending the call when the session's context ends
 }
 
 func (c *callContext) Err() error {
-	if err := c.Context.Err(); err != nil {
-		return err
+	if p := c.err.Load(); p != nil {
+		return *p
 	}
-	if c.ended.Load() {
-		return context.Canceled
+	if err := c.Context.Err(); err != nil {
+		// The session's context ended first: so did the call's.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.endLocked(err)
+		return *c.err.Load()
 	}
 	return nil
 }
@@ -194,13 +200,13 @@ func (c *callContext) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if c.done == nil {
 		c.done = make(chan struct{})
-		if c.ended.Load() {
-			c.closeLocked()
+		if c.err.Load() != nil {
+			c.endLocked(nil)
 		} else {
 			c.stop = context.AfterFunc(c.Context, func() {
 				c.mu.Lock()
 				defer c.mu.Unlock()
-				c.closeLocked()
+				c.endLocked(c.Context.Err())
 			})
 		}
 	}
@@ -209,17 +215,21 @@ func (c *callContext) Done() <-chan struct{} {
 
 // end ends the call's context.
 func (c *callContext) end() {
-	c.ended.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stop != nil {
 		c.stop()
 		c.stop = nil
 	}
-	c.closeLocked()
+	c.endLocked(context.Canceled)
 }
 
-func (c *callContext) closeLocked() {
+// endLocked sets the error unless one is set, then closes done if it was
+// made. c.mu must be held.
+func (c *callContext) endLocked(err error) {
+	if c.err.Load() == nil {
+		c.err.Store(&err)
+	}
 	if c.done != nil && !c.doneClosed {
 		close(c.done)
 		c.doneClosed = true

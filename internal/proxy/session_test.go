@@ -450,6 +450,26 @@ func TestCallContext(t *testing.T) {
 		}
 		c.end()
 	})
+	t.Run("the first error stays", func(t *testing.T) {
+		session, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		c := &callContext{Context: session}
+		c.end()
+		<-session.Done()
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("ended, then the session's deadline passed: Err = %v, want the call's own Canceled", c.Err())
+		}
+		deadline, stop := context.WithDeadline(t.Context(), time.Now())
+		defer stop()
+		d := &callContext{Context: deadline}
+		if !errors.Is(d.Err(), context.DeadlineExceeded) {
+			t.Fatalf("the session's deadline passed: Err = %v", d.Err())
+		}
+		d.end()
+		if !errors.Is(d.Err(), context.DeadlineExceeded) || !isDone(d.Done()) {
+			t.Fatalf("then the call ended: Err = %v, Done closed = %v; want DeadlineExceeded still", d.Err(), isDone(d.Done()))
+		}
+	})
 	t.Run("Done after end", func(t *testing.T) {
 		c := &callContext{Context: t.Context()}
 		c.end()

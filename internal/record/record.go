@@ -81,8 +81,9 @@ type Transition struct {
 	Note  string    `json:"note,omitempty"`
 }
 
-// A Record is one execution. Records returned by a Store are copies; the
-// Result and Error bytes are shared and must not be modified.
+// A Record is one execution. A Record returned by a Store may be shared
+// with other callers, and none of it, the Result and Error bytes
+// included, may be modified (see Store).
 type Record struct {
 	ID          string `json:"id"`          // "exe_" + ULID
 	Key         string `json:"key"`         // what calls are matched on

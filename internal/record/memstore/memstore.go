@@ -311,16 +311,21 @@ func (s *Store) Len() int {
 
 // purge drops up to max expired records. s.mu must be held.
 func (s *Store) purge(now time.Time, max int) {
+	// By the wall clock alone, as the heap's keys: a time's monotonic
+	// reading, which Before would use, can disagree with it after the
+	// machine slept or its clock was set, and an entry due by one and
+	// not by the other would be popped and pushed back for ever.
+	wall := now.UnixNano()
 	for i := 0; i < max && len(s.expires) > 0; i++ {
 		e := s.expires[0]
-		if now.UnixNano() < e.expires {
+		if wall < e.expires {
 			return
 		}
 		heap.Pop(&s.expires)
-		if now.Before(e.rec.ExpiresAt) {
+		if later := e.rec.ExpiresAt.UnixNano(); later > e.expires {
 			// Settled again since it was pushed (delivered after
 			// completed): it expires later.
-			e.expires = e.rec.ExpiresAt.UnixNano()
+			e.expires = later
 			heap.Push(&s.expires, e)
 			continue
 		}
