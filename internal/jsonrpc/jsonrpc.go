@@ -58,29 +58,40 @@ var ErrNotObject = errors.New("a JSON-RPC message must be a JSON object or array
 
 // Decode parses frame. The returned Message refers to frame's memory.
 func Decode(frame []byte) (*Message, error) {
-	trimmed := bytes.TrimLeft(frame, " \t\r\n")
-	if len(trimmed) == 0 {
-		return nil, errors.New("empty message")
+	m := new(Message)
+	if err := DecodeInto(m, frame); err != nil {
+		return nil, err
 	}
-	switch trimmed[0] {
+	return m, nil
+}
+
+// DecodeInto is Decode into m, for a caller that keeps the Message where
+// it likes (on its stack). On an error m is left part filled.
+func DecodeInto(m *Message, frame []byte) error {
+	start := skipSpace(frame, 0)
+	if start == len(frame) {
+		return errors.New("empty message")
+	}
+	switch frame[start] {
 	case '[':
 		if !Valid(frame) {
-			return nil, errors.New("invalid JSON in batch")
+			return errors.New("invalid JSON in batch")
 		}
-		return &Message{Raw: frame, Batch: true}, nil
+		*m = Message{Raw: frame, Batch: true}
+		return nil
 	case '{':
 	default:
 		if !Valid(frame) {
-			return nil, errors.New("invalid JSON")
+			return errors.New("invalid JSON")
 		}
-		return nil, ErrNotObject
+		return ErrNotObject
 	}
 	// One pass checks the frame and finds its members. Member names are
 	// matched exactly (see EachMember): a frame must route here as the
 	// upstream will read it.
-	m := &Message{Raw: frame}
+	*m = Message{Raw: frame}
 	var methodRaw []byte
-	end := walkObject(frame, len(frame)-len(trimmed), true, func(name, value []byte) bool {
+	end := walkObject(frame, start, true, func(name, value []byte) bool {
 		switch string(name) {
 		case "id":
 			m.ID = value
@@ -97,20 +108,20 @@ func Decode(frame []byte) (*Message, error) {
 	})
 	if end < 0 || skipSpace(frame, end) != len(frame) {
 		var v json.RawMessage
-		return nil, fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
+		return fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
 	}
 	if methodRaw != nil && string(methodRaw) != "null" {
 		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {
 			m.Method = method
-			return m, nil
+			return nil
 		}
 		method, ok := StringValue(methodRaw)
 		if !ok {
-			return nil, fmt.Errorf("invalid method: %s is not a string", truncate(string(methodRaw), 40))
+			return fmt.Errorf("invalid method: %s is not a string", truncate(string(methodRaw), 40))
 		}
 		m.Method = method
 	}
-	return m, nil
+	return nil
 }
 
 // knownMethods holds the methods of MCP, so that Decode can return the
@@ -228,13 +239,18 @@ func NewRequest(id json.RawMessage, method string, params json.RawMessage) []byt
 
 // AppendRequest appends the bytes NewRequest returns to b.
 func AppendRequest(b []byte, id json.RawMessage, method string, params json.RawMessage) []byte {
-	b = append(b, `{"jsonrpc":"2.0",`...)
+	b = append(b, `{"jsonrpc":"2.0"`...)
 	if id != nil {
-		b = append(b, `"id":`...)
+		b = append(b, `,"id":`...)
 		b = append(b, id...)
-		b = append(b, ',')
 	}
-	b = append(b, `"method":`...)
+	return AppendRequestTail(b, method, params)
+}
+
+// AppendRequestTail appends what follows a request's id: the bytes
+// AppendRequest appends after `{"jsonrpc":"2.0","id":ID`.
+func AppendRequestTail(b []byte, method string, params json.RawMessage) []byte {
+	b = append(b, `,"method":`...)
 	b = appendString(b, method)
 	if params != nil {
 		b = append(b, `,"params":`...)

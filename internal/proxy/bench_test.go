@@ -175,9 +175,9 @@ func (k *sink) WriteResponse(id, result json.RawMessage) error {
 	return nil
 }
 
-func (k *sink) WriteRequest(id json.RawMessage, method string, params json.RawMessage) error {
+func (k *sink) WriteRequest(id string, method string, params json.RawMessage) error {
 	k.mu.Lock()
-	k.frame = jsonrpc.AppendRequest(k.frame[:0], id, method, params)
+	k.frame = jsonrpc.AppendRequestTail(append(append(k.frame[:0], `{"jsonrpc":"2.0","id":`...), id...), method, params)
 	k.mu.Unlock()
 	return nil
 }

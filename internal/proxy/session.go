@@ -37,7 +37,7 @@ type Conn interface {
 // first and copying it there.
 type frameBuilder interface {
 	WriteResponse(id, result json.RawMessage) error
-	WriteRequest(id json.RawMessage, method string, params json.RawMessage) error
+	WriteRequest(id string, method string, params json.RawMessage) error
 }
 
 // ErrUpstreamClosed is returned by Run when the upstream closed its side
@@ -142,8 +142,10 @@ type clientCall struct {
 	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
 	once sync.Once   // guards finish
 
-	// call and req are the call as parsed and as handed to the
-	// interceptor, kept here so that a call is one allocation.
+	// msg, call and req are the request as decoded, the call as parsed
+	// and as handed to the interceptor, kept here so that a call is one
+	// allocation.
+	msg  jsonrpc.Message
 	call intercept.ToolCall
 	req  intercept.Request
 
@@ -228,12 +230,29 @@ func (c *callContext) end() {
 // made. c.mu must be held.
 func (c *callContext) endLocked(err error) {
 	if c.err.Load() == nil {
-		c.err.Store(&err)
+		c.err.Store(errorPointer(err))
 	}
 	if c.done != nil && !c.doneClosed {
 		close(c.done)
 		c.doneClosed = true
 	}
+}
+
+// The errors a context ends with, to point at without an allocation.
+var (
+	errCanceled         = context.Canceled
+	errDeadlineExceeded = context.DeadlineExceeded
+)
+
+func errorPointer(err error) *error {
+	switch err {
+	case context.Canceled:
+		return &errCanceled
+	case context.DeadlineExceeded:
+		return &errDeadlineExceeded
+	}
+	other := err // err itself must not escape: that would cost every call
+	return &other
 }
 
 // Reply implements intercept.Replier.
@@ -516,8 +535,9 @@ func isFrameTooLarge(err error) bool {
 }
 
 func (s *Session) fromClient(ctx context.Context, frame []byte) {
-	msg, err := jsonrpc.Decode(frame)
-	if err != nil {
+	var m jsonrpc.Message // on the stack: what outlives the frame is copied
+	msg := &m
+	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
 		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
 		return
@@ -610,8 +630,9 @@ func (s *Session) fromClientBatch(frame []byte) {
 // policy is known, which is the common case, everything up to the dispatch
 // happens here on the reading goroutine; only a tool the proxy must first
 // list sends the call to a goroutine of its own.
-func (s *Session) startToolCall(ctx context.Context, msg *jsonrpc.Message) {
-	c := &clientCall{s: s, id: msg.ID, ctx: callContext{Context: ctx}}
+func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
+	c := &clientCall{s: s, id: in.ID, msg: *in, ctx: callContext{Context: ctx}}
+	msg := &c.msg // the caller's is on its stack
 	call := &c.call
 	if perr := call.Parse(msg.Params); perr != nil {
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, perr))
@@ -714,8 +735,9 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 }
 
 func (s *Session) fromUpstream(frame []byte) {
-	msg, err := jsonrpc.Decode(frame)
-	if err != nil {
+	var m jsonrpc.Message // on the stack, as in fromClient
+	msg := &m
+	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
 		// Not ours to judge: the client sees what the server sent.
 		s.log.Warn("unparseable message from the upstream, passed on", "err", err, "size", len(frame))
 		s.writeClient(frame)
@@ -847,10 +869,9 @@ var errUpstreamExited = errors.New("the upstream exited before answering")
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream.
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
+	// The id's JSON text, which is also its key in pending.
 	var buf [48]byte
-	id := strconv.AppendInt(append(buf[:0], idPrefix...), s.nextID.Add(1), 10)
-	id = append(id, '"')
-	key := string(id)
+	key := string(append(strconv.AppendInt(append(buf[:0], idPrefix...), s.nextID.Add(1), 10), '"'))
 	l := s.current()
 	if method != "initialize" {
 		// While the upstream is being started again, only the replayed
@@ -869,9 +890,9 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 
 	var err error
 	if b, ok := l.conn.(frameBuilder); ok {
-		err = b.WriteRequest(id, method, params)
+		err = b.WriteRequest(key, method, params)
 	} else {
-		err = l.conn.WriteFrame(jsonrpc.NewRequest(id, method, params))
+		err = l.conn.WriteFrame(jsonrpc.NewRequest(json.RawMessage(key), method, params))
 	}
 	if err != nil {
 		s.mu.Lock()

@@ -55,6 +55,9 @@ type entry struct {
 	// thus not reordered on every change, and comparing two keys reads
 	// no record.
 	expires int64
+	// history is where the record's versions keep their transitions:
+	// room for the common life, in the entry's own allocation.
+	history [commonLife]record.Transition
 }
 
 var _ record.Store = (*Store)(nil)
@@ -105,9 +108,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// delivered) up front: one allocation instead of three as it grows.
 	// Each version appends past the end of the one before, which never
 	// sees it.
-	rec.History = append(make([]record.Transition, 0, commonLife), record.Transition{State: record.Accepted, At: now})
 	rec.ExpiresAt = time.Time{}
 	e := &entry{rec: rec, index: -1}
+	rec.History = append(e.history[:0], record.Transition{State: record.Accepted, At: now})
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
 	s.inFlight[rec.ID] = e

@@ -158,11 +158,15 @@ func (c *Conn) WriteResponse(id, result json.RawMessage) error {
 }
 
 // WriteRequest writes the frame jsonrpc.NewRequest(id, method, params)
-// makes, built in the Conn's own buffer rather than in one of its own.
-func (c *Conn) WriteRequest(id json.RawMessage, method string, params json.RawMessage) error {
+// makes, id being the JSON text of the request's id, built in the Conn's
+// own buffer rather than in one of its own.
+func (c *Conn) WriteRequest(id string, method string, params json.RawMessage) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.writeLocked(jsonrpc.AppendRequest(c.wbuf[:0], id, method, params))
+	b := append(c.wbuf[:0], `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	b = jsonrpc.AppendRequestTail(b, method, params)
+	return c.writeLocked(b)
 }
 
 // writeLocked writes frame, built in c.wbuf, and a newline, in one write,

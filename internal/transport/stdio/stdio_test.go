@@ -662,7 +662,7 @@ func TestWriteResponseAndRequest(t *testing.T) {
 	if err := c.WriteResponse(id, result); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteRequest(json.RawMessage(`"mcp-idempotent:1"`), "tools/call", params); err != nil {
+	if err := c.WriteRequest(`"mcp-idempotent:1"`, "tools/call", params); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WriteResponse(id, json.RawMessage("{\n\"a\":1}")); err != nil {
@@ -679,7 +679,7 @@ func TestWriteResponseAndRequest(t *testing.T) {
 	d := NewConn(nil, io.Discard, 0)
 	if allocs := testing.AllocsPerRun(100, func() {
 		d.WriteResponse(id, result)
-		d.WriteRequest(id, "tools/call", params)
+		d.WriteRequest(`"mcp-idempotent:2"`, "tools/call", params)
 	}); allocs != 0 {
 		t.Errorf("WriteResponse and WriteRequest allocate %v times, want 0", allocs)
 	}
