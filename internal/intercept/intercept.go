@@ -133,9 +133,9 @@ type Interceptor struct {
 	store  record.Store
 	hasher *fingerprint.Hasher
 	log    *slog.Logger
-	// debug is whether log takes debug records, read once: the per-call
-	// debug lines are built only then.
-	debug bool
+	// debug and info are whether log takes debug and info records, read
+	// once: the per-call lines are built only then.
+	debug, info bool
 	now   func() time.Time
 	owner string
 	lease time.Duration
@@ -163,6 +163,7 @@ func New(opts Options) *Interceptor {
 		in.log = slog.New(slog.DiscardHandler)
 	}
 	in.debug = in.log.Enabled(context.Background(), slog.LevelDebug)
+	in.info = in.log.Enabled(context.Background(), slog.LevelInfo)
 	if in.now == nil {
 		in.now = time.Now
 	}
@@ -311,8 +312,10 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); the arguments differ, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool))
 	default:
-		in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
-			"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		if in.info {
+			in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
+				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		}
 		switch {
 		case rec.State == record.Unknown:
 			in.unknown(ctx, rec, req)
