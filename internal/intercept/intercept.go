@@ -234,7 +234,8 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 // execution already under way get a goroutine of their own to wait in.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
-	req.deadline = deadline(in.now(), pol.Retry, call.Deadline)
+	arrived := in.now()
+	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
 	req.bg = context.WithoutCancel(ctx)
 	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
 	if err != nil {
@@ -271,7 +272,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		key = "key:" + kfp
 	}
 	fresh := &record.Record{
-		ID:          record.NewID(in.now()),
+		ID:          record.NewID(arrived),
 		Key:         key,
 		Fingerprint: fp,
 		Actor:       req.Actor,
@@ -280,7 +281,7 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		Tool:        call.Name,
 		Retention:   pol.Retention,
 		Owner:       in.owner,
-		LeaseUntil:  in.now().Add(in.lease),
+		LeaseUntil:  arrived.Add(in.lease),
 	}
 	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(pol))
 	switch {
