@@ -58,6 +58,11 @@ type entry struct {
 	// history is where the record's versions keep their transitions:
 	// room for the common life, in the entry's own allocation.
 	history [commonLife]record.Transition
+	// final is the version in a state no change leaves (delivered,
+	// failed), in the entry's own allocation too: written once, when the
+	// record enters that state, and never changed after.
+	final     record.Record
+	finalUsed bool
 }
 
 var _ record.Store = (*Store)(nil)
@@ -154,8 +159,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // apply moves e's record by c, which CanTransition allows. s.mu must be
 // held.
 func (s *Store) apply(e *entry, c record.Change, now time.Time) {
-	next := *e.rec
-	r := &next
+	var r *record.Record
+	if (c.To == record.Delivered || c.To == record.Failed) && !e.finalUsed {
+		e.final, e.finalUsed = *e.rec, true
+		r = &e.final
+	} else {
+		next := *e.rec
+		r = &next
+	}
 	wasInFlight := r.State.InFlight()
 	r.Apply(c, now)
 	e.rec = r
