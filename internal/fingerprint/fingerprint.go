@@ -203,6 +203,13 @@ func appendCanonicalValue(out []byte, v json.RawMessage) ([]byte, error) {
 // case; everything else as it is. Each byte of invalid UTF-8 becomes
 // U+FFFD, as when encoding/json writes a string.
 func appendJCSString(b []byte, s string) []byte {
+	if plainASCII(s) {
+		// The common case, for names, scopes and most arguments: the
+		// string as it is, between quotes.
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	if !utf8.ValidString(s) {
 		var v strings.Builder
 		for i := 0; i < len(s); {
@@ -480,6 +487,32 @@ func exactEnough(num []byte) bool {
 		}
 	}
 	return digits <= 15 && len(num) <= 300
+}
+
+// plainASCII reports whether s is printable ASCII without a quote or a
+// backslash: bytes RFC 8785 writes as they are. It reads eight bytes at
+// a time.
+func plainASCII(s string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		quote, backslash := x^(ones*'"'), x^(ones*'\\')
+		// A byte below 0x20, a quote, a backslash, or one from 0x80 up.
+		if ((quote-ones)&^quote|(backslash-ones)&^backslash|(x-ones*0x20)&^x|x)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func isASCII(s string) bool {

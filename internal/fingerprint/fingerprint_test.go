@@ -453,3 +453,20 @@ func TestTinyAndHugeNumbersStayDistinct(t *testing.T) {
 		t.Error("1e-332 spelled two ways has two fingerprints")
 	}
 }
+
+// TestPlainASCII puts every byte value at every place of a plain string,
+// by eights and in the tail, against a byte-by-byte reading.
+func TestPlainASCII(t *testing.T) {
+	for _, n := range []int{1, 7, 8, 9, 16, 17} {
+		for at := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[at] = byte(c)
+				want := !(c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+				if got := plainASCII(string(b)); got != want {
+					t.Fatalf("plainASCII(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+}

@@ -136,10 +136,10 @@ type Interceptor struct {
 	// debug and info are whether log takes debug and info records, read
 	// once: the per-call lines are built only then.
 	debug, info bool
-	now   func() time.Time
-	owner string
-	lease time.Duration
-	obs   Observer
+	now         func() time.Time
+	owner       string
+	lease       time.Duration
+	obs         Observer
 	// journal is nil when no journal is kept.
 	journal Journal
 

@@ -47,17 +47,21 @@ func walkObject(obj []byte, i int, validate bool, fn func(name, value []byte) bo
 		if i >= len(obj) || obj[i] != '"' {
 			return -1
 		}
-		var end int
+		var (
+			end     int
+			escaped bool
+		)
 		if validate {
-			end = scanString(obj, i)
+			end, escaped = scanEscapedString(obj, i)
 		} else {
 			end = skipString(obj, i)
+			escaped = end >= 0 && bytes.IndexByte(obj[i:end], '\\') >= 0
 		}
 		if end < 0 {
 			return -1
 		}
 		name := obj[i+1 : end-1]
-		if bytes.IndexByte(name, '\\') >= 0 {
+		if escaped {
 			var s string
 			if json.Unmarshal(obj[i:end], &s) != nil {
 				return -1

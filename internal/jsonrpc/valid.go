@@ -127,36 +127,55 @@ func scanName(data []byte, i int) int {
 // scanString returns the index past the string that starts at data[i],
 // or -1 if it is not a valid JSON string.
 func scanString(data []byte, i int) int {
+	end, _ := scanEscapedString(data, i)
+	return end
+}
+
+// scanEscapedString is scanString, and reports whether the string holds
+// an escape.
+func scanEscapedString(data []byte, i int) (end int, escaped bool) {
 	for i++; ; i++ {
-		i = skipPlain(data, i)
-		if i >= len(data) {
-			return -1
+		// skipPlain, by hand: most strings are short, and a call per
+		// string cost more than the scan.
+		for ; i+8 <= len(data); i += 8 {
+			if m := specialBytes(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				goto special
+			}
 		}
+		for ; i < len(data); i++ {
+			if c := data[i]; c == '"' || c == '\\' || c < 0x20 {
+				goto special
+			}
+		}
+		return -1, escaped
+	special:
 		switch c := data[i]; {
 		case c == '"':
-			return i + 1
+			return i + 1, escaped
 		case c == '\\':
+			escaped = true
 			i++
 			if i >= len(data) {
-				return -1
+				return -1, escaped
 			}
 			switch data[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				if i+4 >= len(data) {
-					return -1
+					return -1, escaped
 				}
 				for _, h := range data[i+1 : i+5] {
 					if !isHex(h) {
-						return -1
+						return -1, escaped
 					}
 				}
 				i += 4
 			default:
-				return -1
+				return -1, escaped
 			}
-		case c < 0x20:
-			return -1
+		default: // below 0x20
+			return -1, escaped
 		}
 	}
 }

@@ -123,3 +123,17 @@ func TestSkipPlain(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecode decodes the two frames of a proxied tools/call: the
+// client's request and the upstream's answer.
+func BenchmarkDecode(b *testing.B) {
+	request := []byte(`{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242-0000-0000-000017","amount":117}}}`)
+	answer := []byte(`{"jsonrpc":"2.0","id":"mcp-idempotent:17","result":{"content":[{"type":"text","text":"charged 4242-0000-0000-000017 117 #17"}],"isError":false}}`)
+	b.ReportAllocs()
+	var m Message
+	for b.Loop() {
+		if DecodeInto(&m, request) != nil || DecodeInto(&m, answer) != nil {
+			b.Fatal("refused")
+		}
+	}
+}
