@@ -432,6 +432,9 @@ const drainWait = 2 * time.Second
 // is replayed (or that start fails).
 func (s *Session) usable() *link {
 	l := s.current()
+	if closed(l.ready) {
+		return l // the common case, without the locks of a select
+	}
 	select {
 	case <-l.ready:
 	case <-l.gone:
@@ -872,8 +875,10 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 	// The id's JSON text, which is also its key in pending.
 	var buf [48]byte
 	key := string(append(strconv.AppendInt(append(buf[:0], idPrefix...), s.nextID.Add(1), 10), '"'))
-	l := s.current()
-	if method != "initialize" {
+	var l *link
+	if method == "initialize" {
+		l = s.current()
+	} else {
 		// While the upstream is being started again, only the replayed
 		// handshake goes first; everything else waits for it.
 		l = s.usable()
