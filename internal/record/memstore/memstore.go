@@ -29,11 +29,14 @@ type Options struct {
 type Store struct {
 	now func() time.Time
 
-	mu       sync.Mutex        // protects the fields below
-	byID     map[string]*entry // every record not yet purged
-	byKey    map[string]*entry // the record currently holding each key
-	inFlight map[string]*entry // the records in flight, for Renew
-	expires  expiryHeap        // settled records by expiry
+	mu    sync.Mutex        // protects the fields below
+	byID  map[string]*entry // every record not yet purged
+	byKey map[string]*entry // the record currently holding each key
+	// live holds the records in flight or completed and not yet
+	// delivered: the few the next change is most likely for, looked up
+	// before byID, and those Renew looks through.
+	live    map[string]*entry
+	expires expiryHeap // settled records by expiry
 }
 
 // entry is one execution: the current version of its record and the
@@ -73,7 +76,7 @@ func New(opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry), inFlight: make(map[string]*entry)}
+	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry), live: make(map[string]*entry)}
 }
 
 // commonLife is the number of transitions of an execution that is
@@ -118,7 +121,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec.History = append(e.history[:0], record.Transition{State: record.Accepted, At: now})
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
-	s.inFlight[rec.ID] = e
+	s.live[rec.ID] = e
 	return rec, true, nil
 }
 
@@ -137,8 +140,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Most changes are to a record in flight: the small map first.
-	e, ok := s.inFlight[id]
+	// Most changes are to a record under way: the small map first.
+	e, ok := s.live[id]
 	if !ok {
 		e, ok = s.byID[id]
 	}
@@ -167,9 +170,15 @@ func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 		next := *e.rec
 		r = &next
 	}
-	wasInFlight := r.State.InFlight()
+	wasInFlight, wasLive := r.State.InFlight(), isLive(r.State)
 	r.Apply(c, now)
 	e.rec = r
+	switch live := isLive(r.State); {
+	case wasLive && !live:
+		delete(s.live, r.ID)
+	case live && !wasLive:
+		s.live[r.ID] = e
+	}
 	switch {
 	case c.To.Settled():
 		switch expires := r.ExpiresAt.UnixNano(); {
@@ -181,7 +190,6 @@ func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 			heap.Fix(&s.expires, e.index)
 		}
 		if wasInFlight {
-			delete(s.inFlight, r.ID)
 			if e.settled != nil {
 				close(e.settled)
 				e.settled = nil // waiters hold it; a later Wait finds the record settled
@@ -195,9 +203,11 @@ func (s *Store) apply(e *entry, c record.Change, now time.Time) {
 		if e.index >= 0 {
 			heap.Remove(&s.expires, e.index)
 		}
-		s.inFlight[r.ID] = e
 	}
 }
+
+// isLive reports whether a record in state st belongs in Store.live.
+func isLive(st record.State) bool { return st.InFlight() || st == record.Completed }
 
 // Renew implements record.Store.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
@@ -206,8 +216,8 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range s.inFlight {
-		if e.rec.Owner == owner {
+	for _, e := range s.live {
+		if e.rec.State.InFlight() && e.rec.Owner == owner {
 			renewed := *e.rec
 			renewed.LeaseUntil = until
 			e.rec = &renewed
@@ -344,6 +354,7 @@ func (s *Store) purge(now time.Time, max int) {
 			continue
 		}
 		delete(s.byID, e.rec.ID)
+		delete(s.live, e.rec.ID) // completed, and never delivered
 		if s.byKey[e.rec.Key] == e {
 			delete(s.byKey, e.rec.Key)
 		}

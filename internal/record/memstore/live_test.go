@@ -1,0 +1,62 @@
+package memstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+// TestLiveHoldsOnlyRecordsUnderWay checks the small map Update looks in
+// first: a record is in it while in flight or completed, leaves it when
+// delivered, and a completed one that is never delivered leaves it when
+// it expires; Renew gives a lease only to a record in flight.
+func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := New(Options{Now: clock.Now})
+	ctx := t.Context()
+	reserve := func(key string) string {
+		t.Helper()
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Owner: "me", LeaseUntil: clock.Now().Add(time.Minute), Retention: time.Minute}
+		if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
+			t.Fatalf("Reserve(%s): won %v, %v", key, won, err)
+		}
+		return r.ID
+	}
+	update := func(id string, to record.State) {
+		t.Helper()
+		if _, err := s.Update(ctx, id, record.Change{To: to, Result: []byte(`{}`)}); err != nil {
+			t.Fatalf("Update(%s, %s): %v", id, to, err)
+		}
+	}
+	var completed []string
+	for i := range 10 {
+		id := reserve(fmt.Sprint("k", i))
+		update(id, record.Dispatched)
+		update(id, record.Completed)
+		completed = append(completed, id)
+	}
+	delivered := reserve("delivered")
+	update(delivered, record.Dispatched)
+	update(delivered, record.Completed)
+	update(delivered, record.Delivered)
+	if _, ok := s.live[delivered]; ok {
+		t.Error("a delivered record is still in live")
+	}
+	if len(s.live) != 10 {
+		t.Fatalf("live holds %d records; want the 10 completed", len(s.live))
+	}
+	if err := s.Renew(ctx, "me", clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Get(ctx, completed[0]); !r.LeaseUntil.IsZero() {
+		t.Errorf("Renew gave a completed record a lease until %v", r.LeaseUntil)
+	}
+	clock.Advance(2 * time.Minute)
+	fresh := reserve("fresh") // runs the purge
+	if len(s.live) != 1 || s.live[fresh] == nil {
+		t.Errorf("after the retention live holds %d records; want only the fresh one", len(s.live))
+	}
+}
