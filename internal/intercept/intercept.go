@@ -283,7 +283,11 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 		Owner:       in.owner,
 		LeaseUntil:  arrived.Add(in.lease),
 	}
-	rec, won, err := in.store.Reserve(ctx, fresh, reserveOptions(pol))
+	opts := reserveOptions(pol)
+	// Without an account to wait for, a won reservation is sent at once:
+	// a store that can records its dispatch in the same step.
+	opts.Dispatch = in.accountOf(req) == nil
+	rec, won, err := in.store.Reserve(ctx, fresh, opts)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // the caller left before anything was reserved
@@ -302,6 +306,12 @@ func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.obs.Decision(call.Name, pol.Class, "new")
+		if rec.State == record.Dispatched {
+			// Reserved and dispatched in one step (opts.Dispatch).
+			in.journalizeAccepted(req, rec)
+			in.sendClaimed(ctx, rec, req, rec, record.Change{To: record.Dispatched}, nil)
+			return
+		}
 		in.journalize(req, rec, record.Change{To: record.Accepted})
 		in.dispatch(ctx, rec, req, "")
 	case rec.Fingerprint != fp:
@@ -549,10 +559,17 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 		in.answer(ctx, req, settled, live)
 		return
 	}
+	in.sendClaimed(ctx, rec, req, claimed, claim, a)
+}
+
+// sendClaimed sends an execution whose dispatch the store has recorded
+// (claimed, by the change claim) and marks it so: rec is the record as
+// the call found it.
+func (in *Interceptor) sendClaimed(ctx context.Context, rec *record.Record, req *Request, claimed *record.Record, claim record.Change, a *account) {
 	if in.debug {
 		// Guarded like settle's: the arguments cost allocations even
 		// when debug is off.
-		in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", note)
+		in.log.Debug("transition", "execution", rec.ID, "state", record.Dispatched, "note", claim.Note)
 	}
 	in.obs.Transition(rec.Tool, record.Dispatched)
 	in.journalize(req, claimed, claim)

@@ -34,6 +34,17 @@ type Journal interface {
 // the caller whose call made the move. Arguments go in with the execution's
 // acceptance, results and errors with the transition that stored them, each
 // as the tool's policy allows.
+// journalizeAccepted journals the acceptance of rec, which the store has
+// already recorded as dispatched too: as the record stood when accepted.
+func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
+	if in.journal == nil {
+		return
+	}
+	accepted := *rec
+	accepted.State, accepted.Attempts, accepted.History = record.Accepted, 0, rec.History[:1]
+	in.journalize(req, &accepted, record.Change{To: record.Accepted})
+}
+
 func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Change) {
 	if in.journal == nil {
 		return

@@ -85,6 +85,11 @@ func TestJournalRecordsTransitions(t *testing.T) {
 			t.Errorf("entry %d (%s): arguments %+v, result %+v; want the arguments with acceptance, the result with completion", i, e.State, e.Arguments, e.Result)
 		}
 	}
+	if e := j.entries[0]; e.Attempt != 0 {
+		// The memory store records the dispatch with the reservation:
+		// the accepted entry still shows the record before it.
+		t.Errorf("accepted entry: attempt %d, want 0", e.Attempt)
+	}
 	if e := j.entries[1]; e.Attempt != 1 {
 		t.Errorf("dispatched entry: attempt %d, want 1", e.Attempt)
 	}

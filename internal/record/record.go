@@ -234,6 +234,12 @@ type ReserveOptions struct {
 	// superseded before it expires: under a client's key, a record of
 	// another action is matched, and the caller refuses the reuse.
 	Replace []State
+	// Dispatch asks that a won reservation be recorded as dispatched at
+	// once, accepted and dispatched at the same time, for a caller that
+	// sends it without waiting: one change fewer to store. A store may
+	// leave it accepted instead; the caller then records the dispatch
+	// itself, so it must look at the state it gets back.
+	Dispatch bool
 }
 
 // Sentinel errors that callers branch on.

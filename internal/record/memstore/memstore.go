@@ -122,6 +122,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	s.byID[rec.ID] = e
 	s.byKey[rec.Key] = e
 	s.live[rec.ID] = e
+	if opts.Dispatch {
+		// No one has this version yet: it may change in place.
+		rec.Apply(record.Change{To: record.Dispatched}, now)
+	}
 	return rec, true, nil
 }
 

@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConditionalClaim", testConditionalClaim},
 		{"OnlyTheSameActionReplaces", testOnlyTheSameActionReplaces},
 		{"PurgeSettlesOrphans", testPurgeSettlesOrphans},
+		{"ReserveAndDispatch", testReserveAndDispatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -628,4 +629,33 @@ func Execute(ctx context.Context, s record.Store, key string) (*record.Record, e
 		}
 	}
 	return got, nil
+}
+
+// testReserveAndDispatch: a reservation asked to record the dispatch too
+// comes back dispatched, with both transitions and one attempt, or, from
+// a store that does not, accepted; either way the record then lives as
+// any other, and a call that matches it attaches.
+func testReserveAndDispatch(t *testing.T, s record.Store, _ *Clock) {
+	r := newRecord("k")
+	got, won := mustReserve(t, s, r, record.ReserveOptions{Dispatch: true})
+	if !won {
+		t.Fatal("the reservation did not win")
+	}
+	switch got.State {
+	case record.Dispatched:
+		if len(got.History) != 2 || got.History[0].State != record.Accepted || got.History[1].State != record.Dispatched || got.Attempts != 1 {
+			t.Fatalf("reserved and dispatched: history %+v, attempts %d; want accepted then dispatched, 1 attempt", got.History, got.Attempts)
+		}
+	case record.Accepted:
+		mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	default:
+		t.Fatalf("reserved as %s", got.State)
+	}
+	if again, won := mustReserve(t, s, newRecord("k"), record.ReserveOptions{Dispatch: true}); won || again.ID != r.ID || again.State != record.Dispatched {
+		t.Fatalf("a second call: won %v, %s %s; want the first record, dispatched", won, again.ID, again.State)
+	}
+	done := mustUpdate(t, s, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	if done.Attempts != 1 {
+		t.Errorf("completed after one dispatch with %d attempts", done.Attempts)
+	}
 }
