@@ -54,6 +54,14 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 	if r, _ := s.Get(ctx, completed[0]); !r.LeaseUntil.IsZero() {
 		t.Errorf("Renew gave a completed record a lease until %v", r.LeaseUntil)
 	}
+	clock.Advance(staleCompletion + time.Second)
+	if err := s.Renew(ctx, "me", clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.live) != 0 {
+		t.Errorf("after %v undelivered, live still holds %d completed records", staleCompletion, len(s.live))
+	}
+	update(completed[0], record.Delivered) // found in byID
 	clock.Advance(2 * time.Minute)
 	fresh := reserve("fresh") // runs the purge
 	if len(s.live) != 1 || s.live[fresh] == nil {

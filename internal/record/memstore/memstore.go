@@ -218,17 +218,27 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range s.live {
-		if e.rec.State.InFlight() && e.rec.Owner == owner {
-			renewed := *e.rec
+	for id, e := range s.live {
+		switch r := e.rec; {
+		case r.State.InFlight() && r.Owner == owner:
+			renewed := *r
 			renewed.LeaseUntil = until
 			e.rec = &renewed
+		case r.State == record.Completed && now.Sub(r.At(record.Completed)) > staleCompletion:
+			// Its caller left without the answer: no delivery is
+			// coming soon, and live stays small.
+			delete(s.live, id)
 		}
 	}
 	return nil
 }
+
+// staleCompletion is how long a completed record stays in live waiting
+// for its delivery; Update finds it in byID after that.
+const staleCompletion = time.Minute
 
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {

@@ -158,13 +158,16 @@ func (c *Conn) WriteResponse(id, result json.RawMessage) error {
 }
 
 // WriteRequest writes the frame jsonrpc.NewRequest(id, method, params)
-// makes, id being the JSON text of the request's id, built in the Conn's
-// own buffer rather than in one of its own.
+// makes, id being the JSON text of the request's id ("" for a
+// notification), built in the Conn's own buffer rather than in one of its
+// own.
 func (c *Conn) WriteRequest(id string, method string, params json.RawMessage) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	b := append(c.wbuf[:0], `{"jsonrpc":"2.0","id":`...)
-	b = append(b, id...)
+	b := append(c.wbuf[:0], `{"jsonrpc":"2.0"`...)
+	if id != "" {
+		b = append(append(b, `,"id":`...), id...)
+	}
 	b = jsonrpc.AppendRequestTail(b, method, params)
 	return c.writeLocked(b)
 }

@@ -668,10 +668,14 @@ func TestWriteResponseAndRequest(t *testing.T) {
 	if err := c.WriteResponse(id, json.RawMessage("{\n\"a\":1}")); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.WriteRequest("", "notifications/initialized", nil); err != nil {
+		t.Fatal(err)
+	}
 	want := []string{
 		string(jsonrpc.NewResponse(id, result)) + "\n",
 		string(jsonrpc.NewRequest(json.RawMessage(`"mcp-idempotent:1"`), "tools/call", params)) + "\n",
 		`{"jsonrpc":"2.0","id":7,"result":{"a":1}}` + "\n",
+		string(jsonrpc.NewRequest(nil, "notifications/initialized", nil)) + "\n",
 	}
 	if !slices.Equal(w.writes, want) {
 		t.Fatalf("writes %q, want %q", w.writes, want)
