@@ -142,10 +142,10 @@ type clientCall struct {
 	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
 	once sync.Once   // guards finish
 
-	// msg, call and req are the request as decoded, the call as parsed
+	// raw, call and req are the request as it came, the call as parsed
 	// and as handed to the interceptor, kept here so that a call is one
 	// allocation.
-	msg  jsonrpc.Message
+	raw  []byte
 	call intercept.ToolCall
 	req  intercept.Request
 
@@ -634,14 +634,14 @@ func (s *Session) fromClientBatch(frame []byte) {
 // happens here on the reading goroutine; only a tool the proxy must first
 // list sends the call to a goroutine of its own.
 func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
-	c := &clientCall{s: s, id: in.ID, msg: *in, ctx: callContext{Context: ctx}}
-	msg := &c.msg // the caller's is on its stack
+	// in is on the caller's stack: what the call keeps of it is copied.
+	c := &clientCall{s: s, id: in.ID, raw: in.Raw, ctx: callContext{Context: ctx}}
 	call := &c.call
-	if perr := call.Parse(msg.Params); perr != nil {
-		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, perr))
+	if perr := call.Parse(in.Params); perr != nil {
+		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
 		return
 	}
-	c.key = string(msg.ID)
+	c.key = string(in.ID)
 	cctx := &c.ctx
 	s.inflight.Add(1)
 	s.mu.Lock()
@@ -649,7 +649,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 	s.mu.Unlock()
 
 	if info, ok := s.tools.cached(call.Name); ok {
-		s.handleToolCall(c, msg, call, info)
+		s.handleToolCall(c, call, info)
 		return
 	}
 	go func() {
@@ -660,22 +660,22 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 			c.finish() // cancelled before anything was decided: nothing ran
 			return
 		}
-		s.handleToolCall(c, msg, call, info)
+		s.handleToolCall(c, call, info)
 	}()
 }
 
-func (s *Session) handleToolCall(c *clientCall, msg *jsonrpc.Message, call *intercept.ToolCall, info toolInfo) {
+func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
 	if pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == "" {
 		// Read-only tools, and calls without a client key to a tool whose
 		// calls are matched by key only, pass through unrecorded.
 		if s.debug {
-			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", string(msg.ID))
+			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
-		s.forward(msg)
+		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params})
 		c.mu.Unlock()
 		c.finish()
 		return
