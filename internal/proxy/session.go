@@ -347,11 +347,12 @@ pump:
 	for {
 		select {
 		case err := <-upstreamDone:
-			s.upstreamGone(s.current())
 			if err != nil {
 				s.log.Warn("reading from the upstream", "err", err)
 			}
+			gone := s.current()
 			if s.opts.Restart == nil {
+				s.upstreamGone(gone)
 				s.inflight.Wait() // every caller is answered at once: the upstream is gone
 				return ErrUpstreamClosed
 			}
@@ -361,11 +362,20 @@ pump:
 				exits = exits[1:]
 			}
 			if len(exits) > s.opts.MaxRestarts {
+				s.upstreamGone(gone)
 				s.log.Error("the upstream keeps exiting; giving up", "exits", len(exits), "window", s.opts.RestartWindow)
 				s.inflight.Wait()
 				return fmt.Errorf("%w: %w (%d exits within %v)", ErrUpstreamClosed, ErrCrashLoop, len(exits), s.opts.RestartWindow)
 			}
-			next, err := s.restart(ctx, len(exits))
+			// The next link is in use before the callers of the one that
+			// is gone are answered: a call that comes once they are waits
+			// for the restart, instead of meeting the closed connection.
+			l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+			s.mu.Lock()
+			s.up = l
+			s.mu.Unlock()
+			s.upstreamGone(gone)
+			next, err := s.restart(ctx, l, len(exits))
 			if err != nil {
 				s.inflight.Wait()
 				if ctx.Err() != nil {
@@ -456,15 +466,14 @@ func (s *Session) startPump(ctx context.Context, l *link) <-chan error {
 	return done
 }
 
-// restart starts the upstream again, after a backoff that grows with the
-// number of recent exits, replays the client's handshake on it, and makes
-// it the link in use. It returns the new link's pump channel.
-func (s *Session) restart(ctx context.Context, exits int) (<-chan error, error) {
-	// The new link is in use from now on, not ready: the client's traffic
-	// waits for it instead of meeting the connection that is gone.
-	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+// restart starts the upstream again on l, the link already in use, after
+// a backoff that grows with the number of recent exits, replays the
+// client's handshake on it, and makes it ready. It returns l's pump
+// channel.
+func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error, error) {
+	// l is in use already, not ready: the client's traffic waits for it
+	// instead of meeting the connection that is gone.
 	s.mu.Lock()
-	s.up = l
 	handshake, initialized := s.handshake, s.initialized
 	s.mu.Unlock()
 	s.tools.invalidate()
