@@ -152,15 +152,21 @@ func TestHTTPRetryAfterPastTheDeadlineFailsNow(t *testing.T) {
 	})
 }
 
-// countingObserver counts the transitions the interceptor reports.
+// countingObserver counts the transitions the interceptor reports, and
+// keeps the upstream times.
 type countingObserver struct {
-	mu sync.Mutex
-	n  map[record.State]int
+	mu       sync.Mutex
+	n        map[record.State]int
+	upstream []time.Duration
 }
 
 func (o *countingObserver) Decision(string, policy.Class, string)      {}
 func (o *countingObserver) Attempt(string, int, string, time.Duration) {}
-func (o *countingObserver) Upstream(string, time.Duration)             {}
+func (o *countingObserver) Upstream(_ string, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.upstream = append(o.upstream, d)
+}
 func (o *countingObserver) Transition(_ string, st record.State) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -181,6 +187,26 @@ func TestEveryDispatchIsObserved(t *testing.T) {
 		defer obs.mu.Unlock()
 		if obs.n[record.Dispatched] != 2 || obs.n[record.Completed] != 1 {
 			t.Fatalf("observed %v; want 2 dispatches and 1 completion", obs.n)
+		}
+	})
+}
+
+// TestUpstreamTimeIsObserved: the metrics get how long each send took
+// upstream.
+func TestUpstreamTimeIsObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &countingObserver{n: map[record.State]int{}}
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			time.Sleep(250 * time.Millisecond)
+			return charged(ctx, n, p)
+		})
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Observer: obs})
+		h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if len(obs.upstream) != 1 || obs.upstream[0] != 250*time.Millisecond {
+			t.Fatalf("observed upstream times %v; want one of 250ms", obs.upstream)
 		}
 	})
 }

@@ -140,6 +140,7 @@ type Interceptor struct {
 	owner       string
 	lease       time.Duration
 	obs         Observer
+	timed       bool // an Observer was given: upstream calls are timed for it
 	// journal is nil when no journal is kept.
 	journal Journal
 
@@ -169,6 +170,7 @@ func New(opts Options) *Interceptor {
 	}
 	in.journal = opts.Journal
 	in.obs = opts.Observer
+	in.timed = in.obs != nil
 	if in.obs == nil {
 		in.obs = nopObserver{}
 	}
@@ -597,10 +599,15 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		// not empty), so they need not be read again.
 		params = insertMeta(params, req.Call.Meta, false, member)
 	}
-	sent := in.now()
+	var sent time.Time
+	if in.timed {
+		sent = in.now()
+	}
 	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
 		a.release()
-		in.obs.Upstream(rec.Tool, in.now().Sub(sent))
+		if in.timed {
+			in.obs.Upstream(rec.Tool, in.now().Sub(sent))
+		}
 		r := in.again(req, n, result, err)
 		if r.ok && a != nil && !a.budget.AllowRetry() {
 			in.log.Warn("retry budget exhausted; answering with the last result", "execution", rec.ID, "account", a.name)
