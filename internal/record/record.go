@@ -268,9 +268,11 @@ type Store interface {
 	// record holds the key, or the holder is expired, Failed (an orphan
 	// not yet sent included), or in a state listed in opts.Replace; r is
 	// then stored as Accepted and returned with won true. Otherwise the
-	// holder is returned with won false and its Attached count raised by
-	// one. r is the store's once passed: a store may keep it, and the
-	// caller must not change it.
+	// holder is returned with won false, and its Attached count is raised
+	// by one if it is of r's action (the same Fingerprint): a caller
+	// whose client key names another action is refused, not attached. r
+	// is the store's once passed: a store may keep it, and the caller
+	// must not change it.
 	Reserve(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, won bool, err error)
 
 	// Update applies c to the record id and returns the result. It returns

@@ -102,9 +102,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		s.apply(cur, record.OrphanChange(cur.rec), now)
 	}
 	if ok && !s.replaceable(cur.rec, r, now, opts) {
-		attached := *cur.rec
-		attached.Attached++
-		cur.rec = &attached
+		if cur.rec.Fingerprint == r.Fingerprint {
+			attached := *cur.rec
+			attached.Attached++
+			cur.rec = &attached
+		}
 		return cur.rec, false, nil
 	}
 	if _, dup := s.byID[r.ID]; dup {

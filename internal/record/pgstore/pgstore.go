@@ -204,11 +204,13 @@ const (
 const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until`
 
 // reserveSQL inserts the new record unless another holds the key and, if
-// one does and may be matched, attaches to it: one statement, one round
-// trip, for both a new execution and a replay. The unique index on the
-// holder lets exactly one concurrent insert through. When it returns no
-// row, the holder is an orphan or replaceable (or appeared after the
-// statement's snapshot) and Reserve deals with it before trying again.
+// one does and may be matched, returns it, attached to if it is of the
+// same action (a client key reused for another is not): one statement,
+// one round trip, for both a new execution and a replay. The unique index
+// on the holder lets exactly one concurrent insert through. When it
+// returns no row, the holder is an orphan or replaceable (or appeared
+// after the statement's snapshot) and Reserve deals with it before trying
+// again.
 var reserveSQL = params(`
 WITH ins AS (
 	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
@@ -218,7 +220,7 @@ WITH ins AS (
 	ON CONFLICT (key) WHERE holds_key DO NOTHING
 	RETURNING `+columns+`
 ), att AS (
-	UPDATE {schema}.records SET attached = attached + 1
+	UPDATE {schema}.records SET attached = attached + CASE WHEN fingerprint = $fingerprint THEN 1 ELSE 0 END
 	WHERE key = $key AND holds_key AND NOT EXISTS (SELECT FROM ins)
 		AND NOT `+orphan+` AND NOT `+replaceable+`
 	RETURNING `+columns+`

@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"OnlyTheSameActionReplaces", testOnlyTheSameActionReplaces},
 		{"PurgeSettlesOrphans", testPurgeSettlesOrphans},
 		{"ReserveAndDispatch", testReserveAndDispatch},
+		{"KeyReuseIsNotAttached", testKeyReuseIsNotAttached},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -497,6 +498,36 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 // action (fingerprint); one of another action is matched, so that the
 // caller can refuse the key's reuse instead of running the other action.
 // Once the record expires, the key is free for anything.
+// testKeyReuseIsNotAttached checks that a caller whose client key names
+// another action is given the holder, to be refused, without being
+// counted as one of its callers.
+func testKeyReuseIsNotAttached(t *testing.T, s record.Store, _ *Clock) {
+	first := newRecord("key:reused")
+	first.Fingerprint = "action-a"
+	r, _ := mustReserve(t, s, first, record.ReserveOptions{})
+	other := newRecord("key:reused")
+	other.Fingerprint = "action-b"
+	got, won := mustReserve(t, s, other, record.ReserveOptions{})
+	if won || got.ID != r.ID {
+		t.Fatalf("another action under the key won=%v (%s); want the holder %s", won, got.ID, r.ID)
+	}
+	if got.Attached != 0 {
+		t.Errorf("holder returned with Attached = %d after a reuse of its key for another action; want 0", got.Attached)
+	}
+	same := newRecord("key:reused")
+	same.Fingerprint = "action-a"
+	if got, _ := mustReserve(t, s, same, record.ReserveOptions{}); got.Attached != 1 {
+		t.Errorf("Attached = %d after a call of the same action; want 1", got.Attached)
+	}
+	stored, err := s.Get(context.Background(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Attached != 1 {
+		t.Errorf("stored Attached = %d; want 1: the call of the same action only", stored.Attached)
+	}
+}
+
 func testOnlyTheSameActionReplaces(t *testing.T, s record.Store, clock *Clock) {
 	for _, tc := range []struct {
 		name  string

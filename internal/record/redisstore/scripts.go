@@ -32,7 +32,8 @@ var (
 	//	[7...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
-	// 0 (the holder, attached to, is returned) or -1 (the id is taken).
+	// 0 (the holder is returned, attached to if it is of the same
+	// action) or -1 (the id is taken).
 	reserveScript = redis.NewScript(luaLib + `
 local now, channel = ARGV[1], ARGV[2]
 local hid = redis.call('GET', KEYS[1])
@@ -50,7 +51,9 @@ if hid then
     local replace = (h[5] == ARGV[6] and (st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)))
       or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
     if not replace then
-      redis.call('HINCRBY', rk, 'attached', 1)
+      if h[5] == ARGV[6] then
+        redis.call('HINCRBY', rk, 'attached', 1)
+      end
       return {0, oid, ottl, redis.call('HGETALL', rk)}
     end
   end

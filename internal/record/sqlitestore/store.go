@@ -394,10 +394,14 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 			orphan = cur.ID
 		}
 		if !replaceable(cur, r, now, opts) {
-			cur.Attached++
-			if orphan != "" {
+			attach := cur.Fingerprint == r.Fingerprint
+			if attach {
+				cur.Attached++
+			}
+			switch {
+			case orphan != "":
 				err = s.writeRecord(ctx, tx, cur)
-			} else {
+			case attach:
 				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
 			}
 			if err != nil {
