@@ -170,6 +170,11 @@ func BenchmarkCall(b *testing.B) {
 // other chains run between two calls of one chain, so every call finds the
 // chain's processes asleep and their caches cold, as calls spaced out by a
 // model's thinking do. ns/op is the time of one call on every chain.
+//
+// MCP_IDEMPOTENT_BENCH_BLOCK=N makes each turn N calls on one chain
+// instead of one: with N = 100, say, the calls of a turn find the chain
+// warm, as BenchmarkCall's do, while a load spike still lasts across the
+// turns of every chain.
 func BenchmarkInterleaved(b *testing.B) {
 	var runs []*chainRun
 	defer func() {
@@ -184,13 +189,27 @@ func BenchmarkInterleaved(b *testing.B) {
 		}
 		runs = append(runs, startChain(b, c))
 	}
-	i := 0
-	for b.Loop() {
-		for j := range runs {
-			runs[(i+j)%len(runs)].call()
+	block := 1
+	if v := os.Getenv("MCP_IDEMPOTENT_BENCH_BLOCK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("MCP_IDEMPOTENT_BENCH_BLOCK=%q: want a whole number of calls, 1 or more", v)
 		}
-		i++
+		block = n
 	}
+	// b.N calls on each chain, in turns of block calls.
+	b.ResetTimer()
+	for i, done := 0, 0; done < b.N; i++ {
+		n := min(block, b.N-done)
+		for j := range runs {
+			r := runs[(i+j)%len(runs)]
+			for range n {
+				r.call()
+			}
+		}
+		done += n
+	}
+	b.StopTimer()
 	for _, r := range runs {
 		r.report(r.chain.name + "-")
 	}
