@@ -45,11 +45,16 @@
 //
 // # Expiry
 //
-// A record in flight and its holder key have no Redis TTL; its index has
-// one of a day, which Renew extends. A settled record, its holder key and
-// its index get a TTL of the record's retention plus one minute, so Redis
-// drops them itself: no purge pass is needed. Matching never relies on the
-// TTL: a settled record stops matching when Options.Now passes its
+// A settled record, its holder key and its index get a TTL of the record's
+// retention plus one minute, so Redis drops them itself: no purge pass is
+// needed. A record in flight and its holder key get a TTL that ends that
+// long after the record's lease, which Renew and every new claim move on
+// with the lease: a record whose owner died and that no one asks for again
+// (no one settles it as an orphan) is dropped when it would have expired
+// had it been settled at its lease's end. A record in flight without a
+// lease, which cannot become an orphan, has none. The index of a record in
+// flight has a TTL of a day, which Renew extends. Matching never relies on
+// the TTL: a settled record stops matching when Options.Now passes its
 // ExpiresAt. The extra minute lets a waiter woken by the settle read the
 // record even with a zero retention, and covers clocks of proxies a little
 // behind the server's.

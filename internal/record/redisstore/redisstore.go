@@ -485,10 +485,10 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if len(mine) == 0 {
 		return nil
 	}
-	lease := encTime(until)
+	lease, now := encTime(until), s.clock()
 	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
 		for _, o := range mine {
-			eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id)}, owner, lease)
+			eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
 			p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
 		}
 	})

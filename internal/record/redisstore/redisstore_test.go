@@ -345,7 +345,8 @@ func TestWaitWokenByAnotherProcess(t *testing.T) {
 }
 
 // Settled records, their holder and their index carry a Redis TTL of their
-// retention and a grace; records in flight and their holder carry none.
+// retention and a grace; records in flight without a lease (which never
+// become orphans) and their holder carry none.
 func TestSettledRecordsExpireInRedis(t *testing.T) {
 	url := serverURL(t)
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
@@ -420,6 +421,69 @@ func TestSettledRecordsExpireInRedis(t *testing.T) {
 		t.Fatalf("Reserve over an orphan = %+v, %v", got, err)
 	}
 	settled("index of a settled orphan", nextIndex)
+}
+
+// A record in flight with a lease, and its holder, expire one retention
+// and the grace after the lease ends, so that an orphan no one asks for
+// again is dropped as if it had been settled then; a renewal or a new
+// claim moves that along with the lease.
+func TestOrphansExpireInRedis(t *testing.T) {
+	url := serverURL(t)
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := open(t, url, newPrefix(t, url), clock.Now)
+	opt, _ := redis.ParseURL(url)
+	raw := redis.NewClient(opt)
+	defer raw.Close()
+	ctx := t.Context()
+	// want checks that key's TTL is lease, the retention (an hour) and
+	// the grace, less the few seconds a slow test may take.
+	want := func(what, key string, lease time.Duration) {
+		t.Helper()
+		d, err := raw.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := lease + time.Hour + redisstore.TTLGrace
+		if d > full || d < full-10*time.Second {
+			t.Errorf("%s TTL = %v; want %v: the lease, the retention and the grace", what, d, full)
+		}
+	}
+
+	r := newRecord("k")
+	r.Owner, r.LeaseUntil = "proxy-1", clock.Now().Add(30*time.Second)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	holder, rec, _ := redisstore.Keys(s, "k", r.ID)
+	want("accepted record", rec, 30*time.Second)
+	want("holder of an accepted record", holder, 30*time.Second)
+
+	clock.Advance(10 * time.Second)
+	if err := s.Renew(ctx, "proxy-1", clock.Now().Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	want("renewed record", rec, 10*time.Minute)
+	want("holder of a renewed record", holder, 10*time.Minute)
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched})
+	want("dispatched record", rec, 10*time.Minute)
+
+	// Settled unknown, then claimed again by another owner: in flight
+	// under the new lease.
+	mustUpdate(t, s, r.ID, record.Change{To: record.Unknown})
+	mustUpdate(t, s, r.ID, record.Change{To: record.Dispatched, Owner: "proxy-2", LeaseUntil: clock.Now().Add(time.Minute)})
+	want("record re-dispatched by another owner", rec, time.Minute)
+	want("holder of a re-dispatched record", holder, time.Minute)
+
+	// A lease already over when the TTL is set leaves the retention and
+	// the grace.
+	clock.Advance(5 * time.Minute)
+	late := newRecord("late")
+	late.Owner, late.LeaseUntil = "proxy-3", clock.Now().Add(-time.Second)
+	if _, _, err := s.Reserve(ctx, late, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, lateRec, _ := redisstore.Keys(s, "late", late.ID)
+	want("record whose lease is over", lateRec, 0)
 }
 
 // Times are kept to the nanosecond: expiry is exact, with a carry into

@@ -63,6 +63,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('SET', KEYS[1], ARGV[4])
+flight_ttl(KEYS[2], KEYS[1], true, now)
 return {1, oid, ottl}
 `)
 
@@ -110,15 +111,18 @@ end
 return {'ok', ttl, redis.call('HGETALL', KEYS[1])}
 `)
 
-	// renewScript extends one record's lease if owner still runs it.
+	// renewScript extends one record's lease, and its TTL, if owner
+	// still runs it.
 	//
-	//	KEYS[1] the record; ARGV[1] the owner, [2] the new lease
+	//	KEYS[1] the record, KEYS[2] its holder key
+	//	ARGV[1] the owner, [2] the new lease, [3] the id, [4] now
 	//
 	// It returns 1 if it did, else 0.
 	renewScript = redis.NewScript(luaLib + `
 local h = redis.call('HMGET', KEYS[1], 'state', 'owner')
 if h[1] and INFLIGHT[h[1]] and h[2] == ARGV[1] then
   redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+  flight_ttl(KEYS[1], KEYS[2], redis.call('GET', KEYS[2]) == ARGV[3], ARGV[4])
   return 1
 end
 return 0
@@ -157,6 +161,30 @@ local function orphaned(state, lease, now)
   return INFLIGHT[state] and lease and lease ~= '' and before(lease, now)
 end
 
+-- flight_ttl gives the record rk in flight, and its holder key hk if holds,
+-- the TTL that lapses one retention and the grace after its lease ends:
+-- when the record would expire had it been settled as an orphan then. A
+-- record whose owner died and that no one asks for again is thus dropped
+-- too. A record without a lease cannot become an orphan, and has no TTL.
+local function flight_ttl(rk, hk, holds, now)
+  local h = redis.call('HMGET', rk, 'lease_until', 'retention')
+  local lease = h[1]
+  if not lease or lease == '' then
+    redis.call('PERSIST', rk)
+    if holds then redis.call('PERSIST', hk) end
+    return
+  end
+  local ttl = math.min(math.floor(tonumber(h[2] or '0') / 1e6), MAX_TTL_MS) + GRACE_MS
+  if before(now, lease) then
+    local lh, ll = split(lease)
+    local nh, nl = split(now)
+    ttl = ttl + (lh - nh) * 1000 + math.floor((ll - nl) / 1e6)
+  end
+  ttl = math.min(ttl, MAX_TTL_MS + GRACE_MS)
+  redis.call('PEXPIRE', rk, ttl)
+  if holds then redis.call('PEXPIRE', hk, ttl) end
+end
+
 -- apply moves the record rk from state from to state to, which NEXT
 -- allows. It returns the TTL given to the record if it settled, else 0.
 local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease, channel)
@@ -186,8 +214,10 @@ local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease,
   end
   if not INFLIGHT[from] then
     redis.call('HSET', rk, 'expires_at', '')
-    redis.call('PERSIST', rk)
-    if holds then redis.call('PERSIST', hk) end
+  end
+  if not INFLIGHT[from] or owner ~= '' then
+    -- Back in flight, or claimed with a new lease.
+    flight_ttl(rk, hk, holds, now)
   end
   return 0
 end
