@@ -180,7 +180,37 @@ type callContext struct {
 	mu         sync.Mutex    // protects the fields below, and the setting of err
 	done       chan struct{} // made by Done
 	doneClosed bool
-	stop       func() bool // stops ending the call when the session's context ends
+	stop       func() bool    // stops ending the call when the session's context ends
+	afters     map[int]func() // AfterFunc's, by registration
+	nextAfter  int
+}
+
+// AfterFunc arranges for f to run in its own goroutine once the call's
+// context ends, as context.AfterFunc does; stop unregisters f and reports
+// whether that kept it from running. A context derived from the call's
+// (the deadline of a caller waiting for another's execution) registers
+// here rather than starting a goroutine to watch Done.
+func (c *callContext) AfterFunc(f func()) (stop func() bool) {
+	c.Done() // the session's end must end the call, and so run f
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doneClosed {
+		go f()
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = make(map[int]func())
+	}
+	id := c.nextAfter
+	c.nextAfter++
+	c.afters[id] = f
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.afters[id]
+		delete(c.afters, id)
+		return ok
+	}
 }
 
 func (c *callContext) Err() error {
@@ -235,6 +265,10 @@ func (c *callContext) endLocked(err error) {
 	if c.done != nil && !c.doneClosed {
 		close(c.done)
 		c.doneClosed = true
+		for _, f := range c.afters {
+			go f()
+		}
+		c.afters = nil
 	}
 }
 

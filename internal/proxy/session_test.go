@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -434,6 +435,60 @@ func TestCallContext(t *testing.T) {
 			t.Fatal("ending a call ended the session's context")
 		}
 		c.end() // twice is fine
+	})
+	t.Run("derived contexts start no goroutine", func(t *testing.T) {
+		session, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		c := &callContext{Context: session}
+		before := runtime.NumGoroutine()
+		var derived []context.Context
+		for range 50 {
+			d, stop := context.WithTimeout(c, time.Hour)
+			defer stop()
+			derived = append(derived, d)
+		}
+		if n := runtime.NumGoroutine() - before; n > 5 {
+			t.Errorf("50 contexts derived from a call's started %d goroutines; want none", n)
+		}
+		c.end()
+		for _, d := range derived {
+			select {
+			case <-d.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("a context derived from the call's did not end with it")
+			}
+			if !errors.Is(d.Err(), context.Canceled) {
+				t.Fatalf("derived Err = %v; want Canceled", d.Err())
+			}
+		}
+	})
+	t.Run("AfterFunc", func(t *testing.T) {
+		c := &callContext{Context: t.Context()}
+		ran := make(chan string, 3)
+		stopped := c.AfterFunc(func() { ran <- "stopped" })
+		c.AfterFunc(func() { ran <- "kept" })
+		if !stopped() {
+			t.Fatal("stop before the end = false; want true")
+		}
+		if stopped() {
+			t.Fatal("a second stop = true; want false")
+		}
+		c.end()
+		if got := <-ran; got != "kept" {
+			t.Fatalf("ran %q; want the function that was kept", got)
+		}
+		late := c.AfterFunc(func() { ran <- "late" })
+		if got := <-ran; got != "late" {
+			t.Fatalf("ran %q; want the function registered after the end", got)
+		}
+		if late() {
+			t.Fatal("stop of a function already started = true; want false")
+		}
+		select {
+		case got := <-ran:
+			t.Fatalf("ran %q too", got)
+		case <-time.After(50 * time.Millisecond):
+		}
 	})
 	t.Run("session ends", func(t *testing.T) {
 		session, cancel := context.WithCancel(t.Context())
