@@ -784,6 +784,9 @@ func (s *Session) fromUpstream(frame []byte) {
 	var m jsonrpc.Message // on the stack, as in fromClient
 	msg := &m
 	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
+		if s.unreadableAnswer(frame, err) {
+			return
+		}
 		// Not ours to judge: the client sees what the server sent.
 		s.log.Warn("unparseable message from the upstream, passed on", "err", err, "size", len(frame))
 		s.writeClient(frame)
@@ -856,6 +859,32 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream's answer to %s was dropped: %v", method, err)))
 	}
+}
+
+// unreadableAnswer handles a frame from the upstream that is not JSON but
+// whose first members still name one of the proxy's own requests: that
+// request is answered with the error, as an answer that came and could
+// not be read (for a tools/call, an outcome not observed), rather than
+// left waiting for ever while the client got a frame under an id it never
+// sent. It reports whether the frame was such an answer. The answer to a
+// client's request passes on as it came, and the request is forgotten.
+func (s *Session) unreadableAnswer(frame []byte, err error) bool {
+	id, isResponse := jsonrpc.HeadID(frame)
+	if !isResponse {
+		return false
+	}
+	key := string(id)
+	s.mu.Lock()
+	p, own := s.pending[key]
+	delete(s.pending, key)
+	delete(s.forwarded, key)
+	s.mu.Unlock()
+	if !own {
+		return false
+	}
+	s.log.Error("an answer from the upstream is not JSON", "err", err, "id", key, "size", len(frame))
+	s.answered(p, nil, fmt.Errorf("the upstream's answer could not be read: %w", err))
+	return true
 }
 
 // acted notes that one of the proxy's own requests has been answered and

@@ -335,6 +335,37 @@ func TestTransportStandInsAreNotUpstreamErrors(t *testing.T) {
 	}
 }
 
+// TestUnreadableAnswer: an answer from the upstream that is not JSON but
+// names one of the proxy's own requests answers that request (a tools/call
+// gets outcome unknown, under the client's id) instead of reaching the
+// client under the proxy's id and leaving the call waiting; one to a
+// client's request passes on as it came.
+func TestUnreadableAnswer(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2","result":{"content":[}}`)
+	got := r.client.next(t, "client")
+	if !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Outcome unknown:") || !strings.Contains(got, "could not be read") {
+		t.Fatalf("the tools/call got %s; want outcome unknown under its own id, saying the answer could not be read", got)
+	}
+	// Its retry is told the same, without running again.
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card"}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,`) || !strings.Contains(got, "Outcome unknown:") {
+		t.Fatalf("the retry got %s; want outcome unknown", got)
+	}
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	const broken = `{"jsonrpc":"2.0","id":3,"result":{"contents":[}}`
+	r.upstream.send(t, broken)
+	if got := r.client.next(t, "client"); got != broken {
+		t.Fatalf("the pass-through request got %s; want the upstream's frame as it came", got)
+	}
+}
+
 // TestReservedIDsHoweverSpelled: a client request whose id the upstream
 // reads as one of the proxy's own is refused, spelled with an escape or
 // inside a batch, so no answer to it can be taken for the proxy's.
