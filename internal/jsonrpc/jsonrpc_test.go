@@ -496,6 +496,10 @@ func TestHeadID(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":3,"method":"x",`, "3", false},
 		{`not json`, "", false},
 		{``, "", false},
+		// A stray bracket does not end a member early: the id nested
+		// after it is not the message's.
+		{`{"jsonrpc":"2.0","result":{"contents":],"id":"x"},"id":3}`, "", false},
+		{`{"jsonrpc":"2.0","id":3,"result":{"contents":]}}`, "3", true},
 	} {
 		id, response := HeadID([]byte(tt.head))
 		if string(id) != tt.id || (id != nil && response != tt.response) {

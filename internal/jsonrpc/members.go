@@ -175,13 +175,16 @@ func skipValue(b []byte, i int) int {
 }
 
 // HeadID returns the id of the message whose first bytes are head, the
-// part of a frame too large to read whole: the value of a top-level "id"
-// member that ends inside head, among the members that head holds whole.
-// isResponse is false when one of those is "method": the message is then
-// a request or notification, not an answer.
+// part of a frame too large, or too broken, to read whole: the value of a
+// top-level "id" member that ends inside head, among the valid members
+// that head holds whole before anything that is not JSON. isResponse is
+// false when one of those is "method": the message is then a request or
+// notification, not an answer. The members are validated as they are
+// read, so that a stray bracket inside one cannot end it early and pass
+// off what follows, an "id" nested inside it, as a member of the message.
 func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
 	isResponse = true
-	EachMember(head, func(name, value []byte) bool {
+	walkObject(head, skipSpace(head, 0), true, func(name, value []byte) bool {
 		switch string(name) {
 		case "method":
 			isResponse = false

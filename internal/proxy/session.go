@@ -862,12 +862,14 @@ func (s *Session) tooLargeFromUpstream(err error) {
 }
 
 // unreadableAnswer handles a frame from the upstream that is not JSON but
-// whose first members still name one of the proxy's own requests: that
-// request is answered with the error, as an answer that came and could
-// not be read (for a tools/call, an outcome not observed), rather than
-// left waiting for ever while the client got a frame under an id it never
-// sent. It reports whether the frame was such an answer. The answer to a
-// client's request passes on as it came, and the request is forgotten.
+// whose valid members, before the first that is not, name one of the
+// proxy's own requests: that request is answered with the error, as an
+// answer that came and could not be read (for a tools/call, an outcome
+// not observed), rather than left waiting for ever while the client got a
+// frame under an id it never sent. It reports whether the frame was such
+// an answer. Any other frame passes on as it came; a client's request it
+// may answer stays remembered, since the frame may as well be a request
+// of the upstream's whose "method" comes after the broken member.
 func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 	id, isResponse := jsonrpc.HeadID(frame)
 	if !isResponse {
@@ -877,7 +879,6 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)
-	delete(s.forwarded, key)
 	s.mu.Unlock()
 	if !own {
 		return false
