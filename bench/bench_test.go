@@ -197,7 +197,10 @@ func BenchmarkInterleaved(b *testing.B) {
 		}
 		block = n
 	}
-	// b.N calls on each chain, in turns of block calls.
+	// b.N calls on each chain, in turns of block calls. (b.N rather than
+	// b.Loop, whose iterations cannot be grouped by chain: the testing
+	// package first calls the benchmark with b.N = 1, which only starts
+	// the chains once more.)
 	b.ResetTimer()
 	for i, done := 0, 0; done < b.N; i++ {
 		n := min(block, b.N-done)

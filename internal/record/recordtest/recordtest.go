@@ -493,11 +493,6 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 	}
 }
 
-// testOnlyTheSameActionReplaces: under a client's key, a failed or
-// replaceable record is superseded only by a reservation of the same
-// action (fingerprint); one of another action is matched, so that the
-// caller can refuse the key's reuse instead of running the other action.
-// Once the record expires, the key is free for anything.
 // testKeyReuseIsNotAttached checks that a caller whose client key names
 // another action is given the holder, to be refused, without being
 // counted as one of its callers.
@@ -528,6 +523,11 @@ func testKeyReuseIsNotAttached(t *testing.T, s record.Store, _ *Clock) {
 	}
 }
 
+// testOnlyTheSameActionReplaces: under a client's key, a failed or
+// replaceable record is superseded only by a reservation of the same
+// action (fingerprint); one of another action is matched, so that the
+// caller can refuse the key's reuse instead of running the other action.
+// Once the record expires, the key is free for anything.
 func testOnlyTheSameActionReplaces(t *testing.T, s record.Store, clock *Clock) {
 	for _, tc := range []struct {
 		name  string
