@@ -936,9 +936,10 @@ func outcome(result json.RawMessage, err error) record.Change {
 	}
 	switch {
 	case errors.As(err, &malformed):
-		b, _ := json.Marshal(jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream's answer was malformed (%s); the call failed", malformed.What))
-		return record.Change{To: record.Failed, Error: b, Note: err.Error()}
+		// An answer came, so the call was received and may have run, but
+		// it does not say how it went: the outcome is not known, and
+		// calling again must not run it again.
+		return record.Change{To: record.Unknown, Note: err.Error()}
 	case retry.IsNotSent(err):
 		// Before the JSON-RPC case: a transport's not-sent error may wrap
 		// its stand-in error object.
@@ -1309,7 +1310,7 @@ func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessa
 func unknownResult(r *record.Record) json.RawMessage {
 	sent := r.At(record.Dispatched).UTC().Format(time.RFC3339Nano)
 	return toolResult(fmt.Sprintf(
-		"Outcome unknown: execution %s of %s was sent to the upstream (%s) at %s and no answer was observed (%s). "+
+		"Outcome unknown: execution %s of %s was sent to the upstream (%s) at %s and no usable answer was observed (%s). "+
 			"It may or may not have taken effect. Do not retry blindly: check whether it happened first.",
 		r.ID, r.Tool, r.Upstream, sent, lastNote(r)), "unknown", r)
 }

@@ -149,19 +149,24 @@ func TestAlreadyDoneOnTheFirstSendIsTheAnswer(t *testing.T) {
 	}
 }
 
-func TestMalformedAnswerFails(t *testing.T) {
+// TestMalformedAnswerIsUnknown: an answer that is not a tool result came
+// from a server that received the call and may have run it, so the
+// outcome is unknown: the caller is told so, and calling again neither
+// runs it again nor retries it.
+func TestMalformedAnswerIsUnknown(t *testing.T) {
 	for _, result := range []string{`[1,2]`, `"text"`, `null`} {
 		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
 			return json.RawMessage(result), nil
 		})
 		h.pol.Retry = retryRule(true)
-		a := h.call(t.Context(), t, chargeCall).only(t)
-		if a.Error == nil || !strings.Contains(string(a.Error), "malformed") {
-			t.Fatalf("a result %s got %+v; want a JSON-RPC error saying the answer was malformed", result, a)
+		for range 2 {
+			v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+			if text := v.Content[0].Text; !v.IsError || !strings.HasPrefix(text, "Outcome unknown:") || !strings.Contains(text, "malformed answer") {
+				t.Fatalf("a result %s got %+v; want outcome unknown, naming the malformed answer", result, v)
+			}
 		}
-		h.call(t.Context(), t, chargeCall).only(t)
-		if n := h.up.calls.Load(); n != 2 {
-			t.Fatalf("upstream saw %d calls; a malformed answer fails the call (not replayed, not retried)", n)
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls for a result %s; want 1: a malformed answer is not run again", n, result)
 		}
 	}
 }

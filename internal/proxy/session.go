@@ -989,10 +989,15 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 // sender: the answer msg, or err when none came.
 func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	defer s.acted()
+	// "error": null, as JSON-RPC 1.0 servers write beside a result, is no
+	// error.
+	hasError := msg != nil && msg.Error != nil && string(msg.Error) != "null"
 	switch {
 	case err != nil:
 		p.done(nil, err)
-	case msg.Error != nil:
+	case hasError && msg.Result != nil:
+		p.done(nil, retry.Malformed("a response to "+p.method+" with both a result and an error", msg.Raw))
+	case hasError:
 		// A transport's stand-in for an answer that never came is not
 		// the upstream refusing the request.
 		switch notSent, unanswered := jsonrpc.TransportFailure(msg.Error); {

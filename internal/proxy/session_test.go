@@ -366,6 +366,39 @@ func TestUnreadableAnswer(t *testing.T) {
 	}
 }
 
+// TestAnswersBeyondTheRules: an answer with "error": null beside its
+// result (JSON-RPC 1.0 style) is the result; one with both a result and
+// an error is malformed, and its call's outcome unknown. Neither runs
+// again when called again.
+func TestAnswersBeyondTheRules(t *testing.T) {
+	for _, tt := range []struct {
+		name, answer, want string
+	}{
+		{"error null", `"result":{"content":[{"type":"text","text":"charged"}]},"error":null`, "charged"},
+		{"both", `"result":{"content":[{"type":"text","text":"charged"}]},"error":{"code":-32000,"message":"no"}`, "Outcome unknown:"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 0)
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+			r.upstream.next(t, "upstream") // tools/list
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+			r.upstream.next(t, "upstream") // the call
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2",`+tt.answer+`}`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, tt.want) {
+				t.Fatalf("the call got %s; want %q", got, tt.want)
+			}
+			r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card"}}`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,`) || !strings.Contains(got, tt.want) {
+				t.Fatalf("calling again got %s; want %q, not another run", got, tt.want)
+			}
+			r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+			if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
+				t.Fatalf("upstream got %s; want the ping, the tool not called again", got)
+			}
+		})
+	}
+}
+
 // TestUnreadableFrameIsNotMisread: a broken frame is read for an id only
 // up to its first broken member. An "id" nested after a stray bracket is
 // not taken for the message's, and a broken request of the upstream's

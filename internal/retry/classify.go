@@ -21,8 +21,10 @@ const (
 	// Retry may try again after a wait, if the attempt is safe to resend
 	// (SafeToResend) and the budgets allow.
 	Retry
-	// Bug is a Fail that points at a broken upstream or a broken proxy:
-	// the caller gets a failure, and the proxy logs it at error level.
+	// Bug points at a broken upstream or a broken proxy: it is not
+	// retried, the proxy logs it at error level, and the caller is told
+	// what went wrong (for an answer that came malformed, that the
+	// outcome is unknown).
 	Bug
 )
 

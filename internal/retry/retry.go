@@ -52,7 +52,9 @@ func IsNotSent(err error) bool {
 // A MalformedError is an answer from the upstream that is not what the
 // protocol allows, such as a response with neither result nor error, or a
 // tool result that is not an object. It is a bug, not a transient
-// failure: the call fails, and the proxy says so loudly.
+// failure: it is not retried, and the proxy says so loudly. The server
+// received the call and may have run it, so the call's outcome is
+// unknown.
 type MalformedError struct {
 	What string // what was wrong
 	Size int    // the size of the answer, in bytes
