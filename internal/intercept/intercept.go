@@ -1098,16 +1098,22 @@ func extra(c *ToolCall) map[string]json.RawMessage {
 	return m
 }
 
-// inputRequired reports whether result asks the client for more input
-// (MCP 2026-07-28 multi-round requests) rather than completing.
+// inputRequired reports whether result, a valid JSON object, asks the
+// client for more input (MCP 2026-07-28 multi-round requests) rather than
+// completing. The member's name is matched exactly: a completion must not
+// be taken for a question, and run again, because of a "ResultType".
 func inputRequired(result json.RawMessage) bool {
 	if !bytes.Contains(result, []byte("input_required")) {
 		return false
 	}
-	var r struct {
-		ResultType string `json:"resultType"`
-	}
-	return json.Unmarshal(result, &r) == nil && r.ResultType == "input_required"
+	var resultType string
+	jsonrpc.EachMember(result, func(name, value []byte) bool {
+		if string(name) == "resultType" {
+			resultType, _ = jsonrpc.StringValue(value)
+		}
+		return true
+	})
+	return resultType == "input_required"
 }
 
 func lastNote(r *record.Record) string {

@@ -404,6 +404,21 @@ func TestInputRequiredIsNotACompletion(t *testing.T) {
 	}
 }
 
+// TestResultTypeIsMatchedExactly: a completion whose result happens to
+// hold a member "ResultType" is a completion, replayed, not run again.
+func TestResultTypeIsMatchedExactly(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[{"type":"text","text":"charged"}],"ResultType":"input_required"}`), nil
+	})
+	h.call(t.Context(), t, chargeCall).only(t)
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.Meta.Replayed {
+		t.Fatalf("calling again got %+v; want the completion replayed", v)
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; want 1", n)
+	}
+}
+
 func TestTaskHandleIsReplayed(t *testing.T) {
 	h := newHarness(func(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, error) {
 		return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"task-%d","status":"working"}}`, n)), nil
