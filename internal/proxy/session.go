@@ -23,9 +23,10 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// A Conn carries JSON-RPC frames. ReadFrame is called from one goroutine;
-// WriteFrame may be called from many. Close must unblock the peer's reads of
-// what we write (it closes our write side).
+// A Conn carries JSON-RPC frames. ReadFrame is called from one goroutine,
+// and the frame it returns is the caller's to keep; WriteFrame may be
+// called from many. Close must unblock the peer's reads of what we write
+// (it closes our write side).
 type Conn interface {
 	ReadFrame() ([]byte, error)
 	WriteFrame(frame []byte) error
@@ -93,8 +94,8 @@ type Session struct {
 	sending int
 	idle    chan struct{}
 	// forwarded holds the client's requests passed upstream and not yet
-	// answered, by id, with their method.
-	forwarded map[string]string
+	// answered, by jsonrpc.IDKey of their id.
+	forwarded map[string]forwardedRequest
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
 	// up is the upstream connection in use; it changes when the upstream
@@ -105,6 +106,14 @@ type Session struct {
 	// replay on a restarted upstream; nil if the client sent none.
 	handshake   json.RawMessage
 	initialized bool // the client sent notifications/initialized
+}
+
+// A forwardedRequest is a client's request passed upstream: its id as the
+// client spelled it, to answer it under if the upstream never does, and
+// its method.
+type forwardedRequest struct {
+	id     json.RawMessage
+	method string
 }
 
 // sent is one of the proxy's own requests upstream, waiting for its
@@ -326,7 +335,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		debug:     log.Enabled(context.Background(), slog.LevelDebug),
 		tools:     newToolTable(opts.Resolve),
 		pending:   make(map[string]sent),
-		forwarded: make(map[string]string),
+		forwarded: make(map[string]forwardedRequest),
 		calls:     make(map[string]*clientCall),
 	}
 }
@@ -622,7 +631,7 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
 		return
 	}
-	s.forwarded[string(msg.ID)] = msg.Method
+	s.forwarded[jsonrpc.IDKey(msg.ID)] = forwardedRequest{msg.ID, msg.Method}
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}
@@ -665,7 +674,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 	s.mu.Lock()
 	for _, m := range msgs {
 		if m.IsRequest() {
-			s.forwarded[string(m.ID)] = m.Method
+			s.forwarded[jsonrpc.IDKey(m.ID)] = forwardedRequest{m.ID, m.Method}
 		}
 	}
 	s.mu.Unlock()
@@ -684,7 +693,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
 		return
 	}
-	c.key = string(in.ID)
+	c.key = jsonrpc.IDKey(in.ID)
 	cctx := &c.ctx
 	s.inflight.Add(1)
 	s.mu.Lock()
@@ -747,7 +756,7 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 	}
 	if json.Unmarshal(msg.Params, &p) == nil && p.RequestID != nil {
 		s.mu.Lock()
-		c, ok := s.calls[string(p.RequestID)]
+		c, ok := s.calls[jsonrpc.IDKey(p.RequestID)]
 		s.mu.Unlock()
 		if ok {
 			c.mu.Lock()
@@ -793,20 +802,11 @@ func (s *Session) fromUpstream(frame []byte) {
 		return
 	}
 	if msg.Batch {
-		// The answers to a batch the client sent: no request waits on
-		// them any more.
-		if msgs, err := jsonrpc.DecodeBatch(frame); err == nil {
-			s.mu.Lock()
-			for _, m := range msgs {
-				if m.IsResponse() {
-					delete(s.forwarded, string(m.ID))
-				}
-			}
-			s.mu.Unlock()
-		}
+		s.fromUpstreamBatch(frame)
+		return
 	}
 	if msg.IsResponse() {
-		key := string(msg.ID)
+		key := jsonrpc.IDKey(msg.ID)
 		s.mu.Lock()
 		if p, ok := s.pending[key]; ok {
 			delete(s.pending, key)
@@ -814,10 +814,16 @@ func (s *Session) fromUpstream(frame []byte) {
 			s.answered(p, msg, nil)
 			return
 		}
-		method := s.forwarded[key]
+		f := s.forwarded[key]
 		delete(s.forwarded, key)
 		s.mu.Unlock()
-		if method == "tools/list" && msg.Result != nil {
+		if reservedID(msg.ID) {
+			// No client request has such an id: a second answer, or one
+			// to a request never made.
+			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(msg.ID))
+			return
+		}
+		if f.method == "tools/list" && msg.Result != nil {
 			if page, err := policy.ParseListResult(msg.Result); err == nil {
 				s.tools.learn(page)
 			}
@@ -826,6 +832,51 @@ func (s *Session) fromUpstream(frame []byte) {
 		s.tools.invalidate()
 	}
 	s.writeClient(frame)
+}
+
+// fromUpstreamBatch handles a batch from the upstream: the answers to a
+// batch the client sent, which no request waits on any more, and which
+// pass on. An answer in it to one of the proxy's own requests (which the
+// proxy never sends in a batch) is taken out and acted on, and one to no
+// request of the proxy's is dropped: the client never sees the proxy's ids.
+func (s *Session) fromUpstreamBatch(frame []byte) {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		s.writeClient(frame)
+		return
+	}
+	var own []sent
+	var ownMsgs []*jsonrpc.Message
+	var rest [][]byte
+	s.mu.Lock()
+	for _, m := range msgs {
+		if !m.IsResponse() {
+			rest = append(rest, m.Raw)
+			continue
+		}
+		key := jsonrpc.IDKey(m.ID)
+		if p, ok := s.pending[key]; ok {
+			delete(s.pending, key)
+			own, ownMsgs = append(own, p), append(ownMsgs, m)
+			continue
+		}
+		delete(s.forwarded, key)
+		if reservedID(m.ID) {
+			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(m.ID))
+			continue
+		}
+		rest = append(rest, m.Raw)
+	}
+	s.mu.Unlock()
+	for i, p := range own {
+		s.answered(p, ownMsgs[i], nil)
+	}
+	switch {
+	case len(rest) == len(msgs):
+		s.writeClient(frame)
+	case len(rest) > 0:
+		s.writeClient(append(append([]byte("["), bytes.Join(rest, []byte(","))...), ']'))
+	}
 }
 
 // tooLargeFromUpstream handles a message from the upstream over the size
@@ -843,11 +894,11 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		s.log.Error("dropped a message from the upstream", "err", err)
 		return
 	}
-	key := string(id)
+	key := jsonrpc.IDKey(id)
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)
-	method, forwarded := s.forwarded[key]
+	f, forwarded := s.forwarded[key]
 	delete(s.forwarded, key)
 	s.mu.Unlock()
 	s.log.Error("dropped an answer from the upstream", "err", err, "id", key)
@@ -856,8 +907,8 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		// Not a NotSent error: the upstream ran the request and answered.
 		s.answered(p, nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
 	case forwarded:
-		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream's answer to %s was dropped: %v", method, err)))
+		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream's answer to %s was dropped: %v", f.method, err)))
 	}
 }
 
@@ -875,7 +926,7 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 	if !isResponse {
 		return false
 	}
-	key := string(id)
+	key := jsonrpc.IDKey(id)
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)
@@ -923,16 +974,16 @@ func (s *Session) upstreamGone(l *link) {
 	}
 	close(l.gone)
 	forwarded := s.forwarded
-	s.forwarded = make(map[string]string)
+	s.forwarded = make(map[string]forwardedRequest)
 	pending := s.pending
 	s.pending = make(map[string]sent)
 	s.mu.Unlock()
 	for _, p := range pending {
 		s.answered(p, nil, errUpstreamExited)
 	}
-	for id, method := range forwarded {
-		s.writeClient(jsonrpc.NewErrorResponse(json.RawMessage(id), jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream closed before answering %s", method)))
+	for _, f := range forwarded {
+		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream closed before answering %s", f.method)))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -396,6 +397,82 @@ func TestAnswersBeyondTheRules(t *testing.T) {
 				t.Fatalf("upstream got %s; want the ping, the tool not called again", got)
 			}
 		})
+	}
+}
+
+// TestIDsAsJSONReadsThem: an answer whose id the upstream spelled its own
+// way (an escape, 1 for 1.0) is the answer to the request with that id:
+// the request is forgotten, not answered a second time when the upstream
+// exits; a request still waiting then is answered under the id as the
+// client spelled it; and a cancellation names its call however it spells
+// the id.
+func TestIDsAsJSONReadsThem(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"req-é","method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"req-\u00e9","result":{}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":1.0,"method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+	r.client.next(t, "client")
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10.0}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2.50,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, "resources/read") {
+		t.Fatalf("upstream got %s; want the read, the cancellation of call 10 kept in the proxy", got)
+	}
+
+	r.upstreamW.Close()
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2.50,`) || !strings.Contains(got, "closed before answering resources/read") {
+		t.Fatalf("client got %s; want only the read answered, under its id as sent", got)
+	}
+	r.wait(t)
+	select {
+	case f := <-r.client.frames:
+		t.Fatalf("client got %s too; the answered requests and the cancelled call get nothing more", f)
+	default:
+	}
+}
+
+// TestTheProxysIDsStayInTheProxy: an answer from the upstream under one of
+// the proxy's ids never reaches the client: a second answer, or one to a
+// request never made, is dropped; one spelled with an escape, or sent
+// inside a batch, answers the proxy's request it names.
+func TestTheProxysIDsStayInTheProxy(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent\u003a1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call, as mcp-idempotent:2
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:2","result":{"content":[{"type":"text","text":"one"}]}}]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "one") {
+		t.Fatalf("the call got %s; want the answer that came in a batch", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2","result":{"content":[{"type":"text","text":"again"}]}}`)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:999","result":{}}`)
+
+	r.client.send(t, `[{"jsonrpc":"2.0","id":5,"method":"ping"}]`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+	r.upstream.next(t, "upstream") // the call, as mcp-idempotent:3
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":5,"result":{}},{"jsonrpc":"2.0","id":"mcp-idempotent:3","result":{"content":[{"type":"text","text":"two"}]}}]`)
+	answers := []string{r.client.next(t, "client"), r.client.next(t, "client")}
+	slices.Sort(answers) // the batch first: '[' < '{'
+	if want := `[{"jsonrpc":"2.0","id":5,"result":{}}]`; answers[0] != want {
+		t.Errorf("client got %s; want the batch with its own answer only, %s", answers[0], want)
+	}
+	if !strings.Contains(answers[1], `"id":6,`) || !strings.Contains(answers[1], "two") {
+		t.Errorf("the second call got %s; want the answer taken from the batch", answers[1])
+	}
+	for _, a := range answers {
+		if strings.Contains(a, "mcp-idempotent:") {
+			t.Errorf("client got %s, which holds one of the proxy's ids", a)
+		}
 	}
 }
 

@@ -1,0 +1,66 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/big"
+	"strconv"
+)
+
+// IDKey returns the key under which a request id is remembered until its
+// answer comes: one key for the ids that JSON reads as one value, however
+// they are spelled, since a peer that decodes and encodes again answers
+// with its own spelling. A string is keyed by its value ("req-\u00e9" and
+// "req-é" are one id), a number by its exact value (1, 1.0 and 1e0 are one;
+// 0 and -0 too), anything else by its text. id must be valid JSON.
+func IDKey(id json.RawMessage) string {
+	if len(id) == 0 {
+		return ""
+	}
+	switch c := id[0]; {
+	case c == '"':
+		if bytes.IndexByte(id, '\\') < 0 {
+			return string(id) // the common case: the text is the value
+		}
+		if v, ok := StringValue(id); ok {
+			// Not a text without escapes, which holds no quote: a key of
+			// this form is never another string's.
+			return `"` + v + `"`
+		}
+	case c == '-' || '0' <= c && c <= '9':
+		return numberKey(id)
+	}
+	return string(id)
+}
+
+// numberKey returns the key of the JSON number n: its exact value as
+// big.Rat writes it ("1", "-3/2"), which for an integer spelled without a
+// fraction or an exponent is its text.
+func numberKey(n []byte) string {
+	plain := true
+	exp := -1
+	for i, c := range n {
+		switch c {
+		case '.':
+			plain = false
+		case 'e', 'E':
+			plain, exp = false, i
+		}
+	}
+	switch {
+	case plain && string(n) != "-0":
+		return string(n)
+	case exp >= 0:
+		// An exponent too large to expand is left as written: no peer
+		// answers with such an id spelled otherwise.
+		e, err := strconv.Atoi(string(n[exp+1:]))
+		if err != nil || e > 400 || e < -400 {
+			return string(n)
+		}
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok {
+		return string(n)
+	}
+	return r.RatString()
+}
