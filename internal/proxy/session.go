@@ -94,8 +94,10 @@ type Session struct {
 	sending int
 	idle    chan struct{}
 	// forwarded holds the client's requests passed upstream and not yet
-	// answered, by jsonrpc.IDKey of their id.
-	forwarded map[string]forwardedRequest
+	// answered, by jsonrpc.IDKey of their id; forwardIdle, when not nil,
+	// is closed once it is empty: shutdown waits on it.
+	forwarded   map[string]forwardedRequest
+	forwardIdle chan struct{}
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
 	// up is the upstream connection in use; it changes when the upstream
@@ -448,6 +450,7 @@ pump:
 		// client going, within the grace.
 		s.inflight.Wait()
 		<-s.sendsSettled()
+		<-s.forwardsSettled()
 		close(settled)
 	}()
 	select {
@@ -471,6 +474,20 @@ pump:
 		s.upstreamGone(s.current())
 	case <-time.After(drainWait):
 		s.log.Debug("the upstream is still open after the end of input", "waited", drainWait)
+		// Whoever still waits is answered before the upstream is
+		// stopped: no request is left without an answer.
+		s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
+	}
+	// The callers just answered may be replying on goroutines of their
+	// own (those attached to an execution); not for ever.
+	waited := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(drainWait):
 	}
 	return nil
 }
@@ -815,7 +832,7 @@ func (s *Session) fromUpstream(frame []byte) {
 			return
 		}
 		f := s.forwarded[key]
-		delete(s.forwarded, key)
+		s.forgetLocked(key)
 		s.mu.Unlock()
 		if reservedID(msg.ID) {
 			// No client request has such an id: a second answer, or one
@@ -860,7 +877,7 @@ func (s *Session) fromUpstreamBatch(frame []byte) {
 			own, ownMsgs = append(own, p), append(ownMsgs, m)
 			continue
 		}
-		delete(s.forwarded, key)
+		s.forgetLocked(key)
 		if reservedID(m.ID) {
 			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(m.ID))
 			continue
@@ -899,7 +916,7 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	p, own := s.pending[key]
 	delete(s.pending, key)
 	f, forwarded := s.forwarded[key]
-	delete(s.forwarded, key)
+	s.forgetLocked(key)
 	s.mu.Unlock()
 	s.log.Error("dropped an answer from the upstream", "err", err, "id", key)
 	switch {
@@ -956,17 +973,58 @@ func (s *Session) acted() {
 func (s *Session) sendsSettled() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sending == 0 {
+		// Not kept: a later send (a retry after its wait) and its answer
+		// would close it again.
+		return closedChannel
+	}
 	if s.idle == nil {
 		s.idle = make(chan struct{})
-		if s.sending == 0 {
-			close(s.idle)
-		}
 	}
 	return s.idle
 }
 
-// upstreamGone answers everyone still waiting on the upstream link l.
+// closedChannel is a channel closed from the start.
+var closedChannel = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// forgetLocked forgets the client's request key, forwarded and now
+// answered. s.mu must be held.
+func (s *Session) forgetLocked(key string) {
+	delete(s.forwarded, key)
+	if len(s.forwarded) == 0 && s.forwardIdle != nil {
+		close(s.forwardIdle)
+		s.forwardIdle = nil
+	}
+}
+
+// forwardsSettled returns a channel closed once no request of the
+// client's passed upstream waits for its answer.
+func (s *Session) forwardsSettled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.forwarded) == 0 {
+		return closedChannel
+	}
+	if s.forwardIdle == nil {
+		s.forwardIdle = make(chan struct{})
+	}
+	return s.forwardIdle
+}
+
+// upstreamGone answers everyone still waiting on the upstream link l,
+// which closed.
 func (s *Session) upstreamGone(l *link) {
+	s.abandon(l, errUpstreamExited, "the upstream closed before answering %s")
+}
+
+// abandon answers everyone still waiting on the upstream link l, whose
+// answers will not come: the proxy's own requests with err, the client's
+// with an error saying why (why holds a %s for the method).
+func (s *Session) abandon(l *link, err error, why string) {
 	s.mu.Lock()
 	if closed(l.gone) {
 		s.mu.Unlock()
@@ -975,15 +1033,19 @@ func (s *Session) upstreamGone(l *link) {
 	close(l.gone)
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]forwardedRequest)
+	if s.forwardIdle != nil {
+		close(s.forwardIdle)
+		s.forwardIdle = nil
+	}
 	pending := s.pending
 	s.pending = make(map[string]sent)
 	s.mu.Unlock()
 	for _, p := range pending {
-		s.answered(p, nil, errUpstreamExited)
+		s.answered(p, nil, err)
 	}
 	for _, f := range forwarded {
 		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream closed before answering %s", f.method)))
+			"mcp-idempotent: "+why, f.method)))
 	}
 }
 
@@ -991,6 +1053,11 @@ func (s *Session) upstreamGone(l *link) {
 // answered because the upstream went away: not NotSent, since the upstream
 // may have acted on it.
 var errUpstreamExited = errors.New("the upstream exited before answering")
+
+// errSessionEnded is the outcome of a request still unanswered when the
+// session ended: the client had gone, the grace had passed, and the
+// upstream had not closed; the upstream is stopped without answering it.
+var errSessionEnded = errors.New("the session ended before the upstream answered")
 
 // Send implements intercept.Upstream: it sends one of the proxy's own
 // requests upstream, under an id of the proxy's, and calls done with the

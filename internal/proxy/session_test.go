@@ -588,6 +588,56 @@ func TestShutdownWaitsForADetachedExecution(t *testing.T) {
 	}
 }
 
+// TestShutdownWaitsForAPassThroughRequest: a request passed through gets
+// the grace too, and its answer reaches the client, which may still read
+// after closing its side.
+func TestShutdownWaitsForAPassThroughRequest(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.clientW.Close()
+	select {
+	case <-r.upstream.closed:
+		t.Fatal("the upstream's input was closed with a request unanswered")
+	case <-time.After(300 * time.Millisecond):
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) {
+		t.Fatalf("client got %s; want the answer", got)
+	}
+	r.wait(t)
+}
+
+// TestShutdownAnswersEveryone: when the client has gone, the grace has
+// passed and the upstream neither answers nor closes, every request still
+// waiting is answered before the session ends (the client may still be
+// reading): the tools/call with an unknown outcome, the pass-through
+// request with an error.
+func TestShutdownAnswersEveryone(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.clientW.Close()
+	answers := map[string]string{}
+	for range 2 {
+		f := r.client.next(t, "client")
+		var m struct{ ID json.RawMessage }
+		json.Unmarshal([]byte(f), &m)
+		answers[string(m.ID)] = f
+	}
+	if got := answers["1"]; !strings.Contains(got, "Outcome unknown:") || !strings.Contains(got, "session ended") {
+		t.Errorf("the tools/call got %q; want outcome unknown, the session having ended", got)
+	}
+	if got := answers["2"]; !strings.Contains(got, `"error"`) || !strings.Contains(got, "session ended before the upstream answered resources/read") {
+		t.Errorf("the pass-through request got %q; want an error saying the session ended", got)
+	}
+	r.wait(t)
+}
+
 // TestCallContext checks a call's context: it ends when the call ends or
 // the session's context does, whichever is first, and contexts derived
 // from it end with it.
