@@ -508,6 +508,25 @@ func TestHeadID(t *testing.T) {
 	}
 }
 
+func TestHeadRequest(t *testing.T) {
+	for _, tt := range []struct {
+		head, id, method string
+	}{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"xxx`, "7", "tools/call"},
+		{`{"jsonrpc":"2.0","method":"ping","params":{"x":"xxx`, "", "ping"},
+		{`{"jsonrpc":"2.0","method":"ping","id":12`, "", "ping"}, // the id may go on
+		{`{"jsonrpc":"2.0","id":4,"result":{"x":"xxx`, "4", ""},
+		{`{"params":{"id":5,"method":"x"},"id":6,"method":"y","p":"`, "6", "y"},
+		{`{"params":{"a":],"id":5,"method":"x"}`, "", ""}, // nothing after a broken member
+		{`xx`, "", ""},
+	} {
+		id, method := HeadRequest([]byte(tt.head))
+		if string(id) != tt.id || method != tt.method {
+			t.Errorf("HeadRequest(%s) = %s, %q; want %s, %q", tt.head, id, method, tt.id, tt.method)
+		}
+	}
+}
+
 func FuzzHeadID(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":12,"result":{"content":[{"text":"xx`))
 	f.Add([]byte(`{"id":"a\"b","method":"x"`))

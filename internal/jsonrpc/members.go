@@ -174,6 +174,26 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
+// HeadRequest returns what head, the first bytes of a message too large
+// to read whole, tells of it as a request: its id, if a top-level "id"
+// member ends inside head, and its method, if a "method" member does,
+// among the valid members that head holds whole. A message with a method
+// and no id may be a notification, or a request whose id comes later.
+func HeadRequest(head []byte) (id json.RawMessage, method string) {
+	walkObject(head, skipSpace(head, 0), true, func(name, value []byte) bool {
+		switch string(name) {
+		case "method":
+			method, _ = StringValue(value)
+		case "id":
+			if end := cap(head) - cap(value) + len(value); end < len(head) {
+				id = value
+			}
+		}
+		return true
+	})
+	return id, method
+}
+
 // HeadID returns the id of the message whose first bytes are head, the
 // part of a frame too large, or too broken, to read whole: the value of a
 // top-level "id" member that ends inside head, among the valid members

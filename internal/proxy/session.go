@@ -587,7 +587,7 @@ func (s *Session) pumpClient(ctx context.Context) error {
 		frame, err := s.client.ReadFrame()
 		if err != nil {
 			if isFrameTooLarge(err) {
-				s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
+				s.tooLargeFromClient(err)
 				continue
 			}
 			if errors.Is(err, io.EOF) {
@@ -597,6 +597,26 @@ func (s *Session) pumpClient(ctx context.Context) error {
 		}
 		s.fromClient(ctx, frame)
 	}
+}
+
+// tooLargeFromClient answers a message from the client over the size
+// limit, which was dropped: under its id, when its first bytes hold it,
+// else under a null id, as JSON-RPC answers a request whose id cannot be
+// read. An answer of the client's to a request of the upstream's is only
+// logged: no answer goes to an answer.
+func (s *Session) tooLargeFromClient(err error) {
+	var head []byte
+	var h interface{ FrameHead() []byte }
+	if errors.As(err, &h) {
+		head = h.FrameHead()
+	}
+	id, method := jsonrpc.HeadRequest(head)
+	if method == "" && id != nil {
+		s.log.Error("dropped an answer from the client", "err", err, "id", string(id))
+		return
+	}
+	s.log.Warn("refused a message from the client", "err", err, "method", method, "id", string(id))
+	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
 }
 
 // isFrameTooLarge reports whether err is a transport's size-limit error,

@@ -255,9 +255,16 @@ func TestOversizedFrameIsRefusedAndTheSessionGoesOn(t *testing.T) {
 	r := newRig(t, 64)
 	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 100)+`"}}`)
 	got := r.client.next(t, "client")
-	if !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "64-byte limit") {
-		t.Fatalf("got %s; want an error naming the 64-byte limit", got)
+	if !strings.Contains(got, `"id":1,`) || !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "64-byte limit") {
+		t.Fatalf("got %s; want an error under id 1, naming the 64-byte limit", got)
 	}
+	// An id past the first bytes cannot be read: JSON-RPC's null id.
+	r.client.send(t, `{"jsonrpc":"2.0","method":"ping","params":{"pad":"`+strings.Repeat("x", 10000)+`"},"id":3}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,`) || !strings.Contains(got, "64-byte limit") {
+		t.Fatalf("got %s; want an error under a null id", got)
+	}
+	// An answer of the client's gets no answer.
+	r.client.send(t, `{"jsonrpc":"2.0","id":4,"result":{"pad":"`+strings.Repeat("x", 100)+`"}}`)
 	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":2,"method":"ping"}` {
 		t.Fatalf("the frame after an oversized one reached upstream as %s", got)
