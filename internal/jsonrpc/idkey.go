@@ -12,31 +12,33 @@ import (
 // they are spelled, since a peer that decodes and encodes again answers
 // with its own spelling. A string is keyed by its value ("req-\u00e9" and
 // "req-é" are one id), a number by its exact value (1, 1.0 and 1e0 are one;
-// 0 and -0 too), anything else by its text. id must be valid JSON.
-func IDKey(id json.RawMessage) string {
+// 0 and -0 too), anything else by its text. The key of an id spelled the
+// usual way (a string without escapes, an integer) is id itself, so that
+// looking it up costs no allocation. id must be valid JSON.
+func IDKey(id json.RawMessage) []byte {
 	if len(id) == 0 {
-		return ""
+		return id
 	}
 	switch c := id[0]; {
 	case c == '"':
 		if bytes.IndexByte(id, '\\') < 0 {
-			return string(id) // the common case: the text is the value
+			return id // the common case: the text is the value
 		}
 		if v, ok := StringValue(id); ok {
 			// Not a text without escapes, which holds no quote: a key of
 			// this form is never another string's.
-			return `"` + v + `"`
+			return []byte(`"` + v + `"`)
 		}
 	case c == '-' || '0' <= c && c <= '9':
 		return numberKey(id)
 	}
-	return string(id)
+	return id
 }
 
 // numberKey returns the key of the JSON number n: its exact value as
 // big.Rat writes it ("1", "-3/2"), which for an integer spelled without a
 // fraction or an exponent is its text.
-func numberKey(n []byte) string {
+func numberKey(n []byte) []byte {
 	plain := true
 	exp := -1
 	for i, c := range n {
@@ -49,18 +51,18 @@ func numberKey(n []byte) string {
 	}
 	switch {
 	case plain && string(n) != "-0":
-		return string(n)
+		return n
 	case exp >= 0:
 		// An exponent too large to expand is left as written: no peer
 		// answers with such an id spelled otherwise.
 		e, err := strconv.Atoi(string(n[exp+1:]))
 		if err != nil || e > 400 || e < -400 {
-			return string(n)
+			return n
 		}
 	}
 	r, ok := new(big.Rat).SetString(string(n))
 	if !ok {
-		return string(n)
+		return n
 	}
-	return r.RatString()
+	return []byte(r.RatString())
 }

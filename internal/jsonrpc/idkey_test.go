@@ -16,7 +16,7 @@ func TestIDKey(t *testing.T) {
 	}
 	for _, group := range same {
 		for _, id := range group[1:] {
-			if a, b := IDKey(json.RawMessage(group[0])), IDKey(json.RawMessage(id)); a != b {
+			if a, b := string(IDKey(json.RawMessage(group[0]))), string(IDKey(json.RawMessage(id))); a != b {
 				t.Errorf("IDKey(%s) = %q, IDKey(%s) = %q; want one key", group[0], a, id, b)
 			}
 		}
@@ -24,7 +24,7 @@ func TestIDKey(t *testing.T) {
 	distinct := []string{`1`, `"1"`, `1.5`, `"1.5"`, `2`, `null`, `true`, `"a\"b"`, `"a"`, `12345678901234567890123`, `12345678901234567890124`, `1e401`, `1e402`}
 	seen := map[string]string{}
 	for _, id := range distinct {
-		k := IDKey(json.RawMessage(id))
+		k := string(IDKey(json.RawMessage(id)))
 		if other, ok := seen[k]; ok {
 			t.Errorf("IDKey(%s) = IDKey(%s) = %q; want distinct keys", id, other, k)
 		}

@@ -191,9 +191,15 @@ type callContext struct {
 	mu         sync.Mutex    // protects the fields below, and the setting of err
 	done       chan struct{} // made by Done
 	doneClosed bool
-	stop       func() bool    // stops ending the call when the session's context ends
-	afters     map[int]func() // AfterFunc's, by registration
-	nextAfter  int
+	stop       func() bool // stops ending the call when the session's context ends
+	afters     *afterFuncs // made by the first AfterFunc: most calls have none
+}
+
+// afterFuncs are the functions registered with a callContext's AfterFunc,
+// by registration.
+type afterFuncs struct {
+	funcs map[int]func()
+	next  int
 }
 
 // AfterFunc arranges for f to run in its own goroutine once the call's
@@ -210,16 +216,17 @@ func (c *callContext) AfterFunc(f func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	if c.afters == nil {
-		c.afters = make(map[int]func())
+		c.afters = &afterFuncs{funcs: make(map[int]func())}
 	}
-	id := c.nextAfter
-	c.nextAfter++
-	c.afters[id] = f
+	a := c.afters
+	id := a.next
+	a.next++
+	a.funcs[id] = f
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		_, ok := c.afters[id]
-		delete(c.afters, id)
+		_, ok := a.funcs[id]
+		delete(a.funcs, id)
 		return ok
 	}
 }
@@ -276,10 +283,12 @@ func (c *callContext) endLocked(err error) {
 	if c.done != nil && !c.doneClosed {
 		close(c.done)
 		c.doneClosed = true
-		for _, f := range c.afters {
-			go f()
+		if c.afters != nil {
+			for _, f := range c.afters.funcs {
+				go f()
+			}
+			c.afters = nil
 		}
-		c.afters = nil
 	}
 }
 
@@ -668,7 +677,7 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
 		return
 	}
-	s.forwarded[jsonrpc.IDKey(msg.ID)] = forwardedRequest{msg.ID, msg.Method}
+	s.forwarded[string(jsonrpc.IDKey(msg.ID))] = forwardedRequest{msg.ID, msg.Method}
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}
@@ -711,7 +720,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 	s.mu.Lock()
 	for _, m := range msgs {
 		if m.IsRequest() {
-			s.forwarded[jsonrpc.IDKey(m.ID)] = forwardedRequest{m.ID, m.Method}
+			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{m.ID, m.Method}
 		}
 	}
 	s.mu.Unlock()
@@ -730,7 +739,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
 		return
 	}
-	c.key = jsonrpc.IDKey(in.ID)
+	c.key = string(jsonrpc.IDKey(in.ID))
 	cctx := &c.ctx
 	s.inflight.Add(1)
 	s.mu.Lock()
@@ -793,7 +802,7 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 	}
 	if json.Unmarshal(msg.Params, &p) == nil && p.RequestID != nil {
 		s.mu.Lock()
-		c, ok := s.calls[jsonrpc.IDKey(p.RequestID)]
+		c, ok := s.calls[string(jsonrpc.IDKey(p.RequestID))]
 		s.mu.Unlock()
 		if ok {
 			c.mu.Lock()
@@ -843,7 +852,7 @@ func (s *Session) fromUpstream(frame []byte) {
 		return
 	}
 	if msg.IsResponse() {
-		key := jsonrpc.IDKey(msg.ID)
+		key := string(jsonrpc.IDKey(msg.ID))
 		s.mu.Lock()
 		if p, ok := s.pending[key]; ok {
 			delete(s.pending, key)
@@ -891,7 +900,7 @@ func (s *Session) fromUpstreamBatch(frame []byte) {
 			rest = append(rest, m.Raw)
 			continue
 		}
-		key := jsonrpc.IDKey(m.ID)
+		key := string(jsonrpc.IDKey(m.ID))
 		if p, ok := s.pending[key]; ok {
 			delete(s.pending, key)
 			own, ownMsgs = append(own, p), append(ownMsgs, m)
@@ -931,7 +940,7 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		s.log.Error("dropped a message from the upstream", "err", err)
 		return
 	}
-	key := jsonrpc.IDKey(id)
+	key := string(jsonrpc.IDKey(id))
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)
@@ -963,7 +972,7 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 	if !isResponse {
 		return false
 	}
-	key := jsonrpc.IDKey(id)
+	key := string(jsonrpc.IDKey(id))
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)

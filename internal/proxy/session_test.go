@@ -717,7 +717,7 @@ func TestCallContext(t *testing.T) {
 		if stopped() {
 			t.Fatal("a second stop = true; want false")
 		}
-		if n := len(c.afters); n != 1 {
+		if n := len(c.afters.funcs); n != 1 {
 			t.Fatalf("%d functions registered after a stop; want the one kept", n)
 		}
 		c.end()
