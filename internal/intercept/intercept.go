@@ -872,25 +872,16 @@ func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.Re
 	return policy.ResultMatch{}, false
 }
 
-// structuredValue returns structuredContent at a dot path.
+// structuredValue returns structuredContent at a dot path, names matched
+// exactly. result is a valid JSON object.
 func structuredValue(result json.RawMessage, path string) (json.RawMessage, bool) {
-	var r struct {
-		Structured json.RawMessage `json:"structuredContent"`
-	}
-	if json.Unmarshal(result, &r) != nil || r.Structured == nil {
-		return nil, false
-	}
-	v := r.Structured
-	for _, name := range strings.Split(path, ".") {
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(v, &obj) != nil {
-			return nil, false
-		}
-		if v = obj[name]; v == nil {
+	v := jsonrpc.Member(result, "structuredContent")
+	for name := range strings.SplitSeq(path, ".") {
+		if v = jsonrpc.Member(v, name); v == nil {
 			return nil, false
 		}
 	}
-	return v, true
+	return v, v != nil
 }
 
 // structuredIn reports whether structuredContent at path is one of values
@@ -1106,13 +1097,7 @@ func inputRequired(result json.RawMessage) bool {
 	if !bytes.Contains(result, []byte("input_required")) {
 		return false
 	}
-	var resultType string
-	jsonrpc.EachMember(result, func(name, value []byte) bool {
-		if string(name) == "resultType" {
-			resultType, _ = jsonrpc.StringValue(value)
-		}
-		return true
-	})
+	resultType, _ := jsonrpc.StringValue(jsonrpc.Member(result, "resultType"))
 	return resultType == "input_required"
 }
 

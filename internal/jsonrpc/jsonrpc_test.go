@@ -508,6 +508,23 @@ func TestHeadID(t *testing.T) {
 	}
 }
 
+func TestMember(t *testing.T) {
+	for _, tt := range []struct {
+		obj, name, want string
+	}{
+		{`{"a":1,"b":{"c":2}}`, "b", `{"c":2}`},
+		{` {"a":1,"a":2}`, "a", `2`}, // the last, as JSON.parse
+		{`{"A":1}`, "a", ""},         // names are exact
+		{`{"\u0061":1}`, "a", "1"},   // an escape is the same name
+		{`[1]`, "a", ""},
+		{``, "a", ""},
+	} {
+		if got := string(Member([]byte(tt.obj), tt.name)); got != tt.want {
+			t.Errorf("Member(%s, %q) = %q; want %q", tt.obj, tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestHeadRequest(t *testing.T) {
 	for _, tt := range []struct {
 		head, id, method string

@@ -174,6 +174,25 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
+// Member returns the raw value of the member name of the JSON object obj,
+// or nil if obj is not an object or has no such member. Of duplicate
+// members it keeps the last, as JSON.parse does, and names are matched
+// exactly (see EachMember). obj must be valid JSON.
+func Member(obj []byte, name string) json.RawMessage {
+	obj = obj[skipSpace(obj, 0):]
+	if len(obj) == 0 || obj[0] != '{' {
+		return nil
+	}
+	var v []byte
+	_ = EachMember(obj, func(n, value []byte) bool {
+		if string(n) == name {
+			v = value
+		}
+		return true
+	})
+	return v
+}
+
 // HeadRequest returns what head, the first bytes of a message too large
 // to read whole, tells of it as a request: its id, if a top-level "id"
 // member ends inside head, and its method, if a "method" member does,

@@ -403,34 +403,13 @@ func SchemaDefaults(schema json.RawMessage) map[string]json.RawMessage {
 	if !json.Valid(schema) {
 		return nil
 	}
-	obj, ok := object(schema)
-	if !ok {
-		return nil
-	}
-	var props []byte
-	jsonrpc.EachMember(obj, func(name, value []byte) bool {
-		if string(name) == "properties" {
-			props = value
-		}
-		return true
-	})
-	props, ok = object(props)
+	props, ok := object(jsonrpc.Member(schema, "properties"))
 	if !ok {
 		return nil
 	}
 	var defaults map[string]json.RawMessage
 	jsonrpc.EachMember(props, func(prop, schema []byte) bool {
-		schema, ok := object(schema)
-		if !ok {
-			return true
-		}
-		var def []byte
-		jsonrpc.EachMember(schema, func(name, value []byte) bool {
-			if string(name) == "default" {
-				def = value
-			}
-			return true
-		})
+		def := jsonrpc.Member(schema, "default")
 		if def == nil {
 			return true
 		}

@@ -73,6 +73,19 @@ func (p *peer) next(t *testing.T, side string) string {
 	return ""
 }
 
+// byID reads the next n frames, which may come in any order, by their id.
+func (p *peer) byID(t *testing.T, n int) map[string]string {
+	t.Helper()
+	frames := make(map[string]string, n)
+	for range n {
+		f := p.next(t, "client")
+		var m struct{ ID json.RawMessage }
+		json.Unmarshal([]byte(f), &m)
+		frames[string(m.ID)] = f
+	}
+	return frames
+}
+
 // rig is a Session between two test peers: the client and the upstream.
 type rig struct {
 	client, upstream *peer
@@ -209,13 +222,7 @@ func TestUpstreamDeathAnswersEveryone(t *testing.T) {
 	r.upstream.next(t, "upstream") // the tools/call: dispatched
 	r.upstreamW.Close()            // the upstream dies with the call in flight
 
-	answers := map[string]string{}
-	for range 2 {
-		f := r.client.next(t, "client")
-		var m struct{ ID json.RawMessage }
-		json.Unmarshal([]byte(f), &m)
-		answers[string(m.ID)] = f
-	}
+	answers := r.client.byID(t, 2)
 	if a := answers["1"]; !strings.Contains(a, `"error"`) || !strings.Contains(a, "closed before answering resources/read") {
 		t.Errorf("pass-through request got %s; want an error saying the upstream closed", a)
 	}
@@ -517,13 +524,7 @@ func TestUnreadableFrameIsNotMisread(t *testing.T) {
 	// Both reads are still remembered (the frames might have been
 	// anything), so the upstream's exit answers both.
 	r.upstreamW.Close()
-	answers := map[string]string{}
-	for range 2 {
-		f := r.client.next(t, "client")
-		var m struct{ ID json.RawMessage }
-		json.Unmarshal([]byte(f), &m)
-		answers[string(m.ID)] = f
-	}
+	answers := r.client.byID(t, 2)
 	if got := answers["4"]; !strings.Contains(got, "closed before answering resources/read") {
 		t.Fatalf("request 4 got %q; want it answered when the upstream closed", got)
 	}
@@ -629,13 +630,7 @@ func TestShutdownAnswersEveryone(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a"}}`)
 	r.upstream.next(t, "upstream")
 	r.clientW.Close()
-	answers := map[string]string{}
-	for range 2 {
-		f := r.client.next(t, "client")
-		var m struct{ ID json.RawMessage }
-		json.Unmarshal([]byte(f), &m)
-		answers[string(m.ID)] = f
-	}
+	answers := r.client.byID(t, 2)
 	if got := answers["1"]; !strings.Contains(got, "Outcome unknown:") || !strings.Contains(got, "session ended") {
 		t.Errorf("the tools/call got %q; want outcome unknown, the session having ended", got)
 	}

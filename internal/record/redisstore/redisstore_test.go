@@ -344,6 +344,24 @@ func TestWaitWokenByAnotherProcess(t *testing.T) {
 	}
 }
 
+// pttl returns a function that reads a key's Redis TTL (-1 for none).
+func pttl(t *testing.T, url string) func(key string) time.Duration {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(opt)
+	t.Cleanup(func() { raw.Close() })
+	return func(key string) time.Duration {
+		t.Helper()
+		d, err := raw.PTTL(t.Context(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+}
+
 // Settled records, their holder and their index carry a Redis TTL of their
 // retention and a grace; records in flight without a lease (which never
 // become orphans) and their holder carry none.
@@ -351,18 +369,8 @@ func TestSettledRecordsExpireInRedis(t *testing.T) {
 	url := serverURL(t)
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
 	s := open(t, url, newPrefix(t, url), clock.Now)
-	opt, _ := redis.ParseURL(url)
-	raw := redis.NewClient(opt)
-	defer raw.Close()
 	ctx := t.Context()
-	ttl := func(key string) time.Duration {
-		t.Helper()
-		d, err := raw.PTTL(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	ttl := pttl(t, url)
 	settled := func(what, key string) {
 		t.Helper()
 		if d := ttl(key); d <= time.Hour || d > time.Hour+redisstore.TTLGrace {
@@ -431,18 +439,13 @@ func TestOrphansExpireInRedis(t *testing.T) {
 	url := serverURL(t)
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
 	s := open(t, url, newPrefix(t, url), clock.Now)
-	opt, _ := redis.ParseURL(url)
-	raw := redis.NewClient(opt)
-	defer raw.Close()
 	ctx := t.Context()
+	ttl := pttl(t, url)
 	// want checks that key's TTL is lease, the retention (an hour) and
 	// the grace, less the few seconds a slow test may take.
 	want := func(what, key string, lease time.Duration) {
 		t.Helper()
-		d, err := raw.PTTL(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := ttl(key)
 		full := lease + time.Hour + redisstore.TTLGrace
 		if d > full || d < full-10*time.Second {
 			t.Errorf("%s TTL = %v; want %v: the lease, the retention and the grace", what, d, full)

@@ -137,18 +137,7 @@ func needsBase64(s string) bool {
 // nil. Of duplicate members it keeps the last, as JSON.parse and the
 // upstream do, so that a header never disagrees with what the upstream
 // reads from the body.
-func member(obj []byte, key string) (v []byte) {
-	if len(obj) == 0 || obj[0] != '{' {
-		return nil
-	}
-	_ = jsonrpc.EachMember(obj, func(name, value []byte) bool {
-		if string(name) == key {
-			v = value
-		}
-		return true
-	})
-	return v
-}
+func member(obj []byte, key string) []byte { return jsonrpc.Member(obj, key) }
 
 // headerParamPrefix starts the headers that mirror the tool arguments the
 // tool's inputSchema marks with x-mcp-header (spec 2026-07-28,
