@@ -490,6 +490,35 @@ func TestTheProxysIDsStayInTheProxy(t *testing.T) {
 	}
 }
 
+// TestUnansweredListingDoesNotHoldCalls: a server that never answers the
+// proxy's tools/list does not hold the calls waiting on the listing: after
+// listTimeout they go on as calls to a tool with side effects.
+func TestUnansweredListingDoesNotHoldCalls(t *testing.T) {
+	defer func(d time.Duration) { listTimeout = d }(listTimeout)
+	listTimeout = 50 * time.Millisecond
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"tools/list"`) {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
+	}
+	call := r.upstream.next(t, "upstream") // not answered: the call goes on
+	if !strings.Contains(call, `"method":"tools/call"`) {
+		t.Fatalf("upstream got %s; want the call", call)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
+		t.Fatalf("client got %s; want the answer", got)
+	}
+	// As a tool with side effects, calling again replays.
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // the listing, tried again
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"mcp-idempotent/replayed":true`) {
+		t.Fatalf("calling again got %s; want the answer replayed", got)
+	}
+}
+
 // TestUnreadableFrameIsNotMisread: a broken frame is read for an id only
 // up to its first broken member. An "id" nested after a stray bracket is
 // not taken for the message's, and a broken request of the upstream's

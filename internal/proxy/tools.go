@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
@@ -95,6 +96,11 @@ func (t *toolTable) unlisted(name string) toolInfo {
 // that always returns a cursor cannot keep it busy forever.
 const maxListPages = 100
 
+// listTimeout bounds the proxy's own listing, all its pages: a server that
+// never answers tools/list must not hold the calls waiting on it for ever.
+// They then go by what is known, as when the listing fails.
+var listTimeout = 10 * time.Second
+
 // lookup returns what is known of the named tool. A tool not seen yet makes
 // the proxy list the upstream's tools once (concurrent callers share that
 // listing); a tool still unknown after it is treated as unlisted. list
@@ -118,7 +124,9 @@ func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx conte
 		t.inFlight = done
 		t.mu.Unlock()
 
-		ok := t.fetch(ctx, list)
+		lctx, cancel := context.WithTimeout(ctx, listTimeout)
+		ok := t.fetch(lctx, list)
+		cancel()
 
 		t.mu.Lock()
 		t.inFlight = nil
