@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -116,6 +117,39 @@ func TestRestartReplaysTheHandshake(t *testing.T) {
 	up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{}}`)
 	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{}}` {
 		t.Fatalf("the client got %s; want the ping's answer (and nothing of the replayed handshake)", got)
+	}
+}
+
+// TestExitDuringTheReplayedHandshake: an upstream that exits while its
+// handshake is replayed is one more exit, counted as any other, and the
+// next start goes on; the session does not wait for an answer that cannot
+// come.
+func TestExitDuringTheReplayedHandshake(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+	up.next(t, "upstream")
+	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.next(t, "client")
+	up.w.Close() // exits between calls
+
+	up2 := r.upstream(t)
+	if got := up2.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
+		t.Fatalf("the restarted upstream got %s; want the replayed initialize", got)
+	}
+	up2.w.Close() // exits during the handshake
+
+	up3 := r.upstream(t)
+	got := up3.next(t, "upstream started a third time")
+	if !strings.Contains(got, `"method":"initialize"`) {
+		t.Fatalf("the third upstream got %s; want the replayed initialize", got)
+	}
+	var m struct{ ID string }
+	json.Unmarshal([]byte(got), &m)
+	up3.send(t, `{"jsonrpc":"2.0","id":"`+m.ID+`","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if got := up3.next(t, "upstream started a third time"); got != `{"jsonrpc":"2.0","id":2,"method":"ping"}` {
+		t.Fatalf("the client's next request reached the upstream as %s", got)
 	}
 }
 

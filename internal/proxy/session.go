@@ -568,7 +568,25 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	done := s.startPump(ctx, l)
 	if handshake != nil {
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := s.call(hctx, "initialize", handshake)
+		answered := make(chan error, 1)
+		go func() {
+			_, err := s.call(hctx, "initialize", handshake)
+			answered <- err
+		}()
+		var err error
+		select {
+		case err = <-answered:
+		case perr := <-done:
+			// The upstream exited during the handshake: one more exit,
+			// which Run counts and acts on as any other. Its callers,
+			// the handshake among them, are answered then.
+			cancel()
+			<-answered
+			s.log.Warn("the upstream exited during the replayed handshake")
+			exited := make(chan error, 1)
+			exited <- perr
+			return exited, nil
+		}
 		cancel()
 		if err == nil && initialized {
 			err = conn.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
