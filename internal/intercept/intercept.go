@@ -1049,8 +1049,14 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	}
 	// Not ctx: the answer is out, so delivery must be recorded even if the
 	// caller cancels this instant.
-	if rec.State == record.Completed {
+	switch rec.State {
+	case record.Completed:
 		in.settle(req.bg, req, rec.ID, record.Change{To: record.Delivered})
+	case record.Delivered:
+		// Delivered to another caller before: nothing for the store to
+		// record, but the journal has a line for each caller that took
+		// the result.
+		in.journalize(req, rec, record.Change{To: record.Delivered})
 	}
 }
 

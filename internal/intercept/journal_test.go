@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -60,19 +61,18 @@ func (h *harness) settle(t *testing.T) {
 }
 
 // TestJournalRecordsTransitions: three identical calls are one execution
-// in the journal: accepted, dispatched, completed, delivered, with the
-// arguments hashed and the result redacted by default.
+// in the journal: accepted, dispatched, completed, and delivered once for
+// each caller that took the result, with the arguments hashed and the
+// result redacted by default.
 func TestJournalRecordsTransitions(t *testing.T) {
 	j := &memJournal{}
 	h := newHarness(charged).withJournal(j, nil)
 	for range 3 {
 		h.call(t.Context(), t, chargeCall).only(t)
-		// Settled before the next call, so that it replays a delivered
-		// execution: a call that replays a completed one delivers it again.
 		h.settle(t)
 	}
 
-	if got, want := j.states(), []string{"accepted", "dispatched", "completed", "delivered"}; !slices.Equal(got, want) {
+	if got, want := j.states(), []string{"accepted", "dispatched", "completed", "delivered", "delivered", "delivered"}; !slices.Equal(got, want) {
 		t.Fatalf("journal states %q; want %q", got, want)
 	}
 	rec := h.onlyRecord(t)
@@ -103,6 +103,35 @@ func TestJournalRecordsTransitions(t *testing.T) {
 	if res := j.entries[2].Result; !res.Redacted || res.Clear != nil || res.HMAC != "" {
 		t.Errorf("result %+v; want redacted (the default)", res)
 	}
+}
+
+// TestJournalDeliveredForEachCaller: callers that attached to one
+// execution while it ran each have their delivery in the journal, however
+// their answers race with the first caller's.
+func TestJournalDeliveredForEachCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		j := &memJournal{}
+		h.withJournal(j, nil)
+		const callers = 5
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		h.settle(t)
+		delivered := 0
+		for _, s := range j.states() {
+			if s == "delivered" {
+				delivered++
+			}
+		}
+		if delivered != callers {
+			t.Fatalf("journal states %q: %d deliveries; want one for each of the %d callers", j.states(), delivered, callers)
+		}
+	})
 }
 
 // TestJournalValues: each mode shows a value as it says; a hash is blind
@@ -197,7 +226,7 @@ func TestJournalFileVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if n, err := journal.Verify(f); n != 8 || err != nil {
-		t.Errorf("Verify = %d, %v; want 8 lines (two executions of four transitions), nil", n, err)
+	if n, err := journal.Verify(f); n != 9 || err != nil {
+		t.Errorf("Verify = %d, %v; want 9 lines (two executions of four transitions, and the replay's delivery), nil", n, err)
 	}
 }
