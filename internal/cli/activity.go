@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,6 +73,21 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *storeURL == "" {
 		return usagef("activity %s: --store is required: the store the proxy used", verb)
 	}
+	if path, ok := sqlitePath(*storeURL); ok {
+		// Opening a file that is not there would make an empty store,
+		// and a mistyped path would read as "no executions".
+		if _, err := os.Stat(path); err != nil {
+			return usagef("--store: %v: give the file the proxy used", err)
+		}
+	}
+	if verb == "list" {
+		if *state != "" && !slices.Contains(record.States, record.State(*state)) {
+			return usagef("--state: %q is not a state: want one of %s", *state, stateNames())
+		}
+		if *limit < 1 {
+			return usagef("--limit: %d; want 1 or more", *limit)
+		}
+	}
 	wantPos := 1
 	if verb == "list" {
 		wantPos = 0
@@ -130,6 +147,25 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		printRecord(stdout, r)
 	}
 	return nil
+}
+
+// sqlitePath returns the file of a sqlite:PATH store URL.
+func sqlitePath(url string) (string, bool) {
+	rest, ok := strings.CutPrefix(url, "sqlite:")
+	if !ok {
+		return "", false
+	}
+	path, _, _ := strings.Cut(rest, "?")
+	return path, path != ""
+}
+
+// stateNames lists the states, for a message.
+func stateNames() string {
+	names := make([]string, len(record.States))
+	for i, s := range record.States {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 // resolveExecution settles an unknown execution as an operator found it,

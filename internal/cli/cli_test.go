@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,12 @@ func TestUsageErrors(t *testing.T) {
 		{"no arguments", nil, []string{"no upstream command"}},
 		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
 		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
+		// A mistyped store file would open as an empty new store, and the
+		// list read "no executions".
+		{"activity: no such store file", []string{"activity", "list", "--store", "sqlite:/nonexistent/typo.db"}, []string{"--store", "typo.db"}},
+		{"activity: bad state", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--state", "bogus"}, []string{"--state", `"bogus"`, "unknown"}},
+		{"activity: state in capitals", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--state", "Unknown"}, []string{"--state", `"Unknown"`}},
+		{"activity: bad limit", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--limit", "-1"}, []string{"--limit", "-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,6 +46,9 @@ const (
 	Unknown State = "unknown"
 )
 
+// States lists every state, in the order of an execution's life.
+var States = []State{Accepted, Dispatched, Completed, Delivered, Failed, Unknown}
+
 // InFlight reports whether s is a state in which an answer may still come.
 func (s State) InFlight() bool { return s == Accepted || s == Dispatched }
 

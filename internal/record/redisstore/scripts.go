@@ -232,7 +232,7 @@ end
 `
 
 // states lists every record.State.
-var states = []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown}
+var states = record.States
 
 // luaTables writes the Lua tables INFLIGHT, NEXT and ORPHAN and the TTL
 // constants from the record package's rules.
