@@ -174,11 +174,18 @@ func readTokens(path string) (map[string]string, error) {
 	tokens := make(map[string]string)
 	sc := bufio.NewScanner(file)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		fields := strings.Fields(sc.Text())
+		// A field that starts with # starts a comment, to the end of the
+		// line: "tok-a alice # laptop".
+		for i, f := range fields {
+			if strings.HasPrefix(f, "#") {
+				fields = fields[:i]
+				break
+			}
+		}
+		if len(fields) == 0 {
 			continue
 		}
-		fields := strings.Fields(line)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("%s:%d: want 'TOKEN ACTOR', two fields, not %d", path, n, len(fields))
 		}

@@ -50,9 +50,9 @@ func TestReadTokens(t *testing.T) {
 		}
 		return p
 	}
-	good := write("good", "# tokens\n\ntok-a alice\n  tok-b   bob  \n")
+	good := write("good", "# tokens\n\ntok-a alice\n  tok-b   bob  \ntok-c carol # laptop\n   # indented\n")
 	tokens, err := readTokens(good)
-	if err != nil || len(tokens) != 2 || tokens["tok-a"] != "alice" || tokens["tok-b"] != "bob" {
+	if err != nil || len(tokens) != 3 || tokens["tok-a"] != "alice" || tokens["tok-b"] != "bob" || tokens["tok-c"] != "carol" {
 		t.Fatalf("readTokens = %v, %v", tokens, err)
 	}
 	for _, tt := range []struct{ content, want string }{
