@@ -379,22 +379,27 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 			continue
 		}
 		a := Account{Name: name, Burst: 1, MaxTokens: 10, TokenRatio: 0.1}
-		rateSet := false
+		rateSet := false // a rate was given, valid or not: one error for it is enough
 		for _, akv := range afs {
 			sub := field + "." + akv.key.Value
 			v := resolve(akv.val)
 			switch akv.key.Value {
 			case "rate":
+				rateSet = true
 				r, err := parseRate(v.Value)
 				if !isString(v) && v.Kind != yaml.ScalarNode || err != nil {
 					p.errorf(v, sub, "%q is not a rate such as 500/h, 10/s, 3/m or 1000/d", v.Value)
 					continue
 				}
-				a.Rate, rateSet = r, true
+				a.Rate = r
 			case "burst", "max_concurrency":
+				low := 0 // max_concurrency 0: no cap
+				if akv.key.Value == "burst" {
+					low = 1
+				}
 				n, err := strconv.Atoi(v.Value)
-				if v.Kind != yaml.ScalarNode || err != nil || n < 0 || n > 1_000_000 || akv.key.Value == "burst" && n < 1 {
-					p.errorf(v, sub, "want a whole number (burst at least 1)")
+				if v.Kind != yaml.ScalarNode || err != nil || n < low || n > 1_000_000 {
+					p.errorf(v, sub, "%q: want a whole number from %d to 1000000", v.Value, low)
 					continue
 				}
 				if akv.key.Value == "burst" {

@@ -993,11 +993,28 @@ tools:
 	for _, tt := range []struct{ yaml, want string }{
 		{"accounts:\n  a: {rate: 5 per hour}\n", `accounts.a.rate: "5 per hour" is not a rate such as 500/h`},
 		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
-		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: want a whole number (burst at least 1)"},
+		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: \"0\": want a whole number from 1 to 1000000"},
 		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},
 	} {
 		if _, err := Parse("p.yaml", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
 		}
+	}
+}
+
+// TestAccountNumbersMessages: a bad number of an account is named with the
+// range it must be in, and a rate given but wrong is one error, not two.
+func TestAccountNumbersMessages(t *testing.T) {
+	for _, tt := range []struct{ yaml, want string }{
+		{"accounts:\n  a: {rate: 1/s, max_concurrency: -1}\n", `accounts.a.max_concurrency: "-1": want a whole number from 0 to 1000000`},
+		{"accounts:\n  a: {rate: 1/s, burst: 99999999999999999999}\n", `accounts.a.burst: "99999999999999999999": want a whole number from 1 to 1000000`},
+	} {
+		if _, err := Parse("p.yaml", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
+		}
+	}
+	_, err := Parse("p.yaml", []byte("accounts:\n  a: {rate: 0/s}\n"))
+	if err == nil || strings.Contains(err.Error(), "needs a rate") || !strings.Contains(err.Error(), `"0/s" is not a rate`) {
+		t.Errorf("Parse of rate 0/s = %v; want only that it is not a rate", err)
 	}
 }
