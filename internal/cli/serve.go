@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -91,6 +92,16 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--listen: %q is not host:port: %v", f.listen, err)
 	}
+	for _, o := range f.origins {
+		if err := checkOrigin(o); err != nil {
+			return usagef("--allow-origin: %q %v", o, err)
+		}
+	}
+	for _, h := range f.hosts {
+		if h == "" || strings.ContainsAny(h, "/ \t@?#") {
+			return usagef("--allow-host: %q is not a host name, such as app.example.com", h)
+		}
+	}
 	var tokens map[string]string
 	if f.tokenFile != "" {
 		if tokens, err = readTokens(f.tokenFile); err != nil {
@@ -165,6 +176,23 @@ func isLoopbackHost(host string) bool {
 
 // readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
 // and lines starting with # are skipped.
+// checkOrigin checks that o is * or an origin as browsers send it: a
+// scheme (http or https), a host and maybe a port, nothing more.
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	switch {
+	case err != nil:
+		return fmt.Errorf("is not an origin: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.User != nil,
+		u.Path != "", u.RawQuery != "", u.Fragment != "", strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#"):
+		return errors.New("is not an origin such as https://app.example.com or http://localhost:3000, or *")
+	}
+	return nil
+}
+
 func readTokens(path string) (map[string]string, error) {
 	file, err := os.Open(path)
 	if err != nil {

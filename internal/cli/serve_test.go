@@ -25,6 +25,11 @@ func TestServeUsageErrors(t *testing.T) {
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
+		{"origin without a scheme", []string{"serve", "--allow-origin", "bogus", "--", "/bin/cat"}, []string{"--allow-origin", `"bogus"`}},
+		{"origin with a path", []string{"serve", "--allow-origin", "http://a.com/path", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com/path"`}},
+		{"origin of another scheme", []string{"serve", "--allow-origin", "ftp://a.com", "--", "/bin/cat"}, []string{"--allow-origin"}},
+		{"empty host", []string{"serve", "--allow-host", "", "--", "/bin/cat"}, []string{"--allow-host", `""`}},
+		{"host with a scheme", []string{"serve", "--allow-host", "https://a.com", "--", "/bin/cat"}, []string{"--allow-host"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
