@@ -233,6 +233,9 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	log := w.log
 	var obs *metrics.Metrics
 	if f.metrics != "" {
+		if err := checkAddr("--metrics", f.metrics); err != nil {
+			return nil, err
+		}
 		// Listen now, so a bad address or a port in use stops the proxy
 		// before it opens the store or starts the upstream.
 		ln, err := metrics.Listen(f.metrics)

@@ -73,6 +73,10 @@ func TestUsageErrors(t *testing.T) {
 		{"no arguments", nil, []string{"no upstream command"}},
 		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
 		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
+		{"bad metrics address", []string{"--metrics", "bogus", "--", "/bin/cat"}, []string{"--metrics", `"bogus"`}},
+		{"metrics port out of range", []string{"--metrics", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--metrics", "99999"}},
+		{"sqlite store without a path", []string{"--store", "sqlite:", "--", "/bin/cat"}, []string{"--store", "no database path"}},
+		{"sqlite store with a bad sync", []string{"--store", "sqlite:x.db?sync=bogus", "--", "/bin/cat"}, []string{"--store", `"bogus"`}},
 		// A mistyped store file would open as an empty new store, and the
 		// list read "no executions".
 		{"activity: no such store file", []string{"activity", "list", "--store", "sqlite:/nonexistent/typo.db"}, []string{"--store", "typo.db"}},

@@ -88,10 +88,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.idleTimeout <= 0 {
 		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
 	}
-	host, _, err := net.SplitHostPort(f.listen)
-	if err != nil {
-		return usagef("--listen: %q is not host:port: %v", f.listen, err)
+	if err := checkAddr("--listen", f.listen); err != nil {
+		return err
 	}
+	host, _, _ := net.SplitHostPort(f.listen)
 	for _, o := range f.origins {
 		if err := checkOrigin(o); err != nil {
 			return usagef("--allow-origin: %q %v", o, err)
@@ -104,6 +104,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var tokens map[string]string
 	if f.tokenFile != "" {
+		var err error
 		if tokens, err = readTokens(f.tokenFile); err != nil {
 			return fmt.Errorf("--auth-token-file: %w", err)
 		}
@@ -176,6 +177,19 @@ func isLoopbackHost(host string) bool {
 
 // readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
 // and lines starting with # are skipped.
+// checkAddr checks that the value of flag is host:port, the port a number
+// from 0 to 65535 or a service name: a usage error if not.
+func checkAddr(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("%s: %q is not host:port: %v", flag, addr, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usagef("%s: %q: %v", flag, addr, err)
+	}
+	return nil
+}
+
 // checkOrigin checks that o is * or an origin as browsers send it: a
 // scheme (http or https), a host and maybe a port, nothing more.
 func checkOrigin(o string) error {

@@ -21,6 +21,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"no upstream", []string{"serve"}, []string{"no upstream command"}},
 		{"two upstreams", []string{"serve", "--upstream", "http://127.0.0.1:1/mcp", "--", "/bin/cat"}, []string{"--upstream"}},
 		{"bad listen", []string{"serve", "--listen", "8080", "--", "/bin/cat"}, []string{"--listen", `"8080"`}},
+		{"listen port out of range", []string{"serve", "--listen", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--listen", `"127.0.0.1:99999"`}},
 		{"relative path", []string{"serve", "--path", "mcp", "--", "/bin/cat"}, []string{"--path", `"mcp"`}},
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},

@@ -46,6 +46,9 @@ func openStore(ctx context.Context, url string) (record.Store, durableStore, err
 	case url == "" || url == "memory":
 		return memstore.New(memstore.Options{}), nil, nil
 	case strings.HasPrefix(url, "sqlite:"):
+		if _, _, perr := sqlitestore.ParseURL(url, sqlitestore.Options{}); perr != nil {
+			return nil, nil, usagef("--store: %s: %v", redact(url), perr)
+		}
 		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
 		// prefix= is ours, not the driver's: several deployments can share

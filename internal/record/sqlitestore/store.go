@@ -102,30 +102,43 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // "?sync=full" or "?sync=normal", which overrides opts.Sync. PATH is a file
 // path (relative or absolute) and may not contain "?".
 func OpenURL(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	path, opts, err := ParseURL(rawURL, opts)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", rawURL, err)
+	}
+	return Open(ctx, path, opts)
+}
+
+// ParseURL reads a URL as OpenURL does, without opening anything: the
+// database's path, and opts with the URL's parameters applied.
+func ParseURL(rawURL string, opts Options) (string, Options, error) {
 	rest, ok := strings.CutPrefix(rawURL, "sqlite:")
 	if !ok {
-		return nil, fmt.Errorf("opening %s: not a sqlite:PATH URL", rawURL)
+		return "", opts, errors.New("not a sqlite:PATH URL")
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
-		return nil, fmt.Errorf("opening %s: no database path; want sqlite:PATH", rawURL)
+		return "", opts, errors.New("no database path; want sqlite:PATH")
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: parsing the parameters: %w", rawURL, err)
+		return "", opts, fmt.Errorf("parsing the parameters: %w", err)
 	}
 	for k, v := range q {
 		switch k {
 		case "sync":
 			if len(v) != 1 {
-				return nil, fmt.Errorf("opening %s: sync given %d times", rawURL, len(v))
+				return "", opts, fmt.Errorf("sync given %d times", len(v))
+			}
+			if s := strings.ToLower(v[0]); s != "normal" && s != "full" {
+				return "", opts, fmt.Errorf("invalid sync %q: want \"normal\" or \"full\"", v[0])
 			}
 			opts.Sync = v[0]
 		default:
-			return nil, fmt.Errorf("opening %s: unknown parameter %q; the only one is sync", rawURL, k)
+			return "", opts, fmt.Errorf("unknown parameter %q; the only one is sync", k)
 		}
 	}
-	return Open(ctx, path, opts)
+	return path, opts, nil
 }
 
 func open(ctx context.Context, path string, opts Options) (*Store, error) {
