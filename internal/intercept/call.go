@@ -1,9 +1,11 @@
 package intercept
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"time"
 
@@ -168,26 +170,37 @@ func clientDeadline(meta json.RawMessage) (time.Duration, error) {
 	if raw == nil {
 		return 0, nil
 	}
-	// ParseInt takes only digits here: the params are valid JSON, whose
-	// numbers have no "+", so 1.5, 1e3, "100" and -1 are all refused.
+	// The number's value counts, not its spelling: 1000, 1000.0 and 1e3
+	// (a client computing in floating point writes 5000.0) are one value.
 	const maxMS = math.MaxInt64 / int64(time.Millisecond)
-	ms, err := strconv.ParseInt(string(raw), 10, 64)
+	n, whole := wholeNumber(raw)
 	switch {
-	case err != nil && len(raw) > 0 && raw[0] >= '1' && raw[0] <= '9' && isDigits(raw), err == nil && ms > maxMS:
+	case whole && n.Sign() > 0 && (!n.IsInt64() || n.Int64() > maxMS):
 		return 0, fmt.Errorf("_meta[%q] is %s milliseconds; the most is %d", MetaDeadline, truncate(raw), maxMS)
-	case err != nil || ms <= 0:
+	case !whole || n.Sign() <= 0:
 		return 0, fmt.Errorf("_meta[%q] must be a positive whole number of milliseconds, not %s", MetaDeadline, truncate(raw))
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(n.Int64()) * time.Millisecond, nil
 }
 
-func isDigits(b []byte) bool {
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
+// wholeNumber returns the value of the JSON value raw if it is a number
+// whose value is whole, however spelled (100, 100.0, 1e2). An exponent
+// past 30 is not read: no deadline needs one, and expanding it would cost.
+func wholeNumber(raw []byte) (*big.Int, bool) {
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return nil, false
+	}
+	if i := bytes.IndexAny(raw, "eE"); i >= 0 {
+		e, err := strconv.Atoi(string(raw[i+1:]))
+		if err != nil || e > 30 || e < -30 {
+			return nil, false
 		}
 	}
-	return true
+	r, ok := new(big.Rat).SetString(string(raw))
+	if !ok || !r.IsInt() {
+		return nil, false
+	}
+	return r.Num(), true
 }
 
 // truncate returns raw JSON for an error message, cut to a readable size.
