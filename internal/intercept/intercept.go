@@ -966,6 +966,19 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	settled, err := in.store.Wait(wctx, rec.ID)
 	cancel()
 	switch {
+	case errors.Is(ctx.Err(), ErrSessionEnded):
+		// The caller did not leave: its session ended while the
+		// execution went on elsewhere. It is told so, if its transport
+		// still takes an answer.
+		cur, gerr := in.store.Get(req.bg, rec.ID)
+		if gerr != nil {
+			cur = rec
+		}
+		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
+		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
+		if err := req.Reply.Reply(Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}); err != nil {
+			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		}
 	case ctx.Err() != nil:
 		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -985,6 +998,12 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.answer(ctx, req, settled, replayed)
 	}
 }
+
+// ErrSessionEnded is the error a call's context ends with when the session
+// the call came in ends while it waits for an execution under way (in
+// another process): unlike a caller's cancellation, the caller is then
+// told the execution is still in progress.
+var ErrSessionEnded = errors.New("the session ended")
 
 // How an answer is marked.
 type marking int

@@ -239,7 +239,7 @@ func (c *callContext) Err() error {
 		// The session's context ended first: so did the call's.
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.endLocked(err)
+		c.endLocked(sessionEnded(err))
 		return *c.err.Load()
 	}
 	return nil
@@ -256,7 +256,7 @@ func (c *callContext) Done() <-chan struct{} {
 			c.stop = context.AfterFunc(c.Context, func() {
 				c.mu.Lock()
 				defer c.mu.Unlock()
-				c.endLocked(c.Context.Err())
+				c.endLocked(sessionEnded(c.Context.Err()))
 			})
 		}
 	}
@@ -264,14 +264,17 @@ func (c *callContext) Done() <-chan struct{} {
 }
 
 // end ends the call's context.
-func (c *callContext) end() {
+func (c *callContext) end() { c.endWith(context.Canceled) }
+
+// endWith ends the call's context with err, unless it has ended.
+func (c *callContext) endWith(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stop != nil {
 		c.stop()
 		c.stop = nil
 	}
-	c.endLocked(context.Canceled)
+	c.endLocked(err)
 }
 
 // endLocked sets the error unless one is set, then closes done if it was
@@ -290,6 +293,12 @@ func (c *callContext) endLocked(err error) {
 			c.afters = nil
 		}
 	}
+}
+
+// sessionEnded is the error of a call whose session's context ended with
+// err: intercept.ErrSessionEnded, which is not the caller leaving, and err.
+func sessionEnded(err error) error {
+	return fmt.Errorf("%w: %w", intercept.ErrSessionEnded, err)
 }
 
 // The errors a context ends with, to point at without an allocation.
@@ -468,6 +477,7 @@ pump:
 		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
 	case <-upstreamDone:
 		s.upstreamGone(s.current())
+		s.endCalls()
 		return nil
 	}
 	if l := s.current(); !closed(l.gone) {
@@ -487,8 +497,25 @@ pump:
 		// stopped: no request is left without an answer.
 		s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
 	}
-	// The callers just answered may be replying on goroutines of their
-	// own (those attached to an execution); not for ever.
+	s.endCalls()
+	return nil
+}
+
+// endCalls ends, with intercept.ErrSessionEnded, the calls still waiting
+// when the session ends (callers attached to an execution under way in
+// another process), so that each is told the execution is still in
+// progress rather than taken for a caller who cancelled; then it waits,
+// not for ever, for those answers to be written.
+func (s *Session) endCalls() {
+	s.mu.Lock()
+	calls := make([]*clientCall, 0, len(s.calls))
+	for _, c := range s.calls {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	for _, c := range calls {
+		c.ctx.endWith(intercept.ErrSessionEnded)
+	}
 	waited := make(chan struct{})
 	go func() {
 		s.inflight.Wait()
@@ -498,7 +525,6 @@ pump:
 	case <-waited:
 	case <-time.After(drainWait):
 	}
-	return nil
 }
 
 // drainWait bounds how long Run relays the upstream's output after passing

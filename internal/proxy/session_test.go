@@ -97,11 +97,17 @@ type rig struct {
 
 func newRig(t *testing.T, maxFrame int) *rig {
 	t.Helper()
+	return newRigWith(t, maxFrame, intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()}))
+}
+
+// newRigWith is newRig with the interceptor in, which rigs may share, as
+// the sessions of one serve process or of processes sharing a store do.
+func newRigWith(t *testing.T, maxFrame int, in *intercept.Interceptor) *rig {
+	t.Helper()
 	cr, cw := io.Pipe() // client -> proxy
 	pr, pw := io.Pipe() // proxy -> client
 	ur, uw := io.Pipe() // upstream -> proxy
 	qr, qw := io.Pipe() // proxy -> upstream
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
 	s := New(stdio.NewConn(cr, pw, maxFrame), stdio.NewConn(ur, qw, maxFrame), Options{
 		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
 	})
@@ -667,6 +673,34 @@ func TestShutdownAnswersEveryone(t *testing.T) {
 		t.Errorf("the pass-through request got %q; want an error saying the session ended", got)
 	}
 	r.wait(t)
+}
+
+// TestShutdownTellsAnAttachedCallerItIsInProgress: a caller attached to an
+// execution that another session runs, when its own session ends, is told
+// the execution is still in progress, not left without an answer as if it
+// had cancelled.
+func TestShutdownTellsAnAttachedCallerItIsInProgress(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	a, b := newRigWith(t, 0, in), newRigWith(t, 0, in)
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`
+	const list = `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`
+	a.client.send(t, call)
+	a.upstream.next(t, "upstream A") // tools/list
+	a.upstream.send(t, list)
+	running := a.upstream.next(t, "upstream A") // the call, held
+	b.client.send(t, call)
+	b.upstream.next(t, "upstream B") // tools/list
+	b.upstream.send(t, list)
+	b.clientW.Close() // B's client goes while the call runs in A
+	if got := b.client.next(t, "client B"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Still in progress:") {
+		t.Fatalf("B's caller got %s; want to be told the execution is still in progress", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(running), &m)
+	a.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	if got := a.client.next(t, "client A"); !strings.Contains(got, "charged") {
+		t.Fatalf("A's caller got %s; want the answer", got)
+	}
 }
 
 // TestCallContext checks a call's context: it ends when the call ends or
