@@ -680,11 +680,47 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 	settled := in.settle(req.bg, req, rec.ID, c)
 	if settled == nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded", rec.ID, rec.Tool))
+			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
+			rec.ID, rec.Tool))
+		// The outcome is known, and the execution must not stay in flight
+		// (its lease renewed by this process) while callers wait on it.
+		in.work.Add(1)
+		go in.recordLater(req, rec.ID, c)
 		return
 	}
 	in.answer(ctx, req, settled, m)
 }
+
+// recordLater keeps trying to record c, the outcome of execution id that
+// the store refused, waiting longer each time (up to recordRetryMax), until
+// the store takes it or has another answer for the record (a conflict: it
+// was settled otherwise). Callers attached to the execution are then woken
+// with it, and calls after it replay it.
+func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
+	defer in.work.Done()
+	wait := recordRetryMin
+	for {
+		time.Sleep(wait)
+		rec, err := in.store.Update(req.bg, id, c)
+		switch {
+		case err == nil:
+			in.obs.Transition(rec.Tool, c.To)
+			in.journalize(req, rec, c)
+			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
+			return
+		case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
+			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
+			return
+		}
+		wait = min(2*wait, recordRetryMax)
+	}
+}
+
+// The waits of recordLater.
+const (
+	recordRetryMin = 100 * time.Millisecond
+	recordRetryMax = 5 * time.Second
+)
 
 // A resend is again's decision on one attempt's answer.
 type resend struct {

@@ -456,6 +456,52 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 }
 
+// updatesDown is a memory store that refuses every update while down is
+// set, like a store that went away after the reservation.
+type updatesDown struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *updatesDown) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// TestOutcomeRecordedWhenTheStoreIsBack: an outcome the store refused to
+// record is recorded once the store takes it again: the execution does
+// not stay in flight, and calling again replays it instead of waiting on
+// it (or running it again).
+func TestOutcomeRecordedWhenTheStoreIsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		store := &updatesDown{Store: h.store}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		store.down.Store(true)
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "ran, but its outcome could not be recorded yet") {
+			t.Fatalf("got %+v; want an error saying the call ran and its outcome is not recorded yet", a)
+		}
+		time.Sleep(time.Second) // the store stays down a while
+		store.down.Store(false)
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.onlyRecord(t); r.State != record.Completed {
+			t.Fatalf("record %s; want completed once the store is back", r.State)
+		}
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("calling again got %+v; want the outcome replayed", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
+
 func TestParseToolCall(t *testing.T) {
 	for _, tt := range []struct {
 		params string
