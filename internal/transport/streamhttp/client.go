@@ -691,7 +691,11 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (int
 }
 
 // deliver hands frame to ReadFrame, noting the answers to pending and the
-// initialize result. It reports false once the Client is closed.
+// initialize result. pending, when not nil, holds the requests of the POST
+// whose answer frame came in: an answer in it to any other request (one
+// already answered, or another POST's, which would then be taken for that
+// request's) is dropped, as is a message that is neither a request nor an
+// answer. It reports false once the Client is closed.
 func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool {
 	frame = bytes.TrimSpace(frame)
 	if bytes.ContainsAny(frame, "\r\n") {
@@ -712,10 +716,36 @@ func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool 
 	if m.Batch {
 		msgs, _ = jsonrpc.DecodeBatch(frame)
 	}
+	kept := msgs[:0:0]
 	for _, m := range msgs {
+		switch {
+		case m.Method == "" && m.ID == nil:
+			c.log.Warn("dropping a message from the upstream that is neither a request nor an answer", "size", len(m.Raw))
+			continue
+		case m.IsResponse() && pending != nil:
+			if _, ok := pending[string(m.ID)]; !ok {
+				c.log.Warn("dropping an answer from the upstream to no request of the POST it came on", "id", string(m.ID))
+				continue
+			}
+		}
 		if m.IsResponse() {
 			delete(pending, string(m.ID))
 			c.noteResponse(m)
+		}
+		kept = append(kept, m)
+	}
+	switch {
+	case len(kept) == 0:
+		return true
+	case len(kept) < len(msgs):
+		raws := make([][]byte, len(kept))
+		for i, m := range kept {
+			raws[i] = m.Raw
+		}
+		if m.Batch {
+			frame = append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+		} else {
+			frame = raws[0]
 		}
 	}
 	select {

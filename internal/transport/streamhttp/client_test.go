@@ -368,6 +368,36 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
+// TestAnswersOnTheirOwnPOST: a POST's answer stream answers that POST's
+// requests only: an answer on it under another request's id, which would
+// be taken for that request's, is dropped, as is a message that is
+// neither a request nor an answer; the POST whose answer did not come is
+// answered as unanswered.
+func TestAnswersOnTheirOwnPOST(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		if !strings.Contains(body, `"steal"`) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `[{"foo":1},{"jsonrpc":"2.0","id":"other","result":{"content":[{"type":"text","text":"stolen"}]}}]`)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","id":"steal-1","method":"tools/call","params":{"name":"steal"}}`)
+	m := read(t, c)
+	if string(m.ID) != `"steal-1"` || m.Error == nil || !strings.Contains(string(m.Error), "ended without an answer") {
+		t.Fatalf("got %s; want the request answered as unanswered, nothing else", m.Raw)
+	}
+	write(t, c, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if m := read(t, c); string(m.ID) != "7" {
+		t.Fatalf("got %s; want the ping's answer next, the stolen answer and the junk dropped", m.Raw)
+	}
+}
+
 // TestSessionExpired: a 404 to a request carrying the session id answers
 // that request, and then ReadFrame reports that the session is gone, so
 // that the proxy starts a new one.
