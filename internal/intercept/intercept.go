@@ -54,6 +54,19 @@ type Replier interface {
 	Reply(a Answer) error
 }
 
+// A DeliveryReplier is a Replier whose transport learns only later than
+// the write whether the caller got the answer: an HTTP stream holds it as
+// an event until the client reads it, and a client that dropped its
+// request never does. ReplyThen writes a as Reply does, and calls written
+// once the answer has reached the caller, if it ever does; only then is
+// the execution recorded as delivered. It is used instead of Reply when
+// DeliversLater reports true.
+type DeliveryReplier interface {
+	Replier
+	DeliversLater() bool
+	ReplyThen(a Answer, written func()) error
+}
+
 // A Request is one caller's tools/call.
 type Request struct {
 	Call   *ToolCall
@@ -1095,15 +1108,25 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	if ctx.Err() != nil {
 		return // cancelled first: the caller never sees this answer
 	}
+	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
+		if err := dr.ReplyThen(a, func() { in.delivered(req, rec) }); err != nil {
+			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		}
+		return
+	}
 	if err := req.Reply.Reply(a); err != nil {
 		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
 		return
 	}
-	if rec == nil {
-		return
+	if rec != nil {
+		in.delivered(req, rec)
 	}
-	// Not ctx: the answer is out, so delivery must be recorded even if the
-	// caller cancels this instant.
+}
+
+// delivered records that the caller of req got rec's answer. Not the
+// caller's context: the answer is out, so delivery must be recorded even
+// if the caller cancels this instant.
+func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	switch rec.State {
 	case record.Completed:
 		in.settle(req.bg, req, rec.ID, record.Change{To: record.Delivered})

@@ -456,6 +456,53 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 }
 
+// laterAnswers is a caller whose transport learns of the delivery later
+// than the write, as an HTTP stream does: written holds the callbacks.
+type laterAnswers struct {
+	*answers
+	written chan func()
+}
+
+func (a *laterAnswers) DeliversLater() bool { return true }
+
+func (a *laterAnswers) ReplyThen(ans Answer, written func()) error {
+	a.written <- written
+	return a.Reply(ans)
+}
+
+// TestDeliveredWhenWritten: over a transport that learns of the delivery
+// later, the execution is completed when the answer is handed over, and
+// delivered only once the transport says the caller got it; so with
+// replay: undelivered, a call after an answer that never reached its
+// caller is answered from the record, not run again.
+func TestDeliveredWhenWritten(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Replay = policy.ReplayUndelivered
+	call := func() (*laterAnswers, func()) {
+		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
+		a := &laterAnswers{answers: newAnswers(), written: make(chan func(), 1)}
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
+			UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+		a.only(t)
+		return a, <-a.written
+	}
+	_, written := call() // the transport never writes it: the caller dropped
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.onlyRecord(t); r.State != record.Completed {
+		t.Fatalf("record %s before the answer was written; want completed", r.State)
+	}
+	_, written = call()
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; an answer never written is replayed, not run again", n)
+	}
+	written() // this one reached its caller
+	if r := h.onlyRecord(t); r.State != record.Delivered {
+		t.Fatalf("record %s once the answer was written; want delivered", r.State)
+	}
+}
+
 // updatesDown is a memory store that refuses every update while down is
 // set, like a store that went away after the reservation.
 type updatesDown struct {

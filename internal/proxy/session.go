@@ -330,6 +330,39 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
 }
 
+// An answerWriter is a Conn that learns when an answer reached the client,
+// later than the write (streamhttp.ServerSession, whose streams hold it
+// until the client reads it): WriteAnswer calls written then.
+type answerWriter interface {
+	WriteAnswer(frame []byte, written func()) error
+}
+
+// DeliversLater implements intercept.DeliveryReplier: over a Conn that
+// takes a frame only when it writes it (stdio), the write is the delivery.
+func (c *clientCall) DeliversLater() bool {
+	_, ok := c.s.client.(answerWriter)
+	return ok
+}
+
+// ReplyThen implements intercept.DeliveryReplier: written is called once
+// the answer reached the client.
+func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
+	w, ok := c.s.client.(answerWriter)
+	if !ok {
+		if err := c.Reply(a); err != nil {
+			return err
+		}
+		written()
+		return nil
+	}
+	defer c.finish()
+	frame := jsonrpc.NewResponse(c.id, a.Result)
+	if a.Error != nil {
+		frame = jsonrpc.NewRawErrorResponse(c.id, a.Error)
+	}
+	return w.WriteAnswer(frame, written)
+}
+
 // New returns a Session between client and upstream.
 func New(client, upstream Conn, opts Options) *Session {
 	log := opts.Logger

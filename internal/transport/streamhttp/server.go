@@ -762,18 +762,28 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		ss.mu.Lock()
 		done, notify := st.done, st.notify
 		var out [][]byte
+		var written []func()
 		if done {
 			for _, ev := range st.events {
 				out = append(out, ev.data)
+				if ev.written != nil {
+					written = append(written, ev.written)
+				}
 			}
 		}
 		ss.mu.Unlock()
 		if done {
 			w.Header().Set("Content-Type", "application/json")
+			var err error
 			if len(out) == 1 {
-				w.Write(out[0])
+				_, err = w.Write(out[0])
 			} else {
-				w.Write(append(append([]byte("["), joinFrames(out)...), ']'))
+				_, err = w.Write(append(append([]byte("["), joinFrames(out)...), ']'))
+			}
+			if err == nil {
+				for _, f := range written {
+					f()
+				}
 			}
 			return true
 		}
@@ -816,6 +826,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 	}()
 	flusher, _ := w.(http.Flusher)
 	var buf []byte
+	var written []func()
 	ending := false // the session has ended: write what is held, then stop
 	for {
 		ss.mu.Lock()
@@ -823,12 +834,15 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			ss.mu.Unlock()
 			return false
 		}
-		buf = buf[:0]
+		buf, written = buf[:0], written[:0]
 		for _, ev := range st.events {
 			if ev.seq < from {
 				continue
 			}
 			buf = appendEvent(buf, eventID(st.num, ev.seq), ev.data)
+			if ev.written != nil {
+				written = append(written, ev.written)
+			}
 			from = ev.seq + 1
 		}
 		done := st.done && from >= st.next
@@ -840,6 +854,9 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			}
 			if flusher != nil {
 				flusher.Flush()
+			}
+			for _, f := range written {
+				f() // the answers in buf reached the client's transport
 			}
 		}
 		if done {

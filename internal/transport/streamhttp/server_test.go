@@ -25,10 +25,23 @@ type fakeProxy struct {
 	frames []string // every frame read, in order
 	opened int      // sessions opened
 	ended  chan *ServerSession
+	// routed receives the id of each answer once it is handed to the
+	// session, written once it is written to the client (the first 1024;
+	// a test that reads them makes fewer).
+	routed, written chan string
+}
+
+// note sends id on ch unless ch is full.
+func note(ch chan string, id string) {
+	select {
+	case ch <- id:
+	default:
+	}
 }
 
 func newFakeProxy() *fakeProxy {
-	return &fakeProxy{gate: make(chan struct{}), ended: make(chan *ServerSession, 16)}
+	return &fakeProxy{gate: make(chan struct{}), ended: make(chan *ServerSession, 16),
+		routed: make(chan string, 1024), written: make(chan string, 1024)}
 }
 
 func (p *fakeProxy) open(ctx context.Context, s *ServerSession) error {
@@ -81,7 +94,9 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		}
 		result, _ := json.Marshal(map[string]any{"method": m.Method, "id": m.ID})
-		s.WriteFrame(jsonrpc.NewResponse(m.ID, result))
+		id := string(m.ID)
+		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func() { note(p.written, id) })
+		note(p.routed, id)
 	})
 }
 
@@ -368,6 +383,111 @@ func TestServerResume(t *testing.T) {
 	}
 	if n := p.seen(`"slow"`); n != 1 {
 		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+}
+
+// TestServerAnswerWritten: an answer counts as written to the client when
+// an HTTP response carried it (its own stream, a resumed one, or a JSON
+// body), not when the session queued it: one the client dropped and did
+// not resume never does.
+func TestServerAnswerWritten(t *testing.T) {
+	next := func(ch chan string, what string) string {
+		t.Helper()
+		select {
+		case id := <-ch:
+			return id
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no answer %s within 5s", what)
+			return ""
+		}
+	}
+	none := func(ch chan string, what string) {
+		t.Helper()
+		select {
+		case id := <-ch:
+			t.Fatalf("answer %s %s; want none", id, what)
+		default:
+		}
+	}
+	for _, jsonResponse := range []bool{false, true} {
+		srv, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
+		// idle reports whether the server has seen every request of the
+		// session end, a client's dropped one included.
+		idle := func(sid string) bool {
+			srv.mu.Lock()
+			ss := srv.sessions[sid]
+			srv.mu.Unlock()
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			return ss.active == 0
+		}
+		resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sid := resp.Header.Get(headerSessionID)
+		next(p.routed, "routed") // initialize's
+		next(p.written, "written")
+
+		// Read by the client: written.
+		resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, session(sid))
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if id := next(p.written, "written"); id != "2" {
+			t.Fatalf("written %s; want 2", id)
+		}
+		next(p.routed, "routed")
+
+		// Dropped before the answer, never resumed: not written. (A JSON
+		// response has no headers before its answer: the request waits
+		// on a goroutine of its own.)
+		ctx, cut := context.WithCancel(t.Context())
+		primed := make(chan string, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"slow"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set(headerProtocolVersion, version)
+			req.Header.Set(headerSessionID, sid)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				primed <- ""
+				return
+			}
+			defer resp.Body.Close()
+			ev, err := newSSEReader(resp.Body, 1<<20).next()
+			if err != nil {
+				primed <- ""
+				return
+			}
+			primed <- ev.ID
+		}()
+		var priming string
+		if jsonResponse {
+			waitFor(t, func() bool { return p.seen(`"slow"`) > 0 })
+		} else {
+			priming = <-primed
+		}
+		cut()
+		// The answer comes once the server has seen the request go, as it
+		// would a long call later.
+		waitFor(t, func() bool { return idle(sid) })
+		close(p.gate)
+		if id := next(p.routed, "routed"); id != "3" {
+			t.Fatalf("routed %s; want 3", id)
+		}
+		none(p.written, "written after the client dropped its request")
+		if jsonResponse {
+			continue // no resumption: the answer is lost
+		}
+		// Resumed: written then.
+		hdr := session(sid)
+		hdr[headerLastEventID] = priming
+		resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+		readEvents(t, resp.Body)
+		resp.Body.Close()
+		if id := next(p.written, "written on the resumed stream"); id != "3" {
+			t.Fatalf("written %s; want 3", id)
+		}
 	}
 }
 

@@ -68,14 +68,25 @@ type pendingRequest struct {
 	token   string // its progress token, if any
 }
 
-// answerLocked appends the answer to every stream of p.
-func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte) {
+// answerLocked appends the answer to every stream of p. written, if not
+// nil, is called once the answer has been written to the client on one of
+// them.
+func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func()) {
+	if written != nil {
+		written = onceFunc(written)
+	}
 	for _, st := range p.streams {
-		ss.appendLocked(st, frame)
+		ss.appendWrittenLocked(st, frame, written)
 		if st.want--; st.want == 0 {
 			ss.endLocked(st)
 		}
 	}
+}
+
+// onceFunc returns a function that calls f the first time it is called.
+func onceFunc(f func()) func() {
+	var once sync.Once
+	return func() { once.Do(f) }
 }
 
 // A stream is one SSE stream's events: the answer to one POST, or the
@@ -102,6 +113,9 @@ type stream struct {
 type sseEvent struct {
 	seq  int64
 	data []byte // one JSON-RPC message; empty for the priming event
+	// written, if not nil, is called once the event has been written to
+	// the client: the answer reached the caller's transport.
+	written func()
 }
 
 type heldEvent struct {
@@ -193,6 +207,15 @@ func (ss *ServerSession) closed() bool {
 // the GET stream if the client has one open, else on the newest POST
 // stream still owed an answer, else held on the GET stream for when it opens.
 func (ss *ServerSession) WriteFrame(frame []byte) error {
+	return ss.WriteAnswer(frame, nil)
+}
+
+// WriteAnswer is WriteFrame for the answer to a request, calling written
+// once that answer has been written to the client, if it ever is: on the
+// request's own stream, or on a stream the client resumes. An answer the
+// client never reads (it dropped the request and did not resume it, or
+// the session ended first) never calls it.
+func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
 	// Our own copy: the event store keeps it, and the caller may reuse
 	// frame.
 	frame = bytes.Clone(frame)
@@ -201,7 +224,7 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 		return fmt.Errorf("writing to the client: %w", err)
 	}
 	if !m.Batch {
-		ss.route(m)
+		ss.route(m, written)
 		return nil
 	}
 	msgs, err := jsonrpc.DecodeBatch(frame)
@@ -209,14 +232,14 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 		return fmt.Errorf("writing to the client: %w", err)
 	}
 	for _, m := range msgs {
-		ss.route(m)
+		ss.route(m, nil)
 	}
 	return nil
 }
 
 // route appends one message to its stream; the stream keeps m.Raw. See
-// WriteFrame for which stream.
-func (ss *ServerSession) route(m *jsonrpc.Message) {
+// WriteFrame for which stream, and WriteAnswer for written.
+func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 	frame := m.Raw
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -237,7 +260,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message) {
 			frame = withID(frame, m.ID, ss.origIDs[key])
 			delete(ss.origIDs, key)
 		}
-		ss.answerLocked(p, frame)
+		ss.answerLocked(p, frame, written)
 		return
 	}
 	if m.Method == "notifications/progress" {
@@ -290,7 +313,13 @@ func (ss *ServerSession) newStreamLocked() *stream {
 // appendLocked holds one event on st and wakes its writer, evicting the
 // oldest events of the session beyond its bounds.
 func (ss *ServerSession) appendLocked(st *stream, data []byte) {
-	ev := sseEvent{seq: st.next, data: data}
+	ss.appendWrittenLocked(st, data, nil)
+}
+
+// appendWrittenLocked is appendLocked for an event whose writing is to be
+// told to written.
+func (ss *ServerSession) appendWrittenLocked(st *stream, data []byte, written func()) {
+	ev := sseEvent{seq: st.next, data: data, written: written}
 	st.next++
 	st.events = append(st.events, ev)
 	ss.held = append(ss.held, heldEvent{st: st, seq: ev.seq})
@@ -337,7 +366,7 @@ func (ss *ServerSession) endPending() {
 		ss.answerLocked(p, jsonrpc.NewErrorResponse(id, &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: "the proxy session ended before the request was answered",
-		}))
+		}), nil)
 	}
 	clear(ss.pending)
 	clear(ss.progress)
