@@ -774,13 +774,21 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		ss.mu.Unlock()
 		if done {
 			w.Header().Set("Content-Type", "application/json")
-			var err error
+			var body []byte
 			if len(out) == 1 {
-				_, err = w.Write(out[0])
+				body = out[0]
 			} else {
-				_, err = w.Write(append(append([]byte("["), joinFrames(out)...), ']'))
+				body = append(append([]byte("["), joinFrames(out)...), ']')
 			}
-			if err == nil {
+			// The whole body goes out now, before the answers are counted
+			// as written: a body left in net/http's buffer goes only when
+			// the handler returns.
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			_, err := w.Write(body)
+			if f, ok := w.(http.Flusher); ok && err == nil {
+				f.Flush()
+			}
+			if err == nil && r.Context().Err() == nil {
 				for _, f := range written {
 					f()
 				}
@@ -854,6 +862,11 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			}
 			if flusher != nil {
 				flusher.Flush()
+			}
+			if r.Context().Err() != nil {
+				// The client went: a flush reports nothing, and the write
+				// may have gone into a connection already closed.
+				return false
 			}
 			for _, f := range written {
 				f() // the answers in buf reached the client's transport

@@ -95,6 +95,16 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		}
 		result, _ := json.Marshal(map[string]any{"method": m.Method, "id": m.ID})
 		id := string(m.ID)
+		if m.Method == "slowrecord" {
+			// Recording the delivery takes a while: the client must
+			// have its answer meanwhile.
+			s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func() {
+				<-p.gate
+				note(p.written, id)
+			})
+			note(p.routed, id)
+			return
+		}
 		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func() { note(p.written, id) })
 		note(p.routed, id)
 	})
@@ -488,6 +498,32 @@ func TestServerAnswerWritten(t *testing.T) {
 		if id := next(p.written, "written on the resumed stream"); id != "3" {
 			t.Fatalf("written %s; want 3", id)
 		}
+	}
+}
+
+// TestServerAnswerBeforeItsRecord: the client gets its answer (a JSON
+// body here, which net/http would otherwise hold until the handler
+// returns) before the delivery is recorded, however long that takes.
+func TestServerAnswerBeforeItsRecord(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+	resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get(headerSessionID)
+	got := make(chan string, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"slowrecord"}`, session(sid))
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- string(b)
+	}()
+	select {
+	case b := <-got:
+		if !strings.Contains(b, `"id":2`) {
+			t.Fatalf("got %s; want the answer to 2", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the answer waited for its delivery to be recorded")
 	}
 }
 

@@ -83,10 +83,16 @@ func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written f
 	}
 }
 
-// onceFunc returns a function that calls f the first time it is called.
+// onceFunc returns a function that calls f the first time it is called,
+// and lets go of f then (the event that holds it may be held long after).
 func onceFunc(f func()) func() {
 	var once sync.Once
-	return func() { once.Do(f) }
+	return func() {
+		once.Do(func() {
+			f()
+			f = nil
+		})
+	}
 }
 
 // A stream is one SSE stream's events: the answer to one POST, or the
@@ -212,9 +218,12 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 
 // WriteAnswer is WriteFrame for the answer to a request, calling written
 // once that answer has been written to the client, if it ever is: on the
-// request's own stream, or on a stream the client resumes. An answer the
-// client never reads (it dropped the request and did not resume it, or
-// the session ended first) never calls it.
+// request's own stream, on a stream the client resumes, or as the JSON
+// body. An answer the client never reads (it dropped the request and did
+// not resume it, or the session ended first) never calls it. "Written"
+// means the write and its flush succeeded while the client's request was
+// still open: bytes handed to a connection the client closes at that
+// instant may still count. A batch frame never calls written.
 func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
 	// Our own copy: the event store keeps it, and the caller may reuse
 	// frame.
