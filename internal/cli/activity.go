@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
 
 const activityUsage = `Usage:
@@ -73,7 +74,7 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *storeURL == "" {
 		return usagef("activity %s: --store is required: the store the proxy used", verb)
 	}
-	if path, ok := sqlitePath(*storeURL); ok {
+	if path, _, err := sqlitestore.ParseURL(*storeURL, sqlitestore.Options{}); err == nil {
 		// Opening a file that is not there would make an empty store,
 		// and a mistyped path would read as "no executions".
 		if _, err := os.Stat(path); err != nil {
@@ -147,16 +148,6 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		printRecord(stdout, r)
 	}
 	return nil
-}
-
-// sqlitePath returns the file of a sqlite:PATH store URL.
-func sqlitePath(url string) (string, bool) {
-	rest, ok := strings.CutPrefix(url, "sqlite:")
-	if !ok {
-		return "", false
-	}
-	path, _, _ := strings.Cut(rest, "?")
-	return path, path != ""
 }
 
 // stateNames lists the states, for a message.

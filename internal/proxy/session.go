@@ -691,18 +691,23 @@ func (s *Session) pumpClient(ctx context.Context) error {
 // read. An answer of the client's to a request of the upstream's is only
 // logged: no answer goes to an answer.
 func (s *Session) tooLargeFromClient(err error) {
-	var head []byte
-	var h interface{ FrameHead() []byte }
-	if errors.As(err, &h) {
-		head = h.FrameHead()
-	}
-	id, method := jsonrpc.HeadRequest(head)
+	id, method := jsonrpc.HeadRequest(frameHead(err))
 	if method == "" && id != nil {
 		s.log.Error("dropped an answer from the client", "err", err, "id", string(id))
 		return
 	}
 	s.log.Warn("refused a message from the client", "err", err, "method", method, "id", string(id))
 	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
+}
+
+// frameHead returns the first bytes of a message over the size limit,
+// which a transport's size-limit error keeps; nil if err has none.
+func frameHead(err error) []byte {
+	var h interface{ FrameHead() []byte }
+	if errors.As(err, &h) {
+		return h.FrameHead()
+	}
+	return nil
 }
 
 // isFrameTooLarge reports whether err is a transport's size-limit error,
@@ -1008,11 +1013,7 @@ func (s *Session) fromUpstreamBatch(frame []byte) {
 // answer's id is read from the frame's first bytes, where encoders put it
 // before a large result.
 func (s *Session) tooLargeFromUpstream(err error) {
-	var head []byte
-	if h, ok := err.(interface{ FrameHead() []byte }); ok {
-		head = h.FrameHead()
-	}
-	id, isResponse := jsonrpc.HeadID(head)
+	id, isResponse := jsonrpc.HeadID(frameHead(err))
 	if !isResponse {
 		s.log.Error("dropped a message from the upstream", "err", err)
 		return
