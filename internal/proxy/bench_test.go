@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -104,43 +106,7 @@ func copyFrames(from, to *stdio.Conn) {
 func BenchmarkPath(b *testing.B) {
 	for _, mode := range []string{"new-execution", "replay", "read-only"} {
 		b.Run(mode, func(b *testing.B) {
-			client, upstream := &sink{}, &sink{}
-			annotations := `{}`
-			if mode == "read-only" {
-				annotations = `{"readOnlyHint":true}`
-			}
-			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-			s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
-			ctx := context.Background()
-			tools := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`)
-			s.fromClient(ctx, tools)
-			s.fromUpstream([]byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":` + annotations + `}]}}`))
-			client.take()
-			upstream.take()
-			result := []byte(`{"content":[{"type":"text","text":"charged 4242-0000-0000-000001 #1"}],"isError":false}`)
-			var req, answer []byte
-			call := func(i int) {
-				amount := i
-				if mode == "replay" {
-					amount = 0
-				}
-				req = fmt.Appendf(req[:0], `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242-0000-0000-%06d","amount":%d}}}`, i, amount, amount)
-				// Frames are clones, as stdio.Conn.ReadFrame returns them.
-				s.fromClient(ctx, bytes.Clone(req))
-				if sent := upstream.take(); sent != nil {
-					m, err := jsonrpc.Decode(sent)
-					if err != nil {
-						b.Fatal(err)
-					}
-					answer = append(append(append(answer[:0], `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
-					answer = append(append(answer, result...), '}')
-					s.fromUpstream(bytes.Clone(answer))
-				}
-				if client.take() == nil {
-					b.Fatalf("call %d: no answer", i)
-				}
-			}
-			call(-1)
+			call := pathCall(b, mode)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -149,6 +115,80 @@ func BenchmarkPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPathCold is BenchmarkPath with the processor's caches evicted
+// before each call, as they are in a running chain: between two calls
+// through the proxy the client and the server run on the same processors,
+// and between the request and its answer the server does. Each call
+// then pays for every line of code and data it touches, so this measures
+// the proxy's footprint, which BenchmarkPath, its caches warm, does not
+// see. It reports the median call (p50-ns); ns/op includes the eviction.
+func BenchmarkPathCold(b *testing.B) {
+	evict := make([]byte, 4<<20) // twice a core's L2 here
+	for _, mode := range []string{"new-execution", "replay", "read-only"} {
+		b.Run(mode, func(b *testing.B) {
+			call := pathCall(b, mode)
+			lat := make([]time.Duration, 0, b.N)
+			i := 0
+			for b.Loop() {
+				for j := 0; j < len(evict); j += 64 {
+					evict[j]++
+				}
+				start := time.Now()
+				call(i)
+				lat = append(lat, time.Since(start))
+				i++
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+		})
+	}
+}
+
+// pathCall sets up a session for BenchmarkPath over two sinks, the tool
+// listed (read-only in mode "read-only"), and returns a function making
+// call i: distinct arguments for each i, or the same every time in mode
+// "replay".
+func pathCall(b *testing.B, mode string) func(i int) {
+	client, upstream := &sink{}, &sink{}
+	annotations := `{}`
+	if mode == "read-only" {
+		annotations = `{"readOnlyHint":true}`
+	}
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+	ctx := context.Background()
+	tools := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`)
+	s.fromClient(ctx, tools)
+	s.fromUpstream([]byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":` + annotations + `}]}}`))
+	client.take()
+	upstream.take()
+	result := []byte(`{"content":[{"type":"text","text":"charged 4242-0000-0000-000001 #1"}],"isError":false}`)
+	var req, answer []byte
+	call := func(i int) {
+		amount := i
+		if mode == "replay" {
+			amount = 0
+		}
+		req = fmt.Appendf(req[:0], `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242-0000-0000-%06d","amount":%d}}}`, i, amount, amount)
+		// Frames are clones, as stdio.Conn.ReadFrame returns them.
+		s.fromClient(ctx, bytes.Clone(req))
+		if sent := upstream.take(); sent != nil {
+			m, err := jsonrpc.Decode(sent)
+			if err != nil {
+				b.Fatal(err)
+			}
+			answer = append(append(append(answer[:0], `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
+			answer = append(append(answer, result...), '}')
+			s.fromUpstream(bytes.Clone(answer))
+		}
+		if client.take() == nil {
+			b.Fatalf("call %d: no answer", i)
+		}
+	}
+	call(-1)
+	return call
 }
 
 // sink is a Conn that keeps the last frame written to it.
