@@ -75,10 +75,14 @@ type Options struct {
 // A Session relays one client connection to one upstream connection.
 type Session struct {
 	client Conn
-	opts   Options
-	log    *slog.Logger
-	debug  bool // log takes debug records; read once
-	tools  *toolTable
+	// The client's Conn as a frameBuilder and an answerWriter, or nil:
+	// asked once, not on every answer.
+	clientFrames  frameBuilder
+	clientAnswers answerWriter
+	opts          Options
+	log           *slog.Logger
+	debug         bool // log takes debug records; read once
+	tools         *toolTable
 
 	nextID atomic.Int64
 	// inflight counts the client's tools/call requests not yet answered
@@ -127,13 +131,22 @@ type sent struct {
 
 // A link is one connection to the upstream.
 type link struct {
-	conn  Conn
-	ready chan struct{} // closed once the client's traffic may use it
-	gone  chan struct{} // closed when the upstream has closed it
+	conn   Conn
+	frames frameBuilder  // conn as a frameBuilder, or nil
+	ready  chan struct{} // closed once the client's traffic may use it
+	gone   chan struct{} // closed when the upstream has closed it
 }
 
 func newLink(conn Conn) *link {
-	return &link{conn: conn, ready: make(chan struct{}), gone: make(chan struct{})}
+	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+	l.setConn(conn)
+	return l
+}
+
+// setConn makes conn the link's connection.
+func (l *link) setConn(conn Conn) {
+	l.conn = conn
+	l.frames, _ = conn.(frameBuilder)
 }
 
 func closed(ch chan struct{}) bool {
@@ -324,7 +337,7 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	if a.Error != nil {
 		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
 	}
-	if b, ok := c.s.client.(frameBuilder); ok {
+	if b := c.s.clientFrames; b != nil {
 		return b.WriteResponse(c.id, a.Result)
 	}
 	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
@@ -340,15 +353,14 @@ type answerWriter interface {
 // DeliversLater implements intercept.DeliveryReplier: over a Conn that
 // takes a frame only when it writes it (stdio), the write is the delivery.
 func (c *clientCall) DeliversLater() bool {
-	_, ok := c.s.client.(answerWriter)
-	return ok
+	return c.s.clientAnswers != nil
 }
 
 // ReplyThen implements intercept.DeliveryReplier: written is called once
 // the answer reached the client.
 func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
-	w, ok := c.s.client.(answerWriter)
-	if !ok {
+	w := c.s.clientAnswers
+	if w == nil {
 		if err := c.Reply(a); err != nil {
 			return err
 		}
@@ -380,16 +392,20 @@ func New(client, upstream Conn, opts Options) *Session {
 	}
 	up := newLink(upstream)
 	close(up.ready)
+	clientFrames, _ := client.(frameBuilder)
+	clientAnswers, _ := client.(answerWriter)
 	return &Session{
-		client:    client,
-		up:        up,
-		opts:      opts,
-		log:       log,
-		debug:     log.Enabled(context.Background(), slog.LevelDebug),
-		tools:     newToolTable(opts.Resolve),
-		pending:   make(map[string]sent),
-		forwarded: make(map[string]forwardedRequest),
-		calls:     make(map[string]*clientCall),
+		client:        client,
+		clientFrames:  clientFrames,
+		clientAnswers: clientAnswers,
+		up:            up,
+		opts:          opts,
+		log:           log,
+		debug:         log.Enabled(context.Background(), slog.LevelDebug),
+		tools:         newToolTable(opts.Resolve),
+		pending:       make(map[string]sent),
+		forwarded:     make(map[string]forwardedRequest),
+		calls:         make(map[string]*clientCall),
 	}
 }
 
@@ -622,7 +638,7 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 		return fail(err)
 	}
 	s.mu.Lock()
-	l.conn = conn
+	l.setConn(conn)
 	s.mu.Unlock()
 	done := s.startPump(ctx, l)
 	if handshake != nil {
@@ -1192,7 +1208,7 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 	s.mu.Unlock()
 
 	var err error
-	if b, ok := l.conn.(frameBuilder); ok {
+	if b := l.frames; b != nil {
 		err = b.WriteRequest(key, method, params)
 	} else {
 		err = l.conn.WriteFrame(jsonrpc.NewRequest(json.RawMessage(key), method, params))
