@@ -161,7 +161,7 @@ func pathCall(b *testing.B, mode string) func(i int) {
 	ctx := context.Background()
 	tools := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`)
 	s.fromClient(ctx, tools)
-	s.fromUpstream([]byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":` + annotations + `}]}}`))
+	s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":`+annotations+`}]}}`))
 	client.take()
 	upstream.take()
 	result := []byte(`{"content":[{"type":"text","text":"charged 4242-0000-0000-000001 #1"}],"isError":false}`)
@@ -181,7 +181,7 @@ func pathCall(b *testing.B, mode string) func(i int) {
 			}
 			answer = append(append(append(answer[:0], `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
 			answer = append(append(answer, result...), '}')
-			s.fromUpstream(bytes.Clone(answer))
+			s.fromUpstream(s.up, bytes.Clone(answer))
 		}
 		if client.take() == nil {
 			b.Fatalf("call %d: no answer", i)

@@ -929,11 +929,12 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 			}
 			return err
 		}
-		s.fromUpstream(frame)
+		s.fromUpstream(l, frame)
 	}
 }
 
-func (s *Session) fromUpstream(frame []byte) {
+// fromUpstream handles a message the upstream link l sent.
+func (s *Session) fromUpstream(l *link, frame []byte) {
 	var m jsonrpc.Message // on the stack, as in fromClient
 	msg := &m
 	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
@@ -946,7 +947,7 @@ func (s *Session) fromUpstream(frame []byte) {
 		return
 	}
 	if msg.Batch {
-		s.fromUpstreamBatch(frame)
+		s.fromUpstreamBatch(l, frame)
 		return
 	}
 	if msg.IsResponse() {
@@ -956,6 +957,14 @@ func (s *Session) fromUpstream(frame []byte) {
 			delete(s.pending, key)
 			s.mu.Unlock()
 			s.answered(p, msg, nil)
+			return
+		}
+		if closed(l.gone) {
+			// Everyone who waited on l was answered when it was given up
+			// on (abandon): this answer came too late, and passed on it
+			// would be the client's second.
+			s.mu.Unlock()
+			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(msg.ID))
 			return
 		}
 		f := s.forwarded[key]
@@ -983,7 +992,7 @@ func (s *Session) fromUpstream(frame []byte) {
 // pass on. An answer in it to one of the proxy's own requests (which the
 // proxy never sends in a batch) is taken out and acted on, and one to no
 // request of the proxy's is dropped: the client never sees the proxy's ids.
-func (s *Session) fromUpstreamBatch(frame []byte) {
+func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	msgs, err := jsonrpc.DecodeBatch(frame)
 	if err != nil {
 		s.writeClient(frame)
@@ -993,6 +1002,7 @@ func (s *Session) fromUpstreamBatch(frame []byte) {
 	var ownMsgs []*jsonrpc.Message
 	var rest [][]byte
 	s.mu.Lock()
+	late := closed(l.gone) // as in fromUpstream
 	for _, m := range msgs {
 		if !m.IsResponse() {
 			rest = append(rest, m.Raw)
@@ -1002,6 +1012,10 @@ func (s *Session) fromUpstreamBatch(frame []byte) {
 		if p, ok := s.pending[key]; ok {
 			delete(s.pending, key)
 			own, ownMsgs = append(own, p), append(ownMsgs, m)
+			continue
+		}
+		if late {
+			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
 			continue
 		}
 		s.forgetLocked(key)

@@ -833,3 +833,31 @@ func TestCallContext(t *testing.T) {
 		}
 	})
 }
+
+// TestNoAnswerAfterGivingUp: once the session has given up on the upstream
+// (the grace after the client's end of input passed) and answered every
+// request still waiting, an answer the upstream sends at that moment is
+// dropped: the client would otherwise get two answers to one request.
+func TestNoAnswerAfterGivingUp(t *testing.T) {
+	for _, late := range []string{
+		`{"jsonrpc":"2.0","id":2,"result":{"contents":[]}}`,
+		`[{"jsonrpc":"2.0","id":2,"result":{"contents":[]}}]`,
+	} {
+		client, upstream := &sink{}, &sink{}
+		in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+		s := New(client, upstream, Options{Interceptor: in})
+		s.fromClient(t.Context(), []byte(`{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a"}}`))
+		if upstream.take() == nil {
+			t.Fatal("the request did not go upstream")
+		}
+		l := s.current()
+		s.abandon(l, errSessionEnded, "the session ended before the upstream answered %s")
+		if got := string(client.take()); !strings.Contains(got, `"id":2,"error"`) {
+			t.Fatalf("the waiting request got %s; want an error", got)
+		}
+		s.fromUpstream(l, []byte(late))
+		if got := client.take(); got != nil {
+			t.Errorf("after the error, the late answer %s reached the client as %s", late, got)
+		}
+	}
+}
