@@ -34,6 +34,8 @@ const tokensSQL = `SELECT full_at FROM {schema}.allowances WHERE account = $1`
 // Times are unix nanoseconds from now, never the server's clock.
 func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allowance, now time.Time) (bool, time.Duration, error) {
 	op := "taking from allowance " + account
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return false, 0, s.fail(op, err)
 	}
@@ -56,6 +58,8 @@ func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allow
 // calls.
 func (s *Store) AllowanceTokens(ctx context.Context, account string, a retry.Allowance, now time.Time) (float64, error) {
 	op := "reading allowance " + account
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return 0, s.fail(op, err)
 	}

@@ -14,6 +14,8 @@ var _ record.Lister = (*Store)(nil)
 // List implements record.Lister: newest first, walking the primary key
 // backwards (ids are ULIDs, which sort by the time they were made).
 func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	const op = "listing executions"
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)

@@ -35,7 +35,17 @@ type Options struct {
 	// Logger receives what the store cannot return to a caller (a purge
 	// or the listening connection failing); nil discards it.
 	Logger *slog.Logger
+	// Timeout bounds each operation on the client's side (Wait's each
+	// read); zero means DefaultTimeout. A server that stops answering
+	// without closing the connection, which its statement_timeout cannot
+	// catch, fails the operation after it.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is Options.Timeout's default: a second beyond the
+// default statement_timeout, so that a statement the server gives up on
+// fails with the server's own error.
+const DefaultTimeout = 6 * time.Second
 
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "mcp_idempotent"
@@ -45,7 +55,7 @@ const DefaultSchema = "mcp_idempotent"
 // proxy fails closed rather than hanging.
 const (
 	defaultConnectTimeout   = 5 * time.Second
-	defaultStatementTimeout = "10s"
+	defaultStatementTimeout = "5s"
 )
 
 // Purging: every purgeEvery-th Reserve deletes up to purgeBatch expired
@@ -81,6 +91,7 @@ type Store struct {
 
 	waiters          waiters
 	minPoll, maxPoll time.Duration // Wait's fallback poll
+	timeout          time.Duration // Options.Timeout
 
 	ctx    context.Context // cancelled by Close; bounds the listener
 	cancel context.CancelFunc
@@ -127,6 +138,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		waiters: waiters{m: make(map[string]*waitGen)},
 		minPoll: minPoll,
 		maxPoll: maxPoll,
+		timeout: opts.Timeout,
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -301,6 +316,8 @@ func params(q string, names ...string) string {
 
 // Reserve implements record.Store.
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	op := "reserving " + r.ID
 	if err := s.ensure(ctx); err != nil {
 		return nil, false, s.fail(op, err)
@@ -382,6 +399,8 @@ func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.R
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	op := "updating " + id
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
@@ -458,6 +477,8 @@ func (s *Store) settleOrphan(ctx context.Context, r *record.Record, now time.Tim
 
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	op := "getting " + id
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
@@ -502,12 +523,12 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 		// after the read still wakes this waiter.
 		g := s.waiters.add(id)
 		if !watched {
-			if _, err := s.pool.Exec(ctx, s.q.watch, id); err != nil {
+			if err := s.watch(ctx, id); err != nil {
 				s.waiters.remove(id, g)
 				return nil, s.fail(op, err)
 			}
 		}
-		rec, err := s.check(ctx, id)
+		rec, err := s.boundedCheck(ctx, id)
 		if err != nil || rec.State.Settled() {
 			s.waiters.remove(id, g)
 			if err != nil {
@@ -535,6 +556,27 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	}
 }
 
+// watch asks the server to notify the waiters of id, within the store's
+// timeout.
+func (s *Store) watch(ctx context.Context, id string) error {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, s.q.watch, id)
+	return err
+}
+
+// boundedCheck is check within the store's timeout.
+func (s *Store) boundedCheck(ctx context.Context, id string) (*record.Record, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	return s.check(ctx, id)
+}
+
+// bounded returns ctx bounded by the store's timeout, for one operation.
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // check reads the record id and settles it if it is an orphan.
 func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
 	for {
@@ -553,6 +595,8 @@ func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
 // Renew implements record.Store, in one statement for all of owner's
 // records in flight.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	op := "renewing the leases of " + owner
 	if err := s.ensure(ctx); err != nil {
 		return s.fail(op, err)
@@ -567,6 +611,8 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 // and returns how many it deleted. Reserve calls it every so often; an
 // operator may call it to clear a backlog.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return 0, s.fail("purging", err)
 	}
@@ -605,6 +651,8 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	if secret != nil {
 		return secret, nil
 	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}

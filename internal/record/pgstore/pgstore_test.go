@@ -9,6 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -158,6 +161,123 @@ func TestUnreachableServerFailsPromptly(t *testing.T) {
 	}
 	if strings.Contains(msg, "hunter2") {
 		t.Errorf("error %q shows the password", msg)
+	}
+}
+
+// silentProxy relays TCP connections to addr until silence is called;
+// from then on it takes what either side sends and passes nothing on,
+// like a server that stopped answering without closing a connection.
+type silentProxy struct {
+	ln     net.Listener
+	silent atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newSilentProxy(t *testing.T, addr string) *silentProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &silentProxy{ln: ln}
+	t.Cleanup(p.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go io.Copy(p.writer(u), c)
+			go io.Copy(p.writer(c), u)
+		}
+	}()
+	return p
+}
+
+func (p *silentProxy) silence() { p.silent.Store(true) }
+
+// cut closes every connection, as a network that fails for good does.
+func (p *silentProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+type silencing struct {
+	p *silentProxy
+	w io.Writer
+}
+
+func (p *silentProxy) writer(w io.Writer) io.Writer { return silencing{p, w} }
+
+func (s silencing) Write(b []byte) (int, error) {
+	if s.p.silent.Load() {
+		return len(b), nil
+	}
+	return s.w.Write(b)
+}
+
+// TestSilentServerFailsAtTheTimeout: a server that stops answering
+// without closing the connection (a network partition, a hung server)
+// fails each operation after the store's timeout, instead of holding its
+// caller until the connection is torn down.
+func TestSilentServerFailsAtTheTimeout(t *testing.T) {
+	u, err := url.Parse(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newSilentProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	s, err := Open(context.Background(), u.String(), Options{Schema: newSchema(t), Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// pgx closes a connection whose operation timed out by asking
+		// the server to cancel it, which a silent server never answers
+		// (pgx waits up to 15s): the connections are cut first.
+		p.cut()
+		s.Close()
+	}()
+	ctx := t.Context()
+	now := time.Now()
+	r := newRecord("k", now)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.silence()
+	for name, op := range map[string]func() error{
+		"Reserve": func() error {
+			_, _, err := s.Reserve(ctx, newRecord("k2", now), record.ReserveOptions{})
+			return err
+		},
+		"Update": func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); return err },
+		"Get":    func() error { _, err := s.Get(ctx, r.ID); return err },
+		"Wait":   func() error { _, err := s.Wait(ctx, r.ID); return err },
+	} {
+		start := time.Now()
+		err := op()
+		if err == nil {
+			t.Errorf("%s against a silent server succeeded", name)
+			continue
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("%s took %v to fail; want about the 300ms timeout", name, d)
+		}
+		if !strings.Contains(err.Error(), "postgres store") {
+			t.Errorf("%s: error %q does not name the store", name, err)
+		}
 	}
 }
 
