@@ -285,7 +285,8 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	w.hasher = hasher
 
-	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts()}
+	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts(),
+		StoreWaits: durable != nil}
 	if shared, ok := store.(intercept.Allowances); ok {
 		// Every proxy sharing the store takes from one allowance per
 		// account.

@@ -138,6 +138,13 @@ type Options struct {
 	// Journal, if set, gets one entry per transition of the executions
 	// this process runs; nil keeps no journal.
 	Journal Journal
+	// StoreWaits says that the store waits on I/O (a file, a server), so
+	// that an operation may take as long as its timeout: Handle then does
+	// a call's work on a goroutine of its own, and a slow store holds up
+	// only the calls that need it, never the caller's other traffic. A
+	// store in memory answers at once, and the work stays on the
+	// caller's goroutine, which spares the hand-off.
+	StoreWaits bool
 }
 
 // An Interceptor executes tool calls at most once per action. It is safe
@@ -155,7 +162,8 @@ type Interceptor struct {
 	obs         Observer
 	timed       bool // an Observer was given: upstream calls are timed for it
 	// journal is nil when no journal is kept.
-	journal Journal
+	journal    Journal
+	storeWaits bool
 
 	accounts map[string]*account // read-only after New
 
@@ -182,6 +190,7 @@ func New(opts Options) *Interceptor {
 		in.now = time.Now
 	}
 	in.journal = opts.Journal
+	in.storeWaits = opts.StoreWaits
 	in.obs = opts.Observer
 	in.timed = in.obs != nil
 	if in.obs == nil {
@@ -247,7 +256,22 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 // answered on the one that delivers the upstream's response, so the common
 // case costs no goroutine hand-off; only callers that attach to an
 // execution already under way get a goroutine of their own to wait in.
+// With a store that waits on I/O (Options.StoreWaits), the calling
+// goroutine only starts the one that does the work.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
+	if in.storeWaits {
+		in.work.Add(1)
+		go func() {
+			defer in.work.Done()
+			in.handle(ctx, req)
+		}()
+		return
+	}
+	in.handle(ctx, req)
+}
+
+// handle is Handle's work, on the goroutine that is to do it.
+func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
 	arrived := in.now()
 	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
