@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -341,6 +342,13 @@ func accepts(r *http.Request, mediaType string) bool {
 	return false
 }
 
+// isBatch reports whether body, valid JSON, is an array: a batch, even of
+// one message.
+func isBatch(body []byte) bool {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	return len(body) > 0 && body[0] == '['
+}
+
 // lookup returns the session the request names, checking that it belongs
 // to actor; another actor's session is as unknown as one that never was.
 func (s *Server) lookup(r *http.Request, actor string) (*ServerSession, *httpError) {
@@ -395,7 +403,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		}
 		w.Header().Set(headerSessionID, ss.id)
 	case isStateless(r, msgs):
-		if len(msgs) != 1 {
+		if len(msgs) != 1 || isBatch(body) {
 			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
 			return
 		}
@@ -621,6 +629,13 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 				if p.token != "" {
 					delete(ss.progress, p.token)
 				}
+				// No answer comes to a cancelled request: its streams
+				// owe one less, and end if that was the last.
+				for _, st := range p.streams {
+					if st.want--; st.want == 0 {
+						ss.endLocked(st)
+					}
+				}
 			}
 		}
 	}
@@ -772,6 +787,11 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 			}
 		}
 		ss.mu.Unlock()
+		if done && len(out) == 0 {
+			// Its one request was cancelled: nothing to answer.
+			w.WriteHeader(http.StatusAccepted)
+			return true
+		}
 		if done {
 			w.Header().Set("Content-Type", "application/json")
 			var body []byte

@@ -3,6 +3,7 @@ package streamhttp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -611,6 +612,27 @@ func TestServerStateless(t *testing.T) {
 	}
 }
 
+// TestServerStatelessBatchOfOne: a stateless request sent as an array
+// of one is a batch, and refused as one; the actor's lane goes on.
+func TestServerStatelessBatchOfOne(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "tools/list"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	resp := do(t, t.Context(), "POST", hs.URL, "["+body+"]", hdr)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), "not a batch") {
+		t.Fatalf("an array of one: %s %s; want 400, not a batch", resp.Status, got)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	resp = do(t, ctx, "POST", hs.URL, body, hdr)
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":1,"result":`) {
+		t.Fatalf("the next stateless request was answered %v", msgs)
+	}
+}
+
 // TestServerStatelessHeaders: a stateless request whose headers disagree
 // with its body is refused before it reaches the proxy.
 func TestServerStatelessHeaders(t *testing.T) {
@@ -807,5 +829,48 @@ func TestWithID(t *testing.T) {
 	got := string(withID(frame, m.ID, json.RawMessage(`"h1"`)))
 	if want := `{"jsonrpc":"2.0","result":{"id":1},"id":"h1"}`; got != want {
 		t.Fatalf("withID = %s, want %s", got, want)
+	}
+}
+
+// TestServerCancelledRequestEndsItsResponse: a request the client cancels
+// gets no answer, and its response ends (an SSE stream with no answer, a
+// 202 without a body) rather than staying open until the client gives up.
+func TestServerCancelledRequestEndsItsResponse(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
+			_, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
+			resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+			sid := resp.Header.Get(headerSessionID)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			type result struct {
+				status int
+				body   string
+			}
+			got := make(chan result, 1)
+			go func() {
+				resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				got <- result{resp.StatusCode, string(b)}
+			}()
+			waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+			resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`, session(sid))
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("the cancellation: %s, want 202", resp.Status)
+			}
+			select {
+			case r := <-got:
+				if strings.Contains(r.body, `"id":7`) {
+					t.Errorf("the cancelled request was answered: %s", r.body)
+				}
+				if jsonResponse && r.status != http.StatusAccepted {
+					t.Errorf("the cancelled request's response: %d %q; want 202", r.status, r.body)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the cancelled request's response is still open 5s after the cancellation")
+			}
+		})
 	}
 }
