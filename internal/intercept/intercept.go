@@ -1036,7 +1036,7 @@ func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c re
 // req's caller joined, then answers the caller.
 func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Request) {
 	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
-	settled, err := in.store.Wait(wctx, rec.ID)
+	settled, err := in.wait(wctx, rec.ID)
 	cancel()
 	switch {
 	case errors.Is(ctx.Err(), ErrSessionEnded):
@@ -1069,6 +1069,30 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
 	default:
 		in.answer(ctx, req, settled, replayed)
+	}
+}
+
+// wait waits for execution id to settle, until ctx ends. A failure of the
+// store (a connection dropped, a server restarting) is not the waiter's
+// answer: it waits on, trying the store again after a backoff, so that
+// the caller gets the execution's answer, or is told it is still in
+// progress, rather than an error that says neither.
+func (in *Interceptor) wait(ctx context.Context, id string) (*record.Record, error) {
+	backoff := recordRetryMin
+	for {
+		settled, err := in.store.Wait(ctx, id)
+		if err == nil || ctx.Err() != nil || errors.Is(err, record.ErrNotFound) {
+			return settled, err
+		}
+		in.log.Warn("waiting for an execution: the store failed; trying again", "execution", id, "in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, recordRetryMax)
 	}
 }
 

@@ -549,6 +549,47 @@ func TestOutcomeRecordedWhenTheStoreIsBack(t *testing.T) {
 	})
 }
 
+// waitsFail is a memory store whose Wait fails while down is set, like a
+// store whose connection dropped under a waiter.
+type waitsFail struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *waitsFail) Wait(ctx context.Context, id string) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errors.New("waiting for " + id + ": connection reset by peer")
+	}
+	return s.Store.Wait(ctx, id)
+}
+
+// TestWaiterOutlivesAStoreFailure: a caller attached to an execution under
+// way, whose store fails while it waits, waits on and gets the
+// execution's answer, not an error that says neither whether the tool ran
+// nor what to do.
+func TestWaiterOutlivesAStoreFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := &waitsFail{Store: h.store}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		store.down.Store(true)
+		first := h.call(t.Context(), t, chargeCall)
+		second := h.call(t.Context(), t, chargeCall)
+		synctest.Wait() // the second caller's wait has failed once
+		time.Sleep(time.Second)
+		store.down.Store(false)
+		close(release)
+		for i, a := range []*answers{first, second} {
+			if v := view(t, a.only(t)); len(v.Content) == 0 || v.Content[0].Text != "charge #1" {
+				t.Errorf("caller %d got %+v; want charge #1", i+1, v)
+			}
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
+
 func TestParseToolCall(t *testing.T) {
 	for _, tt := range []struct {
 		params string
