@@ -585,8 +585,11 @@ func (in *Interceptor) dispatchNow(ctx context.Context, rec *record.Record, req 
 	claimed, err := in.store.Update(bg, rec.ID, claim)
 	if err != nil {
 		a.release()
-		if errors.Is(err, record.ErrConflict) && rec.State == record.Unknown {
-			// Another caller re-dispatched it first: wait for that one.
+		if errors.Is(err, record.ErrConflict) {
+			// Another caller re-dispatched it first, or another process
+			// settled it meanwhile (this one's lease lapsed while it
+			// waited for its account, and the record was taken over as
+			// never sent): the caller gets what the record comes to.
 			go in.attach(ctx, rec, req)
 			return
 		}

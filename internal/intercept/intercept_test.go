@@ -590,6 +590,40 @@ func TestWaiterOutlivesAStoreFailure(t *testing.T) {
 	})
 }
 
+// takenOver is a memory store in which another process takes over every
+// execution between its reservation and its dispatch, settling it as
+// never sent, as it does when this process's lease lapses meanwhile.
+type takenOver struct{ *memstore.Store }
+
+func (s takenOver) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	opts.Dispatch = false // reserved, then dispatched in a step of its own
+	return s.Store.Reserve(ctx, r, opts)
+}
+
+func (s takenOver) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.To == record.Dispatched {
+		if _, err := s.Store.Update(ctx, id, record.Change{To: record.Failed, Note: "the lease lapsed before dispatch"}); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// TestTakenOverBeforeDispatch: a caller whose execution another process
+// settled before it was sent is told that nothing ran and that calling
+// again runs it, and nothing is sent.
+func TestTakenOverBeforeDispatch(t *testing.T) {
+	h := newHarness(charged)
+	h.in = New(Options{Store: takenOver{h.store}, Hasher: fingerprint.NewRandom()})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "failed before it was sent") || !strings.Contains(e.Message, "nothing ran") {
+		t.Fatalf("got result %s, error %s; want an error saying nothing ran", a.Result, a.Error)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("upstream reached %d times; want 0", n)
+	}
+}
+
 func TestParseToolCall(t *testing.T) {
 	for _, tt := range []struct {
 		params string
