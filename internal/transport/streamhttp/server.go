@@ -773,6 +773,7 @@ func openStream(w http.ResponseWriter) {
 
 // answerJSON waits for st's answers and writes them as one JSON body.
 func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream) bool {
+	ended := ss.done
 	for {
 		ss.mu.Lock()
 		done, notify := st.done, st.notify
@@ -819,8 +820,10 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		case <-notify:
 		case <-r.Context().Done():
 			return false
-		case <-ss.done:
-			return false
+		case <-ended:
+			// The answers still owed come all the same: from the
+			// session's drain, or from endPending once it has stopped.
+			ended = nil
 		}
 	}
 }
@@ -855,6 +858,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 	flusher, _ := w.(http.Flusher)
 	var buf []byte
 	var written []func()
+	ended := ss.done
 	ending := false // the session has ended: write what is held, then stop
 	for {
 		ss.mu.Lock()
@@ -874,6 +878,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			from = ev.seq + 1
 		}
 		done := st.done && from >= st.next
+		owed := st.want > 0
 		notify := st.notify
 		ss.mu.Unlock()
 		if len(buf) > 0 {
@@ -902,8 +907,12 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		case <-notify:
 		case <-r.Context().Done():
 			return false
-		case <-ss.done:
-			ending = true
+		case <-ended:
+			// A stream still owed answers gets them all the same: from
+			// the session's drain, or from endPending once it has
+			// stopped. Any other (the GET stream) ends.
+			ended = nil
+			ending = !owed
 		}
 	}
 }

@@ -90,6 +90,11 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			case <-s.done:
 				return
 			}
+		case "drain":
+			// Answered a while after the session ends, as a proxy
+			// answers the calls under way within its grace.
+			<-s.done
+			time.Sleep(100 * time.Millisecond)
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
@@ -870,6 +875,39 @@ func TestServerCancelledRequestEndsItsResponse(t *testing.T) {
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the cancelled request's response is still open 5s after the cancellation")
+			}
+		})
+	}
+}
+
+// TestServerEndingSessionStillAnswers: when a session ends (the server
+// shutting down, a DELETE), the requests under way keep their streams
+// until their answers come from the session's drain, instead of being
+// cut off with no answer.
+func TestServerEndingSessionStillAnswers(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
+			srv, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
+			resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+			sid := resp.Header.Get(headerSessionID)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			got := make(chan string, 1)
+			go func() {
+				resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":9,"method":"drain"}`, session(sid))
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				got <- string(b)
+			}()
+			waitFor(t, func() bool { return p.seen(`"drain"`) == 1 })
+			srv.Close()
+			select {
+			case body := <-got:
+				if !strings.Contains(body, `"id":9,"result"`) {
+					t.Fatalf("the request under way got %q; want its answer", body)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no answer 5s after the session ended")
 			}
 		})
 	}
