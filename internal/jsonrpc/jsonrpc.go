@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -41,6 +42,44 @@ type Message struct {
 	// Batch is set when the frame is a JSON array (a JSON-RPC batch); no
 	// other field but Raw is then decoded.
 	Batch bool
+	// Version is the raw "jsonrpc" member, nil when absent.
+	Version json.RawMessage
+}
+
+// CheckRequest returns why m, a request or notification a client sent, is
+// not one that MCP allows, or "" if it is: its "jsonrpc" member must be
+// "2.0", and a request's id valid (ValidID).
+func CheckRequest(m *Message) string {
+	if string(m.Version) != `"2.0"` {
+		if v, ok := StringValue(m.Version); !ok || v != "2.0" {
+			return `"jsonrpc" must be "2.0"`
+		}
+	}
+	if m.ID != nil && !ValidID(m.ID) {
+		return fmt.Sprintf("request id %s is not a string or an integer", truncate(string(m.ID), 40))
+	}
+	return ""
+}
+
+// ValidID reports whether id may be a request's id in MCP: a string or an
+// integer. MCP allows no null id, and a fractional one may come back from
+// a server rounded, matching no request. A number spelled with an integer
+// value, such as 1.0, is allowed: IDKey matches it.
+func ValidID(id json.RawMessage) bool {
+	switch {
+	case len(id) == 0:
+		return false
+	case id[0] == '"':
+		return true
+	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
+		if !bytes.ContainsAny(id, ".eE") {
+			return true
+		}
+		f, err := strconv.ParseFloat(string(id), 64)
+		return err == nil && f == math.Trunc(f)
+	default:
+		return false
+	}
 }
 
 // IsRequest reports whether m is a request: a method and an id.
@@ -93,6 +132,8 @@ func DecodeInto(m *Message, frame []byte) error {
 	var methodRaw []byte
 	end := walkObject(frame, start, true, func(name, value []byte) bool {
 		switch string(name) {
+		case "jsonrpc":
+			m.Version = value
 		case "id":
 			m.ID = value
 		case "method":

@@ -554,3 +554,34 @@ func FuzzHeadID(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckRequest(t *testing.T) {
+	for _, tt := range []struct {
+		frame string
+		want  string // a part of the reason; "" for a valid message
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, ""},
+		{`{"jsonrpc":"2.0","id":"a","method":"ping"}`, ""},
+		{`{"jsonrpc":"2.0","id":-7,"method":"ping"}`, ""},
+		{`{"jsonrpc":"2.0","id":1.0,"method":"ping"}`, ""},
+		{`{"jsonrpc":"2.0","id":1e2,"method":"ping"}`, ""},
+		{`{"jsonrpc":"2\u002e0","id":1,"method":"ping"}`, ""},
+		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, ""},
+		{`{"id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},
+		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},
+		{`{"jsonrpc":2.0,"id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},
+		{`{"jsonrpc":"2.0","id":null,"method":"ping"}`, "not a string or an integer"},
+		{`{"jsonrpc":"2.0","id":true,"method":"ping"}`, "not a string or an integer"},
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, "not a string or an integer"},
+		{`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, "1.5 is not a string or an integer"},
+	} {
+		m, err := Decode([]byte(tt.frame))
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", tt.frame, err)
+		}
+		got := CheckRequest(m)
+		if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+			t.Errorf("CheckRequest(%s) = %q; want %q", tt.frame, got, tt.want)
+		}
+	}
+}

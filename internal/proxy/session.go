@@ -741,6 +741,18 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
 		return
 	}
+	if msg.Method != "" && !msg.Batch {
+		if why := jsonrpc.CheckRequest(msg); why != "" {
+			// Not passed on: a server may end the session on it.
+			s.log.Warn("refused a message from the client", "method", msg.Method, "why", why)
+			id := msg.ID
+			if !jsonrpc.ValidID(id) {
+				id = nil // JSON-RPC answers a request whose id is bad under null
+			}
+			s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
+			return
+		}
+	}
 	switch {
 	case msg.Batch:
 		s.fromClientBatch(frame)
@@ -797,6 +809,8 @@ func (s *Session) fromClientBatch(frame []byte) {
 	for _, m := range msgs {
 		var why string
 		switch {
+		case m.Method != "" && jsonrpc.CheckRequest(m) != "":
+			why = "mcp-idempotent: " + jsonrpc.CheckRequest(m)
 		case m.Method == "tools/call":
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
 		case m.IsRequest() && reservedID(m.ID):
@@ -807,7 +821,11 @@ func (s *Session) fromClientBatch(frame []byte) {
 		var errs [][]byte
 		for _, m := range msgs {
 			if m.IsRequest() {
-				errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+				id := m.ID
+				if !jsonrpc.ValidID(id) {
+					id = nil
+				}
+				errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
 			}
 		}
 		if len(errs) > 0 {

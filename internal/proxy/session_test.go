@@ -444,13 +444,13 @@ func TestIDsAsJSONReadsThem(t *testing.T) {
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
 	r.upstream.next(t, "upstream") // the call
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10.0}}`)
-	r.client.send(t, `{"jsonrpc":"2.0","id":2.50,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2.0,"method":"resources/read","params":{"uri":"file:///a"}}`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, "resources/read") {
 		t.Fatalf("upstream got %s; want the read, the cancellation of call 10 kept in the proxy", got)
 	}
 
 	r.upstreamW.Close()
-	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2.50,`) || !strings.Contains(got, "closed before answering resources/read") {
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2.0,`) || !strings.Contains(got, "closed before answering resources/read") {
 		t.Fatalf("client got %s; want only the read answered, under its id as sent", got)
 	}
 	r.wait(t)
@@ -907,5 +907,29 @@ func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
 		t.Fatalf("the caller got %s; want the answer", got)
+	}
+}
+
+// TestRequestsMCPDoesNotAllow: a message without "jsonrpc":"2.0", or a
+// request whose id is not a string or an integer, is refused, not passed
+// on (a server may end the session on it, or answer under an id the
+// proxy cannot match); the session goes on.
+func TestRequestsMCPDoesNotAllow(t *testing.T) {
+	r := newRig(t, 0)
+	for _, tt := range []struct{ frame, want string }{
+		{`{"id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"mcp-idempotent: \"jsonrpc\" must be \"2.0\""}}`},
+		{`{"jsonrpc":"1.0","id":"a","method":"ping"}`, `"id":"a","error":{"code":-32600`},
+		{`{"jsonrpc":"2.0","id":null,"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"mcp-idempotent: request id null is not a string or an integer"}}`},
+		{`{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"charge_card"}}`, `"id":null,"error":{"code":-32600`},
+		{`[{"jsonrpc":"2.0","id":true,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, `[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"mcp-idempotent: request id true is not a string or an integer"}},{"jsonrpc":"2.0","id":2,"error"`},
+	} {
+		r.client.send(t, tt.frame)
+		if got := r.client.next(t, "client"); !strings.Contains(got, tt.want) {
+			t.Errorf("%s was answered %s; want %s", tt.frame, got, tt.want)
+		}
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want only the valid ping", got)
 	}
 }

@@ -447,6 +447,11 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 		if m.Method == "" && m.ID == nil {
 			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
 		}
+		if m.Method != "" {
+			if why := jsonrpc.CheckRequest(m); why != "" {
+				return nil, refuse(http.StatusBadRequest, "%s", why), jsonrpc.CodeInvalidRequest
+			}
+		}
 		if m.IsRequest() {
 			// Two answers under one id could not be told apart.
 			if requests[string(m.ID)] {
