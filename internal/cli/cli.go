@@ -184,6 +184,7 @@ func (f *proxyFlags) checkUpstream(argv []string) error {
 type wiring struct {
 	f          *proxyFlags
 	argv       []string // the upstream command, when it is one
+	dir        string   // the working directory it runs in
 	stderr     io.Writer
 	log        *slog.Logger
 	maxMessage int
@@ -220,6 +221,11 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	w.actor = f.actor
 	if w.actor == "" {
 		w.actor = osUser()
+	}
+	if len(argv) > 0 {
+		if w.dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("the working directory, where the upstream runs: %w", err)
+		}
 	}
 	if f.restarts < 0 {
 		return nil, usagef("--max-restarts: %d is negative", f.restarts)
@@ -339,7 +345,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		if err != nil {
 			return err
 		}
-		upstream, upstreamID = child, stdio.Describe(w.argv)
+		upstream, upstreamID = child, stdio.Identity(w.dir, w.argv)
 		log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
 	}
 

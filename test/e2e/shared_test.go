@@ -264,3 +264,26 @@ func TestActorsNeverShare(t *testing.T) {
 		t.Fatalf("alice, bob, alice made the same call: it ran %d times; want 2 (once per actor)", total)
 	}
 }
+
+// TestDirectoriesNeverShare: the same command line run in two working
+// directories is two servers ("node index.js" in two projects): proxies
+// for them on one store never share an execution; two in one directory do.
+func TestDirectoriesNeverShare(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
+	shop, bank := t.TempDir(), t.TempDir()
+	ctx := testContext(t)
+	total := 0
+	for _, dir := range []string{shop, bank, shop} {
+		cmd := proxiedWith(t, []string{"--store", store, "--scope", "actor", "--actor", "alice"}, chargeServer()...)
+		cmd.Dir = dir
+		p := connect(t, ctx, cmd)
+		charge(t, ctx, p, "4242", 100)
+		total += executions(t, ctx, p)
+	}
+	if total != 2 {
+		t.Fatalf("the same call from two directories, then the first again: it ran %d times; want 2 (once per directory)", total)
+	}
+}

@@ -89,8 +89,17 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
-// Describe normalises argv into the upstream's identity: the words joined by
-// single spaces, each quoted only where it must be.
+// Identity is the identity of the upstream that argv starts when run in
+// the working directory dir: Describe's words and the directory, since a
+// word may be a path relative to it ("node index.js"), and the same
+// command run in another project is another server. The environment is
+// not part of it.
+func Identity(dir string, argv []string) string {
+	return Describe(argv) + " (in " + dir + ")"
+}
+
+// Describe normalises argv into the command's words joined by single
+// spaces, each quoted only where it must be.
 func Describe(argv []string) string {
 	words := make([]string, len(argv))
 	for i, a := range argv {

@@ -688,3 +688,19 @@ func TestWriteResponseAndRequest(t *testing.T) {
 		t.Errorf("WriteResponse and WriteRequest allocate %v times, want 0", allocs)
 	}
 }
+
+// TestIdentity: the same command run in two directories is two upstreams
+// (a relative path names another file in each), and in one directory one.
+func TestIdentity(t *testing.T) {
+	argv := []string{"node", "index.js"}
+	a, b := Identity("/home/u/shop", argv), Identity("/home/u/bank", argv)
+	if a == b {
+		t.Fatalf("Identity in two directories = %s for both", a)
+	}
+	if a != Identity("/home/u/shop", []string{"node", "index.js"}) {
+		t.Fatal("Identity differs for the same command in the same directory")
+	}
+	if want := "stdio:node index.js (in /home/u/shop)"; a != want {
+		t.Errorf("Identity = %s, want %s", a, want)
+	}
+}
