@@ -65,6 +65,11 @@ type ServerOptions struct {
 	IdleTimeout time.Duration
 	// MaxMessage bounds a request body; zero means DefaultMaxMessage.
 	MaxMessage int
+	// BodyTimeout bounds the reading of a request body, so that a client
+	// that sends part of one and stops does not hold a connection for
+	// ever; zero means 60 seconds. (http.Server's ReadTimeout would also
+	// end the long-lived SSE streams.)
+	BodyTimeout time.Duration
 	// EventBuffer and EventBufferBytes bound the events a session holds
 	// for clients that reconnect; zero means 1024 events and 32 MiB.
 	EventBuffer      int
@@ -114,6 +119,9 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.MaxMessage <= 0 {
 		opts.MaxMessage = DefaultMaxMessage
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = time.Minute
 	}
 	if opts.EventBuffer <= 0 {
 		opts.EventBuffer = 1024
@@ -372,13 +380,20 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, refuse(http.StatusNotAcceptable, "Accept must list both application/json and text/event-stream"), jsonrpc.CodeInvalidRequest)
 		return
 	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))
+	if err == nil {
+		rc.SetReadDeadline(time.Time{}) // the stream that answers may be long
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeRefusal(w, refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
 			return
 		}
 		s.log.Debug("reading a request body failed", "err", err)
+		// The rest of the body is not waited for: the connection ends.
+		w.Header().Set("Connection", "close")
 		writeRefusal(w, refuse(http.StatusBadRequest, "reading the body: %v", err), jsonrpc.CodeInvalidRequest)
 		return
 	}

@@ -1,10 +1,12 @@
 package streamhttp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -914,5 +916,25 @@ func TestServerEndingSessionStillAnswers(t *testing.T) {
 				t.Fatal("no answer 5s after the session ended")
 			}
 		})
+	}
+}
+
+// TestServerBodyTimeout: a client that sends part of a body and stops is
+// cut off after BodyTimeout, not left holding the connection.
+func TestServerBodyTimeout(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{BodyTimeout: 200 * time.Millisecond})
+	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	status, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer 5s after the body stopped coming: %v", err)
+	}
+	if !strings.Contains(status, "400 Bad Request") {
+		t.Errorf("the server answered %q; want 400", status)
 	}
 }
