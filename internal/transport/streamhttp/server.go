@@ -618,7 +618,11 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			}
 			if len(msgs) != 1 || string(p.frame) != string(body) {
 				ss.mu.Unlock()
-				writeRefusal(w, refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID), jsonrpc.CodeInvalidRequest)
+				e := refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID)
+				if len(msgs) == 1 {
+					e.id = m.ID // in a batch, the answer is not the request's alone
+				}
+				writeRefusal(w, e, jsonrpc.CodeInvalidRequest)
 				return
 			}
 			// The client sent again a request still being answered (it

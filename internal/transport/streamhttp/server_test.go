@@ -555,9 +555,10 @@ func TestServerResend(t *testing.T) {
 	resp.Body.Close()
 
 	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":8,"method":"other"}`, session(sid))
+	refusal, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 400 {
-		t.Fatalf("another request under a pending id: %s, want 400", resp.Status)
+	if resp.StatusCode != 400 || !strings.Contains(string(refusal), `"id":8,"error"`) {
+		t.Fatalf("another request under a pending id: %s %s, want 400 under id 8", resp.Status, refusal)
 	}
 	resp = do(t, t.Context(), "POST", hs.URL, body, session(sid))
 	defer resp.Body.Close()
