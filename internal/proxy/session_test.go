@@ -75,6 +75,15 @@ func (p *peer) next(t *testing.T, side string) string {
 	return ""
 }
 
+// answerCharged answers call, a tools/call the upstream got, with a
+// result saying "charged".
+func (p *peer) answerCharged(t *testing.T, call string) {
+	t.Helper()
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	p.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+}
+
 // byID reads the next n frames, which may come in any order, by their id.
 func (p *peer) byID(t *testing.T, n int) map[string]string {
 	t.Helper()
@@ -513,9 +522,7 @@ func TestUnansweredListingDoesNotHoldCalls(t *testing.T) {
 	if !strings.Contains(call, `"method":"tools/call"`) {
 		t.Fatalf("upstream got %s; want the call", call)
 	}
-	var m struct{ ID json.RawMessage }
-	json.Unmarshal([]byte(call), &m)
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	r.upstream.answerCharged(t, call)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
 		t.Fatalf("client got %s; want the answer", got)
 	}
@@ -697,9 +704,7 @@ func TestShutdownTellsAnAttachedCallerItIsInProgress(t *testing.T) {
 	if got := b.client.next(t, "client B"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Still in progress:") {
 		t.Fatalf("B's caller got %s; want to be told the execution is still in progress", got)
 	}
-	var m struct{ ID json.RawMessage }
-	json.Unmarshal([]byte(running), &m)
-	a.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	a.upstream.answerCharged(t, running)
 	if got := a.client.next(t, "client A"); !strings.Contains(got, "charged") {
 		t.Fatalf("A's caller got %s; want the answer", got)
 	}
@@ -902,9 +907,7 @@ func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
 	if !strings.Contains(got, `"method":"tools/call"`) {
 		t.Fatalf("once the store answers, the upstream got %s; want the call", got)
 	}
-	var m struct{ ID json.RawMessage }
-	json.Unmarshal([]byte(got), &m)
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	r.upstream.answerCharged(t, got)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
 		t.Fatalf("the caller got %s; want the answer", got)
 	}

@@ -199,6 +199,20 @@ func start(t *testing.T, url string, hdr map[string]string) string {
 	return sid
 }
 
+// openSession starts a session in either answer mode (SSE or JSON) and
+// returns its id.
+func openSession(t *testing.T, url string) string {
+	t.Helper()
+	resp := do(t, t.Context(), "POST", url, initBody, nil)
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	sid := resp.Header.Get(headerSessionID)
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %s, session %q", resp.Status, sid)
+	}
+	return sid
+}
+
 type testEvent struct{ id, data string }
 
 // readEvents reads SSE events with data until the stream ends.
@@ -851,10 +865,7 @@ func TestServerCancelledRequestEndsItsResponse(t *testing.T) {
 	for _, jsonResponse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
 			_, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
-			resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
-			sid := resp.Header.Get(headerSessionID)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			sid := openSession(t, hs.URL)
 			type result struct {
 				status int
 				body   string
@@ -867,7 +878,7 @@ func TestServerCancelledRequestEndsItsResponse(t *testing.T) {
 				got <- result{resp.StatusCode, string(b)}
 			}()
 			waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
-			resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`, session(sid))
+			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`, session(sid))
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusAccepted {
 				t.Fatalf("the cancellation: %s, want 202", resp.Status)
@@ -895,10 +906,7 @@ func TestServerEndingSessionStillAnswers(t *testing.T) {
 	for _, jsonResponse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
 			srv, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
-			resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
-			sid := resp.Header.Get(headerSessionID)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			sid := openSession(t, hs.URL)
 			got := make(chan string, 1)
 			go func() {
 				resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":9,"method":"drain"}`, session(sid))
