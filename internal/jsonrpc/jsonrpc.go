@@ -72,11 +72,13 @@ func ValidID(id json.RawMessage) bool {
 	case id[0] == '"':
 		return true
 	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
-		if !bytes.ContainsAny(id, ".eE") {
-			return true
+		for _, c := range id {
+			if c == '.' || c == 'e' || c == 'E' {
+				f, err := strconv.ParseFloat(string(id), 64)
+				return err == nil && f == math.Trunc(f)
+			}
 		}
-		f, err := strconv.ParseFloat(string(id), 64)
-		return err == nil && f == math.Trunc(f)
+		return true
 	default:
 		return false
 	}

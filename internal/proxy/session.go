@@ -180,14 +180,20 @@ type clientCall struct {
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
 	c.once.Do(func() {
-		c.s.mu.Lock()
-		if c.s.calls[c.key] == c {
-			delete(c.s.calls, c.key)
-		}
-		c.s.mu.Unlock()
+		c.release()
 		c.ctx.end()
 		c.s.inflight.Done()
 	})
+}
+
+// release frees the call's id, before its answer is written: a client that
+// has its answer may send another request under the same id at once.
+func (c *clientCall) release() {
+	c.s.mu.Lock()
+	if c.s.calls[c.key] == c {
+		delete(c.s.calls, c.key)
+	}
+	c.s.mu.Unlock()
 }
 
 // callContext is the context of one client call: the session's, ended
@@ -333,6 +339,7 @@ func errorPointer(err error) *error {
 
 // Reply implements intercept.Replier.
 func (c *clientCall) Reply(a intercept.Answer) error {
+	c.release()
 	defer c.finish()
 	if a.Error != nil {
 		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
@@ -367,6 +374,7 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
 		written()
 		return nil
 	}
+	c.release()
 	defer c.finish()
 	frame := jsonrpc.NewResponse(c.id, a.Result)
 	if a.Error != nil {
@@ -787,7 +795,13 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
 		return
 	}
-	s.forwarded[string(jsonrpc.IDKey(msg.ID))] = forwardedRequest{msg.ID, msg.Method}
+	key := string(jsonrpc.IDKey(msg.ID))
+	if s.inUseLocked(key, msg.Method == "tools/call") {
+		s.mu.Unlock()
+		s.refuseInUse(msg.ID)
+		return
+	}
+	s.forwarded[key] = forwardedRequest{msg.ID, msg.Method}
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}
@@ -795,6 +809,25 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 	if err := l.conn.WriteFrame(msg.Raw); err != nil {
 		s.log.Debug("writing to the upstream", "err", err)
 	}
+}
+
+// inUseLocked reports whether a request of the client's under key is
+// still being answered: a tools/call the session handles, or a request
+// passed upstream. passing is set when the tools/call under key is the
+// request being passed upstream now (its own entry in calls).
+func (s *Session) inUseLocked(key string, passing bool) bool {
+	_, forwarded := s.forwarded[key]
+	_, called := s.calls[key]
+	return forwarded || called && !passing
+}
+
+// refuseInUse answers a request whose id another request of the client's,
+// still being answered, holds: under a null id, since an answer under
+// this one would be taken for the other request's.
+func (s *Session) refuseInUse(id json.RawMessage) {
+	s.log.Warn("refused a request whose id is in use", "id", string(id))
+	s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+		"mcp-idempotent: request id %s is already in use by a request still being answered; send it under another id", id)))
 }
 
 // fromClientBatch passes a batch through unless it holds a tools/call:
@@ -857,8 +890,13 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 	}
 	c.key = string(jsonrpc.IDKey(in.ID))
 	cctx := &c.ctx
-	s.inflight.Add(1)
 	s.mu.Lock()
+	if s.inUseLocked(c.key, false) {
+		s.mu.Unlock()
+		s.refuseInUse(in.ID)
+		return
+	}
+	s.inflight.Add(1)
 	s.calls[c.key] = c
 	s.mu.Unlock()
 

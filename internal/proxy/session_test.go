@@ -936,3 +936,31 @@ func TestRequestsMCPDoesNotAllow(t *testing.T) {
 		t.Fatalf("the upstream got %s; want only the valid ping", got)
 	}
 }
+
+// TestIDInUseIsRefused: a request under an id that a request still being
+// answered holds is refused under a null id and not passed on; the first
+// request's answer still comes, under its id.
+func TestIDInUseIsRefused(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","id":5,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":5.0,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`,
+	} {
+		r.client.send(t, frame)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,"error"`) || !strings.Contains(got, "request id 5") {
+			t.Fatalf("%s was answered %s; want a refusal under a null id naming id 5", frame, got)
+		}
+	}
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5,"result"`) {
+		t.Fatalf("the call got %s; want its answer under id 5", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"ping"}`) // free again
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
+		t.Fatalf("the upstream got %s; want the ping, id 5 being free", got)
+	}
+}

@@ -464,7 +464,11 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 		}
 		if m.Method != "" {
 			if why := jsonrpc.CheckRequest(m); why != "" {
-				return nil, refuse(http.StatusBadRequest, "%s", why), jsonrpc.CodeInvalidRequest
+				e := refuse(http.StatusBadRequest, "%s", why)
+				if len(msgs) == 1 && jsonrpc.ValidID(m.ID) {
+					e.id = m.ID
+				}
+				return nil, e, jsonrpc.CodeInvalidRequest
 			}
 		}
 		if m.IsRequest() {
@@ -618,11 +622,9 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			}
 			if len(msgs) != 1 || string(p.frame) != string(body) {
 				ss.mu.Unlock()
-				e := refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID)
-				if len(msgs) == 1 {
-					e.id = m.ID // in a batch, the answer is not the request's alone
-				}
-				writeRefusal(w, e, jsonrpc.CodeInvalidRequest)
+				// Under a null id: an error under this id would be taken
+				// for the answer to the request that holds it.
+				writeRefusal(w, refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID), jsonrpc.CodeInvalidRequest)
 				return
 			}
 			// The client sent again a request still being answered (it

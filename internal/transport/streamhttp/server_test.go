@@ -571,8 +571,8 @@ func TestServerResend(t *testing.T) {
 	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":8,"method":"other"}`, session(sid))
 	refusal, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(refusal), `"id":8,"error"`) {
-		t.Fatalf("another request under a pending id: %s %s, want 400 under id 8", resp.Status, refusal)
+	if resp.StatusCode != 400 || !strings.Contains(string(refusal), `"id":null,"error"`) {
+		t.Fatalf("another request under a pending id: %s %s, want 400 under a null id (not 8: it would answer the request that holds it)", resp.Status, refusal)
 	}
 	resp = do(t, t.Context(), "POST", hs.URL, body, session(sid))
 	defer resp.Body.Close()
@@ -635,6 +635,25 @@ func TestServerStateless(t *testing.T) {
 	waitFor(t, func() bool { return p.seen(`notifications/cancelled`) == 1 })
 	if p.seen(`"requestId":"h4"`) != 1 {
 		t.Fatalf("the cancellation does not name the request's id: %v", p.frames)
+	}
+}
+
+// TestServerRefusalsCarryTheID: a request refused for what it holds is
+// refused under its id when that id is valid, and under null when the id
+// is the fault.
+func TestServerRefusalsCarryTheID(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	for body, want := range map[string]string{
+		`{"jsonrpc":"1.0","id":100,"method":"tools/list"}`:  `"id":100,"error"`,
+		`{"jsonrpc":"2.0","id":true,"method":"tools/list"}`: `"id":null,"error"`,
+	} {
+		resp := do(t, t.Context(), "POST", hs.URL, body, session(sid))
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(got), want) {
+			t.Errorf("%s: %s %s; want 400 with %s", body, resp.Status, got, want)
+		}
 	}
 }
 
