@@ -473,10 +473,11 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 		}
 		if m.IsRequest() {
 			// Two answers under one id could not be told apart.
-			if requests[string(m.ID)] {
+			key := string(jsonrpc.IDKey(m.ID))
+			if requests[key] {
 				return nil, refuse(http.StatusBadRequest, "the batch holds two requests with id %s", m.ID), jsonrpc.CodeInvalidRequest
 			}
-			requests[string(m.ID)] = true
+			requests[key] = true
 		}
 	}
 	return msgs, nil, 0
@@ -614,9 +615,16 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 	var st *stream
 	var ids []string // the requests' ids as the proxy sees them
 	ss.mu.Lock()
+	if ss.ended {
+		// The session stopped after the request found it: nothing would
+		// answer it.
+		ss.mu.Unlock()
+		writeRefusal(w, refuse(http.StatusNotFound, "session %q has ended: initialize a new one", ss.id), jsonrpc.CodeInvalidRequest)
+		return
+	}
 	if !ss.stateless {
 		for _, m := range msgs {
-			p := ss.pending[string(m.ID)]
+			p := ss.pending[string(jsonrpc.IDKey(m.ID))]
 			if !m.IsRequest() || p == nil {
 				continue
 			}
@@ -650,8 +658,9 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &c) != nil {
 				continue
 			}
-			if p := ss.pending[string(c.RequestID)]; p != nil {
-				delete(ss.pending, string(c.RequestID))
+			key := string(jsonrpc.IDKey(c.RequestID))
+			if p := ss.pending[key]; p != nil {
+				delete(ss.pending, key)
 				if p.token != "" {
 					delete(ss.progress, p.token)
 				}
@@ -669,7 +678,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		if !m.IsRequest() {
 			continue
 		}
-		key := string(m.ID)
+		key := string(jsonrpc.IDKey(m.ID)) // as the proxy and the upstream match it
 		token := progressToken(m.Params)
 		if ss.stateless {
 			ss.nextID++

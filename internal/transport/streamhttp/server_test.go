@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,6 +103,10 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		}
 		result, _ := json.Marshal(map[string]any{"method": m.Method, "id": m.ID})
+		if m.Method == "asint" {
+			// An upstream that decodes the id and writes it its own way.
+			m.ID = json.RawMessage(strings.TrimSuffix(string(m.ID), ".0"))
+		}
 		id := string(m.ID)
 		if m.Method == "slowrecord" {
 			// Recording the delivery takes a while: the client must
@@ -964,5 +969,58 @@ func TestServerBodyTimeout(t *testing.T) {
 	}
 	if !strings.Contains(status, "400 Bad Request") {
 		t.Errorf("the server answered %q; want 400", status)
+	}
+}
+
+// TestServerRequestAfterTheSessionEnded: a request that found its session
+// open, but reaches it after the session stopped and answered everything
+// it owed, is refused (404) at once; nothing would ever answer it.
+func TestServerRequestAfterTheSessionEnded(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		srv := NewServer(ServerOptions{Actor: "alice", JSONResponse: jsonResponse,
+			Open: func(context.Context, *ServerSession) error { return nil }})
+		ss, herr := srv.startSession("alice")
+		if herr != nil {
+			t.Fatal(herr)
+		}
+		waitFor(t, func() bool { return srv.Sessions() == 0 }) // Open returned, endPending ran
+		body := []byte(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+		m, _ := jsonrpc.Decode(body)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		r := httptest.NewRequest("POST", "/", bytes.NewReader(body)).WithContext(ctx)
+		r.Header.Set(headerProtocolVersion, version)
+		w := httptest.NewRecorder()
+		srv.deliver(w, r, ss, body, []*jsonrpc.Message{m}) // as if it found the session just before
+		if ctx.Err() != nil || w.Code != http.StatusNotFound {
+			t.Errorf("json=%v: the request got %d (context %v); want 404 at once", jsonResponse, w.Code, ctx.Err())
+		}
+		cancel()
+		srv.Close()
+	}
+}
+
+// TestServerIDsByValue: ids are matched by value, as the proxy and the
+// upstream match them: 5.0 is in use while 5 is, and an answer under 5 is
+// the answer to a request sent as 5.0.
+func TestServerIDsByValue(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":5,"method":"slow"}`, session(sid))
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":5.0,"method":"ping"}`, session(sid))
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("a request under 5.0 while 5 runs: %s, want 400", resp.Status)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	resp = do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7.0,"method":"asint"}`, session(sid))
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7,"result"`) {
+		t.Fatalf("a request sent as 7.0 and answered as 7 got %v; want the answer", msgs)
 	}
 }

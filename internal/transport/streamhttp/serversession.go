@@ -39,9 +39,13 @@ type ServerSession struct {
 	// get is the standing stream that GET opens, for messages the server
 	// starts; created on first use.
 	get *stream
-	// pending maps a request id the client is owed an answer for (raw
-	// JSON, as the proxy sees it) to the stream that carries the answer.
+	// pending maps a request id the client is owed an answer for (its
+	// jsonrpc.IDKey, as the proxy sees it) to the stream that carries the
+	// answer.
 	pending map[string]*pendingRequest
+	// ended is set once endPending has run: the session takes no more
+	// requests, since nothing would answer them.
+	ended bool
 	// progress maps a progress token (raw JSON) to the stream of the
 	// request that asked for progress.
 	progress map[string]*stream
@@ -253,7 +257,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if m.IsResponse() {
-		key := string(m.ID)
+		key := string(jsonrpc.IDKey(m.ID)) // an upstream may answer 5 for 5.0
 		p := ss.pending[key]
 		if p == nil {
 			ss.srv.log.Debug("an answer for no request of the session's was dropped", "session", ss.id, "id", key)
@@ -367,6 +371,7 @@ func (ss *ServerSession) endLocked(st *stream) {
 func (ss *ServerSession) endPending() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.ended = true
 	for key, p := range ss.pending {
 		id := json.RawMessage(key)
 		if ss.stateless {
