@@ -326,10 +326,15 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// Without an account to wait for, a won reservation is sent at once:
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
-	rec, won, err := in.store.Reserve(ctx, fresh, opts)
-	switch {
-	case err != nil && ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return // the caller left before anything was reserved
+	}
+	// Not under the caller's context: a reservation the store made but
+	// whose answer a cancellation cut off would stay reserved, never sent,
+	// and every retry would attach to it. Once asked for, it is seen
+	// through (the store bounds its own operations).
+	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
+	switch {
 	case err != nil:
 		// Fail closed: without a reservation nothing may run.
 		in.log.Error("store refused the reservation", "tool", call.Name, "request", req.Correlation, "err", err)

@@ -967,6 +967,12 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 				return
 			}
 		}
+		// A request passed upstream and cancelled is owed nothing more:
+		// its id is free (an answer the upstream still sends passes on,
+		// for the client to ignore).
+		s.mu.Lock()
+		s.forgetLocked(string(jsonrpc.IDKey(p.RequestID)))
+		s.mu.Unlock()
 	}
 	s.writeUpstream(msg.Raw)
 }

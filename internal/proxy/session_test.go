@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -962,5 +963,55 @@ func TestIDInUseIsRefused(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"ping"}`) // free again
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
 		t.Fatalf("the upstream got %s; want the ping, id 5 being free", got)
+	}
+	// Cancelled, a request passed upstream frees its id too.
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	r.upstream.next(t, "upstream") // the cancellation, passed on
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
+		t.Fatalf("the upstream got %s; want the ping, id 5 freed by the cancellation", got)
+	}
+}
+
+// replyLostStore makes its first reservation, then, as a database client
+// whose context is cancelled while it waits for the server's reply does,
+// returns the context's error instead of the record.
+type replyLostStore struct {
+	record.Store
+	first    atomic.Bool
+	reserved chan struct{}
+}
+
+func (s *replyLostStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	rec, won, err := s.Store.Reserve(ctx, r, opts)
+	if err == nil && s.first.CompareAndSwap(false, true) {
+		close(s.reserved)
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return rec, won, err
+}
+
+// TestCancelDuringReserve: a caller that cancels while its reservation is
+// being made does not leave a reservation that nothing sends: the call is
+// seen through, and the same call sent again gets its answer.
+func TestCancelDuringReserve(t *testing.T) {
+	store := &replyLostStore{Store: memstore.New(memstore.Options{}), reserved: make(chan struct{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+	r := newRigWith(t, 0, in)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	<-store.reserved
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,"result"`) || !strings.Contains(got, "charged") {
+		t.Fatalf("the call sent again got %s; want the answer", got)
 	}
 }

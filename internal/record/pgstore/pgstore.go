@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,9 +37,10 @@ type Options struct {
 	// or the listening connection failing); nil discards it.
 	Logger *slog.Logger
 	// Timeout bounds each operation on the client's side (Wait's each
-	// read); zero means DefaultTimeout. A server that stops answering
-	// without closing the connection, which its statement_timeout cannot
-	// catch, fails the operation after it.
+	// read); zero means a second more than the URL's statement_timeout,
+	// or DefaultTimeout. A server that stops answering without closing
+	// the connection, which its statement_timeout cannot catch, fails the
+	// operation after it.
 	Timeout time.Duration
 }
 
@@ -121,8 +123,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+	timeout := opts.Timeout
+	if v, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = defaultStatementTimeout
+	} else if d, ok := pgDuration(v); ok && d > 0 && timeout <= 0 {
+		// The URL's own limit, and a second for the server to say so.
+		timeout = d + time.Second
 	}
 	schema := opts.Schema
 	if schema == "" {
@@ -138,7 +144,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		waiters: waiters{m: make(map[string]*waitGen)},
 		minPoll: minPoll,
 		maxPoll: maxPoll,
-		timeout: opts.Timeout,
+		timeout: timeout,
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
@@ -570,6 +576,28 @@ func (s *Store) boundedCheck(ctx context.Context, id string) (*record.Record, er
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	return s.check(ctx, id)
+}
+
+// pgDuration reads a PostgreSQL time setting such as statement_timeout:
+// a number of milliseconds, or a number with a unit (us, ms, s, min, h, d).
+func pgDuration(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := v, "ms"
+	if i >= 0 {
+		num, unit = v[:i], strings.TrimSpace(v[i:])
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, false
+	}
+	units := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second,
+		"min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	u, ok := units[unit]
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(n * float64(u)), true
 }
 
 // bounded returns ctx bounded by the store's timeout, for one operation.

@@ -732,3 +732,33 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("a record of version 1: %v", err)
 	}
 }
+
+func TestPGDuration(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"5000": 5 * time.Second, "5s": 5 * time.Second, "1.5min": 90 * time.Second,
+		"250ms": 250 * time.Millisecond, "2 h": 2 * time.Hour, "0": 0,
+	} {
+		if got, ok := pgDuration(v); !ok || got != want {
+			t.Errorf("pgDuration(%q) = %v, %v; want %v", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "soon", "5 fortnights"} {
+		if _, ok := pgDuration(v); ok {
+			t.Errorf("pgDuration(%q) read a duration", v)
+		}
+	}
+}
+
+// TestTimeoutFollowsTheURL: a URL that gives statement_timeout gives the
+// client's timeout too, a second longer, so that the client does not give
+// up on a statement the server still runs.
+func TestTimeoutFollowsTheURL(t *testing.T) {
+	s, err := Open(context.Background(), "postgres://u@127.0.0.1:1/db?statement_timeout=30s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.timeout != 31*time.Second {
+		t.Errorf("timeout %v; want 31s", s.timeout)
+	}
+}
