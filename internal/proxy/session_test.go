@@ -144,6 +144,17 @@ func newRigWith(t *testing.T, maxFrame int, in *intercept.Interceptor) *rig {
 	return r
 }
 
+// startCall sends frame, the session's first tools/call, answers the
+// proxy's listing with no tools, and returns the call as the upstream got
+// it.
+func (r *rig) startCall(t *testing.T, frame string) string {
+	t.Helper()
+	r.client.send(t, frame)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	return r.upstream.next(t, "upstream")
+}
+
 // wait returns what Run returned, failing the test if it does not return.
 func (r *rig) wait(t *testing.T) error {
 	t.Helper()
@@ -542,10 +553,7 @@ func TestUnansweredListingDoesNotHoldCalls(t *testing.T) {
 // request.
 func TestUnreadableFrameIsNotMisread(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
-	r.upstream.next(t, "upstream") // tools/list
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
-	r.upstream.next(t, "upstream") // the call, as mcp-idempotent:2
+	r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`) // as mcp-idempotent:2
 	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a"}}`)
 	r.upstream.next(t, "upstream")
 
@@ -943,10 +951,7 @@ func TestRequestsMCPDoesNotAllow(t *testing.T) {
 // request's answer still comes, under its id.
 func TestIDInUseIsRefused(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card"}}`)
-	r.upstream.next(t, "upstream") // tools/list
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
-	call := r.upstream.next(t, "upstream")
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card"}}`)
 	for _, frame := range []string{
 		`{"jsonrpc":"2.0","id":5,"method":"ping"}`,
 		`{"jsonrpc":"2.0","id":5.0,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`,
