@@ -851,22 +851,23 @@ func (s *Session) fromClientBatch(frame []byte) {
 		default:
 			continue
 		}
-		var errs [][]byte
-		for _, m := range msgs {
-			if m.IsRequest() {
-				id := m.ID
-				if !jsonrpc.ValidID(id) {
-					id = nil
-				}
-				errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
-			}
-		}
-		if len(errs) > 0 {
-			s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
-		}
+		s.refuseBatch(msgs, why, "")
 		return
 	}
 	s.mu.Lock()
+	keys := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		key := string(jsonrpc.IDKey(m.ID))
+		if keys[key] || s.inUseLocked(key, false) {
+			s.mu.Unlock()
+			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID), key)
+			return
+		}
+		keys[key] = true
+	}
 	for _, m := range msgs {
 		if m.IsRequest() {
 			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{m.ID, m.Method}
@@ -874,6 +875,25 @@ func (s *Session) fromClientBatch(frame []byte) {
 	}
 	s.mu.Unlock()
 	s.writeUpstream(frame)
+}
+
+// refuseBatch answers each request of a batch refused for why, under its
+// id, or under a null id where the id is not valid or is busy (the key of
+// an id in use): an answer under it would be taken for another request's.
+func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
+	var errs [][]byte
+	for _, m := range msgs {
+		if m.IsRequest() {
+			id := m.ID
+			if !jsonrpc.ValidID(id) || busy != "" && string(jsonrpc.IDKey(id)) == busy {
+				id = nil
+			}
+			errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+		}
+	}
+	if len(errs) > 0 {
+		s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+	}
 }
 
 // startToolCall validates a tools/call and starts it. When the tool's

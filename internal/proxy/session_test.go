@@ -969,6 +969,13 @@ func TestIDInUseIsRefused(t *testing.T) {
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
 		t.Fatalf("the upstream got %s; want the ping, id 5 being free", got)
 	}
+	// A batch holding an id in use is refused whole.
+	r.client.send(t, `{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `[{"jsonrpc":"2.0","id":7,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, `"id":null,"error"`) || !strings.Contains(got, "request id 6") {
+		t.Fatalf("a batch reusing id 6 got %s; want it refused, 6's error under a null id", got)
+	}
 	// Cancelled, a request passed upstream frees its id too.
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
 	r.upstream.next(t, "upstream") // the cancellation, passed on
