@@ -122,6 +122,9 @@ func TestJournalDeliveredForEachCaller(t *testing.T) {
 		close(release)
 		wg.Wait()
 		h.settle(t)
+		// A caller attached to the execution has its answer before its
+		// delivery is journaled, on the goroutine it waited in.
+		synctest.Wait()
 		delivered := 0
 		for _, s := range j.states() {
 			if s == "delivered" {
