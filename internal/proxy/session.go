@@ -841,9 +841,12 @@ func (s *Session) fromClientBatch(frame []byte) {
 	}
 	for _, m := range msgs {
 		var why string
+		if m.Method != "" {
+			why = jsonrpc.CheckRequest(m)
+		}
 		switch {
-		case m.Method != "" && jsonrpc.CheckRequest(m) != "":
-			why = "mcp-idempotent: " + jsonrpc.CheckRequest(m)
+		case why != "":
+			why = "mcp-idempotent: " + why
 		case m.Method == "tools/call":
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
 		case m.IsRequest() && reservedID(m.ID):

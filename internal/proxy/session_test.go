@@ -85,6 +85,17 @@ func (p *peer) answerCharged(t *testing.T, call string) {
 	p.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
 }
 
+// nothingMore fails t if a frame read from p waits unread: why says what
+// the test expects to have ended.
+func (p *peer) nothingMore(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case f := <-p.frames:
+		t.Fatalf("got %s too; %s", f, why)
+	default:
+	}
+}
+
 // byID reads the next n frames, which may come in any order, by their id.
 func (p *peer) byID(t *testing.T, n int) map[string]string {
 	t.Helper()
@@ -475,11 +486,7 @@ func TestIDsAsJSONReadsThem(t *testing.T) {
 		t.Fatalf("client got %s; want only the read answered, under its id as sent", got)
 	}
 	r.wait(t)
-	select {
-	case f := <-r.client.frames:
-		t.Fatalf("client got %s too; the answered requests and the cancelled call get nothing more", f)
-	default:
-	}
+	r.client.nothingMore(t, "the answered requests and the cancelled call get nothing more")
 }
 
 // TestTheProxysIDsStayInTheProxy: an answer from the upstream under one of
@@ -615,11 +622,7 @@ func TestAnsweredBatchIsForgotten(t *testing.T) {
 	r.upstreamW.Close()
 	r.wait(t)
 	<-r.client.closed // every frame the proxy wrote has been read
-	select {
-	case f := <-r.client.frames:
-		t.Fatalf("after the upstream exited the client got %s; the batch was already answered", f)
-	default:
-	}
+	r.client.nothingMore(t, "the batch was already answered when the upstream exited")
 }
 
 // TestShutdownWaitsForADetachedExecution: the client cancels a dispatched
