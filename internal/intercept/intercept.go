@@ -326,7 +326,14 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// Without an account to wait for, a won reservation is sent at once:
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
-	if ctx.Err() != nil {
+	switch err := ctx.Err(); {
+	case errors.Is(err, ErrSessionEnded):
+		// The caller did not leave: it is owed an answer, and nothing ran.
+		in.obs.Decision(call.Name, pol.Class, "session_ended")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the session ended before %s was executed; it did not run", call.Name))
+		return
+	case err != nil:
 		return // the caller left before anything was reserved
 	}
 	// Not under the caller's context: a reservation the store made but

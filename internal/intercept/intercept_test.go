@@ -757,3 +757,29 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		}
 	}
 }
+
+// sessionEndedContext is a call's context once its session has ended, as
+// the proxy's session makes it: done, with ErrSessionEnded.
+type sessionEndedContext struct{ context.Context }
+
+func (sessionEndedContext) Done() <-chan struct{} { return closedChan }
+func (sessionEndedContext) Err() error            { return ErrSessionEnded }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// TestSessionEndedBeforeTheReservation: a call whose session ended before
+// it was reserved did not leave, as a cancelled caller does: it is told,
+// and nothing runs or is recorded.
+func TestSessionEndedBeforeTheReservation(t *testing.T) {
+	h := newHarness(charged)
+	ans := h.call(sessionEndedContext{t.Context()}, t, chargeCall).only(t)
+	if ans.Error == nil || !strings.Contains(string(ans.Error), "session ended before charge_card was executed; it did not run") {
+		t.Fatalf("got %+v; want an error saying the call did not run", ans)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("the upstream ran %d calls; want none", n)
+	}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || v.Meta.Replayed {
+		t.Fatalf("calling again got %+v; want a new execution", v)
+	}
+}
