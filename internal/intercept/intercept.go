@@ -163,6 +163,7 @@ type Interceptor struct {
 	timed       bool // an Observer was given: upstream calls are timed for it
 	// journal is nil when no journal is kept.
 	journal    Journal
+	settling   journalGates // executions whose settling line is not yet journaled
 	storeWaits bool
 
 	accounts map[string]*account // read-only after New
@@ -469,14 +470,17 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
 		done := record.Change{To: record.Completed, From: record.Unknown, Result: status, Note: "recovered: " + rule.Tool + " says the action is done"}
+		release := in.holdJournal(rec.ID)
 		settled, err := in.store.Update(bg, rec.ID, done)
 		if err != nil {
+			release()
 			// Another caller settled it first: answer from the record.
 			in.attach(ctx, rec, req)
 			return
 		}
 		in.obs.Transition(rec.Tool, record.Completed)
 		in.journalize(req, settled, done)
+		release()
 		in.answer(ctx, req, settled, resumed)
 	default:
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
@@ -753,17 +757,21 @@ func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
 	wait := recordRetryMin
 	for {
 		time.Sleep(wait)
+		release := in.holdJournal(id)
 		rec, err := in.store.Update(req.bg, id, c)
 		switch {
 		case err == nil:
 			in.obs.Transition(rec.Tool, c.To)
 			in.journalize(req, rec, c)
+			release()
 			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
 			return
 		case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
+			release()
 			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
 			return
 		}
+		release()
 		wait = min(2*wait, recordRetryMax)
 	}
 }
@@ -1034,6 +1042,9 @@ func outcome(result json.RawMessage, err error) record.Change {
 // settle applies c, made by req's call, and returns the settled record, or
 // nil if the store refused.
 func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c record.Change) *record.Record {
+	if c.To != record.Delivered {
+		defer in.holdJournal(id)()
+	}
 	rec, err := in.store.Update(ctx, id, c)
 	if err != nil {
 		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
@@ -1190,6 +1201,12 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 // caller's context: the answer is out, so delivery must be recorded even
 // if the caller cancels this instant.
 func (in *Interceptor) delivered(req *Request, rec *record.Record) {
+	// A caller attached to an execution this process settles may be woken
+	// before the settling transition is journaled: its delivery is
+	// journaled after that line, not before.
+	if in.journal != nil {
+		in.settling.wait(rec.ID)
+	}
 	switch rec.State {
 	case record.Completed:
 		in.settle(req.bg, req, rec.ID, record.Change{To: record.Delivered})

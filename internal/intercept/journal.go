@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"encoding/json"
+	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -30,10 +31,6 @@ type Journal interface {
 	Record(journal.Entry) error
 }
 
-// journalize writes rec's move to c.To in the journal, if there is one. req is
-// the caller whose call made the move. Arguments go in with the execution's
-// acceptance, results and errors with the transition that stored them, each
-// as the tool's policy allows.
 // journalizeAccepted journals the acceptance of rec, which the store has
 // already recorded as dispatched too: as the record stood when accepted.
 func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
@@ -45,6 +42,10 @@ func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
 	in.journalize(req, &accepted, record.Change{To: record.Accepted})
 }
 
+// journalize writes rec's move to c.To in the journal, if there is one. req is
+// the caller whose call made the move. Arguments go in with the execution's
+// acceptance, results and errors with the transition that stored them, each
+// as the tool's policy allows.
 func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Change) {
 	if in.journal == nil {
 		return
@@ -104,4 +105,62 @@ func (in *Interceptor) journalValue(mode policy.JournalMode, what string, v json
 		return &journal.Value{Redacted: true}
 	}
 	return &journal.Value{HMAC: sum}
+}
+
+// journalGates keep the journal in the order of the store. The store wakes
+// the callers attached to an execution the moment it takes the settling
+// transition, before the settling caller has journaled it; a gate held
+// from before that transition until its line is written holds back their
+// "delivered" lines until then.
+type journalGates struct {
+	mu    sync.Mutex
+	gates map[string]*journalGate // by execution id
+}
+
+type journalGate struct {
+	held int           // holders: settlings of the execution under way
+	open chan struct{} // closed when the last holder lets go
+}
+
+// holdJournal holds back the "delivered" lines of execution id until the
+// returned func is called, when a journal is kept.
+func (in *Interceptor) holdJournal(id string) (release func()) {
+	if in.journal == nil {
+		return func() {}
+	}
+	return in.settling.hold(id)
+}
+
+// hold holds the gate of execution id until the returned func is called.
+func (g *journalGates) hold(id string) (release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gate := g.gates[id]
+	if gate == nil {
+		if g.gates == nil {
+			g.gates = make(map[string]*journalGate)
+		}
+		gate = &journalGate{open: make(chan struct{})}
+		g.gates[id] = gate
+	}
+	gate.held++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if gate.held--; gate.held == 0 {
+			close(gate.open)
+			delete(g.gates, id)
+		}
+	}
+}
+
+// wait waits until no one holds the gate of execution id. It must not be
+// called while holding one.
+func (g *journalGates) wait(id string) {
+	g.mu.Lock()
+	gate := g.gates[id]
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate.open
+	}
 }

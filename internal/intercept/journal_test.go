@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -133,6 +134,41 @@ func TestJournalDeliveredForEachCaller(t *testing.T) {
 		}
 		if delivered != callers {
 			t.Fatalf("journal states %q: %d deliveries; want one for each of the %d callers", j.states(), delivered, callers)
+		}
+	})
+}
+
+// slowJournal is a memJournal that takes a second to write a completed
+// line, as a journal on a busy disk may.
+type slowJournal struct{ memJournal }
+
+func (j *slowJournal) Record(e journal.Entry) error {
+	if e.State == "completed" {
+		time.Sleep(time.Second)
+	}
+	return j.memJournal.Record(e)
+}
+
+// TestJournalKeepsTheStoresOrder: callers attached to an execution are
+// woken when the store takes its completion, before the journal has it;
+// their deliveries are still journaled after the completion.
+func TestJournalKeepsTheStoresOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		j := &slowJournal{}
+		h.withJournal(j, nil)
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		h.settle(t)
+		synctest.Wait()
+		want := []string{"accepted", "dispatched", "completed", "delivered", "delivered", "delivered"}
+		if got := j.states(); !slices.Equal(got, want) {
+			t.Fatalf("journal states %q; want %q", got, want)
 		}
 	})
 }
