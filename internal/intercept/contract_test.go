@@ -222,10 +222,19 @@ func TestOnUnknownRecover(t *testing.T) {
 		wantCalls  int32 // charge_card dispatches
 		wantState  record.State
 		wantRecord string
+		rule       func(*policy.RecoverRule)
 	}{
-		{"done", `{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"status":"succeeded"}}`, "deployed", 1, record.Delivered, "completed by the status result"},
-		{"not done", `{"content":[{"type":"text","text":"no such deploy"}],"structuredContent":{"status":"not_found"}}`, "charge #2", 2, record.Delivered, "re-dispatched"},
-		{"no answer", "", "Outcome unknown:", 1, record.Unknown, "left unknown"},
+		{"done", `{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"status":"succeeded"}}`, "deployed", 1, record.Delivered, "completed by the status result", nil},
+		{"not done", `{"content":[{"type":"text","text":"no such deploy"}],"structuredContent":{"status":"not_found"}}`, "charge #2", 2, record.Delivered, "re-dispatched", nil},
+		{"no answer", "", "Outcome unknown:", 1, record.Unknown, "left unknown", nil},
+		// A job still running is not one that never happened: sending it
+		// again would do it twice.
+		{"still running", `{"content":[{"type":"text","text":"deploying"}],"structuredContent":{"status":"running"}}`, "Outcome unknown:", 1, record.Unknown, "left unknown", nil},
+		{"says nothing structured", `{"content":[{"type":"text","text":"ok"}]}`, "Outcome unknown:", 1, record.Unknown, "left unknown", nil},
+		{"not done, the rule's own values", `{"content":[{"type":"text","text":"?"}],"structuredContent":{"job":{"state":"absent"}}}`, "charge #2", 2, record.Delivered, "re-dispatched",
+			func(r *policy.RecoverRule) { r.DonePath, r.NotDoneValues = "job.state", []string{`"absent"`} }},
+		{"the rule's own values replace the defaults", `{"content":[{"type":"text","text":"?"}],"structuredContent":{"status":"not_found"}}`, "Outcome unknown:", 1, record.Unknown, "left unknown",
+			func(r *policy.RecoverRule) { r.NotDoneValues = []string{`"absent"`} }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var charges, checks int32
@@ -252,6 +261,9 @@ func TestOnUnknownRecover(t *testing.T) {
 			})
 			h.pol.OnUnknown = policy.Recover
 			h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+			if tt.rule != nil {
+				tt.rule(h.pol.Recover)
+			}
 			h.call(t.Context(), t, chargeCall).only(t)
 			a := h.call(t.Context(), t, chargeCall).only(t)
 			v := view(t, a)

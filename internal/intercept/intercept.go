@@ -10,6 +10,7 @@ package intercept
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -482,9 +483,14 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.journalize(req, settled, done)
 		release()
 		in.answer(ctx, req, settled, resumed)
-	default:
+	case statusNotDone(status, rule):
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
 		in.dispatch(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
+	default:
+		// Neither: the action may be under way (a job still running) or
+		// the result does not say. Sending it again could do it twice.
+		in.log.Info("status check says neither done nor not done; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }
 
@@ -530,24 +536,32 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 	return o.result, nil
 }
 
-// Default status-check reading: structuredContent.status in these values
-// means done.
+// Default status-check reading: structuredContent.status in the first
+// values means done, in the second that the action never happened.
 var (
-	defaultDonePath   = "status"
-	defaultDoneValues = []string{"done", "completed", "succeeded", "success"}
+	defaultDonePath      = "status"
+	defaultDoneValues    = []string{"done", "completed", "succeeded", "success"}
+	defaultNotDoneValues = []string{"not_found", "not_started", "failed"}
 )
 
 // statusDone reports whether a status tool's result says the action is
 // done.
 func statusDone(result json.RawMessage, rule *policy.RecoverRule) bool {
-	path, values := rule.DonePath, rule.DoneValues
-	if path == "" {
-		path = defaultDonePath
-	}
+	values := rule.DoneValues
 	if len(values) == 0 {
 		values = defaultDoneValues
 	}
-	return structuredIn(result, path, values)
+	return structuredIn(result, cmp.Or(rule.DonePath, defaultDonePath), values)
+}
+
+// statusNotDone reports whether a status tool's result says the action
+// never happened.
+func statusNotDone(result json.RawMessage, rule *policy.RecoverRule) bool {
+	values := rule.NotDoneValues
+	if len(values) == 0 {
+		values = defaultNotDoneValues
+	}
+	return structuredIn(result, cmp.Or(rule.NotDonePath, rule.DonePath, defaultDonePath), values)
 }
 
 // dispatch sends an execution upstream: a won reservation, or a

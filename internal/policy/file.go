@@ -27,6 +27,9 @@ const MaxRetention = 400 * 24 * time.Hour
 var (
 	defaultDonePath   = "status"
 	defaultDoneValues = []string{`"done"`, `"completed"`, `"succeeded"`, `"success"`}
+	// defaultNotDoneValues say the action never happened: nothing is
+	// running that a second send would double.
+	defaultNotDoneValues = []string{`"not_found"`, `"not_started"`, `"failed"`}
 	// defaultRecoverArguments is used when a recover block has no
 	// arguments: the status tool is asked about the execution by its id.
 	defaultRecoverArguments = json.RawMessage(`{"execution_id":"{{execution_id}}"}`)
@@ -284,7 +287,7 @@ var (
 	retryKeys       = []string{"max_attempts", "base", "cap", "deadline", "transient", "retry_after", "account"}
 	transientKeys   = []string{"result_text", "structured", "safe_to_resend"}
 	fingerprintKeys = []string{"ignore", "defaults"}
-	recoverKeys     = []string{"tool", "arguments", "done"}
+	recoverKeys     = []string{"tool", "arguments", "done", "not_done"}
 	doneKeys        = []string{"path", "in"}
 
 	classes    = []string{string(ReadOnly), string(Idempotent), string(SideEffect)}
@@ -729,23 +732,29 @@ func (p *parser) resultMatch(n *yaml.Node, field string) (ResultMatch, bool) {
 		v := resolve(kv.val)
 		switch kv.key.Value {
 		case "result_text":
+			if !isString(v) {
+				p.errorf(v, sub, "want a regular expression (Go RE2 syntax) as a string, not %s; quote it", describe(v))
+				ok = false
+				continue
+			}
 			re, err := regexp.Compile(v.Value)
-			if !isString(v) || err != nil {
-				p.errorf(v, sub, "want a regular expression (Go RE2 syntax): %v", err)
+			if err != nil {
+				p.errorf(v, sub, "not a regular expression (Go RE2 syntax): %v", err)
 				ok = false
 				continue
 			}
 			m.Text = re
 		case "structured":
-			var rr RecoverRule
-			if !p.done(v, sub, &rr) || rr.DonePath == "" || len(rr.DoneValues) == 0 {
-				if rr.DonePath == "" || len(rr.DoneValues) == 0 {
+			var path string
+			var values []string
+			if !p.done(v, sub, &path, &values, "transient, such as [rate_limited]") || path == "" || len(values) == 0 {
+				if path == "" || len(values) == 0 {
 					p.errorf(v, sub, "want {path: FIELD, in: [VALUES...]}")
 				}
 				ok = false
 				continue
 			}
-			m.Path, m.In = rr.DonePath, rr.DoneValues
+			m.Path, m.In = path, values
 		case "safe_to_resend":
 			b, bok := p.boolean(v, sub)
 			if !bok {
@@ -828,7 +837,7 @@ func (p *parser) recoverRule(n *yaml.Node, field, tool string) *RecoverRule {
 	if !ok {
 		return nil
 	}
-	rr := &RecoverRule{DonePath: defaultDonePath, DoneValues: defaultDoneValues}
+	rr := &RecoverRule{DonePath: defaultDonePath, DoneValues: defaultDoneValues, NotDoneValues: defaultNotDoneValues}
 	var toolNode *yaml.Node
 	for _, kv := range fields {
 		sub := field + "." + kv.key.Value
@@ -863,7 +872,11 @@ func (p *parser) recoverRule(n *yaml.Node, field, tool string) *RecoverRule {
 			}
 			rr.Arguments = b.Bytes()
 		case "done":
-			if !p.done(v, sub, rr) {
+			if !p.done(v, sub, &rr.DonePath, &rr.DoneValues, "done, such as [done, succeeded]") {
+				ok = false
+			}
+		case "not_done":
+			if !p.done(v, sub, &rr.NotDonePath, &rr.NotDoneValues, "not done, such as [not_found, failed]") {
 				ok = false
 			}
 		default:
@@ -880,10 +893,15 @@ func (p *parser) recoverRule(n *yaml.Node, field, tool string) *RecoverRule {
 	if rr.Arguments == nil {
 		rr.Arguments = defaultRecoverArguments
 	}
+	if rr.NotDonePath == "" {
+		rr.NotDonePath = rr.DonePath // one status field, read both ways
+	}
 	return rr
 }
 
-func (p *parser) done(n *yaml.Node, field string, rr *RecoverRule) bool {
+// done parses a recover block's done or not_done: the path and values
+// that say so, which are what.
+func (p *parser) done(n *yaml.Node, field string, path *string, values *[]string, what string) bool {
 	fields, ok := p.mapping(n, field, "a mapping with path and in")
 	if !ok {
 		return false
@@ -900,11 +918,11 @@ func (p *parser) done(n *yaml.Node, field string, rr *RecoverRule) bool {
 				p.errorf(v, sub, "%q %s", v.Value, err)
 				ok = false
 			} else {
-				rr.DonePath = v.Value
+				*path = v.Value
 			}
 		case "in":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-				p.errorf(v, sub, "want a non-empty list of the values that mean done, such as [done, succeeded], not %s", describe(v))
+				p.errorf(v, sub, "want a non-empty list of the values that mean %s, not %s", what, describe(v))
 				ok = false
 				continue
 			}
@@ -928,7 +946,7 @@ func (p *parser) done(n *yaml.Node, field string, rr *RecoverRule) bool {
 				}
 				vals = append(vals, b.String())
 			}
-			rr.DoneValues = vals
+			*values = vals
 		default:
 			p.unknownKey(kv.key, field, doneKeys)
 		}

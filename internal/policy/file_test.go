@@ -39,10 +39,11 @@ func TestLoadExample(t *testing.T) {
 
 	deploy := f.Resolve("deploy_prod", nil)
 	wantRecover := &RecoverRule{
-		Tool:       "get_deploy_status",
-		Arguments:  json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
-		DonePath:   "status",
-		DoneValues: []string{`"done"`, `"succeeded"`},
+		Tool:        "get_deploy_status",
+		Arguments:   json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
+		DonePath:    "status",
+		DoneValues:  []string{`"done"`, `"succeeded"`},
+		NotDonePath: "status", NotDoneValues: []string{`"not_found"`},
 	}
 	if deploy.OnUnknown != Recover || !reflect.DeepEqual(deploy.Recover, wantRecover) {
 		t.Errorf("deploy_prod: on_unknown %s, recover %+v; want recover %+v", deploy.OnUnknown, deploy.Recover, wantRecover)
@@ -117,6 +118,7 @@ func TestParseValid(t *testing.T) {
 				want := &RecoverRule{
 					Tool: "status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
 					DonePath: "status", DoneValues: []string{`"done"`, `"completed"`, `"succeeded"`, `"success"`},
+					NotDonePath: "status", NotDoneValues: []string{`"not_found"`, `"not_started"`, `"failed"`},
 				}
 				if p := f.Resolve("deploy", nil); !reflect.DeepEqual(p.Recover, want) {
 					t.Errorf("recover = %+v, want %+v", p.Recover, want)
@@ -135,6 +137,7 @@ func TestParseValid(t *testing.T) {
         z: "{{execution_id}}"
         a: [1, -0x10, 12345678901234567890123, 1.5, true, null, 2024-01-02, {n: {m: x}}]
       done: {path: result.state, in: [true, 1, ok]}
+      not_done: {in: [absent, false]}
 `,
 			check: func(t *testing.T, f *File) {
 				r := f.Resolve("deploy", nil).Recover
@@ -147,6 +150,10 @@ func TestParseValid(t *testing.T) {
 				}
 				if r.DonePath != "result.state" || !slices.Equal(r.DoneValues, []string{"true", "1", `"ok"`}) {
 					t.Errorf("done = %s %q", r.DonePath, r.DoneValues)
+				}
+				// not_done reads the done path unless it names its own.
+				if r.NotDonePath != "result.state" || !slices.Equal(r.NotDoneValues, []string{`"absent"`, "false"}) {
+					t.Errorf("not_done = %s %q", r.NotDonePath, r.NotDoneValues)
 				}
 			},
 			rules: []string{"deploy"},
@@ -246,7 +253,7 @@ tools:
 				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint, journal)`,
 				`p.yaml:3:17: defaults.fingerprint: unknown key "ignores" (valid: ignore, defaults)`,
 				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done, journal)`,
-				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done)`,
+				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done, not_done)`,
 				`p.yaml:8:41: tools.a.recover.done: unknown key "paths" (valid: path, in)`,
 			},
 		},
@@ -689,6 +696,7 @@ tools:
 				p.Recover = &RecoverRule{
 					Tool: "deploy_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
 					DonePath: "status", DoneValues: []string{`"done"`, `"completed"`, `"succeeded"`, `"success"`},
+					NotDonePath: "status", NotDoneValues: []string{`"not_found"`, `"not_started"`, `"failed"`},
 				}
 				p.Written = true
 			},
@@ -894,7 +902,8 @@ func TestParseRetry(t *testing.T) {
 
 	for _, tt := range []struct{ yaml, want string }{
 		{"tools:\n  a:\n    retry:\n      max_attempts: 0\n", "p.yaml:4:21: tools.a.retry.max_attempts: want a whole number of attempts from 1 to 20"},
-		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: \"(\"\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: want a regular expression"},
+		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: \"(\"\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: not a regular expression (Go RE2 syntax): error parsing regexp: missing closing )"},
+		{"tools:\n  a:\n    retry:\n      transient:\n        - result_text: 429\n", "p.yaml:5:24: tools.a.retry.transient[0].result_text: want a regular expression (Go RE2 syntax) as a string, not the number 429; quote it"},
 		{"tools:\n  a:\n    retry:\n      transient:\n        - safe_to_resend: true\n", "tools.a.retry.transient[0]: a transient match needs result_text or structured"},
 		{"tools:\n  a:\n    retry:\n      base: 1s\n      cap: 10ms\n", "tools.a.retry: cap (10ms) is shorter than base (1s)"},
 		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, deadline, transient, retry_after, account)`},

@@ -237,6 +237,12 @@ type RecoverRule struct {
 	// the values (as JSON text, such as "done" or true) that mean it is.
 	DonePath   string
 	DoneValues []string
+	// NotDonePath and NotDoneValues say, the same way, that the action
+	// did not happen, so that sending it again is safe. A status that
+	// says neither (a job still running, a result without the field)
+	// leaves the outcome unknown.
+	NotDonePath   string
+	NotDoneValues []string
 }
 
 // Annotations are the tool annotations of MCP's Tool type that bear on
