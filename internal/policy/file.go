@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // MaxRetention is the longest retention a policy file may set.
@@ -389,9 +391,9 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 			switch akv.key.Value {
 			case "rate":
 				rateSet = true
-				r, err := parseRate(v.Value)
-				if !isString(v) && v.Kind != yaml.ScalarNode || err != nil {
-					p.errorf(v, sub, "%q is not a rate such as 500/h, 10/s, 3/m or 1000/d", v.Value)
+				r, err := retry.ParseRate(v.Value)
+				if v.Kind != yaml.ScalarNode || err != nil {
+					p.errorf(v, sub, "%q is not a rate such as 500/h, 10/s, 3/m or 1000/d (%v)", v.Value, err)
 					continue
 				}
 				a.Rate = r
@@ -441,23 +443,6 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 		}
 		f.accounts[name] = a
 	}
-}
-
-// parseRate reads "N/s", "N/m", "N/h" or "N/d" as calls per second.
-func parseRate(s string) (float64, error) {
-	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
-	if !ok {
-		return 0, fmt.Errorf("no unit")
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad count")
-	}
-	per := map[string]float64{"s": 1, "m": 60, "h": 3600, "d": 86400}[strings.TrimSpace(unit)]
-	if per == 0 {
-		return 0, fmt.Errorf("bad unit")
-	}
-	return n / per, nil
 }
 
 func (p *parser) tools(n *yaml.Node, f *File) {

@@ -1001,6 +1001,12 @@ tools:
 	}
 	for _, tt := range []struct{ yaml, want string }{
 		{"accounts:\n  a: {rate: 5 per hour}\n", `accounts.a.rate: "5 per hour" is not a rate such as 500/h`},
+		// Numbers the float parser takes that are no allowance: refused
+		// here, not a panic when the proxy starts.
+		{"accounts:\n  a: {rate: NaN/s}\n", `accounts.a.rate: "NaN/s" is not a rate such as 500/h`},
+		{"accounts:\n  a: {rate: +Inf/d}\n", `accounts.a.rate: "+Inf/d" is not a rate such as 500/h`},
+		{"accounts:\n  a: {rate: 5e-324/d}\n", `too low`},
+		{"accounts:\n  a: {rate: 1e-10/s}\n", `too low (less than one call in 292 years)`},
 		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
 		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: \"0\": want a whole number from 1 to 1000000"},
 		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},

@@ -47,18 +47,25 @@ func ParseRate(s string) (float64, error) {
 	default:
 		return 0, fmt.Errorf("parsing rate %q: the unit must be s, m, h or d", s)
 	}
-	return n / per.Seconds(), nil
+	rate := n / per.Seconds()
+	if !(float64(time.Second)/rate < math.MaxInt64) {
+		// Its interval would not fit a Duration (or the rate rounds to
+		// zero): no call in 292 years is no allowance to keep.
+		return 0, fmt.Errorf("parsing rate %q: too low (less than one call in 292 years)", s)
+	}
+	return rate, nil
 }
 
 // Interval returns the time one call's room takes to come back: 1/Rate,
-// at least a nanosecond. A Rate that is not positive and finite (ParseRate
-// never returns one) gives the longest Duration: room that never comes
-// back.
+// at least a nanosecond. A Rate that is not positive and finite, or whose
+// interval is longer than a Duration holds (ParseRate returns neither),
+// gives the longest Duration: room that never comes back.
 func (a Allowance) Interval() time.Duration {
-	if !(a.Rate > 0) || math.IsInf(a.Rate, 0) {
+	interval := float64(time.Second) / a.Rate
+	if !(a.Rate > 0) || math.IsInf(a.Rate, 0) || !(interval < math.MaxInt64) {
 		return math.MaxInt64
 	}
-	return max(time.Duration(float64(time.Second)/a.Rate), 1)
+	return max(time.Duration(interval), 1)
 }
 
 // Tolerance returns how far ahead of now the calls may run: Burst-1

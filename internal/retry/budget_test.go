@@ -28,7 +28,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %v, %v; want %v", tt.s, got, err, tt.want)
 		}
 	}
-	for _, s := range []string{"", "10", "10/", "/s", "10/w", "10/sec", "0/s", "-1/s", "NaN/s", "Inf/s", "1e400/s", "ten/s", "10/s/s"} {
+	for _, s := range []string{"", "10", "10/", "/s", "10/w", "10/sec", "0/s", "-1/s", "NaN/s", "Inf/s", "1e400/s", "ten/s", "10/s/s", "1e-10/s", "5e-324/d", "+Inf/d", "nan/h"} {
 		if got, err := ParseRate(s); err == nil {
 			t.Errorf("ParseRate(%q) = %v, want an error", s, got)
 		} else if !strings.HasPrefix(err.Error(), "parsing rate ") {
@@ -299,7 +299,7 @@ func TestTakeAt(t *testing.T) {
 }
 
 func TestAllowanceWithoutARate(t *testing.T) {
-	for _, rate := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+	for _, rate := range []float64{0, -1, math.NaN(), math.Inf(1), 1e-10, 5e-324} {
 		a := Allowance{Rate: rate, Burst: 3}
 		if a.Interval() != math.MaxInt64 || a.Tolerance() != math.MaxInt64 {
 			t.Errorf("rate %v: Interval, Tolerance = %v, %v; want the longest Duration", rate, a.Interval(), a.Tolerance())
