@@ -1082,10 +1082,18 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	case errors.Is(ctx.Err(), ErrSessionEnded):
 		// The caller did not leave: its session ended while the
 		// execution went on elsewhere. It is told so, if its transport
-		// still takes an answer.
+		// still takes an answer; or, if the execution settled meanwhile
+		// (the session's end may be what settled it), told how.
 		cur, gerr := in.store.Get(req.bg, rec.ID)
 		if gerr != nil {
 			cur = rec
+		}
+		if settled != nil && !cur.State.Settled() {
+			cur = settled
+		}
+		if cur.State.Settled() {
+			in.answer(ctx, req, cur, replayed)
+			return
 		}
 		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
@@ -1193,7 +1201,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 // reply writes a to the caller unless it has cancelled, and marks rec
 // delivered when the transport took a completed result.
 func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
-	if ctx.Err() != nil {
+	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
 		return // cancelled first: the caller never sees this answer
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {

@@ -758,21 +758,14 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 	}
 }
 
-// sessionEndedContext is a call's context once its session has ended, as
-// the proxy's session makes it: done, with ErrSessionEnded.
-type sessionEndedContext struct{ context.Context }
-
-func (sessionEndedContext) Done() <-chan struct{} { return closedChan }
-func (sessionEndedContext) Err() error            { return ErrSessionEnded }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // TestSessionEndedBeforeTheReservation: a call whose session ended before
 // it was reserved did not leave, as a cancelled caller does: it is told,
 // and nothing runs or is recorded.
 func TestSessionEndedBeforeTheReservation(t *testing.T) {
 	h := newHarness(charged)
-	ans := h.call(sessionEndedContext{t.Context()}, t, chargeCall).only(t)
+	ended := newEndable(t.Context())
+	ended.end(ErrSessionEnded)
+	ans := h.call(ended, t, chargeCall).only(t)
 	if ans.Error == nil || !strings.Contains(string(ans.Error), "session ended before charge_card was executed; it did not run") {
 		t.Fatalf("got %+v; want an error saying the call did not run", ans)
 	}
@@ -782,4 +775,96 @@ func TestSessionEndedBeforeTheReservation(t *testing.T) {
 	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || v.Meta.Replayed {
 		t.Fatalf("calling again got %+v; want a new execution", v)
 	}
+}
+
+// endable is a call's context that the test ends with an error of its
+// choosing, as the proxy's session ends a call's context with
+// ErrSessionEnded.
+type endable struct {
+	context.Context
+	done chan struct{}
+	err  atomic.Pointer[error]
+}
+
+func newEndable(parent context.Context) *endable {
+	return &endable{Context: parent, done: make(chan struct{})}
+}
+
+func (c *endable) Done() <-chan struct{} { return c.done }
+
+func (c *endable) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (c *endable) end(err error) {
+	c.err.Store(&err)
+	close(c.done)
+}
+
+// waitsForEver is a memory store whose Wait never sees the execution
+// settle, as a waiter on a shared store may not before its session ends.
+type waitsForEver struct{ *memstore.Store }
+
+func (waitsForEver) Wait(ctx context.Context, _ string) (*record.Record, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSessionEndAnswersFromTheRecord: a caller attached to an execution
+// that settled as unknown before the caller's session ended is told the
+// outcome is unknown, not that the execution is still in progress.
+func TestSessionEndAnswersFromTheRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return nil, errors.New("the upstream exited before answering")
+		})
+		h.in = New(Options{Store: waitsForEver{h.store}, Hasher: fingerprint.NewRandom()})
+		first := h.call(t.Context(), t, chargeCall)
+		ctx := newEndable(t.Context())
+		attached := h.call(ctx, t, chargeCall)
+		synctest.Wait()
+		close(release)
+		if v := view(t, first.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("the first caller got %+v; want outcome unknown", v)
+		}
+		ctx.end(ErrSessionEnded)
+		if v := view(t, attached.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("the attached caller got %+v at the session's end; want outcome unknown, as the record says", v)
+		}
+	})
+}
+
+// TestSessionEndAnswersAStatusCheck: a call whose status check (on_unknown
+// recover) is cut off by the end of its session is still answered: the
+// outcome stays unknown.
+func TestSessionEndAnswersAStatusCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		status := make(chan struct{})
+		h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			<-status // the status check: cut off by the session's end
+			return nil, errors.New("the session ended before the upstream answered")
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status"}
+		h.call(t.Context(), t, chargeCall).only(t)
+		ctx := newEndable(t.Context())
+		a := h.call(ctx, t, chargeCall)
+		synctest.Wait() // the status check is under way
+		ctx.end(ErrSessionEnded)
+		close(status)
+		if v := view(t, a.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("got %+v; want outcome unknown", v)
+		}
+		if n := h.up.calls.Load(); n != 2 {
+			t.Fatalf("upstream reached %d times; want the call and its status check", n)
+		}
+	})
 }
