@@ -7,9 +7,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 func TestParseSize(t *testing.T) {
@@ -229,5 +232,40 @@ func TestUpstreamFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) || ExitCode(err) != 2 {
 			t.Errorf("Run(%q) = %v (exit %d); want a usage error containing %q", tt.args, err, ExitCode(err), tt.want)
 		}
+	}
+}
+
+// TestScopeFlagUnderThePolicyFile: --scope replaces the default scope, and
+// a scope the policy file gives, in its defaults or a tool's rule, wins,
+// session included.
+func TestScopeFlagUnderThePolicyFile(t *testing.T) {
+	for _, tt := range []struct {
+		file, tool string
+		want       policy.Scope
+	}{
+		{"tools:\n  charge: {scope: session}\n", "charge", policy.ScopeSession},
+		{"tools:\n  charge: {retention: 1h}\n", "charge", policy.ScopeActor},
+		{"tools:\n  charge: {scope: session}\n", "other", policy.ScopeActor},
+		{"defaults: {scope: session}\n", "charge", policy.ScopeSession},
+		{"defaults: {scope: key}\ntools:\n  charge: {scope: session}\n", "charge", policy.ScopeSession},
+	} {
+		path := filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		resolve, _, err := newResolver(path, "actor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resolve(tt.tool, nil).Scope; got != tt.want {
+			t.Errorf("--scope actor, %q, tool %s: scope %s; want %s", tt.file, tt.tool, got, tt.want)
+		}
+	}
+	resolve, _, err := newResolver("", "actor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resolve("charge", nil).Scope; got != policy.ScopeActor {
+		t.Errorf("--scope actor without a policy file: scope %s; want actor", got)
 	}
 }

@@ -154,13 +154,8 @@ func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
 		return nil, nil, usagef("--scope: %q is not one of session, actor, key", scope)
 	}
 	return func(tool string, ann *policy.Annotations) policy.Policy {
-		p := file.Resolve(tool, ann)
-		if scope != "" && p.Scope == policy.ScopeSession {
-			// The flag replaces the default; a scope the file gives the
-			// tool wins.
-			p.Scope = policy.Scope(scope)
-		}
-		return p
+		// The flag replaces the default; a scope the file gives wins.
+		return file.ResolveScoped(tool, ann, policy.Scope(scope))
 	}, file, nil
 }
 

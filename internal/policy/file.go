@@ -171,7 +171,17 @@ func (f *File) Rules() []string {
 // A nil *File resolves to FromAnnotations(ann) alone. The returned policy
 // shares no memory with the file.
 func (f *File) Resolve(tool string, ann *Annotations) Policy {
+	return f.ResolveScoped(tool, ann, "")
+}
+
+// ResolveScoped is Resolve with scope, unless it is empty, in place of
+// the annotations' scope (session): a layer under the file's, so that a
+// scope the file gives, in its defaults or the tool's rule, wins.
+func (f *File) ResolveScoped(tool string, ann *Annotations, scope Scope) Policy {
 	p := FromAnnotations(ann)
+	if scope != "" {
+		p.Scope = scope
+	}
 	if f == nil {
 		return p
 	}
