@@ -176,7 +176,7 @@ func (f *proxyFlags) checkUpstream(argv []string) error {
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")
 	}
-	return nil
+	return f.headers.check()
 }
 
 // A wiring is what every session of one proxy process shares: the logger,

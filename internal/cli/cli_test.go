@@ -76,6 +76,10 @@ func TestUsageErrors(t *testing.T) {
 		{"no arguments", nil, []string{"no upstream command"}},
 		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
 		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
+		{"header without a colon", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-Token"}, []string{"--upstream-header (number 1)", "Name: value"}},
+		{"header name with a space", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X Token: a"}, []string{"--upstream-header (number 1)", "header name"}},
+		{"header name with a non-token", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: a", "--upstream-header", "X(Token): a"}, []string{"--upstream-header (number 2)", "header name"}},
+		{"header value with a line break", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: secret\nb"}, []string{"--upstream-header X-A", "control character"}},
 		{"bad metrics address", []string{"--metrics", "bogus", "--", "/bin/cat"}, []string{"--metrics", `"bogus"`}},
 		{"metrics port out of range", []string{"--metrics", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--metrics", "99999"}},
 		{"sqlite store without a path", []string{"--store", "sqlite:", "--", "/bin/cat"}, []string{"--store", "no database path"}},
@@ -103,6 +107,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if stdout != "" {
 				t.Errorf("Run(%q) wrote %q to stdout, which belongs to the client", tt.args, stdout)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("Run(%q) = %q: a header's value is never shown", tt.args, err)
 			}
 		})
 	}

@@ -19,13 +19,47 @@ type headerFlags []string
 
 func (h *headerFlags) String() string { return fmt.Sprintf("%d headers", len(*h)) }
 
+// Set takes any value: check refuses bad ones, in words of its own. The
+// flag package's error would quote the value, which may be a credential.
 func (h *headerFlags) Set(v string) error {
-	name, _, ok := strings.Cut(v, ":")
-	if !ok || strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t") {
-		return fmt.Errorf("want 'Name: value'")
-	}
 	*h = append(*h, v)
 	return nil
+}
+
+// check refuses a header that is not 'Name: value' or that net/http could
+// not send, naming the header but never showing its value: checked here,
+// not at the first request, since a request that cannot be built is one
+// the upstream never saw.
+func (h headerFlags) check() error {
+	for i, v := range h {
+		name, value, ok := strings.Cut(v, ":")
+		switch {
+		case !ok:
+			return usagef("--upstream-header (number %d): want 'Name: value'", i+1)
+		case !isToken(name):
+			return usagef("--upstream-header (number %d): want 'Name: value', Name a header name (letters, digits and !#$%%&'*+-.^_`|~, no spaces)", i+1)
+		case strings.ContainsFunc(strings.TrimSpace(value), func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
+			return usagef("--upstream-header %s: the value holds a control character (a line break?), which a header cannot", name)
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2),
+// as a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", r):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // upstreamClient sends every request to an HTTP upstream, for every
