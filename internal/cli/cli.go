@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -192,7 +193,10 @@ type wiring struct {
 	hasher     *fingerprint.Hasher
 	resolve    proxy.Resolver
 	in         *intercept.Interceptor
-	closers    []func()
+	// instance sets this process's own request ids upstream apart from
+	// those of another mcp-idempotent before or behind it.
+	instance string
+	closers  []func()
 }
 
 // close releases what wire opened, in reverse order.
@@ -205,7 +209,9 @@ func (w *wiring) close() {
 // wire checks the flags and builds what the sessions share. On success the
 // caller must call close.
 func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) (w *wiring, err error) {
-	w = &wiring{f: f, argv: argv, stderr: stderr}
+	// Eight base32 letters and digits: a proxy before this one would need
+	// luck of one in 2^40 to use the same.
+	w = &wiring{f: f, argv: argv, stderr: stderr, instance: strings.ToLower(rand.Text()[:8])}
 	built := w // what to release on failure, once w is nil
 	defer func() {
 		if err != nil {
@@ -350,6 +356,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 	}
 
 	opts := proxy.Options{
+		Instance:      w.instance,
 		Interceptor:   w.in,
 		Actor:         actor,
 		Scope:         scope,

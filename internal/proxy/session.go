@@ -70,6 +70,11 @@ type Options struct {
 	// ShutdownGrace bounds how long Run waits, once the client has gone,
 	// for calls under way to settle. Zero means 10 seconds.
 	ShutdownGrace time.Duration
+	// Instance sets the ids of the proxy's own requests upstream apart
+	// from another proxy's: they are "mcp-idempotent:INSTANCE:N", so one
+	// mcp-idempotent may stand in front of another. Letters and digits
+	// only; empty means "mcp-idempotent:N".
+	Instance string
 }
 
 // A Session relays one client connection to one upstream connection.
@@ -84,7 +89,10 @@ type Session struct {
 	debug         bool // log takes debug records; read once
 	tools         *toolTable
 
-	nextID atomic.Int64
+	// idPrefix starts the JSON text of the ids of the proxy's own
+	// requests: ownIDs, and the Instance.
+	idPrefix string
+	nextID   atomic.Int64
 	// inflight counts the client's tools/call requests not yet answered
 	// or detached.
 	inflight sync.WaitGroup
@@ -402,7 +410,12 @@ func New(client, upstream Conn, opts Options) *Session {
 	close(up.ready)
 	clientFrames, _ := client.(frameBuilder)
 	clientAnswers, _ := client.(answerWriter)
+	idPrefix := ownIDs
+	if opts.Instance != "" {
+		idPrefix += opts.Instance + ":"
+	}
 	return &Session{
+		idPrefix:      idPrefix,
 		client:        client,
 		clientFrames:  clientFrames,
 		clientAnswers: clientAnswers,
@@ -417,25 +430,30 @@ func New(client, upstream Conn, opts Options) *Session {
 	}
 }
 
-// idPrefix starts every id the proxy puts on its own requests upstream. A
-// client request whose id starts with it is refused, so the proxy's ids and
-// the client's can never collide.
-const idPrefix = `"mcp-idempotent:`
-
-const reservedMessage = "mcp-idempotent: request ids starting with mcp-idempotent: are reserved for the proxy"
+// ownIDs starts the JSON text of every id the proxy puts on its own
+// requests upstream (the session's idPrefix), followed by the session's
+// Instance and a colon if it has one. A client request whose id starts
+// with the session's idPrefix is refused, so the proxy's ids and the
+// client's can never collide.
+const ownIDs = `"mcp-idempotent:`
 
 // reservedID reports whether a client's request id is in the proxy's id
 // space, however it is spelled: the upstream reads "mcp\u002didempotent:1"
 // as the proxy's "mcp-idempotent:1", and would answer it as such.
-func reservedID(id json.RawMessage) bool {
-	if bytes.HasPrefix(id, []byte(idPrefix)) {
+func (s *Session) reservedID(id json.RawMessage) bool {
+	if bytes.HasPrefix(id, []byte(s.idPrefix)) {
 		return true
 	}
 	if len(id) == 0 || id[0] != '"' || bytes.IndexByte(id, '\\') < 0 {
 		return false
 	}
 	v, ok := jsonrpc.StringValue(id)
-	return ok && strings.HasPrefix(v, idPrefix[1:])
+	return ok && strings.HasPrefix(v, s.idPrefix[1:])
+}
+
+// reservedMessage is the error a request under a reserved id gets.
+func (s *Session) reservedMessage() string {
+	return "mcp-idempotent: request ids starting with " + s.idPrefix[1:] + " are reserved for the proxy's own requests"
 }
 
 // ErrCrashLoop is wrapped by the error Run returns when the upstream kept
@@ -764,8 +782,8 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	switch {
 	case msg.Batch:
 		s.fromClientBatch(frame)
-	case msg.IsRequest() && reservedID(msg.ID):
-		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, reservedMessage)))
+	case msg.IsRequest() && s.reservedID(msg.ID):
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg)
 	case msg.IsRequest():
@@ -849,8 +867,8 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = "mcp-idempotent: " + why
 		case m.Method == "tools/call":
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
-		case m.IsRequest() && reservedID(m.ID):
-			why = reservedMessage
+		case m.IsRequest() && s.reservedID(m.ID):
+			why = s.reservedMessage()
 		default:
 			continue
 		}
@@ -1055,7 +1073,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		f := s.forwarded[key]
 		s.forgetLocked(key)
 		s.mu.Unlock()
-		if reservedID(msg.ID) {
+		if s.reservedID(msg.ID) {
 			// No client request has such an id: a second answer, or one
 			// to a request never made.
 			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(msg.ID))
@@ -1104,7 +1122,7 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 			continue
 		}
 		s.forgetLocked(key)
-		if reservedID(m.ID) {
+		if s.reservedID(m.ID) {
 			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(m.ID))
 			continue
 		}
@@ -1286,8 +1304,8 @@ var errSessionEnded = errors.New("the session ended before the upstream answered
 // outcome from the goroutine that reads the upstream.
 func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	// The id's JSON text, which is also its key in pending.
-	var buf [48]byte
-	key := string(append(strconv.AppendInt(append(buf[:0], idPrefix...), s.nextID.Add(1), 10), '"'))
+	var buf [64]byte
+	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
 	var l *link
 	if method == "initialize" {
 		l = s.current()

@@ -127,13 +127,19 @@ func newRig(t *testing.T, maxFrame int) *rig {
 // the sessions of one serve process or of processes sharing a store do.
 func newRigWith(t *testing.T, maxFrame int, in *intercept.Interceptor) *rig {
 	t.Helper()
+	return newRigOptions(t, maxFrame, Options{Interceptor: in})
+}
+
+// newRigOptions is newRigWith with more of the session's options: opts
+// with the rig's actor, scope, upstream and grace.
+func newRigOptions(t *testing.T, maxFrame int, opts Options) *rig {
+	t.Helper()
 	cr, cw := io.Pipe() // client -> proxy
 	pr, pw := io.Pipe() // proxy -> client
 	ur, uw := io.Pipe() // upstream -> proxy
 	qr, qw := io.Pipe() // proxy -> upstream
-	s := New(stdio.NewConn(cr, pw, maxFrame), stdio.NewConn(ur, qw, maxFrame), Options{
-		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
-	})
+	opts.Actor, opts.Scope, opts.UpstreamID, opts.ShutdownGrace = "alice", "session:test", "stdio:test", time.Second
+	s := New(stdio.NewConn(cr, pw, maxFrame), stdio.NewConn(ur, qw, maxFrame), opts)
 	r := &rig{
 		client:    newPeer(stdio.NewConn(pr, cw, 0)),
 		upstream:  newPeer(stdio.NewConn(qr, uw, 0)),
@@ -587,6 +593,30 @@ func TestUnreadableFrameIsNotMisread(t *testing.T) {
 	answers := r.client.byID(t, 2)
 	if got := answers["4"]; !strings.Contains(got, "closed before answering resources/read") {
 		t.Fatalf("request 4 got %q; want it answered when the upstream closed", got)
+	}
+}
+
+// TestInstanceSetsIDsApart: with an Instance, the proxy's own ids are
+// "mcp-idempotent:INSTANCE:N", and a client's "mcp-idempotent:N" (another
+// mcp-idempotent in front of this one) is a client's id like any other.
+func TestInstanceSetsIDsApart(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	r := newRigOptions(t, 0, Options{Interceptor: in, Instance: "k1"})
+	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:k1:1","method":"tools/list"`) {
+		t.Fatalf("the proxy's own listing went as %s; want id mcp-idempotent:k1:1", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:k1:1","result":{"tools":[]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:k1:2","method":"tools/call"`) {
+		t.Fatalf("the call went as %s; want id mcp-idempotent:k1:2", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:k1:2","result":{"content":[]}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"content":[]}}` {
+		t.Fatalf("the client got %s; want the answer under its own id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:k1:7","method":"ping"}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "starting with mcp-idempotent:k1: are reserved") {
+		t.Fatalf("a request under the proxy's own id space got %s; want -32600", got)
 	}
 }
 

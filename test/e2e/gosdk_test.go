@@ -490,3 +490,23 @@ func TestUpstreamThatCannotStart(t *testing.T) {
 		t.Errorf("proxy stderr does not name the upstream %s:\n%s", missing, stderr)
 	}
 }
+
+// TestProxyInFrontOfProxy: one mcp-idempotent in front of another (as with
+// a proxy in a client's config before a team's serve) works: each uses
+// ids of its own upstream, and identical calls still charge once.
+func TestProxyInFrontOfProxy(t *testing.T) {
+	t.Parallel()
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	ctx := testContext(t)
+	p := connect(t, ctx, proxied(t, append([]string{proxyBin, "--"}, chargeServer()...)...))
+	first := charge(t, ctx, p, "4242", 100)
+	again := charge(t, ctx, p, "4242", 100)
+	if got := executions(t, ctx, p); got != 1 {
+		t.Errorf("charges = %d after two identical calls through two proxies, want 1", got)
+	}
+	if answer(first) != answer(again) || !replayed(again) {
+		t.Errorf("second answer %s (_meta %s); want the first's, %s, replayed", answer(again), metaJSON(again), answer(first))
+	}
+}
