@@ -80,6 +80,10 @@ func TestUsageErrors(t *testing.T) {
 		{"header name with a space", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X Token: a"}, []string{"--upstream-header (number 1)", "header name"}},
 		{"header name with a non-token", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: a", "--upstream-header", "X(Token): a"}, []string{"--upstream-header (number 2)", "header name"}},
 		{"header value with a line break", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: secret\nb"}, []string{"--upstream-header X-A", "control character"}},
+		// A prefix or schema cut short unseen would share one deployment's
+		// records and key with another's.
+		{"redis prefix with a semicolon", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant;B:", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
+		{"postgres schema with a semicolon", []string{"--store", "postgres://127.0.0.1:1/db?schema=a;b", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
 		{"bad metrics address", []string{"--metrics", "bogus", "--", "/bin/cat"}, []string{"--metrics", `"bogus"`}},
 		{"metrics port out of range", []string{"--metrics", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--metrics", "99999"}},
 		{"sqlite store without a path", []string{"--store", "sqlite:", "--", "/bin/cat"}, []string{"--store", "no database path"}},

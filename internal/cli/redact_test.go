@@ -16,7 +16,8 @@ func TestNoCredentialInMessages(t *testing.T) {
 	for _, raw := range []string{
 		"postgres://bob:s3cret@db.example:5432/app?sslmode=disable",
 		"postgres://bob@db.example/app?password=s3cret",
-		"postgres://bob:s3cr%t@db.example/app", // does not parse
+		"postgres://bob:s3cr%t@db.example/app",            // does not parse
+		"postgres://bob@db.example/app?password=s3cret;x", // a query it refuses
 		"https://s3cret@mcp.example/mcp",
 		"https://mcp.example/mcp?api_key=s3cret",
 	} {

@@ -105,7 +105,13 @@ func cutParam(rawURL, name string) (string, string, error) {
 		// Not err itself: a *url.Error quotes the whole URL.
 		return "", "", fmt.Errorf("%q is not a URL: %v", redact(rawURL), errors.Unwrap(err))
 	}
-	q := u.Query()
+	// Not u.Query, which drops what it cannot read: a prefix or schema
+	// holding a ";" would go unnoticed, and two deployments meant to be
+	// kept apart would share records and the fingerprint key.
+	q, err := neturl.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", "", fmt.Errorf("the query of %q is not NAME=VALUE pairs joined by &: %v (write a ; in a value as %%3B)", redact(rawURL), err)
+	}
 	v := q.Get(name)
 	q.Del(name)
 	u.RawQuery = q.Encode()
