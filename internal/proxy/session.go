@@ -959,7 +959,8 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 
 func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
-	if pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == "" {
+	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
+	if unrecorded && pol.Retry == nil {
 		// Read-only tools, and calls without a client key to a tool whose
 		// calls are matched by key only, pass through unrecorded.
 		if s.debug {
@@ -983,6 +984,13 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		Upstream:       s,
 		Reply:          c,
 		Correlation:    c.key,
+	}
+	if unrecorded {
+		// Unrecorded still, but its sends take from its account and its
+		// transient answers are retried: the proxy sends it.
+		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
+		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
+		return
 	}
 	s.opts.Interceptor.Handle(&c.ctx, &c.req)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
@@ -617,6 +618,51 @@ func TestInstanceSetsIDsApart(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:k1:7","method":"ping"}`)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "starting with mcp-idempotent:k1: are reserved") {
 		t.Fatalf("a request under the proxy's own id space got %s; want -32600", got)
+	}
+}
+
+// TestReadOnlyWithARetryRule: a read-only tool whose policy has a retry
+// rule is still unrecorded, but the proxy sends it, under an id of its
+// own, so that a transient answer is sent again; the caller gets the last
+// answer under its own id. Without a rule it passes as it came.
+func TestReadOnlyWithARetryRule(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+		p := policy.FromAnnotations(ann)
+		if tool == "quote" {
+			p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond,
+				Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`busy`)}}}
+		}
+		return p
+	}
+	r := newRigOptions(t, 0, Options{Interceptor: in, Resolve: resolve})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[`+
+		`{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},`+
+		`{"name":"price","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	r.client.next(t, "client")
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
+	for i := 1; i <= 2; i++ {
+		got := r.upstream.next(t, "upstream")
+		want := fmt.Sprintf(`{"jsonrpc":"2.0","id":"mcp-idempotent:%d","method":"tools/call","params":{"name":"quote","arguments":{}}}`, i)
+		if got != want {
+			t.Fatalf("attempt %d reached the upstream as %s; want %s", i, got, want)
+		}
+		text := "busy"
+		if i == 2 {
+			text = "42"
+		}
+		r.upstream.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"mcp-idempotent:%d","result":{"content":[{"type":"text","text":%q}]}}`, i, text))
+	}
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"42"}]}}` {
+		t.Fatalf("the client got %s; want the second attempt's answer under its id", got)
+	}
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"price","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"price","arguments":{}}}` {
+		t.Fatalf("a read-only call without a rule reached the upstream as %s; want it as it came", got)
 	}
 }
 

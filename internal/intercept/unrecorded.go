@@ -1,0 +1,102 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// Unrecorded handles a call that is not recorded (a read-only tool, or a
+// call without a client key to a tool matched by key only) but whose
+// policy has a retry rule: every send takes from the rule's account, and
+// an answer the rule calls transient is sent again as the rule says, where
+// that is safe (DESIGN sections 6 and 7). Nothing is reserved, replayed or
+// journaled: the caller gets the upstream's last answer as it came, or an
+// error saying why the call was not sent.
+//
+// A call without a retry rule needs none of this: it is passed upstream
+// as it came, under its own id, by the session.
+func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
+	req.deadline = deadline(in.now(), req.Policy.Retry, req.Call.Deadline)
+	req.bg = context.WithoutCancel(ctx)
+	in.work.Add(1) // released by the answer
+	if in.storeWaits {
+		// An account's allowance may be in the shared store: its answer
+		// is not waited for on the session's goroutine.
+		go in.sendUnrecorded(ctx, req, in.accountOf(req), 1, nil, nil)
+		return
+	}
+	in.sendUnrecorded(ctx, req, in.accountOf(req), 1, nil, nil)
+}
+
+// sendUnrecorded sends attempt n of an unrecorded call once its account
+// has room. lastResult and lastErr are the answer to attempt n-1, which
+// the caller gets if attempt n cannot go.
+func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *account, n int, lastResult json.RawMessage, lastErr error) {
+	tool := req.Call.Name
+	in.admit(ctx, a, req.deadline, func() {
+		req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
+			a.release()
+			r := in.again(req, n, result, err)
+			if r.ok && a != nil && !a.budget.AllowRetry() {
+				in.log.Warn("retry budget exhausted; answering with the last result", "tool", tool, "account", a.name, "request", req.Correlation)
+				r = resend{stop: fmt.Sprintf("the retry budget of account %s is exhausted, so this result was not retried", a.name)}
+			}
+			if !r.ok {
+				if r.stop != "" {
+					result, err = withNote(result, err, r.stop)
+				}
+				in.answerUnrecorded(ctx, req, result, err)
+				return
+			}
+			in.log.Info("sending again", "tool", tool, "attempt", n+1, "after", r.wait, "why", r.why, "request", req.Correlation)
+			in.obs.Attempt(tool, n+1, r.why, r.wait)
+			time.AfterFunc(r.wait, func() { in.sendUnrecorded(ctx, req, a, n+1, result, err) })
+		})
+	}, func(ref refusal) {
+		msg := ref.message(a.name)
+		if ref.Err != nil {
+			in.log.Error("the account's allowance could not be read; not sending", "tool", tool, "account", a.name, "err", ref.Err)
+		}
+		if n == 1 {
+			defer in.work.Done()
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, tool))
+			return
+		}
+		in.log.Info("not sending again", "tool", tool, "attempt", n, "why", msg, "request", req.Correlation)
+		result, err := withNote(lastResult, lastErr, "not retried: "+msg)
+		in.answerUnrecorded(ctx, req, result, err)
+	})
+}
+
+// answerUnrecorded gives the caller of an unrecorded call the upstream's
+// answer: a result or a JSON-RPC error as they came, or, when none came,
+// an error saying whether the call was sent.
+func (in *Interceptor) answerUnrecorded(ctx context.Context, req *Request, result json.RawMessage, err error) {
+	defer in.work.Done()
+	tool := req.Call.Name
+	switch rpcErr, isRPC := errors.AsType[*jsonrpc.Error](err); {
+	case err == nil:
+		in.reply(ctx, req, Answer{Result: result}, nil)
+	case retry.IsNotSent(err):
+		in.reply(ctx, req, errorAnswer(jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: %s was not sent (nothing ran; calling again runs it): %v", tool, err)), nil)
+	case isRPC:
+		in.reply(ctx, req, errorAnswer(rpcErr), nil)
+	default:
+		in.reply(ctx, req, errorAnswer(jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: %s was sent, and no answer came: %v", tool, err)), nil)
+	}
+}
+
+// errorAnswer is an Answer carrying e.
+func errorAnswer(e *jsonrpc.Error) Answer {
+	b, _ := json.Marshal(e) // an *Error whose Data is JSON text always marshals
+	return Answer{Error: b}
+}

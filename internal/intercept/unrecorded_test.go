@@ -1,0 +1,115 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+)
+
+// readOnly makes h's tool read-only, as its annotations would.
+func (h *harness) readOnly() *harness {
+	retry := h.pol.Retry
+	h.pol = policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
+	h.pol.Retry = retry
+	return h
+}
+
+// callUnrecorded makes one unrecorded tools/call, as the session does for
+// a read-only tool with a retry rule, and returns what its caller was told.
+func (h *harness) callUnrecorded(ctx context.Context, t *testing.T, params string) *answers {
+	t.Helper()
+	tc, perr := ParseToolCall(json.RawMessage(params))
+	if perr != nil {
+		t.Fatalf("ParseToolCall(%s): %v", params, perr)
+	}
+	a := newAnswers()
+	h.in.Unrecorded(ctx, &Request{
+		Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
+		Upstream: h.up, Reply: a, Correlation: "test",
+	})
+	return a
+}
+
+// TestUnrecordedTransientIsSentAgain: a read-only tool's transient answer
+// is sent again under its retry rule (a read may be retried freely, the
+// rule's safe_to_resend aside), and nothing is recorded.
+func TestUnrecordedTransientIsSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(2))
+		h.pol.Retry = retryRule(false)
+		h.readOnly()
+		v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t))
+		if v.IsError || v.Content[0].Text != "charge #3" || v.Meta.Replayed || v.Meta.Execution.ID != "" {
+			t.Fatalf("the caller got %+v; want the third attempt's answer as it came", v)
+		}
+		if n := h.up.calls.Load(); n != 3 {
+			t.Fatalf("upstream saw %d calls; want 3", n)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if recs := h.store.Records(); len(recs) != 0 {
+			t.Fatalf("store holds %d records; a read-only call is never recorded", len(recs))
+		}
+		// And the same call again runs again: nothing is replayed.
+		if v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #4" {
+			t.Fatalf("the same call again got %+v; want a fresh answer", v)
+		}
+	})
+}
+
+// TestUnrecordedLastTransientAnswerComes: when the attempts run out, the
+// caller gets the last answer.
+func TestUnrecordedLastTransientAnswerComes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol.Retry = retryRule(false)
+		h.readOnly()
+		v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t))
+		if !v.IsError || !strings.Contains(v.Content[0].Text, "429") || h.up.calls.Load() != 4 {
+			t.Fatalf("got %+v after %d calls; want the last 429 after 4 attempts", v, h.up.calls.Load())
+		}
+	})
+}
+
+// TestUnrecordedTakesFromTheAccount: a read-only call spends its account's
+// allowance like any other, and one with no room before its deadline is
+// not sent.
+func TestUnrecordedTakesFromTheAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: 500 * time.Millisecond}
+		h.withAccount(policy.Account{Name: "vendor", Rate: 1.0 / 60, Burst: 1})
+		h.readOnly()
+		if v := view(t, h.callUnrecorded(t.Context(), t, charge(1)).only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the first call got %+v", v)
+		}
+		a := h.callUnrecorded(t.Context(), t, charge(2)).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "account vendor has no room") || !strings.Contains(e.Message, "nothing ran") {
+			t.Fatalf("a call with no room before its deadline got %+v; want an error saying the account has no room", a)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want 1", n)
+		}
+	})
+}
+
+// TestUnrecordedErrorComesAsItCame: the upstream's JSON-RPC error is the
+// caller's answer, unchanged.
+func TestUnrecordedErrorComesAsItCame(t *testing.T) {
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, &jsonrpc.Error{Code: -32602, Message: "unknown card", Data: json.RawMessage(`{"card":"1"}`)}
+	})
+	h.pol.Retry = retryRule(false)
+	h.readOnly()
+	a := h.callUnrecorded(t.Context(), t, chargeCall).only(t)
+	if string(a.Error) != `{"code":-32602,"message":"unknown card","data":{"card":"1"}}` || a.Result != nil {
+		t.Fatalf("got %+v; want the upstream's error as it came", a)
+	}
+}
