@@ -104,7 +104,7 @@ func Parse(name string, data []byte) (*File, error) {
 	case errors.Is(err, io.EOF):
 		return f, nil
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, syntaxError(name, err)
 	}
 	for {
 		// A stray "---" at the end starts an empty document: allow it.
@@ -114,7 +114,7 @@ func Parse(name string, data []byte) (*File, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, syntaxError(name, err)
 		}
 		if len(extra.Content) > 0 && !isNull(extra.Content[0]) {
 			return nil, fmt.Errorf("%s:%d: a policy file holds one YAML document; remove the second (from this ---)", name, extra.Line)
@@ -453,6 +453,21 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 		}
 		f.accounts[name] = a
 	}
+}
+
+// syntaxError words the YAML parser's error in the file's terms, as
+// "name:line: ...", the form of every other error. The parser names the
+// line of the block it was reading, which may be above the mistake.
+func syntaxError(name string, err error) error {
+	msg, _ := strings.CutPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if line, what, ok := strings.Cut(rest, ": "); ok {
+			if _, aerr := strconv.Atoi(line); aerr == nil {
+				return fmt.Errorf("%s:%s: YAML syntax error at or after this line: %s", name, line, what)
+			}
+		}
+	}
+	return fmt.Errorf("%s: YAML syntax error: %s", name, msg)
 }
 
 func (p *parser) tools(n *yaml.Node, f *File) {

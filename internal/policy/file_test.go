@@ -221,7 +221,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "not YAML",
 			in:   "tools:\n  a: [\n",
-			want: []string{"p.yaml: yaml: line 2:"},
+			want: []string{"p.yaml:2: YAML syntax error at or after this line: "},
+		},
+		{
+			name: "an alias to no anchor",
+			in:   "tools:\n  a: &x\n  b: *y\n",
+			want: []string{"p.yaml: YAML syntax error: unknown anchor 'y' referenced"},
 		},
 		{
 			name: "two documents",
