@@ -430,8 +430,8 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 				for _, bkv := range bfs {
 					bv := resolve(bkv.val)
 					x, err := strconv.ParseFloat(bv.Value, 64)
-					if bv.Kind != yaml.ScalarNode || err != nil || x <= 0 || x > 1000 {
-						p.errorf(bv, sub+"."+bkv.key.Value, "want a positive number")
+					if bv.Kind != yaml.ScalarNode || err != nil || !(x > 0) || x > 1000 {
+						p.errorf(bv, sub+"."+bkv.key.Value, "%s: want a number more than 0 and at most 1000", quoted(bv))
 						continue
 					}
 					switch bkv.key.Value {
@@ -1203,6 +1203,9 @@ func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
 	return b, true
 }
 
+// durationSyntax matches what time.ParseDuration reads, whatever the size.
+var durationSyntax = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$`)
+
 // duration parses a Go duration or a whole number of days ("7d"), > 0.
 func (p *parser) duration(n *yaml.Node, field string) (time.Duration, bool) {
 	n = resolve(n)
@@ -1223,7 +1226,12 @@ func (p *parser) duration(n *yaml.Node, field string) (time.Duration, bool) {
 	} else {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
-			p.errorf(n, field, "%q is not a duration %s", s, use)
+			if durationSyntax.MatchString(s) {
+				// Well formed, but more than a Duration holds.
+				p.errorf(n, field, "%q is too long", s)
+			} else {
+				p.errorf(n, field, "%q is not a duration %s", s, use)
+			}
 			return 0, false
 		}
 	}

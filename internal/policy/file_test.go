@@ -914,6 +914,8 @@ func TestParseRetry(t *testing.T) {
 		{"tools:\n  a:\n    retry:\n      tries: 3\n", `unknown key "tries" (valid: max_attempts, base, cap, deadline, transient, retry_after, account)`},
 		{"tools:\n  a:\n    retry:\n      deadline: 0s\n", `p.yaml:4:17: tools.a.retry.deadline: "0s" must be more than zero`},
 		{"tools:\n  a:\n    retry:\n      deadline: soon\n", `p.yaml:4:17: tools.a.retry.deadline: "soon" is not a duration (use 90s, 10m, 72h or 7d)`},
+		{"tools:\n  a:\n    retry:\n      deadline: 99999999h\n", `p.yaml:4:17: tools.a.retry.deadline: "99999999h" is too long`},
+		{"tools:\n  a:\n    retry:\n      deadline: 1h1.5x\n", `p.yaml:4:17: tools.a.retry.deadline: "1h1.5x" is not a duration`},
 		{"tools:\n  a:\n    retry:\n      deadline: [1s]\n", `p.yaml:4:17: tools.a.retry.deadline: a list is not a duration`},
 	} {
 		_, err := Parse("p.yaml", []byte(tt.yaml))
@@ -1013,6 +1015,7 @@ tools:
 		{"accounts:\n  a: {rate: 5e-324/d}\n", `too low`},
 		{"accounts:\n  a: {rate: 1e-10/s}\n", `too low (less than one call in 292 years)`},
 		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
+		{"accounts:\n  a: {rate: 1/s, retry_budget: {token_ratio: 5000}}\n", `accounts.a.retry_budget.token_ratio: "5000": want a number more than 0 and at most 1000`},
 		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: \"0\": want a whole number from 1 to 1000000"},
 		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},
 	} {
