@@ -81,6 +81,11 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return usagef("--store: %v: give the file the proxy used", err)
 		}
 	}
+	if verb == "resolve" && *as != string(record.Failed) && *as != string(record.Completed) {
+		// Checked before the store is opened: the execution's own state
+		// is no answer to a mistyped flag.
+		return usagef("--as: %q is not failed or completed", *as)
+	}
 	if verb == "list" {
 		if *state != "" && !slices.Contains(record.States, record.State(*state)) {
 			return usagef("--state: %q is not a state: want one of %s", *state, stateNames())
@@ -93,9 +98,14 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if verb == "list" {
 		wantPos = 0
 	}
-	if len(pos) != wantPos {
+	switch {
+	case len(pos) == wantPos:
+	case wantPos == 0:
 		fmt.Fprint(stderr, activityUsage)
-		return usagef("activity %s: want %d execution id, got %d arguments", verb, wantPos, len(pos))
+		return usagef("activity list takes no arguments, only flags; got %q", pos[0])
+	default:
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity %s: want one execution id, got %d arguments", verb, len(pos))
 	}
 	store, durable, err := openStore(ctx, *storeURL)
 	if err != nil {
@@ -125,6 +135,9 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		if *asJSON {
+			if recs == nil {
+				recs = []*record.Record{} // [] for none, not null
+			}
 			return writeJSON(stdout, recs)
 		}
 		printList(stdout, recs)

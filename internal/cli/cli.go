@@ -58,7 +58,7 @@ Usage:
                                                serve MCP over Streamable HTTP
   mcp-idempotent demo                          show the problem and the fix
   mcp-idempotent policy check FILE             validate a policy file
-  mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
+  mcp-idempotent policy show [--policy FILE] [--scope S] -- COMMAND [ARGS...]
                                                the effective policy of each tool
   mcp-idempotent activity list|show|resolve --store URL ...
                                                what the executions in a store did

@@ -19,7 +19,7 @@ import (
 
 const policyUsage = `Usage:
   mcp-idempotent policy check FILE                    validate a policy file
-  mcp-idempotent policy show [--policy FILE] -- COMMAND [ARGS...]
+  mcp-idempotent policy show [--policy FILE] [--scope S] -- COMMAND [ARGS...]
                                                       the effective policy of every tool the upstream lists
 `
 

@@ -48,6 +48,12 @@ func TestActivityTellsTheStory(t *testing.T) {
 		t.Errorf("the unknown transition's note is %q; want it to say the upstream exited", note)
 	}
 
+	// A filter that matches nothing lists an empty array, for jq and the
+	// like, not null.
+	if out, stderr, code := runProxy(t, ctx, "activity", "list", "--store", store, "--tool", "nothing", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("activity list --json of nothing exited %d: %q%s; want []", code, out, stderr)
+	}
+
 	out, stderr, code = runProxy(t, ctx, "activity", "resolve", id, "--store", store, "--as", "completed", "--note", "the bank shows the payment")
 	if code != 0 || !strings.Contains(out, "the bank shows the payment") {
 		t.Fatalf("activity resolve exited %d:\n%s%s", code, out, stderr)
