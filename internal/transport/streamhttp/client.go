@@ -684,6 +684,12 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (int
 			c.lastEventID = ev.ID
 			c.mu.Unlock()
 		}
+		if len(bytes.TrimSpace(ev.Data)) == 0 {
+			// An event id with empty data: the priming event a server
+			// sends first, so that the stream can be resumed before its
+			// first message (MCP 2025-11-25). Nothing to deliver.
+			continue
+		}
 		if ev.Type == "message" && !c.deliver(ev.Data, pending) {
 			return n, nil
 		}

@@ -813,3 +813,42 @@ func TestParamHeadersGoSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestPrimingEvent: the event a 2025-11-25 server sends first on a
+// stream, an id with empty data, is kept for resuming and otherwise
+// passed over without a word: it is no message.
+func TestPrimingEvent(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		m, err := jsonrpc.Decode(body)
+		if err != nil || m.ID == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: prime-1\ndata: \n\n")
+		io.WriteString(w, "id: ev-2\nevent: message\ndata: "+string(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))+"\n\n")
+	}))
+	defer ts.Close()
+	events := make(logEvents, 64)
+	c, err := Dial(context.Background(), ts.URL, Options{Logger: slog.New(events)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	write(t, c, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{`+statelessMeta+`}}`)
+	if m := read(t, c); string(m.ID) != "1" {
+		t.Fatalf("got %s; want the answer to ping", m.Raw)
+	}
+	for {
+		select {
+		case msg := <-events:
+			if strings.Contains(msg, "dropping") {
+				t.Errorf("logged %q for the priming event", msg)
+			}
+			continue
+		default:
+		}
+		break
+	}
+}
