@@ -129,6 +129,11 @@ type Client struct {
 	// tools holds the x-mcp-header bindings of the tools listed to
 	// stateless requests, by tool name, for the Mcp-Param-* headers.
 	tools map[string][]paramHeader
+	// initialized is closed once the server has taken the POST of
+	// notifications/initialized; nil before one is written. POSTs written
+	// after it wait for it: separate POSTs race, and the lifecycle puts
+	// the notification before the session's other messages.
+	initialized chan struct{}
 }
 
 // A transportEra is the generation of the transport a message follows.
@@ -229,6 +234,9 @@ type sent struct {
 	// and cannot be resumed.
 	stateless bool
 	call      *statelessCall // the stateless request's entry in Client.calls, or nil
+	// after, if not nil, is to be closed before the POST goes; taken, if
+	// not nil, is closed once the server has taken it.
+	after, taken chan struct{}
 }
 
 // WriteFrame POSTs frame to the server and returns without waiting for the
@@ -309,6 +317,11 @@ func (c *Client) WriteFrame(frame []byte) error {
 	}
 	c.setHeadersLocked(req, s.stateless)
 	s.hasSID = !s.stateless && c.sessionID != ""
+	s.after = c.initialized
+	if !m.Batch && m.IsNotification() && m.Method == "notifications/initialized" {
+		s.taken = make(chan struct{})
+		c.initialized = s.taken
+	}
 	c.wg.Add(1) // under mu, so that Close's Wait cannot have started
 	go c.post(req, s)
 	return nil
@@ -383,7 +396,16 @@ func (c *Client) post(req *http.Request, s sent) {
 	if s.call != nil {
 		defer c.forget(s)
 	}
+	if s.after != nil {
+		select {
+		case <-s.after:
+		case <-c.ctx.Done(): // Do fails at once
+		}
+	}
 	resp, err := c.hc.Do(req)
+	if s.taken != nil {
+		close(s.taken)
+	}
 	if err != nil {
 		c.log.Warn("POST to the upstream failed", "err", err)
 		// A failed dial sent nothing; any other failure may have come

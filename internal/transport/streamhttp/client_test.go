@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -850,5 +851,45 @@ func TestPrimingEvent(t *testing.T) {
 		default:
 		}
 		break
+	}
+}
+
+// TestInitializedComesFirst: a message written after
+// notifications/initialized reaches the server after it, though each
+// goes in a POST of its own and the server is slow to take the first.
+func TestInitializedComesFirst(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		m, err := jsonrpc.Decode(body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		order = append(order, m.Method)
+		mu.Unlock()
+		if m.Method == "notifications/initialized" {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if m.ID == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))
+	}))
+	defer ts.Close()
+	c := dial(t, ts.URL)
+	write(t, c, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if m := read(t, c); string(m.ID) != "2" {
+		t.Fatalf("got %s; want the answer to tools/list", m.Raw)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"notifications/initialized", "tools/list"}; !slices.Equal(order, want) {
+		t.Fatalf("the server got %q; want %q", order, want)
 	}
 }
