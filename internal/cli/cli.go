@@ -89,6 +89,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "audit":
 			return runAudit(args[1:], stdout, stderr)
 		case "version":
+			if len(args) > 1 {
+				return usagef("version takes no arguments; got %q", args[1])
+			}
 			fmt.Fprintln(stdout, "mcp-idempotent", Version)
 			return nil
 		case "help", "-h", "-help", "--help":

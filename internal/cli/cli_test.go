@@ -76,6 +76,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no arguments", nil, []string{"no upstream command"}},
 		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
 		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
+		{"version with arguments", []string{"version", "extra"}, []string{"version", `"extra"`}},
 		{"header without a colon", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-Token"}, []string{"--upstream-header (number 1)", "Name: value"}},
 		{"header name with a space", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X Token: a"}, []string{"--upstream-header (number 1)", "header name"}},
 		{"header name with a non-token", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: a", "--upstream-header", "X(Token): a"}, []string{"--upstream-header (number 2)", "header name"}},
