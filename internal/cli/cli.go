@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,6 +235,12 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if len(argv) > 0 {
 		if w.dir, err = os.Getwd(); err != nil {
 			return nil, fmt.Errorf("the working directory, where the upstream runs: %w", err)
+		}
+		// The directory, not its spelling: Getwd gives $PWD, which may
+		// reach it through a symbolic link, and the identity must not
+		// change with the shell it was started from.
+		if real, err := filepath.EvalSymlinks(w.dir); err == nil {
+			w.dir = real
 		}
 	}
 	if f.restarts < 0 {

@@ -287,3 +287,33 @@ func TestDirectoriesNeverShare(t *testing.T) {
 		t.Fatalf("the same call from two directories, then the first again: it ran %d times; want 2 (once per directory)", total)
 	}
 }
+
+// TestDirectorySpellingsShare: one directory reached through a symbolic
+// link is the same directory: a call made from there attaches to the
+// execution made from its real path.
+func TestDirectorySpellingsShare(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
+	shop := t.TempDir()
+	link := filepath.Join(t.TempDir(), "shop-link")
+	if err := os.Symlink(shop, link); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	ctx := testContext(t)
+	total := 0
+	for _, dir := range []string{shop, link} {
+		cmd := proxiedWith(t, []string{"--store", store, "--scope", "actor", "--actor", "alice"}, chargeServer()...)
+		cmd.Dir = dir
+		// As a shell sets it: the proxy's os.Getwd gives the link's
+		// spelling.
+		cmd.Env = append(cmd.Env, "PWD="+dir)
+		p := connect(t, ctx, cmd)
+		charge(t, ctx, p, "4242", 100)
+		total += executions(t, ctx, p)
+	}
+	if total != 1 {
+		t.Fatalf("the same call from a directory and through a link to it: it ran %d times; want once", total)
+	}
+}
