@@ -519,7 +519,10 @@ func (s *Store) wrap(op string, err error) error {
 // orphan itself), or when ctx is done.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	op := "waiting for " + id
-	if err := s.ensure(ctx); err != nil {
+	ectx, cancel := s.bounded(ctx) // the waiting is ctx's; each step is bounded
+	err := s.ensure(ectx)
+	cancel()
+	if err != nil {
 		return nil, s.fail(op, err)
 	}
 	s.listen()
