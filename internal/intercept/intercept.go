@@ -332,8 +332,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	case errors.Is(err, ErrSessionEnded):
 		// The caller did not leave: it is owed an answer, and nothing ran.
 		in.obs.Decision(call.Name, pol.Class, "session_ended")
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the session ended before %s was executed; it did not run", call.Name))
+		in.replyError(req, NotRunAtSessionEnd(call.Name))
 		return
 	case err != nil:
 		return // the caller left before anything was reserved
@@ -1145,10 +1144,18 @@ func (in *Interceptor) wait(ctx context.Context, id string) (*record.Record, err
 }
 
 // ErrSessionEnded is the error a call's context ends with when the session
-// the call came in ends while it waits for an execution under way (in
-// another process): unlike a caller's cancellation, the caller is then
-// told the execution is still in progress.
+// the call came in ends before the call is answered. Unlike a caller's
+// cancellation, it does not stop the answer: the client may still read.
+// A call not yet reserved is told it did not run (NotRunAtSessionEnd), one
+// waiting for an execution under way (in another process) that it is
+// still in progress, and any other gets its answer when it comes.
 var ErrSessionEnded = errors.New("the session ended")
+
+// NotRunAtSessionEnd is the answer to a call to tool whose session ended
+// before it was reserved: nothing ran.
+func NotRunAtSessionEnd(tool string) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: the session ended before %s was executed; it did not run", tool)
+}
 
 // How an answer is marked.
 type marking int

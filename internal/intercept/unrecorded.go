@@ -11,9 +11,8 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// Unrecorded handles a call that is not recorded (a read-only tool, or a
-// call without a client key to a tool matched by key only) but whose
-// policy has a retry rule: every send takes from the rule's account, and
+// Unrecorded handles a call to a read-only tool, which is not recorded,
+// whose policy has a retry rule: every send takes from the rule's account, and
 // an answer the rule calls transient is sent again as the rule says, where
 // that is safe (DESIGN sections 6 and 7). Nothing is reserved, replayed or
 // journaled: the caller gets the upstream's last answer as it came, or an
@@ -39,6 +38,12 @@ func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 // the caller gets if attempt n cannot go.
 func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *account, n int, lastResult json.RawMessage, lastErr error) {
 	tool := req.Call.Name
+	if n > 1 && ctx.Err() != nil {
+		// The caller left (or its session ended) during the backoff: a
+		// read is not worth another send, nor the account's room.
+		in.answerUnrecorded(ctx, req, lastResult, lastErr)
+		return
+	}
 	in.admit(ctx, a, req.deadline, func() {
 		req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
 			a.release()
@@ -47,7 +52,7 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 				in.log.Warn("retry budget exhausted; answering with the last result", "tool", tool, "account", a.name, "request", req.Correlation)
 				r = resend{stop: fmt.Sprintf("the retry budget of account %s is exhausted, so this result was not retried", a.name)}
 			}
-			if !r.ok {
+			if !r.ok || ctx.Err() != nil {
 				if r.stop != "" {
 					result, err = withNote(result, err, r.stop)
 				}

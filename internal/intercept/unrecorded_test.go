@@ -113,3 +113,26 @@ func TestUnrecordedErrorComesAsItCame(t *testing.T) {
 		t.Fatalf("got %+v; want the upstream's error as it came", a)
 	}
 }
+
+// TestUnrecordedStopsWhenTheCallerLeaves: a caller that cancels after a
+// transient answer is not sent again for: nobody would read the answer.
+func TestUnrecordedStopsWhenTheCallerLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol.Retry = retryRule(false)
+		h.readOnly()
+		ctx := newEndable(t.Context())
+		a := h.callUnrecorded(ctx, t, chargeCall)
+		synctest.Wait() // the first answer came: a backoff is under way
+		ctx.end(context.Canceled)
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want none after the caller left", n)
+		}
+		if n := a.count(); n != 0 {
+			t.Fatalf("the caller who left got %d answers", n)
+		}
+	})
+}

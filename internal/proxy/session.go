@@ -949,7 +949,15 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
 			return s.listTools(ctx, cursor, call.Meta)
 		})
-		if cctx.Err() != nil {
+		switch err := cctx.Err(); {
+		case errors.Is(err, intercept.ErrSessionEnded):
+			// Not the caller leaving: it is told that nothing ran.
+			b, _ := json.Marshal(intercept.NotRunAtSessionEnd(call.Name))
+			if err := c.Reply(intercept.Answer{Error: b}); err != nil {
+				s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+			}
+			return
+		case err != nil:
 			c.finish() // cancelled before anything was decided: nothing ran
 			return
 		}
@@ -959,10 +967,11 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 
 func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
-	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
-	if unrecorded && pol.Retry == nil {
-		// Read-only tools, and calls without a client key to a tool whose
-		// calls are matched by key only, pass through unrecorded.
+	readOnly := pol.Class == policy.ReadOnly
+	if readOnly && pol.Retry == nil || !readOnly && pol.Scope == policy.ScopeKey && call.Key == "" {
+		// Read-only tools without a retry rule, and calls without a
+		// client key to a tool whose calls are matched by key only, pass
+		// through unrecorded.
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
@@ -985,9 +994,11 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		Reply:          c,
 		Correlation:    c.key,
 	}
-	if unrecorded {
+	if readOnly {
 		// Unrecorded still, but its sends take from its account and its
-		// transient answers are retried: the proxy sends it.
+		// transient answers are retried: the proxy sends it. Not so a
+		// keyless call to a key-scoped tool: with no execution id to
+		// forward, a re-send of a side effect could run it twice.
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
 		return

@@ -597,6 +597,41 @@ func TestUnreadableFrameIsNotMisread(t *testing.T) {
 	}
 }
 
+// TestSessionEndDuringToolLookup: a call waiting for the proxy's own
+// listing of its tool when the session ends (as on SIGTERM) is told that
+// it did not run.
+func TestSessionEndDuringToolLookup(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	cr, cw := io.Pipe()
+	pr, pw := io.Pipe()
+	ur, uw := io.Pipe()
+	qr, qw := io.Pipe()
+	s := New(stdio.NewConn(cr, pw, 0), stdio.NewConn(ur, qw, 0), Options{
+		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
+	})
+	client := newPeer(stdio.NewConn(pr, cw, 0))
+	upstream := newPeer(stdio.NewConn(qr, uw, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		s.Run(ctx)
+		pw.Close()
+		qw.Close()
+		close(stopped)
+	}()
+	t.Cleanup(func() {
+		cw.Close()
+		uw.Close()
+		<-stopped
+	})
+	client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	upstream.next(t, "upstream") // the proxy's tools/list, never answered
+	cancel()
+	if got := client.next(t, "client"); !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, "session ended before charge_card was executed; it did not run") {
+		t.Fatalf("the client got %s; want an error saying the call did not run", got)
+	}
+}
+
 // TestInstanceSetsIDsApart: with an Instance, the proxy's own ids are
 // "mcp-idempotent:INSTANCE:N", and a client's "mcp-idempotent:N" (another
 // mcp-idempotent in front of this one) is a client's id like any other.
