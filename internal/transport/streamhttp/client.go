@@ -317,7 +317,11 @@ func (c *Client) WriteFrame(frame []byte) error {
 	}
 	c.setHeadersLocked(req, s.stateless)
 	s.hasSID = !s.stateless && c.sessionID != ""
-	s.after = c.initialized
+	if m.Batch || !m.IsResponse() {
+		// Not an answer to the server's own request, which the server
+		// may be waiting for to take the notification (roots/list).
+		s.after = c.initialized
+	}
 	if !m.Batch && m.IsNotification() && m.Method == "notifications/initialized" {
 		s.taken = make(chan struct{})
 		c.initialized = s.taken
@@ -566,15 +570,24 @@ const maxResumes = 5
 func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) {
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
-	for failures := 0; ; {
+	// failures counts the resumptions in a row that read no event;
+	// quiet, those that read events but no message (a server that closes
+	// its stream while it works, after a priming event, so that the
+	// client polls: SEP-1699). A quiet server is alive, and is not given
+	// up on, but it is not asked again at once either.
+	for failures, quiet := 0, 0; ; {
 		if r != nil {
-			n, err := c.relaySSE(r, pending)
+			events, messages, err := c.relaySSE(r, pending)
 			body.Close()
 			if err != nil {
 				c.log.Debug("the upstream's event stream broke", "err", err)
 			}
-			if n > 0 {
+			switch {
+			case messages > 0:
+				failures, quiet = 0, 0
+			case events > 0:
 				failures = 0
+				quiet++
 			}
 			lastID, retry = r.lastID, r.retry
 		}
@@ -589,7 +602,7 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
 			return
 		}
-		if failures > 1 && !c.sleep(resumeWait(failures, retry)) {
+		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
 			return
 		}
 		resp, err := c.get(lastID)
@@ -611,14 +624,25 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 	}
 }
 
-// resumeWait is the pause before resumption attempt n (from 2): what the
-// server asked for with the SSE retry field, or else a doubling from 250ms.
-func resumeWait(n, retryMS int) time.Duration {
-	if retryMS >= 0 {
+// resumeWait is the pause before a resumption: what the server asked for
+// with the SSE retry field; else none after a stream that broke with
+// messages read (failures 1, quiet 0), a doubling from 250ms for attempt
+// failures from 2, and after quiet streams in a row a doubling from 250ms
+// up to maxQuietWait.
+func resumeWait(failures, quiet, retryMS int) time.Duration {
+	switch {
+	case retryMS >= 0:
 		return serverRetry(retryMS)
+	case failures > 1:
+		return 250 * time.Millisecond << (failures - 2)
+	case quiet > 0:
+		return min(250*time.Millisecond<<min(quiet-1, 8), maxQuietWait)
 	}
-	return 250 * time.Millisecond << (n - 2)
+	return 0
 }
+
+// maxQuietWait bounds the pause before asking a quiet server again.
+const maxQuietWait = 5 * time.Second
 
 // maxServerRetry bounds the reconnection delay a server may ask for with
 // the SSE retry field: a huge value would overflow a Duration, or park the
@@ -690,16 +714,16 @@ func (e *statusError) Error() string {
 }
 
 // relaySSE delivers the message events of r until it ends, returning how
-// many events it read. pending may be nil. The error is nil at a clean end
-// of stream.
-func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (int, error) {
-	for n := 0; ; n++ {
+// many events it read and how many of them were messages. pending may be
+// nil. The error is nil at a clean end of stream.
+func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (events, messages int, err error) {
+	for ; ; events++ {
 		ev, err := r.next()
 		if err == io.EOF {
-			return n, nil
+			return events, messages, nil
 		}
 		if err != nil {
-			return n, err
+			return events, messages, err
 		}
 		if ev.ID != "" {
 			c.mu.Lock()
@@ -712,8 +736,12 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (int
 			// first message (MCP 2025-11-25). Nothing to deliver.
 			continue
 		}
-		if ev.Type == "message" && !c.deliver(ev.Data, pending) {
-			return n, nil
+		if ev.Type != "message" {
+			continue
+		}
+		messages++
+		if !c.deliver(ev.Data, pending) {
+			return events, messages, nil
 		}
 	}
 }
@@ -840,7 +868,7 @@ func (c *Client) listen() {
 		}
 		r := newSSEReader(resp.Body, c.max)
 		r.lastID = lastID
-		if _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {
+		if _, _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {
 			c.log.Debug("the upstream's GET stream broke", "err", err)
 		}
 		resp.Body.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -854,12 +855,14 @@ func TestPrimingEvent(t *testing.T) {
 	}
 }
 
-// TestInitializedComesFirst: a message written after
-// notifications/initialized reaches the server after it, though each
-// goes in a POST of its own and the server is slow to take the first.
+// TestInitializedComesFirst: a request written after
+// notifications/initialized reaches the server after it, though each goes
+// in a POST of its own; an answer to the server's own request does not
+// wait, since the server may be waiting for it.
 func TestInitializedComesFirst(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
+	arrived := make(chan string, 4)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		m, err := jsonrpc.Decode(body)
@@ -867,13 +870,25 @@ func TestInitializedComesFirst(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		mu.Lock()
-		order = append(order, m.Method)
-		mu.Unlock()
-		if m.Method == "notifications/initialized" {
-			time.Sleep(200 * time.Millisecond)
+		name := m.Method
+		if m.IsResponse() {
+			name = "response"
 		}
-		if m.ID == nil {
+		if name == "notifications/initialized" {
+			// Taken only once the answer to the server's request has
+			// come, or after a while: a request sent meanwhile would
+			// be recorded first.
+			select {
+			case <-arrived:
+			case <-time.After(2 * time.Second):
+			}
+		} else {
+			arrived <- name
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		if m.ID == nil || m.IsResponse() {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
@@ -883,13 +898,57 @@ func TestInitializedComesFirst(t *testing.T) {
 	defer ts.Close()
 	c := dial(t, ts.URL)
 	write(t, c, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	write(t, c, `{"jsonrpc":"2.0","id":"s1","result":{"roots":[]}}`)
 	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if m := read(t, c); string(m.ID) != "2" {
 		t.Fatalf("got %s; want the answer to tools/list", m.Raw)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"notifications/initialized", "tools/list"}; !slices.Equal(order, want) {
+	if want := []string{"response", "notifications/initialized", "tools/list"}; !slices.Equal(order, want) {
 		t.Fatalf("the server got %q; want %q", order, want)
+	}
+}
+
+// TestQuietStreamsArePaced: a server that answers every resumption with
+// a priming event only and closes the stream (polling, SEP-1699) is asked
+// again at the pace its retry field sets, or, without one, at a pace that
+// slows, never in a tight loop.
+func TestQuietStreamsArePaced(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		retry string // the retry field's line, or ""
+		most  int32  // resumptions allowed in 1.5s
+	}{
+		{"with a retry field", "retry: 1000\n", 2},
+		{"without", "", 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var gets atomic.Int32
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				if r.Method == http.MethodDelete {
+					return
+				}
+				if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "" {
+					w.WriteHeader(http.StatusMethodNotAllowed)
+					return
+				}
+				n := int32(0)
+				if r.Method == http.MethodGet {
+					n = gets.Add(1)
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "id: p%d\n%sdata: \n\n", n, tt.retry)
+			}))
+			defer ts.Close()
+			c := dial(t, ts.URL)
+			write(t, c, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+			time.Sleep(1500 * time.Millisecond)
+			c.Close()
+			if n := gets.Load(); n > tt.most {
+				t.Errorf("%d resumptions in 1.5s; want at most %d", n, tt.most)
+			}
+		})
 	}
 }
