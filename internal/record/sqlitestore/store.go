@@ -76,6 +76,13 @@ type Store struct {
 
 	secretMu sync.Mutex // protects secret
 	secret   []byte     // the fingerprint secret once read
+
+	path string      // the database file's absolute path
+	file os.FileInfo // the file at Open, to tell when it is removed or replaced
+	// lost is set once the file is found removed or replaced: processes
+	// that open the path from then on have a store of their own, so
+	// reservations here fail closed rather than dedupe apart from theirs.
+	lost atomic.Pointer[error]
 }
 
 // A waiter is the wake-up that every Wait of one record shares.
@@ -173,7 +180,11 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	file, err := f.Stat()
 	f.Close()
+	if err != nil {
+		return nil, err
+	}
 
 	// The path goes in a file: URI so that no character of it is taken
 	// for a parameter; SQLite decodes the %XX escapes.
@@ -198,7 +209,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, closed: make(chan struct{}), waiters: make(map[string]*waiter)}
+	s := &Store{now: now, w: w, r: r, closed: make(chan struct{}), waiters: make(map[string]*waiter), path: abs, file: file}
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -369,6 +380,9 @@ func (s *Store) clock() time.Time { return s.now().Round(0).UTC() }
 
 // Reserve implements record.Store.
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if lost := s.lost.Load(); lost != nil {
+		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
+	}
 	rec, won, orphan, err := s.reserve(ctx, r, opts)
 	if err != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
@@ -515,12 +529,43 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 }
 
 // Renew implements record.Store, in one statement.
+//
+// It also checks that the database file is still the one opened (Renew is
+// called every few seconds): see ErrFileLost.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	if err := s.checkFile(); err != nil {
+		return err
+	}
 	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
 	if err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}
 	return nil
+}
+
+// ErrFileLost is the error of a Store whose database file was removed or
+// replaced while it was open. SQLite goes on with the file it has open,
+// but a process that opens the path now gets another database, which does
+// not share this one's records: from then on Reserve fails closed, until
+// the proxy is started again.
+var ErrFileLost = errors.New("the database file was removed or replaced while in use; start the proxy again")
+
+// checkFile reports ErrFileLost once the file at the path is no longer the
+// one opened.
+func (s *Store) checkFile() error {
+	if lost := s.lost.Load(); lost != nil {
+		return *lost
+	}
+	fi, err := os.Stat(s.path)
+	switch {
+	case err == nil && os.SameFile(fi, s.file):
+		return nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("checking the database file: %w", err) // no verdict
+	}
+	lost := fmt.Errorf("%s: %w", s.path, ErrFileLost)
+	s.lost.Store(&lost)
+	return lost
 }
 
 // Wait implements record.Store. Waits of this Store for one record share

@@ -393,3 +393,33 @@ func TestAllowancesInAnOlderFile(t *testing.T) {
 		t.Fatalf("TakeAllowance on a reopened older file = %v, %v; want room", ok, err)
 	}
 }
+
+// TestRemovedFileFailsClosed: a database file removed or replaced under an
+// open Store is found out at the next Renew, and reservations then fail
+// closed: a process opening the path now has a store of its own, and the
+// two would each run a call the other ran.
+func TestRemovedFileFailsClosed(t *testing.T) {
+	for _, how := range []string{"removed", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "records.db")
+			s := open(t, path, sqlitestore.Options{})
+			ctx := context.Background()
+			if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); err != nil {
+				t.Fatalf("Renew of a file in place: %v", err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if how == "replaced" {
+				open(t, path, sqlitestore.Options{}) // another process makes it anew
+			}
+			if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); !errors.Is(err, sqlitestore.ErrFileLost) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Renew after the file was %s: %v; want ErrFileLost naming the file", how, err)
+			}
+			r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Tool: "t"}
+			if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); !errors.Is(err, sqlitestore.ErrFileLost) {
+				t.Fatalf("Reserve after the file was %s: %v; want ErrFileLost", how, err)
+			}
+		})
+	}
+}
