@@ -917,37 +917,43 @@ func TestInitializedComesFirst(t *testing.T) {
 func TestQuietStreamsArePaced(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		retry string // the retry field's line, or ""
-		most  int32  // resumptions allowed in 1.5s
+		retry string          // the retry field's line, or ""
+		least []time.Duration // the least gaps between resumptions
 	}{
-		{"with a retry field", "retry: 1000\n", 2},
-		{"without", "", 4},
+		{"with a retry field", "retry: 300\n", []time.Duration{300 * time.Millisecond, 300 * time.Millisecond}},
+		{"without", "", []time.Duration{250 * time.Millisecond, 500 * time.Millisecond}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var gets atomic.Int32
+			gets := make(chan time.Time, 64)
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				io.ReadAll(r.Body)
 				if r.Method == http.MethodDelete {
 					return
 				}
-				if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "" {
-					w.WriteHeader(http.StatusMethodNotAllowed)
-					return
-				}
-				n := int32(0)
 				if r.Method == http.MethodGet {
-					n = gets.Add(1)
+					if r.Header.Get("Last-Event-ID") == "" {
+						w.WriteHeader(http.StatusMethodNotAllowed)
+						return
+					}
+					select {
+					case gets <- time.Now():
+					default:
+					}
 				}
 				w.Header().Set("Content-Type", "text/event-stream")
-				fmt.Fprintf(w, "id: p%d\n%sdata: \n\n", n, tt.retry)
+				fmt.Fprintf(w, "id: p\n%sdata: \n\n", tt.retry)
 			}))
 			defer ts.Close()
 			c := dial(t, ts.URL)
+			defer c.Close()
 			write(t, c, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
-			time.Sleep(1500 * time.Millisecond)
-			c.Close()
-			if n := gets.Load(); n > tt.most {
-				t.Errorf("%d resumptions in 1.5s; want at most %d", n, tt.most)
+			last := <-gets
+			for i, least := range tt.least {
+				next := <-gets
+				if gap := next.Sub(last); gap < least {
+					t.Fatalf("resumption %d came %v after the one before; want at least %v", i+2, gap, least)
+				}
+				last = next
 			}
 		})
 	}
