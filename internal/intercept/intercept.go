@@ -311,6 +311,20 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			return
 		}
 		key = "key:" + kfp
+		if call.InputResponses != nil || call.RequestState != nil {
+			// A continuation of a multi-round request (2026-07-28) under
+			// the client's key: the key names the whole request, whose
+			// rounds resend its arguments with the client's answers. The
+			// record is checked against the request's first round, so
+			// the continuation may replace the round that asked for
+			// input (failed, input_required), not be refused as another
+			// action.
+			if fp, err = in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
+				Tool: call.Name, Arguments: args, Extra: taskExtra(call)}); err != nil {
+				in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+				return
+			}
+		}
 	}
 	fresh := &record.Record{
 		ID:          record.NewID(arrived),
@@ -1264,6 +1278,15 @@ func reserveOptions(p *policy.Policy) record.ReserveOptions {
 		return record.ReserveOptions{Replace: []record.State{record.Delivered}}
 	}
 	return record.ReserveOptions{}
+}
+
+// taskExtra is extra without a continuation's fields: what a multi-round
+// request's rounds share.
+func taskExtra(c *ToolCall) map[string]json.RawMessage {
+	if c.Task == nil {
+		return nil
+	}
+	return map[string]json.RawMessage{"task": json.RawMessage("true")}
 }
 
 // extra returns the members besides arguments that change what a call

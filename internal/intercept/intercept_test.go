@@ -404,6 +404,38 @@ func TestInputRequiredIsNotACompletion(t *testing.T) {
 	}
 }
 
+// TestKeyedMultiRoundRequest: under a client key, a multi-round request's
+// continuation replaces the round that asked for input and runs; a retry
+// of it is its replay; the key still refuses another action.
+func TestKeyedMultiRoundRequest(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if !strings.Contains(string(p), "inputResponses") {
+			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}},"requestState":"s1"}`), nil
+		}
+		return charged(context.Background(), n, p)
+	})
+	const (
+		first        = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K1"}}`
+		continuation = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"inputResponses":{"confirm":{"action":"accept"}},"requestState":"s1","_meta":{"mcp-idempotent/key":"K1"}}`
+	)
+	if a := h.call(t.Context(), t, first).only(t); !strings.Contains(string(a.Result), "input_required") {
+		t.Fatalf("the first round got %s; want input_required", a.Result)
+	}
+	if v := view(t, h.call(t.Context(), t, continuation).only(t)); v.Content[0].Text != "charge #2" {
+		t.Fatalf("the continuation got %+v; want it run", v)
+	}
+	if v := view(t, h.call(t.Context(), t, continuation).only(t)); v.Content[0].Text != "charge #2" || !v.Meta.Replayed {
+		t.Fatalf("the continuation again got %+v; want its replay", v)
+	}
+	a := h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"4242","amount":999},"inputResponses":{},"_meta":{"mcp-idempotent/key":"K1"}}`).only(t)
+	if a.Error == nil || !strings.Contains(string(a.Error), "already used for a different call") {
+		t.Fatalf("another action under the key got %s %s; want it refused", a.Result, a.Error)
+	}
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; want the first round and the continuation", n)
+	}
+}
+
 // TestResultTypeIsMatchedExactly: a completion whose result happens to
 // hold a member "ResultType" is a completion, replayed, not run again.
 func TestResultTypeIsMatchedExactly(t *testing.T) {
