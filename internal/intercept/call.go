@@ -27,6 +27,11 @@ type ToolCall struct {
 	Key string
 	// Task is the task-augmentation member (MCP 2025-11-25 tasks), or nil.
 	Task json.RawMessage
+	// TasksExtension reports whether the call's per-request client
+	// capabilities (MCP 2026-07-28, in _meta) declare the tasks extension,
+	// so that the server may answer it with a task handle rather than its
+	// result: a call that does not is another action.
+	TasksExtension bool
 	// InputResponses and RequestState continue a multi-round request
 	// (MCP 2026-07-28); nil when absent.
 	InputResponses json.RawMessage
@@ -95,8 +100,26 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		if tc.Deadline, err = clientDeadline(tc.Meta); err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
+		tc.TasksExtension = declaresTasks(tc.Meta)
 	}
 	return nil
+}
+
+// Where a 2026-07-28 request declares the tasks extension: in its _meta's
+// client capabilities, under extensions.
+const (
+	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	tasksExtension         = "io.modelcontextprotocol/tasks"
+)
+
+// declaresTasks reports whether a call's _meta declares the tasks
+// extension among its client capabilities.
+func declaresTasks(meta json.RawMessage) bool {
+	if !bytes.Contains(meta, []byte("tasks")) {
+		return false // the common case, without a walk
+	}
+	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, metaClientCapabilities), "extensions"), tasksExtension)
+	return ext != nil && string(ext) != "null"
 }
 
 // Meta keys a client may name its own idempotency key with. The first is

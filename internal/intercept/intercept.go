@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -1283,23 +1284,25 @@ func reserveOptions(p *policy.Policy) record.ReserveOptions {
 // taskExtra is extra without a continuation's fields: what a multi-round
 // request's rounds share.
 func taskExtra(c *ToolCall) map[string]json.RawMessage {
-	if c.Task == nil {
-		return nil
+	switch {
+	case c.Task != nil:
+		return map[string]json.RawMessage{"task": json.RawMessage("true")}
+	case c.TasksExtension:
+		return map[string]json.RawMessage{"tasksExtension": json.RawMessage("true")}
 	}
-	return map[string]json.RawMessage{"task": json.RawMessage("true")}
+	return nil
 }
 
 // extra returns the members besides arguments that change what a call
 // means: whether it asks for a task (not the task's ttl, which only says how
-// long to keep it), and a continuation's answers.
+// long to keep it) or may be answered with one (the 2026 tasks extension),
+// and a continuation's answers.
 func extra(c *ToolCall) map[string]json.RawMessage {
-	if c.Task == nil && c.InputResponses == nil && c.RequestState == nil {
-		return nil
+	if c.InputResponses == nil && c.RequestState == nil {
+		return taskExtra(c)
 	}
 	m := make(map[string]json.RawMessage, 3)
-	if c.Task != nil {
-		m["task"] = json.RawMessage("true")
-	}
+	maps.Copy(m, taskExtra(c))
 	m["inputResponses"] = c.InputResponses
 	m["requestState"] = c.RequestState
 	return m
@@ -1310,8 +1313,8 @@ func extra(c *ToolCall) map[string]json.RawMessage {
 // completing. The member's name is matched exactly: a completion must not
 // be taken for a question, and run again, because of a "ResultType".
 func inputRequired(result json.RawMessage) bool {
-	if !bytes.Contains(result, []byte("input_required")) {
-		return false
+	if !bytes.Contains(result, []byte("input_required")) && !bytes.Contains(result, []byte(`\u`)) {
+		return false // the common case; an escape may spell the words otherwise
 	}
 	resultType, _ := jsonrpc.StringValue(jsonrpc.Member(result, "resultType"))
 	return resultType == "input_required"

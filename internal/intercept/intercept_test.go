@@ -404,6 +404,19 @@ func TestInputRequiredIsNotACompletion(t *testing.T) {
 	}
 }
 
+// TestInputRequiredSpelledWithEscapes: "input\u005frequired" is
+// input_required to any JSON reader, and so to the proxy.
+func TestInputRequiredSpelledWithEscapes(t *testing.T) {
+	for _, result := range []string{
+		`{"resultType":"input\u005frequired","requestState":"s"}`,
+		`{"result\u0054ype":"input_required","requestState":"s"}`,
+	} {
+		if !inputRequired(json.RawMessage(result)) {
+			t.Errorf("inputRequired(%s) = false", result)
+		}
+	}
+}
+
 // TestKeyedMultiRoundRequest: under a client key, a multi-round request's
 // continuation replaces the round that asked for input and runs; a retry
 // of it is its replay; the key still refuses another action.
@@ -464,6 +477,37 @@ func TestTaskHandleIsReplayed(t *testing.T) {
 		}
 	}
 	h.call(t.Context(), t, chargeCall).only(t) // not task-augmented: another action
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; want 2", n)
+	}
+}
+
+// TestTasksExtensionIsPartOfTheAction: a 2026-07-28 call that declares the
+// tasks extension may be answered with a task handle, which a retry
+// declaring it attaches to; the same call without it is another action,
+// and never gets a handle its client could not follow.
+func TestTasksExtensionIsPartOfTheAction(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if strings.Contains(string(p), "io.modelcontextprotocol/tasks") {
+			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"task-%d","status":"working"}`, n)), nil
+		}
+		return charged(context.Background(), n, p)
+	})
+	const (
+		meta     = `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`
+		withTask = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{` + meta +
+			`,"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`
+		without = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{` + meta +
+			`,"io.modelcontextprotocol/clientCapabilities":{"extensions":{}}}}`
+	)
+	for i := range 2 {
+		if a := h.call(t.Context(), t, withTask).only(t); !strings.Contains(string(a.Result), `"taskId":"task-1"`) {
+			t.Fatalf("call %d declaring tasks got %s; want the one task", i+1, a.Result)
+		}
+	}
+	if a := h.call(t.Context(), t, without).only(t); strings.Contains(string(a.Result), "taskId") {
+		t.Fatalf("the call without the extension got %s; want a result, not a task handle", a.Result)
+	}
 	if n := h.up.calls.Load(); n != 2 {
 		t.Fatalf("upstream reached %d times; want 2", n)
 	}
