@@ -941,6 +941,7 @@ func withNote(result json.RawMessage, err error, note string) (json.RawMessage, 
 	if rpcErr, ok := errors.AsType[*jsonrpc.Error](err); ok && !retry.IsNotSent(err) {
 		e := *rpcErr
 		e.Message += " (" + note + ")"
+		e.Raw = nil // changed: no longer the object as it came
 		return result, &e
 	}
 	return result, fmt.Errorf("%w (%s)", err, note)
@@ -1060,7 +1061,7 @@ func outcome(result json.RawMessage, err error) record.Change {
 		// its stand-in error object.
 		return record.Change{To: record.Failed, Note: err.Error()}
 	case errors.As(err, &rpcErr):
-		b, _ := json.Marshal(rpcErr)
+		b := rpcErr.Object() // the upstream's error, as it came
 		return record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message}
 	default:
 		return record.Change{To: record.Unknown, Note: err.Error()}

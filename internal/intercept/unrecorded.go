@@ -100,8 +100,8 @@ func (in *Interceptor) answerUnrecorded(ctx context.Context, req *Request, resul
 	}
 }
 
-// errorAnswer is an Answer carrying e.
+// errorAnswer is an Answer carrying e (as it came, if it came from the
+// upstream).
 func errorAnswer(e *jsonrpc.Error) Answer {
-	b, _ := json.Marshal(e) // an *Error whose Data is JSON text always marshals
-	return Answer{Error: b}
+	return Answer{Error: e.Object()}
 }

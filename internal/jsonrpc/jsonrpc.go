@@ -218,6 +218,21 @@ type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Raw is the error object as it came, when the Error was decoded
+	// from one (DecodeError); Object passes it on unchanged. Whoever
+	// changes the other fields of a decoded Error sets it to nil.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Object returns the error object for the wire: as it came, if it was
+// decoded from one, so that a peer's error passes on unchanged (members
+// of its own, spelling and all); else the fields, marshalled.
+func (e *Error) Object() json.RawMessage {
+	if e.Raw != nil {
+		return e.Raw
+	}
+	b, _ := json.Marshal(e) // a Data of valid JSON always marshals
+	return b
 }
 
 func (e *Error) Error() string {
@@ -328,11 +343,22 @@ func orNull(id json.RawMessage) json.RawMessage {
 // DecodeError decodes a raw error member. A member that is not an error
 // object yields a generic error that keeps the raw text.
 func DecodeError(raw json.RawMessage) *Error {
-	var e Error
-	if err := json.Unmarshal(raw, &e); err != nil || e.Message == "" && e.Code == 0 {
-		return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
+	var e struct {
+		Code    json.Number     `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
 	}
-	return &e
+	if err := json.Unmarshal(raw, &e); err == nil {
+		// A code spelled -32000.0 is the integer JSON-RPC asks for.
+		var f float64
+		if e.Code != "" {
+			f, err = e.Code.Float64()
+		}
+		if code := int(f); err == nil && float64(code) == f && math.Abs(f) <= math.MaxInt32 && (code != 0 || e.Message != "") {
+			return &Error{Code: code, Message: e.Message, Data: e.Data, Raw: raw}
+		}
+	}
+	return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
 }
 
 func truncate(s string, n int) string {

@@ -348,6 +348,7 @@ func TestDecodeError(t *testing.T) {
 		{raw: `null`, code: CodeInternalError, message: "malformed error: null"},
 		{raw: `{"code":"x","message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
 		{raw: `{"code":1.5,"message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
+		{raw: `{ "code" : -32000.0 , "message" : "caf\u00e9", "extra": true }`, code: -32000, message: "café"},
 		{raw: `{"code":1`, code: CodeInternalError, message: `malformed error: {"code":1`},
 		{raw: ``, code: CodeInternalError, message: "malformed error: "},
 		{
@@ -371,6 +372,16 @@ func TestDecodeError(t *testing.T) {
 		}
 		if e.Error() == "" {
 			t.Errorf("DecodeError(%.40s).Error() is empty", tt.raw)
+		}
+		// What goes on: the object as it came, or, for one that is no
+		// error object, the stand-in.
+		want := tt.raw
+		if strings.HasPrefix(e.Message, "malformed error: ") {
+			b, _ := json.Marshal(e)
+			want = string(b)
+		}
+		if got := string(e.Object()); got != want {
+			t.Errorf("DecodeError(%.40s).Object() = %s, want %s", tt.raw, got, want)
 		}
 	}
 }

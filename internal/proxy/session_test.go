@@ -632,6 +632,19 @@ func TestSessionEndDuringToolLookup(t *testing.T) {
 	}
 }
 
+// TestUpstreamErrorPassesAsItCame: the upstream's JSON-RPC error to a
+// recorded tools/call reaches the caller as the upstream wrote it: its
+// members, their spelling and its escapes.
+func TestUpstreamErrorPassesAsItCame(t *testing.T) {
+	r := newRig(t, 0)
+	r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	const errObj = `{ "code" : -32000.0 , "message" : "caf\u00e9 <&>" , "data" : {"b": 1, "a": 2}, "extra": true }`
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2","error":`+errObj+`}`)
+	if got, want := r.client.next(t, "client"), `{"jsonrpc":"2.0","id":1,"error":`+errObj+`}`; got != want {
+		t.Fatalf("the client got\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestInstanceSetsIDsApart: with an Instance, the proxy's own ids are
 // "mcp-idempotent:INSTANCE:N", and a client's "mcp-idempotent:N" (another
 // mcp-idempotent in front of this one) is a client's id like any other.
