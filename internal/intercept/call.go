@@ -20,9 +20,12 @@ type ToolCall struct {
 	Name   string
 	// Arguments is the arguments object, or nil when absent.
 	Arguments json.RawMessage
-	// Meta is the _meta member, or nil. It is never part of the
-	// fingerprint.
+	// Meta is the _meta member, or nil (absent or null). It is never part
+	// of the fingerprint.
 	Meta json.RawMessage
+	// meta is the _meta member's value as it came, null included, so that
+	// the proxy's own member replaces a null rather than shadowing it.
+	meta json.RawMessage
 	// Key is the client's idempotency key from _meta, or "".
 	Key string
 	// Task is the task-augmentation member (MCP 2025-11-25 tasks), or nil.
@@ -70,7 +73,7 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		case "arguments":
 			tc.Arguments = nullToNil(value)
 		case "_meta":
-			tc.Meta = nullToNil(value)
+			tc.meta, tc.Meta = value, nullToNil(value)
 		case "task":
 			tc.Task = nullToNil(value)
 		case "inputResponses":
@@ -90,6 +93,11 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	tc.Name = name
 	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
+	}
+	if tc.Meta != nil && tc.Meta[0] != '{' {
+		// MCP's _meta is an object; the proxy's own member could not be
+		// added to anything else without dropping what the client sent.
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta must be an object, got %s", name, kind(tc.Meta))
 	}
 	if tc.Meta != nil {
 		key, err := clientKey(tc.Meta)

@@ -681,7 +681,7 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		member := append(append(append(buf[:0], `"`+MetaExecutionID+`":"`...), rec.ID...), '"')
 		// ParseToolCall found the params' _meta (and their name: they are
 		// not empty), so they need not be read again.
-		params = insertMeta(params, req.Call.Meta, false, member)
+		params = insertMeta(params, req.Call.meta, false, member)
 	}
 	var sent time.Time
 	if in.timed {
@@ -1450,30 +1450,71 @@ func withMeta(result json.RawMessage, members []byte) json.RawMessage {
 
 // insertMeta is withMeta for an object whose _meta member the caller has
 // found already: meta is its value, a slice of obj, or nil if it has none;
-// empty says obj has no members at all.
+// empty says obj has no members at all. The result never holds a name
+// twice: members of meta that members also names are dropped (a result
+// that came through another mcp-idempotent carries its _meta), and a
+// _meta that is not an object (null) is replaced.
 func insertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawMessage {
-	result := obj
-	out := make([]byte, 0, len(result)+len(members)+16)
-	if meta != nil && meta[0] == '{' {
-		// Insert before the closing brace of the existing _meta. meta is
-		// a slice of result, so its capacity locates it.
-		end := cap(result) - cap(meta) + len(meta) - 1
-		out = append(out, result[:end]...)
+	if meta == nil {
+		// Add a _meta member last.
+		end := bytes.LastIndexByte(obj, '}')
+		out := make([]byte, 0, len(obj)+len(members)+16)
+		out = append(out, obj[:end]...)
+		if !empty {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, `"_meta":{`...), members...), '}')
+		return append(out, obj[end:]...)
+	}
+	// meta is a slice of obj, so its capacity locates it.
+	start := cap(obj) - cap(meta)
+	end := start + len(meta)
+	out := make([]byte, 0, len(obj)+len(members)+16)
+	out = append(out, obj[:start]...)
+	switch {
+	case meta[0] != '{':
+		out = append(append(append(out, '{'), members...), '}')
+	case !bytes.Contains(meta, []byte("mcp-idempotent/")) && !bytes.Contains(meta, []byte(`\u`)):
+		// The common case: none of ours in it. Insert before its
+		// closing brace, leaving the rest as it came.
+		out = append(out, meta[:len(meta)-1]...)
 		if len(bytes.TrimSpace(meta[1:len(meta)-1])) > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, members...)
-		return append(out, result[end:]...)
+		out = append(append(out, members...), '}')
+	default:
+		out = appendWithout(out, meta, members)
 	}
-	// Add a _meta member last, so that it also shadows a _meta that is not
-	// an object.
-	end := bytes.LastIndexByte(result, '}')
-	out = append(out, result[:end]...)
-	if !empty {
+	return append(out, obj[end:]...)
+}
+
+// appendWithout appends the object meta less the members whose names
+// members (a list of members, as inside braces) also has, with members
+// last.
+func appendWithout(out, meta, members []byte) []byte {
+	own := map[string]bool{}
+	wrapped := append(append([]byte{'{'}, members...), '}')
+	jsonrpc.EachMember(wrapped, func(name, _ []byte) bool { // our own text: well formed
+		own[string(name)] = true
+		return true
+	})
+	out = append(out, '{')
+	first := true
+	jsonrpc.EachMember(meta, func(name, value []byte) bool { // checked by the caller's reader
+		if own[string(name)] {
+			return true
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(append(appendJSONString(out, string(name)), ':'), value...)
+		return true
+	})
+	if !first {
 		out = append(out, ',')
 	}
-	out = append(append(append(out, `"_meta":{`...), members...), '}')
-	return append(out, result[end:]...)
+	return append(append(out, members...), '}')
 }
 
 // toolResult builds an isError CallToolResult that speaks for the proxy.

@@ -713,6 +713,8 @@ func TestParseToolCall(t *testing.T) {
 		{`{"name":7}`, "params.name must be a non-empty string"},
 		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
 		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
+		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},
+		{`{"name":"x","_meta":"str"}`, "params._meta must be an object, got a string"},
 		{`[1]`, "params must be an object"},
 		{``, "params must be an object"},
 	} {
@@ -765,7 +767,8 @@ func TestWithMeta(t *testing.T) {
 		{`{"_meta":{ },"content":[]}`, `{"_meta":{ "k":1},"content":[]}`},
 		{`{"_meta":{"vendor/x":"}"},"content":[]}`, `{"_meta":{"vendor/x":"}","k":1},"content":[]}`},
 		{`{"content":[],"_meta":{"a":{"b":1}} }`, `{"content":[],"_meta":{"a":{"b":1},"k":1} }`},
-		{`{"_meta":"odd"}`, `{"_meta":"odd","_meta":{"k":1}}`},
+		{`{"_meta":"odd"}`, `{"_meta":{"k":1}}`},
+		{`{"_meta":null,"content":[]}`, `{"_meta":{"k":1},"content":[]}`},
 		{`[1]`, `[1]`},
 		{`"text"`, `"text"`},
 	} {
@@ -779,6 +782,23 @@ func TestWithMeta(t *testing.T) {
 		}
 		if got != tt.in && !json.Valid([]byte(got)) {
 			t.Errorf("withMeta(%s) = %s, not valid JSON", tt.in, got)
+		}
+	}
+}
+
+// TestWithMetaReplacesOurs: a result that came through another
+// mcp-idempotent carries the names this one adds; they are replaced, not
+// written twice, which a strict JSON reader would refuse.
+func TestWithMetaReplacesOurs(t *testing.T) {
+	const add = `"mcp-idempotent/replayed":true,"mcp-idempotent/execution":{"id":"exe_2"}`
+	for _, tt := range []struct{ in, want string }{
+		{`{"content":[],"_meta":{"mcp-idempotent/replayed":true,"mcp-idempotent/execution":{"id":"exe_1"},"progressToken":"p"}}`,
+			`{"content":[],"_meta":{"progressToken":"p",` + add + `}}`},
+		{`{"_meta":{"mcp\u002didempotent/replayed":false}}`, `{"_meta":{` + add + `}}`},
+	} {
+		got := string(withMeta(json.RawMessage(tt.in), []byte(add)))
+		if got != tt.want {
+			t.Errorf("withMeta(%s) =\n %s\nwant\n %s", tt.in, got, tt.want)
 		}
 	}
 }
@@ -818,7 +838,7 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		`{"name":"t","_meta":{ }}`,
 		`{"name":"t","_meta":{"progressToken":1},"arguments":{"a":"}"}}`,
 		`{"name":"t","_meta":null}`,
-		`{"name":"t","_meta":"x"}`,
+		`{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_0","a":1}}`,
 		`{"_meta":{"a":1},"name":"t","_meta":{"b":2}}`,
 		`{"_meta":{"a":1},"name":"t","_meta":null}`,
 		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
@@ -827,7 +847,7 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseToolCall(%s): %v", params, err)
 		}
-		got := insertMeta(tc.Params, tc.Meta, false, member)
+		got := insertMeta(tc.Params, tc.meta, false, member)
 		if want := withMeta(json.RawMessage(params), member); string(got) != string(want) {
 			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
 		}
