@@ -387,8 +387,8 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
 		in.obs.Decision(call.Name, pol.Class, "key_refused")
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
-			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); the arguments differ, so this call was not executed: use a new key for a new action",
-			call.Key, rec.ID, rec.Tool))
+			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
+			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))
 	default:
 		if in.info {
 			in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
@@ -405,6 +405,15 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			go in.attach(ctx, rec, req)
 		}
 	}
+}
+
+// keyDifference says how a call reusing a client key differs from the
+// key's first.
+func keyDifference(first, tool string) string {
+	if first != tool {
+		return "it names another tool"
+	}
+	return "the arguments differ"
 }
 
 // deadline returns when a call arriving at now stops beginning waits: the

@@ -441,8 +441,12 @@ func TestKeyedMultiRoundRequest(t *testing.T) {
 		t.Fatalf("the continuation again got %+v; want its replay", v)
 	}
 	a := h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"4242","amount":999},"inputResponses":{},"_meta":{"mcp-idempotent/key":"K1"}}`).only(t)
-	if a.Error == nil || !strings.Contains(string(a.Error), "already used for a different call") {
+	if a.Error == nil || !strings.Contains(string(a.Error), "already used for a different call") || !strings.Contains(string(a.Error), "the arguments differ") {
 		t.Fatalf("another action under the key got %s %s; want it refused", a.Result, a.Error)
+	}
+	a = h.call(t.Context(), t, `{"name":"refund","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K1"}}`).only(t)
+	if a.Error == nil || !strings.Contains(string(a.Error), "it names another tool") {
+		t.Fatalf("another tool under the key got %s %s; want it refused as another tool", a.Result, a.Error)
 	}
 	if n := h.up.calls.Load(); n != 2 {
 		t.Fatalf("upstream reached %d times; want the first round and the continuation", n)

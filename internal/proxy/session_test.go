@@ -1154,3 +1154,12 @@ func TestCancelDuringReserve(t *testing.T) {
 		t.Fatalf("the call sent again got %s; want the answer", got)
 	}
 }
+
+// TestProtocolMeta: the proxy's own requests carry the protocol members
+// of the client's request, but not the task that request relates to.
+func TestProtocolMeta(t *testing.T) {
+	got := protocolMeta(json.RawMessage(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/related-task":{"taskId":"t1"},"progressToken":7,"io.modelcontextprotocol/clientInfo":{"name":"c"}}`))
+	if len(got) != 2 || string(got["io.modelcontextprotocol/protocolVersion"]) != `"2026-07-28"` || got["io.modelcontextprotocol/clientInfo"] == nil {
+		t.Fatalf("protocolMeta = %s; want the protocol version and client info alone", got)
+	}
+}

@@ -175,7 +175,11 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 	}
 	var out map[string]json.RawMessage
 	for k, v := range m {
-		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+		// The protocol's own members (version, client info and
+		// capabilities, and any a later revision adds), but not those that
+		// belong to the request they came on, such as the task it relates
+		// to (2025-11-25).
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") && k != relatedTask {
 			if out == nil {
 				out = make(map[string]json.RawMessage)
 			}
@@ -184,3 +188,6 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 	}
 	return out
 }
+
+// relatedTask is the _meta member that ties a message to a task.
+const relatedTask = "io.modelcontextprotocol/related-task"
