@@ -98,16 +98,38 @@ func newHeldHarness() (h *harness, release chan struct{}) {
 // call makes one tools/call and returns what its caller was told.
 func (h *harness) call(ctx context.Context, t *testing.T, params string) *answers {
 	t.Helper()
+	req, a := h.request(t, params)
+	h.in.Handle(ctx, req)
+	return a
+}
+
+// request is the Request of a tools/call with params, and what its caller
+// will be told.
+func (h *harness) request(t *testing.T, params string) (*Request, *answers) {
+	t.Helper()
 	tc, perr := ParseToolCall(json.RawMessage(params))
 	if perr != nil {
 		t.Fatalf("ParseToolCall(%s): %v", params, perr)
 	}
 	a := newAnswers()
-	h.in.Handle(ctx, &Request{
+	return &Request{
 		Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
 		Upstream: h.up, Reply: a, Correlation: "test",
-	})
-	return a
+	}, a
+}
+
+// callConcurrently makes n identical calls at once to a harness whose
+// upstream holds them until release is closed, which it closes once every
+// call has reached the proxy, and waits for each caller's one answer.
+func (h *harness) callConcurrently(t *testing.T, n int, release chan struct{}) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
+	}
+	synctest.Wait()
+	close(release)
+	wg.Wait()
 }
 
 const chargeCall = `{"name":"charge_card","arguments":{"card":"4242","amount":100}}`
@@ -288,13 +310,7 @@ func TestIdempotentToolsCoalesceOnlyInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, release := newHeldHarness()
 		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
-		var wg sync.WaitGroup
-		for range 3 {
-			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
-		}
-		synctest.Wait()
-		close(release)
-		wg.Wait()
+		h.callConcurrently(t, 3, release)
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream ran %d times for 3 concurrent calls to an idempotent tool; want 1", n)
 		}

@@ -115,13 +115,7 @@ func TestJournalDeliveredForEachCaller(t *testing.T) {
 		j := &memJournal{}
 		h.withJournal(j, nil)
 		const callers = 5
-		var wg sync.WaitGroup
-		for range callers {
-			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
-		}
-		synctest.Wait()
-		close(release)
-		wg.Wait()
+		h.callConcurrently(t, callers, release)
 		h.settle(t)
 		// A caller attached to the execution has its answer before its
 		// delivery is journaled, on the goroutine it waited in.
@@ -157,13 +151,7 @@ func TestJournalKeepsTheStoresOrder(t *testing.T) {
 		h, release := newHeldHarness()
 		j := &slowJournal{}
 		h.withJournal(j, nil)
-		var wg sync.WaitGroup
-		for range 3 {
-			wg.Go(func() { h.call(t.Context(), t, chargeCall).only(t) })
-		}
-		synctest.Wait()
-		close(release)
-		wg.Wait()
+		h.callConcurrently(t, 3, release)
 		h.settle(t)
 		synctest.Wait()
 		want := []string{"accepted", "dispatched", "completed", "delivered", "delivered", "delivered"}

@@ -20,19 +20,20 @@ func (h *harness) readOnly() *harness {
 	return h
 }
 
+// busyReadOnly is a harness whose tool is read-only, with a retry rule,
+// and whose upstream answers "429" busy times before it answers.
+func busyReadOnly(busy int) *harness {
+	h := newHarness(busyThen(busy))
+	h.pol.Retry = retryRule(false)
+	return h.readOnly()
+}
+
 // callUnrecorded makes one unrecorded tools/call, as the session does for
 // a read-only tool with a retry rule, and returns what its caller was told.
 func (h *harness) callUnrecorded(ctx context.Context, t *testing.T, params string) *answers {
 	t.Helper()
-	tc, perr := ParseToolCall(json.RawMessage(params))
-	if perr != nil {
-		t.Fatalf("ParseToolCall(%s): %v", params, perr)
-	}
-	a := newAnswers()
-	h.in.Unrecorded(ctx, &Request{
-		Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
-		Upstream: h.up, Reply: a, Correlation: "test",
-	})
+	req, a := h.request(t, params)
+	h.in.Unrecorded(ctx, req)
 	return a
 }
 
@@ -41,9 +42,7 @@ func (h *harness) callUnrecorded(ctx context.Context, t *testing.T, params strin
 // rule's safe_to_resend aside), and nothing is recorded.
 func TestUnrecordedTransientIsSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(busyThen(2))
-		h.pol.Retry = retryRule(false)
-		h.readOnly()
+		h := busyReadOnly(2)
 		v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t))
 		if v.IsError || v.Content[0].Text != "charge #3" || v.Meta.Replayed || v.Meta.Execution.ID != "" {
 			t.Fatalf("the caller got %+v; want the third attempt's answer as it came", v)
@@ -68,9 +67,7 @@ func TestUnrecordedTransientIsSentAgain(t *testing.T) {
 // caller gets the last answer.
 func TestUnrecordedLastTransientAnswerComes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(busyThen(100))
-		h.pol.Retry = retryRule(false)
-		h.readOnly()
+		h := busyReadOnly(100)
 		v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t))
 		if !v.IsError || !strings.Contains(v.Content[0].Text, "429") || h.up.calls.Load() != 4 {
 			t.Fatalf("got %+v after %d calls; want the last 429 after 4 attempts", v, h.up.calls.Load())
@@ -118,9 +115,7 @@ func TestUnrecordedErrorComesAsItCame(t *testing.T) {
 // transient answer is not sent again for: nobody would read the answer.
 func TestUnrecordedStopsWhenTheCallerLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(busyThen(100))
-		h.pol.Retry = retryRule(false)
-		h.readOnly()
+		h := busyReadOnly(100)
 		ctx := newEndable(t.Context())
 		a := h.callUnrecorded(ctx, t, chargeCall)
 		synctest.Wait() // the first answer came: a backoff is under way

@@ -658,6 +658,19 @@ func TestDiscoverThenInitialize(t *testing.T) {
 // channel, for tests that wait for something the Client does not return.
 type logEvents chan string
 
+// dialLogged dials url with a Client whose log records come on events;
+// the Client is closed when the test ends.
+func dialLogged(t *testing.T, url string) (*Client, logEvents) {
+	t.Helper()
+	events := make(logEvents, 64)
+	c, err := Dial(context.Background(), url, Options{Logger: slog.New(events)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, events
+}
+
 func (h logEvents) Enabled(context.Context, slog.Level) bool { return true }
 func (h logEvents) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h logEvents) WithGroup(string) slog.Handler            { return h }
@@ -708,12 +721,7 @@ func TestStatelessCancel(t *testing.T) {
 		close(streamClosed)
 	}))
 	defer ts.Close()
-	events := make(logEvents, 64)
-	c, err := Dial(context.Background(), ts.URL, Options{Logger: slog.New(events)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, events := dialLogged(t, ts.URL)
 
 	write(t, c, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow",`+statelessMeta+`}}`)
 	if m := read(t, c); m.Method != "notifications/progress" {
@@ -832,12 +840,7 @@ func TestPrimingEvent(t *testing.T) {
 		io.WriteString(w, "id: ev-2\nevent: message\ndata: "+string(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))+"\n\n")
 	}))
 	defer ts.Close()
-	events := make(logEvents, 64)
-	c, err := Dial(context.Background(), ts.URL, Options{Logger: slog.New(events)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, events := dialLogged(t, ts.URL)
 	write(t, c, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{`+statelessMeta+`}}`)
 	if m := read(t, c); string(m.ID) != "1" {
 		t.Fatalf("got %s; want the answer to ping", m.Raw)
