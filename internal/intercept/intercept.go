@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,6 +92,9 @@ type Request struct {
 	// bg is the caller's context without its cancellation, for the work
 	// that outlives the caller (recording the outcome); set by Handle.
 	bg context.Context
+	// unrecorded marks a call sent by Unrecorded: no execution id goes
+	// upstream with it.
+	unrecorded bool
 }
 
 // An Observer is told of every decision, attempt and transition, for
@@ -305,27 +307,22 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		// The caller's own actor even for a global tool: two actors never
 		// share a key, nor learn of each other's executions through one.
 		kb, _ := json.Marshal(call.Key)
-		kfp, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID,
-			Extra: map[string]json.RawMessage{"key": kb}})
+		// A continuation of a multi-round request (2026-07-28) resends the
+		// request's arguments, under its key, with the client's answers:
+		// each round's answers make a key of their own, so a continuation
+		// is matched to the same continuation retried, two different
+		// answers are two executions (as without a key), and the round
+		// that asked for input is not taken for another action.
+		kx := map[string]json.RawMessage{"key": kb}
+		if call.InputResponses != nil || call.RequestState != nil {
+			kx["inputResponses"], kx["requestState"] = call.InputResponses, call.RequestState
+		}
+		kfp, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID, Extra: kx})
 		if err != nil {
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 			return
 		}
 		key = "key:" + kfp
-		if call.InputResponses != nil || call.RequestState != nil {
-			// A continuation of a multi-round request (2026-07-28) under
-			// the client's key: the key names the whole request, whose
-			// rounds resend its arguments with the client's answers. The
-			// record is checked against the request's first round, so
-			// the continuation may replace the round that asked for
-			// input (failed, input_required), not be refused as another
-			// action.
-			if fp, err = in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
-				Tool: call.Name, Arguments: args, Extra: taskExtra(call)}); err != nil {
-				in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
-				return
-			}
-		}
 	}
 	fresh := &record.Record{
 		ID:          record.NewID(arrived),
@@ -381,7 +378,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		}
 		in.journalize(req, rec, record.Change{To: record.Accepted})
 		in.dispatch(ctx, rec, req, "")
-	case rec.Fingerprint != fp:
+	case rec.Fingerprint != fp && !in.sameBeforeTasksExtension(rec, req, args):
 		// Only a client key can match a record of another action: the
 		// IETF Idempotency-Key draft's 422. Never executed.
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
@@ -405,6 +402,23 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			go in.attach(ctx, rec, req)
 		}
 	}
+}
+
+// sameBeforeTasksExtension reports whether rec, the record under a call's
+// client key, has the fingerprint the call had before the 2026 tasks
+// extension declared in _meta became part of it: a record of the same
+// call made by an earlier version, which is no other action.
+func (in *Interceptor) sameBeforeTasksExtension(rec *record.Record, req *Request, args json.RawMessage) bool {
+	call := req.Call
+	if !call.TasksExtension {
+		return false
+	}
+	actor, scope := matchScope(req)
+	c := *call
+	c.TasksExtension = false
+	fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
+		Tool: call.Name, Arguments: args, Extra: extra(&c)})
+	return err == nil && fp == rec.Fingerprint
 }
 
 // keyDifference says how a call reusing a client key differs from the
@@ -881,7 +895,7 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 		if !retry.SafeToResend(retry.Safety{
 			ToolClass:      string(req.Policy.Class),
 			Sent:           !retry.StatusNotRun(f.HTTPStatus),
-			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry,
+			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry && !req.unrecorded, // the upstream dedupes on the execution id sent
 		}) {
 			return resend{}
 		}
@@ -1291,30 +1305,26 @@ func reserveOptions(p *policy.Policy) record.ReserveOptions {
 	return record.ReserveOptions{}
 }
 
-// taskExtra is extra without a continuation's fields: what a multi-round
-// request's rounds share.
-func taskExtra(c *ToolCall) map[string]json.RawMessage {
-	switch {
-	case c.Task != nil:
-		return map[string]json.RawMessage{"task": json.RawMessage("true")}
-	case c.TasksExtension:
-		return map[string]json.RawMessage{"tasksExtension": json.RawMessage("true")}
-	}
-	return nil
-}
-
 // extra returns the members besides arguments that change what a call
 // means: whether it asks for a task (not the task's ttl, which only says how
 // long to keep it) or may be answered with one (the 2026 tasks extension),
 // and a continuation's answers.
 func extra(c *ToolCall) map[string]json.RawMessage {
-	if c.InputResponses == nil && c.RequestState == nil {
-		return taskExtra(c)
+	continuation := c.InputResponses != nil || c.RequestState != nil
+	if c.Task == nil && !c.TasksExtension && !continuation {
+		return nil
 	}
 	m := make(map[string]json.RawMessage, 3)
-	maps.Copy(m, taskExtra(c))
-	m["inputResponses"] = c.InputResponses
-	m["requestState"] = c.RequestState
+	switch {
+	case c.Task != nil:
+		m["task"] = json.RawMessage("true")
+	case c.TasksExtension:
+		m["tasksExtension"] = json.RawMessage("true")
+	}
+	if continuation {
+		m["inputResponses"] = c.InputResponses
+		m["requestState"] = c.RequestState
+	}
 	return m
 }
 

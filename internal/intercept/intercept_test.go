@@ -434,8 +434,9 @@ func TestInputRequiredSpelledWithEscapes(t *testing.T) {
 }
 
 // TestKeyedMultiRoundRequest: under a client key, a multi-round request's
-// continuation replaces the round that asked for input and runs; a retry
-// of it is its replay; the key still refuses another action.
+// continuation runs (the round that asked for input is no other action);
+// a retry of it is its replay; other answers are another continuation;
+// the key still refuses another action.
 func TestKeyedMultiRoundRequest(t *testing.T) {
 	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
 		if !strings.Contains(string(p), "inputResponses") {
@@ -456,7 +457,12 @@ func TestKeyedMultiRoundRequest(t *testing.T) {
 	if v := view(t, h.call(t.Context(), t, continuation).only(t)); v.Content[0].Text != "charge #2" || !v.Meta.Replayed {
 		t.Fatalf("the continuation again got %+v; want its replay", v)
 	}
-	a := h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"4242","amount":999},"inputResponses":{},"_meta":{"mcp-idempotent/key":"K1"}}`).only(t)
+	// Other answers are another continuation, run as without a key.
+	decline := strings.Replace(continuation, `"accept"`, `"decline"`, 1)
+	if v := view(t, h.call(t.Context(), t, decline).only(t)); v.Content[0].Text != "charge #3" || v.Meta.Replayed {
+		t.Fatalf("a continuation with other answers got %+v; want it run", v)
+	}
+	a := h.call(t.Context(), t, strings.Replace(continuation, `"amount":100`, `"amount":999`, 1)).only(t)
 	if a.Error == nil || !strings.Contains(string(a.Error), "already used for a different call") || !strings.Contains(string(a.Error), "the arguments differ") {
 		t.Fatalf("another action under the key got %s %s; want it refused", a.Result, a.Error)
 	}
@@ -464,8 +470,8 @@ func TestKeyedMultiRoundRequest(t *testing.T) {
 	if a.Error == nil || !strings.Contains(string(a.Error), "it names another tool") {
 		t.Fatalf("another tool under the key got %s %s; want it refused as another tool", a.Result, a.Error)
 	}
-	if n := h.up.calls.Load(); n != 2 {
-		t.Fatalf("upstream reached %d times; want the first round and the continuation", n)
+	if n := h.up.calls.Load(); n != 3 {
+		t.Fatalf("upstream reached %d times; want the first round and the two continuations", n)
 	}
 }
 
@@ -530,6 +536,23 @@ func TestTasksExtensionIsPartOfTheAction(t *testing.T) {
 	}
 	if n := h.up.calls.Load(); n != 2 {
 		t.Fatalf("upstream reached %d times; want 2", n)
+	}
+}
+
+// TestKeyedTasksExtensionMatchesOlderRecords: a record an earlier version
+// made of a keyed call, when the tasks extension was not part of the
+// fingerprint, still matches the same call declaring it: not refused as
+// another action.
+func TestKeyedTasksExtensionMatchesOlderRecords(t *testing.T) {
+	h := newHarness(charged)
+	const (
+		caps   = `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+		before = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K2"}}`
+		after  = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K2",` + caps + `}}`
+	)
+	h.call(t.Context(), t, before).only(t) // as the earlier version fingerprinted it
+	if v := view(t, h.call(t.Context(), t, after).only(t)); v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
+		t.Fatalf("the same keyed call, declaring tasks, got %+v; want the earlier record replayed", v)
 	}
 }
 

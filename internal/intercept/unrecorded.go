@@ -11,16 +11,21 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// Unrecorded handles a call to a read-only tool, which is not recorded,
-// whose policy has a retry rule: every send takes from the rule's account, and
+// Unrecorded handles a call that is not recorded (a read-only tool, or a
+// call without a client key to a tool matched by key only) but whose
+// policy has a retry rule: every send takes from the rule's account, and
 // an answer the rule calls transient is sent again as the rule says, where
-// that is safe (DESIGN sections 6 and 7). Nothing is reserved, replayed or
+// that is safe (DESIGN sections 6 and 7). Safe here is narrower than for a
+// recorded call: no execution id goes upstream, so an upstream that dedupes
+// on it (on_unknown: retry) cannot make a re-send of a side effect safe;
+// only a read-only tool, or an answer that says nothing ran, can. Nothing is reserved, replayed or
 // journaled: the caller gets the upstream's last answer as it came, or an
 // error saying why the call was not sent.
 //
 // A call without a retry rule needs none of this: it is passed upstream
 // as it came, under its own id, by the session.
 func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
+	req.unrecorded = true
 	req.deadline = deadline(in.now(), req.Policy.Retry, req.Call.Deadline)
 	req.bg = context.WithoutCancel(ctx)
 	in.work.Add(1) // released by the answer
@@ -45,6 +50,12 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 		return
 	}
 	in.admit(ctx, a, req.deadline, func() {
+		if n > 1 && ctx.Err() != nil {
+			// The caller left while the account had no room.
+			a.release()
+			in.answerUnrecorded(ctx, req, lastResult, lastErr)
+			return
+		}
 		req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
 			a.release()
 			r := in.again(req, n, result, err)

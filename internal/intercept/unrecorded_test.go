@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -119,6 +120,72 @@ func TestUnrecordedStopsWhenTheCallerLeaves(t *testing.T) {
 		ctx := newEndable(t.Context())
 		a := h.callUnrecorded(ctx, t, chargeCall)
 		synctest.Wait() // the first answer came: a backoff is under way
+		ctx.end(context.Canceled)
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want none after the caller left", n)
+		}
+		if n := a.count(); n != 0 {
+			t.Fatalf("the caller who left got %d answers", n)
+		}
+	})
+}
+
+// keylessKeyScoped makes h's tool a side effect matched by client key
+// only, whose upstream dedupes on the execution id (on_unknown: retry),
+// with a retry rule spending account vendor; its calls here carry no key.
+func (h *harness) keylessKeyScoped() *harness {
+	h.pol.Scope = policy.ScopeKey
+	h.pol.OnUnknown = policy.Retry
+	h.pol.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond, Deadline: 500 * time.Millisecond}
+	return h
+}
+
+// TestUnrecordedSideEffectIsNotSentBlind: a keyless call to a key-scoped
+// side effect goes without an execution id, so a status that may follow a
+// run (502) is not sent again, though the tool's upstream dedupes on the
+// id when it has one; a 429, which proves nothing ran, is.
+func TestUnrecordedSideEffectIsNotSentBlind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(statusThen(httpError(http.StatusBadGateway, ""))).keylessKeyScoped()
+		a := h.callUnrecorded(t.Context(), t, chargeCall).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "HTTP 502") || h.up.calls.Load() != 1 {
+			t.Fatalf("got %+v after %d sends; want the 502, sent once", a, h.up.calls.Load())
+		}
+		h = newHarness(statusThen(httpError(http.StatusTooManyRequests, ""))).keylessKeyScoped()
+		if v := view(t, h.callUnrecorded(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" {
+			t.Fatalf("after a 429 got %+v; want the second send's answer", v)
+		}
+	})
+}
+
+// TestUnrecordedKeylessTakesFromTheAccount: a keyless call to a key-scoped
+// tool spends its account's allowance like any call.
+func TestUnrecordedKeylessTakesFromTheAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged).keylessKeyScoped()
+		h.withAccount(policy.Account{Name: "vendor", Rate: 1.0 / 60, Burst: 1})
+		h.callUnrecorded(t.Context(), t, charge(1)).only(t)
+		a := h.callUnrecorded(t.Context(), t, charge(2)).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "account vendor has no room") {
+			t.Fatalf("a second call with no room got %+v; want it refused", a)
+		}
+	})
+}
+
+// TestUnrecordedStopsWhileWaitingForRoom: a caller that leaves while its
+// retry waits for the account's room is not sent for.
+func TestUnrecordedStopsWhileWaitingForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := busyReadOnly(100)
+		h.pol.Retry.Deadline = time.Minute
+		h.withAccount(policy.Account{Name: "vendor", Rate: 0.1, Burst: 1})
+		ctx := newEndable(t.Context())
+		a := h.callUnrecorded(ctx, t, chargeCall)
+		time.Sleep(time.Second) // the backoff has passed; the account has no room for 10s
+		synctest.Wait()
 		ctx.end(context.Canceled)
 		if err := h.in.Wait(t.Context()); err != nil {
 			t.Fatal(err)

@@ -967,11 +967,11 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 
 func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
-	readOnly := pol.Class == policy.ReadOnly
-	if readOnly && pol.Retry == nil || !readOnly && pol.Scope == policy.ScopeKey && call.Key == "" {
-		// Read-only tools without a retry rule, and calls without a
-		// client key to a tool whose calls are matched by key only, pass
-		// through unrecorded.
+	// Read-only tools, and calls without a client key to a tool whose
+	// calls are matched by key only, are not recorded.
+	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
+	if unrecorded && pol.Retry == nil {
+		// With no retry rule (and so no account) to apply, as they came.
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
@@ -994,11 +994,10 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		Reply:          c,
 		Correlation:    c.key,
 	}
-	if readOnly {
+	if unrecorded {
 		// Unrecorded still, but its sends take from its account and its
-		// transient answers are retried: the proxy sends it. Not so a
-		// keyless call to a key-scoped tool: with no execution id to
-		// forward, a re-send of a side effect could run it twice.
+		// transient answers are retried where that is safe: the proxy
+		// sends it.
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
 		return

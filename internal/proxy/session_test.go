@@ -677,9 +677,13 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
 	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
 		p := policy.FromAnnotations(ann)
-		if tool == "quote" {
+		switch tool {
+		case "quote":
 			p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond,
 				Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`busy`)}}}
+		case "stamp":
+			p.Scope = policy.ScopeKey
+			p.Retry = &policy.RetryRule{MaxAttempts: 1}
 		}
 		return p
 	}
@@ -688,7 +692,8 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 	r.upstream.next(t, "upstream")
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[`+
 		`{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},`+
-		`{"name":"price","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+		`{"name":"price","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},`+
+		`{"name":"stamp","inputSchema":{"type":"object"}}]}}`)
 	r.client.next(t, "client")
 
 	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
@@ -711,6 +716,13 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"price","arguments":{}}}`)
 	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"price","arguments":{}}}` {
 		t.Fatalf("a read-only call without a rule reached the upstream as %s; want it as it came", got)
+	}
+
+	// A keyless call to a key-scoped tool with a rule: unrecorded, sent by
+	// the proxy too (its account is spent).
+	r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"stamp","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:3"`) || strings.Contains(got, "execution-id") {
+		t.Fatalf("a keyless key-scoped call reached the upstream as %s; want it under the proxy's id, without an execution id", got)
 	}
 }
 
