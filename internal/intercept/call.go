@@ -20,8 +20,8 @@ type ToolCall struct {
 	Name   string
 	// Arguments is the arguments object, or nil when absent.
 	Arguments json.RawMessage
-	// Meta is the _meta member, or nil (absent or null). It is never part
-	// of the fingerprint.
+	// Meta is the _meta member, or nil (absent or null), an object. It is
+	// not part of the fingerprint: only what TasksExtension says of it is.
 	Meta json.RawMessage
 	// meta is the _meta member's value as it came, null included, so that
 	// the proxy's own member replaces a null rather than shadowing it.
@@ -123,8 +123,8 @@ const (
 // declaresTasks reports whether a call's _meta declares the tasks
 // extension among its client capabilities.
 func declaresTasks(meta json.RawMessage) bool {
-	if !bytes.Contains(meta, []byte("tasks")) {
-		return false // the common case, without a walk
+	if !bytes.Contains(meta, []byte("tasks")) && bytes.IndexByte(meta, '\\') < 0 {
+		return false // the common case, without a walk; an escape may spell it otherwise
 	}
 	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, metaClientCapabilities), "extensions"), tasksExtension)
 	return ext != nil && string(ext) != "null"
@@ -153,9 +153,6 @@ const MaxKeyLength = 255
 func clientKey(meta json.RawMessage) (string, error) {
 	var raw []byte
 	from := ""
-	if meta[0] != '{' {
-		return "", nil // a malformed _meta is the upstream's to judge
-	}
 	jsonrpc.EachMember(meta, func(name, value []byte) bool {
 		switch n := string(name); {
 		case n == MetaKey, n == MetaKeyCommon && from != MetaKey:

@@ -1493,7 +1493,7 @@ func insertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawM
 	switch {
 	case meta[0] != '{':
 		out = append(append(append(out, '{'), members...), '}')
-	case !bytes.Contains(meta, []byte("mcp-idempotent/")) && !bytes.Contains(meta, []byte(`\u`)):
+	case !bytes.Contains(meta, []byte("mcp-idempotent")) && bytes.IndexByte(meta, '\\') < 0:
 		// The common case: none of ours in it. Insert before its
 		// closing brace, leaving the rest as it came.
 		out = append(out, meta[:len(meta)-1]...)
@@ -1509,7 +1509,7 @@ func insertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawM
 
 // appendWithout appends the object meta less the members whose names
 // members (a list of members, as inside braces) also has, with members
-// last.
+// last. The members kept are copied as they came, name and spacing.
 func appendWithout(out, meta, members []byte) []byte {
 	own := map[string]bool{}
 	wrapped := append(append([]byte{'{'}, members...), '}')
@@ -1519,15 +1519,19 @@ func appendWithout(out, meta, members []byte) []byte {
 	})
 	out = append(out, '{')
 	first := true
-	jsonrpc.EachMember(meta, func(name, value []byte) bool { // checked by the caller's reader
-		if own[string(name)] {
-			return true
+	// from is where the member being read starts in meta: after its '{'
+	// or the comma before it. meta was checked by the caller's reader.
+	from := 1
+	jsonrpc.EachMember(meta, func(name, value []byte) bool {
+		end := cap(meta) - cap(value) + len(value) // value is a slice of meta
+		if !own[string(name)] {
+			if !first {
+				out = append(out, ',')
+			}
+			first = false
+			out = append(out, bytes.TrimLeft(meta[from:end], " \t\r\n")...)
 		}
-		if !first {
-			out = append(out, ',')
-		}
-		first = false
-		out = append(append(appendJSONString(out, string(name)), ':'), value...)
+		from = end + bytes.IndexByte(meta[end:], ',') + 1 // past the comma; at the end, unused
 		return true
 	})
 	if !first {

@@ -526,8 +526,10 @@ func TestTasksExtensionIsPartOfTheAction(t *testing.T) {
 		without = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{` + meta +
 			`,"io.modelcontextprotocol/clientCapabilities":{"extensions":{}}}}`
 	)
-	for i := range 2 {
-		if a := h.call(t.Context(), t, withTask).only(t); !strings.Contains(string(a.Result), `"taskId":"task-1"`) {
+	// The same declaration spelled with an escape is the same.
+	escaped := strings.Replace(withTask, `/tasks"`, `/t\u0061sks"`, 1)
+	for i, call := range []string{withTask, escaped} {
+		if a := h.call(t.Context(), t, call).only(t); !strings.Contains(string(a.Result), `"taskId":"task-1"`) {
 			t.Fatalf("call %d declaring tasks got %s; want the one task", i+1, a.Result)
 		}
 	}
@@ -838,6 +840,9 @@ func TestWithMetaReplacesOurs(t *testing.T) {
 		{`{"content":[],"_meta":{"mcp-idempotent/replayed":true,"mcp-idempotent/execution":{"id":"exe_1"},"progressToken":"p"}}`,
 			`{"content":[],"_meta":{"progressToken":"p",` + add + `}}`},
 		{`{"_meta":{"mcp\u002didempotent/replayed":false}}`, `{"_meta":{` + add + `}}`},
+		{`{"_meta":{"mcp-idempotent\/replayed":false, "a" : 1}}`, `{"_meta":{"a" : 1,` + add + `}}`},
+		// Members kept are kept as they came, a name no string holds too.
+		{`{"_meta":{"\ud800":1,"mcp-idempotent/replayed":true}}`, `{"_meta":{"\ud800":1,` + add + `}}`},
 	} {
 		got := string(withMeta(json.RawMessage(tt.in), []byte(add)))
 		if got != tt.want {

@@ -344,21 +344,45 @@ func orNull(id json.RawMessage) json.RawMessage {
 // object yields a generic error that keeps the raw text.
 func DecodeError(raw json.RawMessage) *Error {
 	var e struct {
-		Code    json.Number     `json:"code"`
-		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+		Message *string         `json:"message"`
 		Data    json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(raw, &e); err == nil {
-		// A code spelled -32000.0 is the integer JSON-RPC asks for.
-		var f float64
-		if e.Code != "" {
-			f, err = e.Code.Float64()
+		code, ok := errorCode(e.Code)
+		var message string
+		if e.Message != nil {
+			message = *e.Message
 		}
-		if code := int(f); err == nil && float64(code) == f && math.Abs(f) <= math.MaxInt32 && (code != 0 || e.Message != "") {
-			return &Error{Code: code, Message: e.Message, Data: e.Data, Raw: raw}
+		if ok && (code != 0 || message != "") {
+			out := &Error{Code: code, Message: message, Data: e.Data}
+			if len(e.Code) > 0 && string(e.Code) != "null" && e.Message != nil {
+				// A whole error object, its code a number and its
+				// message a string: it goes on as it came. Copied, so
+				// that it does not keep the rest of its frame.
+				out.Raw = bytes.Clone(raw)
+			}
+			return out
 		}
 	}
 	return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
+}
+
+// errorCode reads an error's code: absent or null is 0; a number of
+// integer value (-32000, or -32000.0) is that integer; anything else is
+// not a code.
+func errorCode(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, true
+	}
+	if raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return 0, false // a string, however numeric, is no code
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if code := int(f); err == nil && float64(code) == f && math.Abs(f) <= 1<<53 {
+		return code, true
+	}
+	return 0, false
 }
 
 func truncate(s string, n int) string {

@@ -338,17 +338,25 @@ func TestDecodeError(t *testing.T) {
 		message string // the whole message, or its prefix when prefix is set
 		prefix  bool
 		data    string
+		// rewritten: not passed on as it came, but as its fields say
+		rewritten bool
 	}{
 		{raw: `{"code":-32602,"message":"Invalid params"}`, code: -32602, message: "Invalid params"},
 		{raw: `{"code":-32000,"message":"boom","data":{"retryAfter":3}}`, code: -32000, message: "boom", data: `{"retryAfter":3}`},
-		{raw: `{"code":5}`, code: 5, message: ""},
-		{raw: `{"message":"no code"}`, code: 0, message: "no code"},
+		{raw: `{"code":5}`, code: 5, message: "", rewritten: true},
+		{raw: `{"message":"no code"}`, code: 0, message: "no code", rewritten: true},
 		{raw: `{}`, code: CodeInternalError, message: "malformed error: {}"},
 		{raw: `"a string"`, code: CodeInternalError, message: `malformed error: "a string"`},
 		{raw: `null`, code: CodeInternalError, message: "malformed error: null"},
 		{raw: `{"code":"x","message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
 		{raw: `{"code":1.5,"message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
 		{raw: `{ "code" : -32000.0 , "message" : "caf\u00e9", "extra": true }`, code: -32000, message: "café"},
+		// Not whole error objects: rewritten, or the stand-in.
+		{raw: `{"code":"-32000","message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
+		{raw: `{"code":"1e2"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
+		{raw: `{"code":-32000,"message":null}`, code: -32000, message: "", rewritten: true},
+		{raw: `{"code":null,"message":"m"}`, code: 0, message: "m", rewritten: true},
+		{raw: `{"code":1e300,"message":"m"}`, code: CodeInternalError, message: "malformed error: ", prefix: true},
 		{raw: `{"code":1`, code: CodeInternalError, message: `malformed error: {"code":1`},
 		{raw: ``, code: CodeInternalError, message: "malformed error: "},
 		{
@@ -376,7 +384,7 @@ func TestDecodeError(t *testing.T) {
 		// What goes on: the object as it came, or, for one that is no
 		// error object, the stand-in.
 		want := tt.raw
-		if strings.HasPrefix(e.Message, "malformed error: ") {
+		if tt.rewritten || strings.HasPrefix(e.Message, "malformed error: ") {
 			b, _ := json.Marshal(e)
 			want = string(b)
 		}

@@ -952,8 +952,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		switch err := cctx.Err(); {
 		case errors.Is(err, intercept.ErrSessionEnded):
 			// Not the caller leaving: it is told that nothing ran.
-			b, _ := json.Marshal(intercept.NotRunAtSessionEnd(call.Name))
-			if err := c.Reply(intercept.Answer{Error: b}); err != nil {
+			if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(call.Name).Object()}); err != nil {
 				s.log.Warn("writing the answer failed", "request", c.key, "err", err)
 			}
 			return

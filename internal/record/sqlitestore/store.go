@@ -533,11 +533,13 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 // It also checks that the database file is still the one opened (Renew is
 // called every few seconds): see ErrFileLost.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
-	if err := s.checkFile(); err != nil {
-		return err
-	}
+	// Renewed even on a lost file, which this process still uses: its
+	// executions under way are not to be taken for orphans.
 	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
 	if err != nil {
+		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
+	}
+	if err := s.checkFile(); err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}
 	return nil

@@ -625,21 +625,28 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 }
 
 // resumeWait is the pause before a resumption: what the server asked for
-// with the SSE retry field; else none after a stream that broke with
-// messages read (failures 1, quiet 0), a doubling from 250ms for attempt
-// failures from 2, and after quiet streams in a row a doubling from 250ms
-// up to maxQuietWait.
+// with the SSE retry field (at least minQuietWait after a quiet stream);
+// else none after a stream that broke with messages read (failures 1,
+// quiet 0), a doubling from 250ms for attempt failures from 2, and after
+// quiet streams in a row a doubling from minQuietWait up to maxQuietWait.
 func resumeWait(failures, quiet, retryMS int) time.Duration {
 	switch {
+	case retryMS >= 0 && quiet > 0:
+		// A server asking for no pause between polls would have its
+		// client spin.
+		return max(serverRetry(retryMS), minQuietWait)
 	case retryMS >= 0:
 		return serverRetry(retryMS)
 	case failures > 1:
 		return 250 * time.Millisecond << (failures - 2)
 	case quiet > 0:
-		return min(250*time.Millisecond<<min(quiet-1, 8), maxQuietWait)
+		return min(minQuietWait<<min(quiet-1, 8), maxQuietWait)
 	}
 	return 0
 }
+
+// minQuietWait is the least pause before asking a quiet server again.
+const minQuietWait = 250 * time.Millisecond
 
 // maxQuietWait bounds the pause before asking a quiet server again.
 const maxQuietWait = 5 * time.Second

@@ -924,6 +924,7 @@ func TestQuietStreamsArePaced(t *testing.T) {
 		least []time.Duration // the least gaps between resumptions
 	}{
 		{"with a retry field", "retry: 300\n", []time.Duration{300 * time.Millisecond, 300 * time.Millisecond}},
+		{"with a retry field of 0", "retry: 0\n", []time.Duration{250 * time.Millisecond, 250 * time.Millisecond}},
 		{"without", "", []time.Duration{250 * time.Millisecond, 500 * time.Millisecond}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
