@@ -367,3 +367,32 @@ func TestClientKeysAreTheActorsOwnOnAGlobalTool(t *testing.T) {
 		t.Fatalf("bob's key k was refused because alice used hers: %s", a.Error)
 	}
 }
+
+// TestUpstreamProxyNotKnowingIsNoCompletion: an upstream that is another
+// mcp-idempotent may answer that it does not know the outcome, or that the
+// execution is still in progress. That is no completion to replay: the
+// record is unknown, the first caller gets the upstream's answer as it
+// came, and a retry goes by on_unknown.
+func TestUpstreamProxyNotKnowingIsNoCompletion(t *testing.T) {
+	for _, outcome := range []string{"unknown", "in_progress"} {
+		t.Run(outcome, func(t *testing.T) {
+			said := fmt.Sprintf(`{"content":[{"type":"text","text":"not known"}],"isError":true,"_meta":{"mcp-idempotent/outcome":%q}}`, outcome)
+			h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+				if n == 1 {
+					return json.RawMessage(said), nil
+				}
+				return charged(context.Background(), n, p)
+			})
+			h.pol.OnUnknown = policy.Retry
+			if a := h.call(t.Context(), t, chargeCall).only(t); string(a.Result) != said {
+				t.Fatalf("the first caller got %s; want the upstream's answer as it came", a.Result)
+			}
+			if rec := h.onlyRecord(t); rec.State != record.Unknown {
+				t.Fatalf("the record is %s; want unknown", rec.State)
+			}
+			if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" || v.Meta.Replayed {
+				t.Fatalf("the retry got %+v; want it sent again under on_unknown: retry", v)
+			}
+		})
+	}
+}

@@ -1066,6 +1066,12 @@ func outcome(result json.RawMessage, err error) record.Change {
 		if inputRequired(result) {
 			return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
 		}
+		if o := upstreamOutcome(result); o == "unknown" || o == "in_progress" {
+			// The upstream is another mcp-idempotent that does not know
+			// the outcome yet: neither does this one. Its answer is kept,
+			// for the caller it came for.
+			return record.Change{To: record.Unknown, Result: result, Note: "the upstream, another mcp-idempotent, answered " + o}
+		}
 		return record.Change{To: record.Completed, Result: result}
 	}
 	var rpcErr *jsonrpc.Error
@@ -1236,6 +1242,12 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 				rec.ID, rec.Tool, lastNote(rec)))
 		}
 	case record.Unknown:
+		if m == live && rec.Result != nil {
+			// The upstream's own word that it does not know (another
+			// mcp-idempotent): for the caller it came for, as it came.
+			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
+			return
+		}
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
@@ -1326,6 +1338,17 @@ func extra(c *ToolCall) map[string]json.RawMessage {
 		m["requestState"] = c.RequestState
 	}
 	return m
+}
+
+// upstreamOutcome returns the outcome an mcp-idempotent upstream put in a
+// result's _meta (MetaOutcome: "unknown", "in_progress", "already_done"),
+// or "" for a result that has none, which is most.
+func upstreamOutcome(result json.RawMessage) string {
+	if !bytes.Contains(result, []byte(MetaOutcome)) && !bytes.Contains(result, []byte(`\`)) {
+		return ""
+	}
+	o, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(result, "_meta"), MetaOutcome))
+	return o
 }
 
 // inputRequired reports whether result, a valid JSON object, asks the

@@ -44,16 +44,25 @@ func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *account, n int, lastResult json.RawMessage, lastErr error) {
 	tool := req.Call.Name
 	if n > 1 && ctx.Err() != nil {
-		// The caller left (or its session ended) during the backoff: a
-		// read is not worth another send, nor the account's room.
+		// The caller left (or its session ended) during the backoff: the
+		// call is not worth another send, nor the account's room.
 		in.answerUnrecorded(ctx, req, lastResult, lastErr)
 		return
 	}
 	in.admit(ctx, a, req.deadline, func() {
-		if n > 1 && ctx.Err() != nil {
-			// The caller left while the account had no room.
+		if err := ctx.Err(); err != nil {
+			// The caller left (or its session ended) while the account
+			// had no room or no free slot: an unrecorded call is not
+			// worth sending for no one.
 			a.release()
-			in.answerUnrecorded(ctx, req, lastResult, lastErr)
+			if n > 1 {
+				in.answerUnrecorded(ctx, req, lastResult, lastErr)
+				return
+			}
+			defer in.work.Done()
+			if errors.Is(err, ErrSessionEnded) {
+				in.replyError(req, NotRunAtSessionEnd(tool))
+			}
 			return
 		}
 		req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {

@@ -198,3 +198,35 @@ func TestUnrecordedStopsWhileWaitingForRoom(t *testing.T) {
 		}
 	})
 }
+
+// TestUnrecordedNotSentWhenLeftWaitingForASlot: a first send that waits
+// for a slot of its account's concurrency cap is not made once its caller
+// has left.
+func TestUnrecordedNotSentWhenLeftWaitingForASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Minute}
+		h.withAccount(policy.Account{Name: "vendor", Rate: 100, Burst: 100, MaxConcurrency: 1})
+		h.readOnly()
+		first := h.callUnrecorded(t.Context(), t, charge(1))
+		ctx := newEndable(t.Context())
+		second := h.callUnrecorded(ctx, t, charge(2))
+		synctest.Wait() // the second waits for the slot the first holds
+		ctx.end(context.Canceled)
+		close(release)
+		first.only(t)
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want only the first", n)
+		}
+		if n := second.count(); n != 0 {
+			t.Fatalf("the caller who left got %d answers", n)
+		}
+	})
+}
