@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -112,16 +113,22 @@ func (in *Interceptor) accountOf(req *Request) *account {
 
 // A refusal says why admit did not send: the account had no room before
 // the deadline (Wait is the wait that was needed), its concurrency cap
-// stayed full until the deadline (Full), or its shared allowance could not
-// be reached (Err), in which case the proxy fails closed.
+// stayed full until the deadline (Full), its shared allowance could not
+// be reached (Err), in which case the proxy fails closed, or the wait was
+// given up (Gone: the session ended, or the caller of a call no one else
+// waits on left).
 type refusal struct {
 	Wait time.Duration
 	Full bool
 	Err  error
+	Gone error
 }
 
 // message says what the refusal means, for the caller.
 func (r refusal) message(account string) string {
+	if r.Gone != nil {
+		return fmt.Sprintf("%s while it waited for account %s", goneWords(r.Gone), account)
+	}
 	if r.Err != nil {
 		return fmt.Sprintf("account %s's allowance could not be read, so the proxy fails closed: %v", account, r.Err)
 	}
@@ -133,14 +140,19 @@ func (r refusal) message(account string) string {
 }
 
 // admit runs send once the account lets another call go: at once when it
-// has room (and, with a cap, a free slot), else on a timer when there will
-// be room, never blocking the caller's goroutine for longer than a store's
-// answer takes. If the wait would reach deadline, or the shared allowance
-// cannot be reached, refuse runs instead. A nil account admits at once.
-// The slot taken is given back by release.
-func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time, send func(), refuse func(refusal)) {
+// has room (and, with a cap, a free slot), else when there will be room,
+// never blocking the caller's goroutine for longer than a store's answer
+// takes. If the wait would reach deadline, or the shared allowance cannot
+// be reached, refuse runs instead; and if, while it waits, ctx ends with
+// an error that stop returns (see sessionEnded), refuse runs at once. A nil
+// account admits at once. The slot taken is given back by release.
+func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time, stop func() error, send func(), refuse func(refusal)) {
 	if a == nil {
 		send()
+		return
+	}
+	if err := stop(); err != nil {
+		refuse(refusal{Gone: err}) // before taking room no one will use
 		return
 	}
 	now := in.now()
@@ -156,7 +168,8 @@ func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time
 			refuse(refusal{Wait: wait})
 			return
 		}
-		time.AfterFunc(wait, func() { in.admit(ctx, a, deadline, send, refuse) })
+		in.wake(ctx, wait, stop, func() { in.admit(ctx, a, deadline, stop, send, refuse) },
+			func(err error) { refuse(refusal{Gone: err}) })
 		return
 	}
 	if a.slots == nil {
@@ -176,13 +189,69 @@ func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time
 				defer t.Stop()
 				expired = t.C
 			}
-			select {
-			case a.slots <- struct{}{}:
-				send()
-			case <-expired:
-				refuse(refusal{Full: true})
+			done := ctx.Done()
+			for {
+				select {
+				case a.slots <- struct{}{}:
+					send()
+					return
+				case <-expired:
+					refuse(refusal{Full: true})
+					return
+				case <-done:
+					if err := stop(); err != nil {
+						refuse(refusal{Gone: err})
+						return
+					}
+					done = nil // not a reason to give up: wait on
+				}
 			}
 		}()
+	}
+}
+
+// wake runs fire after d, on a goroutine of its own; or, if ctx ends
+// first with an error that stop returns, gone with that error instead.
+func (in *Interceptor) wake(ctx context.Context, d time.Duration, stop func() error, fire func(), gone func(error)) {
+	go func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		done := ctx.Done()
+		for {
+			select {
+			case <-t.C:
+				fire()
+				return
+			case <-done:
+				if err := stop(); err != nil {
+					gone(err)
+					return
+				}
+				done = nil // not a reason to give up: wait on
+			}
+		}
+	}()
+}
+
+// goneWords says why a wait was given up, from the error its context
+// ended with.
+func goneWords(err error) string {
+	if errors.Is(err, ErrSessionEnded) {
+		return "the session ended"
+	}
+	return "its caller left"
+}
+
+// sessionEnded returns ctx's error once it is ErrSessionEnded, else nil:
+// what stops the waits of a recorded call. Its caller leaving does not,
+// for the execution is the record's now (other callers may attach to it),
+// but the end of the session does, since nothing will be sent after it.
+func sessionEnded(ctx context.Context) func() error {
+	return func() error {
+		if err := ctx.Err(); errors.Is(err, ErrSessionEnded) {
+			return err
+		}
+		return nil
 	}
 }
 

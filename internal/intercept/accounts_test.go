@@ -228,3 +228,80 @@ func TestSlotWaitEndsAtTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionEndWhileWaitingForTheAccount: a call waiting for its
+// account's room when its session ends is not sent later, for no one: the
+// caller is told it was not sent, and the record says so.
+func TestSessionEndWhileWaitingForTheAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: 5 * time.Minute}
+		h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 1})
+		h.call(t.Context(), t, charge(1)).only(t)
+		ctx := newEndable(t.Context())
+		a := h.call(ctx, t, charge(2))
+		synctest.Wait() // waiting a minute for room
+		ctx.end(ErrSessionEnded)
+		ans := a.only(t)
+		if e := jsonrpc.DecodeError(ans.Error); ans.Error == nil || !strings.Contains(e.Message, "the session ended while it waited for account bank") || !strings.Contains(e.Message, "was not sent") {
+			t.Fatalf("got %+v; want an error saying it was not sent", ans)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want the first only", n)
+		}
+	})
+}
+
+// TestSessionEndDuringABackoff: a call waiting to be sent again when its
+// session ends gets its last answer at once, with why it was not retried.
+func TestSessionEndDuringABackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.Base, h.pol.Retry.Cap = time.Minute, time.Minute
+		ctx := newEndable(t.Context())
+		a := h.call(ctx, t, chargeCall)
+		synctest.Wait() // the first answer was transient: a backoff of up to a minute
+		ctx.end(ErrSessionEnded)
+		v := view(t, a.only(t))
+		if last := v.Content[len(v.Content)-1].Text; !strings.Contains(v.Content[0].Text, "429") || !strings.Contains(last, "not retried: the session ended during the backoff") {
+			t.Fatalf("got %+v; want the last 429 with why it was not retried", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want 1", n)
+		}
+	})
+}
+
+// TestLeftCallTakesNoRoom: a read-only call whose caller left while it
+// waited for the account's room takes none of it when the room comes: the
+// next call finds it there.
+func TestLeftCallTakesNoRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var at []time.Duration
+		start := time.Now()
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			mu.Lock()
+			at = append(at, time.Since(start))
+			mu.Unlock()
+			return charged(ctx, n, p)
+		})
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Minute}
+		h.withAccount(policy.Account{Name: "vendor", Rate: 1.0 / 3, Burst: 1})
+		h.readOnly()
+		h.callUnrecorded(t.Context(), t, charge(1)).only(t)
+		ctx := newEndable(t.Context())
+		left := h.callUnrecorded(ctx, t, charge(2)) // waits 3s for room
+		time.Sleep(300 * time.Millisecond)
+		ctx.end(context.Canceled)
+		time.Sleep(3200 * time.Millisecond) // past the moment the room came back
+		h.callUnrecorded(t.Context(), t, charge(3)).only(t)
+		if left.count() != 0 || len(at) != 2 || at[1] != 3500*time.Millisecond {
+			t.Fatalf("calls reached the upstream at %v, the one that left got %d answers; want 0s and 3.5s, none", at, left.count())
+		}
+	})
+}

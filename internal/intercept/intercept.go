@@ -617,7 +617,7 @@ func (in *Interceptor) dispatch(ctx context.Context, rec *record.Record, req *Re
 	// The wait counts as work under way, so that Wait does not return
 	// while an execution waits for its account.
 	in.work.Add(1)
-	in.admit(ctx, a, req.deadline, func() {
+	in.admit(ctx, a, req.deadline, sessionEnded(ctx), func() {
 		defer in.work.Done()
 		in.dispatchNow(ctx, rec, req, note, a)
 	}, func(r refusal) {
@@ -729,8 +729,15 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		}
 		in.log.Info("sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "after", r.wait, "why", r.why)
 		in.obs.Attempt(rec.Tool, n+1, r.why, r.wait)
-		time.AfterFunc(r.wait, func() {
-			in.admit(ctx, a, req.deadline, func() {
+		// Not sent again: the caller gets the last answer, with why.
+		notAgain := func(why string) {
+			in.log.Info("not sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "why", why)
+			result, err := withNote(result, err, "not retried: "+why)
+			in.finish(ctx, rec, req, m, n, result, err)
+		}
+		stop := sessionEnded(ctx)
+		in.wake(ctx, r.wait, stop, func() {
+			in.admit(ctx, a, req.deadline, stop, func() {
 				// The same execution, sent again: recorded as another
 				// attempt before the bytes go.
 				again := record.Change{To: record.Dispatched, From: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", n+1, r.why)}
@@ -744,12 +751,8 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 				in.obs.Transition(rec.Tool, record.Dispatched)
 				in.journalize(req, cur, again)
 				in.send(ctx, rec, req, m, n+1, a)
-			}, func(ref refusal) {
-				in.log.Info("not sending again", "execution", rec.ID, "tool", rec.Tool, "attempt", n+1, "why", ref.message(a.name))
-				result, err := withNote(result, err, "not retried: "+ref.message(a.name))
-				in.finish(ctx, rec, req, m, n, result, err)
-			})
-		})
+			}, func(ref refusal) { notAgain(ref.message(a.name)) })
+		}, func(error) { notAgain("the session ended during the backoff") })
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
@@ -49,7 +48,7 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 		in.answerUnrecorded(ctx, req, lastResult, lastErr)
 		return
 	}
-	in.admit(ctx, a, req.deadline, func() {
+	in.admit(ctx, a, req.deadline, ctx.Err, func() {
 		if err := ctx.Err(); err != nil {
 			// The caller left (or its session ended) while the account
 			// had no room or no free slot: an unrecorded call is not
@@ -81,7 +80,12 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 			}
 			in.log.Info("sending again", "tool", tool, "attempt", n+1, "after", r.wait, "why", r.why, "request", req.Correlation)
 			in.obs.Attempt(tool, n+1, r.why, r.wait)
-			time.AfterFunc(r.wait, func() { in.sendUnrecorded(ctx, req, a, n+1, result, err) })
+			in.wake(ctx, r.wait, ctx.Err, func() { in.sendUnrecorded(ctx, req, a, n+1, result, err) }, func(gone error) {
+				// The caller left, or the session ended: the last answer,
+				// for a caller that may still read it.
+				result, err := withNote(result, err, "not retried: "+goneWords(gone))
+				in.answerUnrecorded(ctx, req, result, err)
+			})
 		})
 	}, func(ref refusal) {
 		msg := ref.message(a.name)
@@ -90,8 +94,15 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 		}
 		if n == 1 {
 			defer in.work.Done()
-			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-				"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, tool))
+			switch {
+			case errors.Is(ref.Gone, ErrSessionEnded):
+				in.replyError(req, NotRunAtSessionEnd(tool))
+			case ref.Gone != nil:
+				// The caller left: no one to tell.
+			default:
+				in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+					"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, tool))
+			}
 			return
 		}
 		in.log.Info("not sending again", "tool", tool, "attempt", n, "why", msg, "request", req.Correlation)
