@@ -396,3 +396,37 @@ func TestUpstreamProxyNotKnowingIsNoCompletion(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverAfterARedispatch: an execution sent again after its status
+// said not done, whose second outcome is unknown too, is still settled by
+// a status that says done; a status that says not done does not send it a
+// third time.
+func TestRecoverAfterARedispatch(t *testing.T) {
+	status := `{"content":[{"type":"text","text":"?"}],"structuredContent":{"status":"not_found"}}`
+	var charges int
+	h := newHarness(func(_ context.Context, _ int, p json.RawMessage) (json.RawMessage, error) {
+		if strings.Contains(string(p), `"get_status"`) {
+			return json.RawMessage(status), nil
+		}
+		charges++
+		return nil, errors.New("the upstream exited before answering")
+	})
+	h.pol.OnUnknown = policy.Recover
+	h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+	h.call(t.Context(), t, chargeCall).only(t) // unknown
+	h.call(t.Context(), t, chargeCall).only(t) // not found: sent again, unknown again
+	h.in.Wait(t.Context())
+	h.call(t.Context(), t, chargeCall).only(t) // not found again: not sent a third time
+	h.in.Wait(t.Context())
+	if charges != 2 {
+		t.Fatalf("charge_card was sent %d times; want 2", charges)
+	}
+	status = `{"content":[{"type":"text","text":"charged after all"}],"structuredContent":{"status":"done"}}`
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charged after all" {
+		t.Fatalf("after the status says done, got %+v; want the execution completed with it", v)
+	}
+	h.in.Wait(t.Context())
+	if rec := h.onlyRecord(t); rec.State != record.Delivered || rec.Attempts != 2 {
+		t.Fatalf("record %s, %d attempts; want delivered after 2", rec.State, rec.Attempts)
+	}
+}

@@ -475,7 +475,10 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.obs.Decision(rec.Tool, req.Policy.Class, "redispatched")
 		in.dispatch(ctx, rec, req, "re-dispatch: on_unknown retry")
-	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil && rec.Attempts < maxAttempts:
+	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil:
+		// Asked whatever the attempts: a status that says done settles
+		// even an execution already sent again (recover re-sends at most
+		// once).
 		in.obs.Decision(rec.Tool, req.Policy.Class, "recovered")
 		in.work.Add(1)
 		go func() {
@@ -495,8 +498,9 @@ const maxAttempts = 2
 
 // recover asks the upstream's status tool whether an execution whose
 // outcome is unknown took effect. Done: the execution completes with the
-// status result. Not done: it is re-dispatched. No clear answer: it stays
-// unknown, and so does the caller's answer.
+// status result. Not done: it is re-dispatched, if it has not been
+// already. No clear answer: it stays unknown, and so does the caller's
+// answer.
 func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Request) {
 	rule := req.Policy.Recover
 	status, err := in.status(rec, req)
@@ -520,9 +524,12 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.journalize(req, settled, done)
 		release()
 		in.answer(ctx, req, settled, resumed)
-	case statusNotDone(status, rule):
+	case statusNotDone(status, rule) && rec.Attempts < maxAttempts:
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
 		in.dispatch(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
+	case statusNotDone(status, rule):
+		in.log.Info("status check says not done, but the execution was sent again once already; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		// Neither: the action may be under way (a job still running) or
 		// the result does not say. Sending it again could do it twice.
