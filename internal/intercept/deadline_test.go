@@ -1,11 +1,9 @@
 package intercept
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -75,15 +73,7 @@ func TestFirstAttemptWaitsForRoomUpToItsDeadline(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				start := time.Now()
-				var mu sync.Mutex
-				var at []time.Duration
-				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-					mu.Lock()
-					at = append(at, time.Since(start))
-					mu.Unlock()
-					return charged(ctx, n, p)
-				})
+				h, arrivals := timedHarness()
 				h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: tt.deadline}
 				h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 1})
 				h.call(t.Context(), t, charge(1)).only(t)
@@ -93,6 +83,7 @@ func TestFirstAttemptWaitsForRoomUpToItsDeadline(t *testing.T) {
 				}
 				a := <-h.call(t.Context(), t, second).got // after a minute, maybe
 				h.in.Wait(t.Context())
+				at := arrivals()
 				if tt.wantSentAt < 0 {
 					e := jsonrpc.DecodeError(a.Error)
 					if a.Error == nil || !strings.Contains(e.Message, "account bank has no room for another call for 1m0s, which would pass the call's deadline") ||

@@ -21,6 +21,26 @@ func (h *harness) readOnly() *harness {
 	return h
 }
 
+// sentOnly waits for the work under way and checks that the upstream saw
+// n calls.
+func (h *harness) sentOnly(t *testing.T, n int32) {
+	t.Helper()
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.up.calls.Load(); got != n {
+		t.Fatalf("upstream saw %d calls; want %d", got, n)
+	}
+}
+
+// unanswered checks that a caller who left got no answer.
+func unanswered(t *testing.T, a *answers) {
+	t.Helper()
+	if n := a.count(); n != 0 {
+		t.Fatalf("the caller who left got %d answers", n)
+	}
+}
+
 // busyReadOnly is a harness whose tool is read-only, with a retry rule,
 // and whose upstream answers "429" busy times before it answers.
 func busyReadOnly(busy int) *harness {
@@ -121,15 +141,8 @@ func TestUnrecordedStopsWhenTheCallerLeaves(t *testing.T) {
 		a := h.callUnrecorded(ctx, t, chargeCall)
 		synctest.Wait() // the first answer came: a backoff is under way
 		ctx.end(context.Canceled)
-		if err := h.in.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if n := h.up.calls.Load(); n != 1 {
-			t.Fatalf("upstream saw %d calls; want none after the caller left", n)
-		}
-		if n := a.count(); n != 0 {
-			t.Fatalf("the caller who left got %d answers", n)
-		}
+		h.sentOnly(t, 1)
+		unanswered(t, a)
 	})
 }
 
@@ -187,15 +200,8 @@ func TestUnrecordedStopsWhileWaitingForRoom(t *testing.T) {
 		time.Sleep(time.Second) // the backoff has passed; the account has no room for 10s
 		synctest.Wait()
 		ctx.end(context.Canceled)
-		if err := h.in.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if n := h.up.calls.Load(); n != 1 {
-			t.Fatalf("upstream saw %d calls; want none after the caller left", n)
-		}
-		if n := a.count(); n != 0 {
-			t.Fatalf("the caller who left got %d answers", n)
-		}
+		h.sentOnly(t, 1)
+		unanswered(t, a)
 	})
 }
 
@@ -219,14 +225,7 @@ func TestUnrecordedNotSentWhenLeftWaitingForASlot(t *testing.T) {
 		ctx.end(context.Canceled)
 		close(release)
 		first.only(t)
-		if err := h.in.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if n := h.up.calls.Load(); n != 1 {
-			t.Fatalf("upstream saw %d calls; want only the first", n)
-		}
-		if n := second.count(); n != 0 {
-			t.Fatalf("the caller who left got %d answers", n)
-		}
+		h.sentOnly(t, 1)
+		unanswered(t, second)
 	})
 }
