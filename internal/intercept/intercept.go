@@ -703,7 +703,10 @@ func (in *Interceptor) sendClaimed(ctx context.Context, rec *record.Record, req 
 // holds one count of in.work, which the settling answer releases.
 func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int, a *account) {
 	bg := req.bg
-	params := req.Call.Params
+	params, meta := req.Call.Params, req.Call.meta
+	if n > 1 {
+		params, meta = withoutProgressToken(params, meta)
+	}
 	if req.Policy.ForwardKey {
 		// The execution id goes upstream, so a server that honours
 		// idempotency keys can dedupe a re-dispatch itself.
@@ -711,7 +714,7 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		member := append(append(append(buf[:0], `"`+MetaExecutionID+`":"`...), rec.ID...), '"')
 		// ParseToolCall found the params' _meta (and their name: they are
 		// not empty), so they need not be read again.
-		params = insertMeta(params, req.Call.meta, false, member)
+		params = insertMeta(params, meta, false, member)
 	}
 	var sent time.Time
 	if in.timed {
@@ -1550,6 +1553,13 @@ func appendWithout(out, meta, members []byte) []byte {
 		own[string(name)] = true
 		return true
 	})
+	return appendDropping(out, meta, own, members)
+}
+
+// appendDropping appends the object meta less the members named in drop,
+// copied as they came, and then members (a list of members, as inside
+// braces, or none).
+func appendDropping(out, meta []byte, drop map[string]bool, members []byte) []byte {
 	out = append(out, '{')
 	first := true
 	// from is where the member being read starts in meta: after its '{'
@@ -1557,7 +1567,7 @@ func appendWithout(out, meta, members []byte) []byte {
 	from := 1
 	jsonrpc.EachMember(meta, func(name, value []byte) bool {
 		end := cap(meta) - cap(value) + len(value) // value is a slice of meta
-		if !own[string(name)] {
+		if !drop[string(name)] {
 			if !first {
 				out = append(out, ',')
 			}
@@ -1567,10 +1577,31 @@ func appendWithout(out, meta, members []byte) []byte {
 		from = end + bytes.IndexByte(meta[end:], ',') + 1 // past the comma; at the end, unused
 		return true
 	})
-	if !first {
-		out = append(out, ',')
+	if len(members) > 0 {
+		if !first {
+			out = append(out, ',')
+		}
+		out = append(out, members...)
 	}
-	return append(append(out, members...), '}')
+	return append(out, '}')
+}
+
+// withoutProgressToken returns params, whose _meta is meta (a slice of
+// them, or nil), less _meta's progressToken, and the new _meta. A call the
+// proxy sends again goes without it: the client has had the first
+// attempt's progress, and MCP asks progress to increase, which a second
+// attempt's would not.
+func withoutProgressToken(params, meta json.RawMessage) (json.RawMessage, json.RawMessage) {
+	if meta == nil || meta[0] != '{' || !bytes.Contains(meta, []byte("progressToken")) && bytes.IndexByte(meta, '\\') < 0 {
+		return params, meta
+	}
+	start := cap(params) - cap(meta) // meta is a slice of params
+	end := start + len(meta)
+	out := append([]byte(nil), params[:start]...)
+	out = appendDropping(out, meta, map[string]bool{"progressToken": true}, nil)
+	newEnd := len(out)
+	out = append(out, params[end:]...)
+	return out, out[start:newEnd] // its capacity locates it in out, as insertMeta needs
 }
 
 // toolResult builds an isError CallToolResult that speaks for the proxy.

@@ -1012,3 +1012,50 @@ func TestSessionEndAnswersAStatusCheck(t *testing.T) {
 		}
 	})
 }
+
+// TestWithoutProgressToken: a call sent again goes without its progress
+// token, the rest of its _meta as it came, and its new _meta is where
+// insertMeta can add to it.
+func TestWithoutProgressToken(t *testing.T) {
+	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
+	for _, tt := range []struct{ params, want string }{
+		{`{"name":"t","_meta":{"progressToken":7, "a" : 1},"arguments":{}}`, `{"name":"t","_meta":{"a" : 1,"mcp-idempotent/execution-id":"exe_1"},"arguments":{}}`},
+		{`{"name":"t","_meta":{"progressToken":"p"}}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t","_meta":{"progress\u0054oken":"p","b":2}}`, `{"name":"t","_meta":{"b":2,"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t","_meta":{"a":1}}`, `{"name":"t","_meta":{"a":1,"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t"}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(tt.params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, meta := withoutProgressToken(tc.Params, tc.meta)
+		if got := string(insertMeta(params, meta, false, member)); got != tt.want {
+			t.Errorf("params %s:\n got %s\nwant %s", tt.params, got, tt.want)
+		}
+		if string(tc.Params) != tt.params {
+			t.Errorf("withoutProgressToken changed its input to %s", tc.Params)
+		}
+	}
+}
+
+// TestRetriesSendNoProgressToken: an attempt after the first goes without
+// the client's progress token, whose progress the first attempt gave.
+func TestRetriesSendNoProgressToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var sent []string
+		busy := busyThen(1)
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			mu.Lock()
+			sent = append(sent, string(p))
+			mu.Unlock()
+			return busy(ctx, n, p)
+		})
+		h.pol.Retry = retryRule(true)
+		h.call(t.Context(), t, `{"name":"charge_card","arguments":{"amount":1},"_meta":{"progressToken":"p1"}}`).only(t)
+		if len(sent) != 2 || !strings.Contains(sent[0], `"progressToken":"p1"`) || strings.Contains(sent[1], "progressToken") {
+			t.Fatalf("sent %q; want the first attempt with the progress token, the second without", sent)
+		}
+	})
+}

@@ -64,7 +64,11 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 			}
 			return
 		}
-		req.Upstream.Send("tools/call", req.Call.Params, func(result json.RawMessage, err error) {
+		params := req.Call.Params
+		if n > 1 {
+			params, _ = withoutProgressToken(params, req.Call.meta)
+		}
+		req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
 			a.release()
 			r := in.again(req, n, result, err)
 			if r.ok && a != nil && !a.budget.AllowRetry() {
