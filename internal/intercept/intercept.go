@@ -512,17 +512,12 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
 		done := record.Change{To: record.Completed, From: record.Unknown, Result: status, Note: "recovered: " + rule.Tool + " says the action is done"}
-		release := in.holdJournal(rec.ID)
-		settled, err := in.store.Update(bg, rec.ID, done)
+		settled, err := in.change(bg, req, rec.ID, done)
 		if err != nil {
-			release()
 			// Another caller settled it first: answer from the record.
 			in.attach(ctx, rec, req)
 			return
 		}
-		in.obs.Transition(rec.Tool, record.Completed)
-		in.journalize(req, settled, done)
-		release()
 		in.answer(ctx, req, settled, resumed)
 	case statusNotDone(status, rule) && rec.Attempts < maxAttempts:
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
@@ -821,21 +816,15 @@ func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
 	wait := recordRetryMin
 	for {
 		time.Sleep(wait)
-		release := in.holdJournal(id)
-		rec, err := in.store.Update(req.bg, id, c)
+		_, err := in.change(req.bg, req, id, c)
 		switch {
 		case err == nil:
-			in.obs.Transition(rec.Tool, c.To)
-			in.journalize(req, rec, c)
-			release()
 			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
 			return
 		case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
-			release()
 			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
 			return
 		}
-		release()
 		wait = min(2*wait, recordRetryMax)
 	}
 }
@@ -1113,20 +1102,32 @@ func outcome(result json.RawMessage, err error) record.Change {
 // settle applies c, made by req's call, and returns the settled record, or
 // nil if the store refused.
 func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c record.Change) *record.Record {
+	rec, err := in.change(ctx, req, id, c)
+	if err != nil {
+		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
+		return nil
+	}
+	return rec
+}
+
+// change applies c, made by req's call, to execution id in the store,
+// counts and journals it, and returns the record it made. Until its
+// journal line is written, the "delivered" lines of the callers the
+// store wakes with it wait (journalGates).
+func (in *Interceptor) change(ctx context.Context, req *Request, id string, c record.Change) (*record.Record, error) {
 	if c.To != record.Delivered {
 		defer in.holdJournal(id)()
 	}
 	rec, err := in.store.Update(ctx, id, c)
 	if err != nil {
-		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
-		return nil
+		return nil, err
 	}
 	in.obs.Transition(rec.Tool, c.To)
 	in.journalize(req, rec, c)
 	if in.debug {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
 	}
-	return rec
+	return rec, nil
 }
 
 // attach waits, on its own goroutine, for an execution under way that

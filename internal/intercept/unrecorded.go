@@ -17,9 +17,9 @@ import (
 // that is safe (DESIGN sections 6 and 7). Safe here is narrower than for a
 // recorded call: no execution id goes upstream, so an upstream that dedupes
 // on it (on_unknown: retry) cannot make a re-send of a side effect safe;
-// only a read-only tool, or an answer that says nothing ran, can. Nothing is reserved, replayed or
-// journaled: the caller gets the upstream's last answer as it came, or an
-// error saying why the call was not sent.
+// only a read-only tool, or an answer that says nothing ran, can. Nothing
+// is reserved, replayed or journaled: the caller gets the upstream's last
+// answer as it came, or an error saying why the call was not sent.
 //
 // A call without a retry rule needs none of this: it is passed upstream
 // as it came, under its own id, by the session.
@@ -42,26 +42,37 @@ func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 // the caller gets if attempt n cannot go.
 func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *account, n int, lastResult json.RawMessage, lastErr error) {
 	tool := req.Call.Name
-	if n > 1 && ctx.Err() != nil {
-		// The caller left (or its session ended) during the backoff: the
-		// call is not worth another send, nor the account's room.
-		in.answerUnrecorded(ctx, req, lastResult, lastErr)
+	// notSent answers for an attempt that does not go, for why: after the
+	// first, with the last answer; else with why nothing was sent, unless
+	// the caller left (gone, and not with the session), and no one is
+	// there to tell.
+	notSent := func(why string, gone error) {
+		if n > 1 {
+			in.log.Info("not sending again", "tool", tool, "attempt", n, "why", why, "request", req.Correlation)
+			result, err := withNote(lastResult, lastErr, "not retried: "+why)
+			in.answerUnrecorded(ctx, req, result, err)
+			return
+		}
+		defer in.work.Done()
+		switch {
+		case errors.Is(gone, ErrSessionEnded):
+			in.replyError(req, NotRunAtSessionEnd(tool))
+		case gone == nil:
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", why, tool))
+		}
+	}
+	if err := ctx.Err(); n > 1 && err != nil {
+		// The caller left (or its session ended) as the backoff ended:
+		// the call is not worth another send, nor the account's room.
+		notSent(goneWords(err), err)
 		return
 	}
 	in.admit(ctx, a, req.deadline, ctx.Err, func() {
 		if err := ctx.Err(); err != nil {
-			// The caller left (or its session ended) while the account
-			// had no room or no free slot: an unrecorded call is not
-			// worth sending for no one.
+			// It ended as a slot came free.
 			a.release()
-			if n > 1 {
-				in.answerUnrecorded(ctx, req, lastResult, lastErr)
-				return
-			}
-			defer in.work.Done()
-			if errors.Is(err, ErrSessionEnded) {
-				in.replyError(req, NotRunAtSessionEnd(tool))
-			}
+			notSent(goneWords(err), err)
 			return
 		}
 		params := req.Call.Params
@@ -92,26 +103,10 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 			})
 		})
 	}, func(ref refusal) {
-		msg := ref.message(a.name)
 		if ref.Err != nil {
 			in.log.Error("the account's allowance could not be read; not sending", "tool", tool, "account", a.name, "err", ref.Err)
 		}
-		if n == 1 {
-			defer in.work.Done()
-			switch {
-			case errors.Is(ref.Gone, ErrSessionEnded):
-				in.replyError(req, NotRunAtSessionEnd(tool))
-			case ref.Gone != nil:
-				// The caller left: no one to tell.
-			default:
-				in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-					"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", msg, tool))
-			}
-			return
-		}
-		in.log.Info("not sending again", "tool", tool, "attempt", n, "why", msg, "request", req.Correlation)
-		result, err := withNote(lastResult, lastErr, "not retried: "+msg)
-		in.answerUnrecorded(ctx, req, result, err)
+		notSent(ref.message(a.name), ref.Gone)
 	})
 }
 

@@ -272,19 +272,9 @@ func TestDirectoriesNeverShare(t *testing.T) {
 	if direct {
 		t.Skip("needs the proxy")
 	}
-	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
 	shop, bank := t.TempDir(), t.TempDir()
-	ctx := testContext(t)
-	total := 0
-	for _, dir := range []string{shop, bank, shop} {
-		cmd := proxiedWith(t, []string{"--store", store, "--scope", "actor", "--actor", "alice"}, chargeServer()...)
-		cmd.Dir = dir
-		p := connect(t, ctx, cmd)
-		charge(t, ctx, p, "4242", 100)
-		total += executions(t, ctx, p)
-	}
-	if total != 2 {
-		t.Fatalf("the same call from two directories, then the first again: it ran %d times; want 2 (once per directory)", total)
+	if ran := chargeFrom(t, shop, bank, shop); ran != 2 {
+		t.Fatalf("the same call from two directories, then the first again: it ran %d times; want 2 (once per directory)", ran)
 	}
 }
 
@@ -295,25 +285,32 @@ func TestDirectorySpellingsShare(t *testing.T) {
 	if direct {
 		t.Skip("needs the proxy")
 	}
-	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
 	shop := t.TempDir()
 	link := filepath.Join(t.TempDir(), "shop-link")
 	if err := os.Symlink(shop, link); err != nil {
 		t.Skip("no symbolic links here:", err)
 	}
+	if ran := chargeFrom(t, shop, link); ran != 1 {
+		t.Fatalf("the same call from a directory and through a link to it: it ran %d times; want once", ran)
+	}
+}
+
+// chargeFrom makes one charge through a proxy started in each of dirs, as
+// a shell there would start it (its PWD set, which os.Getwd reports, link
+// and all), all on one store under one actor, and returns how many times
+// the charge ran.
+func chargeFrom(t *testing.T, dirs ...string) int {
+	t.Helper()
+	store := "sqlite:" + filepath.Join(t.TempDir(), "records.db")
 	ctx := testContext(t)
-	total := 0
-	for _, dir := range []string{shop, link} {
+	ran := 0
+	for _, dir := range dirs {
 		cmd := proxiedWith(t, []string{"--store", store, "--scope", "actor", "--actor", "alice"}, chargeServer()...)
 		cmd.Dir = dir
-		// As a shell sets it: the proxy's os.Getwd gives the link's
-		// spelling.
 		cmd.Env = append(cmd.Env, "PWD="+dir)
 		p := connect(t, ctx, cmd)
 		charge(t, ctx, p, "4242", 100)
-		total += executions(t, ctx, p)
+		ran += executions(t, ctx, p)
 	}
-	if total != 1 {
-		t.Fatalf("the same call from a directory and through a link to it: it ran %d times; want once", total)
-	}
+	return ran
 }
