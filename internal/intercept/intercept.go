@@ -37,8 +37,12 @@ type Upstream interface {
 	// retry.NotSentError when the request never left; anything else when
 	// the request may have been received but no answer was observed. done
 	// may be called before Send returns, or later on the goroutine that
-	// reads the upstream, so it must not block for long.
-	Send(method string, params json.RawMessage, done func(result json.RawMessage, err error))
+	// reads the upstream, so it must not block for long. If ctx ends
+	// before the answer comes, the request is cancelled upstream
+	// (notifications/cancelled) and done gets ctx's error at once. An
+	// execution is never cancelled by its caller: its sends go with a
+	// context that does not end.
+	Send(ctx context.Context, method string, params json.RawMessage, done func(result json.RawMessage, err error))
 }
 
 // An Answer is what one caller receives: a result or a JSON-RPC error
@@ -547,7 +551,7 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 		err    error
 	}
 	ch := make(chan outcome, 1)
-	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	req.Upstream.Send(req.bg, "tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
 	// Bounded by the call's deadline (else the attach window): a status
 	// tool that never answers leaves the outcome unknown, not the caller
 	// waiting.
@@ -715,7 +719,7 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 	if in.timed {
 		sent = in.now()
 	}
-	req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
+	req.Upstream.Send(bg, "tools/call", params, func(result json.RawMessage, err error) {
 		a.release()
 		if in.timed {
 			in.obs.Upstream(rec.Tool, in.now().Sub(sent))

@@ -26,7 +26,7 @@ type upstream struct {
 	respond func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error)
 }
 
-func (u *upstream) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
+func (u *upstream) Send(_ context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	n := int(u.calls.Add(1))
 	go func() { done(u.respond(context.Background(), n, params)) }()
 }

@@ -79,7 +79,9 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 		if n > 1 {
 			params, _ = withoutProgressToken(params, req.Call.meta)
 		}
-		req.Upstream.Send("tools/call", params, func(result json.RawMessage, err error) {
+		// A caller that leaves takes its call back from the upstream:
+		// nothing is recorded, and no one else waits on it.
+		req.Upstream.Send(ctx, "tools/call", params, func(result json.RawMessage, err error) {
 			a.release()
 			r := in.again(req, n, result, err)
 			if r.ok && a != nil && !a.budget.AllowRetry() {

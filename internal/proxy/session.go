@@ -135,6 +135,9 @@ type forwardedRequest struct {
 type sent struct {
 	method string
 	done   func(json.RawMessage, error)
+	// stop stops the cancellation of the request when its sender's
+	// context ends (see Send); nil if there is none.
+	stop func() bool
 }
 
 // A link is one connection to the upstream.
@@ -1319,7 +1322,7 @@ var errSessionEnded = errors.New("the session ended before the upstream answered
 // Send implements intercept.Upstream: it sends one of the proxy's own
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream.
-func (s *Session) Send(method string, params json.RawMessage, done func(json.RawMessage, error)) {
+func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	// The id's JSON text, which is also its key in pending.
 	var buf [64]byte
 	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
@@ -1357,13 +1360,62 @@ func (s *Session) Send(method string, params json.RawMessage, done func(json.Raw
 			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
 			s.acted()
 		}
+		return
 	}
+	// The initialize request is never cancelled (the MCP specification
+	// forbids it), and a context that never ends costs nothing here.
+	if ctx.Done() == nil || method == "initialize" {
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { s.cancelSent(l, key, ctx.Err()) })
+	s.mu.Lock()
+	p, still := s.pending[key]
+	if still {
+		p.stop = stop
+		s.pending[key] = p
+	}
+	s.mu.Unlock()
+	if !still {
+		stop() // answered already
+	}
+}
+
+// cancelSent gives up on the proxy's own request under key, sent on l,
+// when its sender's context ends with err: the upstream is told with
+// notifications/cancelled, so it can stop the work, and the sender gets
+// err at once rather than waiting for an answer the upstream need not
+// send. An answer that comes anyway is dropped, as one to no request.
+func (s *Session) cancelSent(l *link, key string, err error) {
+	s.mu.Lock()
+	p, ok := s.pending[key]
+	delete(s.pending, key)
+	s.mu.Unlock()
+	if !ok {
+		return // answered meanwhile
+	}
+	if !closed(l.gone) {
+		reason := "the caller cancelled the request"
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			reason = "no answer came in time"
+		case errors.Is(err, intercept.ErrSessionEnded):
+			reason = "the session ended"
+		}
+		params := `{"requestId":` + key + `,"reason":"` + reason + `"}`
+		if werr := l.conn.WriteFrame(jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(params))); werr != nil {
+			s.log.Debug("writing to the upstream", "err", werr)
+		}
+	}
+	s.answered(p, nil, err)
 }
 
 // answered hands the outcome of one of the proxy's own requests to its
 // sender: the answer msg, or err when none came.
 func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	defer s.acted()
+	if p.stop != nil {
+		p.stop()
+	}
 	// "error": null, as JSON-RPC 1.0 servers write beside a result, is no
 	// error.
 	hasError := msg != nil && msg.Error != nil && string(msg.Error) != "null"
@@ -1397,7 +1449,7 @@ func (s *Session) call(ctx context.Context, method string, params json.RawMessag
 		err    error
 	}
 	ch := make(chan outcome, 1)
-	s.Send(method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	s.Send(ctx, method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
 	select {
 	case o := <-ch:
 		return o.result, o.err

@@ -544,7 +544,12 @@ func TestUnansweredListingDoesNotHoldCalls(t *testing.T) {
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"tools/list"`) {
 		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
 	}
-	call := r.upstream.next(t, "upstream") // not answered: the call goes on
+	// Not answered: the proxy takes it back, and the call goes on.
+	want := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"mcp-idempotent:1","reason":"no answer came in time"}}`
+	if got := r.upstream.next(t, "upstream"); got != want {
+		t.Fatalf("upstream got %s; want %s", got, want)
+	}
+	call := r.upstream.next(t, "upstream")
 	if !strings.Contains(call, `"method":"tools/call"`) {
 		t.Fatalf("upstream got %s; want the call", call)
 	}
@@ -723,6 +728,45 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"stamp","arguments":{}}}`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:3"`) || strings.Contains(got, "execution-id") {
 		t.Fatalf("a keyless key-scoped call reached the upstream as %s; want it under the proxy's id, without an execution id", got)
+	}
+}
+
+// TestUnrecordedCancelReachesTheUpstream: a caller that cancels a call the
+// proxy sends unrecorded (a read-only tool with a retry rule) takes it back
+// from the upstream, under the id the proxy sent it with, as a call passed
+// through would; it gets no answer, and one the upstream sends anyway is
+// dropped.
+func TestUnrecordedCancelReachesTheUpstream(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+		p := policy.FromAnnotations(ann)
+		p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
+		return p
+	}
+	r := newRigOptions(t, 0, Options{Interceptor: in, Resolve: resolve})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[`+
+		`{"name":"search","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	r.client.next(t, "client")
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:1"`) {
+		t.Fatalf("the call reached the upstream as %s; want it under the proxy's id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	want := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"mcp-idempotent:1","reason":"the caller cancelled the request"}}`
+	if got := r.upstream.next(t, "upstream"); got != want {
+		t.Fatalf("after the client's cancellation the upstream got %s; want %s", got, want)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"content":[]}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want the ping, and no second attempt of the cancelled call", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":3,"result":{}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":3,"result":{}}` {
+		t.Fatalf("the client got %s; want only the ping's answer, nothing for the call it cancelled", got)
 	}
 }
 
