@@ -168,6 +168,17 @@ type member struct {
 	value []byte // canonical JSON
 }
 
+// CheckValue returns why v cannot be fingerprinted (it is not JSON, an
+// object in it holds one name twice, a string in it is not UTF-8, a
+// number in it is out of range), or nil if it can. A caller that reads v
+// with encoding/json before fingerprinting it checks it first: decoding
+// keeps the last of two members of one name and turns invalid UTF-8 into
+// U+FFFD, so two different values could come out alike.
+func CheckValue(v json.RawMessage) error {
+	_, err := canonicalValue(v)
+	return err
+}
+
 // canonicalValue returns the RFC 8785 form of a JSON value from a caller,
 // with the exact-number guard applied first.
 func canonicalValue(v json.RawMessage) ([]byte, error) {

@@ -109,6 +109,34 @@ func TestIgnoredArgumentsAndSchemaDefaults(t *testing.T) {
 	}
 }
 
+// TestShapedArgumentsAreCheckedFirst: arguments a tool's defaults or
+// ignore list reshape are refused as the fingerprint refuses them (one name
+// twice, a name that is not UTF-8) before they are read into a map, which
+// would keep one of the two members, or make two names alike.
+func TestShapedArgumentsAreCheckedFirst(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Ignore = []string{"note"}
+	h.defaults = map[string]json.RawMessage{"region": json.RawMessage(`"us-east-1"`)}
+	for _, args := range []string{
+		`{"amount":1,"amount":2}`,
+		`{"amount":1,"\u0061mount":2}`,
+		"{\"\xff\":1}",
+		"{\"\xfe\":1}",
+		`{"trace":{"id":1,"id":2}}`,
+	} {
+		a := h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Code != jsonrpc.CodeInvalidParams {
+			t.Errorf("arguments %s got result %s, error %s; want -32602", args, a.Result, a.Error)
+		}
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("upstream ran %d times; want none of the calls executed", n)
+	}
+	if n := len(h.store.Records()); n != 0 {
+		t.Fatalf("%d records; want none", n)
+	}
+}
+
 func TestScopes(t *testing.T) {
 	for _, tt := range []struct {
 		scope policy.Scope

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
@@ -21,6 +22,9 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 	}
 	obj := map[string]json.RawMessage{}
 	if args != nil {
+		if err := fingerprint.CheckValue(args); err != nil {
+			return nil, err
+		}
 		if err := json.Unmarshal(args, &obj); err != nil {
 			return nil, fmt.Errorf("reading arguments: %w", err)
 		}
