@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/pgstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
 
 // A durableStore outlives the process and is shared, so it also keeps the
@@ -86,15 +87,7 @@ func redact(raw string) string {
 	if err != nil {
 		return scheme + "://(a URL that does not parse)"
 	}
-	out := scheme + "://"
-	if u.User != nil {
-		out += "***@"
-	}
-	out += u.Host + u.EscapedPath()
-	if u.RawQuery != "" {
-		out += "?***"
-	}
-	return out
+	return streamhttp.ShownURL(u)
 }
 
 // cutParam removes the query parameter name from rawURL and returns its

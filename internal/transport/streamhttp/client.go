@@ -98,6 +98,7 @@ type Options struct {
 // "retry_after" when the server sent them.
 type Client struct {
 	url    string
+	shown  string // url as errors show it (ShownURL)
 	hc     *http.Client
 	header http.Header
 	log    *slog.Logger
@@ -149,6 +150,31 @@ type statelessCall struct {
 	cancelled bool               // the client cancelled it; set under Client.mu
 }
 
+// ShownURL returns u as an error or a log shows it: its scheme, host and
+// path. A user or a query, either of which may hold a credential (a token
+// as the user name, ?key=...), shows only as "***".
+func ShownURL(u *url.URL) string {
+	shown := u.Scheme + "://"
+	if u.User != nil {
+		shown += "***@"
+	}
+	shown += u.Host + u.EscapedPath()
+	if u.RawQuery != "" {
+		shown += "?***"
+	}
+	return shown
+}
+
+// do is c.hc.Do, with the URL in its error as ShownURL gives it: net/http
+// hides only a password.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		ue.URL = c.shown
+	}
+	return resp, err
+}
+
 // Dial returns a Client for the MCP endpoint at rawURL. It sends nothing:
 // a 2025-era session starts with the initialize request written to it, and
 // a 2026-07-28 request needs none. Cancelling
@@ -156,13 +182,17 @@ type statelessCall struct {
 func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // without the URL, which may hold a credential
+		}
 		return nil, fmt.Errorf("parsing upstream URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("upstream URL %q: want http:// or https:// and a host", u.Redacted())
+		return nil, fmt.Errorf("upstream URL %q: want http:// or https:// and a host", ShownURL(u))
 	}
 	c := &Client{
 		url:     rawURL,
+		shown:   ShownURL(u),
 		hc:      opts.HTTPClient,
 		header:  opts.Header.Clone(),
 		log:     opts.Logger,
@@ -406,7 +436,7 @@ func (c *Client) post(req *http.Request, s sent) {
 		case <-c.ctx.Done(): // Do fails at once
 		}
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.do(req)
 	if s.taken != nil {
 		close(s.taken)
 	}
@@ -697,7 +727,7 @@ func (c *Client) get(lastID string) (*http.Response, error) {
 	if lastID != "" {
 		req.Header.Set(headerLastEventID, lastID)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -930,7 +960,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.setHeadersLocked(req, false)
 	c.mu.Unlock()
-	resp, err := c.hc.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return fmt.Errorf("ending the upstream session: %w", err)
 	}

@@ -428,16 +428,29 @@ func TestSessionExpired(t *testing.T) {
 
 func TestUnreachable(t *testing.T) {
 	ts := httptest.NewServer(http.NotFoundHandler())
-	url := ts.URL
+	// A user and a query, either of which may be a credential, are never
+	// shown: not in the error the client gets, nor in the log.
+	url := strings.Replace(ts.URL, "//", "//token:pass@", 1) + "/mcp?key=querysecret"
 	ts.Close()
-	c := dial(t, url)
+	var log strings.Builder
+	c, err := Dial(context.Background(), url, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	write(t, c, initialize)
 	m := read(t, c)
 	if string(m.ID) != "1" || m.Error == nil {
 		t.Fatalf("got %s, want an error for id 1", m.Raw)
 	}
-	if e := jsonrpc.DecodeError(m.Error); !strings.HasPrefix(e.Message, "upstream unreachable") {
-		t.Errorf("message = %q", e.Message)
+	e := jsonrpc.DecodeError(m.Error)
+	if !strings.HasPrefix(e.Message, "upstream unreachable") || !strings.Contains(e.Message, "http://***@127.0.0.1") || !strings.Contains(e.Message, "/mcp?***") {
+		t.Errorf("message = %q; want it to name the upstream without its user or query", e.Message)
+	}
+	for _, secret := range []string{"token", "pass", "querysecret"} {
+		if strings.Contains(e.Message, secret) || strings.Contains(log.String(), secret) {
+			t.Errorf("%q shown: message %q, log %q", secret, e.Message, log.String())
+		}
 	}
 }
 
@@ -461,9 +474,13 @@ func TestWriteDoesNotWait(t *testing.T) {
 }
 
 func TestDialRejectsBadURL(t *testing.T) {
-	for _, u := range []string{"", "ftp://host/mcp", "http://", "://x"} {
-		if _, err := Dial(context.Background(), u, Options{}); err == nil {
+	for _, u := range []string{"", "ftp://host/mcp", "http://", "://x", "http://user:secret@h:x/mcp", "ftp://user:secret@h/?secret"} {
+		_, err := Dial(context.Background(), u, Options{})
+		switch {
+		case err == nil:
 			t.Errorf("Dial(%q) succeeded", u)
+		case strings.Contains(err.Error(), "secret"):
+			t.Errorf("Dial(%q) = %v, which shows the credential", u, err)
 		}
 	}
 }
