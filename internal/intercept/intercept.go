@@ -1089,15 +1089,18 @@ func outcome(result json.RawMessage, err error) record.Change {
 	case errors.As(err, &malformed):
 		// An answer came, so the call was received and may have run, but
 		// it does not say how it went: the outcome is not known, and
-		// calling again must not run it again.
-		return record.Change{To: record.Unknown, Note: err.Error()}
+		// calling again must not run it again. The note, which the
+		// store and the journal keep, leaves out the answer's bytes, as
+		// it leaves out an upstream error's message: what a tool answers
+		// is kept only where the policy allows.
+		return record.Change{To: record.Unknown, Note: fmt.Sprintf("malformed answer from the upstream: %s (%d bytes)", malformed.What, malformed.Size)}
 	case retry.IsNotSent(err):
 		// Before the JSON-RPC case: a transport's not-sent error may wrap
 		// its stand-in error object.
 		return record.Change{To: record.Failed, Note: err.Error()}
 	case errors.As(err, &rpcErr):
 		b := rpcErr.Object() // the upstream's error, as it came
-		return record.Change{To: record.Failed, Error: b, Note: "upstream error: " + rpcErr.Message}
+		return record.Change{To: record.Failed, Error: b, Note: fmt.Sprintf("upstream error %d", rpcErr.Code)}
 	default:
 		return record.Change{To: record.Unknown, Note: err.Error()}
 	}

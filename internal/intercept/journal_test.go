@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,7 +17,10 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // memJournal keeps entries in memory, or fails every Record with err.
@@ -103,6 +107,46 @@ func TestJournalRecordsTransitions(t *testing.T) {
 	}
 	if res := j.entries[2].Result; !res.Redacted || res.Clear != nil || res.HMAC != "" {
 		t.Errorf("result %+v; want redacted (the default)", res)
+	}
+}
+
+// TestNotesKeepNoAnswer: what the upstream answered stays out of the
+// notes the store and the journal keep, whatever the answer: an upstream
+// error's message and a malformed answer's bytes are what the tool said,
+// which the journal redacts by default.
+func TestNotesKeepNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(context.Context, int, json.RawMessage) (json.RawMessage, error)
+		state  record.State
+	}{
+		{"an upstream error", func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			return nil, &jsonrpc.Error{Code: -32000, Message: "card 4111111111111111 declined"}
+		}, record.Failed},
+		{"a malformed answer", func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			return nil, retry.Malformed("a result with both result and error", []byte(`{"card":"4111111111111111"}`))
+		}, record.Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &memJournal{}
+			h := newHarness(tc.answer).withJournal(j, nil)
+			h.call(t.Context(), t, chargeCall).only(t)
+			h.settle(t)
+			rec := h.onlyRecord(t)
+			if rec.State != tc.state {
+				t.Fatalf("state %s; want %s", rec.State, tc.state)
+			}
+			for _, tr := range rec.History {
+				if strings.Contains(tr.Note, "4111") {
+					t.Errorf("the record's %s note is %q; want no part of the answer", tr.State, tr.Note)
+				}
+			}
+			for _, e := range j.entries {
+				if strings.Contains(e.Note, "4111") {
+					t.Errorf("the journal's %s note is %q; want no part of the answer", e.State, e.Note)
+				}
+			}
+		})
 	}
 }
 
