@@ -160,7 +160,7 @@ func (m *Metrics) Upstream(tool string, d time.Duration) {
 
 // Handler serves the metrics in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
 // Serve serves /metrics on addr until ctx is done. It binds exactly where
