@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -107,7 +108,9 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stderr, activityUsage)
 		return usagef("activity %s: want one execution id, got %d arguments", verb, len(pos))
 	}
-	store, durable, err := openStore(ctx, *storeURL)
+	// The store's warnings, for a command whose output is for a person.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, durable, err := openStore(ctx, *storeURL, log)
 	if err != nil {
 		return err
 	}

@@ -294,7 +294,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	w.resolve = resolve
-	store, durable, err := openStore(ctx, f.store)
+	store, durable, err := openStore(ctx, f.store, log)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"strings"
 	"time"
@@ -34,9 +35,10 @@ var (
 	_ intercept.Allowances = (*pgstore.Store)(nil)
 )
 
-// openStore opens the store a --store URL names. A durable store comes back
-// with its closer; the memory store has none.
-func openStore(ctx context.Context, url string) (record.Store, durableStore, error) {
+// openStore opens the store a --store URL names; what a shared store cannot
+// tell a caller (a purge that failed, a lost subscription) goes to log. A
+// durable store comes back with its closer; the memory store has none.
+func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store, durableStore, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var (
@@ -58,14 +60,14 @@ func openStore(ctx context.Context, url string) (record.Store, durableStore, err
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
-		s, err = redisstore.Open(ctx, u, redisstore.Options{Prefix: prefix})
+		s, err = redisstore.Open(ctx, u, redisstore.Options{Prefix: prefix, Logger: log})
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		// schema= is ours too: pgx would send it to the server.
 		u, schema, perr := cutParam(url, "schema")
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
-		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema})
+		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema, Logger: log})
 	default:
 		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://..., rediss://... or postgres://...", redact(url))
 	}

@@ -138,6 +138,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	// go-redis logs some failures itself (a dial that failed in its
+	// connection pool), by default as plain lines on stderr: they go to
+	// the store's logger instead, under its level and format. The client
+	// library has one logger per process.
+	redis.SetLogger(clientLog{s.log})
 	// Loading the scripts now makes each first call one round trip; a
 	// server that is down is found out by the calls themselves.
 	loadCtx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -666,4 +671,11 @@ func (s *Store) forget(id string) {
 	if len(s.owned[owner]) == 0 {
 		delete(s.owned, owner)
 	}
+}
+
+// clientLog passes go-redis's own messages to a logger, as warnings.
+type clientLog struct{ log *slog.Logger }
+
+func (l clientLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }

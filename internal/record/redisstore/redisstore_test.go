@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -162,6 +163,49 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 			t.Errorf("error = %q; want it to say %q and name the store", msg, c.op)
 		}
 	}
+}
+
+// TestClientMessagesGoToTheLogger: what go-redis logs itself (a failed
+// dial in its pool) reaches the store's logger, under the proxy's level
+// and format, not stderr as plain lines.
+func TestClientMessagesGoToTheLogger(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil))
+	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Get(ctx, "exe_x"); err == nil {
+		t.Fatal("Get succeeded against a server that is down")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got := buf.String()
+		mu.Unlock()
+		if strings.Contains(got, `"msg":"redis client"`) && strings.Contains(got, "connection pool") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the logger got %q; want go-redis's message about the failed dial", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // counter counts round trips: a command, or a pipeline.
