@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,6 +188,49 @@ func TestEveryDispatchIsObserved(t *testing.T) {
 		defer obs.mu.Unlock()
 		if obs.n[record.Dispatched] != 2 || obs.n[record.Completed] != 1 {
 			t.Fatalf("observed %v; want 2 dispatches and 1 completion", obs.n)
+		}
+	})
+}
+
+// heldReply is a Replier that takes its answer only once release is
+// closed, as a caller whose transport is slow to write it.
+type heldReply struct {
+	*answers
+	release chan struct{}
+}
+
+func (h heldReply) Reply(a Answer) error {
+	<-h.release
+	return h.answers.Reply(a)
+}
+
+// TestDeliveryIsObservedOnce: when the first caller's answer is still
+// being written as a retry replays the completed result, both callers get
+// it, and the execution moves to delivered once, not once for each.
+func TestDeliveryIsObservedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &countingObserver{n: map[record.State]int{}}
+		j := &memJournal{}
+		h := newHarness(charged)
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Observer: obs, Journal: j})
+		req, first := h.request(t, chargeCall)
+		held := heldReply{first, make(chan struct{})}
+		req.Reply = held
+		go h.in.Handle(t.Context(), req)
+		synctest.Wait() // the first answer is being written
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.Meta.Replayed {
+			t.Fatalf("the retry got %+v; want the completed result replayed", v)
+		}
+		close(held.release)
+		first.only(t)
+		h.in.Wait(t.Context())
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if obs.n[record.Delivered] != 1 {
+			t.Fatalf("observed %d moves to delivered; want 1", obs.n[record.Delivered])
+		}
+		if got := j.states(); !slices.Equal(got, []string{"accepted", "dispatched", "completed", "delivered", "delivered"}) {
+			t.Fatalf("journal states %q; want a delivered line for each caller", got)
 		}
 	})
 }

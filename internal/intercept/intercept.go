@@ -1310,7 +1310,17 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	}
 	switch rec.State {
 	case record.Completed:
-		in.settle(req.bg, req, rec.ID, record.Change{To: record.Delivered})
+		// Conditional: of two callers handed the completed record at
+		// once (its first caller and a replay), one records the delivery
+		// and the other finds it done, so it is counted once; both have
+		// their line in the journal.
+		_, err := in.change(req.bg, req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
+		switch {
+		case errors.Is(err, record.ErrConflict):
+			in.journalize(req, rec, record.Change{To: record.Delivered})
+		case err != nil:
+			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
+		}
 	case record.Delivered:
 		// Delivered to another caller before: nothing for the store to
 		// record, but the journal has a line for each caller that took

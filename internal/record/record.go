@@ -280,7 +280,9 @@ type Store interface {
 
 	// Update applies c to the record id and returns the result. It returns
 	// ErrNotFound or ErrConflict (a move CanTransition forbids). Marking a
-	// Delivered record Delivered again is a no-op. A change to a settled
+	// Delivered record Delivered again is a no-op, unless the change is
+	// conditional (From): a delivery From Completed finds out that another
+	// caller delivered the record first. A change to a settled
 	// state sets ExpiresAt to now plus the record's Retention.
 	Update(ctx context.Context, id string, c Change) (*Record, error)
 

@@ -155,7 +155,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
 	}
 	r := e.rec
-	if r.State == record.Delivered && c.To == record.Delivered {
+	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return r, nil
 	}
 	if !c.Allowed(r.State) {

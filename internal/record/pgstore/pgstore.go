@@ -430,7 +430,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		if err != nil {
 			return nil, s.wrap(op, err)
 		}
-		if cur.State == record.Delivered && c.To == record.Delivered {
+		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
 			return cur, nil
 		}
 		if !c.Allowed(cur.State) {

@@ -175,6 +175,10 @@ func testLifecycle(t *testing.T, s record.Store, clock *Clock) {
 	clock.Advance(time.Second)
 	got := mustUpdate(t, s, r.ID, record.Change{To: record.Delivered})
 	mustUpdate(t, s, r.ID, record.Change{To: record.Delivered}) // a no-op, not an error
+	// A conditional delivery learns that the record was delivered before.
+	if _, err := s.Update(t.Context(), r.ID, record.Change{To: record.Delivered, From: record.Completed}); !errors.Is(err, record.ErrConflict) {
+		t.Errorf("delivering a delivered record from completed: %v; want ErrConflict", err)
+	}
 
 	if got.State != record.Delivered || string(got.Result) != string(result) {
 		t.Errorf("after delivery: state %s result %s", got.State, got.Result)

@@ -82,7 +82,7 @@ if not st then
   return {'notfound'}
 end
 local to = ARGV[4]
-if not (st == 'delivered' and to == 'delivered') then
+if not (st == 'delivered' and to == 'delivered' and ARGV[10] == '') then
   if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
     return {'conflict', redis.call('HGETALL', KEYS[1])}
   end

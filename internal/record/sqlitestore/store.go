@@ -496,7 +496,7 @@ func (s *Store) update(ctx context.Context, id string, c record.Change) (*record
 	if err != nil {
 		return nil, err
 	}
-	if r.State == record.Delivered && c.To == record.Delivered {
+	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return r, nil
 	}
 	if !c.Allowed(r.State) {
