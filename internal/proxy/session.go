@@ -1362,10 +1362,8 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 		}
 		return
 	}
-	// The initialize request is never cancelled (the MCP specification
-	// forbids it), and a context that never ends costs nothing here.
-	if ctx.Done() == nil || method == "initialize" {
-		return
+	if ctx.Done() == nil {
+		return // a context that never ends costs nothing here
 	}
 	stop := context.AfterFunc(ctx, func() { s.cancelSent(l, key, ctx.Err()) })
 	s.mu.Lock()
@@ -1382,9 +1380,10 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 
 // cancelSent gives up on the proxy's own request under key, sent on l,
 // when its sender's context ends with err: the upstream is told with
-// notifications/cancelled, so it can stop the work, and the sender gets
-// err at once rather than waiting for an answer the upstream need not
-// send. An answer that comes anyway is dropped, as one to no request.
+// notifications/cancelled, so it can stop the work (but for initialize,
+// which the MCP specification says is never cancelled), and then the
+// sender gets err, rather than waiting for an answer the upstream need
+// not send. An answer that comes anyway is dropped, as one to no request.
 func (s *Session) cancelSent(l *link, key string, err error) {
 	s.mu.Lock()
 	p, ok := s.pending[key]
@@ -1393,7 +1392,7 @@ func (s *Session) cancelSent(l *link, key string, err error) {
 	if !ok {
 		return // answered meanwhile
 	}
-	if !closed(l.gone) {
+	if p.method != "initialize" && !closed(l.gone) {
 		reason := "the caller cancelled the request"
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
@@ -1450,12 +1449,8 @@ func (s *Session) call(ctx context.Context, method string, params json.RawMessag
 	}
 	ch := make(chan outcome, 1)
 	s.Send(ctx, method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
-	select {
-	case o := <-ch:
-		return o.result, o.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	o := <-ch // at once when ctx ends (Send)
+	return o.result, o.err
 }
 
 // listTools asks the upstream for one page of its tools, in the protocol
