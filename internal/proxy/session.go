@@ -1124,10 +1124,12 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	var own []sent
 	var ownMsgs []*jsonrpc.Message
 	var rest [][]byte
+	var toolsChanged bool
 	s.mu.Lock()
 	late := closed(l.gone) // as in fromUpstream
 	for _, m := range msgs {
 		if !m.IsResponse() {
+			toolsChanged = toolsChanged || m.Method == "notifications/tools/list_changed"
 			rest = append(rest, m.Raw)
 			continue
 		}
@@ -1149,6 +1151,9 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		rest = append(rest, m.Raw)
 	}
 	s.mu.Unlock()
+	if toolsChanged {
+		s.tools.invalidate()
+	}
 	for i, p := range own {
 		s.answered(p, ownMsgs[i], nil)
 	}

@@ -533,6 +533,51 @@ func TestTheProxysIDsStayInTheProxy(t *testing.T) {
 	}
 }
 
+// TestToolsChangedDuringTheProxysListing: a change the upstream announces
+// while the proxy lists its tools makes the pages read so far stale, so
+// the proxy lists again rather than go by them, and a read-only tool is
+// still passed through, not recorded.
+func TestToolsChangedDuringTheProxysListing(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[`+
+		`{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}],"nextCursor":"2"}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"cursor":"2"`) {
+		t.Fatalf("upstream got %s; want the listing's second page asked for", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+	r.client.next(t, "client") // the notification, passed on
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:2","result":{"tools":[]}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:3","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the tools listed again from the start", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:3","result":{"tools":[`+
+		`{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quote","arguments":{}}}` {
+		t.Fatalf("upstream got %s; want the read-only call passed through as it came", got)
+	}
+}
+
+// TestToolsChangedInABatch: a change announced inside a batch from the
+// upstream is acted on as one sent alone: the proxy forgets what it knew
+// of the tools and lists them again.
+func TestToolsChangedInABatch(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	r.client.next(t, "client")
+	r.upstream.send(t, `[{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}]`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"tools/list"`) {
+		t.Fatalf("upstream got %s; want the tools listed again after the change", got)
+	}
+}
+
 // TestUnansweredListingDoesNotHoldCalls: a server that never answers the
 // proxy's tools/list does not hold the calls waiting on the listing: after
 // listTimeout they go on as calls to a tool with side effects.

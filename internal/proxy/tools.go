@@ -31,6 +31,11 @@ type toolTable struct {
 	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
 	inFlight chan struct{} // closed when the proxy's own listing finishes; nil if none
+	// gen counts the changes the upstream announced. The proxy's own
+	// listing is read on another goroutine than the announcements, so a
+	// page read before one may be merged after it: pages carry the
+	// generation their listing began in, and a stale one is dropped.
+	gen uint64
 }
 
 func newToolTable(resolve Resolver) *toolTable {
@@ -40,8 +45,18 @@ func newToolTable(resolve Resolver) *toolTable {
 	return &toolTable{resolve: resolve, tools: make(map[string]toolInfo)}
 }
 
-// learn merges one page of a tools/list result.
+// learn merges one page of a tools/list result read now.
 func (t *toolTable) learn(page policy.ListPage) {
+	t.mu.Lock()
+	gen := t.gen
+	t.mu.Unlock()
+	t.learnAt(page, gen)
+}
+
+// learnAt merges one page of a listing that began in generation gen,
+// unless the upstream announced a change since. It reports whether it
+// merged the page.
+func (t *toolTable) learnAt(page policy.ListPage, gen uint64) bool {
 	infos := make(map[string]toolInfo, len(page.Tools))
 	for _, tool := range page.Tools {
 		// A listed tool without annotations is distinct from one not
@@ -55,9 +70,13 @@ func (t *toolTable) learn(page policy.ListPage) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if gen != t.gen {
+		return false
+	}
 	for name, info := range infos {
 		t.tools[name] = info
 	}
+	return true
 }
 
 // invalidate forgets the listing after notifications/tools/list_changed.
@@ -66,6 +85,7 @@ func (t *toolTable) invalidate() {
 	defer t.mu.Unlock()
 	t.tools = make(map[string]toolInfo)
 	t.fetched = false
+	t.gen++
 }
 
 // cached returns what is known of a tool without waiting: ok is false when
@@ -92,6 +112,11 @@ func (t *toolTable) unlisted(name string) toolInfo {
 	return toolInfo{policy: &pol}
 }
 
+// maxRelists bounds the listings one lookup makes when the upstream keeps
+// announcing changes while it is listed; the tool is then taken for one
+// the upstream does not list, unless an earlier listing named it.
+const maxRelists = 3
+
 // maxListPages bounds the pages of the proxy's own listing, so a server
 // that always returns a cursor cannot keep it busy forever.
 const maxListPages = 100
@@ -106,6 +131,7 @@ var listTimeout = 10 * time.Second
 // listing); a tool still unknown after it is treated as unlisted. list
 // performs one tools/list request.
 func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx context.Context, cursor string) (policy.ListPage, error)) toolInfo {
+	relists := 0
 	for {
 		if info, ok := t.cached(name); ok {
 			return info
@@ -122,18 +148,28 @@ func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx conte
 		}
 		done := make(chan struct{})
 		t.inFlight = done
+		gen := t.gen
 		t.mu.Unlock()
 
 		lctx, cancel := context.WithTimeout(ctx, listTimeout)
-		ok := t.fetch(lctx, list)
+		ok := t.fetch(lctx, gen, list)
 		cancel()
 
 		t.mu.Lock()
 		t.inFlight = nil
-		t.fetched = t.fetched || ok
+		changed := t.gen != gen
+		t.fetched = t.fetched || ok && !changed
 		info, known := t.tools[name]
 		t.mu.Unlock()
 		close(done)
+		if ok && changed {
+			// The upstream announced a change while it was listed: what
+			// was read may be stale, so list again, not for ever.
+			if relists++; relists < maxRelists {
+				continue
+			}
+			ok = false
+		}
 		if !ok {
 			// Listing failed: this call goes by what is known, and the
 			// next one tries the listing again.
@@ -145,14 +181,16 @@ func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx conte
 	}
 }
 
-func (t *toolTable) fetch(ctx context.Context, list func(ctx context.Context, cursor string) (policy.ListPage, error)) bool {
+func (t *toolTable) fetch(ctx context.Context, gen uint64, list func(ctx context.Context, cursor string) (policy.ListPage, error)) bool {
 	cursor := ""
 	for range maxListPages {
 		page, err := list(ctx, cursor)
 		if err != nil {
 			return false
 		}
-		t.learn(page)
+		if !t.learnAt(page, gen) {
+			return true // stale: lookup lists again
+		}
 		if page.NextCursor == "" {
 			return true
 		}
