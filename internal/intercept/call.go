@@ -42,22 +42,42 @@ type ToolCall struct {
 	// Deadline is the client's deadline from _meta (MetaDeadline), as a
 	// time from the call's arrival, or 0 when it sets none.
 	Deadline time.Duration
+	// KeyErr and DeadlineErr say why the client's key or deadline in
+	// _meta cannot be read (invalid params), or are nil. Parse leaves
+	// them to its caller, which knows the tool: a read-only tool's calls
+	// are never matched by key, and a call passed upstream as it came
+	// has no deadline of the proxy's to keep, so neither refuses it.
+	KeyErr, DeadlineErr *jsonrpc.Error
+}
+
+// MetaErr returns KeyErr, else DeadlineErr: what refuses a call that is
+// recorded.
+func (tc *ToolCall) MetaErr() *jsonrpc.Error {
+	if tc.KeyErr != nil {
+		return tc.KeyErr
+	}
+	return tc.DeadlineErr
 }
 
 // ParseToolCall decodes and validates tools/call params, which must be
 // valid JSON, as jsonrpc.Decode leaves a message's params: it checks what
-// a tools/call needs of them, not the JSON again. Its errors are JSON-RPC
-// invalid-params errors, ready for the wire.
+// a tools/call needs of them, not the JSON again, a key and a deadline in
+// _meta included (MetaErr). Its errors are JSON-RPC invalid-params errors,
+// ready for the wire.
 func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 	tc := new(ToolCall)
 	if err := tc.Parse(params); err != nil {
+		return nil, err
+	}
+	if err := tc.MetaErr(); err != nil {
 		return nil, err
 	}
 	return tc, nil
 }
 
 // Parse is ParseToolCall into tc, for a caller that keeps the call in a
-// struct of its own. On an error tc is left part filled.
+// struct of its own, but for the _meta key and deadline: it leaves their
+// errors in tc (KeyErr, DeadlineErr). On an error tc is left part filled.
 func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if len(params) == 0 || params[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
@@ -102,11 +122,11 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if tc.Meta != nil {
 		key, err := clientKey(tc.Meta)
 		if err != nil {
-			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.KeyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
 		if tc.Deadline, err = clientDeadline(tc.Meta); err != nil {
-			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.TasksExtension = declaresTasks(tc.Meta)
 	}

@@ -361,6 +361,13 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
 }
 
+// refuse answers the call with e: it was not sent, nor recorded.
+func (c *clientCall) refuse(e *jsonrpc.Error) {
+	if err := c.Reply(intercept.Answer{Error: e.Object()}); err != nil {
+		c.s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+	}
+}
+
 // An answerWriter is a Conn that learns when an answer reached the client,
 // later than the write (streamhttp.ServerSession, whose streams hold it
 // until the client reads it): WriteAnswer calls written then.
@@ -969,6 +976,13 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 
 func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
+	// A client key that cannot be read refuses the call, but a read-only
+	// tool's, whose calls are never matched by key: taken for a call
+	// without one, it would go unrecorded to a tool matched by key only.
+	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
+		c.refuse(call.KeyErr)
+		return
+	}
 	// Read-only tools, and calls without a client key to a tool whose
 	// calls are matched by key only, are not recorded.
 	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
@@ -983,6 +997,11 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params})
 		c.mu.Unlock()
 		c.finish()
+		return
+	}
+	// Anything else the proxy sends itself, within the client's deadline.
+	if call.DeadlineErr != nil {
+		c.refuse(call.DeadlineErr)
 		return
 	}
 	c.req = intercept.Request{

@@ -815,6 +815,53 @@ func TestUnrecordedCancelReachesTheUpstream(t *testing.T) {
 	}
 }
 
+// TestReadOnlyCallsReadNoKey: a key or a deadline in _meta that cannot be
+// read refuses a call the proxy records or sends itself, but not a
+// read-only tool's call passed upstream as it came, which uses neither,
+// as it would run without the proxy.
+func TestReadOnlyCallsReadNoKey(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+		p := policy.FromAnnotations(ann)
+		switch tool {
+		case "quote":
+			p.Retry = &policy.RetryRule{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}
+		case "stamp":
+			p.Scope = policy.ScopeKey
+		}
+		return p
+	}
+	r := newRigOptions(t, 0, Options{Interceptor: in, Resolve: resolve})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[`+
+		`{"name":"echo","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},`+
+		`{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},`+
+		`{"name":"stamp","inputSchema":{"type":"object"}},`+
+		`{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+
+	for i, meta := range []string{`{"idempotencyKey":12345}`, `{"mcp-idempotent/key":""}`, `{"mcp-idempotent/deadline_ms":"soon"}`} {
+		call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":%s}}`, 10+i, meta)
+		r.client.send(t, call)
+		if got := r.upstream.next(t, "upstream"); got != call {
+			t.Errorf("a read-only call with _meta %s reached the upstream as %s; want it as it came", meta, got)
+		}
+	}
+	for _, tc := range []struct{ tool, meta string }{
+		{"charge_card", `{"idempotencyKey":12345}`},
+		{"charge_card", `{"mcp-idempotent/deadline_ms":"soon"}`},
+		{"stamp", `{"mcp-idempotent/key":""}`},
+		{"quote", `{"mcp-idempotent/deadline_ms":0}`},
+	} {
+		r.client.send(t, `{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"`+tc.tool+`","arguments":{},"_meta":`+tc.meta+`}}`)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":20,`) || !strings.Contains(got, `"code":-32602`) {
+			t.Errorf("%s with _meta %s got %s; want -32602", tc.tool, tc.meta, got)
+		}
+	}
+	r.upstream.nothingMore(t, "refused calls are not sent")
+}
+
 // TestReservedIDsHoweverSpelled: a client request whose id the upstream
 // reads as one of the proxy's own is refused, spelled with an escape or
 // inside a batch, so no answer to it can be taken for the proxy's.
