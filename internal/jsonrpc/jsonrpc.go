@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Standard JSON-RPC 2.0 error codes.
@@ -56,21 +57,27 @@ func CheckRequest(m *Message) string {
 		}
 	}
 	if m.ID != nil && !ValidID(m.ID) {
+		if m.ID[0] == '"' {
+			return "request id is a string that is not UTF-8"
+		}
 		return fmt.Sprintf("request id %s is not a string or an integer", truncate(string(m.ID), 40))
 	}
 	return ""
 }
 
 // ValidID reports whether id may be a request's id in MCP: a string or an
-// integer. MCP allows no null id, and a fractional one may come back from
-// a server rounded, matching no request. A number spelled with an integer
+// integer, a string being UTF-8 as JSON requires. MCP allows no null id,
+// and a fractional one may come back from a server rounded, matching no
+// request. A number spelled with an integer
 // value, such as 1.0, is allowed: IDKey matches it.
 func ValidID(id json.RawMessage) bool {
 	switch {
 	case len(id) == 0:
 		return false
 	case id[0] == '"':
-		return true
+		// A server that decodes it turns invalid UTF-8 into U+FFFD and
+		// answers under another id than the one the client sent.
+		return utf8.Valid(id)
 	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
 		for _, c := range id {
 			if c == '.' || c == 'e' || c == 'E' {

@@ -593,6 +593,8 @@ func TestCheckRequest(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":true,"method":"ping"}`, "not a string or an integer"},
 		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, "not a string or an integer"},
 		{`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, "1.5 is not a string or an integer"},
+		{"{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"method\":\"ping\"}", "a string that is not UTF-8"},
+		{`{"jsonrpc":"2.0","id":"\ud800","method":"ping"}`, ""}, // an escape: the server reads what it wrote
 	} {
 		m, err := Decode([]byte(tt.frame))
 		if err != nil {
