@@ -391,7 +391,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 	}
 	if f.restarts > 0 && child != nil {
 		opts.Restart = func(context.Context) (proxy.Conn, error) {
-			stopChild(child) // reap the one that exited
+			stopChild(ctx, child) // reap the one that exited
 			next, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
 			if err != nil {
 				return nil, err
@@ -411,20 +411,28 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		case <-child.Done():
 		case <-time.After(2 * time.Second):
 		}
-		stopChild(child)
+		stopChild(ctx, child)
 		if errors.Is(runErr, proxy.ErrCrashLoop) {
 			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
 		}
 		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", upstreamID, exitStatus(child))
 	}
-	stopChild(child)
+	stopChild(ctx, child)
 	return runErr
 }
 
-func stopChild(child *stdio.Child) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// stopChild stops the upstream (stdio.Child.Stop) with 2 s between its
+// steps, or 250 ms when the proxy was told to stop (ctx is done: SIGTERM,
+// SIGINT), so that the upstream is stopped before whoever sent the signal
+// gives up waiting and kills the proxy.
+func stopChild(ctx context.Context, child *stdio.Child) {
+	grace := 2 * time.Second
+	if ctx.Err() != nil {
+		grace = 250 * time.Millisecond
+	}
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = child.Stop(ctx, 2*time.Second)
+	_ = child.Stop(stop, grace)
 }
 
 func exitStatus(child *stdio.Child) string {

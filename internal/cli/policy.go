@@ -166,7 +166,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 	if err != nil {
 		return nil, err
 	}
-	defer stopChild(child)
+	defer stopChild(ctx, child)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 

@@ -560,6 +560,14 @@ pump:
 	case <-settled:
 	case <-deadline.C:
 		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
+	case <-ctx.Done():
+		// Told to stop (SIGTERM, SIGINT): no grace. What is under way
+		// is answered below, as at the end of the grace.
+		select {
+		case <-settled:
+		default:
+			s.log.Warn("told to stop; calls still under way are answered now")
+		}
 	case <-upstreamDone:
 		s.upstreamGone(s.current())
 		s.endCalls()
@@ -576,12 +584,16 @@ pump:
 	select {
 	case <-upstreamDone:
 		s.upstreamGone(s.current())
+		s.endCalls()
+		return nil
 	case <-time.After(drainWait):
 		s.log.Debug("the upstream is still open after the end of input", "waited", drainWait)
-		// Whoever still waits is answered before the upstream is
-		// stopped: no request is left without an answer.
-		s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
+	case <-ctx.Done():
+		// Told to stop: no more relaying either.
 	}
+	// Whoever still waits is answered before the upstream is stopped: no
+	// request is left without an answer.
+	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
 	s.endCalls()
 	return nil
 }

@@ -135,11 +135,21 @@ func newRigWith(t *testing.T, maxFrame int, in *intercept.Interceptor) *rig {
 // with the rig's actor, scope, upstream and grace.
 func newRigOptions(t *testing.T, maxFrame int, opts Options) *rig {
 	t.Helper()
+	return newRigRunning(t, context.Background(), maxFrame, opts)
+}
+
+// newRigRunning is newRigOptions with the session run under ctx; its
+// ShutdownGrace is a second unless opts sets one.
+func newRigRunning(t *testing.T, ctx context.Context, maxFrame int, opts Options) *rig {
+	t.Helper()
 	cr, cw := io.Pipe() // client -> proxy
 	pr, pw := io.Pipe() // proxy -> client
 	ur, uw := io.Pipe() // upstream -> proxy
 	qr, qw := io.Pipe() // proxy -> upstream
-	opts.Actor, opts.Scope, opts.UpstreamID, opts.ShutdownGrace = "alice", "session:test", "stdio:test", time.Second
+	opts.Actor, opts.Scope, opts.UpstreamID = "alice", "session:test", "stdio:test"
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = time.Second
+	}
 	s := New(stdio.NewConn(cr, pw, maxFrame), stdio.NewConn(ur, qw, maxFrame), opts)
 	r := &rig{
 		client:    newPeer(stdio.NewConn(pr, cw, 0)),
@@ -149,7 +159,7 @@ func newRigOptions(t *testing.T, maxFrame int, opts Options) *rig {
 		stopped:   make(chan struct{}),
 	}
 	go func() {
-		r.err = s.Run(context.Background())
+		r.err = s.Run(ctx)
 		pw.Close()
 		qw.Close()
 		close(r.stopped)
@@ -860,6 +870,22 @@ func TestReadOnlyCallsReadNoKey(t *testing.T) {
 		}
 	}
 	r.upstream.nothingMore(t, "refused calls are not sent")
+}
+
+// TestToldToStop: a session whose context ends (the proxy got SIGTERM or
+// SIGINT) keeps no grace for calls under way: the call sent is answered
+// as outcome unknown at once, not after the grace, and the session ends.
+func TestToldToStop(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	r := newRigRunning(t, ctx, 0, Options{Interceptor: in, ShutdownGrace: time.Minute})
+	r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	stop()
+	// Within next's few seconds, where the grace is a minute.
+	if got := r.client.next(t, "client"); !strings.Contains(got, "Outcome unknown") {
+		t.Fatalf("the call got %s; want outcome unknown", got)
+	}
+	r.wait(t)
 }
 
 // TestReservedIDsHoweverSpelled: a client request whose id the upstream

@@ -29,6 +29,7 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = stderr
+	cmd.SysProcAttr = childAttr()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

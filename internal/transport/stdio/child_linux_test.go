@@ -1,0 +1,71 @@
+package stdio
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestChildDiesWithTheProxy: a proxy killed outright (SIGKILL, which it
+// cannot handle) leaves no upstream running. The test binary runs itself
+// as the proxy, which starts a child and prints its pid; the test kills
+// that proxy and waits for the child to go.
+func TestChildDiesWithTheProxy(t *testing.T) {
+	if os.Getenv("STDIO_TEST_PARENT") == "1" {
+		c, err := Start([]string{"sleep", "60"}, os.Stderr, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString(strconv.Itoa(c.Pid()) + "\n")
+		time.Sleep(time.Minute)
+		return
+	}
+	parent := exec.Command(os.Args[0], "-test.run", "^TestChildDiesWithTheProxy$")
+	parent.Env = append(os.Environ(), "STDIO_TEST_PARENT=1")
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		parent.Process.Kill()
+		t.Fatalf("reading the child's pid: %v", err)
+	}
+	pid, err := strconv.Atoi(line[:len(line)-1])
+	if err != nil {
+		t.Fatalf("child pid %q: %v", line, err)
+	}
+	parent.Process.Kill()
+	parent.Wait()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// The child is reparented, and reaped once it exits by whatever
+		// runs as init, which may be slow to, or never do it.
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH || zombie(pid) {
+			return
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the upstream (pid %d) still runs after its proxy was killed", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// zombie reports whether process pid has exited and waits to be reaped.
+func zombie(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
