@@ -796,8 +796,17 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 		}
 	}
-	settled := in.settle(req.bg, req, rec.ID, c)
-	if settled == nil {
+	settled, err := in.change(req.bg, req, rec.ID, c)
+	if errors.Is(err, record.ErrConflict) {
+		// Settled otherwise while this send ran: this process's lease
+		// lapsed and another took the execution over. The caller gets
+		// what the record says, as any caller now would.
+		in.log.Warn("the store holds another outcome for this execution; answering from it", "execution", rec.ID, "state", c.To, "err", err)
+		in.answerFromRecord(ctx, req, rec.ID)
+		return
+	}
+	if err != nil {
+		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
 			rec.ID, rec.Tool))
@@ -808,6 +817,22 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 		return
 	}
 	in.answer(ctx, req, settled, m)
+}
+
+// answerFromRecord answers req's caller with what the store holds for
+// execution id: its stored outcome once settled, after waiting for it
+// while it is in flight.
+func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id string) {
+	cur, err := in.store.Get(req.bg, id)
+	switch {
+	case err != nil:
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s ran, and its record could not be read: %v; calling again attaches to it", id, err))
+	case cur.State.Settled():
+		in.answer(ctx, req, cur, replayed)
+	default:
+		go in.attach(ctx, cur, req)
+	}
 }
 
 // recordLater keeps trying to record c, the outcome of execution id that

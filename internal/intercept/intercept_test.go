@@ -256,6 +256,33 @@ func TestToolErrorResultIsReplayed(t *testing.T) {
 	}
 }
 
+// TestTakenOverWhileSent: when the store already holds another outcome
+// for an execution as its send comes back (this process's lease lapsed,
+// and another process took it over, sent it again and settled it), the
+// caller gets the stored outcome, not an error saying it will be recorded.
+func TestTakenOverWhileSent(t *testing.T) {
+	var h *harness
+	h = newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		// Meanwhile, in another process:
+		id := h.store.Records()[0].ID
+		for _, c := range []record.Change{
+			{To: record.Unknown, Note: "taken over"},
+			{To: record.Dispatched},
+			{To: record.Completed, Result: json.RawMessage(`{"content":[{"type":"text","text":"charge #B"}]}`)},
+			{To: record.Delivered},
+		} {
+			if _, err := h.store.Update(ctx, id, c); err != nil {
+				return nil, err
+			}
+		}
+		return charged(ctx, n, p)
+	})
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !v.Meta.Replayed || v.Content[0].Text != "charge #B" {
+		t.Fatalf("the first caller got %+v; want the stored outcome, replayed", v)
+	}
+}
+
 func TestUpstreamErrorFailsAndRunsAgain(t *testing.T) {
 	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
 		if n == 1 {
