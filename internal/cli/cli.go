@@ -334,7 +334,33 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	leases, stopLeases := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopLeases)
 	go in.KeepLeases(leases)
+	// Run before the leases stop and the store closes: outcomes a store
+	// refused while it was down are still being recorded, and leaving
+	// would lose them.
+	w.closers = append(w.closers, func() { waitForOutcomes(ctx, in, log) })
 	return w, nil
+}
+
+// outcomeWait bounds how long the proxy waits, as it exits, for outcomes
+// a store refused to be recorded.
+const outcomeWait = 30 * time.Second
+
+// waitForOutcomes waits, within outcomeWait or until ctx is done (a
+// signal), for what in still has under way: after the sessions end, the
+// outcomes a store refused, which in keeps trying to record.
+func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.Logger) {
+	quick, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := in.Wait(quick)
+	cancel()
+	if err == nil {
+		return
+	}
+	log.Warn("waiting for the store to record outcomes it refused before exiting", "at_most", outcomeWait)
+	wait, cancel := context.WithTimeout(ctx, outcomeWait)
+	defer cancel()
+	if err := in.Wait(wait); err != nil {
+		log.Error("exiting with outcomes not recorded: their executions stay in flight until their leases lapse, then are unknown", "err", err)
+	}
 }
 
 // session runs one client session: it starts the upstream (a child

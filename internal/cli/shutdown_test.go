@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// downStore is a store whose updates fail while down is set, as one that
+// cannot be reached.
+type downStore struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errors.New("store unreachable")
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// storeGoesDown answers a call, taking the store down before it does.
+type storeGoesDown struct{ s *downStore }
+
+func (u storeGoesDown) Send(_ context.Context, _ string, _ json.RawMessage, done func(json.RawMessage, error)) {
+	u.s.down.Store(true)
+	done(json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`), nil)
+}
+
+type discard struct{}
+
+func (discard) Reply(intercept.Answer) error { return nil }
+
+// TestExitWaitsForOutcomes: a proxy whose store refused a call's outcome
+// while it was down does not exit, and lose it, while it still tries to
+// record it: it waits for the store to take it.
+func TestExitWaitsForOutcomes(t *testing.T) {
+	store := &downStore{Store: memstore.New(memstore.Options{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	call, perr := intercept.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	pol := policy.FromAnnotations(nil)
+	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: storeGoesDown{store}, Reply: discard{}})
+
+	exited := make(chan struct{})
+	go func() {
+		waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		close(exited)
+	}()
+	select {
+	case <-exited:
+		t.Fatal("the proxy exited while an outcome was still to be recorded")
+	case <-time.After(300 * time.Millisecond):
+	}
+	store.down.Store(false)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not exit once the store took the outcome")
+	}
+	if recs := store.Records(); len(recs) != 1 || recs[0].State != record.Completed {
+		t.Fatalf("records %+v; want the execution completed", recs)
+	}
+}
