@@ -391,17 +391,22 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))
 	default:
-		if in.info {
-			in.log.Info("attached to an existing execution", "execution", rec.ID, "state", rec.State,
-				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
-		}
+		// One line for each decision; an unknown outcome's is unknown's.
 		switch {
 		case rec.State == record.Unknown:
 			in.unknown(ctx, rec, req)
 		case rec.State.Settled():
+			if in.info {
+				in.log.Info("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
+					"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+			}
 			in.obs.Decision(call.Name, pol.Class, "replayed")
 			in.answer(ctx, req, rec, replayed)
 		default:
+			if in.info {
+				in.log.Info("attached to an execution under way", "execution", rec.ID, "state", rec.State,
+					"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+			}
 			in.obs.Decision(call.Name, pol.Class, "attached")
 			go in.attach(ctx, rec, req)
 		}

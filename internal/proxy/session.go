@@ -879,6 +879,12 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
 		return
 	}
+	if len(msgs) == 0 {
+		// JSON-RPC 2.0: an empty array is an invalid request, answered
+		// with one error.
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: an empty batch is not a request")))
+		return
+	}
 	for _, m := range msgs {
 		var why string
 		if m.Method != "" {
@@ -934,9 +940,13 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
 			errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
 		}
 	}
-	if len(errs) > 0 {
-		s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+	if len(errs) == 0 {
+		// Notifications only: JSON-RPC answers none, so the log says why
+		// they went nowhere.
+		s.log.Warn("dropped a batch of notifications", "why", why)
+		return
 	}
+	s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
 }
 
 // startToolCall validates a tools/call and starts it. When the tool's

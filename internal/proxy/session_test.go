@@ -888,6 +888,20 @@ func TestToldToStop(t *testing.T) {
 	r.wait(t)
 }
 
+// TestEmptyBatch: an empty array is an invalid request (JSON-RPC 2.0),
+// answered with one error and not passed on.
+func TestEmptyBatch(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `[]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null`) || !strings.Contains(got, `"code":-32600`) {
+		t.Fatalf("an empty batch got %s; want one -32600 under a null id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":1,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want only the ping after it", got)
+	}
+}
+
 // TestReservedIDsHoweverSpelled: a client request whose id the upstream
 // reads as one of the proxy's own is refused, spelled with an escape or
 // inside a batch, so no answer to it can be taken for the proxy's.

@@ -383,7 +383,7 @@ func TestServeTypeScriptClient(t *testing.T) {
 	stdin.Close()
 	// serve has seen the client give up (notifications/cancelled), and the
 	// first retry has attached to the charge the upstream still holds.
-	for _, line := range []string{"client cancelled a tools/call; detaching it", `msg="attached to an existing execution"`} {
+	for _, line := range []string{"client cancelled a tools/call; detaching it", `msg="attached to an execution under way"`} {
 		if err := s.stderr.waitFor(ctx, line); err != nil {
 			t.Fatal(err)
 		}
@@ -1201,7 +1201,7 @@ func TestServeStatelessDropAndRetry(t *testing.T) {
 		res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
 		retry <- result{res, err}
 	}()
-	if err := s.stderr.waitFor(ctx, `msg="attached to an existing execution"`); err != nil {
+	if err := s.stderr.waitFor(ctx, `msg="attached to an execution under way"`); err != nil {
 		t.Fatal(err)
 	}
 	open()
