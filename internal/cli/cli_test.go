@@ -122,6 +122,25 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestUnopenableFiles: a file or a store a flag names that cannot be
+// opened stops the proxy with a message naming the flag (exit status 1).
+func TestUnopenableFiles(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--policy", "/nonexistent/policy.yaml", "--", "/bin/cat"}, "--policy"},
+		{[]string{"--journal", "/nonexistent/journal", "--", "/bin/cat"}, "--journal"},
+		{[]string{"--store", "sqlite:/nonexistent/dir/x.db", "--", "/bin/cat"}, "--store"},
+		{[]string{"--store", "redis://127.0.0.1:1/abc", "--", "/bin/cat"}, "--store"},
+	} {
+		_, _, err := run(t, tt.args...)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.flag+": ") || ExitCode(err) != 1 {
+			t.Errorf("Run(%q) = %v (exit %d); want an error naming %s, exit 1", tt.args, err, ExitCode(err), tt.flag)
+		}
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	if code := ExitCode(errors.New("upstream failed")); code != 1 {
 		t.Errorf("ExitCode of a plain error = %d, want 1", code)

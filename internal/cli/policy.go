@@ -143,7 +143,7 @@ func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
 	if path != "" {
 		var err error
 		if file, err = policy.Load(path); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("--policy: %w", err)
 		}
 	}
 	switch policy.Scope(scope) {

@@ -72,7 +72,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store,
 		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://..., rediss://... or postgres://...", redact(url))
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening the store %s: %w", redact(url), err)
+		return nil, nil, fmt.Errorf("--store: opening %s: %w", redact(url), err)
 	}
 	return s, s, nil
 }
