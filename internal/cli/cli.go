@@ -301,7 +301,9 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if durable != nil {
 		w.closers = append(w.closers, func() { durable.Close() })
 	}
-	hasher, err := newHasher(ctx, durable)
+	secretCtx, stopSecret := context.WithCancel(ctx)
+	w.closers = append(w.closers, stopSecret)
+	hasher, err := newHasher(secretCtx, durable, log)
 	if err != nil {
 		return nil, err
 	}
@@ -349,13 +351,16 @@ const outcomeWait = 30 * time.Second
 // signal), for what in still has under way: after the sessions end, the
 // outcomes a store refused, which in keeps trying to record.
 func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.Logger) {
-	quick, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	// Most often there is nothing left: no line for it, signal or not.
+	quick, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	err := in.Wait(quick)
 	cancel()
 	if err == nil {
 		return
 	}
-	log.Warn("waiting for the store to record outcomes it refused before exiting", "at_most", outcomeWait)
+	if ctx.Err() == nil {
+		log.Warn("waiting for the store to record outcomes it refused before exiting", "at_most", outcomeWait)
+	}
 	wait, cancel := context.WithTimeout(ctx, outcomeWait)
 	defer cancel()
 	if err := in.Wait(wait); err != nil {
@@ -477,7 +482,13 @@ func exitStatus(child *stdio.Child) string {
 // secret a durable store keeps, which every proxy sharing it agrees on;
 // else with a random secret for this process: the memory store forgets
 // everything at exit, so nothing needs the secret to outlive the process.
-func newHasher(ctx context.Context, durable durableStore) (*fingerprint.Hasher, error) {
+// newHasher returns the fingerprint Hasher: keyed by MCP_IDEMPOTENT_SECRET,
+// else by the secret the durable store keeps, else by a random one. A
+// store that cannot give its secret at start (it cannot be reached) gives
+// a Pending Hasher, which gets it once the store answers: side effects
+// fail closed meanwhile, and read-only calls, which need no fingerprint,
+// pass (DESIGN section 8).
+func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
 	if s := os.Getenv("MCP_IDEMPOTENT_SECRET"); s != "" {
 		h, err := fingerprint.New([]byte(s))
 		if err != nil {
@@ -489,11 +500,36 @@ func newHasher(ctx context.Context, durable durableStore) (*fingerprint.Hasher, 
 		return fingerprint.NewRandom(), nil
 	}
 	secret, err := durable.Secret(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the fingerprint secret from the store: %w", err)
+	if err == nil {
+		return fingerprint.New(secret)
 	}
-	return fingerprint.New(secret)
+	log.Warn("the fingerprint secret could not be read from the store; side-effecting calls fail until it can", "err", err)
+	h := fingerprint.Pending()
+	go func() {
+		for wait := time.Second; ; wait = min(2*wait, secretRetryMax) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			secret, err := durable.Secret(ctx)
+			if err != nil {
+				continue
+			}
+			if err := h.SetSecret(secret); err != nil {
+				log.Error("the store's fingerprint secret cannot be used; side-effecting calls keep failing", "err", err)
+				return
+			}
+			log.Info("read the fingerprint secret from the store; side-effecting calls run again")
+			return
+		}
+	}()
+	return h, nil
 }
+
+// secretRetryMax bounds the wait between two tries to read the secret
+// from a store that could not be reached.
+const secretRetryMax = 30 * time.Second
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

@@ -103,7 +103,9 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 		cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String(), "query": u.RawQuery})
 		ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
 		if err != nil {
-			return nil, "", err
+			// Its identity is keyed by the secret, which a store that
+			// could not be reached has not given yet.
+			return nil, "", fmt.Errorf("the upstream's identity, keyed by its credentials: %w", err)
 		}
 		id += " credential:" + ref[:16]
 	}

@@ -40,7 +40,7 @@ func jcsWhole(a Action) ([]byte, error) {
 
 var (
 	fuzzKey    = []byte("a fixed secret for the fuzz tests")
-	fuzzHasher = keyed(fuzzKey)
+	fuzzHasher = withKey(fuzzKey)
 )
 
 // FuzzCanonical checks that Canonical, which writes the record's own

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -49,16 +50,46 @@ type Action struct {
 // A Hasher computes fingerprints under one secret. It is safe for concurrent
 // use.
 type Hasher struct {
-	key  []byte
-	macs sync.Pool // of *macState: HMACs under key, reset before use
-	bufs sync.Pool // of *[]byte: buffers for the canonical form
+	key   []byte      // written once, before keyed is set
+	keyed atomic.Bool // key is set: a Pending Hasher has none yet
+	macs  sync.Pool   // of *macState: HMACs under key, reset before use
+	bufs  sync.Pool   // of *[]byte: buffers for the canonical form
 }
 
-func keyed(key []byte) *Hasher {
-	h := &Hasher{key: key}
+func withKey(key []byte) *Hasher {
+	h := Pending()
+	h.key = key
+	h.keyed.Store(true)
+	return h
+}
+
+// Pending returns a Hasher without a secret yet: its Sum fails with
+// ErrNoSecret until SetSecret gives it one. A proxy whose secret is kept
+// by a store it cannot reach yet starts with one, so that what needs no
+// fingerprint (read-only calls) is served meanwhile.
+func Pending() *Hasher {
+	h := &Hasher{}
 	h.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, h.key)} }
 	h.bufs.New = func() any { return new([]byte) }
 	return h
+}
+
+// ErrNoSecret is Sum's error on a Pending Hasher not given its secret yet.
+var ErrNoSecret = errors.New("the fingerprint secret is not known yet")
+
+// SetSecret gives a Pending Hasher its secret, which must be at least
+// MinSecret bytes. A Hasher that has one keeps it: SetSecret then fails.
+// It is not safe to call it from two goroutines at once.
+func (h *Hasher) SetSecret(secret []byte) error {
+	if len(secret) < MinSecret {
+		return fmt.Errorf("fingerprint secret is %d bytes; it must be at least %d", len(secret), MinSecret)
+	}
+	if h.keyed.Load() || h.key != nil {
+		return errors.New("the fingerprint secret is set already")
+	}
+	h.key = append([]byte(nil), secret...)
+	h.keyed.Store(true)
+	return nil
 }
 
 // MinSecret is the shortest secret accepted, in bytes.
@@ -70,7 +101,7 @@ func New(secret []byte) (*Hasher, error) {
 	if len(secret) < MinSecret {
 		return nil, fmt.Errorf("fingerprint secret is %d bytes; it must be at least %d", len(secret), MinSecret)
 	}
-	return keyed(append([]byte(nil), secret...)), nil
+	return withKey(append([]byte(nil), secret...)), nil
 }
 
 // NewRandom returns a Hasher keyed by a fresh random secret: fingerprints
@@ -78,7 +109,7 @@ func New(secret []byte) (*Hasher, error) {
 func NewRandom() *Hasher {
 	key := make([]byte, 32)
 	rand.Read(key) // never fails (crypto/rand documents it)
-	return keyed(key)
+	return withKey(key)
 }
 
 // Canonical returns the RFC 8785 form of a's action record.
@@ -272,6 +303,9 @@ var ErrArguments = errors.New("arguments must be a JSON object")
 
 // Sum returns a's fingerprint as lowercase hex.
 func (h *Hasher) Sum(a Action) (string, error) {
+	if !h.keyed.Load() {
+		return "", ErrNoSecret
+	}
 	if args := bytes.TrimSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
 		return "", ErrArguments
 	}

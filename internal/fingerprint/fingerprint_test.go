@@ -470,3 +470,31 @@ func TestPlainASCII(t *testing.T) {
 		}
 	}
 }
+
+// TestPending: a Hasher without its secret yet refuses to fingerprint,
+// and once given it fingerprints as one made with it.
+func TestPending(t *testing.T) {
+	a := Action{Actor: "alice", Tool: "charge_card", Arguments: []byte(`{"amount":100}`)}
+	h := Pending()
+	if _, err := h.Sum(a); !errors.Is(err, ErrNoSecret) {
+		t.Fatalf("Sum before the secret = %v; want ErrNoSecret", err)
+	}
+	if err := h.SetSecret([]byte("short")); err == nil {
+		t.Fatal("SetSecret took a 5-byte secret")
+	}
+	secret := []byte("0123456789abcdef0123")
+	if err := h.SetSecret(secret); err != nil {
+		t.Fatal(err)
+	}
+	keyed, err := New(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := keyed.Sum(a)
+	if got, err := h.Sum(a); err != nil || got != want {
+		t.Fatalf("Sum after the secret = %q, %v; want %q, as a Hasher made with it", got, err, want)
+	}
+	if err := h.SetSecret([]byte("another secret, longer")); err == nil {
+		t.Fatal("SetSecret replaced a secret")
+	}
+}

@@ -299,6 +299,15 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		Arguments: args,
 		Extra:     extra(call),
 	})
+	if errors.Is(err, fingerprint.ErrNoSecret) {
+		// The durable store that keeps the secret could not be reached
+		// yet: fail closed, as without a reservation.
+		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)
+		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the record store is unavailable, so %s was not executed: the fingerprint secret it keeps could not be read yet", call.Name))
+		return
+	}
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 		return

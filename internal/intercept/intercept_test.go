@@ -283,6 +283,28 @@ func TestTakenOverWhileSent(t *testing.T) {
 	}
 }
 
+// TestNoSecretFailsClosed: without the fingerprint secret (a durable
+// store that keeps it could not be reached at start), a side effect is
+// refused as with the store down, and runs once the secret is known.
+func TestNoSecretFailsClosed(t *testing.T) {
+	h := newHarness(charged)
+	hasher := fingerprint.Pending()
+	h.in = New(Options{Store: h.store, Hasher: hasher})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Code != jsonrpc.CodeInternalError || !strings.Contains(e.Message, "store is unavailable") {
+		t.Fatalf("a call without the secret got %+v; want -32603 saying the store is unavailable", a)
+	}
+	if n := h.up.calls.Load(); n != 0 || len(h.store.Records()) != 0 {
+		t.Fatalf("%d sends, %d records; want none", n, len(h.store.Records()))
+	}
+	if err := hasher.SetSecret([]byte("0123456789abcdef0123")); err != nil {
+		t.Fatal(err)
+	}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("once the secret is known the call got %+v; want it run", v)
+	}
+}
+
 func TestUpstreamErrorFailsAndRunsAgain(t *testing.T) {
 	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
 		if n == 1 {

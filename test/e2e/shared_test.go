@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,6 +244,50 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	res := charge(t, ctx, p, "4242", 3)
 	if !strings.Contains(firstText(res), "charge #2") {
 		t.Fatalf("after the store came back the call got %q; want it to run", firstText(res))
+	}
+}
+
+// TestStoreDownAtStart: a proxy whose store cannot be reached as it
+// starts, and so cannot read the fingerprint secret the store keeps,
+// serves what needs no fingerprint (a read-only tool), refuses side
+// effects, and runs them once the store is up.
+func TestStoreDownAtStart(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	port := freePort(t)
+	ctx := testContext(t)
+	cmd := proxiedWith(t, []string{"--store", "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"}, chargeServer()...)
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "MCP_IDEMPOTENT_SECRET=") })
+	p := connect(t, ctx, cmd)
+	if n := executions(t, ctx, p); n != 0 {
+		t.Fatalf("the read-only count answered %d; want 0", n)
+	}
+	_, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 1)})
+	if err == nil || !strings.Contains(err.Error(), "store is unavailable") || !strings.Contains(err.Error(), "was not executed") {
+		t.Fatalf("a side effect before the store is up got %v; want a JSON-RPC error saying the store is unavailable", err)
+	}
+
+	privateRedis(t, port)
+	for {
+		res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 2)})
+		if err == nil {
+			if !strings.Contains(firstText(res), "charge #1") {
+				t.Fatalf("once the store was up the call got %q; want the first charge", firstText(res))
+			}
+			break
+		}
+		if !strings.Contains(err.Error(), "store is unavailable") {
+			t.Fatalf("waiting for the store: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("side effects still refused after the store came up")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if n := executions(t, ctx, p); n != 1 {
+		t.Fatalf("the read-only count answered %d; want 1 (the refused call never ran)", n)
 	}
 }
 
