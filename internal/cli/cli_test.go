@@ -85,6 +85,9 @@ func TestUsageErrors(t *testing.T) {
 		// records and key with another's.
 		{"redis prefix with a semicolon", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant;B:", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
 		{"postgres schema with a semicolon", []string{"--store", "postgres://127.0.0.1:1/db?schema=a;b", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
+		{"empty redis prefix", []string{"--store", "redis://127.0.0.1:1/0?prefix=", "--", "/bin/cat"}, []string{"--store", "prefix= is empty"}},
+		{"empty postgres schema", []string{"--store", "postgres://127.0.0.1:1/db?schema=", "--", "/bin/cat"}, []string{"--store", "schema= is empty"}},
+		{"postgres schema too long", []string{"--store", "postgres://127.0.0.1:1/db?schema=" + strings.Repeat("s", 64), "--", "/bin/cat"}, []string{"--store", "64 bytes", "63"}},
 		{"bad metrics address", []string{"--metrics", "bogus", "--", "/bin/cat"}, []string{"--metrics", `"bogus"`}},
 		{"metrics port out of range", []string{"--metrics", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--metrics", "99999"}},
 		{"sqlite store without a path", []string{"--store", "sqlite:", "--", "/bin/cat"}, []string{"--store", "no database path"}},

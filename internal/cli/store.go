@@ -67,6 +67,11 @@ func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store,
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
+		if len(schema) > maxIdentifier {
+			// PostgreSQL would cut it short, to a name another
+			// deployment's may share.
+			return nil, nil, usagef("--store: schema= is %d bytes long; PostgreSQL names are at most %d", len(schema), maxIdentifier)
+		}
 		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema, Logger: log})
 	default:
 		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://..., rediss://... or postgres://...", redact(url))
@@ -108,7 +113,14 @@ func cutParam(rawURL, name string) (string, string, error) {
 		return "", "", fmt.Errorf("the query of %q is not NAME=VALUE pairs joined by &: %v (write a ; in a value as %%3B)", redact(rawURL), err)
 	}
 	v := q.Get(name)
+	if q.Has(name) && v == "" {
+		// Left empty, it would mean the default: another deployment's.
+		return "", "", fmt.Errorf("%s= is empty; leave it out for the default", name)
+	}
 	q.Del(name)
 	u.RawQuery = q.Encode()
 	return u.String(), v, nil
 }
+
+// maxIdentifier is the longest name PostgreSQL keeps whole (NAMEDATALEN-1).
+const maxIdentifier = 63

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -109,6 +110,10 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	name, ok := jsonrpc.StringValue(nameRaw)
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
+	}
+	if !utf8.ValidString(name) {
+		// Fingerprinted as U+FFFD, two such names would be one tool.
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name is not UTF-8")
 	}
 	tc.Name = name
 	if args := tc.Arguments; args != nil && args[0] != '{' {
