@@ -111,8 +111,8 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
-	if !utf8.ValidString(name) {
-		// Fingerprinted as U+FFFD, two such names would be one tool.
+	if !utf8.Valid(nameRaw) {
+		// Read as U+FFFD, two such names would be one tool.
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name is not UTF-8")
 	}
 	tc.Name = name
