@@ -249,6 +249,13 @@ func printRecord(w io.Writer, r *record.Record) {
 	if !r.ExpiresAt.IsZero() {
 		fmt.Fprintf(tw, "replays until\t%s\n", r.ExpiresAt.Local().Format(time.RFC3339))
 	}
+	if r.State.InFlight() && !r.LeaseUntil.IsZero() {
+		lapsed := ""
+		if r.Orphaned(time.Now()) {
+			lapsed = " (lapsed: its owner stopped renewing it; the next call of it settles it)"
+		}
+		fmt.Fprintf(tw, "lease until\t%s%s\n", r.LeaseUntil.Local().Format(time.RFC3339), lapsed)
+	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nhistory:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
