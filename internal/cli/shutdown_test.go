@@ -3,10 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,27 +13,14 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 )
 
-// downStore is a store whose updates fail while down is set, as one that
-// cannot be reached.
-type downStore struct {
-	*memstore.Store
-	down atomic.Bool
-}
-
-func (s *downStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	if s.down.Load() {
-		return nil, errors.New("store unreachable")
-	}
-	return s.Store.Update(ctx, id, c)
-}
-
 // storeGoesDown answers a call, taking the store down before it does.
-type storeGoesDown struct{ s *downStore }
+type storeGoesDown struct{ s *recordtest.UpdatesDown }
 
 func (u storeGoesDown) Send(_ context.Context, _ string, _ json.RawMessage, done func(json.RawMessage, error)) {
-	u.s.down.Store(true)
+	u.s.Down.Store(true)
 	done(json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`), nil)
 }
 
@@ -47,7 +32,8 @@ func (discard) Reply(intercept.Answer) error { return nil }
 // while it was down does not exit, and lose it, while it still tries to
 // record it: it waits for the store to take it.
 func TestExitWaitsForOutcomes(t *testing.T) {
-	store := &downStore{Store: memstore.New(memstore.Options{})}
+	mem := memstore.New(memstore.Options{})
+	store := &recordtest.UpdatesDown{Store: mem}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
 	call, perr := intercept.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
 	if perr != nil {
@@ -67,13 +53,13 @@ func TestExitWaitsForOutcomes(t *testing.T) {
 		t.Fatal("the proxy exited while an outcome was still to be recorded")
 	case <-time.After(300 * time.Millisecond):
 	}
-	store.down.Store(false)
+	store.Down.Store(false)
 	select {
 	case <-exited:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the proxy did not exit once the store took the outcome")
 	}
-	if recs := store.Records(); len(recs) != 1 || recs[0].State != record.Completed {
+	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Completed {
 		t.Fatalf("records %+v; want the execution completed", recs)
 	}
 }

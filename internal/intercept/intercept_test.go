@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -673,20 +674,6 @@ func TestDeliveredWhenWritten(t *testing.T) {
 	}
 }
 
-// updatesDown is a memory store that refuses every update while down is
-// set, like a store that went away after the reservation.
-type updatesDown struct {
-	*memstore.Store
-	down atomic.Bool
-}
-
-func (s *updatesDown) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	if s.down.Load() {
-		return nil, errors.New("connection refused")
-	}
-	return s.Store.Update(ctx, id, c)
-}
-
 // TestOutcomeRecordedWhenTheStoreIsBack: an outcome the store refused to
 // record is recorded once the store takes it again: the execution does
 // not stay in flight, and calling again replays it instead of waiting on
@@ -694,15 +681,15 @@ func (s *updatesDown) Update(ctx context.Context, id string, c record.Change) (*
 func TestOutcomeRecordedWhenTheStoreIsBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(charged)
-		store := &updatesDown{Store: h.store}
+		store := &recordtest.UpdatesDown{Store: h.store}
 		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
-		store.down.Store(true)
+		store.Down.Store(true)
 		a := h.call(t.Context(), t, chargeCall).only(t)
 		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "ran, but its outcome could not be recorded yet") {
 			t.Fatalf("got %+v; want an error saying the call ran and its outcome is not recorded yet", a)
 		}
 		time.Sleep(time.Second) // the store stays down a while
-		store.down.Store(false)
+		store.Down.Store(false)
 		if err := h.in.Wait(t.Context()); err != nil {
 			t.Fatal(err)
 		}
