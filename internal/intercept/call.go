@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -111,9 +112,11 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
-	if !utf8.Valid(nameRaw) {
-		// Read as U+FFFD, two such names would be one tool.
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name is not UTF-8")
+	if !utf8.Valid(nameRaw) || strings.ContainsRune(name, utf8.RuneError) {
+		// Invalid UTF-8 and lone surrogates (\ud800) decode as U+FFFD,
+		// so two such names would be one tool here, and two to a server
+		// that keeps them apart. U+FFFD itself names no tool anyone made.
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name is not UTF-8 (or holds a lone surrogate or U+FFFD)")
 	}
 	tc.Name = name
 	if args := tc.Arguments; args != nil && args[0] != '{' {

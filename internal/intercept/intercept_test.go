@@ -793,6 +793,8 @@ func TestParseToolCall(t *testing.T) {
 		{`{"name":""}`, "params.name must be a non-empty string"},
 		{`{"name":7}`, "params.name must be a non-empty string"},
 		{"{\"name\":\"charge\xff\"}", "params.name is not UTF-8"},
+		{`{"name":"charge\ud800"}`, "params.name is not UTF-8"},
+		{`{"name":"charge\ud83d\ude00"}`, ""}, // a pair: one character
 		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
 		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
 		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},
