@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 )
@@ -37,7 +38,7 @@ func pipeEnds() (proxySide *stdio.Conn, testSide *upstreamEnd) {
 	return stdio.NewConn(ur, qw, 0), &upstreamEnd{peer: newPeer(stdio.NewConn(qr, uw, 0)), w: uw}
 }
 
-func newRestartRig(t *testing.T, maxRestarts int) *restartRig {
+func newRestartRig(t *testing.T, maxRestarts int, configure ...func(*Options)) *restartRig {
 	t.Helper()
 	cr, cw := io.Pipe()
 	pr, pw := io.Pipe()
@@ -45,7 +46,7 @@ func newRestartRig(t *testing.T, maxRestarts int) *restartRig {
 	first, end := pipeEnds()
 	r.starts <- end
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	s := New(stdio.NewConn(cr, pw, 0), first, Options{
+	opts := Options{
 		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
 		MaxRestarts: maxRestarts,
 		Restart: func(context.Context) (Conn, error) {
@@ -53,7 +54,11 @@ func newRestartRig(t *testing.T, maxRestarts int) *restartRig {
 			r.starts <- end
 			return conn, nil
 		},
-	})
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	s := New(stdio.NewConn(cr, pw, 0), first, opts)
 	go func() {
 		r.err = s.Run(context.Background())
 		pw.Close()
@@ -117,6 +122,46 @@ func TestRestartReplaysTheHandshake(t *testing.T) {
 	up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{}}`)
 	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{}}` {
 		t.Fatalf("the client got %s; want the ping's answer (and nothing of the replayed handshake)", got)
+	}
+}
+
+// TestCancelledWhileTheUpstreamRestarts: a call the proxy sends itself (a
+// read-only tool with a retry rule) that its caller cancels while it waits
+// for the upstream to be started again is never sent: nothing of it
+// reaches the new upstream.
+func TestCancelledWhileTheUpstreamRestarts(t *testing.T) {
+	r := newRestartRig(t, 5, func(o *Options) {
+		o.Resolve = func(tool string, ann *policy.Annotations) policy.Policy {
+			p := policy.FromAnnotations(ann)
+			p.Retry = &policy.RetryRule{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}
+			return p
+		}
+	})
+	up := r.upstream(t)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+	up.next(t, "upstream")
+	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.next(t, "client")
+
+	up.w.Close() // the upstream exits
+	up2 := r.upstream(t)
+	if got := up2.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
+		t.Fatalf("the restarted upstream got %s; want the handshake replayed", got)
+	}
+	// Meanwhile a call comes and is cancelled, before the handshake is done.
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	time.Sleep(50 * time.Millisecond) // the call waits for the upstream
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+	for {
+		got := up2.next(t, "restarted upstream")
+		if got == `{"jsonrpc":"2.0","id":6,"method":"ping"}` {
+			return
+		}
+		if strings.Contains(got, `"quote"`) || strings.Contains(got, `"tools/list"`) {
+			t.Fatalf("the restarted upstream got %s, sent for a call cancelled before it could go", got)
+		}
 	}
 }
 

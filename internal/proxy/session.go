@@ -100,6 +100,10 @@ type Session struct {
 	mu sync.Mutex // protects the maps below
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
+	// givenUp holds the ids of the proxy's own requests it cancelled
+	// (cancelSent), whose answer may still come and is then dropped
+	// quietly; at most maxGivenUp, since most never get one.
+	givenUp map[string]struct{}
 	// sending counts the proxy's own requests not yet answered and acted
 	// on; idle, when not nil, is closed once it is zero: shutdown waits on
 	// it for executions sent whose callers have all left.
@@ -1135,9 +1139,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		s.forgetLocked(key)
 		s.mu.Unlock()
 		if s.reservedID(msg.ID) {
-			// No client request has such an id: a second answer, or one
-			// to a request never made.
-			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(msg.ID))
+			s.droppedOwn(key)
 			return
 		}
 		if f.method == "tools/list" && msg.Result != nil {
@@ -1186,7 +1188,7 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		}
 		s.forgetLocked(key)
 		if s.reservedID(m.ID) {
-			s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", string(m.ID))
+			s.droppedOwnLocked(key)
 			continue
 		}
 		rest = append(rest, m.Raw)
@@ -1380,6 +1382,11 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 		// handshake goes first; everything else waits for it.
 		l = s.usable()
 	}
+	if err := ctx.Err(); err != nil {
+		// Given up on while it waited for the upstream: never sent.
+		done(nil, retry.NotSent(err))
+		return
+	}
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
 		s.mu.Unlock()
@@ -1434,6 +1441,12 @@ func (s *Session) cancelSent(l *link, key string, err error) {
 	s.mu.Lock()
 	p, ok := s.pending[key]
 	delete(s.pending, key)
+	if ok {
+		if s.givenUp == nil || len(s.givenUp) >= maxGivenUp {
+			s.givenUp = make(map[string]struct{})
+		}
+		s.givenUp[key] = struct{}{}
+	}
 	s.mu.Unlock()
 	if !ok {
 		return // answered meanwhile
@@ -1452,6 +1465,29 @@ func (s *Session) cancelSent(l *link, key string, err error) {
 		}
 	}
 	s.answered(p, nil, err)
+}
+
+// maxGivenUp bounds Session.givenUp.
+const maxGivenUp = 256
+
+// droppedOwn logs the drop of an answer under key, an id of the proxy's
+// own that no request waits on: quietly for a request it cancelled, whose
+// answer the upstream was free to send; else loudly, as a second answer or
+// one to a request never made.
+func (s *Session) droppedOwn(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.droppedOwnLocked(key)
+}
+
+// droppedOwnLocked is droppedOwn with s.mu held.
+func (s *Session) droppedOwnLocked(key string) {
+	if _, ok := s.givenUp[key]; ok {
+		delete(s.givenUp, key)
+		s.log.Debug("dropped the upstream's answer to a request the proxy cancelled", "id", key)
+		return
+	}
+	s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", key)
 }
 
 // answered hands the outcome of one of the proxy's own requests to its
