@@ -514,6 +514,9 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 			}
 			secret, err := durable.Secret(ctx)
 			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("the fingerprint secret still cannot be read from the store; side-effecting calls fail", "err", err, "next_try_in", min(2*wait, secretRetryMax))
+				}
 				continue
 			}
 			if err := h.SetSecret(secret); err != nil {
