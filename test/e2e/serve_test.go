@@ -696,8 +696,10 @@ func testResume(t *testing.T, client string, whileAway bool) {
 	if replayed(res) {
 		t.Errorf("the answer is marked replayed, want the execution's own answer; _meta = %s", metaJSON(res))
 	}
-	if !strings.Contains(s.stderr.String(), `msg="client resumes a stream"`) {
-		t.Errorf("the client did not resume with GET and Last-Event-ID")
+	// serve logs the resumption before it writes the answer, but its
+	// stderr is read on another goroutine: the line may come after it.
+	if err := s.stderr.waitFor(ctx, `msg="client resumes a stream"`); err != nil {
+		t.Errorf("the client did not resume with GET and Last-Event-ID: %v", err)
 	}
 	if strings.Contains(s.stderr.String(), "a request sent again attaches") {
 		t.Errorf("the client sent the call again rather than resume its stream")
