@@ -489,7 +489,7 @@ func matchScope(req *Request) (actor, scope string) {
 // unknown, as the tool's on_unknown says.
 func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Request) {
 	switch {
-	case req.Policy.OnUnknown == policy.Retry && rec.Attempts < maxAttempts:
+	case req.Policy.OnUnknown == policy.Retry && !redispatched(rec):
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.obs.Decision(rec.Tool, req.Policy.Class, "redispatched")
 		in.dispatch(ctx, rec, req, "re-dispatch: on_unknown retry")
@@ -510,9 +510,17 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	}
 }
 
-// maxAttempts bounds the dispatches of one execution: the first, and one
-// re-dispatch after an unknown outcome.
-const maxAttempts = 2
+// redispatched reports whether rec was sent again after an unknown
+// outcome already: on_unknown re-sends an execution once. Its retry
+// rule's re-sends of transient answers are not that, and do not count.
+func redispatched(rec *record.Record) bool {
+	for i := 1; i < len(rec.History); i++ {
+		if rec.History[i].State == record.Dispatched && rec.History[i-1].State == record.Unknown {
+			return true
+		}
+	}
+	return false
+}
 
 // recover asks the upstream's status tool whether an execution whose
 // outcome is unknown took effect. Done: the execution completes with the
@@ -537,7 +545,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 			return
 		}
 		in.answer(ctx, req, settled, resumed)
-	case statusNotDone(status, rule) && rec.Attempts < maxAttempts:
+	case statusNotDone(status, rule) && !redispatched(rec):
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
 		in.dispatch(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
 	case statusNotDone(status, rule):

@@ -30,6 +30,31 @@ func retryRule(safe bool) *policy.RetryRule {
 		Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`(?i)\b429\b`), SafeToResend: safe}}}
 }
 
+// TestRetriesLeaveTheRedispatch: sends a retry rule makes of a transient
+// answer are not on_unknown's one re-send: an execution retried once,
+// then lost, is still re-sent once under on_unknown retry.
+func TestRetriesLeaveTheRedispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			switch n {
+			case 1:
+				return busyThen(1)(ctx, n, p)
+			case 2:
+				return nil, errors.New("the upstream exited before answering")
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.Retry = retryRule(true)
+		h.pol.OnUnknown = policy.Retry
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("the first call got %+v; want outcome unknown after its retry was lost", v)
+		}
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #3" {
+			t.Fatalf("the call after it got %+v; want on_unknown's re-send", v)
+		}
+	})
+}
+
 func TestTransientResultsAreSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(2))
