@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -123,6 +124,22 @@ func TestBackoffPastTheDeadlineEndsTheCall(t *testing.T) {
 		h.in.Wait(t.Context())
 		if rec := h.onlyRecord(t); rec.State != record.Failed || rec.Attempts != 2 {
 			t.Fatalf("record %s after %d attempts; want failed after 2 (a transient result is not replayed)", rec.State, rec.Attempts)
+		}
+	})
+}
+
+// TestHugeRetryAfterIsAFloor: a retry_after too long for a Duration is
+// still a floor on the wait, not a wait that wrapped around to nothing.
+func TestHugeRetryAfterIsAFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[{"type":"text","text":"429: later"}],"isError":true,"structuredContent":{"retry_after_seconds":1e12}}`), nil
+		})
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.RetryAfterPath = "retry_after_seconds"
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if n := h.up.calls.Load(); n != 1 || !strings.Contains(v.Content[len(v.Content)-1].Text, "would pass the call's deadline") {
+			t.Fatalf("got %+v after %d sends; want one send, and a note that the wait asked for passes the deadline", v, n)
 		}
 	})
 }

@@ -931,7 +931,7 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 		why = "transient result"
 		if rule.RetryAfterPath != "" {
 			if secs, ok := structuredNumber(result, rule.RetryAfterPath); ok && secs > 0 {
-				retryAfter = time.Duration(secs * float64(time.Second))
+				retryAfter = retry.Seconds(secs)
 			}
 		}
 	case retry.Classify(f) != retry.Retry:

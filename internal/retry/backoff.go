@@ -146,3 +146,13 @@ func isDigits(s string) bool {
 	}
 	return s != ""
 }
+
+// Seconds returns secs seconds as a Duration, the largest one for a time
+// too long for a Duration to hold (a conversion would wrap around to a
+// short, even negative, wait). secs must not be negative.
+func Seconds(secs float64) time.Duration {
+	if secs >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(secs * float64(time.Second))
+}

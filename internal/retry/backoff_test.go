@@ -225,3 +225,22 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+// TestSeconds: a wait in seconds too long for a Duration is the longest
+// one, not one that wrapped around to nothing.
+func TestSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		secs float64
+		want time.Duration
+	}{
+		{0, 0},
+		{1.5, 1500 * time.Millisecond},
+		{9e9, 9e9 * time.Second},
+		{1e10, math.MaxInt64},
+		{1e300, math.MaxInt64},
+	} {
+		if got := Seconds(tt.secs); got != tt.want {
+			t.Errorf("Seconds(%g) = %v; want %v", tt.secs, got, tt.want)
+		}
+	}
+}
