@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -345,6 +346,32 @@ func TestConcurrentRecoversRedispatchOnce(t *testing.T) {
 		h.in.Wait(t.Context())
 		if n := charges.Load(); n != 2 {
 			t.Fatalf("charge_card was sent %d times; want 2 (the first, and one re-dispatch)", n)
+		}
+	})
+}
+
+// TestHungStatusToolWithinTheAttachWindow: a status tool that never
+// answers holds the caller no longer than its attach window, even where
+// the call's deadline is later; the outcome stays unknown.
+func TestHungStatusToolWithinTheAttachWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := make(chan struct{})
+		defer close(hung)
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			<-hung // the status tool does not answer while the test runs
+			return nil, errors.New("gone")
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status"}
+		h.pol.AttachWindow = 2 * time.Second
+		h.call(t.Context(), t, chargeCall).only(t) // outcome unknown
+		start := time.Now()
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || time.Since(start) != 2*time.Second {
+			t.Fatalf("got %+v after %v; want outcome unknown after the 2s attach window", v, time.Since(start))
 		}
 	})
 }

@@ -574,12 +574,12 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 	}
 	ch := make(chan outcome, 1)
 	req.Upstream.Send(req.bg, "tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
-	// Bounded by the call's deadline (else the attach window): a status
-	// tool that never answers leaves the outcome unknown, not the caller
-	// waiting.
+	// Bounded by the call's deadline and by the attach window, whichever
+	// ends first: a status tool that never answers leaves the outcome
+	// unknown, not the caller waiting longer than on the execution itself.
 	wait := req.Policy.AttachWindow
 	if !req.deadline.IsZero() {
-		wait = req.deadline.Sub(in.now())
+		wait = min(wait, req.deadline.Sub(in.now()))
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
