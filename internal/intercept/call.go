@@ -232,7 +232,9 @@ func clientDeadline(meta json.RawMessage) (time.Duration, error) {
 	n, whole := wholeNumber(raw)
 	switch {
 	case whole && n.Sign() > 0 && (!n.IsInt64() || n.Int64() > maxMS):
-		return 0, fmt.Errorf("_meta[%q] is %s milliseconds; the most is %d", MetaDeadline, truncate(raw), maxMS)
+		// Longer than any wait: it leaves the tool's deadline as it is
+		// (a client's deadline only shortens it).
+		return time.Duration(maxMS) * time.Millisecond, nil
 	case !whole || n.Sign() <= 0:
 		return 0, fmt.Errorf("_meta[%q] must be a positive whole number of milliseconds, not %s", MetaDeadline, truncate(raw))
 	}

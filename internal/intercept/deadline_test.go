@@ -35,7 +35,9 @@ func TestClientDeadlineValidation(t *testing.T) {
 		{`{"mcp-idempotent/deadline_ms":"1000"}`, 0, `not "1000"`},
 		{`{"mcp-idempotent/deadline_ms":null}`, 0, "not null"},
 		{`{"mcp-idempotent/deadline_ms":true}`, 0, "not true"},
-		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 0, "milliseconds; the most is 9223372036854"},
+		// Longer than any wait: the tool's own deadline stands.
+		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 9223372036854 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":9007199254740993}`, 9223372036854 * time.Millisecond, ""},
 	} {
 		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
 		switch {
