@@ -41,6 +41,8 @@ func TestHTTPStatuses(t *testing.T) {
 	readOnly := policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
 	keyed := policy.FromAnnotations(nil)
 	keyed.OnUnknown = policy.Retry // the upstream dedupes on the forwarded execution id
+	unkeyed := keyed
+	unkeyed.ForwardKey = false // none forwarded: nothing to dedupe on
 	for _, tt := range []struct {
 		name   string
 		err    *jsonrpc.Error
@@ -60,6 +62,7 @@ func TestHTTPStatuses(t *testing.T) {
 		{"503 idempotent", httpError(http.StatusServiceUnavailable, ""), idempotent, true, false},
 		{"502 read only", httpError(http.StatusBadGateway, ""), readOnly, true, false},
 		{"504 on_unknown retry", httpError(http.StatusGatewayTimeout, ""), keyed, true, false},
+		{"504 on_unknown retry, key not forwarded", httpError(http.StatusGatewayTimeout, ""), unkeyed, false, true},
 		// The request is wrong, or the server will not do it: repeating
 		// it cannot help, whatever the tool.
 		{"400", httpError(http.StatusBadRequest, ""), idempotent, false, false},

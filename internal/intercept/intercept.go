@@ -948,7 +948,9 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 		if !retry.SafeToResend(retry.Safety{
 			ToolClass:      string(req.Policy.Class),
 			Sent:           !retry.StatusNotRun(f.HTTPStatus),
-			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry && !req.unrecorded, // the upstream dedupes on the execution id sent
+			// The upstream dedupes on the execution id sent: there is one
+			// only for a recorded call whose policy forwards it.
+			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry && req.Policy.ForwardKey && !req.unrecorded,
 		}) {
 			return resend{}
 		}
