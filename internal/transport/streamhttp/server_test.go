@@ -822,6 +822,48 @@ func TestServerIdleTimeout(t *testing.T) {
 	}
 }
 
+// TestServerIdleCountsFromTheAnswer: a session's idle time counts from
+// the arrival of an answer its client was owed, not from the client's
+// last request: a client that dropped its stream during a long call has
+// the whole idle timeout to resume it and get the answer.
+func TestServerIdleCountsFromTheAnswer(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
+	sid := start(t, hs.URL, nil)
+
+	ctx, drop := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"slow"}`, session(sid))
+	drop() // the client's stream breaks while the call runs
+	resp.Body.Close()
+	srv.mu.Lock()
+	ss := srv.sessions[sid]
+	srv.mu.Unlock()
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.active == 0
+	})
+	advance(2 * time.Minute)
+	close(p.gate) // the answer comes, with no one there to read it
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return len(ss.pending) == 0
+	})
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("the session was reaped as its answer came; want the idle timeout counted from it")
+	}
+	advance(61 * time.Second)
+	srv.Reap()
+	if srv.Sessions() != 0 {
+		t.Fatal("the session outlived the idle timeout after its answer")
+	}
+}
+
 // TestServerSessionEndsWithAnswersOwed: when the proxy for a session
 // stops, every request still owed an answer gets an error; no stream
 // hangs.

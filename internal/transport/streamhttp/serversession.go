@@ -264,6 +264,9 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 			return
 		}
 		delete(ss.pending, key)
+		// The idle timeout counts from here: a client whose stream broke
+		// while it waited has all of it to come back for the answer.
+		ss.lastActive = ss.srv.now()
 		if p.token != "" {
 			delete(ss.progress, p.token)
 			delete(ss.origTokens, p.token)
