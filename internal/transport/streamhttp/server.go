@@ -97,9 +97,13 @@ type Server struct {
 
 	mu       sync.Mutex // protects the fields below
 	sessions map[string]*ServerSession
-	lanes    map[string]*ServerSession // stateless lanes, by actor
-	tokens   []token
-	closed   bool
+	// running counts the sessions whose Open has not returned: those in
+	// sessions, and those ended (DELETE, idle) whose upstream is still
+	// stopping. MaxSessions bounds it, and so the upstreams running.
+	running int
+	lanes   map[string]*ServerSession // stateless lanes, by actor
+	tokens  []token
+	closed  bool
 }
 
 // A token is a bearer token, kept as its SHA-256 so that every comparison
@@ -544,14 +548,15 @@ func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
 	if s.closed {
 		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
 	}
-	if len(s.sessions) >= s.opts.MaxSessions {
-		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open (--max-sessions); end one with DELETE or wait for one to sit idle", len(s.sessions))
+	if s.running >= s.opts.MaxSessions {
+		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open or still stopping their upstream (--max-sessions); end one with DELETE or wait for one to sit idle", s.running)
 		e.header = http.Header{"Retry-After": {"5"}}
 		return nil, e
 	}
 	ss := newServerSession(s, id, actor, false)
 	s.sessions[id] = ss
-	s.run(ss, func() { delete(s.sessions, id) })
+	s.running++
+	s.run(ss, func() { delete(s.sessions, id); s.running-- })
 	s.log.Info("session started", "session", id, "actor", actor)
 	return ss, nil
 }

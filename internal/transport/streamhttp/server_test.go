@@ -93,6 +93,11 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			case <-s.done:
 				return
 			}
+		case "linger":
+			// Still stopping after the session ended, until the test
+			// opens the gate.
+			<-s.done
+			<-p.gate
 		case "drain":
 			// Answered a while after the session ends, as a proxy
 			// answers the calls under way within its grace.
@@ -779,6 +784,33 @@ func TestServerMaxSessions(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("a session past the limit: %s (Retry-After %q); want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
 	}
+}
+
+// TestServerMaxSessionsCountsThoseStopping: a session ended (DELETE) whose
+// upstream is still stopping counts toward MaxSessions, so the limit bounds
+// the upstreams running, not only the sessions a client can name.
+func TestServerMaxSessionsCountsThoseStopping(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{MaxSessions: 1})
+	sid := start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"linger"}`, session(sid))
+	defer resp.Body.Close()
+	del := do(t, t.Context(), "DELETE", hs.URL, "", session(sid))
+	del.Body.Close()
+	if del.StatusCode != 204 {
+		t.Fatalf("DELETE: %s", del.Status)
+	}
+	again := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	again.Body.Close()
+	if again.StatusCode != 503 {
+		t.Fatalf("a session while the ended one's upstream still stops: %s; want 503", again.Status)
+	}
+	close(p.gate) // its upstream stops
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.running == 0
+	})
+	start(t, hs.URL, nil)
 }
 
 func TestServerIdleTimeout(t *testing.T) {
