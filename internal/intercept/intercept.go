@@ -946,8 +946,8 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 		// the tool: it is sent again only where that is safe, or where the
 		// status proves nothing ran (429; see retry.StatusNotRun).
 		if !retry.SafeToResend(retry.Safety{
-			ToolClass:      string(req.Policy.Class),
-			Sent:           !retry.StatusNotRun(f.HTTPStatus),
+			ToolClass: string(req.Policy.Class),
+			Sent:      !retry.StatusNotRun(f.HTTPStatus),
 			// The upstream dedupes on the execution id sent: there is one
 			// only for a recorded call whose policy forwards it.
 			OnUnknownRetry: req.Policy.OnUnknown == policy.Retry && req.Policy.ForwardKey && !req.unrecorded,
