@@ -92,6 +92,28 @@ func (r *restartRig) upstream(t *testing.T) *upstreamEnd {
 	}
 }
 
+// initialize makes the client's 2025 handshake with up, the upstream
+// running, without notifications/initialized.
+func (r *restartRig) initialize(t *testing.T, up *upstreamEnd) {
+	t.Helper()
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+	up.next(t, "upstream")
+	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.next(t, "client")
+}
+
+// exitAndRestart makes up exit and returns the upstream started in its
+// place, once the client's initialize is replayed to it (not answered).
+func (r *restartRig) exitAndRestart(t *testing.T, up *upstreamEnd) *upstreamEnd {
+	t.Helper()
+	up.w.Close()
+	next := r.upstream(t)
+	if got := next.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
+		t.Fatalf("the restarted upstream got %s; want the client's initialize replayed", got)
+	}
+	return next
+}
+
 func TestRestartReplaysTheHandshake(t *testing.T) {
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
@@ -138,16 +160,8 @@ func TestCancelledWhileTheUpstreamRestarts(t *testing.T) {
 		}
 	})
 	up := r.upstream(t)
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
-	up.next(t, "upstream")
-	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
-	r.client.next(t, "client")
-
-	up.w.Close() // the upstream exits
-	up2 := r.upstream(t)
-	if got := up2.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
-		t.Fatalf("the restarted upstream got %s; want the handshake replayed", got)
-	}
+	r.initialize(t, up)
+	up2 := r.exitAndRestart(t, up)
 	// Meanwhile a call comes and is cancelled, before the handshake is done.
 	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
@@ -172,17 +186,9 @@ func TestCancelledWhileTheUpstreamRestarts(t *testing.T) {
 func TestExitDuringTheReplayedHandshake(t *testing.T) {
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
-	up.next(t, "upstream")
-	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
-	r.client.next(t, "client")
-	up.w.Close() // exits between calls
-
-	up2 := r.upstream(t)
-	if got := up2.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
-		t.Fatalf("the restarted upstream got %s; want the replayed initialize", got)
-	}
-	up2.w.Close() // exits during the handshake
+	r.initialize(t, up)
+	up2 := r.exitAndRestart(t, up) // exits between calls
+	up2.w.Close()                  // exits during the handshake
 
 	up3 := r.upstream(t)
 	got := up3.next(t, "upstream started a third time")

@@ -813,11 +813,18 @@ func TestServerMaxSessionsCountsThoseStopping(t *testing.T) {
 	start(t, hs.URL, nil)
 }
 
-func TestServerIdleTimeout(t *testing.T) {
+// fakeClock returns a clock for ServerOptions.Now, stopped at a fixed
+// time, and a function that moves it on.
+func fakeClock() (clock func() time.Time, advance func(time.Duration)) {
 	now := time.Unix(1e9, 0)
 	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance = func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	return clock, advance
+}
+
+func TestServerIdleTimeout(t *testing.T) {
+	clock, advance := fakeClock()
 	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
 	sid := start(t, hs.URL, nil)
 
@@ -859,10 +866,7 @@ func TestServerIdleTimeout(t *testing.T) {
 // last request: a client that dropped its stream during a long call has
 // the whole idle timeout to resume it and get the answer.
 func TestServerIdleCountsFromTheAnswer(t *testing.T) {
-	now := time.Unix(1e9, 0)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := fakeClock()
 	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
 	sid := start(t, hs.URL, nil)
 
