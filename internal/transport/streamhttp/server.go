@@ -820,11 +820,13 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		var out [][]byte
 		var written []func()
 		if done {
-			for _, ev := range st.events {
+			for i := range st.events {
+				ev := &st.events[i]
 				out = append(out, ev.data)
 				if ev.written != nil {
 					written = append(written, ev.written)
 				}
+				ev.copied = true
 			}
 		}
 		ss.mu.Unlock()
@@ -907,7 +909,8 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			return false
 		}
 		buf, written = buf[:0], written[:0]
-		for _, ev := range st.events {
+		for i := range st.events {
+			ev := &st.events[i]
 			if ev.seq < from {
 				continue
 			}
@@ -915,6 +918,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			if ev.written != nil {
 				written = append(written, ev.written)
 			}
+			ev.copied = true
 			from = ev.seq + 1
 		}
 		done := st.done && from >= st.next
