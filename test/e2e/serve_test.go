@@ -1313,7 +1313,31 @@ type rawSession struct {
 // openRawSession initialises a 2025-11-25 session by hand.
 func openRawSession(t *testing.T, ctx context.Context, hc *http.Client, url string) *rawSession {
 	t.Helper()
-	rep := rawRequest(t, ctx, hc, http.MethodPost, url, postHeaders(nil), initializeBody)
+	return openRawSessionAfter(t, ctx, hc, url, rawRequest(t, ctx, hc, http.MethodPost, url, postHeaders(nil), initializeBody))
+}
+
+// openRawSessionWhenFree is openRawSession for a serve at its
+// --max-sessions: it initialises again while it is told 503, as a client
+// honouring Retry-After would (here every 50 ms).
+func openRawSessionWhenFree(t *testing.T, ctx context.Context, hc *http.Client, url string) *rawSession {
+	t.Helper()
+	for {
+		rep := rawRequest(t, ctx, hc, http.MethodPost, url, postHeaders(nil), initializeBody)
+		if rep.status != http.StatusServiceUnavailable {
+			return openRawSessionAfter(t, ctx, hc, url, rep)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("initialize: still 503 (%s) when the test timed out", rep.body)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// openRawSessionAfter completes the session rep, the answer to
+// initialize, opened.
+func openRawSessionAfter(t *testing.T, ctx context.Context, hc *http.Client, url string, rep rawReply) *rawSession {
+	t.Helper()
 	if rep.status != http.StatusOK || rep.header.Get("Mcp-Session-Id") == "" {
 		t.Fatalf("initialize: status %d, session %q; body %s", rep.status, rep.header.Get("Mcp-Session-Id"), rep.body)
 	}
@@ -1582,7 +1606,9 @@ func TestServeSessionLimits(t *testing.T) {
 	if rep := first.post(ctx, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); rep.status != http.StatusNotFound {
 		t.Errorf("a request in the session that sat idle: status %d, want 404; body %s", rep.status, rep.body)
 	}
-	second := openRawSession(t, ctx, hc, s.url)
+	// The ended session counts until its upstream has stopped: a client
+	// told 503 comes back after Retry-After.
+	second := openRawSessionWhenFree(t, ctx, hc, s.url)
 	if rep := second.post(ctx, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); rep.status != http.StatusOK {
 		t.Errorf("ping in a new session once the idle one ended: status %d, want 200; body %s", rep.status, rep.body)
 	}
