@@ -820,13 +820,11 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		var out [][]byte
 		var written []func()
 		if done {
-			for i := range st.events {
-				ev := &st.events[i]
+			for _, ev := range st.events {
 				out = append(out, ev.data)
 				if ev.written != nil {
 					written = append(written, ev.written)
 				}
-				ev.copied = true
 			}
 		}
 		ss.mu.Unlock()
@@ -909,8 +907,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			return false
 		}
 		buf, written = buf[:0], written[:0]
-		for i := range st.events {
-			ev := &st.events[i]
+		for _, ev := range st.events {
 			if ev.seq < from {
 				continue
 			}
@@ -918,7 +915,6 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			if ev.written != nil {
 				written = append(written, ev.written)
 			}
-			ev.copied = true
 			from = ev.seq + 1
 		}
 		done := st.done && from >= st.next

@@ -1102,31 +1102,3 @@ func TestServerIDsByValue(t *testing.T) {
 		t.Fatalf("a request sent as 7.0 and answered as 7 got %v; want the answer", msgs)
 	}
 }
-
-// TestEvictionKeepsUnreadAnswers: the session's bound on the events it
-// holds drops notifications, oldest first, but not an answer no writer has
-// taken yet: a client reading slowly behind a burst of notifications
-// still gets its answer. Once taken, the answer may go like any event.
-func TestEvictionKeepsUnreadAnswers(t *testing.T) {
-	srv := NewServer(ServerOptions{EventBuffer: 2, Actor: "alice", Open: func(context.Context, *ServerSession) error { return nil }})
-	ss := newServerSession(srv, "s", "alice", false)
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	call := ss.newStreamLocked()
-	ss.appendAnswerLocked(call, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`), nil)
-	get := ss.getStreamLocked()
-	for range 10 {
-		ss.appendLocked(get, []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`))
-	}
-	if len(call.events) != 1 || !call.events[0].answer {
-		t.Fatalf("the call's stream holds %d events after the burst; want its unread answer", len(call.events))
-	}
-	if len(get.events) != 1 || get.events[0].seq != 9 {
-		t.Fatalf("the GET stream holds %d events; want the newest notification only, within the bound of 2", len(get.events))
-	}
-	call.events[0].copied = true // a writer took it
-	ss.appendLocked(get, []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`))
-	if len(call.events) != 0 {
-		t.Fatalf("the call's stream still holds its answer once taken, past the bound")
-	}
-}

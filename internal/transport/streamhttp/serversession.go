@@ -2,11 +2,9 @@ package streamhttp
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +80,7 @@ func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written f
 		written = onceFunc(written)
 	}
 	for _, st := range p.streams {
-		ss.appendAnswerLocked(st, frame, written)
+		ss.appendWrittenLocked(st, frame, written)
 		if st.want--; st.want == 0 {
 			ss.endLocked(st)
 		}
@@ -128,15 +126,7 @@ type sseEvent struct {
 	// written, if not nil, is called once the event has been written to
 	// the client: the answer reached the caller's transport.
 	written func()
-	// answer marks the answer to a request, which the session's bounds
-	// do not evict before a writer has taken it (copied): a client that
-	// reads slowly behind a burst of notifications still gets it. Their
-	// number is bounded by the session's requests.
-	answer, copied bool
 }
-
-// evictable reports whether the session's bounds may drop ev.
-func (ev *sseEvent) evictable() bool { return !ev.answer || ev.copied }
 
 type heldEvent struct {
 	st  *stream
@@ -339,54 +329,33 @@ func (ss *ServerSession) newStreamLocked() *stream {
 // appendLocked holds one event on st and wakes its writer, evicting the
 // oldest events of the session beyond its bounds.
 func (ss *ServerSession) appendLocked(st *stream, data []byte) {
-	ss.appendEventLocked(st, sseEvent{data: data})
+	ss.appendWrittenLocked(st, data, nil)
 }
 
-// appendAnswerLocked is appendLocked for the answer to a request, whose
-// writing is to be told to written.
-func (ss *ServerSession) appendAnswerLocked(st *stream, data []byte, written func()) {
-	ss.appendEventLocked(st, sseEvent{data: data, written: written, answer: true})
-}
-
-func (ss *ServerSession) appendEventLocked(st *stream, ev sseEvent) {
-	ev.seq = st.next
+// appendWrittenLocked is appendLocked for an event whose writing is to be
+// told to written.
+func (ss *ServerSession) appendWrittenLocked(st *stream, data []byte, written func()) {
+	ev := sseEvent{seq: st.next, data: data, written: written}
 	st.next++
 	st.events = append(st.events, ev)
 	ss.held = append(ss.held, heldEvent{st: st, seq: ev.seq})
-	ss.heldBytes += len(ev.data)
+	ss.heldBytes += len(data)
 	ss.wakeLocked(st)
 	opts := &ss.srv.opts
 	for len(ss.held) > 1 && (len(ss.held) > opts.EventBuffer || ss.heldBytes > opts.EventBufferBytes) {
-		if !ss.evictOldestLocked() {
-			break // only answers no writer has taken: they stay
+		old := ss.held[0]
+		ss.held[0] = heldEvent{}
+		ss.held = ss.held[1:]
+		// Events leave a stream oldest first, as they entered it.
+		if len(old.st.events) > 0 && old.st.events[0].seq == old.seq {
+			ss.heldBytes -= len(old.st.events[0].data)
+			old.st.events[0] = sseEvent{}
+			old.st.events = old.st.events[1:]
+		}
+		if old.st.done && len(old.st.events) == 0 {
+			delete(ss.streams, old.st.num)
 		}
 	}
-}
-
-// evictOldestLocked drops the oldest held event the bounds may drop, and
-// reports whether there was one.
-func (ss *ServerSession) evictOldestLocked() bool {
-	for i, h := range ss.held {
-		j, ok := slices.BinarySearchFunc(h.st.events, h.seq, func(ev sseEvent, seq int64) int { return cmp.Compare(ev.seq, seq) })
-		if ok && !h.st.events[j].evictable() {
-			continue
-		}
-		if i == 0 {
-			ss.held[0] = heldEvent{}
-			ss.held = ss.held[1:]
-		} else {
-			ss.held = slices.Delete(ss.held, i, i+1)
-		}
-		if ok {
-			ss.heldBytes -= len(h.st.events[j].data)
-			h.st.events = slices.Delete(h.st.events, j, j+1)
-		}
-		if h.st.done && len(h.st.events) == 0 {
-			delete(ss.streams, h.st.num)
-		}
-		return true
-	}
-	return false
 }
 
 func (ss *ServerSession) wakeLocked(st *stream) {
