@@ -828,7 +828,15 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 			}
 		}
 		ss.mu.Unlock()
-		if done && len(out) == 0 {
+		switch {
+		case done && len(out) == 0 && st.next > 0:
+			// Its answers were evicted from the session's buffer before
+			// they could be written: the client must ask again (a
+			// tools/call attaches to its execution, or gets its replay).
+			writeRefusal(w, refuse(http.StatusServiceUnavailable,
+				"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
+			return true
+		case done && len(out) == 0:
 			// Its one request was cancelled: nothing to answer.
 			w.WriteHeader(http.StatusAccepted)
 			return true
@@ -907,6 +915,17 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			return false
 		}
 		buf, written = buf[:0], written[:0]
+		if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
+			// The session's bound evicted events before this writer took
+			// them: lost to this stream, which goes on (and ends) without
+			// them rather than wait for them for ever.
+			s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
+				"session", ss.id, "held_at_most", s.opts.EventBuffer)
+			from = st.next
+			if len(st.events) > 0 {
+				from = st.events[0].seq
+			}
+		}
 		for _, ev := range st.events {
 			if ev.seq < from {
 				continue

@@ -1102,3 +1102,47 @@ func TestServerIDsByValue(t *testing.T) {
 		t.Fatalf("a request sent as 7.0 and answered as 7 got %v; want the answer", msgs)
 	}
 }
+
+// TestEvictedBeforeWrittenEndsTheStream: an answer the session's bound
+// evicted before a writer took it (a burst of messages behind it) does not
+// leave the stream waiting for it for ever: the stream ends without it,
+// and a JSON answer says to send the request again, not 202.
+func TestEvictedBeforeWrittenEndsTheStream(t *testing.T) {
+	for _, json := range []bool{false, true} {
+		srv := NewServer(ServerOptions{EventBuffer: 2, Actor: "alice", Open: func(context.Context, *ServerSession) error { return nil }})
+		ss := newServerSession(srv, "s", "alice", false)
+		ss.mu.Lock()
+		call := ss.newStreamLocked()
+		call.isJSON = json
+		ss.appendLocked(call, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+		ss.endLocked(call)
+		get := ss.getStreamLocked()
+		for range 3 {
+			ss.appendLocked(get, []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`))
+		}
+		evicted := len(call.events) == 0
+		ss.mu.Unlock()
+		if !evicted {
+			t.Fatal("the burst did not evict the answer; the test needs it to")
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			if json {
+				srv.answerJSON(rec, req, ss, call)
+			} else {
+				srv.pump(rec, req, ss, call, 0)
+			}
+		}()
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("json=%v: the stream still waits for an answer that was evicted", json)
+		}
+		if json && (rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "send the request again")) {
+			t.Fatalf("json: %d %s; want 503 saying to send the request again", rec.Code, rec.Body)
+		}
+	}
+}
