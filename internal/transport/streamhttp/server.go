@@ -754,14 +754,27 @@ func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession) *stream
 	return st
 }
 
-// forget drops requests that never reached the proxy.
+// forget drops requests that never reached the proxy, or whose client
+// gave up on them; a stream left owed nothing ends, and goes at once if it
+// holds no event (a stateless lane lives as long as the proxy: its streams
+// must not).
 func (ss *ServerSession) forget(ids []string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, id := range ids {
-		if p := ss.pending[id]; p != nil && p.token != "" {
-			delete(ss.progress, p.token)
-			delete(ss.origTokens, p.token)
+		if p := ss.pending[id]; p != nil {
+			if p.token != "" {
+				delete(ss.progress, p.token)
+				delete(ss.origTokens, p.token)
+			}
+			for _, st := range p.streams {
+				if st.want--; st.want == 0 {
+					ss.endLocked(st)
+					if len(st.events) == 0 && st != ss.get {
+						delete(ss.streams, st.num)
+					}
+				}
+			}
 		}
 		delete(ss.pending, id)
 		delete(ss.origIDs, id)

@@ -1146,3 +1146,34 @@ func TestEvictedBeforeWrittenEndsTheStream(t *testing.T) {
 		}
 	}
 }
+// TestLaneForgetsItsStreams: a stateless lane lives as long as the proxy,
+// so the streams of its requests must go once the requests do, those its
+// clients gave up on included (cut at varying moments here).
+func TestLaneForgetsItsStreams(t *testing.T) {
+	srv, _, hs := newTestServer(t, ServerOptions{EventBuffer: 4, EventBufferBytes: 1 << 10, JSONResponse: true})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "tools/list"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	for i := range 400 {
+		ctx, cut := context.WithCancel(t.Context())
+		go func() { time.Sleep(time.Duration(i%40) * 10 * time.Microsecond); cut() }()
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		cut()
+	}
+	time.Sleep(200 * time.Millisecond)
+	srv.mu.Lock()
+	ss := srv.lanes["alice"]
+	srv.mu.Unlock()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.streams) > 8 {
+		t.Fatalf("the lane keeps %d streams after its requests ended; want those of requests under way only", len(ss.streams))
+	}
+}
