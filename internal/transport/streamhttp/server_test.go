@@ -1146,6 +1146,7 @@ func TestEvictedBeforeWrittenEndsTheStream(t *testing.T) {
 		}
 	}
 }
+
 // TestLaneForgetsItsStreams: a stateless lane lives as long as the proxy,
 // so the streams of its requests must go once the requests do, those its
 // clients gave up on included (cut at varying moments here).
