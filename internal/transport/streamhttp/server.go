@@ -363,12 +363,16 @@ func isBatch(body []byte) bool {
 
 // lookup returns the session the request names, checking that it belongs
 // to actor; another actor's session is as unknown as one that never was.
+// A session that has ended is unknown too, but to a client resuming a
+// stream while the session winds down (serve stopping): its calls under
+// way are still answered, and the answers go to the streams that ask.
 func (s *Server) lookup(r *http.Request, actor string) (*ServerSession, *httpError) {
 	id := r.Header.Get(headerSessionID)
 	s.mu.Lock()
 	ss := s.sessions[id]
 	s.mu.Unlock()
-	if ss == nil || ss.actor != actor || ss.closed() {
+	resuming := r.Method == http.MethodGet && r.Header.Get(headerLastEventID) != ""
+	if ss == nil || ss.actor != actor || ss.closed() && !resuming {
 		return nil, refuse(http.StatusNotFound, "session %q is unknown or has ended: initialize a new one", id)
 	}
 	return ss, nil

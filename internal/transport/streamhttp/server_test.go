@@ -432,6 +432,42 @@ func TestServerResume(t *testing.T) {
 	}
 }
 
+// TestServerResumeWhileStopping: while serve stops (Close), a session
+// winds down with its calls under way, and a client whose stream broke can
+// still resume it and get its answer, rather than 404.
+func TestServerResumeWhileStopping(t *testing.T) {
+	srv, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"drain"}`, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next()
+	if err != nil || priming.ID == "" {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }() // serve stops; the call is answered in the wind-down
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		ss := srv.sessions[sid]
+		return ss == nil || ss.closed()
+	})
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("resuming while serve stops: %s; want 200", resp.Status)
+	}
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
+	}
+	<-closed
+}
+
 // TestServerAnswerWritten: an answer counts as written to the client when
 // an HTTP response carried it (its own stream, a resumed one, or a JSON
 // body), not when the session queued it: one the client dropped and did
