@@ -18,15 +18,14 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
-// httpError is the JSON-RPC error the Streamable HTTP client answers a
-// POST with when the server's answer is an HTTP error status.
-func httpError(status int, retryAfter string) *jsonrpc.Error {
-	data, _ := json.Marshal(map[string]any{"http_status": status, "retry_after": retryAfter})
-	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("upstream answered HTTP %d", status), Data: data}
+// httpError is what the Streamable HTTP client reports, and the session
+// hands on, for a POST the server answered with an HTTP error status.
+func httpError(status int, retryAfter string) *jsonrpc.NoAnswer {
+	return &jsonrpc.NoAnswer{Status: status, RetryAfter: retryAfter, Reason: fmt.Sprintf("upstream answered HTTP %d", status)}
 }
 
 // statusThen answers the first call with e, then charges.
-func statusThen(e *jsonrpc.Error) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+func statusThen(e error) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
 	return func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
 		if n == 1 {
 			return nil, e
@@ -45,7 +44,7 @@ func TestHTTPStatuses(t *testing.T) {
 	unkeyed.ForwardKey = false // none forwarded: nothing to dedupe on
 	for _, tt := range []struct {
 		name   string
-		err    *jsonrpc.Error
+		err    error
 		pol    policy.Policy
 		resent bool
 		// unknown, when not resent: the status may follow a run, so the
@@ -76,6 +75,11 @@ func TestHTTPStatuses(t *testing.T) {
 		{"408", httpError(http.StatusRequestTimeout, ""), sideEffect, false, true},
 		// A server's own error is the server refusing, whatever its data.
 		{"server error with a status in its data", &jsonrpc.Error{Code: -32000, Message: "busy", Data: json.RawMessage(`{"http_status":503}`)}, idempotent, false, false},
+		// But a status reported as a proxy in front of an HTTP server
+		// reports it (-32603, http_status) is the upstream's word about
+		// its own vendor, which the rule may act on.
+		{"a status the upstream reports", httpError(http.StatusServiceUnavailable, "").Object(), idempotent, true, false},
+		{"a status the upstream reports, side effect", httpError(http.StatusServiceUnavailable, "").Object(), sideEffect, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -97,7 +101,8 @@ func TestHTTPStatuses(t *testing.T) {
 					}
 					return
 				}
-				if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Message != tt.err.Message || string(e.Data) != string(tt.err.Data) {
+				want, _ := rpcError(tt.err)
+				if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Message != want.Message || string(e.Data) != string(want.Data) {
 					t.Fatalf("got %+v; want the upstream's error as it came", a)
 				}
 				if n := h.up.calls.Load(); n != 1 || rec.State != record.Failed {

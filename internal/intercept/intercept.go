@@ -797,7 +797,7 @@ func (in *Interceptor) finish(ctx context.Context, rec *record.Record, req *Requ
 		// waiting, the server failed mid-call): nobody saw the outcome.
 		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
 	}
-	if strings.HasPrefix(c.Note, "malformed answer") {
+	if malformed(result, err) {
 		// A bug upstream, not a passing failure: said loudly.
 		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
 	}
@@ -982,13 +982,20 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 // failure reads an attempt's error as the retry classifier sees it, and
 // returns the Retry-After value an HTTP upstream sent with it, if any.
 //
-// The Streamable HTTP client answers a POST that failed with an HTTP
-// status with a JSON-RPC internal error (-32603) of its own, whose data
-// holds "http_status" and "retry_after" (transport/streamhttp.Client).
-// Only that code is read for a status: a server's own error of another
-// code is the server refusing the request, whatever its data says.
+// The status is the one the proxy's own transport got instead of an
+// answer (a *jsonrpc.NoAnswer), or one an upstream reports in a JSON-RPC
+// internal error (-32603) whose data holds "http_status" and
+// "retry_after", as a proxy in front of an HTTP server answers (this one
+// included): the upstream's word about its own vendor, which a retry rule
+// may act on. A server's own error of another code is the server refusing
+// the request, whatever its data says. Nothing in an upstream's error can
+// say that the request was not sent.
 func failure(err error) (retry.Failure, string) {
 	f := retry.Failure{Err: err}
+	if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok && na.Refused() {
+		f.HTTPStatus, f.RPCCode = na.Status, jsonrpc.CodeInternalError
+		return f, na.RetryAfter
+	}
 	rpcErr, ok := errors.AsType[*jsonrpc.Error](err)
 	if !ok {
 		return f, ""
@@ -1016,13 +1023,30 @@ func withNote(result json.RawMessage, err error, note string) (json.RawMessage, 
 	if err == nil {
 		return appendText(result, note), nil
 	}
-	if rpcErr, ok := errors.AsType[*jsonrpc.Error](err); ok && !retry.IsNotSent(err) {
+	if rpcErr, ok := rpcError(err); ok {
 		e := *rpcErr
 		e.Message += " (" + note + ")"
 		e.Raw = nil // changed: no longer the object as it came
 		return result, &e
 	}
 	return result, fmt.Errorf("%w (%s)", err, note)
+}
+
+// rpcError returns the JSON-RPC error an attempt's error stands for in the
+// caller's answer: the upstream's own error, or the one that stands for an
+// HTTP status the transport got instead of the answer. A request that was
+// not sent, or got no answer at all, has none.
+func rpcError(err error) (*jsonrpc.Error, bool) {
+	if retry.IsNotSent(err) {
+		return nil, false
+	}
+	if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok {
+		if na.Refused() {
+			return na.Object(), true
+		}
+		return nil, false
+	}
+	return errors.AsType[*jsonrpc.Error](err)
 }
 
 // appendText returns a copy of a tool result with one more text content
@@ -1129,7 +1153,6 @@ func outcome(result json.RawMessage, err error) record.Change {
 		}
 		return record.Change{To: record.Completed, Result: result}
 	}
-	var rpcErr *jsonrpc.Error
 	var malformed *retry.MalformedError
 	if err == nil {
 		err = retry.Malformed("a tools/call result that is not an object", result)
@@ -1144,15 +1167,22 @@ func outcome(result json.RawMessage, err error) record.Change {
 		// is kept only where the policy allows.
 		return record.Change{To: record.Unknown, Note: fmt.Sprintf("malformed answer from the upstream: %s (%d bytes)", malformed.What, malformed.Size)}
 	case retry.IsNotSent(err):
-		// Before the JSON-RPC case: a transport's not-sent error may wrap
-		// its stand-in error object.
 		return record.Change{To: record.Failed, Note: err.Error()}
-	case errors.As(err, &rpcErr):
+	}
+	if rpcErr, ok := rpcError(err); ok {
 		b := rpcErr.Object() // the upstream's error, as it came
 		return record.Change{To: record.Failed, Error: b, Note: fmt.Sprintf("upstream error %d", rpcErr.Code)}
-	default:
-		return record.Change{To: record.Unknown, Note: err.Error()}
 	}
+	return record.Change{To: record.Unknown, Note: err.Error()}
+}
+
+// malformed reports whether an attempt's answer is one outcome reads as
+// malformed: a bug upstream.
+func malformed(result json.RawMessage, err error) bool {
+	if err == nil {
+		return len(result) == 0 || result[0] != '{'
+	}
+	return errors.As(err, new(*retry.MalformedError))
 }
 
 // settle applies c, made by req's call, and returns the settled record, or

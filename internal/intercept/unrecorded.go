@@ -118,7 +118,7 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 func (in *Interceptor) answerUnrecorded(ctx context.Context, req *Request, result json.RawMessage, err error) {
 	defer in.work.Done()
 	tool := req.Call.Name
-	switch rpcErr, isRPC := errors.AsType[*jsonrpc.Error](err); {
+	switch rpcErr, isRPC := rpcError(err); {
 	case err == nil:
 		in.reply(ctx, req, Answer{Result: result}, nil)
 	case retry.IsNotSent(err):

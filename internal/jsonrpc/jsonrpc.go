@@ -398,25 +398,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
-
-// Members of an error's data by which a transport says that an error
-// response is its own, standing in for an answer the upstream never gave:
-// DataNotSent, the request never left, so nothing ran; DataUnanswered, it
-// may have been received, and no answer came, so the outcome is unknown.
-const (
-	DataNotSent    = "mcp-idempotent/not_sent"
-	DataUnanswered = "mcp-idempotent/unanswered"
-)
-
-// TransportFailure reports whether the error object errObj was made by a
-// transport for a request that never left (notSent) or that got no answer
-// (unanswered).
-func TransportFailure(errObj json.RawMessage) (notSent, unanswered bool) {
-	var e struct {
-		Data map[string]json.RawMessage `json:"data"`
-	}
-	if json.Unmarshal(errObj, &e) != nil {
-		return false, false
-	}
-	return string(e.Data[DataNotSent]) == "true", string(e.Data[DataUnanswered]) == "true"
-}

@@ -1092,6 +1092,10 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 				s.tooLargeFromUpstream(err)
 				continue
 			}
+			if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok {
+				s.noAnswer(na)
+				continue
+			}
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -1235,6 +1239,43 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream's answer to %s was dropped: %v", f.method, err)))
 	}
+}
+
+// noAnswer handles the transport's own account na of a request it carried
+// that got no answer: one of the proxy's own requests is answered with
+// the failure as the transport saw it; a client's is answered with the
+// JSON-RPC error that stands for it.
+func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
+	key := string(jsonrpc.IDKey(na.ID))
+	s.mu.Lock()
+	p, own := s.pending[key]
+	delete(s.pending, key)
+	f, forwarded := s.forwarded[key]
+	s.forgetLocked(key)
+	s.mu.Unlock()
+	switch {
+	case own:
+		s.answered(p, nil, sendFailure(na))
+	case forwarded:
+		s.writeClient(jsonrpc.NewErrorResponse(f.id, na.Object()))
+	case s.reservedID(na.ID):
+		s.droppedOwn(key)
+	}
+}
+
+// sendFailure is the error a sender of the proxy's own is told for na, as
+// Upstream.Send's contract reads: a retry.NotSentError when nothing left;
+// na itself for an HTTP status that came instead of the answer, for the
+// retry classifier to read; otherwise an error that says the request may
+// have been received.
+func sendFailure(na *jsonrpc.NoAnswer) error {
+	switch {
+	case na.NotSent:
+		return retry.NotSent(na)
+	case na.Refused():
+		return na
+	}
+	return fmt.Errorf("no answer from the upstream: %w", na)
 }
 
 // unreadableAnswer handles a frame from the upstream that is not JSON but
@@ -1506,16 +1547,9 @@ func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	case hasError && msg.Result != nil:
 		p.done(nil, retry.Malformed("a response to "+p.method+" with both a result and an error", msg.Raw))
 	case hasError:
-		// A transport's stand-in for an answer that never came is not
-		// the upstream refusing the request.
-		switch notSent, unanswered := jsonrpc.TransportFailure(msg.Error); {
-		case notSent:
-			p.done(nil, retry.NotSent(jsonrpc.DecodeError(msg.Error)))
-		case unanswered:
-			p.done(nil, fmt.Errorf("no answer from the upstream: %s", jsonrpc.DecodeError(msg.Error).Message))
-		default:
-			p.done(nil, jsonrpc.DecodeError(msg.Error))
-		}
+		// The upstream's own answer, whatever its data says: only the
+		// transport, outside the frames, says what it saw (noAnswer).
+		p.done(nil, jsonrpc.DecodeError(msg.Error))
 	case msg.Result == nil:
 		p.done(nil, retry.Malformed("a response to "+p.method+" with neither result nor error", msg.Raw))
 	default:

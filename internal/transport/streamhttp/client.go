@@ -93,9 +93,10 @@ type Options struct {
 //
 // A request that gets no answer from the server because of an HTTP error, a
 // transport failure or a stream that ended early is answered by the Client
-// itself with a JSON-RPC error (code -32603) under the request's id, so no
-// caller waits for ever. The error's data holds "http_status" and
-// "retry_after" when the server sent them.
+// itself, so no caller waits for ever: ReadFrame returns a
+// *jsonrpc.NoAnswer for it, which says whether the request left and which
+// HTTP status and Retry-After came instead of the answer. It is never a
+// frame: nothing the server sends can pass for it.
 type Client struct {
 	url    string
 	shown  string // url as errors show it (ShownURL)
@@ -106,7 +107,7 @@ type Client struct {
 
 	ctx    context.Context // parent of every request; cancelled by Close
 	cancel context.CancelFunc
-	frames chan []byte   // frames for ReadFrame
+	frames chan inbound  // what ReadFrame returns, in order
 	done   chan struct{} // closed by Close
 	// expired is closed, once, when the server says the session is gone.
 	expired     chan struct{}
@@ -197,7 +198,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		header:  opts.Header.Clone(),
 		log:     opts.Logger,
 		max:     opts.MaxMessage,
-		frames:  make(chan []byte, 64),
+		frames:  make(chan inbound, 64),
 		done:    make(chan struct{}),
 		expired: make(chan struct{}),
 		calls:   make(map[string]*statelessCall),
@@ -231,27 +232,42 @@ func (c *Client) LastEventID() string {
 	return c.lastEventID
 }
 
-// ReadFrame returns the next frame from the server. After Close it returns
-// the frames already received, then io.EOF.
+// ReadFrame returns the next frame from the server, or a *jsonrpc.NoAnswer
+// for a request the server did not answer, after which reading goes on.
+// After Close it returns what was already received, then io.EOF.
 func (c *Client) ReadFrame() ([]byte, error) {
 	select {
-	case f := <-c.frames:
-		return f, nil
+	case in := <-c.frames:
+		return in.read()
 	case <-c.expired:
 		select {
-		case f := <-c.frames:
-			return f, nil
+		case in := <-c.frames:
+			return in.read()
 		default:
 			return nil, ErrSessionExpired
 		}
 	case <-c.done:
 		select {
-		case f := <-c.frames:
-			return f, nil
+		case in := <-c.frames:
+			return in.read()
 		default:
 			return nil, io.EOF
 		}
 	}
+}
+
+// An inbound is one thing for ReadFrame: a frame from the server, or the
+// Client's own account of a request the server did not answer.
+type inbound struct {
+	frame    []byte
+	noAnswer *jsonrpc.NoAnswer
+}
+
+func (in inbound) read() ([]byte, error) {
+	if in.noAnswer != nil {
+		return nil, in.noAnswer
+	}
+	return in.frame, nil
 }
 
 // sent describes what a POST carried, for answering its requests when the
@@ -444,15 +460,10 @@ func (c *Client) post(req *http.Request, s sent) {
 		c.log.Warn("POST to the upstream failed", "err", err)
 		// A failed dial sent nothing; any other failure may have come
 		// after the upstream read the request.
-		marker := jsonrpc.DataUnanswered
 		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			marker = jsonrpc.DataNotSent
-		}
-		c.fail(s, s.ids, &jsonrpc.Error{
-			Code:    jsonrpc.CodeInternalError,
-			Message: "upstream unreachable: " + err.Error(),
-			Data:    json.RawMessage(`{"` + marker + `":true}`),
+		c.fail(s, s.ids, jsonrpc.NoAnswer{
+			NotSent: errors.As(err, &op) && op.Op == "dial",
+			Reason:  "upstream unreachable: " + err.Error(),
 		})
 		return
 	}
@@ -480,23 +491,15 @@ func (c *Client) post(req *http.Request, s sent) {
 			defer c.expiredOnce.Do(func() { close(c.expired) })
 		}
 		c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
-		c.fail(s, unansweredIDs(s.ids, pending), &jsonrpc.Error{
-			Code:    jsonrpc.CodeInternalError,
-			Message: msg,
-			Data:    statusData(resp),
-		})
+		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, msg))
 		return
 	}
 	if resp.StatusCode == http.StatusAccepted || len(s.ids) == 0 {
 		// 202 is the answer to notifications and responses; a body, if
 		// any, carries nothing we need.
 		if len(s.ids) > 0 {
-			c.fail(s, s.ids, &jsonrpc.Error{
-				Code:    jsonrpc.CodeInternalError,
-				Message: "upstream accepted the request without answering it (HTTP 202)",
-				// Accepted for processing: it may run, unseen.
-				Data: unanswered(statusData(resp)),
-			})
+			// Accepted for processing: it may run, unseen.
+			c.fail(s, s.ids, noAnswer(resp, "upstream accepted the request without answering it (HTTP 202)"))
 		}
 		return
 	}
@@ -518,11 +521,7 @@ func (c *Client) post(req *http.Request, s sent) {
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
 	}
 	if len(pending) > 0 {
-		c.fail(s, unansweredIDs(s.ids, pending), &jsonrpc.Error{
-			Code:    jsonrpc.CodeInternalError,
-			Message: "upstream response ended without an answer",
-			Data:    unanswered(statusData(resp)),
-		})
+		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, "upstream response ended without an answer"))
 	}
 }
 
@@ -550,20 +549,20 @@ func (c *Client) relayErrorBody(resp *http.Response, pending map[string]json.Raw
 	}
 }
 
-// fail answers ids with e, unless the client cancelled the request: it
+// fail answers ids with na, unless the client cancelled the request: it
 // expects no answer then, and the server sends none (spec 2026-07-28,
 // "Cancellation": the server "MUST NOT send any further messages for it").
-func (c *Client) fail(s sent, ids []json.RawMessage, e *jsonrpc.Error) {
+func (c *Client) fail(s sent, ids []json.RawMessage, na jsonrpc.NoAnswer) {
 	if s.call != nil {
 		c.mu.Lock()
 		cancelled := s.call.cancelled
 		c.mu.Unlock()
 		if cancelled {
-			c.log.Debug("not answering a cancelled request", "reason", e.Message)
+			c.log.Debug("not answering a cancelled request", "reason", na.Reason)
 			return
 		}
 	}
-	c.answer(ids, e)
+	c.answer(ids, na)
 }
 
 // forget removes a finished stateless request from c.calls.
@@ -847,7 +846,7 @@ func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool 
 	default:
 	}
 	select {
-	case c.frames <- frame:
+	case c.frames <- inbound{frame: frame}:
 		return true
 	case <-c.done:
 		return false
@@ -920,11 +919,21 @@ func (c *Client) listen() {
 	}
 }
 
-// answer delivers, for each id, an error response from the Client itself.
-func (c *Client) answer(ids []json.RawMessage, e *jsonrpc.Error) {
+// answer hands ReadFrame, for each id, the Client's own account na of a
+// request that got no answer.
+func (c *Client) answer(ids []json.RawMessage, na jsonrpc.NoAnswer) {
 	for _, id := range ids {
-		if !c.deliver(jsonrpc.NewErrorResponse(id, e), nil) {
-			return
+		e := na
+		e.ID = id
+		select {
+		case <-c.done:
+			return // closed: nothing more is delivered
+		default:
+		}
+		select {
+		case c.frames <- inbound{noAnswer: &e}:
+		case <-c.done:
+			return // closed: nothing more is delivered
 		}
 	}
 }
@@ -973,20 +982,11 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// unanswered marks error data as standing for an answer that never came.
-func unanswered(data json.RawMessage) json.RawMessage {
-	return append(append(json.RawMessage(`{"`+jsonrpc.DataUnanswered+`":true,`), data[1:len(data)-1]...), '}')
-}
-
-// statusData returns the error data recording an HTTP answer, for the retry
-// classifier.
-func statusData(resp *http.Response) json.RawMessage {
-	d := struct {
-		HTTPStatus int    `json:"http_status"`
-		RetryAfter string `json:"retry_after,omitempty"`
-	}{resp.StatusCode, resp.Header.Get("Retry-After")}
-	b, _ := json.Marshal(d)
-	return b
+// noAnswer is the account of a request that an HTTP answer resp, which
+// carried no JSON-RPC answer to it, leaves unanswered: its status and
+// Retry-After, for the retry classifier.
+func noAnswer(resp *http.Response, reason string) jsonrpc.NoAnswer {
+	return jsonrpc.NoAnswer{Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After"), Reason: reason}
 }
 
 // idempotencyKey returns the Idempotency-Key header value for a tools/call

@@ -142,6 +142,18 @@ func read(t *testing.T, c *Client) *jsonrpc.Message {
 	return m
 }
 
+// readNoAnswer reads the Client's own account of a request the server did
+// not answer, which must come next.
+func readNoAnswer(t *testing.T, c *Client) *jsonrpc.NoAnswer {
+	t.Helper()
+	f, err := c.ReadFrame()
+	na, ok := errors.AsType[*jsonrpc.NoAnswer](err)
+	if !ok {
+		t.Fatalf("ReadFrame = %s, %v; want a *jsonrpc.NoAnswer", f, err)
+	}
+	return na
+}
+
 // readResponse reads frames until the response with id, returning it and
 // the frames before it.
 func readResponse(t *testing.T, c *Client, id string) (*jsonrpc.Message, []*jsonrpc.Message) {
@@ -336,22 +348,21 @@ func TestHTTPErrors(t *testing.T) {
 	rec.mu.Unlock()
 
 	for _, tc := range []struct {
-		name, id, tool, message, data string
+		name, id, tool string
+		want           jsonrpc.NoAnswer
 	}{
-		{"503", `"a"`, "unavailable", "upstream answered HTTP 503", `{"http_status":503,"retry_after":"2"}`},
+		{"503", `"a"`, "unavailable", jsonrpc.NoAnswer{Status: 503, RetryAfter: "2", Reason: "upstream answered HTTP 503"}},
 		// Accepted, and never answered: it may run, so the outcome is
 		// unknown, never failed.
-		{"202", `"b"`, "accepted", "upstream accepted the request without answering it (HTTP 202)", `{"mcp-idempotent/unanswered":true,"http_status":202}`},
+		{"202", `"b"`, "accepted", jsonrpc.NoAnswer{Status: 202, Reason: "upstream accepted the request without answering it (HTTP 202)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(t, c, `{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
-			m := read(t, c)
-			if string(m.ID) != tc.id || m.Error == nil {
-				t.Fatalf("got %s, want an error under id %s", m.Raw, tc.id)
-			}
-			e := jsonrpc.DecodeError(m.Error)
-			if e.Code != jsonrpc.CodeInternalError || e.Message != tc.message || string(e.Data) != tc.data {
-				t.Errorf("error = %d %q %s, want %d %q %s", e.Code, e.Message, e.Data, jsonrpc.CodeInternalError, tc.message, tc.data)
+			na := readNoAnswer(t, c)
+			want := tc.want
+			want.ID = json.RawMessage(tc.id)
+			if string(na.ID) != string(want.ID) || na.NotSent || na.Status != want.Status || na.RetryAfter != want.RetryAfter || na.Reason != want.Reason {
+				t.Errorf("got %+v, want %+v", *na, want)
 			}
 		})
 	}
@@ -365,8 +376,8 @@ func TestHTTPErrors(t *testing.T) {
 	rec.mu.Unlock()
 	write(t, c, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
 	write(t, c, `{"jsonrpc":"2.0","id":99,"method":"ping"}`)
-	if m := read(t, c); string(m.ID) != "99" {
-		t.Errorf("got %s, want the answer to ping", m.Raw)
+	if na := readNoAnswer(t, c); string(na.ID) != "99" {
+		t.Errorf("got %+v, want the ping's account, the notification's none", *na)
 	}
 }
 
@@ -390,9 +401,8 @@ func TestAnswersOnTheirOwnPOST(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	write(t, c, `{"jsonrpc":"2.0","id":"steal-1","method":"tools/call","params":{"name":"steal"}}`)
-	m := read(t, c)
-	if string(m.ID) != `"steal-1"` || m.Error == nil || !strings.Contains(string(m.Error), "ended without an answer") {
-		t.Fatalf("got %s; want the request answered as unanswered, nothing else", m.Raw)
+	if na := readNoAnswer(t, c); string(na.ID) != `"steal-1"` || na.NotSent || !strings.Contains(na.Reason, "ended without an answer") {
+		t.Fatalf("got %+v; want the request answered as unanswered, nothing else", *na)
 	}
 	write(t, c, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
 	if m := read(t, c); string(m.ID) != "7" {
@@ -417,9 +427,8 @@ func TestSessionExpired(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	write(t, c, `{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"gone"}}`)
-	m := read(t, c)
-	if e := jsonrpc.DecodeError(m.Error); string(m.ID) != "17" || e.Message != "upstream session expired (HTTP 404)" || string(e.Data) != `{"http_status":404}` {
-		t.Fatalf("got %s; want the session-expired error under id 17", m.Raw)
+	if na := readNoAnswer(t, c); string(na.ID) != "17" || na.Reason != "upstream session expired (HTTP 404)" || na.Status != 404 {
+		t.Fatalf("got %+v; want the session-expired account under id 17", *na)
 	}
 	if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
 		t.Fatalf("ReadFrame after the 404 = %v; want ErrSessionExpired", err)
@@ -439,17 +448,16 @@ func TestUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	write(t, c, initialize)
-	m := read(t, c)
-	if string(m.ID) != "1" || m.Error == nil {
-		t.Fatalf("got %s, want an error for id 1", m.Raw)
+	e := readNoAnswer(t, c)
+	if string(e.ID) != "1" || !e.NotSent {
+		t.Fatalf("got %+v, want id 1, not sent (the dial failed)", *e)
 	}
-	e := jsonrpc.DecodeError(m.Error)
-	if !strings.HasPrefix(e.Message, "upstream unreachable") || !strings.Contains(e.Message, "http://***@127.0.0.1") || !strings.Contains(e.Message, "/mcp?***") {
-		t.Errorf("message = %q; want it to name the upstream without its user or query", e.Message)
+	if !strings.HasPrefix(e.Reason, "upstream unreachable") || !strings.Contains(e.Reason, "http://***@127.0.0.1") || !strings.Contains(e.Reason, "/mcp?***") {
+		t.Errorf("message = %q; want it to name the upstream without its user or query", e.Reason)
 	}
 	for _, secret := range []string{"token", "pass", "querysecret"} {
-		if strings.Contains(e.Message, secret) || strings.Contains(log.String(), secret) {
-			t.Errorf("%q shown: message %q, log %q", secret, e.Message, log.String())
+		if strings.Contains(e.Reason, secret) || strings.Contains(log.String(), secret) {
+			t.Errorf("%q shown: message %q, log %q", secret, e.Reason, log.String())
 		}
 	}
 }
@@ -780,9 +788,8 @@ func TestStatelessNoResume(t *testing.T) {
 	if m := read(t, c); m.Method != "notifications/message" {
 		t.Errorf("got %s; want the notification", m.Raw)
 	}
-	m := read(t, c)
-	if notSent, unanswered := jsonrpc.TransportFailure(m.Error); string(m.ID) != "4" || notSent || !unanswered {
-		t.Errorf("got %s; want an error under id 4 marked unanswered", m.Raw)
+	if na := readNoAnswer(t, c); string(na.ID) != "4" || na.NotSent {
+		t.Errorf("got %+v; want id 4 unanswered, sent", *na)
 	}
 	if n := gets.Load(); n != 0 {
 		t.Errorf("%d GET requests; want none", n)
