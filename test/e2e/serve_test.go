@@ -74,7 +74,10 @@ func startServe(t *testing.T, args ...string) *served {
 		}
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// A start waits for the process to listen: on a loaded machine node
+	// took more than 15 s to load a server's modules. The wait ends at
+	// once if the process exits.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go func() {
 		select {
@@ -979,7 +982,10 @@ func everythingHTTP(t *testing.T) string {
 			t.Logf("server-everything's stderr:\n%s\nstdout:\n%s", stderr.tail(transcriptTail), stdout.tail(transcriptTail))
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// A start waits for the process to listen: on a loaded machine node
+	// took more than 15 s to load a server's modules. The wait ends at
+	// once if the process exits.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go func() {
 		select {
