@@ -1,11 +1,13 @@
 // Package deptest checks that imports point one way along the data path
 // (DESIGN.md section 11), as Tailscale's tstest/deptest does: the leaves
-// import no other internal package, and the interceptor knows nothing of
-// the session pump, the transports or the command line.
+// import no other internal package; the interceptor knows nothing of the
+// session pump, the transports or the command line; transports, stores
+// and the policy know nothing of what uses them.
 package deptest
 
 import (
 	"bytes"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -65,30 +67,69 @@ func TestLeaves(t *testing.T) {
 	}
 }
 
+// oneWay is what each inner part of the data path may not import: only
+// the CLI wires concrete parts together.
+var oneWay = map[string][]string{
+	// The interceptor defines the interfaces it needs; the session
+	// pump, the transports and the concrete stores plug into them.
+	"internal/intercept": {"internal/proxy", "internal/cli", "internal/transport", "internal/record/"},
+	// The pump speaks to connections through an interface, too.
+	"internal/proxy": {"internal/cli", "internal/transport", "internal/record/"},
+	// Transports carry frames; what a frame means is decided above them.
+	"internal/transport/stdio":      {"internal/proxy", "internal/intercept", "internal/policy", "internal/cli"},
+	"internal/transport/streamhttp": {"internal/proxy", "internal/intercept", "internal/policy", "internal/cli"},
+	// A store keeps records; it does not know who makes them.
+	"internal/record/memstore":    storeForbidden,
+	"internal/record/sqlitestore": storeForbidden,
+	"internal/record/redisstore":  storeForbidden,
+	"internal/record/pgstore":     storeForbidden,
+	// The policy is data the interceptor reads, never the reverse.
+	"internal/policy": {"internal/intercept", "internal/proxy", "internal/cli", "internal/transport"},
+}
+
+// storeForbidden is what no store backend may import.
+var storeForbidden = []string{"internal/intercept", "internal/proxy", "internal/policy", "internal/cli", "internal/transport"}
+
 // TestOneWay checks that inner parts of the data path do not import the
-// outer ones: only the CLI wires concrete parts together.
+// outer ones.
 func TestOneWay(t *testing.T) {
-	forbidden := map[string][]string{
-		// The interceptor defines the interfaces it needs; the session
-		// pump, the transports and the concrete stores plug into them.
-		"internal/intercept": {"internal/proxy", "internal/cli", "internal/transport", "internal/record/"},
-		// The pump speaks to connections through an interface, too.
-		"internal/proxy": {"internal/cli", "internal/transport", "internal/record/"},
-	}
-	pkgs := make([]string, 0, len(forbidden))
-	for p := range forbidden {
-		pkgs = append(pkgs, p)
-	}
-	slices.Sort(pkgs)
+	pkgs := slices.Sorted(maps.Keys(oneWay))
 	for pkg, ds := range deps(t, pkgs...) {
 		for _, d := range ds {
 			rel := strings.TrimPrefix(d, module+"/")
-			for _, f := range forbidden[pkg] {
+			for _, f := range oneWay[pkg] {
 				if matches(rel, f) {
 					t.Errorf("%s imports %s; imports must point one way along the data path", pkg, rel)
 				}
 			}
 		}
+	}
+}
+
+// TestEveryPartChecked keeps oneWay whole: a new store backend or
+// transport must say what it may not import.
+func TestEveryPartChecked(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH")
+	}
+	out, err := exec.Command(goTool, "list", module+"/internal/record/...", module+"/internal/transport/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(string(out)) {
+		p := strings.TrimPrefix(strings.TrimSpace(line), module+"/")
+		if p == "internal/record" || p == "internal/record/recordtest" {
+			continue // the leaf and its test suite
+		}
+		n++
+		if _, ok := oneWay[p]; !ok {
+			t.Errorf("%s is not in oneWay: say what it may not import", p)
+		}
+	}
+	if n == 0 {
+		t.Error("go list found no store backend or transport")
 	}
 }
 
