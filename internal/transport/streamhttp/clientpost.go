@@ -1,0 +1,298 @@
+package streamhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// post sends one POST and relays what comes back.
+func (c *Client) post(req *http.Request, s sent) {
+	defer c.wg.Done()
+	if s.call != nil {
+		defer c.forget(s)
+	}
+	if s.after != nil {
+		select {
+		case <-s.after:
+		case <-c.ctx.Done(): // Do fails at once
+		}
+	}
+	resp, err := c.do(req)
+	if s.taken != nil {
+		close(s.taken)
+	}
+	if err != nil {
+		c.log.Warn("POST to the upstream failed", "err", err)
+		// A failed dial sent nothing; any other failure may have come
+		// after the upstream read the request.
+		var op *net.OpError
+		c.fail(s, s.ids, jsonrpc.NoAnswer{
+			NotSent: errors.As(err, &op) && op.Op == "dial",
+			Reason:  "upstream unreachable: " + err.Error(),
+		})
+		return
+	}
+	defer resp.Body.Close()
+	if s.isInit && resp.StatusCode/100 == 2 {
+		if sid := resp.Header.Get(headerSessionID); sid != "" {
+			c.mu.Lock()
+			c.sessionID = sid
+			c.mu.Unlock()
+		}
+	}
+	pending := make(map[string]json.RawMessage, len(s.ids))
+	for _, id := range s.ids {
+		pending[string(id)] = id
+	}
+	switch {
+	case resp.StatusCode/100 != 2:
+		c.refused(resp, s, pending)
+	case resp.StatusCode == http.StatusAccepted || len(s.ids) == 0:
+		// 202 is the answer to notifications and responses; a body, if
+		// any, carries nothing we need.
+		if len(s.ids) > 0 {
+			// Accepted for processing: it may run, unseen.
+			c.fail(s, s.ids, noAnswer(resp, "upstream accepted the request without answering it (HTTP 202)"))
+		}
+	default:
+		c.relayBody(resp, s, pending)
+	}
+}
+
+// refused answers the requests in pending of a POST the server answered
+// with an error status, resp.
+func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.RawMessage) {
+	if s.stateless {
+		c.relayErrorBody(resp, pending)
+	}
+	msg := "upstream answered HTTP " + strconv.Itoa(resp.StatusCode)
+	if resp.StatusCode == http.StatusNotFound && s.hasSID {
+		// Spec, "Session Management": a 404 to a request with a session
+		// id means the session is gone.
+		msg = "upstream session expired (HTTP 404)"
+		defer c.expiredOnce.Do(func() { close(c.expired) })
+	}
+	c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
+	c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, msg))
+}
+
+// relayBody delivers the answers in the body of resp, a JSON object or an
+// event stream, and answers the requests in pending that it left
+// unanswered.
+func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.RawMessage) {
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+		switch {
+		case err != nil:
+			c.log.Warn("reading the upstream's answer", "err", err)
+		case len(body) > c.max:
+			c.log.Warn("the upstream's answer is too large", "limit", c.max)
+		default:
+			c.deliver(body, pending)
+		}
+	case "text/event-stream":
+		c.relayStream(resp.Body, pending, !s.stateless)
+	default:
+		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
+	}
+	if len(pending) > 0 {
+		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, "upstream response ended without an answer"))
+	}
+}
+
+// relayErrorBody delivers the JSON-RPC error with which a stateless-era
+// server explains an HTTP error, when it answers a request in pending. The
+// client needs it as it came: an UnsupportedProtocolVersionError lists the
+// versions to retry with, and a client probing with server/discover falls
+// back to initialize only on an error it does not recognise as modern
+// (spec 2026-07-28, basic/transports/streamable-http, "Protocol Version
+// Header" and "Backward Compatibility").
+func (c *Client) relayErrorBody(resp *http.Response, pending map[string]json.RawMessage) {
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+	if err != nil || len(body) > c.max {
+		return
+	}
+	m, err := jsonrpc.Decode(bytes.TrimSpace(body))
+	if err != nil || !m.IsResponse() || m.Error == nil {
+		return
+	}
+	if _, ok := pending[string(m.ID)]; ok {
+		c.deliver(body, pending)
+	}
+}
+
+// fail answers ids with na, unless the client cancelled the request: it
+// expects no answer then, and the server sends none (spec 2026-07-28,
+// "Cancellation": the server "MUST NOT send any further messages for it").
+func (c *Client) fail(s sent, ids []json.RawMessage, na jsonrpc.NoAnswer) {
+	if s.call != nil {
+		c.mu.Lock()
+		cancelled := s.call.cancelled
+		c.mu.Unlock()
+		if cancelled {
+			c.log.Debug("not answering a cancelled request", "reason", na.Reason)
+			return
+		}
+	}
+	c.answer(ids, na)
+}
+
+// forget removes a finished stateless request from c.calls.
+func (c *Client) forget(s sent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id := string(s.ids[0]); c.calls[id] == s.call {
+		delete(c.calls, id)
+	}
+	s.call.cancel()
+}
+
+// unansweredIDs returns the ids still in pending, in the order sent.
+func unansweredIDs(ids []json.RawMessage, pending map[string]json.RawMessage) []json.RawMessage {
+	var out []json.RawMessage
+	for _, id := range ids {
+		if _, ok := pending[string(id)]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// noAnswer is the account of a request that an HTTP answer resp, which
+// carried no JSON-RPC answer to it, leaves unanswered: its status and
+// Retry-After, for the retry classifier.
+func noAnswer(resp *http.Response, reason string) jsonrpc.NoAnswer {
+	return jsonrpc.NoAnswer{Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After"), Reason: reason}
+}
+
+// answer hands ReadFrame, for each id, the Client's own account na of a
+// request that got no answer.
+func (c *Client) answer(ids []json.RawMessage, na jsonrpc.NoAnswer) {
+	for _, id := range ids {
+		e := na
+		e.ID = id
+		select {
+		case <-c.done:
+			return // closed: nothing more is delivered
+		default:
+		}
+		select {
+		case c.frames <- inbound{noAnswer: &e}:
+		case <-c.done:
+			return // closed: nothing more is delivered
+		}
+	}
+}
+
+// deliver hands frame to ReadFrame, noting the answers to pending and the
+// initialize result. pending, when not nil, holds the requests of the POST
+// whose answer frame came in: an answer in it to any other request (one
+// already answered, or another POST's, which would then be taken for that
+// request's) is dropped, as is a message that is neither a request nor an
+// answer. It reports false once the Client is closed.
+func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool {
+	frame = bytes.TrimSpace(frame)
+	if bytes.ContainsAny(frame, "\r\n") {
+		// Frames are newline-free: the stdio side writes one per line.
+		var b bytes.Buffer
+		if err := json.Compact(&b, frame); err != nil {
+			c.log.Warn("dropping a message from the upstream that is not JSON", "err", err)
+			return true
+		}
+		frame = b.Bytes()
+	}
+	m, err := jsonrpc.Decode(frame)
+	if err != nil {
+		c.log.Warn("dropping a message from the upstream that is not JSON-RPC", "err", err)
+		return true
+	}
+	msgs := []*jsonrpc.Message{m}
+	if m.Batch {
+		msgs, _ = jsonrpc.DecodeBatch(frame)
+	}
+	kept := msgs[:0:0]
+	for _, m := range msgs {
+		switch {
+		case m.Method == "" && m.ID == nil:
+			c.log.Warn("dropping a message from the upstream that is neither a request nor an answer", "size", len(m.Raw))
+			continue
+		case m.IsResponse() && pending != nil:
+			if _, ok := pending[string(m.ID)]; !ok {
+				c.log.Warn("dropping an answer from the upstream to no request of the POST it came on", "id", string(m.ID))
+				continue
+			}
+		}
+		if m.IsResponse() {
+			delete(pending, string(m.ID))
+			c.noteResponse(m)
+		}
+		kept = append(kept, m)
+	}
+	switch {
+	case len(kept) == 0:
+		return true
+	case len(kept) < len(msgs):
+		raws := make([][]byte, len(kept))
+		for i, m := range kept {
+			raws[i] = m.Raw
+		}
+		if m.Batch {
+			frame = append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+		} else {
+			frame = raws[0]
+		}
+	}
+	select {
+	case <-c.done:
+		return false // closed: nothing more is delivered
+	default:
+	}
+	select {
+	case c.frames <- inbound{frame: frame}:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// noteResponse learns the x-mcp-header bindings from a stateless tools/list
+// result, and takes the protocol version from the initialize result and
+// then opens the GET stream.
+func (c *Client) noteResponse(m *jsonrpc.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.calls[string(m.ID)]; ok && cl.method == "tools/list" && m.Result != nil {
+		learnTools(c.tools, m.Result)
+		return
+	}
+	if c.initID == "" || string(m.ID) != c.initID || m.Result == nil {
+		return
+	}
+	c.initID = ""
+	var r struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(m.Result, &r); err == nil && r.ProtocolVersion != "" {
+		c.version = r.ProtocolVersion
+	}
+	// Protocol 2026-07-28 (SEP-2575) drops the GET stream.
+	if c.listening || c.closed || c.version >= "2026-07-28" {
+		return
+	}
+	c.listening = true
+	c.wg.Add(1)
+	go c.listen()
+}

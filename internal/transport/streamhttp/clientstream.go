@@ -1,0 +1,245 @@
+package streamhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+)
+
+// maxResumes bounds the attempts in a row to resume a broken stream that
+// bring no new event.
+const maxResumes = 5
+
+// relayStream delivers the message events of the SSE body answering a POST
+// until every request in pending is answered. A stream that ends first is
+// resumed with GET and Last-Event-ID (spec 2025-11-25, "Resumability and
+// Redelivery"): losing the connection must not lose the answer. Only a
+// resumable stream is: 2026-07-28 has no GET and no resumption (spec
+// 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
+func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) {
+	r := newSSEReader(body, c.max)
+	lastID, retry := "", -1
+	// failures counts the resumptions in a row that read no event;
+	// quiet, those that read events but no message (a server that closes
+	// its stream while it works, after a priming event, so that the
+	// client polls: SEP-1699). A quiet server is alive, and is not given
+	// up on, but it is not asked again at once either.
+	for failures, quiet := 0, 0; ; {
+		if r != nil {
+			events, messages, err := c.relaySSE(r, pending)
+			body.Close()
+			if err != nil {
+				c.log.Debug("the upstream's event stream broke", "err", err)
+			}
+			switch {
+			case messages > 0:
+				failures, quiet = 0, 0
+			case events > 0:
+				failures = 0
+				quiet++
+			}
+			lastID, retry = r.lastID, r.retry
+		}
+		if len(pending) == 0 || c.ctx.Err() != nil || !resumable {
+			return
+		}
+		if lastID == "" {
+			c.log.Warn("the upstream's event stream ended before the answer and has no event id to resume from")
+			return
+		}
+		if failures++; failures > maxResumes {
+			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
+			return
+		}
+		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
+			return
+		}
+		resp, err := c.get(lastID)
+		var se *statusError
+		switch {
+		case errors.As(err, &se) && !transient(se.status):
+			c.log.Warn("the upstream refused to resume its event stream", "err", err)
+			return
+		case err != nil:
+			// The server may not have seen the old stream go yet (the
+			// go-sdk answers 409 until then), or the network is down.
+			c.log.Debug("resuming the upstream's event stream", "err", err, "attempt", failures)
+			r = nil
+			continue
+		}
+		body = resp.Body
+		r = newSSEReader(body, c.max)
+		r.lastID, r.retry = lastID, retry
+	}
+}
+
+// resumeWait is the pause before a resumption: what the server asked for
+// with the SSE retry field (at least minQuietWait after a quiet stream);
+// else none after a stream that broke with messages read (failures 1,
+// quiet 0), a doubling from 250ms for attempt failures from 2, and after
+// quiet streams in a row a doubling from minQuietWait up to maxQuietWait.
+func resumeWait(failures, quiet, retryMS int) time.Duration {
+	switch {
+	case retryMS >= 0 && quiet > 0:
+		// A server asking for no pause between polls would have its
+		// client spin.
+		return max(serverRetry(retryMS), minQuietWait)
+	case retryMS >= 0:
+		return serverRetry(retryMS)
+	case failures > 1:
+		return 250 * time.Millisecond << (failures - 2)
+	case quiet > 0:
+		return min(minQuietWait<<min(quiet-1, 8), maxQuietWait)
+	}
+	return 0
+}
+
+// minQuietWait is the least pause before asking a quiet server again.
+const minQuietWait = 250 * time.Millisecond
+
+// maxQuietWait bounds the pause before asking a quiet server again.
+const maxQuietWait = 5 * time.Second
+
+// maxServerRetry bounds the reconnection delay a server may ask for with
+// the SSE retry field: a huge value would overflow a Duration, or park the
+// stream for ever.
+const maxServerRetry = time.Minute
+
+func serverRetry(ms int) time.Duration {
+	if ms > int(maxServerRetry/time.Millisecond) {
+		return maxServerRetry
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// transient reports whether an HTTP status refusing a resumption may go
+// away by itself.
+func transient(status int) bool {
+	return status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
+}
+
+// sleep waits for d, and reports false if the Client was closed first.
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return false
+	case <-c.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// get opens an event stream with GET, resuming after lastID if it is set.
+// Any answer but a 2xx event stream is an error.
+func (c *Client) get(lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.setHeadersLocked(req, false)
+	c.mu.Unlock()
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set(headerLastEventID, lastID)
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode/100 != 2 || ct != "text/event-stream" {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, &statusError{resp.StatusCode, ct}
+	}
+	return resp, nil
+}
+
+// A statusError is an answer to GET other than a 2xx event stream.
+type statusError struct {
+	status      int
+	contentType string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("HTTP %d, Content-Type %q", e.status, e.contentType)
+}
+
+// relaySSE delivers the message events of r until it ends, returning how
+// many events it read and how many of them were messages. pending may be
+// nil. The error is nil at a clean end of stream.
+func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (events, messages int, err error) {
+	for ; ; events++ {
+		ev, err := r.next()
+		if err == io.EOF {
+			return events, messages, nil
+		}
+		if err != nil {
+			return events, messages, err
+		}
+		if ev.ID != "" {
+			c.mu.Lock()
+			c.lastEventID = ev.ID
+			c.mu.Unlock()
+		}
+		if len(bytes.TrimSpace(ev.Data)) == 0 {
+			// An event id with empty data: the priming event a server
+			// sends first, so that the stream can be resumed before its
+			// first message (MCP 2025-11-25). Nothing to deliver.
+			continue
+		}
+		if ev.Type != "message" {
+			continue
+		}
+		messages++
+		if !c.deliver(ev.Data, pending) {
+			return events, messages, nil
+		}
+	}
+}
+
+// listen keeps the GET stream open for server-to-client messages until
+// Close, reconnecting, with Last-Event-ID once it has one, when the server
+// ends it.
+func (c *Client) listen() {
+	defer c.wg.Done()
+	lastID := ""
+	for {
+		resp, err := c.get(lastID)
+		var se *statusError
+		switch {
+		case errors.As(err, &se) && se.status == http.StatusMethodNotAllowed:
+			// Spec: the server offers no stream at this endpoint.
+			c.log.Debug("the upstream offers no GET stream")
+			return
+		case err != nil:
+			if c.ctx.Err() == nil {
+				c.log.Warn("opening the upstream's GET stream", "err", err)
+			}
+			return
+		}
+		r := newSSEReader(resp.Body, c.max)
+		r.lastID = lastID
+		if _, _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {
+			c.log.Debug("the upstream's GET stream broke", "err", err)
+		}
+		resp.Body.Close()
+		lastID = r.lastID
+		wait := time.Second
+		if r.retry >= 0 {
+			wait = serverRetry(r.retry)
+		}
+		if !c.sleep(wait) {
+			return
+		}
+	}
+}
