@@ -41,76 +41,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, activityUsage)
-		return usagef("activity: say list, show or resolve")
-	}
-	verb := args[0]
-	fs := flag.NewFlagSet("activity "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	storeURL := fs.String("store", "", "the store `URL`, as given to the proxy (sqlite:PATH, ...)")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	var (
-		tool, state, since, as, note *string
-		limit                        *int
-	)
-	switch verb {
-	case "list":
-		tool = fs.String("tool", "", "only this tool's executions")
-		state = fs.String("state", "", "only executions in this state")
-		since = fs.String("since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
-		limit = fs.Int("limit", 100, "at most this many")
-	case "show":
-	case "resolve":
-		as = fs.String("as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
-		note = fs.String("note", "", "why: recorded with the resolution")
-	default:
-		fmt.Fprint(stderr, activityUsage)
-		return usagef("activity: unknown subcommand %q", verb)
-	}
-	pos, err := parseInterspersed(fs, args[1:])
+	a, err := parseActivity(args, stderr)
 	if err != nil {
-		return &usageError{err.Error()}
-	}
-	if *storeURL == "" {
-		return usagef("activity %s: --store is required: the store the proxy used", verb)
-	}
-	if path, _, err := sqlitestore.ParseURL(*storeURL, sqlitestore.Options{}); err == nil {
-		// Opening a file that is not there would make an empty store,
-		// and a mistyped path would read as "no executions".
-		if _, err := os.Stat(path); err != nil {
-			return usagef("--store: %v: give the file the proxy used", err)
-		}
-	}
-	if verb == "resolve" && *as != string(record.Failed) && *as != string(record.Completed) {
-		// Checked before the store is opened: the execution's own state
-		// is no answer to a mistyped flag.
-		return usagef("--as: %q is not failed or completed", *as)
-	}
-	if verb == "list" {
-		if *state != "" && !slices.Contains(record.States, record.State(*state)) {
-			return usagef("--state: %q is not a state: want one of %s", *state, stateNames())
-		}
-		if *limit < 1 {
-			return usagef("--limit: %d; want 1 or more", *limit)
-		}
-	}
-	wantPos := 1
-	if verb == "list" {
-		wantPos = 0
-	}
-	switch {
-	case len(pos) == wantPos:
-	case wantPos == 0:
-		fmt.Fprint(stderr, activityUsage)
-		return usagef("activity list takes no arguments, only flags; got %q", pos[0])
-	default:
-		fmt.Fprint(stderr, activityUsage)
-		return usagef("activity %s: want one execution id, got %d arguments", verb, len(pos))
+		return err
 	}
 	// The store's warnings, for a command whose output is for a person.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, durable, err := openStore(ctx, *storeURL, log)
+	store, durable, err := openStore(ctx, a.store, log)
 	if err != nil {
 		return err
 	}
@@ -119,50 +56,132 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer durable.Close()
 
-	switch verb {
+	var r *record.Record
+	switch a.verb {
 	case "list":
-		lister, ok := store.(record.Lister)
-		if !ok {
-			return fmt.Errorf("the store %s cannot list its executions", redact(*storeURL))
-		}
-		f := record.Filter{Tool: *tool, State: record.State(*state), Limit: *limit}
-		if *since != "" {
-			d, err := parseDays(*since)
-			if err != nil {
-				return usagef("--since: %v", err)
-			}
-			f.Since = time.Now().Add(-d)
-		}
-		recs, err := lister.List(ctx, f)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if recs == nil {
-				recs = []*record.Record{} // [] for none, not null
-			}
-			return writeJSON(stdout, recs)
-		}
-		printList(stdout, recs)
+		return a.list(ctx, store, stdout)
 	case "show":
-		r, err := store.Get(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(stdout, r)
-		}
-		printRecord(stdout, r)
+		r, err = store.Get(ctx, a.pos[0])
 	case "resolve":
-		r, err := resolveExecution(ctx, store, pos[0], *as, *note)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(stdout, r)
-		}
-		printRecord(stdout, r)
+		r, err = resolveExecution(ctx, store, a.pos[0], a.as, a.note)
 	}
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return writeJSON(stdout, r)
+	}
+	printRecord(stdout, r)
+	return nil
+}
+
+// activityArgs are an activity command's verb, flags and arguments.
+type activityArgs struct {
+	verb, store        string
+	json               bool
+	tool, state, since string // list
+	limit              int    // list
+	as, note           string // resolve
+	pos                []string
+}
+
+// parseActivity parses and checks an activity command line, before any
+// store is opened.
+func parseActivity(args []string, stderr io.Writer) (*activityArgs, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, activityUsage)
+		return nil, usagef("activity: say list, show or resolve")
+	}
+	a := &activityArgs{verb: args[0]}
+	fs := flag.NewFlagSet("activity "+a.verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&a.store, "store", "", "the store `URL`, as given to the proxy (sqlite:PATH, ...)")
+	fs.BoolVar(&a.json, "json", false, "print JSON for scripts")
+	switch a.verb {
+	case "list":
+		fs.StringVar(&a.tool, "tool", "", "only this tool's executions")
+		fs.StringVar(&a.state, "state", "", "only executions in this state")
+		fs.StringVar(&a.since, "since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
+		fs.IntVar(&a.limit, "limit", 100, "at most this many")
+	case "show":
+	case "resolve":
+		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
+		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
+	default:
+		fmt.Fprint(stderr, activityUsage)
+		return nil, usagef("activity: unknown subcommand %q", a.verb)
+	}
+	var err error
+	if a.pos, err = parseInterspersed(fs, args[1:]); err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	return a, a.check(stderr)
+}
+
+// check checks a's flags and arguments.
+func (a *activityArgs) check(stderr io.Writer) error {
+	if a.store == "" {
+		return usagef("activity %s: --store is required: the store the proxy used", a.verb)
+	}
+	if path, _, err := sqlitestore.ParseURL(a.store, sqlitestore.Options{}); err == nil {
+		// Opening a file that is not there would make an empty store,
+		// and a mistyped path would read as "no executions".
+		if _, err := os.Stat(path); err != nil {
+			return usagef("--store: %v: give the file the proxy used", err)
+		}
+	}
+	if a.verb == "resolve" && a.as != string(record.Failed) && a.as != string(record.Completed) {
+		// Checked before the store is opened: the execution's own state
+		// is no answer to a mistyped flag.
+		return usagef("--as: %q is not failed or completed", a.as)
+	}
+	wantPos := 1
+	if a.verb == "list" {
+		wantPos = 0
+		if a.state != "" && !slices.Contains(record.States, record.State(a.state)) {
+			return usagef("--state: %q is not a state: want one of %s", a.state, stateNames())
+		}
+		if a.limit < 1 {
+			return usagef("--limit: %d; want 1 or more", a.limit)
+		}
+	}
+	switch {
+	case len(a.pos) == wantPos:
+		return nil
+	case wantPos == 0:
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity list takes no arguments, only flags; got %q", a.pos[0])
+	default:
+		fmt.Fprint(stderr, activityUsage)
+		return usagef("activity %s: want one execution id, got %d arguments", a.verb, len(a.pos))
+	}
+}
+
+// list prints the executions a's filter selects.
+func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.Writer) error {
+	lister, ok := store.(record.Lister)
+	if !ok {
+		return fmt.Errorf("the store %s cannot list its executions", redact(a.store))
+	}
+	f := record.Filter{Tool: a.tool, State: record.State(a.state), Limit: a.limit}
+	if a.since != "" {
+		d, err := parseDays(a.since)
+		if err != nil {
+			return usagef("--since: %v", err)
+		}
+		f.Since = time.Now().Add(-d)
+	}
+	recs, err := lister.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		if recs == nil {
+			recs = []*record.Record{} // [] for none, not null
+		}
+		return writeJSON(stdout, recs)
+	}
+	printList(stdout, recs)
 	return nil
 }
 

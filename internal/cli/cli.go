@@ -225,76 +225,23 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if w.log, err = newLogger(stderr, f.logLevel, f.logFormat); err != nil {
 		return nil, err
 	}
-	if w.maxMessage, err = parseSize(f.maxMessage); err != nil {
-		return nil, usagef("--max-message-size: %v", err)
+	if err := w.checkFlags(); err != nil {
+		return nil, err
 	}
-	w.actor = f.actor
-	if w.actor == "" {
-		w.actor = osUser()
+	obs, err := w.serveMetrics(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if len(argv) > 0 {
-		if w.dir, err = os.Getwd(); err != nil {
-			return nil, fmt.Errorf("the working directory, where the upstream runs: %w", err)
-		}
-		// The directory, not its spelling: Getwd gives $PWD, which may
-		// reach it through a symbolic link, and the identity must not
-		// change with the shell it was started from.
-		if real, err := filepath.EvalSymlinks(w.dir); err == nil {
-			w.dir = real
-		}
-	}
-	if f.restarts < 0 {
-		return nil, usagef("--max-restarts: %d is negative", f.restarts)
-	}
-	if f.window <= 0 {
-		return nil, usagef("--restart-window: %v must be positive", f.window)
-	}
-	if f.lease < time.Second {
-		return nil, usagef("--lease: %v is too short; it must be at least 1s", f.lease)
-	}
-	log := w.log
-	var obs *metrics.Metrics
-	if f.metrics != "" {
-		if err := checkAddr("--metrics", f.metrics); err != nil {
-			return nil, err
-		}
-		// Listen now, so a bad address or a port in use stops the proxy
-		// before it opens the store or starts the upstream.
-		ln, err := metrics.Listen(f.metrics)
-		if err != nil {
-			return nil, fmt.Errorf("--metrics: %w", err)
-		}
-		obs = metrics.New()
-		serving, stopServing := context.WithCancel(ctx)
-		served := make(chan struct{})
-		w.closers = append(w.closers, func() { stopServing(); <-served })
-		go func() {
-			defer close(served)
-			if err := obs.ServeOn(serving, ln, log); err != nil {
-				log.Error("metrics server stopped", "addr", f.metrics, "err", err)
-			}
-		}()
-	}
-	var jw *journal.Writer
-	if f.journal != "" {
-		// Opened before the store, so a journal another proxy holds, or
-		// one with a torn tail, stops this one before anything runs; and
-		// closed after it, so the last transitions still reach it.
-		if jw, err = journal.Open(f.journal); err != nil {
-			return nil, fmt.Errorf("--journal: %w", err)
-		}
-		w.closers = append(w.closers, func() {
-			if err := jw.Close(); err != nil {
-				log.Error("closing the activity journal", "file", f.journal, "err", err)
-			}
-		})
+	jw, err := w.openJournal()
+	if err != nil {
+		return nil, err
 	}
 	resolve, policyFile, err := newResolver(f.policy, f.scope)
 	if err != nil {
 		return nil, err
 	}
 	w.resolve = resolve
-	store, durable, err := openStore(ctx, f.store, log)
+	store, durable, err := openStore(ctx, f.store, w.log)
 	if err != nil {
 		return nil, err
 	}
@@ -303,13 +250,10 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)
-	hasher, err := newHasher(secretCtx, durable, log)
-	if err != nil {
+	if w.hasher, err = newHasher(secretCtx, durable, w.log); err != nil {
 		return nil, err
 	}
-	w.hasher = hasher
-
-	iopts := intercept.Options{Store: store, Hasher: hasher, Logger: log, Lease: f.lease, Accounts: policyFile.Accounts(),
+	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: f.lease, Accounts: policyFile.Accounts(),
 		StoreWaits: durable != nil}
 	if shared, ok := store.(intercept.Allowances); ok {
 		// Every proxy sharing the store takes from one allowance per
@@ -328,7 +272,97 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 			iopts.Journal = obs.CountJournal(jw)
 		}
 	}
-	in := intercept.New(iopts)
+	w.startInterceptor(ctx, iopts, obs)
+	return w, nil
+}
+
+// checkFlags checks the flags that need no resource, and takes from them
+// the message limit, the actor and the upstream's directory.
+func (w *wiring) checkFlags() (err error) {
+	f := w.f
+	if w.maxMessage, err = parseSize(f.maxMessage); err != nil {
+		return usagef("--max-message-size: %v", err)
+	}
+	w.actor = f.actor
+	if w.actor == "" {
+		w.actor = osUser()
+	}
+	if len(w.argv) > 0 {
+		if w.dir, err = os.Getwd(); err != nil {
+			return fmt.Errorf("the working directory, where the upstream runs: %w", err)
+		}
+		// The directory, not its spelling: Getwd gives $PWD, which may
+		// reach it through a symbolic link, and the identity must not
+		// change with the shell it was started from.
+		if real, err := filepath.EvalSymlinks(w.dir); err == nil {
+			w.dir = real
+		}
+	}
+	switch {
+	case f.restarts < 0:
+		return usagef("--max-restarts: %d is negative", f.restarts)
+	case f.window <= 0:
+		return usagef("--restart-window: %v must be positive", f.window)
+	case f.lease < time.Second:
+		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
+	}
+	return nil
+}
+
+// serveMetrics starts the --metrics server, if there is one, and returns
+// what feeds it; nil without one.
+func (w *wiring) serveMetrics(ctx context.Context) (*metrics.Metrics, error) {
+	addr, log := w.f.metrics, w.log
+	if addr == "" {
+		return nil, nil
+	}
+	if err := checkAddr("--metrics", addr); err != nil {
+		return nil, err
+	}
+	// Listen now, so a bad address or a port in use stops the proxy
+	// before it opens the store or starts the upstream.
+	ln, err := metrics.Listen(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	obs := metrics.New()
+	serving, stopServing := context.WithCancel(ctx)
+	served := make(chan struct{})
+	w.closers = append(w.closers, func() { stopServing(); <-served })
+	go func() {
+		defer close(served)
+		if err := obs.ServeOn(serving, ln, log); err != nil {
+			log.Error("metrics server stopped", "addr", addr, "err", err)
+		}
+	}()
+	return obs, nil
+}
+
+// openJournal opens the --journal file, if there is one; nil without one.
+func (w *wiring) openJournal() (*journal.Writer, error) {
+	file := w.f.journal
+	if file == "" {
+		return nil, nil
+	}
+	// Opened before the store, so a journal another proxy holds, or one
+	// with a torn tail, stops this one before anything runs; and closed
+	// after it, so the last transitions still reach it.
+	jw, err := journal.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("--journal: %w", err)
+	}
+	w.closers = append(w.closers, func() {
+		if err := jw.Close(); err != nil {
+			w.log.Error("closing the activity journal", "file", file, "err", err)
+		}
+	})
+	return jw, nil
+}
+
+// startInterceptor makes the interceptor the sessions share and keeps its
+// leases until the wiring closes.
+func (w *wiring) startInterceptor(ctx context.Context, opts intercept.Options, obs *metrics.Metrics) {
+	in := intercept.New(opts)
 	if obs != nil {
 		obs.WatchAccounts(in.AccountLevels)
 	}
@@ -339,8 +373,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	// Run before the leases stop and the store closes: outcomes a store
 	// refused while it was down are still being recorded, and leaving
 	// would lose them.
-	w.closers = append(w.closers, func() { waitForOutcomes(ctx, in, log) })
-	return w, nil
+	w.closers = append(w.closers, func() { waitForOutcomes(ctx, in, w.log) })
 }
 
 // outcomeWait bounds how long the proxy waits, as it exits, for outcomes

@@ -169,53 +169,8 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 	defer stopChild(ctx, child)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-
-	frames := make(chan []byte, 16)
-	go func() {
-		defer close(frames)
-		for {
-			f, err := child.ReadFrame()
-			if err != nil {
-				return
-			}
-			frames <- f
-		}
-	}()
-	next := 0
-	call := func(method string, params any) (json.RawMessage, error) {
-		next++
-		id := json.RawMessage(fmt.Sprint(next))
-		p, _ := json.Marshal(params)
-		if err := child.WriteFrame(jsonrpc.NewRequest(id, method, p)); err != nil {
-			return nil, fmt.Errorf("%s: writing to the upstream: %w", method, err)
-		}
-		for {
-			select {
-			case f, ok := <-frames:
-				if !ok {
-					return nil, fmt.Errorf("%s: the upstream closed before answering", method)
-				}
-				m, err := jsonrpc.Decode(f)
-				switch {
-				case err != nil:
-					continue
-				case m.IsRequest():
-					// A request of the server's during the handshake
-					// (roots, sampling): this client offers none.
-					child.WriteFrame(jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "not supported by mcp-idempotent policy show")))
-					continue
-				case !m.IsResponse() || string(m.ID) != string(id):
-					continue
-				case m.Error != nil:
-					return nil, fmt.Errorf("%s: %v", method, jsonrpc.DecodeError(m.Error))
-				}
-				return m.Result, nil
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%s: no answer from the upstream: %w", method, ctx.Err())
-			}
-		}
-	}
-	if _, err := call("initialize", map[string]any{
+	c := newLister(child)
+	if _, err := c.call(ctx, "initialize", map[string]any{
 		"protocolVersion": "2025-06-18",
 		"capabilities":    map[string]any{},
 		"clientInfo":      map[string]string{"name": "mcp-idempotent policy show", "version": Version},
@@ -232,7 +187,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		result, err := call("tools/list", params)
+		result, err := c.call(ctx, "tools/list", params)
 		if err != nil {
 			return nil, err
 		}
@@ -246,4 +201,62 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		}
 	}
 	return nil, errors.New("tools/list: more than 100 pages")
+}
+
+// A lister is the least MCP client that lists an upstream's tools: one
+// request at a time, the server's own requests refused.
+type lister struct {
+	child  *stdio.Child
+	frames chan []byte // the child's frames, until it closes
+	next   int         // the last request id used
+}
+
+func newLister(child *stdio.Child) *lister {
+	l := &lister{child: child, frames: make(chan []byte, 16)}
+	go func() {
+		defer close(l.frames)
+		for {
+			f, err := child.ReadFrame()
+			if err != nil {
+				return
+			}
+			l.frames <- f
+		}
+	}()
+	return l
+}
+
+// call sends a request and waits for its result.
+func (l *lister) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	l.next++
+	id := json.RawMessage(fmt.Sprint(l.next))
+	p, _ := json.Marshal(params)
+	if err := l.child.WriteFrame(jsonrpc.NewRequest(id, method, p)); err != nil {
+		return nil, fmt.Errorf("%s: writing to the upstream: %w", method, err)
+	}
+	for {
+		select {
+		case f, ok := <-l.frames:
+			if !ok {
+				return nil, fmt.Errorf("%s: the upstream closed before answering", method)
+			}
+			m, err := jsonrpc.Decode(f)
+			switch {
+			case err != nil:
+				continue
+			case m.IsRequest():
+				// A request of the server's during the handshake
+				// (roots, sampling): this client offers none.
+				l.child.WriteFrame(jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "not supported by mcp-idempotent policy show")))
+				continue
+			case !m.IsResponse() || string(m.ID) != string(id):
+				continue
+			case m.Error != nil:
+				return nil, fmt.Errorf("%s: %v", method, jsonrpc.DecodeError(m.Error))
+			}
+			return m.Result, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: no answer from the upstream: %w", method, ctx.Err())
+		}
+	}
 }

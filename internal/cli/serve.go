@@ -76,31 +76,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return &usageError{err.Error()}
 	}
 	argv := f.fs.Args()
-	if err := f.checkUpstream(argv); err != nil {
+	if err := f.check(argv); err != nil {
 		return err
-	}
-	if !strings.HasPrefix(f.path, "/") {
-		return usagef("--path: %q must start with /", f.path)
-	}
-	if f.maxSessions <= 0 {
-		return usagef("--max-sessions: %d must be positive", f.maxSessions)
-	}
-	if f.idleTimeout <= 0 {
-		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
-	}
-	if err := checkAddr("--listen", f.listen); err != nil {
-		return err
-	}
-	host, _, _ := net.SplitHostPort(f.listen)
-	for _, o := range f.origins {
-		if err := checkOrigin(o); err != nil {
-			return usagef("--allow-origin: %q %v", o, err)
-		}
-	}
-	for _, h := range f.hosts {
-		if h == "" || strings.ContainsAny(h, "/ \t@?#") {
-			return usagef("--allow-host: %q is not a host name, such as app.example.com", h)
-		}
 	}
 	var tokens map[string]string
 	if f.tokenFile != "" {
@@ -109,6 +86,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("--auth-token-file: %w", err)
 		}
 	}
+	host, _, _ := net.SplitHostPort(f.listen)
 	hosts := f.hosts
 	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
 		hosts = append(hosts, strings.ToLower(host))
@@ -140,6 +118,41 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		JSONResponse: f.jsonResponse,
 		Logger:       w.log,
 	})
+	return f.serve(ctx, w, ln, front, tokens != nil)
+}
+
+// check checks serve's own flags and the upstream.
+func (f *serveFlags) check(argv []string) error {
+	if err := f.checkUpstream(argv); err != nil {
+		return err
+	}
+	switch {
+	case !strings.HasPrefix(f.path, "/"):
+		return usagef("--path: %q must start with /", f.path)
+	case f.maxSessions <= 0:
+		return usagef("--max-sessions: %d must be positive", f.maxSessions)
+	case f.idleTimeout <= 0:
+		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
+	}
+	if err := checkAddr("--listen", f.listen); err != nil {
+		return err
+	}
+	for _, o := range f.origins {
+		if err := checkOrigin(o); err != nil {
+			return usagef("--allow-origin: %q %v", o, err)
+		}
+	}
+	for _, h := range f.hosts {
+		if h == "" || strings.ContainsAny(h, "/ \t@?#") {
+			return usagef("--allow-host: %q is not a host name, such as app.example.com", h)
+		}
+	}
+	return nil
+}
+
+// serve serves front on ln until ctx ends or the server fails, then ends
+// the sessions and stops.
+func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, front *streamhttp.Server, auth bool) error {
 	mux := http.NewServeMux()
 	mux.Handle(f.path, front)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -149,7 +162,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	w.log.Info("serving MCP over Streamable HTTP", "url", "http://"+ln.Addr().String()+f.path, "auth", tokens != nil)
+	w.log.Info("serving MCP over Streamable HTTP", "url", "http://"+ln.Addr().String()+f.path, "auth", auth)
+	var err error
 	select {
 	case err = <-served:
 	case <-ctx.Done():
