@@ -126,7 +126,7 @@ func Canonical(a Action) ([]byte, error) {
 
 // appendCanonical appends the RFC 8785 form of a's action record to out.
 func appendCanonical(out []byte, a Action) ([]byte, error) {
-	args := bytes.TrimSpace(a.Arguments)
+	args := trimJSONSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
@@ -306,7 +306,7 @@ func (h *Hasher) Sum(a Action) (string, error) {
 	if !h.keyed.Load() {
 		return "", ErrNoSecret
 	}
-	if args := bytes.TrimSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
+	if args := trimJSONSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
 		return "", ErrArguments
 	}
 	bp := h.bufs.Get().(*[]byte)
@@ -337,6 +337,15 @@ type macState struct {
 // maxKeptBuffer bounds the canonical-form buffers a Hasher keeps for
 // reuse, so that one call with huge arguments does not pin its buffer.
 const maxKeptBuffer = 16 << 10
+
+// trimJSONSpace trims the white space JSON allows around a value: space,
+// tab, CR and LF. bytes.TrimSpace would also take a form feed or a
+// vertical tab, which encoding/json refuses, and the fingerprint would
+// then accept what an upstream decoding with it could not read.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' }
+	return bytes.TrimFunc(b, isSpace)
+}
 
 func isObject(raw json.RawMessage) bool {
 	for _, c := range raw {
@@ -371,7 +380,7 @@ func exactNumbers(raw json.RawMessage) (json.RawMessage, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("decoding arguments: %w", err)
 	}
-	if err := checkExponents(v); err != nil {
+	if err := checkNumbers(v); err != nil {
 		return nil, err
 	}
 	changed := false
@@ -427,29 +436,42 @@ func escapeKeys(m map[string]any) map[string]any {
 // fraction.
 const maxExponent = 4096
 
-// ErrNumber is returned for a number literal too large to fingerprint.
-var ErrNumber = errors.New("a number in the arguments has an exponent beyond ±4096")
+// maxNumberLength bounds the length of a number literal that exactDecimal
+// reads: reading n decimal digits into a big number takes time that grows
+// faster than n (4 million digits took 21 s). No IEEE 754 double needs
+// more than about 1,100 characters to be spelled exactly, even in plain
+// notation (the smallest subnormal, 323 zeros and 751 digits after the
+// point).
+const maxNumberLength = 2048
 
-func checkExponents(v any) error {
+// ErrNumber is returned for a number literal too large to fingerprint.
+var ErrNumber = errors.New("a number in the arguments is too large to fingerprint")
+
+// checkNumbers returns ErrNumber, saying why, for the first number in v
+// whose exponent or length is past its bound.
+func checkNumbers(v any) error {
 	switch v := v.(type) {
 	case map[string]any:
 		for _, e := range v {
-			if err := checkExponents(e); err != nil {
+			if err := checkNumbers(e); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for _, e := range v {
-			if err := checkExponents(e); err != nil {
+			if err := checkNumbers(e); err != nil {
 				return err
 			}
 		}
 	case json.Number:
 		s := string(v)
+		if len(s) > maxNumberLength {
+			return fmt.Errorf("%w: it is %d characters long, past %d (no IEEE 754 double needs that many)", ErrNumber, len(s), maxNumberLength)
+		}
 		if i := strings.IndexAny(s, "eE"); i >= 0 {
 			exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
 			if err != nil || exp > maxExponent || exp < -maxExponent {
-				return ErrNumber
+				return fmt.Errorf("%w: its exponent is beyond ±%d", ErrNumber, maxExponent)
 			}
 		}
 	}

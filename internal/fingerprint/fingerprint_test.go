@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"strings"
 	"testing"
 )
@@ -235,6 +237,15 @@ func TestErrors(t *testing.T) {
 		{"exponent past int", `{"n":1e99999999999999999999}`, ErrNumber},
 		{"huge exponent nested", `{"a":[{"b":[1,2,1E+5000]}]}`, ErrNumber},
 		{"just past the bound", `{"n":1e4097}`, ErrNumber},
+		// Reading 4 million digits into a big number took 21 s of CPU.
+		{"4 million digits", `{"n":` + strings.Repeat("7", 4_000_000) + `}`, ErrNumber},
+		{"a number one character too long", `{"n":1` + strings.Repeat("0", maxNumberLength) + `}`, ErrNumber},
+		{"a long fraction", `{"n":0.` + strings.Repeat("1", maxNumberLength) + `}`, ErrNumber},
+		// encoding/json refuses a form feed around a value, so an
+		// upstream could not read these arguments as they are taken.
+		{"a form feed before", "\f{}", ErrArguments},
+		{"a form feed after", "{}\f", nil},
+		{"a vertical tab before", "\v{}", ErrArguments},
 		{"duplicate member", `{"a":1,"a":2}`, nil},
 		{"invalid UTF-8", "{\"a\":\"\xff\"}", nil},
 		{"lone surrogate", `{"a":"\ud800"}`, nil},
@@ -242,7 +253,7 @@ func TestErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// A hang here (expanding 10^999999999) would end in the test
-			// timeout; checkExponents refuses it before any expansion.
+			// timeout; checkNumbers refuses it before any expansion.
 			s, err := h.Sum(withArgs(tt.args))
 			if err == nil {
 				t.Fatalf("Sum(%s) = %.16s, want an error", tt.args, s)
@@ -270,9 +281,12 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-func TestExponentBounds(t *testing.T) {
+func TestNumberBounds(t *testing.T) {
 	h := newHasher(t)
-	for _, args := range []string{`{"n":1e4096}`, `{"n":1e-4096}`, `{"n":123.456e+4000}`} {
+	// The smallest subnormal double, spelled exactly in plain notation.
+	tiny := new(big.Float).SetPrec(4096).SetFloat64(math.SmallestNonzeroFloat64).Text('f', 1074)
+	for _, args := range []string{`{"n":1e4096}`, `{"n":1e-4096}`, `{"n":123.456e+4000}`,
+		`{"n":` + tiny + `}`, `{"n":1` + strings.Repeat("0", maxNumberLength-1) + `}`} {
 		if _, err := h.Sum(withArgs(args)); err != nil {
 			t.Errorf("Sum(%s): %v", args, err)
 		}
