@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"os"
 	"path"
 	"regexp"
@@ -58,28 +57,6 @@ func (f *File) Accounts() map[string]Account {
 		out[k] = v
 	}
 	return out
-}
-
-// A rule is one layer of a policy: the file's defaults or one tool entry.
-// A zero field is not set by the rule.
-type rule struct {
-	name         string // tool name or glob pattern; empty for the defaults
-	glob         bool
-	class        Class
-	scope        Scope
-	retention    time.Duration
-	replay       Replay
-	attachWindow time.Duration
-	ignore       []string
-	ignoreSet    bool
-	defaults     *bool
-	onUnknown    OnUnknown
-	recover      *RecoverRule
-	forwardKey   *bool
-	retry        *RetryRule
-	retryAccount *yaml.Node // where the retry rule names its account, for errors
-	alreadyDone  []ResultMatch
-	journal      JournalRule // zero modes are not set
 }
 
 // Load reads and parses the policy file at path.
@@ -157,137 +134,6 @@ func (f *File) Rules() []string {
 	return names
 }
 
-// Resolve returns the effective policy of the named tool. Layers apply in
-// order: FromAnnotations(ann) (ann nil: the tool is not listed), the file's
-// defaults, then the one rule for the tool: its exact name if the file has
-// it, else the first glob in file order that matches. Rules do not merge:
-// an exact rule replaces every glob that would also match.
-//
-// When a rule changes the class and no layer of the file sets on_unknown,
-// on_unknown follows the new class (retry for idempotent, block
-// otherwise), so a tool annotated idempotent but written as side_effect
-// is never re-sent blindly.
-//
-// A nil *File resolves to FromAnnotations(ann) alone. The returned policy
-// shares no memory with the file.
-func (f *File) Resolve(tool string, ann *Annotations) Policy {
-	return f.ResolveScoped(tool, ann, "")
-}
-
-// ResolveScoped is Resolve with scope, unless it is empty, in place of
-// the annotations' scope (session): a layer under the file's, so that a
-// scope the file gives, in its defaults or the tool's rule, wins.
-func (f *File) ResolveScoped(tool string, ann *Annotations, scope Scope) Policy {
-	p := FromAnnotations(ann)
-	if scope != "" {
-		p.Scope = scope
-	}
-	if f == nil {
-		return p
-	}
-	annotated := p.Class
-	onUnknownSet := f.defaults.apply(&p)
-	r, explicit := f.lookup(tool)
-	if r != nil {
-		if r.apply(&p) {
-			onUnknownSet = true
-		}
-		p.Written, p.Explicit = true, explicit
-		if r.class != "" {
-			p.Source = "policy file (" + r.name + ")"
-		}
-	}
-	if !onUnknownSet && p.Class != annotated {
-		p.OnUnknown = classOnUnknown(p.Class)
-	}
-	return p
-}
-
-// classOnUnknown is the on_unknown a class implies, as FromAnnotations
-// sets it: only an idempotent tool may be re-sent (DESIGN section 6).
-func classOnUnknown(c Class) OnUnknown {
-	if c == Idempotent {
-		return Retry
-	}
-	return Block
-}
-
-// lookup returns the rule for tool, and whether it names tool exactly.
-func (f *File) lookup(tool string) (*rule, bool) {
-	if r, ok := f.exact[tool]; ok {
-		return r, true
-	}
-	for _, r := range f.rules {
-		if !r.glob {
-			continue
-		}
-		// Patterns were checked by Parse: Match cannot fail.
-		if ok, _ := path.Match(r.name, tool); ok {
-			return r, false
-		}
-	}
-	return nil, false
-}
-
-// apply lays r over p and reports whether r sets on_unknown.
-func (r *rule) apply(p *Policy) bool {
-	if r.class != "" {
-		p.Class = r.class
-	}
-	if r.scope != "" {
-		p.Scope = r.scope
-	}
-	if r.retention != 0 {
-		p.Retention = r.retention
-	}
-	if r.replay != "" {
-		p.Replay = r.replay
-	}
-	if r.attachWindow != 0 {
-		p.AttachWindow = r.attachWindow
-	}
-	if r.ignoreSet {
-		// A rule's ignore list replaces the defaults' list.
-		p.Ignore = append([]string(nil), r.ignore...)
-	}
-	if r.defaults != nil {
-		p.Defaults = *r.defaults
-	}
-	if r.forwardKey != nil {
-		p.ForwardKey = *r.forwardKey
-	}
-	if r.alreadyDone != nil {
-		p.AlreadyDone = slices.Clone(r.alreadyDone)
-	}
-	if r.journal.Arguments != "" {
-		p.Journal.Arguments = r.journal.Arguments
-	}
-	if r.journal.Result != "" {
-		p.Journal.Result = r.journal.Result
-	}
-	if r.retry != nil {
-		rr := *r.retry
-		rr.Transient = slices.Clone(r.retry.Transient)
-		p.Retry = &rr
-	}
-	if r.onUnknown == "" {
-		return false
-	}
-	p.OnUnknown = r.onUnknown
-	p.Recover = nil
-	if r.recover != nil {
-		rr := *r.recover
-		rr.Arguments = append(json.RawMessage(nil), rr.Arguments...)
-		rr.DoneValues = append([]string(nil), rr.DoneValues...)
-		p.Recover = &rr
-	}
-	return true
-}
-
-// isGlob reports whether a tools key is a pattern rather than a name:
-// whether it holds one of path.Match's special characters.
-func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
-
 // The keys each level accepts, in the order errors list them.
 var (
 	fileKeys        = []string{"defaults", "tools", "accounts"}
@@ -315,24 +161,6 @@ type parser struct {
 	errs      []error
 	work      int  // values walked, counting each alias followed
 	exhausted bool // work went over maxWork, and that was reported
-}
-
-// A fileError is one problem in a policy file, at a node.
-type fileError struct {
-	name         string
-	line, column int
-	field        string // dot path of the field, such as tools.charge_card.scope
-	msg          string
-}
-
-func (e *fileError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d:%d: ", e.name, e.line, e.column)
-	if e.field != "" {
-		b.WriteString(e.field + ": ")
-	}
-	b.WriteString(e.msg)
-	return b.String()
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -453,21 +281,6 @@ func (p *parser) accounts(n *yaml.Node, f *File) {
 		}
 		f.accounts[name] = a
 	}
-}
-
-// syntaxError words the YAML parser's error in the file's terms, as
-// "name:line: ...", the form of every other error. The parser names the
-// line of the block it was reading, which may be above the mistake.
-func syntaxError(name string, err error) error {
-	msg, _ := strings.CutPrefix(err.Error(), "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if line, what, ok := strings.Cut(rest, ": "); ok {
-			if _, aerr := strconv.Atoi(line); aerr == nil {
-				return fmt.Errorf("%s:%s: YAML syntax error at or after this line: %s", name, line, what)
-			}
-		}
-	}
-	return fmt.Errorf("%s: YAML syntax error: %s", name, msg)
 }
 
 func (p *parser) tools(n *yaml.Node, f *File) {
@@ -964,137 +777,6 @@ func (p *parser) done(n *yaml.Node, field string, path *string, values *[]string
 	return ok
 }
 
-// Limits on recover.arguments, which may use aliases: they keep a
-// "billion laughs" file or an alias cycle from exhausting the proxy.
-const (
-	maxArgumentNodes = 10000
-	maxArgumentDepth = 64
-	// maxWork bounds the values walked in the whole file, each alias
-	// counted every time it is followed: a rule used by a thousand
-	// aliases is walked a thousand times, and a mapping may merge another
-	// twice, which merges another twice...
-	maxWork = 1_000_000
-)
-
-// A jsonConv converts a YAML node to JSON text, keeping mapping order.
-type jsonConv struct {
-	p      *parser
-	root   *yaml.Node // the value converted, where size errors point
-	field  string
-	budget int // nodes left to convert
-}
-
-func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int) bool {
-	n = resolve(n)
-	if !c.p.spend(1, n) {
-		return false
-	}
-	c.budget--
-	if c.budget < 0 || depth > maxArgumentDepth {
-		if c.budget == -1 || depth == maxArgumentDepth+1 {
-			c.p.errorf(c.root, c.field, "too large or too deep: more than %d values or %d levels, counting aliases", maxArgumentNodes, maxArgumentDepth)
-		}
-		c.budget = -2 // report once
-		return false
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		nerrs := len(c.p.errs)
-		fields, _ := c.p.mapping(n, field, "a mapping")
-		if len(c.p.errs) > nerrs {
-			return false // a duplicate key or a key that is not a name
-		}
-		b.WriteByte('{')
-		for i, kv := range fields {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeJSONString(b, kv.key.Value)
-			b.WriteByte(':')
-			if !c.value(b, kv.val, field+"."+fieldName(kv.key.Value), depth+1) {
-				return false
-			}
-		}
-		b.WriteByte('}')
-	case yaml.SequenceNode:
-		b.WriteByte('[')
-		for i, e := range n.Content {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if !c.value(b, e, fmt.Sprintf("%s[%d]", field, i), depth+1) {
-				return false
-			}
-		}
-		b.WriteByte(']')
-	case yaml.ScalarNode:
-		return c.scalar(b, n, field)
-	default:
-		c.p.errorf(n, field, "cannot be converted to JSON")
-		return false
-	}
-	return true
-}
-
-func (c *jsonConv) scalar(b *bytes.Buffer, n *yaml.Node, field string) bool {
-	switch n.ShortTag() {
-	case "!!null":
-		b.WriteString("null")
-	case "!!int", "!!float":
-		if isJSONNumber(n.Value) {
-			// As written: big integers stay exact, JSON numbers have no
-			// size limit.
-			b.WriteString(n.Value)
-			return true
-		}
-		if n.ShortTag() == "!!int" {
-			// YAML spellings JSON lacks: 0x1F, 0o17, 1_000, +5.
-			if i, ok := new(big.Int).SetString(n.Value, 0); ok {
-				b.WriteString(i.String())
-				return true
-			}
-		}
-		fallthrough
-	case "!!bool":
-		var v any
-		if err := n.Decode(&v); err != nil {
-			c.p.errorf(n, field, "%q: %v", n.Value, err)
-			return false
-		}
-		if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
-			c.p.errorf(n, field, "%q is not a number JSON can hold", n.Value)
-			return false
-		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			c.p.errorf(n, field, "%q is not a value JSON can hold", n.Value)
-			return false
-		}
-		b.Write(j)
-	case "!!str", "!!timestamp", "!!binary":
-		// Timestamps and binary stay the text written: JSON has neither.
-		writeJSONString(b, n.Value)
-	default:
-		c.p.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
-		return false
-	}
-	return true
-}
-
-// isJSONNumber reports whether s is a number in JSON's own spelling.
-func isJSONNumber(s string) bool {
-	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') {
-		return false
-	}
-	var num json.Number
-	return json.Unmarshal([]byte(s), &num) == nil
-}
-
-func writeJSONString(b *bytes.Buffer, s string) {
-	j, _ := json.Marshal(s) // a string always marshals
-	b.Write(j)
-}
-
 // mapping returns the fields of a mapping node, following aliases and
 // expanding merge keys (<<), which the node API leaves to the caller. A
 // null node is an empty mapping. It reports whether n is a mapping (want
@@ -1259,48 +941,3 @@ func isMergeKey(k *yaml.Node) bool {
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
 func isString(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" }
-
-// describe names a node's kind for a type error.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!null":
-			return "an empty value"
-		case "!!bool":
-			return "the boolean " + n.Value
-		case "!!int", "!!float":
-			return "the number " + n.Value
-		}
-		return strconv.Quote(n.Value)
-	}
-	return "an unsupported YAML node"
-}
-
-// quoted shows a value in an error: scalars as written, others by kind.
-func quoted(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode && !isNull(n) {
-		return strconv.Quote(n.Value)
-	}
-	return describe(n)
-}
-
-// fieldName shows a tool name or key in a field path, quoting it when it
-// would not read as one path element.
-func fieldName(s string) string {
-	if s != "" && !strings.ContainsAny(s, ". \t\n\"[]") {
-		return s
-	}
-	return strconv.Quote(s)
-}
-
-func orList(vs []string) string {
-	if len(vs) < 2 {
-		return strings.Join(vs, "")
-	}
-	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
-}

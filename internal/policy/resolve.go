@@ -1,0 +1,164 @@
+package policy
+
+import (
+	"encoding/json"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// A rule is one layer of a policy: the file's defaults or one tool entry.
+// A zero field is not set by the rule.
+type rule struct {
+	name         string // tool name or glob pattern; empty for the defaults
+	glob         bool
+	class        Class
+	scope        Scope
+	retention    time.Duration
+	replay       Replay
+	attachWindow time.Duration
+	ignore       []string
+	ignoreSet    bool
+	defaults     *bool
+	onUnknown    OnUnknown
+	recover      *RecoverRule
+	forwardKey   *bool
+	retry        *RetryRule
+	retryAccount *yaml.Node // where the retry rule names its account, for errors
+	alreadyDone  []ResultMatch
+	journal      JournalRule // zero modes are not set
+}
+
+// Resolve returns the effective policy of the named tool. Layers apply in
+// order: FromAnnotations(ann) (ann nil: the tool is not listed), the file's
+// defaults, then the one rule for the tool: its exact name if the file has
+// it, else the first glob in file order that matches. Rules do not merge:
+// an exact rule replaces every glob that would also match.
+//
+// When a rule changes the class and no layer of the file sets on_unknown,
+// on_unknown follows the new class (retry for idempotent, block
+// otherwise), so a tool annotated idempotent but written as side_effect
+// is never re-sent blindly.
+//
+// A nil *File resolves to FromAnnotations(ann) alone. The returned policy
+// shares no memory with the file.
+func (f *File) Resolve(tool string, ann *Annotations) Policy {
+	return f.ResolveScoped(tool, ann, "")
+}
+
+// ResolveScoped is Resolve with scope, unless it is empty, in place of
+// the annotations' scope (session): a layer under the file's, so that a
+// scope the file gives, in its defaults or the tool's rule, wins.
+func (f *File) ResolveScoped(tool string, ann *Annotations, scope Scope) Policy {
+	p := FromAnnotations(ann)
+	if scope != "" {
+		p.Scope = scope
+	}
+	if f == nil {
+		return p
+	}
+	annotated := p.Class
+	onUnknownSet := f.defaults.apply(&p)
+	r, explicit := f.lookup(tool)
+	if r != nil {
+		if r.apply(&p) {
+			onUnknownSet = true
+		}
+		p.Written, p.Explicit = true, explicit
+		if r.class != "" {
+			p.Source = "policy file (" + r.name + ")"
+		}
+	}
+	if !onUnknownSet && p.Class != annotated {
+		p.OnUnknown = classOnUnknown(p.Class)
+	}
+	return p
+}
+
+// classOnUnknown is the on_unknown a class implies, as FromAnnotations
+// sets it: only an idempotent tool may be re-sent (DESIGN section 6).
+func classOnUnknown(c Class) OnUnknown {
+	if c == Idempotent {
+		return Retry
+	}
+	return Block
+}
+
+// lookup returns the rule for tool, and whether it names tool exactly.
+func (f *File) lookup(tool string) (*rule, bool) {
+	if r, ok := f.exact[tool]; ok {
+		return r, true
+	}
+	for _, r := range f.rules {
+		if !r.glob {
+			continue
+		}
+		// Patterns were checked by Parse: Match cannot fail.
+		if ok, _ := path.Match(r.name, tool); ok {
+			return r, false
+		}
+	}
+	return nil, false
+}
+
+// apply lays r over p and reports whether r sets on_unknown.
+func (r *rule) apply(p *Policy) bool {
+	if r.class != "" {
+		p.Class = r.class
+	}
+	if r.scope != "" {
+		p.Scope = r.scope
+	}
+	if r.retention != 0 {
+		p.Retention = r.retention
+	}
+	if r.replay != "" {
+		p.Replay = r.replay
+	}
+	if r.attachWindow != 0 {
+		p.AttachWindow = r.attachWindow
+	}
+	if r.ignoreSet {
+		// A rule's ignore list replaces the defaults' list.
+		p.Ignore = append([]string(nil), r.ignore...)
+	}
+	if r.defaults != nil {
+		p.Defaults = *r.defaults
+	}
+	if r.forwardKey != nil {
+		p.ForwardKey = *r.forwardKey
+	}
+	if r.alreadyDone != nil {
+		p.AlreadyDone = slices.Clone(r.alreadyDone)
+	}
+	if r.journal.Arguments != "" {
+		p.Journal.Arguments = r.journal.Arguments
+	}
+	if r.journal.Result != "" {
+		p.Journal.Result = r.journal.Result
+	}
+	if r.retry != nil {
+		rr := *r.retry
+		rr.Transient = slices.Clone(r.retry.Transient)
+		p.Retry = &rr
+	}
+	if r.onUnknown == "" {
+		return false
+	}
+	p.OnUnknown = r.onUnknown
+	p.Recover = nil
+	if r.recover != nil {
+		rr := *r.recover
+		rr.Arguments = append(json.RawMessage(nil), rr.Arguments...)
+		rr.DoneValues = append([]string(nil), rr.DoneValues...)
+		p.Recover = &rr
+	}
+	return true
+}
+
+// isGlob reports whether a tools key is a pattern rather than a name:
+// whether it holds one of path.Match's special characters.
+func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
