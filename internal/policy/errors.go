@@ -8,10 +8,19 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// problems collects what is wrong with a policy file, each at a node.
+// The decoder and the validator add to one list, so that a file is
+// refused with every problem at once, in file order (see place).
+type problems struct {
+	name string // the file's name, which every error starts with
+	errs []error
+}
+
 // A fileError is one problem in a policy file, at a node.
 type fileError struct {
 	name         string
 	line, column int
+	step         int    // orders errors at one position: see place
 	field        string // dot path of the field, such as tools.charge_card.scope
 	msg          string
 }
@@ -24,6 +33,13 @@ func (e *fileError) Error() string {
 	}
 	b.WriteString(e.msg)
 	return b.String()
+}
+
+func (p *problems) add(n *yaml.Node, step int, field, format string, args ...any) {
+	p.errs = append(p.errs, &fileError{
+		name: p.name, line: n.Line, column: n.Column, step: step,
+		field: field, msg: fmt.Sprintf(format, args...),
+	})
 }
 
 // syntaxError words the YAML parser's error in the file's terms, as

@@ -476,6 +476,16 @@ tools:
 			},
 		},
 		{
+			// The validator finds the first, the decoder the second: they
+			// keep the order in which the walk reaches the two fields.
+			name: "an anchor that two fields use",
+			in:   "defaults: {scope: &g global}\ntools:\n  a: {forward_key: *g}\n",
+			want: []string{
+				"p.yaml:1:19: defaults.scope: global is not allowed in defaults",
+				`p.yaml:1:19: tools.a.forward_key: "global" is not a boolean (use true or false)`,
+			},
+		},
+		{
 			name: "tools is a list",
 			in:   "tools:\n  - charge_card\n",
 			want: []string{"p.yaml:2:3: tools: want a mapping of tool names and glob patterns to rules, not a list"},

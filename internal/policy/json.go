@@ -3,7 +3,6 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/big"
 
@@ -15,16 +14,11 @@ import (
 const (
 	maxArgumentNodes = 10000
 	maxArgumentDepth = 64
-	// maxWork bounds the values walked in the whole file, each alias
-	// counted every time it is followed: a rule used by a thousand
-	// aliases is walked a thousand times, and a mapping may merge another
-	// twice, which merges another twice...
-	maxWork = 1_000_000
 )
 
 // A jsonConv converts a YAML node to JSON text, keeping mapping order.
 type jsonConv struct {
-	p      *parser
+	d      *decoder
 	root   *yaml.Node // the value converted, where size errors point
 	field  string
 	budget int // nodes left to convert
@@ -32,22 +26,22 @@ type jsonConv struct {
 
 func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int) bool {
 	n = resolve(n)
-	if !c.p.spend(1, n) {
+	if !c.d.spend(1, n) {
 		return false
 	}
 	c.budget--
 	if c.budget < 0 || depth > maxArgumentDepth {
 		if c.budget == -1 || depth == maxArgumentDepth+1 {
-			c.p.errorf(c.root, c.field, "too large or too deep: more than %d values or %d levels, counting aliases", maxArgumentNodes, maxArgumentDepth)
+			c.d.errorf(c.root, c.field, "too large or too deep: more than %d values or %d levels, counting aliases", maxArgumentNodes, maxArgumentDepth)
 		}
 		c.budget = -2 // report once
 		return false
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		nerrs := len(c.p.errs)
-		fields, _ := c.p.mapping(n, field, "a mapping")
-		if len(c.p.errs) > nerrs {
+		nerrs := len(c.d.errs)
+		fields, _ := c.d.mapping(n, field, "a mapping")
+		if len(c.d.errs) > nerrs {
 			return false // a duplicate key or a key that is not a name
 		}
 		b.WriteByte('{')
@@ -68,7 +62,7 @@ func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int)
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if !c.value(b, e, fmt.Sprintf("%s[%d]", field, i), depth+1) {
+			if !c.value(b, e, indexField(field, i), depth+1) {
 				return false
 			}
 		}
@@ -76,7 +70,7 @@ func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int)
 	case yaml.ScalarNode:
 		return c.scalar(b, n, field)
 	default:
-		c.p.errorf(n, field, "cannot be converted to JSON")
+		c.d.errorf(n, field, "cannot be converted to JSON")
 		return false
 	}
 	return true
@@ -104,16 +98,16 @@ func (c *jsonConv) scalar(b *bytes.Buffer, n *yaml.Node, field string) bool {
 	case "!!bool":
 		var v any
 		if err := n.Decode(&v); err != nil {
-			c.p.errorf(n, field, "%q: %v", n.Value, err)
+			c.d.errorf(n, field, "%q: %v", n.Value, err)
 			return false
 		}
 		if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
-			c.p.errorf(n, field, "%q is not a number JSON can hold", n.Value)
+			c.d.errorf(n, field, "%q is not a number JSON can hold", n.Value)
 			return false
 		}
 		j, err := json.Marshal(v)
 		if err != nil {
-			c.p.errorf(n, field, "%q is not a value JSON can hold", n.Value)
+			c.d.errorf(n, field, "%q is not a value JSON can hold", n.Value)
 			return false
 		}
 		b.Write(j)
@@ -121,7 +115,7 @@ func (c *jsonConv) scalar(b *bytes.Buffer, n *yaml.Node, field string) bool {
 		// Timestamps and binary stay the text written: JSON has neither.
 		writeJSONString(b, n.Value)
 	default:
-		c.p.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
+		c.d.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
 		return false
 	}
 	return true

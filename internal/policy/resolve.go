@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"path"
 	"slices"
-	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // A rule is one layer of a policy: the file's defaults or one tool entry.
@@ -27,7 +24,6 @@ type rule struct {
 	recover      *RecoverRule
 	forwardKey   *bool
 	retry        *RetryRule
-	retryAccount *yaml.Node // where the retry rule names its account, for errors
 	alreadyDone  []ResultMatch
 	journal      JournalRule // zero modes are not set
 }
@@ -158,7 +154,3 @@ func (r *rule) apply(p *Policy) bool {
 	}
 	return true
 }
-
-// isGlob reports whether a tools key is a pattern rather than a name:
-// whether it holds one of path.Match's special characters.
-func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }

@@ -1,0 +1,127 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// Bounds and defaults of an account.
+const (
+	maxAccountCount   = 1_000_000 // for burst and max_concurrency
+	maxBudgetNumber   = 1000      // for retry_budget's numbers
+	defaultBurst      = 1
+	defaultMaxTokens  = 10
+	defaultTokenRatio = 0.1
+)
+
+// The keys of an account and of its retry budget, in the order errors
+// list them.
+var (
+	accountKeys = []string{"rate", "burst", "max_concurrency", "retry_budget"}
+	budgetKeys  = []string{"max_tokens", "token_ratio"}
+)
+
+// An accountSpec is one entry of accounts as written.
+type accountSpec struct {
+	block
+	name           string
+	key            *yaml.Node // its name, where an error about the whole goes
+	rate           val[float64]
+	burst          val[int]
+	maxConcurrency val[int]
+	maxTokens      val[float64]
+	tokenRatio     val[float64]
+}
+
+func (d *decoder) accounts(n *yaml.Node) []*accountSpec {
+	fields, ok := d.mapping(n, "accounts", "a mapping of account names to allowances")
+	if !ok {
+		return nil
+	}
+	accounts := make([]*accountSpec, 0, len(fields))
+	for _, kv := range fields {
+		a := &accountSpec{name: kv.key.Value, key: kv.key}
+		read := map[string]func(v *yaml.Node, field string){
+			"rate":            into(d, &a.rate, parseRate),
+			"burst":           into(d, &a.burst, parseCount(1)),
+			"max_concurrency": into(d, &a.maxConcurrency, parseCount(0)), // 0: no cap
+			"retry_budget":    func(v *yaml.Node, f string) { d.retryBudget(v, f, a) },
+		}
+		a.block = d.fields(kv.val, "accounts."+a.name, "a mapping with rate, burst, max_concurrency and retry_budget", keysOf(accountKeys, read))
+		accounts = append(accounts, a)
+	}
+	return accounts
+}
+
+// parseRate reads a rate in calls per second from its spelling per
+// unit, such as 500/h.
+func parseRate(n *yaml.Node) (float64, string) {
+	r, err := retry.ParseRate(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return 0, fmt.Sprintf("%q is not a rate such as 500/h, 10/s, 3/m or 1000/d (%v)", n.Value, err)
+	}
+	return r, ""
+}
+
+// parseCount reads a whole number from lo to maxAccountCount.
+func parseCount(lo int) parse[int] {
+	return func(n *yaml.Node) (int, string) {
+		if c, ok := wholeNumber(n, lo, maxAccountCount); ok {
+			return c, ""
+		}
+		return 0, fmt.Sprintf("%q: want a whole number from %d to %d", n.Value, lo, maxAccountCount)
+	}
+}
+
+// retryBudget reads an account's retry_budget. Every value in it is a
+// number, read as one before its key is looked at: a key that is not
+// known is reported only once its value is a number.
+func (d *decoder) retryBudget(n *yaml.Node, field string, a *accountSpec) {
+	fields, ok := d.mapping(n, field, "a mapping with max_tokens and token_ratio")
+	if !ok {
+		return
+	}
+	for _, kv := range fields {
+		v := resolve(kv.val)
+		x, err := strconv.ParseFloat(v.Value, 64)
+		if v.Kind != yaml.ScalarNode || err != nil || !(x > 0) || x > maxBudgetNumber {
+			d.errorf(v, field+"."+kv.key.Value, "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)
+			continue
+		}
+		switch kv.key.Value {
+		case "max_tokens":
+			a.maxTokens = good(d.place(v), x)
+		case "token_ratio":
+			a.tokenRatio = good(d.place(v), x)
+		default:
+			d.unknownKey(kv.key, field, budgetKeys)
+		}
+	}
+}
+
+// accounts validates the accounts, and returns them by name.
+func (v *validator) accounts(specs []*accountSpec) map[string]Account {
+	accounts := make(map[string]Account, len(specs))
+	for _, s := range specs {
+		if !s.read {
+			continue
+		}
+		if s.rate.at == nil {
+			v.errorf(place{at: s.key, step: s.step}, s.field, "an account needs a rate, such as rate: 500/h")
+			continue
+		}
+		accounts[s.name] = Account{
+			Name:           s.name,
+			Rate:           s.rate.v,
+			Burst:          s.burst.or(defaultBurst),
+			MaxConcurrency: s.maxConcurrency.v,
+			MaxTokens:      s.maxTokens.or(defaultMaxTokens),
+			TokenRatio:     s.tokenRatio.or(defaultTokenRatio),
+		}
+	}
+	return accounts
+}

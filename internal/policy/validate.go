@@ -1,0 +1,111 @@
+package policy
+
+import "math"
+
+// A validator builds a File from a decoded file, checking what the
+// decoder cannot see one value at a time: where a value is written (a
+// global scope in the defaults, on a glob) and whether values fit
+// together (on_unknown and its recover block, a retry account the file
+// defines). A value the decoder could not read is left out, and not
+// reported again.
+type validator struct{ *problems }
+
+func (v *validator) errorf(p place, field, format string, args ...any) {
+	v.add(p.at, p.step, field, format, args...)
+}
+
+func (v *validator) file(s *fileSpec) *File {
+	f := &File{path: v.name, exact: map[string]*rule{}}
+	if s.defaults != nil {
+		v.rule(s.defaults, &f.defaults, true)
+	}
+	for _, t := range s.tools {
+		r := &rule{name: t.name, glob: t.glob}
+		v.rule(t.rule, r, false)
+		f.rules = append(f.rules, r)
+		if !r.glob {
+			f.exact[r.name] = r
+		}
+	}
+	f.accounts = v.accounts(s.accounts)
+	// A retry rule may only name an account the file defines.
+	for i, r := range f.rules {
+		if r.retry == nil || r.retry.Account == "" {
+			continue
+		}
+		if _, ok := f.accounts[r.retry.Account]; !ok {
+			// Found after every other problem, as at the end of the walk.
+			at := place{at: s.tools[i].rule.retry.account.at, step: math.MaxInt}
+			v.errorf(at, "tools."+r.name+".retry.account", "%q is not an account defined under accounts", r.retry.Account)
+		}
+	}
+	return f
+}
+
+// rule validates s into r: the defaults, or the rule of the tool that r
+// names.
+func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
+	r.class = s.class.v
+	r.retention = s.retention.v
+	r.replay = s.replay.v
+	r.attachWindow = s.attachWindow.v
+	r.ignore, r.ignoreSet = s.ignore.or(nil), s.ignore.ok
+	r.defaults = pointer(s.defaults)
+	r.forwardKey = pointer(s.forwardKey)
+	r.alreadyDone = v.alreadyDone(s.alreadyDone)
+	r.journal = JournalRule{Arguments: s.journalArgs.v, Result: s.journalResult.v}
+	if s.retry != nil {
+		r.retry = v.retry(s.retry)
+	}
+	if s.scope.ok {
+		switch {
+		case s.scope.v == ScopeGlobal && inDefaults:
+			v.errorf(s.scope.place, s.field+".scope", "global is not allowed in defaults: only a tool named exactly may match calls across actors")
+		case s.scope.v == ScopeGlobal && r.glob:
+			v.errorf(s.scope.place, s.field+".scope", "global is not allowed on a glob pattern: only a tool named exactly may match calls across actors")
+		default:
+			r.scope = s.scope.v
+		}
+	}
+	if s.onUnknown.ok {
+		if s.onUnknown.v == Recover && inDefaults {
+			v.errorf(s.onUnknown.place, s.field+".on_unknown", "recover is not allowed in defaults: it needs a status tool, set per tool under tools")
+		} else {
+			r.onUnknown = s.onUnknown.v
+		}
+	}
+	if s.recover != nil {
+		r.recover = v.recover(s.recover, r.name)
+	}
+	v.recoverBlock(s, r)
+}
+
+// recoverBlock checks that a rule has a recover block if, and only if,
+// its on_unknown is recover.
+func (v *validator) recoverBlock(s *ruleSpec, r *rule) {
+	// Checked once the rule is read: at the rule's step.
+	onUnknown := place{at: s.onUnknown.at, step: s.step}
+	recover := place{step: s.step}
+	if s.recover != nil {
+		recover.at = s.recover.at
+	}
+	switch {
+	case r.onUnknown == Recover && s.recover == nil:
+		v.errorf(onUnknown, s.field+".on_unknown", "recover needs a recover block naming the status tool (recover: {tool: ...})")
+	case r.onUnknown == Recover:
+		// With or without errors of its own, the block is the one needed.
+	case s.recover != nil && s.onUnknown.at == nil:
+		v.errorf(recover, s.field+".recover", "a recover block is used only with on_unknown: recover, which this rule does not set")
+	case s.recover != nil && r.onUnknown != "":
+		v.errorf(recover, s.field+".recover", "a recover block is used only with on_unknown: recover, not %s", r.onUnknown)
+	}
+}
+
+// pointer returns a pointer to a copy of x's value; nil if x is not set.
+func pointer[T any](x val[T]) *T {
+	if !x.ok {
+		return nil
+	}
+	v := x.v
+	return &v
+}
