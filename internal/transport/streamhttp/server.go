@@ -1,37 +1,22 @@
 package streamhttp
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
-
-// The protocol versions a Server accepts in MCP-Protocol-Version. A request
-// without the header is taken as 2025-03-26, as the spec says.
-var serverVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
-
-// codeHeaderMismatch is the JSON-RPC error code of a stateless request
-// whose headers disagree with its body (the go-sdk's CodeHeaderMismatch).
-const codeHeaderMismatch = -32020
 
 // primingVersion is the first protocol version whose clients expect an
 // SSE stream to open with an event that has an id and no data, so they
@@ -104,13 +89,6 @@ type Server struct {
 	lanes   map[string]*ServerSession // stateless lanes, by actor
 	tokens  []token
 	closed  bool
-}
-
-// A token is a bearer token, kept as its SHA-256 so that every comparison
-// takes the same time whatever the lengths.
-type token struct {
-	sum   [sha256.Size]byte
-	actor string
 }
 
 // NewServer returns a Server; Close ends its sessions.
@@ -216,30 +194,7 @@ func (s *Server) Sessions() int {
 	return len(s.sessions) + len(s.lanes)
 }
 
-// An httpError is a refusal: a status, and a message for the body.
-type httpError struct {
-	status int
-	msg    string
-	header http.Header
-	id     json.RawMessage // the refused request's id, if the body is read
-}
-
 func (e *httpError) Error() string { return e.msg }
-
-func refuse(status int, format string, args ...any) *httpError {
-	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
-}
-
-// writeRefusal answers with status and a JSON-RPC error body, which every
-// MCP client can show; code is the JSON-RPC code (-32600 unless told).
-func writeRefusal(w http.ResponseWriter, e *httpError, code int) {
-	for k, vs := range e.header {
-		w.Header()[k] = vs
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.status)
-	w.Write(jsonrpc.NewErrorResponse(e.id, &jsonrpc.Error{Code: code, Message: e.msg}))
-}
 
 // ServeHTTP implements http.Handler for the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -260,105 +215,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg:    r.Method + " is not a method of the MCP endpoint: use POST, GET or DELETE",
 			header: http.Header{"Allow": {"GET, POST, DELETE"}}}, jsonrpc.CodeInvalidRequest)
 	}
-}
-
-// check applies the checks every request passes: Host, Origin, the bearer
-// token, and the protocol version. It returns the request's actor.
-func (s *Server) check(r *http.Request) (string, *httpError) {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if !s.hostAllowed(strings.Trim(strings.ToLower(host), "[]")) {
-		return "", refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
-		return "", refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
-	}
-	actor := s.opts.Actor
-	if s.tokens != nil {
-		var ok bool
-		if actor, ok = s.authenticate(r); !ok {
-			return "", &httpError{status: http.StatusUnauthorized, msg: "a valid bearer token is required (Authorization: Bearer TOKEN)",
-				header: http.Header{"Www-Authenticate": {`Bearer realm="mcp-idempotent"`}}}
-		}
-	}
-	if v := r.Header.Get(headerProtocolVersion); v != "" && !slices.Contains(serverVersions, v) {
-		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(serverVersions, ", "))
-	}
-	return actor, nil
-}
-
-func isLoopbackName(host string) bool {
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func (s *Server) hostAllowed(host string) bool {
-	if isLoopbackName(host) || slices.Contains(s.opts.AllowHosts, host) {
-		return true
-	}
-	for _, o := range s.opts.AllowOrigins {
-		if u, err := url.Parse(o); err == nil && strings.EqualFold(u.Hostname(), host) {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Server) originAllowed(origin string) bool {
-	for _, o := range s.opts.AllowOrigins {
-		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
-			return true
-		}
-	}
-	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(strings.ToLower(u.Hostname()))
-}
-
-// authenticate finds the actor of the request's bearer token, comparing
-// it with every token in constant time.
-func (s *Server) authenticate(r *http.Request) (string, bool) {
-	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	actor, found := "", 0
-	for _, t := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
-			actor, found = t.actor, 1
-		}
-	}
-	return actor, found == 1
-}
-
-// accepts reports whether the Accept header lists mediaType (or a range
-// covering it).
-func accepts(r *http.Request, mediaType string) bool {
-	major, _, _ := strings.Cut(mediaType, "/")
-	for _, v := range r.Header.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
-			if err != nil {
-				continue
-			}
-			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// isBatch reports whether body, valid JSON, is an array: a batch, even of
-// one message.
-func isBatch(body []byte) bool {
-	body = bytes.TrimLeft(body, " \t\r\n")
-	return len(body) > 0 && body[0] == '['
 }
 
 // lookup returns the session the request names, checking that it belongs
@@ -445,101 +301,6 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 	ss.begin()
 	defer ss.end()
 	s.deliver(w, r, ss, body, msgs)
-}
-
-// decodeBody reads a POST body as JSON-RPC.
-func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
-	m, err := jsonrpc.Decode(body)
-	if err != nil {
-		if errors.Is(err, jsonrpc.ErrNotObject) {
-			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
-		}
-		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err), jsonrpc.CodeParseError
-	}
-	msgs := []*jsonrpc.Message{m}
-	if m.Batch {
-		if msgs, err = jsonrpc.DecodeBatch(body); err != nil {
-			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
-		}
-		if len(msgs) == 0 {
-			return nil, refuse(http.StatusBadRequest, "an empty batch"), jsonrpc.CodeInvalidRequest
-		}
-	}
-	requests := make(map[string]bool, len(msgs))
-	for _, m := range msgs {
-		if m.Method == "" && m.ID == nil {
-			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
-		}
-		if m.Method != "" {
-			if why := jsonrpc.CheckRequest(m); why != "" {
-				e := refuse(http.StatusBadRequest, "%s", why)
-				if len(msgs) == 1 && jsonrpc.ValidID(m.ID) {
-					e.id = m.ID
-				}
-				return nil, e, jsonrpc.CodeInvalidRequest
-			}
-		}
-		if m.IsRequest() {
-			// Two answers under one id could not be told apart.
-			key := string(jsonrpc.IDKey(m.ID))
-			if requests[key] {
-				return nil, refuse(http.StatusBadRequest, "the batch holds two requests with id %s", m.ID), jsonrpc.CodeInvalidRequest
-			}
-			requests[key] = true
-		}
-	}
-	return msgs, nil, 0
-}
-
-// isStateless reports whether a request without a session id is a
-// 2026-07-28 one: the header says so, or the message is server/discover,
-// or its _meta names that protocol version.
-func isStateless(r *http.Request, msgs []*jsonrpc.Message) bool {
-	if v := r.Header.Get(headerProtocolVersion); v != "" {
-		return v >= statelessSince
-	}
-	for _, m := range msgs {
-		if _, ok := statelessVersion(m); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// checkStatelessHeaders checks that a stateless request's headers say
-// what its body says: MCP-Protocol-Version the _meta version, Mcp-Method
-// the method, Mcp-Name the tool, prompt or resource. The spec has servers
-// refuse a mismatch (2026-07-28, basic/transports/streamable-http,
-// "Standard Request Headers"): intermediaries route on the headers, so a
-// request whose headers lie could be routed as one thing and run as
-// another. The upstream behind the proxy may not see the headers at all
-// (a child process), so the proxy checks them.
-func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
-	mismatch := func(format string, args ...any) *httpError {
-		e := refuse(http.StatusBadRequest, format, args...)
-		e.id = m.ID
-		return e
-	}
-	if version, _ := statelessVersion(m); version != "" && r.Header.Get(headerProtocolVersion) != "" && r.Header.Get(headerProtocolVersion) != version {
-		return mismatch("header mismatch: MCP-Protocol-Version %q does not match the _meta version %q", r.Header.Get(headerProtocolVersion), version)
-	}
-	method := r.Header.Get(headerMcpMethod)
-	if method == "" {
-		return mismatch("missing required %s header", headerMcpMethod)
-	}
-	if method != m.Method {
-		return mismatch("header mismatch: %s %q does not match the body's method %q", headerMcpMethod, method, m.Method)
-	}
-	if name, ok := requestName(m); ok {
-		got, valid := decodeHeaderValue(r.Header.Get(headerMcpName))
-		switch {
-		case r.Header.Get(headerMcpName) == "":
-			return mismatch("missing required %s header for method %q", headerMcpName, m.Method)
-		case !valid || got != name:
-			return mismatch("header mismatch: %s does not match the body's %q", headerMcpName, name)
-		}
-	}
-	return nil
 }
 
 // startSession opens a session for an initialize request.

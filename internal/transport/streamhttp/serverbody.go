@@ -1,0 +1,115 @@
+package streamhttp
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// codeHeaderMismatch is the JSON-RPC error code of a stateless request
+// whose headers disagree with its body (the go-sdk's CodeHeaderMismatch).
+const codeHeaderMismatch = -32020
+
+// isBatch reports whether body, valid JSON, is an array: a batch, even of
+// one message.
+func isBatch(body []byte) bool {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	return len(body) > 0 && body[0] == '['
+}
+
+// decodeBody reads a POST body as JSON-RPC.
+func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
+	m, err := jsonrpc.Decode(body)
+	if err != nil {
+		if errors.Is(err, jsonrpc.ErrNotObject) {
+			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
+		}
+		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err), jsonrpc.CodeParseError
+	}
+	msgs := []*jsonrpc.Message{m}
+	if m.Batch {
+		if msgs, err = jsonrpc.DecodeBatch(body); err != nil {
+			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
+		}
+		if len(msgs) == 0 {
+			return nil, refuse(http.StatusBadRequest, "an empty batch"), jsonrpc.CodeInvalidRequest
+		}
+	}
+	requests := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if m.Method == "" && m.ID == nil {
+			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
+		}
+		if m.Method != "" {
+			if why := jsonrpc.CheckRequest(m); why != "" {
+				e := refuse(http.StatusBadRequest, "%s", why)
+				if len(msgs) == 1 && jsonrpc.ValidID(m.ID) {
+					e.id = m.ID
+				}
+				return nil, e, jsonrpc.CodeInvalidRequest
+			}
+		}
+		if m.IsRequest() {
+			// Two answers under one id could not be told apart.
+			key := string(jsonrpc.IDKey(m.ID))
+			if requests[key] {
+				return nil, refuse(http.StatusBadRequest, "the batch holds two requests with id %s", m.ID), jsonrpc.CodeInvalidRequest
+			}
+			requests[key] = true
+		}
+	}
+	return msgs, nil, 0
+}
+
+// isStateless reports whether a request without a session id is a
+// 2026-07-28 one: the header says so, or the message is server/discover,
+// or its _meta names that protocol version.
+func isStateless(r *http.Request, msgs []*jsonrpc.Message) bool {
+	if v := r.Header.Get(headerProtocolVersion); v != "" {
+		return v >= statelessSince
+	}
+	for _, m := range msgs {
+		if _, ok := statelessVersion(m); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// checkStatelessHeaders checks that a stateless request's headers say
+// what its body says: MCP-Protocol-Version the _meta version, Mcp-Method
+// the method, Mcp-Name the tool, prompt or resource. The spec has servers
+// refuse a mismatch (2026-07-28, basic/transports/streamable-http,
+// "Standard Request Headers"): intermediaries route on the headers, so a
+// request whose headers lie could be routed as one thing and run as
+// another. The upstream behind the proxy may not see the headers at all
+// (a child process), so the proxy checks them.
+func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
+	mismatch := func(format string, args ...any) *httpError {
+		e := refuse(http.StatusBadRequest, format, args...)
+		e.id = m.ID
+		return e
+	}
+	if version, _ := statelessVersion(m); version != "" && r.Header.Get(headerProtocolVersion) != "" && r.Header.Get(headerProtocolVersion) != version {
+		return mismatch("header mismatch: MCP-Protocol-Version %q does not match the _meta version %q", r.Header.Get(headerProtocolVersion), version)
+	}
+	method := r.Header.Get(headerMcpMethod)
+	if method == "" {
+		return mismatch("missing required %s header", headerMcpMethod)
+	}
+	if method != m.Method {
+		return mismatch("header mismatch: %s %q does not match the body's method %q", headerMcpMethod, method, m.Method)
+	}
+	if name, ok := requestName(m); ok {
+		got, valid := decodeHeaderValue(r.Header.Get(headerMcpName))
+		switch {
+		case r.Header.Get(headerMcpName) == "":
+			return mismatch("missing required %s header for method %q", headerMcpName, m.Method)
+		case !valid || got != name:
+			return mismatch("header mismatch: %s does not match the body's %q", headerMcpName, name)
+		}
+	}
+	return nil
+}

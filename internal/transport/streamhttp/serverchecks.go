@@ -1,0 +1,115 @@
+package streamhttp
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// The protocol versions a Server accepts in MCP-Protocol-Version. A request
+// without the header is taken as 2025-03-26, as the spec says.
+var serverVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+
+// A token is a bearer token, kept as its SHA-256 so that every comparison
+// takes the same time whatever the lengths.
+type token struct {
+	sum   [sha256.Size]byte
+	actor string
+}
+
+// check applies the checks every request passes: Host, Origin, the bearer
+// token, and the protocol version. It returns the request's actor.
+func (s *Server) check(r *http.Request) (string, *httpError) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if !s.hostAllowed(strings.Trim(strings.ToLower(host), "[]")) {
+		return "", refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
+		return "", refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
+	}
+	actor := s.opts.Actor
+	if s.tokens != nil {
+		var ok bool
+		if actor, ok = s.authenticate(r); !ok {
+			return "", &httpError{status: http.StatusUnauthorized, msg: "a valid bearer token is required (Authorization: Bearer TOKEN)",
+				header: http.Header{"Www-Authenticate": {`Bearer realm="mcp-idempotent"`}}}
+		}
+	}
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !slices.Contains(serverVersions, v) {
+		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(serverVersions, ", "))
+	}
+	return actor, nil
+}
+
+func isLoopbackName(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) hostAllowed(host string) bool {
+	if isLoopbackName(host) || slices.Contains(s.opts.AllowHosts, host) {
+		return true
+	}
+	for _, o := range s.opts.AllowOrigins {
+		if u, err := url.Parse(o); err == nil && strings.EqualFold(u.Hostname(), host) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	for _, o := range s.opts.AllowOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(strings.ToLower(u.Hostname()))
+}
+
+// authenticate finds the actor of the request's bearer token, comparing
+// it with every token in constant time.
+func (s *Server) authenticate(r *http.Request) (string, bool) {
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
+	actor, found := "", 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
+			actor, found = t.actor, 1
+		}
+	}
+	return actor, found == 1
+}
+
+// accepts reports whether the Accept header lists mediaType (or a range
+// covering it).
+func accepts(r *http.Request, mediaType string) bool {
+	major, _, _ := strings.Cut(mediaType, "/")
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
+				return true
+			}
+		}
+	}
+	return false
+}
