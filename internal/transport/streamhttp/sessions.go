@@ -1,0 +1,147 @@
+package streamhttp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+)
+
+// startSession opens a session for an initialize request.
+func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
+	var b [16]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
+	}
+	if s.running >= s.opts.MaxSessions {
+		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open or still stopping their upstream (--max-sessions); end one with DELETE or wait for one to sit idle", s.running)
+		e.header = http.Header{"Retry-After": {"5"}}
+		return nil, e
+	}
+	ss := newServerSession(s, id, actor, false)
+	s.sessions[id] = ss
+	s.running++
+	s.run(ss, func() { delete(s.sessions, id); s.running-- })
+	s.log.Info("session started", "session", id, "actor", actor)
+	return ss, nil
+}
+
+// lane returns the stateless lane of actor, opening it on first use.
+func (s *Server) lane(actor string) (*ServerSession, *httpError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
+	}
+	if ss := s.lanes[actor]; ss != nil && !ss.closed() {
+		return ss, nil
+	}
+	ss := newServerSession(s, "stateless:"+actor, actor, true)
+	s.lanes[actor] = ss
+	s.run(ss, func() {
+		if s.lanes[actor] == ss {
+			delete(s.lanes, actor)
+		}
+	})
+	return ss, nil
+}
+
+// run starts Open for ss; once it returns, the session is closed and
+// forget (called under s.mu) removes it. Called under s.mu.
+func (s *Server) run(ss *ServerSession, forget func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := s.opts.Open(s.ctx, ss)
+		if err != nil {
+			s.log.Warn("session ended", "session", ss.id, "err", err)
+		} else {
+			s.log.Debug("session ended", "session", ss.id)
+		}
+		ss.endPending()
+		ss.close()
+		s.mu.Lock()
+		forget()
+		s.mu.Unlock()
+	}()
+}
+
+// lookup returns the session the request names, checking that it belongs
+// to actor; another actor's session is as unknown as one that never was.
+// A session that has ended is unknown too, but to a client resuming a
+// stream while the session winds down (serve stopping): its calls under
+// way are still answered, and the answers go to the streams that ask.
+func (s *Server) lookup(r *http.Request, actor string) (*ServerSession, *httpError) {
+	id := r.Header.Get(headerSessionID)
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	resuming := r.Method == http.MethodGet && r.Header.Get(headerLastEventID) != ""
+	if ss == nil || ss.actor != actor || ss.closed() && !resuming {
+		return nil, refuse(http.StatusNotFound, "session %q is unknown or has ended: initialize a new one", id)
+	}
+	return ss, nil
+}
+
+// begin and end bracket each HTTP request for the session: the reaper
+// ends no session with a request under way, and counts its idle time
+// from the end of the last one.
+func (ss *ServerSession) begin() {
+	ss.mu.Lock()
+	ss.active++
+	ss.mu.Unlock()
+}
+
+func (ss *ServerSession) end() {
+	ss.mu.Lock()
+	ss.active--
+	ss.lastActive = ss.srv.now()
+	ss.mu.Unlock()
+}
+
+// Reap ends the sessions that have sat idle for longer than IdleTimeout:
+// no request under way, no answer owed, no stream open.
+func (s *Server) Reap() {
+	now := s.now()
+	s.mu.Lock()
+	var idle []*ServerSession
+	for _, ss := range s.sessions {
+		ss.mu.Lock()
+		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > s.opts.IdleTimeout {
+			idle = append(idle, ss)
+			delete(s.sessions, ss.id)
+		}
+		ss.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, ss := range idle {
+		s.log.Info("session ended after sitting idle", "session", ss.id, "idle_timeout", s.opts.IdleTimeout)
+		ss.close()
+	}
+}
+
+// RunReaper ends idle sessions until ctx is done, looking every tick.
+func (s *Server) RunReaper(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Reap()
+		}
+	}
+}
+
+// Sessions returns how many sessions are open, stateless lanes included.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions) + len(s.lanes)
+}
