@@ -1,0 +1,208 @@
+package streamhttp
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// answer writes st to the client until it is done, the client goes, or
+// the session ends. It reports whether the stream was written to its end.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream) bool {
+	if st.isJSON {
+		return s.answerJSON(w, r, ss, st)
+	}
+	openStream(w)
+	return s.pump(w, r, ss, st, 0)
+}
+
+// openStream sends the headers of an SSE response at once: the client
+// learns that its request is in before the first event, which may be a
+// long call away.
+func openStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// answerJSON waits for st's answers and writes them as one JSON body.
+func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream) bool {
+	ended := ss.done
+	for {
+		ss.mu.Lock()
+		done, notify := st.done, st.notify
+		var out [][]byte
+		var written []func()
+		if done {
+			for _, ev := range st.events {
+				out = append(out, ev.data)
+				if ev.written != nil {
+					written = append(written, ev.written)
+				}
+			}
+		}
+		ss.mu.Unlock()
+		switch {
+		case done && len(out) == 0 && st.next > 0:
+			// Its answers were evicted from the session's buffer before
+			// they could be written: the client must ask again (a
+			// tools/call attaches to its execution, or gets its replay).
+			writeRefusal(w, refuse(http.StatusServiceUnavailable,
+				"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
+			return true
+		case done && len(out) == 0:
+			// Its one request was cancelled: nothing to answer.
+			w.WriteHeader(http.StatusAccepted)
+			return true
+		}
+		if done {
+			w.Header().Set("Content-Type", "application/json")
+			var body []byte
+			if len(out) == 1 {
+				body = out[0]
+			} else {
+				body = append(append([]byte("["), joinFrames(out)...), ']')
+			}
+			// The whole body goes out now, before the answers are counted
+			// as written: a body left in net/http's buffer goes only when
+			// the handler returns.
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			_, err := w.Write(body)
+			if f, ok := w.(http.Flusher); ok && err == nil {
+				f.Flush()
+			}
+			if err == nil && r.Context().Err() == nil {
+				for _, f := range written {
+					f()
+				}
+			}
+			return true
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			return false
+		case <-ended:
+			// The answers still owed come all the same: from the
+			// session's drain, or from endPending once it has stopped.
+			ended = nil
+		}
+	}
+}
+
+func joinFrames(frames [][]byte) []byte {
+	var b []byte
+	for i, f := range frames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, f...)
+	}
+	return b
+}
+
+// pump writes st's events from sequence number from on, as they come,
+// until the stream is done, the client goes, the session ends, or another
+// request takes the stream over. It reports whether it wrote the end.
+func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream, from int64) bool {
+	ss.mu.Lock()
+	ss.writers++
+	gen := ss.writers
+	st.writer = gen
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		if st.writer == gen {
+			st.writer = 0
+		}
+		ss.mu.Unlock()
+	}()
+	flusher, _ := w.(http.Flusher)
+	var buf []byte
+	var written []func()
+	ended := ss.done
+	ending := false // the session has ended: write what is held, then stop
+	for {
+		ss.mu.Lock()
+		if st.writer != gen {
+			ss.mu.Unlock()
+			return false
+		}
+		buf, written = buf[:0], written[:0]
+		if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
+			// The session's bound evicted events before this writer took
+			// them: lost to this stream, which goes on (and ends) without
+			// them rather than wait for them for ever.
+			s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
+				"session", ss.id, "held_at_most", s.opts.EventBuffer)
+			from = st.next
+			if len(st.events) > 0 {
+				from = st.events[0].seq
+			}
+		}
+		for _, ev := range st.events {
+			if ev.seq < from {
+				continue
+			}
+			buf = appendEvent(buf, eventID(st.num, ev.seq), ev.data)
+			if ev.written != nil {
+				written = append(written, ev.written)
+			}
+			from = ev.seq + 1
+		}
+		done := st.done && from >= st.next
+		owed := st.want > 0
+		notify := st.notify
+		ss.mu.Unlock()
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return false
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			if r.Context().Err() != nil {
+				// The client went: a flush reports nothing, and the write
+				// may have gone into a connection already closed.
+				return false
+			}
+			for _, f := range written {
+				f() // the answers in buf reached the client's transport
+			}
+		}
+		if done {
+			return true
+		}
+		if ending {
+			return false
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			return false
+		case <-ended:
+			// A stream still owed answers gets them all the same: from
+			// the session's drain, or from endPending once it has
+			// stopped. Any other (the GET stream) ends.
+			ended = nil
+			ending = !owed
+		}
+	}
+}
+
+// appendEvent appends one SSE event. A JSON-RPC frame holds no newline
+// (JSON strings escape them), so data fits on one line.
+func appendEvent(b []byte, id string, data []byte) []byte {
+	b = append(b, "id: "...)
+	b = append(b, id...)
+	if len(data) == 0 {
+		return append(b, "\ndata:\n\n"...)
+	}
+	b = append(b, "\nevent: message\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
