@@ -38,48 +38,12 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		var out [][]byte
 		var written []func()
 		if done {
-			for _, ev := range st.events {
-				out = append(out, ev.data)
-				if ev.written != nil {
-					written = append(written, ev.written)
-				}
-			}
+			out, written = st.answersLocked()
 		}
+		appended := st.next > 0
 		ss.mu.Unlock()
-		switch {
-		case done && len(out) == 0 && st.next > 0:
-			// Its answers were evicted from the session's buffer before
-			// they could be written: the client must ask again (a
-			// tools/call attaches to its execution, or gets its replay).
-			writeRefusal(w, refuse(http.StatusServiceUnavailable,
-				"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
-			return true
-		case done && len(out) == 0:
-			// Its one request was cancelled: nothing to answer.
-			w.WriteHeader(http.StatusAccepted)
-			return true
-		}
 		if done {
-			w.Header().Set("Content-Type", "application/json")
-			var body []byte
-			if len(out) == 1 {
-				body = out[0]
-			} else {
-				body = append(append([]byte("["), joinFrames(out)...), ']')
-			}
-			// The whole body goes out now, before the answers are counted
-			// as written: a body left in net/http's buffer goes only when
-			// the handler returns.
-			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-			_, err := w.Write(body)
-			if f, ok := w.(http.Flusher); ok && err == nil {
-				f.Flush()
-			}
-			if err == nil && r.Context().Err() == nil {
-				for _, f := range written {
-					f()
-				}
-			}
+			s.writeJSON(w, r, out, written, appended)
 			return true
 		}
 		select {
@@ -90,6 +54,57 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 			// The answers still owed come all the same: from the
 			// session's drain, or from endPending once it has stopped.
 			ended = nil
+		}
+	}
+}
+
+// answersLocked returns the answers st holds, and the written callbacks
+// of those that have one.
+func (st *stream) answersLocked() (out [][]byte, written []func()) {
+	for _, ev := range st.events {
+		out = append(out, ev.data)
+		if ev.written != nil {
+			written = append(written, ev.written)
+		}
+	}
+	return out, written
+}
+
+// writeJSON writes the answers out of a stream that is done as one JSON
+// body, and then calls written. A stream that holds no answer is a 503
+// if answers were appended to it (appended) and evicted since, else a 202.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended bool) {
+	switch {
+	case len(out) == 0 && appended:
+		// Its answers were evicted from the session's buffer before
+		// they could be written: the client must ask again (a
+		// tools/call attaches to its execution, or gets its replay).
+		writeRefusal(w, refuse(http.StatusServiceUnavailable,
+			"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
+		return
+	case len(out) == 0:
+		// Its one request was cancelled: nothing to answer.
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	var body []byte
+	if len(out) == 1 {
+		body = out[0]
+	} else {
+		body = append(append([]byte("["), joinFrames(out)...), ']')
+	}
+	// The whole body goes out now, before the answers are counted
+	// as written: a body left in net/http's buffer goes only when
+	// the handler returns.
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, err := w.Write(body)
+	if f, ok := w.(http.Flusher); ok && err == nil {
+		f.Flush()
+	}
+	if err == nil && r.Context().Err() == nil {
+		for _, f := range written {
+			f()
 		}
 	}
 }
@@ -109,21 +124,10 @@ func joinFrames(frames [][]byte) []byte {
 // until the stream is done, the client goes, the session ends, or another
 // request takes the stream over. It reports whether it wrote the end.
 func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream, from int64) bool {
-	ss.mu.Lock()
-	ss.writers++
-	gen := ss.writers
-	st.writer = gen
-	ss.mu.Unlock()
-	defer func() {
-		ss.mu.Lock()
-		if st.writer == gen {
-			st.writer = 0
-		}
-		ss.mu.Unlock()
-	}()
+	gen := ss.claim(st)
+	defer ss.release(st, gen)
 	flusher, _ := w.(http.Flusher)
-	var buf []byte
-	var written []func()
+	var b batch
 	ended := ss.done
 	ending := false // the session has ended: write what is held, then stop
 	for {
@@ -132,47 +136,13 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			ss.mu.Unlock()
 			return false
 		}
-		buf, written = buf[:0], written[:0]
-		if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
-			// The session's bound evicted events before this writer took
-			// them: lost to this stream, which goes on (and ends) without
-			// them rather than wait for them for ever.
-			s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
-				"session", ss.id, "held_at_most", s.opts.EventBuffer)
-			from = st.next
-			if len(st.events) > 0 {
-				from = st.events[0].seq
-			}
-		}
-		for _, ev := range st.events {
-			if ev.seq < from {
-				continue
-			}
-			buf = appendEvent(buf, eventID(st.num, ev.seq), ev.data)
-			if ev.written != nil {
-				written = append(written, ev.written)
-			}
-			from = ev.seq + 1
-		}
+		from = s.takeLocked(ss, st, from, &b)
 		done := st.done && from >= st.next
 		owed := st.want > 0
 		notify := st.notify
 		ss.mu.Unlock()
-		if len(buf) > 0 {
-			if _, err := w.Write(buf); err != nil {
-				return false
-			}
-			if flusher != nil {
-				flusher.Flush()
-			}
-			if r.Context().Err() != nil {
-				// The client went: a flush reports nothing, and the write
-				// may have gone into a connection already closed.
-				return false
-			}
-			for _, f := range written {
-				f() // the answers in buf reached the client's transport
-			}
+		if !b.send(w, r, flusher) {
+			return false
 		}
 		if done {
 			return true
@@ -192,6 +162,82 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 			ending = !owed
 		}
 	}
+}
+
+// claim makes the caller the writer of st, taking the stream over from
+// any writer before it, and returns the caller's generation.
+func (ss *ServerSession) claim(st *stream) int64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.writers++
+	st.writer = ss.writers
+	return st.writer
+}
+
+// release lets go of st, unless another writer has taken it over since.
+func (ss *ServerSession) release(st *stream, gen int64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if st.writer == gen {
+		st.writer = 0
+	}
+}
+
+// A batch is what a writer takes from its stream at once.
+type batch struct {
+	buf     []byte   // the events, as SSE
+	written []func() // the written callbacks of the answers among them
+}
+
+// takeLocked fills b with the events of st from sequence number from on,
+// and returns the sequence number that follows the last one taken.
+func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch) int64 {
+	b.buf, b.written = b.buf[:0], b.written[:0]
+	if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
+		// The session's bound evicted events before this writer took
+		// them: lost to this stream, which goes on (and ends) without
+		// them rather than wait for them for ever.
+		s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
+			"session", ss.id, "held_at_most", s.opts.EventBuffer)
+		from = st.next
+		if len(st.events) > 0 {
+			from = st.events[0].seq
+		}
+	}
+	for _, ev := range st.events {
+		if ev.seq < from {
+			continue
+		}
+		b.buf = appendEvent(b.buf, eventID(st.num, ev.seq), ev.data)
+		if ev.written != nil {
+			b.written = append(b.written, ev.written)
+		}
+		from = ev.seq + 1
+	}
+	return from
+}
+
+// send writes b to the client, if it holds anything, and then calls its
+// written callbacks. It reports false when the client has gone.
+func (b *batch) send(w http.ResponseWriter, r *http.Request, flusher http.Flusher) bool {
+	if len(b.buf) == 0 {
+		return true
+	}
+	if _, err := w.Write(b.buf); err != nil {
+		return false
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	if r.Context().Err() != nil {
+		// The client went: a flush reports nothing, and the write
+		// may have gone into a connection already closed.
+		return false
+	}
+	for _, f := range b.written {
+		f() // the answers in b reached the client's transport
+	}
+	return true
 }
 
 // appendEvent appends one SSE event. A JSON-RPC frame holds no newline
