@@ -3,7 +3,6 @@ package streamhttp
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -16,8 +15,6 @@ const primingVersion = "2025-11-25"
 // deliver passes a POST's messages to the session and answers: 202 when
 // they hold no request, else the answers, as an SSE stream or JSON.
 func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSession, body []byte, msgs []*jsonrpc.Message) {
-	var st *stream
-	var ids []string // the requests' ids as the proxy sees them
 	ss.mu.Lock()
 	if ss.ended {
 		// The session stopped after the request found it: nothing would
@@ -27,102 +24,17 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		return
 	}
 	if !ss.stateless {
-		for _, m := range msgs {
-			p := ss.pending[string(jsonrpc.IDKey(m.ID))]
-			if !m.IsRequest() || p == nil {
-				continue
-			}
-			if len(msgs) != 1 || string(p.frame) != string(body) {
-				ss.mu.Unlock()
-				// Under a null id: an error under this id would be taken
-				// for the answer to the request that holds it.
-				writeRefusal(w, refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID), jsonrpc.CodeInvalidRequest)
-				return
-			}
-			// The client sent again a request still being answered (it
-			// lost the stream and did not resume): it gets the one answer
-			// on this new stream, and the request is not passed on twice.
-			// The old stream gets the answer too, for a client that also
-			// resumes it.
-			st = s.newPostStreamLocked(r, ss)
-			st.want = 1
-			p.streams = append(p.streams, st)
-			if p.token != "" {
-				ss.progress[p.token] = st
-			}
+		if m, p := ss.pendingAmongLocked(msgs); p != nil {
+			st := s.attachLocked(r, ss, body, msgs, p)
 			ss.mu.Unlock()
-			s.log.Debug("a request sent again attaches to its answer", "session", ss.id, "id", string(m.ID))
-			s.answer(w, r, ss, st)
+			s.answerResent(w, r, ss, m, st)
 			return
 		}
-		for _, m := range msgs {
-			var c struct {
-				RequestID json.RawMessage `json:"requestId"`
-			}
-			if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &c) != nil {
-				continue
-			}
-			key := string(jsonrpc.IDKey(c.RequestID))
-			if p := ss.pending[key]; p != nil {
-				delete(ss.pending, key)
-				if p.token != "" {
-					delete(ss.progress, p.token)
-				}
-				// No answer comes to a cancelled request: its streams
-				// owe one less, and end if that was the last.
-				for _, st := range p.streams {
-					if st.want--; st.want == 0 {
-						ss.endLocked(st)
-					}
-				}
-			}
-		}
+		ss.dropCancelledLocked(msgs)
 	}
-	for _, m := range msgs {
-		if !m.IsRequest() {
-			continue
-		}
-		key := string(jsonrpc.IDKey(m.ID)) // as the proxy and the upstream match it
-		token := progressToken(m.Params)
-		if ss.stateless {
-			ss.nextID++
-			n := strconv.FormatInt(ss.nextID, 10)
-			newID := json.RawMessage(strconv.Quote("h" + n))
-			ss.origIDs[string(newID)] = m.ID
-			body = withID(body, m.ID, newID)
-			key = string(newID)
-			if token != "" && !s.opts.JSONResponse {
-				if rm, err := jsonrpc.Decode(body); err == nil {
-					newToken := strconv.Quote("p" + n)
-					ss.origTokens[newToken] = json.RawMessage(token)
-					body = withID(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
-					token = newToken
-				}
-			}
-		}
-		if st == nil {
-			st = s.newPostStreamLocked(r, ss)
-		}
-		st.want++
-		p := &pendingRequest{streams: []*stream{st}, frame: body}
-		if token != "" && !st.isJSON {
-			p.token = token
-			ss.progress[token] = st
-		}
-		ss.pending[key] = p
-		ids = append(ids, key)
-	}
-	frame := body
+	frame, st, ids := s.registerLocked(r, ss, body, msgs)
 	ss.mu.Unlock()
-
-	select {
-	case ss.in <- frame:
-	case <-ss.done:
-		ss.forget(ids)
-		writeRefusal(w, refuse(http.StatusNotFound, "session %q has ended: initialize a new one", ss.id), jsonrpc.CodeInvalidRequest)
-		return
-	case <-r.Context().Done():
-		ss.forget(ids)
+	if !s.pass(w, r, ss, frame, ids) {
 		return
 	}
 	if st == nil {
@@ -136,6 +48,127 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		// the caller; an execution under way runs to its end, and the
 		// same call sent again attaches to it.
 		ss.cancel(ids)
+	}
+}
+
+// pendingAmongLocked returns the first request of msgs whose id the
+// session still owes an answer for, and what it owes, or nil.
+func (ss *ServerSession) pendingAmongLocked(msgs []*jsonrpc.Message) (*jsonrpc.Message, *pendingRequest) {
+	for _, m := range msgs {
+		if p := ss.pending[string(jsonrpc.IDKey(m.ID))]; m.IsRequest() && p != nil {
+			return m, p
+		}
+	}
+	return nil, nil
+}
+
+// attachLocked gives the request pending as p one more stream, made for
+// this POST, if the POST is that request sent again, alone: the client
+// lost the stream and did not resume it. Else it returns nil.
+func (s *Server) attachLocked(r *http.Request, ss *ServerSession, body []byte, msgs []*jsonrpc.Message, p *pendingRequest) *stream {
+	if len(msgs) != 1 || string(p.frame) != string(body) {
+		return nil
+	}
+	st := s.newPostStreamLocked(r, ss)
+	st.want = 1
+	p.streams = append(p.streams, st)
+	if p.token != "" {
+		ss.progress[p.token] = st
+	}
+	return st
+}
+
+// answerResent answers a POST that holds request m, whose id the session
+// still owes an answer for. Sent again as it was (st, from attachLocked),
+// it gets the one answer on its new stream, and the request is not passed
+// on twice; the old stream gets the answer too, for a client that also
+// resumes it. Another request under an id in use is refused.
+func (s *Server) answerResent(w http.ResponseWriter, r *http.Request, ss *ServerSession, m *jsonrpc.Message, st *stream) {
+	if st == nil {
+		// Under a null id: an error under this id would be taken
+		// for the answer to the request that holds it.
+		writeRefusal(w, refuse(http.StatusBadRequest, "request id %s is already in use in this session by another request", m.ID), jsonrpc.CodeInvalidRequest)
+		return
+	}
+	s.log.Debug("a request sent again attaches to its answer", "session", ss.id, "id", string(m.ID))
+	s.answer(w, r, ss, st)
+}
+
+// dropCancelledLocked forgets the requests that the
+// notifications/cancelled among msgs name. No answer comes to a
+// cancelled request: its streams owe one less, and end if that was the
+// last.
+func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
+	for _, m := range msgs {
+		var c struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &c) != nil {
+			continue
+		}
+		key := string(jsonrpc.IDKey(c.RequestID))
+		p := ss.pending[key]
+		if p == nil {
+			continue
+		}
+		delete(ss.pending, key)
+		if p.token != "" {
+			delete(ss.progress, p.token)
+		}
+		for _, st := range p.streams {
+			if st.want--; st.want == 0 {
+				ss.endLocked(st)
+			}
+		}
+	}
+}
+
+// registerLocked records each request of msgs as owed an answer on one
+// stream made for the POST, and routes its progress there. It returns
+// the frame to pass to the proxy (on a stateless lane, under the ids the
+// lane gave), the stream (nil when msgs hold no request), and the
+// requests' ids as the proxy sees them.
+func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte, msgs []*jsonrpc.Message) ([]byte, *stream, []string) {
+	var st *stream
+	var ids []string
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		key := string(jsonrpc.IDKey(m.ID)) // as the proxy and the upstream match it
+		token := progressToken(m.Params)
+		if ss.stateless {
+			body, key, token = s.renameLocked(ss, body, m.ID, token)
+		}
+		if st == nil {
+			st = s.newPostStreamLocked(r, ss)
+		}
+		st.want++
+		p := &pendingRequest{streams: []*stream{st}, frame: body}
+		if token != "" && !st.isJSON {
+			p.token = token
+			ss.progress[token] = st
+		}
+		ss.pending[key] = p
+		ids = append(ids, key)
+	}
+	return body, st, ids
+}
+
+// pass hands frame to the proxy. If the session ends first the client
+// gets a 404, if the client goes first nothing; either way the requests'
+// ids are forgotten. It reports whether the proxy has the frame.
+func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession, frame []byte, ids []string) bool {
+	select {
+	case ss.in <- frame:
+		return true
+	case <-ss.done:
+		ss.forget(ids)
+		writeRefusal(w, refuse(http.StatusNotFound, "session %q has ended: initialize a new one", ss.id), jsonrpc.CodeInvalidRequest)
+		return false
+	case <-r.Context().Done():
+		ss.forget(ids)
+		return false
 	}
 }
 
@@ -177,26 +210,5 @@ func (ss *ServerSession) forget(ids []string) {
 		}
 		delete(ss.pending, id)
 		delete(ss.origIDs, id)
-	}
-}
-
-// cancel tells the proxy the client of a stateless lane gave up on ids.
-func (ss *ServerSession) cancel(ids []string) {
-	ss.mu.Lock()
-	var gone []string
-	for _, id := range ids {
-		if ss.pending[id] != nil {
-			gone = append(gone, id)
-		}
-	}
-	ss.mu.Unlock()
-	ss.forget(gone)
-	for _, id := range gone {
-		n := jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(`{"requestId":`+id+`,"reason":"the client closed the request"}`))
-		select {
-		case ss.in <- n:
-		case <-ss.done:
-			return
-		}
 	}
 }

@@ -292,19 +292,3 @@ func progressTokenValue(params json.RawMessage) []byte {
 	})
 	return token
 }
-
-// withID returns frame with its id replaced by newID. id must be the
-// subslice of frame that jsonrpc.Decode returned as the message's ID: the
-// message is not encoded again, so every other byte is kept.
-func withID(frame []byte, id, newID json.RawMessage) []byte {
-	// Both slices end in the same backing array, so the difference of
-	// their capacities is id's offset in frame.
-	off := cap(frame) - cap(id)
-	if off < 0 || off+len(id) > len(frame) || !bytes.Equal(frame[off:off+len(id)], id) {
-		panic("streamhttp: withID: id is not a subslice of frame")
-	}
-	out := make([]byte, 0, len(frame)-len(id)+len(newID))
-	out = append(out, frame[:off]...)
-	out = append(out, newID...)
-	return append(out, frame[off+len(id):]...)
-}

@@ -1,0 +1,68 @@
+package streamhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// renameLocked gives a request of a stateless lane, whose id is id in
+// body, the lane's next id, and its progress token (if any) a name of
+// the lane's: the requests of many clients share the lane, and their own
+// ids may clash. The client's id and token are kept, to be given back in
+// what answers the request. It returns the renamed body, id and token.
+func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage, token string) ([]byte, string, string) {
+	ss.nextID++
+	n := strconv.FormatInt(ss.nextID, 10)
+	newID := json.RawMessage(strconv.Quote("h" + n))
+	ss.origIDs[string(newID)] = id
+	body = withID(body, id, newID)
+	if token != "" && !s.opts.JSONResponse {
+		if rm, err := jsonrpc.Decode(body); err == nil {
+			newToken := strconv.Quote("p" + n)
+			ss.origTokens[newToken] = json.RawMessage(token)
+			body = withID(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
+			token = newToken
+		}
+	}
+	return body, string(newID), token
+}
+
+// cancel tells the proxy the client of a stateless lane gave up on ids.
+func (ss *ServerSession) cancel(ids []string) {
+	ss.mu.Lock()
+	var gone []string
+	for _, id := range ids {
+		if ss.pending[id] != nil {
+			gone = append(gone, id)
+		}
+	}
+	ss.mu.Unlock()
+	ss.forget(gone)
+	for _, id := range gone {
+		n := jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(`{"requestId":`+id+`,"reason":"the client closed the request"}`))
+		select {
+		case ss.in <- n:
+		case <-ss.done:
+			return
+		}
+	}
+}
+
+// withID returns frame with its id replaced by newID. id must be the
+// subslice of frame that jsonrpc.Decode returned as the message's ID: the
+// message is not encoded again, so every other byte is kept.
+func withID(frame []byte, id, newID json.RawMessage) []byte {
+	// Both slices end in the same backing array, so the difference of
+	// their capacities is id's offset in frame.
+	off := cap(frame) - cap(id)
+	if off < 0 || off+len(id) > len(frame) || !bytes.Equal(frame[off:off+len(id)], id) {
+		panic("streamhttp: withID: id is not a subslice of frame")
+	}
+	out := make([]byte, 0, len(frame)-len(id)+len(newID))
+	out = append(out, frame[:off]...)
+	out = append(out, newID...)
+	return append(out, frame[off+len(id):]...)
+}
