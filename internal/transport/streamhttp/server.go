@@ -71,14 +71,15 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex // protects the fields below
+	tokens []token // set by NewServer, only read after
+
+	mu       sync.Mutex // guards sessions, running, lanes and closed
 	sessions map[string]*ServerSession
 	// running counts the sessions whose Open has not returned: those in
 	// sessions, and those ended (DELETE, idle) whose upstream is still
 	// stopping. MaxSessions bounds it, and so the upstreams running.
 	running int
 	lanes   map[string]*ServerSession // stateless lanes, by actor
-	tokens  []token
 	closed  bool
 }
 

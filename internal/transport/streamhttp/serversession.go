@@ -29,7 +29,11 @@ type ServerSession struct {
 	done      chan struct{} // closed by close
 	closeOnce sync.Once
 
-	mu sync.Mutex // protects the fields below
+	// mu guards streams, nextStream, writers, get, pending, ended,
+	// progress, held, heldBytes, active, lastActive, nextID, origIDs and
+	// origTokens, and every field of the streams and pendingRequests they
+	// hold but a stream's num and isJSON, set when the stream is made.
+	mu sync.Mutex
 	// streams holds each SSE stream's events, by stream number.
 	streams    map[int64]*stream
 	nextStream int64
@@ -38,8 +42,8 @@ type ServerSession struct {
 	// starts; created on first use.
 	get *stream
 	// pending maps a request id the client is owed an answer for (its
-	// jsonrpc.IDKey, as the proxy sees it) to the stream that carries the
-	// answer.
+	// jsonrpc.IDKey, as the proxy sees it) to the request, which names
+	// the streams that carry the answer.
 	pending map[string]*pendingRequest
 	// ended is set once endPending has run: the session takes no more
 	// requests, since nothing would answer them.
@@ -61,7 +65,8 @@ type ServerSession struct {
 	origTokens map[string]json.RawMessage
 }
 
-// A pendingRequest is a client request not yet answered.
+// A pendingRequest is a client request not yet answered. Its session's
+// mu guards it.
 type pendingRequest struct {
 	// streams carry the answer: the request's own, and one more each time
 	// the client sends the request again while it is pending.

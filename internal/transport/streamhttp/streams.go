@@ -6,7 +6,8 @@ import (
 )
 
 // A stream is one SSE stream's events: the answer to one POST, or the
-// standing GET stream.
+// standing GET stream. Its session's mu guards every field but num and
+// isJSON, which are set when it is made and never change.
 type stream struct {
 	num    int64
 	events []sseEvent // held events, oldest first
