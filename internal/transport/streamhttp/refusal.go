@@ -16,6 +16,8 @@ type httpError struct {
 	id     json.RawMessage // the refused request's id, if the body is read
 }
 
+func (e *httpError) Error() string { return e.msg }
+
 func refuse(status int, format string, args ...any) *httpError {
 	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
 }

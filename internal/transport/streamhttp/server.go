@@ -3,8 +3,6 @@ package streamhttp
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -144,8 +142,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func (e *httpError) Error() string { return e.msg }
-
 // ServeHTTP implements http.Handler for the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	actor, herr := s.check(r)
@@ -177,21 +173,8 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, refuse(http.StatusNotAcceptable, "Accept must list both application/json and text/event-stream"), jsonrpc.CodeInvalidRequest)
 		return
 	}
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))
-	if err == nil {
-		rc.SetReadDeadline(time.Time{}) // the stream that answers may be long
-	}
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeRefusal(w, refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
-			return
-		}
-		s.log.Debug("reading a request body failed", "err", err)
-		// The rest of the body is not waited for: the connection ends.
-		w.Header().Set("Connection", "close")
-		writeRefusal(w, refuse(http.StatusBadRequest, "reading the body: %v", err), jsonrpc.CodeInvalidRequest)
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	msgs, herr, code := decodeBody(body)
@@ -199,41 +182,52 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, herr, code)
 		return
 	}
-
-	var ss *ServerSession
-	isInit := len(msgs) == 1 && msgs[0].IsRequest() && msgs[0].Method == "initialize"
-	switch {
-	case r.Header.Get(headerSessionID) != "":
-		if ss, herr = s.lookup(r, actor); herr != nil {
-			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
-			return
-		}
-	case isInit:
-		if ss, herr = s.startSession(actor); herr != nil {
-			writeRefusal(w, herr, jsonrpc.CodeInternalError)
-			return
-		}
-		w.Header().Set(headerSessionID, ss.id)
-	case isStateless(r, msgs):
-		if len(msgs) != 1 || isBatch(body) {
-			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
-			return
-		}
-		if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
-			writeRefusal(w, herr, codeHeaderMismatch)
-			return
-		}
-		if ss, herr = s.lane(actor); herr != nil {
-			writeRefusal(w, herr, jsonrpc.CodeInternalError)
-			return
-		}
-	default:
-		writeRefusal(w, refuse(http.StatusBadRequest, "Mcp-Session-Id is required: start a session with initialize"), jsonrpc.CodeInvalidRequest)
+	ss, ok := s.postSession(w, r, actor, body, msgs)
+	if !ok {
 		return
 	}
 	ss.begin()
 	defer ss.end()
 	s.deliver(w, r, ss, body, msgs)
+}
+
+// postSession returns the session a POST goes to: the one it names, a
+// new one for an initialize, or the actor's lane for a stateless
+// request. It answers the refusal itself when there is none.
+func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor string, body []byte, msgs []*jsonrpc.Message) (*ServerSession, bool) {
+	var ss *ServerSession
+	var herr *httpError
+	isInit := len(msgs) == 1 && msgs[0].IsRequest() && msgs[0].Method == "initialize"
+	switch {
+	case r.Header.Get(headerSessionID) != "":
+		if ss, herr = s.lookup(r, actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
+	case isInit:
+		if ss, herr = s.startSession(actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInternalError)
+			return nil, false
+		}
+		w.Header().Set(headerSessionID, ss.id)
+	case isStateless(r, msgs):
+		if len(msgs) != 1 || isBatch(body) {
+			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
+		if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
+			writeRefusal(w, herr, codeHeaderMismatch)
+			return nil, false
+		}
+		if ss, herr = s.lane(actor); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInternalError)
+			return nil, false
+		}
+	default:
+		writeRefusal(w, refuse(http.StatusBadRequest, "Mcp-Session-Id is required: start a session with initialize"), jsonrpc.CodeInvalidRequest)
+		return nil, false
+	}
+	return ss, true
 }
 
 // get handles a GET: the standing stream for messages the server starts,
@@ -257,34 +251,44 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
 	ss.begin()
 	defer ss.end()
 
-	var st *stream
-	var from int64
-	if last := r.Header.Get(headerLastEventID); last != "" {
-		num, seq, ok := parseEventID(last)
-		ss.mu.Lock()
-		if ok {
-			st = ss.streams[num]
-		}
-		held := st != nil && (seq+1 >= st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
-		ss.mu.Unlock()
-		if !held {
-			writeRefusal(w, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
-			return
-		}
-		from = seq + 1
-		s.log.Debug("client resumes a stream", "session", ss.id, "last_event_id", last)
-	} else {
-		ss.mu.Lock()
-		st = ss.getStreamLocked()
-		live := st.writer != 0
-		ss.mu.Unlock()
-		if live {
-			writeRefusal(w, refuse(http.StatusConflict, "the session's GET stream is already open"), jsonrpc.CodeInvalidRequest)
-			return
-		}
+	st, from, herr := s.getStream(r, ss)
+	if herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return
 	}
 	openStream(w)
 	s.pump(w, r, ss, st, from)
+}
+
+// getStream returns the stream a GET writes, and the sequence number it
+// writes from: with Last-Event-ID, the stream that event belongs to, from
+// the event after it; else the standing GET stream, unless another GET
+// writes it already.
+func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, *httpError) {
+	last := r.Header.Get(headerLastEventID)
+	if last == "" {
+		ss.mu.Lock()
+		st := ss.getStreamLocked()
+		live := st.writer != 0
+		ss.mu.Unlock()
+		if live {
+			return nil, 0, refuse(http.StatusConflict, "the session's GET stream is already open")
+		}
+		return st, 0, nil
+	}
+	num, seq, ok := parseEventID(last)
+	var st *stream
+	ss.mu.Lock()
+	if ok {
+		st = ss.streams[num]
+	}
+	held := st != nil && (seq+1 >= st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
+	ss.mu.Unlock()
+	if !held {
+		return nil, 0, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer)
+	}
+	s.log.Debug("client resumes a stream", "session", ss.id, "last_event_id", last)
+	return st, seq + 1, nil
 }
 
 // delete handles a DELETE: the client ends its session.

@@ -3,7 +3,9 @@ package streamhttp
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/http"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -11,6 +13,29 @@ import (
 // codeHeaderMismatch is the JSON-RPC error code of a stateless request
 // whose headers disagree with its body (the go-sdk's CodeHeaderMismatch).
 const codeHeaderMismatch = -32020
+
+// readBody reads a POST's body, bounded in size and in time. It answers
+// the refusal itself when it cannot.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))
+	if err == nil {
+		rc.SetReadDeadline(time.Time{}) // the stream that answers may be long
+	}
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeRefusal(w, refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
+		s.log.Debug("reading a request body failed", "err", err)
+		// The rest of the body is not waited for: the connection ends.
+		w.Header().Set("Connection", "close")
+		writeRefusal(w, refuse(http.StatusBadRequest, "reading the body: %v", err), jsonrpc.CodeInvalidRequest)
+		return nil, false
+	}
+	return body, true
+}
 
 // isBatch reports whether body, valid JSON, is an array: a batch, even of
 // one message.
