@@ -17,6 +17,7 @@ import (
 type Child struct {
 	*Conn
 	cmd  *exec.Cmd
+	out  *os.File      // the read end of the child's stdout
 	done chan struct{} // closed when the process has exited
 	err  error         // the exit error; written before done is closed
 }
@@ -48,12 +49,24 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 		out.Close()
 		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
 	}
-	c := &Child{Conn: NewConn(out, in, maxFrame), cmd: cmd, done: make(chan struct{})}
+	c := &Child{Conn: NewConn(stdout{out}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// stdout is the read end of a child's stdout, which reads as at its end
+// once Stop has closed it.
+type stdout struct{ *os.File }
+
+func (r stdout) Read(p []byte) (int, error) {
+	n, err := r.File.Read(p)
+	if errors.Is(err, os.ErrClosed) {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // Done is closed when the child has exited.
@@ -66,9 +79,13 @@ func (c *Child) ExitError() error { return c.err }
 func (c *Child) Pid() int { return c.cmd.Process.Pid }
 
 // Stop ends the child the way MCP's stdio transport asks: close its stdin,
-// wait, then SIGTERM, then SIGKILL, each after grace.
+// wait, then SIGTERM, then SIGKILL, each after grace. Once the child has
+// exited, the read end of its stdout is closed too: what it wrote last is
+// no one's once Stop is called, and a serve process that ends a thousand
+// sessions must not hold their pipes until the garbage collector runs.
 func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
 	c.Close()
+	defer c.out.Close()
 	for _, sig := range []os.Signal{nil, syscall.SIGTERM, syscall.SIGKILL} {
 		if sig != nil {
 			_ = c.cmd.Process.Signal(sig)
