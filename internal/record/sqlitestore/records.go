@@ -1,0 +1,285 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Reserve implements record.Store.
+func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if lost := s.lost.Load(); lost != nil {
+		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
+	}
+	rec, won, orphan, err := s.reserve(ctx, r, opts)
+	if err != nil {
+		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
+	}
+	if orphan != "" {
+		s.notify(orphan)
+	}
+	return rec, won, nil
+}
+
+// reserve is Reserve's transaction. It also returns the id of an orphan it
+// settled, whose waiters are to be woken once it has committed.
+func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan string, err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, "", err
+	}
+	defer tx.Rollback()
+	now := s.clock()
+	if s.reserves.Add(1)%purgeEvery == 0 {
+		if _, err := s.purge(ctx, tx, now, purgeBatch); err != nil {
+			return nil, false, "", fmt.Errorf("purging expired records: %w", err)
+		}
+	}
+
+	cur, err := scanRecord(tx.StmtContext(ctx, s.st.byKey).QueryRowContext(ctx, r.Key))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		cur = nil
+	case err != nil:
+		return nil, false, "", err
+	}
+	if cur != nil {
+		if cur.Orphaned(now) {
+			apply(cur, record.OrphanChange(cur), now)
+			orphan = cur.ID
+		}
+		if !replaceable(cur, r, now, opts) {
+			attach := cur.Fingerprint == r.Fingerprint
+			if attach {
+				cur.Attached++
+			}
+			switch {
+			case orphan != "":
+				err = s.writeRecord(ctx, tx, cur)
+			case attach:
+				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
+			}
+			if err != nil {
+				return nil, false, "", err
+			}
+			if err := tx.Commit(); err != nil {
+				return nil, false, "", err
+			}
+			return cur, false, orphan, nil
+		}
+		if orphan != "" {
+			if err := s.writeRecord(ctx, tx, cur); err != nil {
+				return nil, false, "", err
+			}
+		}
+		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
+			return nil, false, "", err
+		}
+	}
+
+	rec = r.Clone()
+	rec.State = record.Accepted
+	rec.History = []record.Transition{{State: record.Accepted, At: now}}
+	rec.ExpiresAt = time.Time{}
+	if err := s.insertRecord(ctx, tx, rec); err != nil {
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
+			return nil, false, "", errors.New("execution id already used")
+		}
+		return nil, false, "", err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, "", err
+	}
+	return rec, true, orphan, nil
+}
+
+func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
+	if r.State.Settled() && !now.Before(r.ExpiresAt) {
+		return true
+	}
+	return r.Fingerprint == next.Fingerprint && (r.State == record.Failed || slices.Contains(opts.Replace, r.State))
+}
+
+// Update implements record.Store.
+func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	r, err := s.update(ctx, id, c)
+	if err != nil {
+		return nil, fmt.Errorf("updating %s: %w", id, err)
+	}
+	if c.To.Settled() {
+		s.notify(id)
+	}
+	return r, nil
+}
+
+func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	now := s.clock()
+	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
+		return r, nil
+	}
+	if !c.Allowed(r.State) {
+		return nil, fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
+	}
+	apply(r, c, now)
+	if err := s.writeRecord(ctx, tx, r); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// apply moves r by c, which CanTransition allows; times are kept in UTC
+// to the nanosecond, as stored.
+func apply(r *record.Record, c record.Change, now time.Time) {
+	c.LeaseUntil = c.LeaseUntil.Round(0).UTC()
+	r.Apply(c, now)
+}
+
+// Get implements record.Store.
+func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
+	r, err := getRecord(ctx, s.st.get, id)
+	if err != nil {
+		return nil, fmt.Errorf("getting %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Renew implements record.Store, in one statement.
+//
+// It also checks that the database file is still the one opened (Renew is
+// called every few seconds): see ErrFileLost.
+func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	// Renewed even on a lost file, which this process still uses: its
+	// executions under way are not to be taken for orphans.
+	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
+	if err != nil {
+		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
+	}
+	if err := s.checkFile(); err != nil {
+		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
+	}
+	return nil
+}
+
+// List implements record.Lister: newest first, from the read pool.
+func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, error) {
+	q := "SELECT " + columns + " FROM records WHERE 1=1"
+	var args []any
+	if f.Tool != "" {
+		q += " AND tool = ?"
+		args = append(args, f.Tool)
+	}
+	if f.State != "" {
+		q += " AND state = ?"
+		args = append(args, string(f.State))
+	}
+	if !f.Since.IsZero() {
+		// Ids are ULIDs, which sort by the time they were made.
+		q += " AND id >= ?"
+		args = append(args, record.IDFloor(f.Since))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	defer rows.Close()
+	var recs []*record.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing executions: %w", err)
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	return recs, nil
+}
+
+// Purge drops up to limit settled records whose retention ran out, oldest
+// first, and returns how many it dropped. Reserve calls it now and then;
+// it is exported for an operator's cleanup and for tests.
+func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("purging expired records: %w", err)
+	}
+	defer tx.Rollback()
+	n, err := s.purge(ctx, tx, s.clock(), limit)
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("purging expired records: %w", err)
+	}
+	return n, nil
+}
+
+func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int, error) {
+	if err := s.settleOrphans(ctx, tx, now, limit); err != nil {
+		return 0, err
+	}
+	res, err := tx.StmtContext(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// settleOrphans settles up to limit records whose owner's lease lapsed,
+// as a reservation or a waiter meeting them would (record.OrphanChange):
+// an orphan nobody calls again would otherwise stay in flight for ever,
+// out of reach of the purge that retention promises.
+func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) error {
+	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ('accepted', 'dispatched') AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
+	if err != nil {
+		return err
+	}
+	var orphans []*record.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		orphans = append(orphans, r)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, r := range orphans {
+		apply(r, record.OrphanChange(r), now)
+		if err := s.writeRecord(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}

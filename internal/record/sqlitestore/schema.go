@@ -1,0 +1,204 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// schemaVersion is the version of the schema this code reads and writes.
+const schemaVersion = 1
+
+const schema = `
+CREATE TABLE records (
+	id          TEXT PRIMARY KEY,
+	key         TEXT NOT NULL,
+	holder      INTEGER NOT NULL DEFAULT 0, -- 1: the record a Reserve of key finds
+	fingerprint TEXT NOT NULL,
+	actor       TEXT NOT NULL,
+	scope       TEXT NOT NULL,
+	upstream    TEXT NOT NULL,
+	tool        TEXT NOT NULL,
+	state       TEXT NOT NULL,
+	history     TEXT NOT NULL,              -- JSON array of transitions
+	attempts    INTEGER NOT NULL,
+	attached    INTEGER NOT NULL,
+	result      TEXT,                       -- JSON, as the upstream sent it
+	error       TEXT,                       -- JSON, as the upstream sent it
+	retention   INTEGER NOT NULL,           -- nanoseconds
+	expires_at  INTEGER,                    -- unix nanoseconds; NULL in flight
+	owner       TEXT NOT NULL,
+	lease_until INTEGER                     -- unix nanoseconds; NULL when none
+);
+CREATE UNIQUE INDEX records_holder ON records (key) WHERE holder = 1;
+CREATE INDEX records_expiry ON records (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX records_owner ON records (owner) WHERE state IN ('accepted', 'dispatched');
+CREATE TABLE secrets (
+	name  TEXT PRIMARY KEY,
+	value BLOB NOT NULL
+);
+`
+
+// migrate creates the schema in a new file and refuses one written by a
+// newer version of this code.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"); err != nil {
+		return err
+	}
+	var v sql.NullInt64
+	if err := tx.QueryRowContext(ctx, "SELECT max(version) FROM schema_version").Scan(&v); err != nil {
+		return err
+	}
+	switch {
+	case !v.Valid:
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_version (version) VALUES (?)", schemaVersion); err != nil {
+			return err
+		}
+	case v.Int64 > schemaVersion:
+		return fmt.Errorf("the database has schema version %d; this program knows only up to %d", v.Int64, schemaVersion)
+	}
+	if _, err := tx.ExecContext(ctx, allowancesTable); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// statements are prepared once, so SQLite parses each once per connection
+// rather than once per call. All but get run on the writer.
+type statements struct {
+	byKey, byID, attach, release, insert, write, purge, renew *sql.Stmt
+	get                                                       *sql.Stmt // on the readers
+}
+
+func (st *statements) all() []*sql.Stmt {
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.purge, st.renew, st.get}
+}
+
+// columns are the records columns a Record is read from, in scanRecord's
+// order, and written to by insert.
+const columns = "id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until"
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		db   *sql.DB
+		dst  **sql.Stmt
+		text string
+	}{
+		{s.w, &s.st.byKey, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
+		{s.w, &s.st.byID, "SELECT " + columns + " FROM records WHERE id = ?"},
+		{s.w, &s.st.attach, "UPDATE records SET attached = ? WHERE id = ?"},
+		{s.w, &s.st.release, "UPDATE records SET holder = 0 WHERE id = ?"},
+		{s.w, &s.st.insert, "INSERT INTO records (" + columns + ", holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"},
+		{s.w, &s.st.write, `UPDATE records SET state = ?, history = ?, attempts = ?, attached = ?,
+			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ? WHERE id = ?`},
+		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
+			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
+		// The state list matches records_owner's, so the index serves it.
+		{s.w, &s.st.renew, "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN ('accepted', 'dispatched')"},
+		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
+	} {
+		st, err := p.db.PrepareContext(ctx, p.text)
+		if err != nil {
+			return fmt.Errorf("preparing %q: %w", p.text, err)
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+// getRecord reads the record id with the statement byID (or get), or
+// returns record.ErrNotFound.
+func getRecord(ctx context.Context, byID *sql.Stmt, id string) (*record.Record, error) {
+	r, err := scanRecord(byID.QueryRowContext(ctx, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, record.ErrNotFound
+	}
+	return r, err
+}
+
+// A scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (*record.Record, error) {
+	var (
+		r                     record.Record
+		history               []byte
+		result, rpcErr        []byte
+		retention             int64
+		expiresAt, leaseUntil sql.NullInt64
+	)
+	err := row.Scan(&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &r.State,
+		&history, &r.Attempts, &r.Attached, &result, &rpcErr, &retention, &expiresAt, &r.Owner, &leaseUntil)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(history, &r.History); err != nil {
+		return nil, fmt.Errorf("reading the history of %s: %w", r.ID, err)
+	}
+	r.Result, r.Error = result, rpcErr
+	r.Retention = time.Duration(retention)
+	r.ExpiresAt, r.LeaseUntil = fromNanos(expiresAt), fromNanos(leaseUntil)
+	return &r, nil
+}
+
+func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) error {
+	history, err := json.Marshal(r.History)
+	if err != nil {
+		return err
+	}
+	_, err = tx.StmtContext(ctx, s.st.insert).ExecContext(ctx,
+		r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, r.State,
+		string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
+		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()))
+	return err
+}
+
+// writeRecord stores the fields of r that a change moves.
+func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) error {
+	history, err := json.Marshal(r.History)
+	if err != nil {
+		return err
+	}
+	_, err = tx.StmtContext(ctx, s.st.write).ExecContext(ctx,
+		r.State, string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
+		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.ID)
+	return err
+}
+
+// jsonText is m as a TEXT value, so SQLite's JSON functions can read it,
+// or NULL.
+func jsonText(m json.RawMessage) any {
+	if m == nil {
+		return nil
+	}
+	return string(m)
+}
+
+// nanos is t as unix nanoseconds, or NULL for the zero time. The range
+// covers the years 1678 to 2262.
+func nanos(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64).UTC()
+}
