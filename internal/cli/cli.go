@@ -511,16 +511,14 @@ func exitStatus(child *stdio.Child) string {
 	}
 }
 
-// newHasher keys fingerprints with MCP_IDEMPOTENT_SECRET; else with the
-// secret a durable store keeps, which every proxy sharing it agrees on;
-// else with a random secret for this process: the memory store forgets
-// everything at exit, so nothing needs the secret to outlive the process.
-// newHasher returns the fingerprint Hasher: keyed by MCP_IDEMPOTENT_SECRET,
-// else by the secret the durable store keeps, else by a random one. A
-// store that cannot give its secret at start (it cannot be reached) gives
-// a Pending Hasher, which gets it once the store answers: side effects
-// fail closed meanwhile, and read-only calls, which need no fingerprint,
-// pass (DESIGN section 8).
+// newHasher returns the fingerprint Hasher: keyed by MCP_IDEMPOTENT_SECRET;
+// else by the secret a durable store keeps, which every proxy sharing it
+// agrees on; else by a random secret for this process (the memory store
+// forgets everything at exit, so nothing needs the secret to outlive it).
+// A store that cannot give its secret at start (it cannot be reached)
+// gives a Pending Hasher, which gets it once the store answers: side
+// effects fail closed meanwhile, and read-only calls, which need no
+// fingerprint, pass (DESIGN section 8).
 func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
 	if s := os.Getenv("MCP_IDEMPOTENT_SECRET"); s != "" {
 		h, err := fingerprint.New([]byte(s))

@@ -189,8 +189,6 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
-// and lines starting with # are skipped.
 // checkAddr checks that the value of flag is host:port, the port a number
 // from 0 to 65535 or a service name: a usage error if not.
 func checkAddr(flag, addr string) error {
@@ -221,6 +219,8 @@ func checkOrigin(o string) error {
 	return nil
 }
 
+// readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
+// and lines starting with # are skipped.
 func readTokens(path string) (map[string]string, error) {
 	file, err := os.Open(path)
 	if err != nil {
