@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# instructions.sh: how many instructions one tools/call costs the proxy,
+# counted by valgrind (cachegrind, no cache simulation), which counts the
+# same from run to run whatever else the machine is doing.
+#
+# It runs BenchmarkPath (internal/proxy: the session's own work for one
+# round trip, in process, no pipes) twice, with N1 and with N2 calls; the
+# instructions of the larger run less those of the smaller, divided by
+# N2-N1, are what one call costs, the set-up left out. The collector's work
+# falls where its cycles fall, so the counts move by a few percent with N1
+# and N2: compare two builds with the same N1 and N2.
+#
+# Usage: bench/instructions.sh [mode ...]   (modes: new-execution replay read-only; default all)
+# Environment: N1 (default 500), N2 (default 1500); TREE, a checkout of
+# this repository to count instead of this one (to compare with another
+# commit: git worktree add /tmp/base COMMIT; TREE=/tmp/base bench/instructions.sh).
+# Needs valgrind (apt install valgrind).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+tree=${TREE:-$here}
+n1=${N1:-500}
+n2=${N2:-1500}
+modes=("$@")
+if ((${#modes[@]} == 0)); then
+	modes=(new-execution replay read-only)
+fi
+command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is not installed (apt install valgrind)" >&2; exit 2; }
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+(cd "$tree" && go test -c -o "$dir/proxy.test" ./internal/proxy)
+
+# count runs the mode's benchmark with n calls and prints the instructions
+# the whole process ran.
+count() {
+	local mode=$1 n=$2 out=$dir/cg.$1.$2
+	# As in footprint.sh: no asynchronous preemption signals, and no RDTSCP,
+	# which valgrind reports but cannot run.
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=cachegrind --cache-sim=no \
+		--cachegrind-out-file="$out" "$dir/proxy.test" -test.run '^$' \
+		-test.bench "^BenchmarkPath\$/^$mode\$" -test.benchtime "${n}x" >"$out.log" 2>&1 ||
+		{ cat "$out.log" >&2; exit 1; }
+	awk '/^summary:/ {print $2}' "$out"
+}
+
+printf '%-14s %14s\n' mode "instructions"
+for mode in "${modes[@]}"; do
+	i1=$(count "$mode" "$n1")
+	i2=$(count "$mode" "$n2")
+	awk -v m="$mode" -v i1="$i1" -v i2="$i2" -v n="$((n2 - n1))" 'BEGIN { printf "%-14s %14.0f\n", m, (i2 - i1) / n }'
+done
+echo "(per call, in $tree; from cachegrind with N1=$n1, N2=$n2)"
