@@ -21,6 +21,7 @@ type ServerOptions struct {
 	Open func(ctx context.Context, s *ServerSession) error
 	// Tokens maps each bearer token a client may present to the actor it
 	// acts for. Nil means no authentication: every request acts for Actor.
+	// A non-nil map always requires a token, so an empty one accepts none.
 	Tokens map[string]string
 	Actor  string
 	// AllowOrigins lists the Origin header values accepted besides the
@@ -69,7 +70,11 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	tokens []token // set by NewServer, only read after
+	// auth and tokens are set by NewServer, only read after. auth is
+	// whether Tokens was given at all: an empty map accepts no token, it
+	// does not turn authentication off.
+	auth   bool
+	tokens []token
 
 	mu       sync.Mutex // guards sessions, running, lanes and closed
 	sessions map[string]*ServerSession
@@ -113,6 +118,7 @@ func NewServer(opts ServerOptions) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.auth = opts.Tokens != nil
 	for t, actor := range opts.Tokens {
 		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(t)), actor: actor})
 	}

@@ -370,6 +370,25 @@ func TestServerAuth(t *testing.T) {
 	}
 }
 
+// TestServerAuthEmptyTokens: a Tokens map that is empty but not nil still
+// requires a token, and so accepts none: only nil turns authentication off.
+func TestServerAuthEmptyTokens(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{}})
+	for _, auth := range []string{"", "Bearer ", "Bearer tok-a"} {
+		resp := do(t, t.Context(), "POST", hs.URL, initBody, map[string]string{"Authorization": auth})
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	p.mu.Lock()
+	opened := p.opened
+	p.mu.Unlock()
+	if srv.Sessions() != 0 || opened != 0 {
+		t.Fatalf("%d sessions open, %d opened; want none", srv.Sessions(), opened)
+	}
+}
+
 func TestServerSessionLifecycle(t *testing.T) {
 	srv, p, hs := newTestServer(t, ServerOptions{})
 	sid := start(t, hs.URL, nil)

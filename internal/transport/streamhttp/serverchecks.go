@@ -36,7 +36,7 @@ func (s *Server) check(r *http.Request) (string, *httpError) {
 		return "", refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
 	}
 	actor := s.opts.Actor
-	if s.tokens != nil {
+	if s.auth {
 		var ok bool
 		if actor, ok = s.authenticate(r); !ok {
 			return "", &httpError{status: http.StatusUnauthorized, msg: "a valid bearer token is required (Authorization: Bearer TOKEN)",
