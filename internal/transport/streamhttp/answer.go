@@ -43,7 +43,7 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		appended := st.next > 0
 		ss.mu.Unlock()
 		if done {
-			s.writeJSON(w, r, out, written, appended)
+			s.writeJSON(w, r, out, written, appended, st.isBatch)
 			return true
 		}
 		select {
@@ -71,9 +71,10 @@ func (st *stream) answersLocked() (out [][]byte, written []func()) {
 }
 
 // writeJSON writes the answers out of a stream that is done as one JSON
-// body, and then calls written. A stream that holds no answer is a 503
-// if answers were appended to it (appended) and evicted since, else a 202.
-func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended bool) {
+// body, an array if the POST was a batch, and then calls written. A
+// stream that holds no answer is a 503 if answers were appended to it
+// (appended) and evicted since, else a 202.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended, batch bool) {
 	switch {
 	case len(out) == 0 && appended:
 		// Its answers were evicted from the session's buffer before
@@ -89,7 +90,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	var body []byte
-	if len(out) == 1 {
+	if len(out) == 1 && !batch {
 		body = out[0]
 	} else {
 		body = append(append([]byte("["), joinFrames(out)...), ']')

@@ -69,7 +69,7 @@ func (s *Server) attachLocked(r *http.Request, ss *ServerSession, body []byte, m
 	if len(msgs) != 1 || string(p.frame) != string(body) {
 		return nil
 	}
-	st := s.newPostStreamLocked(r, ss)
+	st := s.newPostStreamLocked(r, ss, body)
 	st.want = 1
 	p.streams = append(p.streams, st)
 	if p.token != "" {
@@ -141,7 +141,7 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 			body, key, token = s.renameLocked(ss, body, m.ID, token)
 		}
 		if st == nil {
-			st = s.newPostStreamLocked(r, ss)
+			st = s.newPostStreamLocked(r, ss, body)
 		}
 		st.want++
 		p := &pendingRequest{streams: []*stream{st}, frame: body}
@@ -172,14 +172,15 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 	}
 }
 
-// newPostStreamLocked makes the stream that answers a POST. An SSE stream
-// for a client of 2025-11-25 or later opens with a priming event, an id
-// and no data, so the client can resume the stream even if it breaks
-// before the first message; it is held before the request goes to the
-// proxy, so it comes first.
-func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession) *stream {
+// newPostStreamLocked makes the stream that answers a POST of body. An
+// SSE stream for a client of 2025-11-25 or later opens with a priming
+// event, an id and no data, so the client can resume the stream even if
+// it breaks before the first message; it is held before the request goes
+// to the proxy, so it comes first.
+func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession, body []byte) *stream {
 	st := ss.newStreamLocked()
 	st.isJSON = s.opts.JSONResponse
+	st.isBatch = isBatch(body)
 	if v := r.Header.Get(headerProtocolVersion); !st.isJSON && !ss.stateless && v >= primingVersion {
 		ss.appendLocked(st, nil)
 	}

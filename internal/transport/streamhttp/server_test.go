@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -828,6 +829,91 @@ func TestServerJSONResponse(t *testing.T) {
 	var batch []json.RawMessage
 	if err := json.Unmarshal(b, &batch); err != nil || len(batch) != 2 {
 		t.Fatalf("a batch answered %q; want an array of two answers", b)
+	}
+}
+
+// TestServerJSONBatchIsAnArray: in JSON mode a batch is answered with an
+// array (JSON-RPC 2.0, section 6), even when it holds one request, and a
+// single request with the bare answer.
+func TestServerJSONBatchIsAnArray(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+	sid := openSession(t, hs.URL)
+	tests := []struct {
+		name string
+		body string
+		want []string // the ids answered, in an array; nil for one bare answer
+	}{
+		{"one request", `{"jsonrpc":"2.0","id":1,"method":"a"}`, nil},
+		{"batch of one", `[{"jsonrpc":"2.0","id":2,"method":"a"}]`, []string{"2"}},
+		{"batch of one request and a notification", `[{"jsonrpc":"2.0","id":3,"method":"a"},{"jsonrpc":"2.0","method":"notifications/x"}]`, []string{"3"}},
+		{"batch of two", `[{"jsonrpc":"2.0","id":4,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, []string{"4", "5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := do(t, t.Context(), "POST", hs.URL, tt.body, session(sid))
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s %s", resp.Status, b)
+			}
+			if tt.want == nil {
+				if m, err := jsonrpc.Decode(b); err != nil || m.Batch || string(m.ID) != "1" {
+					t.Fatalf("answered %s; want the one answer to 1, not in an array", b)
+				}
+				return
+			}
+			checkBatchAnswer(t, b, tt.want)
+		})
+	}
+}
+
+// TestServerJSONBatchWithAnEvictedAnswer: a batch of two requests, one of
+// whose answers was evicted from the session's buffer before the other
+// came, gets an array of the answer it has.
+func TestServerJSONBatchWithAnEvictedAnswer(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{JSONResponse: true, EventBuffer: 2})
+	sid := openSession(t, hs.URL)
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(`[{"jsonrpc":"2.0","id":"s","method":"slow"},{"jsonrpc":"2.0","id":"b","method":"a"}]`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range session(sid) {
+		req.Header.Set(k, v)
+	}
+	answered := make(chan []byte, 1)
+	go func() {
+		var b []byte
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		answered <- b
+	}()
+	for id := range p.routed {
+		if id == `"b"` {
+			break
+		}
+	}
+	// Two messages the server starts (on the GET stream in JSON mode)
+	// and an answer push the answer to b out of the buffer of two.
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"progress","params":{"_meta":{"progressToken":"t"}}}`, session(sid))
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	close(p.gate)
+	checkBatchAnswer(t, <-answered, []string{`"s"`})
+}
+
+// checkBatchAnswer checks that body is a JSON array of answers to the
+// requests ids, in any order (JSON-RPC 2.0 leaves it free).
+func checkBatchAnswer(t *testing.T, body []byte, ids []string) {
+	t.Helper()
+	var batch []json.RawMessage
+	if err := json.Unmarshal(body, &batch); err != nil || len(batch) != len(ids) {
+		t.Fatalf("answered %s; want an array of the answers to %v", body, ids)
+	}
+	for _, raw := range batch {
+		if m, err := jsonrpc.Decode(raw); err != nil || !m.IsResponse() || !slices.Contains(ids, string(m.ID)) {
+			t.Fatalf("the array holds %s; want answers to %v", raw, ids)
+		}
 	}
 }
 

@@ -32,7 +32,8 @@ type ServerSession struct {
 	// mu guards streams, nextStream, writers, get, pending, ended,
 	// progress, held, heldBytes, active, lastActive, nextID, origIDs and
 	// origTokens, and every field of the streams and pendingRequests they
-	// hold but a stream's num and isJSON, set when the stream is made.
+	// hold but a stream's num, isJSON and isBatch, set when the stream is
+	// made.
 	mu sync.Mutex
 	// streams holds each SSE stream's events, by stream number.
 	streams    map[int64]*stream

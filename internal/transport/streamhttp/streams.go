@@ -6,8 +6,8 @@ import (
 )
 
 // A stream is one SSE stream's events: the answer to one POST, or the
-// standing GET stream. Its session's mu guards every field but num and
-// isJSON, which are set when it is made and never change.
+// standing GET stream. Its session's mu guards every field but num,
+// isJSON and isBatch, which are set when it is made and never change.
 type stream struct {
 	num    int64
 	events []sseEvent // held events, oldest first
@@ -25,6 +25,9 @@ type stream struct {
 	writer int64
 	// isJSON is set for a POST answered with one JSON body, not SSE.
 	isJSON bool
+	// isBatch is set for a POST whose body is a batch: its JSON answer
+	// is an array, even of one answer (JSON-RPC 2.0, section 6).
+	isBatch bool
 }
 
 // An sseEvent is one event held on a stream, for its writer and for a
