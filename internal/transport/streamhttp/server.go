@@ -288,7 +288,10 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	if ok {
 		st = ss.streams[num]
 	}
-	held := st != nil && (seq+1 >= st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
+	// The event must be one the stream has had (an id past its end would
+	// make the resumed stream skip every later event), and the events
+	// after it must all be held still, or be none.
+	held := st != nil && seq < st.next && (seq+1 == st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
 	ss.mu.Unlock()
 	if !held {
 		return nil, 0, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer)

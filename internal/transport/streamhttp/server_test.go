@@ -452,6 +452,54 @@ func TestServerResume(t *testing.T) {
 	}
 }
 
+// TestServerResumePastTheEnd: a Last-Event-ID the server never sent, past
+// the end of its stream, is refused as an unknown or evicted one is,
+// rather than resuming the stream after events that do not exist yet and
+// skipping them when they come; the stream can still be resumed from an
+// event it did send.
+func TestServerResumePastTheEnd(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next()
+	num, seq, ok := parseEventID(priming.ID)
+	if err != nil || !ok || seq != 0 {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event with the stream's first id", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	for _, last := range []string{eventID(num, 1), eventID(num, 1000)} {
+		hdr := session(sid)
+		hdr[headerLastEventID] = last
+		resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
+		if resp.StatusCode != 400 {
+			// An SSE stream: its body would not end.
+			resp.Body.Close()
+			t.Fatalf("resuming after %s, which was never sent: %s; want 400", last, resp.Status)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m, err := jsonrpc.Decode(b)
+		if err != nil || m.Error == nil {
+			t.Fatalf("resuming after %s: body %q is not a JSON-RPC error", last, b)
+		}
+		if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "is not held") {
+			t.Fatalf("resuming after %s: error %+v; want %d saying the event is not held", last, e, jsonrpc.CodeInvalidRequest)
+		}
+	}
+
+	close(p.gate)
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); resp.StatusCode != 200 || len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("resuming after %s: %s with %v; want the answer to 7", priming.ID, resp.Status, msgs)
+	}
+}
+
 // TestServerResumeWhileStopping: while serve stops (Close), a session
 // winds down with its calls under way, and a client whose stream broke can
 // still resume it and get its answer, rather than 404.
