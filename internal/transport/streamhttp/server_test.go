@@ -342,6 +342,66 @@ func TestServerOriginAndHost(t *testing.T) {
 	}
 }
 
+// TestServerRepeatedHeaders: a header the server reads one value of,
+// given twice, is refused: the server would read the first value, and
+// another hop before or after it may read the last.
+func TestServerRepeatedHeaders(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	for _, tt := range []struct {
+		name   string
+		values []string
+	}{
+		{"Origin", []string{"http://localhost:5173", "https://evil.example"}},
+		{"Mcp-Session-Id", []string{"a", "b"}},
+		{"MCP-Protocol-Version", []string{"2025-11-25", "2025-06-18"}},
+		{"Authorization", []string{"Bearer a", "Bearer b"}},
+		{"Content-Type", []string{"application/json", "text/plain"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Del(tt.name)
+			for _, v := range tt.values {
+				req.Header.Add(tt.name, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("%s given twice: %s %s; want 400", tt.name, resp.Status, b)
+			}
+		})
+	}
+	// Two Hosts: Go's server refuses them before the handler (Go's
+	// client cannot send them, so the request is written by hand).
+	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(initBody), initBody)
+	if status, _ := bufio.NewReader(conn).ReadString('\n'); !strings.Contains(status, " 400 ") {
+		t.Errorf("Host given twice: %q; want 400", status)
+	}
+	// Accept is a list: given twice, its values add up.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Add("Accept", "application/json")
+	req.Header.Add("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("Accept given twice: %s; want 200", resp.Status)
+	}
+}
+
 func TestServerAuth(t *testing.T) {
 	srv, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
 	for _, auth := range []string{"", "Bearer wrong", "Basic dG9rLWE6", "Bearer tok-a-longer"} {

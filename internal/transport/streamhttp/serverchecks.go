@@ -22,9 +22,22 @@ type token struct {
 	actor string
 }
 
-// check applies the checks every request passes: Host, Origin, the bearer
-// token, and the protocol version. It returns the request's actor.
+// singleHeaders are the headers a Server reads one value of. A request
+// that repeats one is refused: Get reads the first, and a proxy or server
+// before or after this one may read the last (two Origin headers, loopback
+// then foreign, were accepted). Go's server already refuses two Hosts.
+var singleHeaders = []string{"Origin", "Authorization", "Content-Type", headerSessionID, headerProtocolVersion,
+	headerLastEventID, headerMcpMethod, headerMcpName}
+
+// check applies the checks every request passes: no header the server
+// reads given twice, Host, Origin, the bearer token, and the protocol
+// version. It returns the request's actor.
 func (s *Server) check(r *http.Request) (string, *httpError) {
+	for _, name := range singleHeaders {
+		if len(r.Header.Values(name)) > 1 {
+			return "", refuse(http.StatusBadRequest, "the %s header is given %d times: send it once", name, len(r.Header.Values(name)))
+		}
+	}
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
