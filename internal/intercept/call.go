@@ -85,28 +85,33 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
 	}
 	// Members are read exactly as the upstream will read them; see
-	// jsonrpc.EachMember.
+	// jsonrpc.EachMember. One that an upstream could read otherwise
+	// (given twice, or in another case) refuses the call.
 	*tc = ToolCall{Params: params}
 	var nameRaw []byte
+	read := jsonrpc.Reading{Names: paramNames}
 	err := jsonrpc.EachMember(params, func(name, value []byte) bool {
-		switch string(name) {
-		case "name":
+		switch read.Note(name) {
+		case paramName:
 			nameRaw = value
-		case "arguments":
+		case paramArguments:
 			tc.Arguments = nullToNil(value)
-		case "_meta":
+		case paramMeta:
 			tc.meta, tc.Meta = value, nullToNil(value)
-		case "task":
+		case paramTask:
 			tc.Task = nullToNil(value)
-		case "inputResponses":
+		case paramInputResponses:
 			tc.InputResponses = nullToNil(value)
-		case "requestState":
+		case paramRequestState:
 			tc.RequestState = nullToNil(value)
 		}
 		return true
 	})
 	if err != nil {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
+	}
+	if err := read.Err(); err != nil {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", err)
 	}
 	name, ok := jsonrpc.StringValue(nameRaw)
 	if !ok || name == "" {
@@ -128,17 +133,68 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta must be an object, got %s", name, kind(tc.Meta))
 	}
 	if tc.Meta != nil {
-		key, err := clientKey(tc.Meta)
+		m, err := readMeta(tc.Meta)
+		if err != nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
+		}
+		key, err := clientKey(m)
 		if err != nil {
 			tc.KeyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
-		if tc.Deadline, err = clientDeadline(tc.Meta); err != nil {
+		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
 			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.TasksExtension = declaresTasks(tc.Meta)
 	}
 	return nil
+}
+
+// The members of tools/call params the proxy reads, and their indexes
+// there.
+var paramNames = []string{"name", "arguments", "_meta", "task", "inputResponses", "requestState"}
+
+const (
+	paramName = iota
+	paramArguments
+	paramMeta
+	paramTask
+	paramInputResponses
+	paramRequestState
+)
+
+// The members of a call's _meta the proxy reads, and their indexes there.
+var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, metaClientCapabilities}
+
+const (
+	metaKey = iota
+	metaKeyCommon
+	metaDeadline
+)
+
+// callMeta holds the raw values of the _meta members the proxy reads, nil
+// when absent.
+type callMeta struct {
+	key, keyCommon, deadline []byte
+}
+
+// readMeta reads the members of meta, an object, that the proxy acts on,
+// refusing one an upstream could read otherwise.
+func readMeta(meta json.RawMessage) (callMeta, error) {
+	var m callMeta
+	read := jsonrpc.Reading{Names: metaNames}
+	jsonrpc.EachMember(meta, func(name, value []byte) bool {
+		switch read.Note(name) {
+		case metaKey:
+			m.key = value
+		case metaKeyCommon:
+			m.keyCommon = value
+		case metaDeadline:
+			m.deadline = value
+		}
+		return true
+	})
+	return m, read.Err()
 }
 
 // Where a 2026-07-28 request declares the tasks extension: in its _meta's
@@ -177,17 +233,12 @@ const MetaDeadline = "mcp-idempotent/deadline_ms"
 const MaxKeyLength = 255
 
 // clientKey returns the client's idempotency key from _meta, or "" when it
-// names none.
-func clientKey(meta json.RawMessage) (string, error) {
-	var raw []byte
-	from := ""
-	jsonrpc.EachMember(meta, func(name, value []byte) bool {
-		switch n := string(name); {
-		case n == MetaKey, n == MetaKeyCommon && from != MetaKey:
-			raw, from = value, n
-		}
-		return true
-	})
+// names none. The proxy's own member wins over the common spelling.
+func clientKey(m callMeta) (string, error) {
+	raw, from := m.key, MetaKey
+	if raw == nil {
+		raw, from = m.keyCommon, MetaKeyCommon
+	}
 	if raw == nil {
 		return "", nil
 	}
@@ -208,21 +259,11 @@ func clientKey(meta json.RawMessage) (string, error) {
 	return key, nil
 }
 
-// clientDeadline returns the client's deadline from _meta, or 0 when it
-// sets none. Anything but a positive whole number of milliseconds is an
-// error: a call whose deadline cannot be read is refused, not run without
-// one.
-func clientDeadline(meta json.RawMessage) (time.Duration, error) {
-	if meta[0] != '{' {
-		return 0, nil
-	}
-	var raw []byte
-	jsonrpc.EachMember(meta, func(name, value []byte) bool {
-		if string(name) == MetaDeadline {
-			raw = value // the last one wins, as in JSON.parse
-		}
-		return true
-	})
+// clientDeadline returns the client's deadline from raw, the value of its
+// _meta member, or 0 when it sets none. Anything but a positive whole
+// number of milliseconds is an error: a call whose deadline cannot be
+// read is refused, not run without one.
+func clientDeadline(raw []byte) (time.Duration, error) {
 	if raw == nil {
 		return 0, nil
 	}

@@ -138,6 +138,52 @@ func TestShapedArgumentsAreCheckedFirst(t *testing.T) {
 	}
 }
 
+// TestNoReadingOtherwise: a call that an upstream matching names without
+// regard to case (Go's encoding/json) would read otherwise than the proxy
+// is refused, never sent. In params ("Name" beside "name" runs
+// charge_card upstream while the proxy saw a read-only tool) and in the
+// _meta members the proxy reads, ParseToolCall refuses it; an arguments
+// member that the policy drops or fills in, spelled in another case, is
+// read upstream as the member the policy names, and the call is refused.
+func TestNoReadingOtherwise(t *testing.T) {
+	for _, params := range []string{
+		`{"name":"balance","Name":"charge_card","arguments":{}}`,
+		`{"NAME":"charge_card","arguments":{}}`,
+		`{"name":"charge_card","name":"balance","arguments":{}}`,
+		`{"name":"charge_card","arguments":{},"Arguments":{"amount":1}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{},"_Meta":{"mcp-idempotent/key":"k"}}`,
+		`{"_meta":{"a":1},"name":"charge_card","_meta":{"b":2}}`,
+		`{"_meta":{"a":1},"name":"charge_card","_meta":null}`,
+		`{"name":"charge_card","arguments":{},"task":{},"Task":{}}`,
+		`{"name":"charge_card","arguments":{},"requestState":"a","RequestState":"b"}`,
+		`{"name":"charge_card","arguments":{},"inputResponses":{},"inputresponses":{}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/key":"a","mcp-idempotent/key":"b"}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{"idempotencyKey":"a","IdempotencyKey":"b"}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/deadline_ms":5,"mcp-idempotent/deadline_ms":9}}`,
+	} {
+		if _, err := ParseToolCall(json.RawMessage(params)); err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, "ambiguous") {
+			t.Errorf("ParseToolCall(%s) = %v; want -32602 saying the member is ambiguous", params, err)
+		}
+	}
+
+	h := newHarness(charged)
+	h.pol.Ignore = []string{"note", "trace.id"}
+	h.defaults = map[string]json.RawMessage{"region": json.RawMessage(`"us-east-1"`)}
+	for _, args := range []string{
+		`{"amount":1,"Note":"x"}`,
+		`{"amount":1,"REGION":"eu-west-1"}`,
+		`{"amount":1,"trace":{"ID":"t"}}`,
+	} {
+		a := h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Code != jsonrpc.CodeInvalidParams {
+			t.Errorf("arguments %s got result %s, error %s; want -32602", args, a.Result, a.Error)
+		}
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("upstream ran %d times; want none of the calls executed", n)
+	}
+}
+
 func TestScopes(t *testing.T) {
 	for _, tt := range []struct {
 		scope policy.Scope

@@ -926,8 +926,6 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		`{"name":"t","_meta":{"progressToken":1},"arguments":{"a":"}"}}`,
 		`{"name":"t","_meta":null}`,
 		`{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_0","a":1}}`,
-		`{"_meta":{"a":1},"name":"t","_meta":{"b":2}}`,
-		`{"_meta":{"a":1},"name":"t","_meta":null}`,
 		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
 	} {
 		tc, err := ParseToolCall(json.RawMessage(params))

@@ -31,6 +31,9 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 	}
 	if useDefaults {
 		for name, v := range defaults {
+			if err := noCaseTwin(obj, name); err != nil {
+				return nil, err
+			}
 			if _, ok := obj[name]; !ok {
 				obj[name] = v
 			}
@@ -48,6 +51,9 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 // leaves empty. A path through a value that is not an object, or to a
 // member that is absent, drops nothing.
 func dropPath(obj map[string]json.RawMessage, path []string) error {
+	if err := noCaseTwin(obj, path[0]); err != nil {
+		return err
+	}
 	if len(path) == 1 {
 		delete(obj, path[0])
 		return nil
@@ -74,5 +80,19 @@ func dropPath(obj map[string]json.RawMessage, path []string) error {
 		return err
 	}
 	obj[path[0]] = b
+	return nil
+}
+
+// noCaseTwin refuses arguments holding a member that differs from name,
+// which the policy names, only in case. The policy would drop or fill in
+// name and leave the twin, while a server that matches names without
+// regard to case (Go's encoding/json) reads the twin as name: two calls
+// whose twins differ would be taken for one (DESIGN section 10).
+func noCaseTwin(obj map[string]json.RawMessage, name string) error {
+	for k := range obj {
+		if k != name && strings.EqualFold(k, name) {
+			return fmt.Errorf("arguments member %q differs from %q, which the tool's policy names, only in case; a server that matches names without regard to case reads it as %q", k, name, name)
+		}
+	}
 	return nil
 }

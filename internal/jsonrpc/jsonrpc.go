@@ -138,27 +138,44 @@ func DecodeInto(m *Message, frame []byte) error {
 	// matched exactly (see EachMember): a frame must route here as the
 	// upstream will read it.
 	*m = Message{Raw: frame}
-	var methodRaw []byte
+	var (
+		methodRaw []byte
+		seen      uint8  // a bit for each envelope member met
+		repeated  []byte // the first member met twice, or in another case
+	)
 	end := walkObject(frame, start, true, func(name, value []byte) bool {
+		var bit uint8
 		switch string(name) {
 		case "jsonrpc":
-			m.Version = value
+			m.Version, bit = value, 1
 		case "id":
-			m.ID = value
+			m.ID, bit = value, 2
 		case "method":
-			methodRaw = value
+			methodRaw, bit = value, 4
 		case "params":
-			m.Params = value
+			m.Params, bit = value, 8
 		case "result":
-			m.Result = value
+			m.Result, bit = value, 16
 		case "error":
-			m.Error = value
+			m.Error, bit = value, 32
+		default:
+			if repeated == nil && foldsToEnvelope(name) {
+				repeated = name
+			}
+			return true
 		}
+		if seen&bit != 0 && repeated == nil {
+			repeated = name
+		}
+		seen |= bit
 		return true
 	})
 	if end < 0 || skipSpace(frame, end) != len(frame) {
 		var v json.RawMessage
 		return fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
+	}
+	if repeated != nil {
+		return ambiguous(repeated, envelope)
 	}
 	if methodRaw != nil && string(methodRaw) != "null" {
 		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {

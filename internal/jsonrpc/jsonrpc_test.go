@@ -111,15 +111,14 @@ func TestDecode(t *testing.T) {
 			method: "m",
 		},
 		{
-			// Member names are case-sensitive: "Method" and "ID" are
-			// unknown members, not the method and the id.
-			name:   "names are case-sensitive",
-			frame:  `{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"tools/list","ID":2}`,
+			// A member whose name is no envelope member's under case
+			// folding either is no concern of the envelope's.
+			name:   "other names",
+			frame:  `{"jsonrpc":"2.0","id":1,"method":"m","methods":"x","ids":2}`,
 			kind:   "request",
 			id:     `1`,
-			method: "tools/call",
+			method: "m",
 		},
-		{name: "only upper-case names", frame: `{"ID":1,"METHOD":"tools/call"}`, kind: "other"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,7 +161,19 @@ func TestDecodeErrors(t *testing.T) {
 		name      string
 		frame     string
 		notObject bool // the error is ErrNotObject
+		ambiguous bool // the error is ErrAmbiguous
 	}{
+		// Go's encoding/json reads "Method" as the method, and "ID" as
+		// the id, the last of them winning: the proxy would route one
+		// message and the upstream act on another.
+		{name: "method in another case", frame: `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, ambiguous: true},
+		{name: "only upper-case names", frame: `{"ID":1,"METHOD":"tools/call"}`, ambiguous: true},
+		{name: "params in another case", frame: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{},"Params":{}}`, ambiguous: true},
+		{name: "a long s folds to s", frame: `{"jsonrpc":"2.0","id":1,"method":"m","param\u017f":{}}`, ambiguous: true},
+		{name: "an escaped name is the name", frame: `{"jsonrpc":"2.0","id":1,"result":{},"r\u0065sult":1}`, ambiguous: true},
+		{name: "method twice", frame: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, ambiguous: true},
+		{name: "id twice", frame: `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, ambiguous: true},
+		{name: "result twice", frame: `{"jsonrpc":"2.0","id":1,"result":{},"result":{}}`, ambiguous: true},
 		{name: "empty", frame: ``},
 		{name: "only white space", frame: " \r\n\t "},
 		{name: "truncated object", frame: `{"id":1,"method":"m"`},
@@ -192,6 +203,9 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if got := errors.Is(err, ErrNotObject); got != tt.notObject {
 				t.Errorf("Decode(%q) = %v; errors.Is(err, ErrNotObject) = %v, want %v", tt.frame, err, got, tt.notObject)
+			}
+			if got := errors.Is(err, ErrAmbiguous); got != tt.ambiguous {
+				t.Errorf("Decode(%q) = %v; errors.Is(err, ErrAmbiguous) = %v, want %v", tt.frame, err, got, tt.ambiguous)
 			}
 		})
 	}
@@ -421,9 +435,10 @@ func FuzzDecode(f *testing.F) {
 			if m != nil {
 				t.Fatalf("Decode returned a message and the error %v", err)
 			}
-			if json.Valid(frame) && !errors.Is(err, ErrNotObject) {
+			if json.Valid(frame) && !errors.Is(err, ErrNotObject) && !errors.Is(err, ErrAmbiguous) {
 				// A valid object or array may only be refused for a
-				// method that is not a string.
+				// method that is not a string, or a member that readers
+				// would take for different ones.
 				var members map[string]json.RawMessage
 				_ = json.Unmarshal(frame, &members)
 				if _, ok := members["method"]; !ok {

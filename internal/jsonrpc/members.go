@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"unicode/utf8"
 )
 
@@ -242,3 +243,81 @@ func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
 	}
 	return id, isResponse
 }
+
+// ErrAmbiguous is the error for an object that gives a member its reader
+// looks for twice, or once more under a name that differs only in case.
+// Readers disagree on such an object: JSON.parse keeps the last of two
+// members, some parsers the first, and Go's encoding/json matches names
+// without regard to case, so {"method":"ping","Method":"tools/call"} is
+// a ping here and a tools/call to an upstream written in Go. The proxy
+// never decides on a message an upstream could read otherwise: it refuses
+// it (DESIGN section 10).
+var ErrAmbiguous = errors.New("ambiguous member")
+
+// envelope holds the members of a JSON-RPC message.
+var envelope = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// foldsToEnvelope reports whether name matches an envelope member under
+// case folding, as encoding/json matches names (bytes.EqualFold).
+func foldsToEnvelope(name []byte) bool {
+	for _, n := range envelope {
+		if bytes.EqualFold(name, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// ambiguous returns the ErrAmbiguous error for name, a member of one of
+// names given twice or in another case.
+func ambiguous(name []byte, names []string) error {
+	for _, n := range names {
+		if string(name) == n {
+			return fmt.Errorf("%w: %q is given twice", ErrAmbiguous, n)
+		}
+	}
+	for _, n := range names {
+		if bytes.EqualFold(name, []byte(n)) {
+			return fmt.Errorf("%w: %q differs from %q only in case, and a reader that matches names without regard to case (Go's encoding/json) takes it for %q", ErrAmbiguous, name, n, n)
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrAmbiguous, name)
+}
+
+// A Reading checks the members of one object against the names its reader
+// looks for, as DecodeInto checks a message's envelope: Note each member's
+// name as it is met, then Err says whether any of them was given twice or
+// in another case. The zero value with Names set is ready to use.
+type Reading struct {
+	Names []string // what the reader looks for; the first 64 are checked for repeats
+	seen  uint64   // a bit for each name met
+	err   error    // the first ambiguity
+}
+
+// Note notes a member's name and returns its index among the names looked
+// for, or -1 if it is none of them.
+func (r *Reading) Note(name []byte) int {
+	for i, n := range r.Names {
+		if string(name) == n {
+			if i < 64 {
+				if r.seen&(1<<i) != 0 && r.err == nil {
+					r.err = ambiguous(name, r.Names)
+				}
+				r.seen |= 1 << i
+			}
+			return i
+		}
+	}
+	if r.err == nil {
+		for _, n := range r.Names {
+			if bytes.EqualFold(name, []byte(n)) {
+				r.err = ambiguous(name, r.Names)
+				break
+			}
+		}
+	}
+	return -1
+}
+
+// Err returns the first ambiguity noted, an ErrAmbiguous, or nil.
+func (r *Reading) Err() error { return r.err }
