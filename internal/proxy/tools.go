@@ -27,7 +27,7 @@ type toolInfo struct {
 type toolTable struct {
 	resolve Resolver
 
-	mu       sync.Mutex // protects the fields below
+	mu       sync.Mutex // guards tools, fetched, inFlight and gen
 	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
 	inFlight chan struct{} // closed when the proxy's own listing finishes; nil if none

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+)
+
+// callContext is the context of one client call: the session's, ended
+// early when the call is answered or its caller detaches. It is part of the
+// clientCall, so a call allocates no context of its own and touches
+// nothing of the session's context; a Done channel is made only when one
+// is asked for (a caller that waits for another's execution). Its first
+// error stays its error. context.Cause is not tracked: it reports the
+// session's cause.
+type callContext struct {
+	context.Context // the session's
+	err             atomic.Pointer[error]
+
+	mu         sync.Mutex    // guards done, doneClosed, stop, afters, and the setting of err
+	done       chan struct{} // made by Done
+	doneClosed bool
+	stop       func() bool // stops ending the call when the session's context ends
+	afters     *afterFuncs // made by the first AfterFunc: most calls have none
+}
+
+// afterFuncs are the functions registered with a callContext's AfterFunc,
+// by registration.
+type afterFuncs struct {
+	funcs map[int]func()
+	next  int
+}
+
+// AfterFunc arranges for f to run in its own goroutine once the call's
+// context ends, as context.AfterFunc does; stop unregisters f and reports
+// whether that kept it from running. A context derived from the call's
+// (the deadline of a caller waiting for another's execution) registers
+// here rather than starting a goroutine to watch Done.
+func (c *callContext) AfterFunc(f func()) (stop func() bool) {
+	c.Done() // the session's end must end the call, and so run f
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doneClosed {
+		go f()
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = &afterFuncs{funcs: make(map[int]func())}
+	}
+	a := c.afters
+	id := a.next
+	a.next++
+	a.funcs[id] = f
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := a.funcs[id]
+		delete(a.funcs, id)
+		return ok
+	}
+}
+
+func (c *callContext) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	if err := c.Context.Err(); err != nil {
+		// The session's context ended first: so did the call's.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.endLocked(sessionEnded(err))
+		return *c.err.Load()
+	}
+	return nil
+}
+
+func (c *callContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err.Load() != nil {
+			c.endLocked(nil)
+		} else {
+			c.stop = context.AfterFunc(c.Context, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.endLocked(sessionEnded(c.Context.Err()))
+			})
+		}
+	}
+	return c.done
+}
+
+// end ends the call's context.
+func (c *callContext) end() { c.endWith(context.Canceled) }
+
+// endWith ends the call's context with err, unless it has ended.
+func (c *callContext) endWith(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+	c.endLocked(err)
+}
+
+// endLocked sets the error unless one is set, then closes done if it was
+// made. c.mu must be held.
+func (c *callContext) endLocked(err error) {
+	if c.err.Load() == nil {
+		c.err.Store(errorPointer(err))
+	}
+	if c.done != nil && !c.doneClosed {
+		close(c.done)
+		c.doneClosed = true
+		if c.afters != nil {
+			for _, f := range c.afters.funcs {
+				go f()
+			}
+			c.afters = nil
+		}
+	}
+}
+
+// sessionEnded is the error of a call whose session's context ended with
+// err: intercept.ErrSessionEnded, which is not the caller leaving, and err.
+func sessionEnded(err error) error {
+	return fmt.Errorf("%w: %w", intercept.ErrSessionEnded, err)
+}
+
+// The errors a context ends with, to point at without an allocation.
+var (
+	errCanceled         = context.Canceled
+	errDeadlineExceeded = context.DeadlineExceeded
+)
+
+func errorPointer(err error) *error {
+	switch err {
+	case context.Canceled:
+		return &errCanceled
+	case context.DeadlineExceeded:
+		return &errDeadlineExceeded
+	}
+	other := err // err itself must not escape: that would cost every call
+	return &other
+}

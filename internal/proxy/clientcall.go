@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+)
+
+// clientCall is one tools/call of the client's while it is handled.
+type clientCall struct {
+	s    *Session
+	key  string
+	id   json.RawMessage
+	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
+	once sync.Once   // guards finish
+
+	// raw, call and req are the request as it came, the call as parsed
+	// and as handed to the interceptor, kept here so that a call is one
+	// allocation.
+	raw  []byte
+	call intercept.ToolCall
+	req  intercept.Request
+
+	// mu guards passThrough. It is held while the request is forwarded,
+	// so that a cancellation of it finds it forwarded (see cancelled).
+	mu          sync.Mutex
+	passThrough bool // the request went upstream as it came
+}
+
+// finish forgets the call: it was answered, passed through or detached.
+func (c *clientCall) finish() {
+	c.once.Do(func() {
+		c.release()
+		c.ctx.end()
+		c.s.inflight.Done()
+	})
+}
+
+// release frees the call's id, before its answer is written: a client that
+// has its answer may send another request under the same id at once.
+func (c *clientCall) release() {
+	c.s.mu.Lock()
+	if c.s.calls[c.key] == c {
+		delete(c.s.calls, c.key)
+	}
+	c.s.mu.Unlock()
+}
+
+// Reply implements intercept.Replier.
+func (c *clientCall) Reply(a intercept.Answer) error {
+	c.release()
+	defer c.finish()
+	if a.Error != nil {
+		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
+	}
+	if b := c.s.clientFrames; b != nil {
+		return b.WriteResponse(c.id, a.Result)
+	}
+	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
+}
+
+// refuse answers the call with e: it was not sent, nor recorded.
+func (c *clientCall) refuse(e *jsonrpc.Error) {
+	if err := c.Reply(intercept.Answer{Error: e.Object()}); err != nil {
+		c.s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+	}
+}
+
+// An answerWriter is a Conn that learns when an answer reached the client,
+// later than the write (streamhttp.ServerSession, whose streams hold it
+// until the client reads it): WriteAnswer calls written then.
+type answerWriter interface {
+	WriteAnswer(frame []byte, written func()) error
+}
+
+// DeliversLater implements intercept.DeliveryReplier: over a Conn that
+// takes a frame only when it writes it (stdio), the write is the delivery.
+func (c *clientCall) DeliversLater() bool {
+	return c.s.clientAnswers != nil
+}
+
+// ReplyThen implements intercept.DeliveryReplier: written is called once
+// the answer reached the client.
+func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
+	w := c.s.clientAnswers
+	if w == nil {
+		if err := c.Reply(a); err != nil {
+			return err
+		}
+		written()
+		return nil
+	}
+	c.release()
+	defer c.finish()
+	frame := jsonrpc.NewResponse(c.id, a.Result)
+	if a.Error != nil {
+		frame = jsonrpc.NewRawErrorResponse(c.id, a.Error)
+	}
+	return w.WriteAnswer(frame, written)
+}
+
+// startToolCall validates a tools/call and starts it. When the tool's
+// policy is known, which is the common case, everything up to the dispatch
+// happens here on the reading goroutine; only a tool the proxy must first
+// list sends the call to a goroutine of its own.
+func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
+	// in is on the caller's stack: what the call keeps of it is copied.
+	c := &clientCall{s: s, id: in.ID, raw: in.Raw, ctx: callContext{Context: ctx}}
+	call := &c.call
+	if perr := call.Parse(in.Params); perr != nil {
+		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
+		return
+	}
+	c.key = string(jsonrpc.IDKey(in.ID))
+	cctx := &c.ctx
+	s.mu.Lock()
+	if s.inUseLocked(c.key, false) {
+		s.mu.Unlock()
+		s.refuseInUse(in.ID)
+		return
+	}
+	s.inflight.Add(1)
+	s.calls[c.key] = c
+	s.mu.Unlock()
+
+	if info, ok := s.tools.cached(call.Name); ok {
+		s.handleToolCall(c, call, info)
+		return
+	}
+	go func() {
+		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
+			return s.listTools(ctx, cursor, call.Meta)
+		})
+		switch err := cctx.Err(); {
+		case errors.Is(err, intercept.ErrSessionEnded):
+			// Not the caller leaving: it is told that nothing ran.
+			if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(call.Name).Object()}); err != nil {
+				s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+			}
+			return
+		case err != nil:
+			c.finish() // cancelled before anything was decided: nothing ran
+			return
+		}
+		s.handleToolCall(c, call, info)
+	}()
+}
+
+func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
+	pol := info.policy
+	// A client key that cannot be read refuses the call, but a read-only
+	// tool's, whose calls are never matched by key: taken for a call
+	// without one, it would go unrecorded to a tool matched by key only.
+	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
+		c.refuse(call.KeyErr)
+		return
+	}
+	// Read-only tools, and calls without a client key to a tool whose
+	// calls are matched by key only, are not recorded.
+	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
+	if unrecorded && pol.Retry == nil {
+		// With no retry rule (and so no account) to apply, as they came.
+		if s.debug {
+			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
+		}
+		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
+		c.mu.Lock()
+		c.passThrough = true
+		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params})
+		c.mu.Unlock()
+		c.finish()
+		return
+	}
+	// Anything else the proxy sends itself, within the client's deadline.
+	if call.DeadlineErr != nil {
+		c.refuse(call.DeadlineErr)
+		return
+	}
+	c.req = intercept.Request{
+		Call:           call,
+		Policy:         pol,
+		SchemaDefaults: info.defaults,
+		Actor:          s.opts.Actor,
+		Scope:          s.opts.Scope,
+		UpstreamID:     s.opts.UpstreamID,
+		Upstream:       s,
+		Reply:          c,
+		Correlation:    c.key,
+	}
+	if unrecorded {
+		// Unrecorded still, but its sends take from its account and its
+		// transient answers are retried where that is safe: the proxy
+		// sends it.
+		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
+		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
+		return
+	}
+	s.opts.Interceptor.Handle(&c.ctx, &c.req)
+}

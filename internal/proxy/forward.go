@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"encoding/json"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// A forwardedRequest is a client's request passed upstream: its id as the
+// client spelled it, to answer it under if the upstream never does, and
+// its method.
+type forwardedRequest struct {
+	id     json.RawMessage
+	method string
+}
+
+// forward passes a client's request upstream, remembering it until it is
+// answered. While the upstream is being restarted it waits for it; if the
+// upstream is gone for good it is answered with an error at once.
+func (s *Session) forward(msg *jsonrpc.Message) {
+	l := s.usable()
+	s.mu.Lock()
+	if closed(l.gone) || l != s.up {
+		s.mu.Unlock()
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
+		return
+	}
+	key := string(jsonrpc.IDKey(msg.ID))
+	if s.inUseLocked(key, msg.Method == "tools/call") {
+		s.mu.Unlock()
+		s.refuseInUse(msg.ID)
+		return
+	}
+	s.forwarded[key] = forwardedRequest{msg.ID, msg.Method}
+	if msg.Method == "initialize" && msg.Params != nil {
+		s.handshake = msg.Params
+	}
+	s.mu.Unlock()
+	if err := l.conn.WriteFrame(msg.Raw); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
+	}
+}
+
+// inUseLocked reports whether a request of the client's under key is
+// still being answered: a tools/call the session handles, or a request
+// passed upstream. passing is set when the tools/call under key is the
+// request being passed upstream now (its own entry in calls).
+func (s *Session) inUseLocked(key string, passing bool) bool {
+	_, forwarded := s.forwarded[key]
+	_, called := s.calls[key]
+	return forwarded || called && !passing
+}
+
+// refuseInUse answers a request whose id another request of the client's,
+// still being answered, holds: under a null id, since an answer under
+// this one would be taken for the other request's.
+func (s *Session) refuseInUse(id json.RawMessage) {
+	s.log.Warn("refused a request whose id is in use", "id", string(id))
+	s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+		"mcp-idempotent: request id %s is already in use by a request still being answered; send it under another id", id)))
+}
+
+// forgetLocked forgets the client's request key, forwarded and now
+// answered. s.mu must be held.
+func (s *Session) forgetLocked(key string) {
+	delete(s.forwarded, key)
+	if len(s.forwarded) == 0 && s.forwardIdle != nil {
+		close(s.forwardIdle)
+		s.forwardIdle = nil
+	}
+}
+
+// forwardsSettled returns a channel closed once no request of the
+// client's passed upstream waits for its answer.
+func (s *Session) forwardsSettled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.forwarded) == 0 {
+		return closedChannel
+	}
+	if s.forwardIdle == nil {
+		s.forwardIdle = make(chan struct{})
+	}
+	return s.forwardIdle
+}

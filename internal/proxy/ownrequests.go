@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// ownIDs starts the JSON text of every id the proxy puts on its own
+// requests upstream (the session's idPrefix), followed by the session's
+// Instance and a colon if it has one. A client request whose id starts
+// with the session's idPrefix is refused, so the proxy's ids and the
+// client's can never collide.
+const ownIDs = `"mcp-idempotent:`
+
+// reservedID reports whether a client's request id is in the proxy's id
+// space, however it is spelled: the upstream reads "mcp\u002didempotent:1"
+// as the proxy's "mcp-idempotent:1", and would answer it as such.
+func (s *Session) reservedID(id json.RawMessage) bool {
+	if bytes.HasPrefix(id, []byte(s.idPrefix)) {
+		return true
+	}
+	if len(id) == 0 || id[0] != '"' || bytes.IndexByte(id, '\\') < 0 {
+		return false
+	}
+	v, ok := jsonrpc.StringValue(id)
+	return ok && strings.HasPrefix(v, s.idPrefix[1:])
+}
+
+// reservedMessage is the error a request under a reserved id gets.
+func (s *Session) reservedMessage() string {
+	return "mcp-idempotent: request ids starting with " + s.idPrefix[1:] + " are reserved for the proxy's own requests"
+}
+
+// sent is one of the proxy's own requests upstream, waiting for its
+// answer.
+type sent struct {
+	method string
+	done   func(json.RawMessage, error)
+	// stop stops the cancellation of the request when its sender's
+	// context ends (see Send); nil if there is none.
+	stop func() bool
+}
+
+// Send implements intercept.Upstream: it sends one of the proxy's own
+// requests upstream, under an id of the proxy's, and calls done with the
+// outcome from the goroutine that reads the upstream.
+func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
+	// The id's JSON text, which is also its key in pending.
+	var buf [64]byte
+	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
+	var l *link
+	if method == "initialize" {
+		l = s.current()
+	} else {
+		// While the upstream is being started again, only the replayed
+		// handshake goes first; everything else waits for it.
+		l = s.usable()
+	}
+	if err := ctx.Err(); err != nil {
+		// Given up on while it waited for the upstream: never sent.
+		done(nil, retry.NotSent(err))
+		return
+	}
+	s.mu.Lock()
+	if closed(l.gone) || l != s.up {
+		s.mu.Unlock()
+		done(nil, retry.NotSent(errors.New("the upstream has closed")))
+		return
+	}
+	s.sending++
+	s.pending[key] = sent{method: method, done: done}
+	s.mu.Unlock()
+
+	var err error
+	if b := l.frames; b != nil {
+		err = b.WriteRequest(key, method, params)
+	} else {
+		err = l.conn.WriteFrame(jsonrpc.NewRequest(json.RawMessage(key), method, params))
+	}
+	if err != nil {
+		s.mu.Lock()
+		_, still := s.pending[key]
+		delete(s.pending, key)
+		s.mu.Unlock()
+		if still {
+			// A request the upstream could not take whole was never received.
+			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
+			s.acted()
+		}
+		return
+	}
+	if ctx.Done() == nil {
+		return // a context that never ends costs nothing here
+	}
+	stop := context.AfterFunc(ctx, func() { s.cancelSent(l, key, ctx.Err()) })
+	s.mu.Lock()
+	p, still := s.pending[key]
+	if still {
+		p.stop = stop
+		s.pending[key] = p
+	}
+	s.mu.Unlock()
+	if !still {
+		stop() // answered already
+	}
+}
+
+// cancelSent gives up on the proxy's own request under key, sent on l,
+// when its sender's context ends with err: the upstream is told with
+// notifications/cancelled, so it can stop the work (but for initialize,
+// which the MCP specification says is never cancelled), and then the
+// sender gets err, rather than waiting for an answer the upstream need
+// not send. An answer that comes anyway is dropped, as one to no request.
+func (s *Session) cancelSent(l *link, key string, err error) {
+	s.mu.Lock()
+	p, ok := s.pending[key]
+	delete(s.pending, key)
+	if ok {
+		if s.givenUp == nil || len(s.givenUp) >= maxGivenUp {
+			s.givenUp = make(map[string]struct{})
+		}
+		s.givenUp[key] = struct{}{}
+	}
+	s.mu.Unlock()
+	if !ok {
+		return // answered meanwhile
+	}
+	if p.method != "initialize" && !closed(l.gone) {
+		reason := "the caller cancelled the request"
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			reason = "no answer came in time"
+		case errors.Is(err, intercept.ErrSessionEnded):
+			reason = "the session ended"
+		}
+		params := `{"requestId":` + key + `,"reason":"` + reason + `"}`
+		if werr := l.conn.WriteFrame(jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(params))); werr != nil {
+			s.log.Debug("writing to the upstream", "err", werr)
+		}
+	}
+	s.answered(p, nil, err)
+}
+
+// maxGivenUp bounds Session.givenUp.
+const maxGivenUp = 256
+
+// droppedOwn logs the drop of an answer under key, an id of the proxy's
+// own that no request waits on: quietly for a request it cancelled, whose
+// answer the upstream was free to send; else loudly, as a second answer or
+// one to a request never made.
+func (s *Session) droppedOwn(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.droppedOwnLocked(key)
+}
+
+// droppedOwnLocked is droppedOwn with s.mu held.
+func (s *Session) droppedOwnLocked(key string) {
+	if _, ok := s.givenUp[key]; ok {
+		delete(s.givenUp, key)
+		s.log.Debug("dropped the upstream's answer to a request the proxy cancelled", "id", key)
+		return
+	}
+	s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", key)
+}
+
+// answered hands the outcome of one of the proxy's own requests to its
+// sender: the answer msg, or err when none came.
+func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
+	defer s.acted()
+	if p.stop != nil {
+		p.stop()
+	}
+	// "error": null, as JSON-RPC 1.0 servers write beside a result, is no
+	// error.
+	hasError := msg != nil && msg.Error != nil && string(msg.Error) != "null"
+	switch {
+	case err != nil:
+		p.done(nil, err)
+	case hasError && msg.Result != nil:
+		p.done(nil, retry.Malformed("a response to "+p.method+" with both a result and an error", msg.Raw))
+	case hasError:
+		// The upstream's own answer, whatever its data says: only the
+		// transport, outside the frames, says what it saw (noAnswer).
+		p.done(nil, jsonrpc.DecodeError(msg.Error))
+	case msg.Result == nil:
+		p.done(nil, retry.Malformed("a response to "+p.method+" with neither result nor error", msg.Raw))
+	default:
+		p.done(msg.Result, nil)
+	}
+}
+
+// call is Send for a caller that waits.
+func (s *Session) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	type outcome struct {
+		result json.RawMessage
+		err    error
+	}
+	ch := make(chan outcome, 1)
+	s.Send(ctx, method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	o := <-ch // at once when ctx ends (Send)
+	return o.result, o.err
+}
+
+// listTools asks the upstream for one page of its tools, in the protocol
+// the client speaks (meta is the client request's _meta).
+func (s *Session) listTools(ctx context.Context, cursor string, meta json.RawMessage) (policy.ListPage, error) {
+	params := map[string]any{}
+	if cursor != "" {
+		params["cursor"] = cursor
+	}
+	if pm := protocolMeta(meta); pm != nil {
+		params["_meta"] = pm
+	}
+	var raw json.RawMessage
+	if len(params) > 0 {
+		raw, _ = json.Marshal(params)
+	}
+	result, err := s.call(ctx, "tools/list", raw)
+	if err != nil {
+		s.log.Warn("listing the upstream's tools; treating unlisted tools as side effects", "err", err)
+		return policy.ListPage{}, err
+	}
+	return policy.ParseListResult(result)
+}
+
+// acted notes that one of the proxy's own requests has been answered and
+// its answer acted on.
+func (s *Session) acted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sending--; s.sending == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// sendsSettled returns a channel closed once every request of the
+// proxy's own has been answered and its answer acted on (an execution
+// recorded as completed, say).
+func (s *Session) sendsSettled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sending == 0 {
+		// Not kept: a later send (a retry after its wait) and its answer
+		// would close it again.
+		return closedChannel
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	return s.idle
+}

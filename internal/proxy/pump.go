@@ -1,0 +1,445 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// startPump reads l until it closes; the channel then receives the error.
+func (s *Session) startPump(ctx context.Context, l *link) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.pumpUpstream(ctx, l) }()
+	return done
+}
+
+// pumpClient reads the client's frames until it closes.
+func (s *Session) pumpClient(ctx context.Context) error {
+	for {
+		frame, err := s.client.ReadFrame()
+		if err != nil {
+			if isFrameTooLarge(err) {
+				s.tooLargeFromClient(err)
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		s.fromClient(ctx, frame)
+	}
+}
+
+// tooLargeFromClient answers a message from the client over the size
+// limit, which was dropped: under its id, when its first bytes hold it,
+// else under a null id, as JSON-RPC answers a request whose id cannot be
+// read. An answer of the client's to a request of the upstream's is only
+// logged: no answer goes to an answer.
+func (s *Session) tooLargeFromClient(err error) {
+	id, method := jsonrpc.HeadRequest(frameHead(err))
+	if method == "" && id != nil {
+		s.log.Error("dropped an answer from the client", "err", err, "id", string(id))
+		return
+	}
+	s.log.Warn("refused a message from the client", "err", err, "method", method, "id", string(id))
+	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
+}
+
+// frameHead returns the first bytes of a message over the size limit,
+// which a transport's size-limit error keeps; nil if err has none.
+func frameHead(err error) []byte {
+	var h interface{ FrameHead() []byte }
+	if errors.As(err, &h) {
+		return h.FrameHead()
+	}
+	return nil
+}
+
+// isFrameTooLarge reports whether err is a transport's size-limit error,
+// after which the stream is still usable.
+func isFrameTooLarge(err error) bool {
+	var limited interface{ FrameTooLarge() bool }
+	return errors.As(err, &limited) && limited.FrameTooLarge()
+}
+
+func (s *Session) fromClient(ctx context.Context, frame []byte) {
+	var m jsonrpc.Message // on the stack: what outlives the frame is copied
+	msg := &m
+	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
+		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		return
+	}
+	if msg.Method != "" && !msg.Batch {
+		if why := jsonrpc.CheckRequest(msg); why != "" {
+			// Not passed on: a server may end the session on it.
+			s.log.Warn("refused a message from the client", "method", msg.Method, "why", why)
+			id := msg.ID
+			if !jsonrpc.ValidID(id) {
+				id = nil // JSON-RPC answers a request whose id is bad under null
+			}
+			s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
+			return
+		}
+	}
+	switch {
+	case msg.Batch:
+		s.fromClientBatch(frame)
+	case msg.IsRequest() && s.reservedID(msg.ID):
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
+	case msg.IsRequest() && msg.Method == "tools/call":
+		s.startToolCall(ctx, msg)
+	case msg.IsRequest():
+		s.forward(msg)
+	case msg.Method == "notifications/cancelled":
+		s.cancelled(msg)
+	default:
+		// Notifications and the client's responses to server requests.
+		if msg.Method == "notifications/initialized" {
+			s.mu.Lock()
+			s.initialized = true
+			s.mu.Unlock()
+		}
+		s.writeUpstream(msg.Raw)
+	}
+}
+
+// fromClientBatch passes a batch through unless it holds a tools/call:
+// splitting a batch would change what the client asked for, and passing
+// the call through would skip deduplication, so such a batch is refused.
+func (s *Session) fromClientBatch(frame []byte) {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		return
+	}
+	if len(msgs) == 0 {
+		// JSON-RPC 2.0: an empty array is an invalid request, answered
+		// with one error.
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: an empty batch is not a request")))
+		return
+	}
+	for _, m := range msgs {
+		var why string
+		if m.Method != "" {
+			why = jsonrpc.CheckRequest(m)
+		}
+		switch {
+		case why != "":
+			why = "mcp-idempotent: " + why
+		case m.Method == "tools/call":
+			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
+		case m.IsRequest() && s.reservedID(m.ID):
+			why = s.reservedMessage()
+		default:
+			continue
+		}
+		s.refuseBatch(msgs, why, "")
+		return
+	}
+	s.mu.Lock()
+	keys := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		key := string(jsonrpc.IDKey(m.ID))
+		if keys[key] || s.inUseLocked(key, false) {
+			s.mu.Unlock()
+			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID), key)
+			return
+		}
+		keys[key] = true
+	}
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{m.ID, m.Method}
+		}
+	}
+	s.mu.Unlock()
+	s.writeUpstream(frame)
+}
+
+// refuseBatch answers each request of a batch refused for why, under its
+// id, or under a null id where the id is not valid or is busy (the key of
+// an id in use): an answer under it would be taken for another request's.
+func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
+	var errs [][]byte
+	for _, m := range msgs {
+		if m.IsRequest() {
+			id := m.ID
+			if !jsonrpc.ValidID(id) || busy != "" && string(jsonrpc.IDKey(id)) == busy {
+				id = nil
+			}
+			errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+		}
+	}
+	if len(errs) == 0 {
+		// Notifications only: JSON-RPC answers none, so the log says why
+		// they went nowhere.
+		s.log.Warn("dropped a batch of notifications", "why", why)
+		return
+	}
+	s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+}
+
+// cancelled handles notifications/cancelled from the client. For a
+// tools/call the interceptor handles, it detaches the caller and goes no
+// further: the execution belongs to the record now, and other callers may
+// be attached to it. Any other cancellation passes through.
+func (s *Session) cancelled(msg *jsonrpc.Message) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(msg.Params, &p) == nil && p.RequestID != nil {
+		s.mu.Lock()
+		c, ok := s.calls[string(jsonrpc.IDKey(p.RequestID))]
+		s.mu.Unlock()
+		if ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.passThrough {
+				s.log.Info("client cancelled a tools/call; detaching it", "request", string(p.RequestID))
+				c.finish()
+				return
+			}
+		}
+		// A request passed upstream and cancelled is owed nothing more:
+		// its id is free (an answer the upstream still sends passes on,
+		// for the client to ignore).
+		s.mu.Lock()
+		s.forgetLocked(string(jsonrpc.IDKey(p.RequestID)))
+		s.mu.Unlock()
+	}
+	s.writeUpstream(msg.Raw)
+}
+
+// pumpUpstream reads the upstream's frames until it closes.
+func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
+	for {
+		frame, err := l.conn.ReadFrame()
+		if err != nil {
+			if isFrameTooLarge(err) {
+				s.tooLargeFromUpstream(err)
+				continue
+			}
+			if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok {
+				s.noAnswer(na)
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		s.fromUpstream(l, frame)
+	}
+}
+
+// fromUpstream handles a message the upstream link l sent.
+func (s *Session) fromUpstream(l *link, frame []byte) {
+	var m jsonrpc.Message // on the stack, as in fromClient
+	msg := &m
+	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
+		if s.unreadableAnswer(frame, err) {
+			return
+		}
+		// Not ours to judge: the client sees what the server sent.
+		s.log.Warn("unparseable message from the upstream, passed on", "err", err, "size", len(frame))
+		s.writeClient(frame)
+		return
+	}
+	if msg.Batch {
+		s.fromUpstreamBatch(l, frame)
+		return
+	}
+	if msg.IsResponse() {
+		key := string(jsonrpc.IDKey(msg.ID))
+		s.mu.Lock()
+		if p, ok := s.pending[key]; ok {
+			delete(s.pending, key)
+			s.mu.Unlock()
+			s.answered(p, msg, nil)
+			return
+		}
+		if closed(l.gone) {
+			// Everyone who waited on l was answered when it was given up
+			// on (abandon): this answer came too late, and passed on it
+			// would be the client's second.
+			s.mu.Unlock()
+			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(msg.ID))
+			return
+		}
+		f := s.forwarded[key]
+		s.forgetLocked(key)
+		s.mu.Unlock()
+		if s.reservedID(msg.ID) {
+			s.droppedOwn(key)
+			return
+		}
+		if f.method == "tools/list" && msg.Result != nil {
+			if page, err := policy.ParseListResult(msg.Result); err == nil {
+				s.tools.learn(page)
+			}
+		}
+	} else if msg.Method == "notifications/tools/list_changed" {
+		s.tools.invalidate()
+	}
+	s.writeClient(frame)
+}
+
+// fromUpstreamBatch handles a batch from the upstream: the answers to a
+// batch the client sent, which no request waits on any more, and which
+// pass on. An answer in it to one of the proxy's own requests (which the
+// proxy never sends in a batch) is taken out and acted on, and one to no
+// request of the proxy's is dropped: the client never sees the proxy's ids.
+func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		s.writeClient(frame)
+		return
+	}
+	var own []sent
+	var ownMsgs []*jsonrpc.Message
+	var rest [][]byte
+	var toolsChanged bool
+	s.mu.Lock()
+	late := closed(l.gone) // as in fromUpstream
+	for _, m := range msgs {
+		if !m.IsResponse() {
+			toolsChanged = toolsChanged || m.Method == "notifications/tools/list_changed"
+			rest = append(rest, m.Raw)
+			continue
+		}
+		key := string(jsonrpc.IDKey(m.ID))
+		if p, ok := s.pending[key]; ok {
+			delete(s.pending, key)
+			own, ownMsgs = append(own, p), append(ownMsgs, m)
+			continue
+		}
+		if late {
+			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
+			continue
+		}
+		s.forgetLocked(key)
+		if s.reservedID(m.ID) {
+			s.droppedOwnLocked(key)
+			continue
+		}
+		rest = append(rest, m.Raw)
+	}
+	s.mu.Unlock()
+	if toolsChanged {
+		s.tools.invalidate()
+	}
+	for i, p := range own {
+		s.answered(p, ownMsgs[i], nil)
+	}
+	switch {
+	case len(rest) == len(msgs):
+		s.writeClient(frame)
+	case len(rest) > 0:
+		s.writeClient(append(append([]byte("["), bytes.Join(rest, []byte(","))...), ']'))
+	}
+}
+
+// tooLargeFromUpstream handles a message from the upstream over the size
+// limit, which was dropped: if it was the answer to a request still
+// waiting, that request is answered now, or it would wait for ever. The
+// answer's id is read from the frame's first bytes, where encoders put it
+// before a large result.
+func (s *Session) tooLargeFromUpstream(err error) {
+	id, isResponse := jsonrpc.HeadID(frameHead(err))
+	if !isResponse {
+		s.log.Error("dropped a message from the upstream", "err", err)
+		return
+	}
+	key := string(jsonrpc.IDKey(id))
+	s.mu.Lock()
+	p, own := s.pending[key]
+	delete(s.pending, key)
+	f, forwarded := s.forwarded[key]
+	s.forgetLocked(key)
+	s.mu.Unlock()
+	s.log.Error("dropped an answer from the upstream", "err", err, "id", key)
+	switch {
+	case own:
+		// Not a NotSent error: the upstream ran the request and answered.
+		s.answered(p, nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
+	case forwarded:
+		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the upstream's answer to %s was dropped: %v", f.method, err)))
+	}
+}
+
+// noAnswer handles the transport's own account na of a request it carried
+// that got no answer: one of the proxy's own requests is answered with
+// the failure as the transport saw it; a client's is answered with the
+// JSON-RPC error that stands for it.
+func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
+	key := string(jsonrpc.IDKey(na.ID))
+	s.mu.Lock()
+	p, own := s.pending[key]
+	delete(s.pending, key)
+	f, forwarded := s.forwarded[key]
+	s.forgetLocked(key)
+	s.mu.Unlock()
+	switch {
+	case own:
+		s.answered(p, nil, sendFailure(na))
+	case forwarded:
+		s.writeClient(jsonrpc.NewErrorResponse(f.id, na.Object()))
+	case s.reservedID(na.ID):
+		s.droppedOwn(key)
+	}
+}
+
+// sendFailure is the error a sender of the proxy's own is told for na, as
+// Upstream.Send's contract reads: a retry.NotSentError when nothing left;
+// na itself for an HTTP status that came instead of the answer, for the
+// retry classifier to read; otherwise an error that says the request may
+// have been received.
+func sendFailure(na *jsonrpc.NoAnswer) error {
+	switch {
+	case na.NotSent:
+		return retry.NotSent(na)
+	case na.Refused():
+		return na
+	}
+	return fmt.Errorf("no answer from the upstream: %w", na)
+}
+
+// unreadableAnswer handles a frame from the upstream that is not JSON but
+// whose valid members, before the first that is not, name one of the
+// proxy's own requests: that request is answered with the error, as an
+// answer that came and could not be read (for a tools/call, an outcome
+// not observed), rather than left waiting for ever while the client got a
+// frame under an id it never sent. It reports whether the frame was such
+// an answer. Any other frame passes on as it came; a client's request it
+// may answer stays remembered, since the frame may as well be a request
+// of the upstream's whose "method" comes after the broken member.
+func (s *Session) unreadableAnswer(frame []byte, err error) bool {
+	id, isResponse := jsonrpc.HeadID(frame)
+	if !isResponse {
+		return false
+	}
+	key := string(jsonrpc.IDKey(id))
+	s.mu.Lock()
+	p, own := s.pending[key]
+	delete(s.pending, key)
+	s.mu.Unlock()
+	if !own {
+		return false
+	}
+	s.log.Error("an answer from the upstream is not JSON", "err", err, "id", key, "size", len(frame))
+	s.answered(p, nil, fmt.Errorf("the upstream's answer could not be read: %w", err))
+	return true
+}

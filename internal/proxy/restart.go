@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// upstreamExited acts on the end of the upstream link in use: everyone
+// who waited on it is answered and, with Options.Restart set and no crash
+// loop (exits holds the recent exits, this one added now), the upstream
+// is started again. It returns the new link's pump channel; or nil and
+// the error Run returns.
+func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan error, error) {
+	gone := s.current()
+	if s.opts.Restart == nil {
+		s.upstreamGone(gone)
+		s.inflight.Wait() // every caller is answered at once: the upstream is gone
+		return nil, ErrUpstreamClosed
+	}
+	n := exits.add(time.Now(), s.opts.RestartWindow)
+	if n > s.opts.MaxRestarts {
+		s.upstreamGone(gone)
+		s.log.Error("the upstream keeps exiting; giving up", "exits", n, "window", s.opts.RestartWindow)
+		s.inflight.Wait()
+		return nil, fmt.Errorf("%w: %w (%d exits within %v)", ErrUpstreamClosed, ErrCrashLoop, n, s.opts.RestartWindow)
+	}
+	// The next link is in use before the callers of the one that is
+	// gone are answered: a call that comes once they are waits for the
+	// restart, instead of meeting the closed connection.
+	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+	s.mu.Lock()
+	s.up = l
+	s.mu.Unlock()
+	s.upstreamGone(gone)
+	next, err := s.restart(ctx, l, n)
+	if err != nil {
+		s.inflight.Wait()
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: starting it again: %v", ErrUpstreamClosed, err)
+	}
+	return next, nil
+}
+
+// An exitLog holds the upstream's recent exits, for the crash-loop limit.
+type exitLog []time.Time
+
+// add notes an exit at now, forgets those more than window before it,
+// and returns how many are left.
+func (e *exitLog) add(now time.Time, window time.Duration) int {
+	*e = append(*e, now)
+	for now.Sub((*e)[0]) > window {
+		*e = (*e)[1:]
+	}
+	return len(*e)
+}
+
+// restart starts the upstream again on l, the link already in use, after
+// a backoff that grows with the number of recent exits, replays the
+// client's handshake on it, and makes it ready. It returns l's pump
+// channel.
+func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error, error) {
+	// l is in use already, not ready: the client's traffic waits for it
+	// instead of meeting the connection that is gone.
+	s.mu.Lock()
+	handshake, initialized := s.handshake, s.initialized
+	s.mu.Unlock()
+	s.tools.invalidate()
+	fail := func(err error) (<-chan error, error) {
+		s.upstreamGone(l) // wakes the traffic that waited, with errors
+		return nil, err
+	}
+
+	wait := restartBackoff(exits)
+	s.log.Warn("the upstream exited; starting it again", "in", wait, "recent_exits", exits)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	conn, err := s.opts.Restart(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	l.setConn(conn)
+	s.mu.Unlock()
+	done := s.startPump(ctx, l)
+	if handshake != nil {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		answered := make(chan error, 1)
+		go func() {
+			_, err := s.call(hctx, "initialize", handshake)
+			answered <- err
+		}()
+		var err error
+		select {
+		case err = <-answered:
+		case perr := <-done:
+			// The upstream exited during the handshake: one more exit,
+			// which Run counts and acts on as any other. Its callers,
+			// the handshake among them, are answered then.
+			cancel()
+			<-answered
+			s.log.Warn("the upstream exited during the replayed handshake")
+			exited := make(chan error, 1)
+			exited <- perr
+			return exited, nil
+		}
+		cancel()
+		if err == nil && initialized {
+			err = conn.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+		}
+		if err != nil {
+			conn.Close()
+			return fail(fmt.Errorf("replaying the client's handshake: %w", err))
+		}
+	}
+	close(l.ready)
+	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
+	return done, nil
+}
+
+// restartBackoff is the wait before a restart: 100ms, doubling with each
+// recent exit, at most 5s.
+func restartBackoff(exits int) time.Duration {
+	d := 100 * time.Millisecond << min(exits-1, 6)
+	return min(d, 5*time.Second)
+}

@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+)
+
+// shutdown ends the session once the client has gone (or ctx is done):
+// it lets calls under way finish within the grace, then passes the end of
+// input on to the upstream, and keeps relaying what it still writes until
+// it closes too. upstreamDone is the pump channel of the link in use.
+func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
+	deadline := time.NewTimer(s.opts.ShutdownGrace)
+	defer deadline.Stop()
+	settled := make(chan struct{})
+	go func() {
+		// The callers still attached, then the executions sent whose
+		// callers left: a dispatched side effect is not cut off by the
+		// client going, within the grace.
+		s.inflight.Wait()
+		<-s.sendsSettled()
+		<-s.forwardsSettled()
+		close(settled)
+	}()
+	select {
+	case <-settled:
+	case <-deadline.C:
+		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
+	case <-ctx.Done():
+		// Told to stop (SIGTERM, SIGINT): no grace. What is under way
+		// is answered below, as at the end of the grace.
+		select {
+		case <-settled:
+		default:
+			s.log.Warn("told to stop; calls still under way are answered now")
+		}
+	case <-upstreamDone:
+		s.upstreamGone(s.current())
+		s.endCalls()
+		return
+	}
+	if l := s.current(); !closed(l.gone) {
+		s.mu.Lock()
+		conn := l.conn // nil while a restart has not started the upstream yet
+		s.mu.Unlock()
+		if conn != nil {
+			conn.Close()
+		}
+	}
+	select {
+	case <-upstreamDone:
+		s.upstreamGone(s.current())
+		s.endCalls()
+		return
+	case <-time.After(drainWait):
+		s.log.Debug("the upstream is still open after the end of input", "waited", drainWait)
+	case <-ctx.Done():
+		// Told to stop: no more relaying either.
+	}
+	// Whoever still waits is answered before the upstream is stopped: no
+	// request is left without an answer.
+	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
+	s.endCalls()
+}
+
+// endCalls ends, with intercept.ErrSessionEnded, the calls still waiting
+// when the session ends (callers attached to an execution under way in
+// another process), so that each is told the execution is still in
+// progress rather than taken for a caller who cancelled; then it waits,
+// not for ever, for those answers to be written.
+func (s *Session) endCalls() {
+	s.mu.Lock()
+	calls := make([]*clientCall, 0, len(s.calls))
+	for _, c := range s.calls {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	for _, c := range calls {
+		c.ctx.endWith(intercept.ErrSessionEnded)
+	}
+	waited := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(drainWait):
+	}
+}
+
+// drainWait bounds how long Run relays the upstream's output after passing
+// on the end of input; a server that does not exit by then is stopped by
+// the caller of Run.
+const drainWait = 2 * time.Second
+
+// closedChannel is a channel closed from the start.
+var closedChannel = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
