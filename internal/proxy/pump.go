@@ -75,7 +75,19 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	msg := &m
 	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
 		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
-		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		code := jsonrpc.CodeParseError
+		if errors.Is(err, jsonrpc.ErrAmbiguous) {
+			code = jsonrpc.CodeInvalidRequest // JSON, but not one message
+		}
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
+		return
+	}
+	if msg.Method == "" && msg.ID == nil && !msg.Batch {
+		// Neither a request, a notification nor a response ({}): no
+		// server would answer it, and the client would wait.
+		s.log.Warn("refused a message from the client that has neither a method nor an id", "size", len(frame))
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+			"mcp-idempotent: not a JSON-RPC message: it has neither a method nor an id")))
 		return
 	}
 	if msg.Method != "" && !msg.Batch {
@@ -196,18 +208,27 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
 // further: the execution belongs to the record now, and other callers may
 // be attached to it. Any other cancellation passes through.
 func (s *Session) cancelled(msg *jsonrpc.Message) {
-	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
-	}
-	if json.Unmarshal(msg.Params, &p) == nil && p.RequestID != nil {
+	id, err := cancelledID(msg.Params)
+	switch {
+	case err != nil:
+		// Which request it names depends on who reads it.
+		s.log.Warn("dropped a cancellation from the client", "err", err)
+		return
+	case id != nil && s.reservedID(id):
+		// Only the proxy cancels its own requests: a caller's
+		// cancellation detaches it, and never cancels an execution
+		// (DESIGN section 5).
+		s.log.Warn("dropped a cancellation from the client of a request of the proxy's own", "id", string(id))
+		return
+	case id != nil:
 		s.mu.Lock()
-		c, ok := s.calls[string(jsonrpc.IDKey(p.RequestID))]
+		c, ok := s.calls[string(jsonrpc.IDKey(id))]
 		s.mu.Unlock()
 		if ok {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if !c.passThrough {
-				s.log.Info("client cancelled a tools/call; detaching it", "request", string(p.RequestID))
+				s.log.Info("client cancelled a tools/call; detaching it", "request", string(id))
 				c.finish()
 				return
 			}
@@ -216,10 +237,26 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		// its id is free (an answer the upstream still sends passes on,
 		// for the client to ignore).
 		s.mu.Lock()
-		s.forgetLocked(string(jsonrpc.IDKey(p.RequestID)))
+		s.forgetLocked(string(jsonrpc.IDKey(id)))
 		s.mu.Unlock()
 	}
 	s.writeUpstream(msg.Raw)
+}
+
+// cancelledID returns the requestId of notifications/cancelled params, or
+// nil if they name none, refusing one that readers would take for two.
+func cancelledID(params json.RawMessage) (json.RawMessage, error) {
+	var id json.RawMessage
+	read := jsonrpc.Reading{Names: []string{"requestId"}}
+	if jsonrpc.EachMember(params, func(name, value []byte) bool {
+		if read.Note(name) == 0 {
+			id = value
+		}
+		return true
+	}) != nil {
+		return nil, nil // not an object: it names nothing
+	}
+	return id, read.Err()
 }
 
 // pumpUpstream reads the upstream's frames until it closes.
