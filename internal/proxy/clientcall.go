@@ -153,18 +153,12 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 
 func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
 	pol := info.policy
-	// A client key that cannot be read refuses the call, but a read-only
-	// tool's, whose calls are never matched by key: taken for a call
-	// without one, it would go unrecorded to a tool matched by key only.
-	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
-		c.refuse(call.KeyErr)
+	route, refusal := intercept.RouteCall(call, pol)
+	if refusal != nil {
+		c.refuse(refusal)
 		return
 	}
-	// Read-only tools, and calls without a client key to a tool whose
-	// calls are matched by key only, are not recorded.
-	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
-	if unrecorded && pol.Retry == nil {
-		// With no retry rule (and so no account) to apply, as they came.
+	if route == intercept.RoutePassThrough {
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
@@ -174,11 +168,6 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params})
 		c.mu.Unlock()
 		c.finish()
-		return
-	}
-	// Anything else the proxy sends itself, within the client's deadline.
-	if call.DeadlineErr != nil {
-		c.refuse(call.DeadlineErr)
 		return
 	}
 	c.req = intercept.Request{
@@ -192,10 +181,7 @@ func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info t
 		Reply:          c,
 		Correlation:    c.key,
 	}
-	if unrecorded {
-		// Unrecorded still, but its sends take from its account and its
-		// transient answers are retried where that is safe: the proxy
-		// sends it.
+	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
 		return

@@ -1,0 +1,48 @@
+package intercept
+
+import (
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+)
+
+// A Route is what becomes of one tools/call under its tool's policy.
+type Route int
+
+const (
+	// RoutePassThrough: the call goes upstream as it came, unrecorded: a
+	// read-only tool's, or a call without a client key to a tool matched
+	// by key only, with no retry rule (and so no account) to apply.
+	RoutePassThrough Route = iota
+	// RouteUnrecorded: not recorded either, but the proxy sends the call
+	// itself (Interceptor.Unrecorded): its sends take from its account,
+	// and its transient answers are sent again where that is safe.
+	RouteUnrecorded
+	// RouteRecorded: the call maps to an execution (Interceptor.Handle).
+	RouteRecorded
+)
+
+// RouteCall says what becomes of call under pol, or returns the error
+// that refuses it. It is the one place that decides: the session that
+// received the call only carries the decision out.
+func RouteCall(call *ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
+	// A client key that cannot be read refuses the call, but a read-only
+	// tool's, whose calls are never matched by key: taken for a call
+	// without one, it would go unrecorded to a tool matched by key only.
+	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
+		return 0, call.KeyErr
+	}
+	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
+	switch {
+	case unrecorded && pol.Retry == nil:
+		// Passed upstream as it came, a call keeps no deadline of the
+		// proxy's: one that cannot be read does not refuse it.
+		return RoutePassThrough, nil
+	case call.DeadlineErr != nil:
+		// Anything else the proxy sends itself, within the client's
+		// deadline.
+		return 0, call.DeadlineErr
+	case unrecorded:
+		return RouteUnrecorded, nil
+	}
+	return RouteRecorded, nil
+}
