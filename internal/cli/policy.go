@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
@@ -75,7 +76,7 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	for _, t := range tools {
 		ann := t.Annotations
 		if ann == nil {
-			ann = &policy.Annotations{}
+			ann = &mcp.Annotations{}
 		}
 		p := resolve(t.Name, ann)
 		contract := "written"
@@ -153,7 +154,7 @@ func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
 	default:
 		return nil, nil, usagef("--scope: %q is not one of session, actor, key", scope)
 	}
-	return func(tool string, ann *policy.Annotations) policy.Policy {
+	return func(tool string, ann *mcp.Annotations) policy.Policy {
 		// The flag replaces the default; a scope the file gives wins.
 		return file.ResolveScoped(tool, ann, policy.Scope(scope))
 	}, file, nil
@@ -161,7 +162,7 @@ func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
 
 // listUpstreamTools starts the upstream, does the MCP handshake, lists
 // every tool and stops it.
-func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]policy.Tool, error) {
+func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]mcp.Tool, error) {
 	child, err := stdio.Start(argv, stderr, 0)
 	if err != nil {
 		return nil, err
@@ -180,7 +181,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 	if err := child.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
 		return nil, err
 	}
-	var tools []policy.Tool
+	var tools []mcp.Tool
 	cursor := ""
 	for range 100 {
 		params := map[string]any{}
@@ -191,7 +192,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		if err != nil {
 			return nil, err
 		}
-		page, err := policy.ParseListResult(result)
+		page, err := mcp.ParseListResult(result)
 		if err != nil {
 			return nil, fmt.Errorf("tools/list: %w", err)
 		}

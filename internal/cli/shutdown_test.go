@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -35,7 +36,7 @@ func TestExitWaitsForOutcomes(t *testing.T) {
 	mem := memstore.New(memstore.Options{})
 	store := &recordtest.UpdatesDown{Store: mem}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
-	call, perr := intercept.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
+	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
 	if perr != nil {
 		t.Fatal(perr)
 	}

@@ -83,6 +83,9 @@ var oneWay = map[string][]string{
 	"internal/record/sqlitestore": storeForbidden,
 	"internal/record/redisstore":  storeForbidden,
 	"internal/record/pgstore":     storeForbidden,
+	// MCP's shapes are read with the frame codec alone.
+	"internal/mcp": {"internal/intercept", "internal/proxy", "internal/policy", "internal/cli", "internal/transport",
+		"internal/record", "internal/fingerprint", "internal/retry", "internal/journal"},
 	// The policy is data the interceptor reads, never the reverse.
 	"internal/policy": {"internal/intercept", "internal/proxy", "internal/cli", "internal/transport"},
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
@@ -20,9 +21,9 @@ import (
 // callAs makes one tools/call as actor in session scope.
 func (h *harness) callAs(t *testing.T, actor, scope, params string) *answers {
 	t.Helper()
-	tc, perr := ParseToolCall(json.RawMessage(params))
+	tc, perr := mcp.ParseToolCall(json.RawMessage(params))
 	if perr != nil {
-		t.Fatalf("ParseToolCall(%s): %v", params, perr)
+		t.Fatalf("mcp.ParseToolCall(%s): %v", params, perr)
 	}
 	a := newAnswers()
 	h.in.Handle(t.Context(), &Request{
@@ -56,29 +57,6 @@ func TestClientKeyNamesTheExecution(t *testing.T) {
 	h.callAs(t, "bob", "session:1", keyed("order-1", `{"amount":100}`)).only(t)
 	if n := h.up.calls.Load(); n != 3 {
 		t.Fatalf("upstream ran %d times; want 3 (order-1, order-2, bob's order-1)", n)
-	}
-}
-
-func TestClientKeyValidation(t *testing.T) {
-	for _, tt := range []struct{ meta, key, err string }{
-		{`{"mcp-idempotent/key":"k1"}`, "k1", ""},
-		{`{"idempotencyKey":"k2"}`, "k2", ""},
-		{`{"idempotencyKey":"common","mcp-idempotent/key":"ours"}`, "ours", ""},
-		{`{"progressToken":1}`, "", ""},
-		{`{"mcp-idempotent/key":7}`, "", "must be a string"},
-		{`{"mcp-idempotent/key":""}`, "", "is empty"},
-		{`{"mcp-idempotent/key":"a\nb"}`, "", "control character"},
-		{`{"idempotencyKey":"` + strings.Repeat("k", 256) + `"}`, "", "256 bytes long; the limit is 255"},
-	} {
-		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
-		switch {
-		case tt.err == "" && err != nil:
-			t.Errorf("_meta %s: %v", tt.meta, err)
-		case tt.err == "" && tc.Key != tt.key:
-			t.Errorf("_meta %s: key %q; want %q", tt.meta, tc.Key, tt.key)
-		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err)):
-			t.Errorf("_meta %s: error %v; want -32602 containing %q", tt.meta, err, tt.err)
-		}
 	}
 }
 
@@ -142,7 +120,7 @@ func TestShapedArgumentsAreCheckedFirst(t *testing.T) {
 // regard to case (Go's encoding/json) would read otherwise than the proxy
 // is refused, never sent. In params ("Name" beside "name" runs
 // charge_card upstream while the proxy saw a read-only tool) and in the
-// _meta members the proxy reads, ParseToolCall refuses it; an arguments
+// _meta members the proxy reads, mcp.ParseToolCall refuses it; an arguments
 // member that the policy drops or fills in, spelled in another case, is
 // read upstream as the member the policy names, and the call is refused.
 func TestNoReadingOtherwise(t *testing.T) {
@@ -161,8 +139,8 @@ func TestNoReadingOtherwise(t *testing.T) {
 		`{"name":"charge_card","arguments":{},"_meta":{"idempotencyKey":"a","IdempotencyKey":"b"}}`,
 		`{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/deadline_ms":5,"mcp-idempotent/deadline_ms":9}}`,
 	} {
-		if _, err := ParseToolCall(json.RawMessage(params)); err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, "ambiguous") {
-			t.Errorf("ParseToolCall(%s) = %v; want -32602 saying the member is ambiguous", params, err)
+		if _, err := mcp.ParseToolCall(json.RawMessage(params)); err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, "ambiguous") {
+			t.Errorf("mcp.ParseToolCall(%s) = %v; want -32602 saying the member is ambiguous", params, err)
 		}
 	}
 
@@ -254,7 +232,7 @@ func TestOnUnknownRetry(t *testing.T) {
 			Meta map[string]string `json:"_meta"`
 		}
 		json.Unmarshal(p, &params)
-		ids = append(ids, params.Meta[MetaExecutionID])
+		ids = append(ids, params.Meta[mcp.MetaExecutionID])
 		return charged(context.Background(), n, p)
 	}))
 	h.pol.OnUnknown = policy.Retry

@@ -14,43 +14,6 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
-func TestClientDeadlineValidation(t *testing.T) {
-	for _, tt := range []struct {
-		meta string
-		want time.Duration
-		err  string
-	}{
-		{`{"mcp-idempotent/deadline_ms":1500}`, 1500 * time.Millisecond, ""},
-		{`{"mcp-idempotent/deadline_ms":1}`, time.Millisecond, ""},
-		{`{"progressToken":1}`, 0, ""},
-		{`{"mcp-idempotent/deadline_ms":0}`, 0, "must be a positive whole number of milliseconds, not 0"},
-		{`{"mcp-idempotent/deadline_ms":-5}`, 0, "not -5"},
-		{`{"mcp-idempotent/deadline_ms":1.5}`, 0, "not 1.5"},
-		{`{"mcp-idempotent/deadline_ms":1e3}`, time.Second, ""},
-		{`{"mcp-idempotent/deadline_ms":5000.0}`, 5 * time.Second, ""},
-		{`{"mcp-idempotent/deadline_ms":1.5e1}`, 15 * time.Millisecond, ""},
-		{`{"mcp-idempotent/deadline_ms":-0.0}`, 0, "not -0.0"},
-		{`{"mcp-idempotent/deadline_ms":1e400}`, 0, "not 1e400"},
-		{`{"mcp-idempotent/deadline_ms":"1000"}`, 0, `not "1000"`},
-		{`{"mcp-idempotent/deadline_ms":null}`, 0, "not null"},
-		{`{"mcp-idempotent/deadline_ms":true}`, 0, "not true"},
-		// Longer than any wait: the tool's own deadline stands.
-		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 9223372036854 * time.Millisecond, ""},
-		{`{"mcp-idempotent/deadline_ms":9007199254740993}`, 9223372036854 * time.Millisecond, ""},
-	} {
-		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
-		switch {
-		case tt.err == "" && err != nil:
-			t.Errorf("_meta %s: %v", tt.meta, err)
-		case tt.err == "" && tc.Deadline != tt.want:
-			t.Errorf("_meta %s: deadline %v; want %v", tt.meta, tc.Deadline, tt.want)
-		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err) ||
-			!strings.Contains(err.Message, `_meta["mcp-idempotent/deadline_ms"]`)):
-			t.Errorf("_meta %s: error %v; want -32602 naming the member and containing %q", tt.meta, err, tt.err)
-		}
-	}
-}
-
 // withDeadline returns a tools/call whose _meta sets the client's
 // deadline to ms milliseconds.
 func withDeadline(params string, ms int) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -36,8 +37,8 @@ func statusThen(e error) func(context.Context, int, json.RawMessage) (json.RawMe
 
 func TestHTTPStatuses(t *testing.T) {
 	sideEffect := policy.FromAnnotations(nil)
-	idempotent := policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
-	readOnly := policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
+	idempotent := policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)})
+	readOnly := policy.FromAnnotations(&mcp.Annotations{ReadOnlyHint: ptr(true)})
 	keyed := policy.FromAnnotations(nil)
 	keyed.OnUnknown = policy.Retry // the upstream dedupes on the forwarded execution id
 	unkeyed := keyed

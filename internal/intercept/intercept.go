@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
@@ -74,7 +75,7 @@ type DeliveryReplier interface {
 
 // A Request is one caller's tools/call.
 type Request struct {
-	Call   *ToolCall
+	Call   *mcp.ToolCall
 	Policy *policy.Policy // read-only; shared with other calls
 	// SchemaDefaults are the tool's inputSchema property defaults, which
 	// Policy.Defaults materialises before fingerprinting.
@@ -452,7 +453,7 @@ func keyDifference(first, tool string) string {
 // retry rule's deadline (policy.DefaultDeadline when it sets none), or
 // the client's, if that is sooner. Without a retry rule the proxy makes
 // no waits of its own, and the client's deadline, checked by
-// ParseToolCall, has nothing to bound.
+// mcp.ParseToolCall, has nothing to bound.
 func deadline(now time.Time, rule *policy.RetryRule, client time.Duration) time.Time {
 	d := policy.DefaultDeadline
 	if rule != nil && rule.Deadline > 0 {
@@ -724,7 +725,7 @@ func (in *Interceptor) sendClaimed(ctx context.Context, rec *record.Record, req 
 // holds one count of in.work, which the settling answer releases.
 func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Request, m marking, n int, a *account) {
 	bg := req.bg
-	params, meta := req.Call.Params, req.Call.meta
+	params, meta := req.Call.Params, req.Call.MetaAsSent
 	if n > 1 {
 		params, meta = withoutProgressToken(params, meta)
 	}
@@ -732,8 +733,8 @@ func (in *Interceptor) send(ctx context.Context, rec *record.Record, req *Reques
 		// The execution id goes upstream, so a server that honours
 		// idempotency keys can dedupe a re-dispatch itself.
 		var buf [96]byte
-		member := append(append(append(buf[:0], `"`+MetaExecutionID+`":"`...), rec.ID...), '"')
-		// ParseToolCall found the params' _meta (and their name: they are
+		member := append(append(append(buf[:0], `"`+mcp.MetaExecutionID+`":"`...), rec.ID...), '"')
+		// mcp.ParseToolCall found the params' _meta (and their name: they are
 		// not empty), so they need not be read again.
 		params = insertMeta(params, meta, false, member)
 	}
@@ -1431,7 +1432,7 @@ func reserveOptions(p *policy.Policy) record.ReserveOptions {
 // means: whether it asks for a task (not the task's ttl, which only says how
 // long to keep it) or may be answered with one (the 2026 tasks extension),
 // and a continuation's answers.
-func extra(c *ToolCall) map[string]json.RawMessage {
+func extra(c *mcp.ToolCall) map[string]json.RawMessage {
 	continuation := c.InputResponses != nil || c.RequestState != nil
 	if c.Task == nil && !c.TasksExtension && !continuation {
 		return nil
@@ -1451,13 +1452,13 @@ func extra(c *ToolCall) map[string]json.RawMessage {
 }
 
 // upstreamOutcome returns the outcome an mcp-idempotent upstream put in a
-// result's _meta (MetaOutcome: "unknown", "in_progress", "already_done"),
+// result's _meta (mcp.MetaOutcome: "unknown", "in_progress", "already_done"),
 // or "" for a result that has none, which is most.
 func upstreamOutcome(result json.RawMessage) string {
-	if !bytes.Contains(result, []byte(MetaOutcome)) && !bytes.Contains(result, []byte(`\`)) {
+	if !bytes.Contains(result, []byte(mcp.MetaOutcome)) && !bytes.Contains(result, []byte(`\`)) {
 		return ""
 	}
-	o, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(result, "_meta"), MetaOutcome))
+	o, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(result, "_meta"), mcp.MetaOutcome))
 	return o
 }
 
@@ -1482,16 +1483,6 @@ func lastNote(r *record.Record) string {
 	return "no reason recorded"
 }
 
-// Meta keys the proxy adds to results it answers from the record.
-const (
-	MetaReplayed  = "mcp-idempotent/replayed"
-	MetaExecution = "mcp-idempotent/execution"
-	MetaOutcome   = "mcp-idempotent/outcome"
-	// MetaExecutionID carries the execution id upstream in the params'
-	// _meta (forward_key).
-	MetaExecutionID = "mcp-idempotent/execution-id"
-)
-
 // executionMeta is the execution as a client sees it in _meta.
 type executionMeta struct {
 	ID       string               `json:"id"`
@@ -1514,12 +1505,12 @@ func describe(r *record.Record) executionMeta {
 // replayMeta returns the _meta members that mark a replay, as JSON
 // members without the braces.
 func replayMeta(r *record.Record) []byte {
-	return appendExecution(append(make([]byte, 0, 320), `"`+MetaReplayed+`":true,"`+MetaExecution+`":`...), r)
+	return appendExecution(append(make([]byte, 0, 320), `"`+mcp.MetaReplayed+`":true,"`+mcp.MetaExecution+`":`...), r)
 }
 
 // executionMember returns the _meta member that names r's execution.
 func executionMember(r *record.Record) []byte {
-	return appendExecution(append(make([]byte, 0, 300), `"`+MetaExecution+`":`...), r)
+	return appendExecution(append(make([]byte, 0, 300), `"`+mcp.MetaExecution+`":`...), r)
 }
 
 // appendExecution appends the JSON of describe(r), byte for byte what
@@ -1706,7 +1697,7 @@ func toolResult(text, outcome string, r *record.Record) json.RawMessage {
 	b, _ := json.Marshal(map[string]any{
 		"content": []map[string]string{{"type": "text", "text": text}},
 		"isError": true,
-		"_meta":   map[string]any{MetaOutcome: outcome, MetaExecution: describe(r)},
+		"_meta":   map[string]any{mcp.MetaOutcome: outcome, mcp.MetaExecution: describe(r)},
 	})
 	return b
 }
@@ -1738,7 +1729,7 @@ func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessa
 			"Done: execution %s of %s had already taken effect; sending it again, the upstream answered: %s",
 			r.ID, r.Tool, strings.Join(said, " "))}},
 		"isError": false,
-		"_meta":   map[string]any{MetaOutcome: "already_done"},
+		"_meta":   map[string]any{mcp.MetaOutcome: "already_done"},
 	})
 	return b
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -108,9 +109,9 @@ func (h *harness) call(ctx context.Context, t *testing.T, params string) *answer
 // will be told.
 func (h *harness) request(t *testing.T, params string) (*Request, *answers) {
 	t.Helper()
-	tc, perr := ParseToolCall(json.RawMessage(params))
+	tc, perr := mcp.ParseToolCall(json.RawMessage(params))
 	if perr != nil {
-		t.Fatalf("ParseToolCall(%s): %v", params, perr)
+		t.Fatalf("mcp.ParseToolCall(%s): %v", params, perr)
 	}
 	a := newAnswers()
 	return &Request{
@@ -233,7 +234,7 @@ func TestDistinctActionsRunSeparately(t *testing.T) {
 func TestActorsNeverShare(t *testing.T) {
 	h := newHarness(charged)
 	for _, actor := range []string{"alice", "bob"} {
-		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
+		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 		a := newAnswers()
 		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
 		a.only(t)
@@ -359,7 +360,7 @@ func TestOutcomeUnknownIsNeverResent(t *testing.T) {
 func TestIdempotentToolsCoalesceOnlyInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, release := newHeldHarness()
-		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
+		h.pol = policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)})
 		h.callConcurrently(t, 3, release)
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream ran %d times for 3 concurrent calls to an idempotent tool; want 1", n)
@@ -650,7 +651,7 @@ func TestDeliveredWhenWritten(t *testing.T) {
 	h := newHarness(charged)
 	h.pol.Replay = policy.ReplayUndelivered
 	call := func() (*laterAnswers, func()) {
-		tc, _ := ParseToolCall(json.RawMessage(chargeCall))
+		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 		a := &laterAnswers{answers: newAnswers(), written: make(chan func(), 1)}
 		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
 			UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
@@ -781,37 +782,6 @@ func TestTakenOverBeforeDispatch(t *testing.T) {
 	}
 }
 
-func TestParseToolCall(t *testing.T) {
-	for _, tt := range []struct {
-		params string
-		err    string // substring of the error; "" for success
-	}{
-		{`{"name":"charge_card","arguments":{"a":1}}`, ""},
-		{`{"name":"charge_card"}`, ""},
-		{`{"name":"charge_card","arguments":null}`, ""},
-		{`{"arguments":{}}`, "params.name must be a non-empty string"},
-		{`{"name":""}`, "params.name must be a non-empty string"},
-		{`{"name":7}`, "params.name must be a non-empty string"},
-		{"{\"name\":\"charge\xff\"}", "params.name is not UTF-8"},
-		{`{"name":"charge\ud800"}`, "params.name is not UTF-8"},
-		{`{"name":"charge\ud83d\ude00"}`, ""}, // a pair: one character
-		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
-		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
-		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},
-		{`{"name":"x","_meta":"str"}`, "params._meta must be an object, got a string"},
-		{`[1]`, "params must be an object"},
-		{``, "params must be an object"},
-	} {
-		_, err := ParseToolCall(json.RawMessage(tt.params))
-		switch {
-		case tt.err == "" && err != nil:
-			t.Errorf("ParseToolCall(%s) = %v; want success", tt.params, err)
-		case tt.err != "" && (err == nil || !strings.Contains(err.Message, tt.err) || err.Code != jsonrpc.CodeInvalidParams):
-			t.Errorf("ParseToolCall(%s) = %v; want -32602 containing %q", tt.params, err, tt.err)
-		}
-	}
-}
-
 func TestReplayLeavesTheStoredResultUntouched(t *testing.T) {
 	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
 		return json.RawMessage(`{"content":[{"type":"text","text":"ok"}],"_meta":{"vendor/trace":"t1"}}`), nil
@@ -915,7 +885,7 @@ func TestAppendExecution(t *testing.T) {
 }
 
 // TestInsertMetaAsWithMeta checks that adding the execution id to params
-// whose _meta ParseToolCall found gives what withMeta gives by reading
+// whose _meta mcp.ParseToolCall found gives what withMeta gives by reading
 // them again, whatever _meta is.
 func TestInsertMetaAsWithMeta(t *testing.T) {
 	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
@@ -928,11 +898,11 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		`{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_0","a":1}}`,
 		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
 	} {
-		tc, err := ParseToolCall(json.RawMessage(params))
+		tc, err := mcp.ParseToolCall(json.RawMessage(params))
 		if err != nil {
-			t.Fatalf("ParseToolCall(%s): %v", params, err)
+			t.Fatalf("mcp.ParseToolCall(%s): %v", params, err)
 		}
-		got := insertMeta(tc.Params, tc.meta, false, member)
+		got := insertMeta(tc.Params, tc.MetaAsSent, false, member)
 		if want := withMeta(json.RawMessage(params), member); string(got) != string(want) {
 			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
 		}
@@ -1062,11 +1032,11 @@ func TestWithoutProgressToken(t *testing.T) {
 		{`{"name":"t","_meta":{"a":1}}`, `{"name":"t","_meta":{"a":1,"mcp-idempotent/execution-id":"exe_1"}}`},
 		{`{"name":"t"}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
 	} {
-		tc, err := ParseToolCall(json.RawMessage(tt.params))
+		tc, err := mcp.ParseToolCall(json.RawMessage(tt.params))
 		if err != nil {
 			t.Fatal(err)
 		}
-		params, meta := withoutProgressToken(tc.Params, tc.meta)
+		params, meta := withoutProgressToken(tc.Params, tc.MetaAsSent)
 		if got := string(insertMeta(params, meta, false, member)); got != tt.want {
 			t.Errorf("params %s:\n got %s\nwant %s", tt.params, got, tt.want)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -86,7 +87,7 @@ func TestTransientSideEffectIsNotResentUnlessDeclaredSafe(t *testing.T) {
 func TestTransientIdempotentToolIsResent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(1))
-		h.pol = policy.FromAnnotations(&policy.Annotations{IdempotentHint: ptr(true)})
+		h.pol = policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)})
 		h.pol.Retry = retryRule(false)
 		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #2" {
 			t.Fatalf("got %+v; an idempotent tool may be sent again", v)

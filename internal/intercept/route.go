@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
@@ -24,7 +25,7 @@ const (
 // RouteCall says what becomes of call under pol, or returns the error
 // that refuses it. It is the one place that decides: the session that
 // received the call only carries the decision out.
-func RouteCall(call *ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
+func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	// A client key that cannot be read refuses the call, but a read-only
 	// tool's, whose calls are never matched by key: taken for a call
 	// without one, it would go unrecorded to a tool matched by key only.

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 func TestRouteCall(t *testing.T) {
-	readOnly := policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
+	readOnly := policy.FromAnnotations(&mcp.Annotations{ReadOnlyHint: ptr(true)})
 	readOnlyRetried := readOnly
 	readOnlyRetried.Retry = &policy.RetryRule{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}
 	sideEffect := policy.FromAnnotations(nil)
@@ -48,7 +49,7 @@ func TestRouteCall(t *testing.T) {
 		{"side effect, bad deadline", badDeadline, sideEffect, 0, "deadline_ms"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var call ToolCall
+			var call mcp.ToolCall
 			if err := call.Parse(json.RawMessage(tt.params)); err != nil {
 				t.Fatal(err)
 			}

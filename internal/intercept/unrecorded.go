@@ -77,7 +77,7 @@ func (in *Interceptor) sendUnrecorded(ctx context.Context, req *Request, a *acco
 		}
 		params := req.Call.Params
 		if n > 1 {
-			params, _ = withoutProgressToken(params, req.Call.meta)
+			params, _ = withoutProgressToken(params, req.Call.MetaAsSent)
 		}
 		// A caller that leaves takes its call back from the upstream:
 		// nothing is recorded, and no one else waits on it.

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 // readOnly makes h's tool read-only, as its annotations would.
 func (h *harness) readOnly() *harness {
 	retry := h.pol.Retry
-	h.pol = policy.FromAnnotations(&policy.Annotations{ReadOnlyHint: ptr(true)})
+	h.pol = policy.FromAnnotations(&mcp.Annotations{ReadOnlyHint: ptr(true)})
 	h.pol.Retry = retry
 	return h
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -564,9 +566,9 @@ func TestParseAliasExpansion(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	yes := true
-	readOnly := &Annotations{ReadOnlyHint: &yes}
-	idempotent := &Annotations{IdempotentHint: &yes}
-	plain := &Annotations{}
+	readOnly := &mcp.Annotations{ReadOnlyHint: &yes}
+	idempotent := &mcp.Annotations{IdempotentHint: &yes}
+	plain := &mcp.Annotations{}
 
 	const file = `defaults:
   retention: 48h
@@ -602,7 +604,7 @@ tools:
 		name string
 		file string // "" for a nil *File
 		tool string
-		ann  *Annotations
+		ann  *mcp.Annotations
 		// want changes FromAnnotations(ann) into the expected policy.
 		want func(p *Policy)
 	}{
@@ -813,7 +815,7 @@ tools:
 	}
 	yes := true
 	for _, tool := range []string{"charge_card", "get_invoice", "send_email"} {
-		p := f.Resolve(tool, &Annotations{ReadOnlyHint: &yes})
+		p := f.Resolve(tool, &mcp.Annotations{ReadOnlyHint: &yes})
 		fmt.Printf("%s: %s, scope %s, retention %v (%s)\n", tool, p.Class, p.Scope, p.Retention, p.Source)
 	}
 
@@ -843,7 +845,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	yes := true
-	anns := []*Annotations{nil, {}, {ReadOnlyHint: &yes}, {IdempotentHint: &yes}}
+	anns := []*mcp.Annotations{nil, {}, {ReadOnlyHint: &yes}, {IdempotentHint: &yes}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("p.yaml", data)
 		if err != nil {

@@ -2,8 +2,9 @@ package policy
 
 import (
 	"encoding/json"
-	"maps"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // TestParseListResultMatchesNamesExactly: annotations are read as MCP peers
@@ -25,7 +26,7 @@ func TestParseListResultMatchesNamesExactly(t *testing.T) {
 		{`{"read\u004fnlyHint":true}`, ReadOnly}, // an escape is the same name
 		{`"not an object"`, SideEffect},
 	} {
-		page, err := ParseListResult(json.RawMessage(`{"tools":[{"name":"charge","Name":"other","annotations":` + tt.annotations + `}],"nextCursor":"c2"}`))
+		page, err := mcp.ParseListResult(json.RawMessage(`{"tools":[{"name":"charge","Name":"other","annotations":` + tt.annotations + `}],"nextCursor":"c2"}`))
 		if err != nil {
 			t.Fatalf("annotations %s: %v", tt.annotations, err)
 		}
@@ -37,28 +38,8 @@ func TestParseListResultMatchesNamesExactly(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`[]`, `{"tools":{}}`, `{"tools":[1]}`, `{"tools":[`} {
-		if _, err := ParseListResult(json.RawMessage(bad)); err == nil {
-			t.Errorf("ParseListResult(%s) = nil error; want one", bad)
-		}
-	}
-}
-
-func TestSchemaDefaults(t *testing.T) {
-	for _, tt := range []struct {
-		schema string
-		want   map[string]json.RawMessage
-	}{
-		{`{"type":"object","properties":{"region":{"type":"string","default":"us-east-1"},"n":{"default":3},"x":{}}}`,
-			map[string]json.RawMessage{"region": json.RawMessage(`"us-east-1"`), "n": json.RawMessage(`3`)}},
-		{`{"Properties":{"region":{"default":"us-east-1"}}}`, nil},
-		{`{"properties":{"region":{"Default":"us-east-1"}}}`, nil},
-		{`{"properties":{"a":true,"b":{"default":null}}}`, map[string]json.RawMessage{"b": json.RawMessage(`null`)}},
-		{``, nil},
-		{`{"properties":`, nil},
-	} {
-		got := SchemaDefaults(json.RawMessage(tt.schema))
-		if !maps.EqualFunc(got, tt.want, func(a, b json.RawMessage) bool { return string(a) == string(b) }) || (got == nil) != (tt.want == nil) {
-			t.Errorf("SchemaDefaults(%s) = %s; want %s", tt.schema, got, tt.want)
+		if _, err := mcp.ParseListResult(json.RawMessage(bad)); err == nil {
+			t.Errorf("mcp.ParseListResult(%s) = nil error; want one", bad)
 		}
 	}
 }

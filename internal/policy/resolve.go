@@ -5,6 +5,8 @@ import (
 	"path"
 	"slices"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // A rule is one layer of a policy: the file's defaults or one tool entry.
@@ -41,14 +43,14 @@ type rule struct {
 //
 // A nil *File resolves to FromAnnotations(ann) alone. The returned policy
 // shares no memory with the file.
-func (f *File) Resolve(tool string, ann *Annotations) Policy {
+func (f *File) Resolve(tool string, ann *mcp.Annotations) Policy {
 	return f.ResolveScoped(tool, ann, "")
 }
 
 // ResolveScoped is Resolve with scope, unless it is empty, in place of
 // the annotations' scope (session): a layer under the file's, so that a
 // scope the file gives, in its defaults or the tool's rule, wins.
-func (f *File) ResolveScoped(tool string, ann *Annotations, scope Scope) Policy {
+func (f *File) ResolveScoped(tool string, ann *mcp.Annotations, scope Scope) Policy {
 	p := FromAnnotations(ann)
 	if scope != "" {
 		p.Scope = scope

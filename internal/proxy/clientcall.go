@@ -8,7 +8,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // clientCall is one tools/call of the client's while it is handled.
@@ -23,7 +23,7 @@ type clientCall struct {
 	// and as handed to the interceptor, kept here so that a call is one
 	// allocation.
 	raw  []byte
-	call intercept.ToolCall
+	call mcp.ToolCall
 	req  intercept.Request
 
 	// mu guards passThrough. It is held while the request is forwarded,
@@ -133,7 +133,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		return
 	}
 	go func() {
-		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (policy.ListPage, error) {
+		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (mcp.ListPage, error) {
 			return s.listTools(ctx, cursor, call.Meta)
 		})
 		switch err := cctx.Err(); {
@@ -151,7 +151,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 	}()
 }
 
-func (s *Session) handleToolCall(c *clientCall, call *intercept.ToolCall, info toolInfo) {
+func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {
 	pol := info.policy
 	route, refusal := intercept.RouteCall(call, pol)
 	if refusal != nil {

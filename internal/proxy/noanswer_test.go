@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -106,7 +107,7 @@ func TestNoAnswer(t *testing.T) {
 // transport can say that nothing was sent.
 func TestUpstreamCannotForgeTransportFacts(t *testing.T) {
 	store := memstore.New(memstore.Options{})
-	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
 		p := policy.FromAnnotations(ann)
 		p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
 		return p

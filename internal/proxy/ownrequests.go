@@ -11,7 +11,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -214,7 +214,7 @@ func (s *Session) call(ctx context.Context, method string, params json.RawMessag
 
 // listTools asks the upstream for one page of its tools, in the protocol
 // the client speaks (meta is the client request's _meta).
-func (s *Session) listTools(ctx context.Context, cursor string, meta json.RawMessage) (policy.ListPage, error) {
+func (s *Session) listTools(ctx context.Context, cursor string, meta json.RawMessage) (mcp.ListPage, error) {
 	params := map[string]any{}
 	if cursor != "" {
 		params["cursor"] = cursor
@@ -229,9 +229,9 @@ func (s *Session) listTools(ctx context.Context, cursor string, meta json.RawMes
 	result, err := s.call(ctx, "tools/list", raw)
 	if err != nil {
 		s.log.Warn("listing the upstream's tools; treating unlisted tools as side effects", "err", err)
-		return policy.ListPage{}, err
+		return mcp.ListPage{}, err
 	}
-	return policy.ParseListResult(result)
+	return mcp.ParseListResult(result)
 }
 
 // acted notes that one of the proxy's own requests has been answered and

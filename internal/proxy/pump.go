@@ -9,7 +9,7 @@ import (
 	"io"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -323,7 +323,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 			return
 		}
 		if f.method == "tools/list" && msg.Result != nil {
-			if page, err := policy.ParseListResult(msg.Result); err == nil {
+			if page, err := mcp.ParseListResult(msg.Result); err == nil {
 				s.tools.learn(page)
 			}
 		}

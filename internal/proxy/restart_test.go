@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
@@ -153,7 +154,7 @@ func TestRestartReplaysTheHandshake(t *testing.T) {
 // reaches the new upstream.
 func TestCancelledWhileTheUpstreamRestarts(t *testing.T) {
 	r := newRestartRig(t, 5, func(o *Options) {
-		o.Resolve = func(tool string, ann *policy.Annotations) policy.Policy {
+		o.Resolve = func(tool string, ann *mcp.Annotations) policy.Policy {
 			p := policy.FromAnnotations(ann)
 			p.Retry = &policy.RetryRule{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}
 			return p

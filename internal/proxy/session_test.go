@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -724,7 +725,7 @@ func TestInstanceSetsIDsApart(t *testing.T) {
 // answer under its own id. Without a rule it passes as it came.
 func TestReadOnlyWithARetryRule(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
 		p := policy.FromAnnotations(ann)
 		switch tool {
 		case "quote":
@@ -782,7 +783,7 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 // dropped.
 func TestUnrecordedCancelReachesTheUpstream(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
 		p := policy.FromAnnotations(ann)
 		p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
 		return p
@@ -844,7 +845,7 @@ func (b *syncBuffer) String() string {
 // as it would run without the proxy.
 func TestReadOnlyCallsReadNoKey(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	resolve := func(tool string, ann *policy.Annotations) policy.Policy {
+	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
 		p := policy.FromAnnotations(ann)
 		switch tool {
 		case "quote":

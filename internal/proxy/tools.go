@@ -7,12 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 // A Resolver returns a tool's effective policy from its annotations (nil
 // for a tool the upstream did not list).
-type Resolver func(tool string, ann *policy.Annotations) policy.Policy
+type Resolver func(tool string, ann *mcp.Annotations) policy.Policy
 
 // toolInfo is what the proxy knows of one tool.
 type toolInfo struct {
@@ -40,13 +41,13 @@ type toolTable struct {
 
 func newToolTable(resolve Resolver) *toolTable {
 	if resolve == nil {
-		resolve = func(_ string, ann *policy.Annotations) policy.Policy { return policy.FromAnnotations(ann) }
+		resolve = func(_ string, ann *mcp.Annotations) policy.Policy { return policy.FromAnnotations(ann) }
 	}
 	return &toolTable{resolve: resolve, tools: make(map[string]toolInfo)}
 }
 
 // learn merges one page of a tools/list result read now.
-func (t *toolTable) learn(page policy.ListPage) {
+func (t *toolTable) learn(page mcp.ListPage) {
 	t.mu.Lock()
 	gen := t.gen
 	t.mu.Unlock()
@@ -56,17 +57,17 @@ func (t *toolTable) learn(page policy.ListPage) {
 // learnAt merges one page of a listing that began in generation gen,
 // unless the upstream announced a change since. It reports whether it
 // merged the page.
-func (t *toolTable) learnAt(page policy.ListPage, gen uint64) bool {
+func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	infos := make(map[string]toolInfo, len(page.Tools))
 	for _, tool := range page.Tools {
 		// A listed tool without annotations is distinct from one not
 		// listed at all.
 		ann := tool.Annotations
 		if ann == nil {
-			ann = &policy.Annotations{}
+			ann = &mcp.Annotations{}
 		}
 		pol := t.resolve(tool.Name, ann)
-		infos[tool.Name] = toolInfo{policy: &pol, defaults: policy.SchemaDefaults(tool.InputSchema)}
+		infos[tool.Name] = toolInfo{policy: &pol, defaults: mcp.SchemaDefaults(tool.InputSchema)}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -130,7 +131,7 @@ var listTimeout = 10 * time.Second
 // the proxy list the upstream's tools once (concurrent callers share that
 // listing); a tool still unknown after it is treated as unlisted. list
 // performs one tools/list request.
-func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx context.Context, cursor string) (policy.ListPage, error)) toolInfo {
+func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx context.Context, cursor string) (mcp.ListPage, error)) toolInfo {
 	relists := 0
 	for {
 		if info, ok := t.cached(name); ok {
@@ -181,7 +182,7 @@ func (t *toolTable) lookup(ctx context.Context, name string, list func(ctx conte
 	}
 }
 
-func (t *toolTable) fetch(ctx context.Context, gen uint64, list func(ctx context.Context, cursor string) (policy.ListPage, error)) bool {
+func (t *toolTable) fetch(ctx context.Context, gen uint64, list func(ctx context.Context, cursor string) (mcp.ListPage, error)) bool {
 	cursor := ""
 	for range maxListPages {
 		page, err := list(ctx, cursor)
@@ -217,7 +218,7 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 		// capabilities, and any a later revision adds), but not those that
 		// belong to the request they came on, such as the task it relates
 		// to (2025-11-25).
-		if strings.HasPrefix(k, "io.modelcontextprotocol/") && k != relatedTask {
+		if strings.HasPrefix(k, mcp.MetaProtocol) && k != mcp.MetaRelatedTask {
 			if out == nil {
 				out = make(map[string]json.RawMessage)
 			}
@@ -226,6 +227,3 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 	}
 	return out
 }
-
-// relatedTask is the _meta member that ties a message to a task.
-const relatedTask = "io.modelcontextprotocol/related-task"

@@ -34,10 +34,6 @@ const (
 	headerIdempotencyKey = "Idempotency-Key"
 )
 
-// executionIDKey is the _meta key under which the interceptor puts the
-// execution id of a tools/call it dispatches.
-const executionIDKey = "mcp-idempotent/execution-id"
-
 // DefaultMaxMessage is the largest frame or SSE line accepted when
 // Options.MaxMessage is zero.
 const DefaultMaxMessage = 16 << 20

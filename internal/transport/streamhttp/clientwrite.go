@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // sent describes what a POST carried, for answering its requests when the
@@ -210,7 +211,7 @@ func (c *Client) setHeadersLocked(req *http.Request, stateless bool) {
 // whose params._meta holds an execution id: an RFC 8941 sf-string. An id
 // that a sf-string cannot hold (not printable ASCII) gives none.
 func idempotencyKey(params json.RawMessage) (string, bool) {
-	id, ok := jsonrpc.StringValue(member(member(params, "_meta"), executionIDKey))
+	id, ok := jsonrpc.StringValue(member(member(params, "_meta"), mcp.MetaExecutionID))
 	if !ok || id == "" {
 		return "", false
 	}

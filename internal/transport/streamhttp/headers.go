@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // Request metadata headers of the 2026-07-28 transport (SEP-2243; spec
@@ -20,11 +21,6 @@ const (
 	headerMcpMethod = "Mcp-Method"
 	headerMcpName   = "Mcp-Name"
 )
-
-// metaKeyProtocolVersion is the _meta key under which a request of the
-// stateless era declares its protocol version (SEP-2575; spec 2026-07-28,
-// basic/versioning, "Protocol Version Negotiation").
-const metaKeyProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 
 // statelessSince is the first protocol version without the initialize
 // handshake and sessions. Versions are dates, so they compare as strings.
@@ -51,7 +47,7 @@ const (
 // _meta is served statelessly" (spec 2026-07-28, basic/versioning,
 // "Backward Compatibility with Initialization-Based Versions").
 func statelessVersion(m *jsonrpc.Message) (version string, stateless bool) {
-	version, _ = jsonrpc.StringValue(member(member(m.Params, "_meta"), metaKeyProtocolVersion))
+	version, _ = jsonrpc.StringValue(member(member(m.Params, "_meta"), mcp.MetaProtocolVersion))
 	return version, version >= statelessSince || m.Method == methodDiscover
 }
 

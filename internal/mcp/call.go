@@ -1,4 +1,4 @@
-package intercept
+package mcp
 
 import (
 	"bytes"
@@ -25,9 +25,10 @@ type ToolCall struct {
 	// Meta is the _meta member, or nil (absent or null), an object. It is
 	// not part of the fingerprint: only what TasksExtension says of it is.
 	Meta json.RawMessage
-	// meta is the _meta member's value as it came, null included, so that
-	// the proxy's own member replaces a null rather than shadowing it.
-	meta json.RawMessage
+	// MetaAsSent is the _meta member's value as it came, null included,
+	// so that the proxy's own member replaces a null rather than
+	// shadowing it.
+	MetaAsSent json.RawMessage
 	// Key is the client's idempotency key from _meta, or "".
 	Key string
 	// Task is the task-augmentation member (MCP 2025-11-25 tasks), or nil.
@@ -97,7 +98,7 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		case paramArguments:
 			tc.Arguments = nullToNil(value)
 		case paramMeta:
-			tc.meta, tc.Meta = value, nullToNil(value)
+			tc.MetaAsSent, tc.Meta = value, nullToNil(value)
 		case paramTask:
 			tc.Task = nullToNil(value)
 		case paramInputResponses:
@@ -164,7 +165,7 @@ const (
 )
 
 // The members of a call's _meta the proxy reads, and their indexes there.
-var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, metaClientCapabilities}
+var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaClientCapabilities}
 
 const (
 	metaKey = iota
@@ -197,40 +198,15 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 	return m, read.Err()
 }
 
-// Where a 2026-07-28 request declares the tasks extension: in its _meta's
-// client capabilities, under extensions.
-const (
-	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
-	tasksExtension         = "io.modelcontextprotocol/tasks"
-)
-
 // declaresTasks reports whether a call's _meta declares the tasks
 // extension among its client capabilities.
 func declaresTasks(meta json.RawMessage) bool {
 	if !bytes.Contains(meta, []byte("tasks")) && bytes.IndexByte(meta, '\\') < 0 {
 		return false // the common case, without a walk; an escape may spell it otherwise
 	}
-	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, metaClientCapabilities), "extensions"), tasksExtension)
+	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, MetaClientCapabilities), "extensions"), TasksExtension)
 	return ext != nil && string(ext) != "null"
 }
-
-// Meta keys a client may name its own idempotency key with. The first is
-// the proxy's own; the second is the common spelling.
-const (
-	MetaKey       = "mcp-idempotent/key"
-	MetaKeyCommon = "idempotencyKey"
-)
-
-// MetaDeadline names, in a call's _meta, the client's deadline for the
-// call: a positive whole number of milliseconds from its arrival. It can
-// only shorten the tool's retry deadline (policy RetryRule.Deadline): a
-// client that waits less than the policy allows says so, and the proxy
-// stops waiting for it sooner.
-const MetaDeadline = "mcp-idempotent/deadline_ms"
-
-// MaxKeyLength bounds a client key, as the IETF Idempotency-Key draft
-// suggests servers do.
-const MaxKeyLength = 255
 
 // clientKey returns the client's idempotency key from _meta, or "" when it
 // names none. The proxy's own member wins over the common spelling.

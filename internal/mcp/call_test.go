@@ -1,0 +1,101 @@
+package mcp
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+func TestClientKeyValidation(t *testing.T) {
+	for _, tt := range []struct{ meta, key, err string }{
+		{`{"mcp-idempotent/key":"k1"}`, "k1", ""},
+		{`{"idempotencyKey":"k2"}`, "k2", ""},
+		{`{"idempotencyKey":"common","mcp-idempotent/key":"ours"}`, "ours", ""},
+		{`{"progressToken":1}`, "", ""},
+		{`{"mcp-idempotent/key":7}`, "", "must be a string"},
+		{`{"mcp-idempotent/key":""}`, "", "is empty"},
+		{`{"mcp-idempotent/key":"a\nb"}`, "", "control character"},
+		{`{"idempotencyKey":"` + strings.Repeat("k", 256) + `"}`, "", "256 bytes long; the limit is 255"},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("_meta %s: %v", tt.meta, err)
+		case tt.err == "" && tc.Key != tt.key:
+			t.Errorf("_meta %s: key %q; want %q", tt.meta, tc.Key, tt.key)
+		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err)):
+			t.Errorf("_meta %s: error %v; want -32602 containing %q", tt.meta, err, tt.err)
+		}
+	}
+}
+
+func TestClientDeadlineValidation(t *testing.T) {
+	for _, tt := range []struct {
+		meta string
+		want time.Duration
+		err  string
+	}{
+		{`{"mcp-idempotent/deadline_ms":1500}`, 1500 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":1}`, time.Millisecond, ""},
+		{`{"progressToken":1}`, 0, ""},
+		{`{"mcp-idempotent/deadline_ms":0}`, 0, "must be a positive whole number of milliseconds, not 0"},
+		{`{"mcp-idempotent/deadline_ms":-5}`, 0, "not -5"},
+		{`{"mcp-idempotent/deadline_ms":1.5}`, 0, "not 1.5"},
+		{`{"mcp-idempotent/deadline_ms":1e3}`, time.Second, ""},
+		{`{"mcp-idempotent/deadline_ms":5000.0}`, 5 * time.Second, ""},
+		{`{"mcp-idempotent/deadline_ms":1.5e1}`, 15 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":-0.0}`, 0, "not -0.0"},
+		{`{"mcp-idempotent/deadline_ms":1e400}`, 0, "not 1e400"},
+		{`{"mcp-idempotent/deadline_ms":"1000"}`, 0, `not "1000"`},
+		{`{"mcp-idempotent/deadline_ms":null}`, 0, "not null"},
+		{`{"mcp-idempotent/deadline_ms":true}`, 0, "not true"},
+		// Longer than any wait: the tool's own deadline stands.
+		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 9223372036854 * time.Millisecond, ""},
+		{`{"mcp-idempotent/deadline_ms":9007199254740993}`, 9223372036854 * time.Millisecond, ""},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("_meta %s: %v", tt.meta, err)
+		case tt.err == "" && tc.Deadline != tt.want:
+			t.Errorf("_meta %s: deadline %v; want %v", tt.meta, tc.Deadline, tt.want)
+		case tt.err != "" && (err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tt.err) ||
+			!strings.Contains(err.Message, `_meta["mcp-idempotent/deadline_ms"]`)):
+			t.Errorf("_meta %s: error %v; want -32602 naming the member and containing %q", tt.meta, err, tt.err)
+		}
+	}
+}
+
+func TestParseToolCall(t *testing.T) {
+	for _, tt := range []struct {
+		params string
+		err    string // substring of the error; "" for success
+	}{
+		{`{"name":"charge_card","arguments":{"a":1}}`, ""},
+		{`{"name":"charge_card"}`, ""},
+		{`{"name":"charge_card","arguments":null}`, ""},
+		{`{"arguments":{}}`, "params.name must be a non-empty string"},
+		{`{"name":""}`, "params.name must be a non-empty string"},
+		{`{"name":7}`, "params.name must be a non-empty string"},
+		{"{\"name\":\"charge\xff\"}", "params.name is not UTF-8"},
+		{`{"name":"charge\ud800"}`, "params.name is not UTF-8"},
+		{`{"name":"charge\ud83d\ude00"}`, ""}, // a pair: one character
+		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
+		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
+		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},
+		{`{"name":"x","_meta":"str"}`, "params._meta must be an object, got a string"},
+		{`[1]`, "params must be an object"},
+		{``, "params must be an object"},
+	} {
+		_, err := ParseToolCall(json.RawMessage(tt.params))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("ParseToolCall(%s) = %v; want success", tt.params, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Message, tt.err) || err.Code != jsonrpc.CodeInvalidParams):
+			t.Errorf("ParseToolCall(%s) = %v; want -32602 containing %q", tt.params, err, tt.err)
+		}
+	}
+}
