@@ -41,7 +41,7 @@ const allowanceTimeout = 5 * time.Second
 //
 // The allowance lives in the shared Allowances when the Interceptor has
 // them, so that proxies sharing a store share it; the retry budget and
-// the concurrency cap are always this process's own (see README,
+// the concurrency cap are always this process's own (see docs/policy.md,
 // "Accounts and budgets").
 type account struct {
 	name      string

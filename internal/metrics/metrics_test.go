@@ -205,7 +205,7 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(string(body), `mcp_idempotent_calls_total{class="side_effect",decision="new",tool="t"} 1`) {
 		t.Errorf("GET /metrics lacks the call:\n%s", body)
 	}
-	// Only the proxy's own series, as the README lists them.
+	// Only the proxy's own series, as docs/operations.md lists them.
 	for line := range strings.Lines(string(body)) {
 		if !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "mcp_idempotent_") {
 			t.Errorf("GET /metrics serves %q, which is not one of the proxy's series", strings.TrimSpace(line))
