@@ -111,12 +111,12 @@ func (in *Interceptor) accountOf(req *Request) *account {
 	return in.accounts[req.Policy.Retry.Account]
 }
 
-// A refusal says why admit did not send: the account had no room before
-// the deadline (Wait is the wait that was needed), its concurrency cap
-// stayed full until the deadline (Full), its shared allowance could not
-// be reached (Err), in which case the proxy fails closed, or the wait was
-// given up (Gone: the session ended, or the caller of a call no one else
-// waits on left).
+// A refusal says why an execution's account did not let it send: the
+// account had no room before the deadline (Wait is the wait that was
+// needed), its concurrency cap stayed full until the deadline (Full), its
+// shared allowance could not be reached (Err), in which case the proxy
+// fails closed, or the wait was given up (Gone: the session ended, or the
+// caller of a call no one else waits on left).
 type refusal struct {
 	Wait time.Duration
 	Full bool
@@ -139,100 +139,6 @@ func (r refusal) message(account string) string {
 		account, r.Wait.Round(time.Millisecond))
 }
 
-// admit runs send once the account lets another call go: at once when it
-// has room (and, with a cap, a free slot), else when there will be room,
-// never blocking the caller's goroutine for longer than a store's answer
-// takes. If the wait would reach deadline, or the shared allowance cannot
-// be reached, refuse runs instead; and if, while it waits, ctx ends with
-// an error that stop returns (see sessionEnded), refuse runs at once. A nil
-// account admits at once. The slot taken is given back by release.
-func (in *Interceptor) admit(ctx context.Context, a *account, deadline time.Time, stop func() error, send func(), refuse func(refusal)) {
-	if a == nil {
-		send()
-		return
-	}
-	if err := stop(); err != nil {
-		refuse(refusal{Gone: err}) // before taking room no one will use
-		return
-	}
-	now := in.now()
-	ok, wait, err := a.take(ctx, now)
-	switch {
-	case err != nil:
-		refuse(refusal{Err: err})
-		return
-	case !ok:
-		// As in retry.Backoff.Next, a wait that ends at the deadline
-		// leaves the call no time, and is not begun either.
-		if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
-			refuse(refusal{Wait: wait})
-			return
-		}
-		in.wake(ctx, wait, stop, func() { in.admit(ctx, a, deadline, stop, send, refuse) },
-			func(err error) { refuse(refusal{Gone: err}) })
-		return
-	}
-	if a.slots == nil {
-		send()
-		return
-	}
-	select {
-	case a.slots <- struct{}{}:
-		send()
-	default:
-		// At the cap: wait for a slot on a goroutine of its own, up to
-		// the deadline.
-		go func() {
-			var expired <-chan time.Time
-			if !deadline.IsZero() {
-				t := time.NewTimer(deadline.Sub(in.now()))
-				defer t.Stop()
-				expired = t.C
-			}
-			done := ctx.Done()
-			for {
-				select {
-				case a.slots <- struct{}{}:
-					send()
-					return
-				case <-expired:
-					refuse(refusal{Full: true})
-					return
-				case <-done:
-					if err := stop(); err != nil {
-						refuse(refusal{Gone: err})
-						return
-					}
-					done = nil // not a reason to give up: wait on
-				}
-			}
-		}()
-	}
-}
-
-// wake runs fire after d, on a goroutine of its own; or, if ctx ends
-// first with an error that stop returns, gone with that error instead.
-func (in *Interceptor) wake(ctx context.Context, d time.Duration, stop func() error, fire func(), gone func(error)) {
-	go func() {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		done := ctx.Done()
-		for {
-			select {
-			case <-t.C:
-				fire()
-				return
-			case <-done:
-				if err := stop(); err != nil {
-					gone(err)
-					return
-				}
-				done = nil // not a reason to give up: wait on
-			}
-		}
-	}()
-}
-
 // goneWords says why a wait was given up, from the error its context
 // ended with.
 func goneWords(err error) string {
@@ -240,19 +146,6 @@ func goneWords(err error) string {
 		return "the session ended"
 	}
 	return "its caller left"
-}
-
-// sessionEnded returns ctx's error once it is ErrSessionEnded, else nil:
-// what stops the waits of a recorded call. Its caller leaving does not,
-// for the execution is the record's now (other callers may attach to it),
-// but the end of the session does, since nothing will be sent after it.
-func sessionEnded(ctx context.Context) func() error {
-	return func() error {
-		if err := ctx.Err(); errors.Is(err, ErrSessionEnded) {
-			return err
-		}
-		return nil
-	}
 }
 
 // release gives back the slot a send took.

@@ -47,9 +47,15 @@ func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
 // acceptance, results and errors with the transition that stored them, each
 // as the tool's policy allows.
 func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Change) {
-	if in.journal == nil {
-		return
+	// Small enough to be inlined, so that a proxy without a journal
+	// does not copy c for nothing on every transition.
+	if in.journal != nil {
+		in.writeJournal(req, rec, &c)
 	}
+}
+
+// writeJournal is journalize with a journal.
+func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.Change) {
 	e := journal.Entry{
 		Time:        in.now(),
 		Execution:   rec.ID,
@@ -113,22 +119,13 @@ func (in *Interceptor) journalValue(mode policy.JournalMode, what string, v json
 // from before that transition until its line is written holds back their
 // "delivered" lines until then.
 type journalGates struct {
-	mu    sync.Mutex
+	mu    sync.Mutex              // guards gates and each gate's held
 	gates map[string]*journalGate // by execution id
 }
 
 type journalGate struct {
 	held int           // holders: settlings of the execution under way
 	open chan struct{} // closed when the last holder lets go
-}
-
-// holdJournal holds back the "delivered" lines of execution id until the
-// returned func is called, when a journal is kept.
-func (in *Interceptor) holdJournal(id string) (release func()) {
-	if in.journal == nil {
-		return func() {}
-	}
-	return in.settling.hold(id)
 }
 
 // hold holds the gate of execution id until the returned func is called.

@@ -1,0 +1,137 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// ErrSessionEnded is the error a call's context ends with when the session
+// the call came in ends before the call is answered. Unlike a caller's
+// cancellation, it does not stop the answer: the client may still read.
+// A call not yet reserved is told it did not run (NotRunAtSessionEnd), one
+// waiting for an execution under way (in another process) that it is
+// still in progress, and any other gets its answer when it comes.
+var ErrSessionEnded = errors.New("the session ended")
+
+// NotRunAtSessionEnd is the answer to a call to tool whose session ended
+// before it was reserved: nothing ran.
+func NotRunAtSessionEnd(tool string) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: the session ended before %s was executed; it did not run", tool)
+}
+
+// How an answer is marked.
+type marking uint8
+
+const (
+	// live: the first dispatch's answer, as the upstream gave it.
+	live marking = iota
+	// replayed: the stored answer of an execution the caller attached to.
+	replayed
+	// resumed: the answer of a re-dispatch or a status check of an
+	// execution whose outcome was unknown: fresh, but of an execution that
+	// began earlier, which _meta names.
+	resumed
+)
+
+// answer writes a settled record's answer to one caller, marked as m says.
+func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, m marking) {
+	switch rec.State {
+	case record.Completed, record.Delivered:
+		result := rec.Result
+		switch m {
+		case replayed:
+			result = withMeta(result, replayMeta(rec))
+		case resumed:
+			result = withMeta(result, executionMember(rec))
+		}
+		in.reply(ctx, req, Answer{Result: result}, rec)
+	case record.Failed:
+		switch {
+		case rec.Error != nil:
+			in.reply(ctx, req, Answer{Error: rec.Error}, nil)
+		case rec.Result != nil:
+			// A result that is not a completion, such as input_required:
+			// the caller needs it, and the next call runs anew.
+			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
+		default:
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: execution %s of %s failed before it was sent (%s); nothing ran, and calling again runs it",
+				rec.ID, rec.Tool, lastNote(rec)))
+		}
+	case record.Unknown:
+		if m == live && rec.Result != nil {
+			// The upstream's own word that it does not know (another
+			// mcp-idempotent): for the caller it came for, as it came.
+			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
+			return
+		}
+		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
+	default:
+		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
+	}
+}
+
+// reply writes a to the caller unless it has cancelled, and marks rec
+// delivered when the transport took a completed result.
+func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
+	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
+		return // cancelled first: the caller never sees this answer
+	}
+	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
+		if err := dr.ReplyThen(a, func() { in.delivered(req, rec) }); err != nil {
+			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		}
+		return
+	}
+	if err := req.Reply.Reply(a); err != nil {
+		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		return
+	}
+	if rec != nil {
+		in.delivered(req, rec)
+	}
+}
+
+// delivered records that the caller of req got rec's answer. Not the
+// caller's context: the answer is out, so delivery must be recorded even
+// if the caller cancels this instant.
+func (in *Interceptor) delivered(req *Request, rec *record.Record) {
+	// A caller attached to an execution this process settles may be woken
+	// before the settling transition is journaled: its delivery is
+	// journaled after that line, not before.
+	if in.journal != nil {
+		in.settling.wait(rec.ID)
+	}
+	switch rec.State {
+	case record.Completed:
+		// Conditional: of two callers handed the completed record at
+		// once (its first caller and a replay), one records the delivery
+		// and the other finds it done, so it is counted once; both have
+		// their line in the journal.
+		_, err := in.change(req.bg, req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
+		switch {
+		case errors.Is(err, record.ErrConflict):
+			in.journalize(req, rec, record.Change{To: record.Delivered})
+		case err != nil:
+			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
+		}
+	case record.Delivered:
+		// Delivered to another caller before: nothing for the store to
+		// record, but the journal has a line for each caller that took
+		// the result.
+		in.journalize(req, rec, record.Change{To: record.Delivered})
+	}
+}
+
+func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
+	b, _ := json.Marshal(e) // an *Error with no Data always marshals
+	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
+		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
+	}
+}

@@ -1,0 +1,98 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// answerFromRecord answers req's caller with what the store holds for
+// execution id: its stored outcome once settled, after waiting for it
+// while it is in flight.
+func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id string) {
+	cur, err := in.store.Get(req.bg, id)
+	switch {
+	case err != nil:
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s ran, and its record could not be read: %v; calling again attaches to it", id, err))
+	case cur.State.Settled():
+		in.answer(ctx, req, cur, replayed)
+	default:
+		go in.attach(ctx, cur, req)
+	}
+}
+
+// attach waits, on its own goroutine, for an execution under way that
+// req's caller joined, then answers the caller.
+func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Request) {
+	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
+	settled, err := in.wait(wctx, rec.ID)
+	cancel()
+	switch {
+	case errors.Is(ctx.Err(), ErrSessionEnded):
+		// The caller did not leave: its session ended while the
+		// execution went on elsewhere. It is told so, if its transport
+		// still takes an answer; or, if the execution settled meanwhile
+		// (the session's end may be what settled it), told how.
+		cur, gerr := in.store.Get(req.bg, rec.ID)
+		if gerr != nil {
+			cur = rec
+		}
+		if settled != nil && !cur.State.Settled() {
+			cur = settled
+		}
+		if cur.State.Settled() {
+			in.answer(ctx, req, cur, replayed)
+			return
+		}
+		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
+		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
+		if err := req.Reply.Reply(Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}); err != nil {
+			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		}
+	case ctx.Err() != nil:
+		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
+	case errors.Is(err, context.DeadlineExceeded):
+		cur, gerr := in.store.Get(ctx, rec.ID)
+		if gerr != nil {
+			cur = rec
+		}
+		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
+		in.log.Info("attach window passed; told the caller it is still in progress",
+			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
+	case err != nil:
+		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
+	default:
+		in.answer(ctx, req, settled, replayed)
+	}
+}
+
+// wait waits for execution id to settle, until ctx ends. A failure of the
+// store (a connection dropped, a server restarting) is not the waiter's
+// answer: it waits on, trying the store again after a backoff, so that
+// the caller gets the execution's answer, or is told it is still in
+// progress, rather than an error that says neither.
+func (in *Interceptor) wait(ctx context.Context, id string) (*record.Record, error) {
+	backoff := recordRetryMin
+	for {
+		settled, err := in.store.Wait(ctx, id)
+		if err == nil || ctx.Err() != nil || errors.Is(err, record.ErrNotFound) {
+			return settled, err
+		}
+		in.log.Warn("waiting for an execution: the store failed; trying again", "execution", id, "in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, recordRetryMax)
+	}
+}

@@ -1,0 +1,496 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// An execution is one call's run from the account's admission to its
+// caller's answer: it takes room in the account, records each attempt in
+// the store before its bytes go, sends, decides from the answer whether
+// to send again, waits, and records and answers the outcome. run is its
+// loop; the execution's state lives here and nowhere else.
+//
+// The loop stops while it waits for what it does not hold (the
+// upstream's answer, a backoff, room in the account) and goes on from
+// where it stopped on the goroutine that ends the wait. So a first call
+// is sent on the caller's goroutine and answered on the one that reads
+// the upstream, with no goroutine of its own, as a blocking send would
+// need; only the waits between attempts and for a full account take one.
+// At any moment one goroutine at most runs the loop.
+//
+// An execution holds one count of Interceptor.work from its start, which
+// end, the last step of every execution, releases.
+type execution struct {
+	in  *Interceptor
+	ctx context.Context // the caller's: its end stops the waits (stop)
+	req *Request
+	// rec is the record as the call found it; nil for an unrecorded call
+	// (Unrecorded), which nothing records.
+	rec  *record.Record
+	m    marking // how the outcome's answer is marked
+	step step
+	// turns hands the loop on past a send: the goroutine that made the
+	// send and the answer each add one, and the second of them runs the
+	// loop on, whichever it is. Reset before each send.
+	turns atomic.Int32
+	n     int // attempts sent
+	// why is why the next attempt is sent: for the first, why it is
+	// dispatched ("" for a new execution); for a later one, resend.why.
+	why string
+	// result and err are the last attempt's answer.
+	result json.RawMessage
+	err    error
+	// sent is when the last attempt was sent, if an Observer times it,
+	// since the Interceptor's epoch: a Duration, not a Time, to keep
+	// the Request within its size class (see acct).
+	sent time.Duration
+}
+
+// A step is where an execution's loop is.
+type step uint8
+
+const (
+	admitting step = iota // taking room in the account for the next attempt
+	claiming              // recording the next attempt before it goes
+	sending               // sending it
+	deciding              // its answer is in: settle, or send again
+	resuming              // a backoff ended: go on to admitting, if still wanted
+)
+
+// execute runs rec, a won reservation or a re-dispatch of an unknown
+// execution under the same id (note says why), as an execution of its
+// own: it runs on from here detached from the caller that started it, so
+// a dispatched side effect is never dropped because its caller left.
+func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Request, note string) {
+	e := in.newExecution(ctx, req, rec)
+	e.why = note
+	if rec.State == record.Unknown {
+		e.m = resumed
+	}
+	e.run()
+}
+
+// executeDispatched runs rec, which the store reserved and recorded as
+// dispatched in one step, from its send.
+func (in *Interceptor) executeDispatched(ctx context.Context, rec *record.Record, req *Request) {
+	// The store dispatches at once only when there is no account.
+	e := in.newExecution(ctx, req, rec)
+	e.claimed(rec, &record.Change{To: record.Dispatched})
+	if e.send() {
+		e.run() // the answer came during the send
+	}
+}
+
+// newExecution returns the execution of req, taking its count of
+// in.work. rec is nil for an unrecorded call.
+func (in *Interceptor) newExecution(ctx context.Context, req *Request, rec *record.Record) *execution {
+	in.work.Add(1)
+	e := &req.exec
+	e.in, e.ctx, e.req, e.rec = in, ctx, req, rec
+	return e
+}
+
+// acct returns the account the execution's sends take from, or nil.
+// Looked up, not kept: the execution shares its Request's allocation,
+// which the proxy makes for every call, and a few bytes more put that
+// in a larger size class.
+func (e *execution) acct() *account { return e.in.accountOf(e.req) }
+
+// tool names the tool the execution calls.
+func (e *execution) tool() string {
+	if e.rec != nil {
+		return e.rec.Tool
+	}
+	return e.req.Call.Name
+}
+
+// run runs the execution's steps until it waits for something or ends.
+// Whatever ends a wait calls run again.
+func (e *execution) run() {
+	for {
+		var more bool
+		switch e.step {
+		case admitting:
+			more = e.admit()
+		case claiming:
+			more = e.claim()
+		case sending:
+			more = e.send()
+		case deciding:
+			more = e.decide()
+		case resuming:
+			more = e.resume()
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// end is the last step of every execution: it answers the caller, with
+// answer if one is given, else with the last attempt's answer, recorded
+// (finish); and it releases the execution's count of work.
+func (e *execution) end(answer func()) {
+	defer e.in.work.Done()
+	switch {
+	case answer != nil:
+		answer()
+	case e.rec == nil:
+		e.in.answerUnrecorded(e.ctx, e.req, e.result, e.err)
+	default:
+		e.recordOutcome()
+	}
+}
+
+// finish ends the execution with the last attempt's answer.
+func (e *execution) finish() { e.end(nil) }
+
+// stop returns why a wait of the execution is given up, or nil. A
+// recorded execution is the record's, not its caller's (other callers
+// may attach to it), so only its session's end stops it, since nothing
+// will be sent after that. An unrecorded call is its caller's alone.
+func (e *execution) stop() error {
+	err := e.ctx.Err()
+	if e.rec == nil || errors.Is(err, ErrSessionEnded) {
+		return err
+	}
+	return nil
+}
+
+// admit takes room in the account for the next attempt: at once when it
+// has room (and, with a cap, a free slot); else the execution waits for
+// room, never holding a goroutine for longer than a store's answer
+// takes, up to the call's deadline.
+func (e *execution) admit() bool {
+	a := e.acct()
+	e.step = claiming
+	if a == nil {
+		return true
+	}
+	if err := e.stop(); err != nil {
+		return e.refuse(refusal{Gone: err}) // before taking room no one will use
+	}
+	now := e.in.now()
+	ok, wait, err := a.take(e.ctx, now)
+	switch {
+	case err != nil:
+		return e.refuse(refusal{Err: err})
+	case !ok:
+		// As in retry.Backoff.Next, a wait that ends at the deadline
+		// leaves the call no time, and is not begun either.
+		if d := e.req.deadline; !d.IsZero() && !now.Add(wait).Before(d) {
+			return e.refuse(refusal{Wait: wait})
+		}
+		e.step = admitting
+		e.pause(wait, func(err error) { e.refuse(refusal{Gone: err}) })
+		return false
+	case a.slots == nil:
+		return true
+	}
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	default:
+		go e.waitSlot()
+		return false
+	}
+}
+
+// waitSlot waits, on its own goroutine, for a slot of the account's
+// concurrency cap, up to the call's deadline, and runs the loop on.
+func (e *execution) waitSlot() {
+	var expired <-chan time.Time
+	if d := e.req.deadline; !d.IsZero() {
+		t := time.NewTimer(d.Sub(e.in.now()))
+		defer t.Stop()
+		expired = t.C
+	}
+	done := e.ctx.Done()
+	for {
+		select {
+		case e.acct().slots <- struct{}{}:
+			e.run()
+			return
+		case <-expired:
+			e.refuse(refusal{Full: true})
+			return
+		case <-done:
+			if err := e.stop(); err != nil {
+				e.refuse(refusal{Gone: err})
+				return
+			}
+			done = nil // not a reason to give up: wait on
+		}
+	}
+}
+
+// pause waits d on a goroutine of its own and runs the loop on; or, if
+// the wait is given up first (stop), calls gone with why.
+func (e *execution) pause(d time.Duration, gone func(error)) {
+	go func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		done := e.ctx.Done()
+		for {
+			select {
+			case <-t.C:
+				e.run()
+				return
+			case <-done:
+				if err := e.stop(); err != nil {
+					gone(err)
+					return
+				}
+				done = nil // not a reason to give up: wait on
+			}
+		}
+	}()
+}
+
+// refuse ends an execution the account did not let send: with the last
+// answer after the first attempt, else with why nothing was sent.
+func (e *execution) refuse(r refusal) bool {
+	a := e.acct()
+	if r.Err != nil && (e.rec == nil || e.n == 0) {
+		if e.rec == nil {
+			e.in.log.Error("the account's allowance could not be read; not sending", "tool", e.tool(), "account", a.name, "err", r.Err)
+		} else {
+			e.in.log.Error("the account's allowance could not be read; not sending", "execution", e.rec.ID, "account", a.name, "err", r.Err)
+		}
+	}
+	switch {
+	case e.n > 0:
+		e.notAgain(r.message(a.name))
+	case e.rec == nil:
+		e.end(func() { e.unrecordedNotSent(r.message(a.name), r.Gone) })
+	default:
+		e.end(func() { e.notSent(r.message(a.name)) })
+	}
+	return false
+}
+
+// claim records the next attempt in the store before its bytes go: the
+// first as the execution's dispatch, a later one as another attempt. An
+// unrecorded call has nothing to record, but is not sent once its caller
+// has gone.
+func (e *execution) claim() bool {
+	switch {
+	case e.rec == nil:
+		if err := e.ctx.Err(); err != nil {
+			// It ended as a slot came free.
+			e.acct().release()
+			if e.n > 0 {
+				e.notAgain(goneWords(err))
+			} else {
+				e.end(func() { e.unrecordedNotSent(goneWords(err), err) })
+			}
+			return false
+		}
+		e.step = sending
+		return true
+	case e.n > 0:
+		// The same execution, sent again: recorded as another attempt
+		// before the bytes go.
+		again := record.Change{To: record.Dispatched, From: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", e.n+1, e.why)}
+		cur, err := e.in.store.Update(e.req.bg, e.rec.ID, again)
+		if err != nil {
+			e.acct().release()
+			e.in.log.Error("recording another attempt; not sending", "execution", e.rec.ID, "err", err)
+			e.finish()
+			return false
+		}
+		e.in.obs.Transition(e.tool(), record.Dispatched)
+		e.in.journalize(e.req, cur, again)
+		e.step = sending
+		return true
+	}
+	// Persist before send: once bytes may have left, the record says so.
+	claim := record.Change{To: record.Dispatched, Note: e.why}
+	if e.rec.State == record.Unknown {
+		// A claim: of two callers re-dispatching it, one wins.
+		claim.From = record.Unknown
+		claim.Owner, claim.LeaseUntil = e.in.owner, e.in.now().Add(e.in.lease)
+	}
+	claimed, err := e.in.store.Update(e.req.bg, e.rec.ID, claim)
+	if err != nil {
+		e.acct().release()
+		e.end(func() { e.notDispatched(err) })
+		return false
+	}
+	e.claimed(claimed, &claim)
+	return true
+}
+
+// claimed marks the execution dispatched, as the store recorded it
+// (claimed, by the change claim), and moves on to its send.
+func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
+	if e.in.debug {
+		// Guarded like settle's: the arguments cost allocations even
+		// when debug is off.
+		e.in.log.Debug("transition", "execution", e.rec.ID, "state", record.Dispatched, "note", claim.Note)
+	}
+	e.in.obs.Transition(e.tool(), record.Dispatched)
+	e.in.journalize(e.req, claimed, *claim)
+	e.step = sending
+}
+
+// send sends the next attempt. It reports whether the loop goes on at
+// once, which it does on this goroutine only if the answer came before
+// Upstream.Send returned; else it goes on on the goroutine that brings
+// the answer (answered).
+func (e *execution) send() bool {
+	req := e.req
+	params, meta := req.Call.Params, req.Call.MetaAsSent
+	if e.n > 0 {
+		params, meta = withoutProgressToken(params, meta)
+	}
+	ctx := req.bg
+	if e.rec == nil {
+		// A caller that leaves takes its call back from the upstream:
+		// nothing is recorded, and no one else waits on it.
+		ctx = e.ctx
+	} else if req.Policy.ForwardKey {
+		// The execution id goes upstream, so a server that honours
+		// idempotency keys can dedupe a re-dispatch itself.
+		var buf [96]byte
+		member := append(append(append(buf[:0], `"`+mcp.MetaExecutionID+`":"`...), e.rec.ID...), '"')
+		// mcp.ParseToolCall found the params' _meta (and their name: they are
+		// not empty), so they need not be read again.
+		params = insertMeta(params, meta, false, member)
+	}
+	if e.in.timed && e.rec != nil {
+		e.sent = e.in.now().Sub(e.in.epoch)
+	}
+	e.n++
+	e.step = deciding
+	e.turns.Store(0)
+	req.Upstream.Send(ctx, "tools/call", params, e.answered)
+	return e.turns.Add(1) == 2
+}
+
+// answered takes an attempt's answer, and runs the loop on if the send
+// has returned.
+func (e *execution) answered(result json.RawMessage, err error) {
+	e.result, e.err = result, err
+	if e.turns.Add(1) == 2 {
+		e.run()
+	}
+}
+
+// decide settles the execution from an attempt's answer or, where the
+// tool's retry rule says the answer is transient and sending again is
+// safe, waits a backoff and sends it again.
+func (e *execution) decide() bool {
+	in, a := e.in, e.acct()
+	a.release()
+	if in.timed && e.rec != nil {
+		in.obs.Upstream(e.tool(), in.now().Sub(in.epoch)-e.sent)
+	}
+	if e.req.Policy.Retry == nil {
+		e.finish() // no rule, no second attempt (again)
+		return false
+	}
+	r := in.again(e.req, e.n, e.result, e.err)
+	if r.ok && a != nil && !a.budget.AllowRetry() {
+		if e.rec == nil {
+			in.log.Warn("retry budget exhausted; answering with the last result", "tool", e.tool(), "account", a.name, "request", e.req.Correlation)
+		} else {
+			in.log.Warn("retry budget exhausted; answering with the last result", "execution", e.rec.ID, "account", a.name)
+		}
+		r = resend{stop: fmt.Sprintf("the retry budget of account %s is exhausted, so this result was not retried", a.name)}
+	}
+	if !r.ok || e.rec == nil && e.ctx.Err() != nil {
+		if r.stop != "" {
+			e.result, e.err = withNote(e.result, e.err, r.stop)
+		}
+		e.finish()
+		return false
+	}
+	if e.rec == nil {
+		in.log.Info("sending again", "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why, "request", e.req.Correlation)
+	} else {
+		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why)
+	}
+	in.obs.Attempt(e.tool(), e.n+1, r.why, r.wait)
+	e.why = r.why
+	e.step = resuming
+	e.pause(r.wait, func(gone error) {
+		if e.rec == nil {
+			// The caller left, or the session ended: the last answer,
+			// for a caller that may still read it.
+			e.result, e.err = withNote(e.result, e.err, "not retried: "+goneWords(gone))
+			e.finish()
+			return
+		}
+		e.notAgain("the session ended during the backoff")
+	})
+	return false
+}
+
+// resume goes on to the next attempt after a backoff, unless the caller
+// of an unrecorded call has left (or its session ended) as the backoff
+// ended: the call is then not worth another send, nor the account's room.
+func (e *execution) resume() bool {
+	if err := e.ctx.Err(); e.rec == nil && err != nil {
+		e.notAgain(goneWords(err))
+		return false
+	}
+	e.step = admitting
+	return true
+}
+
+// notAgain ends an execution whose next attempt does not go, for why:
+// the caller gets the last answer, with why.
+func (e *execution) notAgain(why string) {
+	if e.rec == nil {
+		e.in.log.Info("not sending again", "tool", e.tool(), "attempt", e.n+1, "why", why, "request", e.req.Correlation)
+	} else {
+		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "why", why)
+	}
+	e.result, e.err = withNote(e.result, e.err, "not retried: "+why)
+	e.finish()
+}
+
+// notSent answers the caller of a recorded execution whose first attempt
+// the account did not let go, for why.
+func (e *execution) notSent(why string) {
+	rec, req := e.rec, e.req
+	if rec.State == record.Unknown {
+		// A re-dispatch not sent: the first send may still have run.
+		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
+		e.in.reply(e.ctx, req, Answer{Result: result}, nil)
+		return
+	}
+	e.in.settle(req.bg, req, rec.ID, record.Change{To: record.Failed, Note: why})
+	e.in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", why, rec.Tool))
+}
+
+// notDispatched answers the caller of an execution whose dispatch the
+// store did not record: err says why.
+func (e *execution) notDispatched(err error) {
+	in, rec, req := e.in, e.rec, e.req
+	if errors.Is(err, record.ErrConflict) {
+		// Another caller re-dispatched it first, or another process
+		// settled it meanwhile (this one's lease lapsed while it
+		// waited for its account, and the record was taken over as
+		// never sent): the caller gets what the record comes to.
+		go in.attach(e.ctx, rec, req)
+		return
+	}
+	in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
+	settled := in.settle(req.bg, req, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
+	if settled == nil {
+		settled = rec
+	}
+	in.answer(e.ctx, req, settled, live)
+}

@@ -1,0 +1,275 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// handle is Handle's work, on the goroutine that is to do it: the call
+// is fingerprinted and reserved, and then run, attached or answered from
+// the record (resolve).
+func (in *Interceptor) handle(ctx context.Context, req *Request) {
+	call, pol := req.Call, req.Policy
+	arrived := in.now()
+	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
+	req.bg = context.WithoutCancel(ctx)
+	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return
+	}
+	actor, scope := matchScope(req)
+	fp, err := in.hasher.Sum(fingerprint.Action{
+		Actor:     actor,
+		Scope:     scope,
+		Upstream:  req.UpstreamID,
+		Tool:      call.Name,
+		Arguments: args,
+		Extra:     extra(call),
+	})
+	if errors.Is(err, fingerprint.ErrNoSecret) {
+		// The durable store that keeps the secret could not be reached
+		// yet: fail closed, as without a reservation.
+		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)
+		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the record store is unavailable, so %s was not executed: the fingerprint secret it keeps could not be read yet", call.Name))
+		return
+	}
+	key := fp
+	if err == nil && call.Key != "" {
+		key, err = in.clientKey(req)
+	}
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return
+	}
+	fresh := &record.Record{
+		ID:          record.NewID(arrived),
+		Key:         key,
+		Fingerprint: fp,
+		Actor:       req.Actor,
+		Scope:       scope,
+		Upstream:    req.UpstreamID,
+		Tool:        call.Name,
+		Retention:   pol.Retention,
+		Owner:       in.owner,
+		LeaseUntil:  arrived.Add(in.lease),
+	}
+	opts := reserveOptions(pol)
+	// Without an account to wait for, a won reservation is sent at once:
+	// a store that can records its dispatch in the same step.
+	opts.Dispatch = in.accountOf(req) == nil
+	if err := ctx.Err(); err != nil {
+		in.leftBeforeReserving(req, err)
+		return
+	}
+	// Not under the caller's context: a reservation the store made but
+	// whose answer a cancellation cut off would stay reserved, never sent,
+	// and every retry would attach to it. Once asked for, it is seen
+	// through (the store bounds its own operations).
+	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
+	if err != nil {
+		// Fail closed: without a reservation nothing may run.
+		in.log.Error("store refused the reservation", "tool", call.Name, "request", req.Correlation, "err", err)
+		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
+		return
+	}
+	in.resolve(ctx, req, rec, won, fp, args)
+}
+
+// clientKey returns the key a call's execution is reserved under when
+// the client names it: the client's key names the execution (DESIGN
+// section 3), matched within the actor and the upstream, and the
+// fingerprint checks that the key is not reused for another action. The
+// caller's own actor even for a global tool: two actors never share a
+// key, nor learn of each other's executions through one.
+func (in *Interceptor) clientKey(req *Request) (string, error) {
+	call := req.Call
+	kb, _ := json.Marshal(call.Key)
+	// A continuation of a multi-round request (2026-07-28) resends the
+	// request's arguments, under its key, with the client's answers:
+	// each round's answers make a key of their own, so a continuation
+	// is matched to the same continuation retried, two different
+	// answers are two executions (as without a key), and the round
+	// that asked for input is not taken for another action.
+	kx := map[string]json.RawMessage{"key": kb}
+	if call.InputResponses != nil || call.RequestState != nil {
+		kx["inputResponses"], kx["requestState"] = call.InputResponses, call.RequestState
+	}
+	kfp, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID, Extra: kx})
+	if err != nil {
+		return "", err
+	}
+	return "key:" + kfp, nil
+}
+
+// leftBeforeReserving answers a call whose context ended, with err,
+// before it was reserved.
+func (in *Interceptor) leftBeforeReserving(req *Request, err error) {
+	if errors.Is(err, ErrSessionEnded) {
+		// The caller did not leave: it is owed an answer, and nothing ran.
+		in.obs.Decision(req.Call.Name, req.Policy.Class, "session_ended")
+		in.replyError(req, NotRunAtSessionEnd(req.Call.Name))
+	}
+	// Otherwise the caller left before anything was reserved.
+}
+
+// resolve does what the reservation calls for: a won one runs, a client
+// key reused for another action is refused, and a call that matched an
+// execution gets its answer, at once or when it comes.
+func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Record, won bool, fp string, args json.RawMessage) {
+	call, pol := req.Call, req.Policy
+	switch {
+	case won:
+		// A new execution is the ordinary path, logged at debug; info is
+		// kept for the calls the proxy answers from the record, so that
+		// logging at the default level costs nothing per ordinary call.
+		if in.debug {
+			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
+				"fingerprint", fp[:12], "request", req.Correlation)
+		}
+		in.obs.Decision(call.Name, pol.Class, "new")
+		if rec.State == record.Dispatched {
+			// Reserved and dispatched in one step (opts.Dispatch).
+			in.journalizeAccepted(req, rec)
+			in.executeDispatched(ctx, rec, req)
+			return
+		}
+		in.journalize(req, rec, record.Change{To: record.Accepted})
+		in.execute(ctx, rec, req, "")
+	case rec.Fingerprint != fp && !in.sameBeforeTasksExtension(rec, req, args):
+		// Only a client key can match a record of another action: the
+		// IETF Idempotency-Key draft's 422. Never executed.
+		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
+		in.obs.Decision(call.Name, pol.Class, "key_refused")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
+			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))
+	case rec.State == record.Unknown:
+		// One line for each decision; an unknown outcome's is unknown's.
+		in.unknown(ctx, rec, req)
+	case rec.State.Settled():
+		if in.info {
+			in.log.Info("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
+				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		}
+		in.obs.Decision(call.Name, pol.Class, "replayed")
+		in.answer(ctx, req, rec, replayed)
+	default:
+		if in.info {
+			in.log.Info("attached to an execution under way", "execution", rec.ID, "state", rec.State,
+				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		}
+		in.obs.Decision(call.Name, pol.Class, "attached")
+		go in.attach(ctx, rec, req)
+	}
+}
+
+// sameBeforeTasksExtension reports whether rec, the record under a call's
+// client key, has the fingerprint the call had before the 2026 tasks
+// extension declared in _meta became part of it: a record of the same
+// call made by an earlier version, which is no other action.
+func (in *Interceptor) sameBeforeTasksExtension(rec *record.Record, req *Request, args json.RawMessage) bool {
+	call := req.Call
+	if !call.TasksExtension {
+		return false
+	}
+	actor, scope := matchScope(req)
+	c := *call
+	c.TasksExtension = false
+	fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
+		Tool: call.Name, Arguments: args, Extra: extra(&c)})
+	return err == nil && fp == rec.Fingerprint
+}
+
+// keyDifference says how a call reusing a client key differs from the
+// key's first.
+func keyDifference(first, tool string) string {
+	if first != tool {
+		return "it names another tool"
+	}
+	return "the arguments differ"
+}
+
+// deadline returns when a call arriving at now stops beginning waits: the
+// retry rule's deadline (policy.DefaultDeadline when it sets none), or
+// the client's, if that is sooner. Without a retry rule the proxy makes
+// no waits of its own, and the client's deadline, checked by
+// mcp.ParseToolCall, has nothing to bound.
+func deadline(now time.Time, rule *policy.RetryRule, client time.Duration) time.Time {
+	d := policy.DefaultDeadline
+	if rule != nil && rule.Deadline > 0 {
+		d = rule.Deadline
+	}
+	if client > 0 {
+		d = min(d, client)
+	}
+	return now.Add(d)
+}
+
+// matchScope returns the actor and the scope that go into the
+// fingerprint: a client key is matched within its actor across sessions,
+// and a global tool across actors.
+func matchScope(req *Request) (actor, scope string) {
+	actor = req.Actor
+	switch {
+	case req.Call.Key != "":
+		scope = string(policy.ScopeKey)
+	case req.Policy.Scope == policy.ScopeActor:
+		scope = string(policy.ScopeActor)
+	case req.Policy.Scope == policy.ScopeGlobal:
+		scope = string(policy.ScopeGlobal)
+	default:
+		scope = req.Scope
+	}
+	if req.Policy.Scope == policy.ScopeGlobal {
+		actor = ""
+	}
+	return actor, scope
+}
+
+// reserveOptions maps a policy to the settled states a new call replaces.
+func reserveOptions(p *policy.Policy) record.ReserveOptions {
+	switch {
+	case p.Class == policy.Idempotent:
+		// Coalesce in-flight duplicates only: a later call runs again.
+		return record.ReserveOptions{Replace: []record.State{record.Completed, record.Delivered}}
+	case p.Replay == policy.ReplayUndelivered:
+		return record.ReserveOptions{Replace: []record.State{record.Delivered}}
+	}
+	return record.ReserveOptions{}
+}
+
+// extra returns the members besides arguments that change what a call
+// means: whether it asks for a task (not the task's ttl, which only says how
+// long to keep it) or may be answered with one (the 2026 tasks extension),
+// and a continuation's answers.
+func extra(c *mcp.ToolCall) map[string]json.RawMessage {
+	continuation := c.InputResponses != nil || c.RequestState != nil
+	if c.Task == nil && !c.TasksExtension && !continuation {
+		return nil
+	}
+	m := make(map[string]json.RawMessage, 3)
+	switch {
+	case c.Task != nil:
+		m["task"] = json.RawMessage("true")
+	case c.TasksExtension:
+		m["tasksExtension"] = json.RawMessage("true")
+	}
+	if continuation {
+		m["inputResponses"] = c.InputResponses
+		m["requestState"] = c.RequestState
+	}
+	return m
+}

@@ -1,0 +1,84 @@
+package intercept
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// outcome maps an upstream's answer to the change that settles the record.
+func outcome(result json.RawMessage, err error) record.Change {
+	if err == nil && len(result) > 0 && result[0] == '{' {
+		// The common case, decided before the error cases below, whose
+		// targets cost an allocation each.
+		if inputRequired(result) {
+			return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
+		}
+		if o := upstreamOutcome(result); o == "unknown" || o == "in_progress" {
+			// The upstream is another mcp-idempotent that does not know
+			// the outcome yet: neither does this one. Its answer is kept,
+			// for the caller it came for.
+			return record.Change{To: record.Unknown, Result: result, Note: "the upstream, another mcp-idempotent, answered " + o}
+		}
+		return record.Change{To: record.Completed, Result: result}
+	}
+	var malformed *retry.MalformedError
+	if err == nil {
+		err = retry.Malformed("a tools/call result that is not an object", result)
+	}
+	switch {
+	case errors.As(err, &malformed):
+		// An answer came, so the call was received and may have run, but
+		// it does not say how it went: the outcome is not known, and
+		// calling again must not run it again. The note, which the
+		// store and the journal keep, leaves out the answer's bytes, as
+		// it leaves out an upstream error's message: what a tool answers
+		// is kept only where the policy allows.
+		return record.Change{To: record.Unknown, Note: fmt.Sprintf("malformed answer from the upstream: %s (%d bytes)", malformed.What, malformed.Size)}
+	case retry.IsNotSent(err):
+		return record.Change{To: record.Failed, Note: err.Error()}
+	}
+	if rpcErr, ok := rpcError(err); ok {
+		b := rpcErr.Object() // the upstream's error, as it came
+		return record.Change{To: record.Failed, Error: b, Note: fmt.Sprintf("upstream error %d", rpcErr.Code)}
+	}
+	return record.Change{To: record.Unknown, Note: err.Error()}
+}
+
+// malformed reports whether an attempt's answer is one outcome reads as
+// malformed: a bug upstream.
+func malformed(result json.RawMessage, err error) bool {
+	if err == nil {
+		return len(result) == 0 || result[0] != '{'
+	}
+	return errors.As(err, new(*retry.MalformedError))
+}
+
+// upstreamOutcome returns the outcome an mcp-idempotent upstream put in a
+// result's _meta (mcp.MetaOutcome: "unknown", "in_progress", "already_done"),
+// or "" for a result that has none, which is most.
+func upstreamOutcome(result json.RawMessage) string {
+	if !bytes.Contains(result, []byte(mcp.MetaOutcome)) && !bytes.Contains(result, []byte(`\`)) {
+		return ""
+	}
+	o, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(result, "_meta"), mcp.MetaOutcome))
+	return o
+}
+
+// inputRequired reports whether result, a valid JSON object, asks the
+// client for more input (MCP 2026-07-28 multi-round requests) rather than
+// completing. The member's name is matched exactly: a completion must not
+// be taken for a question, and run again, because of a "ResultType".
+func inputRequired(result json.RawMessage) bool {
+	if !bytes.Contains(result, []byte("input_required")) && !bytes.Contains(result, []byte(`\u`)) {
+		return false // the common case; an escape may spell the words otherwise
+	}
+	resultType, _ := jsonrpc.StringValue(jsonrpc.Member(result, "resultType"))
+	return resultType == "input_required"
+}

@@ -1,0 +1,126 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// recordLater keeps trying to record c, the outcome of execution id that
+// the store refused, waiting longer each time (up to recordRetryMax), until
+// the store takes it or has another answer for the record (a conflict: it
+// was settled otherwise). Callers attached to the execution are then woken
+// with it, and calls after it replay it.
+func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
+	defer in.work.Done()
+	wait := recordRetryMin
+	for {
+		time.Sleep(wait)
+		_, err := in.change(req.bg, req, id, c)
+		switch {
+		case err == nil:
+			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
+			return
+		case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
+			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
+			return
+		}
+		wait = min(2*wait, recordRetryMax)
+	}
+}
+
+// The waits of recordLater.
+const (
+	recordRetryMin = 100 * time.Millisecond
+	recordRetryMax = 5 * time.Second
+)
+
+// settle applies c, made by req's call, and returns the settled record, or
+// nil if the store refused.
+func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c record.Change) *record.Record {
+	rec, err := in.change(ctx, req, id, c)
+	if err != nil {
+		in.log.Error("recording a transition", "execution", id, "state", c.To, "err", err)
+		return nil
+	}
+	return rec
+}
+
+// change applies c, made by req's call, to execution id in the store,
+// counts and journals it, and returns the record it made. Until its
+// journal line is written, the "delivered" lines of the callers the
+// store wakes with it wait (journalGates).
+func (in *Interceptor) change(ctx context.Context, req *Request, id string, c record.Change) (*record.Record, error) {
+	if c.To != record.Delivered && in.journal != nil {
+		defer in.settling.hold(id)()
+	}
+	rec, err := in.store.Update(ctx, id, c)
+	if err != nil {
+		return nil, err
+	}
+	in.obs.Transition(rec.Tool, c.To)
+	in.journalize(req, rec, c)
+	if in.debug {
+		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
+	}
+	return rec, nil
+}
+
+// recordOutcome settles a recorded execution from its last answer and
+// answers its caller.
+func (e *execution) recordOutcome() {
+	in, ctx, rec, req, result, err := e.in, e.ctx, e.rec, e.req, e.result, e.err
+	c := outcome(result, err)
+	if f, _ := failure(err); c.To == record.Failed && retry.StatusMayHaveRun(f.HTTPStatus) {
+		// The status may have come after the tool ran (a gateway gave up
+		// waiting, the server failed mid-call): nobody saw the outcome.
+		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+	}
+	if malformed(result, err) {
+		// A bug upstream, not a passing failure: said loudly.
+		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
+	}
+	if resent := e.n > 1 || e.m == resumed; resent && err == nil && c.To == record.Completed {
+		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
+			// A re-send found the effect in place (a delete of something
+			// gone): the first send did it, so the execution is done.
+			in.log.Info("a re-send found the effect already done; completing as a success", "execution", rec.ID, "tool", rec.Tool)
+			c.Result = alreadyDoneResult(rec, result)
+			c.Note = "already done: the re-send found the effect in place"
+		}
+	}
+	if err == nil && req.Policy.Retry != nil && c.To == record.Completed && c.Note == "" {
+		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
+			// Still transient after the last attempt: the effect did not
+			// happen, so it is not replayed (Stripe does not cache a 429
+			// either); the caller sees this last result.
+			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+		}
+	}
+	settled, err := in.change(req.bg, req, rec.ID, c)
+	if errors.Is(err, record.ErrConflict) {
+		// Settled otherwise while this send ran: this process's lease
+		// lapsed and another took the execution over. The caller gets
+		// what the record says, as any caller now would.
+		in.log.Warn("the store holds another outcome for this execution; answering from it", "execution", rec.ID, "state", c.To, "err", err)
+		in.answerFromRecord(ctx, req, rec.ID)
+		return
+	}
+	if err != nil {
+		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
+			rec.ID, rec.Tool))
+		// The outcome is known, and the execution must not stay in flight
+		// (its lease renewed by this process) while callers wait on it.
+		in.work.Add(1)
+		go in.recordLater(req, rec.ID, c)
+		return
+	}
+	in.answer(ctx, req, settled, e.m)
+}
