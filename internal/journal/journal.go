@@ -106,7 +106,7 @@ type Value struct {
 type Writer struct {
 	path string
 
-	mu    sync.Mutex // protects the fields below
+	mu    sync.Mutex // guards f, prev, lines and err
 	f     *os.File
 	prev  string // hex SHA-256 of the last line, or Genesis
 	lines int    // lines in the file

@@ -29,7 +29,7 @@ type Options struct {
 type Store struct {
 	now func() time.Time
 
-	mu    sync.Mutex        // protects the fields below
+	mu    sync.Mutex        // guards byID, byKey, live and expires
 	byID  map[string]*entry // every record not yet purged
 	byKey map[string]*entry // the record currently holding each key
 	// live holds the records in flight or completed and not yet

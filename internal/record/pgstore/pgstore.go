@@ -98,7 +98,7 @@ type Store struct {
 	ctx    context.Context // cancelled by Close; bounds the listener
 	cancel context.CancelFunc
 
-	mu        sync.Mutex // protects the fields below
+	mu        sync.Mutex // guards closed, listening and secret; the listener starts under it
 	closed    bool
 	listening bool           // the listener goroutine was started
 	wg        sync.WaitGroup // the listener goroutine

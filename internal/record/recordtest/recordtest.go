@@ -16,7 +16,7 @@ import (
 
 // A Clock is a settable time source for the store under test.
 type Clock struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards t
 	t  time.Time
 }
 

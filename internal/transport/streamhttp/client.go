@@ -104,7 +104,7 @@ type Client struct {
 	expiredOnce sync.Once
 	wg          sync.WaitGroup
 
-	mu          sync.Mutex // protects the fields below
+	mu          sync.Mutex // guards closed through initialized below, and each statelessCall.cancelled
 	closed      bool
 	sessionID   string // from the initialize response's Mcp-Session-Id
 	version     string // the protocolVersion the server chose
