@@ -343,9 +343,16 @@ const maxKeptBuffer = 16 << 10
 // vertical tab, which encoding/json refuses, and the fingerprint would
 // then accept what an upstream decoding with it could not read.
 func trimJSONSpace(b []byte) []byte {
-	isSpace := func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' }
-	return bytes.TrimFunc(b, isSpace)
+	for len(b) > 0 && isJSONSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isJSONSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func isObject(raw json.RawMessage) bool {
 	for _, c := range raw {

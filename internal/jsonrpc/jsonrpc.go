@@ -140,34 +140,30 @@ func DecodeInto(m *Message, frame []byte) error {
 	*m = Message{Raw: frame}
 	var (
 		methodRaw []byte
-		seen      uint8  // a bit for each envelope member met
 		repeated  []byte // the first member met twice, or in another case
 	)
 	end := walkObject(frame, start, true, func(name, value []byte) bool {
-		var bit uint8
+		// A value is never empty, so a member already set was met.
+		var seen bool
 		switch string(name) {
 		case "jsonrpc":
-			m.Version, bit = value, 1
+			seen, m.Version = m.Version != nil, value
 		case "id":
-			m.ID, bit = value, 2
+			seen, m.ID = m.ID != nil, value
 		case "method":
-			methodRaw, bit = value, 4
+			seen, methodRaw = methodRaw != nil, value
 		case "params":
-			m.Params, bit = value, 8
+			seen, m.Params = m.Params != nil, value
 		case "result":
-			m.Result, bit = value, 16
+			seen, m.Result = m.Result != nil, value
 		case "error":
-			m.Error, bit = value, 32
+			seen, m.Error = m.Error != nil, value
 		default:
-			if repeated == nil && foldsToEnvelope(name) {
-				repeated = name
-			}
-			return true
+			seen = FoldsTo(name, envelope)
 		}
-		if seen&bit != 0 && repeated == nil {
+		if seen && repeated == nil {
 			repeated = name
 		}
-		seen |= bit
 		return true
 	})
 	if end < 0 || skipSpace(frame, end) != len(frame) {
@@ -175,7 +171,7 @@ func DecodeInto(m *Message, frame []byte) error {
 		return fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
 	}
 	if repeated != nil {
-		return ambiguous(repeated, envelope)
+		return Ambiguous(repeated, envelope)
 	}
 	if methodRaw != nil && string(methodRaw) != "null" {
 		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {

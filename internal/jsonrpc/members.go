@@ -257,10 +257,11 @@ var ErrAmbiguous = errors.New("ambiguous member")
 // envelope holds the members of a JSON-RPC message.
 var envelope = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 
-// foldsToEnvelope reports whether name matches an envelope member under
-// case folding, as encoding/json matches names (bytes.EqualFold).
-func foldsToEnvelope(name []byte) bool {
-	for _, n := range envelope {
+// FoldsTo reports whether name matches one of names under case folding,
+// as encoding/json matches names (bytes.EqualFold): a reader that looks
+// for exactly those names would not see it, and one written in Go would.
+func FoldsTo(name []byte, names []string) bool {
+	for _, n := range names {
 		if bytes.EqualFold(name, []byte(n)) {
 			return true
 		}
@@ -268,9 +269,9 @@ func foldsToEnvelope(name []byte) bool {
 	return false
 }
 
-// ambiguous returns the ErrAmbiguous error for name, a member of one of
-// names given twice or in another case.
-func ambiguous(name []byte, names []string) error {
+// Ambiguous returns the ErrAmbiguous error for name, one of names given
+// twice, or a member that differs from one of them only in case.
+func Ambiguous(name []byte, names []string) error {
 	for _, n := range names {
 		if string(name) == n {
 			return fmt.Errorf("%w: %q is given twice", ErrAmbiguous, n)
@@ -301,7 +302,7 @@ func (r *Reading) Note(name []byte) int {
 		if string(name) == n {
 			if i < 64 {
 				if r.seen&(1<<i) != 0 && r.err == nil {
-					r.err = ambiguous(name, r.Names)
+					r.err = Ambiguous(name, r.Names)
 				}
 				r.seen |= 1 << i
 			}
@@ -311,7 +312,7 @@ func (r *Reading) Note(name []byte) int {
 	if r.err == nil {
 		for _, n := range r.Names {
 			if bytes.EqualFold(name, []byte(n)) {
-				r.err = ambiguous(name, r.Names)
+				r.err = Ambiguous(name, r.Names)
 				break
 			}
 		}

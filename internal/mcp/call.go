@@ -89,31 +89,39 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	// jsonrpc.EachMember. One that an upstream could read otherwise
 	// (given twice, or in another case) refuses the call.
 	*tc = ToolCall{Params: params}
-	var nameRaw []byte
-	read := jsonrpc.Reading{Names: paramNames}
+	var nameRaw, args, task, inputResponses, requestState, repeated []byte
 	err := jsonrpc.EachMember(params, func(name, value []byte) bool {
-		switch read.Note(name) {
-		case paramName:
-			nameRaw = value
-		case paramArguments:
-			tc.Arguments = nullToNil(value)
-		case paramMeta:
-			tc.MetaAsSent, tc.Meta = value, nullToNil(value)
-		case paramTask:
-			tc.Task = nullToNil(value)
-		case paramInputResponses:
-			tc.InputResponses = nullToNil(value)
-		case paramRequestState:
-			tc.RequestState = nullToNil(value)
+		// A value is never empty, so a member already set was met.
+		var seen bool
+		switch string(name) {
+		case "name":
+			seen, nameRaw = nameRaw != nil, value
+		case "arguments":
+			seen, args = args != nil, value
+		case "_meta":
+			seen, tc.MetaAsSent = tc.MetaAsSent != nil, value
+		case "task":
+			seen, task = task != nil, value
+		case "inputResponses":
+			seen, inputResponses = inputResponses != nil, value
+		case "requestState":
+			seen, requestState = requestState != nil, value
+		default:
+			seen = jsonrpc.FoldsTo(name, paramNames)
+		}
+		if seen && repeated == nil {
+			repeated = name
 		}
 		return true
 	})
 	if err != nil {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
 	}
-	if err := read.Err(); err != nil {
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", err)
+	if repeated != nil {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", jsonrpc.Ambiguous(repeated, paramNames))
 	}
+	tc.Arguments, tc.Meta, tc.Task = nullToNil(args), nullToNil(tc.MetaAsSent), nullToNil(task)
+	tc.InputResponses, tc.RequestState = nullToNil(inputResponses), nullToNil(requestState)
 	name, ok := jsonrpc.StringValue(nameRaw)
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
@@ -151,18 +159,8 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	return nil
 }
 
-// The members of tools/call params the proxy reads, and their indexes
-// there.
+// paramNames are the members of tools/call params the proxy reads.
 var paramNames = []string{"name", "arguments", "_meta", "task", "inputResponses", "requestState"}
-
-const (
-	paramName = iota
-	paramArguments
-	paramMeta
-	paramTask
-	paramInputResponses
-	paramRequestState
-)
 
 // The members of a call's _meta the proxy reads, and their indexes there.
 var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaClientCapabilities}
