@@ -44,9 +44,9 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		result := rec.Result
 		switch m {
 		case replayed:
-			result = withMeta(result, replayMeta(rec))
+			result = jsonrpc.WithMeta(result, replayMeta(rec))
 		case resumed:
-			result = withMeta(result, executionMember(rec))
+			result = jsonrpc.WithMeta(result, executionMember(rec))
 		}
 		in.reply(ctx, req, Answer{Result: result}, rec)
 	case record.Failed:

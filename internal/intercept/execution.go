@@ -351,7 +351,10 @@ func (e *execution) send() bool {
 	req := e.req
 	params, meta := req.Call.Params, req.Call.MetaAsSent
 	if e.n > 0 {
-		params, meta = withoutProgressToken(params, meta)
+		// Sent again without the progress token: the client has had the
+		// first attempt's progress, and MCP asks progress to increase,
+		// which a second attempt's would not.
+		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaProgressToken)
 	}
 	ctx := req.bg
 	if e.rec == nil {
@@ -365,7 +368,7 @@ func (e *execution) send() bool {
 		member := append(append(append(buf[:0], `"`+mcp.MetaExecutionID+`":"`...), e.rec.ID...), '"')
 		// mcp.ParseToolCall found the params' _meta (and their name: they are
 		// not empty), so they need not be read again.
-		params = insertMeta(params, meta, false, member)
+		params = jsonrpc.InsertMeta(params, meta, false, member)
 	}
 	if e.in.timed && e.rec != nil {
 		e.sent = e.in.now().Sub(e.in.epoch)

@@ -811,55 +811,6 @@ func (h *harness) onlyRecord(t *testing.T) *record.Record {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestWithMeta(t *testing.T) {
-	const add = `"k":1`
-	for _, tt := range []struct{ in, want string }{
-		{`{"content":[]}`, `{"content":[],"_meta":{"k":1}}`},
-		{`{}`, `{"_meta":{"k":1}}`},
-		{` { } `, ` { "_meta":{"k":1}} `},
-		{`{"_meta":{},"content":[]}`, `{"_meta":{"k":1},"content":[]}`},
-		{`{"_meta":{ },"content":[]}`, `{"_meta":{ "k":1},"content":[]}`},
-		{`{"_meta":{"vendor/x":"}"},"content":[]}`, `{"_meta":{"vendor/x":"}","k":1},"content":[]}`},
-		{`{"content":[],"_meta":{"a":{"b":1}} }`, `{"content":[],"_meta":{"a":{"b":1},"k":1} }`},
-		{`{"_meta":"odd"}`, `{"_meta":{"k":1}}`},
-		{`{"_meta":null,"content":[]}`, `{"_meta":{"k":1},"content":[]}`},
-		{`[1]`, `[1]`},
-		{`"text"`, `"text"`},
-	} {
-		in := json.RawMessage(tt.in)
-		got := string(withMeta(in, []byte(add)))
-		if got != tt.want {
-			t.Errorf("withMeta(%s) = %s; want %s", tt.in, got, tt.want)
-		}
-		if string(in) != tt.in {
-			t.Errorf("withMeta modified its input %s", tt.in)
-		}
-		if got != tt.in && !json.Valid([]byte(got)) {
-			t.Errorf("withMeta(%s) = %s, not valid JSON", tt.in, got)
-		}
-	}
-}
-
-// TestWithMetaReplacesOurs: a result that came through another
-// mcp-idempotent carries the names this one adds; they are replaced, not
-// written twice, which a strict JSON reader would refuse.
-func TestWithMetaReplacesOurs(t *testing.T) {
-	const add = `"mcp-idempotent/replayed":true,"mcp-idempotent/execution":{"id":"exe_2"}`
-	for _, tt := range []struct{ in, want string }{
-		{`{"content":[],"_meta":{"mcp-idempotent/replayed":true,"mcp-idempotent/execution":{"id":"exe_1"},"progressToken":"p"}}`,
-			`{"content":[],"_meta":{"progressToken":"p",` + add + `}}`},
-		{`{"_meta":{"mcp\u002didempotent/replayed":false}}`, `{"_meta":{` + add + `}}`},
-		{`{"_meta":{"mcp-idempotent\/replayed":false, "a" : 1}}`, `{"_meta":{"a" : 1,` + add + `}}`},
-		// Members kept are kept as they came, a name no string holds too.
-		{`{"_meta":{"\ud800":1,"mcp-idempotent/replayed":true}}`, `{"_meta":{"\ud800":1,` + add + `}}`},
-	} {
-		got := string(withMeta(json.RawMessage(tt.in), []byte(add)))
-		if got != tt.want {
-			t.Errorf("withMeta(%s) =\n %s\nwant\n %s", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestAppendExecution checks that the _meta a replay carries is what
 // json.Marshal makes of the execution, for names that need escapes too.
 func TestAppendExecution(t *testing.T) {
@@ -880,31 +831,6 @@ func TestAppendExecution(t *testing.T) {
 		}
 		if got := appendExecution(nil, r); string(got) != string(want) {
 			t.Errorf("appendExecution:\n got %s\nwant %s", got, want)
-		}
-	}
-}
-
-// TestInsertMetaAsWithMeta checks that adding the execution id to params
-// whose _meta mcp.ParseToolCall found gives what withMeta gives by reading
-// them again, whatever _meta is.
-func TestInsertMetaAsWithMeta(t *testing.T) {
-	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
-	for _, params := range []string{
-		`{"name":"t","arguments":{}}`,
-		`{"name":"t","_meta":{}}`,
-		`{"name":"t","_meta":{ }}`,
-		`{"name":"t","_meta":{"progressToken":1},"arguments":{"a":"}"}}`,
-		`{"name":"t","_meta":null}`,
-		`{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_0","a":1}}`,
-		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
-	} {
-		tc, err := mcp.ParseToolCall(json.RawMessage(params))
-		if err != nil {
-			t.Fatalf("mcp.ParseToolCall(%s): %v", params, err)
-		}
-		got := insertMeta(tc.Params, tc.MetaAsSent, false, member)
-		if want := withMeta(json.RawMessage(params), member); string(got) != string(want) {
-			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
 		}
 	}
 }
@@ -1018,32 +944,6 @@ func TestSessionEndAnswersAStatusCheck(t *testing.T) {
 			t.Fatalf("upstream reached %d times; want the call and its status check", n)
 		}
 	})
-}
-
-// TestWithoutProgressToken: a call sent again goes without its progress
-// token, the rest of its _meta as it came, and its new _meta is where
-// insertMeta can add to it.
-func TestWithoutProgressToken(t *testing.T) {
-	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
-	for _, tt := range []struct{ params, want string }{
-		{`{"name":"t","_meta":{"progressToken":7, "a" : 1},"arguments":{}}`, `{"name":"t","_meta":{"a" : 1,"mcp-idempotent/execution-id":"exe_1"},"arguments":{}}`},
-		{`{"name":"t","_meta":{"progressToken":"p"}}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
-		{`{"name":"t","_meta":{"progress\u0054oken":"p","b":2}}`, `{"name":"t","_meta":{"b":2,"mcp-idempotent/execution-id":"exe_1"}}`},
-		{`{"name":"t","_meta":{"a":1}}`, `{"name":"t","_meta":{"a":1,"mcp-idempotent/execution-id":"exe_1"}}`},
-		{`{"name":"t"}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
-	} {
-		tc, err := mcp.ParseToolCall(json.RawMessage(tt.params))
-		if err != nil {
-			t.Fatal(err)
-		}
-		params, meta := withoutProgressToken(tc.Params, tc.MetaAsSent)
-		if got := string(insertMeta(params, meta, false, member)); got != tt.want {
-			t.Errorf("params %s:\n got %s\nwant %s", tt.params, got, tt.want)
-		}
-		if string(tc.Params) != tt.params {
-			t.Errorf("withoutProgressToken changed its input to %s", tc.Params)
-		}
-	}
 }
 
 // TestRetriesSendNoProgressToken: an attempt after the first goes without

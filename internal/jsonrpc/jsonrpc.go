@@ -329,7 +329,7 @@ func AppendRequest(b []byte, id json.RawMessage, method string, params json.RawM
 // AppendRequest appends after `{"jsonrpc":"2.0","id":ID`.
 func AppendRequestTail(b []byte, method string, params json.RawMessage) []byte {
 	b = append(b, `,"method":`...)
-	b = appendString(b, method)
+	b = AppendString(b, method)
 	if params != nil {
 		b = append(b, `,"params":`...)
 		b = append(b, params...)
@@ -337,11 +337,11 @@ func AppendRequestTail(b []byte, method string, params json.RawMessage) []byte {
 	return append(b, '}')
 }
 
-// appendString appends s as json.Marshal writes it. A method name is
+// AppendString appends s as json.Marshal writes it. A method name is
 // plain ASCII that needs no escape, and is copied between quotes as it is;
 // anything else goes through json.Marshal, so the bytes are the same
 // either way (TestAppendString).
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			mb, _ := json.Marshal(s) // a string always marshals

@@ -78,8 +78,8 @@ func BenchmarkValid(b *testing.B) {
 func TestAppendString(t *testing.T) {
 	for _, s := range []string{"", "tools/call", "a b", `q"`, `b\s`, "<x>", "a&b", "tab\t", "é", "\x7f", "\xff", "\u2028"} {
 		want, _ := json.Marshal(s)
-		if got := appendString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Errorf("appendString(%q) = %s, want x%s", s, got, want)
+		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("AppendString(%q) = %s, want x%s", s, got, want)
 		}
 	}
 }

@@ -99,3 +99,54 @@ func TestParseToolCall(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertMetaAsWithMeta checks that adding the execution id to params
+// whose _meta ParseToolCall found gives what withMeta gives by reading
+// them again, whatever _meta is.
+func TestInsertMetaAsWithMeta(t *testing.T) {
+	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
+	for _, params := range []string{
+		`{"name":"t","arguments":{}}`,
+		`{"name":"t","_meta":{}}`,
+		`{"name":"t","_meta":{ }}`,
+		`{"name":"t","_meta":{"progressToken":1},"arguments":{"a":"}"}}`,
+		`{"name":"t","_meta":null}`,
+		`{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_0","a":1}}`,
+		`{ "name" : "t" , "_meta" : { "a" : 1 } }`,
+	} {
+		tc, err := ParseToolCall(json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("ParseToolCall(%s): %v", params, err)
+		}
+		got := jsonrpc.InsertMeta(tc.Params, tc.MetaAsSent, false, member)
+		if want := jsonrpc.WithMeta(json.RawMessage(params), member); string(got) != string(want) {
+			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
+		}
+	}
+}
+
+// TestWithoutProgressToken: a call sent again goes without its progress
+// token, the rest of its _meta as it came, and its new _meta is where
+// insertMeta can add to it.
+func TestWithoutProgressToken(t *testing.T) {
+	member := []byte(`"mcp-idempotent/execution-id":"exe_1"`)
+	for _, tt := range []struct{ params, want string }{
+		{`{"name":"t","_meta":{"progressToken":7, "a" : 1},"arguments":{}}`, `{"name":"t","_meta":{"a" : 1,"mcp-idempotent/execution-id":"exe_1"},"arguments":{}}`},
+		{`{"name":"t","_meta":{"progressToken":"p"}}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t","_meta":{"progress\u0054oken":"p","b":2}}`, `{"name":"t","_meta":{"b":2,"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t","_meta":{"a":1}}`, `{"name":"t","_meta":{"a":1,"mcp-idempotent/execution-id":"exe_1"}}`},
+		{`{"name":"t"}`, `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_1"}}`},
+	} {
+		tc, err := ParseToolCall(json.RawMessage(tt.params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, meta := jsonrpc.WithoutMetaMember(tc.Params, tc.MetaAsSent, MetaProgressToken)
+		if got := string(jsonrpc.InsertMeta(params, meta, false, member)); got != tt.want {
+			t.Errorf("params %s:\n got %s\nwant %s", tt.params, got, tt.want)
+		}
+		if string(tc.Params) != tt.params {
+			t.Errorf("withoutProgressToken changed its input to %s", tc.Params)
+		}
+	}
+}

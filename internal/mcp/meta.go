@@ -27,6 +27,8 @@ const (
 
 // _meta keys of the protocol's.
 const (
+	// MetaProgressToken asks for progress notifications about a request.
+	MetaProgressToken = "progressToken"
 	// MetaProtocol starts the keys the protocol reserves for itself.
 	MetaProtocol = "io.modelcontextprotocol/"
 	// MetaProtocolVersion is where a request of the stateless era declares

@@ -1,7 +1,6 @@
 package streamhttp
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 
@@ -18,12 +17,12 @@ func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage
 	n := strconv.FormatInt(ss.nextID, 10)
 	newID := json.RawMessage(strconv.Quote("h" + n))
 	ss.origIDs[string(newID)] = id
-	body = withID(body, id, newID)
+	body = jsonrpc.Replace(body, id, newID)
 	if token != "" && !s.opts.JSONResponse {
 		if rm, err := jsonrpc.Decode(body); err == nil {
 			newToken := strconv.Quote("p" + n)
 			ss.origTokens[newToken] = json.RawMessage(token)
-			body = withID(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
+			body = jsonrpc.Replace(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
 			token = newToken
 		}
 	}
@@ -49,20 +48,4 @@ func (ss *ServerSession) cancel(ids []string) {
 			return
 		}
 	}
-}
-
-// withID returns frame with its id replaced by newID. id must be the
-// subslice of frame that jsonrpc.Decode returned as the message's ID: the
-// message is not encoded again, so every other byte is kept.
-func withID(frame []byte, id, newID json.RawMessage) []byte {
-	// Both slices end in the same backing array, so the difference of
-	// their capacities is id's offset in frame.
-	off := cap(frame) - cap(id)
-	if off < 0 || off+len(id) > len(frame) || !bytes.Equal(frame[off:off+len(id)], id) {
-		panic("streamhttp: withID: id is not a subslice of frame")
-	}
-	out := make([]byte, 0, len(frame)-len(id)+len(newID))
-	out = append(out, frame[:off]...)
-	out = append(out, newID...)
-	return append(out, frame[off+len(id):]...)
 }

@@ -1203,7 +1203,7 @@ func TestWithID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(withID(frame, m.ID, json.RawMessage(`"h1"`)))
+	got := string(jsonrpc.Replace(frame, m.ID, json.RawMessage(`"h1"`)))
 	if want := `{"jsonrpc":"2.0","result":{"id":1},"id":"h1"}`; got != want {
 		t.Fatalf("withID = %s, want %s", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // A ServerSession is one client session of a Server, seen from the proxy's
@@ -227,7 +228,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 		}
 		if ss.stateless {
 			// Give the client its own id back.
-			frame = withID(frame, m.ID, ss.origIDs[key])
+			frame = jsonrpc.Replace(frame, m.ID, ss.origIDs[key])
 			delete(ss.origIDs, key)
 		}
 		ss.answerLocked(p, frame, written)
@@ -237,7 +238,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 		token := progressTokenValue(m.Params)
 		if st := ss.progress[string(token)]; st != nil {
 			if orig, ok := ss.origTokens[string(token)]; ok {
-				frame = withID(frame, token, orig)
+				frame = jsonrpc.Replace(frame, token, orig)
 			}
 			ss.appendLocked(st, frame)
 			return
@@ -283,14 +284,14 @@ func progressTokenValue(params json.RawMessage) []byte {
 		switch string(name) {
 		case "_meta":
 			jsonrpc.EachMember(value, func(name, value []byte) bool {
-				if string(name) == "progressToken" {
+				if string(name) == mcp.MetaProgressToken {
 					token = value
 					return false
 				}
 				return true
 			})
 			return false
-		case "progressToken": // in a notifications/progress
+		case mcp.MetaProgressToken: // in a notifications/progress
 			token = value
 			return false
 		}
