@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -507,5 +508,66 @@ func TestRecoverAfterARedispatch(t *testing.T) {
 	h.in.Wait(t.Context())
 	if rec := h.onlyRecord(t); rec.State != record.Delivered || rec.Attempts != 2 {
 		t.Fatalf("record %s, %d attempts; want delivered after 2", rec.State, rec.Attempts)
+	}
+}
+
+// lostAnswers is a store whose reservations, while lose is set, are made
+// and then answered with an error, as a store's answer that timed out
+// after the write landed.
+type lostAnswers struct {
+	record.Store
+	lose atomic.Bool
+}
+
+func (s *lostAnswers) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	rec, won, err := s.Store.Reserve(ctx, r, opts)
+	if s.lose.Load() {
+		return nil, false, errors.New("context deadline exceeded")
+	}
+	return rec, won, err
+}
+
+// TestLostReservationIsSettled: a reservation whose answer the store lost
+// is failed by the process that asked for it as soon as the store
+// answers, not left in flight under a live owner until its lease lapses:
+// a retry runs at once, and so does a call after the lease renewal that
+// settled it.
+func TestLostReservationIsSettled(t *testing.T) {
+	for _, retry := range []bool{true, false} {
+		for _, account := range []bool{false, true} {
+			h := newHarness(charged)
+			store := &lostAnswers{Store: h.store}
+			opts := Options{Store: store, Hasher: fingerprint.NewRandom()}
+			if account {
+				// With an account to wait for, the reservation is not
+				// dispatched in the same step: it stays accepted.
+				opts.Accounts = map[string]policy.Account{"acct": {Rate: 100, Burst: 10}}
+				h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Account: "acct"}
+			}
+			h.in = New(opts)
+			store.lose.Store(true)
+			if a := h.call(t.Context(), t, chargeCall).only(t); a.Error == nil || !strings.Contains(string(a.Error), "store is unavailable") {
+				t.Fatalf("account %v: first call got %+v; want the store's refusal", account, a)
+			}
+			store.lose.Store(false)
+			if !retry {
+				h.in.settleLostReservations(t.Context()) // as at a lease renewal
+				if rec := h.onlyRecord(t); rec.State != record.Failed || rec.History[len(rec.History)-1].Note != lostNote {
+					t.Fatalf("account %v: after the renewal the lost reservation is %s; want failed", account, rec.State)
+				}
+			}
+			if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" {
+				t.Fatalf("retry %v, account %v: the next call got %+v; want the first charge, run now", retry, account, v)
+			}
+			recs := h.store.Records()
+			if len(recs) != 2 {
+				t.Fatalf("retry %v, account %v: %d records; want the lost one and the run", retry, account, len(recs))
+			}
+			for _, rec := range recs {
+				if rec.State == record.Failed && rec.History[len(rec.History)-1].Note != lostNote {
+					t.Errorf("retry %v, account %v: failed record's note %q; want %q", retry, account, rec.History[len(rec.History)-1].Note, lostNote)
+				}
+			}
+		}
 	}
 }

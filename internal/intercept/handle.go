@@ -78,14 +78,34 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// through (the store bounds its own operations).
 	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
 	if err != nil {
-		// Fail closed: without a reservation nothing may run.
-		in.log.Error("store refused the reservation", "tool", call.Name, "request", req.Correlation, "err", err)
-		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", call.Name, err))
+		in.storeRefused(req, fresh.ID, err)
 		return
 	}
+	if !won {
+		if lost := in.lost.take(rec.ID); lost != nil && in.settleLost(req.bg, lost, rec) {
+			// The call found a reservation of this process's that the
+			// store made but whose answer it lost: failed now, it is
+			// reserved again, and this call runs.
+			if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
+				in.storeRefused(req, fresh.ID, err)
+				return
+			}
+		}
+	}
 	in.resolve(ctx, req, rec, won, fp, args)
+}
+
+// storeRefused answers a call whose reservation, of execution id, the
+// store refused or did not answer. It fails closed: without a reservation
+// nothing may run. The store may have made it all the same: it is
+// remembered, to be failed once the store answers (lostReservations).
+func (in *Interceptor) storeRefused(req *Request, id string, err error) {
+	tool := req.Call.Name
+	in.log.Error("store refused the reservation", "tool", tool, "request", req.Correlation, "err", err)
+	in.obs.Decision(tool, req.Policy.Class, "store_unavailable")
+	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
+	in.lost.add(id, req)
 }
 
 // clientKey returns the key a call's execution is reserved under when

@@ -172,6 +172,7 @@ type Interceptor struct {
 	// journal is nil when no journal is kept.
 	journal    Journal
 	settling   journalGates // executions whose settling line is not yet journaled
+	lost       lostReservations
 	storeWaits bool
 
 	accounts map[string]*account // read-only after New
@@ -233,6 +234,9 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// Lost reservations first: renewed, they would stay in
+			// flight.
+			in.settleLostReservations(ctx)
 			if err := in.store.Renew(ctx, in.owner, in.now().Add(in.lease)); err != nil && ctx.Err() == nil {
 				in.log.Warn("renewing leases", "owner", in.owner, "err", err)
 			}
