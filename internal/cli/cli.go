@@ -410,6 +410,10 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		child      *stdio.Child // the upstream, when it is a command
 		upstream   proxy.Conn
 		upstreamID string
+		// name is what records show of a command (its arguments may
+		// hold a credential, --api-key ...: intercept.Request has them
+		// as a keyed hash), and shown what logs show of the upstream.
+		name, shown string
 	)
 	var httpUp *streamhttp.Client // the upstream, when it is a URL
 	if f.upstream != "" {
@@ -418,7 +422,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 			return err
 		}
 		defer func() { httpUp.Close() }()
-		httpUp, upstream, upstreamID = c, c, id
+		httpUp, upstream, upstreamID, shown = c, c, id, id
 	} else {
 		var err error
 		child, err = stdio.Start(w.argv, w.stderr, w.maxMessage)
@@ -426,7 +430,9 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 			return err
 		}
 		upstream, upstreamID = child, stdio.Identity(w.dir, w.argv)
-		log.Debug("upstream started", "upstream", upstreamID, "pid", child.Pid())
+		name = stdio.Name(w.dir, w.argv)
+		shown = name
+		log.Debug("upstream started", "upstream", shown, "pid", child.Pid())
 	}
 
 	opts := proxy.Options{
@@ -435,6 +441,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		Actor:         actor,
 		Scope:         scope,
 		UpstreamID:    upstreamID,
+		UpstreamName:  name,
 		Resolve:       w.resolve,
 		Logger:        log,
 		MaxRestarts:   f.restarts,
@@ -461,7 +468,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 				return nil, err
 			}
 			child = next
-			log.Debug("upstream started again", "upstream", upstreamID, "pid", child.Pid())
+			log.Debug("upstream started again", "upstream", shown, "pid", child.Pid())
 			return child, nil
 		}
 	}
@@ -469,6 +476,13 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 	if child == nil {
 		return runErr
 	}
+	return stopped(ctx, child, shown, runErr)
+}
+
+// stopped stops child, the upstream a session ran with until Run returned
+// runErr, and returns the session's error: why the upstream exited, if it
+// did while the client was connected.
+func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error) error {
 	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
 		// Give the exit status a moment to arrive so the message names it.
 		select {
@@ -479,7 +493,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		if errors.Is(runErr, proxy.ErrCrashLoop) {
 			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
 		}
-		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", upstreamID, exitStatus(child))
+		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", shown, exitStatus(child))
 	}
 	stopChild(ctx, child)
 	return runErr

@@ -58,7 +58,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		Fingerprint: fp,
 		Actor:       req.Actor,
 		Scope:       scope,
-		Upstream:    req.UpstreamID,
+		Upstream:    in.upstreamShown(req),
 		Tool:        call.Name,
 		Retention:   pol.Retention,
 		Owner:       in.owner,

@@ -78,8 +78,14 @@ type Request struct {
 	Actor      string
 	Scope      string
 	UpstreamID string
-	Upstream   Upstream
-	Reply      Replier
+	// UpstreamName is what records, logs and answers show of the
+	// upstream: the identity less what may hold a credential (a
+	// command's arguments, an HTTP upstream's headers), which shows only
+	// as a keyed hash of UpstreamID beside it. Empty shows UpstreamID,
+	// for an identity that holds no secret.
+	UpstreamName string
+	Upstream     Upstream
+	Reply        Replier
 	// Correlation names the caller's request in logs: its session and
 	// JSON-RPC id. It is evidence, never part of matching.
 	Correlation string
@@ -170,8 +176,11 @@ type Interceptor struct {
 	obs         Observer
 	timed       bool // an Observer was given: upstream calls are timed for it
 	// journal is nil when no journal is kept.
-	journal    Journal
-	settling   journalGates // executions whose settling line is not yet journaled
+	journal  Journal
+	settling journalGates // executions whose settling line is not yet journaled
+	// shown caches, by UpstreamID, what records show of an upstream
+	// (upstreamShown): a keyed hash per new execution is not free.
+	shown      sync.Map
 	lost       lostReservations
 	storeWaits bool
 

@@ -301,3 +301,39 @@ func TestJournalFileVerifies(t *testing.T) {
 		t.Errorf("Verify = %d, %v; want 9 lines (two executions of four transitions, and the replay's delivery), nil", n, err)
 	}
 }
+
+// TestUpstreamArgumentsNotShown: a command's arguments, which may hold a
+// credential, are in the fingerprint but not in the record, the journal
+// or an answer: those show the upstream's name and a keyed hash of its
+// identity, which still tells two commands apart.
+func TestUpstreamArgumentsNotShown(t *testing.T) {
+	const secret = "sk_live_51Hx"
+	j := &memJournal{}
+	h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("the upstream exited before answering")
+	}).withJournal(j, nil)
+	ids := []string{"stdio:server --api-key " + secret + " (in /srv)", "stdio:server --api-key other (in /srv)"}
+	for _, id := range ids {
+		req, a := h.request(t, chargeCall)
+		req.UpstreamID, req.UpstreamName = id, "stdio:server (in /srv)"
+		h.in.Handle(t.Context(), req)
+		if v := view(t, a.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || strings.Contains(v.Content[0].Text, secret) {
+			t.Errorf("the caller got %q; want outcome unknown, naming no argument", v.Content[0].Text)
+		}
+		h.settle(t)
+	}
+	recs := h.store.Records()
+	if len(recs) != 2 || recs[0].Upstream == recs[1].Upstream {
+		t.Fatalf("records %d, upstreams %q; want two executions, told apart", len(recs), []string{recs[0].Upstream, recs[len(recs)-1].Upstream})
+	}
+	for _, rec := range recs {
+		if strings.Contains(rec.Upstream, secret) || !strings.HasPrefix(rec.Upstream, "stdio:server (in /srv) ref:") {
+			t.Errorf("record upstream %q; want the name and a keyed reference", rec.Upstream)
+		}
+	}
+	for _, e := range j.entries {
+		if strings.Contains(e.Upstream, secret) {
+			t.Errorf("journal entry %s shows upstream %q", e.State, e.Upstream)
+		}
+	}
+}

@@ -177,6 +177,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		Actor:          s.opts.Actor,
 		Scope:          s.opts.Scope,
 		UpstreamID:     s.opts.UpstreamID,
+		UpstreamName:   s.opts.UpstreamName,
 		Upstream:       s,
 		Reply:          c,
 		Correlation:    c.key,

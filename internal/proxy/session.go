@@ -47,8 +47,10 @@ type Options struct {
 	// Actor and Scope are the session's part of every fingerprint.
 	Actor string
 	Scope string
-	// UpstreamID names the upstream in fingerprints and records.
-	UpstreamID string
+	// UpstreamID names the upstream in fingerprints; UpstreamName is what
+	// records and logs show of it (intercept.Request.UpstreamName).
+	UpstreamID   string
+	UpstreamName string
 	// Resolve gives each tool its policy; nil means the defaults from its
 	// annotations.
 	Resolve Resolver

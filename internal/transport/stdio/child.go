@@ -116,6 +116,13 @@ func Identity(dir string, argv []string) string {
 	return Describe(argv) + " (in " + dir + ")"
 }
 
+// Name is what may be shown of the upstream that argv starts in dir: its
+// program and the directory, without the arguments, which may hold a
+// credential (--api-key ...). Identity holds them.
+func Name(dir string, argv []string) string {
+	return Describe(argv[:min(len(argv), 1)]) + " (in " + dir + ")"
+}
+
 // Describe normalises argv into the command's words joined by single
 // spaces, each quoted only where it must be.
 func Describe(argv []string) string {

@@ -735,4 +735,7 @@ func TestIdentity(t *testing.T) {
 	if want := "stdio:node index.js (in /home/u/shop)"; a != want {
 		t.Errorf("Identity = %s, want %s", a, want)
 	}
+	if got, want := Name("/home/u/shop", []string{"node", "server.js", "--api-key", "sk_live_51Hx"}), "stdio:node (in /home/u/shop)"; got != want {
+		t.Errorf("Name = %s, want %s: the program and the directory, no argument", got, want)
+	}
 }

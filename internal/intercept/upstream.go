@@ -1,0 +1,31 @@
+package intercept
+
+import (
+	"encoding/json"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+)
+
+// upstreamShown returns what records, logs and answers show of req's
+// upstream: its name and a keyed hash of its identity, which tells two
+// upstreams apart (two commands' arguments, two credentials) without
+// showing what may be a secret (DESIGN section 3). The hash is keyed by
+// the fingerprint secret, so it is no guessable digest of a token.
+func (in *Interceptor) upstreamShown(req *Request) string {
+	if req.UpstreamName == "" {
+		return req.UpstreamID
+	}
+	if s, ok := in.shown.Load(req.UpstreamID); ok {
+		return s.(string)
+	}
+	id, _ := json.Marshal(req.UpstreamID)
+	ref, err := in.hasher.Sum(fingerprint.Action{Tool: "upstream identity", Extra: map[string]json.RawMessage{"identity": id}})
+	if err != nil {
+		// Not cached: the secret, known to the fingerprint just taken,
+		// is never lost, but an error must not name the upstream.
+		return req.UpstreamName
+	}
+	shown := req.UpstreamName + " ref:" + ref[:16]
+	in.shown.Store(req.UpstreamID, shown)
+	return shown
+}
