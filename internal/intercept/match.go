@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
@@ -15,7 +16,7 @@ func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.Re
 		return policy.ResultMatch{}, false
 	}
 	text := ""
-	if texts := textContents(result); len(texts) > 0 {
+	if texts := mcp.Texts(result); len(texts) > 0 {
 		text = strings.Join(texts, "\n") + "\n"
 	}
 	for _, m := range matches {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
@@ -146,7 +147,7 @@ func failure(err error) (retry.Failure, string) {
 func withNote(result json.RawMessage, err error, note string) (json.RawMessage, error) {
 	note = "mcp-idempotent: " + note + "."
 	if err == nil {
-		return appendText(result, note), nil
+		return mcp.WithText(result, note), nil
 	}
 	if rpcErr, ok := rpcError(err); ok {
 		e := *rpcErr
@@ -172,24 +173,6 @@ func rpcError(err error) (*jsonrpc.Error, bool) {
 		return nil, false
 	}
 	return errors.AsType[*jsonrpc.Error](err)
-}
-
-// appendText returns a copy of a tool result with one more text content
-// item; a result that cannot be read comes back as it was.
-func appendText(result json.RawMessage, text string) json.RawMessage {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(result, &obj) != nil || obj == nil {
-		return result
-	}
-	var content []json.RawMessage
-	_ = json.Unmarshal(obj["content"], &content)
-	item, _ := json.Marshal(map[string]string{"type": "text", "text": text})
-	obj["content"], _ = json.Marshal(append(content, item))
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return result
-	}
-	return out
 }
 
 // safeToResend reports whether a transient result of this tool may be

@@ -40,44 +40,16 @@ func describe(r *record.Record) executionMeta {
 
 // toolResult builds an isError CallToolResult that speaks for the proxy.
 func toolResult(text, outcome string, r *record.Record) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"content": []map[string]string{{"type": "text", "text": text}},
-		"isError": true,
-		"_meta":   map[string]any{mcp.MetaOutcome: outcome, mcp.MetaExecution: describe(r)},
-	})
-	return b
-}
-
-// textContents returns the texts of a tool result's text content items.
-func textContents(result json.RawMessage) []string {
-	var r struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(result, &r) // not a result with content: no texts
-	var texts []string
-	for _, c := range r.Content {
-		if c.Type == "text" {
-			texts = append(texts, c.Text)
-		}
-	}
-	return texts
+	return mcp.TextResult(text, true, map[string]any{mcp.MetaOutcome: outcome, mcp.MetaExecution: describe(r)})
 }
 
 // alreadyDoneResult is the success a caller gets when a re-send found the
 // effect already in place: what the upstream said is kept in the text.
 func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessage {
-	said := textContents(upstream)
-	b, _ := json.Marshal(map[string]any{
-		"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
-			"Done: execution %s of %s had already taken effect; sending it again, the upstream answered: %s",
-			r.ID, r.Tool, strings.Join(said, " "))}},
-		"isError": false,
-		"_meta":   map[string]any{mcp.MetaOutcome: "already_done"},
-	})
-	return b
+	said := mcp.Texts(upstream)
+	return mcp.TextResult(fmt.Sprintf(
+		"Done: execution %s of %s had already taken effect; sending it again, the upstream answered: %s",
+		r.ID, r.Tool, strings.Join(said, " ")), false, map[string]any{mcp.MetaOutcome: "already_done"})
 }
 
 func unknownResult(r *record.Record) json.RawMessage {
