@@ -1,6 +1,7 @@
 // Package mcp holds the shapes of MCP that the proxy reads and makes: a
-// tools/call's params and their parsing, a tools/list page, and the
-// _meta keys, each defined once for every package that uses it.
+// tools/call's params and their parsing, a tools/list page, the tool
+// results the proxy writes itself, and the _meta keys, each defined once
+// for every package that uses it.
 package mcp
 
 // _meta keys of the proxy's own.
