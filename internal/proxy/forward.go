@@ -12,6 +12,10 @@ import (
 type forwardedRequest struct {
 	id     json.RawMessage
 	method string
+	// batch numbers the client's batch the request came in, 0 for none:
+	// the requests of one batch left unanswered are answered in one
+	// array, as the batch would have been.
+	batch uint64
 }
 
 // forward passes a client's request upstream, remembering it until it is
@@ -32,7 +36,7 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 		s.refuseInUse(msg.ID)
 		return
 	}
-	s.forwarded[key] = forwardedRequest{msg.ID, msg.Method}
+	s.forwarded[key] = forwardedRequest{id: msg.ID, method: msg.Method}
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}

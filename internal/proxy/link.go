@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -99,9 +100,19 @@ func (s *Session) abandon(l *link, err error, why string) {
 	for _, p := range pending {
 		s.answered(p, nil, err)
 	}
+	// A batch's requests are answered in one array, as the batch would
+	// have been: 10,000 of them are one message, not 10,000.
+	batches := make(map[uint64][][]byte)
 	for _, f := range forwarded {
-		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: "+why, f.method)))
+		answer := jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: "+why, f.method))
+		if f.batch == 0 {
+			s.writeClient(answer)
+			continue
+		}
+		batches[f.batch] = append(batches[f.batch], answer)
+	}
+	for _, answers := range batches {
+		s.writeClient(append(append([]byte("["), bytes.Join(answers, []byte(","))...), ']'))
 	}
 }
 

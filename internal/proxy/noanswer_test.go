@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,41 @@ func newInterceptor(store record.Store) *intercept.Interceptor {
 		store = memstore.New(memstore.Options{})
 	}
 	return intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+}
+
+// TestBatchAnsweredAsABatch: the requests of a batch the upstream exits
+// without answering are answered in one array, as the batch would have
+// been, not in a message each; a request sent alone is answered alone.
+func TestBatchAnsweredAsABatch(t *testing.T) {
+	r := newRig(t, 0)
+	var batch []string
+	for i := range 100 {
+		batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, i))
+	}
+	r.client.send(t, "["+strings.Join(batch, ",")+"]")
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":"alone","method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	r.upstreamW.Close()
+	got := map[bool]string{}
+	for range 2 {
+		f := r.client.next(t, "client")
+		got[strings.HasPrefix(f, "[")] = f
+	}
+	var answers []struct {
+		ID    json.RawMessage
+		Error *struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(got[true]), &answers); err != nil || len(answers) != 100 {
+		t.Fatalf("the batch got %.200s (%v); want one array of 100 answers", got[true], err)
+	}
+	for _, a := range answers {
+		if a.Error == nil || !strings.Contains(a.Error.Message, "closed before answering ping") {
+			t.Fatalf("a batch answer %+v; want the upstream's exit", a)
+		}
+	}
+	if !strings.Contains(got[false], `"id":"alone"`) {
+		t.Fatalf("the request sent alone got %s; want its own answer", got[false])
+	}
+	r.wait(t)
 }

@@ -171,9 +171,10 @@ func (s *Session) fromClientBatch(frame []byte) {
 		}
 		keys[key] = true
 	}
+	s.batches++
 	for _, m := range msgs {
 		if m.IsRequest() {
-			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{m.ID, m.Method}
+			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{id: m.ID, method: m.Method, batch: s.batches}
 		}
 	}
 	s.mu.Unlock()

@@ -96,8 +96,8 @@ type Session struct {
 	inflight sync.WaitGroup
 
 	// mu guards pending, givenUp, sending, idle, forwarded, forwardIdle,
-	// calls, up, handshake and initialized, and the conn and frames of a
-	// link being started again (see link).
+	// batches, calls, up, handshake and initialized, and the conn and
+	// frames of a link being started again (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -115,6 +115,7 @@ type Session struct {
 	// is closed once it is empty: shutdown waits on it.
 	forwarded   map[string]forwardedRequest
 	forwardIdle chan struct{}
+	batches     uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
 	// up is the upstream connection in use; it changes when the upstream
