@@ -571,3 +571,42 @@ func TestLostReservationIsSettled(t *testing.T) {
 		}
 	}
 }
+
+// heldReserves is a store whose reservations wait for release, after
+// saying on entered that one began.
+type heldReserves struct {
+	record.Store
+	entered, release chan struct{}
+}
+
+func (s *heldReserves) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Reserve(ctx, r, opts)
+}
+
+// TestLargeCallsLeaveTheCaller: a call whose params are large is read,
+// fingerprinted and reserved on a goroutine of its own, even with a store
+// in memory: the caller, a session's reading goroutine, goes on at once.
+func TestLargeCallsLeaveTheCaller(t *testing.T) {
+	h := newHarness(charged)
+	store := &heldReserves{Store: h.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+	req, a := h.request(t, `{"name":"charge_card","arguments":{"note":"`+strings.Repeat("n", inlineParams)+`"}}`)
+	returned := make(chan struct{})
+	go func() {
+		h.in.Handle(t.Context(), req)
+		close(returned)
+	}()
+	<-store.entered
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second): // bounds a hang only
+		close(store.release)
+		t.Fatal("Handle waited for the reservation of a large call")
+	}
+	close(store.release)
+	if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("the large call got %+v; want it run", v)
+	}
+}

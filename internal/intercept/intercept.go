@@ -269,6 +269,12 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 	}
 }
 
+// inlineParams bounds the params of a call whose work Handle does on the
+// calling goroutine: canonicalising arguments takes time that grows with
+// them (a megabyte takes milliseconds), which a session's other messages
+// must not wait for.
+const inlineParams = 64 << 10
+
 // Handle starts req and returns without waiting for the upstream; the
 // answer is written with req.Reply when it is known. ctx is the caller's:
 // cancelling it detaches the caller, who then gets no answer, but never
@@ -279,10 +285,12 @@ func (in *Interceptor) Wait(ctx context.Context) error {
 // answered on the one that delivers the upstream's response, so the common
 // case costs no goroutine hand-off; only callers that attach to an
 // execution already under way get a goroutine of their own to wait in.
-// With a store that waits on I/O (Options.StoreWaits), the calling
-// goroutine only starts the one that does the work.
+// With a store that waits on I/O (Options.StoreWaits), or params large
+// enough that reading and fingerprinting them takes time (past
+// inlineParams), the calling goroutine only starts the one that does the
+// work: the caller's session goes on reading its other messages.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
-	if in.storeWaits {
+	if in.storeWaits || len(req.Call.Params) > inlineParams {
 		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
