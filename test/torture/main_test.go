@@ -144,11 +144,14 @@ func seeded(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(baseSeed, h))
 }
 
-// testContext bounds a test's waits: it ends well before go test's own
-// timeout, so a hang fails one test and says where. It is never a measure
-// of speed.
+// testContext bounds a test's waits to d, and to a minute before go
+// test's own timeout, so that a hang fails one test and says where. It is
+// never a measure of speed.
 func testContext(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
+	if end, ok := t.Deadline(); ok {
+		d = min(d, time.Until(end)-time.Minute)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
