@@ -70,7 +70,7 @@ type sizes struct {
 }
 
 var (
-	small = sizes{name: "small", stormIntent: 50, killLoops: 3, crashCalls: 4, outageCalls: 60, mutations: 300}
+	small = sizes{name: "small", stormIntent: 100, killLoops: 5, crashCalls: 4, outageCalls: 100, mutations: 500}
 	full  = sizes{name: "full", stormIntent: 2500, killLoops: 30, crashCalls: 32, outageCalls: 1000, mutations: 10000}
 )
 
@@ -161,7 +161,7 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 // its upstream (which inherits it).
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *output
 }
 
 // proxyCommand returns the proxy run with flags in front of a ledgerserver
@@ -177,7 +177,7 @@ func proxyCommand(t *testing.T, ledger string, flags ...string) *proc {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The upstream may hold the stderr pipe a moment after the proxy ends.
 	cmd.WaitDelay = 2 * time.Second
-	p := &proc{cmd: cmd, stderr: new(syncBuffer)}
+	p := &proc{cmd: cmd, stderr: new(output)}
 	cmd.Stderr = p.stderr
 	t.Cleanup(func() {
 		if cmd.Process != nil {
@@ -345,48 +345,55 @@ func (r shownRecord) resultText() string {
 	return res.Content[0].Text
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and the test reading
-// it, which may wait for a line to appear.
-type syncBuffer struct {
-	mu      sync.Mutex // protects b and written
-	b       bytes.Buffer
-	written chan struct{} // closed and replaced by every Write
+// An output keeps what a process writes (its stderr) and tells waiters
+// when a given text has appeared in it.
+type output struct {
+	mu      sync.Mutex // protects the fields below
+	b       strings.Builder
+	waiters map[string][]chan struct{} // by the text they wait for
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.written != nil {
-		close(s.written)
-		s.written = nil
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	from := o.b.Len()
+	o.b.Write(p)
+	for text, chans := range o.waiters {
+		// Only what this write added can hold the text for the first time.
+		if strings.Contains(o.b.String()[max(0, from-len(text)):], text) {
+			for _, c := range chans {
+				close(c)
+			}
+			delete(o.waiters, text)
+		}
 	}
-	return s.b.Write(p)
+	return len(p), nil
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
-// waitFor waits until s contains substr, or ctx ends.
-func (s *syncBuffer) waitFor(ctx context.Context, substr string) error {
-	for {
-		s.mu.Lock()
-		if strings.Contains(s.b.String(), substr) {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.written == nil {
-			s.written = make(chan struct{})
-		}
-		written := s.written
-		s.mu.Unlock()
-		select {
-		case <-written:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %q: %w", substr, ctx.Err())
-		}
+// waitFor waits until text has been written, or ctx ends.
+func (o *output) waitFor(ctx context.Context, text string) error {
+	o.mu.Lock()
+	if strings.Contains(o.b.String(), text) {
+		o.mu.Unlock()
+		return nil
+	}
+	c := make(chan struct{})
+	if o.waiters == nil {
+		o.waiters = map[string][]chan struct{}{}
+	}
+	o.waiters[text] = append(o.waiters[text], c)
+	o.mu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for %q: %w", text, ctx.Err())
 	}
 }
 

@@ -224,7 +224,7 @@ func startRedis(t *testing.T) *privateRedis {
 // start starts the server on its files and waits until it says it is ready.
 func (r *privateRedis) start(t *testing.T) {
 	t.Helper()
-	out := new(syncBuffer)
+	out := new(output)
 	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always")
 	r.cmd.Stdout = out

@@ -51,15 +51,13 @@ func serviceURL(t *testing.T, env string) string {
 	return ""
 }
 
-func withQuery(raw, name, value string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
+// withQuery adds name=value to a URL's query.
+func withQuery(u, name, value string) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
 	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return u + sep + name + "=" + url.QueryEscape(value)
 }
 
 // dropSchema removes a test's PostgreSQL schema.
