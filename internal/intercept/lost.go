@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -15,7 +16,9 @@ import (
 // waiting. Nothing was sent under them, so this process fails each as
 // soon as it can: when a call finds it, and at each lease renewal.
 type lostReservations struct {
-	mu   sync.Mutex          // guards reqs
+	// n counts reqs, so that the common case, none lost, takes no lock.
+	n    atomic.Int64
+	mu   sync.Mutex          // guards reqs, and n's changes
 	reqs map[string]*Request // by execution id: the call that asked for it
 }
 
@@ -39,20 +42,28 @@ func (l *lostReservations) add(id string, req *Request) {
 		}
 	}
 	l.reqs[id] = req
+	l.n.Store(int64(len(l.reqs)))
 }
 
 // take removes id and returns the call that asked for it, or nil if id is
 // not a lost reservation.
 func (l *lostReservations) take(id string) *Request {
+	if l.n.Load() == 0 {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	req := l.reqs[id]
 	delete(l.reqs, id)
+	l.n.Store(int64(len(l.reqs)))
 	return req
 }
 
 // ids returns the lost reservations' ids.
 func (l *lostReservations) ids() []string {
+	if l.n.Load() == 0 {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ids := make([]string, 0, len(l.reqs))
