@@ -91,6 +91,50 @@ func ValidID(id json.RawMessage) bool {
 	}
 }
 
+// PortableID reports whether a valid id (ValidID) comes back as it went
+// from any server: an integer that a double holds exactly (a server in
+// JavaScript reads numbers as doubles, one in Go may read them as int64:
+// 9007199254740993 came back as 9007199254740992), or a string without a
+// lone surrogate escape ("\ud800", which a decoder turns into U+FFFD).
+// An id that is not portable would be answered under another one, and
+// its request never answered.
+func PortableID(id json.RawMessage) bool {
+	if len(id) == 0 || id[0] != '"' {
+		f, err := strconv.ParseFloat(string(id), 64)
+		return err == nil && math.Abs(f) <= 1<<53-1
+	}
+	s := id[1 : len(id)-1]
+	for i := 0; i+5 < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		if s[i+1] != 'u' {
+			i++ // an escape of one character: skip it
+			continue
+		}
+		r, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 32)
+		switch {
+		case err != nil:
+			return false
+		case r >= 0xdc00 && r <= 0xdfff:
+			return false // a low surrogate with no high one before it
+		case r >= 0xd800 && r <= 0xdbff:
+			// A high surrogate must be followed by a low one.
+			if i+12 > len(s) || s[i+6] != '\\' || s[i+7] != 'u' {
+				return false
+			}
+			lo, err := strconv.ParseUint(string(s[i+8:i+12]), 16, 32)
+			if err != nil || lo < 0xdc00 || lo > 0xdfff {
+				return false
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return true
+}
+
 // IsRequest reports whether m is a request: a method and an id.
 func (m *Message) IsRequest() bool { return m.Method != "" && m.ID != nil }
 

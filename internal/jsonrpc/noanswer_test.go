@@ -1,6 +1,9 @@
 package jsonrpc
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestNoAnswerObject(t *testing.T) {
 	for _, tt := range []struct {
@@ -22,6 +25,37 @@ func TestNoAnswerObject(t *testing.T) {
 		}
 		if got := tt.na.Refused(); got != tt.refused {
 			t.Errorf("%+v: Refused = %v, want %v", tt.na, got, tt.refused)
+		}
+	}
+}
+
+func TestPortableID(t *testing.T) {
+	for _, tt := range []struct {
+		id   string
+		want bool
+	}{
+		{`1`, true},
+		{`-5`, true},
+		{`5.0`, true},
+		{`9007199254740991`, true},
+		{`-9007199254740991`, true},
+		{`9007199254740993`, false},
+		{`9223372036854775808`, false},
+		{`123456789012345678901234567890`, false},
+		{`1e400`, false},
+		{`"abc"`, true},
+		{`""`, true},
+		{`"\u00e9\n"`, true},
+		{`"\ud83d\ude00"`, true},
+		{`"\\ud800"`, true}, // a backslash, then the letters
+		{`"\ud800"`, false},
+		{`"a\udc00"`, false},
+		{`"\ud800x"`, false},
+		{`"\ud800\u0041"`, false},
+		{`"\ude00\ud83d"`, false},
+	} {
+		if got := PortableID(json.RawMessage(tt.id)); got != tt.want {
+			t.Errorf("PortableID(%s) = %v, want %v", tt.id, got, tt.want)
 		}
 	}
 }

@@ -22,6 +22,12 @@ type forwardedRequest struct {
 // answered. While the upstream is being restarted it waits for it; if the
 // upstream is gone for good it is answered with an error at once.
 func (s *Session) forward(msg *jsonrpc.Message) {
+	if !jsonrpc.PortableID(msg.ID) {
+		// It goes upstream under the client's own id, and would come back
+		// under another: the client would wait for ever.
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", unportableID)))
+		return
+	}
 	l := s.usable()
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
@@ -45,6 +51,10 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 		s.log.Debug("writing to the upstream", "err", err)
 	}
 }
+
+// unportableID says why a request passed upstream under its own id is
+// refused when the id would not come back as it went (jsonrpc.PortableID).
+const unportableID = "mcp-idempotent: this request goes to the upstream under its own id, which a server may read otherwise and answer under another id (an integer past 2^53-1, or a lone surrogate escape in a string); use a smaller integer or another string"
 
 // inUseLocked reports whether a request of the client's under key is
 // still being answered: a tools/call the session handles, or a request

@@ -151,6 +151,8 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
 		case m.IsRequest() && s.reservedID(m.ID):
 			why = s.reservedMessage()
+		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
+			why = unportableID
 		default:
 			continue
 		}

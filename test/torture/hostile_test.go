@@ -110,6 +110,10 @@ func hostileCases() []hostileCase {
 		{name: "ping id fraction", line: pingLine("1.5"), wantID: "null", wantErr: true},
 		{name: "ping id object", line: pingLine("{}"), wantID: "null", wantErr: true},
 		{name: "ping id array", line: pingLine("[]"), wantID: "null", wantErr: true},
+		// Passed upstream under its own id, an id a server reads
+		// otherwise would be answered under another: refused.
+		{name: "ping id past 2^53", line: pingLine("9223372036854775808"), wantID: "9223372036854775808", wantErr: true},
+		{name: "ping id lone surrogate", line: pingLine(`"\ud800"`), wantID: `"\ud800"`, wantErr: true},
 	}
 }
 
