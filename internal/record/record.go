@@ -140,7 +140,7 @@ func (r *Record) Apply(c Change, now time.Time) {
 		r.Error = c.Error
 	}
 	if c.Owner != "" {
-		r.Owner, r.LeaseUntil = c.Owner, c.LeaseUntil
+		r.Owner, r.LeaseUntil = c.Owner, c.LeaseFrom(now)
 	}
 	switch {
 	case c.To.Settled():
@@ -226,6 +226,18 @@ type Change struct {
 	// re-dispatch by another proxy than the one that first ran it.
 	Owner      string
 	LeaseUntil time.Time
+	// Lease, with Owner, starts the claim's lease when the store writes
+	// it, in place of LeaseUntil: as ReserveOptions.Lease does.
+	Lease time.Duration
+}
+
+// LeaseFrom returns when a claim by c, written at now, lapses:
+// c.LeaseUntil unless c.Lease is set.
+func (c *Change) LeaseFrom(now time.Time) time.Time {
+	if c.Lease > 0 {
+		return now.Add(c.Lease)
+	}
+	return c.LeaseUntil
 }
 
 // ReserveOptions says which settled records a reservation may replace.
@@ -243,6 +255,20 @@ type ReserveOptions struct {
 	// leave it accepted instead; the caller then records the dispatch
 	// itself, so it must look at the state it gets back.
 	Dispatch bool
+	// Lease, when set, starts the new record's lease when the store
+	// writes it: LeaseUntil is then the store's now plus Lease, whatever r
+	// held. A reservation that waited its turn under load does not land
+	// with its lease already run out, to be taken for a dead process's.
+	Lease time.Duration
+}
+
+// LeaseFrom returns when a record reserved with o and written at now
+// lapses, r.LeaseUntil unless o.Lease is set.
+func (o ReserveOptions) LeaseFrom(r *Record, now time.Time) time.Time {
+	if o.Lease > 0 {
+		return now.Add(o.Lease)
+	}
+	return r.LeaseUntil
 }
 
 // Sentinel errors that callers branch on.

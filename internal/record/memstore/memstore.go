@@ -114,6 +114,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	rec := r // the store's now (record.Store)
 	rec.State = record.Accepted
+	rec.LeaseUntil = opts.LeaseFrom(r, now)
 	// Room for the common life (accepted, dispatched, completed,
 	// delivered) up front: one allocation instead of three as it grows.
 	// Each version appends past the end of the one before, which never

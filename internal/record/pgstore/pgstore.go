@@ -328,7 +328,6 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err := s.ensure(ctx); err != nil {
 		return nil, false, s.fail(op, err)
 	}
-	now := s.clock()
 	if s.reserves.Add(1)%purgeEvery == 1 {
 		if n, err := s.Purge(ctx, purgeBatch); err != nil {
 			s.log.Warn("purging expired executions", "store", s.name, "err", err)
@@ -336,6 +335,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			s.log.Debug("purged expired executions", "store", s.name, "count", n)
 		}
 	}
+	conn, now, err := s.acquire(ctx)
+	if err != nil {
+		return nil, false, s.fail(op, err)
+	}
+	defer conn.Release()
 	history, err := json.Marshal([]record.Transition{{State: record.Accepted, At: now}})
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
@@ -353,9 +357,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			return nil, false, fmt.Errorf("%s: %w", op, err)
 		}
 		var won bool
-		rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.reserve,
+		rec, err := scanRecord(conn.QueryRow(ctx, s.q.reserve,
 			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, r.Attempts, r.Attached,
-			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(r.LeaseUntil), now, replace), &won)
+			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace), &won)
 		switch {
 		case err == nil:
 			return rec, won, nil
@@ -368,7 +372,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		}
 
 		// The holder can be neither matched nor replaced as it is.
-		holder, err := scanRecord(s.pool.QueryRow(ctx, s.q.holder, r.Key))
+		holder, err := scanRecord(conn.QueryRow(ctx, s.q.holder, r.Key))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // purged or released meanwhile: insert again
@@ -377,13 +381,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		case holder.Orphaned(now):
 			// Settled by this caller or a concurrent one; either way
 			// the next pass matches or replaces the settled record.
-			if _, _, err := s.settleOrphan(ctx, holder, now); err != nil {
+			if _, _, err := s.settleOrphan(ctx, conn, holder, now); err != nil {
 				return nil, false, s.fail(op, err)
 			}
 		case s.replaceable(holder, r, now, opts):
 			// Release the key and compete for it again: whoever then
 			// inserts first wins, exactly one.
-			if _, err := s.pool.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint); err != nil {
+			if _, err := conn.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint); err != nil {
 				return nil, false, s.fail(op, err)
 			}
 		}
@@ -391,6 +395,24 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		// statement's snapshot: the next pass attaches to it.
 	}
 	return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
+}
+
+// db is what a statement runs on: the pool, or one connection taken
+// from it.
+type db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// acquire takes a connection from the pool and returns the time it got
+// it. A write's clock starts there, not when it joined the pool's queue:
+// a lease that starts at that time is not spent waiting for a connection.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return conn, s.clock(), nil
 }
 
 // maxPasses bounds the statements of one Reserve.
@@ -411,7 +433,11 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}
-	now := s.clock()
+	conn, now, err := s.acquire(ctx)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer conn.Release()
 	var from []record.State
 	for _, st := range []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown} {
 		if c.Allowed(st) {
@@ -419,14 +445,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 	}
 	for {
-		rec, ok, err := s.apply(ctx, id, c, now, from, false)
+		rec, ok, err := s.apply(ctx, conn, id, c, now, from, false)
 		if err != nil {
 			return nil, s.fail(op, err)
 		}
 		if ok {
 			return rec, nil
 		}
-		cur, err := s.get(ctx, id)
+		cur, err := s.get(ctx, conn, id)
 		if err != nil {
 			return nil, s.wrap(op, err)
 		}
@@ -444,7 +470,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // apply runs the compare-and-set updateSQL. ok is false when the record
 // is missing or not in one of the states from (or, with orphanOnly, not an
 // orphan at now).
-func (s *Store) apply(ctx context.Context, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
+func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
 	// jsonb refuses the escape \u0000, which a note quoting an
 	// upstream's output might hold.
 	note := strings.ReplaceAll(c.Note, "\x00", "\uFFFD")
@@ -460,9 +486,9 @@ func (s *Store) apply(ctx context.Context, id string, c record.Change, now time.
 	for i, st := range from {
 		fromText[i] = string(st)
 	}
-	rec, err = scanRecord(s.pool.QueryRow(ctx, s.q.update,
+	rec, err = scanRecord(q.QueryRow(ctx, s.q.update,
 		id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-		timestamp(c.LeaseUntil), now, fromText, orphanOnly))
+		timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -472,12 +498,12 @@ func (s *Store) apply(ctx context.Context, id string, c record.Change, now time.
 // settleOrphan settles r, found orphaned at now, with record.OrphanChange.
 // ok is false when another caller settled it first or its owner renewed
 // the lease; then the record is read again.
-func (s *Store) settleOrphan(ctx context.Context, r *record.Record, now time.Time) (rec *record.Record, ok bool, err error) {
-	rec, ok, err = s.apply(ctx, r.ID, record.OrphanChange(r), now, []record.State{r.State}, true)
+func (s *Store) settleOrphan(ctx context.Context, q db, r *record.Record, now time.Time) (rec *record.Record, ok bool, err error) {
+	rec, ok, err = s.apply(ctx, q, r.ID, record.OrphanChange(r), now, []record.State{r.State}, true)
 	if err != nil || ok {
 		return rec, ok, err
 	}
-	rec, err = s.get(ctx, r.ID)
+	rec, err = s.get(ctx, q, r.ID)
 	return rec, false, err
 }
 
@@ -489,7 +515,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}
-	rec, err := s.get(ctx, id)
+	rec, err := s.get(ctx, s.pool, id)
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
@@ -497,8 +523,8 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 }
 
 // get reads the record id; it returns record.ErrNotFound unwrapped.
-func (s *Store) get(ctx context.Context, id string) (*record.Record, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.get, id))
+func (s *Store) get(ctx context.Context, q db, id string) (*record.Record, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, s.q.get, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, record.ErrNotFound
 	}
@@ -612,11 +638,11 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
 	for {
 		now := s.clock()
-		rec, err := s.get(ctx, id)
+		rec, err := s.get(ctx, s.pool, id)
 		if err != nil || !rec.Orphaned(now) {
 			return rec, err
 		}
-		rec, ok, err := s.settleOrphan(ctx, rec, now)
+		rec, ok, err := s.settleOrphan(ctx, s.pool, rec, now)
 		if err != nil || ok || !rec.Orphaned(now) {
 			return rec, err
 		}
@@ -660,7 +686,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 		return 0, s.fail("purging", err)
 	}
 	for _, r := range orphans {
-		if _, _, err := s.settleOrphan(ctx, r, now); err != nil {
+		if _, _, err := s.settleOrphan(ctx, s.pool, r, now); err != nil {
 			return 0, s.fail("purging", err)
 		}
 	}

@@ -69,6 +69,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PurgeSettlesOrphans", testPurgeSettlesOrphans},
 		{"ReserveAndDispatch", testReserveAndDispatch},
 		{"KeyReuseIsNotAttached", testKeyReuseIsNotAttached},
+		{"ReserveLeaseStartsAtTheWrite", testReserveLeaseStartsAtTheWrite},
+		{"ClaimLeaseStartsAtTheWrite", testClaimLeaseStartsAtTheWrite},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -200,7 +200,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err := ctx.Err(); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
 	}
-	now := s.clock()
+	at := s.now()
+	now := encTime(at)
+	if opts.Lease > 0 {
+		r = r.Clone()
+		r.LeaseUntil = opts.LeaseFrom(r, at)
+	}
 	tag := tagOf(r.Key)
 	replace := ","
 	for _, st := range opts.Replace {
@@ -287,7 +292,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.wrap(op, err)
 	}
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
-	args := []any{s.clock(), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseUntil), string(c.From)}
+	at := s.now()
+	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From)}
 	var cmd *redis.Cmd
 	if cached {
 		// The index goes with the update, in the same round trip.

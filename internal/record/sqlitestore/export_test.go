@@ -16,3 +16,13 @@ func (s *Store) JournalMode(ctx context.Context) (string, error) {
 	err := s.r.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
 	return mode, err
 }
+
+// HoldWriter takes the writer's one connection until the returned func
+// is called, as a long queue of writes would.
+func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
+	c, err := s.w.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() { c.Close() }, nil
+}

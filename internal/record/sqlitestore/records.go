@@ -87,6 +87,8 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 
 	rec = r.Clone()
 	rec.State = record.Accepted
+	// now is the write's: the transaction holds the write lock.
+	rec.LeaseUntil = opts.LeaseFrom(r, now)
 	rec.History = []record.Transition{{State: record.Accepted, At: now}}
 	rec.ExpiresAt = time.Time{}
 	if err := s.insertRecord(ctx, tx, rec); err != nil {

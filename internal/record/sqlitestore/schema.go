@@ -77,10 +77,11 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // statements are prepared once, so SQLite parses each once per connection
-// rather than once per call. All but get run on the writer.
+// rather than once per call. All but get and renew run on the writer.
 type statements struct {
-	byKey, byID, attach, release, insert, write, purge, renew *sql.Stmt
-	get                                                       *sql.Stmt // on the readers
+	byKey, byID, attach, release, insert, write, purge *sql.Stmt
+	get                                                *sql.Stmt // on the readers
+	renew                                              *sql.Stmt // on the renewer
 }
 
 func (st *statements) all() []*sql.Stmt {
@@ -107,7 +108,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
 		// The state list matches records_owner's, so the index serves it.
-		{s.w, &s.st.renew, "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN ('accepted', 'dispatched')"},
+		{s.l, &s.st.renew, "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN ('accepted', 'dispatched')"},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 	} {
 		st, err := p.db.PrepareContext(ctx, p.text)

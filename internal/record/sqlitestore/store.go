@@ -64,7 +64,11 @@ type Store struct {
 	now func() time.Time
 	w   *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
 	r   *sql.DB // a pool for reads, which WAL lets run beside the writer
-	st  statements
+	// l is one connection for Renew alone. Behind w it would wait its
+	// turn with every write of the process, for longer than a lease
+	// under load, and the leases of live executions would lapse.
+	l  *sql.DB
+	st statements
 
 	reserves  atomic.Uint64 // counts Reserve calls, to pace purges
 	closed    chan struct{} // closed by Close, to end waits
@@ -203,12 +207,20 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	readers := max(4, runtime.GOMAXPROCS(0))
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
+	l, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, err
+	}
+	l.SetMaxOpenConns(1)
+	l.SetMaxIdleConns(1)
 
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, closed: make(chan struct{}), waiters: make(map[string]*waiter), path: abs, file: file}
+	s := &Store{now: now, w: w, r: r, l: l, closed: make(chan struct{}), waiters: make(map[string]*waiter), path: abs, file: file}
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -262,7 +274,7 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.w.Close(), s.r.Close())...)
+	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close())...)
 }
 
 // clock returns the current time, in UTC and without a monotonic reading,

@@ -423,3 +423,31 @@ func TestRemovedFileFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewDoesNotQueueBehindWrites: the leases of a process's executions
+// are renewed while its writer is busy. Behind a long queue of writes the
+// renewal would come after the leases lapsed, and live executions would
+// be taken for a dead process's.
+func TestRenewDoesNotQueueBehindWrites(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, dbPath(t), sqlitestore.Options{})
+	r := newRecord("k")
+	r.Owner, r.LeaseUntil = "proxy-1", time.Now().Add(time.Minute)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release, err := s.HoldWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	renewCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	until := time.Now().Add(time.Hour)
+	if err := s.Renew(renewCtx, "proxy-1", until); err != nil {
+		t.Fatalf("Renew while the writer is busy: %v", err)
+	}
+	if got, err := s.Get(ctx, r.ID); err != nil || !got.LeaseUntil.Equal(until.Round(0).UTC()) {
+		t.Fatalf("after Renew the lease runs until %v (%v); want %v", got.LeaseUntil, err, until)
+	}
+}
