@@ -551,7 +551,7 @@ func TestLostReservationIsSettled(t *testing.T) {
 			}
 			store.lose.Store(false)
 			if !retry {
-				h.in.settleLostReservations(t.Context()) // as at a lease renewal
+				h.in.settleAbandonedAll(t.Context()) // as at a lease renewal
 				if rec := h.onlyRecord(t); rec.State != record.Failed || rec.History[len(rec.History)-1].Note != lostNote {
 					t.Fatalf("account %v: after the renewal the lost reservation is %s; want failed", account, rec.State)
 				}

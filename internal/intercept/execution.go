@@ -318,7 +318,7 @@ func (e *execution) claim() bool {
 	if e.rec.State == record.Unknown {
 		// A claim: of two callers re-dispatching it, one wins.
 		claim.From = record.Unknown
-		claim.Owner, claim.LeaseUntil = e.in.owner, e.in.now().Add(e.in.lease)
+		claim.Owner, claim.LeaseUntil, claim.Lease = e.in.owner, e.in.now().Add(e.in.lease), e.in.lease
 	}
 	claimed, err := e.in.store.Update(e.req.bg, e.rec.ID, claim)
 	if err != nil {
@@ -473,7 +473,7 @@ func (e *execution) notSent(why string) {
 		e.in.reply(e.ctx, req, Answer{Result: result}, nil)
 		return
 	}
-	e.in.settle(req.bg, req, rec.ID, record.Change{To: record.Failed, Note: why})
+	e.in.abandon(req, rec.ID, record.Change{To: record.Failed, Note: why})
 	e.in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", why, rec.Tool))
 }
@@ -491,9 +491,20 @@ func (e *execution) notDispatched(err error) {
 		return
 	}
 	in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
-	settled := in.settle(req.bg, req, rec.ID, record.Change{To: record.Failed, Note: "store refused the dispatch: " + err.Error()})
-	if settled == nil {
-		settled = rec
+	why := "the store refused the dispatch: " + err.Error()
+	if rec.State == record.Unknown {
+		// A re-dispatch: nothing was sent this time, but the first send
+		// may have run. If the claim was made all the same, it goes
+		// back to unknown, never to failed, which would run it anew.
+		in.abandon(req, rec.ID, record.Change{To: record.Unknown, From: record.Dispatched, Note: "not sent again: " + why})
+		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
+		in.reply(e.ctx, req, Answer{Result: result}, nil)
+		return
 	}
-	in.answer(e.ctx, req, settled, live)
+	if settled := in.abandon(req, rec.ID, record.Change{To: record.Failed, Note: why}); settled != nil {
+		in.answer(e.ctx, req, settled, live)
+		return
+	}
+	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", rec.Tool, err))
 }

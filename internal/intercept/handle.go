@@ -65,6 +65,10 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		LeaseUntil:  arrived.Add(in.lease),
 	}
 	opts := reserveOptions(pol)
+	// The lease starts when the store writes the reservation, in place of
+	// LeaseUntil: one that waited its turn under load does not land
+	// already lapsed, to be taken for a dead process's.
+	opts.Lease = in.lease
 	// Without an account to wait for, a won reservation is sent at once:
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
@@ -82,10 +86,12 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		return
 	}
 	if !won {
-		if lost := in.lost.take(rec.ID); lost != nil && in.settleLost(req.bg, lost, rec) {
-			// The call found a reservation of this process's that the
-			// store made but whose answer it lost: failed now, it is
-			// reserved again, and this call runs.
+		if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
+			// The call found an execution of this process's that was
+			// never sent nor settled (the store's answer to its
+			// reservation was lost, or it refused the dispatch):
+			// settled now, it is reserved again, and this call runs
+			// or attaches to what it came to.
 			if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
 				in.storeRefused(req, fresh.ID, err)
 				return
@@ -98,14 +104,24 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 // storeRefused answers a call whose reservation, of execution id, the
 // store refused or did not answer. It fails closed: without a reservation
 // nothing may run. The store may have made it all the same: it is
-// remembered, to be failed once the store answers (lostReservations).
+// remembered, to be failed once the store answers (abandoned).
 func (in *Interceptor) storeRefused(req *Request, id string, err error) {
 	tool := req.Call.Name
 	in.log.Error("store refused the reservation", "tool", tool, "request", req.Correlation, "err", err)
 	in.obs.Decision(tool, req.Policy.Class, "store_unavailable")
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
-	in.lost.add(id, req)
+	in.abandoned.add(id, abandonment{req: req, c: record.Change{To: record.Failed, Note: lostNote}})
+}
+
+// retake settles rec, abandoned by a, for a call that found it, and
+// reports whether it did; if the store refused, a is kept for later.
+func (in *Interceptor) retake(ctx context.Context, rec *record.Record, a abandonment) bool {
+	settled, keep := in.settleAbandoned(ctx, a, rec)
+	if keep {
+		in.abandoned.add(rec.ID, a)
+	}
+	return settled
 }
 
 // clientKey returns the key a call's execution is reserved under when

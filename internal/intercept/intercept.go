@@ -181,7 +181,7 @@ type Interceptor struct {
 	// shown caches, by UpstreamID, what records show of an upstream
 	// (upstreamShown): a keyed hash per new execution is not free.
 	shown      sync.Map
-	lost       lostReservations
+	abandoned  abandoned // executions reserved here, never to be sent, still to settle
 	storeWaits bool
 
 	accounts map[string]*account // read-only after New
@@ -243,12 +243,14 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			// Lost reservations first: renewed, they would stay in
-			// flight.
-			in.settleLostReservations(ctx)
 			if err := in.store.Renew(ctx, in.owner, in.now().Add(in.lease)); err != nil && ctx.Err() == nil {
 				in.log.Warn("renewing leases", "owner", in.owner, "err", err)
 			}
+			// After the renewal, which a slow store must not hold up:
+			// the renewal keeps them too, until they are settled.
+			sweep, cancel := context.WithTimeout(ctx, in.lease/3)
+			in.settleAbandonedAll(sweep)
+			cancel()
 		}
 	}
 }
