@@ -68,11 +68,15 @@ const (
 	purgeBatch = 256
 )
 
-// Waiting: the fallback poll's backoff, for a notification that never
-// comes (a dropped listening connection).
+// Waiting: the fallback poll's backoff, for a notification that cannot
+// come while the listening connection is down, and the poll while it is
+// up, a safety net only (the notification and the lease's end wake a
+// waiter). Thousands of waiters polling every second would take the
+// pool from the work they wait for.
 const (
-	minPoll = 10 * time.Millisecond
-	maxPoll = time.Second
+	minPoll   = 10 * time.Millisecond
+	maxPoll   = time.Second
+	heardPoll = 30 * time.Second
 )
 
 // Store is a record.Store in a PostgreSQL database.
@@ -88,6 +92,7 @@ type Store struct {
 	ready   atomic.Bool   // the schema exists
 
 	reserves atomic.Uint64 // Reserve calls, to pace purging
+	acquired atomic.Uint64 // connections acquire took: progress, under load
 
 	q queries
 
@@ -101,6 +106,7 @@ type Store struct {
 	mu        sync.Mutex // guards closed, listening and secret; the listener starts under it
 	closed    bool
 	listening bool           // the listener goroutine was started
+	heard     atomic.Bool    // the listener is connected: notifications come
 	wg        sync.WaitGroup // the listener goroutine
 	secret    []byte         // the fingerprint secret, once read
 }
@@ -322,12 +328,7 @@ func params(q string, names ...string) string {
 
 // Reserve implements record.Store.
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	op := "reserving " + r.ID
-	if err := s.ensure(ctx); err != nil {
-		return nil, false, s.fail(op, err)
-	}
 	if s.reserves.Add(1)%purgeEvery == 1 {
 		if n, err := s.Purge(ctx, purgeBatch); err != nil {
 			s.log.Warn("purging expired executions", "store", s.name, "err", err)
@@ -340,6 +341,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, s.fail(op, err)
 	}
 	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	history, err := json.Marshal([]record.Transition{{State: record.Accepted, At: now}})
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
@@ -404,15 +407,37 @@ type db interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// acquire takes a connection from the pool and returns the time it got
-// it. A write's clock starts there, not when it joined the pool's queue:
-// a lease that starts at that time is not spent waiting for a connection.
+// acquire readies the schema, takes a connection from the pool, and
+// returns the time it got it. An operation's statements are bounded by
+// the store's timeout from then on, and a write's clock starts there: a
+// lease that starts then is not spent waiting for a connection.
+//
+// The wait for a connection is not bounded by the timeout: under load
+// the pool's queue takes longer than that while the server answers
+// every statement. It fails once a whole timeout passes in which this
+// Store got no connection at all, as when the server stops answering.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	conn, err := s.pool.Acquire(ctx)
+	bctx, cancel := s.bounded(ctx)
+	err := s.ensure(bctx)
+	cancel()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	return conn, s.clock(), nil
+	for {
+		seen := s.acquired.Load()
+		bctx, cancel := s.bounded(ctx)
+		conn, err := s.pool.Acquire(bctx)
+		timedOut := errors.Is(bctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil {
+			s.acquired.Add(1)
+			return conn, s.clock(), nil
+		}
+		if !timedOut || ctx.Err() != nil || s.acquired.Load() == seen {
+			return nil, time.Time{}, err
+		}
+		// Others got connections meanwhile: a queue, not an outage.
+	}
 }
 
 // maxPasses bounds the statements of one Reserve.
@@ -427,17 +452,14 @@ func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.R
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	op := "updating " + id
-	if err := s.ensure(ctx); err != nil {
-		return nil, s.fail(op, err)
-	}
 	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
 	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	var from []record.State
 	for _, st := range []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown} {
 		if c.Allowed(st) {
@@ -509,13 +531,15 @@ func (s *Store) settleOrphan(ctx context.Context, q db, r *record.Record, now ti
 
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	op := "getting " + id
-	if err := s.ensure(ctx); err != nil {
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	rec, err := s.get(ctx, s.pool, id)
+	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	rec, err := s.get(ctx, conn, id)
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
@@ -571,7 +595,10 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			}
 			return rec, nil
 		}
-		next := poll
+		next := heardPoll
+		if !s.heard.Load() {
+			next = poll
+		}
 		if !rec.LeaseUntil.IsZero() {
 			// Wake as the lease lapses, to settle the orphan.
 			next = max(min(next, rec.LeaseUntil.Sub(s.now())+time.Millisecond), time.Millisecond)
@@ -594,17 +621,28 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 // watch asks the server to notify the waiters of id, within the store's
 // timeout.
 func (s *Store) watch(ctx context.Context, id string) error {
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, s.q.watch, id)
+	_, err = conn.Exec(ctx, s.q.watch, id)
 	return err
 }
 
-// boundedCheck is check within the store's timeout.
+// boundedCheck is check within the store's timeout, once it has a
+// connection.
 func (s *Store) boundedCheck(ctx context.Context, id string) (*record.Record, error) {
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	return s.check(ctx, id)
+	return s.check(ctx, conn, id)
 }
 
 // pgDuration reads a PostgreSQL time setting such as statement_timeout:
@@ -635,14 +673,14 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // check reads the record id and settles it if it is an orphan.
-func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
+func (s *Store) check(ctx context.Context, q db, id string) (*record.Record, error) {
 	for {
 		now := s.clock()
-		rec, err := s.get(ctx, s.pool, id)
+		rec, err := s.get(ctx, q, id)
 		if err != nil || !rec.Orphaned(now) {
 			return rec, err
 		}
-		rec, ok, err := s.settleOrphan(ctx, s.pool, rec, now)
+		rec, ok, err := s.settleOrphan(ctx, q, rec, now)
 		if err != nil || ok || !rec.Orphaned(now) {
 			return rec, err
 		}
@@ -652,13 +690,15 @@ func (s *Store) check(ctx context.Context, id string) (*record.Record, error) {
 // Renew implements record.Store, in one statement for all of owner's
 // records in flight.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	op := "renewing the leases of " + owner
-	if err := s.ensure(ctx); err != nil {
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
 		return s.fail(op, err)
 	}
-	if _, err := s.pool.Exec(ctx, s.q.renew, owner, timestamp(until)); err != nil {
+	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	if _, err := conn.Exec(ctx, s.q.renew, owner, timestamp(until)); err != nil {
 		return s.fail(op, err)
 	}
 	return nil

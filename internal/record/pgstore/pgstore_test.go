@@ -290,6 +290,56 @@ func TestSilentServerFailsAtTheTimeout(t *testing.T) {
 	}
 }
 
+// TestQueueIsNotAnOutage: an operation that waits longer than the
+// store's timeout for one of the pool's connections, while others get
+// them, is under load, not facing a server that stopped answering: it
+// waits its turn instead of failing.
+func TestQueueIsNotAnOutage(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	s, err := Open(context.Background(), serverURL(t)+"&pool_max_conns=1", Options{Schema: newSchema(t), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	r := newRecord("k", time.Now())
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's one connection goes from holder to holder, each keeping
+	// it for most of a timeout; the Get queues behind both.
+	first, _, err := s.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		conn, _, err := s.acquire(ctx)
+		if err == nil {
+			time.Sleep(timeout * 4 / 5)
+			conn.Release()
+		}
+		second <- err
+	}()
+	time.Sleep(timeout / 5) // the second holder queues first
+	go func() {
+		time.Sleep(timeout * 3 / 5)
+		first.Release()
+	}()
+	start := time.Now()
+	got, err := s.Get(ctx, r.ID)
+	waited := time.Since(start)
+	if err := <-second; err != nil {
+		t.Fatalf("the second holder: %v", err)
+	}
+	if err != nil || got.ID != r.ID {
+		t.Fatalf("Get behind a queue that moves = %v, %v; want the record", got, err)
+	}
+	if waited < timeout {
+		t.Fatalf("Get waited %v, less than the %v timeout: the queue under test did not form", waited, timeout)
+	}
+}
+
 func TestOpenRejectsOtherURLs(t *testing.T) {
 	for _, u := range []string{"redis://127.0.0.1:6379", "sqlite:/tmp/x.db", "postgres://%zz"} {
 		if s, err := Open(context.Background(), u, Options{}); err == nil {
@@ -507,6 +557,36 @@ func listening(s *Store) bool {
 	err := s.pool.QueryRow(context.Background(),
 		"SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND datname = current_database()", "LISTEN "+s.quoted).Scan(&n)
 	return err == nil && n > 0
+}
+
+// TestWaitersDoNotPollWhileListening: while the listening connection is
+// up, a waiter waits for the notification and reads nothing meanwhile:
+// thousands of waiters polling would take the pool from the work they
+// wait for.
+func TestWaitersDoNotPollWhileListening(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r := newRecord("k", time.Now())
+	r.Owner, r.LeaseUntil = "proxy-1", time.Now().Add(time.Hour)
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(s, r.ID)
+	waiting(t, s, r.ID, 1)
+	for !s.heard.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	before := s.acquired.Load()
+	time.Sleep(1500 * time.Millisecond) // the poll would read 7 times
+	if n := s.acquired.Load() - before; n != 0 {
+		t.Errorf("a waiter read the record %d times in 1.5s while the listener was up; want none", n)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got == nil || got.State != record.Failed {
+		t.Fatalf("Wait = %+v; want the record failed", got)
+	}
 }
 
 // Waiters in another process (another Store here) are woken by the

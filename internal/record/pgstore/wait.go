@@ -119,7 +119,11 @@ func (s *Store) listenConn() (connected bool, err error) {
 		return false, err
 	}
 	// Whatever settled before LISTEN took effect was not notified: every
-	// waiter looks again.
+	// waiter looks again. Once the connection drops, each looks again and
+	// polls until it is back.
+	s.heard.Store(true)
+	defer s.waiters.wakeAll()
+	defer s.heard.Store(false)
 	s.waiters.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(s.ctx)
