@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+// Runs the mcp-idempotent binary built for this platform, which npm
+// installed as one of this package's optional dependencies (only the one
+// whose "os" and "cpu" match). The binary gets this process's stdin,
+// stdout and stderr as they are: no byte of the MCP traffic passes
+// through Node.
+"use strict";
+
+const { spawn } = require("node:child_process");
+
+const packages = {
+  "linux x64": "@mcp-idempotent/linux-x64",
+  "linux arm64": "@mcp-idempotent/linux-arm64",
+  "darwin x64": "@mcp-idempotent/darwin-x64",
+  "darwin arm64": "@mcp-idempotent/darwin-arm64",
+  "win32 x64": "@mcp-idempotent/win32-x64",
+};
+
+function fail(msg) {
+  process.stderr.write(`mcp-idempotent: ${msg}\n`);
+  process.exit(1);
+}
+
+const pkg = packages[`${process.platform} ${process.arch}`];
+if (!pkg) {
+  fail(`no binary is built for ${process.platform} ${process.arch}; there is one for ${Object.keys(packages).join(", ")}`);
+}
+const exe = process.platform === "win32" ? "mcp-idempotent.exe" : "mcp-idempotent";
+let bin;
+try {
+  bin = require.resolve(`${pkg}/bin/${exe}`);
+} catch {
+  fail(`${pkg}, the package that holds the binary for this platform, is not installed. ` +
+    "npm installs it as an optional dependency: install mcp-idempotent again without --omit=optional or --no-optional.");
+}
+
+const child = spawn(bin, process.argv.slice(2), { stdio: "inherit", windowsHide: true });
+// A signal for this process is for the proxy: it stops its upstream and
+// finishes what it can before it exits.
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(sig, () => child.kill(sig));
+}
+child.on("error", (err) => fail(`running ${bin}: ${err.message}`));
+child.on("exit", (code, signal) => {
+  if (signal) {
+    // Die of the same signal, so that the caller sees what the proxy saw.
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
+    return;
+  }
+  process.exit(code ?? 1);
+});
