@@ -22,6 +22,9 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcp-idempotent:", err)
+		if hint := cli.UsageHint(err); hint != "" {
+			fmt.Fprintln(os.Stderr, hint)
+		}
 		os.Exit(cli.ExitCode(err))
 	}
 }

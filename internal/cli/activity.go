@@ -41,7 +41,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a, err := parseActivity(args, stderr)
+	a, err := parseActivity(args)
 	if err != nil {
 		return err
 	}
@@ -87,14 +87,13 @@ type activityArgs struct {
 
 // parseActivity parses and checks an activity command line, before any
 // store is opened.
-func parseActivity(args []string, stderr io.Writer) (*activityArgs, error) {
+func parseActivity(args []string) (*activityArgs, error) {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, activityUsage)
 		return nil, usagef("activity: say list, show or resolve")
 	}
 	a := &activityArgs{verb: args[0]}
 	fs := flag.NewFlagSet("activity "+a.verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&a.store, "store", "", "the store `URL`, as given to the proxy (sqlite:PATH, ...)")
 	fs.BoolVar(&a.json, "json", false, "print JSON for scripts")
 	switch a.verb {
@@ -108,18 +107,17 @@ func parseActivity(args []string, stderr io.Writer) (*activityArgs, error) {
 		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
 		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
 	default:
-		fmt.Fprint(stderr, activityUsage)
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
 	var err error
 	if a.pos, err = parseInterspersed(fs, args[1:]); err != nil {
-		return nil, &usageError{err.Error()}
+		return nil, &usageError{msg: err.Error()}
 	}
-	return a, a.check(stderr)
+	return a, a.check()
 }
 
 // check checks a's flags and arguments.
-func (a *activityArgs) check(stderr io.Writer) error {
+func (a *activityArgs) check() error {
 	if a.store == "" {
 		return usagef("activity %s: --store is required: the store the proxy used", a.verb)
 	}
@@ -149,10 +147,8 @@ func (a *activityArgs) check(stderr io.Writer) error {
 	case len(a.pos) == wantPos:
 		return nil
 	case wantPos == 0:
-		fmt.Fprint(stderr, activityUsage)
 		return usagef("activity list takes no arguments, only flags; got %q", a.pos[0])
 	default:
-		fmt.Fprint(stderr, activityUsage)
 		return usagef("activity %s: want one execution id, got %d arguments", a.verb, len(a.pos))
 	}
 }

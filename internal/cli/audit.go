@@ -14,20 +14,17 @@ const auditUsage = `Usage:
                                       every line whole, and chained to the one before it
 `
 
-func runAudit(args []string, stdout, stderr io.Writer) error {
+func runAudit(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, auditUsage)
 		return usagef("audit: say verify")
 	}
 	switch args[0] {
 	case "verify":
 		if len(args) != 2 {
-			fmt.Fprint(stderr, auditUsage)
 			return usagef("audit verify takes one FILE")
 		}
 		return auditVerify(args[1], stdout)
 	}
-	fmt.Fprint(stderr, auditUsage)
 	return usagef("audit: unknown subcommand %q", args[0])
 }
 

@@ -32,12 +32,42 @@ import (
 // -ldflags "-X github.com/mcp-idempotent/mcp-idempotent/internal/cli.Version=...".
 var Version = "dev"
 
-// A usageError is a mistake on the command line; the usage text follows it.
-type usageError struct{ msg string }
+// A usageError is a mistake on the command line. cmd is the command
+// whose usage it refers to ("" for the proxy itself); Run sets it.
+type usageError struct{ cmd, msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// UsageHint returns the line that follows a command-line mistake's
+// message, saying where the usage is; "" for any other error.
+func UsageHint(err error) string {
+	u, ok := errors.AsType[*usageError](err)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("Run '%s --help' for usage.", strings.TrimSpace("mcp-idempotent "+u.cmd))
+}
+
+// wantsHelp reports whether args ask for help: -h, -help or --help before
+// any --, or help alone.
+func wantsHelp(args []string) bool {
+	if len(args) == 1 && args[0] == "help" {
+		return true
+	}
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
 
 // ExitCode maps an error from Run to the process exit status: 2 for a
 // command-line mistake, 1 otherwise.
@@ -77,33 +107,70 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// atomic.)
 		stderr = &lockedWriter{w: stderr}
 	}
+	cmd, err := "", error(nil)
 	if len(args) > 0 {
-		switch args[0] {
-		case "demo":
-			return runDemo(ctx, args[1:], stdout, stderr)
-		case "serve":
-			return runServe(ctx, args[1:], stderr)
-		case "policy":
-			return runPolicy(ctx, args[1:], stdout, stderr)
-		case "activity":
-			return runActivity(ctx, args[1:], stdout, stderr)
-		case "audit":
-			return runAudit(args[1:], stdout, stderr)
-		case "version":
-			if len(args) > 1 {
-				return usagef("version takes no arguments; got %q", args[1])
-			}
-			fmt.Fprintln(stdout, "mcp-idempotent", Version)
-			return nil
-		case "help", "-h", "-help", "--help":
-			fs := newProxyFlags(stderr)
-			fs.fs.SetOutput(stdout)
-			fmt.Fprint(stdout, usage)
-			fs.fs.PrintDefaults()
+		cmd = args[0]
+	}
+	switch cmd {
+	case "demo", "serve", "policy", "activity", "audit", "version":
+		if wantsHelp(args[1:]) {
+			fmt.Fprint(stdout, commandUsage(cmd))
 			return nil
 		}
 	}
-	return runProxy(ctx, args, stdin, stdout, stderr)
+	switch cmd {
+	case "demo":
+		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "serve":
+		err = runServe(ctx, args[1:], stderr)
+	case "policy":
+		err = runPolicy(ctx, args[1:], stdout, stderr)
+	case "activity":
+		err = runActivity(ctx, args[1:], stdout, stderr)
+	case "audit":
+		err = runAudit(args[1:], stdout)
+	case "version":
+		if len(args) > 1 {
+			err = usagef("version takes no arguments; got %q", args[1])
+			break
+		}
+		fmt.Fprintln(stdout, "mcp-idempotent", Version)
+	default:
+		cmd = ""
+		if wantsHelp(args) {
+			fmt.Fprint(stdout, commandUsage(cmd))
+			return nil
+		}
+		err = runProxy(ctx, args, stdin, stdout, stderr)
+	}
+	if u, ok := errors.AsType[*usageError](err); ok && u.cmd == "" {
+		u.cmd = cmd
+	}
+	return err
+}
+
+// commandUsage is the help of cmd ("" for the proxy itself).
+func commandUsage(cmd string) string {
+	var b strings.Builder
+	switch cmd {
+	case "":
+		b.WriteString(usage)
+		newProxyFlags(&b).fs.PrintDefaults()
+	case "serve":
+		b.WriteString(serveUsage)
+		newServeFlags(&b).fs.PrintDefaults()
+	case "policy":
+		b.WriteString(policyUsage)
+	case "activity":
+		b.WriteString(activityUsage)
+	case "audit":
+		b.WriteString(auditUsage)
+	case "demo":
+		b.WriteString("Usage:\n  mcp-idempotent demo    play a client that loses an answer and retries, without the proxy and with it\n")
+	case "version":
+		b.WriteString("Usage:\n  mcp-idempotent version    print the version\n")
+	}
+	return b.String()
 }
 
 // proxyFlags are the flags of the proxy command.
@@ -127,11 +194,10 @@ type proxyFlags struct {
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f := &proxyFlags{fs: flag.NewFlagSet("mcp-idempotent", flag.ContinueOnError)}
+	// Only PrintDefaults writes, for commandUsage; a mistake is an error
+	// that Run returns, with a hint, not the whole usage.
 	f.fs.SetOutput(stderr)
-	f.fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		f.fs.PrintDefaults()
-	}
+	f.fs.Usage = func() {}
 	f.fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
 	f.fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	f.fs.StringVar(&f.maxMessage, "max-message-size", "16MiB", "largest JSON-RPC message accepted, in bytes (suffixes KiB, MiB, GiB)")
@@ -150,12 +216,9 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 }
 
 func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	f := newProxyFlags(stderr)
+	f := newProxyFlags(io.Discard)
 	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	if err := f.checkUpstream(f.fs.Args()); err != nil {
 		return err
@@ -176,7 +239,6 @@ func (f *proxyFlags) checkUpstream(argv []string) error {
 	case f.upstream != "" && len(argv) > 0:
 		return usagef("--upstream and a command after -- both name the upstream: give one")
 	case f.upstream == "" && len(argv) == 0:
-		f.fs.Usage()
 		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js, or give --upstream URL")
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")

@@ -189,6 +189,63 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestEveryCommandsHelp: --help after any command, or after its
+// arguments, prints that command's usage on stdout and succeeds; it is
+// never taken for a file or refused.
+func TestEveryCommandsHelp(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-level", "debug", "--help"}, "-- COMMAND"},
+		{[]string{"serve", "--help"}, "mcp-idempotent serve [flags] -- COMMAND"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "-h"}, "-allow-origin"},
+		{[]string{"policy", "--help"}, "policy check FILE"},
+		{[]string{"policy", "check", "--help"}, "policy check FILE"},
+		{[]string{"policy", "show", "--help"}, "policy show"},
+		{[]string{"audit", "verify", "--help"}, "audit verify FILE"},
+		{[]string{"activity", "list", "--help"}, "activity list --store URL"},
+		{[]string{"activity", "help"}, "activity show EXE_ID"},
+		{[]string{"demo", "--help"}, "mcp-idempotent demo"},
+		{[]string{"version", "--help"}, "mcp-idempotent version"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Run(t.Context(), tt.args, strings.NewReader(""), &stdout, &stderr)
+		if err != nil || !strings.Contains(stdout.String(), tt.want) || stderr.Len() != 0 {
+			t.Errorf("Run(%q) = %v; stdout %q, stderr %q; want the usage (%q) on stdout and success", tt.args, err, stdout.String(), stderr.String(), tt.want)
+		}
+	}
+}
+
+// TestMistakeComesFirst: a command-line mistake is one line naming it,
+// then one saying where the usage is, never the whole usage with the
+// error last.
+func TestMistakeComesFirst(t *testing.T) {
+	for _, tt := range []struct {
+		args       []string
+		want, hint string
+	}{
+		{nil, "no upstream command", "Run 'mcp-idempotent --help' for usage."},
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus", "Run 'mcp-idempotent --help' for usage."},
+		{[]string{"serve", "--bogus", "--", "cat"}, "-bogus", "Run 'mcp-idempotent serve --help' for usage."},
+		{[]string{"policy", "check"}, "policy check takes one FILE", "Run 'mcp-idempotent policy --help' for usage."},
+		{[]string{"activity", "show", "exe_1"}, "--store is required", "Run 'mcp-idempotent activity --help' for usage."},
+		{[]string{"audit"}, "say verify", "Run 'mcp-idempotent audit --help' for usage."},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Run(t.Context(), tt.args, strings.NewReader(""), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || ExitCode(err) != 2 || UsageHint(err) != tt.hint {
+			t.Errorf("Run(%q) = %v (exit %d, hint %q); want a usage error naming %q, hint %q", tt.args, err, ExitCode(err), UsageHint(err), tt.want, tt.hint)
+		}
+		if stdout.Len() != 0 || strings.Contains(stderr.String(), "Usage:") {
+			t.Errorf("Run(%q) printed the usage (stdout %q, stderr %q); want the error alone", tt.args, stdout.String(), stderr.String())
+		}
+	}
+	if hint := UsageHint(errors.New("the store is down")); hint != "" {
+		t.Errorf("UsageHint of another error = %q; want none", hint)
+	}
+}
+
 // TestProxyPassThrough runs the proxy in front of /bin/cat, which sends
 // every frame back: a frame the proxy does not own comes back byte for
 // byte.

@@ -26,13 +26,11 @@ const policyUsage = `Usage:
 
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, policyUsage)
 		return usagef("policy: say check or show")
 	}
 	switch args[0] {
 	case "check":
 		if len(args) != 2 {
-			fmt.Fprint(stderr, policyUsage)
 			return usagef("policy check takes one FILE")
 		}
 		f, err := policy.Load(args[1])
@@ -45,20 +43,18 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "show":
 		return runPolicyShow(ctx, args[1:], stdout, stderr)
 	}
-	fmt.Fprint(stderr, policyUsage)
 	return usagef("policy: unknown subcommand %q", args[0])
 }
 
 func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("policy show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	path := fs.String("policy", "", "the policy `FILE` to merge with the annotations")
 	scope := fs.String("scope", "", "the default intent scope, as for the proxy")
 	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprint(stderr, policyUsage)
 		return usagef("policy show: no upstream command: put it after --")
 	}
 	resolve, file, err := newResolver(*path, *scope)

@@ -41,10 +41,6 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	f := &serveFlags{proxyFlags: newProxyFlags(stderr)}
 	fs := f.fs
 	fs.Init("mcp-idempotent serve", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "the `ADDR` (host:port) to serve MCP on; keep it loopback unless clients on other hosts need it, and then set --auth-token-file")
 	fs.StringVar(&f.path, "path", "/mcp", "the URL path of the MCP endpoint")
 	fs.Var(&f.origins, "allow-origin", "an Origin to accept besides the loopback ones, as https://app.example.com, or * for any (repeatable); a browser page from any other origin gets 403")
@@ -68,12 +64,9 @@ Flags:
 `
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
-	f := newServeFlags(stderr)
+	f := newServeFlags(io.Discard)
 	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	argv := f.fs.Args()
 	if err := f.check(argv); err != nil {
