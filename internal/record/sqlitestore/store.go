@@ -45,10 +45,16 @@ const (
 	purgeEvery = 16
 	purgeBatch = 64
 
-	// Wait checks the database on a backoff from minPoll to maxPoll, to
-	// see changes made by other processes, which cannot wake it.
+	// The Store's poller reads the states of the records its Waits wait
+	// on, to see changes made by other processes, which cannot wake them:
+	// a round every minPoll while records settle or new Waits begin,
+	// backing off to maxPoll while nothing changes.
 	minPoll = 10 * time.Millisecond
 	maxPoll = time.Second
+	// pollChunk bounds the ids of one of its statements; pollPerRecord
+	// lengthens the pause between rounds for each record waited on.
+	pollChunk     = 500
+	pollPerRecord = 20 * time.Microsecond
 
 	secretName = "fingerprint"
 	secretSize = 32
@@ -74,8 +80,10 @@ type Store struct {
 	closed    chan struct{} // closed by Close, to end waits
 	closeOnce sync.Once
 
-	mu      sync.Mutex         // protects waiters
+	mu      sync.Mutex         // protects waiters and polling
 	waiters map[string]*waiter // the records some Wait of this Store is waiting for
+	polling bool               // the poller runs
+	kick    chan struct{}      // a new record to wait for: the poller's next round comes soon
 
 	secretMu sync.Mutex // protects secret
 	secret   []byte     // the fingerprint secret once read
@@ -220,7 +228,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, l: l, closed: make(chan struct{}), waiters: make(map[string]*waiter), path: abs, file: file}
+	s := &Store{now: now, w: w, r: r, l: l, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,6 +323,45 @@ func TestWaitSeesAnotherStoresChange(t *testing.T) {
 	if got := <-done; got == nil || got.State != record.Failed {
 		t.Fatalf("Wait = %+v; want the record failed by the other store", got)
 	}
+}
+
+// TestManyWaitsSeeAnotherStoresChanges: a Store's poller reads the
+// records of all its Waits, however many, a few hundred a statement.
+func TestManyWaitsSeeAnotherStoresChanges(t *testing.T) {
+	ctx := t.Context()
+	path := dbPath(t)
+	a := open(t, path, sqlitestore.Options{})
+	b := open(t, path, sqlitestore.Options{})
+	const n = 1200 // more than two statements' worth
+	ids := make([]string, n)
+	for i := range ids {
+		r, _, err := a.Reserve(ctx, newRecord(fmt.Sprint("k", i)), record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = r.ID
+	}
+	var wg sync.WaitGroup
+	waiting := make(chan struct{}, n)
+	for _, id := range ids {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			waiting <- struct{}{}
+			if got, err := a.Wait(wctx, id); err != nil || got.State != record.Failed {
+				t.Errorf("Wait(%s) = %+v, %v; want it failed by the other store", id, got, err)
+			}
+		})
+	}
+	for range n {
+		<-waiting
+	}
+	for _, id := range ids {
+		if _, err := b.Update(ctx, id, record.Change{To: record.Failed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
 }
 
 func TestCloseEndsWaits(t *testing.T) {

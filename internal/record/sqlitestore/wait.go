@@ -3,6 +3,8 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -10,8 +12,8 @@ import (
 
 // Wait implements record.Store. Waits of this Store for one record share
 // one channel, closed when an Update or an orphan takeover of this Store
-// settles it; a change made by another Store or process is seen by polling
-// on a backoff from 10 ms to 1 s. Wait also wakes when the lease lapses, to
+// settles it, or when the Store's poller finds it settled by another
+// Store or process (poll). Wait also wakes when the lease lapses, to
 // settle the orphan.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	r, err := s.wait(ctx, id)
@@ -22,7 +24,6 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 }
 
 func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
-	poll := minPoll
 	for {
 		// Subscribed before the read, so a settle after it is not missed.
 		w := s.subscribe(id)
@@ -34,27 +35,23 @@ func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
 			s.unsubscribe(id, w)
 			return r, err
 		}
-		// The poll ends early when the lease lapses, so the orphan is
-		// settled on time.
-		wake, lapse := poll, false
+		var lapse <-chan time.Time
+		var t *time.Timer
 		if !r.LeaseUntil.IsZero() {
-			if d := r.LeaseUntil.Sub(s.clock()) + time.Millisecond; d < wake {
-				wake, lapse = d, true
-			}
+			t = time.NewTimer(r.LeaseUntil.Sub(s.clock()) + time.Millisecond)
+			lapse = t.C
 		}
-		t := time.NewTimer(wake)
 		select {
 		case <-w.ch:
-		case <-t.C:
-			if !lapse {
-				poll = min(2*poll, maxPoll)
-			}
+		case <-lapse:
 		case <-s.closed:
 			err = errClosed
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		t.Stop()
+		if t != nil {
+			t.Stop()
+		}
 		s.unsubscribe(id, w)
 		if err != nil {
 			return nil, err
@@ -87,7 +84,7 @@ func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, er
 }
 
 // subscribe returns the wake-up for record id that this Store's Waits
-// share, holding it until unsubscribe.
+// share, holding it until unsubscribe, and sees that the poller runs.
 func (s *Store) subscribe(id string) *waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -95,8 +92,16 @@ func (s *Store) subscribe(id string) *waiter {
 	if w == nil {
 		w = &waiter{ch: make(chan struct{})}
 		s.waiters[id] = w
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	w.n++
+	if !s.polling {
+		s.polling = true
+		go s.poll()
+	}
 	return w
 }
 
@@ -117,4 +122,108 @@ func (s *Store) notify(id string) {
 		close(w.ch)
 		delete(s.waiters, id)
 	}
+}
+
+// poll wakes the Waits of this Store whose records another Store or
+// process settled, until none waits or the Store closes. Each round reads
+// the states of all their records, pollChunk ids a statement: thousands
+// of Waits reading each its own record would take the CPU and the file
+// from the work they wait for.
+func (s *Store) poll() {
+	interval, floor := minPoll, minPoll
+	for {
+		t := time.NewTimer(interval)
+	pause:
+		for {
+			select {
+			case <-t.C:
+				break pause
+			case <-s.kick:
+				// A new record to wait for: the round comes soon.
+				if interval > floor {
+					interval = floor
+					t.Reset(floor)
+				}
+			case <-s.closed:
+				t.Stop()
+				return
+			}
+		}
+		ids := s.waited()
+		if ids == nil {
+			return
+		}
+		// A round's cost grows with the records waited on, and so does
+		// the pause after one that found something.
+		floor = minPoll + time.Duration(len(ids))*pollPerRecord
+		settled, err := s.settledOf(ids)
+		for _, id := range settled {
+			s.notify(id)
+		}
+		if err != nil || len(settled) == 0 {
+			// A read that failed is tried again as a round that found
+			// nothing is: after a longer pause.
+			interval = min(max(2*interval, floor), maxPoll)
+		} else {
+			interval = min(floor, maxPoll)
+		}
+	}
+}
+
+// waited returns the records some Wait of this Store waits on; nil, and
+// the poller marked stopped, if there are none.
+func (s *Store) waited() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiters) == 0 {
+		s.polling = false
+		return nil
+	}
+	ids := make([]string, 0, len(s.waiters))
+	for id := range s.waiters {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// settledOf returns those of ids whose records are no longer in flight,
+// or gone.
+func (s *Store) settledOf(ids []string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
+	defer cancel()
+	inFlight := make(map[string]bool, len(ids))
+	for chunk := range slices.Chunk(ids, pollChunk) {
+		q := "SELECT id FROM records WHERE state IN ('accepted', 'dispatched') AND id IN (?" + strings.Repeat(", ?", len(chunk)-1) + ")"
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if err := s.collect(ctx, q, args, inFlight); err != nil {
+			return nil, err
+		}
+	}
+	var settled []string
+	for _, id := range ids {
+		if !inFlight[id] {
+			settled = append(settled, id)
+		}
+	}
+	return settled, nil
+}
+
+// collect adds to ids the id each row of the query q gives.
+func (s *Store) collect(ctx context.Context, q string, args []any, ids map[string]bool) error {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids[id] = true
+	}
+	return rows.Err()
 }
