@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -71,6 +72,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	argv := f.fs.Args()
 	if err := f.check(argv); err != nil {
 		return err
+	}
+	if len(argv) > 0 {
+		// Each session starts its own upstream: a command that cannot
+		// start would fail every one of them, with nothing at start to
+		// say why.
+		if _, err := exec.LookPath(argv[0]); err != nil {
+			return fmt.Errorf("the upstream command cannot start: %w", err)
+		}
 	}
 	var tokens map[string]string
 	if f.tokenFile != "" {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -80,6 +81,20 @@ func TestReadTokens(t *testing.T) {
 // TestServeRefusesBeforeTheUpstream: serve starts, refuses a request
 // without a token and one from a foreign Host before any upstream starts,
 // and stops when its context ends.
+// TestServeNeedsACommandThatStarts: serve stops at start when the
+// upstream command cannot be found, rather than serve sessions that all
+// fail.
+func TestServeNeedsACommandThatStarts(t *testing.T) {
+	var stderr bytes.Buffer
+	err := Run(t.Context(), []string{"serve", "--listen", "127.0.0.1:0", "--", "mcpi-no-such-command"}, strings.NewReader(""), io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `"mcpi-no-such-command": executable file not found`) || ExitCode(err) != 1 {
+		t.Fatalf("serve -- mcpi-no-such-command = %v (exit %d); want it to stop at once, naming the command", err, ExitCode(err))
+	}
+	if strings.Contains(stderr.String(), "serving") {
+		t.Errorf("serve logged that it serves:\n%s", stderr.String())
+	}
+}
+
 func TestServeRefusesBeforeTheUpstream(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
