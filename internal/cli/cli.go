@@ -562,17 +562,14 @@ func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error
 }
 
 // stopChild stops the upstream (stdio.Child.Stop) with 2 s between its
-// steps, or 250 ms when the proxy was told to stop (ctx is done: SIGTERM,
-// SIGINT), so that the upstream is stopped before whoever sent the signal
-// gives up waiting and kills the proxy.
+// steps, cut short once the proxy is told to stop (ctx is done: SIGTERM,
+// SIGINT), even in the middle of a step: whoever sent the signal gives up
+// waiting and kills the proxy soon after, and the upstream must be
+// stopped before that.
 func stopChild(ctx context.Context, child *stdio.Child) {
-	grace := 2 * time.Second
-	if ctx.Err() != nil {
-		grace = 250 * time.Millisecond
-	}
 	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = child.Stop(stop, grace)
+	_ = child.Stop(stop, 2*time.Second, ctx.Done())
 }
 
 func exitStatus(child *stdio.Child) string {

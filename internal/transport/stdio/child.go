@@ -79,33 +79,53 @@ func (c *Child) ExitError() error { return c.err }
 func (c *Child) Pid() int { return c.cmd.Process.Pid }
 
 // Stop ends the child the way MCP's stdio transport asks: close its stdin,
-// wait, then SIGTERM, then SIGKILL, each after grace. Once the child has
+// wait, then SIGTERM, then SIGKILL, each after grace. Once hurry is closed
+// (the proxy was told to stop), each step waits at most HurriedGrace: a
+// signal that comes during the wait is acted on then, not after it. ctx
+// bounds it all: when it is done, the child is killed. Once the child has
 // exited, the read end of its stdout is closed too: what it wrote last is
 // no one's once Stop is called, and a serve process that ends a thousand
 // sessions must not hold their pipes until the garbage collector runs.
-func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
+func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan struct{}) error {
 	c.Close()
 	defer c.out.Close()
+	hurried := false
 	for _, sig := range []os.Signal{nil, syscall.SIGTERM, syscall.SIGKILL} {
 		if sig != nil {
 			_ = c.cmd.Process.Signal(sig)
 		}
-		t := time.NewTimer(grace)
-		select {
-		case <-c.done:
-			t.Stop()
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-			_ = c.cmd.Process.Kill()
-			<-c.done
-			return ctx.Err()
-		case <-t.C:
+		wait := grace
+		if hurried {
+			wait = min(grace, HurriedGrace)
+		}
+		t := time.NewTimer(wait)
+	step:
+		for {
+			select {
+			case <-c.done:
+				t.Stop()
+				return nil
+			case <-ctx.Done():
+				t.Stop()
+				_ = c.cmd.Process.Kill()
+				<-c.done
+				return ctx.Err()
+			case <-hurry:
+				hurry, hurried = nil, true
+				if wait > HurriedGrace {
+					t.Reset(HurriedGrace)
+				}
+			case <-t.C:
+				break step
+			}
 		}
 	}
 	<-c.done
 	return nil
 }
+
+// HurriedGrace is the longest a step of Stop waits once it is hurried.
+const HurriedGrace = 250 * time.Millisecond
 
 // Identity is the identity of the upstream that argv starts when run in
 // the working directory dir: Describe's words and the directory, since a

@@ -371,7 +371,7 @@ func startChild(t *testing.T, argv ...string) (*Child, *syncBuffer) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = c.Stop(ctx, 0)
+		_ = c.Stop(ctx, 0, nil)
 	})
 	return c, stderr
 }
@@ -423,7 +423,7 @@ func TestChildEcho(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// cat exits when its stdin closes, long before the grace period.
-	if err := c.Stop(ctx, time.Minute); err != nil {
+	if err := c.Stop(ctx, time.Minute, nil); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	<-c.Done()
@@ -447,7 +447,7 @@ func TestChildStopClosesPipes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Stop(t.Context(), time.Minute); err != nil {
+		if err := c.Stop(t.Context(), time.Minute, nil); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
 	}
@@ -497,7 +497,7 @@ func TestChildSIGTERM(t *testing.T) {
 	c, _ := startChild(t, "sh", "-c", "exec sleep 60")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Stop(ctx, 50*time.Millisecond); err != nil {
+	if err := c.Stop(ctx, 50*time.Millisecond, nil); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if sig := signalOf(c.ExitError()); sig != syscall.SIGTERM {
@@ -514,7 +514,7 @@ func TestChildSIGKILL(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Stop(ctx, 50*time.Millisecond); err != nil {
+	if err := c.Stop(ctx, 50*time.Millisecond, nil); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if sig := signalOf(c.ExitError()); sig != syscall.SIGKILL {
@@ -522,11 +522,33 @@ func TestChildSIGKILL(t *testing.T) {
 	}
 }
 
+// TestChildStopHurried: a Stop told to hurry in the middle of its wait
+// for the child to exit on its own goes on to SIGTERM then, not after
+// the grace: the proxy's own SIGTERM is acted on when it comes.
+func TestChildStopHurried(t *testing.T) {
+	c, _ := startChild(t, "sh", "-c", "echo ready; exec sleep 60") // ignores its stdin closing
+	if f, err := c.ReadFrame(); err != nil || string(f) != "ready" {
+		t.Fatalf("ReadFrame = %q, %v; want ready", f, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hurry := make(chan struct{})
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(ctx, time.Hour, hurry) }()
+	close(hurry)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop = %v; want the child stopped by SIGTERM before ctx ran out", err)
+	}
+	if sig := signalOf(c.ExitError()); sig != syscall.SIGTERM {
+		t.Errorf("child ended by %v (%v), want SIGTERM", sig, c.ExitError())
+	}
+}
+
 func TestChildStopContext(t *testing.T) {
 	c, _ := startChild(t, "sh", "-c", "exec sleep 60")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := c.Stop(ctx, time.Minute); !errors.Is(err, context.Canceled) {
+	if err := c.Stop(ctx, time.Minute, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Stop = %v, want context.Canceled", err)
 	}
 	select {
@@ -544,7 +566,7 @@ func TestChildStopBlockedWrite(t *testing.T) {
 	go func() { writeErr <- c.WriteFrame(bytes.Repeat([]byte("x"), 4<<20)) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Stop(ctx, 50*time.Millisecond); err != nil {
+	if err := c.Stop(ctx, 50*time.Millisecond, nil); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := <-writeErr; err == nil {
