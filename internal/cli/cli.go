@@ -312,7 +312,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)
-	if w.hasher, err = newHasher(secretCtx, durable, w.log); err != nil {
+	if w.hasher, err = newHasher(secretCtx, durable, w.log.With("store", redact(f.store))); err != nil {
 		return nil, err
 	}
 	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: f.lease, Accounts: policyFile.Accounts(),
@@ -607,7 +607,9 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 	if err == nil {
 		return fingerprint.New(secret)
 	}
-	log.Warn("the fingerprint secret could not be read from the store; side-effecting calls fail until it can", "err", err)
+	// Said once, loudly: the proxy runs on, and nothing else shows that
+	// every side effect will be refused until the store answers.
+	log.Error("the store cannot be reached: side-effecting calls fail closed (nothing runs) until it answers; read-only calls pass", "err", err)
 	h := fingerprint.Pending()
 	go func() {
 		for wait := time.Second; ; wait = min(2*wait, secretRetryMax) {
@@ -619,7 +621,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 			secret, err := durable.Secret(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					log.Warn("the fingerprint secret still cannot be read from the store; side-effecting calls fail", "err", err, "next_try_in", min(2*wait, secretRetryMax))
+					log.Debug("the store still cannot be reached; side-effecting calls fail closed", "err", err, "next_try_in", min(2*wait, secretRetryMax))
 				}
 				continue
 			}
@@ -627,7 +629,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 				log.Error("the store's fingerprint secret cannot be used; side-effecting calls keep failing", "err", err)
 				return
 			}
-			log.Info("read the fingerprint secret from the store; side-effecting calls run again")
+			log.Info("the store answers: side-effecting calls run")
 			return
 		}
 	}()

@@ -362,3 +362,32 @@ func TestScopeFlagUnderThePolicyFile(t *testing.T) {
 		t.Errorf("--scope actor without a policy file: scope %s; want actor", got)
 	}
 }
+
+// TestUnreachableStoreSaidOnce: a store that cannot be reached at start
+// is one error line, naming the store and what fails closed, not
+// warnings that repeat while the proxy looks fine.
+func TestUnreachableStoreSaidOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	stdin, closeStdin := io.Pipe()
+	time.AfterFunc(2500*time.Millisecond, func() { closeStdin.Close() }) // past the first retries
+	var stdout, stderr bytes.Buffer
+	if err := Run(ctx, []string{"--store", "redis://127.0.0.1:1/0", "--", "cat"}, stdin, &stdout, &stderr); err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	var errs, warns int
+	for line := range strings.Lines(stderr.String()) {
+		switch {
+		case strings.Contains(line, "level=ERROR"):
+			errs++
+			if !strings.Contains(line, "store=redis://127.0.0.1:1/0") || !strings.Contains(line, "fail closed") {
+				t.Errorf("the error does not name the store and what fails closed: %s", line)
+			}
+		case strings.Contains(line, "level=WARN"):
+			warns++
+		}
+	}
+	if errs != 1 || warns != 0 {
+		t.Errorf("%d errors and %d warnings; want one error:\n%s", errs, warns, stderr.String())
+	}
+}

@@ -148,7 +148,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	loadCtx, cancel := context.WithTimeout(ctx, dialTimeout)
 	for _, sc := range scripts {
 		if err := sc.Load(loadCtx, s.rdb).Err(); err != nil {
-			s.log.Warn("redis store not reachable yet", "store", s.name, "err", err)
+			// Not the caller's news to tell twice: the first call that
+			// needs the server reports it.
+			s.log.Debug("redis store not reachable yet", "store", s.name, "err", err)
 			break
 		}
 	}
@@ -679,9 +681,10 @@ func (s *Store) forget(id string) {
 	}
 }
 
-// clientLog passes go-redis's own messages to a logger, as warnings.
+// clientLog passes go-redis's own messages to a logger, at debug level:
+// they repeat what the failed operation's own error says.
 type clientLog struct{ log *slog.Logger }
 
 func (l clientLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }

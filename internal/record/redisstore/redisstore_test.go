@@ -171,7 +171,7 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 func TestClientMessagesGoToTheLogger(t *testing.T) {
 	var mu sync.Mutex
 	var buf bytes.Buffer
-	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil))
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
