@@ -42,7 +42,7 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 		s.refuseInUse(msg.ID)
 		return
 	}
-	s.forwarded[key] = forwardedRequest{id: msg.ID, method: msg.Method}
+	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method})
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}
@@ -75,22 +75,43 @@ func (s *Session) refuseInUse(id json.RawMessage) {
 		"mcp-idempotent: request id %s is already in use by a request still being answered; send it under another id", id)))
 }
 
+// rememberLocked remembers f, the client's request key passed upstream,
+// until it is answered. s.mu must be held.
+func (s *Session) rememberLocked(key string, f forwardedRequest) {
+	s.forwarded[key] = f
+	if !standing(f.method) {
+		s.awaited++
+	}
+}
+
 // forgetLocked forgets the client's request key, forwarded and now
 // answered. s.mu must be held.
 func (s *Session) forgetLocked(key string) {
+	f, ok := s.forwarded[key]
+	if !ok {
+		return
+	}
 	delete(s.forwarded, key)
-	if len(s.forwarded) == 0 && s.forwardIdle != nil {
+	if !standing(f.method) {
+		s.awaited--
+	}
+	if s.awaited == 0 && s.forwardIdle != nil {
 		close(s.forwardIdle)
 		s.forwardIdle = nil
 	}
 }
 
+// standing reports whether method is a request that stands until the
+// client ends it, such as the 2026-07-28 subscriptions/listen: the end of
+// the session's input ends it, and shutdown does not wait for its answer.
+func standing(method string) bool { return method == "subscriptions/listen" }
+
 // forwardsSettled returns a channel closed once no request of the
-// client's passed upstream waits for its answer.
+// client's passed upstream waits for its answer, but standing ones.
 func (s *Session) forwardsSettled() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.forwarded) == 0 {
+	if s.awaited == 0 {
 		return closedChannel
 	}
 	if s.forwardIdle == nil {

@@ -90,6 +90,7 @@ func (s *Session) abandon(l *link, err error, why string) {
 	close(l.gone)
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]forwardedRequest)
+	s.awaited = 0
 	if s.forwardIdle != nil {
 		close(s.forwardIdle)
 		s.forwardIdle = nil

@@ -176,7 +176,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 	s.batches++
 	for _, m := range msgs {
 		if m.IsRequest() {
-			s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{id: m.ID, method: m.Method, batch: s.batches}
+			s.rememberLocked(string(jsonrpc.IDKey(m.ID)), forwardedRequest{id: m.ID, method: m.Method, batch: s.batches})
 		}
 	}
 	s.mu.Unlock()

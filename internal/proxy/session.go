@@ -95,9 +95,9 @@ type Session struct {
 	// or detached.
 	inflight sync.WaitGroup
 
-	// mu guards pending, givenUp, sending, idle, forwarded, forwardIdle,
-	// batches, calls, up, handshake and initialized, and the conn and
-	// frames of a link being started again (see link).
+	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
+	// forwardIdle, batches, calls, up, handshake and initialized, and the
+	// conn and frames of a link being started again (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -111,9 +111,11 @@ type Session struct {
 	sending int
 	idle    chan struct{}
 	// forwarded holds the client's requests passed upstream and not yet
-	// answered, by jsonrpc.IDKey of their id; forwardIdle, when not nil,
-	// is closed once it is empty: shutdown waits on it.
+	// answered, by jsonrpc.IDKey of their id; awaited counts those of them
+	// not standing; forwardIdle, when not nil, is closed once awaited is
+	// 0: shutdown waits on it.
 	forwarded   map[string]forwardedRequest
+	awaited     int
 	forwardIdle chan struct{}
 	batches     uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.

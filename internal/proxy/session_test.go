@@ -998,6 +998,26 @@ func TestShutdownWaitsForAPassThroughRequest(t *testing.T) {
 	r.wait(t)
 }
 
+// TestShutdownDoesNotWaitForAStandingRequest: a standing request, such
+// as the 2026-07-28 subscriptions/listen that a client keeps open for the
+// whole session, ends with the client's input: the upstream's input is
+// closed at once, not after the grace.
+func TestShutdownDoesNotWaitForAStandingRequest(t *testing.T) {
+	r := newRigOptions(t, 0, Options{ShutdownGrace: time.Hour})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{}}`)
+	r.upstream.next(t, "upstream")
+	r.clientW.Close()
+	select {
+	case <-r.upstream.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream's input stayed open: shutdown waited for the standing request")
+	}
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"error"`) {
+		t.Errorf("the standing request got %s; want an error saying the session ended", got)
+	}
+	r.wait(t)
+}
+
 // TestShutdownAnswersEveryone: when the client has gone, the grace has
 // passed and the upstream neither answers nor closes, every request still
 // waiting is answered before the session ends (the client may still be
