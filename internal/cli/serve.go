@@ -48,7 +48,7 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	fs.Var(&f.hosts, "allow-host", "a Host name to accept besides loopback names, the --listen host and the --allow-origin hosts (repeatable); any other Host gets 403 (DNS rebinding)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint, so two tokens never share an execution")
 	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); more get 503")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", 30*time.Minute, "end a session (and stop its upstream) after this long without a request")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long without a request; with the session scope, a retry after that runs again")
 	fs.BoolVar(&f.jsonResponse, "json-response", false, "answer each POST with one JSON body instead of an SSE stream (no progress on the request's stream, no resumption)")
 	return f
 }

@@ -12,6 +12,11 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
+// DefaultIdleTimeout is ServerOptions.IdleTimeout's default. Each session
+// of serve holds an upstream process; clients that never send DELETE
+// leave theirs until it runs out.
+const DefaultIdleTimeout = 10 * time.Minute
+
 // ServerOptions configures a Server.
 type ServerOptions struct {
 	// Open runs the proxy for one session, reading the client's frames
@@ -36,7 +41,7 @@ type ServerOptions struct {
 	// MaxSessions bounds the sessions open at once; zero means 100.
 	MaxSessions int
 	// IdleTimeout ends a session no request has touched for that long and
-	// that owes no answer; zero means 30 minutes.
+	// that owes no answer; zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxMessage bounds a request body; zero means DefaultMaxMessage.
 	MaxMessage int
@@ -92,7 +97,7 @@ func NewServer(opts ServerOptions) *Server {
 		opts.MaxSessions = 100
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 30 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.MaxMessage <= 0 {
 		opts.MaxMessage = DefaultMaxMessage

@@ -1062,6 +1062,47 @@ func TestServerMaxSessionsCountsThoseStopping(t *testing.T) {
 	start(t, hs.URL, nil)
 }
 
+// TestServerMaxSessionsEndsTheIdlest: with MaxSessions open, a new
+// session is refused with Retry-After, and the session idle longest, if a
+// minute or more, is ended to make room for the retry: clients that never
+// send DELETE do not hold every upstream until the idle timeout.
+func TestServerMaxSessionsEndsTheIdlest(t *testing.T) {
+	clock, advance := fakeClock()
+	srv, p, hs := newTestServer(t, ServerOptions{MaxSessions: 1, Now: clock})
+	sid := start(t, hs.URL, nil)
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.sessions[sid].active == 0
+	})
+	advance(30 * time.Second)
+	refused := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	refused.Body.Close()
+	if refused.StatusCode != 503 || srv.Sessions() != 1 {
+		t.Fatalf("past the limit with a session idle 30 s: %s, %d sessions; want 503 and the session kept", refused.Status, srv.Sessions())
+	}
+	advance(time.Minute)
+	refused = do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	refused.Body.Close()
+	if refused.StatusCode != 503 || refused.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the limit: %s; want 503 with Retry-After", refused.Status)
+	}
+	select {
+	case ended := <-p.ended:
+		if ended.ID() != sid {
+			t.Fatalf("session %s ended; want the idle one, %s", ended.ID(), sid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session idle for 90 s was not ended to make room")
+	}
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.running == 0
+	})
+	start(t, hs.URL, nil) // the retry
+}
+
 // fakeClock returns a clock for ServerOptions.Now, stopped at a fixed
 // time, and a function that moves it on.
 func fakeClock() (clock func() time.Time, advance func(time.Duration)) {

@@ -19,6 +19,14 @@ func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
 		return nil, refuse(http.StatusServiceUnavailable, "the proxy is shutting down")
 	}
 	if s.running >= s.opts.MaxSessions {
+		// Clients that never send DELETE leave their sessions, and
+		// their upstreams, until the idle timeout: the one idle longest
+		// makes room for the retry this answer asks for.
+		if ss := s.idlestLocked(); ss != nil {
+			delete(s.sessions, ss.id)
+			s.log.Info("session ended to make room for a new one", "session", ss.id, "max_sessions", s.opts.MaxSessions)
+			ss.close()
+		}
 		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open or still stopping their upstream (--max-sessions); end one with DELETE or wait for one to sit idle", s.running)
 		e.header = http.Header{"Retry-After": {"5"}}
 		return nil, e
@@ -124,6 +132,28 @@ func (s *Server) Reap() {
 		ss.close()
 	}
 }
+
+// idlestLocked returns the session that has sat idle longest, if it has
+// for evictAfter at least: one that a client seems to have left. s.mu
+// must be held.
+func (s *Server) idlestLocked() *ServerSession {
+	now := s.now()
+	var idlest *ServerSession
+	var since time.Time
+	for _, ss := range s.sessions {
+		ss.mu.Lock()
+		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) >= evictAfter &&
+			(idlest == nil || ss.lastActive.Before(since)) {
+			idlest, since = ss, ss.lastActive
+		}
+		ss.mu.Unlock()
+	}
+	return idlest
+}
+
+// evictAfter is how long a session sits idle before a new session may
+// take its place when MaxSessions are open.
+const evictAfter = time.Minute
 
 // RunReaper ends idle sessions until ctx is done, looking every tick.
 func (s *Server) RunReaper(ctx context.Context, tick time.Duration) {
