@@ -158,10 +158,13 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, stdout)
 	}
-	for _, want := range []string{"ran 2 times", "ran 1 time", "exe_"} {
+	for _, want := range []string{"ran 2 times", "ran 5 times", "under different request ids", "exe_"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
+	}
+	if n := strings.Count(stdout, "with mcp-idempotent      charge_card ran 1 time "); n != 3 {
+		t.Errorf("the proxy ran charge_card once in %d scenarios; want all 3:\n%s", n, stdout)
 	}
 }
 
