@@ -19,7 +19,7 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 	ctx := t.Context()
 	reserve := func(key string) string {
 		t.Helper()
-		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Owner: "me", LeaseUntil: clock.Now().Add(time.Minute), Retention: time.Minute}
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Owner: "me", LeaseUntil: clock.Now().Add(time.Minute), Retention: time.Hour}
 		if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil || !won {
 			t.Fatalf("Reserve(%s): won %v, %v", key, won, err)
 		}
@@ -62,7 +62,7 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 		t.Errorf("after %v undelivered, live still holds %d completed records", staleCompletion, len(s.live))
 	}
 	update(completed[0], record.Delivered) // found in byID
-	clock.Advance(2 * time.Minute)
+	clock.Advance(2 * time.Hour)
 	fresh := reserve("fresh") // runs the purge
 	if len(s.live) != 1 || s.live[fresh] == nil {
 		t.Errorf("after the retention live holds %d records; want only the fresh one", len(s.live))

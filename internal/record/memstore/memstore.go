@@ -221,6 +221,7 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.PurgeExpired()
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -350,17 +351,21 @@ func (s *Store) Len() int {
 	return len(s.byID)
 }
 
-// purge drops up to max expired records. s.mu must be held.
-func (s *Store) purge(now time.Time, max int) {
+// purge drops up to max expired records and reports whether it stopped
+// at max, with more perhaps due. s.mu must be held.
+func (s *Store) purge(now time.Time, max int) (more bool) {
 	// By the wall clock alone, as the heap's keys: a time's monotonic
 	// reading, which Before would use, can disagree with it after the
 	// machine slept or its clock was set, and an entry due by one and
 	// not by the other would be popped and pushed back for ever.
 	wall := now.UnixNano()
-	for i := 0; i < max && len(s.expires) > 0; i++ {
+	for i := 0; i < max; i++ {
+		if len(s.expires) == 0 {
+			return false
+		}
 		e := s.expires[0]
 		if wall < e.expires {
-			return
+			return false
 		}
 		heap.Pop(&s.expires)
 		if later := e.rec.ExpiresAt.UnixNano(); later > e.expires {
@@ -376,7 +381,25 @@ func (s *Store) purge(now time.Time, max int) {
 			delete(s.byKey, e.rec.Key)
 		}
 	}
+	return true
 }
+
+// PurgeExpired drops every record whose retention has run out, a batch
+// under the lock at a time, so that calls go on between batches. Renew
+// calls it: a proxy renews its leases every few seconds, busy or idle, so
+// a store that no call reaches is purged too.
+func (s *Store) PurgeExpired() {
+	for more := true; more; {
+		now := s.now()
+		s.mu.Lock()
+		more = s.purge(now, purgeIdleBatch)
+		s.mu.Unlock()
+	}
+}
+
+// purgeIdleBatch bounds the records PurgeExpired drops under the lock at
+// once: about a millisecond's work.
+const purgeIdleBatch = 4096
 
 // expiryHeap orders settled entries by ExpiresAt, soonest first.
 type expiryHeap []*entry

@@ -1,6 +1,7 @@
 package memstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,6 +39,32 @@ func TestExpiredRecordsArePurged(t *testing.T) {
 	}
 	if n := s.Len(); n != 2 {
 		t.Fatalf("store holds %d records after retention; want only the 2 fresh ones", n)
+	}
+}
+
+// TestIdleStoreIsPurged: records whose retention ran out go at the next
+// lease renewal, which comes every few seconds, not at the next
+// reservation, which an idle proxy may never make.
+func TestIdleStoreIsPurged(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := memstore.New(memstore.Options{Now: clock.Now})
+	ctx := t.Context()
+	const n = 10000 // more than one batch under the lock
+	for i := range n {
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: fmt.Sprint("k", i), Retention: time.Minute}
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	if err := s.Renew(ctx, "proxy-1", clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 0 {
+		t.Fatalf("store holds %d records after their retention and a renewal; want none", got)
 	}
 }
 
