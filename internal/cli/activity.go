@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
@@ -236,7 +237,11 @@ func printList(w io.Writer, recs []*record.Record) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXECUTION\tTOOL\tSTATE\tACCEPTED\tATTEMPTS\tATTACHED\tACTOR")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Tool, r.State,
+		state := string(r.State)
+		if intercept.ShadowOwner(r.Owner) {
+			state += " (shadow)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Tool, state,
 			r.At(record.Accepted).Local().Format(time.DateTime), r.Attempts, r.Attached, r.Actor)
 	}
 	tw.Flush()

@@ -190,6 +190,7 @@ type proxyFlags struct {
 	window     time.Duration
 	metrics    string
 	journal    string
+	shadow     bool
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
@@ -211,6 +212,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	f.fs.StringVar(&f.journal, "journal", "", "append one hash-chained JSON line per execution transition to `FILE` (created mode 0600; one proxy process per file); arguments and results appear as each tool's policy says (default: arguments hashed, results redacted); check it with `mcp-idempotent audit verify FILE`")
+	f.fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: every call goes upstream as it came, and the proxy records, counts (mcp_idempotent_shadow_decisions_total), logs and journals what it would have done; to learn before letting it change anything")
 	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
 	return f
 }
@@ -316,7 +318,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: f.lease, Accounts: policyFile.Accounts(),
-		StoreWaits: durable != nil}
+		StoreWaits: durable != nil, Shadow: f.shadow}
 	if shared, ok := store.(intercept.Allowances); ok {
 		// Every proxy sharing the store takes from one allowance per
 		// account.

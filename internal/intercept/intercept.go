@@ -123,12 +123,27 @@ type Observer interface {
 	Upstream(tool string, d time.Duration)
 }
 
+// A ShadowObserver is an Observer that counts apart what the interceptor
+// would have done in shadow mode (Options.Shadow): there, Decision is
+// told passed_through for every call, and ShadowDecision what the call
+// would have become.
+type ShadowObserver interface {
+	Observer
+	ShadowDecision(tool string, class policy.Class, decision string)
+}
+
 // Options configures an Interceptor.
 type Options struct {
 	// Observer is told of decisions and transitions; nil means none.
 	Observer Observer
-	Store    record.Store        // required
-	Hasher   *fingerprint.Hasher // required
+	// Shadow is shadow mode: the caller passes every call upstream as it
+	// came and hands it to Handle too, with an Upstream that gives the
+	// answer the call got. The interceptor records and decides as ever,
+	// but its answers go nowhere: they are counted (ShadowObserver),
+	// logged and journaled as what it would have done.
+	Shadow bool
+	Store  record.Store        // required
+	Hasher *fingerprint.Hasher // required
 	// Logger receives one line per call answered from the record: an
 	// attach, a replay, an unknown outcome (info); and one per new execution
 	// and per state transition (debug). Nil discards.
@@ -183,6 +198,7 @@ type Interceptor struct {
 	shown      sync.Map
 	abandoned  abandoned // executions reserved here, never to be sent, still to settle
 	storeWaits bool
+	shadow     bool // Options.Shadow
 
 	accounts map[string]*account // read-only after New
 
@@ -216,9 +232,39 @@ func New(opts Options) *Interceptor {
 	if in.obs == nil {
 		in.obs = nopObserver{}
 	}
+	if opts.Shadow {
+		in.shadow = true
+		in.obs = shadowObserver{in.obs}
+		in.log = in.log.With("shadow", true)
+		if opts.Owner == "" {
+			// Its records say so (activity list).
+			in.owner = shadowPrefix + in.owner
+		}
+	}
 	in.accounts = newAccounts(opts.Accounts, opts.Allowances, in.now())
 	return in
 }
+
+// shadowObserver counts, in shadow mode, every call as passed through,
+// and what it would have become as a shadow decision.
+type shadowObserver struct{ Observer }
+
+func (o shadowObserver) Decision(tool string, class policy.Class, decision string) {
+	o.Observer.Decision(tool, class, "passed_through")
+	if so, ok := o.Observer.(ShadowObserver); ok && decision != "passed_through" {
+		so.ShadowDecision(tool, class, decision)
+	}
+}
+
+// Shadow reports whether the interceptor is in shadow mode
+// (Options.Shadow).
+func (in *Interceptor) Shadow() bool { return in.shadow }
+
+// ShadowOwner reports whether owner, a record's, names a process in
+// shadow mode: the record is what that process would have done.
+func ShadowOwner(owner string) bool { return strings.HasPrefix(owner, shadowPrefix) }
+
+const shadowPrefix = "shadow-"
 
 type nopObserver struct{}
 

@@ -68,6 +68,7 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Fingerprint: rec.Fingerprint,
 		Request:     req.Correlation,
 		Note:        c.Note,
+		Shadow:      in.shadow,
 	}
 	rule := req.Policy.Journal
 	if c.To == record.Accepted {

@@ -15,12 +15,19 @@ import (
 // unknown answers a call that matched an execution whose outcome is
 // unknown, as the tool's on_unknown says.
 func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Request) {
-	switch {
-	case req.Policy.OnUnknown == policy.Retry && !redispatched(rec):
+	if in.shadow {
+		// In shadow mode nothing of the proxy's own goes upstream: what
+		// it would have done is counted, and the record stays unknown.
+		in.obs.Decision(rec.Tool, req.Policy.Class, onUnknown(rec, req.Policy))
+		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
+		return
+	}
+	switch onUnknown(rec, req.Policy) {
+	case "redispatched":
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.obs.Decision(rec.Tool, req.Policy.Class, "redispatched")
 		in.execute(ctx, rec, req, "re-dispatch: on_unknown retry")
-	case req.Policy.OnUnknown == policy.Recover && req.Policy.Recover != nil:
+	case "recovered":
 		// Asked whatever the attempts: a status that says done settles
 		// even an execution already sent again (recover re-sends at most
 		// once).
@@ -35,6 +42,18 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		in.obs.Decision(rec.Tool, req.Policy.Class, "unknown")
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
+}
+
+// onUnknown is the decision the policy pol makes for a call that finds
+// rec unknown: redispatched, recovered, or unknown (the caller is told).
+func onUnknown(rec *record.Record, pol *policy.Policy) string {
+	switch {
+	case pol.OnUnknown == policy.Retry && !redispatched(rec):
+		return "redispatched"
+	case pol.OnUnknown == policy.Recover && pol.Recover != nil:
+		return "recovered"
+	}
+	return "unknown"
 }
 
 // redispatched reports whether rec was sent again after an unknown

@@ -82,6 +82,10 @@ type Entry struct {
 	// session and JSON-RPC id.
 	Request string `json:"request,omitempty"`
 	Note    string `json:"note,omitempty"`
+	// Shadow marks a proxy in shadow mode (--shadow): every call went
+	// upstream as it came, and the line says what the proxy would have
+	// done, a replay's delivery among them.
+	Shadow bool `json:"shadow,omitempty"`
 	// Arguments, Result and Error are the call's arguments, the tool's
 	// result and the upstream's JSON-RPC error, where the transition has
 	// one, shown as the tool's policy allows.

@@ -40,6 +40,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	calls       *prometheus.CounterVec   // tool, class, decision
+	shadow      *prometheus.CounterVec   // tool, class, decision: in shadow mode, what it would have been
 	transitions *prometheus.CounterVec   // tool, state
 	attempts    *prometheus.CounterVec   // tool, why
 	retryWait   *prometheus.HistogramVec // tool
@@ -100,7 +101,11 @@ func New() *Metrics {
 			Help: "Transitions that could not be written to the activity journal (--journal); the calls went on, but the journal misses them.",
 		}),
 	}
-	m.reg.MustRegister(m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors, m.journalErrs)
+	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcp_idempotent_shadow_decisions_total",
+		Help: "In shadow mode (--shadow), where every call goes upstream as it came: what each recorded tool call would have become, decision as in mcp_idempotent_calls_total.",
+	}, []string{"tool", "class", "decision"})
+	m.reg.MustRegister(m.shadow, m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors, m.journalErrs)
 	return m
 }
 
@@ -122,6 +127,11 @@ func (m *Metrics) tool(name string) string {
 // Decision implements intercept.Observer.
 func (m *Metrics) Decision(tool string, class policy.Class, decision string) {
 	m.calls.WithLabelValues(m.tool(tool), string(class), decision).Inc()
+}
+
+// ShadowDecision implements intercept.ShadowObserver.
+func (m *Metrics) ShadowDecision(tool string, class policy.Class, decision string) {
+	m.shadow.WithLabelValues(m.tool(tool), string(class), decision).Inc()
 }
 
 // Attempt implements intercept.Observer.

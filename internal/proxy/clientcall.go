@@ -158,14 +158,18 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		c.refuse(refusal)
 		return
 	}
-	if route == intercept.RoutePassThrough {
+	if route == intercept.RouteRecorded && s.opts.Interceptor.Shadow() {
+		s.shadowToolCall(c, info)
+		return
+	}
+	if route == intercept.RoutePassThrough || s.opts.Interceptor.Shadow() {
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
 		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
-		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params})
+		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params}, nil)
 		c.mu.Unlock()
 		c.finish()
 		return

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -16,16 +17,21 @@ type forwardedRequest struct {
 	// the requests of one batch left unanswered are answered in one
 	// array, as the batch would have been.
 	batch uint64
+	// shadow, in shadow mode, is the tools/call the interceptor judges:
+	// it gets the request's outcome.
+	shadow *shadowCall
 }
 
 // forward passes a client's request upstream, remembering it until it is
 // answered. While the upstream is being restarted it waits for it; if the
-// upstream is gone for good it is answered with an error at once.
-func (s *Session) forward(msg *jsonrpc.Message) {
+// upstream is gone for good it is answered with an error at once. sc, if
+// not nil, is told the outcome.
+func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	if !jsonrpc.PortableID(msg.ID) {
 		// It goes upstream under the client's own id, and would come back
 		// under another: the client would wait for ever.
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", unportableID)))
+		sc.notSent(errors.New(unportableID))
 		return
 	}
 	l := s.usable()
@@ -34,15 +40,17 @@ func (s *Session) forward(msg *jsonrpc.Message) {
 		s.mu.Unlock()
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
+		sc.notSent(errors.New("the upstream is not running"))
 		return
 	}
 	key := string(jsonrpc.IDKey(msg.ID))
 	if s.inUseLocked(key, msg.Method == "tools/call") {
 		s.mu.Unlock()
 		s.refuseInUse(msg.ID)
+		sc.notSent(errors.New("its request id was in use"))
 		return
 	}
-	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method})
+	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc})
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 	}

@@ -105,6 +105,9 @@ func (s *Session) abandon(l *link, err error, why string) {
 	// have been: 10,000 of them are one message, not 10,000.
 	batches := make(map[uint64][][]byte)
 	for _, f := range forwarded {
+		if f.shadow != nil {
+			f.shadow.answered(nil, err)
+		}
 		answer := jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: "+why, f.method))
 		if f.batch == 0 {
 			s.writeClient(answer)

@@ -181,23 +181,30 @@ func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	if p.stop != nil {
 		p.stop()
 	}
+	if err != nil {
+		p.done(nil, err)
+		return
+	}
+	p.done(outcomeOf(p.method, msg))
+}
+
+// outcomeOf is what the answer msg to a request for method says, as
+// Upstream.Send's contract reads: its result, or an error.
+func outcomeOf(method string, msg *jsonrpc.Message) (json.RawMessage, error) {
 	// "error": null, as JSON-RPC 1.0 servers write beside a result, is no
 	// error.
-	hasError := msg != nil && msg.Error != nil && string(msg.Error) != "null"
+	hasError := msg.Error != nil && string(msg.Error) != "null"
 	switch {
-	case err != nil:
-		p.done(nil, err)
 	case hasError && msg.Result != nil:
-		p.done(nil, retry.Malformed("a response to "+p.method+" with both a result and an error", msg.Raw))
+		return nil, retry.Malformed("a response to "+method+" with both a result and an error", msg.Raw)
 	case hasError:
 		// The upstream's own answer, whatever its data says: only the
 		// transport, outside the frames, says what it saw (noAnswer).
-		p.done(nil, jsonrpc.DecodeError(msg.Error))
+		return nil, jsonrpc.DecodeError(msg.Error)
 	case msg.Result == nil:
-		p.done(nil, retry.Malformed("a response to "+p.method+" with neither result nor error", msg.Raw))
-	default:
-		p.done(msg.Result, nil)
+		return nil, retry.Malformed("a response to "+method+" with neither result nor error", msg.Raw)
 	}
+	return msg.Result, nil
 }
 
 // call is Send for a caller that waits.

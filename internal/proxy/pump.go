@@ -110,7 +110,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg)
 	case msg.IsRequest():
-		s.forward(msg)
+		s.forward(msg, nil)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
 	default:
@@ -240,8 +240,12 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		// its id is free (an answer the upstream still sends passes on,
 		// for the client to ignore).
 		s.mu.Lock()
+		f := s.forwarded[string(jsonrpc.IDKey(id))]
 		s.forgetLocked(string(jsonrpc.IDKey(id)))
 		s.mu.Unlock()
+		if f.shadow != nil {
+			f.shadow.answered(nil, errShadowCancelled)
+		}
 	}
 	s.writeUpstream(msg.Raw)
 }
@@ -324,6 +328,9 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		if s.reservedID(msg.ID) {
 			s.droppedOwn(key)
 			return
+		}
+		if f.shadow != nil {
+			f.shadow.answeredFrame(frame)
 		}
 		if f.method == "tools/list" && msg.Result != nil {
 			if page, err := mcp.ParseListResult(msg.Result); err == nil {
@@ -415,6 +422,9 @@ func (s *Session) tooLargeFromUpstream(err error) {
 		// Not a NotSent error: the upstream ran the request and answered.
 		s.answered(p, nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
 	case forwarded:
+		if f.shadow != nil {
+			f.shadow.answered(nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
+		}
 		s.writeClient(jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the upstream's answer to %s was dropped: %v", f.method, err)))
 	}
@@ -436,6 +446,9 @@ func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
 	case own:
 		s.answered(p, nil, sendFailure(na))
 	case forwarded:
+		if f.shadow != nil {
+			f.shadow.answered(nil, sendFailure(na))
+		}
 		s.writeClient(jsonrpc.NewErrorResponse(f.id, na.Object()))
 	case s.reservedID(na.ID):
 		s.droppedOwn(key)
