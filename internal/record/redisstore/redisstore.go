@@ -116,8 +116,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 
+	rdb := redis.NewClient(o)
+	rdb.AddHook(&queue{})
 	s := &Store{
-		rdb:        redis.NewClient(o),
+		rdb:        rdb,
 		now:        opts.Now,
 		prefix:     prefix,
 		channel:    prefix + "settled",

@@ -131,6 +131,52 @@ func newRecord(key string) *record.Record {
 	return &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: key, Tool: "charge_card", Retention: time.Hour}
 }
 
+// TestQueueIsNotAnOutage: a call that waits longer than the pool's
+// timeout for a connection, while other commands get theirs, is under
+// load, not facing a server that stopped answering: it waits its turn
+// instead of failing.
+func TestQueueIsNotAnOutage(t *testing.T) {
+	url := serverURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	prefix := newPrefix(t, url)
+	const poolTimeout = 700 * time.Millisecond
+	s := open(t, url+sep+"pool_size=2&pool_timeout=700ms", prefix, nil)
+	ctx := t.Context()
+	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool's two connections go from holder to holder, each keeping
+	// one for a second (BLPOP's timeout, in whole seconds on older
+	// servers): A from 0 s, B from 0.5 s, C from 1 s when A lets go. The
+	// Get queues behind C, and gets B's at 1.5 s; its pool timeout runs
+	// out at 1.3 s, after A was served.
+	client := redisstore.Client(s)
+	var wg sync.WaitGroup
+	for _, after := range []time.Duration{0, 500 * time.Millisecond, 50 * time.Millisecond} {
+		time.Sleep(after)
+		wg.Go(func() {
+			if err := client.BLPop(ctx, time.Second, prefix+"nothing").Err(); err != redis.Nil {
+				t.Errorf("BLPOP: %v; want nil, after the wait", err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	got, err := s.Get(ctx, r.ID)
+	waited := time.Since(start)
+	wg.Wait()
+	if err != nil || got.ID != r.ID {
+		t.Fatalf("Get behind a queue that moves = %v, %v; want the record", got, err)
+	}
+	if waited < poolTimeout {
+		t.Fatalf("Get waited %v, less than the pool's timeout: the queue under test did not form", waited)
+	}
+}
+
 func TestUnreachableFailsPromptly(t *testing.T) {
 	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0", redisstore.Options{})
 	if err != nil {
