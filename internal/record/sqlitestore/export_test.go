@@ -1,6 +1,9 @@
 package sqlitestore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Synchronous returns the writer connection's PRAGMA synchronous: 1 is
 // NORMAL, 2 is FULL.
@@ -25,4 +28,12 @@ func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
 		return nil, err
 	}
 	return func() { c.Close() }, nil
+}
+
+// SetBusyTimeout sets the busy timeout of the Stores opened from now on,
+// and returns a func that restores it.
+func SetBusyTimeout(d time.Duration) (restore func()) {
+	old := busyTimeout
+	busyTimeout = d
+	return func() { busyTimeout = old }
 }

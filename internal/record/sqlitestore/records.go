@@ -19,7 +19,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if lost := s.lost.Load(); lost != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
 	}
-	rec, won, orphan, err := s.reserve(ctx, r, opts)
+	var rec *record.Record
+	var won bool
+	var orphan string
+	err := s.whileBusy(ctx, func() (err error) {
+		rec, won, orphan, err = s.reserve(ctx, r, opts)
+		return err
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
 	}
@@ -113,7 +119,11 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	r, err := s.update(ctx, id, c)
+	var r *record.Record
+	err := s.whileBusy(ctx, func() (err error) {
+		r, err = s.update(ctx, id, c)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("updating %s: %w", id, err)
 	}

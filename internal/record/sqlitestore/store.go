@@ -34,11 +34,12 @@ type Options struct {
 	Sync string
 }
 
-const (
-	// busyTimeout bounds how long a statement waits for the write lock
-	// another process holds, so a stuck peer makes calls fail, not hang.
-	busyTimeout = 5 * time.Second
+// busyTimeout bounds how long a statement waits for the write lock
+// another process holds, so a stuck peer makes calls fail, not hang (see
+// whileBusy). A variable for tests.
+var busyTimeout = 5 * time.Second
 
+const (
 	// Every purgeEvery-th reservation of a Store first drops up to
 	// purgeBatch expired records, so the file stays bounded by the
 	// retention and no reservation pays for a large backlog.
@@ -73,7 +74,10 @@ type Store struct {
 	// l is one connection for Renew alone. Behind w it would wait its
 	// turn with every write of the process, for longer than a lease
 	// under load, and the leases of live executions would lapse.
-	l  *sql.DB
+	l *sql.DB
+	// v is one read connection for PRAGMA data_version, which counts
+	// other connections' commits only when read on one connection.
+	v  *sql.DB
 	st statements
 
 	reserves  atomic.Uint64 // counts Reserve calls, to pace purges
@@ -223,12 +227,21 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	l.SetMaxOpenConns(1)
 	l.SetMaxIdleConns(1)
+	v, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		r.Close()
+		l.Close()
+		return nil, err
+	}
+	v.SetMaxOpenConns(1)
+	v.SetMaxIdleConns(1)
 
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, l: l, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -282,7 +295,7 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close())...)
+	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close(), s.v.Close())...)
 }
 
 // clock returns the current time, in UTC and without a monotonic reading,
@@ -349,4 +362,37 @@ func (s *Store) loadSecret(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("the stored secret is %d bytes; want %d", len(secret), secretSize)
 	}
 	return secret, tx.Commit()
+}
+
+// whileBusy runs write, a write transaction, again when it failed for
+// want of the write lock (SQLITE_BUSY once busyTimeout ran out) while
+// other connections committed to the file: a file busy with other
+// processes' writes is under load, not held by a stuck peer, and SQLite's
+// busy handler, which polls, can miss the lock's free moments for longer
+// than the timeout. It gives up, as before, when a try finds no commit of
+// another's during its wait; the first failure is always tried once more,
+// to learn that.
+func (s *Store) whileBusy(ctx context.Context, write func() error) error {
+	err := write()
+	for isBusy(err) && ctx.Err() == nil {
+		seen, verr := s.dataVersion(ctx)
+		if verr != nil {
+			return err
+		}
+		if err = write(); !isBusy(err) {
+			return err
+		}
+		if now, verr := s.dataVersion(ctx); verr != nil || now == seen {
+			return err
+		}
+	}
+	return err
+}
+
+// dataVersion is PRAGMA data_version on v: it changes when a connection
+// other than v commits to the file.
+func (s *Store) dataVersion(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.v.QueryRowContext(ctx, "PRAGMA data_version").Scan(&n)
+	return n, err
 }

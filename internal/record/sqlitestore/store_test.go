@@ -491,3 +491,99 @@ func TestRenewDoesNotQueueBehindWrites(t *testing.T) {
 		t.Fatalf("after Renew the lease runs until %v (%v); want %v", got.LeaseUntil, err, until)
 	}
 }
+
+// hog writes to the file at path from a connection of its own until stop
+// is closed: it takes the write lock, holds it for hold, and commits if
+// commit is set, then takes it again at once.
+func hog(t *testing.T, path string, hold time.Duration, commit bool, stop <-chan struct{}) (done <-chan struct{}) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS hog (n INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer conn.Close()
+		for first := true; ; first = false {
+			if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+				t.Error(err)
+				return
+			}
+			conn.ExecContext(context.Background(), "INSERT INTO hog VALUES (1)")
+			if first {
+				close(locked)
+			}
+			select {
+			case <-stop:
+				conn.ExecContext(context.Background(), "COMMIT")
+				return
+			case <-time.After(hold):
+			}
+			end := "ROLLBACK"
+			if commit {
+				end = "COMMIT"
+			}
+			conn.ExecContext(context.Background(), end)
+			if !commit {
+				<-stop
+				return
+			}
+		}
+	}()
+	<-locked
+	return finished
+}
+
+// TestBusyWithOthersWritesWaits: a write that finds the file's write
+// lock taken and given again by another process, which commits, for
+// longer than the busy timeout is under load: it waits its turn instead
+// of failing.
+func TestBusyWithOthersWritesWaits(t *testing.T) {
+	defer sqlitestore.SetBusyTimeout(200 * time.Millisecond)()
+	ctx := t.Context()
+	path := dbPath(t)
+	s := open(t, path, sqlitestore.Options{})
+	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := hog(t, path, 20*time.Millisecond, true, stop)
+	time.AfterFunc(time.Second, func() { close(stop) })
+	_, err = s.Update(ctx, r.ID, record.Change{To: record.Failed})
+	<-done
+	if err != nil {
+		t.Fatalf("Update while another process writes and commits: %v; want it to wait its turn", err)
+	}
+}
+
+// TestBusyWithAStuckPeerFails: a write lock held by a process that does
+// not commit makes a write fail, in a couple of busy timeouts, rather than
+// hang: the proxy fails closed.
+func TestBusyWithAStuckPeerFails(t *testing.T) {
+	defer sqlitestore.SetBusyTimeout(200 * time.Millisecond)()
+	ctx := t.Context()
+	path := dbPath(t)
+	s := open(t, path, sqlitestore.Options{})
+	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := hog(t, path, time.Minute, false, stop)
+	_, err = s.Update(ctx, r.ID, record.Change{To: record.Failed})
+	close(stop)
+	<-done
+	if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+		t.Fatalf("Update while another process holds the lock: %v; want SQLITE_BUSY", err)
+	}
+}
