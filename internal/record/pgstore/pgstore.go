@@ -564,87 +564,6 @@ func (s *Store) wrap(op string, err error) error {
 	return s.fail(op, err)
 }
 
-// Wait implements record.Store. It returns when a notification, the
-// fallback poll or the lease's end finds the record settled (settling an
-// orphan itself), or when ctx is done.
-func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
-	op := "waiting for " + id
-	ectx, cancel := s.bounded(ctx) // the waiting is ctx's; each step is bounded
-	err := s.ensure(ectx)
-	cancel()
-	if err != nil {
-		return nil, s.fail(op, err)
-	}
-	s.listen()
-	poll := s.minPoll
-	for watched := false; ; watched = true {
-		// Registered before reading, so that a settling committed
-		// after the read still wakes this waiter.
-		g := s.waiters.add(id)
-		if !watched {
-			if err := s.watch(ctx, id); err != nil {
-				s.waiters.remove(id, g)
-				return nil, s.fail(op, err)
-			}
-		}
-		rec, err := s.boundedCheck(ctx, id)
-		if err != nil || rec.State.Settled() {
-			s.waiters.remove(id, g)
-			if err != nil {
-				return nil, s.wrap(op, err)
-			}
-			return rec, nil
-		}
-		next := heardPoll
-		if !s.heard.Load() {
-			next = poll
-		}
-		if !rec.LeaseUntil.IsZero() {
-			// Wake as the lease lapses, to settle the orphan.
-			next = max(min(next, rec.LeaseUntil.Sub(s.now())+time.Millisecond), time.Millisecond)
-		}
-		t := time.NewTimer(next)
-		select {
-		case <-g.ch:
-		case <-t.C:
-			poll = min(2*poll, s.maxPoll)
-		case <-ctx.Done():
-		}
-		t.Stop()
-		s.waiters.remove(id, g)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-	}
-}
-
-// watch asks the server to notify the waiters of id, within the store's
-// timeout.
-func (s *Store) watch(ctx context.Context, id string) error {
-	conn, _, err := s.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
-	_, err = conn.Exec(ctx, s.q.watch, id)
-	return err
-}
-
-// boundedCheck is check within the store's timeout, once it has a
-// connection.
-func (s *Store) boundedCheck(ctx context.Context, id string) (*record.Record, error) {
-	conn, _, err := s.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
-	return s.check(ctx, conn, id)
-}
-
 // pgDuration reads a PostgreSQL time setting such as statement_timeout:
 // a number of milliseconds, or a number with a unit (us, ms, s, min, h, d).
 func pgDuration(v string) (time.Duration, bool) {
@@ -670,21 +589,6 @@ func pgDuration(v string) (time.Duration, bool) {
 // bounded returns ctx bounded by the store's timeout, for one operation.
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
-}
-
-// check reads the record id and settles it if it is an orphan.
-func (s *Store) check(ctx context.Context, q db, id string) (*record.Record, error) {
-	for {
-		now := s.clock()
-		rec, err := s.get(ctx, q, id)
-		if err != nil || !rec.Orphaned(now) {
-			return rec, err
-		}
-		rec, ok, err := s.settleOrphan(ctx, q, rec, now)
-		if err != nil || ok || !rec.Orphaned(now) {
-			return rec, err
-		}
-	}
 }
 
 // Renew implements record.Store, in one statement for all of owner's

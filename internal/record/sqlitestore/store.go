@@ -205,37 +205,32 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// for a parameter; SQLite decodes the %XX escapes.
 	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs) +
 		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
-	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
-	if err != nil {
-		return nil, err
+	// Four handles on the file, each with connections of its own: the
+	// writer, the readers, the renewer and the data_version reader.
+	var w, r, l, v *sql.DB
+	var opened []*sql.DB
+	for _, h := range []struct {
+		db    **sql.DB
+		dsn   string
+		conns int
+	}{
+		{&w, dsn + "&_txlock=immediate", 1},
+		{&r, dsn + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
+		{&l, dsn, 1},
+		{&v, dsn + "&_pragma=query_only(1)", 1},
+	} {
+		db, err := sql.Open("sqlite", h.dsn)
+		if err != nil {
+			for _, o := range opened {
+				o.Close()
+			}
+			return nil, err
+		}
+		db.SetMaxOpenConns(h.conns)
+		db.SetMaxIdleConns(h.conns)
+		*h.db = db
+		opened = append(opened, db)
 	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	r, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	readers := max(4, runtime.GOMAXPROCS(0))
-	r.SetMaxOpenConns(readers)
-	r.SetMaxIdleConns(readers)
-	l, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		w.Close()
-		r.Close()
-		return nil, err
-	}
-	l.SetMaxOpenConns(1)
-	l.SetMaxIdleConns(1)
-	v, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
-	if err != nil {
-		w.Close()
-		r.Close()
-		l.Close()
-		return nil, err
-	}
-	v.SetMaxOpenConns(1)
-	v.SetMaxIdleConns(1)
 
 	now := opts.Now
 	if now == nil {

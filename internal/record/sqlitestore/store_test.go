@@ -543,23 +543,30 @@ func hog(t *testing.T, path string, hold time.Duration, commit bool, stop <-chan
 	return finished
 }
 
+// busyStore opens a store with a busy timeout of 200 ms, for the test's
+// length, and reserves one execution: its file's path and the id.
+func busyStore(t *testing.T) (s *sqlitestore.Store, path, id string) {
+	t.Helper()
+	t.Cleanup(sqlitestore.SetBusyTimeout(200 * time.Millisecond))
+	path = dbPath(t)
+	s = open(t, path, sqlitestore.Options{})
+	r, _, err := s.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, path, r.ID
+}
+
 // TestBusyWithOthersWritesWaits: a write that finds the file's write
 // lock taken and given again by another process, which commits, for
 // longer than the busy timeout is under load: it waits its turn instead
 // of failing.
 func TestBusyWithOthersWritesWaits(t *testing.T) {
-	defer sqlitestore.SetBusyTimeout(200 * time.Millisecond)()
-	ctx := t.Context()
-	path := dbPath(t)
-	s := open(t, path, sqlitestore.Options{})
-	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, path, id := busyStore(t)
 	stop := make(chan struct{})
 	done := hog(t, path, 20*time.Millisecond, true, stop)
 	time.AfterFunc(time.Second, func() { close(stop) })
-	_, err = s.Update(ctx, r.ID, record.Change{To: record.Failed})
+	_, err := s.Update(t.Context(), id, record.Change{To: record.Failed})
 	<-done
 	if err != nil {
 		t.Fatalf("Update while another process writes and commits: %v; want it to wait its turn", err)
@@ -570,17 +577,10 @@ func TestBusyWithOthersWritesWaits(t *testing.T) {
 // not commit makes a write fail, in a couple of busy timeouts, rather than
 // hang: the proxy fails closed.
 func TestBusyWithAStuckPeerFails(t *testing.T) {
-	defer sqlitestore.SetBusyTimeout(200 * time.Millisecond)()
-	ctx := t.Context()
-	path := dbPath(t)
-	s := open(t, path, sqlitestore.Options{})
-	r, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, path, id := busyStore(t)
 	stop := make(chan struct{})
 	done := hog(t, path, time.Minute, false, stop)
-	_, err = s.Update(ctx, r.ID, record.Change{To: record.Failed})
+	_, err := s.Update(t.Context(), id, record.Change{To: record.Failed})
 	close(stop)
 	<-done
 	if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") {
