@@ -92,8 +92,9 @@ func (in *Interceptor) abandon(req *Request, id string, c record.Change) *record
 	case err == nil:
 		return rec
 	case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
-		// Settled otherwise, or taken over: nothing is left to do.
-		in.log.Warn("settling an execution that was not sent", "execution", id, "state", c.To, "err", err)
+		// Settled otherwise, taken over, or (a re-dispatch's claim the
+		// store never wrote) still as it was: nothing is left to do.
+		in.log.Debug("settling an execution that was not sent: nothing to settle", "execution", id, "state", c.To, "err", err)
 	default:
 		in.log.Error("settling an execution that was not sent; trying again later", "execution", id, "state", c.To, "err", err)
 		in.abandoned.add(id, abandonment{req: req, c: c})
