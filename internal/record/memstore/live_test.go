@@ -64,7 +64,7 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 	update(completed[0], record.Delivered) // found in byID
 	clock.Advance(2 * time.Hour)
 	fresh := reserve("fresh") // runs the purge
-	if len(s.live) != 1 || s.live[fresh] == nil {
+	if _, ok := s.live[fresh]; len(s.live) != 1 || !ok {
 		t.Errorf("after the retention live holds %d records; want only the fresh one", len(s.live))
 	}
 }

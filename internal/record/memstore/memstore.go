@@ -3,7 +3,6 @@
 package memstore
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"slices"
@@ -23,47 +22,67 @@ type Options struct {
 // Store is a record.Store held in memory. Settled records are dropped once
 // they expire, so memory is bounded by what the retention keeps.
 //
-// Records are copied on write: the store never changes a record it has
-// handed out, so it hands out the one it holds, and each change makes the
-// next version. A call costs one copy per change, not one per read.
+// A record under way is held as a record.Record, copied on write: the
+// store never changes a version it has handed out, so it hands out the
+// one it holds, and each change makes the next. A record that leaves the
+// live states is packed (pack.go), and each read of it decodes a copy.
+//
+// Entries are found by slot numbers, not pointers, and the maps and the
+// expiry heap hold slots: with the packed records, the collector has
+// about one object and one pointer to follow per retained record.
 type Store struct {
 	now func() time.Time
 
-	mu    sync.Mutex        // guards byID, byKey, live and expires
-	byID  map[string]*entry // every record not yet purged
-	byKey map[string]*entry // the record currently holding each key
+	mu    sync.Mutex      // guards everything below
+	byID  map[string]slot // every record not yet purged
+	byKey map[string]slot // the record currently holding each key
 	// live holds the records in flight or completed and not yet
-	// delivered: the few the next change is most likely for, looked up
-	// before byID, and those Renew looks through.
-	live    map[string]*entry
-	expires expiryHeap // settled records by expiry
+	// delivered, the only ones not packed: the few the next change is
+	// most likely for, looked up before byID, and those Renew looks
+	// through.
+	live    map[string]slot
+	chunks  []*[chunkLen]entry // the entries, by slot
+	free    []slot             // slots of purged entries, to use again
+	expires expiryHeap         // settled records by expiry
+	scratch []byte             // where pack writes before the copy kept
 }
 
-// entry is one execution: the current version of its record and the
-// channel its waiters share.
+// A slot numbers an entry: chunks[slot/chunkLen][slot%chunkLen].
+type slot uint32
+
+// chunkLen is the number of entries in a chunk: the entries grow a chunk
+// at a time, so none is ever copied and a pointer to one stays good.
+const chunkLen = 4096
+
+// entry is one execution. A live one has its record in fl; any other is
+// packed.
 type entry struct {
+	fl *flight
+	// packed is the record encoded, while it is not live. The keys of
+	// byID and byKey for it are strings in these bytes, so they hold
+	// nothing more.
+	packed []byte
+	// attached is a packed record's Attached count, kept outside it so
+	// that a replay, which raises it, does not pack the record again.
+	attached int
+	index    int32 // position in the expiry heap, -1 when not in it
+}
+
+// flight is what a live record needs besides its place: its versions,
+// the channel its waiters share, and room for what its versions share.
+type flight struct {
 	rec *record.Record // never modified; replaced by each change
 	// settled is closed when rec leaves the in-flight states; Wait selects
 	// on it, so one close wakes every waiter at once. It is made by the
 	// first Wait, not with the record: most executions are never waited
-	// on, and the store keeps every record for its retention. A record
-	// that goes back in flight (a re-dispatch of an unknown one) starts
-	// again without one.
+	// on.
 	settled chan struct{}
-	index   int // position in the expiry heap, -1 when not in it
-	// expires is the entry's key in the expiry heap: the record's
-	// ExpiresAt when it was pushed, in Unix nanoseconds. A later change
-	// only moves ExpiresAt later, so the key may lag behind it; purge
-	// pushes such an entry again rather than dropping it. The heap is
-	// thus not reordered on every change, and comparing two keys reads
-	// no record.
-	expires int64
 	// history is where the record's versions keep their transitions:
-	// room for the common life, in the entry's own allocation.
+	// room for the common life, in the flight's own allocation.
 	history [commonLife]record.Transition
 	// final is the version in a state no change leaves (delivered,
-	// failed), in the entry's own allocation too: written once, when the
-	// record enters that state, and never changed after.
+	// failed), in the flight's own allocation too: written once, when the
+	// record enters that state, and handed out as the record is packed.
 	final     record.Record
 	finalUsed bool
 }
@@ -76,7 +95,7 @@ func New(opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, byID: make(map[string]*entry), byKey: make(map[string]*entry), live: make(map[string]*entry)}
+	return &Store{now: now, byID: make(map[string]slot), byKey: make(map[string]slot), live: make(map[string]slot)}
 }
 
 // commonLife is the number of transitions of an execution that is
@@ -86,6 +105,53 @@ const commonLife = 4
 // purgeBatch bounds the expired records dropped per call, so no single
 // call pays for a large backlog.
 const purgeBatch = 64
+
+// at returns the entry in slot i.
+func (s *Store) at(i slot) *entry { return &s.chunks[i/chunkLen][i%chunkLen] }
+
+// newEntry returns an unused slot and its entry, cleared.
+func (s *Store) newEntry() (slot, *entry) {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		return i, s.at(i)
+	}
+	n := len(s.chunks)
+	s.chunks = append(s.chunks, new([chunkLen]entry))
+	for i := chunkLen - 1; i > 0; i-- {
+		s.free = append(s.free, slot(n*chunkLen+i))
+	}
+	return slot(n * chunkLen), s.at(slot(n * chunkLen))
+}
+
+// lookup returns the slot and entry of the record id. s.mu must be held.
+func (s *Store) lookup(id string) (slot, *entry, bool) {
+	// Most changes are to a record under way: the small map first.
+	i, ok := s.live[id]
+	if !ok {
+		i, ok = s.byID[id]
+	}
+	if !ok {
+		return 0, nil, false
+	}
+	return i, s.at(i), true
+}
+
+// current returns e's record: the live version, or a copy decoded.
+func (e *entry) current() *record.Record {
+	if e.fl != nil {
+		return e.fl.rec
+	}
+	return unpack(e.packed, e.attached)
+}
+
+// state returns the state of e's record, decoding nothing.
+func (e *entry) state() record.State {
+	if e.fl != nil {
+		return e.fl.rec.State
+	}
+	return packedState(e.packed)
+}
 
 // Reserve implements record.Store.
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
@@ -97,17 +163,17 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	defer s.mu.Unlock()
 	s.purge(now, purgeBatch)
 
-	cur, ok := s.byKey[r.Key]
-	if ok && cur.rec.Orphaned(now) {
-		s.apply(cur, record.OrphanChange(cur.rec), now)
-	}
-	if ok && !s.replaceable(cur.rec, r, now, opts) {
-		if cur.rec.Fingerprint == r.Fingerprint {
-			attached := *cur.rec
-			attached.Attached++
-			cur.rec = &attached
+	if i, ok := s.byKey[r.Key]; ok {
+		e := s.at(i)
+		if e.fl != nil && e.fl.rec.Orphaned(now) {
+			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
-		return cur.rec, false, nil
+		if cur := e.current(); !s.replaceable(cur, r, now, opts) {
+			if cur.Fingerprint == r.Fingerprint {
+				cur = s.attach(e, cur)
+			}
+			return cur, false, nil
+		}
 	}
 	if _, dup := s.byID[r.ID]; dup {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
@@ -115,21 +181,45 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec := r // the store's now (record.Store)
 	rec.State = record.Accepted
 	rec.LeaseUntil = opts.LeaseFrom(r, now)
+	rec.ExpiresAt = time.Time{}
+	i, e := s.newEntry()
 	// Room for the common life (accepted, dispatched, completed,
 	// delivered) up front: one allocation instead of three as it grows.
 	// Each version appends past the end of the one before, which never
 	// sees it.
-	rec.ExpiresAt = time.Time{}
-	e := &entry{rec: rec, index: -1}
-	rec.History = append(e.history[:0], record.Transition{State: record.Accepted, At: now})
-	s.byID[rec.ID] = e
-	s.byKey[rec.Key] = e
-	s.live[rec.ID] = e
+	fl := &flight{rec: rec}
+	rec.History = append(fl.history[:0], record.Transition{State: record.Accepted, At: now})
+	*e = entry{fl: fl, index: -1}
+	s.byID[rec.ID] = i
+	rekey(s.byKey, rec.Key, i)
+	s.live[rec.ID] = i
 	if opts.Dispatch {
 		// No one has this version yet: it may change in place.
 		rec.Apply(record.Change{To: record.Dispatched}, now)
 	}
 	return rec, true, nil
+}
+
+// attach counts one more caller of e's record cur, and returns the
+// version that counts it. s.mu must be held.
+func (s *Store) attach(e *entry, cur *record.Record) *record.Record {
+	if e.fl == nil {
+		e.attached++
+		cur.Attached++ // a copy of the caller's own
+		return cur
+	}
+	attached := *cur
+	attached.Attached++
+	e.fl.rec = &attached
+	return &attached
+}
+
+// rekey points key at i in m, with key's own string: a map keeps the
+// string it was first given for a key, which may be in the bytes of a
+// record packed since, or purged.
+func rekey(m map[string]slot, key string, i slot) {
+	delete(m, key)
+	m[key] = i
 }
 
 func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -147,74 +237,93 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Most changes are to a record under way: the small map first.
-	e, ok := s.live[id]
-	if !ok {
-		e, ok = s.byID[id]
-	}
+	i, e, ok := s.lookup(id)
 	if !ok {
 		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
 	}
-	r := e.rec
-	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
-		return r, nil
+	st := e.state()
+	if st == record.Delivered && c.To == record.Delivered && c.From == "" {
+		return e.current(), nil
 	}
-	if !c.Allowed(r.State) {
-		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, r.State, c.To, record.ErrConflict)
+	if !c.Allowed(st) {
+		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, st, c.To, record.ErrConflict)
 	}
-	s.apply(e, c, now)
-	return e.rec, nil
+	return s.apply(i, e, c, now), nil
 }
 
-// apply moves e's record by c, which CanTransition allows. s.mu must be
-// held.
-func (s *Store) apply(e *entry, c record.Change, now time.Time) {
+// apply moves the record of e, in slot i, by c, which CanTransition
+// allows, and returns the new version. s.mu must be held.
+func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.Record {
 	var r *record.Record
-	if (c.To == record.Delivered || c.To == record.Failed) && !e.finalUsed {
-		e.final, e.finalUsed = *e.rec, true
-		r = &e.final
-	} else {
-		next := *e.rec
+	switch fl := e.fl; {
+	case fl == nil:
+		r = e.current() // a copy of its own
+	case (c.To == record.Delivered || c.To == record.Failed) && !fl.finalUsed:
+		fl.final, fl.finalUsed = *fl.rec, true
+		r = &fl.final
+	default:
+		next := *fl.rec
 		r = &next
 	}
-	wasInFlight, wasLive := r.State.InFlight(), isLive(r.State)
+	wasInFlight := r.State.InFlight()
 	r.Apply(c, now)
-	e.rec = r
-	switch live := isLive(r.State); {
-	case wasLive && !live:
-		delete(s.live, r.ID)
-	case live && !wasLive:
-		s.live[r.ID] = e
+	if wasInFlight && r.State.Settled() && e.fl.settled != nil {
+		close(e.fl.settled)
+		e.fl.settled = nil // waiters hold it; a later Wait finds the record settled
+	}
+	switch {
+	case isLive(r.State) && e.fl != nil:
+		e.fl.rec = r
+	case isLive(r.State):
+		// Back under way (a re-dispatch of an unknown one): new waiters
+		// need a channel that is still open, which the next Wait makes.
+		s.unpackInto(i, e, r)
+	default:
+		s.pack(i, e, r)
 	}
 	switch {
 	case c.To.Settled():
 		switch expires := r.ExpiresAt.UnixNano(); {
 		case e.index < 0:
-			e.expires = expires
-			heap.Push(&s.expires, e)
-		case expires < e.expires:
-			e.expires = expires
-			heap.Fix(&s.expires, e.index)
+			s.expires.push(s, i, expires)
+		case expires < s.expires.items[e.index].expires:
+			s.expires.items[e.index].expires = expires
+			s.expires.fix(s, int(e.index))
 		}
-		if wasInFlight {
-			if e.settled != nil {
-				close(e.settled)
-				e.settled = nil // waiters hold it; a later Wait finds the record settled
-			}
-		}
-	case !wasInFlight:
-		// Back in flight (a re-dispatch of an unknown one): new waiters
-		// need a channel that is still open (the next Wait makes it), and
-		// the owner a lease.
-		e.settled = nil
-		if e.index >= 0 {
-			heap.Remove(&s.expires, e.index)
-		}
+	case !wasInFlight && e.index >= 0:
+		s.expires.remove(s, int(e.index))
 	}
+	return r
 }
 
 // isLive reports whether a record in state st belongs in Store.live.
 func isLive(st record.State) bool { return st.InFlight() || st == record.Completed }
+
+// pack keeps r, the record of e in slot i, packed from now on. s.mu must
+// be held.
+func (s *Store) pack(i slot, e *entry, r *record.Record) {
+	s.scratch = pack(s.scratch[:0], r)
+	e.packed = append([]byte(nil), s.scratch...)
+	e.attached = r.Attached
+	e.fl = nil
+	delete(s.live, r.ID)
+	id, key := packedIDKey(e.packed)
+	rekey(s.byID, id, i)
+	if s.byKey[key] == i {
+		rekey(s.byKey, key, i)
+	}
+}
+
+// unpackInto makes e, in slot i, live again with r. s.mu must be held.
+func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
+	e.fl = &flight{rec: r}
+	e.packed = nil
+	s.live[r.ID] = i
+	rekey(s.byID, r.ID, i)
+	if s.byKey[r.Key] == i {
+		rekey(s.byKey, r.Key, i)
+	}
+}
 
 // Renew implements record.Store.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
@@ -225,16 +334,17 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, e := range s.live {
-		switch r := e.rec; {
+	for _, i := range s.live {
+		e := s.at(i)
+		switch r := e.fl.rec; {
 		case r.State.InFlight() && r.Owner == owner:
 			renewed := *r
 			renewed.LeaseUntil = until
-			e.rec = &renewed
+			e.fl.rec = &renewed
 		case r.State == record.Completed && now.Sub(r.At(record.Completed)) > staleCompletion:
 			// Its caller left without the answer: no delivery is
 			// coming soon, and live stays small.
-			delete(s.live, id)
+			s.pack(i, e, r)
 		}
 	}
 	return nil
@@ -251,11 +361,11 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.byID[id]
+	i, ok := s.byID[id]
 	if !ok {
 		return nil, fmt.Errorf("getting %s: %w", id, record.ErrNotFound)
 	}
-	return e.rec, nil
+	return s.at(i).current(), nil
 }
 
 // Wait implements record.Store.
@@ -263,24 +373,24 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	for {
 		now := s.now()
 		s.mu.Lock()
-		e, ok := s.byID[id]
+		i, e, ok := s.lookup(id)
 		if !ok {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
 		}
-		if e.rec.Orphaned(now) {
-			s.apply(e, record.OrphanChange(e.rec), now)
+		if e.fl != nil && e.fl.rec.Orphaned(now) {
+			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
-		if e.rec.State.Settled() {
-			r := e.rec
+		if e.fl == nil || e.fl.rec.State.Settled() {
+			r := e.current()
 			s.mu.Unlock()
 			return r, nil
 		}
-		if e.settled == nil {
-			e.settled = make(chan struct{})
+		if e.fl.settled == nil {
+			e.fl.settled = make(chan struct{})
 		}
-		settled := e.settled
-		lease := e.rec.LeaseUntil
+		settled := e.fl.settled
+		lease := e.fl.rec.LeaseUntil
 		s.mu.Unlock()
 		if err := waitFor(ctx, settled, lease, now); err != nil {
 			return nil, err
@@ -306,14 +416,14 @@ func waitFor(ctx context.Context, settled <-chan struct{}, lease, now time.Time)
 	return nil
 }
 
-// Records returns every record the store holds, in no order. They are
-// shared: read them, never change them.
+// Records returns every record the store holds, in no order. Read them,
+// never change them: the live ones are shared.
 func (s *Store) Records() []*record.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs := make([]*record.Record, 0, len(s.byID))
-	for _, e := range s.byID {
-		recs = append(recs, e.rec)
+	for _, i := range s.byID {
+		recs = append(recs, s.at(i).current())
 	}
 	return recs
 }
@@ -359,29 +469,45 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 	// machine slept or its clock was set, and an entry due by one and
 	// not by the other would be popped and pushed back for ever.
 	wall := now.UnixNano()
-	for i := 0; i < max; i++ {
-		if len(s.expires) == 0 {
+	for range max {
+		if len(s.expires.items) == 0 || wall < s.expires.items[0].expires {
 			return false
 		}
-		e := s.expires[0]
-		if wall < e.expires {
-			return false
-		}
-		heap.Pop(&s.expires)
-		if later := e.rec.ExpiresAt.UnixNano(); later > e.expires {
+		top := s.expires.items[0]
+		s.expires.remove(s, 0)
+		e := s.at(top.slot)
+		if later := e.expiresAt(); later > top.expires {
 			// Settled again since it was pushed (delivered after
 			// completed): it expires later.
-			e.expires = later
-			heap.Push(&s.expires, e)
+			s.expires.push(s, top.slot, later)
 			continue
 		}
-		delete(s.byID, e.rec.ID)
-		delete(s.live, e.rec.ID) // completed, and never delivered
-		if s.byKey[e.rec.Key] == e {
-			delete(s.byKey, e.rec.Key)
+		id, key := e.idKey()
+		delete(s.byID, id)
+		delete(s.live, id) // completed, and never delivered
+		if s.byKey[key] == top.slot {
+			delete(s.byKey, key)
 		}
+		*e = entry{}
+		s.free = append(s.free, top.slot)
 	}
 	return true
+}
+
+// expiresAt returns when e's record expires, in Unix nanoseconds.
+func (e *entry) expiresAt() int64 {
+	if e.fl != nil {
+		return e.fl.rec.ExpiresAt.UnixNano()
+	}
+	return packedExpires(e.packed)
+}
+
+// idKey returns the id and the key of e's record.
+func (e *entry) idKey() (id, key string) {
+	if e.fl != nil {
+		return e.fl.rec.ID, e.fl.rec.Key
+	}
+	return packedIDKey(e.packed)
 }
 
 // PurgeExpired drops every record whose retention has run out, a batch
@@ -400,27 +526,3 @@ func (s *Store) PurgeExpired() {
 // purgeIdleBatch bounds the records PurgeExpired drops under the lock at
 // once: about a millisecond's work.
 const purgeIdleBatch = 4096
-
-// expiryHeap orders settled entries by ExpiresAt, soonest first.
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.index = -1
-	*h = old[:len(old)-1]
-	return e
-}

@@ -1,0 +1,50 @@
+package memstore
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// TestPackRoundTrip checks that a packed record decodes to what it was:
+// every field, nil told from empty, UTC told from local time, a state
+// outside the list, and a history longer than the common life.
+func TestPackRoundTrip(t *testing.T) {
+	at := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
+	full := record.Record{
+		ID: record.NewID(at), Key: "client-key", Fingerprint: "9f86d081", Actor: "alice", Scope: "key",
+		Upstream: "github ref:00ff", Tool: "create_issue", State: record.Delivered,
+		History: []record.Transition{
+			{State: record.Accepted, At: at},
+			{State: record.Dispatched, At: at.Add(time.Millisecond), Note: "sent"},
+			{State: record.Unknown, At: at.Add(time.Second), Note: "no answer"},
+			{State: record.Dispatched, At: at.Add(time.Minute)},
+			{State: record.Completed, At: at.Add(time.Hour)},
+			{State: record.Delivered, At: at.Add(time.Hour)},
+		},
+		Attempts: 2, Attached: 7, Result: json.RawMessage(`{"content":[]}`), Error: json.RawMessage{},
+		Retention: 24 * time.Hour, ExpiresAt: at.Add(25 * time.Hour), Owner: "proxy-1",
+	}
+	local := record.Record{
+		ID: "exe_local", Key: "k", Fingerprint: "k", State: record.Failed,
+		History:   []record.Transition{{State: record.Accepted, At: time.Unix(1, 5)}, {State: record.Failed, At: time.Unix(0, 0)}},
+		ExpiresAt: time.Unix(3600, 0), LeaseUntil: time.Unix(2, 0), Retention: -1,
+	}
+	odd := record.Record{ID: "exe_odd", State: "paused", History: []record.Transition{{State: "paused"}}}
+	for _, r := range []record.Record{full, local, odd, {}} {
+		p := pack(nil, &r)
+		got := unpack(p, r.Attached)
+		if !reflect.DeepEqual(*got, r) {
+			t.Errorf("unpack(pack(r)):\n got %+v\nwant %+v", *got, r)
+		}
+		if st := packedState(p); st != r.State {
+			t.Errorf("packedState = %q; want %q", st, r.State)
+		}
+		if id, key := packedIDKey(p); id != r.ID || key != r.Key {
+			t.Errorf("packedIDKey = %q, %q; want %q, %q", id, key, r.ID, r.Key)
+		}
+	}
+}
