@@ -45,7 +45,20 @@ type Store struct {
 	free    []slot             // slots of purged entries, to use again
 	expires expiryHeap         // settled records by expiry
 	scratch []byte             // where pack writes before the copy kept
+	// views holds the packed records read last, decoded, by slot: the
+	// replays of one record come in bursts, and each decoded copy costs
+	// an allocation. A view, like a live version, is never changed.
+	views [viewSlots]view
 }
+
+// A view is a packed record decoded: the record in slot.
+type view struct {
+	slot slot
+	rec  *record.Record
+}
+
+// viewSlots is the number of views kept.
+const viewSlots = 256
 
 // A slot numbers an entry: chunks[slot/chunkLen][slot%chunkLen].
 type slot uint32
@@ -137,12 +150,25 @@ func (s *Store) lookup(id string) (slot, *entry, bool) {
 	return i, s.at(i), true
 }
 
-// current returns e's record: the live version, or a copy decoded.
-func (e *entry) current() *record.Record {
+// current returns the record of e, in slot i: the live version, or the
+// packed one decoded. s.mu must be held.
+func (s *Store) current(i slot, e *entry) *record.Record {
 	if e.fl != nil {
 		return e.fl.rec
 	}
-	return unpack(e.packed, e.attached)
+	v := &s.views[i%viewSlots]
+	if v.rec == nil || v.slot != i {
+		*v = view{slot: i, rec: unpack(e.packed, e.attached)}
+	}
+	return v.rec
+}
+
+// forget drops the view of slot i, whose record changed. s.mu must be
+// held.
+func (s *Store) forget(i slot) {
+	if v := &s.views[i%viewSlots]; v.slot == i {
+		*v = view{}
+	}
 }
 
 // state returns the state of e's record, decoding nothing.
@@ -168,9 +194,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
 			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
-		if cur := e.current(); !s.replaceable(cur, r, now, opts) {
+		if cur := s.current(i, e); !s.replaceable(cur, r, now, opts) {
 			if cur.Fingerprint == r.Fingerprint {
-				cur = s.attach(e, cur)
+				cur = s.attach(i, e, cur)
 			}
 			return cur, false, nil
 		}
@@ -200,17 +226,17 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec, true, nil
 }
 
-// attach counts one more caller of e's record cur, and returns the
-// version that counts it. s.mu must be held.
-func (s *Store) attach(e *entry, cur *record.Record) *record.Record {
-	if e.fl == nil {
-		e.attached++
-		cur.Attached++ // a copy of the caller's own
-		return cur
-	}
+// attach counts one more caller of cur, the record of e in slot i, and
+// returns the version that counts it. s.mu must be held.
+func (s *Store) attach(i slot, e *entry, cur *record.Record) *record.Record {
 	attached := *cur
 	attached.Attached++
-	e.fl.rec = &attached
+	if e.fl != nil {
+		e.fl.rec = &attached
+	} else {
+		e.attached++
+		s.views[i%viewSlots] = view{slot: i, rec: &attached}
+	}
 	return &attached
 }
 
@@ -243,7 +269,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	st := e.state()
 	if st == record.Delivered && c.To == record.Delivered && c.From == "" {
-		return e.current(), nil
+		return s.current(i, e), nil
 	}
 	if !c.Allowed(st) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, st, c.To, record.ErrConflict)
@@ -257,7 +283,8 @@ func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.
 	var r *record.Record
 	switch fl := e.fl; {
 	case fl == nil:
-		r = e.current() // a copy of its own
+		next := *s.current(i, e)
+		r = &next
 	case (c.To == record.Delivered || c.To == record.Failed) && !fl.finalUsed:
 		fl.final, fl.finalUsed = *fl.rec, true
 		r = &fl.final
@@ -306,6 +333,7 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	e.packed = append([]byte(nil), s.scratch...)
 	e.attached = r.Attached
 	e.fl = nil
+	s.forget(i)
 	delete(s.live, r.ID)
 	id, key := packedIDKey(e.packed)
 	rekey(s.byID, id, i)
@@ -318,6 +346,7 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
 	e.fl = &flight{rec: r}
 	e.packed = nil
+	s.forget(i)
 	s.live[r.ID] = i
 	rekey(s.byID, r.ID, i)
 	if s.byKey[r.Key] == i {
@@ -365,7 +394,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if !ok {
 		return nil, fmt.Errorf("getting %s: %w", id, record.ErrNotFound)
 	}
-	return s.at(i).current(), nil
+	return s.current(i, s.at(i)), nil
 }
 
 // Wait implements record.Store.
@@ -382,7 +411,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
 		if e.fl == nil || e.fl.rec.State.Settled() {
-			r := e.current()
+			r := s.current(i, e)
 			s.mu.Unlock()
 			return r, nil
 		}
@@ -423,7 +452,7 @@ func (s *Store) Records() []*record.Record {
 	defer s.mu.Unlock()
 	recs := make([]*record.Record, 0, len(s.byID))
 	for _, i := range s.byID {
-		recs = append(recs, s.at(i).current())
+		recs = append(recs, s.current(i, s.at(i)))
 	}
 	return recs
 }
@@ -489,6 +518,7 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 			delete(s.byKey, key)
 		}
 		*e = entry{}
+		s.forget(top.slot)
 		s.free = append(s.free, top.slot)
 	}
 	return true

@@ -145,3 +145,34 @@ func TestDeliveryMovesTheExpiry(t *testing.T) {
 		t.Fatal("61s after delivery, with a retention of 1m, the record is still held")
 	}
 }
+
+// TestReplaysOfAPackedRecord checks the versions of a delivered record,
+// which the store keeps packed: each replay gets one that counts it,
+// and none handed out changes.
+func TestReplaysOfAPackedRecord(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	ctx := t.Context()
+	done, err := recordtest.Execute(ctx, s, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*record.Record
+	for range 3 {
+		r, won, err := s.Reserve(ctx, &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "k"}, record.ReserveOptions{})
+		if err != nil || won {
+			t.Fatalf("a replay: won %v, %v", won, err)
+		}
+		got = append(got, r)
+	}
+	for i, r := range got {
+		if r.Attached != i+1 || r.State != record.Delivered || string(r.Result) != string(recordtest.ExecutionResult) {
+			t.Errorf("replay %d got %s, attached %d, result %s", i+1, r.State, r.Attached, r.Result)
+		}
+	}
+	if done.Attached != 0 {
+		t.Errorf("the delivered version now counts %d attached", done.Attached)
+	}
+	if r, err := s.Get(ctx, done.ID); err != nil || r.Attached != 3 || len(r.History) != 4 {
+		t.Fatalf("Get after 3 replays: %+v, %v", r, err)
+	}
+}

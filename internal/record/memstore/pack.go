@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"encoding/binary"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -147,6 +148,9 @@ func unpack(p []byte, attached int) *record.Record {
 		r.History = append(r.History, tr)
 	}
 	r.Result, r.Error = d.bytes(), d.bytes()
+	// A version made from this one appends to its own history, never
+	// into room this one has past its end.
+	r.History = slices.Clip(r.History)
 	return r
 }
 
