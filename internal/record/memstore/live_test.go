@@ -68,3 +68,50 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 		t.Errorf("after the retention live holds %d records; want only the fresh one", len(s.live))
 	}
 }
+
+// TestCommonsAreCounted checks that the strings packed records share are
+// counted once per packed record, through every way a record is packed
+// again or leaves, and forgotten with the last.
+func TestCommonsAreCounted(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := New(Options{Now: clock.Now})
+	ctx := t.Context()
+	check := func(when string) {
+		t.Helper()
+		packed, refs := 0, 0
+		for _, i := range s.byID {
+			if s.at(i).packed != nil {
+				packed++
+			}
+		}
+		for _, set := range s.commons.sets {
+			refs += set.refs
+		}
+		if refs != packed || len(s.commons.ids) > packed {
+			t.Errorf("%s: %d packed records, %d references to %d commons", when, packed, refs, len(s.commons.ids))
+		}
+	}
+	for i := range 20 {
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: fmt.Sprint("k", i), Tool: fmt.Sprint("tool", i%3), Retention: time.Hour}
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		// Unknown, packed; back in flight, live; completed; delivered,
+		// packed again.
+		for _, to := range []record.State{record.Unknown, record.Dispatched, record.Unknown, record.Completed, record.Delivered} {
+			if _, err := s.Update(ctx, r.ID, record.Change{To: to, Result: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check("after 20 executions")
+	if n := len(s.commons.ids); n != 3 {
+		t.Errorf("%d commons for records of 3 tools", n)
+	}
+	clock.Advance(2 * time.Hour)
+	s.PurgeExpired()
+	check("after the purge")
+	if n := len(s.commons.ids); n != 0 {
+		t.Errorf("%d commons left after every record went", n)
+	}
+}

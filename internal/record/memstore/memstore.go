@@ -45,6 +45,7 @@ type Store struct {
 	free    []slot             // slots of purged entries, to use again
 	expires expiryHeap         // settled records by expiry
 	scratch []byte             // where pack writes before the copy kept
+	commons commons            // what packed records share
 	// views holds the packed records read last, decoded, by slot: the
 	// replays of one record come in bursts, and each decoded copy costs
 	// an allocation. A view, like a live version, is never changed.
@@ -158,7 +159,7 @@ func (s *Store) current(i slot, e *entry) *record.Record {
 	}
 	v := &s.views[i%viewSlots]
 	if v.rec == nil || v.slot != i {
-		*v = view{slot: i, rec: unpack(e.packed, e.attached)}
+		*v = view{slot: i, rec: unpack(e.packed, e.attached, &s.commons)}
 	}
 	return v.rec
 }
@@ -329,7 +330,9 @@ func isLive(st record.State) bool { return st.InFlight() || st == record.Complet
 // pack keeps r, the record of e in slot i, packed from now on. s.mu must
 // be held.
 func (s *Store) pack(i slot, e *entry, r *record.Record) {
-	s.scratch = pack(s.scratch[:0], r)
+	cid := s.commons.ref(common{actor: r.Actor, scope: r.Scope, upstream: r.Upstream, tool: r.Tool, owner: r.Owner})
+	s.unref(e)
+	s.scratch = pack(s.scratch[:0], r, cid)
 	e.packed = append([]byte(nil), s.scratch...)
 	e.attached = r.Attached
 	e.fl = nil
@@ -342,9 +345,18 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	}
 }
 
+// unref lets go of the common of e's packed record, if it has one. s.mu
+// must be held.
+func (s *Store) unref(e *entry) {
+	if e.packed != nil {
+		s.commons.unref(packedCommon(e.packed))
+	}
+}
+
 // unpackInto makes e, in slot i, live again with r. s.mu must be held.
 func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
 	e.fl = &flight{rec: r}
+	s.unref(e)
 	e.packed = nil
 	s.forget(i)
 	s.live[r.ID] = i
@@ -517,6 +529,7 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 		if s.byKey[key] == top.slot {
 			delete(s.byKey, key)
 		}
+		s.unref(e)
 		*e = entry{}
 		s.forget(top.slot)
 		s.free = append(s.free, top.slot)

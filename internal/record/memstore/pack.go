@@ -16,8 +16,10 @@ import (
 // and result on every cycle took a sixth of a new execution's time.
 //
 // The layout: a fixed header (state, flags, expiry), read without decoding
-// the rest; the id and the key; the other strings, each a uvarint length
-// and its bytes; the numbers; the history; the result and the error.
+// the rest; the id and the key, each a uvarint length and its bytes; the
+// fingerprint if it is not the key; the number of the strings the record
+// shares with others (common.go); the numbers; the history; the result
+// and the error.
 const (
 	offState   = 0 // a state code (stateCode)
 	offFlags   = 1
@@ -43,8 +45,9 @@ const (
 // follows the code.
 const otherState = 255
 
-// pack appends r, all but its Attached count, to b.
-func pack(b []byte, r *record.Record) []byte {
+// pack appends r, all but its Attached count, to b. cid is the id of r's
+// common.
+func pack(b []byte, r *record.Record, cid uint32) []byte {
 	var flags byte
 	if r.Fingerprint == r.Key {
 		flags |= fingerprintIsKey
@@ -60,9 +63,7 @@ func pack(b []byte, r *record.Record) []byte {
 	if stateCode(r.State) == otherState {
 		b = appendString(b, string(r.State))
 	}
-	for _, s := range [...]string{r.Actor, r.Scope, r.Upstream, r.Tool, r.Owner} {
-		b = appendString(b, s)
-	}
+	b = binary.AppendUvarint(b, uint64(cid))
 	b = binary.AppendVarint(b, int64(r.Attempts))
 	b = binary.AppendVarint(b, int64(r.Retention))
 	b = appendTime(b, r.LeaseUntil, 0)
@@ -102,6 +103,18 @@ func packedExpires(p []byte) int64 {
 	return int64(binary.LittleEndian.Uint64(p[offExpires:]))
 }
 
+// packedCommon returns the id of the common of the packed record p.
+func packedCommon(p []byte) uint32 {
+	d := decoder{p: p, off: headerLen}
+	d.skip() // the id
+	d.skip() // the key
+	if p[offFlags]&fingerprintIsKey == 0 {
+		d.skip()
+	}
+	d.state(p[offState])
+	return uint32(d.uvarint())
+}
+
 // packedIDKey returns the id and the key of the packed record p, which
 // share p's bytes.
 func packedIDKey(p []byte) (id, key string) {
@@ -116,10 +129,11 @@ type unpacked struct {
 	history [commonLife]record.Transition
 }
 
-// unpack decodes the packed record p, whose Attached count is attached.
-// The record's strings and bytes share p's, which is never changed, as
-// none of a record handed out may be (record.Store).
-func unpack(p []byte, attached int) *record.Record {
+// unpack decodes the packed record p, whose Attached count is attached,
+// and whose common is in c. The record's strings and bytes share p's,
+// which is never changed, as none of a record handed out may be
+// (record.Store).
+func unpack(p []byte, attached int, c *commons) *record.Record {
 	u := new(unpacked)
 	r := &u.rec
 	d := decoder{p: p, off: headerLen}
@@ -130,7 +144,8 @@ func unpack(p []byte, attached int) *record.Record {
 	}
 	r.State = d.state(p[offState])
 	r.ExpiresAt = timeOf(p[offZone], packedExpires(p))
-	r.Actor, r.Scope, r.Upstream, r.Tool, r.Owner = d.string(), d.string(), d.string(), d.string(), d.string()
+	cm := c.get(uint32(d.uvarint()))
+	r.Actor, r.Scope, r.Upstream, r.Tool, r.Owner = cm.actor, cm.scope, cm.upstream, cm.tool, cm.owner
 	r.Attempts = int(d.varint())
 	r.Retention = time.Duration(d.varint())
 	r.LeaseUntil, _ = d.time(0)

@@ -35,13 +35,17 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 	odd := record.Record{ID: "exe_odd", State: "paused", History: []record.Transition{{State: "paused"}}}
 	for _, r := range []record.Record{full, local, odd, {}} {
-		p := pack(nil, &r)
-		got := unpack(p, r.Attached)
+		var c commons
+		p := pack(nil, &r, c.ref(common{actor: r.Actor, scope: r.Scope, upstream: r.Upstream, tool: r.Tool, owner: r.Owner}))
+		got := unpack(p, r.Attached, &c)
 		if !reflect.DeepEqual(*got, r) {
 			t.Errorf("unpack(pack(r)):\n got %+v\nwant %+v", *got, r)
 		}
 		if st := packedState(p); st != r.State {
 			t.Errorf("packedState = %q; want %q", st, r.State)
+		}
+		if packedCommon(p) != 0 {
+			t.Errorf("packedCommon = %d; want 0", packedCommon(p))
 		}
 		if id, key := packedIDKey(p); id != r.ID || key != r.Key {
 			t.Errorf("packedIDKey = %q, %q; want %q, %q", id, key, r.ID, r.Key)
