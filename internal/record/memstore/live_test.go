@@ -79,7 +79,7 @@ func TestCommonsAreCounted(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		packed, refs := 0, 0
-		for _, i := range s.byID {
+		for i := range s.byID.all() {
 			if s.at(i).packed != nil {
 				packed++
 			}

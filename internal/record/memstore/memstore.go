@@ -25,17 +25,18 @@ type Options struct {
 // A record under way is held as a record.Record, copied on write: the
 // store never changes a version it has handed out, so it hands out the
 // one it holds, and each change makes the next. A record that leaves the
-// live states is packed (pack.go), and each read of it decodes a copy.
+// live states is packed (pack.go), and a read of it decodes a copy.
 //
-// Entries are found by slot numbers, not pointers, and the maps and the
-// expiry heap hold slots: with the packed records, the collector has
-// about one object and one pointer to follow per retained record.
+// Entries are found by slot numbers, not pointers, and the indexes and
+// the expiry heap hold slots and no pointers: with the packed records,
+// the collector has one object and one pointer to follow per retained
+// record.
 type Store struct {
 	now func() time.Time
 
-	mu    sync.Mutex      // guards everything below
-	byID  map[string]slot // every record not yet purged
-	byKey map[string]slot // the record currently holding each key
+	mu    sync.Mutex // guards everything below
+	byID  index      // every record not yet purged
+	byKey index      // the record currently holding each key
 	// live holds the records in flight or completed and not yet
 	// delivered, the only ones not packed: the few the next change is
 	// most likely for, looked up before byID, and those Renew looks
@@ -72,9 +73,7 @@ const chunkLen = 4096
 // packed.
 type entry struct {
 	fl *flight
-	// packed is the record encoded, while it is not live. The keys of
-	// byID and byKey for it are strings in these bytes, so they hold
-	// nothing more.
+	// packed is the record encoded, while it is not live.
 	packed []byte
 	// attached is a packed record's Attached count, kept outside it so
 	// that a replay, which raises it, does not pack the record again.
@@ -109,7 +108,10 @@ func New(opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, byID: make(map[string]slot), byKey: make(map[string]slot), live: make(map[string]slot)}
+	s := &Store{now: now, live: make(map[string]slot)}
+	s.byID = newIndex(func(i slot) string { id, _ := s.at(i).idKey(); return id })
+	s.byKey = newIndex(func(i slot) string { _, key := s.at(i).idKey(); return key })
+	return s
 }
 
 // commonLife is the number of transitions of an execution that is
@@ -143,7 +145,7 @@ func (s *Store) lookup(id string) (slot, *entry, bool) {
 	// Most changes are to a record under way: the small map first.
 	i, ok := s.live[id]
 	if !ok {
-		i, ok = s.byID[id]
+		i, ok = s.byID.get(id)
 	}
 	if !ok {
 		return 0, nil, false
@@ -190,7 +192,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	defer s.mu.Unlock()
 	s.purge(now, purgeBatch)
 
-	if i, ok := s.byKey[r.Key]; ok {
+	if i, ok := s.byKey.get(r.Key); ok {
 		e := s.at(i)
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
 			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
@@ -202,7 +204,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			return cur, false, nil
 		}
 	}
-	if _, dup := s.byID[r.ID]; dup {
+	if _, dup := s.byID.get(r.ID); dup {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
 	}
 	rec := r // the store's now (record.Store)
@@ -217,8 +219,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	fl := &flight{rec: rec}
 	rec.History = append(fl.history[:0], record.Transition{State: record.Accepted, At: now})
 	*e = entry{fl: fl, index: -1}
-	s.byID[rec.ID] = i
-	rekey(s.byKey, rec.Key, i)
+	s.byID.set(rec.ID, i)
+	s.byKey.set(rec.Key, i)
 	s.live[rec.ID] = i
 	if opts.Dispatch {
 		// No one has this version yet: it may change in place.
@@ -239,14 +241,6 @@ func (s *Store) attach(i slot, e *entry, cur *record.Record) *record.Record {
 		s.views[i%viewSlots] = view{slot: i, rec: &attached}
 	}
 	return &attached
-}
-
-// rekey points key at i in m, with key's own string: a map keeps the
-// string it was first given for a key, which may be in the bytes of a
-// record packed since, or purged.
-func rekey(m map[string]slot, key string, i slot) {
-	delete(m, key)
-	m[key] = i
 }
 
 func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -338,11 +332,6 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	e.fl = nil
 	s.forget(i)
 	delete(s.live, r.ID)
-	id, key := packedIDKey(e.packed)
-	rekey(s.byID, id, i)
-	if s.byKey[key] == i {
-		rekey(s.byKey, key, i)
-	}
 }
 
 // unref lets go of the common of e's packed record, if it has one. s.mu
@@ -360,10 +349,6 @@ func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
 	e.packed = nil
 	s.forget(i)
 	s.live[r.ID] = i
-	rekey(s.byID, r.ID, i)
-	if s.byKey[r.Key] == i {
-		rekey(s.byKey, r.Key, i)
-	}
 }
 
 // Renew implements record.Store.
@@ -402,7 +387,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.byID[id]
+	i, ok := s.byID.get(id)
 	if !ok {
 		return nil, fmt.Errorf("getting %s: %w", id, record.ErrNotFound)
 	}
@@ -462,8 +447,8 @@ func waitFor(ctx context.Context, settled <-chan struct{}, lease, now time.Time)
 func (s *Store) Records() []*record.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs := make([]*record.Record, 0, len(s.byID))
-	for _, i := range s.byID {
+	recs := make([]*record.Record, 0, s.byID.n)
+	for i := range s.byID.all() {
 		recs = append(recs, s.current(i, s.at(i)))
 	}
 	return recs
@@ -499,7 +484,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.byID)
+	return s.byID.n
 }
 
 // purge drops up to max expired records and reports whether it stopped
@@ -524,11 +509,9 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 			continue
 		}
 		id, key := e.idKey()
-		delete(s.byID, id)
+		s.byID.remove(id, top.slot)
+		s.byKey.remove(key, top.slot)
 		delete(s.live, id) // completed, and never delivered
-		if s.byKey[key] == top.slot {
-			delete(s.byKey, key)
-		}
 		s.unref(e)
 		*e = entry{}
 		s.forget(top.slot)
