@@ -16,11 +16,12 @@ type index struct {
 	seed    maphash.Seed
 	buckets []uint64 // tag<<32 | slot+1, where tag is the hash's upper half; 0 is empty
 	n       int
-	keyOf   func(slot) string // the string the index finds the slot's entry by
+	// matches reports whether key is the string of the record in a slot.
+	matches func(i slot, key string) bool
 }
 
-func newIndex(keyOf func(slot) string) index {
-	return index{seed: maphash.MakeSeed(), keyOf: keyOf}
+func newIndex(matches func(slot, string) bool) index {
+	return index{seed: maphash.MakeSeed(), matches: matches}
 }
 
 // A bucket's tag also places it: a string's home bucket is its tag modulo
@@ -32,18 +33,24 @@ func slotOf(b uint64) slot               { return slot(uint32(b) - 1) }
 // find returns the position of key's bucket, or of the empty bucket
 // where it would go, and whether key is there.
 func (x *index) find(key string) (pos int, tag uint64, found bool) {
-	tag = maphash.String(x.seed, key) >> 32
+	tag = x.tag(key)
 	mask := uint64(len(x.buckets) - 1)
 	for p := tag & mask; ; p = (p + 1) & mask {
 		b := x.buckets[p]
 		if b == 0 {
 			return int(p), tag, false
 		}
-		if tagOf(b) == tag && x.keyOf(slotOf(b)) == key {
+		if tagOf(b) == tag && x.matches(slotOf(b), key) {
 			return int(p), tag, true
 		}
 	}
 }
+
+// tag returns the upper half of key's hash.
+func (x *index) tag(key string) uint64 { return maphash.String(x.seed, key) >> 32 }
+
+// tagBytes returns the upper half of key's hash, as tag(string(key)).
+func (x *index) tagBytes(key []byte) uint64 { return maphash.Bytes(x.seed, key) >> 32 }
 
 // get returns the slot key is at.
 func (x *index) get(key string) (slot, bool) {
@@ -69,18 +76,22 @@ func (x *index) set(key string, i slot) {
 	x.buckets[p] = bucketOf(tag, i)
 }
 
-// remove drops key if it points at slot i.
-func (x *index) remove(key string, i slot) {
+// remove drops the string whose tag is tag if it points at slot i. It
+// compares no string: a slot has one record.
+func (x *index) remove(tag uint64, i slot) {
 	if x.n == 0 {
 		return
 	}
-	p, _, found := x.find(key)
-	if !found || slotOf(x.buckets[p]) != i {
-		return
+	mask := len(x.buckets) - 1
+	p := int(tag) & mask
+	for x.buckets[p] != bucketOf(tag, i) {
+		if x.buckets[p] == 0 {
+			return
+		}
+		p = (p + 1) & mask
 	}
 	// Shift back the buckets after it that its own made probe past it,
 	// so that no probe stops early at the hole.
-	mask := len(x.buckets) - 1
 	hole := p
 	for q := (p + 1) & mask; x.buckets[q] != 0; q = (q + 1) & mask {
 		home := int(tagOf(x.buckets[q])) & mask

@@ -15,14 +15,14 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 		keys[i] = fmt.Sprint("exe_", i)
 	}
 	// Slot i holds keys[i]: an index only finds a slot by its own string.
-	x := newIndex(func(i slot) string { return keys[i] })
+	x := newIndex(func(i slot, key string) bool { return keys[i] == key })
 	want := make(map[string]slot)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 100_000 {
 		i := slot(rng.IntN(len(keys)))
 		k := keys[i]
 		if rng.IntN(3) == 0 {
-			x.remove(k, i)
+			x.remove(x.tag(k), i)
 			delete(want, k)
 		} else {
 			x.set(k, i)
@@ -50,10 +50,13 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 // TestIndexRemovesOnlyItsSlot checks that a key that has moved on to
 // another slot stays when the slot it left is removed.
 func TestIndexRemovesOnlyItsSlot(t *testing.T) {
-	x := newIndex(func(slot) string { return "k" })
+	x := newIndex(func(_ slot, key string) bool { return key == "k" })
 	x.set("k", 1)
 	x.set("k", 2)
-	x.remove("k", 1)
+	x.remove(x.tag("k"), 1)
+	if x.tag("k") != x.tagBytes([]byte("k")) {
+		t.Fatal("a string and its bytes have different tags")
+	}
 	if i, ok := x.get("k"); !ok || i != 2 || x.n != 1 {
 		t.Fatalf("get(k) = %d, %v with %d held; want 2", i, ok, x.n)
 	}

@@ -109,8 +109,8 @@ func New(opts Options) *Store {
 		now = time.Now
 	}
 	s := &Store{now: now, live: make(map[string]slot)}
-	s.byID = newIndex(func(i slot) string { id, _ := s.at(i).idKey(); return id })
-	s.byKey = newIndex(func(i slot) string { _, key := s.at(i).idKey(); return key })
+	s.byID = newIndex(s.isID)
+	s.byKey = newIndex(s.isKey)
 	return s
 }
 
@@ -508,10 +508,7 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 			s.expires.push(s, top.slot, later)
 			continue
 		}
-		id, key := e.idKey()
-		s.byID.remove(id, top.slot)
-		s.byKey.remove(key, top.slot)
-		delete(s.live, id) // completed, and never delivered
+		s.unindex(top.slot, e)
 		s.unref(e)
 		*e = entry{}
 		s.forget(top.slot)
@@ -528,12 +525,36 @@ func (e *entry) expiresAt() int64 {
 	return packedExpires(e.packed)
 }
 
-// idKey returns the id and the key of e's record.
-func (e *entry) idKey() (id, key string) {
+// isID reports whether id is the id of the record in slot i.
+func (s *Store) isID(i slot, id string) bool {
+	e := s.at(i)
 	if e.fl != nil {
-		return e.fl.rec.ID, e.fl.rec.Key
+		return e.fl.rec.ID == id
 	}
-	return packedIDKey(e.packed)
+	return packedID(e.packed) == id
+}
+
+// isKey reports whether key is the key of the record in slot i.
+func (s *Store) isKey(i slot, key string) bool {
+	e := s.at(i)
+	if e.fl != nil {
+		return e.fl.rec.Key == key
+	}
+	return packedKeyIs(e.packed, key)
+}
+
+// unindex drops e, in slot i, from the indexes and live. s.mu must be
+// held.
+func (s *Store) unindex(i slot, e *entry) {
+	if e.fl != nil {
+		s.byID.remove(s.byID.tag(e.fl.rec.ID), i)
+		s.byKey.remove(s.byKey.tag(e.fl.rec.Key), i)
+		delete(s.live, e.fl.rec.ID) // completed, and never delivered
+		return
+	}
+	s.byID.remove(s.byID.tag(packedID(e.packed)), i)
+	var buf [2 * hexKeyLen]byte
+	s.byKey.remove(s.byKey.tagBytes(packedKey(buf[:0], e.packed)), i)
 }
 
 // PurgeExpired drops every record whose retention has run out, a batch

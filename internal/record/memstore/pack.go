@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"slices"
 	"time"
 	"unsafe"
@@ -28,9 +29,18 @@ const (
 	headerLen  = 11
 )
 
-// fingerprintIsKey flags a record whose key is its fingerprint, as for
-// every call without a client key: it is written once.
-const fingerprintIsKey = 1
+// Flags.
+const (
+	// fingerprintIsKey: the key is the fingerprint, as for every call
+	// without a client key, and is written once.
+	fingerprintIsKey = 1 << iota
+	// hexKey: the key is lowercase hex, as a fingerprint is, and is
+	// written as the hexKeyLen bytes it stands for.
+	hexKey
+)
+
+// hexKeyLen is the length of a fingerprint, in bytes (SHA-256).
+const hexKeyLen = 32
 
 // Time zones a packed time is decoded into. A packed time keeps its
 // instant and whether it was in UTC; its monotonic reading goes, which
@@ -52,11 +62,19 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	if r.Fingerprint == r.Key {
 		flags |= fingerprintIsKey
 	}
+	if isHexKey(r.Key) {
+		flags |= hexKey
+	}
 	b = append(b, stateCode(r.State), flags)
 	b = binary.LittleEndian.AppendUint64(b, uint64(unixNano(r.ExpiresAt)))
 	b = append(b, zoneOf(r.ExpiresAt))
 	b = appendString(b, r.ID)
-	b = appendString(b, r.Key)
+	if flags&hexKey != 0 {
+		b = append(b, hexKeyLen)
+		b = appendUnhex(b, r.Key)
+	} else {
+		b = appendString(b, r.Key)
+	}
 	if flags&fingerprintIsKey == 0 {
 		b = appendString(b, r.Fingerprint)
 	}
@@ -115,18 +133,78 @@ func packedCommon(p []byte) uint32 {
 	return uint32(d.uvarint())
 }
 
-// packedIDKey returns the id and the key of the packed record p, which
-// share p's bytes.
-func packedIDKey(p []byte) (id, key string) {
+// packedID returns the id of the packed record p, which shares p's bytes.
+func packedID(p []byte) string {
 	d := decoder{p: p, off: headerLen}
-	return d.string(), d.string()
+	return d.string()
 }
 
-// unpacked is a record decoded with room for its history, so that decoding
-// the common life makes one allocation.
+// packedKey appends the key of the packed record p to b.
+func packedKey(b, p []byte) []byte {
+	d := decoder{p: p, off: headerLen}
+	d.skip() // the id
+	if p[offFlags]&hexKey != 0 {
+		return hex.AppendEncode(b, d.raw())
+	}
+	return append(b, d.string()...)
+}
+
+// packedKeyIs reports whether key is the key of the packed record p.
+func packedKeyIs(p []byte, key string) bool {
+	d := decoder{p: p, off: headerLen}
+	d.skip() // the id
+	if p[offFlags]&hexKey == 0 {
+		return d.string() == key
+	}
+	raw := d.raw()
+	if len(key) != 2*len(raw) {
+		return false
+	}
+	const digits = "0123456789abcdef"
+	for i, c := range raw {
+		if key[2*i] != digits[c>>4] || key[2*i+1] != digits[c&15] {
+			return false
+		}
+	}
+	return true
+}
+
+// appendUnhex appends the bytes the hex digits of key stand for to b;
+// isHexKey(key) must hold.
+func appendUnhex(b []byte, key string) []byte {
+	for i := 0; i < len(key); i += 2 {
+		b = append(b, unhex(key[i])<<4|unhex(key[i+1]))
+	}
+	return b
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+// isHexKey reports whether key is a fingerprint: 2*hexKeyLen lowercase
+// hex digits, which decode and encode back to it.
+func isHexKey(key string) bool {
+	if len(key) != 2*hexKeyLen {
+		return false
+	}
+	for i := range len(key) {
+		if c := key[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// unpacked is a record decoded with room for its history and its key, so
+// that decoding the common life makes one allocation.
 type unpacked struct {
 	rec     record.Record
 	history [commonLife]record.Transition
+	key     [2 * hexKeyLen]byte
 }
 
 // unpack decodes the packed record p, whose Attached count is attached,
@@ -137,7 +215,13 @@ func unpack(p []byte, attached int, c *commons) *record.Record {
 	u := new(unpacked)
 	r := &u.rec
 	d := decoder{p: p, off: headerLen}
-	r.ID, r.Key = d.string(), d.string()
+	r.ID = d.string()
+	if p[offFlags]&hexKey != 0 {
+		hex.Encode(u.key[:], d.raw())
+		r.Key = unsafe.String(&u.key[0], len(u.key)) // u is never changed
+	} else {
+		r.Key = d.string()
+	}
 	r.Fingerprint = r.Key
 	if p[offFlags]&fingerprintIsKey == 0 {
 		r.Fingerprint = d.string()
@@ -270,6 +354,14 @@ func (d *decoder) string() string {
 }
 
 func (d *decoder) skip() { d.off += int(d.uvarint()) }
+
+// raw returns the next string's bytes.
+func (d *decoder) raw() []byte {
+	n := int(d.uvarint())
+	v := d.p[d.off : d.off+n : d.off+n]
+	d.off += n
+	return v
+}
 
 func (d *decoder) bytes() []byte {
 	n := int(d.uvarint())

@@ -33,8 +33,11 @@ func TestPackRoundTrip(t *testing.T) {
 		History:   []record.Transition{{State: record.Accepted, At: time.Unix(1, 5)}, {State: record.Failed, At: time.Unix(0, 0)}},
 		ExpiresAt: time.Unix(3600, 0), LeaseUntil: time.Unix(2, 0), Retention: -1,
 	}
+	fp := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	hexed := record.Record{ID: "exe_hex", Key: fp, Fingerprint: fp, State: record.Unknown, History: []record.Transition{{State: record.Unknown, At: at}}}
+	upper := record.Record{ID: "exe_upper", Key: "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08", Fingerprint: fp}
 	odd := record.Record{ID: "exe_odd", State: "paused", History: []record.Transition{{State: "paused"}}}
-	for _, r := range []record.Record{full, local, odd, {}} {
+	for _, r := range []record.Record{full, local, hexed, upper, odd, {}} {
 		var c commons
 		p := pack(nil, &r, c.ref(common{actor: r.Actor, scope: r.Scope, upstream: r.Upstream, tool: r.Tool, owner: r.Owner}))
 		got := unpack(p, r.Attached, &c)
@@ -47,8 +50,11 @@ func TestPackRoundTrip(t *testing.T) {
 		if packedCommon(p) != 0 {
 			t.Errorf("packedCommon = %d; want 0", packedCommon(p))
 		}
-		if id, key := packedIDKey(p); id != r.ID || key != r.Key {
-			t.Errorf("packedIDKey = %q, %q; want %q, %q", id, key, r.ID, r.Key)
+		if id, key := packedID(p), packedKey(nil, p); id != r.ID || string(key) != r.Key || !packedKeyIs(p, r.Key) {
+			t.Errorf("packedID, packedKey = %q, %q; want %q, %q", id, key, r.ID, r.Key)
+		}
+		if packedKeyIs(p, r.Key+"0") {
+			t.Errorf("packedKeyIs(%q) holds", r.Key+"0")
 		}
 	}
 }
