@@ -536,11 +536,14 @@ func (s *Store) isID(i slot, id string) bool {
 
 // isKey reports whether key is the key of the record in slot i.
 func (s *Store) isKey(i slot, key string) bool {
-	e := s.at(i)
-	if e.fl != nil {
+	switch e, v := s.at(i), &s.views[i%viewSlots]; {
+	case e.fl != nil:
 		return e.fl.rec.Key == key
+	case v.rec != nil && v.slot == i:
+		return v.rec.Key == key // spelled out already: a replay's
+	default:
+		return packedKeyIs(e.packed, key)
 	}
-	return packedKeyIs(e.packed, key)
 }
 
 // unindex drops e, in slot i, from the indexes and live. s.mu must be
