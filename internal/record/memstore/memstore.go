@@ -5,6 +5,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -76,8 +77,10 @@ type entry struct {
 	// packed is the record encoded, while it is not live.
 	packed []byte
 	// attached is a packed record's Attached count, kept outside it so
-	// that a replay, which raises it, does not pack the record again.
-	attached int
+	// that a replay, which raises it, does not pack the record again. It
+	// stops at the largest int32, where it makes the entry 8 bytes
+	// smaller, and no real count reaches.
+	attached int32
 	index    int32 // position in the expiry heap, -1 when not in it
 }
 
@@ -161,7 +164,7 @@ func (s *Store) current(i slot, e *entry) *record.Record {
 	}
 	v := &s.views[i%viewSlots]
 	if v.rec == nil || v.slot != i {
-		*v = view{slot: i, rec: unpack(e.packed, e.attached, &s.commons)}
+		*v = view{slot: i, rec: unpack(e.packed, int(e.attached), &s.commons)}
 	}
 	return v.rec
 }
@@ -237,7 +240,9 @@ func (s *Store) attach(i slot, e *entry, cur *record.Record) *record.Record {
 	if e.fl != nil {
 		e.fl.rec = &attached
 	} else {
-		e.attached++
+		if e.attached < math.MaxInt32 {
+			e.attached++
+		}
 		s.views[i%viewSlots] = view{slot: i, rec: &attached}
 	}
 	return &attached
@@ -328,7 +333,7 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	s.unref(e)
 	s.scratch = pack(s.scratch[:0], r, cid)
 	e.packed = append([]byte(nil), s.scratch...)
-	e.attached = r.Attached
+	e.attached = int32(min(r.Attached, math.MaxInt32))
 	e.fl = nil
 	s.forget(i)
 	delete(s.live, r.ID)
