@@ -5,9 +5,11 @@
 # Each round runs, for each build in turn, the memstore benchmarks
 # (BenchmarkRetained: live heap and collector CPU per retained record;
 # BenchmarkReserveComplete: a new execution; BenchmarkReplay) and
-# bench/retained, which fills a store with N records and whose peak
-# resident set /usr/bin/time reports. It prints the median of each figure
-# over the rounds and the ratio of this checkout's to the base's.
+# bench/retained, which fills a store with N records and reports the live
+# heap per record, and whose peak resident set /usr/bin/time reports. It
+# prints the median of each figure over the rounds and the ratio of this
+# checkout's to the base's. The times move with the machine's load; the
+# bytes do not.
 #
 # Usage: BASE=COMMIT bench/memstore.sh
 # Environment: BASE, a commit that has bench/retained (e2ea03f or later;
@@ -36,7 +38,9 @@ figures() {
 	local build=$1
 	"$dir/$build.test" -test.run '^$' -test.bench 'Retained' -test.benchtime 3x
 	"$dir/$build.test" -test.run '^$' -test.bench 'ReserveComplete|Replay' -test.benchmem
-	/usr/bin/time -f 'BenchmarkRetainedProcess 1 %M peak-RSS-kB' "$dir/$build.retained" -n "$n" 2>&1 >/dev/null
+	/usr/bin/time -f 'BenchmarkRetainedProcess 1 %M peak-RSS-kB' -o "$dir/time" "$dir/$build.retained" -n "$n" |
+		awk '/^live heap\/record/ {print "BenchmarkRetainedProcess 1", $3, "heap-B/record"}'
+	cat "$dir/time"
 }
 
 for ((round = 1; round <= count; round++)); do
