@@ -115,3 +115,24 @@ func TestCommonsAreCounted(t *testing.T) {
 		t.Errorf("%d commons left after every record went", n)
 	}
 }
+
+// TestLargeResultIsNotHeld checks that the buffer records are packed in
+// does not keep the size of the largest result the store has seen.
+func TestLargeResultIsNotHeld(t *testing.T) {
+	s := New(Options{})
+	ctx := t.Context()
+	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Retention: time.Hour}
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed, Result: big}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, r.ID); len(got.Result) != len(big) {
+		t.Fatalf("the result kept is %d bytes; want %d", len(got.Result), len(big))
+	}
+	if n := cap(s.scratch); n > maxScratch {
+		t.Errorf("the store holds a %d-byte scratch buffer after packing a large result", n)
+	}
+}

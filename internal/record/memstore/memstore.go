@@ -333,11 +333,17 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	s.unref(e)
 	s.scratch = pack(s.scratch[:0], r, cid)
 	e.packed = append([]byte(nil), s.scratch...)
+	if cap(s.scratch) > maxScratch {
+		s.scratch = nil // one large result does not stay held
+	}
 	e.attached = int32(min(r.Attached, math.MaxInt32))
 	e.fl = nil
 	s.forget(i)
 	delete(s.live, r.ID)
 }
+
+// maxScratch bounds the scratch buffer the store keeps between packs.
+const maxScratch = 64 << 10
 
 // unref lets go of the common of e's packed record, if it has one. s.mu
 // must be held.
