@@ -58,3 +58,53 @@ func TestPackRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPackRoundTrip packs records made of arbitrary strings, numbers and
+// times, and checks that each decodes to what it was.
+func FuzzPackRoundTrip(f *testing.F) {
+	f.Add("exe_01J", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "", "alice", "note", []byte(`{}`), int64(1796222441324701012), int64(86400e9), 3, true)
+	f.Add("", "", "fp", "", "", []byte(nil), int64(-1), int64(-5), 0, false)
+	f.Fuzz(func(t *testing.T, id, key, fp, actor, note string, result []byte, at, retention int64, n int, utc bool) {
+		if fp == "" {
+			fp = key
+		}
+		// Times a Unix nanosecond count holds, sums included.
+		at, retention = at%(1<<61), retention%(1<<61)
+		when := time.Unix(0, at)
+		if utc {
+			when = when.UTC()
+		}
+		r := record.Record{ID: id, Key: key, Fingerprint: fp, Actor: actor, State: record.Delivered,
+			Attempts: n, Attached: n % 7, Result: result, Retention: time.Duration(retention),
+			ExpiresAt: when.Add(time.Duration(retention)), LeaseUntil: when}
+		for i := range n % 9 {
+			st := record.States[i%len(record.States)]
+			if i == 5 {
+				st = record.State(note)
+			}
+			r.History = append(r.History, record.Transition{State: st, At: when.Add(time.Duration(i) * time.Second), Note: note})
+		}
+		var c commons
+		p := pack(nil, &r, c.ref(common{actor: r.Actor}))
+		got := unpack(p, r.Attached, &c)
+		// A packed time keeps its instant and whether it was in UTC.
+		same := func(a, b time.Time) bool {
+			return a.Equal(b) && (a.Location() == time.UTC) == (b.Location() == time.UTC)
+		}
+		if got.ID != r.ID || got.Key != r.Key || got.Fingerprint != r.Fingerprint || got.Actor != r.Actor ||
+			got.State != r.State || got.Attempts != r.Attempts || got.Attached != r.Attached ||
+			string(got.Result) != string(r.Result) || (got.Result == nil) != (r.Result == nil) ||
+			got.Retention != r.Retention || !same(got.ExpiresAt, r.ExpiresAt) || !same(got.LeaseUntil, r.LeaseUntil) ||
+			len(got.History) != len(r.History) {
+			t.Fatalf("unpack(pack(r)):\n got %+v\nwant %+v", *got, r)
+		}
+		for i, tr := range r.History {
+			if g := got.History[i]; g.State != tr.State || g.Note != tr.Note || !same(g.At, tr.At) {
+				t.Fatalf("History[%d] = %+v; want %+v", i, g, tr)
+			}
+		}
+		if !packedKeyIs(p, r.Key) || packedID(p) != r.ID || string(packedKey(nil, p)) != r.Key {
+			t.Fatalf("the packed id and key of %q, %q do not match them", r.ID, r.Key)
+		}
+	})
+}
