@@ -1,5 +1,10 @@
 package memstore
 
+import (
+	"math"
+	"time"
+)
+
 // expiryHeap orders settled entries by expiry, soonest first. It holds
 // each entry's slot and its key, so it holds no pointer and comparing two
 // items reads no entry.
@@ -8,17 +13,29 @@ type expiryHeap struct {
 }
 
 // A heapItem is an entry in the expiry heap. expires is the record's
-// expiry when it was pushed, in Unix nanoseconds. A later change only
-// moves the expiry later, so the key may lag behind it; purge pushes
-// such an entry again rather than dropping it. The heap is thus not
-// reordered on every change.
+// expiry when it was pushed (expirySecond). A later change only moves the
+// expiry later, so the key may lag behind it; purge pushes such an entry
+// again rather than dropping it. The heap is thus not reordered on every
+// change.
 type heapItem struct {
-	expires int64
+	expires uint32
 	slot    slot
 }
 
+// expirySecond returns the heap's key for an expiry at ns, in Unix
+// nanoseconds: the Unix second at or after it, which makes an item 8
+// bytes, not 16, and a record purged at most a second late. An expiry
+// past 2106 counts as then.
+func expirySecond(ns int64) uint32 {
+	const second = int64(time.Second)
+	if ns <= 0 {
+		return 0
+	}
+	return uint32(min(ns/second+min(ns%second, 1), math.MaxUint32))
+}
+
 // push adds the entry in slot i, which expires at expires.
-func (h *expiryHeap) push(s *Store, i slot, expires int64) {
+func (h *expiryHeap) push(s *Store, i slot, expires uint32) {
 	h.items = append(h.items, heapItem{expires: expires, slot: i})
 	s.at(i).index = int32(len(h.items) - 1)
 	h.up(s, len(h.items)-1)

@@ -310,7 +310,7 @@ func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.
 	}
 	switch {
 	case c.To.Settled():
-		switch expires := r.ExpiresAt.UnixNano(); {
+		switch expires := expirySecond(r.ExpiresAt.UnixNano()); {
 		case e.index < 0:
 			s.expires.push(s, i, expires)
 		case expires < s.expires.items[e.index].expires:
@@ -507,13 +507,13 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 	// not by the other would be popped and pushed back for ever.
 	wall := now.UnixNano()
 	for range max {
-		if len(s.expires.items) == 0 || wall < s.expires.items[0].expires {
+		if len(s.expires.items) == 0 || wall < int64(s.expires.items[0].expires)*int64(time.Second) {
 			return false
 		}
 		top := s.expires.items[0]
 		s.expires.remove(s, 0)
 		e := s.at(top.slot)
-		if later := e.expiresAt(); later > top.expires {
+		if later := expirySecond(e.expiresAt()); later > top.expires {
 			// Settled again since it was pushed (delivered after
 			// completed): it expires later.
 			s.expires.push(s, top.slot, later)
