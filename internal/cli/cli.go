@@ -18,12 +18,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
@@ -261,6 +264,7 @@ type wiring struct {
 	hasher     *fingerprint.Hasher
 	resolve    proxy.Resolver
 	in         *intercept.Interceptor
+	tracer     trace.Tracer // nil when no OTEL_* variable asks for traces
 	// instance sets this process's own request ids upstream apart from
 	// those of another mcp-idempotent before or behind it.
 	instance string
@@ -290,6 +294,9 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	if err := w.checkFlags(); err != nil {
+		return nil, err
+	}
+	if err := w.startTracing(ctx); err != nil {
 		return nil, err
 	}
 	obs, err := w.serveMetrics(ctx)
@@ -336,8 +343,35 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 			iopts.Journal = obs.CountJournal(jw)
 		}
 	}
+	if w.tracer != nil {
+		iopts.Store = telemetry.TraceStore(iopts.Store, w.tracer)
+		iopts.Tracer = w.tracer
+	}
 	w.startInterceptor(ctx, iopts, obs)
 	return w, nil
+}
+
+// startTracing starts the OpenTelemetry exporter that the OTEL_*
+// variables configure, if they configure one (telemetry.Setup), and
+// flushes it when the wiring closes, after everything else.
+func (w *wiring) startTracing(ctx context.Context) error {
+	tracer, shutdown, err := telemetry.Setup(ctx, Version, w.log)
+	if err != nil {
+		return fmt.Errorf("OpenTelemetry: %w", err)
+	}
+	if tracer == nil {
+		return nil
+	}
+	w.tracer = tracer
+	w.closers = append(w.closers, func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(flush); err != nil {
+			w.log.Warn("flushing traces", "err", err)
+		}
+	})
+	w.log.Debug("tracing with OpenTelemetry")
+	return nil
 }
 
 // checkFlags checks the flags that need no resource, and takes from them
@@ -510,6 +544,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		Logger:        log,
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
+		Tracer:        w.tracer,
 	}
 	if f.restarts > 0 && httpUp != nil {
 		// The session expired (404): a new session, into which the proxy

@@ -42,9 +42,15 @@ var servingURL = regexp.MustCompile(`msg="serving MCP over Streamable HTTP" url=
 // found in it, or a shutdown that hangs, fails the test.
 func startServe(t *testing.T, args ...string) *served {
 	t.Helper()
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with env added to the proxy's environment.
+func startServeEnv(t *testing.T, env []string, args ...string) *served {
+	t.Helper()
 	needProxy(t)
 	cmd := exec.Command(proxyBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1"), env...)
 	s := &served{cmd: cmd, stderr: new(syncBuffer)}
 	cmd.Stderr = s.stderr
 	// The upstream child inherits stderr and may outlive serve for a moment.
