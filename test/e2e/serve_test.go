@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // served is one `mcp-idempotent serve` process on a free loopback port.
@@ -300,11 +302,7 @@ func nodePeer(t *testing.T, file ...string) (node, path string) {
 	t.Helper()
 	missing := func(why string) {
 		t.Helper()
-		msg := why + "; run: (cd test/npm && npm ci)"
-		if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		skipnote.Unavailable(t, "npm peer", why+"; run: (cd test/npm && npm ci)")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

@@ -25,9 +25,15 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		skipnote.Report("internal/record/redisstore")
+		os.Exit(code)
+	}))
+}
 
 const howToRun = "MCPI_REDIS_URL=redis://127.0.0.1:6379/0 go test ./internal/record/redisstore"
 
@@ -56,11 +62,7 @@ func serverURL(tb testing.TB) string {
 
 func unavailable(tb testing.TB, why string) {
 	tb.Helper()
-	msg := why + "; to run the Redis store tests: " + howToRun
-	if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
+	skipnote.Unavailable(tb, "Redis store", why+"; to run the Redis store tests: "+howToRun)
 }
 
 // newPrefix returns a key prefix of the test's own, and deletes every key
