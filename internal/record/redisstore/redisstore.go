@@ -216,15 +216,14 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		replace += string(st) + ","
 	}
 	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now)...)
-	// The id's index goes with the reservation, in the same round trip:
-	// another process must find a record by its id from the start (one
-	// that attached to it waits on it by id, while this one may wait for
-	// its account's room before its first update). If the reservation is
-	// not won, the index names a record that never was, and expires.
-	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID)}
+	// The script writes the id's index when it wins, so that another
+	// process finds the record by its id from the start (one that
+	// attached to it waits on it by id, while this one may wait for its
+	// account's room before its first update); a reservation it does
+	// not win, a replay or an attach, leaves no key behind.
+	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
 	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
 		eval(ctx, p, reserveScript, full, keys, args...)
-		p.Set(ctx, s.indexKey(r.ID), tag, indexFlightTTL)
 	})
 	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,6 +343,53 @@ func TestRoundTrips(t *testing.T) {
 	}
 	if n := c.n.Load() - before; n != 1 {
 		t.Errorf("Renew of 3 records took %d round trips; want 1", n)
+	}
+}
+
+// TestReplaysLeaveNoKeys: a reservation that does not win (a replay, an
+// attach) writes no key of its own; the won one is found by its id from
+// another process.
+func TestReplaysLeaveNoKeys(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	s := open(t, url, prefix, nil)
+	ctx := t.Context()
+	first := newRecord("charge")
+	first.Owner, first.LeaseUntil = "proxy-1", time.Now().Add(time.Minute)
+	if _, won, err := s.Reserve(ctx, first, record.ReserveOptions{}); err != nil || !won {
+		t.Fatalf("first reservation: won=%v err=%v", won, err)
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	keys := func() []string {
+		t.Helper()
+		var all []string
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			all = append(all, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(all)
+		return all
+	}
+	before := keys()
+	for range 100 {
+		if _, won, err := s.Reserve(ctx, newRecord("charge"), record.ReserveOptions{}); err != nil || won {
+			t.Fatalf("replay: won=%v err=%v", won, err)
+		}
+	}
+	if after := keys(); !slices.Equal(before, after) {
+		t.Errorf("100 replays left %d keys more: before %v, after %v", len(after)-len(before), before, after)
+	}
+	other := open(t, url, prefix, nil)
+	if got, err := other.Get(ctx, first.ID); err != nil || got.ID != first.ID {
+		t.Errorf("another process's Get(%s) = %v, %v; want the record, by its index", first.ID, got, err)
 	}
 }
 

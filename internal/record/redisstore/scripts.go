@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ const maxTTL = 100 * 365 * 24 * time.Hour
 var (
 	// reserveScript claims a key.
 	//
-	//	KEYS[1] the holder key, KEYS[2] the new record's key
+	//	KEYS[1] the holder key, KEYS[2] the new record's key, KEYS[3]
+	//	the new record's index (outside the tag's slot: see doc.go)
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
 	//	[6] the new record's fingerprint (only a record of the same
@@ -64,6 +66,7 @@ end
 redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('SET', KEYS[1], ARGV[4])
 flight_ttl(KEYS[2], KEYS[1], true, now)
+redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', ` + strconv.FormatInt(indexFlightTTL.Milliseconds(), 10) + `)
 return {1, oid, ottl}
 `)
 
