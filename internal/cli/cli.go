@@ -96,7 +96,9 @@ Usage:
                                                the effective policy of each tool
   mcp-idempotent activity list|show|resolve --store URL ...
                                                what the executions in a store did
-  mcp-idempotent audit verify FILE             check an activity journal's hash chain
+  mcp-idempotent audit verify|checkpoint|keygen ...
+                                               check an activity journal and its signed
+                                               checkpoints; make a key to sign them
   mcp-idempotent version                       print the version
 
 Flags:
@@ -131,7 +133,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "activity":
 		err = runActivity(ctx, args[1:], stdout, stderr)
 	case "audit":
-		err = runAudit(args[1:], stdout)
+		err = runAudit(args[1:], stdout, stderr)
 	case "version":
 		if len(args) > 1 {
 			err = usagef("version takes no arguments; got %q", args[1])
