@@ -414,3 +414,42 @@ func TestAuditKeyErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalKeyFlag: a proxy given --journal-key signs what the journal
+// holds when it stops cleanly; a key it cannot use stops it before the
+// journal is opened.
+func TestJournalKeyFlag(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1.example.com")
+	path := writeJournal(t, 2) // left unsigned by an earlier run
+	if _, _, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat"); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, path)
+	if err != nil || !strings.Contains(stdout, "1 checkpoint verify; the newest, at line 3") || stderr != "" {
+		t.Fatalf("after a clean stop: %v; stdout %q, stderr %q; want a checkpoint at line 3 and no warning", err, stdout, stderr)
+	}
+
+	garbage := filepath.Join(dir, "garbage")
+	os.WriteFile(garbage, []byte("PRIVATE+KEY+nonsense\n"), 0o600)
+	for _, tt := range []struct {
+		key  string
+		want string
+	}{
+		{filepath.Join(dir, "none"), "no such file"},
+		{verifier, verifier + ": a verifier key"},
+		{garbage, garbage + ": a malformed signer key"},
+	} {
+		journal := filepath.Join(t.TempDir(), "j")
+		_, _, err := run(t, "--journal", journal, "--journal-key", tt.key, "--", "/bin/cat")
+		if err == nil || ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "--journal-key: ") || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("--journal-key %s = %v (exit %d); want exit 1 naming the flag, saying %q", tt.key, err, ExitCode(err), tt.want)
+		}
+		if strings.Contains(err.Error(), "PRIVATE") {
+			t.Errorf("--journal-key %s = %v: the key is never shown", tt.key, err)
+		}
+		if _, err := os.Stat(journal); err == nil {
+			t.Errorf("--journal-key %s: the journal was created", tt.key)
+		}
+	}
+}

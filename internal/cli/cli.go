@@ -195,6 +195,9 @@ type proxyFlags struct {
 	window     time.Duration
 	metrics    string
 	journal    string
+	journalKey string
+	ckptLines  int
+	ckptEvery  time.Duration
 	shadow     bool
 }
 
@@ -217,6 +220,9 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	f.fs.StringVar(&f.journal, "journal", "", "append one hash-chained JSON line per execution transition to `FILE` (created mode 0600; one proxy process per file); arguments and results appear as each tool's policy says (default: arguments hashed, results redacted); check it with `mcp-idempotent audit verify FILE`")
+	f.fs.StringVar(&f.journalKey, "journal-key", "", "sign the --journal with checkpoints, using the signer key in `FILE` (made by `mcp-idempotent audit keygen`); check them with `mcp-idempotent audit verify --key`")
+	f.fs.IntVar(&f.ckptLines, "journal-checkpoint-lines", journal.DefaultCheckpointLines, "with --journal-key, append a checkpoint once this many journal lines follow the last one")
+	f.fs.DurationVar(&f.ckptEvery, "journal-checkpoint-every", journal.DefaultCheckpointEvery, "with --journal-key, append a checkpoint this long after a line no checkpoint covers, if --journal-checkpoint-lines has not come first; and one at a clean stop")
 	f.fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: every call goes upstream as it came, and the proxy records, counts (mcp_idempotent_shadow_decisions_total), logs and journals what it would have done; to learn before letting it change anything")
 	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
 	return f
@@ -406,6 +412,27 @@ func (w *wiring) checkFlags() (err error) {
 	case f.lease < time.Second:
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
 	}
+	return f.checkJournalFlags()
+}
+
+// checkJournalFlags checks that the checkpoint flags come with what they
+// need and are in range.
+func (f *proxyFlags) checkJournalFlags() error {
+	set := make(map[string]bool)
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for _, name := range []string{"journal-checkpoint-lines", "journal-checkpoint-every"} {
+		if set[name] && f.journalKey == "" {
+			return usagef("--%s goes with --journal-key: without a key there are no checkpoints", name)
+		}
+	}
+	switch {
+	case f.journalKey != "" && f.journal == "":
+		return usagef("--journal-key signs the journal's checkpoints: it needs --journal FILE")
+	case f.ckptLines < 1:
+		return usagef("--journal-checkpoint-lines: %d must be at least 1", f.ckptLines)
+	case f.ckptEvery < time.Second:
+		return usagef("--journal-checkpoint-every: %v is too short; it must be at least 1s", f.ckptEvery)
+	}
 	return nil
 }
 
@@ -444,10 +471,21 @@ func (w *wiring) openJournal() (*journal.Writer, error) {
 	if file == "" {
 		return nil, nil
 	}
+	opts := journal.Options{CheckpointLines: w.f.ckptLines, CheckpointEvery: w.f.ckptEvery}
+	if key := w.f.journalKey; key != "" {
+		// Read before the journal is opened: a key that cannot sign
+		// leaves no file behind.
+		s, err := readSigner(key)
+		if err != nil {
+			return nil, fmt.Errorf("--journal-key: %w", err)
+		}
+		opts.Signer = s
+	}
 	// Opened before the store, so a journal another proxy holds, or one
 	// with a torn tail, stops this one before anything runs; and closed
-	// after it, so the last transitions still reach it.
-	jw, err := journal.Open(file)
+	// after it, so the last transitions, and the checkpoint that covers
+	// them, still reach it.
+	jw, err := journal.OpenWith(file, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--journal: %w", err)
 	}
