@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"flag"
@@ -94,6 +95,9 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--since: %w", err)
 		}
+		// A note ends in one newline; what kept it may have added more
+		// (jq -r, an editor). The signature covers the text, not them.
+		b = append(bytes.TrimRight(b, "\r\n"), '\n')
 		if opts.Since, err = journal.ParseCheckpoint(b, opts.Verifiers); err != nil {
 			return fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", *sinceFile, err)
 		}

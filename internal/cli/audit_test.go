@@ -321,7 +321,8 @@ func TestAuditCheckpointSince(t *testing.T) {
 	if err != nil || !strings.HasPrefix(stdout, "proxy1.example.com\n5\n") || !strings.Contains(stdout, "\n\n— proxy1.example.com ") {
 		t.Fatalf("audit checkpoint = %v, %q; want the signed note of 5 lines", err, stdout)
 	}
-	os.WriteFile(saved, []byte(stdout), 0o600)
+	// Kept with a newline more, as jq -r or an editor would.
+	os.WriteFile(saved, []byte(stdout+"\n"), 0o600)
 	// The proxy runs on, from another process.
 	writeSignedJournal(t, path, signer, 5, 8, 1000)
 	b, _ := os.ReadFile(path)
