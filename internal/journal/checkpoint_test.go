@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -406,4 +407,83 @@ func TestParseCheckpointRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckKeyRotation: a journal signed by one key, then by its
+// successor, checks with both keys given, and names the first checkpoint
+// of the old key when only the new one is.
+func TestCheckKeyRotation(t *testing.T) {
+	var signers []note.Signer
+	var verifiers []note.Verifier
+	for range 2 {
+		skey, vkey, _ := note.GenerateKey(rand.Reader, "proxy1.example")
+		s, _ := note.NewSigner(skey)
+		v, _ := note.NewVerifier(vkey)
+		signers, verifiers = append(signers, s), append(verifiers, v)
+	}
+	path := writeSigned(t, signers[0], 2, 1000) // e e C3
+	w, err := OpenWith(path, Options{Signer: signers[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(entry(2))
+	w.Close() // e C5
+	in := strings.Join(lines(t, path), "")
+	rep, err := Check(strings.NewReader(in), CheckOptions{Verifiers: note.VerifierList(verifiers...)})
+	if err != nil || rep.Checkpoints != 2 {
+		t.Fatalf("Check with both keys = %+v, %v; want 2 checkpoints", rep, err)
+	}
+	var le *LineError
+	if _, err := Check(strings.NewReader(in), CheckOptions{Verifiers: note.VerifierList(verifiers[1])}); !errors.As(err, &le) || le.Line != 3 {
+		t.Fatalf("Check with the new key only = %v; want line 3 named", err)
+	}
+}
+
+// FuzzCheck: Check never panics, is never more lenient than Verify, and
+// says why in a LineError.
+func FuzzCheck(f *testing.F) {
+	skey, _, _ := note.GenerateKey(rand.Reader, "proxy1.example")
+	s, _ := note.NewSigner(skey)
+	path := filepath.Join(f.TempDir(), "j")
+	w, _ := OpenWith(path, Options{Signer: s, CheckpointLines: 2})
+	for i := range 3 {
+		w.Record(entry(i))
+	}
+	w.Close()
+	good, _ := os.ReadFile(path)
+	f.Add(good)
+	f.Add([]byte(`{"prev":"` + Genesis + `","checkpoint":1}` + "\n"))
+	f.Add([]byte(`{"prev":"` + Genesis + `","checkpoint":"x\n1\n\n\u2014 x AAAA\n"}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rep, err := Check(bytes.NewReader(data), CheckOptions{})
+		n, verr := Verify(bytes.NewReader(data))
+		if err == nil {
+			if verr != nil || rep.Lines != n {
+				t.Fatalf("Check passed %d lines that Verify does not: %d, %v", rep.Lines, n, verr)
+			}
+			return
+		}
+		var le *LineError
+		if !errors.As(err, &le) || rep.Lines != le.Line-1 {
+			t.Fatalf("Check = %d lines, %v", rep.Lines, err)
+		}
+	})
+}
+
+// FuzzParseCheckpoint: a note that parses has a size of at least one and
+// an origin on one line.
+func FuzzParseCheckpoint(f *testing.F) {
+	skey, _, _ := note.GenerateKey(rand.Reader, "proxy1.example")
+	s, _ := note.NewSigner(skey)
+	line, _ := signCheckpoint(s, Genesis, 3)
+	var m struct{ Checkpoint string }
+	json.Unmarshal(line, &m)
+	f.Add([]byte(m.Checkpoint))
+	f.Add([]byte("a\n1\nAAAA\n\n\u2014 a AAAAAAAA\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseCheckpoint(data, nil)
+		if err == nil && (c.Size < 1 || strings.Contains(c.Origin, "\n")) {
+			t.Fatalf("ParseCheckpoint(%q) = %+v", data, c)
+		}
+	})
 }
