@@ -299,9 +299,10 @@ type Store interface {
 	// then stored as Accepted and returned with won true. Otherwise the
 	// holder is returned with won false, and its Attached count is raised
 	// by one if it is of r's action (the same Fingerprint): a caller
-	// whose client key names another action is refused, not attached. r
-	// is the store's once passed: a store may keep it, and the caller
-	// must not change it.
+	// whose client key names another action is refused, not attached. A
+	// store may write the count later, in a batch; the records it returns
+	// show it. r is the store's once passed: a store may keep it, and the
+	// caller must not change it.
 	Reserve(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, won bool, err error)
 
 	// Update applies c to the record id and returns the result. It returns

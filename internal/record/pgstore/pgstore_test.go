@@ -769,6 +769,69 @@ func execute(b *testing.B, ctx context.Context, s *Store, key string) {
 	}
 }
 
+// TestReplaysWriteNothing: a replay only reads, so its commit waits for
+// no WAL flush; the attaches it counts reach the record all the same, for
+// this process at once and for others once written (at Close at the
+// latest).
+func TestReplaysWriteNothing(t *testing.T) {
+	u, schema := serverURL(t), newSchema(t)
+	s := open(t, u, schema, nil)
+	ctx := t.Context()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}} {
+		if _, err := s.Update(ctx, r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every write of a row makes a new version of it, with a new xmin.
+	xmin := func() (x string) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, s.sql(`SELECT xmin::text FROM {schema}.records WHERE id = $1`), r.ID).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmin()
+	for i := range 5 {
+		got, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+		if err != nil || won || got.Attached != i+1 {
+			t.Fatalf("replay %d: won=%v attached=%v err=%v; want the record, attached %d", i+1, won, got, err, i+1)
+		}
+	}
+	if after := xmin(); after != before {
+		t.Errorf("five replays rewrote the record (xmin %s, then %s); want it only read", before, after)
+	}
+	if got, err := s.Get(ctx, r.ID); err != nil || got.Attached != 5 {
+		t.Errorf("Get after five replays: %v, %v; want attached 5", got, err)
+	}
+	other := open(t, u, schema, nil)
+	attached := func() int {
+		t.Helper()
+		got, err := other.Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Attached
+	}
+	for deadline := time.Now().Add(10 * attachFlush); attached() != 5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("another process sees %d attached callers after %v; want the 5 counted, written meanwhile", attached(), 10*attachFlush)
+		}
+	}
+	if _, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := attached(); n != 6 {
+		t.Errorf("another process sees %d attached callers after Close; want 6, the last written at Close", n)
+	}
+}
+
 func BenchmarkReplay(b *testing.B) {
 	s := newStore(b, nil)
 	ctx := context.Background()
@@ -781,12 +844,25 @@ func BenchmarkReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	lsn := func() (n int64) {
+		b.Helper()
+		if err := s.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	before, n := lsn(), 0
 	for b.Loop() {
 		got, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
 		if err != nil || won || got.ID != r.ID {
 			b.Fatalf("Reserve of a completed key = %v won=%v: %v", got, won, err)
 		}
+		n++
 	}
+	// The WAL the server wrote meanwhile, any other client's included:
+	// run it on a quiet server. A replay that writes none commits
+	// without waiting for a WAL flush.
+	b.ReportMetric(float64(lsn()-before)/float64(n), "wal-B/op")
 }
 
 func TestAllowances(t *testing.T) {
