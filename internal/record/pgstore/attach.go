@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -19,72 +18,16 @@ const attachFlush = time.Second
 const flushAttachesSQL = `UPDATE {schema}.records AS r SET attached = r.attached + v.n
 	FROM unnest($1::text[], $2::integer[]) AS v(id, n) WHERE r.id = v.id`
 
-// attachCounts are the attaches counted and not yet written, by
-// execution id.
-type attachCounts struct {
-	mu      sync.Mutex
-	pending map[string]int
-	started bool // the flusher runs
-}
-
-// of returns the attaches of id not yet written.
-func (a *attachCounts) of(id string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.pending[id]
-}
-
-// snapshot returns the counts to write.
-func (a *attachCounts) snapshot() (ids []string, ns []int32) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, n := range a.pending {
-		ids, ns = append(ids, id), append(ns, int32(n))
-	}
-	return ids, ns
-}
-
-// written takes the counts a snapshot gave, now in the database, off
-// the pending ones; attaches counted meanwhile stay.
-func (a *attachCounts) written(ids []string, ns []int32) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for i, id := range ids {
-		if a.pending[id] -= int(ns[i]); a.pending[id] <= 0 {
-			delete(a.pending, id)
-		}
-	}
-}
-
 // countAttach counts a caller attached to rec, which Reserve read, and
 // returns rec with its count as it now is.
 func (s *Store) countAttach(rec *record.Record) *record.Record {
-	a := &s.attaches
-	a.mu.Lock()
-	if a.pending == nil {
-		a.pending = make(map[string]int)
+	rec.Attached += s.attaches.Add(rec.ID)
+	s.mu.Lock()
+	if !s.flushing && !s.closed {
+		s.flushing = true
+		s.wg.Go(s.flushLoop)
 	}
-	a.pending[rec.ID]++
-	rec.Attached += a.pending[rec.ID]
-	start := !a.started
-	a.started = true
-	a.mu.Unlock()
-	if start {
-		s.mu.Lock()
-		if !s.closed {
-			s.wg.Go(s.flushLoop)
-		}
-		s.mu.Unlock()
-	}
-	return rec
-}
-
-// withAttaches returns rec, just read, with the attaches of it counted
-// here and not yet written.
-func (s *Store) withAttaches(rec *record.Record) *record.Record {
-	if rec != nil {
-		rec.Attached += s.attaches.of(rec.ID)
-	}
+	s.mu.Unlock()
 	return rec
 }
 
@@ -107,7 +50,7 @@ func (s *Store) flushLoop() {
 
 // flushAttaches writes the counted attaches in one statement.
 func (s *Store) flushAttaches(ctx context.Context) error {
-	ids, ns := s.attaches.snapshot()
+	ids, ns := s.attaches.Snapshot()
 	if len(ids) == 0 {
 		return nil
 	}
@@ -116,6 +59,6 @@ func (s *Store) flushAttaches(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, s.q.flushAttaches, ids, ns); err != nil {
 		return err
 	}
-	s.attaches.written(ids, ns)
+	s.attaches.Written(ids, ns)
 	return nil
 }

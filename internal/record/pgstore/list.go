@@ -46,7 +46,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) {
 		rec, err := scanRecord(row)
-		return s.withAttaches(rec), err
+		return s.attaches.Show(rec), err
 	})
 	if err != nil {
 		return nil, s.fail(op, err)

@@ -91,9 +91,9 @@ type Store struct {
 	setupMu chan struct{} // one schema setup at a time
 	ready   atomic.Bool   // the schema exists
 
-	reserves atomic.Uint64 // Reserve calls, to pace purging
-	attaches attachCounts  // attaches counted and not yet written
-	acquired atomic.Uint64 // connections acquire took: progress, under load
+	reserves atomic.Uint64       // Reserve calls, to pace purging
+	attaches record.AttachCounts // attaches counted and not yet written (attach.go)
+	acquired atomic.Uint64       // connections acquire took: progress, under load
 
 	q queries
 
@@ -104,8 +104,9 @@ type Store struct {
 	ctx    context.Context // cancelled by Close; bounds the listener
 	cancel context.CancelFunc
 
-	mu        sync.Mutex // guards closed, listening and secret; the listener starts under it
+	mu        sync.Mutex // guards closed, listening, flushing and secret; the listener starts under it
 	closed    bool
+	flushing  bool           // the attach counts' flusher was started
 	listening bool           // the listener goroutine was started
 	heard     atomic.Bool    // the listener is connected: notifications come
 	wg        sync.WaitGroup // the listener goroutine
@@ -374,7 +375,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			// action is not.
 			return s.countAttach(rec), false, nil
 		case err == nil:
-			return s.withAttaches(rec), won, nil
+			return s.attaches.Show(rec), won, nil
 		case isUniqueViolation(err):
 			// The key's conflicts are absorbed by ON CONFLICT; this is
 			// the primary key.
@@ -481,14 +482,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			return nil, s.fail(op, err)
 		}
 		if ok {
-			return s.withAttaches(rec), nil
+			return s.attaches.Show(rec), nil
 		}
 		cur, err := s.get(ctx, conn, id)
 		if err != nil {
 			return nil, s.wrap(op, err)
 		}
 		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
-			return s.withAttaches(cur), nil
+			return s.attaches.Show(cur), nil
 		}
 		if !c.Allowed(cur.State) {
 			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
@@ -552,7 +553,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	return s.withAttaches(rec), nil
+	return s.attaches.Show(rec), nil
 }
 
 // get reads the record id; it returns record.ErrNotFound unwrapped.

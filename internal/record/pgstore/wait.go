@@ -166,7 +166,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}
-			return s.withAttaches(rec), nil
+			return s.attaches.Show(rec), nil
 		}
 		next := heardPoll
 		if !s.heard.Load() {
