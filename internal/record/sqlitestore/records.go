@@ -19,6 +19,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if lost := s.lost.Load(); lost != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
 	}
+	if rec, ok := s.matchRead(ctx, r, opts); ok {
+		return rec, false, nil
+	}
 	var rec *record.Record
 	var won bool
 	var orphan string
@@ -31,6 +34,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	if orphan != "" {
 		s.notify(orphan)
+	}
+	if !won {
+		rec = s.attaches.Show(rec)
 	}
 	return rec, won, nil
 }
@@ -130,7 +136,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if c.To.Settled() {
 		s.notify(id)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
@@ -173,7 +179,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("getting %s: %w", id, err)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 // Renew implements record.Store, in one statement.
@@ -227,7 +233,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		if err != nil {
 			return nil, fmt.Errorf("listing executions: %w", err)
 		}
-		recs = append(recs, r)
+		recs = append(recs, s.attaches.Show(r))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing executions: %w", err)

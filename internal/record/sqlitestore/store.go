@@ -80,8 +80,11 @@ type Store struct {
 	v  *sql.DB
 	st statements
 
-	reserves  atomic.Uint64 // counts Reserve calls, to pace purges
-	closed    chan struct{} // closed by Close, to end waits
+	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
+	attaches  record.AttachCounts // counted by matchRead, not yet written
+	flushOnce sync.Once           // starts the writer of attaches, or, at Close, keeps it from starting
+	flushed   chan struct{}       // closed when that writer has stopped; nil if it never started
+	closed    chan struct{}       // closed by Close, to end waits
 	closeOnce sync.Once
 
 	mu      sync.Mutex         // protects waiters and polling
@@ -284,7 +287,7 @@ func isBusy(err error) bool {
 // Close closes the database and ends every Wait in progress.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
-	var errs []error
+	errs := []error{s.stopFlushing()}
 	for _, st := range s.st.all() {
 		if st != nil {
 			errs = append(errs, st.Close())

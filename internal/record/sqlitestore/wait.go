@@ -20,7 +20,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waiting for %s: %w", id, err)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
