@@ -173,6 +173,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", s.name, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
+		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
+	})
 	return s, nil
 }
 
@@ -202,7 +205,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	flush, cancel := context.WithTimeout(context.Background(), s.timeout)
-	if err := s.flushAttaches(flush); err != nil {
+	if err := s.attaches.Close(flush); err != nil {
 		s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
 	}
 	cancel()

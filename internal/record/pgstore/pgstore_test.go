@@ -770,23 +770,15 @@ func execute(b *testing.B, ctx context.Context, s *Store, key string) {
 }
 
 // TestReplaysWriteNothing: a replay only reads, so its commit waits for
-// no WAL flush; the attaches it counts reach the record all the same, for
-// this process at once and for others once written (at Close at the
-// latest).
+// no WAL flush: every write of a row makes a new version of it, with a
+// new xmin, and five replays make none.
 func TestReplaysWriteNothing(t *testing.T) {
-	u, schema := serverURL(t), newSchema(t)
-	s := open(t, u, schema, nil)
+	s := newStore(t, nil)
 	ctx := t.Context()
-	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	r, err := recordtest.Execute(ctx, s, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}} {
-		if _, err := s.Update(ctx, r.ID, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every write of a row makes a new version of it, with a new xmin.
 	xmin := func() (x string) {
 		t.Helper()
 		if err := s.pool.QueryRow(ctx, s.sql(`SELECT xmin::text FROM {schema}.records WHERE id = $1`), r.ID).Scan(&x); err != nil {
@@ -795,41 +787,27 @@ func TestReplaysWriteNothing(t *testing.T) {
 		return x
 	}
 	before := xmin()
-	for i := range 5 {
-		got, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
-		if err != nil || won || got.Attached != i+1 {
-			t.Fatalf("replay %d: won=%v attached=%v err=%v; want the record, attached %d", i+1, won, got, err, i+1)
+	for range 5 {
+		if _, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err != nil || won {
+			t.Fatalf("replay: won=%v err=%v", won, err)
 		}
 	}
 	if after := xmin(); after != before {
 		t.Errorf("five replays rewrote the record (xmin %s, then %s); want it only read", before, after)
 	}
-	if got, err := s.Get(ctx, r.ID); err != nil || got.Attached != 5 {
-		t.Errorf("Get after five replays: %v, %v; want attached 5", got, err)
-	}
-	other := open(t, u, schema, nil)
-	attached := func() int {
-		t.Helper()
-		got, err := other.Get(ctx, r.ID)
-		if err != nil {
-			t.Fatal(err)
+}
+
+func TestAttachCounts(t *testing.T) {
+	recordtest.RunAttachCounts(t, func(t *testing.T) (record.Store, record.Store, func(string) int) {
+		u, schema := serverURL(t), newSchema(t)
+		s := open(t, u, schema, nil)
+		return s, open(t, u, schema, nil), func(id string) (n int) {
+			if err := s.pool.QueryRow(context.Background(), s.sql(`SELECT attached FROM {schema}.records WHERE id = $1`), id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
-		return got.Attached
-	}
-	for deadline := time.Now().Add(10 * attachFlush); attached() != 5; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("another process sees %d attached callers after %v; want the 5 counted, written meanwhile", attached(), 10*attachFlush)
-		}
-	}
-	if _, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := attached(); n != 6 {
-		t.Errorf("another process sees %d attached callers after Close; want 6, the last written at Close", n)
-	}
+	})
 }
 
 func BenchmarkReplay(b *testing.B) {

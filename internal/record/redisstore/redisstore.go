@@ -78,6 +78,8 @@ type Store struct {
 	done       chan struct{} // closed when the listener has returned
 	closeOnce  sync.Once
 	closeErr   error
+
+	attaches record.AttachCounts // counted by Reserve, not yet written (attach.go)
 }
 
 var _ record.Store = (*Store)(nil)
@@ -157,6 +159,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		}
 	}
 	cancel()
+	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
+		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
+	})
 	var listenCtx context.Context
 	listenCtx, s.stop = context.WithCancel(context.Background())
 	s.ps = s.rdb.Subscribe(listenCtx)
@@ -171,6 +176,11 @@ func (s *Store) Close() error {
 		s.stop()
 		_ = s.ps.Close()
 		<-s.done
+		flush, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		if err := s.attaches.Close(flush); err != nil {
+			s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
+		}
+		cancel()
 		s.closeErr = s.rdb.Close()
 		s.wakeAll() // to find the client closed
 	})
@@ -253,6 +263,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err != nil {
 		return nil, false, s.fail(op, err)
 	}
+	if rec.Fingerprint == r.Fingerprint {
+		// Attached to; a caller whose client key names another action
+		// is not.
+		s.countAttach(rec)
+	}
 	return rec, false, nil
 }
 
@@ -268,7 +283,7 @@ func (s *Store) decodeReply(v any, tag string) (*record.Record, error) {
 		return nil, err
 	}
 	s.tags.put(rec.ID, loc{tag, rec.Retention})
-	return rec, nil
+	return s.attaches.Show(rec), nil
 }
 
 // orphanSettled follows up a script that settled the orphan id: its
@@ -401,7 +416,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 		return nil, s.fail(op, err)
 	}
 	s.tags.put(id, loc{l.tag, rec.Retention})
-	return rec, nil
+	return s.attaches.Show(rec), nil
 }
 
 // Wait implements record.Store.

@@ -393,6 +393,22 @@ func TestReplaysLeaveNoKeys(t *testing.T) {
 	}
 }
 
+func TestAttachCounts(t *testing.T) {
+	recordtest.RunAttachCounts(t, func(t *testing.T) (record.Store, record.Store, func(string) int) {
+		url := serverURL(t)
+		prefix := newPrefix(t, url)
+		s := open(t, url, prefix, nil)
+		return s, open(t, url, prefix, nil), func(id string) int {
+			_, rec, _ := redisstore.Keys(s, "attached", id)
+			n, err := redisstore.Client(s).HGet(context.Background(), rec, "attached").Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	})
+}
+
 // evalHook signals each script that a client ran.
 type evalHook struct{ ran chan struct{} }
 

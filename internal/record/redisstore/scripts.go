@@ -34,8 +34,8 @@ var (
 	//	[7...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
-	// 0 (the holder is returned, attached to if it is of the same
-	// action) or -1 (the id is taken).
+	// 0 (the holder is returned; the caller counts the attach if it is of
+	// the same action) or -1 (the id is taken).
 	reserveScript = redis.NewScript(luaLib + `
 local now, channel = ARGV[1], ARGV[2]
 local hid = redis.call('GET', KEYS[1])
@@ -53,9 +53,7 @@ if hid then
     local replace = (h[5] == ARGV[6] and (st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)))
       or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
     if not replace then
-      if h[5] == ARGV[6] then
-        redis.call('HINCRBY', rk, 'attached', 1)
-      end
+      -- A match: the caller counts its attach (attach.go).
       return {0, oid, ottl, redis.call('HGETALL', rk)}
     end
   end
@@ -131,7 +129,7 @@ end
 return 0
 `)
 
-	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript}
+	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript, attachScript}
 )
 
 // luaLib is the preamble every script shares. Its tables come from the

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -34,41 +33,12 @@ func (s *Store) matchRead(ctx context.Context, r *record.Record, opts record.Res
 		return s.attaches.Show(cur), true
 	}
 	cur.Attached += s.attaches.Add(cur.ID)
-	s.startFlushing()
 	return cur, true
 }
 
-// startFlushing starts the writer of the attach counts, once.
-func (s *Store) startFlushing() {
-	s.flushOnce.Do(func() {
-		s.flushed = make(chan struct{})
-		go s.flushLoop()
-	})
-}
-
-// flushLoop writes the counted attaches every attachFlush until Close.
-func (s *Store) flushLoop() {
-	defer close(s.flushed)
-	t := time.NewTicker(attachFlush)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.closed:
-			return
-		case <-t.C:
-			// A failure keeps the counts for the next try, and Close
-			// reports the last one.
-			_ = s.flushAttaches(context.Background())
-		}
-	}
-}
-
-// flushAttaches writes the counted attaches in one transaction.
-func (s *Store) flushAttaches(ctx context.Context) error {
-	ids, ns := s.attaches.Snapshot()
-	if len(ids) == 0 {
-		return nil
-	}
+// writeAttaches writes counted attaches in one transaction (see
+// record.AttachCounts.Start).
+func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) error {
 	err := s.whileBusy(ctx, func() error {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
@@ -87,20 +57,5 @@ func (s *Store) flushAttaches(ctx context.Context) error {
 		return err
 	}
 	s.attaches.Written(ids, ns)
-	return nil
-}
-
-// stopFlushing stops the writer of the attach counts, if it runs (and
-// keeps it from starting), and writes what is left; Close calls it
-// before the connections close.
-func (s *Store) stopFlushing() error {
-	s.flushOnce.Do(func() {})
-	if s.flushed == nil {
-		return nil
-	}
-	<-s.flushed
-	if err := s.flushAttaches(context.Background()); err != nil {
-		return fmt.Errorf("writing the counts of attached callers: %w", err)
-	}
 	return nil
 }

@@ -82,8 +82,6 @@ type Store struct {
 
 	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
 	attaches  record.AttachCounts // counted by matchRead, not yet written
-	flushOnce sync.Once           // starts the writer of attaches, or, at Close, keeps it from starting
-	flushed   chan struct{}       // closed when that writer has stopped; nil if it never started
 	closed    chan struct{}       // closed by Close, to end waits
 	closeOnce sync.Once
 
@@ -240,6 +238,9 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	// A write that fails keeps its counts for the next, and Close
+	// reports the last failure.
+	s.attaches.Start(attachFlush, s.writeAttaches, nil)
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -287,7 +288,10 @@ func isBusy(err error) bool {
 // Close closes the database and ends every Wait in progress.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
-	errs := []error{s.stopFlushing()}
+	var errs []error
+	if err := s.attaches.Close(context.Background()); err != nil {
+		errs = append(errs, fmt.Errorf("writing the counts of attached callers: %w", err))
+	}
 	for _, st := range s.st.all() {
 		if st != nil {
 			errs = append(errs, st.Close())
