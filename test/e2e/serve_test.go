@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -157,7 +158,10 @@ func connectHTTP(t *testing.T, ctx context.Context, s *served, url, version stri
 
 // recordingTransport notes each HTTP request a client makes, with the
 // headers that steer a Streamable HTTP server, and its status, in log:
-// "http: GET last-event-id=3-0 ... -> 200".
+// "http: GET last-event-id=3-0 ... -> 200". A request sent on a kept-alive
+// connection that had been idle is marked "(idle connection)": if its peer
+// closed that connection meanwhile, net/http fails a POST with EOF rather
+// than send it again, and the request never reached the server.
 type recordingTransport struct {
 	next http.RoundTripper
 	log  io.Writer
@@ -178,7 +182,12 @@ func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			body.Close()
 		}
 	}
-	resp, err := rt.next.RoundTrip(req)
+	var idle bool
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) { idle = c.WasIdle }}
+	resp, err := rt.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if idle {
+		b.WriteString(" (idle connection)")
+	}
 	if err != nil {
 		fmt.Fprintf(rt.log, "%s -> %v\n", b.String(), err)
 		return nil, err
