@@ -1184,7 +1184,16 @@ func TestServeStatelessDropAndRetry(t *testing.T) {
 	s := serveCharge(t, []string{"--log-level", "debug"}, "-gate")
 	target, _ := neturl.Parse(s.url)
 	r := startRelay(t, target.Host)
-	p := connectHTTP(t, ctx, s, r.url(t, s.url), "", nil, nil)
+	// The cut closes the client's idle kept-alive connections with the
+	// call's stream, and net/http learns of that only when it next reads
+	// one: a retry written onto such a connection first fails with EOF and
+	// is not sent again (a POST is not replayable), so it never reaches
+	// serve. What is under test is what serve does with a retry that
+	// reaches it, so this client keeps no connection idle and sends every
+	// request on a new one.
+	hc := httpClient(t)
+	hc.Transport.(*http.Transport).DisableKeepAlives = true
+	p := connectHTTP(t, ctx, s, r.url(t, s.url), "", nil, hc)
 	if v := p.InitializeResult().ProtocolVersion; v != "2026-07-28" {
 		t.Fatalf("the client speaks %s, want 2026-07-28", v)
 	}
