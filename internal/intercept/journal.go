@@ -58,6 +58,7 @@ func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Cha
 func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.Change) {
 	e := journal.Entry{
 		Time:        in.now(),
+		Writer:      journal.Process{Owner: in.owner}, // the journal adds host and pid
 		Execution:   rec.ID,
 		Tool:        rec.Tool,
 		State:       string(c.To),

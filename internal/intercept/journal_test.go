@@ -83,8 +83,8 @@ func TestJournalRecordsTransitions(t *testing.T) {
 	rec := h.onlyRecord(t)
 	for i, e := range j.entries {
 		if e.Execution != rec.ID || e.Tool != "charge_card" || e.Actor != "alice" || e.Fingerprint != rec.Fingerprint ||
-			e.Upstream != "stdio:bank" || e.Request != "test" || e.Time.IsZero() {
-			t.Errorf("entry %d (%s) does not name the execution, its action and its caller: %+v", i, e.State, e)
+			e.Upstream != "stdio:bank" || e.Request != "test" || e.Time.IsZero() || e.Writer.Owner != h.in.owner {
+			t.Errorf("entry %d (%s) does not name the execution, its action, its caller and the proxy: %+v", i, e.State, e)
 		}
 		if (e.Arguments != nil) != (e.State == "accepted") || (e.Result != nil) != (e.State == "completed") {
 			t.Errorf("entry %d (%s): arguments %+v, result %+v; want the arguments with acceptance, the result with completion", i, e.State, e.Arguments, e.Result)

@@ -17,6 +17,13 @@
 // Every line ends in a newline, so a last line without one is torn: its
 // write was cut short.
 //
+// Every entry line names its writer (Entry.Writer): the host and process
+// id that wrote it, and the proxy's owner name or the operator, so that
+// the journals of several processes that share one store can be merged
+// by time and each line traced to its process. Lines written before
+// writers were named have no writer member; they verify all the same,
+// since the chain covers a line's bytes whatever its members.
+//
 // # What the chain proves
 //
 // The chain is not keyed: it catches an edit in the middle of the file, a
@@ -76,10 +83,13 @@ var ErrLocked = errors.New("another process is writing this journal")
 type Entry struct {
 	// Time is when the execution entered State; Record writes it in UTC,
 	// RFC 3339 with nanoseconds. Zero means the time of Record.
-	Time      time.Time `json:"time"`
-	Execution string    `json:"execution"` // the execution id, exe_...
-	Tool      string    `json:"tool"`
-	State     string    `json:"state"`
+	Time time.Time `json:"time"`
+	// Writer names the process that made the transition. Record fills
+	// the members left empty with the Writer's own (Options.Writer).
+	Writer    Process `json:"writer"`
+	Execution string  `json:"execution"` // the execution id, exe_...
+	Tool      string  `json:"tool"`
+	State     string  `json:"state"`
 	// Attempt counts the dispatches of the execution so far.
 	Attempt     int    `json:"attempt,omitempty"`
 	Upstream    string `json:"upstream,omitempty"`
@@ -100,6 +110,18 @@ type Entry struct {
 	Arguments *Value `json:"arguments,omitempty"`
 	Result    *Value `json:"result,omitempty"`
 	Error     *Value `json:"error,omitempty"`
+}
+
+// A Process names the writer of a journal line.
+type Process struct {
+	Host string `json:"host,omitempty"` // os.Hostname
+	PID  int    `json:"pid,omitempty"`
+	// Owner is the name a proxy gives itself in the records it runs
+	// (the record's owner, proxy-...), where the writer is a proxy.
+	Owner string `json:"owner,omitempty"`
+	// Operator is the user who ran a command that made the transition,
+	// such as activity resolve.
+	Operator string `json:"operator,omitempty"`
 }
 
 // A Value is a JSON value as the journal may show it: in clear, as a keyed
@@ -129,6 +151,9 @@ type Options struct {
 	Signer          note.Signer
 	CheckpointLines int           // 0 means DefaultCheckpointLines
 	CheckpointEvery time.Duration // 0 means DefaultCheckpointEvery
+	// Writer names this process in every line it writes; an empty Host
+	// or PID means this host's name and this process's id.
+	Writer Process
 }
 
 // A Writer appends entries to a journal file. It is safe for concurrent
@@ -138,6 +163,7 @@ type Writer struct {
 	signer note.Signer // nil: no checkpoints
 	every  time.Duration
 	most   int // lines a checkpoint may leave uncovered
+	self   Process
 
 	mu    sync.Mutex // guards the fields below
 	f     *os.File
@@ -185,7 +211,13 @@ func OpenWith(path string, opts Options) (*Writer, error) {
 		return nil, fmt.Errorf("opening journal %s: %w", path, err)
 	}
 	w := &Writer{path: path, f: f, prev: prev, lines: lines, unsigned: unsigned,
-		signer: opts.Signer, every: opts.CheckpointEvery, most: opts.CheckpointLines}
+		signer: opts.Signer, every: opts.CheckpointEvery, most: opts.CheckpointLines, self: opts.Writer}
+	if w.self.Host == "" {
+		w.self.Host, _ = os.Hostname() // a host without a name leaves it out
+	}
+	if w.self.PID == 0 {
+		w.self.PID = os.Getpid()
+	}
 	if w.every <= 0 {
 		w.every = DefaultCheckpointEvery
 	}
@@ -251,6 +283,7 @@ func (w *Writer) Record(e Entry) error {
 		e.Time = time.Now()
 	}
 	e.Time = e.Time.UTC()
+	e.Writer.fill(w.self)
 	// Encoded outside the lock; only the prev member waits for it.
 	body, err := json.Marshal(e)
 	if err != nil {
@@ -289,6 +322,22 @@ func (w *Writer) Record(e Entry) error {
 		}
 	}
 	return nil
+}
+
+// fill sets p's empty members to those of self.
+func (p *Process) fill(self Process) {
+	if p.Host == "" {
+		p.Host = self.Host
+	}
+	if p.PID == 0 {
+		p.PID = self.PID
+	}
+	if p.Owner == "" {
+		p.Owner = self.Owner
+	}
+	if p.Operator == "" {
+		p.Operator = self.Operator
+	}
 }
 
 // write writes lines, the last of which hashes to next, in one write
