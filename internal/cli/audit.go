@@ -19,12 +19,13 @@ import (
 )
 
 const auditUsage = `Usage:
-  mcp-idempotent audit verify FILE [--key VERIFIER_FILE] [--since CHECKPOINT_FILE]
-        check an activity journal (--journal FILE): every line whole and
-        chained to the one before it, every checkpoint well formed; with
-        --key, every checkpoint signed by that key, and a warning for the
-        lines after the newest one; with --since, that the journal still
-        holds what a checkpoint saved earlier signs
+  mcp-idempotent audit verify FILE... [--key VERIFIER_FILE] [--since CHECKPOINT_FILE]
+        check activity journals (--journal FILE), each on its own: every
+        line whole and chained to the one before it, every checkpoint well
+        formed; with --key, every checkpoint signed by that key, and a
+        warning for the lines after the newest one; with --since (one FILE
+        only), that the journal still holds what a checkpoint saved
+        earlier signs
   mcp-idempotent audit checkpoint FILE
         print the journal's newest checkpoint (a signed note), to keep on
         another host and give to audit verify --since later
@@ -35,7 +36,8 @@ const auditUsage = `Usage:
 
 Flags:
   --key FILE     (verify) a file of verifier keys, one per line, as keygen
-                 prints them; a checkpoint must be signed by one of them
+                 prints them; a checkpoint of each journal must be signed
+                 by one of them
   --since FILE   (verify) a checkpoint saved earlier with audit checkpoint;
                  needs --key
   --out FILE     (keygen) where the signer key goes
@@ -70,19 +72,24 @@ func parseAudit(fs *flag.FlagSet, args []string, what string) (string, error) {
 	return pos[0], nil
 }
 
-// auditVerify checks a journal. It needs no lock: a proxy may be
-// appending, and then the last line may be read half written and be
-// reported torn; every line before it is still checked.
+// auditVerify checks journals, each on its own. It needs no lock: a
+// proxy may be appending, and then the last line may be read half
+// written and be reported torn; every line before it is still checked.
 func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	keyFile := fs.String("key", "", "")
 	sinceFile := fs.String("since", "", "")
-	path, err := parseAudit(fs, args, "FILE")
-	if err != nil {
-		return err
-	}
-	if *sinceFile != "" && *keyFile == "" {
+	paths, err := parseInterspersed(fs, args)
+	switch {
+	case err != nil:
+		return &usageError{msg: err.Error()}
+	case len(paths) == 0:
+		return usagef("audit verify takes one FILE or more")
+	case *sinceFile != "" && *keyFile == "":
 		return usagef("--since needs --key: a saved checkpoint is evidence only if its signature verifies")
+	case *sinceFile != "" && len(paths) > 1:
+		return usagef("--since takes one FILE: a saved checkpoint signs the lines of one journal; check each journal with its own")
 	}
 	var opts journal.CheckOptions
 	if *keyFile != "" {
@@ -91,17 +98,47 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *sinceFile != "" {
-		b, err := os.ReadFile(*sinceFile)
-		if err != nil {
-			return fmt.Errorf("--since: %w", err)
-		}
-		// A note ends in one newline; what kept it may have added more
-		// (jq -r, an editor). The signature covers the text, not them.
-		b = append(bytes.TrimRight(b, "\r\n"), '\n')
-		if opts.Since, err = journal.ParseCheckpoint(b, opts.Verifiers); err != nil {
-			return fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", *sinceFile, err)
+		if opts.Since, err = readSince(*sinceFile, opts.Verifiers); err != nil {
+			return err
 		}
 	}
+	if len(paths) == 1 {
+		return verifyOne(paths[0], opts, *sinceFile, stdout, stderr)
+	}
+	failed := 0
+	for _, path := range paths {
+		// A file that does not verify is named and the others are
+		// still checked: each journal is its own evidence.
+		if err := verifyOne(path, opts, "", stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d journals do not verify", failed, len(paths))
+	}
+	return nil
+}
+
+// readSince reads the checkpoint saved in file for --since.
+func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %w", err)
+	}
+	// A note ends in one newline; what kept it may have added more
+	// (jq -r, an editor). The signature covers the text, not them.
+	b = append(bytes.TrimRight(b, "\r\n"), '\n')
+	c, err := journal.ParseCheckpoint(b, verifiers)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", file, err)
+	}
+	return c, nil
+}
+
+// verifyOne checks the journal at path and says what it found; sinceFile
+// names where opts.Since was saved.
+func verifyOne(path string, opts journal.CheckOptions, sinceFile string, stdout, stderr io.Writer) error {
 	rep, err := checkJournal(path, opts)
 	if err != nil {
 		return err
@@ -109,7 +146,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s: %s\n", path, linesVerify(rep.Lines))
 	reportCheckpoints(stdout, stderr, path, rep, opts.Verifiers != nil)
 	if s := opts.Since; s != nil {
-		fmt.Fprintf(stdout, "%s: line %d is the line the checkpoint saved in %s signs: the journal extends it\n", path, s.Size, *sinceFile)
+		fmt.Fprintf(stdout, "%s: line %d is the line the checkpoint saved in %s signs: the journal extends it\n", path, s.Size, sinceFile)
 	}
 	return nil
 }

@@ -65,8 +65,8 @@ func TestAuditUsage(t *testing.T) {
 	}{
 		{[]string{"audit"}, 2, "say verify, checkpoint or keygen"},
 		{[]string{"audit", "check", "f"}, 2, `unknown subcommand "check"`},
-		{[]string{"audit", "verify"}, 2, "one FILE"},
-		{[]string{"audit", "verify", "a", "b"}, 2, "one FILE"},
+		{[]string{"audit", "verify"}, 2, "one FILE or more"},
+		{[]string{"audit", "verify", "--key", "k", "--since", "c", "a", "b"}, 2, "--since takes one FILE"},
 		{[]string{"audit", "verify", filepath.Join(t.TempDir(), "none")}, 1, "no such file"},
 	}
 	for _, tt := range tests {
@@ -74,6 +74,41 @@ func TestAuditUsage(t *testing.T) {
 		if err == nil || ExitCode(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Run(%q) = %v; want exit %d saying %q", tt.args, err, tt.code, tt.want)
 		}
+	}
+}
+
+// TestAuditVerifySeveral: each journal is checked on its own, with the
+// same key: one that does not verify is named, the others still pass,
+// and the exit status says that one failed.
+func TestAuditVerifySeveral(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1")
+	other, _ := keygen(t, dir, "proxy2")
+	good, forged, broken := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl"), writeJournal(t, 4)
+	writeSignedJournal(t, good, signer, 0, 3, 10)
+	writeSignedJournal(t, forged, other, 0, 3, 10)
+	b, _ := os.ReadFile(broken)
+	b[strings.Index(string(b), "dispatched")] = 'D'
+	if err := os.WriteFile(broken, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, good, forged, broken)
+	if err == nil || ExitCode(err) != 1 || !strings.Contains(err.Error(), "2 of 3 journals do not verify") {
+		t.Fatalf("audit verify of three journals, two bad = %v (exit %d); want exit 1 saying 2 of 3 do not verify", err, ExitCode(err))
+	}
+	for _, want := range []string{good + ": 4 lines verify", good + ": 1 checkpoint verify"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout %q; want it to say %q", stdout, want)
+		}
+	}
+	for _, want := range []string{forged + ":4: does not verify", "not signed by the key given", broken + ":2: does not verify"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q; want it to say %q", stderr, want)
+		}
+	}
+	if stdout, _, err := run(t, "audit", "verify", "--key", verifier, good, good); err != nil || strings.Count(stdout, "4 lines verify") != 2 {
+		t.Errorf("audit verify of two good journals = %q, %v; want a line each, exit 0", stdout, err)
 	}
 }
 
