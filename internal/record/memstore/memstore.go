@@ -98,8 +98,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	s.purge(now, purgeBatch)
 
 	cur, ok := s.byKey[r.Key]
+	var orphan *record.Record // settled here
 	if ok && cur.rec.Orphaned(now) {
 		s.apply(cur, record.OrphanChange(cur.rec), now)
+		orphan = cur.rec
 	}
 	if ok && !s.replaceable(cur.rec, r, now, opts) {
 		if cur.rec.Fingerprint == r.Fingerprint {
@@ -107,7 +109,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			attached.Attached++
 			cur.rec = &attached
 		}
-		return cur.rec, false, nil
+		return cur.rec.WithOrphan(orphan), false, nil
 	}
 	if _, dup := s.byID[r.ID]; dup {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
@@ -129,7 +131,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		// No one has this version yet: it may change in place.
 		rec.Apply(record.Change{To: record.Dispatched}, now)
 	}
-	return rec, true, nil
+	return rec.WithOrphan(orphan), true, nil
 }
 
 func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -268,13 +270,15 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
 		}
+		var orphan *record.Record // settled here
 		if e.rec.Orphaned(now) {
 			s.apply(e, record.OrphanChange(e.rec), now)
+			orphan = e.rec
 		}
 		if e.rec.State.Settled() {
 			r := e.rec
 			s.mu.Unlock()
-			return r, nil
+			return r.WithOrphan(orphan), nil
 		}
 		if e.settled == nil {
 			e.settled = make(chan struct{})

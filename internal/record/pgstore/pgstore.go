@@ -364,6 +364,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// finds one that appeared after its snapshot; a few passes suffice
 	// under any contention, and the bound guards against a holder that
 	// the statements and this code judge differently.
+	var orphan *record.Record // settled by this call
 	for range maxPasses {
 		if err := ctx.Err(); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", op, err)
@@ -376,8 +377,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
 			// Attached to; a caller whose client key names another
 			// action is not.
+			rec.Orphan = orphan
 			return s.countAttach(rec), false, nil
 		case err == nil:
+			rec.Orphan = orphan // rec is this call's own
 			return s.attaches.Show(rec), won, nil
 		case isUniqueViolation(err):
 			// The key's conflicts are absorbed by ON CONFLICT; this is
@@ -397,8 +400,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		case holder.Orphaned(now):
 			// Settled by this caller or a concurrent one; either way
 			// the next pass matches or replaces the settled record.
-			if _, _, err := s.settleOrphan(ctx, conn, holder, now); err != nil {
+			settled, ok, err := s.settleOrphan(ctx, conn, holder, now)
+			if err != nil {
 				return nil, false, s.fail(op, err)
+			}
+			if ok {
+				orphan = settled
 			}
 		case s.replaceable(holder, r, now, opts):
 			// Release the key and compete for it again: whoever then

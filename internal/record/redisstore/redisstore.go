@@ -243,7 +243,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
 	}
 	won, _ := v[0].(int64)
-	if oid, _ := v[1].(string); oid != "" {
+	oid, _ := v[1].(string)
+	if oid != "" {
 		ttl, _ := v[2].(int64)
 		s.orphanSettled(ctx, oid, ttl)
 	}
@@ -252,6 +253,15 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		rec := accepted(r, now)
 		s.tags.put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
+		if oid != "" && len(v) > 3 {
+			orphan, err := s.decodeReply(v[3], tag)
+			if err != nil {
+				// The reservation is made: only the report of the
+				// takeover is lost, and the orphan's record holds it.
+				s.log.Warn("decoding the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
+			}
+			rec = rec.WithOrphan(orphan)
+		}
 		return rec, true, nil
 	case -1:
 		return nil, false, fmt.Errorf("%s: execution id already used", op)
@@ -262,6 +272,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec, err := s.decodeReply(v[3], tag)
 	if err != nil {
 		return nil, false, s.fail(op, err)
+	}
+	if oid != "" {
+		rec.Orphan = rec.Clone() // rec is this call's own
 	}
 	if rec.Fingerprint == r.Fingerprint {
 		// Attached to; a caller whose client key names another action
@@ -492,10 +505,15 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 	if len(v) < 3 {
 		return nil, fmt.Errorf("unexpected reply %v", v)
 	}
+	rec, err := s.decodeReply(v[2], l.tag)
 	if ttl, _ := v[1].(int64); ttl > 0 {
+		// Settled by this call: the script gives a settled orphan a TTL.
 		s.orphanSettled(ctx, id, ttl)
+		if err == nil {
+			rec.Orphan = rec.Clone()
+		}
 	}
-	return s.decodeReply(v[2], l.tag)
+	return rec, err
 }
 
 // Renew implements record.Store. It renews, in one round trip, the records

@@ -35,7 +35,8 @@ var (
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
 	// 0 (the holder is returned; the caller counts the attach if it is of
-	// the same action) or -1 (the id is taken).
+	// the same action) or -1 (the id is taken). With won 1, the fields are
+	// the orphan's it settled, if it did.
 	reserveScript = redis.NewScript(luaLib + `
 local now, channel = ARGV[1], ARGV[2]
 local hid = redis.call('GET', KEYS[1])
@@ -65,6 +66,9 @@ redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('SET', KEYS[1], ARGV[4])
 flight_ttl(KEYS[2], KEYS[1], true, now)
 redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', ` + strconv.FormatInt(indexFlightTTL.Milliseconds(), 10) + `)
+if oid ~= '' then
+  return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
+end
 return {1, oid, ottl}
 `)
 
