@@ -31,6 +31,9 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
 	settled, err := in.wait(wctx, rec.ID)
 	cancel()
+	if err == nil {
+		in.journalizeTakeover(req, settled)
+	}
 	switch {
 	case errors.Is(ctx.Err(), ErrSessionEnded):
 		// The caller did not leave: its session ended while the

@@ -85,6 +85,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		in.storeRefused(req, fresh.ID, err)
 		return
 	}
+	in.journalizeTakeover(req, rec)
 	if !won {
 		if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
 			// The call found an execution of this process's that was
@@ -96,6 +97,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 				in.storeRefused(req, fresh.ID, err)
 				return
 			}
+			in.journalizeTakeover(req, rec)
 		}
 	}
 	in.resolve(ctx, req, rec, won, fp, args)

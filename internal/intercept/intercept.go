@@ -167,7 +167,8 @@ type Options struct {
 	// dies, its executions are taken over once their lease lapses.
 	Lease time.Duration
 	// Journal, if set, gets one entry per transition of the executions
-	// this process runs; nil keeps no journal.
+	// this process runs, and of those whose owner died that it settles;
+	// nil keeps no journal.
 	Journal Journal
 	// Tracer, if set, starts a span for each send upstream, under the
 	// span of the call that the context given to Handle holds, and
