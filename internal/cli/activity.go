@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +21,7 @@ import (
 const activityUsage = `Usage:
   mcp-idempotent activity list --store URL [--tool T] [--state S] [--since 1h] [--limit N] [--json]
   mcp-idempotent activity show EXE_ID --store URL [--json]
-  mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--json]
+  mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE] [--json]
 `
 
 // parseInterspersed parses flags that may come before or after the
@@ -64,11 +63,16 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "show":
 		r, err = store.Get(ctx, a.pos[0])
 	case "resolve":
-		r, err = resolveExecution(ctx, store, a.pos[0], a.as, a.note)
+		return a.resolve(ctx, store, stdout)
 	}
 	if err != nil {
 		return err
 	}
+	return a.print(stdout, r)
+}
+
+// print prints r as a asks.
+func (a *activityArgs) print(stdout io.Writer, r *record.Record) error {
 	if a.json {
 		return writeJSON(stdout, r)
 	}
@@ -82,7 +86,7 @@ type activityArgs struct {
 	json               bool
 	tool, state, since string // list
 	limit              int    // list
-	as, note           string // resolve
+	as, note, journal  string // resolve
 	pos                []string
 }
 
@@ -107,6 +111,7 @@ func parseActivity(args []string) (*activityArgs, error) {
 	case "resolve":
 		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
 		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
+		fs.StringVar(&a.journal, "journal", "", "append the resolution to the activity journal `FILE`, as a proxy's --journal; refused while a proxy writes it")
 	default:
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
@@ -189,42 +194,6 @@ func stateNames() string {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")
-}
-
-// resolveExecution settles an unknown execution as an operator found it,
-// recording who did and why.
-func resolveExecution(ctx context.Context, store record.Store, id, as, note string) (*record.Record, error) {
-	cur, err := store.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if cur.State != record.Unknown {
-		return nil, fmt.Errorf("execution %s is %s; only an unknown execution is resolved by hand", id, cur.State)
-	}
-	why := "resolved by " + osUser()
-	if note != "" {
-		why += ": " + note
-	}
-	// Only from unknown: a proxy may re-dispatch it meanwhile, and that
-	// execution's outcome is then the proxy's to record.
-	c := record.Change{From: record.Unknown, Note: why}
-	switch record.State(as) {
-	case record.Failed:
-		c.To = record.Failed
-	case record.Completed:
-		// Retries of a completed execution replay its result: this one
-		// says what the operator found.
-		text := fmt.Sprintf("Completed: execution %s of %s was resolved as done by an operator (%s).", id, cur.Tool, why)
-		result, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": text}}}) // strings always marshal
-		c.To, c.Result = record.Completed, result
-	default:
-		return nil, usagef("--as: %q is not failed or completed", as)
-	}
-	r, err := store.Update(ctx, id, c)
-	if errors.Is(err, record.ErrConflict) {
-		return nil, fmt.Errorf("execution %s changed while it was being resolved: %w", id, err)
-	}
-	return r, err
 }
 
 func writeJSON(w io.Writer, v any) error {

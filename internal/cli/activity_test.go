@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
 
 // TestShowsALapsedLease: activity show says when an execution in flight
@@ -32,5 +37,81 @@ func TestListMarksShadowExecutions(t *testing.T) {
 	lines := strings.Split(out.String(), "\n")
 	if !strings.Contains(lines[1], "delivered (shadow)") || strings.Contains(lines[2], "shadow") {
 		t.Fatalf("activity list printed:\n%s\nwant exe_1 marked shadow, and exe_2 not", out.String())
+	}
+}
+
+// unknownExecution stores an execution sent and never answered in a new
+// SQLite store, and returns the store's URL and the execution's id.
+func unknownExecution(t *testing.T) (store, id string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "f", Actor: "alice", Tool: "charge_card", Retention: time.Hour}
+	if _, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []record.State{record.Dispatched, record.Unknown} {
+		if _, err := s.Update(t.Context(), r.ID, record.Change{To: to}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "sqlite:" + path, r.ID
+}
+
+// TestResolveJournals: activity resolve --journal appends the resolution
+// to the journal, in the proxy's line format, naming the operator and
+// the process; the journal still verifies.
+func TestResolveJournals(t *testing.T) {
+	store, id := unknownExecution(t)
+	file := writeJournal(t, 2) // a journal a proxy wrote, and stopped
+	if _, _, err := run(t, "activity", "resolve", id, "--store", store, "--as", "failed", "--note", "no charge at the bank", "--journal", file); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
+		t.Fatalf("audit verify after a resolution = %q, %v; want 3 lines that verify", stdout, err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var got journal.Entry
+	if err := json.Unmarshal([]byte(ls[2]), &got); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if got.Execution != id || got.State != "failed" || got.Tool != "charge_card" || got.Actor != "alice" ||
+		!strings.Contains(got.Note, "no charge at the bank") || got.Time.IsZero() {
+		t.Errorf("the resolution's line is %+v; want execution %s failed, with the note", got, id)
+	}
+	if want := (journal.Process{Host: host, PID: os.Getpid(), Operator: osUser()}); got.Writer != want {
+		t.Errorf("the resolution's writer is %+v; want %+v", got.Writer, want)
+	}
+}
+
+// TestResolveRefusesAHeldJournal: a journal a proxy is writing refuses
+// activity resolve before it resolves anything, saying why, so no
+// resolution goes unjournaled.
+func TestResolveRefusesAHeldJournal(t *testing.T) {
+	store, id := unknownExecution(t)
+	file := writeJournal(t, 1)
+	held, err := journal.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, _, err = run(t, "activity", "resolve", id, "--store", store, "--as", "failed", "--journal", file)
+	if err == nil || ExitCode(err) != 1 || !strings.Contains(err.Error(), "another process is writing this journal") ||
+		!strings.Contains(err.Error(), "nothing was resolved") {
+		t.Fatalf("activity resolve into a held journal = %v (exit %d); want exit 1, saying the journal is held and nothing was resolved", err, ExitCode(err))
+	}
+	stdout, _, err := run(t, "activity", "show", id, "--store", store, "--json")
+	var r record.Record
+	if err != nil || json.Unmarshal([]byte(stdout), &r) != nil || r.State != record.Unknown {
+		t.Fatalf("after the refusal the execution is %q (%v); want it still unknown", stdout, err)
 	}
 }

@@ -1,52 +1,318 @@
 package cli
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 )
 
 const auditUsage = `Usage:
-  mcp-idempotent audit verify FILE    check an activity journal (--journal FILE):
-                                      every line whole, and chained to the one before it
+  mcp-idempotent audit verify FILE... [--key VERIFIER_FILE] [--since CHECKPOINT_FILE]
+        check activity journals (--journal FILE), each on its own: every
+        line whole and chained to the one before it, every checkpoint well
+        formed; with --key, every checkpoint signed by that key, and a
+        warning for the lines after the newest one; with --since (one FILE
+        only), that the journal still holds what a checkpoint saved
+        earlier signs
+  mcp-idempotent audit checkpoint FILE
+        print the journal's newest checkpoint (a signed note), to keep on
+        another host and give to audit verify --since later
+  mcp-idempotent audit keygen NAME [--out FILE]
+        make a key pair to sign checkpoints with (--journal-key): the signer
+        key goes to FILE (default NAME.key, mode 0600, never overwritten),
+        the verifier key to stdout
+
+Flags:
+  --key FILE     (verify) a file of verifier keys, one per line, as keygen
+                 prints them; a checkpoint of each journal must be signed
+                 by one of them
+  --since FILE   (verify) a checkpoint saved earlier with audit checkpoint;
+                 needs --key
+  --out FILE     (keygen) where the signer key goes
 `
 
-func runAudit(args []string, stdout io.Writer) error {
+func runAudit(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("audit: say verify")
+		return usagef("audit: say verify, checkpoint or keygen")
 	}
 	switch args[0] {
 	case "verify":
-		if len(args) != 2 {
-			return usagef("audit verify takes one FILE")
-		}
-		return auditVerify(args[1], stdout)
+		return auditVerify(args[1:], stdout, stderr)
+	case "checkpoint":
+		return auditCheckpoint(args[1:], stdout)
+	case "keygen":
+		return auditKeygen(args[1:], stdout, stderr)
 	}
 	return usagef("audit: unknown subcommand %q", args[0])
 }
 
-// auditVerify checks the journal at path. It needs no lock: a proxy may
-// be appending, and then the last line may be read half written and be
-// reported torn; every line before it is still checked.
-func auditVerify(path string, stdout io.Writer) error {
+// parseAudit parses an audit subcommand's flags, before or after its
+// arguments, and checks that it has one argument, what.
+func parseAudit(fs *flag.FlagSet, args []string, what string) (string, error) {
+	fs.SetOutput(io.Discard)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", &usageError{msg: err.Error()}
+	}
+	if len(pos) != 1 {
+		return "", usagef("%s takes one %s", fs.Name(), what)
+	}
+	return pos[0], nil
+}
+
+// auditVerify checks journals, each on its own. It needs no lock: a
+// proxy may be appending, and then the last line may be read half
+// written and be reported torn; every line before it is still checked.
+func auditVerify(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	keyFile := fs.String("key", "", "")
+	sinceFile := fs.String("since", "", "")
+	paths, err := parseInterspersed(fs, args)
+	switch {
+	case err != nil:
+		return &usageError{msg: err.Error()}
+	case len(paths) == 0:
+		return usagef("audit verify takes one FILE or more")
+	case *sinceFile != "" && *keyFile == "":
+		return usagef("--since needs --key: a saved checkpoint is evidence only if its signature verifies")
+	case *sinceFile != "" && len(paths) > 1:
+		return usagef("--since takes one FILE: a saved checkpoint signs the lines of one journal; check each journal with its own")
+	}
+	var opts journal.CheckOptions
+	if *keyFile != "" {
+		if opts.Verifiers, err = readVerifiers(*keyFile); err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
+	}
+	if *sinceFile != "" {
+		if opts.Since, err = readSince(*sinceFile, opts.Verifiers); err != nil {
+			return err
+		}
+	}
+	if len(paths) == 1 {
+		return verifyOne(paths[0], opts, *sinceFile, stdout, stderr)
+	}
+	failed := 0
+	for _, path := range paths {
+		// A file that does not verify is named and the others are
+		// still checked: each journal is its own evidence.
+		if err := verifyOne(path, opts, "", stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d journals do not verify", failed, len(paths))
+	}
+	return nil
+}
+
+// readSince reads the checkpoint saved in file for --since.
+func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %w", err)
+	}
+	// A note ends in one newline; what kept it may have added more
+	// (jq -r, an editor). The signature covers the text, not them.
+	b = append(bytes.TrimRight(b, "\r\n"), '\n')
+	c, err := journal.ParseCheckpoint(b, verifiers)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", file, err)
+	}
+	return c, nil
+}
+
+// verifyOne checks the journal at path and says what it found; sinceFile
+// names where opts.Since was saved.
+func verifyOne(path string, opts journal.CheckOptions, sinceFile string, stdout, stderr io.Writer) error {
+	rep, err := checkJournal(path, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", path, linesVerify(rep.Lines))
+	reportCheckpoints(stdout, stderr, path, rep, opts.Verifiers != nil)
+	if s := opts.Since; s != nil {
+		fmt.Fprintf(stdout, "%s: line %d is the line the checkpoint saved in %s signs: the journal extends it\n", path, s.Size, sinceFile)
+	}
+	return nil
+}
+
+// checkJournal runs journal.Check on the file at path.
+func checkJournal(path string, opts journal.CheckOptions) (*journal.Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("verifying journal: %w", err)
+		return nil, fmt.Errorf("verifying journal: %w", err)
 	}
 	defer f.Close()
-	n, err := journal.Verify(f)
+	rep, err := journal.Check(f, opts)
 	if le, ok := errors.AsType[*journal.LineError](err); ok {
 		// FILE:LINE: as compilers write it, so an editor jumps there.
-		return fmt.Errorf("%s:%d: does not verify: %s (%s before it)", path, le.Line, le.Reason, linesVerify(n))
+		return nil, fmt.Errorf("%s:%d: does not verify: %s (%s before it)", path, le.Line, le.Reason, linesVerify(rep.Lines))
 	}
 	if err != nil {
-		return fmt.Errorf("verifying journal %s: %w", path, err)
+		return nil, fmt.Errorf("verifying journal %s: %w", path, err)
 	}
-	fmt.Fprintf(stdout, "%s: %s\n", path, linesVerify(n))
+	return rep, nil
+}
+
+// reportCheckpoints says what the checkpoints of a journal that verifies
+// prove, and warns of the lines none covers when a key was given: the
+// check passes, but not silently.
+func reportCheckpoints(stdout, stderr io.Writer, path string, rep *journal.Report, keyed bool) {
+	c := rep.Newest
+	switch {
+	case c == nil && !keyed:
+		return // a journal kept without a key: the chain is all there is
+	case c == nil:
+		fmt.Fprintf(stderr, "%s: warning: no checkpoint: no signature covers its %d lines, which could have been rewritten unseen\n", path, rep.Lines)
+		return
+	case !keyed:
+		fmt.Fprintf(stdout, "%s: %s, the newest at line %d; signatures not checked: give --key\n", path, count(rep.Checkpoints, "checkpoint"), c.Line)
+		return
+	}
+	fmt.Fprintf(stdout, "%s: %s verify; the newest, at line %d, signed by %s, covers lines 1-%d\n", path, count(rep.Checkpoints, "checkpoint"), c.Line, c.Signer, c.Size)
+	if tail := rep.Lines - c.Line; tail > 0 {
+		fmt.Fprintf(stderr, "%s: warning: %s after the newest checkpoint (lines %d-%d): no signature covers them, and they could have been cut or changed unseen\n", path, count(tail, "line"), c.Line+1, rep.Lines)
+	}
+}
+
+// auditCheckpoint prints the newest checkpoint of a journal whose chain
+// holds. A proxy may be appending: a torn last line is one being written,
+// and is left out.
+func auditCheckpoint(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("audit checkpoint", flag.ContinueOnError)
+	path, err := parseAudit(fs, args, "FILE")
+	if err != nil {
+		return err
+	}
+	rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
+	if err != nil {
+		return err
+	}
+	if rep.Newest == nil {
+		return fmt.Errorf("%s: no checkpoint in its %d lines: the proxy writes them when given --journal-key", path, rep.Lines)
+	}
+	_, err = stdout.Write(rep.Newest.Note)
+	return err
+}
+
+// auditKeygen makes a checkpoint key pair: the signer key into a new
+// file, the verifier key to stdout.
+func auditKeygen(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("audit keygen", flag.ContinueOnError)
+	out := fs.String("out", "", "")
+	name, err := parseAudit(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	// The rules of a note key name: the name is also every checkpoint's
+	// origin line.
+	if name == "" || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsSpace) || strings.Contains(name, "+") {
+		return usagef("audit keygen: NAME %q: a key name is not empty and has no space and no +, as proxy1.example.com", name)
+	}
+	if *out == "" {
+		if strings.ContainsAny(name, `/\`) {
+			return usagef("audit keygen: NAME %q has a /, so it makes no file name: give --out FILE", name)
+		}
+		*out = name + ".key"
+	}
+	skey, vkey, err := note.GenerateKey(rand.Reader, name)
+	if err != nil {
+		return fmt.Errorf("generating a key: %w", err)
+	}
+	if err := writeNewFile(*out, []byte(skey+"\n")); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, vkey)
+	fmt.Fprintf(stderr, "wrote the signer key to %s (mode 0600): give it to the proxy as --journal-key %s, and to no one else.\n"+
+		"The verifier key (on stdout) checks its checkpoints: keep it where the journal's host cannot change it, and give it to audit verify --key.\n",
+		*out, *out)
 	return nil
+}
+
+// writeNewFile writes data to a file that must not exist yet, mode 0600.
+func writeNewFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s exists: keygen never overwrites a key; move it away, or give another --out", path)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the signer key: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path) // a key cut short signs nothing
+		return fmt.Errorf("writing the signer key %s: %w", path, err)
+	}
+	return nil
+}
+
+// readVerifiers reads a file of verifier keys, one per line.
+func readVerifiers(path string) (note.Verifiers, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var vs []note.Verifier
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "":
+			continue
+		case strings.HasPrefix(line, "PRIVATE+KEY+"):
+			return nil, fmt.Errorf("%s:%d: a signer key: give the verifier key that audit keygen printed, and keep the signer key secret", path, i+1)
+		}
+		v, err := note.NewVerifier(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: not a verifier key (NAME+HASH+KEY, as audit keygen prints it): %v", path, i+1, err)
+		}
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("%s: no verifier key in it", path)
+	}
+	return note.VerifierList(vs...), nil
+}
+
+// readSigner reads a signer key file that audit keygen wrote. Its errors
+// never show the key.
+func readSigner(path string) (note.Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	key := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(key, "PRIVATE+KEY+") {
+		if _, err := note.NewVerifier(key); err == nil {
+			return nil, fmt.Errorf("%s: a verifier key; this takes the signer key, the file audit keygen wrote", path)
+		}
+		return nil, fmt.Errorf("%s: not a signer key (PRIVATE+KEY+..., as audit keygen writes it)", path)
+	}
+	s, err := note.NewSigner(key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: a malformed signer key", path)
+	}
+	return s, nil
 }
 
 func linesVerify(n int) string {
@@ -54,4 +320,12 @@ func linesVerify(n int) string {
 		return "1 line verifies"
 	}
 	return fmt.Sprintf("%d lines verify", n)
+}
+
+// count says n things: "1 line", "3 lines".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 )
@@ -57,10 +63,10 @@ func TestAuditUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"audit"}, 2, "say verify"},
+		{[]string{"audit"}, 2, "say verify, checkpoint or keygen"},
 		{[]string{"audit", "check", "f"}, 2, `unknown subcommand "check"`},
-		{[]string{"audit", "verify"}, 2, "one FILE"},
-		{[]string{"audit", "verify", "a", "b"}, 2, "one FILE"},
+		{[]string{"audit", "verify"}, 2, "one FILE or more"},
+		{[]string{"audit", "verify", "--key", "k", "--since", "c", "a", "b"}, 2, "--since takes one FILE"},
 		{[]string{"audit", "verify", filepath.Join(t.TempDir(), "none")}, 1, "no such file"},
 	}
 	for _, tt := range tests {
@@ -68,6 +74,41 @@ func TestAuditUsage(t *testing.T) {
 		if err == nil || ExitCode(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Run(%q) = %v; want exit %d saying %q", tt.args, err, tt.code, tt.want)
 		}
+	}
+}
+
+// TestAuditVerifySeveral: each journal is checked on its own, with the
+// same key: one that does not verify is named, the others still pass,
+// and the exit status says that one failed.
+func TestAuditVerifySeveral(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1")
+	other, _ := keygen(t, dir, "proxy2")
+	good, forged, broken := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl"), writeJournal(t, 4)
+	writeSignedJournal(t, good, signer, 0, 3, 10)
+	writeSignedJournal(t, forged, other, 0, 3, 10)
+	b, _ := os.ReadFile(broken)
+	b[strings.Index(string(b), "dispatched")] = 'D'
+	if err := os.WriteFile(broken, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, good, forged, broken)
+	if err == nil || ExitCode(err) != 1 || !strings.Contains(err.Error(), "2 of 3 journals do not verify") {
+		t.Fatalf("audit verify of three journals, two bad = %v (exit %d); want exit 1 saying 2 of 3 do not verify", err, ExitCode(err))
+	}
+	for _, want := range []string{good + ": 4 lines verify", good + ": 1 checkpoint verify"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout %q; want it to say %q", stdout, want)
+		}
+	}
+	for _, want := range []string{forged + ":4: does not verify", "not signed by the key given", broken + ":2: does not verify"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q; want it to say %q", stderr, want)
+		}
+	}
+	if stdout, _, err := run(t, "audit", "verify", "--key", verifier, good, good); err != nil || strings.Count(stdout, "4 lines verify") != 2 {
+		t.Errorf("audit verify of two good journals = %q, %v; want a line each, exit 0", stdout, err)
 	}
 }
 
@@ -108,6 +149,343 @@ func TestJournalFlagRefuses(t *testing.T) {
 		}
 		if _, err := os.Stat(missing); err == nil {
 			t.Fatalf("--journal %s: the upstream started", tt.path)
+		}
+	}
+}
+
+// keygen makes a key pair in dir and returns the signer and verifier key
+// files.
+func keygen(t *testing.T, dir, name string) (signer, verifier string) {
+	t.Helper()
+	signer = filepath.Join(dir, name+".key")
+	stdout, _, err := run(t, "audit", "keygen", name, "--out", signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier = filepath.Join(dir, name+".pub")
+	if err := os.WriteFile(verifier, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return signer, verifier
+}
+
+// entryAt is the i-th transition of a journal, at a fixed time, so that
+// two journals written alike are alike byte for byte.
+func entryAt(i int) journal.Entry {
+	return journal.Entry{Time: time.Date(2026, 12, 1, 9, 0, i, 0, time.UTC), Execution: fmt.Sprintf("exe_%d", i), Tool: "charge_card", State: "completed"}
+}
+
+// writeSignedJournal appends entries from..to-1 to the journal at path,
+// signed with the key in keyFile every `every` lines and at the end.
+func writeSignedJournal(t *testing.T, path, keyFile string, from, to, every int) {
+	t.Helper()
+	s, err := readSigner(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := journal.OpenWith(path, journal.Options{Signer: s, CheckpointLines: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < to; i++ {
+		if err := w.Record(entryAt(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAuditKeygen(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	stdout, stderr, err := run(t, "audit", "keygen", "proxy1.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := note.NewVerifier(strings.TrimSpace(stdout))
+	if err != nil || v.Name() != "proxy1.example.com" {
+		t.Fatalf("keygen printed %q: %v; want the verifier key of proxy1.example.com", stdout, err)
+	}
+	fi, err := os.Stat("proxy1.example.com.key")
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the signer key: %v, mode %v; want proxy1.example.com.key, mode 0600", err, fi.Mode().Perm())
+	}
+	if !strings.Contains(stderr, "--journal-key proxy1.example.com.key") {
+		t.Errorf("keygen said %q; want it to say how the key is used", stderr)
+	}
+	key, _ := os.ReadFile("proxy1.example.com.key")
+	if s, err := readSigner("proxy1.example.com.key"); err != nil || s.KeyHash() != v.KeyHash() {
+		t.Fatalf("the signer key does not match the verifier key printed: %v", err)
+	}
+
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"proxy1.example.com"}, 1, "proxy1.example.com.key exists: keygen never overwrites a key"},
+		{[]string{"other", "--out", "proxy1.example.com.key"}, 1, "proxy1.example.com.key exists"},
+		{[]string{"a b"}, 2, `NAME "a b"`},
+		{[]string{"a+b"}, 2, `NAME "a+b"`},
+		{[]string{""}, 2, `NAME ""`},
+		{[]string{"example.com/journal"}, 2, "give --out FILE"},
+		{[]string{}, 2, "audit keygen takes one NAME"},
+		{[]string{"a", "b"}, 2, "audit keygen takes one NAME"},
+		{[]string{"a", "--out", filepath.Join(dir, "none", "a.key")}, 1, "no such file"},
+	}
+	for _, tt := range tests {
+		stdout, _, err := run(t, append([]string{"audit", "keygen"}, tt.args...)...)
+		if err == nil || ExitCode(err) != tt.code || !strings.Contains(err.Error(), tt.want) || stdout != "" {
+			t.Errorf("audit keygen %q = %v (exit %d), stdout %q; want exit %d saying %q", tt.args, err, ExitCode(err), stdout, tt.code, tt.want)
+		}
+	}
+	if again, _ := os.ReadFile("proxy1.example.com.key"); string(again) != string(key) {
+		t.Error("a refused keygen changed the existing key")
+	}
+}
+
+// rechain gives every line from line from (counted from 1) on the prev
+// that the line before it hashes to, as a writer who rewrites the file
+// after changing a line, without the key, would.
+func rechain(ls []string, from int) string {
+	for i := from - 1; i < len(ls); i++ {
+		s := sha256.Sum256([]byte(strings.TrimSuffix(ls[i-1], "\n")))
+		at := len(`{"prev":"`)
+		ls[i] = ls[i][:at] + hex.EncodeToString(s[:]) + ls[i][at+64:]
+	}
+	return strings.Join(ls, "")
+}
+
+// TestAuditVerifyKey: with --key, audit verify names the line of each kind
+// of tampering that one file can show, and warns of the lines no
+// checkpoint covers, which it cannot vouch for.
+func TestAuditVerifyKey(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1.example.com")
+	otherSigner, _ := keygen(t, dir, "other.example.com")
+	good := filepath.Join(dir, "good.jsonl")
+	writeSignedJournal(t, good, signer, 0, 7, 3) // e e e C4 e e e C8 e C10
+	b, _ := os.ReadFile(good)
+	ls := strings.SplitAfter(string(b), "\n")[:10]
+	changed := append([]string(nil), ls...)
+	changed[1] = strings.Replace(changed[1], "exe_1", "exe_X", 1)
+
+	tests := []struct {
+		name   string
+		in     string
+		code   int      // 0: it verifies
+		want   []string // in stdout, or in the error
+		warn   string   // in stderr
+		forged string   // a key that signs more lines after in
+	}{
+		{"intact", string(b), 0, []string{"10 lines verify", "3 checkpoints verify; the newest, at line 10, signed by proxy1.example.com+", "covers lines 1-9"}, "", ""},
+		{"last 3 lines removed", strings.Join(ls[:7], ""), 0, []string{"7 lines verify", "the newest, at line 4"}, "3 lines after the newest checkpoint (lines 5-7)", ""},
+		{"a byte changed in the last line a checkpoint covers", strings.Replace(string(b), "exe_6", "exe_Y", 1), 1, []string{":10: does not verify", "line 9 or line 10 was changed"}, "", ""},
+		{"rewritten after a change, without the key", rechain(changed, 3), 1, []string{":4: does not verify", "line 3 or a line before it was changed"}, "", ""},
+		{"a checkpoint forged with another key", string(b), 1, []string{":12: does not verify", "not signed by the key given, only by other.example.com+"}, "", otherSigner},
+		{"an unsigned tail", string(b), 0, []string{"11 lines verify"}, "1 line after the newest checkpoint (lines 11-11)", "-"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "j")
+			os.WriteFile(path, []byte(tt.in), 0o600)
+			switch tt.forged {
+			case "":
+			case "-":
+				w, _ := journal.Open(path) // a writer without the key
+				w.Record(entryAt(7))
+				w.Close()
+			default:
+				writeSignedJournal(t, path, tt.forged, 7, 8, 1000)
+			}
+			stdout, stderr, err := run(t, "audit", "verify", path, "--key", verifier)
+			got := stdout
+			if tt.code != 0 {
+				if err == nil || ExitCode(err) != tt.code {
+					t.Fatalf("audit verify = %v (exit %d); want exit %d", err, ExitCode(err), tt.code)
+				}
+				got = err.Error()
+			} else if err != nil {
+				t.Fatalf("audit verify: %v", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("audit verify said %q; want %q", got, want)
+				}
+			}
+			if !strings.Contains(stderr, tt.warn) || tt.warn == "" && stderr != "" || tt.warn != "" && !strings.Contains(stderr, "warning:") {
+				t.Errorf("audit verify warned %q; want %q", stderr, tt.warn)
+			}
+		})
+	}
+}
+
+// TestAuditVerifyWithoutKey: a journal with checkpoints verifies without
+// a key, which says the checkpoints are there and unchecked; a journal
+// without checkpoints still says only that its lines verify.
+func TestAuditVerifyWithoutKey(t *testing.T) {
+	dir := t.TempDir()
+	signer, _ := keygen(t, dir, "proxy1.example.com")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 4, 1000)
+	stdout, stderr, err := run(t, "audit", "verify", path)
+	want := path + ": 5 lines verify\n" + path + ": 1 checkpoint, the newest at line 5; signatures not checked: give --key\n"
+	if err != nil || stdout != want || stderr != "" {
+		t.Errorf("audit verify = %v; stdout %q, stderr %q; want %q", err, stdout, stderr, want)
+	}
+	// With a key, a journal without a checkpoint passes with a warning.
+	_, verifier := keygen(t, dir, "other.example.com")
+	stdout, stderr, err = run(t, "audit", "verify", "--key", verifier, writeJournal(t, 2))
+	if err != nil || !strings.Contains(stdout, "2 lines verify") || !strings.Contains(stderr, "warning: no checkpoint: no signature covers its 2 lines") {
+		t.Errorf("audit verify --key of an unsigned journal = %v; stdout %q, stderr %q; want a pass with a warning", err, stdout, stderr)
+	}
+}
+
+// TestAuditCheckpointSince: a checkpoint printed by audit checkpoint and
+// kept elsewhere proves later that the journal still extends it: a
+// rewrite by a writer who holds the key, and a cut below it, are named.
+func TestAuditCheckpointSince(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1.example.com")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 5, 1000) // 5 lines, C6
+	saved := filepath.Join(dir, "saved")
+	stdout, _, err := run(t, "audit", "checkpoint", path)
+	if err != nil || !strings.HasPrefix(stdout, "proxy1.example.com\n5\n") || !strings.Contains(stdout, "\n\n— proxy1.example.com ") {
+		t.Fatalf("audit checkpoint = %v, %q; want the signed note of 5 lines", err, stdout)
+	}
+	// Kept with a newline more, as jq -r or an editor would.
+	os.WriteFile(saved, []byte(stdout+"\n"), 0o600)
+	// The proxy runs on, from another process.
+	writeSignedJournal(t, path, signer, 5, 8, 1000)
+	b, _ := os.ReadFile(path)
+	ls := strings.SplitAfter(string(b), "\n")
+
+	// The same journal, written again by one who holds the key, with line
+	// 2 changed: a journal that verifies on its own.
+	rewritten := filepath.Join(dir, "rewritten")
+	s, _ := readSigner(signer)
+	w, _ := journal.OpenWith(rewritten, journal.Options{Signer: s})
+	for i := range 5 {
+		e := entryAt(i)
+		if i == 1 {
+			e.State = "failed"
+		}
+		w.Record(e)
+	}
+	w.Close()
+	writeSignedJournal(t, rewritten, signer, 5, 8, 1000)
+	if _, _, err := run(t, "audit", "verify", "--key", verifier, rewritten); err != nil {
+		t.Fatalf("the rewritten journal does not verify on its own: %v", err)
+	}
+	cut := filepath.Join(dir, "cut")
+	os.WriteFile(cut, []byte(strings.Join(ls[:3], "")), 0o600)
+
+	tests := []struct {
+		name string
+		file string
+		code int
+		want string
+	}{
+		{"extended", path, 0, "line 5 is the line the checkpoint saved in " + saved + " signs: the journal extends it"},
+		{"rewritten with the key", rewritten, 1, rewritten + ":5: does not verify: its SHA-256"},
+		{"cut below the saved checkpoint", cut, 1, cut + ":4: does not verify: missing: the saved checkpoint counts 5 lines, and the journal holds 3"},
+	}
+	for _, tt := range tests {
+		stdout, _, err := run(t, "audit", "verify", "--key", verifier, "--since", saved, tt.file)
+		got := stdout
+		if err != nil {
+			got = err.Error()
+		}
+		if ExitCode(err) != tt.code && err != nil || tt.code != 0 && err == nil || !strings.Contains(got, tt.want) {
+			t.Errorf("%s: audit verify --since = %v; %q; want exit %d saying %q", tt.name, err, got, tt.code, tt.want)
+		}
+	}
+
+	// A proxy writing as it is read: the torn line is left out.
+	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString(`{"prev":"`)
+	f.Close()
+	if stdout, _, err := run(t, "audit", "checkpoint", path); err != nil || !strings.HasPrefix(stdout, "proxy1.example.com\n9\n") {
+		t.Errorf("audit checkpoint of a journal being written = %v, %q; want the checkpoint of 9 lines", err, stdout)
+	}
+}
+
+func TestAuditKeyErrors(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1.example.com")
+	_, other := keygen(t, dir, "other.example.com")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 2, 1000)
+	saved := filepath.Join(dir, "saved")
+	stdout, _, _ := run(t, "audit", "checkpoint", path)
+	os.WriteFile(saved, []byte(stdout), 0o600)
+	garbage := filepath.Join(dir, "garbage")
+	os.WriteFile(garbage, []byte("hello\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"verify", path, "--since", saved}, 2, "--since needs --key"},
+		{[]string{"verify", path, "--key", filepath.Join(dir, "none")}, 1, "--key: open " + filepath.Join(dir, "none")},
+		{[]string{"verify", path, "--key", signer}, 1, "--key: " + signer + ":1: a signer key"},
+		{[]string{"verify", path, "--key", garbage}, 1, "--key: " + garbage + ":1: not a verifier key"},
+		{[]string{"verify", path, "--key", empty}, 1, "--key: " + empty + ": no verifier key"},
+		{[]string{"verify", path, "--key", verifier, "--since", garbage}, 1, "--since: " + garbage + ": the saved checkpoint does not verify"},
+		{[]string{"verify", path, "--key", other, "--since", saved}, 1, "--since: " + saved + ": the saved checkpoint does not verify: it is not signed by the key given"},
+		{[]string{"checkpoint", writeJournal(t, 2)}, 1, "no checkpoint in its 2 lines"},
+		{[]string{"checkpoint"}, 2, "audit checkpoint takes one FILE"},
+		{[]string{"checkpoint", "--key", verifier, path}, 2, "-key"},
+	}
+	for _, tt := range tests {
+		_, _, err := run(t, append([]string{"audit"}, tt.args...)...)
+		if err == nil || ExitCode(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("audit %q = %v (exit %d); want exit %d saying %q", tt.args, err, ExitCode(err), tt.code, tt.want)
+		}
+	}
+}
+
+// TestJournalKeyFlag: a proxy given --journal-key signs what the journal
+// holds when it stops cleanly; a key it cannot use stops it before the
+// journal is opened.
+func TestJournalKeyFlag(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1.example.com")
+	path := writeJournal(t, 2) // left unsigned by an earlier run
+	if _, _, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat"); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, path)
+	if err != nil || !strings.Contains(stdout, "1 checkpoint verify; the newest, at line 3") || stderr != "" {
+		t.Fatalf("after a clean stop: %v; stdout %q, stderr %q; want a checkpoint at line 3 and no warning", err, stdout, stderr)
+	}
+
+	garbage := filepath.Join(dir, "garbage")
+	os.WriteFile(garbage, []byte("PRIVATE+KEY+nonsense\n"), 0o600)
+	for _, tt := range []struct {
+		key  string
+		want string
+	}{
+		{filepath.Join(dir, "none"), "no such file"},
+		{verifier, verifier + ": a verifier key"},
+		{garbage, garbage + ": a malformed signer key"},
+	} {
+		journal := filepath.Join(t.TempDir(), "j")
+		_, _, err := run(t, "--journal", journal, "--journal-key", tt.key, "--", "/bin/cat")
+		if err == nil || ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "--journal-key: ") || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("--journal-key %s = %v (exit %d); want exit 1 naming the flag, saying %q", tt.key, err, ExitCode(err), tt.want)
+		}
+		if strings.Contains(err.Error(), "PRIVATE") {
+			t.Errorf("--journal-key %s = %v: the key is never shown", tt.key, err)
+		}
+		if _, err := os.Stat(journal); err == nil {
+			t.Errorf("--journal-key %s: the journal was created", tt.key)
 		}
 	}
 }

@@ -18,12 +18,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
@@ -93,7 +96,9 @@ Usage:
                                                the effective policy of each tool
   mcp-idempotent activity list|show|resolve --store URL ...
                                                what the executions in a store did
-  mcp-idempotent audit verify FILE             check an activity journal's hash chain
+  mcp-idempotent audit verify|checkpoint|keygen ...
+                                               check an activity journal and its signed
+                                               checkpoints; make a key to sign them
   mcp-idempotent version                       print the version
 
 Flags:
@@ -128,7 +133,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "activity":
 		err = runActivity(ctx, args[1:], stdout, stderr)
 	case "audit":
-		err = runAudit(args[1:], stdout)
+		err = runAudit(args[1:], stdout, stderr)
 	case "version":
 		if len(args) > 1 {
 			err = usagef("version takes no arguments; got %q", args[1])
@@ -190,6 +195,9 @@ type proxyFlags struct {
 	window     time.Duration
 	metrics    string
 	journal    string
+	journalKey string
+	ckptLines  int
+	ckptEvery  time.Duration
 	shadow     bool
 }
 
@@ -212,6 +220,9 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")
 	f.fs.StringVar(&f.journal, "journal", "", "append one hash-chained JSON line per execution transition to `FILE` (created mode 0600; one proxy process per file); arguments and results appear as each tool's policy says (default: arguments hashed, results redacted); check it with `mcp-idempotent audit verify FILE`")
+	f.fs.StringVar(&f.journalKey, "journal-key", "", "sign the --journal with checkpoints, using the signer key in `FILE` (made by `mcp-idempotent audit keygen`); check them with `mcp-idempotent audit verify --key`")
+	f.fs.IntVar(&f.ckptLines, "journal-checkpoint-lines", journal.DefaultCheckpointLines, "with --journal-key, append a checkpoint once this many journal lines follow the last one")
+	f.fs.DurationVar(&f.ckptEvery, "journal-checkpoint-every", journal.DefaultCheckpointEvery, "with --journal-key, append a checkpoint this long after a line no checkpoint covers, if --journal-checkpoint-lines has not come first; and one at a clean stop")
 	f.fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: every call goes upstream as it came, and the proxy records, counts (mcp_idempotent_shadow_decisions_total), logs and journals what it would have done; to learn before letting it change anything")
 	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
 	return f
@@ -261,6 +272,7 @@ type wiring struct {
 	hasher     *fingerprint.Hasher
 	resolve    proxy.Resolver
 	in         *intercept.Interceptor
+	tracer     trace.Tracer // nil when no OTEL_* variable asks for traces
 	// instance sets this process's own request ids upstream apart from
 	// those of another mcp-idempotent before or behind it.
 	instance string
@@ -290,6 +302,9 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	if err := w.checkFlags(); err != nil {
+		return nil, err
+	}
+	if err := w.startTracing(ctx); err != nil {
 		return nil, err
 	}
 	obs, err := w.serveMetrics(ctx)
@@ -336,8 +351,35 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 			iopts.Journal = obs.CountJournal(jw)
 		}
 	}
+	if w.tracer != nil {
+		iopts.Store = telemetry.TraceStore(iopts.Store, w.tracer)
+		iopts.Tracer = w.tracer
+	}
 	w.startInterceptor(ctx, iopts, obs)
 	return w, nil
+}
+
+// startTracing starts the OpenTelemetry exporter that the OTEL_*
+// variables configure, if they configure one (telemetry.Setup), and
+// flushes it when the wiring closes, after everything else.
+func (w *wiring) startTracing(ctx context.Context) error {
+	tracer, shutdown, err := telemetry.Setup(ctx, Version, w.log)
+	if err != nil {
+		return fmt.Errorf("OpenTelemetry: %w", err)
+	}
+	if tracer == nil {
+		return nil
+	}
+	w.tracer = tracer
+	w.closers = append(w.closers, func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(flush); err != nil {
+			w.log.Warn("flushing traces", "err", err)
+		}
+	})
+	w.log.Debug("tracing with OpenTelemetry")
+	return nil
 }
 
 // checkFlags checks the flags that need no resource, and takes from them
@@ -369,6 +411,27 @@ func (w *wiring) checkFlags() (err error) {
 		return usagef("--restart-window: %v must be positive", f.window)
 	case f.lease < time.Second:
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
+	}
+	return f.checkJournalFlags()
+}
+
+// checkJournalFlags checks that the checkpoint flags come with what they
+// need and are in range.
+func (f *proxyFlags) checkJournalFlags() error {
+	set := make(map[string]bool)
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for _, name := range []string{"journal-checkpoint-lines", "journal-checkpoint-every"} {
+		if set[name] && f.journalKey == "" {
+			return usagef("--%s goes with --journal-key: without a key there are no checkpoints", name)
+		}
+	}
+	switch {
+	case f.journalKey != "" && f.journal == "":
+		return usagef("--journal-key signs the journal's checkpoints: it needs --journal FILE")
+	case f.ckptLines < 1:
+		return usagef("--journal-checkpoint-lines: %d must be at least 1", f.ckptLines)
+	case f.ckptEvery < time.Second:
+		return usagef("--journal-checkpoint-every: %v is too short; it must be at least 1s", f.ckptEvery)
 	}
 	return nil
 }
@@ -408,10 +471,21 @@ func (w *wiring) openJournal() (*journal.Writer, error) {
 	if file == "" {
 		return nil, nil
 	}
+	opts := journal.Options{CheckpointLines: w.f.ckptLines, CheckpointEvery: w.f.ckptEvery}
+	if key := w.f.journalKey; key != "" {
+		// Read before the journal is opened: a key that cannot sign
+		// leaves no file behind.
+		s, err := readSigner(key)
+		if err != nil {
+			return nil, fmt.Errorf("--journal-key: %w", err)
+		}
+		opts.Signer = s
+	}
 	// Opened before the store, so a journal another proxy holds, or one
 	// with a torn tail, stops this one before anything runs; and closed
-	// after it, so the last transitions still reach it.
-	jw, err := journal.Open(file)
+	// after it, so the last transitions, and the checkpoint that covers
+	// them, still reach it.
+	jw, err := journal.OpenWith(file, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--journal: %w", err)
 	}
@@ -510,6 +584,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		Logger:        log,
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
+		Tracer:        w.tracer,
 	}
 	if f.restarts > 0 && httpUp != nil {
 		// The session expired (404): a new session, into which the proxy

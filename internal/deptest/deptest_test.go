@@ -86,6 +86,8 @@ var oneWay = map[string][]string{
 	// MCP's shapes are read with the frame codec alone.
 	"internal/mcp": {"internal/intercept", "internal/proxy", "internal/policy", "internal/cli", "internal/transport",
 		"internal/record", "internal/fingerprint", "internal/retry", "internal/journal"},
+	// Tracing sees spans and records, never who makes them.
+	"internal/telemetry": {"internal/intercept", "internal/proxy", "internal/policy", "internal/cli", "internal/transport", "internal/record/"},
 	// The policy is data the interceptor reads, never the reverse.
 	"internal/policy": {"internal/intercept", "internal/proxy", "internal/cli", "internal/transport"},
 }

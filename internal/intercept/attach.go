@@ -31,6 +31,9 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
 	settled, err := in.wait(wctx, rec.ID)
 	cancel()
+	if err == nil {
+		in.journalizeTakeover(req, settled)
+	}
 	switch {
 	case errors.Is(ctx.Err(), ErrSessionEnded):
 		// The caller did not leave: its session ended while the
@@ -48,7 +51,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 			in.answer(ctx, req, cur, replayed)
 			return
 		}
-		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
+		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
 		if err := req.Reply.Reply(Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}); err != nil {
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
@@ -60,7 +63,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		if gerr != nil {
 			cur = rec
 		}
-		in.obs.Decision(rec.Tool, req.Policy.Class, "in_progress")
+		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("attach window passed; told the caller it is still in progress",
 			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)

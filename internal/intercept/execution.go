@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -191,6 +193,7 @@ func (e *execution) admit() bool {
 			return e.refuse(refusal{Wait: wait})
 		}
 		e.step = admitting
+		e.in.traceEvent(e.req, "account wait", wait, attribute.String("mcp_idempotent.account", a.name))
 		e.pause(wait, func(err error) { e.refuse(refusal{Gone: err}) })
 		return false
 	case a.slots == nil:
@@ -339,6 +342,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 		e.in.log.Debug("transition", "execution", e.rec.ID, "state", record.Dispatched, "note", claim.Note)
 	}
 	e.in.obs.Transition(e.tool(), record.Dispatched)
+	e.in.traceRecord(e.req, claimed)
 	e.in.journalize(e.req, claimed, *claim)
 	e.step = sending
 }
@@ -356,19 +360,31 @@ func (e *execution) send() bool {
 		// which a second attempt's would not.
 		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaProgressToken)
 	}
-	ctx := req.bg
+	ctx, done := req.bg, e.answered
 	if e.rec == nil {
 		// A caller that leaves takes its call back from the upstream:
 		// nothing is recorded, and no one else waits on it.
 		ctx = e.ctx
-	} else if req.Policy.ForwardKey {
+	}
+	var buf [96]byte
+	members := buf[:0]
+	if e.rec != nil && req.Policy.ForwardKey {
 		// The execution id goes upstream, so a server that honours
 		// idempotency keys can dedupe a re-dispatch itself.
-		var buf [96]byte
-		member := append(append(append(buf[:0], `"`+mcp.MetaExecutionID+`":"`...), e.rec.ID...), '"')
+		members = append(append(append(members, `"`+mcp.MetaExecutionID+`":"`...), e.rec.ID...), '"')
+	}
+	if e.in.tracer != nil {
+		var carrier []byte
+		ctx, carrier, done = e.traceSend(ctx, done)
+		if len(members) > 0 && len(carrier) > 0 {
+			members = append(members, ',')
+		}
+		members = append(members, carrier...)
+	}
+	if len(members) > 0 {
 		// mcp.ParseToolCall found the params' _meta (and their name: they are
 		// not empty), so they need not be read again.
-		params = jsonrpc.InsertMeta(params, meta, false, member)
+		params = jsonrpc.InsertMeta(params, meta, false, members)
 	}
 	if e.in.timed && e.rec != nil {
 		e.sent = e.in.now().Sub(e.in.epoch)
@@ -376,7 +392,7 @@ func (e *execution) send() bool {
 	e.n++
 	e.step = deciding
 	e.turns.Store(0)
-	req.Upstream.Send(ctx, "tools/call", params, e.answered)
+	req.Upstream.Send(ctx, "tools/call", params, done)
 	return e.turns.Add(1) == 2
 }
 
@@ -424,6 +440,7 @@ func (e *execution) decide() bool {
 		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why)
 	}
 	in.obs.Attempt(e.tool(), e.n+1, r.why, r.wait)
+	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
 	e.why = r.why
 	e.step = resuming
 	e.pause(r.wait, func(gone error) {

@@ -39,7 +39,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		// The durable store that keeps the secret could not be reached
 		// yet: fail closed, as without a reservation.
 		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)
-		in.obs.Decision(call.Name, pol.Class, "store_unavailable")
+		in.decided(req, call.Name, "store_unavailable")
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the record store is unavailable, so %s was not executed: the fingerprint secret it keeps could not be read yet", call.Name))
 		return
@@ -85,6 +85,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		in.storeRefused(req, fresh.ID, err)
 		return
 	}
+	in.journalizeTakeover(req, rec)
 	if !won {
 		if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
 			// The call found an execution of this process's that was
@@ -96,6 +97,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 				in.storeRefused(req, fresh.ID, err)
 				return
 			}
+			in.journalizeTakeover(req, rec)
 		}
 	}
 	in.resolve(ctx, req, rec, won, fp, args)
@@ -108,7 +110,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 func (in *Interceptor) storeRefused(req *Request, id string, err error) {
 	tool := req.Call.Name
 	in.log.Error("store refused the reservation", "tool", tool, "request", req.Correlation, "err", err)
-	in.obs.Decision(tool, req.Policy.Class, "store_unavailable")
+	in.decided(req, tool, "store_unavailable")
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
 	in.abandoned.add(id, abandonment{req: req, c: record.Change{To: record.Failed, Note: lostNote}})
@@ -155,7 +157,7 @@ func (in *Interceptor) clientKey(req *Request) (string, error) {
 func (in *Interceptor) leftBeforeReserving(req *Request, err error) {
 	if errors.Is(err, ErrSessionEnded) {
 		// The caller did not leave: it is owed an answer, and nothing ran.
-		in.obs.Decision(req.Call.Name, req.Policy.Class, "session_ended")
+		in.decided(req, req.Call.Name, "session_ended")
 		in.replyError(req, NotRunAtSessionEnd(req.Call.Name))
 	}
 	// Otherwise the caller left before anything was reserved.
@@ -166,6 +168,7 @@ func (in *Interceptor) leftBeforeReserving(req *Request, err error) {
 // execution gets its answer, at once or when it comes.
 func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Record, won bool, fp string, args json.RawMessage) {
 	call, pol := req.Call, req.Policy
+	in.traceRecord(req, rec)
 	switch {
 	case won:
 		// A new execution is the ordinary path, logged at debug; info is
@@ -175,7 +178,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
-		in.obs.Decision(call.Name, pol.Class, "new")
+		in.decided(req, call.Name, "new")
 		if rec.State == record.Dispatched {
 			// Reserved and dispatched in one step (opts.Dispatch).
 			in.journalizeAccepted(req, rec)
@@ -188,7 +191,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		// Only a client key can match a record of another action: the
 		// IETF Idempotency-Key draft's 422. Never executed.
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
-		in.obs.Decision(call.Name, pol.Class, "key_refused")
+		in.decided(req, call.Name, "key_refused")
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))
@@ -200,14 +203,14 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 			in.log.Info("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
-		in.obs.Decision(call.Name, pol.Class, "replayed")
+		in.decided(req, call.Name, "replayed")
 		in.answer(ctx, req, rec, replayed)
 	default:
 		if in.info {
 			in.log.Info("attached to an execution under way", "execution", rec.ID, "state", rec.State,
 				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
-		in.obs.Decision(call.Name, pol.Class, "attached")
+		in.decided(req, call.Name, "attached")
 		go in.attach(ctx, rec, req)
 	}
 }

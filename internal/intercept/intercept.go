@@ -16,10 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 )
 
 // An Upstream is the server a session's calls go to.
@@ -164,8 +167,15 @@ type Options struct {
 	// dies, its executions are taken over once their lease lapses.
 	Lease time.Duration
 	// Journal, if set, gets one entry per transition of the executions
-	// this process runs; nil keeps no journal.
+	// this process runs, and of those whose owner died that it settles;
+	// nil keeps no journal.
 	Journal Journal
+	// Tracer, if set, starts a span for each send upstream, under the
+	// span of the call that the context given to Handle holds, and
+	// passes it upstream in the call's _meta (traceparent, tracestate);
+	// the decision, the execution and its state are set on the call's
+	// span. Nil traces nothing.
+	Tracer trace.Tracer
 	// StoreWaits says that the store waits on I/O (a file, a server), so
 	// that an operation may take as long as its timeout: Handle then does
 	// a call's work on a goroutine of its own, and a slow store holds up
@@ -198,7 +208,8 @@ type Interceptor struct {
 	shown      sync.Map
 	abandoned  abandoned // executions reserved here, never to be sent, still to settle
 	storeWaits bool
-	shadow     bool // Options.Shadow
+	shadow     bool         // Options.Shadow
+	tracer     trace.Tracer // Options.Tracer; nil when off
 
 	accounts map[string]*account // read-only after New
 
@@ -227,6 +238,7 @@ func New(opts Options) *Interceptor {
 	in.epoch = in.now()
 	in.journal = opts.Journal
 	in.storeWaits = opts.StoreWaits
+	in.tracer = opts.Tracer
 	in.obs = opts.Observer
 	in.timed = in.obs != nil
 	if in.obs == nil {
@@ -273,10 +285,14 @@ func (nopObserver) Attempt(string, int, string, time.Duration) {}
 func (nopObserver) Transition(string, record.State)            {}
 func (nopObserver) Upstream(string, time.Duration)             {}
 
-// PassedThrough tells the observer that a call went upstream as it came,
-// unrecorded (a read-only tool, or a key-scoped one called without a key).
-func (in *Interceptor) PassedThrough(tool string, class policy.Class) {
+// PassedThrough tells the observer, and the call's span that ctx holds,
+// that a call went upstream as it came, unrecorded (a read-only tool, or
+// a key-scoped one called without a key).
+func (in *Interceptor) PassedThrough(ctx context.Context, tool string, class policy.Class) {
 	in.obs.Decision(tool, class, "passed_through")
+	if in.tracer != nil {
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String("passed_through"))
+	}
 }
 
 // KeepLeases renews this process's claim on the executions it runs, three

@@ -14,9 +14,10 @@ import (
 // transition of an execution this process makes (accepted, dispatched,
 // each further attempt, completed, failed, unknown, and delivered once
 // for each caller whose transport took the result), stamped with the
-// interceptor's clock when the store has taken it. Transitions
-// a store makes on its own (settling an orphan whose owner died) and an
-// operator's `activity resolve` are in the record's history, not here.
+// interceptor's clock when the store has taken it. An orphan that this
+// process's reservation or wait settled (another process's execution
+// whose lease lapsed) is journaled here too, as this process's
+// transition. An operator's `activity resolve` journals its own.
 //
 // Record is called on the request path, after the store took the
 // transition, so it must not block for long: a local file write. It may be
@@ -42,6 +43,21 @@ func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
 	in.journalize(req, &accepted, record.Change{To: record.Accepted})
 }
 
+// journalizeTakeover journals the orphan that rec says this process
+// settled (record.Record.Orphan) in the call req made: another process's
+// execution, failed if it was never sent, unknown if it was. The store
+// tells only the caller that settled it, so the takeover is journaled
+// once, by the process that made it.
+func (in *Interceptor) journalizeTakeover(req *Request, rec *record.Record) {
+	o := rec.Orphan
+	if o == nil || len(o.History) == 0 {
+		return
+	}
+	in.log.Info("settled an execution whose owner went away", "execution", o.ID, "state", o.State,
+		"owner", o.Owner, "request", req.Correlation)
+	in.journalize(req, o, record.Change{To: o.State, Note: o.History[len(o.History)-1].Note})
+}
+
 // journalize writes rec's move to c.To in the journal, if there is one. req is
 // the caller whose call made the move. Arguments go in with the execution's
 // acceptance, results and errors with the transition that stored them, each
@@ -58,6 +74,7 @@ func (in *Interceptor) journalize(req *Request, rec *record.Record, c record.Cha
 func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.Change) {
 	e := journal.Entry{
 		Time:        in.now(),
+		Writer:      journal.Process{Owner: in.owner}, // the journal adds host and pid
 		Execution:   rec.ID,
 		Tool:        rec.Tool,
 		State:       string(c.To),

@@ -83,8 +83,8 @@ func TestJournalRecordsTransitions(t *testing.T) {
 	rec := h.onlyRecord(t)
 	for i, e := range j.entries {
 		if e.Execution != rec.ID || e.Tool != "charge_card" || e.Actor != "alice" || e.Fingerprint != rec.Fingerprint ||
-			e.Upstream != "stdio:bank" || e.Request != "test" || e.Time.IsZero() {
-			t.Errorf("entry %d (%s) does not name the execution, its action and its caller: %+v", i, e.State, e)
+			e.Upstream != "stdio:bank" || e.Request != "test" || e.Time.IsZero() || e.Writer.Owner != h.in.owner {
+			t.Errorf("entry %d (%s) does not name the execution, its action, its caller and the proxy: %+v", i, e.State, e)
 		}
 		if (e.Arguments != nil) != (e.State == "accepted") || (e.Result != nil) != (e.State == "completed") {
 			t.Errorf("entry %d (%s): arguments %+v, result %+v; want the arguments with acceptance, the result with completion", i, e.State, e.Arguments, e.Result)
@@ -336,4 +336,50 @@ func TestUpstreamArgumentsNotShown(t *testing.T) {
 			t.Errorf("journal entry %s shows upstream %q", e.State, e.Upstream)
 		}
 	}
+}
+
+// TestJournalTakeover: a proxy that settles another's execution whose
+// lease lapsed journals that transition, once, as its own: when a wait
+// for it outlives the lease, and when a reservation meets it.
+func TestJournalTakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		hasher := fingerprint.NewRandom()
+		dead := New(Options{Store: h.store, Hasher: hasher, Owner: "proxy-dead", Lease: 10 * time.Second})
+		j := &memJournal{}
+		taker := New(Options{Store: h.store, Hasher: hasher, Owner: "proxy-taker", Journal: j, Lease: 10 * time.Second})
+		const other = `{"name":"charge_card","arguments":{"card":"4242","amount":200}}`
+
+		// Sent by a proxy that stops renewing its lease: it died.
+		h.in = dead
+		h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		h.in = taker
+		waited := h.call(t.Context(), t, chargeCall) // attaches, and waits past the lease
+		time.Sleep(11 * time.Second)
+		waited.only(t)
+
+		h.in = dead
+		h.call(t.Context(), t, other)
+		time.Sleep(11 * time.Second)
+		h.in = taker
+		h.call(t.Context(), t, other).only(t) // its reservation meets the orphan
+
+		close(release)
+		synctest.Wait()
+		var took []journal.Entry
+		for _, e := range j.entries {
+			if strings.Contains(e.Note, "proxy-dead went away") {
+				took = append(took, e)
+			}
+		}
+		if len(took) != 2 || took[0].Execution == took[1].Execution {
+			t.Fatalf("the taker journaled %d takeovers: %+v; want one of each execution", len(took), took)
+		}
+		for _, e := range took {
+			if e.State != "unknown" || e.Writer.Owner != "proxy-taker" || e.Tool != "charge_card" || e.Request != "test" {
+				t.Errorf("takeover line %+v; want the execution unknown, written by proxy-taker for the call that met it", e)
+			}
+		}
+	})
 }

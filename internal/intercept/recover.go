@@ -18,20 +18,20 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	if in.shadow {
 		// In shadow mode nothing of the proxy's own goes upstream: what
 		// it would have done is counted, and the record stays unknown.
-		in.obs.Decision(rec.Tool, req.Policy.Class, onUnknown(rec, req.Policy))
+		in.decided(req, rec.Tool, onUnknown(rec, req.Policy))
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 		return
 	}
 	switch onUnknown(rec, req.Policy) {
 	case "redispatched":
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
-		in.obs.Decision(rec.Tool, req.Policy.Class, "redispatched")
+		in.decided(req, rec.Tool, "redispatched")
 		in.execute(ctx, rec, req, "re-dispatch: on_unknown retry")
 	case "recovered":
 		// Asked whatever the attempts: a status that says done settles
 		// even an execution already sent again (recover re-sends at most
 		// once).
-		in.obs.Decision(rec.Tool, req.Policy.Class, "recovered")
+		in.decided(req, rec.Tool, "recovered")
 		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
@@ -39,7 +39,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		}()
 	default:
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
-		in.obs.Decision(rec.Tool, req.Policy.Class, "unknown")
+		in.decided(req, rec.Tool, "unknown")
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }

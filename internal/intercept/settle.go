@@ -64,6 +64,7 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 		return nil, err
 	}
 	in.obs.Transition(rec.Tool, c.To)
+	in.traceRecord(req, rec)
 	in.journalize(req, rec, c)
 	if in.debug {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)

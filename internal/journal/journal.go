@@ -17,14 +17,27 @@
 // Every line ends in a newline, so a last line without one is torn: its
 // write was cut short.
 //
+// Every entry line names its writer (Entry.Writer): the host and process
+// id that wrote it, and the proxy's owner name or the operator, so that
+// the journals of several processes that share one store can be merged
+// by time and each line traced to its process. Lines written before
+// writers were named have no writer member; they verify all the same,
+// since the chain covers a line's bytes whatever its members.
+//
 // # What the chain proves
 //
 // The chain is not keyed: it catches an edit in the middle of the file, a
 // line removed or inserted, lines cut from its start, and a torn write, but
 // not lines cut from its end, nor a writer who rewrites every line after
-// the one it changed. Where that matters, copy the hash of the last line
-// (sha256sum of it, without the newline) somewhere the proxy's host cannot
-// write, and compare later.
+// the one it changed.
+//
+// Signed checkpoints (Options.Signer, Checkpoint) narrow that: a writer
+// without the key can neither rewrite the lines a checkpoint covers nor
+// cut the file inside them, and Check says how many lines come after the
+// newest one, covered by nothing. A writer holding the key, or one who
+// cuts the file below its newest checkpoint, is caught only by a
+// checkpoint saved somewhere the proxy's host cannot write
+// (CheckOptions.Since).
 //
 // # Durability and sharing
 //
@@ -55,6 +68,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Genesis is the prev of a journal's first line: 64 zeros, a value that no
@@ -68,10 +83,13 @@ var ErrLocked = errors.New("another process is writing this journal")
 type Entry struct {
 	// Time is when the execution entered State; Record writes it in UTC,
 	// RFC 3339 with nanoseconds. Zero means the time of Record.
-	Time      time.Time `json:"time"`
-	Execution string    `json:"execution"` // the execution id, exe_...
-	Tool      string    `json:"tool"`
-	State     string    `json:"state"`
+	Time time.Time `json:"time"`
+	// Writer names the process that made the transition. Record fills
+	// the members left empty with the Writer's own (Options.Writer).
+	Writer    Process `json:"writer"`
+	Execution string  `json:"execution"` // the execution id, exe_...
+	Tool      string  `json:"tool"`
+	State     string  `json:"state"`
 	// Attempt counts the dispatches of the execution so far.
 	Attempt     int    `json:"attempt,omitempty"`
 	Upstream    string `json:"upstream,omitempty"`
@@ -94,6 +112,18 @@ type Entry struct {
 	Error     *Value `json:"error,omitempty"`
 }
 
+// A Process names the writer of a journal line.
+type Process struct {
+	Host string `json:"host,omitempty"` // os.Hostname
+	PID  int    `json:"pid,omitempty"`
+	// Owner is the name a proxy gives itself in the records it runs
+	// (the record's owner, proxy-...), where the writer is a proxy.
+	Owner string `json:"owner,omitempty"`
+	// Operator is the user who ran a command that made the transition,
+	// such as activity resolve.
+	Operator string `json:"operator,omitempty"`
+}
+
 // A Value is a JSON value as the journal may show it: in clear, as a keyed
 // hash, or only as redacted. Exactly one member is set, so a reader tells
 // a redacted value from a clear one without guessing.
@@ -105,15 +135,47 @@ type Value struct {
 	Redacted bool   `json:"redacted,omitempty"`
 }
 
+// Defaults of Options.
+const (
+	DefaultCheckpointLines = 1000
+	DefaultCheckpointEvery = time.Minute
+)
+
+// Options configure a Writer. The zero value writes no checkpoints.
+type Options struct {
+	// Signer, if set, signs a checkpoint (see Checkpoint) that the
+	// Writer appends after every CheckpointLines lines, CheckpointEvery
+	// after the first line no checkpoint covers, and at Close: whichever
+	// comes first, and only while some line is not covered yet. Its name
+	// is the checkpoints' origin.
+	Signer          note.Signer
+	CheckpointLines int           // 0 means DefaultCheckpointLines
+	CheckpointEvery time.Duration // 0 means DefaultCheckpointEvery
+	// Writer names this process in every line it writes; an empty Host
+	// or PID means this host's name and this process's id.
+	Writer Process
+}
+
 // A Writer appends entries to a journal file. It is safe for concurrent
 // use: lines are written one at a time, in the order Record is called.
 type Writer struct {
-	path string
+	path   string
+	signer note.Signer // nil: no checkpoints
+	every  time.Duration
+	most   int // lines a checkpoint may leave uncovered
+	self   Process
 
-	mu    sync.Mutex // guards f, prev, lines and err
+	mu    sync.Mutex // guards the fields below
 	f     *os.File
 	prev  string // hex SHA-256 of the last line, or Genesis
 	lines int    // lines in the file
+	// unsigned counts the lines after the newest checkpoint.
+	unsigned int
+	// timer, while set, writes a checkpoint when it fires; it is set
+	// while unsigned > 0. gen counts the timers set, so a timer stopped
+	// too late to stop its tick finds itself stale.
+	timer *time.Timer
+	gen   int
 	// err, once set, refuses every later Record: the file is closed, or a
 	// write was cut short and its tail is no longer a line to chain from.
 	err error
@@ -126,6 +188,12 @@ type Writer struct {
 // naming the file and line. Open reads the whole file once to find its
 // tail (hashing it, not parsing it); `audit verify` checks every line.
 func Open(path string) (*Writer, error) {
+	return OpenWith(path, Options{})
+}
+
+// OpenWith is Open with options. With a signer, lines an earlier process
+// left after the newest checkpoint are signed like new ones.
+func OpenWith(path string, opts Options) (*Writer, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
@@ -137,18 +205,36 @@ func Open(path string) (*Writer, error) {
 		}
 		return nil, fmt.Errorf("locking journal %s: %w", path, err)
 	}
-	prev, lines, err := tail(f)
+	prev, lines, unsigned, err := tail(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("opening journal %s: %w", path, err)
 	}
-	return &Writer{path: path, f: f, prev: prev, lines: lines}, nil
+	w := &Writer{path: path, f: f, prev: prev, lines: lines, unsigned: unsigned,
+		signer: opts.Signer, every: opts.CheckpointEvery, most: opts.CheckpointLines, self: opts.Writer}
+	if w.self.Host == "" {
+		w.self.Host, _ = os.Hostname() // a host without a name leaves it out
+	}
+	if w.self.PID == 0 {
+		w.self.PID = os.Getpid()
+	}
+	if w.every <= 0 {
+		w.every = DefaultCheckpointEvery
+	}
+	if w.most <= 0 {
+		w.most = DefaultCheckpointLines
+	}
+	if w.signer != nil && w.unsigned > 0 {
+		w.arm()
+	}
+	return w, nil
 }
 
 // tail reads a journal from its start and returns the hash of its last
-// line (Genesis for an empty file) and how many lines it has. The last
-// line must be whole and its prev must be the hash of the line before it.
-func tail(f *os.File) (prev string, lines int, err error) {
+// line (Genesis for an empty file), how many lines it has, and how many
+// of them come after its newest checkpoint. The last line must be whole
+// and its prev must be the hash of the line before it.
+func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 	r := newLineReader(io.NewSectionReader(f, 0, 1<<62))
 	prev = Genesis
 	var before string // the hash of the line before the last
@@ -159,40 +245,45 @@ func tail(f *os.File) (prev string, lines int, err error) {
 			break
 		}
 		if err != nil {
-			return "", 0, fmt.Errorf("reading line %d: %w", lines+1, err)
+			return "", 0, 0, fmt.Errorf("reading line %d: %w", lines+1, err)
 		}
 		if torn {
-			return "", 0, &LineError{Line: lines + 1, Reason: fmt.Sprintf(
+			return "", 0, 0, &LineError{Line: lines + 1, Reason: fmt.Sprintf(
 				"torn: it does not end in a newline (a write was cut short); to continue the chain, cut the file to its first %d lines (truncate -s %d FILE), or start a new journal",
 				lines, r.offset-int64(len(line)))}
 		}
 		before, prev = prev, sum(line)
 		last = append(last[:0], line...)
 		lines++
+		unsigned++
+		if isCheckpointLine(line) {
+			unsigned = 0
+		}
 	}
 	if lines == 0 {
-		return Genesis, 0, nil
+		return Genesis, 0, 0, nil
 	}
 	got, err := prevOf(last)
 	switch {
 	case err != nil:
-		return "", 0, &LineError{Line: lines, Reason: err.Error() + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+		return "", 0, 0, &LineError{Line: lines, Reason: err.Error() + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	case got != before:
-		return "", 0, &LineError{Line: lines, Reason: "its prev is not the SHA-256 of the line before it; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+		return "", 0, 0, &LineError{Line: lines, Reason: "its prev is not the SHA-256 of the line before it; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	}
-	return prev, lines, nil
+	return prev, lines, unsigned, nil
 }
 
 // Record appends e as one line. The line is written with one write call,
 // so a reader never sees half of it unless the write itself failed. An
 // error means the line is not in the journal; after a write that was cut
 // short, every later Record fails too, so the chain is never continued from
-// a torn line.
+// a torn line. A checkpoint due after the line goes in the same write.
 func (w *Writer) Record(e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
 	e.Time = e.Time.UTC()
+	e.Writer.fill(w.self)
 	// Encoded outside the lock; only the prev member waits for it.
 	body, err := json.Marshal(e)
 	if err != nil {
@@ -208,12 +299,55 @@ func (w *Writer) Record(e Entry) error {
 	line = append(line, w.prev...)
 	line = append(line, `",`...)
 	line = append(line, body[1:]...) // body is an object with members: Time is always there
-	next := sum(line)
-	n, err := w.f.Write(append(line, '\n'))
+	next, added := sum(line), 1
+	line = append(line, '\n')
+	if w.signer != nil && w.unsigned+1 >= w.most {
+		ckpt, err := w.checkpoint(next, w.lines+1)
+		if err != nil {
+			return err
+		}
+		line = append(line, ckpt...)
+		next, added = sum(ckpt[:len(ckpt)-1]), 2
+	}
+	if err := w.write(line, next, added); err != nil {
+		return err
+	}
+	switch {
+	case added == 2:
+		w.signed()
+	case w.signer != nil:
+		w.unsigned++
+		if w.timer == nil {
+			w.arm()
+		}
+	}
+	return nil
+}
+
+// fill sets p's empty members to those of self.
+func (p *Process) fill(self Process) {
+	if p.Host == "" {
+		p.Host = self.Host
+	}
+	if p.PID == 0 {
+		p.PID = self.PID
+	}
+	if p.Owner == "" {
+		p.Owner = self.Owner
+	}
+	if p.Operator == "" {
+		p.Operator = self.Operator
+	}
+}
+
+// write writes lines, the last of which hashes to next, in one write
+// call, and counts added lines. w.mu is held.
+func (w *Writer) write(lines []byte, next string, added int) error {
+	n, err := w.f.Write(lines)
 	switch {
 	case err == nil:
 		w.prev = next
-		w.lines++
+		w.lines += added
 		return nil
 	case n == 0:
 		// Nothing reached the file: the chain still ends at the last line.
@@ -223,15 +357,84 @@ func (w *Writer) Record(e Entry) error {
 	return w.err
 }
 
-// Close closes the journal file, releasing its lock. Record fails after it.
+// checkpoint returns the checkpoint line, newline included, that signs
+// the first size lines of the journal, the last of which hashes to last.
+func (w *Writer) checkpoint(last string, size int) ([]byte, error) {
+	line, err := signCheckpoint(w.signer, last, size)
+	if err != nil {
+		return nil, fmt.Errorf("signing a checkpoint of journal %s: %w", w.path, err)
+	}
+	return append(line, '\n'), nil
+}
+
+// signCovered appends a checkpoint if a line is not covered by one.
+// w.mu is held.
+func (w *Writer) signCovered() error {
+	if w.signer == nil || w.unsigned == 0 || w.err != nil {
+		return nil // nothing to sign, or a file not to write to
+	}
+	ckpt, err := w.checkpoint(w.prev, w.lines)
+	if err != nil {
+		return err
+	}
+	if err := w.write(ckpt, sum(ckpt[:len(ckpt)-1]), 1); err != nil {
+		return err
+	}
+	w.signed()
+	return nil
+}
+
+// signed notes that a checkpoint covers every line. w.mu is held.
+func (w *Writer) signed() {
+	w.unsigned = 0
+	w.disarm()
+}
+
+// arm sets the timer of the next checkpoint. w.mu is held.
+func (w *Writer) arm() {
+	w.gen++
+	gen := w.gen
+	w.timer = time.AfterFunc(w.every, func() { w.tick(gen) })
+}
+
+// disarm stops the timer, if it is set. w.mu is held.
+func (w *Writer) disarm() {
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	w.gen++
+}
+
+// tick writes the checkpoint that CheckpointEvery made due, unless the
+// timer gen was stopped meanwhile.
+func (w *Writer) tick(gen int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if gen != w.gen {
+		return
+	}
+	w.timer = nil
+	if err := w.signCovered(); err != nil && w.err == nil {
+		// Nothing was written (a full disk): try again later, and
+		// meanwhile the next Record may too.
+		w.arm()
+	}
+}
+
+// Close closes the journal file, releasing its lock. With a signer, it
+// first appends a checkpoint covering every line, unless one does. Record
+// fails after it.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if errors.Is(w.err, os.ErrClosed) {
 		return nil
 	}
+	signErr := w.signCovered()
+	w.disarm()
 	w.err = fmt.Errorf("writing journal %s: %w", w.path, os.ErrClosed)
-	return w.f.Close()
+	return errors.Join(signErr, w.f.Close())
 }
 
 // A LineError says which line of a journal does not verify, and why.
@@ -256,6 +459,22 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 // next link is broken too, the later line is named. A change to the last
 // line's body cannot be seen: no line names it.
 func Verify(r io.Reader) (int, error) {
+	return verify(r, nil, false)
+}
+
+// A verifiedLine is a line whose link to the line before it holds.
+type verifiedLine struct {
+	num       int    // from 1
+	text      []byte // without its newline; valid during the visit only
+	prev, sum string // its prev member, and its own SHA-256, in hex
+	// checkpoint is its checkpoint member, if it has one.
+	checkpoint json.RawMessage
+}
+
+// verify is Verify, calling visit (if not nil) on each line whose link
+// holds, in order; an error from visit stops it. With stopAtTorn, a torn
+// last line ends the journal instead of failing it: a proxy is writing it.
+func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int, error) {
 	lr := newLineReader(r)
 	want := Genesis
 	n := 0
@@ -265,7 +484,7 @@ func Verify(r io.Reader) (int, error) {
 	var brokenSum string // the hash of the line whose link is broken
 	for {
 		line, torn, err := lr.next()
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) || torn && stopAtTorn && broken == nil {
 			break
 		}
 		num := n + 1
@@ -276,11 +495,12 @@ func Verify(r io.Reader) (int, error) {
 			return n, fmt.Errorf("reading line %d: %w", num, err)
 		}
 		var prev string
+		var ckpt json.RawMessage
 		var perr error
 		if torn {
 			perr = errors.New("torn: it does not end in a newline (a write was cut short)")
 		} else {
-			prev, perr = prevOf(line)
+			prev, ckpt, perr = parseLine(line)
 		}
 		if broken != nil {
 			if perr == nil && prev == brokenSum {
@@ -308,6 +528,11 @@ func Verify(r io.Reader) (int, error) {
 			continue
 		}
 		want = sum(line)
+		if visit != nil {
+			if err := visit(&verifiedLine{num: num, text: line, prev: prev, sum: want, checkpoint: ckpt}); err != nil {
+				return n, err
+			}
+		}
 		n++
 	}
 	if broken != nil {
@@ -346,43 +571,53 @@ func sum(line []byte) string {
 // prevOf checks that line is one JSON object with no member twice and a
 // prev member of 64 lowercase hex digits, and returns that prev.
 func prevOf(line []byte) (string, error) {
+	prev, _, err := parseLine(line)
+	return prev, err
+}
+
+// parseLine is prevOf, returning also the line's checkpoint member, if it
+// has one.
+func parseLine(line []byte) (prev string, checkpoint json.RawMessage, err error) {
 	if len(line) == 0 {
-		return "", errors.New("empty line")
+		return "", nil, errors.New("empty line")
 	}
 	if !json.Valid(line) {
-		return "", errors.New("not valid JSON")
+		return "", nil, errors.New("not valid JSON")
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if tok, _ := dec.Token(); tok != json.Delim('{') {
-		return "", errors.New("not a JSON object")
+		return "", nil, errors.New("not a JSON object")
 	}
 	seen := make(map[string]bool)
-	prev, hasPrev := "", false
+	hasPrev := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", errors.New("not valid JSON")
+			return "", nil, errors.New("not valid JSON")
 		}
 		name, _ := tok.(string) // json.Valid said members have string names
 		if seen[name] {
-			return "", fmt.Errorf("member %q appears twice", name)
+			return "", nil, fmt.Errorf("member %q appears twice", name)
 		}
 		seen[name] = true
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return "", errors.New("not valid JSON")
+			return "", nil, errors.New("not valid JSON")
 		}
-		if name == "prev" {
+		switch name {
+		case "prev":
 			if json.Unmarshal(v, &prev) != nil || !isHash(prev) {
-				return "", errors.New("prev is not 64 lowercase hex digits")
+				return "", nil, errors.New("prev is not 64 lowercase hex digits")
 			}
 			hasPrev = true
+		case "checkpoint":
+			checkpoint = v
 		}
 	}
 	if !hasPrev {
-		return "", errors.New("no prev member")
+		return "", nil, errors.New("no prev member")
 	}
-	return prev, nil
+	return prev, checkpoint, nil
 }
 
 func isHash(s string) bool {

@@ -387,3 +387,43 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestLinesNameTheirWriter: every line names the host and process that
+// wrote it, and the owner or operator it was given; a journal begun
+// before lines named their writer is continued, and verifies whole.
+func TestLinesNameTheirWriter(t *testing.T) {
+	// Two lines as a journal without writers has them.
+	old := `{"prev":"` + Genesis + `","time":"2026-11-29T19:00:00Z","execution":"exe_1","tool":"charge_card","state":"accepted"}`
+	old2 := `{"prev":"` + hash(old) + `","time":"2026-11-29T19:00:01Z","execution":"exe_1","tool":"charge_card","state":"dispatched"}`
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	if err := os.WriteFile(path, []byte(old+"\n"+old2+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWith(path, Options{Writer: Process{Operator: "ops"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := entry(2)
+	e.Writer.Owner = "proxy-1"
+	if err := w.Record(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ls := lines(t, path)
+	var got struct{ Writer Process }
+	if err := json.Unmarshal([]byte(ls[2]), &got); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if want := (Process{Host: host, PID: os.Getpid(), Owner: "proxy-1", Operator: "ops"}); got.Writer != want {
+		t.Errorf("the new line's writer is %+v; want %+v", got.Writer, want)
+	}
+	f, _ := os.Open(path)
+	defer f.Close()
+	if n, err := Verify(f); n != 3 || err != nil {
+		t.Errorf("Verify of old lines and a new one = %d, %v; want 3, nil", n, err)
+	}
+}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -117,6 +120,24 @@ func BenchmarkPath(b *testing.B) {
 	}
 }
 
+// BenchmarkPathTraced is BenchmarkPath with OpenTelemetry tracing on:
+// every span recorded and sampled, none exported (the batching exporter
+// works on another goroutine, off the call's path).
+func BenchmarkPathTraced(b *testing.B) {
+	tracer := sdktrace.NewTracerProvider().Tracer("bench")
+	for _, mode := range []string{"new-execution", "replay", "read-only"} {
+		b.Run(mode, func(b *testing.B) {
+			call := pathCallTraced(b, mode, tracer)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				call(i)
+				i++
+			}
+		})
+	}
+}
+
 // BenchmarkPathCold is BenchmarkPath with the processor's caches evicted
 // before each call, as they are in a running chain: between two calls
 // through the proxy the client and the server run on the same processors,
@@ -151,13 +172,18 @@ func BenchmarkPathCold(b *testing.B) {
 // call i: distinct arguments for each i, or the same every time in mode
 // "replay".
 func pathCall(b *testing.B, mode string) func(i int) {
+	return pathCallTraced(b, mode, nil)
+}
+
+// pathCallTraced is pathCall with tracer, if not nil, tracing the calls.
+func pathCallTraced(b *testing.B, mode string, tracer trace.Tracer) func(i int) {
 	client, upstream := &sink{}, &sink{}
 	annotations := `{}`
 	if mode == "read-only" {
 		annotations = `{"readOnlyHint":true}`
 	}
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Tracer: tracer})
+	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u", Tracer: tracer})
 	ctx := context.Background()
 	tools := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`)
 	s.fromClient(ctx, tools)

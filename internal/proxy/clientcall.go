@@ -36,6 +36,7 @@ type clientCall struct {
 func (c *clientCall) finish() {
 	c.once.Do(func() {
 		c.release()
+		c.endSpan()
 		c.ctx.end()
 		c.s.inflight.Done()
 	})
@@ -55,6 +56,7 @@ func (c *clientCall) release() {
 func (c *clientCall) Reply(a intercept.Answer) error {
 	c.release()
 	defer c.finish()
+	c.traceAnswer(a)
 	if a.Error != nil {
 		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
 	}
@@ -97,6 +99,7 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
 	}
 	c.release()
 	defer c.finish()
+	c.traceAnswer(a)
 	frame := jsonrpc.NewResponse(c.id, a.Result)
 	if a.Error != nil {
 		frame = jsonrpc.NewRawErrorResponse(c.id, a.Error)
@@ -117,6 +120,9 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		return
 	}
 	c.key = string(jsonrpc.IDKey(in.ID))
+	if s.opts.Tracer != nil {
+		s.startSpan(c)
+	}
 	cctx := &c.ctx
 	s.mu.Lock()
 	if s.inUseLocked(c.key, false) {
@@ -166,10 +172,10 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
 		}
-		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
+		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
-		s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: call.Params}, nil)
+		s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id, Method: "tools/call", Params: call.Params}, nil)
 		c.mu.Unlock()
 		c.finish()
 		return
@@ -187,7 +193,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		Correlation:    c.key,
 	}
 	if route == intercept.RouteUnrecorded {
-		s.opts.Interceptor.PassedThrough(call.Name, pol.Class)
+		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
 		return
 	}

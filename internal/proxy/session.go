@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 )
 
@@ -73,6 +75,10 @@ type Options struct {
 	// mcp-idempotent may stand in front of another. Letters and digits
 	// only; empty means "mcp-idempotent:N".
 	Instance string
+	// Tracer, if set, starts a span for each tools/call of the client's
+	// (telemetry.StartCall), which the interceptor, given the same
+	// tracer, fills in; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // A Session relays one client connection to one upstream connection.

@@ -53,7 +53,7 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	s.opts.Interceptor.Handle(context.Background(), &sc.req)
 	c.mu.Lock()
 	c.passThrough = true
-	s.forward(&jsonrpc.Message{Raw: c.raw, ID: c.id, Method: "tools/call", Params: c.call.Params}, sc)
+	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id, Method: "tools/call", Params: c.call.Params}, sc)
 	c.mu.Unlock()
 	c.finish()
 }

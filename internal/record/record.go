@@ -119,6 +119,15 @@ type Record struct {
 	// A record in flight past its lease is an orphan: its owner died.
 	Owner      string    `json:"owner,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+
+	// Orphan is set only on a record that Reserve or Wait returns, and
+	// only when that call settled an orphan (OrphanChange): it is the
+	// orphan as the call left it. That is the record returned itself
+	// for an orphan sent (now unknown), or the orphan that a won
+	// reservation replaced (never sent, now failed). Exactly one caller
+	// settles an orphan, so exactly one learns of it here, to journal
+	// the takeover as its own. Never stored.
+	Orphan *Record `json:"-"`
 }
 
 // Apply moves r by c at now, which CanTransition must allow: the state and
@@ -164,6 +173,17 @@ func OrphanChange(r *Record) Change {
 		return Change{To: Failed, Note: "owner " + r.Owner + " went away before sending it"}
 	}
 	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after sending it; no answer was recorded"}
+}
+
+// WithOrphan returns r, or a copy of it whose Orphan is orphan if that
+// is set: a store's own record is shared, and never carries one.
+func (r *Record) WithOrphan(orphan *Record) *Record {
+	if orphan == nil {
+		return r
+	}
+	c := r.Clone()
+	c.Orphan = orphan
+	return c
 }
 
 // At returns when r last entered s, or the zero time.
@@ -290,7 +310,9 @@ var (
 // orphan, and the store settles it with OrphanChange in the same atomic
 // step that found it (so exactly one caller takes an orphan over): in
 // Reserve, before matching, and in Wait, which therefore returns by the
-// lease's end at the latest.
+// lease's end at the latest. The call that settles it says so in the
+// Orphan of the record it returns. A store may also settle orphans that
+// no call meets while it purges; no caller learns of those.
 type Store interface {
 	// Reserve claims r.Key for the new record r, atomically: of any number
 	// of concurrent calls for one key, exactly one wins. It wins when no
@@ -299,9 +321,10 @@ type Store interface {
 	// then stored as Accepted and returned with won true. Otherwise the
 	// holder is returned with won false, and its Attached count is raised
 	// by one if it is of r's action (the same Fingerprint): a caller
-	// whose client key names another action is refused, not attached. r
-	// is the store's once passed: a store may keep it, and the caller
-	// must not change it.
+	// whose client key names another action is refused, not attached. A
+	// store may write the count later, in a batch; the records it returns
+	// show it. r is the store's once passed: a store may keep it, and the
+	// caller must not change it.
 	Reserve(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, won bool, err error)
 
 	// Update applies c to the record id and returns the result. It returns

@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // TestDockerImage builds the Dockerfile and runs the image: the binary
@@ -14,12 +17,12 @@ import (
 func TestDockerImage(t *testing.T) {
 	docker, err := exec.LookPath("docker")
 	if err != nil {
-		t.Skip("no docker command: the image is not built here")
+		skipnote.Skip(t, "Docker image", "no docker command: the image is not built here")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, docker, "info").CombinedOutput(); err != nil {
-		t.Skipf("no Docker engine answers (docker info: %v): the image is not built here\n%s", err, firstLine(out))
+		skipnote.Skip(t, "Docker image", fmt.Sprintf("no Docker engine answers (docker info: %v): the image is not built here\n%s", err, firstLine(out)))
 	}
 	const tag = "mcp-idempotent:e2e-test"
 	build := exec.CommandContext(ctx, docker, "build", "--build-arg", "VERSION=0.0.0-e2e", "-t", tag, moduleRoot)

@@ -31,6 +31,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // Set once by TestMain, read-only afterwards.
@@ -74,6 +76,7 @@ func run(m *testing.M) int {
 	proxyBuildErr = goBuild(proxyBin, "./cmd/mcp-idempotent")
 
 	code := m.Run()
+	skipnote.Report("test/e2e")
 	if code == 0 {
 		// Every session was closed by its test's cleanup; a goroutine left
 		// behind is a leak in the client side of the harness.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // sharedStores returns the store URLs the shared-store tests run on: SQLite
@@ -149,6 +152,7 @@ func serviceURL(t *testing.T, env, example string) string {
 		t.Fatalf("%s is not set and MCPI_REQUIRE_SERVICES=1", env)
 	}
 	t.Logf("%s is not set: the tests on that store are skipped (run them with %s=%s)", env, env, example)
+	skipnote.Note("shared-store", fmt.Sprintf("%s is not set (run them with %s=%s)", env, env, example))
 	return ""
 }
 

@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // Set once by TestMain, read-only afterwards.
@@ -129,7 +131,9 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	skipnote.Report("test/torture")
+	return code
 }
 
 // seeded returns the test's random source, derived from the run's seed and

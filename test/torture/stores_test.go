@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
 // sharedStores returns the stores several proxy processes can share, by
@@ -48,6 +50,7 @@ func serviceURL(t *testing.T, env string) string {
 		t.Fatalf("%s is not set and MCPI_REQUIRE_SERVICES=1", env)
 	}
 	t.Logf("%s is not set: the cases on that store are skipped", env)
+	skipnote.Note("shared-store", env+" is not set")
 	return ""
 }
 

@@ -195,16 +195,17 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	defer s.mu.Unlock()
 	s.purge(now, purgeBatch)
 
+	var orphan *record.Record // settled here
 	if i, ok := s.byKey.get(r.Key); ok {
 		e := s.at(i)
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
+			orphan = s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
 		if cur := s.current(i, e); !s.replaceable(cur, r, now, opts) {
 			if cur.Fingerprint == r.Fingerprint {
 				cur = s.attach(i, e, cur)
 			}
-			return cur, false, nil
+			return cur.WithOrphan(orphan), false, nil
 		}
 	}
 	if _, dup := s.byID.get(r.ID); dup {
@@ -229,7 +230,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		// No one has this version yet: it may change in place.
 		rec.Apply(record.Change{To: record.Dispatched}, now)
 	}
-	return rec, true, nil
+	return rec.WithOrphan(orphan), true, nil
 }
 
 // attach counts one more caller of cur, the record of e in slot i, and
@@ -415,13 +416,14 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
 		}
+		var orphan *record.Record // settled here
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			s.apply(i, e, record.OrphanChange(e.fl.rec), now)
+			orphan = s.apply(i, e, record.OrphanChange(e.fl.rec), now)
 		}
 		if e.fl == nil || e.fl.rec.State.Settled() {
 			r := s.current(i, e)
 			s.mu.Unlock()
-			return r, nil
+			return r.WithOrphan(orphan), nil
 		}
 		if e.fl.settled == nil {
 			e.fl.settled = make(chan struct{})

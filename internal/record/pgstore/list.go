@@ -44,7 +44,10 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) { return scanRecord(row) })
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) {
+		rec, err := scanRecord(row)
+		return s.attaches.Show(rec), err
+	})
 	if err != nil {
 		return nil, s.fail(op, err)
 	}

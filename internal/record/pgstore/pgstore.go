@@ -91,8 +91,9 @@ type Store struct {
 	setupMu chan struct{} // one schema setup at a time
 	ready   atomic.Bool   // the schema exists
 
-	reserves atomic.Uint64 // Reserve calls, to pace purging
-	acquired atomic.Uint64 // connections acquire took: progress, under load
+	reserves atomic.Uint64       // Reserve calls, to pace purging
+	attaches record.AttachCounts // attaches counted and not yet written (attach.go)
+	acquired atomic.Uint64       // connections acquire took: progress, under load
 
 	q queries
 
@@ -103,8 +104,9 @@ type Store struct {
 	ctx    context.Context // cancelled by Close; bounds the listener
 	cancel context.CancelFunc
 
-	mu        sync.Mutex // guards closed, listening and secret; the listener starts under it
+	mu        sync.Mutex // guards closed, listening, flushing and secret; the listener starts under it
 	closed    bool
+	flushing  bool           // the attach counts' flusher was started
 	listening bool           // the listener goroutine was started
 	heard     atomic.Bool    // the listener is connected: notifications come
 	wg        sync.WaitGroup // the listener goroutine
@@ -161,7 +163,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
 		update: s.sql(updateSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
-		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL),
+		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL), flushAttaches: s.sql(flushAttachesSQL),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -171,6 +173,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", s.name, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
+		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
+	})
 	return s, nil
 }
 
@@ -199,6 +204,11 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	flush, cancel := context.WithTimeout(context.Background(), s.timeout)
+	if err := s.attaches.Close(flush); err != nil {
+		s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
+	}
+	cancel()
 	s.pool.Close()
 	s.waiters.wakeAll() // to find the pool closed
 	return nil
@@ -231,9 +241,9 @@ const (
 const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until`
 
 // reserveSQL inserts the new record unless another holds the key and, if
-// one does and may be matched, returns it, attached to if it is of the
-// same action (a client key reused for another is not): one statement,
-// one round trip, for both a new execution and a replay. The unique index
+// one does and may be matched, returns it: one statement, one round trip,
+// for both a new execution and a replay. A replay writes nothing (the
+// attach is counted apart: attach.go), so its commit flushes no WAL. The unique index
 // on the holder lets exactly one concurrent insert through. When it
 // returns no row, the holder is an orphan or replaceable (or appeared
 // after the statement's snapshot) and Reserve deals with it before trying
@@ -247,10 +257,9 @@ WITH ins AS (
 	ON CONFLICT (key) WHERE holds_key DO NOTHING
 	RETURNING `+columns+`
 ), att AS (
-	UPDATE {schema}.records SET attached = attached + CASE WHEN fingerprint = $fingerprint THEN 1 ELSE 0 END
+	SELECT `+columns+` FROM {schema}.records
 	WHERE key = $key AND holds_key AND NOT EXISTS (SELECT FROM ins)
 		AND NOT `+orphan+` AND NOT `+replaceable+`
-	RETURNING `+columns+`
 )
 SELECT true, `+columns+` FROM ins
 UNION ALL
@@ -306,7 +315,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, get, watch, renew, purge, orphans, secretInsert, secretSelect string
+	reserve, holder, release, update, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the
@@ -355,6 +364,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// finds one that appeared after its snapshot; a few passes suffice
 	// under any contention, and the bound guards against a holder that
 	// the statements and this code judge differently.
+	var orphan *record.Record // settled by this call
 	for range maxPasses {
 		if err := ctx.Err(); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", op, err)
@@ -364,8 +374,14 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, r.Attempts, r.Attached,
 			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace), &won)
 		switch {
+		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
+			// Attached to; a caller whose client key names another
+			// action is not.
+			rec.Orphan = orphan
+			return s.countAttach(rec), false, nil
 		case err == nil:
-			return rec, won, nil
+			rec.Orphan = orphan // rec is this call's own
+			return s.attaches.Show(rec), won, nil
 		case isUniqueViolation(err):
 			// The key's conflicts are absorbed by ON CONFLICT; this is
 			// the primary key.
@@ -384,8 +400,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		case holder.Orphaned(now):
 			// Settled by this caller or a concurrent one; either way
 			// the next pass matches or replaces the settled record.
-			if _, _, err := s.settleOrphan(ctx, conn, holder, now); err != nil {
+			settled, ok, err := s.settleOrphan(ctx, conn, holder, now)
+			if err != nil {
 				return nil, false, s.fail(op, err)
+			}
+			if ok {
+				orphan = settled
 			}
 		case s.replaceable(holder, r, now, opts):
 			// Release the key and compete for it again: whoever then
@@ -472,14 +492,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			return nil, s.fail(op, err)
 		}
 		if ok {
-			return rec, nil
+			return s.attaches.Show(rec), nil
 		}
 		cur, err := s.get(ctx, conn, id)
 		if err != nil {
 			return nil, s.wrap(op, err)
 		}
 		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
-			return cur, nil
+			return s.attaches.Show(cur), nil
 		}
 		if !c.Allowed(cur.State) {
 			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
@@ -543,7 +563,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	return rec, nil
+	return s.attaches.Show(rec), nil
 }
 
 // get reads the record id; it returns record.ErrNotFound unwrapped.

@@ -166,7 +166,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}
-			return rec, nil
+			return s.attaches.Show(rec), nil
 		}
 		next := heardPoll
 		if !s.heard.Load() {
@@ -218,7 +218,8 @@ func (s *Store) boundedCheck(ctx context.Context, id string) (*record.Record, er
 	return s.check(ctx, conn, id)
 }
 
-// check reads the record id and settles it if it is an orphan.
+// check reads the record id and settles it if it is an orphan, setting
+// the Orphan of the record it returns if it did.
 func (s *Store) check(ctx context.Context, q db, id string) (*record.Record, error) {
 	for {
 		now := s.clock()
@@ -227,7 +228,10 @@ func (s *Store) check(ctx context.Context, q db, id string) (*record.Record, err
 			return rec, err
 		}
 		rec, ok, err := s.settleOrphan(ctx, q, rec, now)
-		if err != nil || ok || !rec.Orphaned(now) {
+		if ok {
+			return rec.WithOrphan(rec.Clone()), err
+		}
+		if err != nil || !rec.Orphaned(now) {
 			return rec, err
 		}
 	}

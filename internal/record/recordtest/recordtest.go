@@ -62,6 +62,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RenewKeepsTheLease", testRenewKeepsTheLease},
 		{"WaitSettlesAnOrphan", testWaitSettlesAnOrphan},
 		{"ConcurrentOrphanTakeover", testConcurrentOrphanTakeover},
+		{"TakeoverIsReported", testTakeoverIsReported},
+		{"ConcurrentTakeoverReportedOnce", testConcurrentTakeoverReportedOnce},
 		{"List", testList},
 		{"ResendWhileDispatched", testResendWhileDispatched},
 		{"ConditionalClaim", testConditionalClaim},

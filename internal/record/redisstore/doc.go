@@ -17,11 +17,14 @@
 //	              take is one script, and the key expires once the
 //	              allowance is full again
 //
-// Everything a reservation or an update touches carries the hash tag {T}, so
-// each script works on keys of one Redis Cluster slot. The holder's record
-// key is built inside the reservation script from the holder's id; it shares
-// the tag, so it is in the same slot (Redis checks the slot, not the KEYS
-// list).
+// Everything a reservation or an update touches carries the hash tag {T},
+// so each script works on keys of one Redis Cluster slot, but for one key:
+// the reservation script writes the index Pi:<id> when it wins, so that a
+// replay or an attach writes none. The holder's record key is built inside
+// the reservation script from the holder's id; it shares the tag, so it is
+// in the same slot (Redis checks the slot, not the KEYS list). A Cluster
+// client, which this store does not have yet, would have to write the
+// index in a step of its own once the reservation is won.
 //
 // # Atomicity
 //
@@ -39,9 +42,9 @@
 // tag. The store remembers the tag of every record it has reserved, matched
 // or read (a bounded cache, plus the records its owners keep in flight), so
 // these calls make one round trip. A process that has only the id reads the
-// index key Pi:<id> first. Reserve and Update write that index in the same
-// pipeline as their script, so a record is findable by id alone from its
-// reservation on.
+// index key Pi:<id> first. The reservation script writes that index, and
+// Update writes it in the same pipeline as its script, so a record is
+// findable by id alone from its reservation on.
 //
 // # Expiry
 //

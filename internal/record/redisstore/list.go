@@ -75,7 +75,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 					return nil, s.wrap(op, err)
 				}
 				if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) {
-					recs = append(recs, r)
+					recs = append(recs, s.attaches.Show(r))
 				}
 			}
 			keep(false)

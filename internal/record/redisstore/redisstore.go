@@ -78,6 +78,8 @@ type Store struct {
 	done       chan struct{} // closed when the listener has returned
 	closeOnce  sync.Once
 	closeErr   error
+
+	attaches record.AttachCounts // counted by Reserve, not yet written (attach.go)
 }
 
 var _ record.Store = (*Store)(nil)
@@ -157,6 +159,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		}
 	}
 	cancel()
+	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
+		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
+	})
 	var listenCtx context.Context
 	listenCtx, s.stop = context.WithCancel(context.Background())
 	s.ps = s.rdb.Subscribe(listenCtx)
@@ -171,6 +176,11 @@ func (s *Store) Close() error {
 		s.stop()
 		_ = s.ps.Close()
 		<-s.done
+		flush, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		if err := s.attaches.Close(flush); err != nil {
+			s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
+		}
+		cancel()
 		s.closeErr = s.rdb.Close()
 		s.wakeAll() // to find the client closed
 	})
@@ -216,15 +226,14 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		replace += string(st) + ","
 	}
 	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now)...)
-	// The id's index goes with the reservation, in the same round trip:
-	// another process must find a record by its id from the start (one
-	// that attached to it waits on it by id, while this one may wait for
-	// its account's room before its first update). If the reservation is
-	// not won, the index names a record that never was, and expires.
-	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID)}
+	// The script writes the id's index when it wins, so that another
+	// process finds the record by its id from the start (one that
+	// attached to it waits on it by id, while this one may wait for its
+	// account's room before its first update); a reservation it does
+	// not win, a replay or an attach, leaves no key behind.
+	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
 	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
 		eval(ctx, p, reserveScript, full, keys, args...)
-		p.Set(ctx, s.indexKey(r.ID), tag, indexFlightTTL)
 	})
 	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err != nil {
@@ -234,7 +243,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
 	}
 	won, _ := v[0].(int64)
-	if oid, _ := v[1].(string); oid != "" {
+	oid, _ := v[1].(string)
+	if oid != "" {
 		ttl, _ := v[2].(int64)
 		s.orphanSettled(ctx, oid, ttl)
 	}
@@ -243,6 +253,15 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		rec := accepted(r, now)
 		s.tags.put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
+		if oid != "" && len(v) > 3 {
+			orphan, err := s.decodeReply(v[3], tag)
+			if err != nil {
+				// The reservation is made: only the report of the
+				// takeover is lost, and the orphan's record holds it.
+				s.log.Warn("decoding the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
+			}
+			rec = rec.WithOrphan(orphan)
+		}
 		return rec, true, nil
 	case -1:
 		return nil, false, fmt.Errorf("%s: execution id already used", op)
@@ -253,6 +272,14 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec, err := s.decodeReply(v[3], tag)
 	if err != nil {
 		return nil, false, s.fail(op, err)
+	}
+	if oid != "" {
+		rec.Orphan = rec.Clone() // rec is this call's own
+	}
+	if rec.Fingerprint == r.Fingerprint {
+		// Attached to; a caller whose client key names another action
+		// is not.
+		s.countAttach(rec)
 	}
 	return rec, false, nil
 }
@@ -269,7 +296,7 @@ func (s *Store) decodeReply(v any, tag string) (*record.Record, error) {
 		return nil, err
 	}
 	s.tags.put(rec.ID, loc{tag, rec.Retention})
-	return rec, nil
+	return s.attaches.Show(rec), nil
 }
 
 // orphanSettled follows up a script that settled the orphan id: its
@@ -402,7 +429,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 		return nil, s.fail(op, err)
 	}
 	s.tags.put(id, loc{l.tag, rec.Retention})
-	return rec, nil
+	return s.attaches.Show(rec), nil
 }
 
 // Wait implements record.Store.
@@ -478,10 +505,15 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 	if len(v) < 3 {
 		return nil, fmt.Errorf("unexpected reply %v", v)
 	}
+	rec, err := s.decodeReply(v[2], l.tag)
 	if ttl, _ := v[1].(int64); ttl > 0 {
+		// Settled by this call: the script gives a settled orphan a TTL.
 		s.orphanSettled(ctx, id, ttl)
+		if err == nil {
+			rec.Orphan = rec.Clone()
+		}
 	}
-	return s.decodeReply(v[2], l.tag)
+	return rec, err
 }
 
 // Renew implements record.Store. It renews, in one round trip, the records

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ const maxTTL = 100 * 365 * 24 * time.Hour
 var (
 	// reserveScript claims a key.
 	//
-	//	KEYS[1] the holder key, KEYS[2] the new record's key
+	//	KEYS[1] the holder key, KEYS[2] the new record's key, KEYS[3]
+	//	the new record's index (outside the tag's slot: see doc.go)
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
 	//	[6] the new record's fingerprint (only a record of the same
@@ -32,8 +34,9 @@ var (
 	//	[7...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
-	// 0 (the holder is returned, attached to if it is of the same
-	// action) or -1 (the id is taken).
+	// 0 (the holder is returned; the caller counts the attach if it is of
+	// the same action) or -1 (the id is taken). With won 1, the fields are
+	// the orphan's it settled, if it did.
 	reserveScript = redis.NewScript(luaLib + `
 local now, channel = ARGV[1], ARGV[2]
 local hid = redis.call('GET', KEYS[1])
@@ -51,9 +54,7 @@ if hid then
     local replace = (h[5] == ARGV[6] and (st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)))
       or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
     if not replace then
-      if h[5] == ARGV[6] then
-        redis.call('HINCRBY', rk, 'attached', 1)
-      end
+      -- A match: the caller counts its attach (attach.go).
       return {0, oid, ottl, redis.call('HGETALL', rk)}
     end
   end
@@ -64,6 +65,10 @@ end
 redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('SET', KEYS[1], ARGV[4])
 flight_ttl(KEYS[2], KEYS[1], true, now)
+redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', ` + strconv.FormatInt(indexFlightTTL.Milliseconds(), 10) + `)
+if oid ~= '' then
+  return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
+end
 return {1, oid, ottl}
 `)
 
@@ -128,7 +133,7 @@ end
 return 0
 `)
 
-	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript}
+	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript, attachScript}
 )
 
 // luaLib is the preamble every script shares. Its tables come from the

@@ -36,15 +36,19 @@ func BenchmarkReserveComplete(b *testing.B) {
 }
 
 func BenchmarkReplay(b *testing.B) {
-	s := open(b, dbPath(b), sqlitestore.Options{})
-	ctx := context.Background()
-	if _, err := recordtest.Execute(ctx, s, "replayed"); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		got, won, err := s.Reserve(ctx, newRecord("replayed"), record.ReserveOptions{})
-		if err != nil || won || got.State != record.Delivered {
-			b.Fatalf("Reserve = %v won=%v %v; want the delivered record", got, won, err)
-		}
+	for _, sync := range []string{"normal", "full"} {
+		b.Run("sync="+sync, func(b *testing.B) {
+			s := open(b, dbPath(b), sqlitestore.Options{Sync: sync})
+			ctx := context.Background()
+			if _, err := recordtest.Execute(ctx, s, "replayed"); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				got, won, err := s.Reserve(ctx, newRecord("replayed"), record.ReserveOptions{})
+				if err != nil || won || got.State != record.Delivered {
+					b.Fatalf("Reserve = %v won=%v %v; want the delivered record", got, won, err)
+				}
+			}
+		})
 	}
 }

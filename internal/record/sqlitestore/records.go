@@ -19,9 +19,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if lost := s.lost.Load(); lost != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
 	}
+	if rec, ok := s.matchRead(ctx, r, opts); ok {
+		return rec, false, nil
+	}
 	var rec *record.Record
 	var won bool
-	var orphan string
+	var orphan *record.Record
 	err := s.whileBusy(ctx, func() (err error) {
 		rec, won, orphan, err = s.reserve(ctx, r, opts)
 		return err
@@ -29,24 +32,28 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
 	}
-	if orphan != "" {
-		s.notify(orphan)
+	if orphan != nil {
+		s.notify(orphan.ID)
+		rec.Orphan = orphan // rec is this call's own
+	}
+	if !won {
+		rec = s.attaches.Show(rec)
 	}
 	return rec, won, nil
 }
 
-// reserve is Reserve's transaction. It also returns the id of an orphan it
+// reserve is Reserve's transaction. It also returns the orphan it
 // settled, whose waiters are to be woken once it has committed.
-func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan string, err error) {
+func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, err error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, false, "", err
+		return nil, false, nil, err
 	}
 	defer tx.Rollback()
 	now := s.clock()
 	if s.reserves.Add(1)%purgeEvery == 0 {
 		if _, err := s.purge(ctx, tx, now, purgeBatch); err != nil {
-			return nil, false, "", fmt.Errorf("purging expired records: %w", err)
+			return nil, false, nil, fmt.Errorf("purging expired records: %w", err)
 		}
 	}
 
@@ -55,12 +62,12 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 	case errors.Is(err, sql.ErrNoRows):
 		cur = nil
 	case err != nil:
-		return nil, false, "", err
+		return nil, false, nil, err
 	}
 	if cur != nil {
 		if cur.Orphaned(now) {
 			apply(cur, record.OrphanChange(cur), now)
-			orphan = cur.ID
+			orphan = cur.Clone() // as settled, before an attach counts
 		}
 		if !replaceable(cur, r, now, opts) {
 			attach := cur.Fingerprint == r.Fingerprint
@@ -68,26 +75,26 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 				cur.Attached++
 			}
 			switch {
-			case orphan != "":
+			case orphan != nil:
 				err = s.writeRecord(ctx, tx, cur)
 			case attach:
 				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
 			}
 			if err != nil {
-				return nil, false, "", err
+				return nil, false, nil, err
 			}
 			if err := tx.Commit(); err != nil {
-				return nil, false, "", err
+				return nil, false, nil, err
 			}
 			return cur, false, orphan, nil
 		}
-		if orphan != "" {
+		if orphan != nil {
 			if err := s.writeRecord(ctx, tx, cur); err != nil {
-				return nil, false, "", err
+				return nil, false, nil, err
 			}
 		}
 		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
-			return nil, false, "", err
+			return nil, false, nil, err
 		}
 	}
 
@@ -100,12 +107,12 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err := s.insertRecord(ctx, tx, rec); err != nil {
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-			return nil, false, "", errors.New("execution id already used")
+			return nil, false, nil, errors.New("execution id already used")
 		}
-		return nil, false, "", err
+		return nil, false, nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, false, "", err
+		return nil, false, nil, err
 	}
 	return rec, true, orphan, nil
 }
@@ -130,7 +137,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if c.To.Settled() {
 		s.notify(id)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
@@ -173,7 +180,7 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("getting %s: %w", id, err)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 // Renew implements record.Store, in one statement.
@@ -227,7 +234,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		if err != nil {
 			return nil, fmt.Errorf("listing executions: %w", err)
 		}
-		recs = append(recs, r)
+		recs = append(recs, s.attaches.Show(r))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing executions: %w", err)

@@ -80,12 +80,15 @@ func (s *Store) migrate(ctx context.Context) error {
 // rather than once per call. All but get and renew run on the writer.
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
-	get                                                *sql.Stmt // on the readers
-	renew                                              *sql.Stmt // on the renewer
+	// holder reads a key's holder from the read pool, and addAttached
+	// writes counted attaches (attach.go).
+	holder, addAttached *sql.Stmt
+	get                 *sql.Stmt // on the readers
+	renew               *sql.Stmt // on the renewer
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.purge, st.renew, st.get}
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.purge, st.renew, st.get, st.holder, st.addAttached}
 }
 
 // columns are the records columns a Record is read from, in scanRecord's
@@ -110,6 +113,8 @@ func (s *Store) prepare(ctx context.Context) error {
 		// The state list matches records_owner's, so the index serves it.
 		{s.l, &s.st.renew, "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN ('accepted', 'dispatched')"},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
+		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
+		{s.w, &s.st.addAttached, "UPDATE records SET attached = attached + ? WHERE id = ?"},
 	} {
 		st, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {

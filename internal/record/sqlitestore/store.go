@@ -80,8 +80,9 @@ type Store struct {
 	v  *sql.DB
 	st statements
 
-	reserves  atomic.Uint64 // counts Reserve calls, to pace purges
-	closed    chan struct{} // closed by Close, to end waits
+	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
+	attaches  record.AttachCounts // counted by matchRead, not yet written
+	closed    chan struct{}       // closed by Close, to end waits
 	closeOnce sync.Once
 
 	mu      sync.Mutex         // protects waiters and polling
@@ -237,6 +238,9 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	// A write that fails keeps its counts for the next, and Close
+	// reports the last failure.
+	s.attaches.Start(attachFlush, s.writeAttaches, nil)
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -285,6 +289,9 @@ func isBusy(err error) bool {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	var errs []error
+	if err := s.attaches.Close(context.Background()); err != nil {
+		errs = append(errs, fmt.Errorf("writing the counts of attached callers: %w", err))
+	}
 	for _, st := range s.st.all() {
 		if st != nil {
 			errs = append(errs, st.Close())

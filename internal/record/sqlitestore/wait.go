@@ -20,7 +20,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waiting for %s: %w", id, err)
 	}
-	return r, nil
+	return s.attaches.Show(r), nil
 }
 
 func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
@@ -60,7 +60,8 @@ func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
 }
 
 // settleOrphan settles the record id with OrphanChange if it is still an
-// orphan once it holds the write lock, and returns the record.
+// orphan once it holds the write lock, and returns the record, with its
+// Orphan set if this call settled it.
 func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -80,7 +81,7 @@ func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, er
 		return nil, err
 	}
 	s.notify(id)
-	return r, nil
+	return r.WithOrphan(r.Clone()), nil
 }
 
 // subscribe returns the wake-up for record id that this Store's Waits

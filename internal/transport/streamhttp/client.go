@@ -32,6 +32,11 @@ const (
 	// headerIdempotencyKey carries a tools/call's execution id, per the IETF
 	// draft "The Idempotency-Key HTTP Header Field".
 	headerIdempotencyKey = "Idempotency-Key"
+	// headerTraceparent and headerTracestate carry W3C trace context
+	// (https://www.w3.org/TR/trace-context/); MCP carries the same
+	// fields in params._meta.
+	headerTraceparent = "traceparent"
+	headerTracestate  = "tracestate"
 )
 
 // DefaultMaxMessage is the largest frame or SSE line accepted when

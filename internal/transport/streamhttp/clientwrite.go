@@ -49,6 +49,9 @@ func (c *Client) WriteFrame(frame []byte) error {
 			req.Header.Set(headerIdempotencyKey, key)
 		}
 	}
+	if !m.Batch && bytes.Contains(m.Params, []byte(headerTraceparent)) {
+		setTraceHeaders(req.Header, m.Params)
+	}
 	s := sentOf(msgs)
 
 	c.mu.Lock()
@@ -216,6 +219,29 @@ func idempotencyKey(params json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return sfString(id)
+}
+
+// setTraceHeaders copies the W3C trace context in params._meta to the
+// headers of its POST, so that a server traced at the HTTP layer sees the
+// same parent as one that reads _meta. A value that is not printable
+// ASCII, which no valid one is, is left out.
+func setTraceHeaders(h http.Header, params json.RawMessage) {
+	meta := member(params, "_meta")
+	for _, name := range []string{headerTraceparent, headerTracestate} {
+		if v, ok := jsonrpc.StringValue(member(meta, name)); ok && v != "" && printable(v) {
+			h.Set(name, v)
+		}
+	}
+}
+
+// printable reports whether s is printable ASCII, as a header value may be.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // sfString encodes s as an RFC 8941 section 3.3.3 String.

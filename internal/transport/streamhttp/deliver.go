@@ -145,6 +145,7 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 		}
 		st.want++
 		p := &pendingRequest{streams: []*stream{st}, frame: body}
+		p.traceparent, p.tracestate = traceHeaders(r.Header)
 		if token != "" && !st.isJSON {
 			p.token = token
 			ss.progress[token] = st

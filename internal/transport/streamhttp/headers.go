@@ -272,3 +272,17 @@ func learnTools(known map[string][]paramHeader, result []byte) {
 		known[name] = bindings
 	}
 }
+
+// traceHeaders returns the W3C trace context headers of h. A traceparent
+// given twice is none: the recipient cannot tell which one the sender
+// meant. tracestate may be split over several lines, which join with
+// commas (W3C Trace Context, section 3.3.1.1).
+func traceHeaders(h http.Header) (traceparent, tracestate string) {
+	if v := h.Values(headerTraceparent); len(v) == 1 {
+		traceparent = v[0]
+	}
+	if traceparent != "" {
+		tracestate = strings.Join(h.Values(headerTracestate), ",")
+	}
+	return traceparent, tracestate
+}

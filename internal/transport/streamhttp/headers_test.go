@@ -212,3 +212,46 @@ func headerSafe(v string) bool {
 	}
 	return strings.TrimSpace(v) == v
 }
+
+// TestTraceHeaders: the trace context of a POST is its one traceparent
+// header; two are none, since the sender's meaning cannot be told, and
+// tracestate lines join.
+func TestTraceHeaders(t *testing.T) {
+	const p1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const p2 = "00-ffffffffffffffffffffffffffffffff-00f067aa0ba902b7-01"
+	for _, tt := range []struct {
+		name          string
+		header        http.Header
+		parent, state string
+	}{
+		{"none", http.Header{}, "", ""},
+		{"one", http.Header{"Traceparent": {p1}, "Tracestate": {"a=1", "b=2"}}, p1, "a=1,b=2"},
+		{"two", http.Header{"Traceparent": {p1, p2}, "Tracestate": {"a=1"}}, "", ""},
+		{"state alone", http.Header{"Tracestate": {"a=1"}}, "", ""},
+	} {
+		parent, state := traceHeaders(tt.header)
+		if parent != tt.parent || state != tt.state {
+			t.Errorf("%s: got %q, %q; want %q, %q", tt.name, parent, state, tt.parent, tt.state)
+		}
+	}
+}
+
+// TestTraceHeadersGoUpstream: a request whose _meta carries trace
+// context is POSTed with it in the headers too; one whose _meta holds a
+// value no header may carry is POSTed without it.
+func TestTraceHeadersGoUpstream(t *testing.T) {
+	for _, tt := range []struct {
+		params string
+		want   string
+	}{
+		{`{"name":"x","_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{`{"name":"x","_meta":{"traceparent":"a\nb"}}`, ""},
+		{`{"name":"x","traceparent":"not in _meta"}`, ""},
+	} {
+		h := http.Header{}
+		setTraceHeaders(h, json.RawMessage(tt.params))
+		if got := h.Get("traceparent"); got != tt.want {
+			t.Errorf("%s: traceparent header %q; want %q", tt.params, got, tt.want)
+		}
+	}
+}

@@ -75,6 +75,24 @@ type pendingRequest struct {
 	streams []*stream
 	frame   []byte // the request as the client sent it, to tell a re-send
 	token   string // its progress token, if any
+	// traceparent and tracestate are the W3C trace context headers of
+	// the POST that carried it, if any (TraceHeaders).
+	traceparent, tracestate string
+}
+
+// TraceHeaders returns the W3C trace context headers (traceparent and
+// tracestate) of the HTTP request that carried the client's request
+// under key (its jsonrpc.IDKey as the proxy sees it), while it is owed
+// an answer; empty when it carried none. They are the transport's facts,
+// which a message cannot forge: the request's own _meta may carry
+// another parent, which then wins.
+func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if p := ss.pending[key]; p != nil {
+		return p.traceparent, p.tracestate
+	}
+	return "", ""
 }
 
 // answerLocked appends the answer to every stream of p. written, if not

@@ -130,6 +130,8 @@ type EchoArgs struct {
 type Echo struct {
 	Meta map[string]any `json:"meta"`
 	N    int            `json:"n"` // the number of echo_meta runs, this one included
+	// Traceparent is the request's HTTP traceparent header, over HTTP.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Calls is the structured result of calls.
@@ -283,9 +285,13 @@ func main() {
 			return nil, Echo{}, err
 		}
 		log.Printf("echo_meta tag=%s n=%d meta=%s", in.Tag, n, b)
+		echo := Echo{Meta: meta, N: n}
+		if req.Extra != nil && req.Extra.Header != nil {
+			echo.Traceparent = req.Extra.Header.Get("traceparent")
+		}
 		return &mcp.CallToolResult{
 			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
-		}, Echo{Meta: meta, N: n}, nil
+		}, echo, nil
 	})
 
 	mcp.AddTool(s, &mcp.Tool{

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// resolve settles an unknown execution as a says, prints it, and appends
+// the transition to a.journal, if given, as the operator's.
+//
+// The journal is opened first. A journal that a proxy holds, or whose
+// tail is broken, refuses the command before anything is resolved: a
+// resolution is never made that its journal cannot take. A line that
+// cannot be written after the store took the resolution (a full disk) is
+// an error, said after the record is printed, so it is not lost silently
+// either.
+func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout io.Writer) error {
+	var jw *journal.Writer
+	if a.journal != "" {
+		var err error
+		if jw, err = openOperatorJournal(a.journal); err != nil {
+			return err
+		}
+		defer jw.Close()
+	}
+	r, err := resolveExecution(ctx, store, a.pos[0], a.as, a.note)
+	if err != nil {
+		return err
+	}
+	if err := a.print(stdout, r); err != nil {
+		return err
+	}
+	if jw == nil {
+		return nil
+	}
+	err = jw.Record(resolvedEntry(r))
+	if err == nil {
+		err = jw.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("execution %s was resolved as %s, but its journal line may not have been written: %w", r.ID, r.State, err)
+	}
+	return nil
+}
+
+// openOperatorJournal opens the journal at file for activity resolve,
+// naming the operator as the writer of its lines.
+func openOperatorJournal(file string) (*journal.Writer, error) {
+	jw, err := journal.OpenWith(file, journal.Options{Writer: journal.Process{Operator: osUser()}})
+	if errors.Is(err, journal.ErrLocked) {
+		// A journal has one writer at a time (journal.Open).
+		return nil, fmt.Errorf("--journal %s: %w, such as a proxy; nothing was resolved: give this command a journal file of its own, or stop the proxy first", file, journal.ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--journal: %w; nothing was resolved", err)
+	}
+	return jw, nil
+}
+
+// resolvedEntry is the journal line of r's resolution, its last
+// transition.
+func resolvedEntry(r *record.Record) journal.Entry {
+	last := r.History[len(r.History)-1]
+	return journal.Entry{
+		Time: last.At, Execution: r.ID, Tool: r.Tool, State: string(r.State), Attempt: r.Attempts,
+		Upstream: r.Upstream, Actor: r.Actor, Scope: r.Scope, Fingerprint: r.Fingerprint, Note: last.Note,
+	}
+}
+
+// resolveExecution settles an unknown execution as an operator found it,
+// recording who did and why.
+func resolveExecution(ctx context.Context, store record.Store, id, as, note string) (*record.Record, error) {
+	cur, err := store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State != record.Unknown {
+		return nil, fmt.Errorf("execution %s is %s; only an unknown execution is resolved by hand", id, cur.State)
+	}
+	why := "resolved by " + osUser()
+	if note != "" {
+		why += ": " + note
+	}
+	// Only from unknown: a proxy may re-dispatch it meanwhile, and that
+	// execution's outcome is then the proxy's to record.
+	c := record.Change{From: record.Unknown, Note: why}
+	switch record.State(as) {
+	case record.Failed:
+		c.To = record.Failed
+	case record.Completed:
+		// Retries of a completed execution replay its result: this one
+		// says what the operator found.
+		text := fmt.Sprintf("Completed: execution %s of %s was resolved as done by an operator (%s).", id, cur.Tool, why)
+		result, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": text}}}) // strings always marshal
+		c.To, c.Result = record.Completed, result
+	default:
+		return nil, usagef("--as: %q is not failed or completed", as)
+	}
+	r, err := store.Update(ctx, id, c)
+	if errors.Is(err, record.ErrConflict) {
+		return nil, fmt.Errorf("execution %s changed while it was being resolved: %w", id, err)
+	}
+	return r, err
+}

@@ -1,0 +1,56 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
+)
+
+// The span of a call is its caller's: the caller starts it, in the
+// context Handle is given, and ends it once the call is answered. The
+// interceptor adds what it decided and, with Options.Tracer, a span for
+// each send upstream. Without a tracer none of this costs more than a
+// nil check.
+
+// decided tells the observer, and the call's span, what became of req's
+// call to tool.
+func (in *Interceptor) decided(req *Request, tool string, decision string) {
+	in.obs.Decision(tool, req.Policy.Class, decision)
+	if in.tracer != nil {
+		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Decision.String(decision))
+	}
+}
+
+// traceRecord marks req's span with the execution rec, in the state the
+// call found or left it.
+func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
+	if in.tracer != nil {
+		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID), telemetry.State.String(string(rec.State)))
+	}
+}
+
+// traceEvent adds an event to req's span: a wait the proxy made.
+func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration, attrs ...attribute.KeyValue) {
+	if in.tracer != nil {
+		attrs = append(attrs, attribute.Int64("mcp_idempotent.wait_ms", wait.Milliseconds()))
+		trace.SpanFromContext(req.bg).AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}
+
+// traceSend starts the span of the execution's next send, under its
+// call's, and returns the context to send in, the members that carry the
+// span upstream in the call's _meta, and done wrapped to end the span.
+func (e *execution) traceSend(ctx context.Context, done func(json.RawMessage, error)) (context.Context, []byte, func(json.RawMessage, error)) {
+	ctx, span := telemetry.StartSend(ctx, e.in.tracer, e.tool(), e.n+1)
+	trace.SpanFromContext(e.req.bg).SetAttributes(telemetry.Attempts.Int(e.n + 1))
+	return ctx, telemetry.Inject(ctx).MetaMembers(), func(result json.RawMessage, err error) {
+		telemetry.EndSend(span, err)
+		done(result, err)
+	}
+}

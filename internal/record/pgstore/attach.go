@@ -1,0 +1,38 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Attaches are counted here, not by Reserve's statement: a replay or an
+// attach then only reads, and commits no write (no WAL flush), and the
+// counts go to the database in one statement every attachFlush, and at
+// Close. A record this Store returns shows its own pending counts;
+// another process sees them up to attachFlush later.
+const attachFlush = time.Second
+
+// flushAttachesSQL adds counted attaches to their records.
+const flushAttachesSQL = `UPDATE {schema}.records AS r SET attached = r.attached + v.n
+	FROM unnest($1::text[], $2::integer[]) AS v(id, n) WHERE r.id = v.id`
+
+// countAttach counts a caller attached to rec, which Reserve read, and
+// returns rec with its count as it now is.
+func (s *Store) countAttach(rec *record.Record) *record.Record {
+	rec.Attached += s.attaches.Add(rec.ID)
+	return rec
+}
+
+// writeAttaches writes counted attaches in one statement (see
+// record.AttachCounts.Start).
+func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) error {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, s.q.flushAttaches, ids, ns); err != nil {
+		return err
+	}
+	s.attaches.Written(ids, ns)
+	return nil
+}

@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A replay or an attach is answered by a reservation script that only
+// reads; its attach is counted here and written with others every
+// attachFlush, and at Close, in one pipeline. A record this Store returns
+// shows its own pending counts; another process sees them up to
+// attachFlush later.
+const attachFlush = time.Second
+
+// attachScript adds ARGV[1] to the attached count of the record KEYS[1],
+// if it still exists: a count never makes a key of its own.
+var attachScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('HINCRBY', KEYS[1], 'attached', ARGV[1])
+end
+return 0
+`)
+
+// countAttach counts a caller attached to rec, which a reservation
+// returned with the counts not yet written.
+func (s *Store) countAttach(rec *record.Record) {
+	s.attaches.Add(rec.ID)
+	rec.Attached++
+}
+
+// writeAttaches writes counted attaches in one pipeline (see
+// record.AttachCounts.Start), and marks written those the server took:
+// a count sent again after it was taken would count twice.
+func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) error {
+	ctx, cancel := context.WithTimeout(ctx, ioTimeout)
+	defer cancel()
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		l, _, err := s.locate(ctx, id)
+		switch {
+		case errors.Is(err, record.ErrNotFound):
+			continue // gone: nothing to count on
+		case err != nil:
+			return err
+		}
+		keys[i] = s.recordKey(l.tag, id)
+	}
+	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+		for i, key := range keys {
+			if key != "" {
+				eval(ctx, p, attachScript, full, []string{key}, ns[i])
+			}
+		}
+	})
+	var done []string
+	var doneN []int32
+	var first error
+	j := 0 // cmds holds a command for each id with a key
+	for i, key := range keys {
+		if key != "" {
+			err := cmds[j].Err()
+			j++
+			if err != nil {
+				first = cmp.Or(first, err)
+				continue // kept for the next try
+			}
+		}
+		done, doneN = append(done, ids[i]), append(doneN, ns[i])
+	}
+	s.attaches.Written(done, doneN)
+	return first
+}

@@ -1,0 +1,61 @@
+package sqlitestore
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A replay or an attach is answered from a read on the read pool, with
+// no write transaction: it takes no write lock and syncs nothing. Its
+// attach is counted here and written with others every attachFlush, and
+// at Close, in one transaction. A record this Store returns shows its
+// own pending counts; another process sees them up to attachFlush later.
+const attachFlush = time.Second
+
+// matchRead answers r's reservation from a read when the key's holder
+// can be matched as it is (not an orphan, not replaceable): the holder,
+// counted as attached to if it is of r's action. ok is false when the
+// reservation needs the write transaction, or the read failed (the
+// transaction then meets the failure itself).
+func (s *Store) matchRead(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, ok bool) {
+	cur, err := scanRecord(s.st.holder.QueryRowContext(ctx, r.Key))
+	if err != nil {
+		return nil, false
+	}
+	now := s.clock()
+	if cur.Orphaned(now) || replaceable(cur, r, now, opts) {
+		return nil, false
+	}
+	if cur.Fingerprint != r.Fingerprint {
+		// A client key reused for another action: refused, not attached.
+		return s.attaches.Show(cur), true
+	}
+	cur.Attached += s.attaches.Add(cur.ID)
+	return cur, true
+}
+
+// writeAttaches writes counted attaches in one transaction (see
+// record.AttachCounts.Start).
+func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) error {
+	err := s.whileBusy(ctx, func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		add := tx.StmtContext(ctx, s.st.addAttached)
+		for i, id := range ids {
+			if _, err := add.ExecContext(ctx, ns[i], id); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return err
+	}
+	s.attaches.Written(ids, ns)
+	return nil
+}

@@ -1,0 +1,98 @@
+// Package telemetry traces the proxy's work with OpenTelemetry when the
+// environment configures an exporter (the standard OTEL_* variables), and
+// carries W3C trace context through the proxy: from a call's
+// params._meta, or its HTTP request's traceparent header, to the span of
+// the call, and from there upstream, so that a trace runs from the client
+// through the proxy to the server.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Name is the instrumentation scope of the proxy's spans.
+const Name = "github.com/mcp-idempotent/mcp-idempotent"
+
+// Setup returns the tracer the proxy's spans come from, and the function
+// that flushes and stops it, which a clean stop calls. Tracing is on when
+// OTEL_TRACES_EXPORTER is otlp, or unset while an OTLP endpoint is
+// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
+// off, with a nil tracer, otherwise, and always with OTEL_SDK_DISABLED=true.
+// The protocol is OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+// OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default) or grpc. The
+// exporter reads the rest of its OTEL_EXPORTER_OTLP_* variables itself
+// (headers, timeout, TLS, compression), the sampler and the batching
+// theirs (OTEL_TRACES_SAMPLER, OTEL_BSP_*), and the resource
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+//
+// Export failures are logged to log at warn, never to the client.
+func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer, func(context.Context) error, error) {
+	exp, err := exporter(ctx)
+	if exp == nil || err != nil {
+		return nil, func(context.Context) error { return nil }, err
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "mcp-idempotent"), attribute.String("service.version", version)),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("exporting traces", "err", err)
+	}))
+	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), tp.Shutdown, nil
+}
+
+// exporter returns the OTLP exporter the environment asks for, or nil
+// when it asks for none.
+func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+		return nil, nil
+	}
+	switch name := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); name {
+	case "none":
+		return nil, nil
+	case "":
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return nil, nil
+		}
+	case "otlp":
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: mcp-idempotent exports traces with otlp only (or none)", name)
+	}
+	variable, protocol := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var exp *otlptrace.Exporter
+	var err error
+	switch protocol {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("%s=%s: the protocols are http/protobuf and grpc", variable, protocol)
+	}
+	if err != nil {
+		return nil, errors.Join(errors.New("starting the OTLP trace exporter"), err)
+	}
+	return exp, nil
+}

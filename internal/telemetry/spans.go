@@ -1,0 +1,94 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The attributes of the proxy's spans: OpenTelemetry's MCP semantic
+// conventions where they name a thing, the proxy's own beside them.
+const (
+	MethodName    = attribute.Key("mcp.method.name")
+	SessionID     = attribute.Key("mcp.session.id")
+	ToolName      = attribute.Key("gen_ai.tool.name")
+	OperationName = attribute.Key("gen_ai.operation.name")
+	RequestID     = attribute.Key("jsonrpc.request.id")
+	ErrorType     = attribute.Key("error.type")
+	StatusCode    = attribute.Key("rpc.response.status_code")
+
+	// Decision is what became of the call: new, attached, replayed,
+	// passed_through, and the rest that the decisions metric counts.
+	Decision = attribute.Key("mcp_idempotent.decision")
+	// Execution is the execution the call ran or matched.
+	Execution = attribute.Key("mcp_idempotent.execution.id")
+	// State is the execution's state when the call was answered; on a
+	// store span, the state a change moves it to.
+	State = attribute.Key("mcp_idempotent.state")
+	// Attempts counts the sends of the call's execution; Attempt numbers
+	// one send.
+	Attempts = attribute.Key("mcp_idempotent.attempts")
+	Attempt  = attribute.Key("mcp_idempotent.attempt")
+)
+
+// StartCall starts the span of a tools/call of tool that the proxy
+// received as request id, in session (empty over stdio), parented to the
+// trace context that came with it. The span ends when the call is
+// answered or passed upstream.
+func StartCall(ctx context.Context, t trace.Tracer, parent Carrier, tool string, id json.RawMessage, session string) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		MethodName.String("tools/call"),
+		ToolName.String(tool),
+		OperationName.String("execute_tool"),
+		RequestID.String(requestID(id)),
+	}
+	if session != "" {
+		attrs = append(attrs, SessionID.String(session))
+	}
+	return t.Start(parent.Extract(ctx), "tools/call "+tool, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// StartSend starts the span of one send of a tools/call of tool
+// upstream, the attempt-th of its execution, under ctx's span.
+func StartSend(ctx context.Context, t trace.Tracer, tool string, attempt int) (context.Context, trace.Span) {
+	return t.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		MethodName.String("tools/call"),
+		ToolName.String(tool),
+		Attempt.Int(attempt),
+	))
+}
+
+// EndSend ends a send's span with the outcome the upstream gave: err is
+// nil for a result, else a JSON-RPC error or a failure to get an answer.
+func EndSend(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// AnswerError marks a call's span with the JSON-RPC error object it was
+// answered with.
+func AnswerError(span trace.Span, errObject json.RawMessage) {
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(errObject, &e)
+	span.SetAttributes(ErrorType.String(strconv.Itoa(e.Code)), StatusCode.Int(e.Code))
+	span.SetStatus(codes.Error, e.Message)
+}
+
+// requestID renders a JSON-RPC id as its attribute: a string's text, a
+// number's digits.
+func requestID(id json.RawMessage) string {
+	var s string
+	if json.Unmarshal(id, &s) == nil {
+		return s
+	}
+	return string(id)
+}

@@ -1,0 +1,104 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// TraceStore returns s with Reserve, Update, Get and Wait traced: each is
+// a span under the span its context holds, and none is started without
+// one, so the work no call asked for (lease renewals, sweeps) makes no
+// root spans. The result is a record.Lister when s is one.
+func TraceStore(s record.Store, t trace.Tracer) record.Store {
+	ts := &tracedStore{Store: s, t: t}
+	if l, ok := s.(record.Lister); ok {
+		return tracedLister{ts, l}
+	}
+	return ts
+}
+
+// tracedStore traces the methods it overrides; the embedded Store
+// supplies the rest.
+type tracedStore struct {
+	record.Store
+	t trace.Tracer
+}
+
+// tracedLister keeps List reachable through the wrapper.
+type tracedLister struct {
+	*tracedStore
+	record.Lister
+}
+
+// start starts the span of the store operation op, or returns a nil span
+// when ctx holds none to parent it.
+func (s *tracedStore) start(ctx context.Context, op string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nil
+	}
+	return s.t.Start(ctx, "store "+op, trace.WithSpanKind(trace.SpanKindInternal))
+}
+
+// end ends span, if there is one, with the record's id and state and the
+// operation's error. ErrConflict and ErrNotFound are the store's answers,
+// not failures.
+func end(span trace.Span, rec *record.Record, err error) {
+	if span == nil {
+		return
+	}
+	if rec != nil {
+		span.SetAttributes(Execution.String(rec.ID), State.String(string(rec.State)))
+	}
+	if err != nil && !errors.Is(err, record.ErrConflict) && !errors.Is(err, record.ErrNotFound) {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+func (s *tracedStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	ctx, span := s.start(ctx, "reserve")
+	rec, won, err := s.Store.Reserve(ctx, r, opts)
+	if span != nil {
+		span.SetAttributes(wonKey.Bool(won))
+	}
+	end(span, rec, err)
+	return rec, won, err
+}
+
+func (s *tracedStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	ctx, span := s.start(ctx, "update")
+	rec, err := s.Store.Update(ctx, id, c)
+	if span != nil && rec == nil {
+		span.SetAttributes(Execution.String(id), State.String(string(c.To)))
+	}
+	end(span, rec, err)
+	return rec, err
+}
+
+func (s *tracedStore) Get(ctx context.Context, id string) (*record.Record, error) {
+	ctx, span := s.start(ctx, "get")
+	rec, err := s.Store.Get(ctx, id)
+	end(span, rec, err)
+	return rec, err
+}
+
+// Wait's span is the time a caller waited for another's execution to
+// settle: the wait of an attached call.
+func (s *tracedStore) Wait(ctx context.Context, id string) (*record.Record, error) {
+	ctx, span := s.start(ctx, "wait")
+	rec, err := s.Store.Wait(ctx, id)
+	if span != nil && rec == nil {
+		span.SetAttributes(Execution.String(id))
+	}
+	end(span, rec, err)
+	return rec, err
+}
+
+// wonKey says whether a reservation won: the call starts a new execution.
+const wonKey = attribute.Key("mcp_idempotent.won")

@@ -1,0 +1,118 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func TestFromMeta(t *testing.T) {
+	for _, tt := range []struct {
+		meta string
+		want Carrier
+	}{
+		{`{"traceparent":"` + parent + `","tracestate":"a=1"}`, Carrier{parent, "a=1"}},
+		{`{"traceparent":"` + parent + `"}`, Carrier{Parent: parent}},
+		{`{"traceparent":7,"tracestate":"a=1"}`, Carrier{State: "a=1"}},
+		{`{"other":"x"}`, Carrier{}},
+		{``, Carrier{}},
+	} {
+		var meta json.RawMessage
+		if tt.meta != "" {
+			meta = json.RawMessage(tt.meta)
+		}
+		if got := FromMeta(meta); got != tt.want {
+			t.Errorf("FromMeta(%s) = %+v; want %+v", tt.meta, got, tt.want)
+		}
+	}
+}
+
+// TestExtractAndInject: a span started under the context a carrier
+// names is in the carrier's trace, and what carries it upstream, put in
+// a _meta, reads back as its own.
+func TestExtractAndInject(t *testing.T) {
+	ctx := Carrier{Parent: parent, State: "vendor=1"}.Extract(context.Background())
+	remote := trace.SpanContextFromContext(ctx)
+	if !remote.IsValid() || remote.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || !remote.IsRemote() {
+		t.Fatalf("extracted %+v; want the remote parent %s", remote, parent)
+	}
+	out := Inject(ctx)
+	if out.Parent != parent || out.State != "vendor=1" {
+		t.Fatalf("Inject = %+v; want the same fields back", out)
+	}
+	params := json.RawMessage(`{"name":"t","_meta":{"traceparent":"00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01","k":1}}`)
+	meta := jsonrpc.Member(params, "_meta")
+	got := jsonrpc.InsertMeta(params, meta, false, out.MetaMembers())
+	if back := FromMeta(jsonrpc.Member(got, "_meta")); back != out {
+		t.Errorf("%s reads back as %+v; want %+v", got, back, out)
+	}
+	if strings.Count(string(got), "traceparent") != 1 || !strings.Contains(string(got), `"k":1`) {
+		t.Errorf("%s: want one traceparent, the proxy's, and the other members kept", got)
+	}
+}
+
+// TestBadParentsAreNone: a traceparent that is not one starts a new
+// trace, never an error or a span in a made-up trace.
+func TestBadParentsAreNone(t *testing.T) {
+	for _, p := range []string{"", "00-zz-00f067aa0ba902b7-01", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", strings.Repeat("0", 300)} {
+		ctx := Carrier{Parent: p}.Extract(context.Background())
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			t.Errorf("traceparent %q gave the parent %+v; want none", p, sc)
+		}
+	}
+	if m := (Carrier{}).MetaMembers(); m != nil {
+		t.Errorf("an empty carrier gives members %s; want none", m)
+	}
+}
+
+// TestSetup: tracing is off without an exporter in the environment, and
+// an exporter or protocol the proxy cannot use is an error that names its
+// variable, not a silent lack of traces.
+func TestSetup(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		on      bool
+		wantErr string
+	}{
+		{"nothing set", nil, false, ""},
+		{"an endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, true, ""},
+		{"a traces endpoint over grpc", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, true, ""},
+		{"otlp named", map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true, ""},
+		{"none", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
+		{"disabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
+		{"zipkin", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false, "OTEL_TRACES_EXPORTER=zipkin"},
+		{"http/json", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, false, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+				t.Setenv(k, tt.env[k])
+			}
+			tracer, shutdown, err := Setup(context.Background(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Setup: %v; want an error naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tracer != nil) != tt.on {
+				t.Errorf("tracing on: %v; want %v", tracer != nil, tt.on)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // nothing to flush, and nowhere to flush it
+			_ = shutdown(ctx)
+		})
+	}
+}
