@@ -92,6 +92,10 @@ type Request struct {
 	// Correlation names the caller's request in logs: its session and
 	// JSON-RPC id. It is evidence, never part of matching.
 	Correlation string
+	// Session and ID name the caller's request apart in the journal: the
+	// session's scope (session:...) and the JSON-RPC id as it came.
+	Session string
+	ID      json.RawMessage
 
 	// deadline is when the proxy stops beginning waits for this call
 	// (RetryRule.Deadline, shortened by the client's Call.Deadline); set

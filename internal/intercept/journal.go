@@ -84,6 +84,8 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Scope:       rec.Scope,
 		Fingerprint: rec.Fingerprint,
 		Request:     req.Correlation,
+		Session:     req.Session,
+		RequestID:   req.ID,
 		Note:        c.Note,
 		Shadow:      in.shadow,
 	}

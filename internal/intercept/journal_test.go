@@ -110,6 +110,35 @@ func TestJournalRecordsTransitions(t *testing.T) {
 	}
 }
 
+// TestJournalNamesEachCallersRequest: every line names, apart, the
+// session and the JSON-RPC id of the request that made it, so that the
+// deliveries of callers in other sessions are told from the first
+// caller's lines.
+func TestJournalNamesEachCallersRequest(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged).withJournal(j, nil)
+	callers := []struct{ session, id string }{{"session:a", "1"}, {"session:b", `"x"`}, {"session:c", "7"}}
+	for _, c := range callers {
+		req, a := h.request(t, chargeCall)
+		req.Session, req.ID = c.session, json.RawMessage(c.id)
+		h.in.Handle(t.Context(), req)
+		a.only(t)
+		h.settle(t)
+	}
+	// accepted, dispatched, completed and delivered for the first
+	// caller; delivered (a replay) for each of the others.
+	want := []int{0, 0, 0, 0, 1, 2}
+	if len(j.entries) != len(want) {
+		t.Fatalf("journal states %q; want %d lines", j.states(), len(want))
+	}
+	for i, e := range j.entries {
+		c := callers[want[i]]
+		if e.Session != c.session || string(e.RequestID) != c.id {
+			t.Errorf("line %d (%s): session %q, request id %s; want %q, %s", i, e.State, e.Session, e.RequestID, c.session, c.id)
+		}
+	}
+}
+
 // TestNotesKeepNoAnswer: what the upstream answered stays out of the
 // notes the store and the journal keep, whatever the answer: an upstream
 // error's message and a malformed answer's bytes are what the tool said,

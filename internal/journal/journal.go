@@ -79,27 +79,39 @@ const Genesis = "000000000000000000000000000000000000000000000000000000000000000
 // ErrLocked is returned by Open when another process holds the journal.
 var ErrLocked = errors.New("another process is writing this journal")
 
-// An Entry is one transition of one execution, as the journal shows it.
+// An Entry is one transition of one execution, or the start or end of a
+// client session, as the journal shows it.
 type Entry struct {
 	// Time is when the execution entered State; Record writes it in UTC,
 	// RFC 3339 with nanoseconds. Zero means the time of Record.
 	Time time.Time `json:"time"`
 	// Writer names the process that made the transition. Record fills
 	// the members left empty with the Writer's own (Options.Writer).
-	Writer    Process `json:"writer"`
-	Execution string  `json:"execution"` // the execution id, exe_...
-	Tool      string  `json:"tool"`
-	State     string  `json:"state"`
+	Writer Process `json:"writer"`
+	// Execution, Tool and State are those of a transition's line; a
+	// session's line (Event) has none.
+	Execution string `json:"execution,omitempty"` // the execution id, exe_...
+	Tool      string `json:"tool,omitempty"`
+	State     string `json:"state,omitempty"`
 	// Attempt counts the dispatches of the execution so far.
 	Attempt     int    `json:"attempt,omitempty"`
 	Upstream    string `json:"upstream,omitempty"`
 	Actor       string `json:"actor,omitempty"`
 	Scope       string `json:"scope,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"` // the intent fingerprint, hex
-	// Request names the caller's request that caused the transition: its
-	// session and JSON-RPC id.
+	// Request names the caller's request that caused the transition, as
+	// logs name it; Session and RequestID say the same apart.
 	Request string `json:"request,omitempty"`
-	Note    string `json:"note,omitempty"`
+	// Session is the client session the line is about or came from: the
+	// proxy's session scope, session:...
+	Session string `json:"session,omitempty"`
+	// RequestID is the JSON-RPC id of the caller's request, as it came.
+	RequestID json.RawMessage `json:"request_id,omitempty"`
+	// Event marks a line about a session rather than an execution:
+	// SessionStart or SessionEnd, with Client.
+	Event  string         `json:"event,omitempty"`
+	Client *SessionClient `json:"client,omitempty"`
+	Note   string         `json:"note,omitempty"`
 	// Shadow marks a proxy in shadow mode (--shadow): every call went
 	// upstream as it came, and the line says what the proxy would have
 	// done, a replay's delivery among them.

@@ -191,6 +191,8 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		Upstream:       s,
 		Reply:          c,
 		Correlation:    c.key,
+		Session:        s.opts.Scope,
+		ID:             c.id,
 	}
 	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)

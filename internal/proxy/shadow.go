@@ -47,6 +47,8 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 		Upstream:       sc,
 		Reply:          sc,
 		Correlation:    c.key,
+		Session:        s.opts.Scope,
+		ID:             c.id,
 	}
 	// Judged first: with a store in memory Handle reserves at once, so
 	// that the call is on record before its answer can come.
