@@ -146,7 +146,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, ss := range all {
-		ss.close()
+		ss.closeFor(EndStopped)
 	}
 	s.wg.Wait()
 	s.cancel()
@@ -216,7 +216,7 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			return nil, false
 		}
 	case isInit:
-		if ss, herr = s.startSession(actor); herr != nil {
+		if ss, herr = s.startSession(actor, r.RemoteAddr); herr != nil {
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)
 			return nil, false
 		}
@@ -230,7 +230,7 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			writeRefusal(w, herr, codeHeaderMismatch)
 			return nil, false
 		}
-		if ss, herr = s.lane(actor); herr != nil {
+		if ss, herr = s.lane(actor, r.RemoteAddr); herr != nil {
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)
 			return nil, false
 		}
@@ -317,7 +317,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, actor string) {
 		return
 	}
 	s.log.Info("session deleted by the client", "session", ss.id)
-	ss.close()
+	ss.closeFor(EndDeleted)
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
 	s.mu.Unlock()

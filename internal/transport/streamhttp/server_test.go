@@ -469,8 +469,13 @@ func TestServerSessionLifecycle(t *testing.T) {
 	if resp.StatusCode != 204 {
 		t.Fatalf("DELETE: %s, want 204", resp.Status)
 	}
-	if ended := <-p.ended; ended.ID() != sid {
+	ended := <-p.ended
+	if ended.ID() != sid {
 		t.Fatalf("session %s ended, want %s", ended.ID(), sid)
+	}
+	// What the journal's session lines say of it.
+	if why, addr := ended.EndReason(), ended.RemoteAddr(); why != EndDeleted || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Errorf("ended session: EndReason %q, RemoteAddr %q; want %q and the client's loopback address", why, addr, EndDeleted)
 	}
 	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, session(sid))
 	resp.Body.Close()
@@ -1347,7 +1352,7 @@ func TestServerRequestAfterTheSessionEnded(t *testing.T) {
 	for _, jsonResponse := range []bool{false, true} {
 		srv := NewServer(ServerOptions{Actor: "alice", JSONResponse: jsonResponse,
 			Open: func(context.Context, *ServerSession) error { return nil }})
-		ss, herr := srv.startSession("alice")
+		ss, herr := srv.startSession("alice", "")
 		if herr != nil {
 			t.Fatal(herr)
 		}
@@ -1400,7 +1405,7 @@ func TestServerIDsByValue(t *testing.T) {
 func TestEvictedBeforeWrittenEndsTheStream(t *testing.T) {
 	for _, json := range []bool{false, true} {
 		srv := NewServer(ServerOptions{EventBuffer: 2, Actor: "alice", Open: func(context.Context, *ServerSession) error { return nil }})
-		ss := newServerSession(srv, "s", "alice", false)
+		ss := newServerSession(srv, "s", "alice", "", false)
 		ss.mu.Lock()
 		call := ss.newStreamLocked()
 		call.isJSON = json

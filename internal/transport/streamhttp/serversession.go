@@ -23,12 +23,14 @@ import (
 type ServerSession struct {
 	id        string // the Mcp-Session-Id; a lane name for a stateless lane
 	actor     string
-	stateless bool // a 2026-07-28 lane: no session, the client's ids rewritten
+	remote    string // the address of the client that opened it
+	stateless bool   // a 2026-07-28 lane: no session, the client's ids rewritten
 	srv       *Server
 
 	in        chan []byte   // client frames for ReadFrame
 	done      chan struct{} // closed by close
 	closeOnce sync.Once
+	why       string // why it was closed (EndDeleted...); set before done is closed
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
 	// progress, held, heldBytes, active, lastActive, nextID, origIDs and
@@ -122,10 +124,11 @@ func onceFunc(f func()) func() {
 	}
 }
 
-func newServerSession(srv *Server, id, actor string, stateless bool) *ServerSession {
+func newServerSession(srv *Server, id, actor, remote string, stateless bool) *ServerSession {
 	return &ServerSession{
 		id:         id,
 		actor:      actor,
+		remote:     remote,
 		stateless:  stateless,
 		srv:        srv,
 		in:         make(chan []byte, 64),
@@ -171,9 +174,37 @@ func (ss *ServerSession) Close() error {
 	return nil
 }
 
-func (ss *ServerSession) close() {
-	ss.closeOnce.Do(func() { close(ss.done) })
+func (ss *ServerSession) close() { ss.closeFor("") }
+
+// Why a Server ends a session (ServerSession.EndReason).
+const (
+	EndDeleted = "deleted"       // the client sent DELETE
+	EndIdle    = "idle"          // it sat idle longer than IdleTimeout
+	EndEvicted = "evicted"       // it sat idle, and a new session needed its room
+	EndStopped = "proxy stopped" // the Server was closed
+)
+
+// closeFor closes the session, saying why.
+func (ss *ServerSession) closeFor(why string) {
+	ss.closeOnce.Do(func() {
+		ss.why = why
+		close(ss.done)
+	})
 }
+
+// EndReason says why the Server ended the session (EndDeleted, EndIdle,
+// EndEvicted, EndStopped), once ReadFrame has returned io.EOF; "" while
+// it is open, or when its Close ended it.
+func (ss *ServerSession) EndReason() string {
+	if !ss.closed() {
+		return ""
+	}
+	return ss.why
+}
+
+// RemoteAddr returns the network address of the client that opened the
+// session, as net/http gives it (Request.RemoteAddr).
+func (ss *ServerSession) RemoteAddr() string { return ss.remote }
 
 func (ss *ServerSession) closed() bool {
 	select {

@@ -9,7 +9,7 @@ import (
 )
 
 // startSession opens a session for an initialize request.
-func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
+func (s *Server) startSession(actor, remote string) (*ServerSession, *httpError) {
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -25,13 +25,13 @@ func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
 		if ss := s.idlestLocked(); ss != nil {
 			delete(s.sessions, ss.id)
 			s.log.Info("session ended to make room for a new one", "session", ss.id, "max_sessions", s.opts.MaxSessions)
-			ss.close()
+			ss.closeFor(EndEvicted)
 		}
 		e := refuse(http.StatusServiceUnavailable, "too many sessions: %d are open or still stopping their upstream (--max-sessions); end one with DELETE or wait for one to sit idle", s.running)
 		e.header = http.Header{"Retry-After": {"5"}}
 		return nil, e
 	}
-	ss := newServerSession(s, id, actor, false)
+	ss := newServerSession(s, id, actor, remote, false)
 	s.sessions[id] = ss
 	s.running++
 	s.run(ss, func() { delete(s.sessions, id); s.running-- })
@@ -40,7 +40,7 @@ func (s *Server) startSession(actor string) (*ServerSession, *httpError) {
 }
 
 // lane returns the stateless lane of actor, opening it on first use.
-func (s *Server) lane(actor string) (*ServerSession, *httpError) {
+func (s *Server) lane(actor, remote string) (*ServerSession, *httpError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -49,7 +49,7 @@ func (s *Server) lane(actor string) (*ServerSession, *httpError) {
 	if ss := s.lanes[actor]; ss != nil && !ss.closed() {
 		return ss, nil
 	}
-	ss := newServerSession(s, "stateless:"+actor, actor, true)
+	ss := newServerSession(s, "stateless:"+actor, actor, remote, true)
 	s.lanes[actor] = ss
 	s.run(ss, func() {
 		if s.lanes[actor] == ss {
@@ -129,7 +129,7 @@ func (s *Server) Reap() {
 	s.mu.Unlock()
 	for _, ss := range idle {
 		s.log.Info("session ended after sitting idle", "session", ss.id, "idle_timeout", s.opts.IdleTimeout)
-		ss.close()
+		ss.closeFor(EndIdle)
 	}
 }
 
