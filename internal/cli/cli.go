@@ -242,7 +242,8 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	defer w.close()
 	scope := "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_")
-	return w.session(ctx, stdio.NewConn(stdin, stdout, w.maxMessage), w.actor, scope)
+	who := clientEnd{client: journal.SessionClient{Transport: "stdio", Parent: parentProcess()}}
+	return w.session(ctx, stdio.NewConn(stdin, stdout, w.maxMessage), w.actor, scope, who)
 }
 
 // checkUpstream checks that the upstream is named once: a command after
@@ -542,7 +543,7 @@ func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.L
 // session runs one client session: it starts the upstream (a child
 // process, or a session with the HTTP server), pumps frames between it
 // and client until the client goes, and stops the upstream.
-func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope string) error {
+func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope string, who clientEnd) error {
 	f, log := w.f, w.log
 	var (
 		child      *stdio.Child // the upstream, when it is a command
@@ -585,6 +586,8 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		MaxRestarts:   f.restarts,
 		RestartWindow: f.window,
 		Tracer:        w.tracer,
+		Client:        &who.client,
+		EndReason:     who.endReason,
 	}
 	if f.restarts > 0 && httpUp != nil {
 		// The session expired (404): a new session, into which the proxy

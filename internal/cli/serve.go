@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
 
@@ -108,7 +109,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	front := streamhttp.NewServer(streamhttp.ServerOptions{
 		Open: func(ctx context.Context, s *streamhttp.ServerSession) error {
-			return w.session(ctx, s, s.Actor(), "session:"+s.ID())
+			who := clientEnd{client: journal.SessionClient{Transport: "http", Remote: s.RemoteAddr()}, endReason: s.EndReason}
+			if !s.Stateless() {
+				who.client.MCPSessionID = s.ID()
+			}
+			return w.session(ctx, s, s.Actor(), "session:"+s.ID(), who)
 		},
 		Tokens:       tokens,
 		Actor:        w.actor,

@@ -108,6 +108,25 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 	}
 }
 
+// JournalSession writes e, the start or end of a client session, in the
+// journal, if there is one; the interceptor stamps its time and writer,
+// and in shadow mode marks it so, as every line of a shadow proxy is.
+func (in *Interceptor) JournalSession(e journal.Entry) {
+	if in.journal == nil {
+		return
+	}
+	e.Time = in.now()
+	e.Writer = journal.Process{Owner: in.owner}
+	e.Shadow = in.shadow
+	if err := in.journal.Record(e); err != nil {
+		in.log.Error("writing the activity journal", "session", e.Session, "event", e.Event, "err", err)
+	}
+}
+
+// Journals reports whether the interceptor keeps a journal, so that a
+// session gathers what its lines say only then.
+func (in *Interceptor) Journals() bool { return in.journal != nil }
+
 // journalValue shows v as mode says. A hash is the fingerprint Hasher's
 // HMAC of the value in a record of its own, {"scope": "journal:" + what,
 // "value": v} with the action record's other members empty, so that no

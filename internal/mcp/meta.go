@@ -36,6 +36,9 @@ const (
 	// its protocol version (SEP-2575; spec 2026-07-28, basic/versioning,
 	// "Protocol Version Negotiation").
 	MetaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+	// MetaClientInfo holds a 2026-07-28 request's clientInfo, which
+	// initialize carried before.
+	MetaClientInfo = "io.modelcontextprotocol/clientInfo"
 	// MetaClientCapabilities holds a 2026-07-28 request's client
 	// capabilities, which declare the tasks extension (TasksExtension)
 	// under "extensions".

@@ -102,6 +102,9 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 			return
 		}
 	}
+	if s.sessionLog != nil && msg.IsRequest() {
+		s.sessionLog.request(msg.Method, msg.Params)
+	}
 	switch {
 	case msg.Batch:
 		s.fromClientBatch(frame)

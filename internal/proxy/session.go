@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 )
 
 // A Conn carries JSON-RPC frames. ReadFrame is called from one goroutine,
@@ -79,6 +80,15 @@ type Options struct {
 	// (telemetry.StartCall), which the interceptor, given the same
 	// tracer, fills in; nil traces nothing.
 	Tracer trace.Tracer
+	// Client describes the client's end of the session for the journal's
+	// lines of its start and end (transport, Mcp-Session-Id, remote
+	// address, parent process); the session fills in what the client's
+	// first request says. Nil writes no such lines, as does an
+	// Interceptor without a journal.
+	Client *journal.SessionClient
+	// EndReason, if set, says why the client's Conn closed (deleted,
+	// idle), for the session's end line; "" means the client closed it.
+	EndReason func() string
 }
 
 // A Session relays one client connection to one upstream connection.
@@ -92,6 +102,7 @@ type Session struct {
 	log           *slog.Logger
 	debug         bool // log takes debug records; read once
 	tools         *toolTable
+	sessionLog    *sessionLog // nil: no journal, or no Options.Client
 
 	// idPrefix starts the JSON text of the ids of the proxy's own
 	// requests: ownIDs, and the Instance.
@@ -159,7 +170,7 @@ func New(client, upstream Conn, opts Options) *Session {
 	if opts.Instance != "" {
 		idPrefix += opts.Instance + ":"
 	}
-	return &Session{
+	s := &Session{
 		idPrefix:      idPrefix,
 		client:        client,
 		clientFrames:  clientFrames,
@@ -173,6 +184,8 @@ func New(client, upstream Conn, opts Options) *Session {
 		forwarded:     make(map[string]forwardedRequest),
 		calls:         make(map[string]*clientCall),
 	}
+	s.sessionLog = newSessionLog(s)
+	return s
 }
 
 // Run pumps frames until the client goes (it returns nil), the upstream
@@ -187,9 +200,13 @@ func New(client, upstream Conn, opts Options) *Session {
 // Once the client has gone, Run waits up to ShutdownGrace for calls under
 // way to settle, closes the upstream connection, and relays what the
 // upstream still writes until it closes its side (for up to two seconds).
-func (s *Session) Run(ctx context.Context) error {
+func (s *Session) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	clientLeft := false
+	if s.sessionLog != nil {
+		defer func() { s.sessionLog.end(s.endReason(err, clientLeft)) }()
+	}
 
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- s.pumpClient(ctx) }()
@@ -209,6 +226,7 @@ func (s *Session) Run(ctx context.Context) error {
 			if err != nil {
 				s.log.Error("reading from the client", "err", err)
 			}
+			clientLeft = true
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		case <-ctx.Done():

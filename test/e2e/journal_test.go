@@ -17,6 +17,11 @@ type journalLine struct {
 	Execution string `json:"execution"`
 	Tool      string `json:"tool"`
 	State     string `json:"state"`
+	Event     string `json:"event"` // a session's start or end
+	Client    struct {
+		Name     string `json:"name"`
+		Protocol string `json:"protocol_version"`
+	} `json:"client"`
 	Arguments *struct {
 		HMAC  string          `json:"hmac_sha256"`
 		Clear json.RawMessage `json:"clear"`
@@ -56,13 +61,23 @@ func TestJournalTellsOneExecution(t *testing.T) {
 	if bytes.Contains(data, []byte(card)) {
 		t.Errorf("the journal holds the card in clear; arguments are hashed by default:\n%s", data)
 	}
-	var lines []journalLine
+	var all, lines []journalLine // every line; those of the execution
 	for l := range strings.Lines(string(data)) {
 		var jl journalLine
 		if err := json.Unmarshal([]byte(l), &jl); err != nil {
 			t.Fatalf("journal line %q: %v", l, err)
 		}
-		lines = append(lines, jl)
+		all = append(all, jl)
+		if jl.Event == "" {
+			lines = append(lines, jl)
+		}
+	}
+	if n := len(all); n < 2 || all[0].Event != "session_start" || all[n-1].Event != "session_end" || n != len(lines)+2 {
+		t.Errorf("journal lines %+v; want the session's start first and its end last", all)
+	} else if c := all[0].Client; c.Name != "mcpi-e2e" || c.Protocol != "2026-07-28" {
+		// A 2026-07-28 client sends no initialize: its requests' _meta
+		// name it.
+		t.Errorf("session start's client %+v; want mcpi-e2e, 2026-07-28", c)
 	}
 	var states []string
 	for _, l := range lines {
@@ -85,18 +100,19 @@ func TestJournalTellsOneExecution(t *testing.T) {
 	}
 
 	out, stderr, code := runProxy(t, ctx, "audit", "verify", path)
-	if want := path + ": " + strconv.Itoa(len(lines)) + " lines verify\n"; code != 0 || out != want {
+	if want := path + ": " + strconv.Itoa(len(all)) + " lines verify\n"; code != 0 || out != want {
 		t.Fatalf("audit verify exited %d: %q %s; want 0, %q", code, out, stderr, want)
 	}
 
-	// One byte of line 2 changed after the fact.
+	// One byte of line 3 (after the session's start and the acceptance)
+	// changed after the fact.
 	i := bytes.Index(data, []byte(`"state":"dispatched"`)) + len(`"state":"`)
 	data[i] = 'D'
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, stderr, code = runProxy(t, ctx, "audit", "verify", path)
-	if code != 1 || out != "" || !strings.Contains(stderr, path+":2: does not verify") || !strings.Contains(stderr, "line 2 was changed") {
-		t.Fatalf("audit verify of a tampered journal exited %d: %q\n%s\nwant 1, naming line 2", code, out, stderr)
+	if code != 1 || out != "" || !strings.Contains(stderr, path+":3: does not verify") || !strings.Contains(stderr, "line 3 was changed") {
+		t.Fatalf("audit verify of a tampered journal exited %d: %q\n%s\nwant 1, naming line 3", code, out, stderr)
 	}
 }
