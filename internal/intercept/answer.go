@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -41,6 +42,7 @@ const (
 func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, m marking) {
 	switch rec.State {
 	case record.Completed, record.Delivered:
+		req.got = journal.GotAnswer
 		result := rec.Result
 		switch m {
 		case replayed:
@@ -50,6 +52,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		}
 		in.reply(ctx, req, Answer{Result: result}, rec)
 	case record.Failed:
+		req.got = journal.GotError
 		switch {
 		case rec.Error != nil:
 			in.reply(ctx, req, Answer{Error: rec.Error}, nil)
@@ -70,6 +73,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			return
 		}
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		req.got = journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
@@ -86,16 +90,20 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
 		if err := dr.ReplyThen(a, func() { in.delivered(req, rec) }); err != nil {
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+			in.journalizeAttach(req, err)
 		}
 		return
 	}
 	if err := req.Reply.Reply(a); err != nil {
 		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+		in.journalizeAttach(req, err)
 		return
 	}
 	if rec != nil {
-		in.delivered(req, rec)
+		in.delivered(req, rec) // its line says what the caller got
+		return
 	}
+	in.journalizeAttach(req, nil)
 }
 
 // delivered records that the caller of req got rec's answer. Not the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -53,9 +54,8 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		}
 		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
-		if err := req.Reply.Reply(Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}); err != nil {
-			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
-		}
+		req.got = journal.GotInProgress
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}, nil)
 	case ctx.Err() != nil:
 		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -64,6 +64,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 			cur = rec
 		}
 		in.decided(req, rec.Tool, "in_progress")
+		req.got = journal.GotInProgress
 		in.log.Info("attach window passed; told the caller it is still in progress",
 			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -204,6 +205,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "replayed")
+		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
 		in.answer(ctx, req, rec, replayed)
 	default:
 		if in.info {
@@ -211,6 +213,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "attached")
+		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 		go in.attach(ctx, rec, req)
 	}
 }

@@ -107,6 +107,11 @@ type Request struct {
 	// unrecorded marks a call sent by Unrecorded: no execution id goes
 	// upstream with it.
 	unrecorded bool
+	// joined is the execution the call joined rather than started, if it
+	// did (set by Handle): its id, and how, JoinedReplay or JoinedWaited;
+	// got is what its caller is answered (journal.Attach.Got), set just
+	// before the answer is written.
+	joined, joinedHow, got string
 	// exec is the execution the call runs, if it runs one (a call starts
 	// one at most): kept here so that it shares the request's
 	// allocation, which the caller may share with its own.

@@ -13,7 +13,8 @@ import (
 // A Journal keeps the activity journal (DESIGN section 9): one entry per
 // transition of an execution this process makes (accepted, dispatched,
 // each further attempt, completed, failed, unknown, and delivered once
-// for each caller whose transport took the result), stamped with the
+// for each caller whose transport took the result; a line for each other
+// answer to a caller that joined the execution), stamped with the
 // interceptor's clock when the store has taken it. An orphan that this
 // process's reservation or wait settled (another process's execution
 // whose lease lapsed) is journaled here too, as this process's
@@ -89,6 +90,9 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Note:        c.Note,
 		Shadow:      in.shadow,
 	}
+	if req.joined != "" && c.To == record.Delivered {
+		e.Attach = &journal.Attach{How: req.joinedHow, Got: req.got, Taken: true}
+	}
 	rule := req.Policy.Journal
 	if c.To == record.Accepted {
 		args := req.Call.Arguments
@@ -105,6 +109,35 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 	}
 	if err := in.journal.Record(e); err != nil {
 		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "state", c.To, "err", err)
+	}
+}
+
+// journalizeAttach journals what req's caller, which joined an execution
+// rather than started it, got, when it is no delivered line: err is its
+// transport's refusal, if it refused the answer.
+func (in *Interceptor) journalizeAttach(req *Request, err error) {
+	if in.journal == nil || req.joined == "" {
+		return
+	}
+	a := &journal.Attach{How: req.joinedHow, Got: req.got, Taken: err == nil}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	e := journal.Entry{
+		Time:      in.now(),
+		Writer:    journal.Process{Owner: in.owner},
+		Execution: req.joined,
+		Tool:      req.Call.Name,
+		Actor:     req.Actor,
+		Request:   req.Correlation,
+		Session:   req.Session,
+		RequestID: req.ID,
+		Event:     journal.Attached,
+		Attach:    a,
+		Shadow:    in.shadow,
+	}
+	if rerr := in.journal.Record(e); rerr != nil {
+		in.log.Error("writing the activity journal; the call goes on", "execution", req.joined, "event", e.Event, "err", rerr)
 	}
 }
 

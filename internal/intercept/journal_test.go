@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -137,6 +138,78 @@ func TestJournalNamesEachCallersRequest(t *testing.T) {
 			t.Errorf("line %d (%s): session %q, request id %s; want %q, %s", i, e.State, e.Session, e.RequestID, c.session, c.id)
 		}
 	}
+}
+
+// refusing is a caller whose transport takes no answer.
+type refusing struct{}
+
+func (refusing) Reply(Answer) error { return errors.New("the client is gone") }
+
+// TestJournalRecordsEachAttach: each caller that joined an execution it
+// did not start has a line saying how it joined, what it got, and whether
+// its transport took it; the caller that started it has none.
+func TestJournalRecordsEachAttach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		j := &memJournal{}
+		h.withJournal(j, nil)
+		h.callConcurrently(t, 3, release)
+		h.settle(t)
+		synctest.Wait()
+		h.call(t.Context(), t, chargeCall).only(t) // a replay
+		req, _ := h.request(t, chargeCall)
+		req.Reply = refusing{}
+		h.in.Handle(t.Context(), req)
+		synctest.Wait()
+
+		var got []string
+		for _, e := range j.entries {
+			switch a := e.Attach; {
+			case a != nil:
+				got = append(got, fmt.Sprintf("%v %s/%s/%s taken=%v %s", e.Execution == "", e.Event+e.State, a.How, a.Got, a.Taken, a.Error))
+			case e.State == "delivered":
+				got = append(got, "delivered, no attach")
+			}
+		}
+		slices.Sort(got)
+		want := []string{
+			"delivered, no attach",
+			"false attached/replay/answer taken=false the client is gone",
+			"false delivered/replay/answer taken=true ",
+			"false delivered/waited/answer taken=true ",
+			"false delivered/waited/answer taken=true ",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("journal lines of the callers:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+// TestJournalRecordsAnAttachStillInProgress: a caller whose attach window
+// passed has a line saying it was told the execution is still in
+// progress.
+func TestJournalRecordsAnAttachStillInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		j := &memJournal{}
+		h.withJournal(j, nil)
+		h.pol.AttachWindow = 5 * time.Second
+		first := h.call(t.Context(), t, chargeCall) // the upstream holds it
+		h.call(t.Context(), t, chargeCall).only(t)
+		close(release)
+		first.only(t)
+		h.settle(t)
+		var attached []journal.Attach
+		for _, e := range j.entries {
+			if e.Event == journal.Attached {
+				attached = append(attached, *e.Attach)
+			}
+		}
+		want := []journal.Attach{{How: journal.JoinedWaited, Got: journal.GotInProgress, Taken: true}}
+		if !slices.Equal(attached, want) {
+			t.Errorf("attached lines %+v; want %+v", attached, want)
+		}
+	})
 }
 
 // TestNotesKeepNoAnswer: what the upstream answered stays out of the

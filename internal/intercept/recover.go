@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -19,6 +20,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		// In shadow mode nothing of the proxy's own goes upstream: what
 		// it would have done is counted, and the record stays unknown.
 		in.decided(req, rec.Tool, onUnknown(rec, req.Policy))
+		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 		return
 	}
@@ -40,6 +42,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	default:
 		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
 		in.decided(req, rec.Tool, "unknown")
+		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }

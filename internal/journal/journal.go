@@ -111,7 +111,10 @@ type Entry struct {
 	// SessionStart or SessionEnd, with Client.
 	Event  string         `json:"event,omitempty"`
 	Client *SessionClient `json:"client,omitempty"`
-	Note   string         `json:"note,omitempty"`
+	// Attach says what a caller that joined the execution (rather than
+	// started it) got, on its delivered line or its Attached line.
+	Attach *Attach `json:"attach,omitempty"`
+	Note   string  `json:"note,omitempty"`
 	// Shadow marks a proxy in shadow mode (--shadow): every call went
 	// upstream as it came, and the line says what the proxy would have
 	// done, a replay's delivery among them.

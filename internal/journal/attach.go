@@ -1,0 +1,31 @@
+package journal
+
+// Attached is the Event of a line that records what a caller that joined
+// an execution got, when the answer was not its result delivered (which
+// the delivered line records, with Entry.Attach).
+const Attached = "attached"
+
+// How a caller joined an execution (Attach.How).
+const (
+	JoinedReplay = "replay" // it was settled when the call came
+	JoinedWaited = "waited" // it was under way: the caller waited for it
+)
+
+// What a caller that joined an execution got (Attach.Got).
+const (
+	GotAnswer     = "answer"      // the execution's result
+	GotError      = "error"       // the execution's error: it failed
+	GotUnknown    = "unknown"     // outcome unknown
+	GotInProgress = "in_progress" // still in progress: the wait ended first
+)
+
+// An Attach records one caller that joined an execution: how, what it
+// got, and whether its transport took it.
+type Attach struct {
+	How string `json:"how"`
+	Got string `json:"got"`
+	// Taken says whether the caller's transport took the answer; Error
+	// says why not.
+	Taken bool   `json:"taken"`
+	Error string `json:"error,omitempty"`
+}
