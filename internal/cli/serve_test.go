@@ -111,17 +111,7 @@ func TestServeRefusesBeforeTheUpstream(t *testing.T) {
 		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--auth-token-file", tokens, "--", "/bin/sh", "-c", `touch "$0"; exec cat`, started}, strings.NewReader(""), io.Discard, pw)
 		pw.Close()
 	}()
-	sc := bufio.NewScanner(pr)
-	url := ""
-	for url == "" && sc.Scan() {
-		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-			url = m[1]
-		}
-	}
-	if url == "" {
-		t.Fatal("serve did not log where it listens")
-	}
-	go io.Copy(io.Discard, pr)
+	url := listeningURL(t, pr)
 	for _, tt := range []struct {
 		host, auth string
 		status     int
@@ -155,4 +145,22 @@ func TestServeRefusesBeforeTheUpstream(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("serve returned %v after its context ended; want nil", err)
 	}
+}
+
+// listeningURL reads serve's log from r until it says where it listens,
+// returns that URL, and drains the rest.
+func listeningURL(t *testing.T, r io.Reader) string {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	url := ""
+	for url == "" && sc.Scan() {
+		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	if url == "" {
+		t.Fatal("serve did not log where it listens")
+	}
+	go io.Copy(io.Discard, r)
+	return url
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -120,17 +119,7 @@ func TestHTTPSessionJournaled(t *testing.T) {
 		done <- Run(ctx, args, strings.NewReader(""), io.Discard, pw)
 		pw.Close()
 	}()
-	sc := bufio.NewScanner(pr)
-	url := ""
-	for url == "" && sc.Scan() {
-		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-			url = m[1]
-		}
-	}
-	if url == "" {
-		t.Fatal("serve did not log where it listens")
-	}
-	go io.Copy(io.Discard, pr)
+	url := listeningURL(t, pr)
 
 	resp := post(t, "POST", url, initWithClientInfo, "")
 	sid := resp.Header.Get("Mcp-Session-Id")
