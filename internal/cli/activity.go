@@ -20,7 +20,7 @@ import (
 
 const activityUsage = `Usage:
   mcp-idempotent activity list --store URL [--tool T] [--state S] [--since 1h] [--limit N] [--json]
-  mcp-idempotent activity show EXE_ID --store URL [--json]
+  mcp-idempotent activity show EXE_ID --store URL [--journal FILE ...] [--json]
   mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE] [--json]
 `
 
@@ -56,19 +56,13 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer durable.Close()
 
-	var r *record.Record
 	switch a.verb {
 	case "list":
 		return a.list(ctx, store, stdout)
 	case "show":
-		r, err = store.Get(ctx, a.pos[0])
-	case "resolve":
-		return a.resolve(ctx, store, stdout)
+		return a.show(ctx, store, stdout)
 	}
-	if err != nil {
-		return err
-	}
-	return a.print(stdout, r)
+	return a.resolve(ctx, store, stdout)
 }
 
 // print prints r as a asks.
@@ -84,9 +78,10 @@ func (a *activityArgs) print(stdout io.Writer, r *record.Record) error {
 type activityArgs struct {
 	verb, store        string
 	json               bool
-	tool, state, since string // list
-	limit              int    // list
-	as, note, journal  string // resolve
+	tool, state, since string   // list
+	limit              int      // list
+	as, note, journal  string   // resolve
+	journals           []string // show
 	pos                []string
 }
 
@@ -108,6 +103,10 @@ func parseActivity(args []string) (*activityArgs, error) {
 		fs.StringVar(&a.since, "since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
 		fs.IntVar(&a.limit, "limit", 100, "at most this many")
 	case "show":
+		fs.Func("journal", "read the activity journal `FILE` too; repeat it for several", func(file string) error {
+			a.journals = append(a.journals, file)
+			return nil
+		})
 	case "resolve":
 		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
 		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
@@ -216,7 +215,19 @@ func printList(w io.Writer, recs []*record.Record) {
 	tw.Flush()
 }
 
+// printRecord prints r's fields and its history.
 func printRecord(w io.Writer, r *record.Record) {
+	printFields(w, r)
+	fmt.Fprintln(w, "\nhistory:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range r.History {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", stamp(h.At), h.State, h.Note)
+	}
+	tw.Flush()
+}
+
+// printFields prints r's fields, one a line, its history left out.
+func printFields(w io.Writer, r *record.Record) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{
 		{"execution", r.ID},
@@ -244,12 +255,6 @@ func printRecord(w io.Writer, r *record.Record) {
 			lapsed = " (lapsed: its owner stopped renewing it; the next call of it settles it)"
 		}
 		fmt.Fprintf(tw, "lease until\t%s%s\n", r.LeaseUntil.Local().Format(time.RFC3339), lapsed)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nhistory:")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, h := range r.History {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05.000"), h.State, h.Note)
 	}
 	tw.Flush()
 }

@@ -1,0 +1,399 @@
+package cli
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A timeline is what activity show tells of one execution: one member per
+// question an investigation asks, in the order it asks them (issue 18).
+type timeline struct {
+	Record     *record.Record `json:"record"`
+	Sessions   sessionsPart   `json:"sessions"`
+	Authorized authPart       `json:"authorization"`
+	Dispatch   dispatchPart   `json:"dispatch"`
+	Answer     answerPart     `json:"answer"`
+	Callers    callersPart    `json:"callers"`
+	Later      laterPart      `json:"later"`
+}
+
+// sessionsPart: which sessions (agent runs) sent calls that map to the
+// execution. Only a journal tells; the record names one actor and scope.
+type sessionsPart struct {
+	Journaled bool          `json:"journaled"` // a journal was given
+	Actor     string        `json:"actor"`
+	Scope     string        `json:"scope"`
+	Sessions  []sessionCall `json:"sessions"`
+}
+
+// A sessionCall is one session whose calls map to the execution.
+type sessionCall struct {
+	Session    string            `json:"session"`
+	RequestIDs []json.RawMessage `json:"request_ids"`
+	// Lines says what its lines about the execution were: a state, or
+	// attached, in journal order.
+	Lines []string `json:"lines"`
+	// Client, Started, Ended and EndNote come from its session lines,
+	// where a journal given has them.
+	Client  *journal.SessionClient `json:"client,omitempty"`
+	Started time.Time              `json:"started,omitzero"`
+	Ended   time.Time              `json:"ended,omitzero"`
+	EndNote string                 `json:"end_note,omitempty"`
+}
+
+// authPart: whether and when the execution was authorized.
+type authPart struct {
+	Required bool   `json:"required"`
+	Note     string `json:"note"`
+}
+
+// noApproval is all there is to say of authorization until approvals
+// exist: nothing was asked, so nothing was granted.
+const noApproval = "no approval required (approvals are not configured)"
+
+// dispatchPart: whether and when it crossed the dispatch boundary.
+type dispatchPart struct {
+	Accepted   time.Time  `json:"accepted,omitzero"`
+	Count      int        `json:"count"`
+	Dispatches []dispatch `json:"dispatches"`
+}
+
+// A dispatch is one dispatched transition of the record's history.
+type dispatch struct {
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
+	// Writer is the process the journal names for this attempt, if a
+	// journal given has its line.
+	Writer *journal.Process `json:"writer,omitempty"`
+}
+
+// answerPart: what the upstream answered, or that nothing was observed.
+type answerPart struct {
+	State record.State `json:"state"`
+	// Observed is false while in flight and when the outcome is unknown.
+	Observed bool `json:"observed"`
+	// Settles are the transitions to completed, failed or unknown.
+	Settles []record.Transition `json:"settles"`
+	Result  string              `json:"result,omitempty"` // a summary
+	Error   json.RawMessage     `json:"error,omitempty"`  // the JSON-RPC error, as stored
+}
+
+// callersPart: which callers got the result and which did not.
+type callersPart struct {
+	Journaled bool     `json:"journaled"`
+	Callers   []caller `json:"callers"`
+	// Attached is the record's count of callers that joined it.
+	Attached int `json:"attached"`
+	// Delivered is when the record says a transport first took the result.
+	Delivered time.Time `json:"delivered,omitzero"`
+}
+
+// A caller is one request that started or joined the execution.
+type caller struct {
+	At        time.Time       `json:"at"`
+	Session   string          `json:"session,omitempty"`
+	RequestID json.RawMessage `json:"request_id,omitempty"`
+	// How is started, or how it joined: replay or waited.
+	How string `json:"how"`
+	// Got is what it got: answer, error, unknown, in_progress, or
+	// not_journaled for the caller that started it with no line of
+	// what it got.
+	Got   string `json:"got"`
+	Taken bool   `json:"taken"`
+	Error string `json:"error,omitempty"`
+}
+
+// laterPart: whether a later call attached to it, carried a client key,
+// or started a fresh execution.
+type laterPart struct {
+	Attached  int  `json:"attached"`
+	ClientKey bool `json:"client_key"`
+	// Related are the store's other executions of the same fingerprint;
+	// Searched says which executions were looked at, and Truncated that
+	// the search hit its bound.
+	Related   []related `json:"related"`
+	Searched  string    `json:"searched"`
+	Truncated bool      `json:"truncated"`
+}
+
+// A related execution has the same fingerprint.
+type related struct {
+	ID        string       `json:"id"`
+	State     record.State `json:"state"`
+	Accepted  time.Time    `json:"accepted"`
+	ClientKey bool         `json:"client_key"`
+	Later     bool         `json:"later"` // accepted after this one
+}
+
+// relatedBound is how many of a tool's executions activity show reads to
+// find those of the same fingerprint: a Filter cannot name one.
+const relatedBound = 1000
+
+// show prints the timeline of execution a.pos[0].
+func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.Writer) error {
+	r, err := store.Get(ctx, a.pos[0])
+	if errors.Is(err, record.ErrNotFound) {
+		// The store names the id; say which store was asked.
+		return fmt.Errorf("%w in --store %s", err, redact(a.store))
+	}
+	if err != nil {
+		return err
+	}
+	lines, err := readJournals(a.journals, r.ID)
+	if err != nil {
+		return err
+	}
+	tl := &timeline{Record: r}
+	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
+	tl.Authorized = authPart{Note: noApproval}
+	tl.Dispatch = dispatchesOf(r, lines)
+	tl.Answer = answerOf(r)
+	tl.Callers = callersOf(r, lines, len(a.journals) > 0)
+	if tl.Later, err = laterOf(ctx, store, r); err != nil {
+		return err
+	}
+	if a.json {
+		return writeJSON(stdout, tl)
+	}
+	printTimeline(stdout, tl)
+	return nil
+}
+
+// readJournals checks the chain of each journal file and returns the
+// lines of all of them that name execution id, and the session lines of
+// the sessions those name, merged by time. A proxy may be writing a
+// file: its torn last line, being written, is left out.
+func readJournals(paths []string, id string) ([]journal.Entry, error) {
+	var all []journal.Entry
+	for _, path := range paths {
+		rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
+		if err != nil {
+			return nil, fmt.Errorf("--journal: %w", err)
+		}
+		es, err := readEntries(path, rep.Lines)
+		if err != nil {
+			return nil, fmt.Errorf("--journal: %w", err)
+		}
+		all = append(all, es...)
+	}
+	named := make(map[string]bool)
+	var out []journal.Entry
+	for _, e := range all {
+		if e.Execution == id {
+			out = append(out, e)
+			named[e.Session] = true
+		}
+	}
+	for _, e := range all {
+		if e.Execution == "" && e.Session != "" && named[e.Session] &&
+			(e.Event == journal.SessionStart || e.Event == journal.SessionEnd) {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b journal.Entry) int { return a.Time.Compare(b.Time) })
+	return out, nil
+}
+
+// readEntries reads the first n lines of the journal at path, which
+// verified, as entries.
+func readEntries(path string, n int) ([]journal.Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading journal: %w", err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	es := make([]journal.Entry, 0, n)
+	for i := 1; i <= n; i++ {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			return nil, fmt.Errorf("reading journal %s: line %d: %w", path, i, err)
+		}
+		var e journal.Entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+// sessionsOf answers the first question from the journal lines: the
+// sessions the execution's lines name, in the order they first appear,
+// each joined to its own session lines.
+func sessionsOf(r *record.Record, lines []journal.Entry, journaled bool) sessionsPart {
+	p := sessionsPart{Journaled: journaled, Actor: r.Actor, Scope: r.Scope, Sessions: []sessionCall{}}
+	index := make(map[string]int)
+	for _, e := range lines {
+		if e.Session == "" || e.Execution == "" {
+			continue // a line of an operator or of an orphan's taker, or a session line
+		}
+		i, ok := index[e.Session]
+		if !ok {
+			i = len(p.Sessions)
+			index[e.Session] = i
+			p.Sessions = append(p.Sessions, sessionCall{Session: e.Session, RequestIDs: []json.RawMessage{}})
+		}
+		s := &p.Sessions[i]
+		if len(e.RequestID) > 0 && !slices.ContainsFunc(s.RequestIDs, func(id json.RawMessage) bool { return string(id) == string(e.RequestID) }) {
+			s.RequestIDs = append(s.RequestIDs, e.RequestID)
+		}
+		what := cmp.Or(e.State, e.Event)
+		if e.Attach != nil {
+			what += " (" + e.Attach.How + ")"
+		}
+		s.Lines = append(s.Lines, what)
+	}
+	for _, e := range lines {
+		i, ok := index[e.Session]
+		if !ok || e.Execution != "" {
+			continue
+		}
+		s := &p.Sessions[i]
+		switch e.Event {
+		case journal.SessionStart:
+			s.Client, s.Started = e.Client, e.Time
+		case journal.SessionEnd:
+			s.Ended, s.EndNote = e.Time, e.Note
+			s.Client = cmp.Or(s.Client, e.Client)
+		}
+	}
+	return p
+}
+
+// dispatchesOf answers the third question from the record's history,
+// naming the process of each attempt where the journal does.
+func dispatchesOf(r *record.Record, lines []journal.Entry) dispatchPart {
+	writers := make(map[int]journal.Process)
+	for _, e := range lines {
+		if e.State == string(record.Dispatched) && e.Attempt > 0 {
+			writers[e.Attempt] = e.Writer
+		}
+	}
+	p := dispatchPart{Accepted: r.At(record.Accepted), Dispatches: []dispatch{}}
+	for _, h := range r.History {
+		if h.State != record.Dispatched {
+			continue
+		}
+		p.Count++
+		d := dispatch{At: h.At, Note: h.Note}
+		if w, ok := writers[p.Count]; ok {
+			d.Writer = &w
+		}
+		p.Dispatches = append(p.Dispatches, d)
+	}
+	return p
+}
+
+// answerOf answers the fourth question from the record.
+func answerOf(r *record.Record) answerPart {
+	p := answerPart{State: r.State, Settles: []record.Transition{}, Error: r.Error}
+	for _, h := range r.History {
+		if h.State == record.Completed || h.State == record.Failed || h.State == record.Unknown {
+			p.Settles = append(p.Settles, h)
+		}
+	}
+	p.Observed = r.State.Settled() && r.State != record.Unknown
+	if r.Result != nil {
+		p.Result = resultSummary(r.Result)
+	}
+	return p
+}
+
+// resultSummary says how big a tool's result is and whether the tool
+// said it failed, and no more: what it holds is the policy's to show.
+func resultSummary(result json.RawMessage) string {
+	var res struct {
+		IsError bool `json:"isError"`
+	}
+	_ = json.Unmarshal(result, &res) // a result that is no object says isError false
+	return fmt.Sprintf("%d bytes, isError %t", len(result), res.IsError)
+}
+
+// callersOf answers the fifth question: the journal's delivered and
+// attached lines, and the caller that started the execution.
+func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersPart {
+	p := callersPart{Journaled: journaled, Callers: []caller{}, Attached: r.Attached, Delivered: r.At(record.Delivered)}
+	var starter *journal.Entry
+	starterGot := false
+	for i, e := range lines {
+		if e.State == string(record.Accepted) && starter == nil {
+			starter = &lines[i]
+		}
+		if e.Execution == "" || e.State != string(record.Delivered) && e.Event != journal.Attached {
+			continue
+		}
+		c := caller{At: e.Time, Session: e.Session, RequestID: e.RequestID, How: "started", Got: journal.GotAnswer, Taken: true}
+		if a := e.Attach; a != nil {
+			c.How, c.Got, c.Taken, c.Error = a.How, a.Got, a.Taken, a.Error
+		} else {
+			starterGot = true
+		}
+		p.Callers = append(p.Callers, c)
+	}
+	if starter != nil && !starterGot {
+		// The caller that started it got an error, unknown, or nothing
+		// its transport took: no line says which.
+		p.Callers = slices.Insert(p.Callers, 0, caller{At: starter.Time, Session: starter.Session,
+			RequestID: starter.RequestID, How: "started", Got: "not_journaled"})
+	}
+	return p
+}
+
+// laterOf answers the sixth question: the record's attach count and key,
+// and the store's other executions of its fingerprint within its
+// retention either side of its acceptance.
+func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPart, error) {
+	p := laterPart{Attached: r.Attached, ClientKey: strings.HasPrefix(r.Key, "key:"), Related: []related{}}
+	lister, ok := store.(record.Lister)
+	if !ok {
+		p.Searched = "nothing: the store cannot list its executions"
+		return p, nil
+	}
+	accepted := r.At(record.Accepted)
+	f := record.Filter{Tool: r.Tool, Limit: relatedBound}
+	var until time.Time
+	if r.Retention > 0 && !accepted.IsZero() {
+		f.Since, until = accepted.Add(-r.Retention), accepted.Add(r.Retention)
+	}
+	recs, err := lister.List(ctx, f)
+	if err != nil {
+		return p, fmt.Errorf("listing the executions of %s: %w", r.Tool, err)
+	}
+	p.Truncated = len(recs) == relatedBound
+	p.Searched = fmt.Sprintf("the newest %d executions of %s", relatedBound, r.Tool)
+	if !f.Since.IsZero() {
+		p.Searched += fmt.Sprintf(" accepted from %s to %s (its retention, %s, either side)",
+			stamp(f.Since), stamp(until), r.Retention)
+	}
+	for _, o := range recs {
+		at := o.At(record.Accepted)
+		if o.ID == r.ID || o.Fingerprint != r.Fingerprint || !until.IsZero() && at.After(until) {
+			continue
+		}
+		p.Related = append(p.Related, related{ID: o.ID, State: o.State, Accepted: at,
+			ClientKey: strings.HasPrefix(o.Key, "key:"), Later: o.ID > r.ID})
+	}
+	slices.Reverse(p.Related) // oldest first, as the rest of the timeline
+	return p, nil
+}
+
+// stamp formats a time as the timeline prints it.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000")
+}

@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+)
+
+// investigation is a store and journals in which one execution of
+// charge_card has a story to tell.
+type investigation struct {
+	store                string // the store's URL
+	id, earlier, later   string // the execution, and two of its fingerprint
+	otherAction          string // an execution of the tool with another fingerprint
+	journals             []string
+	s1, s2, stranger     string // sessions
+	resultLen, attachedN int
+}
+
+// newInvestigation stores, in a new SQLite store: an execution that
+// failed; the execution, under the same key, dispatched once, completed
+// and delivered, with one caller attached; a later one of the same
+// fingerprint under a client key; and one of another fingerprint. Its journal is two files: session s1
+// started it and took the result; session s2 got a replay and, on a
+// second request, waited and did not take what it got.
+func newInvestigation(t *testing.T) *investigation {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in := &investigation{store: "sqlite:" + path, s1: "session:s1", s2: "session:s2", stranger: "session:s3"}
+	reserve := func(key string, fp ...string) *record.Record {
+		r := &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: cmp.Or(append(fp, "fp1")...), Actor: "alice",
+			Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}
+		got, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	update := func(id string, c record.Change) {
+		if _, err := s.Update(t.Context(), id, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.earlier = reserve("k").ID
+	update(in.earlier, record.Change{To: record.Failed, Note: "owner proxy-0 went away before sending it"})
+	in.id = reserve("k").ID
+	result := json.RawMessage(`{"content":[{"type":"text","text":"charged"}],"isError":false}`)
+	in.resultLen = len(result)
+	update(in.id, record.Change{To: record.Dispatched, Note: "first send"})
+	update(in.id, record.Change{To: record.Completed, Result: result})
+	update(in.id, record.Change{To: record.Delivered})
+	reserve("k") // attaches
+	in.attachedN = 1
+	in.later = reserve("key:other").ID
+	in.otherAction = reserve("key:another", "fp2").ID
+	in.journals = in.writeJournals(t, dir)
+	return in
+}
+
+// writeJournals writes the two journals of newInvestigation: the session
+// lines and s1's in one, s2's in the other, with times that interleave.
+func (in *investigation) writeJournals(t *testing.T, dir string) []string {
+	t0 := time.Now().Add(-time.Minute)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	exe := func(ms int, session, state string, req int) journal.Entry {
+		return journal.Entry{Time: at(ms), Execution: in.id, Tool: "charge_card", State: state,
+			Session: session, RequestID: json.RawMessage(fmt.Sprint(req))}
+	}
+	first := []journal.Entry{
+		{Time: at(0), Session: in.s1, Event: journal.SessionStart, Client: &journal.SessionClient{Transport: "stdio",
+			Name: "claude-code", Version: "2.1.3", Parent: &journal.Parent{PID: 17133, Command: "bash"}}},
+		{Time: at(1), Session: in.stranger, Event: journal.SessionStart, Client: &journal.SessionClient{Transport: "stdio", Name: "stranger"}},
+		exe(10, in.s1, "accepted", 7),
+		func() journal.Entry { e := exe(11, in.s1, "dispatched", 7); e.Attempt = 1; return e }(),
+		exe(20, in.s1, "completed", 7),
+		exe(21, in.s1, "delivered", 7),
+		{Time: at(22), Execution: "exe_other", Tool: "charge_card", State: "accepted", Session: in.stranger},
+		{Time: at(90), Session: in.s1, Event: journal.SessionEnd, Note: "client closed"},
+	}
+	replay := exe(30, in.s2, "delivered", 3)
+	replay.Attach = &journal.Attach{How: journal.JoinedReplay, Got: journal.GotAnswer, Taken: true}
+	waited := exe(40, in.s2, "", 4)
+	waited.Event = journal.Attached
+	waited.Attach = &journal.Attach{How: journal.JoinedWaited, Got: journal.GotAnswer, Error: "client went away"}
+	second := []journal.Entry{
+		{Time: at(2), Session: in.s2, Event: journal.SessionStart, Client: &journal.SessionClient{Transport: "http",
+			Name: "cursor", Version: "1.7.0", Remote: "127.0.0.1:34674"}},
+		replay, waited,
+	}
+	// The second first: lines are merged by time, not read file by file.
+	return []string{writeEntries(t, filepath.Join(dir, "b.jsonl"), second), writeEntries(t, filepath.Join(dir, "a.jsonl"), first)}
+}
+
+func writeEntries(t *testing.T, path string, es []journal.Entry) string {
+	t.Helper()
+	w, err := journal.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, e := range es {
+		if err := w.Record(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// showArgs returns activity show's command line for in, with extra.
+func (in *investigation) showArgs(extra ...string) []string {
+	args := []string{"activity", "show", in.id, "--store", in.store}
+	for _, j := range in.journals {
+		args = append(args, "--journal", j)
+	}
+	return append(args, extra...)
+}
+
+// sections splits activity show's output at its headings, which must all
+// be there, in order.
+func sections(t *testing.T, out string) map[string]string {
+	t.Helper()
+	heads := []string{headSessions, headAuth, headDispatch, headAnswer, headCallers, headLater}
+	got := make(map[string]string)
+	rest := out
+	for i, h := range heads {
+		_, after, ok := strings.Cut(rest, "\n"+h+"\n")
+		if !ok {
+			t.Fatalf("activity show printed:\n%s\nwant the heading %q after %q", out, h, heads[max(i-1, 0)])
+		}
+		body := after
+		if i+1 < len(heads) {
+			body, _, _ = strings.Cut(after, "\n"+heads[i+1]+"\n")
+		}
+		got[h], rest = body, after
+	}
+	return got
+}
+
+// TestShowTellsTheStoryInOrder: activity show answers an investigation's
+// questions in order, each with the facts of the store and of the
+// journals read together.
+func TestShowTellsTheStoryInOrder(t *testing.T) {
+	in := newInvestigation(t)
+	out, _, err := run(t, in.showArgs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := sections(t, out)
+	tests := []struct {
+		head string
+		want []string // in this order
+		not  []string
+	}{
+		{headSessions, []string{in.s1 + ": request 7: accepted, dispatched, completed, delivered",
+			"claude-code 2.1.3 over stdio, parent pid 17133 (bash)", "(client closed)",
+			in.s2 + ": request 3, 4: delivered (replay), attached (waited)", "cursor 1.7.0 over http from 127.0.0.1:34674"}, []string{in.stranger}},
+		{headAuth, []string{noApproval}, nil},
+		{headDispatch, []string{"dispatched 1 time", "attempt 1", "first send", "by "}, nil},
+		{headAnswer, []string{"completed", fmt.Sprintf("result: %d bytes, isError false", in.resultLen)}, []string{"unknown"}},
+		{headCallers, []string{in.s1, "request 7", "started", "got answer", "taken",
+			in.s2, "request 3", "replay", "taken", in.s2, "request 4", "waited", "not taken: client went away"}, nil},
+		{headLater, []string{"1 later call attached", "no client key", "among the newest 1000 executions of charge_card",
+			in.earlier, "failed", "earlier", in.later, "later: a fresh execution", "client key"}, []string{in.otherAction}},
+	}
+	for _, tt := range tests {
+		body := sec[tt.head]
+		rest := body
+		for _, w := range tt.want {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				t.Errorf("section %q:\n%s\nwant %q (after the facts before it)", tt.head, body, w)
+				break
+			}
+			rest = rest[i+len(w):]
+		}
+		for _, n := range tt.not {
+			if strings.Contains(body, n) {
+				t.Errorf("section %q:\n%s\nwant no %q", tt.head, body, n)
+			}
+		}
+	}
+}
+
+// TestShowJSON: --json gives the same as data, one member per question.
+func TestShowJSON(t *testing.T) {
+	in := newInvestigation(t)
+	out, _, err := run(t, in.showArgs("--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &members); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"record", "sessions", "authorization", "dispatch", "answer", "callers", "later"} {
+		if _, ok := members[m]; !ok {
+			t.Errorf("activity show --json has no member %q:\n%s", m, out)
+		}
+	}
+	var tl timeline
+	if err := json.Unmarshal([]byte(out), &tl); err != nil {
+		t.Fatal(err)
+	}
+	ss := tl.Sessions.Sessions
+	if len(ss) != 2 || ss[0].Session != in.s1 || ss[0].Client == nil || ss[0].Client.Name != "claude-code" || ss[1].Session != in.s2 {
+		t.Errorf("sessions = %+v; want s1 (claude-code), then s2", ss)
+	}
+	if tl.Authorized.Required || tl.Authorized.Note != noApproval {
+		t.Errorf("authorization = %+v; want none required", tl.Authorized)
+	}
+	if tl.Dispatch.Count != 1 || len(tl.Dispatch.Dispatches) != 1 || tl.Dispatch.Dispatches[0].Note != "first send" {
+		t.Errorf("dispatch = %+v; want one, its note first send", tl.Dispatch)
+	}
+	if !tl.Answer.Observed || tl.Answer.State != record.Delivered || !strings.HasPrefix(tl.Answer.Result, fmt.Sprint(in.resultLen)) {
+		t.Errorf("answer = %+v; want an observed result of %d bytes", tl.Answer, in.resultLen)
+	}
+	cs := tl.Callers.Callers
+	if len(cs) != 3 || cs[0].How != "started" || !cs[0].Taken || cs[1].How != journal.JoinedReplay || !cs[1].Taken ||
+		cs[2].How != journal.JoinedWaited || cs[2].Taken || cs[2].Error != "client went away" {
+		t.Errorf("callers = %+v; want the starter and the replay taken, then the waiter not taken", cs)
+	}
+	l := tl.Later
+	if l.Attached != in.attachedN || l.ClientKey || len(l.Related) != 2 || l.Related[0].ID != in.earlier || l.Related[0].Later ||
+		l.Related[1].ID != in.later || !l.Related[1].Later || !l.Related[1].ClientKey {
+		t.Errorf("later = %+v; want %d attached, no client key, the earlier and the later execution", l, in.attachedN)
+	}
+}
+
+// TestShowWithoutAJournal: without --journal, show says only a journal
+// tells the sessions and callers, and gives what the record holds.
+func TestShowWithoutAJournal(t *testing.T) {
+	in := newInvestigation(t)
+	out, _, err := run(t, "activity", "show", in.id, "--store", in.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := sections(t, out)
+	if s := sec[headSessions]; !strings.Contains(s, "only a journal tells") || !strings.Contains(s, `actor "alice"`) {
+		t.Errorf("sessions without a journal:\n%s\nwant that only a journal tells, and the record's actor", s)
+	}
+	if s := sec[headCallers]; !strings.Contains(s, "1 caller attached") {
+		t.Errorf("callers without a journal:\n%s\nwant the record's count", s)
+	}
+}
+
+// TestShowRefusesBadInput: an unknown execution, a journal that cannot
+// be read and one that fails its chain are errors that name what is
+// wrong, exit 1.
+func TestShowRefusesBadInput(t *testing.T) {
+	in := newInvestigation(t)
+	tampered := in.journals[1]
+	b, err := os.ReadFile(tampered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[2] = strings.Replace(lines[2], `"accepted"`, `"dispatched"`, 1)
+	if err := os.WriteFile(tampered, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "none.jsonl")
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown execution", []string{"activity", "show", "exe_nope", "--store", in.store}, []string{"exe_nope", "no such execution", "in --store " + in.store}},
+		{"unreadable journal", []string{"activity", "show", in.id, "--store", in.store, "--journal", missing}, []string{"--journal", missing}},
+		{"tampered journal", []string{"activity", "show", in.id, "--store", in.store, "--journal", tampered}, []string{"--journal", tampered + ":3:", "does not verify"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := run(t, tt.args...)
+			if err == nil || ExitCode(err) != 1 {
+				t.Fatalf("err = %v (exit %d); want exit 1", err, ExitCode(err))
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v; want it to name %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// The headings of the timeline's sections, one per question, in order.
+const (
+	headSessions = "1. Which sessions sent its calls"
+	headAuth     = "2. Whether it was authorized"
+	headDispatch = "3. Whether it crossed the dispatch boundary"
+	headAnswer   = "4. What the upstream answered"
+	headCallers  = "5. Which callers got the result"
+	headLater    = "6. Later calls"
+)
+
+// printTimeline prints tl for a person: the record's fields, then one
+// section per question.
+func printTimeline(w io.Writer, tl *timeline) {
+	printFields(w, tl.Record)
+	fmt.Fprintf(w, "\n%s\n", headSessions)
+	printSessions(w, &tl.Sessions)
+	fmt.Fprintf(w, "\n%s\n  %s\n", headAuth, tl.Authorized.Note)
+	fmt.Fprintf(w, "\n%s\n", headDispatch)
+	printDispatch(w, &tl.Dispatch)
+	fmt.Fprintf(w, "\n%s\n", headAnswer)
+	printAnswer(w, &tl.Answer)
+	fmt.Fprintf(w, "\n%s\n", headCallers)
+	printCallers(w, &tl.Callers)
+	fmt.Fprintf(w, "\n%s\n", headLater)
+	printLater(w, &tl.Later)
+}
+
+func printSessions(w io.Writer, p *sessionsPart) {
+	switch {
+	case !p.Journaled:
+		fmt.Fprintf(w, "  only a journal tells (give --journal FILE); the record names actor %q, scope %q\n", p.Actor, p.Scope)
+		return
+	case len(p.Sessions) == 0:
+		fmt.Fprintf(w, "  no session line names it in the journals given; the record names actor %q, scope %q\n", p.Actor, p.Scope)
+		return
+	}
+	for _, s := range p.Sessions {
+		ids := make([]string, len(s.RequestIDs))
+		for i, id := range s.RequestIDs {
+			ids[i] = string(id)
+		}
+		fmt.Fprintf(w, "  %s: request %s: %s\n", s.Session, strings.Join(ids, ", "), strings.Join(s.Lines, ", "))
+		fmt.Fprintf(w, "    client %s\n", clientText(s.Client))
+		if !s.Started.IsZero() {
+			fmt.Fprintf(w, "    started %s\n", stamp(s.Started))
+		}
+		if !s.Ended.IsZero() {
+			fmt.Fprintf(w, "    ended %s (%s)\n", stamp(s.Ended), s.EndNote)
+		}
+	}
+}
+
+// clientText says who a session's client is, as its session line does.
+func clientText(c *journal.SessionClient) string {
+	if c == nil {
+		return "unknown: no session_start line in the journals given"
+	}
+	s := strings.TrimSpace(c.Name + " " + c.Version)
+	if s == "" {
+		s = "(no clientInfo)"
+	}
+	s += " over " + c.Transport
+	if c.Remote != "" {
+		s += " from " + c.Remote
+	}
+	if p := c.Parent; p != nil {
+		s += fmt.Sprintf(", parent pid %d", p.PID)
+		if p.Command != "" {
+			s += " (" + p.Command + ")"
+		}
+	}
+	if c.Protocol != "" {
+		s += ", protocol " + c.Protocol
+	}
+	return s
+}
+
+func printDispatch(w io.Writer, p *dispatchPart) {
+	fmt.Fprintf(w, "  accepted %s\n", stamp(p.Accepted))
+	if p.Count == 0 {
+		fmt.Fprintln(w, "  never dispatched: nothing was sent upstream")
+		return
+	}
+	fmt.Fprintf(w, "  dispatched %s:\n", count(p.Count, "time"))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, d := range p.Dispatches {
+		by := ""
+		if d.Writer != nil {
+			by = strings.TrimSpace(fmt.Sprintf("by %s pid %d %s", d.Writer.Host, d.Writer.PID, d.Writer.Owner))
+		}
+		fmt.Fprintln(tw, row("    "+stamp(d.At), fmt.Sprintf("attempt %d", i+1), d.Note, by))
+	}
+	tw.Flush()
+}
+
+func printAnswer(w io.Writer, p *answerPart) {
+	for _, h := range p.Settles {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %s %s %s", h.State, stamp(h.At), h.Note), " "))
+	}
+	switch {
+	case p.State.InFlight():
+		fmt.Fprintf(w, "  no answer yet: it is %s\n", p.State)
+	case p.State == record.Unknown:
+		fmt.Fprintln(w, "  nothing observed: the outcome is unknown, and the action may have happened")
+	case p.Error != nil:
+		fmt.Fprintf(w, "  JSON-RPC error %s\n", strings.TrimSpace(string(p.Error)))
+	case p.Result != "":
+		fmt.Fprintf(w, "  result: %s\n", p.Result)
+	}
+}
+
+func printCallers(w io.Writer, p *callersPart) {
+	if !p.Journaled {
+		fmt.Fprintf(w, "  only a journal tells each caller (give --journal FILE); the record counts %s attached\n", count(p.Attached, "caller"))
+		if !p.Delivered.IsZero() {
+			fmt.Fprintf(w, "  a transport took the result at %s\n", stamp(p.Delivered))
+		}
+		return
+	}
+	if len(p.Callers) == 0 {
+		fmt.Fprintf(w, "  no caller's line in the journals given; the record counts %s attached\n", count(p.Attached, "caller"))
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range p.Callers {
+		taken := "taken"
+		if !c.Taken {
+			taken = "not taken"
+		}
+		if c.Error != "" {
+			taken += ": " + c.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\tgot %s\t%s\n", stamp(c.At), c.Session, c.RequestID, c.How, c.Got, taken)
+	}
+	tw.Flush()
+}
+
+func printLater(w io.Writer, p *laterPart) {
+	fmt.Fprintf(w, "  %s attached to it (the record's count)\n", count(p.Attached, "later call"))
+	if p.ClientKey {
+		fmt.Fprintln(w, "  it carried a client key: calls with the same key match it")
+	} else {
+		fmt.Fprintln(w, "  no client key: calls match it on their fingerprint")
+	}
+	fmt.Fprintf(w, "  other executions of the same fingerprint, among %s:\n", p.Searched)
+	if len(p.Related) == 0 {
+		fmt.Fprintln(w, "    none")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, o := range p.Related {
+		when, key := "earlier", ""
+		if o.Later {
+			when = "later: a fresh execution"
+		}
+		if o.ClientKey {
+			key = "client key"
+		}
+		fmt.Fprintln(tw, row("    "+o.ID, string(o.State), "accepted "+stamp(o.Accepted), when, key))
+	}
+	tw.Flush()
+	if p.Truncated {
+		fmt.Fprintf(w, "  the search stopped at %d executions: older ones may be missing\n", relatedBound)
+	}
+}
+
+// row joins the cells of a tabwriter row, leaving out the empty ones at
+// its end, which would pad it with spaces.
+func row(cells ...string) string {
+	for len(cells) > 0 && cells[len(cells)-1] == "" {
+		cells = cells[:len(cells)-1]
+	}
+	return strings.Join(cells, "\t")
+}
