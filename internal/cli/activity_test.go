@@ -110,8 +110,8 @@ func TestResolveRefusesAHeldJournal(t *testing.T) {
 		t.Fatalf("activity resolve into a held journal = %v (exit %d); want exit 1, saying the journal is held and nothing was resolved", err, ExitCode(err))
 	}
 	stdout, _, err := run(t, "activity", "show", id, "--store", store, "--json")
-	var show struct{ Record record.Record }
-	if err != nil || json.Unmarshal([]byte(stdout), &show) != nil || show.Record.State != record.Unknown {
+	var show record.Record
+	if err != nil || json.Unmarshal([]byte(stdout), &show) != nil || show.State != record.Unknown {
 		t.Fatalf("after the refusal the execution is %q (%v); want it still unknown", stdout, err)
 	}
 }

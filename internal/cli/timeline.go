@@ -17,16 +17,23 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
-// A timeline is what activity show tells of one execution: one member per
-// question an investigation asks, in the order it asks them (issue 18).
+// A timeline is what activity show tells of one execution: the record,
+// whose members show --json has always printed and scripts read, and,
+// under "timeline", one member per question an investigation asks, in
+// the order it asks them.
 type timeline struct {
-	Record     *record.Record `json:"record"`
-	Sessions   sessionsPart   `json:"sessions"`
-	Authorized authPart       `json:"authorization"`
-	Dispatch   dispatchPart   `json:"dispatch"`
-	Answer     answerPart     `json:"answer"`
-	Callers    callersPart    `json:"callers"`
-	Later      laterPart      `json:"later"`
+	*record.Record
+	Answers `json:"timeline"`
+}
+
+// Answers are a timeline's answers, one per question.
+type Answers struct {
+	Sessions   sessionsPart `json:"sessions"`
+	Authorized authPart     `json:"authorization"`
+	Dispatch   dispatchPart `json:"dispatch"`
+	Answer     answerPart   `json:"answer"`
+	Callers    callersPart  `json:"callers"`
+	Later      laterPart    `json:"later"`
 }
 
 // sessionsPart: which sessions (agent runs) sent calls that map to the

@@ -203,13 +203,21 @@ func TestShowJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(out), &members); err != nil {
+	// The record's own members stay at the top, as scripts read them.
+	var top struct {
+		ID       string                     `json:"id"`
+		State    record.State               `json:"state"`
+		Timeline map[string]json.RawMessage `json:"timeline"`
+	}
+	if err := json.Unmarshal([]byte(out), &top); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"record", "sessions", "authorization", "dispatch", "answer", "callers", "later"} {
-		if _, ok := members[m]; !ok {
-			t.Errorf("activity show --json has no member %q:\n%s", m, out)
+	if top.ID != in.id || top.State != record.Delivered {
+		t.Errorf("activity show --json begins with id %q, state %q; want the record's own, %s and delivered:\n%s", top.ID, top.State, in.id, out)
+	}
+	for _, m := range []string{"sessions", "authorization", "dispatch", "answer", "callers", "later"} {
+		if _, ok := top.Timeline[m]; !ok {
+			t.Errorf("activity show --json has no timeline member %q:\n%s", m, out)
 		}
 	}
 	var tl timeline
