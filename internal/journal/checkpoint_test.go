@@ -350,16 +350,7 @@ func TestCheckSince(t *testing.T) {
 				t.Fatalf("Check without Since: %v", err)
 			}
 			_, err := Check(strings.NewReader(tt.in), CheckOptions{Verifiers: vs, Since: saved})
-			if tt.wantLine == 0 {
-				if err != nil {
-					t.Fatalf("Check: %v", err)
-				}
-				return
-			}
-			var le *LineError
-			if !errors.As(err, &le) || le.Line != tt.wantLine || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Check: %v; want a LineError for line %d saying %q", err, tt.wantLine, tt.want)
-			}
+			checkLineError(t, "Check", err, tt.wantLine, tt.want)
 		})
 	}
 }

@@ -305,16 +305,7 @@ func TestVerify(t *testing.T) {
 			if n != tt.wantN {
 				t.Errorf("Verify = %d lines; want %d", n, tt.wantN)
 			}
-			if tt.wantLine == 0 {
-				if err != nil {
-					t.Errorf("Verify: %v", err)
-				}
-				return
-			}
-			var le *LineError
-			if !errors.As(err, &le) || le.Line != tt.wantLine || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Verify: %v; want a LineError for line %d saying %q", err, tt.wantLine, tt.want)
-			}
+			checkLineError(t, "Verify", err, tt.wantLine, tt.want)
 		})
 	}
 }
@@ -425,5 +416,18 @@ func TestLinesNameTheirWriter(t *testing.T) {
 	defer f.Close()
 	if n, err := Verify(f); n != 3 || err != nil {
 		t.Errorf("Verify of old lines and a new one = %d, %v; want 3, nil", n, err)
+	}
+}
+
+// checkLineError checks err, what, a check, returned: nil when wantLine
+// is 0, else a *LineError naming wantLine and saying want.
+func checkLineError(t *testing.T, what string, err error, wantLine int, want string) {
+	t.Helper()
+	var le *LineError
+	switch {
+	case wantLine == 0 && err != nil:
+		t.Errorf("%s: %v", what, err)
+	case wantLine != 0 && (!errors.As(err, &le) || le.Line != wantLine || !strings.Contains(err.Error(), want)):
+		t.Errorf("%s: %v; want a LineError for line %d saying %q", what, err, wantLine, want)
 	}
 }
