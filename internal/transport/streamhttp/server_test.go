@@ -1378,10 +1378,23 @@ func TestServerRequestAfterTheSessionEnded(t *testing.T) {
 func TestServerIDsByValue(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{})
 	sid := start(t, hs.URL, nil)
+	// The slow request stays open past the checks; it is cut and waited
+	// for at the end, so it never reports after the test returns.
+	slowCtx, stopSlow := context.WithCancel(t.Context())
+	slowDone := make(chan struct{})
+	defer func() { stopSlow(); <-slowDone }()
 	go func() {
-		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":5,"method":"slow"}`, session(sid))
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		defer close(slowDone)
+		req, _ := http.NewRequestWithContext(slowCtx, "POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":5,"method":"slow"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range session(sid) {
+			req.Header.Set(k, v)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
 	}()
 	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
 	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":5.0,"method":"ping"}`, session(sid))
