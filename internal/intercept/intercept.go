@@ -68,6 +68,30 @@ type DeliveryReplier interface {
 	ReplyThen(a Answer, written func()) error
 }
 
+// An Asker is a Replier that can put a question to its caller's user,
+// as the proxy's own request on the caller's transport (an approval
+// asked through MCP elicitation), and tell the caller how its call is
+// going. The interceptor looks for it on Request.Reply.
+type Asker interface {
+	Replier
+	// CanAsk reports whether Ask can reach the user: the client declared
+	// the elicitation capability (form mode) in its handshake, and its
+	// transport can carry a request of the proxy's now. When it reports
+	// false, Ask is not called.
+	CanAsk() bool
+	// Ask sends elicitation/create with params to the client, under an
+	// id of the proxy's, related to the caller's request, and calls done
+	// once: with the client's result; a *jsonrpc.Error when the client
+	// answered with one; or another error when no answer can come (ctx
+	// ended, the session ended, the transport refused the request).
+	// done may be called before Ask returns.
+	Ask(ctx context.Context, params json.RawMessage, done func(result json.RawMessage, err error))
+	// Progress sends notifications/progress with message to the client
+	// if the caller's request carried a progress token; else it does
+	// nothing. The values it sends increase from 0.
+	Progress(message string)
+}
+
 // A Request is one caller's tools/call. It is handed to Handle or
 // Unrecorded once, and not copied after: it holds the state of the
 // execution it starts.
