@@ -3,14 +3,16 @@
 //
 // One execution is one accepted attempt to perform a tool action. Its life:
 //
-//	accepted -> dispatched -> completed -> delivered
-//	   |            |
-//	   +-> failed   +-> unknown  (sent; outcome not observed)
-//	                +-> failed   (upstream answered with a JSON-RPC error)
+//	accepted -> [authorized] -> dispatched -> completed -> delivered
+//	   |              |              |
+//	   +-> refused    +-> failed     +-> unknown  (sent; outcome not observed)
+//	   +-> failed                    +-> failed   (upstream answered with a JSON-RPC error)
 //
 // accepted is the reservation: exactly one caller wins it for a key.
-// dispatched is stored before the request goes upstream. completed holds the
-// result. delivered means a caller's transport took the result.
+// authorized is a person's approval, for a tool that needs one; refused,
+// the approval denied, timed out or impossible to ask for. dispatched is
+// stored before the request goes upstream. completed holds the result.
+// delivered means a caller's transport took the result.
 package record
 
 import (
@@ -44,20 +46,30 @@ const (
 	// Unknown: sent, and no answer was observed. It is not failed: the
 	// action may have happened.
 	Unknown State = "unknown"
+	// Authorized: approved, by a person the tool's policy names, and not
+	// yet sent. The decision is the transition's By, Via and Note.
+	Authorized State = "authorized"
+	// Refused: the approval was denied, timed out, or could not be asked
+	// for. Nothing was sent; calling again gets the refusal again while
+	// the record is kept.
+	Refused State = "refused"
 )
 
-// States lists every state, in the order of an execution's life.
-var States = []State{Accepted, Dispatched, Completed, Delivered, Failed, Unknown}
+// States lists every state: those of every execution in the order of its
+// life, then the two of an approval. A store may keep a state as its
+// index here, so a new state goes at the end.
+var States = []State{Accepted, Dispatched, Completed, Delivered, Failed, Unknown, Authorized, Refused}
 
 // InFlight reports whether s is a state in which an answer may still come.
-func (s State) InFlight() bool { return s == Accepted || s == Dispatched }
+func (s State) InFlight() bool { return s == Accepted || s == Authorized || s == Dispatched }
 
 // Settled reports whether s is a state a waiter can act on.
 func (s State) Settled() bool { return !s.InFlight() }
 
 // next lists, for each state, the states it may move to.
 var next = map[State][]State{
-	Accepted:   {Dispatched, Failed},
+	Accepted:   {Authorized, Refused, Dispatched, Failed},
+	Authorized: {Dispatched, Failed},
 	Dispatched: {Completed, Failed, Unknown, Dispatched},
 	Completed:  {Delivered},
 	Unknown:    {Dispatched, Completed, Failed},
@@ -77,11 +89,14 @@ func (c Change) Allowed(from State) bool {
 	return (c.From == "" || c.From == from) && CanTransition(from, c.To)
 }
 
-// A Transition is one state change with its time.
+// A Transition is one state change with its time. A decision (Authorized,
+// Refused) says who made it and through which channel.
 type Transition struct {
 	State State     `json:"state"`
 	At    time.Time `json:"at"`
 	Note  string    `json:"note,omitempty"`
+	By    string    `json:"by,omitempty"`
+	Via   string    `json:"via,omitempty"`
 }
 
 // A Record is one execution. A Record returned by a Store may be shared
@@ -102,6 +117,10 @@ type Record struct {
 	Attempts int `json:"attempts"`
 	// Attached counts callers that joined this execution after the first.
 	Attached int `json:"attached"`
+	// Awaiting names who is asked to approve the execution while it is
+	// Accepted (ApproverClient, ApproverOperator); "" when it needs no
+	// approval, and once it has left Accepted.
+	Awaiting string `json:"awaiting,omitempty"`
 
 	// Result is the upstream's result member, as it came.
 	Result json.RawMessage `json:"result,omitempty"`
@@ -138,7 +157,10 @@ type Record struct {
 func (r *Record) Apply(c Change, now time.Time) {
 	wasInFlight := r.State.InFlight()
 	r.State = c.To
-	r.History = append(r.History, Transition{State: c.To, At: now, Note: c.Note})
+	r.History = append(r.History, Transition{State: c.To, At: now, Note: c.Note, By: c.By, Via: c.Via})
+	if c.To != Accepted {
+		r.Awaiting = ""
+	}
 	if c.To == Dispatched {
 		r.Attempts++
 	}
@@ -167,10 +189,14 @@ func (r *Record) Orphaned(now time.Time) bool {
 }
 
 // OrphanChange is how an orphan is settled: one never sent failed (safe to
-// run again), one sent became unknown (never silently re-sent).
+// run again, and an approval is asked for again), one sent became unknown
+// (never silently re-sent).
 func OrphanChange(r *Record) Change {
-	if r.State == Accepted {
+	switch r.State {
+	case Accepted:
 		return Change{To: Failed, Note: "owner " + r.Owner + " went away before sending it"}
+	case Authorized:
+		return Change{To: Failed, Note: "owner " + r.Owner + " went away after its approval, before sending it"}
 	}
 	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after sending it; no answer was recorded"}
 }
@@ -239,6 +265,10 @@ type Change struct {
 	// which may otherwise move to Dispatched again.
 	From State
 	Note string
+	// By and Via, for a decision (Authorized, Refused), name who made it
+	// and through which channel (ApproverClient, ApproverOperator, ...).
+	By  string
+	Via string
 	// Result and Error are stored with the change when non-nil.
 	Result json.RawMessage
 	Error  json.RawMessage
@@ -290,6 +320,23 @@ func (o ReserveOptions) LeaseFrom(r *Record, now time.Time) time.Time {
 	}
 	return r.LeaseUntil
 }
+
+// Who is asked to approve an execution (Record.Awaiting), and the
+// channels a decision comes through (Transition.Via).
+const (
+	// ApproverClient: the caller's user, asked by the proxy through MCP
+	// elicitation.
+	ApproverClient = "client"
+	// ApproverOperator: a person with access to the store, through
+	// mcp-idempotent activity approve and deny.
+	ApproverOperator = "operator"
+	// ViaTimeout: no one decided within the approval's timeout.
+	ViaTimeout = "timeout"
+	// ViaSessionGrant: an earlier approval in the session covers the tool.
+	ViaSessionGrant = "session-grant"
+	// ViaProxy: the proxy refused, since no one could be asked.
+	ViaProxy = "proxy"
+)
 
 // Sentinel errors that callers branch on.
 var (
@@ -354,13 +401,27 @@ type Filter struct {
 	Tool  string    // only this tool's executions, if set
 	State State     // only executions in this state, if set
 	Since time.Time // only executions accepted at or after this, if set
-	Limit int       // at most this many; 0 means 100
+	// Awaiting keeps only executions in Accepted that wait for an
+	// approval (Record.Awaiting set).
+	Awaiting bool
+	Limit    int // at most this many; 0 means 100
 }
 
 // A Lister lists execution records, newest first. Stores that outlive the
 // process implement it, for the activity commands.
 type Lister interface {
 	List(ctx context.Context, f Filter) ([]*Record, error)
+}
+
+// A Decider is a Store shared across processes, in which an execution
+// that awaits an operator's approval can be decided from another
+// process (mcp-idempotent activity approve, deny) and its owner woken.
+type Decider interface {
+	// WaitDecided blocks until the record id has left Accepted and
+	// returns it, or returns ctx's error. It is woken by the store's
+	// event for the change, as Wait is by a settlement, and settles an
+	// orphan it finds, as Wait does.
+	WaitDecided(ctx context.Context, id string) (*Record, error)
 }
 
 // IDFloor returns the smallest execution id a record accepted at t can

@@ -478,7 +478,8 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	}
 	var recs []*record.Record
 	for _, r := range s.Records() {
-		if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && r.ID >= floor {
+		awaits := r.State == record.Accepted && r.Awaiting != ""
+		if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && (!f.Awaiting || awaits) && r.ID >= floor {
 			recs = append(recs, r)
 		}
 	}

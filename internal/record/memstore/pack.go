@@ -56,6 +56,11 @@ const (
 // follows the code.
 const otherState = 255
 
+// decided marks the code of a transition that names a decision: its By
+// and Via follow its note, as they do a transition of otherState. The
+// codes of record.States are far below it.
+const decided = 0x80
+
 // pack appends r, all but its Attached count, to b. cid is the id of r's
 // common.
 func pack(b []byte, r *record.Record, cid uint32) []byte {
@@ -89,13 +94,21 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.History)))
 	var prev int64
 	for _, tr := range r.History {
-		b = append(b, stateCode(tr.State))
-		if stateCode(tr.State) == otherState {
+		code := stateCode(tr.State)
+		decision := code == otherState || tr.By != "" || tr.Via != ""
+		if decision && code != otherState {
+			code |= decided
+		}
+		b = append(b, code)
+		if code == otherState {
 			b = appendString(b, string(tr.State))
 		}
 		// Each time as the difference from the one before: a few bytes.
 		b = appendTime(b, tr.At, prev)
 		b = appendString(b, tr.Note)
+		if decision {
+			b = appendString(appendString(b, tr.By), tr.Via)
+		}
 		prev = unixNano(tr.At)
 	}
 	b = appendBytes(b, r.Result)
@@ -242,9 +255,17 @@ func unpack(p []byte, attached int, c *commons) *record.Record {
 	var prev int64
 	for range n {
 		var tr record.Transition
-		tr.State = d.state(d.byte())
+		code := d.byte()
+		if c := code; c == otherState {
+			tr.State = d.state(c)
+		} else {
+			tr.State = d.state(c &^ decided)
+		}
 		tr.At, prev = d.time(prev)
 		tr.Note = d.string()
+		if code&decided != 0 {
+			tr.By, tr.Via = d.string(), d.string()
+		}
 		r.History = append(r.History, tr)
 	}
 	r.Result, r.Error = d.bytes(), d.bytes()

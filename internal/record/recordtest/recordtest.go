@@ -73,6 +73,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"KeyReuseIsNotAttached", testKeyReuseIsNotAttached},
 		{"ReserveLeaseStartsAtTheWrite", testReserveLeaseStartsAtTheWrite},
 		{"ClaimLeaseStartsAtTheWrite", testClaimLeaseStartsAtTheWrite},
+		{"Approval", testApproval},
+		{"Refusal", testRefusal},
+		{"OrphanAuthorizedFails", testOrphanAuthorizedFails},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
