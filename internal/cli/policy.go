@@ -67,7 +67,7 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tFROM\tCONTRACT")
+	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tAPPROVAL\tFROM\tCONTRACT")
 	unwritten := 0
 	for _, t := range tools {
 		ann := t.Annotations
@@ -87,8 +87,8 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if p.Recover != nil {
 			onUnknown += " (" + p.Recover.Tool + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, p.Class, p.Scope, duration(p.Retention),
-			p.Replay, duration(p.AttachWindow), onUnknown, p.Source, contract)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, p.Class, p.Scope, duration(p.Retention),
+			p.Replay, duration(p.AttachWindow), onUnknown, approval(&p), p.Source, contract)
 	}
 	tw.Flush()
 	if unwritten > 0 {
@@ -111,6 +111,15 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	return nil
+}
+
+// approval shows a policy's approval: none, or the mode, who is asked and
+// for how long, as in "each by operator, 10m".
+func approval(p *policy.Policy) string {
+	if !p.NeedsApproval() {
+		return "none"
+	}
+	return fmt.Sprintf("%s by %s, %s", p.Approval, p.Approver, duration(p.ApprovalTimeout))
 }
 
 func plural(n int) string {

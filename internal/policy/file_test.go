@@ -33,6 +33,7 @@ func TestLoadExample(t *testing.T) {
 		Replay: ReplayUndelivered, AttachWindow: 10 * time.Minute,
 		Ignore: []string{"note", "trace.id"}, Defaults: true, OnUnknown: Block,
 		ForwardKey: false, Journal: JournalRule{Arguments: JournalHash, Result: JournalRedact},
+		Approval: ApprovalEach, Approver: ApproverOperator, ApprovalTimeout: 30 * time.Minute,
 		Source: "policy file (charge_card)", Written: true, Explicit: true,
 	}
 	if !reflect.DeepEqual(charge, wantCharge) {
@@ -257,11 +258,31 @@ tools:
     recover: {tool: s, tools: x, done: {paths: x}}
 `,
 			want: []string{
-				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint, journal)`,
+				`p.yaml:2:3: defaults: unknown key "retension" (valid: scope, retention, replay, attach_window, on_unknown, forward_key, fingerprint, journal, approver, approval_timeout)`,
 				`p.yaml:3:17: defaults.fingerprint: unknown key "ignores" (valid: ignore, defaults)`,
-				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done, journal)`,
+				`p.yaml:6:5: tools.a: unknown key "on_unknow" (valid: class, scope, retention, replay, attach_window, fingerprint, on_unknown, recover, forward_key, retry, already_done, journal, approval, approver, approval_timeout)`,
 				`p.yaml:8:24: tools.a.recover: unknown key "tools" (valid: tool, arguments, done, not_done)`,
 				`p.yaml:8:41: tools.a.recover.done: unknown key "paths" (valid: path, in)`,
+			},
+		},
+		{
+			name: "approval fields",
+			in: `defaults:
+  approval: each
+  approver: admin
+tools:
+  a: {approval: always, approval_timeout: 0s}
+  b: {class: read_only, approval: each}
+  c: {scope: key, approval: session, approval_timeout: 8d}
+`,
+			want: []string{
+				"p.yaml:2:3: defaults.approval: approval names the tools a person approves, so it can only be set per tool",
+				`p.yaml:3:13: defaults.approver: "admin" is not an approver (use client or operator)`,
+				`p.yaml:5:17: tools.a.approval: "always" is not an approval mode (use none, each or session)`,
+				`p.yaml:5:43: tools.a.approval_timeout: "0s" must be more than zero`,
+				"p.yaml:6:35: tools.b.approval: a read_only tool passes through unrecorded, so it cannot wait for an approval",
+				"p.yaml:7:29: tools.c.approval: scope key runs a call without a client key unrecorded",
+				`p.yaml:7:56: tools.c.approval_timeout: "8d" is longer than the most allowed, 7d`,
 			},
 		},
 		{
@@ -595,6 +616,12 @@ tools:
   "deploy_*":
     on_unknown: recover
     recover: {tool: deploy_status}
+  "rotate_*":
+    approval: session
+    approver: operator
+  "read_secret":
+    approval: each
+    approval_timeout: 90s
 `
 	withDefaults := func(p *Policy) {
 		p.Retention = 48 * time.Hour
@@ -617,6 +644,26 @@ tools:
 		{
 			name: "defaults only, idempotent keeps retry", file: file, tool: "other", ann: idempotent,
 			want: withDefaults,
+		},
+		{
+			name: "approval by glob", file: file, tool: "rotate_key", ann: idempotent,
+			want: func(p *Policy) {
+				withDefaults(p)
+				p.Approval, p.Approver = ApprovalSession, ApproverOperator
+				p.Written = true
+			},
+		},
+		{
+			// A server's hint never lets a call skip the approval the
+			// file asks for.
+			name: "approval records a read-only tool", file: file, tool: "read_secret", ann: readOnly,
+			want: func(p *Policy) {
+				withDefaults(p)
+				p.Class, p.OnUnknown = SideEffect, Block
+				p.Approval, p.ApprovalTimeout = ApprovalEach, 90*time.Second
+				p.Source = "policy file (read_secret): approval needs a record"
+				p.Written, p.Explicit = true, true
+			},
 		},
 		{
 			name: "exact beats globs listed before and after it", file: file, tool: "charge_card", ann: plain,

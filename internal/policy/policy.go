@@ -158,6 +158,12 @@ type Policy struct {
 	// Journal says how the call's arguments and its result appear in the
 	// activity journal.
 	Journal JournalRule
+	// Approval says whether a person approves a new execution before it
+	// is sent; Approver who, and ApprovalTimeout how long the execution
+	// waits for the decision before it is refused.
+	Approval        Approval
+	Approver        Approver
+	ApprovalTimeout time.Duration
 
 	// Source says where the class came from, for logs and `policy show`.
 	Source string
@@ -258,7 +264,11 @@ func FromAnnotations(a *mcp.Annotations) Policy {
 		OnUnknown:    Block,
 		ForwardKey:   true,
 		Journal:      JournalRule{Arguments: DefaultJournalArguments, Result: DefaultJournalResult},
-		Source:       "annotations (no read-only or idempotent hint)",
+		Approval:     ApprovalNone,
+		Approver:     ApproverClient,
+		// A field of its own: the alignment above is gofmt's.
+		ApprovalTimeout: DefaultApprovalTimeout,
+		Source:          "annotations (no read-only or idempotent hint)",
 	}
 	switch {
 	case a == nil:

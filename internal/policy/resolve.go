@@ -28,6 +28,9 @@ type rule struct {
 	retry        *RetryRule
 	alreadyDone  []ResultMatch
 	journal      JournalRule // zero modes are not set
+	approval     Approval
+	approver     Approver
+	approvalWait time.Duration
 }
 
 // Resolve returns the effective policy of the named tool. Layers apply in
@@ -69,6 +72,12 @@ func (f *File) ResolveScoped(tool string, ann *mcp.Annotations, scope Scope) Pol
 		if r.class != "" {
 			p.Source = "policy file (" + r.name + ")"
 		}
+	}
+	if p.NeedsApproval() && p.Class == ReadOnly {
+		// A read-only tool passes through unrecorded, where no approval
+		// could be kept: the approval the file asks for wins over the
+		// server's hint.
+		p.Class, p.Source = SideEffect, "policy file ("+r.name+"): approval needs a record"
 	}
 	if !onUnknownSet && p.Class != annotated {
 		p.OnUnknown = classOnUnknown(p.Class)
@@ -137,6 +146,15 @@ func (r *rule) apply(p *Policy) bool {
 	}
 	if r.journal.Result != "" {
 		p.Journal.Result = r.journal.Result
+	}
+	if r.approval != "" {
+		p.Approval = r.approval
+	}
+	if r.approver != "" {
+		p.Approver = r.approver
+	}
+	if r.approvalWait != 0 {
+		p.ApprovalTimeout = r.approvalWait
 	}
 	if r.retry != nil {
 		rr := *r.retry

@@ -94,6 +94,16 @@ func parseRetention(n *yaml.Node) (time.Duration, string) {
 	return d, problem
 }
 
+// parseApprovalTimeout reads approval_timeout: a duration of at most
+// MaxApprovalTimeout.
+func parseApprovalTimeout(n *yaml.Node) (time.Duration, string) {
+	d, problem := parseDuration(n)
+	if problem == "" && d > MaxApprovalTimeout {
+		return 0, fmt.Sprintf("%q is longer than the most allowed, 7d", n.Value)
+	}
+	return d, problem
+}
+
 // parsePath reads a dot path of object members, such as trace.id; want
 // says what the path names, for the error that n is not a string.
 func parsePath(want string) parse[string] {

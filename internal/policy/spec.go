@@ -44,13 +44,16 @@ type ruleSpec struct {
 	alreadyDone   []*matchSpec
 	journalArgs   val[JournalMode]
 	journalResult val[JournalMode]
+	approval      val[Approval]
+	approver      val[Approver]
+	approvalWait  val[time.Duration] // approval_timeout
 }
 
 // The keys each level accepts, in the order errors list them.
 var (
 	fileKeys     = []string{"defaults", "tools", "accounts"}
-	defaultsKeys = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint", "journal"}
-	toolKeys     = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done", "journal"}
+	defaultsKeys = []string{"scope", "retention", "replay", "attach_window", "on_unknown", "forward_key", "fingerprint", "journal", "approver", "approval_timeout"}
+	toolKeys     = []string{"class", "scope", "retention", "replay", "attach_window", "fingerprint", "on_unknown", "recover", "forward_key", "retry", "already_done", "journal", "approval", "approver", "approval_timeout"}
 
 	classes    = []string{string(ReadOnly), string(Idempotent), string(SideEffect)}
 	scopes     = []string{string(ScopeSession), string(ScopeActor), string(ScopeKey), string(ScopeGlobal)}
@@ -108,18 +111,21 @@ func (d *decoder) tools(n *yaml.Node) []*toolSpec {
 func (d *decoder) rule(n *yaml.Node, field string, tool bool) *ruleSpec {
 	s := &ruleSpec{}
 	read := map[string]func(v *yaml.Node, field string){
-		"class":         into(d, &s.class, parseEnum[Class]("a class", classes)),
-		"scope":         into(d, &s.scope, parseEnum[Scope]("a scope", scopes)),
-		"retention":     into(d, &s.retention, parseRetention),
-		"replay":        into(d, &s.replay, parseEnum[Replay]("a replay mode", replays)),
-		"attach_window": into(d, &s.attachWindow, parseDuration),
-		"fingerprint":   func(v *yaml.Node, f string) { d.fingerprint(v, f, s) },
-		"on_unknown":    into(d, &s.onUnknown, parseEnum[OnUnknown]("an on_unknown mode", onUnknowns)),
-		"recover":       func(v *yaml.Node, f string) { s.recover = d.recover(v, f) },
-		"forward_key":   into(d, &s.forwardKey, parseBool),
-		"retry":         func(v *yaml.Node, f string) { s.retry = d.retry(v, f) },
-		"already_done":  func(v *yaml.Node, f string) { s.alreadyDone = d.alreadyDone(v, f) },
-		"journal":       func(v *yaml.Node, f string) { d.journal(v, f, s) },
+		"class":            into(d, &s.class, parseEnum[Class]("a class", classes)),
+		"scope":            into(d, &s.scope, parseEnum[Scope]("a scope", scopes)),
+		"retention":        into(d, &s.retention, parseRetention),
+		"replay":           into(d, &s.replay, parseEnum[Replay]("a replay mode", replays)),
+		"attach_window":    into(d, &s.attachWindow, parseDuration),
+		"fingerprint":      func(v *yaml.Node, f string) { d.fingerprint(v, f, s) },
+		"on_unknown":       into(d, &s.onUnknown, parseEnum[OnUnknown]("an on_unknown mode", onUnknowns)),
+		"recover":          func(v *yaml.Node, f string) { s.recover = d.recover(v, f) },
+		"forward_key":      into(d, &s.forwardKey, parseBool),
+		"retry":            func(v *yaml.Node, f string) { s.retry = d.retry(v, f) },
+		"already_done":     func(v *yaml.Node, f string) { s.alreadyDone = d.alreadyDone(v, f) },
+		"journal":          func(v *yaml.Node, f string) { d.journal(v, f, s) },
+		"approval":         into(d, &s.approval, parseEnum[Approval]("an approval mode", approvals)),
+		"approver":         into(d, &s.approver, parseEnum[Approver]("an approver", approvers)),
+		"approval_timeout": into(d, &s.approvalWait, parseApprovalTimeout),
 	}
 	if tool {
 		s.block = d.fields(n, field, "a mapping of rule fields", keysOf(toolKeys, read))
@@ -127,7 +133,8 @@ func (d *decoder) rule(n *yaml.Node, field string, tool bool) *ruleSpec {
 	}
 	keys := append(keysOf(defaultsKeys, read),
 		key{name: "class", refuse: "class can only be set per tool, under tools"},
-		key{name: "recover", refuse: "recover names a status tool, so it can only be set per tool, under tools"})
+		key{name: "recover", refuse: "recover names a status tool, so it can only be set per tool, under tools"},
+		key{name: "approval", refuse: "approval names the tools a person approves, so it can only be set per tool, under tools (a glob covers many)"})
 	s.block = d.fields(n, field, "a mapping of rule fields", keys)
 	return s
 }

@@ -27,6 +27,7 @@ func (v *validator) file(s *fileSpec) *File {
 			f.exact[r.name] = r
 		}
 	}
+	v.approvalScopes(s, f)
 	f.accounts = v.accounts(s.accounts)
 	// A retry rule may only name an account the file defines.
 	for i, r := range f.rules {
@@ -54,6 +55,11 @@ func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
 	r.forwardKey = pointer(s.forwardKey)
 	r.alreadyDone = v.alreadyDone(s.alreadyDone)
 	r.journal = JournalRule{Arguments: s.journalArgs.v, Result: s.journalResult.v}
+	r.approval, r.approver, r.approvalWait = s.approval.v, s.approver.v, s.approvalWait.v
+	if s.approval.ok && r.class == ReadOnly {
+		v.errorf(s.approval.place, s.field+".approval", "a read_only tool passes through unrecorded, so it cannot wait for an approval: drop the class, or the approval")
+		r.approval = ""
+	}
 	if s.retry != nil {
 		r.retry = v.retry(s.retry)
 	}
@@ -108,4 +114,20 @@ func pointer[T any](x val[T]) *T {
 	}
 	v := x.v
 	return &v
+}
+
+// approvalScopes checks that no tool that needs approval is matched only
+// by a client's key: under scope key, a call without one runs
+// unrecorded, where no approval could be kept.
+func (v *validator) approvalScopes(s *fileSpec, f *File) {
+	for i, r := range f.rules {
+		scope := r.scope
+		if scope == "" {
+			scope = f.defaults.scope
+		}
+		if (r.approval == ApprovalEach || r.approval == ApprovalSession) && scope == ScopeKey {
+			v.errorf(s.tools[i].rule.approval.place, s.tools[i].rule.field+".approval",
+				"scope key runs a call without a client key unrecorded, where no approval could be kept: use scope session or actor")
+		}
+	}
 }

@@ -466,10 +466,11 @@ func TestPolicyShow(t *testing.T) {
 		name   string
 		policy string
 		// charge_card's row
-		class, scope, contract string
+		class, scope, approval, contract string
 	}{
-		{"policy names charge_card", "tools:\n  charge_card:\n    class: idempotent\n    scope: actor\n", "idempotent", "actor", "written"},
-		{"no policy", "", "side_effect", "session", "NOT WRITTEN"},
+		{"policy names charge_card", "tools:\n  charge_card:\n    class: idempotent\n    scope: actor\n    approval: each\n    approver: operator\n",
+			"idempotent", "actor", "each by operator, 10m", "written"},
+		{"no policy", "", "side_effect", "session", "none", "NOT WRITTEN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"policy", "show"}, withPolicy(t, tc.policy)...)
@@ -489,6 +490,9 @@ func TestPolicyShow(t *testing.T) {
 			if cc := rows["charge_card"]; cc["CLASS"] != tc.class || cc["SCOPE"] != tc.scope || cc["CONTRACT"] != tc.contract {
 				t.Errorf("charge_card: CLASS %q SCOPE %q CONTRACT %q, want %q %q %q:\n%s",
 					cc["CLASS"], cc["SCOPE"], cc["CONTRACT"], tc.class, tc.scope, tc.contract, stdout)
+			}
+			if got := rows["charge_card"]["APPROVAL"]; got != tc.approval {
+				t.Errorf("charge_card: APPROVAL %q, want %q:\n%s", got, tc.approval, stdout)
 			}
 			if got := rows["charge_and_crash"]["CONTRACT"]; got != "NOT WRITTEN" {
 				t.Errorf("charge_and_crash: CONTRACT %q, want NOT WRITTEN (the file does not name it):\n%s", got, stdout)
