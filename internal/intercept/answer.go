@@ -65,6 +65,9 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 				"mcp-idempotent: execution %s of %s failed before it was sent (%s); nothing ran, and calling again runs it",
 				rec.ID, rec.Tool, lastNote(rec)))
 		}
+	case record.Refused:
+		req.got = journal.GotRefused
+		in.reply(ctx, req, Answer{Result: refusedResult(rec)}, nil)
 	case record.Unknown:
 		if m == live && rec.Result != nil {
 			// The upstream's own word that it does not know (another

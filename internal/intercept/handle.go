@@ -73,6 +73,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// Without an account to wait for, a won reservation is sent at once:
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
+	in.prepareApproval(req, fresh, &opts)
 	if err := ctx.Err(); err != nil {
 		in.leftBeforeReserving(req, err)
 		return
@@ -180,6 +181,11 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "new")
+		if rec.State == record.Accepted && pol.NeedsApproval() && !in.shadow {
+			in.journalize(req, rec, record.Change{To: record.Accepted})
+			in.approve(ctx, req, rec)
+			return
+		}
 		if rec.State == record.Dispatched {
 			// Reserved and dispatched in one step (opts.Dispatch).
 			in.journalizeAccepted(req, rec)

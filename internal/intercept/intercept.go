@@ -240,6 +240,7 @@ type Interceptor struct {
 	// (upstreamShown): a keyed hash per new execution is not free.
 	shown      sync.Map
 	abandoned  abandoned // executions reserved here, never to be sent, still to settle
+	grants     grants    // the approvals that cover a session (approval: session)
 	storeWaits bool
 	shadow     bool         // Options.Shadow
 	tracer     trace.Tracer // Options.Tracer; nil when off

@@ -88,6 +88,8 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Session:     req.Session,
 		RequestID:   req.ID,
 		Note:        c.Note,
+		By:          c.By,
+		Via:         c.Via,
 		Shadow:      in.shadow,
 	}
 	if req.joined != "" && c.To == record.Delivered {

@@ -34,6 +34,11 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	}
 	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
 	switch {
+	case unrecorded && pol.NeedsApproval():
+		// The policy file refuses this pairing; --scope key makes it.
+		return 0, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"mcp-idempotent: %s needs an approval, which is kept in its execution's record, and this call would run unrecorded "+
+				"(scope key, and no idempotency key): send one in params._meta[%q]", call.Name, mcp.MetaKey)
 	case unrecorded && pol.Retry == nil:
 		// Passed upstream as it came, a call keeps no deadline of the
 		// proxy's: one that cannot be read does not refuse it.

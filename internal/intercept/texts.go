@@ -55,14 +55,61 @@ func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessa
 func unknownResult(r *record.Record) json.RawMessage {
 	sent := r.At(record.Dispatched).UTC().Format(time.RFC3339Nano)
 	return toolResult(fmt.Sprintf(
-		"Outcome unknown: execution %s of %s was sent to the upstream (%s) at %s and no usable answer was observed (%s). "+
-			"It may or may not have taken effect. Do not retry blindly: check whether it happened first.",
-		r.ID, r.Tool, r.Upstream, sent, lastNote(r)), "unknown", r)
+		"Outcome unknown: execution %s of %s%s was sent to the upstream (%s) at %s and no usable answer was observed (%s). "+
+			"It may or may not have taken effect, and it was not sent again. Do not retry blindly: check whether it happened first.",
+		r.ID, r.Tool, approvedWords(r), r.Upstream, sent, lastNote(r)), "unknown", r)
+}
+
+// approvedWords says who approved r and when, as in " (approved by bob
+// through operator at ...)", or "" if it needed no approval.
+func approvedWords(r *record.Record) string {
+	for _, t := range r.History {
+		if t.State == record.Authorized {
+			return fmt.Sprintf(" (approved by %s through %s at %s)", decider(t), t.Via, t.At.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
+}
+
+// decider names who made the decision t: the person, or what stood in.
+func decider(t record.Transition) string {
+	switch {
+	case t.By != "":
+		return t.By
+	case t.Via == record.ViaTimeout:
+		return "no one (the approval timed out)"
+	}
+	return "an unnamed decider"
+}
+
+// refusedResult is the answer of an execution whose approval was refused:
+// an error result that says so first, so that a model does not send the
+// same call again hoping for another answer.
+func refusedResult(r *record.Record) json.RawMessage {
+	var t record.Transition
+	if n := len(r.History); n > 0 {
+		t = r.History[n-1]
+	}
+	why := t.Note
+	if why == "" {
+		why = "no reason given"
+	}
+	return toolResult(fmt.Sprintf(
+		"Refused: execution %s of %s was not approved, so it was not sent: %s (decided by %s through %s at %s). "+
+			"The same call gets this refusal again until %s; do not retry it unchanged.",
+		r.ID, r.Tool, why, decider(t), t.Via, t.At.UTC().Format(time.RFC3339), r.ExpiresAt.UTC().Format(time.RFC3339)), "refused", r)
 }
 
 func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
+	state := string(r.State)
+	switch r.Awaiting {
+	case record.ApproverOperator:
+		state += ", awaiting approval from an operator: mcp-idempotent activity approve " + r.ID
+	case record.ApproverClient:
+		state += ", awaiting approval from the client's user"
+	}
 	return toolResult(fmt.Sprintf(
 		"Still in progress: execution %s of %s has not finished after %s (state %s). "+
 			"Do not retry: the same call attaches to this execution and returns its answer once it is done.",
-		r.ID, r.Tool, window, r.State), "in_progress", r)
+		r.ID, r.Tool, window, state), "in_progress", r)
 }

@@ -17,6 +17,7 @@ const (
 	GotError      = "error"       // the execution's error: it failed
 	GotUnknown    = "unknown"     // outcome unknown
 	GotInProgress = "in_progress" // still in progress: the wait ended first
+	GotRefused    = "refused"     // the refusal of its approval
 )
 
 // An Attach records one caller that joined an execution: how, what it

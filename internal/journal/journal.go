@@ -115,6 +115,11 @@ type Entry struct {
 	// started it) got, on its delivered line or its Attached line.
 	Attach *Attach `json:"attach,omitempty"`
 	Note   string  `json:"note,omitempty"`
+	// By and Via name, on the line of an approval's decision (authorized,
+	// refused), who made it and through which channel (client,
+	// operator, timeout, session-grant, proxy).
+	By  string `json:"by,omitempty"`
+	Via string `json:"via,omitempty"`
 	// Shadow marks a proxy in shadow mode (--shadow): every call went
 	// upstream as it came, and the line says what the proxy would have
 	// done, a replay's delivery among them.

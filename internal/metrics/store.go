@@ -12,16 +12,22 @@ import (
 // mcp_idempotent_store_seconds and their failures counted in
 // mcp_idempotent_store_errors_total. Wait passes through untimed: it
 // blocks until another call settles, so its time is the tool's, not the
-// store's. The result is a record.Lister when s is one.
+// store's. The result is a record.Lister when s is one, and a
+// record.Decider too when s is both (WaitDecided passes through untimed,
+// as Wait does).
 //
 // Only the interceptor's handle should be wrapped: other interfaces a
 // concrete store has (a durable store's Secret and Close) are not kept.
 func (m *Metrics) TimeStore(s record.Store) record.Store {
 	t := &timedStore{Store: s, m: m}
-	if l, ok := s.(record.Lister); ok {
-		return timedLister{t, l}
+	l, ok := s.(record.Lister)
+	if !ok {
+		return t
 	}
-	return t
+	if d, ok := s.(record.Decider); ok {
+		return timedDecider{timedLister{t, l}, d}
+	}
+	return timedLister{t, l}
 }
 
 // timedStore times the methods it overrides; the embedded Store supplies
@@ -35,6 +41,12 @@ type timedStore struct {
 type timedLister struct {
 	*timedStore
 	record.Lister
+}
+
+// timedDecider keeps List and WaitDecided reachable through the wrapper.
+type timedDecider struct {
+	timedLister
+	record.Decider
 }
 
 // observe records one operation that began at start and ended with err.

@@ -204,6 +204,8 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clientLeft := false
+	// The session's approvals (approval: session) end with it.
+	defer s.opts.Interceptor.EndSession(s.opts.Scope)
 	if s.sessionLog != nil {
 		defer func() { s.sessionLog.end(s.endReason(err, clientLeft)) }()
 	}

@@ -14,13 +14,35 @@ import (
 // TraceStore returns s with Reserve, Update, Get and Wait traced: each is
 // a span under the span its context holds, and none is started without
 // one, so the work no call asked for (lease renewals, sweeps) makes no
-// root spans. The result is a record.Lister when s is one.
+// root spans. The result is a record.Lister when s is one, and a
+// record.Decider, its WaitDecided traced too, when s is both.
 func TraceStore(s record.Store, t trace.Tracer) record.Store {
 	ts := &tracedStore{Store: s, t: t}
-	if l, ok := s.(record.Lister); ok {
-		return tracedLister{ts, l}
+	l, ok := s.(record.Lister)
+	if !ok {
+		return ts
 	}
-	return ts
+	if d, ok := s.(record.Decider); ok {
+		return tracedDecider{tracedLister{ts, l}, d}
+	}
+	return tracedLister{ts, l}
+}
+
+// tracedDecider keeps List and WaitDecided reachable through the
+// wrapper, and traces the wait for a decision: an approval's.
+type tracedDecider struct {
+	tracedLister
+	d record.Decider
+}
+
+func (s tracedDecider) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	ctx, span := s.start(ctx, "wait decided")
+	rec, err := s.d.WaitDecided(ctx, id)
+	if span != nil && rec == nil {
+		span.SetAttributes(Execution.String(id))
+	}
+	end(span, rec, err)
+	return rec, err
 }
 
 // tracedStore traces the methods it overrides; the embedded Store

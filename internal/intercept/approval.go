@@ -1,0 +1,377 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// An approval stands between a won reservation and its send, for a tool
+// whose policy asks for one (DESIGN section 6). It decides whether the
+// execution may start; it never decides whether a call is one that
+// exists, which the reservation did. So a call that maps to an execution
+// awaiting its decision attaches to it, one that maps to a refusal gets
+// the refusal, and no execution is ever asked about twice: the decision
+// is stored (authorized, refused) before anything is sent.
+
+// approvalProgress is how often a caller waiting for an operator's
+// decision is told it still waits, if it asked for progress: a client
+// that resets its timeout on progress then waits as long as the approval.
+const approvalProgress = 30 * time.Second
+
+// prepareApproval marks fresh, the record a call is about to reserve, as
+// awaiting its approval when its tool needs one and no grant of the
+// session covers it, and keeps the store from dispatching it at once.
+func (in *Interceptor) prepareApproval(req *Request, fresh *record.Record, opts *record.ReserveOptions) {
+	pol := req.Policy
+	if !pol.NeedsApproval() || in.shadow {
+		return
+	}
+	opts.Dispatch = false
+	if _, ok := in.grants.get(req, pol); !ok {
+		fresh.Awaiting = string(pol.Approver)
+	}
+}
+
+// approve gets the decision on rec, a won reservation of req's call, and
+// runs it once authorized or answers the refusal.
+func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Record) {
+	pol := req.Policy
+	if rec.Awaiting == "" {
+		if g, ok := in.grants.get(req, pol); ok {
+			in.decide(ctx, req, rec, record.Change{To: record.Authorized, From: record.Accepted, By: g.by, Via: record.ViaSessionGrant,
+				Note: fmt.Sprintf("approved for this session with execution %s (%s, %s)", g.execution, g.via, g.at.UTC().Format(time.RFC3339))})
+			return
+		}
+		// The grant ended with its session since the reservation: asked.
+	}
+	switch pol.Approver {
+	case policy.ApproverOperator:
+		go in.awaitOperator(ctx, req, rec)
+	default:
+		in.askClient(ctx, req, rec)
+	}
+}
+
+// approvalDeadline returns when the wait for rec's decision ends: the
+// tool's approval timeout, or the client's own deadline if it is sooner.
+func (in *Interceptor) approvalDeadline(req *Request) time.Time {
+	d := in.now().Add(req.Policy.ApprovalTimeout)
+	if req.Call.Deadline > 0 && req.deadline.Before(d) {
+		d = req.deadline
+	}
+	return d
+}
+
+// askClient asks the caller's user, through MCP elicitation, whether rec
+// may run.
+func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.Record) {
+	asker, ok := req.Reply.(Asker)
+	if !ok || !asker.CanAsk() {
+		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "approval by the client's user is required, and this client cannot be asked: it did not declare the elicitation capability (form mode). " +
+				"Use a client that supports elicitation, or have an operator approve the tool (approver: operator)"})
+		return
+	}
+	params, err := in.elicitation(req, rec)
+	if err != nil {
+		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "the approval request could not be made: " + err.Error()})
+		return
+	}
+	in.log.Info("asking the client's user to approve an execution", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
+	asker.Progress(fmt.Sprintf("awaiting approval from the client's user (execution %s)", rec.ID))
+	deadline := in.approvalDeadline(req)
+	actx, cancel := context.WithDeadline(req.bg, deadline)
+	asked := in.now()
+	asker.Ask(actx, params, func(result json.RawMessage, err error) {
+		cancel()
+		in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverClient))
+		in.decide(ctx, req, rec, in.clientDecision(req, result, err, deadline))
+	})
+}
+
+// clientDecision reads the client's answer to the elicitation: accepted
+// is an approval; declined or dismissed, a refusal. No answer by the
+// deadline is a refusal too; the session's end before one is no
+// decision at all: nothing was sent, and a call again asks again.
+func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error, deadline time.Time) record.Change {
+	by := req.Actor
+	if by == "" {
+		by = "the client's user"
+	}
+	var rpcErr *jsonrpc.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
+			Note: fmt.Sprintf("no decision from the client's user within %s", req.Policy.ApprovalTimeout)}
+	case errors.As(err, &rpcErr):
+		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "the client could not ask its user: " + rpcErr.Message}
+	case err != nil:
+		return record.Change{To: record.Failed, From: record.Accepted, Note: "no decision: " + err.Error() + "; nothing was sent"}
+	}
+	var answer struct {
+		Action  string `json:"action"`
+		Content struct {
+			Note string `json:"note"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(result, &answer) != nil {
+		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "the client's answer to the approval request could not be read"}
+	}
+	c := record.Change{From: record.Accepted, By: by, Via: record.ApproverClient, Note: answer.Content.Note}
+	switch answer.Action {
+	case "accept":
+		c.To = record.Authorized
+	case "decline":
+		c.To = record.Refused
+		if c.Note == "" {
+			c.Note = "declined by the client's user"
+		}
+	default:
+		c.To = record.Refused
+		c.Note = fmt.Sprintf("the client's user dismissed the approval request (%s)", answer.Action)
+	}
+	return c
+}
+
+// awaitOperator waits, on its own goroutine, for an operator to approve
+// or deny rec (activity approve, deny) from any process that reaches the
+// store, until the approval's deadline, which refuses it.
+func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *record.Record) {
+	d, ok := in.store.(record.Decider)
+	if !ok {
+		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "approval by an operator is required, and this proxy's store is not shared with an operator: use a durable store (--store sqlite:, postgres:, redis:)"})
+		return
+	}
+	in.log.Info("awaiting an operator's approval", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation,
+		"approve", "mcp-idempotent activity approve "+rec.ID)
+	asker, _ := req.Reply.(Asker)
+	waiting := fmt.Sprintf("awaiting approval from an operator: mcp-idempotent activity approve %s", rec.ID)
+	if asker != nil {
+		asker.Progress(waiting)
+	}
+	deadline := in.approvalDeadline(req)
+	wctx, cancel := context.WithDeadline(req.bg, deadline)
+	defer cancel()
+	if asker != nil {
+		stop := in.tellProgress(wctx, asker, waiting)
+		defer stop()
+	}
+	asked := in.now()
+	cur, err := in.waitDecided(wctx, d, rec.ID)
+	in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverOperator))
+	switch {
+	case err == nil && cur.State != record.Accepted:
+		in.journalizeTakeover(req, cur)
+		in.afterDecision(ctx, req, cur)
+	case errors.Is(err, context.DeadlineExceeded):
+		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
+			Note: fmt.Sprintf("no decision from an operator within %s", req.Policy.ApprovalTimeout)})
+	default:
+		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
+			Note: fmt.Sprintf("the wait for an operator's decision failed: %v; nothing was sent", err)})
+	}
+}
+
+// waitDecided waits for execution id to be decided, trying the store
+// again after a backoff when it fails, as wait does.
+func (in *Interceptor) waitDecided(ctx context.Context, d record.Decider, id string) (*record.Record, error) {
+	backoff := recordRetryMin
+	for {
+		rec, err := d.WaitDecided(ctx, id)
+		if err == nil || ctx.Err() != nil || errors.Is(err, record.ErrNotFound) {
+			return rec, err
+		}
+		in.log.Warn("waiting for an approval: the store failed; trying again", "execution", id, "in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, recordRetryMax)
+	}
+}
+
+// tellProgress sends the caller message as progress every
+// approvalProgress until ctx ends or stop is called.
+func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(approvalProgress)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				asker.Progress(message)
+			}
+		}
+	}()
+	return cancel
+}
+
+// decide stores c, the decision on rec (or the end of the wait for one),
+// and acts on what the record comes to.
+func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Record, c record.Change) {
+	cur, err := in.change(req.bg, req, rec.ID, c)
+	switch {
+	case errors.Is(err, record.ErrConflict):
+		// Decided elsewhere meanwhile (an operator as the timeout
+		// came), or settled as an orphan: what the record holds stands.
+		if cur, err = in.store.Get(req.bg, rec.ID); err == nil {
+			in.afterDecision(ctx, req, cur)
+			return
+		}
+	case err == nil:
+		if c.To == record.Authorized && c.Via != record.ViaSessionGrant {
+			in.grants.put(req, cur, c)
+		}
+		in.logDecision(req, cur, c)
+		in.afterDecision(ctx, req, cur)
+		return
+	}
+	in.log.Error("recording an approval's decision; not sending", "execution", rec.ID, "decision", c.To, "err", err)
+	in.abandon(req, rec.ID, record.Change{To: record.Failed, From: record.Accepted, Note: "the store did not take the approval's decision: " + err.Error()})
+	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: the record store did not take the decision on execution %s of %s, so it was not sent: %v", rec.ID, rec.Tool, err))
+}
+
+// afterDecision goes on from rec as its decision left it: an authorized
+// execution runs; any other is answered from the record, or waited for.
+func (in *Interceptor) afterDecision(ctx context.Context, req *Request, rec *record.Record) {
+	switch {
+	case rec.State == record.Authorized && rec.Owner == in.owner:
+		in.execute(ctx, rec, req, "")
+	case rec.State.Settled():
+		in.answer(ctx, req, rec, live)
+	default:
+		// Sent by another process (it took the execution over): the
+		// caller gets what it comes to.
+		go in.attach(ctx, rec, req)
+	}
+}
+
+func (in *Interceptor) logDecision(req *Request, rec *record.Record, c record.Change) {
+	switch c.To {
+	case record.Authorized:
+		in.log.Info("execution approved", "execution", rec.ID, "tool", rec.Tool, "by", c.By, "via", c.Via, "request", req.Correlation)
+	case record.Refused:
+		in.log.Info("execution refused", "execution", rec.ID, "tool", rec.Tool, "by", c.By, "via", c.Via, "why", c.Note, "request", req.Correlation)
+	}
+}
+
+// grants are the session approvals (approval: session) of this process:
+// the first approval of a tool in a session covers the tool's later
+// executions in it, until the session ends (EndSession).
+type grants struct {
+	mu sync.Mutex
+	m  map[grantKey]grant
+}
+
+type grantKey struct{ session, tool string }
+
+// A grant is an approval that covers a session: who gave it, how, when,
+// for which execution.
+type grant struct {
+	by, via, execution string
+	at                 time.Time
+}
+
+// get returns the grant that covers req's call, if its policy takes
+// session grants and one was given.
+func (g *grants) get(req *Request, pol *policy.Policy) (grant, bool) {
+	if pol.Approval != policy.ApprovalSession {
+		return grant{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr, ok := g.m[grantKey{req.Session, req.Call.Name}]
+	return gr, ok
+}
+
+// put keeps the approval c of rec as a grant for the session of req, if
+// its policy asks for session approvals.
+func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
+	if req.Policy.Approval != policy.ApprovalSession {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = make(map[grantKey]grant)
+	}
+	g.m[grantKey{req.Session, req.Call.Name}] = grant{by: c.By, via: c.Via, execution: rec.ID, at: rec.At(record.Authorized)}
+}
+
+// EndSession drops the approvals that covered session (Request.Session)
+// once it has ended: a new session is asked again.
+func (in *Interceptor) EndSession(session string) {
+	in.grants.mu.Lock()
+	defer in.grants.mu.Unlock()
+	for k := range in.grants.m {
+		if k.session == session {
+			delete(in.grants.m, k)
+		}
+	}
+}
+
+// elicitation returns the params of the elicitation/create that asks the
+// caller's user to approve rec: what would run, where, for whom, with the
+// arguments as the tool's journal rule lets them be shown (a hash or a
+// redaction hides them here as it does there).
+func (in *Interceptor) elicitation(req *Request, rec *record.Record) (json.RawMessage, error) {
+	args := req.Call.Arguments
+	if args == nil {
+		args = json.RawMessage("{}")
+	}
+	shown := "hidden by the tool's journal policy"
+	switch v := in.journalValue(req.Policy.Journal.Arguments, "arguments", args); {
+	case v.Clear != nil:
+		shown = string(v.Clear)
+		if len(shown) > maxShownArguments {
+			shown = shown[:maxShownArguments] + " ... (cut)"
+		}
+	case v.HMAC != "":
+		shown = "hashed by the tool's journal policy: " + v.HMAC
+	}
+	actor := rec.Actor
+	if actor == "" {
+		actor = "(none)"
+	}
+	message := fmt.Sprintf("Approve this tool call before it is sent?\n\n"+
+		"Tool: %s\nUpstream: %s\nActor: %s\nExecution: %s\nArguments: %s\n\n"+
+		"Accept to send it once; decline to refuse it. The same call sent again is not asked about again: it gets this decision's outcome.",
+		rec.Tool, rec.Upstream, actor, rec.ID, shown)
+	return json.Marshal(map[string]any{
+		"message": message,
+		"requestedSchema": map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"note": map[string]any{
+					"type":        "string",
+					"title":       "Note",
+					"description": "Why you approve or decline; kept with the execution's record.",
+				},
+			},
+		},
+	})
+}
+
+// maxShownArguments bounds the arguments an approval request shows.
+const maxShownArguments = 2000
