@@ -1,0 +1,413 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// asker is a caller whose client can be asked (an Asker): each question
+// is kept, and answered by answer, which may block until the test
+// decides; progress keeps what the caller was told while it waited.
+type asker struct {
+	*answers
+	can    bool
+	answer func(ctx context.Context, params json.RawMessage) (json.RawMessage, error)
+
+	mu       sync.Mutex
+	asked    []json.RawMessage
+	progress []string
+}
+
+func (a *asker) CanAsk() bool { return a.can }
+
+func (a *asker) Ask(ctx context.Context, params json.RawMessage, done func(json.RawMessage, error)) {
+	a.mu.Lock()
+	a.asked = append(a.asked, params)
+	a.mu.Unlock()
+	go func() { done(a.answer(ctx, params)) }()
+}
+
+func (a *asker) Progress(message string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.progress = append(a.progress, message)
+}
+
+func (a *asker) questions() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.asked)
+}
+
+// elicited answers every question with action and note.
+func elicited(action, note string) func(context.Context, json.RawMessage) (json.RawMessage, error) {
+	return func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.Marshal(map[string]any{"action": action, "content": map[string]string{"note": note}})
+	}
+}
+
+// approving returns a harness whose tool needs approval as mode and
+// approver say.
+func approving(mode policy.Approval, approver policy.Approver) *harness {
+	h := newHarness(charged)
+	h.pol.Approval, h.pol.Approver, h.pol.ApprovalTimeout = mode, approver, time.Minute
+	return h
+}
+
+// askingCall makes one call whose caller's client is asked through a.
+func (h *harness) askingCall(t *testing.T, a *asker, session, params string) {
+	t.Helper()
+	req, ans := h.request(t, params)
+	a.answers = ans
+	req.Reply, req.Session = a, session
+	h.in.Handle(t.Context(), req)
+}
+
+func newAsker(answer func(context.Context, json.RawMessage) (json.RawMessage, error)) *asker {
+	return &asker{can: true, answer: answer}
+}
+
+// decision returns the transition of rec into st.
+func decision(t *testing.T, rec *record.Record, st record.State) record.Transition {
+	t.Helper()
+	for _, tr := range rec.History {
+		if tr.State == st {
+			return tr
+		}
+	}
+	t.Fatalf("execution %s has no %s transition: %+v", rec.ID, st, rec.History)
+	return record.Transition{}
+}
+
+func TestApprovalAcceptedRunsOnce(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(elicited("accept", "looks right"))
+	h.askingCall(t, a, "session:1", chargeCall)
+	if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("the approved call got %q; want the charge", v.Content[0].Text)
+	}
+	rec := h.onlyRecord(t)
+	if d := decision(t, rec, record.Authorized); d.By != "alice" || d.Via != record.ApproverClient || d.Note != "looks right" {
+		t.Errorf("the approval is recorded as %+v; want by alice, through client, with the note", d)
+	}
+	var params struct {
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(a.asked[0], &params); err != nil || !strings.Contains(params.Message, rec.ID) || !strings.Contains(params.Message, "charge_card") {
+		t.Errorf("the question %s does not name the execution and the tool", a.asked[0])
+	}
+	if strings.Contains(params.Message, "4242") {
+		t.Errorf("the question shows arguments the journal policy hashes: %s", params.Message)
+	}
+	if len(a.progress) == 0 || !strings.Contains(a.progress[0], "awaiting approval") {
+		t.Errorf("the caller was told %q while it waited; want awaiting approval", a.progress)
+	}
+	// A retry gets the answer, and is not asked again.
+	again := newAsker(elicited("accept", ""))
+	h.askingCall(t, again, "session:1", chargeCall)
+	if v := view(t, again.only(t)); !v.Meta.Replayed || again.questions() != 0 || h.up.calls.Load() != 1 {
+		t.Errorf("a retry: replayed %v, asked %d times, upstream ran %d times; want a replay, no question, one run",
+			v.Meta.Replayed, again.questions(), h.up.calls.Load())
+	}
+}
+
+func TestApprovalDeclinedIsRefusedAgain(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(elicited("decline", "not this card"))
+	h.askingCall(t, a, "session:1", chargeCall)
+	v := view(t, a.only(t))
+	if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "not this card") ||
+		v.Meta.Execution.ID == "" || v.Meta.Outcome != "refused" {
+		t.Fatalf("the declined call got %+v; want an error result that begins Refused:, with the reason and the execution", v)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("the upstream ran %d times; a refused call is never sent", n)
+	}
+	again := newAsker(elicited("accept", ""))
+	h.askingCall(t, again, "session:1", chargeCall)
+	if v := view(t, again.only(t)); !strings.HasPrefix(v.Content[0].Text, "Refused:") || again.questions() != 0 {
+		t.Errorf("a retry after the refusal got %q and was asked %d times; want the refusal, not a new question", v.Content[0].Text, again.questions())
+	}
+	if d := decision(t, h.onlyRecord(t), record.Refused); d.By != "alice" || d.Via != record.ApproverClient {
+		t.Errorf("the refusal is recorded as %+v; want by alice through client", d)
+	}
+}
+
+// TestApprovalRetryWhileAsked: a call that comes again while its first is
+// being asked about attaches to it: one question, one run, and both
+// callers get its answer.
+func TestApprovalRetryWhileAsked(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	decide := make(chan struct{})
+	a := newAsker(func(ctx context.Context, p json.RawMessage) (json.RawMessage, error) {
+		<-decide
+		return elicited("accept", "")(ctx, p)
+	})
+	h.askingCall(t, a, "session:1", chargeCall)
+	retry := newAsker(elicited("decline", ""))
+	h.askingCall(t, retry, "session:2", chargeCall)
+	close(decide)
+	first, second := view(t, a.only(t)), view(t, retry.only(t))
+	if first.Content[0].Text != "charge #1" || second.Content[0].Text != "charge #1" {
+		t.Errorf("the callers got %q and %q; want both the one charge", first.Content[0].Text, second.Content[0].Text)
+	}
+	if a.questions()+retry.questions() != 1 || h.up.calls.Load() != 1 {
+		t.Errorf("%d questions, %d runs; want one of each", a.questions()+retry.questions(), h.up.calls.Load())
+	}
+}
+
+// TestApprovalCannotAsk: a client that declared no elicitation, or a
+// transport that cannot carry the question, gets a refusal that says how
+// approval can be had, and nothing is sent.
+func TestApprovalCannotAsk(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(elicited("accept", ""))
+	a.can = false
+	h.askingCall(t, a, "session:1", chargeCall)
+	v := view(t, a.only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "elicitation") ||
+		!strings.Contains(v.Content[0].Text, "approver: operator") || a.questions() != 0 || h.up.calls.Load() != 0 {
+		t.Fatalf("got %q, %d questions, %d runs; want a refusal naming elicitation and the operator approver, nothing asked or sent",
+			v.Content[0].Text, a.questions(), h.up.calls.Load())
+	}
+	// A caller that is no Asker at all is refused the same way.
+	plain := h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"1111"}}`)
+	if v := view(t, plain.only(t)); !strings.HasPrefix(v.Content[0].Text, "Refused:") {
+		t.Errorf("a caller that cannot be asked got %q; want a refusal", v.Content[0].Text)
+	}
+}
+
+func TestApprovalTimesOut(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	h.pol.ApprovalTimeout = 50 * time.Millisecond
+	a := newAsker(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	h.askingCall(t, a, "session:1", chargeCall)
+	v := view(t, a.only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "within 50ms") {
+		t.Fatalf("got %q; want a refusal for the timeout", v.Content[0].Text)
+	}
+	if d := decision(t, h.onlyRecord(t), record.Refused); d.Via != record.ViaTimeout {
+		t.Errorf("the refusal is recorded through %q; want timeout", d.Via)
+	}
+}
+
+// TestApprovalSessionEndsUndecided: no decision came before the session
+// ended: nothing ran, and the record is failed, so that a call again is
+// asked again.
+func TestApprovalSessionEndsUndecided(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("the session ended")
+	})
+	h.askingCall(t, a, "session:1", chargeCall)
+	a.only(t)
+	if rec := h.onlyRecord(t); rec.State != record.Failed || h.up.calls.Load() != 0 {
+		t.Fatalf("the execution is %s, the upstream ran %d times; want failed, never sent", rec.State, h.up.calls.Load())
+	}
+	b := newAsker(elicited("accept", ""))
+	h.askingCall(t, b, "session:2", chargeCall)
+	if v := view(t, b.only(t)); v.Content[0].Text != "charge #1" || b.questions() != 1 {
+		t.Errorf("the call again got %q after %d questions; want it asked and run", v.Content[0].Text, b.questions())
+	}
+}
+
+func TestApprovalClientErrorRefuses(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found"}
+	})
+	h.askingCall(t, a, "session:1", chargeCall)
+	if v := view(t, a.only(t)); !strings.Contains(v.Content[0].Text, "could not ask its user: Method not found") {
+		t.Fatalf("got %q; want a refusal saying the client could not ask", v.Content[0].Text)
+	}
+}
+
+// TestApprovalSession: approval: session asks for the tool's first
+// execution in a session, covers its later ones there, and ends with it.
+func TestApprovalSession(t *testing.T) {
+	h := approving(policy.ApprovalSession, policy.ApproverClient)
+	first := newAsker(elicited("accept", ""))
+	h.askingCall(t, first, "session:1", chargeCall)
+	view(t, first.only(t))
+	second := newAsker(elicited("decline", ""))
+	h.askingCall(t, second, "session:1", `{"name":"charge_card","arguments":{"card":"1111","amount":5}}`)
+	if v := view(t, second.only(t)); v.IsError || second.questions() != 0 {
+		t.Fatalf("the second execution in the session got %q after %d questions; want it run unasked", v.Content[0].Text, second.questions())
+	}
+	recs := h.store.Records()
+	var granted *record.Record
+	for _, r := range recs {
+		if r.ID != h.onlyFirst(t, recs).ID {
+			granted = r
+		}
+	}
+	if d := decision(t, granted, record.Authorized); d.Via != record.ViaSessionGrant || d.By != "alice" {
+		t.Errorf("the covered execution's approval is %+v; want alice's, through session-grant", d)
+	}
+	other := newAsker(elicited("accept", ""))
+	h.askingCall(t, other, "session:2", `{"name":"charge_card","arguments":{"card":"2222"}}`)
+	if view(t, other.only(t)); other.questions() != 1 {
+		t.Errorf("a call in another session was asked %d times; want once", other.questions())
+	}
+	h.in.EndSession("session:1")
+	after := newAsker(elicited("accept", ""))
+	h.askingCall(t, after, "session:1", `{"name":"charge_card","arguments":{"card":"3333"}}`)
+	if view(t, after.only(t)); after.questions() != 1 {
+		t.Errorf("a call after its session's end was asked %d times; want once", after.questions())
+	}
+}
+
+// onlyFirst returns the oldest of recs.
+func (h *harness) onlyFirst(t *testing.T, recs []*record.Record) *record.Record {
+	t.Helper()
+	first := recs[0]
+	for _, r := range recs {
+		if r.ID < first.ID {
+			first = r
+		}
+	}
+	return first
+}
+
+// TestApprovalOperatorNeedsASharedStore: an operator cannot reach a
+// store in memory: the call is refused, saying so, and nothing is sent.
+func TestApprovalOperatorNeedsASharedStore(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverOperator)
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "durable store") || h.up.calls.Load() != 0 {
+		t.Fatalf("got %q and %d runs; want a refusal naming a durable store, nothing sent", v.Content[0].Text, h.up.calls.Load())
+	}
+}
+
+// decidingStore is a store in memory that an operator can decide in: its
+// WaitDecided wakes on Update, as a shared store's event does.
+type decidingStore struct {
+	*memstore.Store
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+func newDecidingStore() *decidingStore {
+	return &decidingStore{Store: memstore.New(memstore.Options{}), changed: make(chan struct{})}
+}
+
+func (s *decidingStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	rec, err := s.Store.Update(ctx, id, c)
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	return rec, err
+}
+
+func (s *decidingStore) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+		rec, err := s.Get(ctx, id)
+		if err != nil || rec.State != record.Accepted {
+			return rec, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func operatorHarness(t *testing.T) (*harness, *decidingStore) {
+	t.Helper()
+	s := newDecidingStore()
+	h := approving(policy.ApprovalEach, policy.ApproverOperator)
+	h.in = New(Options{Store: s, Hasher: fingerprint.NewRandom()})
+	h.store = s.Store
+	return h, s
+}
+
+// awaiting waits until the one execution awaits an operator, and
+// returns it.
+func (h *harness) awaiting(t *testing.T) *record.Record {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if recs := h.store.Records(); len(recs) == 1 && recs[0].Awaiting == record.ApproverOperator {
+			return recs[0]
+		}
+	}
+	t.Fatal("no execution awaits an operator")
+	return nil
+}
+
+func TestApprovalByOperator(t *testing.T) {
+	for _, c := range []struct {
+		to   record.State
+		want string
+		runs int32
+	}{
+		{record.Authorized, "charge #1", 1},
+		{record.Refused, "Refused:", 0},
+	} {
+		t.Run(string(c.to), func(t *testing.T) {
+			h, s := operatorHarness(t)
+			a := newAsker(elicited("decline", ""))
+			h.askingCall(t, a, "session:1", chargeCall)
+			rec := h.awaiting(t)
+			if a.count() != 0 {
+				t.Fatal("the caller was answered before the operator decided")
+			}
+			if _, err := s.Update(t.Context(), rec.ID, record.Change{To: c.to, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+				t.Fatal(err)
+			}
+			if v := view(t, a.only(t)); !strings.HasPrefix(v.Content[0].Text, c.want) || h.up.calls.Load() != c.runs || a.questions() != 0 {
+				t.Errorf("got %q, %d runs, %d client questions; want %q, %d runs, none", v.Content[0].Text, h.up.calls.Load(), a.questions(), c.want, c.runs)
+			}
+			if !strings.Contains(a.progress[0], "activity approve "+rec.ID) {
+				t.Errorf("the caller was told %q while it waited; want how to approve it", a.progress)
+			}
+		})
+	}
+	t.Run("timeout", func(t *testing.T) {
+		h, _ := operatorHarness(t)
+		h.pol.ApprovalTimeout = 50 * time.Millisecond
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "no decision from an operator") {
+			t.Fatalf("got %q; want a refusal for the timeout", v.Content[0].Text)
+		}
+	})
+}
+
+// TestApprovedThenUnknownSaysSo: an execution approved, sent and never
+// answered is told as such: who approved it, and that it was not sent
+// again.
+func TestApprovedThenUnknownSaysSo(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	h.up.respond = func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("connection reset")
+	}
+	a := newAsker(elicited("accept", ""))
+	h.askingCall(t, a, "session:1", chargeCall)
+	a.only(t)
+	again := newAsker(elicited("accept", ""))
+	h.askingCall(t, again, "session:1", chargeCall)
+	v := view(t, again.only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || !strings.Contains(v.Content[0].Text, "approved by alice through client") ||
+		again.questions() != 0 || h.up.calls.Load() != 1 {
+		t.Errorf("the retry got %q, asked %d times, %d runs; want outcome unknown naming the approval, unasked, one run",
+			v.Content[0].Text, again.questions(), h.up.calls.Load())
+	}
+}
