@@ -204,8 +204,10 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clientLeft := false
-	// The session's approvals (approval: session) end with it.
-	defer s.opts.Interceptor.EndSession(s.opts.Scope)
+	if in := s.opts.Interceptor; in != nil {
+		// The session's approvals (approval: session) end with it.
+		defer in.EndSession(s.opts.Scope)
+	}
 	if s.sessionLog != nil {
 		defer func() { s.sessionLog.end(s.endReason(err, clientLeft)) }()
 	}
