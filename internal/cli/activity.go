@@ -19,9 +19,10 @@ import (
 )
 
 const activityUsage = `Usage:
-  mcp-idempotent activity list --store URL [--tool T] [--state S] [--since 1h] [--limit N] [--json]
+  mcp-idempotent activity list --store URL [--tool T] [--state S] [--awaiting] [--since 1h] [--limit N] [--json]
   mcp-idempotent activity show EXE_ID --store URL [--journal FILE ...] [--json]
   mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE] [--json]
+  mcp-idempotent activity approve|deny EXE_ID --store URL [--note TEXT] [--journal FILE] [--json]
 `
 
 // parseInterspersed parses flags that may come before or after the
@@ -61,6 +62,8 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return a.list(ctx, store, stdout)
 	case "show":
 		return a.show(ctx, store, stdout)
+	case "approve", "deny":
+		return a.decide(ctx, store, stdout)
 	}
 	return a.resolve(ctx, store, stdout)
 }
@@ -80,6 +83,7 @@ type activityArgs struct {
 	json               bool
 	tool, state, since string   // list
 	limit              int      // list
+	awaiting           bool     // list
 	as, note, journal  string   // resolve
 	journals           []string // show
 	pos                []string
@@ -89,7 +93,7 @@ type activityArgs struct {
 // store is opened.
 func parseActivity(args []string) (*activityArgs, error) {
 	if len(args) == 0 {
-		return nil, usagef("activity: say list, show or resolve")
+		return nil, usagef("activity: say list, show, resolve, approve or deny")
 	}
 	a := &activityArgs{verb: args[0]}
 	fs := flag.NewFlagSet("activity "+a.verb, flag.ContinueOnError)
@@ -102,6 +106,7 @@ func parseActivity(args []string) (*activityArgs, error) {
 		fs.StringVar(&a.state, "state", "", "only executions in this state")
 		fs.StringVar(&a.since, "since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
 		fs.IntVar(&a.limit, "limit", 100, "at most this many")
+		fs.BoolVar(&a.awaiting, "awaiting", false, "only executions that await an approval")
 	case "show":
 		fs.Func("journal", "read the activity journal `FILE` too; repeat it for several", func(file string) error {
 			a.journals = append(a.journals, file)
@@ -111,6 +116,9 @@ func parseActivity(args []string) (*activityArgs, error) {
 		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
 		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
 		fs.StringVar(&a.journal, "journal", "", "append the resolution to the activity journal `FILE`, as a proxy's --journal; refused while a proxy writes it")
+	case "approve", "deny":
+		fs.StringVar(&a.note, "note", "", "why: recorded with the decision, and shown to the callers")
+		fs.StringVar(&a.journal, "journal", "", "append the decision to the activity journal `FILE`, as a proxy's --journal; refused while a proxy writes it")
 	default:
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
@@ -164,7 +172,7 @@ func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.W
 	if !ok {
 		return fmt.Errorf("the store %s cannot list its executions", redact(a.store))
 	}
-	f := record.Filter{Tool: a.tool, State: record.State(a.state), Limit: a.limit}
+	f := record.Filter{Tool: a.tool, State: record.State(a.state), Awaiting: a.awaiting, Limit: a.limit}
 	if a.since != "" {
 		d, err := parseDays(a.since)
 		if err != nil {
@@ -206,6 +214,9 @@ func printList(w io.Writer, recs []*record.Record) {
 	fmt.Fprintln(tw, "EXECUTION\tTOOL\tSTATE\tACCEPTED\tATTEMPTS\tATTACHED\tACTOR")
 	for _, r := range recs {
 		state := string(r.State)
+		if r.Awaiting != "" {
+			state += " (awaiting " + r.Awaiting + ")"
+		}
 		if intercept.ShadowOwner(r.Owner) {
 			state += " (shadow)"
 		}
@@ -221,7 +232,11 @@ func printRecord(w io.Writer, r *record.Record) {
 	fmt.Fprintln(w, "\nhistory:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, h := range r.History {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", stamp(h.At), h.State, h.Note)
+		note := h.Note
+		if h.By != "" || h.Via != "" {
+			note = strings.TrimSuffix(fmt.Sprintf("by %s through %s: %s", orNone(h.By), h.Via, h.Note), ": ")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", stamp(h.At), h.State, note)
 	}
 	tw.Flush()
 }
@@ -241,6 +256,7 @@ func printFields(w io.Writer, r *record.Record) {
 		{"attached callers", fmt.Sprint(r.Attached)},
 		{"result", resultSize(r)},
 		{"owner", r.Owner},
+		{"awaiting approval from", r.Awaiting},
 	} {
 		if kv[1] != "" {
 			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// decide approves or denies (a.verb) an execution that awaits an
+// operator's approval, prints it, and appends the decision to a.journal,
+// if given, as resolve does. The proxy that holds the execution wakes
+// and sends it, or answers its callers with the refusal.
+func (a *activityArgs) decide(ctx context.Context, store record.Store, stdout io.Writer) error {
+	var jw *journal.Writer
+	if a.journal != "" {
+		var err error
+		if jw, err = openOperatorJournal(a.journal); err != nil {
+			return err
+		}
+		defer jw.Close()
+	}
+	to := record.Authorized
+	if a.verb == "deny" {
+		to = record.Refused
+	}
+	r, err := decideExecution(ctx, store, a.pos[0], to, osUser(), a.note)
+	if err != nil {
+		return err
+	}
+	if err := a.print(stdout, r); err != nil {
+		return err
+	}
+	if jw == nil {
+		return nil
+	}
+	e := resolvedEntry(r)
+	last := r.History[len(r.History)-1]
+	e.By, e.Via = last.By, last.Via
+	err = jw.Record(e)
+	if err == nil {
+		err = jw.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("execution %s was %s, but its journal line may not have been written: %w", r.ID, r.State, err)
+	}
+	return nil
+}
+
+// decideExecution moves execution id, which must await an operator, to
+// to (authorized or refused), as by decided, with note.
+func decideExecution(ctx context.Context, store record.Store, id string, to record.State, by, note string) (*record.Record, error) {
+	cur, err := store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := awaitsOperator(cur); err != nil {
+		return nil, err
+	}
+	// Only from accepted: the proxy's timeout may refuse it meanwhile,
+	// and the first decision stands.
+	r, err := store.Update(ctx, id, record.Change{To: to, From: record.Accepted, By: by, Via: record.ApproverOperator, Note: note})
+	if errors.Is(err, record.ErrConflict) {
+		if now, gerr := store.Get(ctx, id); gerr == nil {
+			return nil, fmt.Errorf("execution %s was decided meanwhile: %w", id, awaitsOperator(now))
+		}
+		return nil, fmt.Errorf("execution %s changed while it was being decided: %w", id, err)
+	}
+	return r, err
+}
+
+// awaitsOperator returns nil if r awaits an operator's approval, or an
+// error that says what it is instead.
+func awaitsOperator(r *record.Record) error {
+	switch {
+	case r.State == record.Accepted && r.Awaiting == record.ApproverOperator:
+		return nil
+	case r.State == record.Accepted && r.Awaiting == record.ApproverClient:
+		return fmt.Errorf("execution %s awaits the approval of its client's user, not an operator's", r.ID)
+	case r.State == record.Accepted:
+		return fmt.Errorf("execution %s awaits no approval", r.ID)
+	}
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if t := r.History[i]; t.State == record.Authorized || t.State == record.Refused {
+			return fmt.Errorf("execution %s was already %s by %s through %s at %s; it is %s now",
+				r.ID, t.State, orNone(t.By), t.Via, t.At.Local().Format(time.RFC3339), r.State)
+		}
+	}
+	return fmt.Errorf("execution %s is %s; only an execution that awaits an operator's approval is approved or denied", r.ID, r.State)
+}
+
+// orNone is s, or "no one" when it is empty: a decision no person made,
+// such as a timeout.
+func orNone(s string) string {
+	if s == "" {
+		return "no one"
+	}
+	return s
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+)
+
+// awaitingExecutions stores, in a new SQLite store, an execution for each
+// of approvers, accepted and awaiting it, and returns the store's URL
+// and their ids.
+func awaitingExecutions(t *testing.T, approvers ...string) (store string, ids []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, who := range approvers {
+		r := &record.Record{ID: record.NewID(time.Now()), Key: "k" + who + string(rune('a'+i)), Fingerprint: "f", Actor: "alice",
+			Tool: "rotate_credential", Retention: time.Hour, Awaiting: who}
+		if _, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	return "sqlite:" + path, ids
+}
+
+// TestApproveJournals: activity approve decides an execution that awaits
+// an operator, recording who and why, lists it no more as awaiting, and
+// journals the decision with its decider and channel.
+func TestApproveJournals(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator, record.ApproverClient, "")
+	stdout, _, err := run(t, "activity", "list", "--store", store, "--awaiting")
+	if err != nil || !strings.Contains(stdout, ids[0]) || !strings.Contains(stdout, "awaiting operator") ||
+		!strings.Contains(stdout, ids[1]) || strings.Contains(stdout, ids[2]) {
+		t.Fatalf("activity list --awaiting = %q, %v; want the two that await an approval, marked", stdout, err)
+	}
+	file := writeJournal(t, 2)
+	if _, _, err := run(t, "activity", "approve", ids[0], "--store", store, "--note", "change ticket 42", "--journal", file); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, err = run(t, "activity", "show", ids[0], "--store", store)
+	if err != nil || !strings.Contains(stdout, "authorized") || !strings.Contains(stdout, "by "+osUser()+" through operator: change ticket 42") {
+		t.Fatalf("activity show after the approval = %q, %v; want it authorized, by whom, through what, why", stdout, err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var got journal.Entry
+	if err := json.Unmarshal([]byte(ls[len(ls)-1]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Execution != ids[0] || got.State != "authorized" || got.By != osUser() || got.Via != "operator" || got.Note != "change ticket 42" {
+		t.Errorf("the approval's journal line is %+v; want it authorized by the operator, with the note", got)
+	}
+	if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
+		t.Errorf("audit verify after the approval = %q, %v; want 3 lines that verify", stdout, err)
+	}
+	if stdout, _, err := run(t, "activity", "list", "--store", store, "--awaiting"); err != nil || strings.Contains(stdout, ids[0]) {
+		t.Errorf("activity list --awaiting after the approval = %q, %v; want it gone", stdout, err)
+	}
+}
+
+// TestDecideOnlyWhatAwaitsAnOperator: an execution decided already, one
+// that awaits its client's user, and one that awaits nothing are not
+// decided again, and the error says why.
+func TestDecideOnlyWhatAwaitsAnOperator(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator, record.ApproverClient, "")
+	if _, _, err := run(t, "activity", "deny", ids[0], "--store", store, "--note", "not today"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, want string }{
+		{ids[0], "was already refused by " + osUser() + " through operator"},
+		{ids[1], "awaits the approval of its client's user"},
+		{ids[2], "awaits no approval"},
+		{"exe_missing", "no such execution"},
+	} {
+		_, _, err := run(t, "activity", "approve", c.id, "--store", store)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("activity approve %s = %v; want an error saying %q", c.id, err, c.want)
+		}
+	}
+}
