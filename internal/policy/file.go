@@ -125,6 +125,25 @@ func (f *File) Rules() []string {
 	return names
 }
 
+// OperatorApproved returns the tool names and patterns whose rules ask
+// an operator for approval, which needs a store the operator reaches.
+func (f *File) OperatorApproved() []string {
+	if f == nil {
+		return nil
+	}
+	var names []string
+	for _, r := range f.rules {
+		approver := r.approver
+		if approver == "" {
+			approver = f.defaults.approver
+		}
+		if (r.approval == ApprovalEach || r.approval == ApprovalSession) && approver == ApproverOperator {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
 // Accounts returns the accounts the file defines, by name.
 func (f *File) Accounts() map[string]Account {
 	if f == nil {

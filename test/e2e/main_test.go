@@ -180,13 +180,20 @@ type peer struct {
 // failed, the process's stderr and the end of the transcript are logged.
 func connect(t *testing.T, ctx context.Context, cmd *exec.Cmd) *peer {
 	t.Helper()
+	return connectWith(t, ctx, cmd, nil)
+}
+
+// connectWith is connect with a client made with opts: its handlers of the
+// server's requests, such as elicitation.
+func connectWith(t *testing.T, ctx context.Context, cmd *exec.Cmd, opts *mcp.ClientOptions) *peer {
+	t.Helper()
 	p := &peer{cmd: cmd, stderr: new(syncBuffer), frames: new(syncBuffer)}
 	cmd.Stderr = p.stderr
 	// The proxy's child may inherit its stderr and outlive it for a moment;
 	// do not let that hold up Wait.
 	cmd.WaitDelay = 2 * time.Second
 
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, opts)
 	transport := &mcp.LoggingTransport{
 		Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateDuration},
 		Writer:    p.frames,
