@@ -19,7 +19,7 @@ func (a *activityArgs) decide(ctx context.Context, store record.Store, stdout io
 	var jw *journal.Writer
 	if a.journal != "" {
 		var err error
-		if jw, err = openOperatorJournal(a.journal); err != nil {
+		if jw, err = openOperatorJournal(a.journal, "decided"); err != nil {
 			return err
 		}
 		defer jw.Close()

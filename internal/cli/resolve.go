@@ -24,7 +24,7 @@ func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout i
 	var jw *journal.Writer
 	if a.journal != "" {
 		var err error
-		if jw, err = openOperatorJournal(a.journal); err != nil {
+		if jw, err = openOperatorJournal(a.journal, "resolved"); err != nil {
 			return err
 		}
 		defer jw.Close()
@@ -49,16 +49,17 @@ func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout i
 	return nil
 }
 
-// openOperatorJournal opens the journal at file for activity resolve,
-// naming the operator as the writer of its lines.
-func openOperatorJournal(file string) (*journal.Writer, error) {
+// openOperatorJournal opens the journal at file for an operator's
+// command, naming the operator as the writer of its lines; done says
+// what the command does, for the error that it did nothing.
+func openOperatorJournal(file, done string) (*journal.Writer, error) {
 	jw, err := journal.OpenWith(file, journal.Options{Writer: journal.Process{Operator: osUser()}})
 	if errors.Is(err, journal.ErrLocked) {
 		// A journal has one writer at a time (journal.Open).
-		return nil, fmt.Errorf("--journal %s: %w, such as a proxy; nothing was resolved: give this command a journal file of its own, or stop the proxy first", file, journal.ErrLocked)
+		return nil, fmt.Errorf("--journal %s: %w, such as a proxy; nothing was %s: give this command a journal file of its own, or stop the proxy first", file, journal.ErrLocked, done)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--journal: %w; nothing was resolved", err)
+		return nil, fmt.Errorf("--journal: %w; nothing was %s", err, done)
 	}
 	return jw, nil
 }
