@@ -14,10 +14,10 @@ import (
 // retry.Allowance needs: when the account's bucket is next full, in unix
 // nanoseconds. An account without a row has a full bucket.
 //
-// It is created IF NOT EXISTS in every file, new or of schema version 1,
-// inside migrate's BEGIN IMMEDIATE transaction, so two processes opening
-// one file at once cannot both create it; a file without it is still
-// version 1, and a build that does not know the table ignores it.
+// It is created IF NOT EXISTS in every file, new or of an older schema
+// version, inside migrate's BEGIN IMMEDIATE transaction, so two processes
+// opening one file at once cannot both create it; a file without it keeps
+// its version, and a build that does not know the table ignores it.
 const allowancesTable = `CREATE TABLE IF NOT EXISTS allowances (
 	account TEXT PRIMARY KEY,
 	full_at INTEGER NOT NULL -- unix nanoseconds

@@ -13,13 +13,16 @@
 // of any process (kill -9 included); Options.Sync "full" makes it survive a
 // power loss too, at the cost of an fsync per change.
 //
-// The schema (version 1) is created on first use:
+// The schema (version 2) is created on first use, and a file of version 1
+// is upgraded when opened:
 //
 //	records         one row per execution: id (primary key), key, holder (1
 //	                for the one record that currently holds its key: a
 //	                partial unique index on key keeps it unique), state,
 //	                history/result/error as JSON text, times as INTEGER unix
-//	                nanoseconds (NULL when unset), retention in nanoseconds
+//	                nanoseconds (NULL when unset), retention in nanoseconds,
+//	                awaiting (who is asked to approve; '' when none; added in
+//	                version 2)
 //	secrets         the fingerprint secret, created once by whichever process
 //	                asks first
 //	allowances      one row per upstream account that shares its allowance
@@ -27,4 +30,8 @@
 //	                nanoseconds (see retry.Allowance.TakeAt); each take is a
 //	                BEGIN IMMEDIATE transaction of its own
 //	schema_version  the schema's version, so a later one can migrate
+//
+// A build that finds a newer version refuses the file. The partial index
+// of the executions in flight, by owner, is rebuilt on open when its
+// states are not those of record.State.InFlight.
 package sqlitestore

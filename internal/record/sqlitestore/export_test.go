@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -36,4 +37,23 @@ func SetBusyTimeout(d time.Duration) (restore func()) {
 	old := busyTimeout
 	busyTimeout = d
 	return func() { busyTimeout = old }
+}
+
+// RenewPlan returns SQLite's query plan for Renew's statement.
+func (s *Store) RenewPlan(ctx context.Context) (string, error) {
+	rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+renewText, 0, "proxy-1")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			return "", err
+		}
+		plan = append(plan, detail)
+	}
+	return strings.Join(plan, "; "), rows.Err()
 }

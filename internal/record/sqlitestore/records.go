@@ -33,7 +33,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
 	}
 	if orphan != nil {
-		s.notify(orphan.ID)
+		s.notify(orphan.ID, orphan.State)
 		rec.Orphan = orphan // rec is this call's own
 	}
 	if !won {
@@ -134,9 +134,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if err != nil {
 		return nil, fmt.Errorf("updating %s: %w", id, err)
 	}
-	if c.To.Settled() {
-		s.notify(id)
-	}
+	s.notify(id, r.State)
 	return s.attaches.Show(r), nil
 }
 
@@ -212,6 +210,11 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		q += " AND state = ?"
 		args = append(args, string(f.State))
 	}
+	if f.Awaiting {
+		// As records_awaiting's predicate, so SQLite uses the index.
+		q += " AND awaiting != '' AND state = ?"
+		args = append(args, string(record.Accepted))
+	}
 	if !f.Since.IsZero() {
 		// Ids are ULIDs, which sort by the time they were made.
 		q += " AND id >= ?"
@@ -278,7 +281,7 @@ func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int)
 // an orphan nobody calls again would otherwise stay in flight for ever,
 // out of reach of the purge that retention promises.
 func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) error {
-	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ('accepted', 'dispatched') AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
+	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ("+inFlight+") AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
 	if err != nil {
 		return err
 	}

@@ -6,15 +6,42 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // schemaVersion is the version of the schema this code reads and writes.
-const schemaVersion = 1
+const schemaVersion = 2
 
-const schema = `
+// inFlight is record.State.InFlight as an SQL list, for every statement
+// and index that picks the records in flight: derived, so a state added
+// to record.States is not left out of one of them.
+var inFlight = func() string {
+	var quoted []string
+	for _, st := range record.States {
+		if st.InFlight() {
+			quoted = append(quoted, "'"+string(st)+"'")
+		}
+	}
+	return strings.Join(quoted, ", ")
+}()
+
+// renewText's WHERE is records_owner's predicate, so SQLite uses the
+// index for it.
+var (
+	ownerIndex = "CREATE INDEX records_owner ON records (owner) WHERE state IN (" + inFlight + ")"
+	renewText  = "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN (" + inFlight + ")"
+)
+
+// awaitingIndex holds only the executions awaiting an approval (Apply
+// clears Awaiting when one leaves Accepted), so List(Awaiting) reads
+// those, not the whole table.
+const awaitingIndex = "CREATE INDEX records_awaiting ON records (id) WHERE awaiting != ''"
+
+// schema is the current schema, for a new file.
+var schema = `
 CREATE TABLE records (
 	id          TEXT PRIMARY KEY,
 	key         TEXT NOT NULL,
@@ -33,19 +60,30 @@ CREATE TABLE records (
 	retention   INTEGER NOT NULL,           -- nanoseconds
 	expires_at  INTEGER,                    -- unix nanoseconds; NULL in flight
 	owner       TEXT NOT NULL,
-	lease_until INTEGER                     -- unix nanoseconds; NULL when none
+	lease_until INTEGER,                    -- unix nanoseconds; NULL when none
+	awaiting    TEXT NOT NULL DEFAULT ''    -- who is asked to approve; '' when none
 );
 CREATE UNIQUE INDEX records_holder ON records (key) WHERE holder = 1;
 CREATE INDEX records_expiry ON records (expires_at) WHERE expires_at IS NOT NULL;
-CREATE INDEX records_owner ON records (owner) WHERE state IN ('accepted', 'dispatched');
+` + ownerIndex + `;
+` + awaitingIndex + `;
 CREATE TABLE secrets (
 	name  TEXT PRIMARY KEY,
 	value BLOB NOT NULL
 );
 `
 
-// migrate creates the schema in a new file and refuses one written by a
-// newer version of this code.
+// upgrades[v] takes a file of schema version v to v+1.
+var upgrades = map[int64]string{
+	// Version 2: the approval states. Authorized is in flight, so
+	// records_owner is rebuilt by syncOwnerIndex.
+	1: "ALTER TABLE records ADD COLUMN awaiting TEXT NOT NULL DEFAULT '';\n" + awaitingIndex,
+}
+
+// migrate creates the schema in a new file, upgrades one written by an
+// older version of this code, and refuses one written by a newer one.
+// It runs in one BEGIN IMMEDIATE transaction, so processes opening one
+// file at once upgrade it once.
 func (s *Store) migrate(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -70,10 +108,45 @@ func (s *Store) migrate(ctx context.Context) error {
 	case v.Int64 > schemaVersion:
 		return fmt.Errorf("the database has schema version %d; this program knows only up to %d", v.Int64, schemaVersion)
 	}
+	for ; v.Valid && v.Int64 < schemaVersion; v.Int64++ {
+		up, ok := upgrades[v.Int64]
+		if !ok {
+			return fmt.Errorf("no upgrade from schema version %d", v.Int64)
+		}
+		if _, err := tx.ExecContext(ctx, up); err != nil {
+			return fmt.Errorf("upgrading from schema version %d: %w", v.Int64, err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE schema_version SET version = ?", v.Int64+1); err != nil {
+			return err
+		}
+	}
+	if err := syncOwnerIndex(ctx, tx); err != nil {
+		return fmt.Errorf("rebuilding records_owner: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, allowancesTable); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// syncOwnerIndex rebuilds records_owner if its predicate is not
+// ownerIndex's, the in-flight states of this code: renew's WHERE must
+// match it for SQLite to use the index, and a state added to record.States
+// then needs no upgrade of its own for it.
+func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
+	var text string
+	err := tx.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = 'records_owner'").Scan(&text)
+	if err == nil && text == ownerIndex {
+		return nil
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "DROP INDEX IF EXISTS records_owner"); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, ownerIndex)
+	return err
 }
 
 // statements are prepared once, so SQLite parses each once per connection
@@ -93,7 +166,7 @@ func (st *statements) all() []*sql.Stmt {
 
 // columns are the records columns a Record is read from, in scanRecord's
 // order, and written to by insert.
-const columns = "id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until"
+const columns = "id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until, awaiting"
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, p := range []struct {
@@ -105,13 +178,12 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.st.byID, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.w, &s.st.attach, "UPDATE records SET attached = ? WHERE id = ?"},
 		{s.w, &s.st.release, "UPDATE records SET holder = 0 WHERE id = ?"},
-		{s.w, &s.st.insert, "INSERT INTO records (" + columns + ", holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"},
+		{s.w, &s.st.insert, "INSERT INTO records (" + columns + ", holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"},
 		{s.w, &s.st.write, `UPDATE records SET state = ?, history = ?, attempts = ?, attached = ?,
-			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ? WHERE id = ?`},
+			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ?, awaiting = ? WHERE id = ?`},
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
-		// The state list matches records_owner's, so the index serves it.
-		{s.l, &s.st.renew, "UPDATE records SET lease_until = ? WHERE owner = ? AND state IN ('accepted', 'dispatched')"},
+		{s.l, &s.st.renew, renewText},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
 		{s.w, &s.st.addAttached, "UPDATE records SET attached = attached + ? WHERE id = ?"},
@@ -147,7 +219,7 @@ func scanRecord(row scanner) (*record.Record, error) {
 		expiresAt, leaseUntil sql.NullInt64
 	)
 	err := row.Scan(&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &r.State,
-		&history, &r.Attempts, &r.Attached, &result, &rpcErr, &retention, &expiresAt, &r.Owner, &leaseUntil)
+		&history, &r.Attempts, &r.Attached, &result, &rpcErr, &retention, &expiresAt, &r.Owner, &leaseUntil, &r.Awaiting)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +240,7 @@ func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) 
 	_, err = tx.StmtContext(ctx, s.st.insert).ExecContext(ctx,
 		r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, r.State,
 		string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
-		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()))
+		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()), r.Awaiting)
 	return err
 }
 
@@ -180,7 +252,7 @@ func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) e
 	}
 	_, err = tx.StmtContext(ctx, s.st.write).ExecContext(ctx,
 		r.State, string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
-		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.ID)
+		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.Awaiting, r.ID)
 	return err
 }
 

@@ -85,10 +85,10 @@ type Store struct {
 	closed    chan struct{}       // closed by Close, to end waits
 	closeOnce sync.Once
 
-	mu      sync.Mutex         // protects waiters and polling
-	waiters map[string]*waiter // the records some Wait of this Store is waiting for
-	polling bool               // the poller runs
-	kick    chan struct{}      // a new record to wait for: the poller's next round comes soon
+	mu      sync.Mutex          // protects waiters and polling
+	waiters map[waitKey]*waiter // what some Wait of this Store is waiting for
+	polling bool                // the poller runs
+	kick    chan struct{}       // a new record to wait for: the poller's next round comes soon
 
 	secretMu sync.Mutex // protects secret
 	secret   []byte     // the fingerprint secret once read
@@ -101,13 +101,17 @@ type Store struct {
 	lost atomic.Pointer[error]
 }
 
-// A waiter is the wake-up that every Wait of one record shares.
+// A waiter is the wake-up that every Wait for one change of one record
+// shares.
 type waiter struct {
-	ch chan struct{} // closed when the record settles; one close wakes all
+	ch chan struct{} // closed when the record changes so; one close wakes all
 	n  int           // Waits holding ch, so the last to leave removes it
 }
 
-var _ record.Store = (*Store)(nil)
+var (
+	_ record.Store   = (*Store)(nil)
+	_ record.Decider = (*Store)(nil)
+)
 
 // Open opens, creating it if need be, the database file at path. The
 // directory must exist. A new file is created with mode 0600, since it
@@ -237,7 +241,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[string]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)

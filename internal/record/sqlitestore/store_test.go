@@ -587,3 +587,12 @@ func TestBusyWithAStuckPeerFails(t *testing.T) {
 		t.Fatalf("Update while another process holds the lock: %v; want SQLITE_BUSY", err)
 	}
 }
+
+// TestDecisions runs recordtest.RunDecisions on two Stores that share
+// one file, as two processes do.
+func TestDecisions(t *testing.T) {
+	recordtest.RunDecisions(t, func(t *testing.T) (record.Store, record.Store) {
+		path := dbPath(t)
+		return open(t, path, sqlitestore.Options{}), open(t, path, sqlitestore.Options{})
+	})
+}

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,23 +17,57 @@ import (
 // Store or process (poll). Wait also wakes when the lease lapses, to
 // settle the orphan.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
-	r, err := s.wait(ctx, id)
+	r, err := s.wait(ctx, waitKey{id, untilSettled})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for %s: %w", id, err)
 	}
 	return s.attaches.Show(r), nil
 }
 
-func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
+// WaitDecided implements record.Decider as Wait does, woken when the
+// record leaves Accepted: by this Store's Update at once, by another
+// process's through the same poll.
+func (s *Store) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	r, err := s.wait(ctx, waitKey{id, untilDecided})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the decision on %s: %w", id, err)
+	}
+	return s.attaches.Show(r), nil
+}
+
+// An until is the change a Wait waits for.
+type until uint8
+
+const (
+	untilSettled until = iota // the record left the in-flight states
+	untilDecided              // the record left Accepted
+)
+
+// reached reports whether a record in state st is past the change.
+func (u until) reached(st record.State) bool {
+	if u == untilDecided {
+		return st != record.Accepted
+	}
+	return st.Settled()
+}
+
+// A waitKey names the waiter that the Waits for one change of one record
+// share.
+type waitKey struct {
+	id    string
+	until until
+}
+
+func (s *Store) wait(ctx context.Context, k waitKey) (*record.Record, error) {
 	for {
-		// Subscribed before the read, so a settle after it is not missed.
-		w := s.subscribe(id)
-		r, err := getRecord(ctx, s.st.get, id)
+		// Subscribed before the read, so a change after it is not missed.
+		w := s.subscribe(k)
+		r, err := getRecord(ctx, s.st.get, k.id)
 		if err == nil && r.Orphaned(s.clock()) {
-			r, err = s.settleOrphan(ctx, id)
+			r, err = s.settleOrphan(ctx, k.id)
 		}
-		if err != nil || r.State.Settled() {
-			s.unsubscribe(id, w)
+		if err != nil || k.until.reached(r.State) {
+			s.unsubscribe(k, w)
 			return r, err
 		}
 		var lapse <-chan time.Time
@@ -52,7 +87,7 @@ func (s *Store) wait(ctx context.Context, id string) (*record.Record, error) {
 		if t != nil {
 			t.Stop()
 		}
-		s.unsubscribe(id, w)
+		s.unsubscribe(k, w)
 		if err != nil {
 			return nil, err
 		}
@@ -80,19 +115,19 @@ func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, er
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
-	s.notify(id)
+	s.notify(id, r.State)
 	return r.WithOrphan(r.Clone()), nil
 }
 
-// subscribe returns the wake-up for record id that this Store's Waits
-// share, holding it until unsubscribe, and sees that the poller runs.
-func (s *Store) subscribe(id string) *waiter {
+// subscribe returns the wake-up for k that this Store's Waits share,
+// holding it until unsubscribe, and sees that the poller runs.
+func (s *Store) subscribe(k waitKey) *waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.waiters[id]
+	w := s.waiters[k]
 	if w == nil {
 		w = &waiter{ch: make(chan struct{})}
-		s.waiters[id] = w
+		s.waiters[k] = w
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -106,30 +141,40 @@ func (s *Store) subscribe(id string) *waiter {
 	return w
 }
 
-func (s *Store) unsubscribe(id string, w *waiter) {
+func (s *Store) unsubscribe(k waitKey, w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.n--
-	if w.n == 0 && s.waiters[id] == w {
-		delete(s.waiters, id)
+	if w.n == 0 && s.waiters[k] == w {
+		delete(s.waiters, k)
 	}
 }
 
-// notify wakes every Wait of this Store for record id.
-func (s *Store) notify(id string) {
+// notify wakes the Waits of this Store for record id that its new state
+// st ends.
+func (s *Store) notify(id string, st record.State) {
+	for _, u := range []until{untilSettled, untilDecided} {
+		if u.reached(st) {
+			s.wake(waitKey{id, u})
+		}
+	}
+}
+
+// wake wakes every Wait of this Store for k.
+func (s *Store) wake(k waitKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.waiters[id]; w != nil {
+	if w := s.waiters[k]; w != nil {
 		close(w.ch)
-		delete(s.waiters, id)
+		delete(s.waiters, k)
 	}
 }
 
 // poll wakes the Waits of this Store whose records another Store or
-// process settled, until none waits or the Store closes. Each round reads
-// the states of all their records, pollChunk ids a statement: thousands
-// of Waits reading each its own record would take the CPU and the file
-// from the work they wait for.
+// process changed as they wait for, until none waits or the Store closes.
+// Each round reads the states of all their records, pollChunk ids a
+// statement: thousands of Waits reading each its own record would take
+// the CPU and the file from the work they wait for.
 func (s *Store) poll() {
 	interval, floor := minPoll, minPoll
 	for {
@@ -150,18 +195,18 @@ func (s *Store) poll() {
 				return
 			}
 		}
-		ids := s.waited()
-		if ids == nil {
+		keys := s.waited()
+		if keys == nil {
 			return
 		}
 		// A round's cost grows with the records waited on, and so does
 		// the pause after one that found something.
-		floor = minPoll + time.Duration(len(ids))*pollPerRecord
-		settled, err := s.settledOf(ids)
-		for _, id := range settled {
-			s.notify(id)
+		floor = minPoll + time.Duration(len(keys))*pollPerRecord
+		reached, err := s.reachedOf(keys)
+		for _, k := range reached {
+			s.wake(k)
 		}
-		if err != nil || len(settled) == 0 {
+		if err != nil || len(reached) == 0 {
 			// A read that failed is tried again as a round that found
 			// nothing is: after a longer pause.
 			interval = min(max(2*interval, floor), maxPoll)
@@ -171,49 +216,53 @@ func (s *Store) poll() {
 	}
 }
 
-// waited returns the records some Wait of this Store waits on; nil, and
-// the poller marked stopped, if there are none.
-func (s *Store) waited() []string {
+// waited returns what some Wait of this Store waits for; nil, and the
+// poller marked stopped, if nothing.
+func (s *Store) waited() []waitKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.waiters) == 0 {
 		s.polling = false
 		return nil
 	}
-	ids := make([]string, 0, len(s.waiters))
-	for id := range s.waiters {
-		ids = append(ids, id)
+	keys := make([]waitKey, 0, len(s.waiters))
+	for k := range s.waiters {
+		keys = append(keys, k)
 	}
-	return ids
+	return keys
 }
 
-// settledOf returns those of ids whose records are no longer in flight,
-// or gone.
-func (s *Store) settledOf(ids []string) ([]string, error) {
+// reachedOf returns those of keys whose records have changed as they
+// wait for, or are gone.
+func (s *Store) reachedOf(keys []waitKey) ([]waitKey, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
 	defer cancel()
-	inFlight := make(map[string]bool, len(ids))
+	states := make(map[string]record.State, len(keys))
+	for _, k := range keys {
+		states[k.id] = ""
+	}
+	ids := slices.Collect(maps.Keys(states))
 	for chunk := range slices.Chunk(ids, pollChunk) {
-		q := "SELECT id FROM records WHERE state IN ('accepted', 'dispatched') AND id IN (?" + strings.Repeat(", ?", len(chunk)-1) + ")"
+		q := "SELECT id, state FROM records WHERE id IN (?" + strings.Repeat(", ?", len(chunk)-1) + ")"
 		args := make([]any, len(chunk))
 		for i, id := range chunk {
 			args[i] = id
 		}
-		if err := s.collect(ctx, q, args, inFlight); err != nil {
+		if err := s.collect(ctx, q, args, states); err != nil {
 			return nil, err
 		}
 	}
-	var settled []string
-	for _, id := range ids {
-		if !inFlight[id] {
-			settled = append(settled, id)
+	var reached []waitKey
+	for _, k := range keys {
+		if st := states[k.id]; st == "" || k.until.reached(st) {
+			reached = append(reached, k)
 		}
 	}
-	return settled, nil
+	return reached, nil
 }
 
-// collect adds to ids the id each row of the query q gives.
-func (s *Store) collect(ctx context.Context, q string, args []any, ids map[string]bool) error {
+// collect sets in states the state of each record the query q gives.
+func (s *Store) collect(ctx context.Context, q string, args []any, states map[string]record.State) error {
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
@@ -221,10 +270,11 @@ func (s *Store) collect(ctx context.Context, q string, args []any, ids map[strin
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
+		var st record.State
+		if err := rows.Scan(&id, &st); err != nil {
 			return err
 		}
-		ids[id] = true
+		states[id] = st
 	}
 	return rows.Err()
 }
