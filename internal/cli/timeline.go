@@ -62,13 +62,40 @@ type sessionCall struct {
 
 // authPart: whether and when the execution was authorized.
 type authPart struct {
-	Required bool   `json:"required"`
-	Note     string `json:"note"`
+	// Required is set when the record shows an approval asked for: it
+	// awaits one, or holds its decision.
+	Required bool `json:"required"`
+	// Awaiting names who is asked, while the execution awaits them.
+	Awaiting string `json:"awaiting,omitempty"`
+	// Decision is the transition that decided it: authorized or refused.
+	Decision *record.Transition `json:"decision,omitempty"`
+	Note     string             `json:"note"`
 }
 
-// noApproval is all there is to say of authorization until approvals
-// exist: nothing was asked, so nothing was granted.
-const noApproval = "no approval required (approvals are not configured)"
+// noApproval is what a record without a decision, and awaiting none,
+// says of authorization: nothing was asked, so nothing was granted.
+const noApproval = "no approval asked for: the record holds no decision"
+
+// authorizationOf tells whether r was approved, by whom, through what
+// and why, or that it awaits a decision, or that it needed none.
+func authorizationOf(r *record.Record) authPart {
+	for _, t := range r.History {
+		if t.State != record.Authorized && t.State != record.Refused {
+			continue
+		}
+		note := fmt.Sprintf("%s by %s through %s", t.State, orNone(t.By), t.Via)
+		if t.Note != "" {
+			note += ": " + t.Note
+		}
+		return authPart{Required: true, Decision: &t, Note: note + " (at " + stamp(t.At) + ")"}
+	}
+	if r.State == record.Accepted && r.Awaiting != "" {
+		return authPart{Required: true, Awaiting: r.Awaiting,
+			Note: "awaiting approval from the " + map[string]string{record.ApproverOperator: "operator", record.ApproverClient: "client's user"}[r.Awaiting] +
+				" since " + stamp(r.At(record.Accepted))}
+	}
+	return authPart{Note: noApproval}
+}
 
 // dispatchPart: whether and when it crossed the dispatch boundary.
 type dispatchPart struct {
@@ -164,7 +191,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 	}
 	tl := &timeline{Record: r}
 	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
-	tl.Authorized = authPart{Note: noApproval}
+	tl.Authorized = authorizationOf(r)
 	tl.Dispatch = dispatchesOf(r, lines)
 	tl.Answer = answerOf(r)
 	tl.Callers = callersOf(r, lines, len(a.journals) > 0)
