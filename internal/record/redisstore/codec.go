@@ -12,11 +12,14 @@ import (
 
 // A record is a Redis hash with these fields. Times are unix nanoseconds in
 // decimal, "" for none; durations are nanoseconds. history is a JSON array
-// of [state, time, note] triples, appended to by the scripts. result and
-// error are present only when set.
+// of [state, time, note] triples, appended to by the scripts; a decision's
+// is [state, time, note, by, via], which a reader that knows only triples
+// decodes without its by and via. result, error and awaiting are present
+// only when set; the scripts delete awaiting when the record leaves
+// accepted.
 //
 //	id key fingerprint actor scope upstream tool
-//	state history attempts attached result error
+//	state history attempts attached result error awaiting
 //	retention expires_at owner lease_until
 
 // encTime returns t as the scripts store it. Times outside the years 1970
@@ -76,6 +79,9 @@ func newFields(r *record.Record, now string) []any {
 	if r.Error != nil {
 		f = append(f, "error", []byte(r.Error))
 	}
+	if r.Awaiting != "" {
+		f = append(f, "awaiting", r.Awaiting)
+	}
 	return f
 }
 
@@ -121,23 +127,15 @@ func decode(m map[string]string) (*record.Record, error) {
 		Tool:        m["tool"],
 		State:       record.State(m["state"]),
 		Owner:       m["owner"],
+		Awaiting:    m["awaiting"],
 	}
 	if r.ID == "" || r.State == "" {
 		return nil, fmt.Errorf("record has no id or state")
 	}
-	var hist [][3]string
-	if err := json.Unmarshal([]byte(m["history"]), &hist); err != nil {
+	var err error
+	if r.History, err = decHistory(m["history"]); err != nil {
 		return nil, fmt.Errorf("record %s: history: %w", r.ID, err)
 	}
-	r.History = make([]record.Transition, len(hist))
-	for i, h := range hist {
-		at, err := decTime(h[1])
-		if err != nil {
-			return nil, fmt.Errorf("record %s: history: %w", r.ID, err)
-		}
-		r.History[i] = record.Transition{State: record.State(h[0]), At: at, Note: h[2]}
-	}
-	var err error
 	if r.Attempts, err = strconv.Atoi(m["attempts"]); err != nil {
 		return nil, fmt.Errorf("record %s: attempts: %w", r.ID, err)
 	}
@@ -162,4 +160,24 @@ func decode(m map[string]string) (*record.Record, error) {
 		r.Error = json.RawMessage(v)
 	}
 	return r, nil
+}
+
+// decHistory decodes a history field. Its transitions have three members,
+// or five for a decision; a missing member is "", as it was when every
+// transition was decoded as a triple.
+func decHistory(s string) ([]record.Transition, error) {
+	var hist [][]string
+	if err := json.Unmarshal([]byte(s), &hist); err != nil {
+		return nil, err
+	}
+	ts := make([]record.Transition, len(hist))
+	for i, h := range hist {
+		h = append(h, make([]string, max(5-len(h), 0))...)
+		at, err := decTime(h[1])
+		if err != nil {
+			return nil, err
+		}
+		ts[i] = record.Transition{State: record.State(h[0]), At: at, Note: h[2], By: h[3], Via: h[4]}
+	}
+	return ts, nil
 }

@@ -11,7 +11,8 @@
 //	Pi:<id>       string: T, so that a process that never saw the record's
 //	              key can find it by id
 //	Psecret       string: the fingerprint key, 32 bytes
-//	Psettled      pub/sub channel: the id of each record that settled
+//	Psettled      pub/sub channel: the id of each record that settled, or
+//	              that left accepted with a decision (see Waiting)
 //	Pa:<account>  string: when an upstream account's shared allowance is
 //	              next full, unix nanoseconds (retry.Allowance.TakeAt); a
 //	              take is one script, and the key expires once the
@@ -69,6 +70,12 @@
 // waiters of that id at once (they share one channel). A waiter also checks
 // on a backoff from 10 ms to 1 s, so a missed message or a lost subscription
 // only delays it, and by its lease's end, when it settles the orphan.
+//
+// A record leaving accepted is published on the same channel when it had
+// awaited an approval or goes anywhere but dispatched: that wakes an
+// owner waiting for the decision (record.Decider). A plain dispatch, every
+// execution's, is not published; a WaitDecided on one finds it by its
+// backoff.
 //
 // # Listing
 //

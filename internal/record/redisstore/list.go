@@ -74,7 +74,8 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 				if err != nil {
 					return nil, s.wrap(op, err)
 				}
-				if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) {
+				awaits := r.State == record.Accepted && r.Awaiting != ""
+				if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && (!f.Awaiting || awaits) {
 					recs = append(recs, s.attaches.Show(r))
 				}
 			}

@@ -82,7 +82,10 @@ type Store struct {
 	attaches record.AttachCounts // counted by Reserve, not yet written (attach.go)
 }
 
-var _ record.Store = (*Store)(nil)
+var (
+	_ record.Store   = (*Store)(nil)
+	_ record.Decider = (*Store)(nil)
+)
 
 // Open returns a Store for the server at rawURL, redis://... or
 // rediss://... (see redis.ParseURL for its options). It tries the server
@@ -324,7 +327,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
-	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From)}
+	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via}
 	var cmd *redis.Cmd
 	if cached {
 		// The index goes with the update, in the same round trip.
@@ -373,11 +376,20 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if !cached {
 		s.fixIndex(ctx, rec)
 	}
-	if rec.State.Settled() {
+	if rec.State.Settled() || decided(rec) {
 		s.wake(id) // at once, without waiting for our own message
 	}
 	s.track(rec, loc{l.tag, rec.Retention})
 	return rec, nil
+}
+
+// decided reports whether rec's last transition took it out of Accepted
+// other than to Dispatched, which every execution does: its decision's
+// waiters (WaitDecided) are woken. The update script publishes that, and
+// a dispatch of a record that awaited an approval too.
+func decided(rec *record.Record) bool {
+	n := len(rec.History)
+	return n >= 2 && rec.History[n-2].State == record.Accepted && rec.State != record.Accepted && rec.State != record.Dispatched
 }
 
 // recordTTL is the Redis TTL of a record settled with retention r.
@@ -434,7 +446,18 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 
 // Wait implements record.Store.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
-	op := "waiting for " + id
+	return s.waitUntil(ctx, "waiting for "+id, id, func(r *record.Record) bool { return r.State.Settled() })
+}
+
+// WaitDecided implements record.Decider. A decision is published as a
+// settle is (see the package doc), so it wakes the same watches.
+func (s *Store) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	return s.waitUntil(ctx, "waiting for the decision on "+id, id, func(r *record.Record) bool { return r.State != record.Accepted })
+}
+
+// waitUntil returns the record id once done reports true of it, woken
+// by its published changes and checking on a backoff besides.
+func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.Record) bool) (*record.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -447,7 +470,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 		// Watch before reading, so a settle after the read is not missed.
 		w := s.watch(id)
 		rec, err := s.check(ctx, l, id)
-		if err != nil || rec.State.Settled() {
+		if err != nil || done(rec) {
 			s.unwatch(id, w)
 			if err != nil {
 				return nil, s.wrap(op, err)

@@ -431,8 +431,6 @@ func (h evalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// A waiter in one process is woken by a settle in another through pub/sub:
-// its fallback poll is set too slow to find it in time.
 // TestReservedIsFoundByIDFromAnotherProcess: a record is found by its id
 // from any process from its reservation on, before its first update.
 func TestReservedIsFoundByIDFromAnotherProcess(t *testing.T) {
@@ -448,6 +446,8 @@ func TestReservedIsFoundByIDFromAnotherProcess(t *testing.T) {
 	}
 }
 
+// A waiter in one process is woken by a settle in another through pub/sub:
+// its fallback poll is set too slow to find it in time.
 func TestWaitWokenByAnotherProcess(t *testing.T) {
 	url := serverURL(t)
 	prefix := newPrefix(t, url)

@@ -78,7 +78,8 @@ return {1, oid, ottl}
 	//	ARGV[1] now, [2] the channel, [3] the id, [4] the new state,
 	//	[5] the note, [6] "=" and the result or "", [7] likewise the
 	//	error, [8] the new owner or "", [9] its lease, [10] the state
-	//	the change applies from only (Change.From), or ""
+	//	the change applies from only (Change.From), or "", [11] and
+	//	[12] who made a decision and through which channel, or ""
 	//
 	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"}.
 	updateScript = redis.NewScript(luaLib + `
@@ -91,7 +92,7 @@ if not (st == 'delivered' and to == 'delivered' and ARGV[10] == '') then
   if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
     return {'conflict', redis.call('HGETALL', KEYS[1])}
   end
-  apply(KEYS[1], KEYS[2], ARGV[3], st, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2])
+  apply(KEYS[1], KEYS[2], ARGV[3], st, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2], ARGV[11], ARGV[12])
 end
 return {'ok', redis.call('HGETALL', KEYS[1])}
 `)
@@ -192,8 +193,15 @@ end
 
 -- apply moves the record rk from state from to state to, which NEXT
 -- allows. It returns the TTL given to the record if it settled, else 0.
-local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease, channel)
-  local e = cjson.encode({to, now, note})
+local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease, channel, by, via)
+  local e
+  if by ~= '' or via ~= '' then
+    e = cjson.encode({to, now, note, by, via})
+  else
+    -- Three members, as the store always wrote them, when there is no
+    -- decision to keep.
+    e = cjson.encode({to, now, note})
+  end
   local h = redis.call('HGET', rk, 'history')
   if h and #h > 2 then
     h = string.sub(h, 1, -2) .. ',' .. e .. ']'
@@ -205,6 +213,11 @@ local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease,
   if result ~= '' then redis.call('HSET', rk, 'result', string.sub(result, 2)) end
   if err ~= '' then redis.call('HSET', rk, 'error', string.sub(err, 2)) end
   if owner ~= '' then redis.call('HSET', rk, 'owner', owner, 'lease_until', lease) end
+  local awaited = to ~= ACCEPTED and redis.call('HDEL', rk, 'awaiting') == 1
+  -- A decision's waiters (WaitDecided) are woken when the record leaves
+  -- accepted. Every execution leaves it for dispatched without a
+  -- decision, and no one waits for that one: it is not published.
+  local decided = from == ACCEPTED and (awaited or to ~= DISPATCHED)
   -- A replaced record may still move (completed to delivered); the holder
   -- key then belongs to its successor and keeps its own TTL.
   local holds = redis.call('GET', hk) == id
@@ -217,6 +230,7 @@ local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease,
     if INFLIGHT[from] then redis.call('PUBLISH', channel, id) end
     return ttl
   end
+  if decided then redis.call('PUBLISH', channel, id) end
   if not INFLIGHT[from] then
     redis.call('HSET', rk, 'expires_at', '')
   end
@@ -231,7 +245,7 @@ end
 -- its new state and TTL.
 local function settle_orphan(rk, hk, id, from, owner, now, channel)
   local o = ORPHAN[from]
-  local ttl = apply(rk, hk, id, from, o.to, now, o.pre .. owner .. o.suf, '', '', '', '', channel)
+  local ttl = apply(rk, hk, id, from, o.to, now, o.pre .. owner .. o.suf, '', '', '', '', channel, '', '')
   return o.to, ttl
 end
 `
@@ -239,8 +253,9 @@ end
 // states lists every record.State.
 var states = record.States
 
-// luaTables writes the Lua tables INFLIGHT, NEXT and ORPHAN and the TTL
-// constants from the record package's rules.
+// luaTables writes the Lua tables INFLIGHT, NEXT and ORPHAN, the names
+// of the states a record awaits its decision in and goes on to without
+// one, and the TTL constants from the record package's rules.
 func luaTables() string {
 	var b strings.Builder
 	b.WriteString("local INFLIGHT = {")
@@ -272,6 +287,7 @@ func luaTables() string {
 		fmt.Fprintf(&b, "[%s] = {to = %s, pre = %s, suf = %s}, ", luaQuote(string(s)), luaQuote(string(c.To)), luaQuote(pre), luaQuote(suf))
 	}
 	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local ACCEPTED, DISPATCHED = %s, %s\n", luaQuote(string(record.Accepted)), luaQuote(string(record.Dispatched)))
 	fmt.Fprintf(&b, "local GRACE_MS = %d\nlocal MAX_TTL_MS = %d\n", ttlGrace.Milliseconds(), maxTTL.Milliseconds())
 	return b.String()
 }
