@@ -93,3 +93,24 @@ func TestDecideOnlyWhatAwaitsAnOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineTellsTheDecision: the timeline's second question is
+// answered from the record: the decision, who is awaited, or nothing.
+func TestTimelineTellsTheDecision(t *testing.T) {
+	at := time.Now()
+	for _, c := range []struct {
+		r    record.Record
+		want string
+	}{
+		{record.Record{State: record.Refused, History: []record.Transition{{State: record.Accepted, At: at},
+			{State: record.Refused, At: at, By: "bob", Via: record.ApproverOperator, Note: "freeze"}}}, "refused by bob through operator: freeze"},
+		{record.Record{State: record.Refused, History: []record.Transition{{State: record.Refused, At: at, Via: record.ViaTimeout}}}, "refused by no one through timeout"},
+		{record.Record{State: record.Accepted, Awaiting: record.ApproverOperator, History: []record.Transition{{State: record.Accepted, At: at}}}, "awaiting approval from the operator since"},
+		{record.Record{State: record.Delivered, History: []record.Transition{{State: record.Accepted, At: at}}}, noApproval},
+	} {
+		got := authorizationOf(&c.r)
+		if !strings.HasPrefix(got.Note, c.want) || got.Required != (c.want != noApproval) {
+			t.Errorf("authorizationOf(%s) = %+v; want a note that begins %q", c.r.State, got, c.want)
+		}
+	}
+}
