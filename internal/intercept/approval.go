@@ -75,6 +75,11 @@ func (in *Interceptor) approvalDeadline(req *Request) time.Time {
 // askClient asks the caller's user, through MCP elicitation, whether rec
 // may run.
 func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.Record) {
+	if req.Call.Elicits {
+		// The 2026-07-28 protocol asks within the call's answer.
+		in.askInRound(ctx, req, rec)
+		return
+	}
 	asker, ok := req.Reply.(Asker)
 	if !ok || !asker.CanAsk() {
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
@@ -96,7 +101,7 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 	asker.Ask(actx, params, func(result json.RawMessage, err error) {
 		cancel()
 		in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverClient))
-		in.decide(ctx, req, rec, in.clientDecision(req, result, err, deadline))
+		in.decide(ctx, req, rec, in.clientDecision(req, result, err))
 	})
 }
 
@@ -104,7 +109,7 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 // is an approval; declined or dismissed, a refusal. No answer by the
 // deadline is a refusal too; the session's end before one is no
 // decision at all: nothing was sent, and a call again asks again.
-func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error, deadline time.Time) record.Change {
+func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error) record.Change {
 	by := req.Actor
 	if by == "" {
 		by = "the client's user"

@@ -411,3 +411,120 @@ func TestApprovedThenUnknownSaysSo(t *testing.T) {
 			v.Content[0].Text, again.questions(), h.up.calls.Load())
 	}
 }
+
+// roundCall is chargeCall as a 2026-07-28 client sends it, declaring
+// elicitation among its per-request capabilities; cont, if set, makes it
+// the continuation that answers round with action.
+func roundCall(args string, round *roundResult, action string) string {
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}`
+	call := `{"name":"charge_card","arguments":` + args + `,` + meta
+	if round != nil {
+		state, _ := json.Marshal(round.RequestState)
+		call += `,"inputResponses":{"mcp-idempotent/approval":{"action":"` + action + `","content":{"note":"ok"}}},"requestState":` + string(state)
+	}
+	return call + `}`
+}
+
+// roundResult is what an input_required result says.
+type roundResult struct {
+	ResultType    string `json:"resultType"`
+	InputRequests map[string]struct {
+		Method string `json:"method"`
+		Params struct {
+			Message string `json:"message"`
+		} `json:"params"`
+	} `json:"inputRequests"`
+	RequestState string `json:"requestState"`
+}
+
+func asRound(t *testing.T, a Answer) *roundResult {
+	t.Helper()
+	var r roundResult
+	if a.Error != nil || json.Unmarshal(a.Result, &r) != nil || r.ResultType != "input_required" || r.RequestState == "" {
+		t.Fatalf("got %s %s; want an input_required result with a requestState", a.Result, a.Error)
+	}
+	return &r
+}
+
+// TestApprovalInRound: a 2026-07-28 client is asked within the call's
+// answer (input_required); its continuation, with the user's answer and
+// the proxy's requestState, runs the call once, and what goes upstream
+// is the call without the proxy's round.
+func TestApprovalInRound(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	var sent json.RawMessage
+	h.up.respond = func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error) {
+		sent = params
+		return charged(ctx, n, params)
+	}
+	args := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	if q := round.InputRequests["mcp-idempotent/approval"]; q.Method != "elicitation/create" || !strings.Contains(q.Params.Message, "charge_card") {
+		t.Fatalf("the round asks %+v; want an elicitation naming the tool", round.InputRequests)
+	}
+	// Sent again before it is answered: the same question, not a new execution.
+	again := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	if again.RequestState != round.RequestState || len(h.store.Records()) != 1 {
+		t.Errorf("a retry got state %q (first %q) with %d records; want the same question of the one execution", again.RequestState, round.RequestState, len(h.store.Records()))
+	}
+	if v := view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("the continuation got %q; want the charge", v.Content[0].Text)
+	}
+	if strings.Contains(string(sent), "requestState") || strings.Contains(string(sent), "inputResponses") {
+		t.Errorf("the upstream got the proxy's round: %s", sent)
+	}
+	// The same continuation sent again replays; the other state answers nothing new.
+	if v := view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)); !v.Meta.Replayed || h.up.calls.Load() != 1 {
+		t.Errorf("the continuation again: replayed %v, %d runs; want a replay of the one run", v.Meta.Replayed, h.up.calls.Load())
+	}
+	if d := decision(t, h.onlyRecord(t), record.Authorized); d.Via != record.ApproverClient || d.Note != "ok" {
+		t.Errorf("the approval is recorded as %+v; want through client, with the note", d)
+	}
+}
+
+// TestApprovalInRoundChecksTheState: a continuation whose requestState
+// the proxy did not mint for this caller, or whose call differs from the
+// one asked about, is refused, and nothing runs.
+func TestApprovalInRoundChecksTheState(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	forged := *round
+	forged.RequestState = round.RequestState[:len(round.RequestState)-1] + "0"
+	if forged.RequestState == round.RequestState {
+		forged.RequestState = round.RequestState[:len(round.RequestState)-1] + "1"
+	}
+	for name, c := range map[string]string{
+		"forged state":    roundCall(args, &forged, "accept"),
+		"other arguments": roundCall(`{"card":"9999","amount":100}`, round, "accept"),
+	} {
+		a := h.call(t.Context(), t, c).only(t)
+		if !strings.Contains(string(a.Error), "-32602") {
+			t.Errorf("%s: got %s %s; want -32602", name, a.Result, a.Error)
+		}
+	}
+	other := h.request
+	req, a := other(t, roundCall(args, round, "accept"))
+	req.Actor = "mallory"
+	h.in.Handle(t.Context(), req)
+	if ans := a.only(t); !strings.Contains(string(ans.Error), "was not minted for this caller") {
+		t.Errorf("another actor's continuation got %s %s; want it refused", ans.Result, ans.Error)
+	}
+	if h.up.calls.Load() != 0 {
+		t.Errorf("the upstream ran %d times; nothing may run", h.up.calls.Load())
+	}
+}
+
+// TestApprovalInRoundDeclined: a declined round refuses the execution.
+func TestApprovalInRoundDeclined(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	v := view(t, h.call(t.Context(), t, roundCall(args, round, "decline")).only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Refused:") || h.up.calls.Load() != 0 {
+		t.Fatalf("the declined continuation got %q with %d runs; want the refusal, nothing run", v.Content[0].Text, h.up.calls.Load())
+	}
+	if v := view(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t)); !strings.HasPrefix(v.Content[0].Text, "Refused:") {
+		t.Errorf("a call again after the refusal got %q; want the refusal, not a new round", v.Content[0].Text)
+	}
+}

@@ -22,6 +22,14 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	arrived := in.now()
 	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
 	req.bg = context.WithoutCancel(ctx)
+	if id, ok, err := in.ownContinuation(req); ok {
+		if err != nil {
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+			return
+		}
+		in.continueApproval(ctx, req, id)
+		return
+	}
 	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
@@ -213,6 +221,9 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		in.decided(req, call.Name, "replayed")
 		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
 		in.answer(ctx, req, rec, replayed)
+	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient && call.Elicits:
+		in.decided(req, call.Name, "attached")
+		in.askAgainInRound(ctx, req, rec)
 	default:
 		if in.info {
 			in.log.Info("attached to an execution under way", "execution", rec.ID, "state", rec.State,

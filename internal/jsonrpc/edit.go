@@ -165,3 +165,13 @@ func WithoutMetaMember(params, meta json.RawMessage, name string) (json.RawMessa
 	out = append(out, params[end:]...)
 	return out, out[start:newEnd] // its capacity locates it in out, as insertMeta needs
 }
+
+// WithoutMembers returns the object obj less its members named in names,
+// the others copied as they came.
+func WithoutMembers(obj json.RawMessage, names ...string) json.RawMessage {
+	drop := make(map[string]bool, len(names))
+	for _, n := range names {
+		drop[n] = true
+	}
+	return appendDropping(make([]byte, 0, len(obj)), obj, drop, nil)
+}

@@ -38,6 +38,11 @@ type ToolCall struct {
 	// so that the server may answer it with a task handle rather than its
 	// result: a call that does not is another action.
 	TasksExtension bool
+	// Elicits reports whether the call's per-request client capabilities
+	// (MCP 2026-07-28, in _meta) declare elicitation in form mode, so
+	// that the call may be answered with an input_required result that
+	// asks the user.
+	Elicits bool
 	// InputResponses and RequestState continue a multi-round request
 	// (MCP 2026-07-28); nil when absent.
 	InputResponses json.RawMessage
@@ -155,6 +160,7 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.TasksExtension = declaresTasks(tc.Meta)
+		tc.Elicits = declaresElicitation(tc.Meta)
 	}
 	return nil
 }
@@ -204,6 +210,24 @@ func declaresTasks(meta json.RawMessage) bool {
 	}
 	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, MetaClientCapabilities), "extensions"), TasksExtension)
 	return ext != nil && string(ext) != "null"
+}
+
+// declaresElicitation reports whether a call's _meta declares, among its
+// client capabilities, elicitation in form mode: {} (form, as before
+// modes) or a form member.
+func declaresElicitation(meta json.RawMessage) bool {
+	if !bytes.Contains(meta, []byte("elicitation")) && bytes.IndexByte(meta, '\\') < 0 {
+		return false // the common case, without a walk
+	}
+	e := jsonrpc.Member(jsonrpc.Member(meta, MetaClientCapabilities), "elicitation")
+	if len(e) == 0 || e[0] != '{' {
+		return false
+	}
+	form := jsonrpc.Member(e, "form")
+	if form != nil {
+		return form[0] == '{'
+	}
+	return jsonrpc.Member(e, "url") == nil
 }
 
 // clientKey returns the client's idempotency key from _meta, or "" when it
