@@ -338,3 +338,34 @@ func TestApprovalKilledAfterDispatch(t *testing.T) {
 		t.Errorf("activity list --awaiting after the retry:\n%s\nwant nothing awaiting: the retry was not asked", out)
 	}
 }
+
+// TestApprovalThroughServe: through serve, the go-sdk client is asked in
+// the protocol it speaks: within the call's answer in 2026-07-28 (the
+// SDK answers the round and sends the call again), by a request of the
+// proxy's in 2025-11-25. Either way one question, one run, and a retry
+// is not asked again.
+func TestApprovalThroughServe(t *testing.T) {
+	needProxy(t)
+	for _, version := range []string{"", "2025-11-25"} {
+		name := version
+		if name == "" {
+			name = "2026-07-28"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			dir := t.TempDir()
+			flags := append([]string{"--store", "sqlite:" + filepath.Join(dir, "records.db")}, withPolicy(t, clientPolicy("each"))...)
+			s := serveCharge(t, flags)
+			e := &elicitor{action: "accept"}
+			p := connectHTTP(t, ctx, s, s.url, version, e.client(), nil)
+			res := callResult(t, ctx, p, "4242")
+			if res.IsError || !strings.Contains(firstText(res), "charged") || e.asked.Load() != 1 || executions(t, ctx, p) != 1 {
+				t.Fatalf("got %q after %d questions, %d runs; want the charge, one question, one run", firstText(res), e.asked.Load(), executions(t, ctx, p))
+			}
+			again := callResult(t, ctx, p, "4242")
+			if !replayed(again) || e.asked.Load() != 1 || executions(t, ctx, p) != 1 {
+				t.Errorf("the retry: replayed %v after %d questions, %d runs; want a replay, not asked again", replayed(again), e.asked.Load(), executions(t, ctx, p))
+			}
+		})
+	}
+}
