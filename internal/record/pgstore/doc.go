@@ -5,7 +5,8 @@
 // # Tables
 //
 // Open takes a schema (default "mcp_idempotent") and creates, on first use
-// and under an advisory lock so that proxies starting together do not race:
+// and under an advisory lock so that proxies starting together do not race
+// (the same lock under which a schema an older build made is upgraded):
 //
 //   - records: one row per execution, keyed by id. The columns are the
 //     Record's fields; history is a jsonb array of transitions, result and
@@ -13,7 +14,8 @@
 //     timestamptz, retention is an interval. holds_key marks the one record
 //     that currently holds its key: a partial unique index on key where
 //     holds_key is what makes a reservation atomic. watched marks a
-//     record that a Wait waits for.
+//     record that a Wait or WaitDecided waits for. awaiting names who is
+//     asked to approve a record in accepted (schema version 3).
 //   - secrets: the fingerprint HMAC key, one row.
 //   - allowances: one row per upstream account whose allowance the proxies
 //     share: when its bucket is next full, in unix nanoseconds (see
@@ -37,8 +39,9 @@
 //
 // Wait marks the record watched. A trigger on records runs
 // pg_notify(schema, id) when a watched record leaves the in-flight states,
-// in the transaction of the statement that settled it, whichever statement
-// that was (an operator's UPDATE included). Records nobody waits for are
+// or leaves accepted while it awaited an approval (WaitDecided), in the
+// transaction of the statement that changed it, whichever statement that
+// was (an operator's UPDATE included). Records nobody waits for are
 // not notified: a commit that notifies is serialized with every other
 // such commit in the database. Each Store keeps one listening connection,
 // opened by the first Wait, that wakes the in-process waiters of that id;

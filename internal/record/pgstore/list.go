@@ -32,6 +32,10 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	if f.State != "" {
 		q += " AND state = " + arg(string(f.State))
 	}
+	if f.Awaiting {
+		// awaiting <> '' is records_awaiting's predicate.
+		q += " AND awaiting <> '' AND state = 'accepted'"
+	}
 	if !f.Since.IsZero() {
 		q += " AND id >= " + arg(record.IDFloor(f.Since))
 	}

@@ -225,10 +225,13 @@ func (s *Store) clock() time.Time {
 	return s.now().UTC().Truncate(time.Microsecond)
 }
 
-// In flight and settled, in SQL. inFlight matches record.State.InFlight.
-const (
-	inFlight = `state IN ('accepted', 'dispatched')`
-	settled  = `state NOT IN ('accepted', 'dispatched')`
+// In flight and settled, in SQL, made from record.States so that a new
+// state is not forgotten here. The schema's partial index and trigger
+// spell the list out; TestSchemaKnowsTheStates holds them to it.
+var (
+	inFlightStates = stateList(record.State.InFlight)
+	inFlight       = `state IN (` + inFlightStates + `)`
+	settled        = `state NOT IN (` + inFlightStates + `)`
 	// orphan is record.Record.Orphaned at $now.
 	orphan = `(` + inFlight + ` AND lease_until IS NOT NULL AND lease_until < $now)`
 	// replaceable is what a reservation may supersede: an expired settled
@@ -237,8 +240,20 @@ const (
 	replaceable = `((fingerprint = $fingerprint AND (state = 'failed' OR state = ANY($replace))) OR (` + settled + ` AND coalesce(expires_at <= $now, true)))`
 )
 
+// stateList returns the states of record.States that keep, quoted and
+// separated by commas, for an SQL IN list.
+func stateList(keep func(record.State) bool) string {
+	var quoted []string
+	for _, st := range record.States {
+		if keep(st) {
+			quoted = append(quoted, "'"+string(st)+"'")
+		}
+	}
+	return strings.Join(quoted, ", ")
+}
+
 // columns are a record's, in the order scanRecord reads them.
-const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until`
+const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, result, error, retention, expires_at, owner, lease_until, awaiting`
 
 // reserveSQL inserts the new record unless another holds the key and, if
 // one does and may be matched, returns it: one statement, one round trip,
@@ -251,9 +266,9 @@ const columns = `id, key, fingerprint, actor, scope, upstream, tool, state, hist
 var reserveSQL = params(`
 WITH ins AS (
 	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
-		attempts, attached, result, error, retention, owner, lease_until)
+		attempts, attached, result, error, retention, owner, lease_until, awaiting)
 	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, 'accepted', $history,
-		$attempts, $attached, $result, $error, $retention, $owner, $lease_until)
+		$attempts, $attached, $result, $error, $retention, $owner, $lease_until, $awaiting)
 	ON CONFLICT (key) WHERE holds_key DO NOTHING
 	RETURNING `+columns+`
 ), att AS (
@@ -265,7 +280,7 @@ SELECT true, `+columns+` FROM ins
 UNION ALL
 SELECT false, `+columns+` FROM att`,
 	"id", "key", "fingerprint", "actor", "scope", "upstream", "tool", "history", "attempts", "attached",
-	"result", "error", "retention", "owner", "lease_until", "now", "replace")
+	"result", "error", "retention", "owner", "lease_until", "now", "replace", "awaiting")
 
 // holderSQL reads the record holding a key.
 const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 AND holds_key`
@@ -287,19 +302,21 @@ var updateSQL = params(`UPDATE {schema}.records SET
 	error = coalesce($error::json, error),
 	owner = CASE WHEN $owner::text = '' THEN owner ELSE $owner::text END,
 	lease_until = CASE WHEN $settles::boolean THEN NULL WHEN $owner::text = '' THEN lease_until ELSE $lease_until::timestamptz END,
-	expires_at = CASE WHEN $settles::boolean THEN $now::timestamptz + retention END
+	expires_at = CASE WHEN $settles::boolean THEN $now::timestamptz + retention END,
+	awaiting = CASE WHEN $to::text = 'accepted' THEN awaiting ELSE '' END
 WHERE id = $id AND state = ANY($from::text[]) AND (NOT $orphan::boolean OR `+orphan+`)
 RETURNING `+columns,
 	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "orphan")
 
 const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 
-// watchSQL asks for a notification when the record settles. A settling
-// that commits after it sees the flag (the row lock orders the two); one
-// that committed before is seen by the read that follows it.
-const watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND NOT watched AND ` + inFlight
+// watchSQL asks for a notification when the record settles or is
+// decided. A change that commits after it sees the flag (the row lock
+// orders the two); one that committed before is seen by the read that
+// follows it.
+var watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND NOT watched AND ` + inFlight
 
-const renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
+var renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
 
 // orphansSQL reads records whose owner's lease lapsed.
 var orphansSQL = params(`SELECT `+columns+` FROM {schema}.records WHERE `+orphan+` LIMIT $limit`, "now", "limit")
@@ -372,7 +389,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		var won bool
 		rec, err := scanRecord(conn.QueryRow(ctx, s.q.reserve,
 			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, r.Attempts, r.Attached,
-			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace), &won)
+			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting), &won)
 		switch {
 		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
 			// Attached to; a caller whose client key names another
@@ -481,7 +498,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	var from []record.State
-	for _, st := range []record.State{record.Accepted, record.Dispatched, record.Completed, record.Delivered, record.Failed, record.Unknown} {
+	for _, st := range record.States {
 		if c.Allowed(st) {
 			from = append(from, st)
 		}
@@ -514,9 +531,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // orphan at now).
 func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
 	// jsonb refuses the escape \u0000, which a note quoting an
-	// upstream's output might hold.
-	note := strings.ReplaceAll(c.Note, "\x00", "\uFFFD")
-	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: note}})
+	// upstream's output, or a decider's name, might hold.
+	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
 	if err != nil {
 		return nil, false, err
 	}
@@ -704,7 +721,7 @@ func scanRecord(row pgx.Row, head ...any) (*record.Record, error) {
 	)
 	dest := append(head,
 		&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &state, &r.History,
-		&r.Attempts, &r.Attached, &result, &errJSON, &r.Retention, &expires, &r.Owner, &leaseEnd)
+		&r.Attempts, &r.Attached, &result, &errJSON, &r.Retention, &expires, &r.Owner, &leaseEnd, &r.Awaiting)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}

@@ -26,7 +26,6 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
@@ -810,6 +809,15 @@ func TestAttachCounts(t *testing.T) {
 	})
 }
 
+// Two Stores on one schema are two processes: one waits for the decision
+// the other makes.
+func TestDecisions(t *testing.T) {
+	recordtest.RunDecisions(t, func(t *testing.T) (record.Store, record.Store) {
+		u, schema := serverURL(t), newSchema(t)
+		return open(t, u, schema, nil), open(t, u, schema, nil)
+	})
+}
+
 func BenchmarkReplay(b *testing.B) {
 	s := newStore(b, nil)
 	ctx := context.Background()
@@ -848,32 +856,6 @@ func TestAllowances(t *testing.T) {
 		u, schema := serverURL(t), newSchema(t)
 		return open(t, u, schema, nil), open(t, u, schema, nil)
 	})
-}
-
-// TestMigrateFromVersion1 opens a schema an older build laid out: the
-// first use adds the allowances and moves it to version 2.
-func TestMigrateFromVersion1(t *testing.T) {
-	ctx := t.Context()
-	s := newStore(t, nil)
-	if _, err := s.pool.Exec(ctx, s.sql("CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL)")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, s.sql(ddl)); err != nil {
-		t.Fatal(err)
-	}
-	r := newRecord("kept", time.Now())
-	if _, err := s.pool.Exec(ctx, s.sql("INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, retention, owner) VALUES ($1, $2, true, 'f', 'a', 's', 'u', 't', 'accepted', '[]', 0, 0, '1h', 'o')"), r.ID, r.Key); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _, err := s.TakeAllowance(ctx, "bank", retry.Allowance{Rate: 1, Burst: 1}, time.Now()); !ok || err != nil {
-		t.Fatalf("TakeAllowance on a migrated schema = %v, %v", ok, err)
-	}
-	if v, err := s.version(ctx, s.pool); v != schemaVersion || err != nil {
-		t.Fatalf("version %d, %v; want %d", v, err, schemaVersion)
-	}
-	if _, err := s.Get(ctx, r.ID); err != nil {
-		t.Fatalf("a record of version 1: %v", err)
-	}
 }
 
 func TestPGDuration(t *testing.T) {

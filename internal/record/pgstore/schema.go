@@ -12,10 +12,12 @@ import (
 )
 
 // schemaVersion is the version of the layout below. A change to it adds a
-// migration from the previous version to setup.
-const schemaVersion = 2
+// migration from the previous version to setup. A new schema is made by
+// ddl and then every migration, so ddl and each migration stay as they
+// were released.
+const schemaVersion = 3
 
-// ddl creates the tables in {schema}.
+// ddl creates the tables in {schema}, at version 1.
 //
 // Ids and keys compare byte by byte (COLLATE "C"): ids are ULIDs, which
 // sort by time that way, for List.
@@ -91,6 +93,42 @@ CREATE TABLE {schema}.allowances (
 INSERT INTO {schema}.schema_version (version) VALUES (2);
 `
 
+// ddl3 takes version 2 to 3: an approval's states (authorized, in
+// flight; refused, settled) and who is asked for it.
+//
+// The in-flight index is rebuilt with authorized in its predicate, which
+// must match the inFlight of the statements for the planner to use it.
+// records_awaiting finds the executions that await an approval for List
+// without a scan: awaiting is cleared as a record leaves accepted.
+//
+// The trigger now also notifies a watched record that awaited an
+// approval as it leaves accepted (WaitDecided), not only one that leaves
+// the in-flight states (Wait).
+//
+// It runs under setup's advisory lock, in one transaction: a proxy of
+// this build opening the schema meanwhile waits for the lock, then finds
+// version 3; one of an older build blocks on the table's lock until the
+// commit.
+const ddl3 = `
+ALTER TABLE {schema}.records ADD COLUMN awaiting text NOT NULL DEFAULT '';
+
+DROP INDEX {schema}.records_owner_in_flight;
+CREATE INDEX records_owner_in_flight ON {schema}.records (owner) WHERE state IN ('accepted', 'dispatched', 'authorized');
+CREATE INDEX records_awaiting ON {schema}.records (id) WHERE awaiting <> '';
+
+DROP TRIGGER records_settled ON {schema}.records;
+CREATE TRIGGER records_settled AFTER UPDATE OF state ON {schema}.records FOR EACH ROW
+	WHEN (NEW.watched AND NEW.state <> OLD.state AND (
+		(OLD.state IN ('accepted', 'dispatched', 'authorized') AND NEW.state NOT IN ('accepted', 'dispatched', 'authorized'))
+		OR (OLD.state = 'accepted' AND OLD.awaiting <> '')))
+	EXECUTE FUNCTION {schema}.notify_settled();
+
+INSERT INTO {schema}.schema_version (version) VALUES (3);
+`
+
+// migrations take the schema from version i to i+1, ddl making version 1.
+var migrations = []string{ddl, ddl2, ddl3}
+
 // ensure creates the schema on the first call that reaches the server.
 // Later calls cost an atomic load.
 func (s *Store) ensure(ctx context.Context) error {
@@ -116,7 +154,8 @@ func (s *Store) ensure(ctx context.Context) error {
 	return nil
 }
 
-// setup creates the schema and its tables unless they exist.
+// setup creates the schema and its tables unless they exist, and takes a
+// schema an older build made to the current version.
 func (s *Store) setup(ctx context.Context) error {
 	// Most opens find the schema made: check without taking the lock or
 	// needing the right to create anything.
@@ -149,20 +188,15 @@ func (s *Store) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	switch v {
-	case 0:
-		if _, err := tx.Exec(ctx, s.sql(ddl)); err != nil {
-			return err
-		}
-		fallthrough
-	case 1:
-		if _, err := tx.Exec(ctx, s.sql(ddl2)); err != nil {
-			return err
-		}
-	case schemaVersion:
-		// Another process made it while this one waited for the lock.
-	default:
+	if v > schemaVersion {
 		return versionError(v)
+	}
+	// At schemaVersion, another process made it or took it there while
+	// this one waited for the lock: nothing is left to run.
+	for _, m := range migrations[v:] {
+		if _, err := tx.Exec(ctx, s.sql(m)); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }

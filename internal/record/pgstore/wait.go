@@ -137,11 +137,28 @@ func (s *Store) listenConn() (connected bool, err error) {
 	}
 }
 
+var _ record.Decider = (*Store)(nil)
+
 // Wait implements record.Store. It returns when a notification, the
 // fallback poll or the lease's end finds the record settled (settling an
 // orphan itself), or when ctx is done.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
-	op := "waiting for " + id
+	return s.wait(ctx, "waiting for "+id, id, record.State.Settled)
+}
+
+// WaitDecided implements record.Decider as Wait does: the trigger
+// notifies a watched record that awaited an approval as it leaves
+// accepted, whichever process decided it. One that awaited none is not
+// notified as it moves on to dispatched (Wait's waiters need not be):
+// the safety poll finds it.
+func (s *Store) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	return s.wait(ctx, "waiting for the decision on "+id, id, func(st record.State) bool { return st != record.Accepted })
+}
+
+// wait returns the record id once it is in a state that done accepts,
+// woken by the notifications of the records_settled trigger, which must
+// fire on every change into such a state.
+func (s *Store) wait(ctx context.Context, op, id string, done func(record.State) bool) (*record.Record, error) {
 	ectx, cancel := s.bounded(ctx) // the waiting is ctx's; each step is bounded
 	err := s.ensure(ectx)
 	cancel()
@@ -161,7 +178,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			}
 		}
 		rec, err := s.boundedCheck(ctx, id)
-		if err != nil || rec.State.Settled() {
+		if err != nil || done(rec.State) {
 			s.waiters.remove(id, g)
 			if err != nil {
 				return nil, s.wrap(op, err)

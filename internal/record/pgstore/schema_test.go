@@ -1,0 +1,144 @@
+package pgstore
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+)
+
+// TestMigrateFromVersion1 opens a schema an older build laid out: the
+// first use adds the allowances and moves it to version 2.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t, nil)
+	if _, err := s.pool.Exec(ctx, s.sql("CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL)")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecord("kept", time.Now())
+	if _, err := s.pool.Exec(ctx, s.sql("INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, retention, owner) VALUES ($1, $2, true, 'f', 'a', 's', 'u', 't', 'accepted', '[]', 0, 0, '1h', 'o')"), r.ID, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := s.TakeAllowance(ctx, "bank", retry.Allowance{Rate: 1, Burst: 1}, time.Now()); !ok || err != nil {
+		t.Fatalf("TakeAllowance on a migrated schema = %v, %v", ok, err)
+	}
+	if v, err := s.version(ctx, s.pool); v != schemaVersion || err != nil {
+		t.Fatalf("version %d, %v; want %d", v, err, schemaVersion)
+	}
+	if _, err := s.Get(ctx, r.ID); err != nil {
+		t.Fatalf("a record of version 1: %v", err)
+	}
+}
+
+// TestMigrateFromVersion2 lays out a schema as the build before version 3
+// did (testdata/schema_v2.sql), holding an execution in flight, and opens
+// it from several Stores at once, as proxies restarted together would:
+// each finds it at version 3, which one of them made. Then the new states
+// work across them: a decision wakes the waiter in the other Store, and a
+// settling still wakes the waiter of the older execution.
+func TestMigrateFromVersion2(t *testing.T) {
+	ctx := t.Context()
+	u, schema := serverURL(t), newSchema(t)
+	stores := make([]*Store, 4)
+	for i := range stores {
+		stores[i] = open(t, u, schema, nil)
+		stores[i].minPoll, stores[i].maxPoll = time.Hour, time.Hour // the notification alone wakes
+	}
+	v2, err := os.ReadFile("testdata/schema_v2.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stores[0].pool.Exec(ctx, stores[0].sql(string(v2))); err != nil {
+		t.Fatal(err)
+	}
+	old := newRecord("old", time.Now())
+	if _, err := stores[0].pool.Exec(ctx, stores[0].sql(`INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history, attempts, attached, retention, owner)
+		VALUES ($1, $2, true, $2, 'a', 's', 'u', 't', 'dispatched', '[]', 1, 0, '1h', 'o')`), old.ID, old.Key); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			if got, err := s.Get(ctx, old.ID); err != nil || got.State != record.Dispatched || got.Awaiting != "" {
+				t.Errorf("the execution of version 2 reads %+v, %v; want it dispatched, awaiting nothing", got, err)
+			}
+		})
+	}
+	wg.Wait()
+	var v, made int
+	if err := stores[0].pool.QueryRow(ctx, stores[0].sql(`SELECT max(version), count(*) FILTER (WHERE version = 3) FROM {schema}.schema_version`)).Scan(&v, &made); err != nil || v != schemaVersion || made != 1 {
+		t.Fatalf("schema_version: at %d, version 3 made %d times (%v); want %d, once", v, made, err, schemaVersion)
+	}
+
+	s, other := stores[0], stores[1]
+	r := newRecord("new", time.Now())
+	r.Awaiting = record.ApproverOperator
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	decided := make(chan *record.Record, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got, _ := s.WaitDecided(ctx, r.ID)
+		decided <- got
+	}()
+	waiting(t, s, r.ID, 1)
+	settled := waitFor(s, old.ID)
+	waiting(t, s, old.ID, 1)
+	if _, err := other.Update(ctx, r.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-decided; got == nil || got.State != record.Authorized || got.Awaiting != "" {
+		t.Fatalf("WaitDecided on the upgraded schema = %+v; want it authorized", got)
+	}
+	if _, err := other.Update(ctx, old.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-settled; got == nil || got.State != record.Completed {
+		t.Fatalf("Wait for the execution of version 2 = %+v; want it completed", got)
+	}
+}
+
+// TestSchemaKnowsTheStates: the partial index of the records in flight
+// and the trigger that wakes waiters name exactly the in-flight states of
+// record.States, as the statements (inFlight) do. A new state fails it
+// until a migration adds the state to them.
+func TestSchemaKnowsTheStates(t *testing.T) {
+	if len(migrations) != schemaVersion {
+		t.Fatalf("%d migrations for version %d", len(migrations), schemaVersion)
+	}
+	ctx := t.Context()
+	s := newStore(t, nil)
+	if err := s.ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var index, trigger string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i WHERE i.indexrelid = $1::regclass`,
+		s.quoted+".records_owner_in_flight").Scan(&index); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'records_settled' AND tgrelid = $1::regclass`,
+		s.quoted+".records").Scan(&trigger); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range record.States {
+		for name, def := range map[string]string{"records_owner_in_flight": index, "the trigger records_settled": trigger} {
+			if named := strings.Contains(def, "'"+string(st)+"'"); named != st.InFlight() {
+				t.Errorf("%s names %s: %v; want %v (in flight): %s", name, st, named, st.InFlight(), def)
+			}
+		}
+		if named := strings.Contains(inFlight, "'"+string(st)+"'"); named != st.InFlight() {
+			t.Errorf("inFlight names %s: %v; want %v", st, named, st.InFlight())
+		}
+	}
+}
