@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -526,5 +527,24 @@ func TestApprovalInRoundDeclined(t *testing.T) {
 	}
 	if v := view(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t)); !strings.HasPrefix(v.Content[0].Text, "Refused:") {
 		t.Errorf("a call again after the refusal got %q; want the refusal, not a new round", v.Content[0].Text)
+	}
+}
+
+// TestApprovalJournaled: a decision has its journal line, after the
+// acceptance and before the dispatch, naming who decided and through
+// what.
+func TestApprovalJournaled(t *testing.T) {
+	j := &memJournal{}
+	h := approving(policy.ApprovalEach, policy.ApproverClient).withJournal(j, nil)
+	a := newAsker(elicited("accept", "fine"))
+	h.askingCall(t, a, "session:1", chargeCall)
+	a.only(t)
+	h.settle(t)
+	if got, want := j.states(), []string{"accepted", "authorized", "dispatched", "completed", "delivered"}; !slices.Equal(got, want) {
+		t.Fatalf("journal states %v; want %v", got, want)
+	}
+	e := j.entries[1]
+	if e.By != "alice" || e.Via != record.ApproverClient || e.Note != "fine" || e.Session != "session:1" {
+		t.Errorf("the decision's line is %+v; want by alice through client, with the note and the session", e)
 	}
 }

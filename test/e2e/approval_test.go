@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -367,5 +368,57 @@ func TestApprovalThroughServe(t *testing.T) {
 				t.Errorf("the retry: replayed %v after %d questions, %d runs; want a replay, not asked again", replayed(again), e.asked.Load(), executions(t, ctx, p))
 			}
 		})
+	}
+}
+
+// tsApproveOut is what approve-client.mjs prints.
+type tsApproveOut struct {
+	Questions []string              `json:"questions"`
+	Results   []*mcp.CallToolResult `json:"results"`
+	Charges   int                   `json:"charges"`
+}
+
+// TestApprovalTypeScriptClient: the official TypeScript client's
+// elicitation handler approves or declines, through stdio and through
+// serve: one question, and the retry gets the first outcome.
+func TestApprovalTypeScriptClient(t *testing.T) {
+	needProxy(t)
+	node, script := nodePeer(t, "approve-client.mjs")
+	for _, kind := range []string{"stdio", "http"} {
+		for _, action := range []string{"accept", "decline"} {
+			t.Run(kind+"/"+action, func(t *testing.T) {
+				ctx := testContext(t)
+				policy := withPolicy(t, clientPolicy("each"))
+				args := []string{script, action, kind}
+				if kind == "stdio" {
+					args = append(append(append(args, proxyBin), policy...), append([]string{"--"}, chargeServer()...)...)
+				} else {
+					args = append(args, serveCharge(t, policy).url)
+				}
+				cmd := exec.CommandContext(ctx, node, args...)
+				cmd.Dir = filepath.Dir(script)
+				stderr := new(syncBuffer)
+				cmd.Stderr = stderr
+				b, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("%s: %v\nstderr:\n%s", cmd, err, stderr.tail(transcriptTail))
+				}
+				var out tsApproveOut
+				if err := json.Unmarshal(b, &out); err != nil || len(out.Results) != 2 {
+					t.Fatalf("approve-client.mjs printed %q: %v", b, err)
+				}
+				want, runs := "charged", 1
+				if action == "decline" {
+					want, runs = "Refused:", 0
+				}
+				first, retry := out.Results[0], out.Results[1]
+				if !strings.Contains(firstText(first), want) || len(out.Questions) != 1 || out.Charges != runs {
+					t.Fatalf("got %q after %d questions, %d charges; want %q, one question, %d charges", firstText(first), len(out.Questions), out.Charges, want, runs)
+				}
+				if firstText(retry) != firstText(first) && !replayed(retry) {
+					t.Errorf("the retry got %q; want the first outcome %q", firstText(retry), firstText(first))
+				}
+			})
+		}
 	}
 }
