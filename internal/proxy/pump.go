@@ -116,6 +116,8 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		s.forward(msg, nil)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
+	case msg.IsResponse() && idHasPrefix(msg.ID, s.askPrefix):
+		s.askAnswered(msg)
 	default:
 		// Notifications and the client's responses to server requests.
 		if msg.Method == "notifications/initialized" {
@@ -141,6 +143,9 @@ func (s *Session) fromClientBatch(frame []byte) {
 		// with one error.
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: an empty batch is not a request")))
 		return
+	}
+	if msgs, frame = s.askAnswers(msgs, frame); len(msgs) == 0 {
+		return // answers to the proxy's asks only
 	}
 	for _, m := range msgs {
 		var why string
