@@ -207,6 +207,17 @@ func (s *Session) endAsks() {
 	}
 }
 
+// refuseAskID answers a request of the upstream's under an id in the
+// proxy's ask space, which does not pass on: the client's answer to it
+// would be taken for the answer to the proxy's own question.
+func (s *Session) refuseAskID(l *link, id json.RawMessage) {
+	s.log.Warn("refused a request from the upstream under an id of the proxy's", "id", string(id))
+	e := jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: request ids starting with %s are reserved for the proxy's own requests to the client", s.askPrefix[1:])
+	if err := l.conn.WriteFrame(jsonrpc.NewErrorResponse(id, e)); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
+	}
+}
+
 // elicitsForm reports whether initialize params declare the elicitation
 // capability in form mode: "elicitation": {} (2025-06-18; and 2025-11-25,
 // where an empty object means form mode only), or with a "form" member

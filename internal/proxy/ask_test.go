@@ -311,11 +311,21 @@ func TestAskAnswersInABatch(t *testing.T) {
 }
 
 // TestAskIDsStayInTheProxy: the client's answer under an ask id that
-// waits on nothing is dropped.
+// waits on nothing is dropped, and the upstream may not ask under one.
 func TestAskIDsStayInTheProxy(t *testing.T) {
 	r, _, call := askRig(t, Options{}, `{"elicitation":{}}`, chargeParams)
 	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:ask:9","result":{}}`)
 	passedUpstream(t, r, "an answer to no question of the proxy's")
+
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:ask:1","method":"elicitation/create","params":{}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:ask:1","error":{"code":-32600`) {
+		t.Fatalf("the upstream got %s; want its request refused", got)
+	}
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:ask:2","method":"elicitation/create","params":{}}]`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:ask:2","error":{"code":-32600`) {
+		t.Fatalf("the upstream got %s; want its request in a batch refused", got)
+	}
+	passedToClient(t, r, "the upstream's requests under the proxy's ids")
 	r.upstream.answerCharged(t, call)
 	r.client.next(t, "client")
 }
