@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -30,6 +31,8 @@ type clientCall struct {
 	// so that a cancellation of it finds it forwarded (see cancelled).
 	mu          sync.Mutex
 	passThrough bool // the request went upstream as it came
+
+	progress atomic.Int64 // the notifications/progress sent (Progress)
 }
 
 // finish forgets the call: it was answered, passed through or detached.

@@ -34,6 +34,10 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 		sc.notSent(errors.New(unportableID))
 		return
 	}
+	var elicitForm bool
+	if msg.Method == "initialize" && msg.Params != nil {
+		elicitForm = elicitsForm(msg.Params) // read once, not on every ask
+	}
 	l := s.usable()
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
@@ -53,6 +57,7 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc})
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
+		s.elicitForm = elicitForm
 	}
 	s.mu.Unlock()
 	if err := l.conn.WriteFrame(msg.Raw); err != nil {

@@ -26,14 +26,20 @@ const ownIDs = `"mcp-idempotent:`
 // space, however it is spelled: the upstream reads "mcp\u002didempotent:1"
 // as the proxy's "mcp-idempotent:1", and would answer it as such.
 func (s *Session) reservedID(id json.RawMessage) bool {
-	if bytes.HasPrefix(id, []byte(s.idPrefix)) {
+	return idHasPrefix(id, s.idPrefix)
+}
+
+// idHasPrefix reports whether the string id, read as JSON, starts with
+// the value of prefix, the JSON text of the start of a string.
+func idHasPrefix(id json.RawMessage, prefix string) bool {
+	if bytes.HasPrefix(id, []byte(prefix)) {
 		return true
 	}
 	if len(id) == 0 || id[0] != '"' || bytes.IndexByte(id, '\\') < 0 {
 		return false
 	}
 	v, ok := jsonrpc.StringValue(id)
-	return ok && strings.HasPrefix(v, s.idPrefix[1:])
+	return ok && strings.HasPrefix(v, prefix[1:])
 }
 
 // reservedMessage is the error a request under a reserved id gets.
@@ -136,19 +142,25 @@ func (s *Session) cancelSent(l *link, key string, err error) {
 		return // answered meanwhile
 	}
 	if p.method != "initialize" && !closed(l.gone) {
-		reason := "the caller cancelled the request"
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			reason = "no answer came in time"
-		case errors.Is(err, intercept.ErrSessionEnded):
-			reason = "the session ended"
-		}
-		params := `{"requestId":` + key + `,"reason":"` + reason + `"}`
-		if werr := l.conn.WriteFrame(jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(params))); werr != nil {
+		if werr := l.conn.WriteFrame(cancellation(key, err)); werr != nil {
 			s.log.Debug("writing to the upstream", "err", werr)
 		}
 	}
 	s.answered(p, nil, err)
+}
+
+// cancellation is the notifications/cancelled of the proxy's own request
+// under key (its id's JSON text), given up on with err.
+func cancellation(key string, err error) []byte {
+	reason := "the caller cancelled the request"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "no answer came in time"
+	case errors.Is(err, intercept.ErrSessionEnded):
+		reason = "the session ended"
+	}
+	params := `{"requestId":` + key + `,"reason":"` + reason + `"}`
+	return jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(params))
 }
 
 // maxGivenUp bounds Session.givenUp.

@@ -116,6 +116,8 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		s.forward(msg, nil)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
+	case msg.IsResponse() && idHasPrefix(msg.ID, s.askPrefix):
+		s.askAnswered(msg)
 	default:
 		// Notifications and the client's responses to server requests.
 		if msg.Method == "notifications/initialized" {
@@ -141,6 +143,9 @@ func (s *Session) fromClientBatch(frame []byte) {
 		// with one error.
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: an empty batch is not a request")))
 		return
+	}
+	if msgs, frame = s.askAnswers(msgs, frame); len(msgs) == 0 {
+		return // answers to the proxy's asks only
 	}
 	for _, m := range msgs {
 		var why string
@@ -308,6 +313,10 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		s.fromUpstreamBatch(l, frame)
 		return
 	}
+	if msg.IsRequest() && idHasPrefix(msg.ID, s.askPrefix) {
+		s.refuseAskID(l, msg.ID)
+		return
+	}
 	if msg.IsResponse() {
 		key := string(jsonrpc.IDKey(msg.ID))
 		s.mu.Lock()
@@ -361,9 +370,14 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	var ownMsgs []*jsonrpc.Message
 	var rest [][]byte
 	var toolsChanged bool
+	var refused []json.RawMessage // requests under the proxy's ask ids
 	s.mu.Lock()
 	late := closed(l.gone) // as in fromUpstream
 	for _, m := range msgs {
+		if m.IsRequest() && idHasPrefix(m.ID, s.askPrefix) {
+			refused = append(refused, m.ID)
+			continue
+		}
 		if !m.IsResponse() {
 			toolsChanged = toolsChanged || m.Method == "notifications/tools/list_changed"
 			rest = append(rest, m.Raw)
@@ -392,6 +406,9 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	}
 	for i, p := range own {
 		s.answered(p, ownMsgs[i], nil)
+	}
+	for _, id := range refused {
+		s.refuseAskID(l, id)
 	}
 	switch {
 	case len(rest) == len(msgs):

@@ -36,6 +36,14 @@ type frameBuilder interface {
 	WriteRequest(id string, method string, params json.RawMessage) error
 }
 
+// A relatedWriter is a Conn that can carry a message the proxy starts
+// beside the client's request it relates to (streamhttp.ServerSession:
+// on that request's SSE stream), rather than where the server's other
+// messages go. key is the request's jsonrpc.IDKey.
+type relatedWriter interface {
+	WriteRelated(frame []byte, key string) error
+}
+
 // ErrUpstreamClosed is returned by Run when the upstream closed its side
 // while the client was still there.
 var ErrUpstreamClosed = errors.New("upstream closed the connection")
@@ -98,23 +106,33 @@ type Session struct {
 	// asked once, not on every answer.
 	clientFrames  frameBuilder
 	clientAnswers answerWriter
-	opts          Options
-	log           *slog.Logger
-	debug         bool // log takes debug records; read once
-	tools         *toolTable
-	sessionLog    *sessionLog // nil: no journal, or no Options.Client
+	clientRelated relatedWriter
+	// clientStateless is set when the client's Conn carries requests
+	// that belong to no session (a 2026-07-28 lane): nothing there reads
+	// a request of the proxy's.
+	clientStateless bool
+	opts            Options
+	log             *slog.Logger
+	debug           bool // log takes debug records; read once
+	tools           *toolTable
+	sessionLog      *sessionLog // nil: no journal, or no Options.Client
 
 	// idPrefix starts the JSON text of the ids of the proxy's own
 	// requests: ownIDs, and the Instance.
 	idPrefix string
 	nextID   atomic.Int64
+	// askPrefix starts the JSON text of the ids of the proxy's own
+	// requests to the client (Ask): idPrefix and "ask:".
+	askPrefix string
+	nextAsk   atomic.Int64
 	// inflight counts the client's tools/call requests not yet answered
 	// or detached.
 	inflight sync.WaitGroup
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
-	// forwardIdle, batches, calls, up, handshake and initialized, and the
-	// conn and frames of a link being started again (see link).
+	// forwardIdle, batches, calls, up, handshake, initialized, elicitForm,
+	// asks and asksEnded, and the conn and frames of a link being started
+	// again (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -145,6 +163,14 @@ type Session struct {
 	// replay on a restarted upstream; nil if the client sent none.
 	handshake   json.RawMessage
 	initialized bool // the client sent notifications/initialized
+	// elicitForm is set when the handshake declared elicitation in form
+	// mode (elicitsForm), read from it once.
+	elicitForm bool
+	// asks holds the proxy's own requests to the client, by id; nil
+	// until the first. asksEnded is set once no answer can come (the
+	// client has gone, or Run returns): an ask then fails at once.
+	asks      map[string]ask
+	asksEnded bool
 }
 
 // New returns a Session between client and upstream.
@@ -166,23 +192,29 @@ func New(client, upstream Conn, opts Options) *Session {
 	close(up.ready)
 	clientFrames, _ := client.(frameBuilder)
 	clientAnswers, _ := client.(answerWriter)
+	clientRelated, _ := client.(relatedWriter)
+	st, ok := client.(interface{ Stateless() bool })
+	clientStateless := ok && st.Stateless()
 	idPrefix := ownIDs
 	if opts.Instance != "" {
 		idPrefix += opts.Instance + ":"
 	}
 	s := &Session{
-		idPrefix:      idPrefix,
-		client:        client,
-		clientFrames:  clientFrames,
-		clientAnswers: clientAnswers,
-		up:            up,
-		opts:          opts,
-		log:           log,
-		debug:         log.Enabled(context.Background(), slog.LevelDebug),
-		tools:         newToolTable(opts.Resolve),
-		pending:       make(map[string]sent),
-		forwarded:     make(map[string]forwardedRequest),
-		calls:         make(map[string]*clientCall),
+		idPrefix:        idPrefix,
+		askPrefix:       idPrefix + "ask:",
+		client:          client,
+		clientFrames:    clientFrames,
+		clientAnswers:   clientAnswers,
+		clientRelated:   clientRelated,
+		clientStateless: clientStateless,
+		up:              up,
+		opts:            opts,
+		log:             log,
+		debug:           log.Enabled(context.Background(), slog.LevelDebug),
+		tools:           newToolTable(opts.Resolve),
+		pending:         make(map[string]sent),
+		forwarded:       make(map[string]forwardedRequest),
+		calls:           make(map[string]*clientCall),
 	}
 	s.sessionLog = newSessionLog(s)
 	return s
@@ -212,6 +244,9 @@ func (s *Session) Run(ctx context.Context) (err error) {
 		defer func() { s.sessionLog.end(s.endReason(err, clientLeft)) }()
 	}
 
+	// No answer to a question of the proxy's comes once Run returns.
+	defer s.endAsks()
+
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- s.pumpClient(ctx) }()
 	upstreamDone := s.startPump(ctx, s.current())
@@ -231,9 +266,13 @@ func (s *Session) Run(ctx context.Context) (err error) {
 				s.log.Error("reading from the client", "err", err)
 			}
 			clientLeft = true
+			// Before shutdown waits for the calls: one may wait on a
+			// question to the client, which will never be answered now.
+			s.endAsks()
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		case <-ctx.Done():
+			s.endAsks()
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		}

@@ -118,6 +118,7 @@ type rig struct {
 	upstreamW        io.Closer     // closing it is the upstream exiting
 	stopped          chan struct{} // closed when Run has returned
 	err              error         // what Run returned; read after stopped
+	s                *Session
 }
 
 func newRig(t *testing.T, maxFrame int) *rig {
@@ -165,6 +166,7 @@ func newRigUpstream(t *testing.T, ctx context.Context, maxFrame int, opts Option
 		clientW:   cw,
 		upstreamW: uw,
 		stopped:   make(chan struct{}),
+		s:         s,
 	}
 	go func() {
 		r.err = s.Run(ctx)

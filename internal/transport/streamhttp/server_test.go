@@ -104,6 +104,15 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			// answers the calls under way within its grace.
 			<-s.done
 			time.Sleep(100 * time.Millisecond)
+		case "related":
+			// A question of the proxy's about the request, then the
+			// answer once the test opens the gate.
+			s.WriteRelated([]byte(`{"jsonrpc":"2.0","id":"q1","method":"elicitation/create","params":{}}`), string(jsonrpc.IDKey(m.ID)))
+			select {
+			case <-p.gate:
+			case <-s.done:
+				return
+			}
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))

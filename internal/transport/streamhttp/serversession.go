@@ -233,6 +233,22 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 // still open: bytes handed to a connection the client closes at that
 // instant may still count. A batch frame never calls written.
 func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
+	return ss.write(frame, written, "")
+}
+
+// WriteRelated is WriteFrame for a message the server starts that
+// relates to the client's request under key (its jsonrpc.IDKey, as the
+// proxy sees it): it goes on that request's SSE stream while the stream
+// is open, where the client reads it beside the answer (spec 2025-11-25,
+// basic/transports, "Sending Messages to the Server": messages sent on
+// the stream of a POST "SHOULD relate to the originating client
+// request"), and else where WriteFrame puts it.
+func (ss *ServerSession) WriteRelated(frame []byte, key string) error {
+	return ss.write(frame, nil, key)
+}
+
+// write is WriteAnswer and WriteRelated.
+func (ss *ServerSession) write(frame []byte, written func(), related string) error {
 	// Our own copy: the event store keeps it, and the caller may reuse
 	// frame.
 	frame = bytes.Clone(frame)
@@ -241,7 +257,7 @@ func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
 		return fmt.Errorf("writing to the client: %w", err)
 	}
 	if !m.Batch {
-		ss.route(m, written)
+		ss.route(m, written, related)
 		return nil
 	}
 	msgs, err := jsonrpc.DecodeBatch(frame)
@@ -249,14 +265,15 @@ func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
 		return fmt.Errorf("writing to the client: %w", err)
 	}
 	for _, m := range msgs {
-		ss.route(m, nil)
+		ss.route(m, nil, related)
 	}
 	return nil
 }
 
 // route appends one message to its stream; the stream keeps m.Raw. See
-// WriteFrame for which stream, and WriteAnswer for written.
-func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
+// WriteFrame for which stream, WriteAnswer for written, and WriteRelated
+// for related.
+func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related string) {
 	frame := m.Raw
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -293,7 +310,11 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func()) {
 			return
 		}
 	}
-	ss.appendLocked(ss.serverStreamLocked(), frame)
+	st := ss.relatedStreamLocked(related)
+	if st == nil {
+		st = ss.serverStreamLocked()
+	}
+	ss.appendLocked(st, frame)
 }
 
 // endPending answers every request still owed an answer once the proxy

@@ -98,6 +98,26 @@ func (ss *ServerSession) serverStreamLocked() *stream {
 	return ss.getStreamLocked()
 }
 
+// relatedStreamLocked returns the open SSE stream of the client's request
+// under key, the newest if the client sent the request again, or nil: the
+// request is answered, or it is answered with one JSON body, which cannot
+// carry a message of the server's.
+func (ss *ServerSession) relatedStreamLocked(key string) *stream {
+	if key == "" {
+		return nil
+	}
+	p := ss.pending[key]
+	if p == nil {
+		return nil
+	}
+	for i := len(p.streams) - 1; i >= 0; i-- {
+		if st := p.streams[i]; !st.done && !st.isJSON {
+			return st
+		}
+	}
+	return nil
+}
+
 // appendLocked holds one event on st and wakes its writer, evicting the
 // oldest events of the session beyond its bounds.
 func (ss *ServerSession) appendLocked(st *stream, data []byte) {

@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+)
+
+// ask is one of the proxy's own requests to the client, waiting for its
+// answer.
+type ask struct {
+	done func(json.RawMessage, error)
+	// related is the key of the client's request it was asked for: its
+	// cancellation goes where it went.
+	related string
+	// stop stops its cancellation when the asker's context ends; nil if
+	// there is none.
+	stop func() bool
+}
+
+// errAskSessionEnded is what an ask gets when no answer can come.
+var errAskSessionEnded = fmt.Errorf("asking the client: %w", intercept.ErrSessionEnded)
+
+// CanAsk implements intercept.Asker.
+func (c *clientCall) CanAsk() bool {
+	s := c.s
+	if s.clientStateless {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A client that sent no initialize (2026-07-28) declared nothing.
+	return s.elicitForm && !s.asksEnded
+}
+
+// Ask implements intercept.Asker: elicitation/create goes to the client
+// under an id of the proxy's, beside the call it is asked for.
+func (c *clientCall) Ask(ctx context.Context, params json.RawMessage, done func(json.RawMessage, error)) {
+	s := c.s
+	var buf [64]byte
+	id := string(append(strconv.AppendInt(append(buf[:0], s.askPrefix...), s.nextAsk.Add(1), 10), '"'))
+	if err := ctx.Err(); err != nil {
+		done(nil, err)
+		return
+	}
+	s.mu.Lock()
+	if s.asksEnded {
+		s.mu.Unlock()
+		done(nil, errAskSessionEnded)
+		return
+	}
+	if s.asks == nil {
+		s.asks = make(map[string]ask)
+	}
+	// Waiting before it is written: the answer may come before the write
+	// returns.
+	s.asks[id] = ask{done: done, related: c.key}
+	s.mu.Unlock()
+
+	if err := s.writeRelated(jsonrpc.NewRequest(json.RawMessage(id), "elicitation/create", params), c.key); err != nil {
+		if a, ok := s.takeAsk(id); ok {
+			a.done(nil, fmt.Errorf("writing elicitation/create to the client: %w", err))
+		}
+		return
+	}
+	if ctx.Done() == nil {
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { s.cancelAsk(id, ctx.Err()) })
+	s.mu.Lock()
+	a, still := s.asks[id]
+	if still {
+		a.stop = stop
+		s.asks[id] = a
+	}
+	s.mu.Unlock()
+	if !still {
+		stop() // answered already
+	}
+}
+
+// Progress implements intercept.Asker.
+func (c *clientCall) Progress(message string) {
+	token := progressToken(c.call.Meta)
+	if token == nil {
+		return
+	}
+	b := append([]byte(`{"progressToken":`), token...)
+	b = append(strconv.AppendInt(append(b, `,"progress":`...), c.progress.Add(1)-1, 10), `,"message":`...)
+	b = append(jsonrpc.AppendString(b, message), '}')
+	// On HTTP the token takes it to the call's stream.
+	c.s.writeClient(jsonrpc.NewRequest(nil, "notifications/progress", b))
+}
+
+// progressToken returns the progress token of a request's _meta as it
+// came, or nil for none. Of two, the first counts, as for the HTTP
+// transport, which routes progress by it.
+func progressToken(meta json.RawMessage) json.RawMessage {
+	var token json.RawMessage
+	jsonrpc.EachMember(meta, func(name, value []byte) bool {
+		if string(name) == mcp.MetaProgressToken {
+			token = value
+			return false
+		}
+		return true
+	})
+	if string(token) == "null" {
+		return nil
+	}
+	return token
+}
+
+// writeRelated writes frame to the client beside its request under the
+// key related, where the Conn can tell (relatedWriter).
+func (s *Session) writeRelated(frame []byte, related string) error {
+	if s.clientRelated != nil {
+		return s.clientRelated.WriteRelated(frame, related)
+	}
+	return s.client.WriteFrame(frame)
+}
+
+// takeAsk removes the ask under id and returns it, if it still waits:
+// whoever takes it calls its done.
+func (s *Session) takeAsk(id string) (ask, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.asks[id]
+	delete(s.asks, id)
+	return a, ok
+}
+
+// cancelAsk gives up on the ask under id when its asker's context ends
+// with err, and tells the client (notifications/cancelled), which may
+// then take its question away from the user.
+func (s *Session) cancelAsk(id string, err error) {
+	a, ok := s.takeAsk(id)
+	if !ok {
+		return // answered meanwhile
+	}
+	if werr := s.writeRelated(cancellation(id, err), a.related); werr != nil {
+		s.log.Debug("writing to the client", "err", werr)
+	}
+	a.done(nil, err)
+}
+
+// askAnswered hands the client's answer msg, under an id in the proxy's
+// ask space, to the ask that waits on it. It never goes upstream: the
+// upstream asked nothing under that id.
+func (s *Session) askAnswered(msg *jsonrpc.Message) {
+	key := string(jsonrpc.IDKey(msg.ID))
+	a, ok := s.takeAsk(key)
+	if !ok {
+		s.log.Warn("dropped an answer from the client to no question of the proxy's", "id", string(msg.ID))
+		return
+	}
+	if a.stop != nil {
+		a.stop()
+	}
+	a.done(outcomeOf("elicitation/create", msg))
+}
+
+// askAnswers takes the answers to the proxy's asks out of a batch from
+// the client and acts on them. It returns the rest of the batch and its
+// frame, which is frame itself when the batch held none.
+func (s *Session) askAnswers(msgs []*jsonrpc.Message, frame []byte) ([]*jsonrpc.Message, []byte) {
+	n := 0
+	for _, m := range msgs {
+		if m.IsResponse() && idHasPrefix(m.ID, s.askPrefix) {
+			n++
+		}
+	}
+	if n == 0 {
+		return msgs, frame
+	}
+	rest := make([]*jsonrpc.Message, 0, len(msgs)-n)
+	raws := make([][]byte, 0, len(msgs)-n)
+	for _, m := range msgs {
+		if m.IsResponse() && idHasPrefix(m.ID, s.askPrefix) {
+			s.askAnswered(m)
+			continue
+		}
+		rest = append(rest, m)
+		raws = append(raws, m.Raw)
+	}
+	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+}
+
+// endAsks fails every ask still waiting, and every ask after it: the
+// client has gone, or the session is ending, and no answer can come.
+func (s *Session) endAsks() {
+	s.mu.Lock()
+	s.asksEnded = true
+	asks := s.asks
+	s.asks = nil
+	s.mu.Unlock()
+	for _, a := range asks {
+		if a.stop != nil {
+			a.stop()
+		}
+		a.done(nil, errAskSessionEnded)
+	}
+}
+
+// refuseAskID answers a request of the upstream's under an id in the
+// proxy's ask space, which does not pass on: the client's answer to it
+// would be taken for the answer to the proxy's own question.
+func (s *Session) refuseAskID(l *link, id json.RawMessage) {
+	s.log.Warn("refused a request from the upstream under an id of the proxy's", "id", string(id))
+	e := jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: request ids starting with %s are reserved for the proxy's own requests to the client", s.askPrefix[1:])
+	if err := l.conn.WriteFrame(jsonrpc.NewErrorResponse(id, e)); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
+	}
+}
+
+// elicitsForm reports whether initialize params declare the elicitation
+// capability in form mode: "elicitation": {} (2025-06-18; and 2025-11-25,
+// where an empty object means form mode only), or with a "form" member
+// (2025-11-25, client/elicitation, "Capabilities"). "url" alone is not
+// form mode. A member given twice, which readers may take either way,
+// declares nothing.
+func elicitsForm(params json.RawMessage) bool {
+	caps, ok := onlyMember(params, "capabilities")
+	if !ok {
+		return false
+	}
+	el, ok := onlyMember(caps, "elicitation")
+	if !ok {
+		return false
+	}
+	empty, form := true, false
+	read := jsonrpc.Reading{Names: []string{"form"}}
+	if jsonrpc.EachMember(el, func(name, value []byte) bool {
+		empty = false
+		if read.Note(name) == 0 {
+			form = len(value) > 0 && value[0] == '{'
+		}
+		return true
+	}) != nil {
+		return false // not an object
+	}
+	return read.Err() == nil && (empty || form)
+}
+
+// onlyMember returns the member name of the JSON object obj, if obj is
+// an object that has it once, in that spelling only.
+func onlyMember(obj json.RawMessage, name string) (json.RawMessage, bool) {
+	var v json.RawMessage
+	read := jsonrpc.Reading{Names: []string{name}}
+	if jsonrpc.EachMember(obj, func(n, value []byte) bool {
+		if read.Note(n) == 0 {
+			v = value
+		}
+		return true
+	}) != nil || read.Err() != nil {
+		return nil, false
+	}
+	return v, v != nil
+}

@@ -1,0 +1,125 @@
+package streamhttp
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nextEvent returns the next SSE event with data from r, failing t if
+// none comes within 5s.
+func nextEvent(t *testing.T, r *sseReader) string {
+	t.Helper()
+	ch := make(chan string, 1)
+	go func() {
+		for {
+			ev, err := r.next()
+			if err != nil {
+				close(ch)
+				return
+			}
+			if len(ev.Data) > 0 {
+				ch <- string(ev.Data)
+				return
+			}
+		}
+	}()
+	select {
+	case data, ok := <-ch:
+		if !ok {
+			t.Fatal("the stream ended while an event was expected")
+		}
+		return data
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event within 5s")
+	}
+	return ""
+}
+
+// TestServerRelatedGoesOnTheRequestsStream: a request of the server's
+// that relates to a client request goes on that request's SSE stream,
+// even while the GET stream is open, and the client's POSTed answer to it
+// is accepted and handed to the proxy.
+func TestServerRelatedGoesOnTheRequestsStream(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{})
+	sid := openSession(t, hs.URL)
+	get := do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	defer get.Body.Close()
+	if get.StatusCode != 200 {
+		t.Fatalf("GET: %s", get.Status)
+	}
+	// The GET stream is open once the server has a writer for it: a
+	// message the server starts goes there then.
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		ss := srv.sessions[sid]
+		srv.mu.Unlock()
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.get != nil && ss.get.writer != 0
+	})
+
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"related"}`, session(sid))
+	defer resp.Body.Close()
+	r := newSSEReader(resp.Body, 1<<20)
+	if ev := nextEvent(t, r); !strings.Contains(ev, `"method":"elicitation/create"`) {
+		t.Fatalf("the request's stream got %s first; want the server's question", ev)
+	}
+
+	answer := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"q1","result":{"action":"accept"}}`, session(sid))
+	io.Copy(io.Discard, answer.Body)
+	answer.Body.Close()
+	if answer.StatusCode != 202 {
+		t.Fatalf("the client's answer was met with %s; want 202", answer.Status)
+	}
+	waitFor(t, func() bool { return p.seen(`"id":"q1","result"`) == 1 })
+
+	close(p.gate)
+	if ev := nextEvent(t, r); !strings.Contains(ev, `"id":3`) {
+		t.Fatalf("the request's stream got %s; want its answer", ev)
+	}
+}
+
+// TestServerRelatedWithoutAStream: a message related to a request
+// answered with one JSON body goes where the server's own messages go.
+func TestServerRelatedWithoutAStream(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+	sid := openSession(t, hs.URL)
+	done := make(chan string, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"related"}`, session(sid))
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- string(b)
+	}()
+	waitFor(t, func() bool { return p.seen(`"related"`) == 1 })
+	get := do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	defer get.Body.Close()
+	if ev := nextEvent(t, newSSEReader(get.Body, 1<<20)); !strings.Contains(ev, `"method":"elicitation/create"`) {
+		t.Fatalf("the GET stream got %s; want the server's question", ev)
+	}
+	close(p.gate)
+	if body := <-done; !strings.Contains(body, `"id":3`) {
+		t.Fatalf("the request was answered %s", body)
+	}
+}
+
+// TestServerStatelessProgress: progress the proxy writes under the token
+// it saw on a stateless lane, which renames tokens, reaches the request's
+// stream under the client's own token.
+func TestServerStatelessProgress(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "progress"}
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"progress","params":{"_meta":{"progressToken":"tok","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	var progress, answer bool
+	for _, m := range msgs {
+		progress = progress || strings.Contains(m.data, `"method":"notifications/progress"`) && strings.Contains(m.data, `"progressToken":"tok"`)
+		answer = answer || strings.HasPrefix(m.data, `{"jsonrpc":"2.0","id":1,"result"`)
+	}
+	if !progress || !answer {
+		t.Fatalf("the stream carried %v; want the progress under the client's token, and the answer", msgs)
+	}
+}
