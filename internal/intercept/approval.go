@@ -234,6 +234,7 @@ func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message st
 // decide stores c, the decision on rec (or the end of the wait for one),
 // and acts on what the record comes to.
 func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Record, c record.Change) {
+	defer in.questions.forget(rec.ID)
 	cur, err := in.change(req.bg, req, rec.ID, c)
 	switch {
 	case errors.Is(err, record.ErrConflict):

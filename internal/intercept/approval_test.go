@@ -463,13 +463,14 @@ func TestApprovalInRound(t *testing.T) {
 	if q := round.InputRequests["mcp-idempotent/approval"]; q.Method != "elicitation/create" || !strings.Contains(q.Params.Message, "charge_card") {
 		t.Fatalf("the round asks %+v; want an elicitation naming the tool", round.InputRequests)
 	}
-	// Sent again before it is answered: the same question, not a new execution.
-	again := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
-	if again.RequestState != round.RequestState || len(h.store.Records()) != 1 {
-		t.Errorf("a retry got state %q (first %q) with %d records; want the same question of the one execution", again.RequestState, round.RequestState, len(h.store.Records()))
-	}
+	// Sent again while its question is out: it waits for that answer,
+	// and the user is not asked twice.
+	retry := h.call(t.Context(), t, roundCall(args, nil, ""))
 	if v := view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)); v.Content[0].Text != "charge #1" {
 		t.Fatalf("the continuation got %q; want the charge", v.Content[0].Text)
+	}
+	if v := view(t, retry.only(t)); v.Content[0].Text != "charge #1" || len(h.store.Records()) != 1 {
+		t.Errorf("the retry got %q with %d records; want the one charge", v.Content[0].Text, len(h.store.Records()))
 	}
 	if strings.Contains(string(sent), "requestState") || strings.Contains(string(sent), "inputResponses") {
 		t.Errorf("the upstream got the proxy's round: %s", sent)
@@ -546,5 +547,23 @@ func TestApprovalJournaled(t *testing.T) {
 	e := j.entries[1]
 	if e.By != "alice" || e.Via != record.ApproverClient || e.Note != "fine" || e.Session != "session:1" {
 		t.Errorf("the decision's line is %+v; want by alice through client, with the note and the session", e)
+	}
+}
+
+// TestApprovalInRoundAsksAgainWhenUnread: a question whose caller's
+// transport never took it (an HTTP answer no one read) is asked again of
+// a call sent again: its user never saw it.
+func TestApprovalInRoundAsksAgainWhenUnread(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	req, a := h.request(t, roundCall(args, nil, ""))
+	later := &laterAnswers{answers: a, written: make(chan func(), 1)}
+	req.Reply = later
+	h.in.Handle(t.Context(), req)
+	round := asRound(t, a.only(t)) // written is never called: unread
+	again := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	if again.RequestState != round.RequestState || len(h.store.Records()) != 1 {
+		t.Errorf("the call again got state %q (first %q), %d records; want the same question of the one execution",
+			again.RequestState, round.RequestState, len(h.store.Records()))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -51,11 +52,65 @@ func (in *Interceptor) askInRound(ctx context.Context, req *Request, rec *record
 		// No continuation came in time: refused, unless decided first.
 		c := record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
 			Note: fmt.Sprintf("no decision from the client's user within %s", timeout)}
+		defer in.questions.forget(rec.ID)
 		if _, err := in.change(req.bg, req, rec.ID, c); err != nil && !errors.Is(err, record.ErrConflict) {
 			in.log.Error("refusing an approval that timed out", "execution", rec.ID, "err", err)
 		}
 	})
-	in.reply(ctx, req, Answer{Result: result}, nil)
+	in.putQuestion(ctx, req, rec.ID, result)
+}
+
+// putQuestion answers req's caller with result, the question of the
+// approval of execution id, and notes once its transport has taken it:
+// a call sent again after that is a duplicate of one whose user is being
+// asked, and waits for that answer rather than ask again.
+func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string, result json.RawMessage) {
+	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
+		return // the caller left: it never sees the question
+	}
+	a := Answer{Result: result}
+	if dr, ok := req.Reply.(DeliveryReplier); ok && dr.DeliversLater() {
+		if err := dr.ReplyThen(a, func() { in.questions.taken(id) }); err != nil {
+			in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
+		}
+		return
+	}
+	if err := req.Reply.Reply(a); err != nil {
+		in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
+		return
+	}
+	in.questions.taken(id)
+}
+
+// questions are the executions whose approval's question a caller's
+// transport took, in this process, until they are decided.
+type questions struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (q *questions) taken(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.m == nil {
+		q.m = make(map[string]struct{})
+	}
+	q.m[id] = struct{}{}
+}
+
+// out reports whether the question of execution id was taken.
+func (q *questions) out(id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.m[id]
+	return ok
+}
+
+// forget drops execution id, decided.
+func (q *questions) forget(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.m, id)
 }
 
 // inputRequired returns the input_required result that asks for the
@@ -161,16 +216,17 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 }
 
 // askAgainInRound answers a call that maps to rec, which awaits its
-// client's answer in a round, with the same question: the caller that
-// sent it again never saw the first, and the first answer that comes
-// back decides.
+// client's answer in a round whose question no caller's transport took
+// here, with the same question: the caller that sent it again never saw
+// the first (a lost answer, or another process asked), and the first
+// answer that comes back decides.
 func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *record.Record) {
 	result, err := in.inputRequired(req, rec)
 	if err != nil {
 		go in.attach(ctx, rec, req)
 		return
 	}
-	in.reply(ctx, req, Answer{Result: result}, nil)
+	in.putQuestion(ctx, req, rec.ID, result)
 }
 
 // actionOf returns the intent fingerprint of req's call, as handle

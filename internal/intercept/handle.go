@@ -221,7 +221,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		in.decided(req, call.Name, "replayed")
 		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
 		in.answer(ctx, req, rec, replayed)
-	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient && call.Elicits:
+	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient && call.Elicits && !in.questions.out(rec.ID):
 		in.decided(req, call.Name, "attached")
 		in.askAgainInRound(ctx, req, rec)
 	default:

@@ -241,6 +241,7 @@ type Interceptor struct {
 	shown      sync.Map
 	abandoned  abandoned // executions reserved here, never to be sent, still to settle
 	grants     grants    // the approvals that cover a session (approval: session)
+	questions  questions // approvals asked in a round whose question was taken
 	storeWaits bool
 	shadow     bool         // Options.Shadow
 	tracer     trace.Tracer // Options.Tracer; nil when off

@@ -205,7 +205,7 @@ func TestApprovalByClientGoSDK(t *testing.T) {
 			flags := append([]string{"--store", store, "--journal", jfile}, withPolicy(t, clientPolicy("each"))...)
 			p := connectWith(t, ctx, proxiedWith(t, flags, chargeServer()...), e.client())
 			res := callResult(t, ctx, p, "4242")
-			id := executionID(res)
+			id := onlyExecution(t, ctx, store)
 			want, runs := "charged", 1
 			if action == "decline" {
 				want, runs = "Refused:", 0
@@ -231,6 +231,19 @@ func TestApprovalByClientGoSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onlyExecution returns the id of the one execution in store.
+func onlyExecution(t *testing.T, ctx context.Context, store string) string {
+	t.Helper()
+	out, stderr, code := runProxy(t, ctx, "activity", "list", "--store", store, "--json")
+	var recs []struct {
+		ID string `json:"id"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 1 {
+		t.Fatalf("activity list exited %d: %s%s; want one execution", code, out, stderr)
+	}
+	return recs[0].ID
 }
 
 // journalHas reports whether the journal file has a line for execution
