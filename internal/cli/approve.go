@@ -77,6 +77,11 @@ func decideExecution(ctx context.Context, store record.Store, id string, to reco
 // error that says what it is instead.
 func awaitsOperator(r *record.Record) error {
 	switch {
+	case r.State == record.Accepted && r.Awaiting == record.ApproverOperator && r.Orphaned(time.Now()):
+		// No process would send it: the next call of it settles it, and
+		// is asked again.
+		return fmt.Errorf("execution %s awaits an operator, but its proxy went away (its lease lapsed at %s): nothing would send it; the next call of it asks again",
+			r.ID, r.LeaseUntil.Local().Format(time.RFC3339))
 	case r.State == record.Accepted && r.Awaiting == record.ApproverOperator:
 		return nil
 	case r.State == record.Accepted && r.Awaiting == record.ApproverClient:

@@ -27,6 +27,10 @@ func awaitingExecutions(t *testing.T, approvers ...string) (store string, ids []
 	for i, who := range approvers {
 		r := &record.Record{ID: record.NewID(time.Now()), Key: "k" + who + string(rune('a'+i)), Fingerprint: "f", Actor: "alice",
 			Tool: "rotate_credential", Retention: time.Hour, Awaiting: who}
+		if who == "gone" {
+			// Awaits an operator, and its proxy died.
+			r.Awaiting, r.Owner, r.LeaseUntil = record.ApproverOperator, "proxy-gone", time.Now().Add(-time.Minute)
+		}
 		if _, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +81,7 @@ func TestApproveJournals(t *testing.T) {
 // that awaits its client's user, and one that awaits nothing are not
 // decided again, and the error says why.
 func TestDecideOnlyWhatAwaitsAnOperator(t *testing.T) {
-	store, ids := awaitingExecutions(t, record.ApproverOperator, record.ApproverClient, "")
+	store, ids := awaitingExecutions(t, record.ApproverOperator, record.ApproverClient, "", "gone")
 	if _, _, err := run(t, "activity", "deny", ids[0], "--store", store, "--note", "not today"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +89,7 @@ func TestDecideOnlyWhatAwaitsAnOperator(t *testing.T) {
 		{ids[0], "was already refused by " + osUser() + " through operator"},
 		{ids[1], "awaits the approval of its client's user"},
 		{ids[2], "awaits no approval"},
+		{ids[3], "its proxy went away"},
 		{"exe_missing", "no such execution"},
 	} {
 		_, _, err := run(t, "activity", "approve", c.id, "--store", store)

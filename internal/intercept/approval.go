@@ -64,8 +64,8 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 
 // approvalDeadline returns when the wait for rec's decision ends: the
 // tool's approval timeout, or the client's own deadline if it is sooner.
-func (in *Interceptor) approvalDeadline(req *Request) time.Time {
-	d := in.now().Add(req.Policy.ApprovalTimeout)
+func (in *Interceptor) approvalDeadline(req *Request, now time.Time) time.Time {
+	d := now.Add(req.Policy.ApprovalTimeout)
 	if req.Call.Deadline > 0 && req.deadline.Before(d) {
 		d = req.deadline
 	}
@@ -95,21 +95,24 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 	}
 	in.log.Info("asking the client's user to approve an execution", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
 	asker.Progress(fmt.Sprintf("awaiting approval from the client's user (execution %s)", rec.ID))
-	deadline := in.approvalDeadline(req)
-	actx, cancel := context.WithDeadline(req.bg, deadline)
 	asked := in.now()
+	deadline := in.approvalDeadline(req, asked)
+	actx, cancel := context.WithDeadline(req.bg, deadline)
 	asker.Ask(actx, params, func(result json.RawMessage, err error) {
 		cancel()
 		in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverClient))
-		in.decide(ctx, req, rec, in.clientDecision(req, result, err))
+		// A timeout says how long the user had: the approval's, or
+		// the client's own deadline.
+		in.decide(ctx, req, rec, in.clientDecision(req, result, err, deadline.Sub(asked)))
 	})
 }
 
 // clientDecision reads the client's answer to the elicitation: accepted
-// is an approval; declined or dismissed, a refusal. No answer by the
-// deadline is a refusal too; the session's end before one is no
-// decision at all: nothing was sent, and a call again asks again.
-func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error) record.Change {
+// is an approval; declined or dismissed, a refusal. No answer within
+// allowed, the time the user had, is a refusal too; the session's end
+// before one is no decision at all: nothing was sent, and a call again
+// asks again.
+func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error, allowed time.Duration) record.Change {
 	by := req.Actor
 	if by == "" {
 		by = "the client's user"
@@ -118,7 +121,7 @@ func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err 
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
-			Note: fmt.Sprintf("no decision from the client's user within %s", req.Policy.ApprovalTimeout)}
+			Note: fmt.Sprintf("no decision from the client's user within %s", allowed)}
 	case errors.As(err, &rpcErr):
 		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
 			Note: "the client could not ask its user: " + rpcErr.Message}
@@ -168,26 +171,56 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	if asker != nil {
 		asker.Progress(waiting)
 	}
-	deadline := in.approvalDeadline(req)
+	asked := in.now()
+	deadline := in.approvalDeadline(req, asked)
 	wctx, cancel := context.WithDeadline(req.bg, deadline)
 	defer cancel()
+	// The session's end ends the wait: nothing would be sent after it.
+	stopWatch := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), ErrSessionEnded) {
+			cancel()
+		}
+	})
+	defer stopWatch()
 	if asker != nil {
 		stop := in.tellProgress(wctx, asker, waiting)
 		defer stop()
 	}
-	asked := in.now()
 	cur, err := in.waitDecided(wctx, d, rec.ID)
 	in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverOperator))
 	switch {
 	case err == nil && cur.State != record.Accepted:
 		in.journalizeTakeover(req, cur)
+		in.operatorDecided(req, cur)
 		in.afterDecision(ctx, req, cur)
 	case errors.Is(err, context.DeadlineExceeded):
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
-			Note: fmt.Sprintf("no decision from an operator within %s", req.Policy.ApprovalTimeout)})
+			Note: fmt.Sprintf("no decision from an operator within %s", deadline.Sub(asked))})
+	case errors.Is(ctx.Err(), ErrSessionEnded):
+		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
+			Note: "the session ended before an operator's decision; nothing was sent"})
 	default:
 		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
 			Note: fmt.Sprintf("the wait for an operator's decision failed: %v; nothing was sent", err)})
+	}
+}
+
+// operatorDecided tells this process's journal, metrics, log and session
+// grants of the decision an operator made on rec from another process:
+// the proxy's journal shows what it acted on, whichever journal the
+// operator's command wrote.
+func (in *Interceptor) operatorDecided(req *Request, rec *record.Record) {
+	last := rec.History[len(rec.History)-1]
+	if last.State != record.Authorized && last.State != record.Refused {
+		return // settled otherwise, an orphan's takeover: journaled as such
+	}
+	c := record.Change{To: last.State, By: last.By, Via: last.Via, Note: last.Note}
+	in.obs.Transition(rec.Tool, c.To)
+	in.traceRecord(req, rec)
+	in.journalize(req, rec, c)
+	in.logDecision(req, rec, c)
+	if c.To == record.Authorized {
+		in.grants.put(req, rec, c)
 	}
 }
 
@@ -299,10 +332,18 @@ type grant struct {
 	at                 time.Time
 }
 
+// sessionGrants reports whether an approval of req's call covers the
+// later calls of its session: under approval: session, for a call that
+// belongs to a session. A 2026-07-28 call belongs to none, and the calls
+// of one actor's clients share its lane: each is asked, as under each.
+func sessionGrants(req *Request) bool {
+	return req.Policy.Approval == policy.ApprovalSession && !req.Call.Stateless
+}
+
 // get returns the grant that covers req's call, if its policy takes
 // session grants and one was given.
 func (g *grants) get(req *Request, pol *policy.Policy) (grant, bool) {
-	if pol.Approval != policy.ApprovalSession {
+	if !sessionGrants(req) {
 		return grant{}, false
 	}
 	g.mu.Lock()
@@ -314,7 +355,7 @@ func (g *grants) get(req *Request, pol *policy.Policy) (grant, bool) {
 // put keeps the approval c of rec as a grant for the session of req, if
 // its policy asks for session approvals.
 func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
-	if req.Policy.Approval != policy.ApprovalSession {
+	if !sessionGrants(req) {
 		return
 	}
 	g.mu.Lock()

@@ -1,8 +1,10 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,17 +48,18 @@ func (in *Interceptor) askInRound(ctx context.Context, req *Request, rec *record
 		return
 	}
 	in.log.Info("asking the client's user to approve an execution, in the call's answer", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
-	deadline := in.approvalDeadline(req)
+	// Not the client's deadline: that bounds this round, and the answer
+	// comes in another call.
 	timeout := req.Policy.ApprovalTimeout
-	time.AfterFunc(deadline.Sub(in.now()), func() {
+	in.questions.arm(rec.ID, time.AfterFunc(timeout, func() {
 		// No continuation came in time: refused, unless decided first.
+		defer in.questions.forget(rec.ID)
 		c := record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
 			Note: fmt.Sprintf("no decision from the client's user within %s", timeout)}
-		defer in.questions.forget(rec.ID)
 		if _, err := in.change(req.bg, req, rec.ID, c); err != nil && !errors.Is(err, record.ErrConflict) {
 			in.log.Error("refusing an approval that timed out", "execution", rec.ID, "err", err)
 		}
-	})
+	}))
 	in.putQuestion(ctx, req, rec.ID, result)
 }
 
@@ -82,34 +85,59 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 	in.questions.taken(id)
 }
 
-// questions are the executions whose approval's question a caller's
-// transport took, in this process, until they are decided.
+// questions are the executions of this process whose approval is asked
+// in a round: whether a caller's transport took the question, and the
+// timer that refuses it, until it is decided.
 type questions struct {
 	mu sync.Mutex
-	m  map[string]struct{}
+	m  map[string]*question
+}
+
+type question struct {
+	taken bool
+	timer *time.Timer
+}
+
+// at returns the question of execution id, made if need be. q.mu must
+// be held.
+func (q *questions) at(id string) *question {
+	if q.m == nil {
+		q.m = make(map[string]*question)
+	}
+	if q.m[id] == nil {
+		q.m[id] = &question{}
+	}
+	return q.m[id]
+}
+
+// arm keeps t, the timer that refuses execution id.
+func (q *questions) arm(id string, t *time.Timer) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.at(id).timer = t
 }
 
 func (q *questions) taken(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.m == nil {
-		q.m = make(map[string]struct{})
-	}
-	q.m[id] = struct{}{}
+	q.at(id).taken = true
 }
 
 // out reports whether the question of execution id was taken.
 func (q *questions) out(id string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	_, ok := q.m[id]
-	return ok
+	qq := q.m[id]
+	return qq != nil && qq.taken
 }
 
-// forget drops execution id, decided.
+// forget drops execution id, decided, and stops its timer.
 func (q *questions) forget(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if qq := q.m[id]; qq != nil && qq.timer != nil {
+		qq.timer.Stop()
+	}
 	delete(q.m, id)
 }
 
@@ -120,7 +148,7 @@ func (in *Interceptor) inputRequired(req *Request, rec *record.Record) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	state, err := in.approvalState(req, rec.ID)
+	state, err := in.approvalState(req, rec.ID, roundMembers(req.Call))
 	if err != nil {
 		return nil, err
 	}
@@ -134,47 +162,95 @@ func (in *Interceptor) inputRequired(req *Request, rec *record.Record) (json.Raw
 	})
 }
 
-// approvalState mints the requestState of the approval of execution id:
-// the id and a keyed hash that ties it to the caller's actor and
-// upstream.
-func (in *Interceptor) approvalState(req *Request, id string) (string, error) {
-	mac, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Upstream: req.UpstreamID, Scope: "approval-state",
-		Extra: map[string]json.RawMessage{"execution": json.RawMessage(`"` + id + `"`)}})
+// approvalState mints the requestState of the approval of execution id
+// for req's call: the id; carried, the members of the upstream's own
+// round that the call carries on (roundMembers), which the continuation
+// replaces with the proxy's; and a keyed hash over them, the actor, the
+// upstream, the tool and the arguments asked about.
+func (in *Interceptor) approvalState(req *Request, id string, carried json.RawMessage) (string, error) {
+	mac, err := in.stateMAC(req, id, carried)
 	if err != nil {
 		return "", err
 	}
-	return stateTag + id + "." + mac, nil
+	state := stateTag + id + "." + mac
+	if carried != nil {
+		state += "." + base64.RawURLEncoding.EncodeToString(carried)
+	}
+	return state, nil
+}
+
+func (in *Interceptor) stateMAC(req *Request, id string, carried json.RawMessage) (string, error) {
+	args := req.Call.Arguments
+	if args == nil {
+		args = json.RawMessage("{}")
+	}
+	extra := map[string]json.RawMessage{"execution": json.RawMessage(`"` + id + `"`)}
+	if carried != nil {
+		extra["carried"] = carried
+	}
+	return in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Upstream: req.UpstreamID, Scope: "approval-state",
+		Tool: req.Call.Name, Arguments: args, Extra: extra})
+}
+
+// roundMembers returns the inputResponses and requestState that call
+// carries, as an object, or nil: they continue the upstream's own
+// multi-round request, and the call that the approval lets go upstream
+// must carry them still.
+func roundMembers(call *mcp.ToolCall) json.RawMessage {
+	if call.InputResponses == nil && call.RequestState == nil {
+		return nil
+	}
+	m := map[string]json.RawMessage{}
+	if call.InputResponses != nil {
+		m["inputResponses"] = call.InputResponses
+	}
+	if call.RequestState != nil {
+		m["requestState"] = call.RequestState
+	}
+	b, _ := json.Marshal(m) // raw JSON values the parser took: they marshal
+	return b
 }
 
 // ownContinuation returns the execution whose approval req's call
-// continues, if its requestState is one the proxy minted; ok is false
-// for any other call. A state that claims to be the proxy's but does not
-// check is an error.
-func (in *Interceptor) ownContinuation(req *Request) (id string, ok bool, err error) {
+// continues, and the upstream's round members it carries on, if its
+// requestState is one the proxy minted; ok is false for any other call.
+// A state that claims to be the proxy's but does not check (another
+// caller's, another call's, altered) is an error.
+func (in *Interceptor) ownContinuation(req *Request) (id string, carried json.RawMessage, ok bool, err error) {
 	raw := req.Call.RequestState
 	if raw == nil {
-		return "", false, nil
+		return "", nil, false, nil
 	}
 	s, isString := jsonrpc.StringValue(raw)
 	if !isString || !strings.HasPrefix(s, stateTag) {
-		return "", false, nil
+		return "", nil, false, nil
 	}
-	id, _, _ = strings.Cut(strings.TrimPrefix(s, stateTag), ".")
-	want, err := in.approvalState(req, id)
+	parts := strings.SplitN(strings.TrimPrefix(s, stateTag), ".", 3)
+	id = parts[0]
+	if len(parts) == 3 {
+		if carried, err = base64.RawURLEncoding.DecodeString(parts[2]); err != nil || !json.Valid(carried) {
+			return "", nil, true, errBadState
+		}
+	}
+	want, err := in.approvalState(req, id, carried)
 	if err != nil {
-		return "", true, err
+		return "", nil, true, err
 	}
 	if subtle.ConstantTimeCompare([]byte(want), []byte(s)) != 1 {
-		return "", true, errors.New("its requestState claims to be mcp-idempotent's approval, and was not minted for this caller by a proxy that shares this store's secret")
+		return "", nil, true, errBadState
 	}
-	return id, true, nil
+	return id, carried, true, nil
 }
+
+// errBadState refuses a continuation whose requestState does not check.
+var errBadState = errors.New("its requestState claims to be mcp-idempotent's approval, and was not minted for this caller and these arguments by a proxy that shares this store's secret: " +
+	"send the call that was asked about, with the requestState it was given")
 
 // continueApproval takes the user's answer to the approval of execution
 // id from req's call, the continuation, and goes on as the decision
 // says: the call is the execution's caller from here, and what goes
 // upstream is the call it continues, without the proxy's round.
-func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id string) {
+func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id string, carried json.RawMessage) {
 	call := req.Call
 	answer := jsonrpc.Member(call.InputResponses, approvalInput)
 	if answer == nil {
@@ -182,7 +258,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 			"tools/call %s: the call continues the approval of execution %s and has no inputResponses[%q]", call.Name, id, approvalInput))
 		return
 	}
-	plain, perr := mcp.ParseToolCall(jsonrpc.WithoutMembers(call.Params, "inputResponses", "requestState"))
+	plain, perr := mcp.ParseToolCall(withMembers(jsonrpc.WithoutMembers(call.Params, "inputResponses", "requestState"), carried))
 	if perr != nil {
 		in.replyError(req, perr)
 		return
@@ -201,7 +277,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 	}
 	switch {
 	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient:
-		c := in.clientDecision(req, answer, nil)
+		c := in.clientDecision(req, answer, nil, 0)
 		// This process runs it from here, whichever asked.
 		c.Owner, c.Lease = in.owner, in.lease
 		in.decide(ctx, req, rec, c)
@@ -239,4 +315,22 @@ func (in *Interceptor) actionOf(req *Request) (string, error) {
 	actor, scope := matchScope(req)
 	return in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID, Tool: req.Call.Name,
 		Arguments: args, Extra: extra(req.Call)})
+}
+
+// withMembers returns the object obj with the members of the object
+// members added, or obj if members is nil. obj holds none of them.
+func withMembers(obj, members json.RawMessage) json.RawMessage {
+	if members == nil {
+		return obj
+	}
+	inner := bytes.TrimSpace(members[1 : len(members)-1])
+	body := bytes.TrimSpace(obj[:len(obj)-1])
+	out := append([]byte(nil), body...)
+	if len(inner) > 0 {
+		if out[len(out)-1] != '{' {
+			out = append(out, ',')
+		}
+		out = append(out, inner...)
+	}
+	return append(out, '}')
 }

@@ -318,10 +318,15 @@ func (e *execution) claim() bool {
 	}
 	// Persist before send: once bytes may have left, the record says so.
 	claim := record.Change{To: record.Dispatched, Note: e.why}
-	if e.rec.State == record.Unknown {
+	switch e.rec.State {
+	case record.Unknown:
 		// A claim: of two callers re-dispatching it, one wins.
 		claim.From = record.Unknown
 		claim.Owner, claim.LeaseUntil, claim.Lease = e.in.owner, e.in.now().Add(e.in.lease), e.in.lease
+	case record.Authorized:
+		// Of two callers that both found it approved (two answers to
+		// one question), one sends it; the other attaches.
+		claim.From = record.Authorized
 	}
 	claimed, err := e.in.store.Update(e.req.bg, e.rec.ID, claim)
 	if err != nil {

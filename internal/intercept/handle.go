@@ -22,12 +22,12 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	arrived := in.now()
 	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
 	req.bg = context.WithoutCancel(ctx)
-	if id, ok, err := in.ownContinuation(req); ok {
+	if id, carried, ok, err := in.ownContinuation(req); ok {
 		if err != nil {
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 			return
 		}
-		in.continueApproval(ctx, req, id)
+		in.continueApproval(ctx, req, id, carried)
 		return
 	}
 	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)

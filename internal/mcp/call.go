@@ -38,6 +38,10 @@ type ToolCall struct {
 	// so that the server may answer it with a task handle rather than its
 	// result: a call that does not is another action.
 	TasksExtension bool
+	// Stateless reports whether the call declares its protocol version in
+	// _meta, as a request of the 2026-07-28 protocol does: it belongs to
+	// no MCP session.
+	Stateless bool
 	// Elicits reports whether the call's per-request client capabilities
 	// (MCP 2026-07-28, in _meta) declare elicitation in form mode, so
 	// that the call may be answered with an input_required result that
@@ -161,6 +165,7 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		}
 		tc.TasksExtension = declaresTasks(tc.Meta)
 		tc.Elicits = declaresElicitation(tc.Meta)
+		tc.Stateless = bytes.Contains(tc.Meta, []byte("protocolVersion")) && jsonrpc.Member(tc.Meta, MetaProtocolVersion) != nil
 	}
 	return nil
 }

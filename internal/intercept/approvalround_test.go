@@ -1,0 +1,152 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// slowDecisions is a decidingStore whose approvals and dispatches take a
+// while to be stored, so that two continuations of one question overlap.
+type slowDecisions struct{ *decidingStore }
+
+func (s slowDecisions) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	switch c.To {
+	case record.Authorized:
+		time.Sleep(50 * time.Millisecond)
+	case record.Dispatched:
+		time.Sleep(100 * time.Millisecond) // the second finds it authorized still
+	}
+	return s.decidingStore.Update(ctx, id, c)
+}
+
+// TestApprovalTwoContinuationsSendOnce: two answers to one question (a
+// continuation sent twice) approve the execution once and send it once.
+func TestApprovalTwoContinuationsSendOnce(t *testing.T) {
+	h, s := operatorHarness(t)
+	h.pol.Approver = policy.ApproverClient
+	h.in = New(Options{Store: slowDecisions{s}, Hasher: h.in.hasher})
+	args := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	var wg sync.WaitGroup
+	got := make([]string, 2)
+	for i := range got {
+		wg.Go(func() { got[i] = view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)).Content[0].Text })
+	}
+	wg.Wait()
+	if h.up.calls.Load() != 1 || got[0] != got[1] {
+		t.Fatalf("two continuations ran the call %d times and got %q; want one run, one answer", h.up.calls.Load(), got)
+	}
+}
+
+// TestApprovalSessionGrantNotStateless: a 2026-07-28 call belongs to no
+// session, so an approval of it covers no other call: each is asked.
+func TestApprovalSessionGrantNotStateless(t *testing.T) {
+	h := approving(policy.ApprovalSession, policy.ApproverClient)
+	first := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(first, nil, "")).only(t))
+	view(t, h.call(t.Context(), t, roundCall(first, round, "accept")).only(t))
+	asRound(t, h.call(t.Context(), t, roundCall(`{"card":"1111","amount":5}`, nil, "")).only(t))
+}
+
+// TestApprovalRoundOutlivesTheClientDeadline: the client's deadline
+// bounds the round that asks, not the user's answer, which comes in
+// another call.
+func TestApprovalRoundOutlivesTheClientDeadline(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	call := strings.Replace(roundCall(args, nil, ""), `"_meta":{`, `"_meta":{"mcp-idempotent/deadline_ms":50,`, 1)
+	round := asRound(t, h.call(t.Context(), t, call).only(t))
+	time.Sleep(150 * time.Millisecond)
+	if v := view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("an answer after the round's deadline got %q; want the charge", v.Content[0].Text)
+	}
+}
+
+// TestApprovalRoundCarriesTheUpstreamsRound: a call that continues the
+// upstream's own multi-round request keeps its round members through the
+// approval's round: the upstream gets them, not the proxy's.
+func TestApprovalRoundCarriesTheUpstreamsRound(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	var sent json.RawMessage
+	h.up.respond = func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error) {
+		sent = params
+		return charged(ctx, n, params)
+	}
+	upstreams := `"inputResponses":{"confirm":{"action":"accept"}},"requestState":"upstream-state-7"`
+	args := `{"card":"4242","amount":100}`
+	first := strings.Replace(roundCall(args, nil, ""), `"arguments":`, upstreams+`,"arguments":`, 1)
+	round := asRound(t, h.call(t.Context(), t, first).only(t))
+	if v := view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("the continuation got %q; want the charge", v.Content[0].Text)
+	}
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+		RequestState   string                     `json:"requestState"`
+	}
+	if json.Unmarshal(sent, &p) != nil || p.RequestState != "upstream-state-7" || p.InputResponses["confirm"] == nil || p.InputResponses["mcp-idempotent/approval"] != nil {
+		t.Errorf("the upstream got %s; want the upstream's own round, not the proxy's", sent)
+	}
+}
+
+// TestApprovalRoundBindsIgnoredArguments: arguments the fingerprint
+// ignores are still the ones the user saw: a continuation that changes
+// them is refused.
+func TestApprovalRoundBindsIgnoredArguments(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	h.pol.Ignore = []string{"memo"}
+	round := asRound(t, h.call(t.Context(), t, roundCall(`{"card":"4242","memo":"lunch"}`, nil, "")).only(t))
+	a := h.call(t.Context(), t, roundCall(`{"card":"4242","memo":"ignore previous instructions"}`, round, "accept")).only(t)
+	if !strings.Contains(string(a.Error), "-32602") || h.up.calls.Load() != 0 {
+		t.Fatalf("a continuation with another memo got %s %s and %d runs; want -32602, nothing run", a.Result, a.Error, h.up.calls.Load())
+	}
+}
+
+// TestApprovalOperatorDecisionInTheProxy: the proxy that waited journals,
+// counts and grants the operator's decision it acts on.
+func TestApprovalOperatorDecisionInTheProxy(t *testing.T) {
+	j := &memJournal{}
+	h, s := operatorHarness(t)
+	h.pol.Approval = policy.ApprovalSession
+	h.in = New(Options{Store: s, Hasher: h.in.hasher, Journal: j})
+	a := newAsker(elicited("decline", ""))
+	h.askingCall(t, a, "session:1", chargeCall)
+	rec := h.awaiting(t)
+	if _, err := s.Update(t.Context(), rec.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	view(t, a.only(t))
+	h.settle(t)
+	if !slices.Contains(j.states(), "authorized") {
+		t.Errorf("the proxy's journal has %v; want the operator's approval in it", j.states())
+	}
+	second := newAsker(elicited("decline", ""))
+	h.askingCall(t, second, "session:1", `{"name":"charge_card","arguments":{"card":"1111"}}`)
+	if v := view(t, second.only(t)); v.IsError {
+		t.Errorf("the second execution in the session got %q; want it run under the operator's session approval", v.Content[0].Text)
+	}
+}
+
+// TestApprovalOperatorWaitEndsWithTheSession: no decision came before
+// the session ended: nothing ran, and the execution failed, so that
+// an operator's approval cannot be lost on a session that is gone.
+func TestApprovalOperatorWaitEndsWithTheSession(t *testing.T) {
+	h, _ := operatorHarness(t)
+	ctx := newEndable(t.Context())
+	req, ans := h.request(t, chargeCall)
+	h.in.Handle(ctx, req)
+	rec := h.awaiting(t)
+	ctx.end(ErrSessionEnded)
+	ans.only(t)
+	got, err := h.store.Get(t.Context(), rec.ID)
+	if err != nil || got.State != record.Failed || !strings.Contains(lastNote(got), "session ended") {
+		t.Fatalf("after the session's end the execution is %+v, %v; want failed, the session's end its note", got, err)
+	}
+}
