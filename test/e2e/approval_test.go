@@ -300,22 +300,30 @@ func TestApprovalClientWithoutElicitation(t *testing.T) {
 }
 
 // TestApprovalSession: approval: session asks for the tool's first call
-// in a session only; a new session is asked again.
+// in a session only, and a new session is asked again. A 2026-07-28 call
+// belongs to no session: each is asked.
 func TestApprovalSession(t *testing.T) {
 	needProxy(t)
-	ctx := testContext(t)
-	e := &elicitor{action: "accept"}
-	flags := withPolicy(t, clientPolicy("session"))
-	p := connectWith(t, ctx, proxiedWith(t, flags, chargeServer()...), e.client())
-	charge(t, ctx, p, "4242", 100)
-	charge(t, ctx, p, "1111", 5)
-	if n := e.asked.Load(); n != 1 || executions(t, ctx, p) != 2 {
-		t.Fatalf("two charges in one session asked %d times and ran %d; want one question, two runs", n, executions(t, ctx, p))
-	}
-	q := connectWith(t, ctx, proxiedWith(t, flags, chargeServer()...), e.client())
-	charge(t, ctx, q, "2222", 7)
-	if n := e.asked.Load(); n != 2 {
-		t.Errorf("a charge in a new session made %d questions in all; want it asked again (2)", n)
+	for _, c := range []struct {
+		version string
+		asked   int32 // questions for two charges in one connection
+	}{{"2025-11-25", 1}, {"", 2}} {
+		t.Run(c.version, func(t *testing.T) {
+			ctx := testContext(t)
+			s := serveCharge(t, withPolicy(t, clientPolicy("session")))
+			e := &elicitor{action: "accept"}
+			p := connectHTTP(t, ctx, s, s.url, c.version, e.client(), nil)
+			charge(t, ctx, p, "4242", 100)
+			charge(t, ctx, p, "1111", 5)
+			if n := e.asked.Load(); n != c.asked || executions(t, ctx, p) != 2 {
+				t.Fatalf("two charges in one connection asked %d times and ran %d; want %d questions, two runs", n, executions(t, ctx, p), c.asked)
+			}
+			q := connectHTTP(t, ctx, s, s.url, c.version, e.client(), nil)
+			charge(t, ctx, q, "2222", 7)
+			if n := e.asked.Load(); n != c.asked+1 {
+				t.Errorf("a charge in a new session made %d questions in all; want it asked again (%d)", n, c.asked+1)
+			}
+		})
 	}
 }
 
