@@ -140,9 +140,13 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	}
 }
 
+// replyError writes the proxy's own error e to the caller; a caller that
+// joined an execution has its line, as for any other answer.
 func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
 	b, _ := json.Marshal(e) // an *Error with no Data always marshals
-	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
+	err := req.Reply.Reply(Answer{Error: b})
+	if err != nil {
 		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
 	}
+	in.journalizeAttach(req, err)
 }

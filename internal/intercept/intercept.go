@@ -132,7 +132,7 @@ type Request struct {
 	// upstream with it.
 	unrecorded bool
 	// joined is the execution the call joined rather than started, if it
-	// did (set by Handle): its id, and how, JoinedReplay or JoinedWaited;
+	// did (set by Handle): its id, and how (journal.Attach.How);
 	// got is what its caller is answered (journal.Attach.Got), set just
 	// before the answer is written.
 	joined, joinedHow, got string

@@ -9,6 +9,9 @@ const Attached = "attached"
 const (
 	JoinedReplay = "replay" // it was settled when the call came
 	JoinedWaited = "waited" // it was under way: the caller waited for it
+	// JoinedKey: its client key named the execution, but its action
+	// was another, so it was refused.
+	JoinedKey = "key"
 )
 
 // What a caller that joined an execution got (Attach.Got).
@@ -18,6 +21,7 @@ const (
 	GotUnknown    = "unknown"     // outcome unknown
 	GotInProgress = "in_progress" // still in progress: the wait ended first
 	GotRefused    = "refused"     // the refusal of its approval
+	GotKeyRefused = "key_refused" // an error: its client key was used for another action
 )
 
 // An Attach records one caller that joined an execution: how, what it
