@@ -80,6 +80,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
+		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
 }

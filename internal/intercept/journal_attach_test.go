@@ -1,10 +1,14 @@
 package intercept
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // callerLines returns the attach of each of j's lines that has one, as
@@ -44,4 +48,37 @@ func TestJournalRecordsAKeyRefused(t *testing.T) {
 	if len(got) != 1 || got[0] != want {
 		t.Errorf("callers' lines %q; want [%q]", got, want)
 	}
+}
+
+// losingStore is a store that loses every execution waited for, as one
+// whose record was purged or deleted meanwhile does.
+type losingStore struct{ record.Store }
+
+func (losingStore) Wait(context.Context, string) (*record.Record, error) {
+	return nil, record.ErrNotFound
+}
+
+// TestJournalRecordsALostAttach: a caller waiting for an execution whose
+// record the store lost is told so, and its line says it got no outcome.
+func TestJournalRecordsALostAttach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		j := &memJournal{}
+		h.in = New(Options{Store: losingStore{h.store}, Hasher: fingerprint.NewRandom(), Journal: j})
+		first := h.call(t.Context(), t, chargeCall) // the upstream holds it
+		synctest.Wait()
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if a.Error == nil || !strings.Contains(string(a.Error), "lost track of execution") {
+			t.Fatalf("the waiting caller got %s %s; want lost track", a.Result, a.Error)
+		}
+		close(release)
+		first.only(t)
+		h.settle(t)
+		rec := h.onlyRecord(t)
+		got := callerLines(j)
+		want := rec.ID + " " + journal.Attached + " " + journal.JoinedWaited + "/" + journal.GotNoOutcome + " taken"
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("callers' lines %q; want [%q]", got, want)
+		}
+	})
 }

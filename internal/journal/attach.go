@@ -22,6 +22,10 @@ const (
 	GotInProgress = "in_progress" // still in progress: the wait ended first
 	GotRefused    = "refused"     // the refusal of its approval
 	GotKeyRefused = "key_refused" // an error: its client key was used for another action
+	// GotNoOutcome: an error of the proxy's, without the outcome: the
+	// store could not give it (the record was gone or unreadable) or
+	// take it.
+	GotNoOutcome = "no_outcome"
 )
 
 // An Attach records one caller that joined an execution: how, what it
