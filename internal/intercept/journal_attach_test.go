@@ -2,12 +2,17 @@ package intercept
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -81,4 +86,113 @@ func TestJournalRecordsALostAttach(t *testing.T) {
 			t.Errorf("callers' lines %q; want [%q]", got, want)
 		}
 	})
+}
+
+// TestJournalRecordsCallersOfAnUnknown: a call that finds an execution's
+// outcome unknown has a line saying how it joined (a replay of the
+// unknown, a re-dispatch, a status check) and what it got, whatever
+// on_unknown does with it.
+func TestJournalRecordsCallersOfAnUnknown(t *testing.T) {
+	const (
+		done    = `{"content":[{"type":"text","text":"done"}],"structuredContent":{"status":"succeeded"}}`
+		notDone = `{"content":[{"type":"text","text":"no"}],"structuredContent":{"status":"not_found"}}`
+		running = `{"content":[{"type":"text","text":"?"}],"structuredContent":{"status":"running"}}`
+	)
+	for _, tc := range []struct {
+		name      string
+		on        policy.OnUnknown
+		status    string // the status tool's result; "" fails it
+		dies      int    // charge_card sends that die, from the first
+		calls     int    // after the first; 0 means 1
+		line, how string // of the last call's line
+		got       string
+	}{
+		{"block", policy.Block, "", 1, 0, "attached", journal.JoinedReplay, journal.GotUnknown},
+		{"retry", policy.Retry, "", 1, 0, "delivered", journal.JoinedRedispatch, journal.GotAnswer},
+		{"retry, dies again", policy.Retry, "", 2, 0, "attached", journal.JoinedRedispatch, journal.GotUnknown},
+		{"recover, done", policy.Recover, done, 1, 0, "delivered", journal.JoinedRecover, journal.GotAnswer},
+		{"recover, no answer", policy.Recover, "", 1, 0, "attached", journal.JoinedRecover, journal.GotUnknown},
+		{"recover, not done", policy.Recover, notDone, 1, 0, "delivered", journal.JoinedRecover, journal.GotAnswer},
+		{"recover, still running", policy.Recover, running, 1, 0, "attached", journal.JoinedRecover, journal.GotUnknown},
+		// The second call's re-dispatch dies too; the third is not
+		// sent again.
+		{"recover, not done, sent again before", policy.Recover, notDone, 2, 2, "attached", journal.JoinedRecover, journal.GotUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			charges := 0
+			j := &memJournal{}
+			h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+				if strings.Contains(string(p), `"get_status"`) {
+					if tc.status == "" {
+						return nil, &jsonrpc.Error{Code: -32603, Message: "status unavailable"}
+					}
+					return json.RawMessage(tc.status), nil
+				}
+				if charges++; charges <= tc.dies {
+					return nil, errors.New("the upstream exited before answering")
+				}
+				return charged(ctx, n, p)
+			}).withJournal(j, nil)
+			h.pol.OnUnknown = tc.on
+			h.pol.Recover = &policy.RecoverRule{Tool: "get_status"}
+			for range 1 + max(tc.calls, 1) {
+				h.call(t.Context(), t, chargeCall).only(t) // the first: outcome unknown
+				h.settle(t)
+			}
+			rec := h.onlyRecord(t)
+			want := rec.ID + " " + tc.line + " " + tc.how + "/" + tc.got + " taken"
+			if got := callerLines(j); len(got) != max(tc.calls, 1) || got[len(got)-1] != want {
+				t.Errorf("callers' lines %q; want one for each call after the first, the last %q", got, want)
+			}
+		})
+	}
+}
+
+// noRedispatchStore is a store that refuses to record a re-dispatch.
+type noRedispatchStore struct{ record.Store }
+
+func (s noRedispatchStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.From == record.Unknown && c.To == record.Dispatched {
+		return nil, errors.New("the store is down")
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// TestJournalRecordsARedispatchNotSent: a re-dispatch that does not go
+// (its account has no room before the deadline, or the store refuses
+// its dispatch) leaves the outcome unknown, and its caller's line says
+// so.
+func TestJournalRecordsARedispatchNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		account bool
+		store   func(record.Store) record.Store
+	}{
+		{"no room in the account", true, func(s record.Store) record.Store { return s }},
+		{"the store refuses the dispatch", false, func(s record.Store) record.Store { return noRedispatchStore{s} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &memJournal{}
+			h := newHarness(dies(charged))
+			opts := Options{Store: tc.store(h.store), Hasher: fingerprint.NewRandom(), Journal: j}
+			if tc.account {
+				opts.Accounts = map[string]policy.Account{"bank": {Name: "bank", Rate: 0.001, Burst: 1}}
+				h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Second, Account: "bank"}
+			}
+			h.in = New(opts)
+			h.pol.OnUnknown = policy.Retry
+			h.call(t.Context(), t, chargeCall).only(t) // outcome unknown
+			h.settle(t)
+			v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+			h.settle(t)
+			if !strings.Contains(v.Content[len(v.Content)-1].Text, "not sent again") {
+				t.Fatalf("the second call got %+v; want outcome unknown, not sent again", v)
+			}
+			rec := h.onlyRecord(t)
+			want := rec.ID + " attached " + journal.JoinedRedispatch + "/" + journal.GotUnknown + " taken"
+			if got := callerLines(j); len(got) != 1 || got[0] != want {
+				t.Errorf("callers' lines %q; want [%q]", got, want)
+			}
+		})
+	}
 }

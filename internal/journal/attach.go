@@ -12,6 +12,11 @@ const (
 	// JoinedKey: its client key named the execution, but its action
 	// was another, so it was refused.
 	JoinedKey = "key"
+	// JoinedRedispatch and JoinedRecover: it found the outcome unknown,
+	// and sent the execution again (on_unknown: retry), or asked the
+	// status tool whether it took effect (on_unknown: recover).
+	JoinedRedispatch = "redispatch"
+	JoinedRecover    = "recover"
 )
 
 // What a caller that joined an execution got (Attach.Got).
