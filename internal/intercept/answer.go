@@ -92,7 +92,7 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return // cancelled first: the caller never sees this answer
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
-		if err := dr.ReplyThen(a, func() { in.delivered(req, rec) }); err != nil {
+		if err := dr.ReplyThen(a, func(taken bool) { in.deliveredLater(req, rec, taken) }); err != nil {
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
 			in.journalizeAttach(req, err)
 		}
@@ -109,6 +109,21 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	}
 	in.journalizeAttach(req, nil)
 }
+
+// deliveredLater records what became of rec's answer to req's caller, which
+// its transport took only later (taken), or never.
+func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, taken bool) {
+	if taken {
+		in.delivered(req, rec)
+		return
+	}
+	in.log.Info("the client never read its answer", "execution", rec.ID, "request", req.Correlation)
+	in.journalizeAttach(req, errNeverRead)
+}
+
+// errNeverRead is why a caller's transport did not take an answer that it
+// held for the client to read.
+var errNeverRead = errors.New("the client never read it: its session ended first")
 
 // delivered records that the caller of req got rec's answer. Not the
 // caller's context: the answer is out, so delivery must be recorded even

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -194,5 +195,35 @@ func TestJournalRecordsARedispatchNotSent(t *testing.T) {
 				t.Errorf("callers' lines %q; want [%q]", got, want)
 			}
 		})
+	}
+}
+
+// TestJournalRecordsAReplayNeverRead: over a transport that learns only
+// later whether the caller read its answer, a replay has its delivered
+// line once it is read, and an attached line, not taken, once its
+// transport says it never will be.
+func TestJournalRecordsAReplayNeverRead(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged).withJournal(j, nil)
+	h.call(t.Context(), t, chargeCall).only(t)
+	h.settle(t)
+	rec := h.onlyRecord(t)
+	replay := func(taken bool) {
+		req, _ := h.request(t, chargeCall)
+		a := &laterAnswers{answers: newAnswers(), written: make(chan func(bool), 1)}
+		req.Reply = a
+		h.in.Handle(t.Context(), req)
+		a.only(t)
+		(<-a.written)(taken)
+		h.settle(t)
+	}
+	replay(false)
+	replay(true)
+	want := []string{
+		rec.ID + " attached replay/answer not taken: " + errNeverRead.Error(),
+		rec.ID + " delivered replay/answer taken",
+	}
+	if got := callerLines(j); !slices.Equal(got, want) {
+		t.Errorf("callers' lines %q; want %q", got, want)
 	}
 }
