@@ -89,7 +89,9 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 // delivered when the transport took a completed result.
 func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
-		return // cancelled first: the caller never sees this answer
+		// Cancelled first: the caller never sees this answer.
+		in.journalizeAttach(req, errCallerLeft)
+		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
 		if err := dr.ReplyThen(a, func(taken bool) { in.deliveredLater(req, rec, taken) }); err != nil {
@@ -120,6 +122,10 @@ func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, taken bo
 	in.log.Info("the client never read its answer", "execution", rec.ID, "request", req.Correlation)
 	in.journalizeAttach(req, errNeverRead)
 }
+
+// errCallerLeft is why an answer to a caller that cancelled its call was
+// not written.
+var errCallerLeft = errors.New("the caller cancelled its call first")
 
 // errNeverRead is why a caller's transport did not take an answer that it
 // held for the client to read.

@@ -59,6 +59,8 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}, nil)
 	case ctx.Err() != nil:
 		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
+		req.got = journal.GotInProgress
+		in.journalizeAttach(req, errCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):
 		cur, gerr := in.store.Get(ctx, rec.ID)
 		if gerr != nil {

@@ -227,3 +227,52 @@ func TestJournalRecordsAReplayNeverRead(t *testing.T) {
 		t.Errorf("callers' lines %q; want %q", got, want)
 	}
 }
+
+// TestJournalRecordsACallerThatLeft: a caller that joined an execution
+// and cancelled its call before its answer has a line, not taken: one
+// that left while it waited, and one that left during a status check.
+func TestJournalRecordsACallerThatLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hold, holdStatus := make(chan struct{}), make(chan struct{})
+		charges := 0
+		j := &memJournal{}
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if strings.Contains(string(p), `"get_status"`) {
+				<-holdStatus
+				return nil, errors.New("the status tool is down")
+			}
+			<-hold
+			if charges++; charges == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			return charged(ctx, n, p)
+		}).withJournal(j, nil)
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status"}
+		first := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		h.call(ctx, t, chargeCall) // waits for the first
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		close(hold)
+		first.only(t) // outcome unknown
+		h.settle(t)
+		ctx, cancel = context.WithCancel(t.Context())
+		h.call(ctx, t, chargeCall) // a status check
+		synctest.Wait()
+		cancel()
+		close(holdStatus)
+		h.settle(t)
+		synctest.Wait()
+		id := h.onlyRecord(t).ID
+		want := []string{
+			id + " attached waited/in_progress not taken: " + errCallerLeft.Error(),
+			id + " attached recover/unknown not taken: " + errCallerLeft.Error(),
+		}
+		if got := callerLines(j); !slices.Equal(got, want) {
+			t.Errorf("callers' lines %q; want %q", got, want)
+		}
+	})
+}
