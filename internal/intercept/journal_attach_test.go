@@ -80,6 +80,7 @@ func TestJournalRecordsALostAttach(t *testing.T) {
 		close(release)
 		first.only(t)
 		h.settle(t)
+		synctest.Wait() // the waiter's line is written after its answer
 		rec := h.onlyRecord(t)
 		got := callerLines(j)
 		want := rec.ID + " " + journal.Attached + " " + journal.JoinedWaited + "/" + journal.GotNoOutcome + " taken"
