@@ -139,11 +139,10 @@ type caller struct {
 	At        time.Time       `json:"at"`
 	Session   string          `json:"session,omitempty"`
 	RequestID json.RawMessage `json:"request_id,omitempty"`
-	// How is started, or how it joined: replay or waited.
+	// How is started, or how it joined (journal.Attach.How).
 	How string `json:"how"`
-	// Got is what it got: answer, error, unknown, in_progress, or
-	// not_journaled for the caller that started it with no line of
-	// what it got.
+	// Got is what it got (journal.Attach.Got), or not_journaled for
+	// the caller that started it with no line of what it got.
 	Got   string `json:"got"`
 	Taken bool   `json:"taken"`
 	Error string `json:"error,omitempty"`

@@ -80,6 +80,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
+		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
 }
@@ -88,10 +89,12 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 // delivered when the transport took a completed result.
 func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
-		return // cancelled first: the caller never sees this answer
+		// Cancelled first: the caller never sees this answer.
+		in.journalizeAttach(req, errCallerLeft)
+		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
-		if err := dr.ReplyThen(a, func() { in.delivered(req, rec) }); err != nil {
+		if err := dr.ReplyThen(a, func(taken bool) { in.deliveredLater(req, rec, taken) }); err != nil {
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
 			in.journalizeAttach(req, err)
 		}
@@ -108,6 +111,25 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 	}
 	in.journalizeAttach(req, nil)
 }
+
+// deliveredLater records what became of rec's answer to req's caller, which
+// its transport took only later (taken), or never.
+func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, taken bool) {
+	if taken {
+		in.delivered(req, rec)
+		return
+	}
+	in.log.Info("the client never read its answer", "execution", rec.ID, "request", req.Correlation)
+	in.journalizeAttach(req, errNeverRead)
+}
+
+// errCallerLeft is why an answer to a caller that cancelled its call was
+// not written.
+var errCallerLeft = errors.New("the caller cancelled its call first")
+
+// errNeverRead is why a caller's transport did not take an answer that it
+// held for the client to read.
+var errNeverRead = errors.New("the client never read it: its session ended first")
 
 // delivered records that the caller of req got rec's answer. Not the
 // caller's context: the answer is out, so delivery must be recorded even
@@ -140,9 +162,13 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	}
 }
 
+// replyError writes the proxy's own error e to the caller; a caller that
+// joined an execution has its line, as for any other answer.
 func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
 	b, _ := json.Marshal(e) // an *Error with no Data always marshals
-	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
+	err := req.Reply.Reply(Answer{Error: b})
+	if err != nil {
 		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
 	}
+	in.journalizeAttach(req, err)
 }

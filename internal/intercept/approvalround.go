@@ -73,7 +73,11 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 	}
 	a := Answer{Result: result}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && dr.DeliversLater() {
-		if err := dr.ReplyThen(a, func() { in.questions.taken(id) }); err != nil {
+		if err := dr.ReplyThen(a, func(taken bool) {
+			if taken {
+				in.questions.taken(id)
+			}
+		}); err != nil {
 			in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
 		}
 		return

@@ -17,6 +17,7 @@ func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id st
 	cur, err := in.store.Get(req.bg, id)
 	switch {
 	case err != nil:
+		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s ran, and its record could not be read: %v; calling again attaches to it", id, err))
 	case cur.State.Settled():
@@ -58,6 +59,8 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}, nil)
 	case ctx.Err() != nil:
 		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
+		req.got = journal.GotInProgress
+		in.journalizeAttach(req, errCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):
 		cur, gerr := in.store.Get(ctx, rec.ID)
 		if gerr != nil {
@@ -70,6 +73,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
 	case err != nil:
 		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
+		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
 	default:

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -492,6 +493,7 @@ func (e *execution) notSent(why string) {
 	if rec.State == record.Unknown {
 		// A re-dispatch not sent: the first send may still have run.
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
+		req.got = journal.GotUnknown
 		e.in.reply(e.ctx, req, Answer{Result: result}, nil)
 		return
 	}
@@ -520,6 +522,7 @@ func (e *execution) notDispatched(err error) {
 		// back to unknown, never to failed, which would run it anew.
 		in.abandon(req, rec.ID, record.Change{To: record.Unknown, From: record.Dispatched, Note: "not sent again: " + why})
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
+		req.got = journal.GotUnknown
 		in.reply(e.ctx, req, Answer{Result: result}, nil)
 		return
 	}

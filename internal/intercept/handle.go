@@ -207,6 +207,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		// IETF Idempotency-Key draft's 422. Never executed.
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
 		in.decided(req, call.Name, "key_refused")
+		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedKey, journal.GotKeyRefused
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))

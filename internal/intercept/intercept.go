@@ -59,13 +59,14 @@ type Replier interface {
 // the write whether the caller got the answer: an HTTP stream holds it as
 // an event until the client reads it, and a client that dropped its
 // request never does. ReplyThen writes a as Reply does, and calls written
-// once the answer has reached the caller, if it ever does; only then is
-// the execution recorded as delivered. It is used instead of Reply when
-// DeliversLater reports true.
+// once: with true once the answer has reached the caller, and only then
+// is the execution recorded as delivered; with false once it never can;
+// or not at all when that cannot be told. It is used instead of Reply
+// when DeliversLater reports true.
 type DeliveryReplier interface {
 	Replier
 	DeliversLater() bool
-	ReplyThen(a Answer, written func()) error
+	ReplyThen(a Answer, written func(taken bool)) error
 }
 
 // An Asker is a Replier that can put a question to its caller's user,
@@ -132,7 +133,7 @@ type Request struct {
 	// upstream with it.
 	unrecorded bool
 	// joined is the execution the call joined rather than started, if it
-	// did (set by Handle): its id, and how, JoinedReplay or JoinedWaited;
+	// did (set by Handle): its id, and how (journal.Attach.How);
 	// got is what its caller is answered (journal.Attach.Got), set just
 	// before the answer is written.
 	joined, joinedHow, got string

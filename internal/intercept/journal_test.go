@@ -199,6 +199,9 @@ func TestJournalRecordsAnAttachStillInProgress(t *testing.T) {
 		close(release)
 		first.only(t)
 		h.settle(t)
+		// The waiter's line is written after its answer, on the
+		// goroutine it waited in.
+		synctest.Wait()
 		var attached []journal.Attach
 		for _, e := range j.entries {
 			if e.Event == journal.Attached {

@@ -28,12 +28,14 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	case "redispatched":
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.decided(req, rec.Tool, "redispatched")
+		req.joined, req.joinedHow = rec.ID, journal.JoinedRedispatch
 		in.execute(ctx, rec, req, "re-dispatch: on_unknown retry")
 	case "recovered":
 		// Asked whatever the attempts: a status that says done settles
 		// even an execution already sent again (recover re-sends at most
 		// once).
 		in.decided(req, rec.Tool, "recovered")
+		req.joined, req.joinedHow = rec.ID, journal.JoinedRecover
 		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
@@ -83,6 +85,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 	switch {
 	case err != nil:
 		in.log.Warn("status check gave no answer; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool, "err", err)
+		req.got = journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
@@ -99,11 +102,13 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.execute(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
 	case statusNotDone(status, rule):
 		in.log.Info("status check says not done, but the execution was sent again once already; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
+		req.got = journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		// Neither: the action may be under way (a job still running) or
 		// the result does not say. Sending it again could do it twice.
 		in.log.Info("status check says neither done nor not done; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
+		req.got = journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }

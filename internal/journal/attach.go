@@ -9,6 +9,14 @@ const Attached = "attached"
 const (
 	JoinedReplay = "replay" // it was settled when the call came
 	JoinedWaited = "waited" // it was under way: the caller waited for it
+	// JoinedKey: its client key named the execution, but its action
+	// was another, so it was refused.
+	JoinedKey = "key"
+	// JoinedRedispatch and JoinedRecover: it found the outcome unknown,
+	// and sent the execution again (on_unknown: retry), or asked the
+	// status tool whether it took effect (on_unknown: recover).
+	JoinedRedispatch = "redispatch"
+	JoinedRecover    = "recover"
 )
 
 // What a caller that joined an execution got (Attach.Got).
@@ -18,6 +26,11 @@ const (
 	GotUnknown    = "unknown"     // outcome unknown
 	GotInProgress = "in_progress" // still in progress: the wait ended first
 	GotRefused    = "refused"     // the refusal of its approval
+	GotKeyRefused = "key_refused" // an error: its client key was used for another action
+	// GotNoOutcome: an error of the proxy's, without the outcome: the
+	// store could not give it (the record was gone or unreadable) or
+	// take it.
+	GotNoOutcome = "no_outcome"
 )
 
 // An Attach records one caller that joined an execution: how, what it

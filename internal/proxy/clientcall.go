@@ -78,9 +78,10 @@ func (c *clientCall) refuse(e *jsonrpc.Error) {
 
 // An answerWriter is a Conn that learns when an answer reached the client,
 // later than the write (streamhttp.ServerSession, whose streams hold it
-// until the client reads it): WriteAnswer calls written then.
+// until the client reads it): WriteAnswer calls written then, with true,
+// or with false once the answer never can reach it.
 type answerWriter interface {
-	WriteAnswer(frame []byte, written func()) error
+	WriteAnswer(frame []byte, written func(bool)) error
 }
 
 // DeliversLater implements intercept.DeliveryReplier: over a Conn that
@@ -89,15 +90,14 @@ func (c *clientCall) DeliversLater() bool {
 	return c.s.clientAnswers != nil
 }
 
-// ReplyThen implements intercept.DeliveryReplier: written is called once
-// the answer reached the client.
-func (c *clientCall) ReplyThen(a intercept.Answer, written func()) error {
+// ReplyThen implements intercept.DeliveryReplier.
+func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 	w := c.s.clientAnswers
 	if w == nil {
 		if err := c.Reply(a); err != nil {
 			return err
 		}
-		written()
+		written(true)
 		return nil
 	}
 	c.release()

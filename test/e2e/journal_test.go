@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 type journalLine struct {
 	Prev      string `json:"prev"`
 	Execution string `json:"execution"`
+	Session   string `json:"session"`
 	Tool      string `json:"tool"`
 	State     string `json:"state"`
 	Event     string `json:"event"` // a session's start or end
@@ -34,14 +37,18 @@ type journalLine struct {
 // TestJournalTellsOneExecution: three identical charge_card calls through
 // the proxy with --journal are one execution in the journal, its
 // transitions in order, with the card hashed rather than written; `audit
-// verify` passes on it, and names the line of a byte changed after.
+// verify` passes on it, `activity show` tells its session and its three
+// callers from it, and `audit verify` names the line of a byte changed
+// after.
 func TestJournalTellsOneExecution(t *testing.T) {
 	needProxy(t)
 	t.Parallel()
 	ctx := testContext(t)
-	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.jsonl")
+	store := "sqlite:" + filepath.Join(dir, "records.db")
 	const card = "card-7f3a-journal"
-	p := connect(t, ctx, proxiedWith(t, []string{"--journal", path}, chargeServer()...))
+	p := connect(t, ctx, proxiedWith(t, []string{"--journal", path, "--store", store}, chargeServer()...))
 	for range 3 {
 		charge(t, ctx, p, card, 100)
 	}
@@ -103,6 +110,7 @@ func TestJournalTellsOneExecution(t *testing.T) {
 	if want := path + ": " + strconv.Itoa(len(all)) + " lines verify\n"; code != 0 || out != want {
 		t.Fatalf("audit verify exited %d: %q %s; want 0, %q", code, out, stderr, want)
 	}
+	checkTimeline(t, ctx, lines[0].Execution, store, path, all[0].Session)
 
 	// One byte of line 3 (after the session's start and the acceptance)
 	// changed after the fact.
@@ -114,5 +122,55 @@ func TestJournalTellsOneExecution(t *testing.T) {
 	out, stderr, code = runProxy(t, ctx, "audit", "verify", path)
 	if code != 1 || out != "" || !strings.Contains(stderr, path+":3: does not verify") || !strings.Contains(stderr, "line 3 was changed") {
 		t.Fatalf("audit verify of a tampered journal exited %d: %q\n%s\nwant 1, naming line 3", code, out, stderr)
+	}
+}
+
+// checkTimeline checks what `activity show --json` tells of execution id,
+// called three times in one session: that session, with its three
+// requests, and three callers, each given the answer: the one that
+// started it, and two replays.
+func checkTimeline(t *testing.T, ctx context.Context, id, store, journal, session string) {
+	t.Helper()
+	out, stderr, code := runProxy(t, ctx, "activity", "show", id, "--store", store, "--journal", journal, "--json")
+	var show struct {
+		Timeline struct {
+			Sessions struct {
+				Journaled bool `json:"journaled"`
+				Sessions  []struct {
+					Session    string            `json:"session"`
+					RequestIDs []json.RawMessage `json:"request_ids"`
+					Client     struct {
+						Name string `json:"name"`
+					} `json:"client"`
+				} `json:"sessions"`
+			} `json:"sessions"`
+			Callers struct {
+				Callers []struct {
+					Session string `json:"session"`
+					How     string `json:"how"`
+					Got     string `json:"got"`
+					Taken   bool   `json:"taken"`
+				} `json:"callers"`
+			} `json:"callers"`
+		} `json:"timeline"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &show) != nil {
+		t.Fatalf("activity show --journal --json exited %d:\n%s%s", code, out, stderr)
+	}
+	ss := show.Timeline.Sessions
+	if !ss.Journaled || len(ss.Sessions) != 1 || ss.Sessions[0].Session != session ||
+		len(ss.Sessions[0].RequestIDs) != 3 || ss.Sessions[0].Client.Name != "mcpi-e2e" {
+		t.Errorf("the timeline's sessions %+v; want %s of mcpi-e2e, with 3 requests", ss, session)
+	}
+	var callers []string
+	for _, c := range show.Timeline.Callers.Callers {
+		if c.Session != session {
+			t.Errorf("caller %+v; want it of %s", c, session)
+		}
+		callers = append(callers, fmt.Sprintf("%s %s taken=%v", c.How, c.Got, c.Taken))
+	}
+	want := []string{"started answer taken=true", "replay answer taken=true", "replay answer taken=true"}
+	if !slices.Equal(callers, want) {
+		t.Errorf("the timeline's callers %q; want %q", callers, want)
 	}
 }

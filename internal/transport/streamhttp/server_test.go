@@ -31,9 +31,10 @@ type fakeProxy struct {
 	opened int      // sessions opened
 	ended  chan *ServerSession
 	// routed receives the id of each answer once it is handed to the
-	// session, written once it is written to the client (the first 1024;
-	// a test that reads them makes fewer).
-	routed, written chan string
+	// session, written once it is written to the client, and lost once
+	// it never can be (the first 1024; a test that reads them makes
+	// fewer).
+	routed, written, lost chan string
 }
 
 // note sends id on ch unless ch is full.
@@ -46,7 +47,7 @@ func note(ch chan string, id string) {
 
 func newFakeProxy() *fakeProxy {
 	return &fakeProxy{gate: make(chan struct{}), ended: make(chan *ServerSession, 16),
-		routed: make(chan string, 1024), written: make(chan string, 1024)}
+		routed: make(chan string, 1024), written: make(chan string, 1024), lost: make(chan string, 1024)}
 }
 
 func (p *fakeProxy) open(ctx context.Context, s *ServerSession) error {
@@ -126,14 +127,20 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		if m.Method == "slowrecord" {
 			// Recording the delivery takes a while: the client must
 			// have its answer meanwhile.
-			s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func() {
+			s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(bool) {
 				<-p.gate
 				note(p.written, id)
 			})
 			note(p.routed, id)
 			return
 		}
-		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func() { note(p.written, id) })
+		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(written bool) {
+			if written {
+				note(p.written, id)
+			} else {
+				note(p.lost, id)
+			}
+		})
 		note(p.routed, id)
 	})
 }
@@ -613,7 +620,7 @@ func TestServerResumeWhileStopping(t *testing.T) {
 // TestServerAnswerWritten: an answer counts as written to the client when
 // an HTTP response carried it (its own stream, a resumed one, or a JSON
 // body), not when the session queued it: one the client dropped and did
-// not resume never does.
+// not resume never does, and counts as lost once the session is gone.
 func TestServerAnswerWritten(t *testing.T) {
 	next := func(ch chan string, what string) string {
 		t.Helper()
@@ -701,7 +708,16 @@ func TestServerAnswerWritten(t *testing.T) {
 		}
 		none(p.written, "written after the client dropped its request")
 		if jsonResponse {
-			continue // no resumption: the answer is lost
+			// No resumption: the answer is lost, as the session's end
+			// tells.
+			none(p.lost, "lost while the session lasts")
+			resp = do(t, t.Context(), "DELETE", hs.URL, "", session(sid))
+			resp.Body.Close()
+			if id := next(p.lost, "lost at the session's end"); id != "3" {
+				t.Fatalf("lost %s; want 3", id)
+			}
+			none(p.written, "written after the session ended")
+			continue
 		}
 		// Resumed: written then.
 		hdr := session(sid)
@@ -711,6 +727,16 @@ func TestServerAnswerWritten(t *testing.T) {
 		resp.Body.Close()
 		if id := next(p.written, "written on the resumed stream"); id != "3" {
 			t.Fatalf("written %s; want 3", id)
+		}
+		// Written: no longer waiting to be told lost.
+		srv.mu.Lock()
+		ss := srv.sessions[sid]
+		srv.mu.Unlock()
+		ss.mu.Lock()
+		unread := len(ss.unread)
+		ss.mu.Unlock()
+		if unread != 0 {
+			t.Fatalf("%d answers still unread after each was written; want none", unread)
 		}
 	}
 }

@@ -67,6 +67,9 @@ type ServerSession struct {
 	nextID     int64
 	origIDs    map[string]json.RawMessage
 	origTokens map[string]json.RawMessage
+	// unread holds the answers whose writing WriteAnswer is to report,
+	// until it is.
+	unread map[*unreadAnswer]struct{}
 }
 
 // A pendingRequest is a client request not yet answered. Its session's
@@ -98,29 +101,18 @@ func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate strin
 }
 
 // answerLocked appends the answer to every stream of p. written, if not
-// nil, is called once the answer has been written to the client on one of
-// them.
-func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func()) {
+// nil, is called once, with true once the answer has been written to the
+// client on one of them, or false once it never can be (dropUnread).
+func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func(bool)) {
+	var w func()
 	if written != nil {
-		written = onceFunc(written)
+		w = ss.holdUnreadLocked(p, written)
 	}
 	for _, st := range p.streams {
-		ss.appendWrittenLocked(st, frame, written)
+		ss.appendWrittenLocked(st, frame, w)
 		if st.want--; st.want == 0 {
 			ss.endLocked(st)
 		}
-	}
-}
-
-// onceFunc returns a function that calls f the first time it is called,
-// and lets go of f then (the event that holds it may be held long after).
-func onceFunc(f func()) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f()
-			f = nil
-		})
 	}
 }
 
@@ -225,14 +217,16 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 }
 
 // WriteAnswer is WriteFrame for the answer to a request, calling written
-// once that answer has been written to the client, if it ever is: on the
+// once: with true once that answer has been written to the client, on the
 // request's own stream, on a stream the client resumes, or as the JSON
-// body. An answer the client never reads (it dropped the request and did
-// not resume it, or the session ended first) never calls it. "Written"
-// means the write and its flush succeeded while the client's request was
-// still open: bytes handed to a connection the client closes at that
-// instant may still count. A batch frame never calls written.
-func (ss *ServerSession) WriteAnswer(frame []byte, written func()) error {
+// body; with false once it never can be, because the session is gone and
+// the client had not read it (it dropped the request and did not resume
+// it, or the answer came after the session ended). "Written" means the
+// write and its flush succeeded while the client's request was still
+// open: bytes handed to a connection the client closes at that instant
+// may still count. An answer a writer was writing as the session went
+// is not reported at all. A batch frame never calls written.
+func (ss *ServerSession) WriteAnswer(frame []byte, written func(bool)) error {
 	return ss.write(frame, written, "")
 }
 
@@ -248,7 +242,7 @@ func (ss *ServerSession) WriteRelated(frame []byte, key string) error {
 }
 
 // write is WriteAnswer and WriteRelated.
-func (ss *ServerSession) write(frame []byte, written func(), related string) error {
+func (ss *ServerSession) write(frame []byte, written func(bool), related string) error {
 	// Our own copy: the event store keeps it, and the caller may reuse
 	// frame.
 	frame = bytes.Clone(frame)
@@ -257,7 +251,9 @@ func (ss *ServerSession) write(frame []byte, written func(), related string) err
 		return fmt.Errorf("writing to the client: %w", err)
 	}
 	if !m.Batch {
-		ss.route(m, written, related)
+		if !ss.route(m, written, related) && written != nil {
+			written(false) // no request of the session's is owed it
+		}
 		return nil
 	}
 	msgs, err := jsonrpc.DecodeBatch(frame)
@@ -272,8 +268,9 @@ func (ss *ServerSession) write(frame []byte, written func(), related string) err
 
 // route appends one message to its stream; the stream keeps m.Raw. See
 // WriteFrame for which stream, WriteAnswer for written, and WriteRelated
-// for related.
-func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related string) {
+// for related. It reports false for an answer that no request of the
+// session's is owed.
+func (ss *ServerSession) route(m *jsonrpc.Message, written func(bool), related string) bool {
 	frame := m.Raw
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -282,7 +279,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related strin
 		p := ss.pending[key]
 		if p == nil {
 			ss.srv.log.Debug("an answer for no request of the session's was dropped", "session", ss.id, "id", key)
-			return
+			return false
 		}
 		delete(ss.pending, key)
 		// The idle timeout counts from here: a client whose stream broke
@@ -298,7 +295,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related strin
 			delete(ss.origIDs, key)
 		}
 		ss.answerLocked(p, frame, written)
-		return
+		return true
 	}
 	if m.Method == "notifications/progress" {
 		token := progressTokenValue(m.Params)
@@ -307,7 +304,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related strin
 				frame = jsonrpc.Replace(frame, token, orig)
 			}
 			ss.appendLocked(st, frame)
-			return
+			return true
 		}
 	}
 	st := ss.relatedStreamLocked(related)
@@ -315,6 +312,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(), related strin
 		st = ss.serverStreamLocked()
 	}
 	ss.appendLocked(st, frame)
+	return true
 }
 
 // endPending answers every request still owed an answer once the proxy

@@ -76,6 +76,8 @@ func (s *Server) run(ss *ServerSession, forget func()) {
 		s.mu.Lock()
 		forget()
 		s.mu.Unlock()
+		// No request can reach its streams now.
+		ss.dropUnread()
 	}()
 }
 
