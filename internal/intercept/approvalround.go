@@ -72,21 +72,35 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 		return // the caller left: it never sees the question
 	}
 	a := Answer{Result: result}
+	req.got = journal.GotQuestion
 	if dr, ok := req.Reply.(DeliveryReplier); ok && dr.DeliversLater() {
 		if err := dr.ReplyThen(a, func(taken bool) {
 			if taken {
 				in.questions.taken(id)
+			}
+			if req.joined != "" {
+				in.journalizeAttach(req, notTaken(taken))
 			}
 		}); err != nil {
 			in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
 		}
 		return
 	}
-	if err := req.Reply.Reply(a); err != nil {
+	err := req.Reply.Reply(a)
+	if err != nil {
 		in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
-		return
+	} else {
+		in.questions.taken(id)
 	}
-	in.questions.taken(id)
+	in.journalizeAttach(req, err) // a caller asked again has its line
+}
+
+// notTaken is the error of an answer its transport never took, or nil.
+func notTaken(taken bool) error {
+	if taken {
+		return nil
+	}
+	return errNeverRead
 }
 
 // questions are the executions of this process whose approval is asked
@@ -301,6 +315,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 // the first (a lost answer, or another process asked), and the first
 // answer that comes back decides.
 func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *record.Record) {
+	req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 	result, err := in.inputRequired(req, rec)
 	if err != nil {
 		go in.attach(ctx, rec, req)

@@ -38,7 +38,9 @@ func TestApprovalTwoContinuationsSendOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make([]string, 2)
 	for i := range got {
-		wg.Go(func() { got[i] = view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)).Content[0].Text })
+		wg.Go(func() {
+			got[i] = view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)).Content[0].Text
+		})
 	}
 	wg.Wait()
 	if h.up.calls.Load() != 1 || got[0] != got[1] {
@@ -148,5 +150,28 @@ func TestApprovalOperatorWaitEndsWithTheSession(t *testing.T) {
 	got, err := h.store.Get(t.Context(), rec.ID)
 	if err != nil || got.State != record.Failed || !strings.Contains(lastNote(got), "session ended") {
 		t.Fatalf("after the session's end the execution is %+v, %v; want failed, the session's end its note", got, err)
+	}
+}
+
+// TestApprovalQuestionAgainJournaled: a caller asked the approval's
+// question again has its line: it joined the execution, and got the
+// question.
+func TestApprovalQuestionAgainJournaled(t *testing.T) {
+	j := &memJournal{}
+	h := approving(policy.ApprovalEach, policy.ApproverClient).withJournal(j, nil)
+	args := `{"card":"4242","amount":100}`
+	req, a := h.request(t, roundCall(args, nil, ""))
+	req.Reply = &laterAnswers{answers: a, written: make(chan func(bool), 1)}
+	h.in.Handle(t.Context(), req)
+	asRound(t, a.only(t))
+	asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	var got []string
+	for _, e := range j.entries {
+		if e.Attach != nil {
+			got = append(got, e.Attach.How+"/"+e.Attach.Got)
+		}
+	}
+	if !slices.Equal(got, []string{"waited/question"}) {
+		t.Errorf("the journal's callers %v; want the one asked again, waited/question", got)
 	}
 }

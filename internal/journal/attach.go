@@ -26,6 +26,7 @@ const (
 	GotUnknown    = "unknown"     // outcome unknown
 	GotInProgress = "in_progress" // still in progress: the wait ended first
 	GotRefused    = "refused"     // the refusal of its approval
+	GotQuestion   = "question"    // the approval's question again (2026-07-28), its user not yet asked
 	GotKeyRefused = "key_refused" // an error: its client key was used for another action
 	// GotNoOutcome: an error of the proxy's, without the outcome: the
 	// store could not give it (the record was gone or unreadable) or
