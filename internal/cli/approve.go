@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -16,39 +15,13 @@ import (
 // if given, as resolve does. The proxy that holds the execution wakes
 // and sends it, or answers its callers with the refusal.
 func (a *activityArgs) decide(ctx context.Context, store record.Store, stdout io.Writer) error {
-	var jw *journal.Writer
-	if a.journal != "" {
-		var err error
-		if jw, err = openOperatorJournal(a.journal, "decided"); err != nil {
-			return err
-		}
-		defer jw.Close()
-	}
 	to := record.Authorized
 	if a.verb == "deny" {
 		to = record.Refused
 	}
-	r, err := decideExecution(ctx, store, a.pos[0], to, osUser(), a.note)
-	if err != nil {
-		return err
-	}
-	if err := a.print(stdout, r); err != nil {
-		return err
-	}
-	if jw == nil {
-		return nil
-	}
-	e := resolvedEntry(r)
-	last := r.History[len(r.History)-1]
-	e.By, e.Via = last.By, last.Via
-	err = jw.Record(e)
-	if err == nil {
-		err = jw.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("execution %s was %s, but its journal line may not have been written: %w", r.ID, r.State, err)
-	}
-	return nil
+	return a.operatorChange(stdout, "decided", func() (*record.Record, error) {
+		return decideExecution(ctx, store, a.pos[0], to, osUser(), a.note)
+	})
 }
 
 // decideExecution moves execution id, which must await an operator, to

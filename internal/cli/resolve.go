@@ -13,23 +13,32 @@ import (
 
 // resolve settles an unknown execution as a says, prints it, and appends
 // the transition to a.journal, if given, as the operator's.
+func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout io.Writer) error {
+	return a.operatorChange(stdout, "resolved", func() (*record.Record, error) {
+		return resolveExecution(ctx, store, a.pos[0], a.as, a.note)
+	})
+}
+
+// operatorChange makes an operator's change to an execution (change),
+// prints the record it leaves, and appends its last transition to
+// a.journal, if given, as the operator's; done says what the change does,
+// for errors.
 //
 // The journal is opened first. A journal that a proxy holds, or whose
-// tail is broken, refuses the command before anything is resolved: a
-// resolution is never made that its journal cannot take. A line that
-// cannot be written after the store took the resolution (a full disk) is
-// an error, said after the record is printed, so it is not lost silently
-// either.
-func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout io.Writer) error {
+// tail is broken, refuses the command before anything is changed: a
+// change is never made that its journal cannot take. A line that cannot
+// be written after the store took the change (a full disk) is an error,
+// said after the record is printed, so it is not lost silently either.
+func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func() (*record.Record, error)) error {
 	var jw *journal.Writer
 	if a.journal != "" {
 		var err error
-		if jw, err = openOperatorJournal(a.journal, "resolved"); err != nil {
+		if jw, err = openOperatorJournal(a.journal, done); err != nil {
 			return err
 		}
 		defer jw.Close()
 	}
-	r, err := resolveExecution(ctx, store, a.pos[0], a.as, a.note)
+	r, err := change()
 	if err != nil {
 		return err
 	}
@@ -39,12 +48,12 @@ func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout i
 	if jw == nil {
 		return nil
 	}
-	err = jw.Record(resolvedEntry(r))
+	err = jw.Record(operatorEntry(r))
 	if err == nil {
 		err = jw.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("execution %s was resolved as %s, but its journal line may not have been written: %w", r.ID, r.State, err)
+		return fmt.Errorf("execution %s was %s (%s), but its journal line may not have been written: %w", r.ID, done, r.State, err)
 	}
 	return nil
 }
@@ -64,13 +73,14 @@ func openOperatorJournal(file, done string) (*journal.Writer, error) {
 	return jw, nil
 }
 
-// resolvedEntry is the journal line of r's resolution, its last
-// transition.
-func resolvedEntry(r *record.Record) journal.Entry {
+// operatorEntry is the journal line of an operator's change to r, its
+// last transition: a resolution, or a decision with who made it.
+func operatorEntry(r *record.Record) journal.Entry {
 	last := r.History[len(r.History)-1]
 	return journal.Entry{
 		Time: last.At, Execution: r.ID, Tool: r.Tool, State: string(r.State), Attempt: r.Attempts,
 		Upstream: r.Upstream, Actor: r.Actor, Scope: r.Scope, Fingerprint: r.Fingerprint, Note: last.Note,
+		By: last.By, Via: last.Via,
 	}
 }
 

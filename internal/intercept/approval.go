@@ -186,7 +186,8 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 		stop := in.tellProgress(wctx, asker, waiting)
 		defer stop()
 	}
-	cur, err := in.waitDecided(wctx, d, rec.ID)
+	// A failure of the store is not the decision: waited out, as wait does.
+	cur, err := in.waitOn(wctx, rec.ID, "waiting for an approval: the store failed; trying again", d.WaitDecided)
 	in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverOperator))
 	switch {
 	case err == nil && cur.State != record.Accepted:
@@ -221,27 +222,6 @@ func (in *Interceptor) operatorDecided(req *Request, rec *record.Record) {
 	in.logDecision(req, rec, c)
 	if c.To == record.Authorized {
 		in.grants.put(req, rec, c)
-	}
-}
-
-// waitDecided waits for execution id to be decided, trying the store
-// again after a backoff when it fails, as wait does.
-func (in *Interceptor) waitDecided(ctx context.Context, d record.Decider, id string) (*record.Record, error) {
-	backoff := recordRetryMin
-	for {
-		rec, err := d.WaitDecided(ctx, id)
-		if err == nil || ctx.Err() != nil || errors.Is(err, record.ErrNotFound) {
-			return rec, err
-		}
-		in.log.Warn("waiting for an approval: the store failed; trying again", "execution", id, "in", backoff, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, recordRetryMax)
 	}
 }
 

@@ -87,13 +87,19 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 // the caller gets the execution's answer, or is told it is still in
 // progress, rather than an error that says neither.
 func (in *Interceptor) wait(ctx context.Context, id string) (*record.Record, error) {
+	return in.waitOn(ctx, id, "waiting for an execution: the store failed; trying again", in.store.Wait)
+}
+
+// waitOn is wait with wait, a store's wait for execution id; warning
+// says what failed, for the log.
+func (in *Interceptor) waitOn(ctx context.Context, id, warning string, wait func(context.Context, string) (*record.Record, error)) (*record.Record, error) {
 	backoff := recordRetryMin
 	for {
-		settled, err := in.store.Wait(ctx, id)
+		rec, err := wait(ctx, id)
 		if err == nil || ctx.Err() != nil || errors.Is(err, record.ErrNotFound) {
-			return settled, err
+			return rec, err
 		}
-		in.log.Warn("waiting for an execution: the store failed; trying again", "execution", id, "in", backoff, "err", err)
+		in.log.Warn(warning, "execution", id, "in", backoff, "err", err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
