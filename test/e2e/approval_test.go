@@ -267,23 +267,35 @@ func journalHas(t *testing.T, file, id, state, via string) bool {
 
 // TestApprovalRetryWhileAsked: a call sent again while its question is
 // open reaches the client's user once: one question, one run, and both
-// callers get the answer.
+// callers get the answer. Over stdio the go-sdk client speaks 2026-07-28
+// (asked within the call's answer); through serve it speaks 2025-11-25
+// here (asked by a request of the proxy's).
 func TestApprovalRetryWhileAsked(t *testing.T) {
 	needProxy(t)
-	ctx := testContext(t)
-	e := &elicitor{action: "accept", release: make(chan struct{})}
-	p := connectWith(t, ctx, proxiedWith(t, withPolicy(t, clientPolicy("each")), chargeServer()...), e.client())
-	first := callAsync(ctx, p, "4242")
-	for e.asked.Load() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	second := callAsync(ctx, p, "4242")
-	time.Sleep(200 * time.Millisecond) // the retry has reached the proxy
-	close(e.release)
-	a, b := <-first, <-second
-	if a.IsError || firstText(a) != firstText(b) || e.asked.Load() != 1 || executions(t, ctx, p) != 1 {
-		t.Fatalf("the callers got %q and %q after %d questions, %d runs; want one answer, one question, one run",
-			firstText(a), firstText(b), e.asked.Load(), executions(t, ctx, p))
+	for _, transport := range []string{"stdio", "serve-2025"} {
+		t.Run(transport, func(t *testing.T) {
+			ctx := testContext(t)
+			e := &elicitor{action: "accept", release: make(chan struct{})}
+			var p *peer
+			if transport == "stdio" {
+				p = connectWith(t, ctx, proxiedWith(t, withPolicy(t, clientPolicy("each")), chargeServer()...), e.client())
+			} else {
+				s := serveCharge(t, withPolicy(t, clientPolicy("each")))
+				p = connectHTTP(t, ctx, s, s.url, "2025-11-25", e.client(), nil)
+			}
+			first := callAsync(ctx, p, "4242")
+			for e.asked.Load() == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			second := callAsync(ctx, p, "4242")
+			time.Sleep(200 * time.Millisecond) // the retry has reached the proxy
+			close(e.release)
+			a, b := <-first, <-second
+			if a.IsError || firstText(a) != firstText(b) || e.asked.Load() != 1 || executions(t, ctx, p) != 1 {
+				t.Fatalf("the callers got %q and %q after %d questions, %d runs; want one answer, one question, one run",
+					firstText(a), firstText(b), e.asked.Load(), executions(t, ctx, p))
+			}
+		})
 	}
 }
 
