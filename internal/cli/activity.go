@@ -21,8 +21,8 @@ import (
 const activityUsage = `Usage:
   mcp-idempotent activity list --store URL [--tool T] [--state S] [--awaiting] [--since 1h] [--limit N] [--json]
   mcp-idempotent activity show EXE_ID --store URL [--journal FILE ...] [--json]
-  mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE] [--json]
-  mcp-idempotent activity approve|deny EXE_ID --store URL [--note TEXT] [--journal FILE] [--json]
+  mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE [--journal-key KEY]] [--json]
+  mcp-idempotent activity approve|deny EXE_ID --store URL [--note TEXT] [--journal FILE [--journal-key KEY]] [--json]
 `
 
 // parseInterspersed parses flags that may come before or after the
@@ -84,7 +84,8 @@ type activityArgs struct {
 	tool, state, since string   // list
 	limit              int      // list
 	awaiting           bool     // list
-	as, note, journal  string   // resolve
+	as, note, journal  string   // resolve, approve, deny
+	journalKey         string   // resolve, approve, deny
 	journals           []string // show
 	pos                []string
 }
@@ -116,9 +117,11 @@ func parseActivity(args []string) (*activityArgs, error) {
 		fs.StringVar(&a.as, "as", "", "what the execution turned out to be: failed (it did not happen; a retry runs it) or completed (it happened; retries get the note)")
 		fs.StringVar(&a.note, "note", "", "why: recorded with the resolution")
 		fs.StringVar(&a.journal, "journal", "", "append the resolution to the activity journal `FILE`, as a proxy's --journal; refused while a proxy writes it")
+		fs.StringVar(&a.journalKey, "journal-key", "", "sign the --journal with a checkpoint after the line, using the signer key in `FILE`")
 	case "approve", "deny":
 		fs.StringVar(&a.note, "note", "", "why: recorded with the decision, and shown to the callers")
 		fs.StringVar(&a.journal, "journal", "", "append the decision to the activity journal `FILE`, as a proxy's --journal; refused while a proxy writes it")
+		fs.StringVar(&a.journalKey, "journal-key", "", "sign the --journal with a checkpoint after the line, using the signer key in `FILE`")
 	default:
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
@@ -140,6 +143,9 @@ func (a *activityArgs) check() error {
 		if _, err := os.Stat(path); err != nil {
 			return usagef("--store: %v: give the file the proxy used", err)
 		}
+	}
+	if a.journalKey != "" && a.journal == "" {
+		return usagef("--journal-key: it signs the --journal, and none is given")
 	}
 	if a.verb == "resolve" && a.as != string(record.Failed) && a.as != string(record.Completed) {
 		// Checked before the store is opened: the execution's own state

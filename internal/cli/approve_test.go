@@ -119,3 +119,21 @@ func TestTimelineTellsTheDecision(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorChangesSigned: with --journal-key, an operator's decision
+// and resolution are signed in the journal, as a proxy's lines are.
+func TestOperatorChangesSigned(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator)
+	signer, verifier := keygen(t, t.TempDir(), "ops.example.com")
+	file := writeJournal(t, 2)
+	if _, _, err := run(t, "activity", "approve", ids[0], "--store", store, "--journal", file, "--journal-key", signer); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, file)
+	if err != nil || !strings.Contains(stdout, "the newest, at line 4") || stderr != "" {
+		t.Fatalf("audit verify after a signed approval: %v; stdout %q, stderr %q; want a checkpoint after the approval, no unsigned tail", err, stdout, stderr)
+	}
+	if _, _, err := run(t, "activity", "deny", ids[0], "--store", store, "--journal-key", signer); err == nil || !strings.Contains(err.Error(), "--journal-key") {
+		t.Errorf("--journal-key without --journal = %v; want a usage error naming the flag", err)
+	}
+}

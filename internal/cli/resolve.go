@@ -33,7 +33,7 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 	var jw *journal.Writer
 	if a.journal != "" {
 		var err error
-		if jw, err = openOperatorJournal(a.journal, done); err != nil {
+		if jw, err = openOperatorJournal(a.journal, a.journalKey, done); err != nil {
 			return err
 		}
 		defer jw.Close()
@@ -59,10 +59,19 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 }
 
 // openOperatorJournal opens the journal at file for an operator's
-// command, naming the operator as the writer of its lines; done says
-// what the command does, for the error that it did nothing.
-func openOperatorJournal(file, done string) (*journal.Writer, error) {
-	jw, err := journal.OpenWith(file, journal.Options{Writer: journal.Process{Operator: osUser()}})
+// command, naming the operator as the writer of its lines, and signing
+// them with a checkpoint at its close if key names a signer key; done
+// says what the command does, for the error that it did nothing.
+func openOperatorJournal(file, key, done string) (*journal.Writer, error) {
+	opts := journal.Options{Writer: journal.Process{Operator: osUser()}}
+	if key != "" {
+		s, err := readSigner(key)
+		if err != nil {
+			return nil, fmt.Errorf("--journal-key: %w; nothing was %s", err, done)
+		}
+		opts.Signer = s
+	}
+	jw, err := journal.OpenWith(file, opts)
 	if errors.Is(err, journal.ErrLocked) {
 		// A journal has one writer at a time (journal.Open).
 		return nil, fmt.Errorf("--journal %s: %w, such as a proxy; nothing was %s: give this command a journal file of its own, or stop the proxy first", file, journal.ErrLocked, done)
