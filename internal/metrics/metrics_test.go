@@ -259,3 +259,23 @@ func TestCountJournal(t *testing.T) {
 		t.Errorf("want 2 journal errors counted:\n%s", got)
 	}
 }
+
+// deciderStore is a store in memory with a WaitDecided, as a shared store
+// has.
+type deciderStore struct{ *memstore.Store }
+
+func (s deciderStore) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	return s.Get(ctx, id)
+}
+
+// TestTimeStoreKeepsDecider: a store an operator decides in stays one
+// through the wrapper, or approvals by an operator would be refused.
+func TestTimeStoreKeepsDecider(t *testing.T) {
+	s := metrics.New().TimeStore(deciderStore{memstore.New(memstore.Options{})})
+	if _, ok := s.(record.Decider); !ok {
+		t.Fatal("TimeStore of a record.Decider is not one")
+	}
+	if _, ok := s.(record.Lister); !ok {
+		t.Fatal("TimeStore of a record.Decider and Lister is no record.Lister")
+	}
+}
