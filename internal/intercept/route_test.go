@@ -19,6 +19,10 @@ func TestRouteCall(t *testing.T) {
 	keyScoped.Scope = policy.ScopeKey
 	keyScopedRetried := keyScoped
 	keyScopedRetried.Retry = readOnlyRetried.Retry
+	// --scope key on the command line can pair a key scope with an
+	// approval, which the policy file refuses.
+	keyScopedApproved := keyScoped
+	keyScopedApproved.Approval = policy.ApprovalEach
 	const (
 		plain       = `{"name":"t","arguments":{}}`
 		withKey     = `{"name":"t","_meta":{"mcp-idempotent/key":"k1"}}`
@@ -39,6 +43,8 @@ func TestRouteCall(t *testing.T) {
 		{"key scope, no key", plain, keyScoped, RoutePassThrough, ""},
 		{"key scope, no key, retry rule", plain, keyScopedRetried, RouteUnrecorded, ""},
 		{"key scope with a key", withKey, keyScoped, RouteRecorded, ""},
+		{"key scope, no key, approval", plain, keyScopedApproved, 0, "mcp-idempotent/key"},
+		{"key scope with a key, approval", withKey, keyScopedApproved, RouteRecorded, ""},
 		// A read-only call is never matched by key: a bad key does not
 		// refuse it, nor does a deadline it has no use for.
 		{"read only, bad key", badKey, readOnly, RoutePassThrough, ""},
