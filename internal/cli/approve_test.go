@@ -137,3 +137,21 @@ func TestOperatorChangesSigned(t *testing.T) {
 		t.Errorf("--journal-key without --journal = %v; want a usage error naming the flag", err)
 	}
 }
+
+// TestRefusedChangeLeavesNoJournal: a journal file made for a change
+// that is refused is not left behind, empty; one that was there stays.
+func TestRefusedChangeLeavesNoJournal(t *testing.T) {
+	store, ids := awaitingExecutions(t, "")
+	file := filepath.Join(t.TempDir(), "operator.jsonl")
+	if _, _, err := run(t, "activity", "approve", ids[0], "--store", store, "--journal", file); err == nil {
+		t.Fatal("approving an execution that awaits nothing succeeded")
+	}
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("after the refusal the journal file is there (%v); want none", err)
+	}
+	kept := writeJournal(t, 1)
+	run(t, "activity", "resolve", ids[0], "--store", store, "--as", "failed", "--journal", kept)
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("a journal that was there is gone after a refusal: %v", err)
+	}
+}

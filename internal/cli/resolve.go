@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -31,7 +33,10 @@ func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout i
 // said after the record is printed, so it is not lost silently either.
 func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func() (*record.Record, error)) error {
 	var jw *journal.Writer
+	made := false // the journal file is made for this change
 	if a.journal != "" {
+		_, statErr := os.Stat(a.journal)
+		made = errors.Is(statErr, fs.ErrNotExist)
 		var err error
 		if jw, err = openOperatorJournal(a.journal, a.journalKey, done); err != nil {
 			return err
@@ -40,6 +45,11 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 	}
 	r, err := change()
 	if err != nil {
+		if made {
+			// Refused: no empty journal is left behind.
+			jw.Close()
+			os.Remove(a.journal)
+		}
 		return err
 	}
 	if err := a.print(stdout, r); err != nil {
