@@ -48,7 +48,7 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// The store's warnings, for a command whose output is for a person.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, durable, err := openStore(ctx, a.store, log)
+	store, durable, err := openStore(ctx, a.store, log, nil)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -273,7 +274,10 @@ type wiring struct {
 	hasher     *fingerprint.Hasher
 	resolve    proxy.Resolver
 	in         *intercept.Interceptor
-	tracer     trace.Tracer // nil when no OTEL_* variable asks for traces
+	// started is in, once made: the store's purges, which run on its
+	// own goroutines, tell it of the orphans they settle.
+	started atomic.Pointer[intercept.Interceptor]
+	tracer  trace.Tracer // nil when no OTEL_* variable asks for traces
 	// instance sets this process's own request ids upstream apart from
 	// those of another mcp-idempotent before or behind it.
 	instance string
@@ -321,7 +325,13 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	w.resolve = resolve
-	store, durable, err := openStore(ctx, f.store, w.log)
+	store, durable, err := openStore(ctx, f.store, w.log, func(o *record.Record) {
+		// An orphan no call met, settled by a purge: journaled here, as
+		// a takeover a call makes is.
+		if in := w.started.Load(); in != nil {
+			in.JournalOrphan(o)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -510,6 +520,7 @@ func (w *wiring) startInterceptor(ctx context.Context, opts intercept.Options, o
 		obs.WatchAccounts(in.AccountLevels)
 	}
 	w.in = in
+	w.started.Store(in)
 	leases, stopLeases := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopLeases)
 	go in.KeepLeases(leases)

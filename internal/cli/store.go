@@ -36,9 +36,10 @@ var (
 )
 
 // openStore opens the store a --store URL names; what a shared store cannot
-// tell a caller (a purge that failed, a lost subscription) goes to log. A
+// tell a caller (a purge that failed, a lost subscription) goes to log,
+// and orphaned, if set, is told of the orphans its purges settle. A
 // durable store comes back with its closer; the memory store has none.
-func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store, durableStore, error) {
+func openStore(ctx context.Context, url string, log *slog.Logger, orphaned func(*record.Record)) (record.Store, durableStore, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var (
@@ -52,7 +53,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store,
 		if _, _, perr := sqlitestore.ParseURL(url, sqlitestore.Options{}); perr != nil {
 			return nil, nil, usagef("--store: %s: %v", redact(url), perr)
 		}
-		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{})
+		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{Orphaned: orphaned})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
 		// prefix= is ours, not the driver's: several deployments can share
 		// one Redis database under different key prefixes.
@@ -72,7 +73,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger) (record.Store,
 			// deployment's may share.
 			return nil, nil, usagef("--store: schema= is %d bytes long; PostgreSQL names are at most %d", len(schema), maxIdentifier)
 		}
-		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema, Logger: log})
+		s, err = pgstore.Open(ctx, u, pgstore.Options{Schema: schema, Logger: log, Orphaned: orphaned})
 	default:
 		return nil, nil, usagef("--store: %q is not memory, sqlite:PATH, redis://..., rediss://... or postgres://...", redact(url))
 	}

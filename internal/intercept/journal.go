@@ -59,6 +59,29 @@ func (in *Interceptor) journalizeTakeover(req *Request, rec *record.Record) {
 	in.journalize(req, o, record.Change{To: o.State, Note: o.History[len(o.History)-1].Note})
 }
 
+// JournalOrphan journals o, an orphan that the store settled while it
+// purged, in this process: no call met it, so no call's line says so. It
+// is this process's transition, as a takeover a call makes is; its note
+// names the owner that went away.
+func (in *Interceptor) JournalOrphan(o *record.Record) {
+	if len(o.History) == 0 {
+		return
+	}
+	last := o.History[len(o.History)-1]
+	in.log.Info("settled an execution whose owner went away, while purging", "execution", o.ID, "state", o.State, "owner", o.Owner)
+	if in.journal == nil {
+		return
+	}
+	e := journal.Entry{
+		Time: in.now(), Writer: journal.Process{Owner: in.owner}, Execution: o.ID, Tool: o.Tool, State: string(o.State),
+		Attempt: o.Attempts, Upstream: o.Upstream, Actor: o.Actor, Scope: o.Scope, Fingerprint: o.Fingerprint,
+		Note: last.Note, Shadow: in.shadow,
+	}
+	if err := in.journal.Record(e); err != nil {
+		in.log.Error("writing the activity journal", "execution", o.ID, "state", o.State, "err", err)
+	}
+}
+
 // journalize writes rec's move to c.To in the journal, if there is one. req is
 // the caller whose call made the move. Arguments go in with the execution's
 // acceptance, results and errors with the transition that stored them, each

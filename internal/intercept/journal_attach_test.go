@@ -277,3 +277,24 @@ func TestJournalRecordsACallerThatLeft(t *testing.T) {
 		}
 	})
 }
+
+// TestJournalOrphan: an orphan that a store's purge settled, which no
+// call met, is journaled by the process whose store settled it, naming
+// itself as the writer and the owner that went away in the note.
+func TestJournalOrphan(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged).withJournal(j, nil)
+	at := time.Now()
+	o := &record.Record{ID: "exe_gone", Tool: "charge_card", State: record.Unknown, Owner: "proxy-gone", Attempts: 1,
+		History: []record.Transition{{State: record.Accepted, At: at}, {State: record.Dispatched, At: at},
+			{State: record.Unknown, At: at, Note: "owner proxy-gone went away after sending it; no answer was recorded"}}}
+	h.in.JournalOrphan(o)
+	if len(j.entries) != 1 {
+		t.Fatalf("the journal has %d lines; want the orphan's", len(j.entries))
+	}
+	e := j.entries[0]
+	if e.Execution != "exe_gone" || e.State != "unknown" || !strings.Contains(e.Note, "proxy-gone went away") ||
+		e.Writer.Owner != h.in.owner || e.Session != "" {
+		t.Errorf("the orphan's line is %+v; want it unknown, written by this process, the owner gone in the note", e)
+	}
+}

@@ -359,7 +359,8 @@ var (
 // Reserve, before matching, and in Wait, which therefore returns by the
 // lease's end at the latest. The call that settles it says so in the
 // Orphan of the record it returns. A store may also settle orphans that
-// no call meets while it purges; no caller learns of those.
+// no call meets while it purges; no caller learns of those, and a store
+// that does tells of them through a hook of its own options.
 type Store interface {
 	// Reserve claims r.Key for the new record r, atomically: of any number
 	// of concurrent calls for one key, exactly one wins. It wins when no

@@ -10,7 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 )
 
 // journalLine is what the test reads of one line of the activity journal.
@@ -173,4 +179,44 @@ func checkTimeline(t *testing.T, ctx context.Context, id, store, journal, sessio
 	if !slices.Equal(callers, want) {
 		t.Errorf("the timeline's callers %q; want %q", callers, want)
 	}
+}
+
+// TestJournalOrphanSettledByPurge: a proxy killed mid-call leaves an
+// orphan that no call meets again; the next proxy's store settles it as
+// it purges, and that proxy's journal has the line, naming the owner
+// that went away.
+func TestJournalOrphanSettledByPurge(t *testing.T) {
+	needProxy(t)
+	ctx := testContext(t)
+	dir := t.TempDir()
+	store := "sqlite:" + filepath.Join(dir, "records.db")
+	path := filepath.Join(dir, "journal.jsonl")
+	flags := []string{"--store", store, "--scope", "actor", "--actor", "alice", "--lease", "1s"}
+	doomed := connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "3s")...))
+	go doomed.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+	if err := doomed.stderr.waitFor(ctx, "charge_card card=4242"); err != nil {
+		t.Fatalf("the server never received the call: %v", err)
+	}
+	if err := doomed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // its lease lapses
+	p := connect(t, ctx, proxiedWith(t, append(flags, "--journal", path), chargeServer()...))
+	// Other actions: none meets the orphan, and the store purges every
+	// sixteenth reservation.
+	for i := range 16 {
+		charge(t, ctx, p, fmt.Sprintf("card-%d", i), 1)
+	}
+	p.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(data)) {
+		var e journal.Entry
+		if json.Unmarshal([]byte(l), &e) == nil && e.State == "unknown" && strings.Contains(e.Note, "went away after sending it") && e.Writer.Owner != "" {
+			return
+		}
+	}
+	t.Fatalf("the journal has no line for the orphan the purge settled:\n%s", data)
 }

@@ -42,6 +42,10 @@ type Options struct {
 	// the connection, which its statement_timeout cannot catch, fails the
 	// operation after it.
 	Timeout time.Duration
+	// Orphaned, if set, is told of each orphan the store settled while it
+	// purged (record.Store), once that is stored: no call met it, so no
+	// caller learns of it otherwise. It must not block for long.
+	Orphaned func(*record.Record)
 }
 
 // DefaultTimeout is Options.Timeout's default: a second beyond the
@@ -81,12 +85,13 @@ const (
 
 // Store is a record.Store in a PostgreSQL database.
 type Store struct {
-	pool   *pgxpool.Pool
-	now    func() time.Time
-	log    *slog.Logger
-	schema string // as given
-	quoted string // schema as an SQL identifier
-	name   string // the server and schema, for errors: no credentials
+	pool     *pgxpool.Pool
+	now      func() time.Time
+	orphaned func(*record.Record) // Options.Orphaned
+	log      *slog.Logger
+	schema   string // as given
+	quoted   string // schema as an SQL identifier
+	name     string // the server and schema, for errors: no credentials
 
 	setupMu chan struct{} // one schema setup at a time
 	ready   atomic.Bool   // the schema exists
@@ -143,16 +148,17 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		schema = DefaultSchema
 	}
 	s := &Store{
-		now:     opts.Now,
-		log:     opts.Logger,
-		schema:  schema,
-		quoted:  pgx.Identifier{schema}.Sanitize(),
-		name:    fmt.Sprintf("postgres store %s (schema %s)", redact(rawURL), schema),
-		setupMu: make(chan struct{}, 1),
-		waiters: waiters{m: make(map[string]*waitGen)},
-		minPoll: minPoll,
-		maxPoll: maxPoll,
-		timeout: timeout,
+		now:      opts.Now,
+		orphaned: opts.Orphaned,
+		log:      opts.Logger,
+		schema:   schema,
+		quoted:   pgx.Identifier{schema}.Sanitize(),
+		name:     fmt.Sprintf("postgres store %s (schema %s)", redact(rawURL), schema),
+		setupMu:  make(chan struct{}, 1),
+		waiters:  waiters{m: make(map[string]*waitGen)},
+		minPoll:  minPoll,
+		maxPoll:  maxPoll,
+		timeout:  timeout,
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
@@ -667,8 +673,12 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 		return 0, s.fail("purging", err)
 	}
 	for _, r := range orphans {
-		if _, _, err := s.settleOrphan(ctx, s.pool, r, now); err != nil {
+		settled, ok, err := s.settleOrphan(ctx, s.pool, r, now)
+		if err != nil {
 			return 0, s.fail("purging", err)
+		}
+		if ok && s.orphaned != nil {
+			s.orphaned(settled)
 		}
 	}
 	tag, err := s.pool.Exec(ctx, s.q.purge, now, limit)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -141,4 +142,16 @@ func TestSchemaKnowsTheStates(t *testing.T) {
 			t.Errorf("inFlight names %s: %v; want %v", st, named, st.InFlight())
 		}
 	}
+}
+
+func TestPurgeTellsOfOrphans(t *testing.T) {
+	url := serverURL(t)
+	recordtest.RunPurgeTellsOfOrphans(t, func(t *testing.T, now func() time.Time, orphaned func(*record.Record)) record.Store {
+		s, err := Open(context.Background(), url, Options{Now: now, Schema: newSchema(t), Orphaned: orphaned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
 }

@@ -25,13 +25,15 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	var rec *record.Record
 	var won bool
 	var orphan *record.Record
+	var purged []*record.Record
 	err := s.whileBusy(ctx, func() (err error) {
-		rec, won, orphan, err = s.reserve(ctx, r, opts)
+		rec, won, orphan, purged, err = s.reserve(ctx, r, opts)
 		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
 	}
+	s.settledOrphans(purged)
 	if orphan != nil {
 		s.notify(orphan.ID, orphan.State)
 		rec.Orphan = orphan // rec is this call's own
@@ -43,17 +45,26 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 }
 
 // reserve is Reserve's transaction. It also returns the orphan it
-// settled, whose waiters are to be woken once it has committed.
-func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, err error) {
+// settled, whose waiters are to be woken once it has committed, and
+// those its purge settled.
+func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
+	rec, won, orphan, purged, err = s.reserveIn(ctx, r, opts)
+	if err != nil {
+		purged = nil // rolled back
+	}
+	return rec, won, orphan, purged, err
+}
+
+func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
 	defer tx.Rollback()
 	now := s.clock()
 	if s.reserves.Add(1)%purgeEvery == 0 {
-		if _, err := s.purge(ctx, tx, now, purgeBatch); err != nil {
-			return nil, false, nil, fmt.Errorf("purging expired records: %w", err)
+		if _, purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
+			return nil, false, nil, nil, fmt.Errorf("purging expired records: %w", err)
 		}
 	}
 
@@ -62,7 +73,7 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 	case errors.Is(err, sql.ErrNoRows):
 		cur = nil
 	case err != nil:
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
 	if cur != nil {
 		if cur.Orphaned(now) {
@@ -81,20 +92,20 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
 			}
 			if err != nil {
-				return nil, false, nil, err
+				return nil, false, nil, nil, err
 			}
 			if err := tx.Commit(); err != nil {
-				return nil, false, nil, err
+				return nil, false, nil, nil, err
 			}
-			return cur, false, orphan, nil
+			return cur, false, orphan, purged, nil
 		}
 		if orphan != nil {
 			if err := s.writeRecord(ctx, tx, cur); err != nil {
-				return nil, false, nil, err
+				return nil, false, nil, nil, err
 			}
 		}
 		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
-			return nil, false, nil, err
+			return nil, false, nil, nil, err
 		}
 	}
 
@@ -107,14 +118,14 @@ func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err := s.insertRecord(ctx, tx, rec); err != nil {
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-			return nil, false, nil, errors.New("execution id already used")
+			return nil, false, nil, nil, errors.New("execution id already used")
 		}
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
-	return rec, true, orphan, nil
+	return rec, true, orphan, purged, nil
 }
 
 func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -254,54 +265,69 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("purging expired records: %w", err)
 	}
 	defer tx.Rollback()
-	n, err := s.purge(ctx, tx, s.clock(), limit)
+	n, orphans, err := s.purge(ctx, tx, s.clock(), limit)
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
 		return 0, fmt.Errorf("purging expired records: %w", err)
 	}
+	s.settledOrphans(orphans)
 	return n, nil
 }
 
-func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int, error) {
-	if err := s.settleOrphans(ctx, tx, now, limit); err != nil {
-		return 0, err
+// purge settles orphans and drops expired records in tx; it returns how
+// many it dropped, and the orphans it settled.
+func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int, []*record.Record, error) {
+	orphans, err := s.settleOrphans(ctx, tx, now, limit)
+	if err != nil {
+		return 0, nil, err
 	}
 	res, err := tx.StmtContext(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), orphans, err
+}
+
+// settledOrphans wakes the waiters of orphans a purge settled, now
+// committed, and tells Options.Orphaned of each.
+func (s *Store) settledOrphans(orphans []*record.Record) {
+	for _, o := range orphans {
+		s.notify(o.ID, o.State)
+		if s.orphaned != nil {
+			s.orphaned(o)
+		}
+	}
 }
 
 // settleOrphans settles up to limit records whose owner's lease lapsed,
 // as a reservation or a waiter meeting them would (record.OrphanChange):
 // an orphan nobody calls again would otherwise stay in flight for ever,
 // out of reach of the purge that retention promises.
-func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) error {
+func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]*record.Record, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ("+inFlight+") AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var orphans []*record.Record
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		orphans = append(orphans, r)
 	}
 	if err := rows.Close(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range orphans {
 		apply(r, record.OrphanChange(r), now)
 		if err := s.writeRecord(ctx, tx, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return orphans, nil
 }

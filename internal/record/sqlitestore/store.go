@@ -32,6 +32,10 @@ type Options struct {
 	// also "") survives the crash of any process; "full" also survives a
 	// power loss or an operating system crash, with an fsync per change.
 	Sync string
+	// Orphaned, if set, is told of each orphan the store settled while it
+	// purged (record.Store), once that is committed: no call met it, so
+	// no caller learns of it otherwise. It must not block for long.
+	Orphaned func(*record.Record)
 }
 
 // busyTimeout bounds how long a statement waits for the write lock
@@ -69,8 +73,10 @@ var errClosed = errors.New("sqlite store closed")
 // the host, may use one file at once.
 type Store struct {
 	now func() time.Time
-	w   *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
-	r   *sql.DB // a pool for reads, which WAL lets run beside the writer
+	// orphaned is Options.Orphaned.
+	orphaned func(*record.Record)
+	w        *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
+	r        *sql.DB // a pool for reads, which WAL lets run beside the writer
 	// l is one connection for Renew alone. Behind w it would wait its
 	// turn with every write of the process, for longer than a lease
 	// under load, and the leases of live executions would lapse.
@@ -241,7 +247,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)

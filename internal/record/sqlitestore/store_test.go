@@ -596,3 +596,9 @@ func TestDecisions(t *testing.T) {
 		return open(t, path, sqlitestore.Options{}), open(t, path, sqlitestore.Options{})
 	})
 }
+
+func TestPurgeTellsOfOrphans(t *testing.T) {
+	recordtest.RunPurgeTellsOfOrphans(t, func(t *testing.T, now func() time.Time, orphaned func(*record.Record)) record.Store {
+		return open(t, dbPath(t), sqlitestore.Options{Now: now, Orphaned: orphaned})
+	})
+}
