@@ -86,11 +86,14 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 		}
 		return
 	}
+	// Noted before the write, which a transport that delivers at once
+	// (stdio) has done when it returns: the client may have read the
+	// question and sent the call again before this goroutine goes on.
+	in.questions.taken(id)
 	err := req.Reply.Reply(a)
 	if err != nil {
+		in.questions.untaken(id)
 		in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
-	} else {
-		in.questions.taken(id)
 	}
 	in.journalizeAttach(req, err) // a caller asked again has its line
 }
@@ -139,6 +142,16 @@ func (q *questions) taken(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.at(id).taken = true
+}
+
+// untaken notes that the question of execution id did not reach its
+// caller after all.
+func (q *questions) untaken(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if qq := q.m[id]; qq != nil {
+		qq.taken = false
+	}
 }
 
 // out reports whether the question of execution id was taken.

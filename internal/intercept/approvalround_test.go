@@ -175,3 +175,35 @@ func TestApprovalQuestionAgainJournaled(t *testing.T) {
 		t.Errorf("the journal's callers %v; want the one asked again, waited/question", got)
 	}
 }
+
+// replyHook is a caller whose transport delivers at once, and whose
+// client acts on the answer before the write returns: hook runs then.
+type replyHook struct {
+	*answers
+	hook func()
+}
+
+func (r *replyHook) Reply(a Answer) error {
+	err := r.answers.Reply(a)
+	if r.hook != nil {
+		r.hook()
+	}
+	return err
+}
+
+// TestApprovalRetryRacesTheQuestion: a call sent again the moment its
+// question reached the client, before the proxy's write returned, waits
+// for the answer to it: the user is asked once.
+func TestApprovalRetryRacesTheQuestion(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	var retry *answers
+	req, a := h.request(t, roundCall(args, nil, ""))
+	req.Reply = &replyHook{answers: a, hook: func() { retry = h.call(t.Context(), t, roundCall(args, nil, "")) }}
+	h.in.Handle(t.Context(), req)
+	round := asRound(t, a.only(t))
+	view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t))
+	if ans := retry.only(t); ans.Error != nil || strings.Contains(string(ans.Result), "input_required") {
+		t.Fatalf("the retry sent as the question arrived got %s %s; want the charge, not the question again", ans.Result, ans.Error)
+	}
+}
