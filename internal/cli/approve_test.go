@@ -72,6 +72,12 @@ func TestApproveJournals(t *testing.T) {
 	if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
 		t.Errorf("audit verify after the approval = %q, %v; want 3 lines that verify", stdout, err)
 	}
+	// The timeline tells the decision no session made, and who made it.
+	stdout, _, err = run(t, "activity", "show", ids[0], "--store", store, "--journal", file)
+	if want := "authorized, written by operator " + osUser(); err != nil || !strings.Contains(stdout, "outside any session:") ||
+		!strings.Contains(stdout, want) || !strings.Contains(stdout, "by "+osUser()+": change ticket 42") {
+		t.Errorf("activity show --journal = %q, %v; want the approval outside any session, %q", stdout, err, want)
+	}
 	if stdout, _, err := run(t, "activity", "list", "--store", store, "--awaiting"); err != nil || strings.Contains(stdout, ids[0]) {
 		t.Errorf("activity list --awaiting after the approval = %q, %v; want it gone", stdout, err)
 	}

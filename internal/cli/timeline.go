@@ -43,6 +43,19 @@ type sessionsPart struct {
 	Actor     string        `json:"actor"`
 	Scope     string        `json:"scope"`
 	Sessions  []sessionCall `json:"sessions"`
+	// Outside are the journal's lines about the execution that no
+	// session made: an operator's resolution or decision, an orphan's
+	// takeover by another proxy or its store's purge.
+	Outside []outsideLine `json:"outside"`
+}
+
+// An outsideLine is one transition no session made, and who made it.
+type outsideLine struct {
+	At     time.Time       `json:"at"`
+	State  string          `json:"state"`
+	Writer journal.Process `json:"writer"`
+	By     string          `json:"by,omitempty"`
+	Note   string          `json:"note,omitempty"`
 }
 
 // A sessionCall is one session whose calls map to the execution.
@@ -267,11 +280,15 @@ func readEntries(path string, n int) ([]journal.Entry, error) {
 // sessions the execution's lines name, in the order they first appear,
 // each joined to its own session lines.
 func sessionsOf(r *record.Record, lines []journal.Entry, journaled bool) sessionsPart {
-	p := sessionsPart{Journaled: journaled, Actor: r.Actor, Scope: r.Scope, Sessions: []sessionCall{}}
+	p := sessionsPart{Journaled: journaled, Actor: r.Actor, Scope: r.Scope, Sessions: []sessionCall{}, Outside: []outsideLine{}}
 	index := make(map[string]int)
 	for _, e := range lines {
-		if e.Session == "" || e.Execution == "" {
-			continue // a line of an operator or of an orphan's taker, or a session line
+		if e.Execution == "" {
+			continue // a session line
+		}
+		if e.Session == "" {
+			p.Outside = append(p.Outside, outsideLine{At: e.Time, State: cmp.Or(e.State, e.Event), Writer: e.Writer, By: e.By, Note: e.Note})
+			continue
 		}
 		i, ok := index[e.Session]
 		if !ok {

@@ -38,6 +38,7 @@ func printTimeline(w io.Writer, tl *timeline) {
 }
 
 func printSessions(w io.Writer, p *sessionsPart) {
+	defer printOutside(w, p.Outside)
 	switch {
 	case !p.Journaled:
 		fmt.Fprintf(w, "  only a journal tells (give --journal FILE); the record names actor %q, scope %q\n", p.Actor, p.Scope)
@@ -59,6 +60,29 @@ func printSessions(w io.Writer, p *sessionsPart) {
 		if !s.Ended.IsZero() {
 			fmt.Fprintf(w, "    ended %s (%s)\n", stamp(s.Ended), s.EndNote)
 		}
+	}
+}
+
+// printOutside prints the transitions no session made, with who made
+// them.
+func printOutside(w io.Writer, lines []outsideLine) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "  outside any session:")
+	for _, l := range lines {
+		who := strings.TrimSpace(fmt.Sprintf("%s pid %d", l.Writer.Host, l.Writer.PID))
+		switch {
+		case l.Writer.Operator != "":
+			who = "operator " + l.Writer.Operator + " on " + who
+		case l.Writer.Owner != "":
+			who = l.Writer.Owner + " on " + who
+		}
+		note := l.Note
+		if l.By != "" {
+			note = strings.TrimSuffix("by "+l.By+": "+note, ": ")
+		}
+		fmt.Fprintf(w, "    %s  %s, written by %s: %s\n", stamp(l.At), l.State, who, note)
 	}
 }
 
