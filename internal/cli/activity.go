@@ -19,7 +19,7 @@ import (
 )
 
 const activityUsage = `Usage:
-  mcp-idempotent activity list --store URL [--tool T] [--state S] [--awaiting] [--since 1h] [--limit N] [--json]
+  mcp-idempotent activity list --store URL [--tool T] [--fingerprint F] [--state S] [--awaiting] [--since 1h] [--limit N] [--json]
   mcp-idempotent activity show EXE_ID --store URL [--journal FILE ...] [--json]
   mcp-idempotent activity resolve EXE_ID --as failed|completed --store URL [--note TEXT] [--journal FILE [--journal-key KEY]] [--json]
   mcp-idempotent activity approve|deny EXE_ID --store URL [--note TEXT] [--journal FILE [--journal-key KEY]] [--json]
@@ -82,6 +82,7 @@ type activityArgs struct {
 	verb, store        string
 	json               bool
 	tool, state, since string   // list
+	fingerprint        string   // list
 	limit              int      // list
 	awaiting           bool     // list
 	as, note, journal  string   // resolve, approve, deny
@@ -104,6 +105,7 @@ func parseActivity(args []string) (*activityArgs, error) {
 	switch a.verb {
 	case "list":
 		fs.StringVar(&a.tool, "tool", "", "only this tool's executions")
+		fs.StringVar(&a.fingerprint, "fingerprint", "", "only executions of this fingerprint, as activity show prints it")
 		fs.StringVar(&a.state, "state", "", "only executions in this state")
 		fs.StringVar(&a.since, "since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
 		fs.IntVar(&a.limit, "limit", 100, "at most this many")
@@ -178,7 +180,7 @@ func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.W
 	if !ok {
 		return fmt.Errorf("the store %s cannot list its executions", redact(a.store))
 	}
-	f := record.Filter{Tool: a.tool, State: record.State(a.state), Awaiting: a.awaiting, Limit: a.limit}
+	f := record.Filter{Tool: a.tool, Fingerprint: a.fingerprint, State: record.State(a.state), Awaiting: a.awaiting, Limit: a.limit}
 	if a.since != "" {
 		d, err := parseDays(a.since)
 		if err != nil {

@@ -183,8 +183,8 @@ type related struct {
 	Later     bool         `json:"later"` // accepted after this one
 }
 
-// relatedBound is how many of a tool's executions activity show reads to
-// find those of the same fingerprint: a Filter cannot name one.
+// relatedBound is how many executions of the same fingerprint activity
+// show reads at most.
 const relatedBound = 1000
 
 // show prints the timeline of execution a.pos[0].
@@ -413,7 +413,7 @@ func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPa
 		return p, nil
 	}
 	accepted := r.At(record.Accepted)
-	f := record.Filter{Tool: r.Tool, Limit: relatedBound}
+	f := record.Filter{Tool: r.Tool, Fingerprint: r.Fingerprint, Limit: relatedBound}
 	var until time.Time
 	if r.Retention > 0 && !accepted.IsZero() {
 		f.Since, until = accepted.Add(-r.Retention), accepted.Add(r.Retention)
@@ -423,14 +423,14 @@ func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPa
 		return p, fmt.Errorf("listing the executions of %s: %w", r.Tool, err)
 	}
 	p.Truncated = len(recs) == relatedBound
-	p.Searched = fmt.Sprintf("the newest %d executions of %s", relatedBound, r.Tool)
+	p.Searched = "the store's executions of " + r.Tool
 	if !f.Since.IsZero() {
 		p.Searched += fmt.Sprintf(" accepted from %s to %s (its retention, %s, either side)",
 			stamp(f.Since), stamp(until), r.Retention)
 	}
 	for _, o := range recs {
 		at := o.At(record.Accepted)
-		if o.ID == r.ID || o.Fingerprint != r.Fingerprint || !until.IsZero() && at.After(until) {
+		if o.ID == r.ID || !until.IsZero() && at.After(until) {
 			continue
 		}
 		p.Related = append(p.Related, related{ID: o.ID, State: o.State, Accepted: at,

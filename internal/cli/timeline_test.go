@@ -174,7 +174,7 @@ func TestShowTellsTheStoryInOrder(t *testing.T) {
 		{headAnswer, []string{"completed", fmt.Sprintf("result: %d bytes, isError false", in.resultLen)}, []string{"unknown"}},
 		{headCallers, []string{in.s1, "request 7", "started", "got answer", "taken",
 			in.s2, "request 3", "replay", "taken", in.s2, "request 4", "waited", "not taken: client went away"}, nil},
-		{headLater, []string{"1 later call attached", "no client key", "among the newest 1000 executions of charge_card",
+		{headLater, []string{"1 later call attached", "no client key", "among the store's executions of charge_card",
 			in.earlier, "failed", "earlier", in.later, "later: a fresh execution", "client key"}, []string{in.otherAction}},
 	}
 	for _, tt := range tests {
@@ -263,6 +263,58 @@ func TestShowWithoutAJournal(t *testing.T) {
 	}
 	if s := sec[headCallers]; !strings.Contains(s, "1 caller attached") {
 		t.Errorf("callers without a journal:\n%s\nwant the record's count", s)
+	}
+}
+
+// TestShowFindsTheFingerprintPastOthers: an earlier execution of the same
+// fingerprint is found however many calls of the same tool, with other
+// arguments, came between.
+func TestShowFindsTheFingerprintPastOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	reserve := func(key, fp string) string {
+		r := &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: fp, Actor: "alice",
+			Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}
+		got, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.ID
+	}
+	earlier := reserve("k", "fp1")
+	if _, err := s.Update(t.Context(), earlier, record.Change{To: record.Failed, Note: "refused upstream"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range relatedBound + 1 {
+		reserve(fmt.Sprint("other-", i), fmt.Sprint("fp-other-", i))
+	}
+	id := reserve("k", "fp1")
+	out, _, err := run(t, "activity", "show", id, "--store", "sqlite:"+path, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tl timeline
+	if err := json.Unmarshal([]byte(out), &tl); err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Later.Related) != 1 || tl.Later.Related[0].ID != earlier {
+		t.Errorf("%d related executions; want only %s, with %d calls of other arguments between",
+			len(tl.Later.Related), earlier, relatedBound+1)
+	}
+	out, _, err = run(t, "activity", "list", "--store", "sqlite:"+path, "--fingerprint", "fp1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*record.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].ID != id || recs[1].ID != earlier {
+		t.Errorf("activity list --fingerprint fp1 gave %d executions; want %s and %s", len(recs), id, earlier)
 	}
 }
 

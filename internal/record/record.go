@@ -399,13 +399,24 @@ type Store interface {
 
 // A Filter selects records for List.
 type Filter struct {
-	Tool  string    // only this tool's executions, if set
-	State State     // only executions in this state, if set
-	Since time.Time // only executions accepted at or after this, if set
+	Tool        string    // only this tool's executions, if set
+	Fingerprint string    // only executions of this fingerprint, if set
+	State       State     // only executions in this state, if set
+	Since       time.Time // only executions accepted at or after this, if set
 	// Awaiting keeps only executions in Accepted that wait for an
 	// approval (Record.Awaiting set).
 	Awaiting bool
 	Limit    int // at most this many; 0 means 100
+}
+
+// Matches reports whether r passes f's tests on the record's fields: all
+// of them but Since and Limit, which a store applies as it reads.
+func (f Filter) Matches(r *Record) bool {
+	awaits := r.State == Accepted && r.Awaiting != ""
+	return (f.Tool == "" || r.Tool == f.Tool) &&
+		(f.Fingerprint == "" || r.Fingerprint == f.Fingerprint) &&
+		(f.State == "" || r.State == f.State) &&
+		(!f.Awaiting || awaits)
 }
 
 // A Lister lists execution records, newest first. Stores that outlive the

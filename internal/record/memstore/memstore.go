@@ -478,8 +478,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	}
 	var recs []*record.Record
 	for _, r := range s.Records() {
-		awaits := r.State == record.Accepted && r.Awaiting != ""
-		if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && (!f.Awaiting || awaits) && r.ID >= floor {
+		if f.Matches(r) && r.ID >= floor {
 			recs = append(recs, r)
 		}
 	}

@@ -29,6 +29,9 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	if f.Tool != "" {
 		q += " AND tool = " + arg(f.Tool)
 	}
+	if f.Fingerprint != "" {
+		q += " AND fingerprint = " + arg(f.Fingerprint)
+	}
 	if f.State != "" {
 		q += " AND state = " + arg(string(f.State))
 	}

@@ -449,6 +449,9 @@ func testList(t *testing.T, s record.Store, clock *Clock) {
 	for i, tool := range []string{"charge_card", "refund", "charge_card", "charge_card"} {
 		r := newRecord(fmt.Sprintf("list-%d", i))
 		r.ID, r.Tool = record.NewID(clock.Now()), tool
+		if i == 2 {
+			r.Fingerprint = "list-0" // a later call of the first's fingerprint
+		}
 		mustReserve(t, s, r, record.ReserveOptions{})
 		if i%2 == 1 {
 			mustUpdate(t, s, r.ID, record.Change{To: record.Failed})
@@ -463,6 +466,8 @@ func testList(t *testing.T, s record.Store, clock *Clock) {
 	}{
 		{"all, newest first", record.Filter{}, []string{ids[3], ids[2], ids[1], ids[0]}},
 		{"by tool", record.Filter{Tool: "charge_card"}, []string{ids[3], ids[2], ids[0]}},
+		{"by fingerprint", record.Filter{Fingerprint: "list-0"}, []string{ids[2], ids[0]}},
+		{"by tool and fingerprint", record.Filter{Tool: "refund", Fingerprint: "list-0"}, nil},
 		{"by state", record.Filter{State: record.Failed}, []string{ids[3], ids[1]}},
 		{"since", record.Filter{Since: start.Add(90 * time.Second)}, []string{ids[3], ids[2]}},
 		{"limit", record.Filter{Limit: 1}, []string{ids[3]}},

@@ -74,8 +74,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 				if err != nil {
 					return nil, s.wrap(op, err)
 				}
-				awaits := r.State == record.Accepted && r.Awaiting != ""
-				if (f.Tool == "" || r.Tool == f.Tool) && (f.State == "" || r.State == f.State) && (!f.Awaiting || awaits) {
+				if f.Matches(r) {
 					recs = append(recs, s.attaches.Show(r))
 				}
 			}

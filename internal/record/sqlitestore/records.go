@@ -217,6 +217,10 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		q += " AND tool = ?"
 		args = append(args, f.Tool)
 	}
+	if f.Fingerprint != "" {
+		q += " AND fingerprint = ?"
+		args = append(args, f.Fingerprint)
+	}
 	if f.State != "" {
 		q += " AND state = ?"
 		args = append(args, string(f.State))
