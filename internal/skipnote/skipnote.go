@@ -11,9 +11,11 @@ package skipnote
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -69,7 +71,13 @@ func Report(pkg string) {
 		return // no terminal: nobody to tell, and the output is captured
 	}
 	defer tty.Close()
+	report(tty, pkg, groups)
+}
+
+// report writes Report's lines to w, a group a line, in order.
+func report(w io.Writer, pkg string, groups map[string]string) {
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
-		fmt.Fprintf(tty, "%s: skipped the %s tests: %s\n", pkg, g, groups[g])
+		why := strings.Join(strings.Fields(groups[g]), " ") // one line each
+		fmt.Fprintf(w, "%s: skipped the %s tests: %s\n", pkg, g, why)
 	}
 }

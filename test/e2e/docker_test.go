@@ -12,8 +12,9 @@ import (
 )
 
 // TestDockerImage builds the Dockerfile and runs the image: the binary
-// starts and knows its version. It needs a Docker engine, and skips,
-// saying so, where there is none (the docker client alone is not enough).
+// knows its version, and serves: five identical calls through it charge
+// once. It needs a Docker engine, and skips, saying so, where there is
+// none (the docker client alone is not enough).
 func TestDockerImage(t *testing.T) {
 	docker, err := exec.LookPath("docker")
 	if err != nil {
@@ -22,7 +23,7 @@ func TestDockerImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, docker, "info").CombinedOutput(); err != nil {
-		skipnote.Skip(t, "Docker image", fmt.Sprintf("no Docker engine answers (docker info: %v): the image is not built here\n%s", err, firstLine(out)))
+		skipnote.Skip(t, "Docker image", fmt.Sprintf("no Docker engine answers (docker info: %v: %s): the image is not built here", err, lastLine(out)))
 	}
 	const tag = "mcp-idempotent:e2e-test"
 	build := exec.CommandContext(ctx, docker, "build", "--build-arg", "VERSION=0.0.0-e2e", "-t", tag, moduleRoot)
@@ -34,9 +35,18 @@ func TestDockerImage(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "mcp-idempotent 0.0.0-e2e" {
 		t.Fatalf("docker run %s version: %v, %q; want mcp-idempotent 0.0.0-e2e", tag, err, out)
 	}
+
+	// The image's purpose: serve in front of an HTTP upstream. The host's
+	// network lets the container reach the test's upstream on loopback.
+	cmd := exec.Command(docker, "run", "--rm", "--network", "host", tag,
+		"serve", "--listen", "127.0.0.1:0", "--upstream", httpChargeServer(t))
+	s := startServed(t, cmd)
+	fiveChargesOneExecution(t, ctx, connectHTTP(t, ctx, s, s.url, "", nil, nil), "4242")
 }
 
-func firstLine(b []byte) string {
-	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return s
+// lastLine is the last line of b: the one in which docker says what is
+// wrong, after the lines of what it could tell.
+func lastLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }

@@ -54,6 +54,13 @@ func startServeEnv(t *testing.T, env []string, args ...string) *served {
 	needProxy(t)
 	cmd := exec.Command(proxyBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1"), env...)
+	return startServed(t, cmd)
+}
+
+// startServed starts cmd, a serve command in some wrapping, as startServe
+// does, and stops it with SIGINT when the test ends.
+func startServed(t *testing.T, cmd *exec.Cmd) *served {
+	t.Helper()
 	s := &served{cmd: cmd, stderr: new(syncBuffer)}
 	cmd.Stderr = s.stderr
 	// The upstream child inherits stderr and may outlive serve for a moment.

@@ -173,10 +173,7 @@ func privateRedis(t *testing.T, port int) (stop func()) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("MCPI_REQUIRE_SERVICES") == "1" {
-			t.Fatal("redis-server is not installed and MCPI_REQUIRE_SERVICES=1")
-		}
-		t.Skip("redis-server is not installed: this test starts and stops a Redis of its own")
+		skipnote.Unavailable(t, "Redis restart", "redis-server is not installed: this test starts and stops a Redis of its own")
 	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := cmd.Start(); err != nil {
