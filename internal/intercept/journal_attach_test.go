@@ -287,7 +287,7 @@ func TestJournalOrphan(t *testing.T) {
 	at := time.Now()
 	o := &record.Record{ID: "exe_gone", Tool: "charge_card", State: record.Unknown, Owner: "proxy-gone", Attempts: 1,
 		History: []record.Transition{{State: record.Accepted, At: at}, {State: record.Dispatched, At: at},
-			{State: record.Unknown, At: at, Note: "owner proxy-gone went away after sending it; no answer was recorded"}}}
+			{State: record.Unknown, At: at, Note: "owner proxy-gone went away after recording its dispatch, before any answer: it may or may not have sent it"}}}
 	h.in.JournalOrphan(o)
 	if len(j.entries) != 1 {
 		t.Fatalf("the journal has %d lines; want the orphan's", len(j.entries))

@@ -198,7 +198,10 @@ func OrphanChange(r *Record) Change {
 	case Authorized:
 		return Change{To: Failed, Note: "owner " + r.Owner + " went away after its approval, before sending it"}
 	}
-	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after sending it; no answer was recorded"}
+	// The dispatch is recorded before the bytes go, the first often with
+	// the reservation itself: an owner gone since may not have sent them.
+	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after recording its dispatch, " +
+		"before any answer: it may or may not have sent it"}
 }
 
 // WithOrphan returns r, or a copy of it whose Orphan is orphan if that

@@ -214,7 +214,7 @@ func TestJournalOrphanSettledByPurge(t *testing.T) {
 	}
 	for l := range strings.Lines(string(data)) {
 		var e journal.Entry
-		if json.Unmarshal([]byte(l), &e) == nil && e.State == "unknown" && strings.Contains(e.Note, "went away after sending it") && e.Writer.Owner != "" {
+		if json.Unmarshal([]byte(l), &e) == nil && e.State == "unknown" && strings.Contains(e.Note, "went away after recording its dispatch") && e.Writer.Owner != "" {
 			return
 		}
 	}

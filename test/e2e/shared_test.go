@@ -135,7 +135,7 @@ func TestKilledProxyAfterDispatch(t *testing.T) {
 	}
 	id := executionID(res)
 	out, stderr, code := runProxy(t, ctx, "activity", "show", id, "--store", store)
-	if code != 0 || !strings.Contains(out, "dispatched") || !strings.Contains(out, "went away after sending it") {
+	if code != 0 || !strings.Contains(out, "dispatched") || !strings.Contains(out, "went away after recording its dispatch") {
 		t.Fatalf("activity show exited %d:\n%s%s\nwant the dispatch and the takeover", code, out, stderr)
 	}
 }

@@ -273,7 +273,7 @@ var reserveSQL = params(`
 WITH ins AS (
 	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
 		attempts, attached, result, error, retention, owner, lease_until, awaiting)
-	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, 'accepted', $history,
+	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, $state, $history,
 		$attempts, $attached, $result, $error, $retention, $owner, $lease_until, $awaiting)
 	ON CONFLICT (key) WHERE holds_key DO NOTHING
 	RETURNING `+columns+`
@@ -286,7 +286,7 @@ SELECT true, `+columns+` FROM ins
 UNION ALL
 SELECT false, `+columns+` FROM att`,
 	"id", "key", "fingerprint", "actor", "scope", "upstream", "tool", "history", "attempts", "attached",
-	"result", "error", "retention", "owner", "lease_until", "now", "replace", "awaiting")
+	"result", "error", "retention", "owner", "lease_until", "now", "replace", "awaiting", "state")
 
 // holderSQL reads the record holding a key.
 const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 AND holds_key`
@@ -375,7 +375,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	defer conn.Release()
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	history, err := json.Marshal([]record.Transition{{State: record.Accepted, At: now}})
+	// The record as inserted: accepted, or, asked to, dispatched too in
+	// the same statement, one WAL sync for both.
+	fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts}
+	if opts.Dispatch {
+		fresh.Apply(record.Change{To: record.Dispatched}, now)
+	}
+	history, err := json.Marshal(fresh.History)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
 	}
@@ -394,8 +400,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		}
 		var won bool
 		rec, err := scanRecord(conn.QueryRow(ctx, s.q.reserve,
-			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, r.Attempts, r.Attached,
-			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting), &won)
+			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
+			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
+			string(fresh.State)), &won)
 		switch {
 		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
 			// Attached to; a caller whose client key names another

@@ -61,15 +61,21 @@ func encBytes(b json.RawMessage) string {
 	return "=" + string(b)
 }
 
-// newFields returns the hash fields of r, reserved as accepted at now, as
-// arguments for HSET.
-func newFields(r *record.Record, now string) []any {
-	hist, _ := json.Marshal([][3]string{{string(record.Accepted), now, ""}})
+// newFields returns the hash fields of r, reserved at now as accepted,
+// or as accepted and dispatched at once, as arguments for HSET.
+func newFields(r *record.Record, now string, dispatch bool) []any {
+	state, attempts := record.Accepted, r.Attempts
+	hist := [][3]string{{string(record.Accepted), now, ""}}
+	if dispatch {
+		state, attempts = record.Dispatched, attempts+1
+		hist = append(hist, [3]string{string(record.Dispatched), now, ""})
+	}
+	histJSON, _ := json.Marshal(hist)
 	f := []any{
 		"id", r.ID, "key", r.Key, "fingerprint", r.Fingerprint,
 		"actor", r.Actor, "scope", r.Scope, "upstream", r.Upstream, "tool", r.Tool,
-		"state", string(record.Accepted), "history", hist,
-		"attempts", r.Attempts, "attached", r.Attached,
+		"state", string(state), "history", histJSON,
+		"attempts", attempts, "attached", r.Attached,
 		"retention", encDuration(r.Retention), "expires_at", "",
 		"owner", r.Owner, "lease_until", encTime(r.LeaseUntil),
 	}
@@ -85,15 +91,18 @@ func newFields(r *record.Record, now string) []any {
 	return f
 }
 
-// accepted returns what Reserve stored for r at now: memstore's rules, a
-// copy of r as accepted.
-func accepted(r *record.Record, now string) *record.Record {
+// reserved returns what Reserve stored for r at now, as newFields does:
+// memstore's rules, a copy of r as accepted, and dispatched if asked.
+func reserved(r *record.Record, now string, dispatch bool) *record.Record {
 	at, _ := decTime(now)
 	rec := r.Clone()
 	rec.State = record.Accepted
 	rec.History = []record.Transition{{State: record.Accepted, At: at}}
 	rec.ExpiresAt = time.Time{}
 	rec.LeaseUntil, _ = decTime(encTime(r.LeaseUntil))
+	if dispatch {
+		rec.Apply(record.Change{To: record.Dispatched}, at)
+	}
 	return rec
 }
 

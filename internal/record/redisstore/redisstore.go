@@ -228,7 +228,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	for _, st := range opts.Replace {
 		replace += string(st) + ","
 	}
-	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now)...)
+	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now, opts.Dispatch)...)
 	// The script writes the id's index when it wins, so that another
 	// process finds the record by its id from the start (one that
 	// attached to it waits on it by id, while this one may wait for its
@@ -253,7 +253,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	switch won {
 	case 1:
-		rec := accepted(r, now)
+		rec := reserved(r, now, opts.Dispatch)
 		s.tags.put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
 		if oid != "" && len(v) > 3 {

@@ -291,14 +291,13 @@ func TestRoundTrips(t *testing.T) {
 			name string
 			do   func() error
 		}{
-			{"Reserve", func() error {
-				_, won, err := s.Reserve(ctx, r, record.ReserveOptions{})
-				if err == nil && !won {
-					err = fmt.Errorf("did not win")
+			{"Reserve and dispatch", func() error {
+				got, won, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true})
+				if err == nil && (!won || got.State != record.Dispatched) {
+					err = fmt.Errorf("won=%v, %s; want won, dispatched", won, got.State)
 				}
 				return err
 			}},
-			{"Update dispatched", func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); return err }},
 			{"Update completed", func() error {
 				_, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
 				return err
@@ -318,8 +317,8 @@ func TestRoundTrips(t *testing.T) {
 	execute("warm-up", false) // connections made; their handshakes are not counted
 	c.n.Store(0)
 	execute("one", true)
-	if n := c.n.Load(); n != 4 {
-		t.Errorf("a new execution took %d round trips; want 4 (Reserve and 3 Updates)", n)
+	if n := c.n.Load(); n != 3 {
+		t.Errorf("a new execution took %d round trips; want 3 (Reserve, dispatched with it, and 2 Updates)", n)
 	}
 
 	before := c.n.Load()

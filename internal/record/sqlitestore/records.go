@@ -115,6 +115,10 @@ func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.Res
 	rec.LeaseUntil = opts.LeaseFrom(r, now)
 	rec.History = []record.Transition{{State: record.Accepted, At: now}}
 	rec.ExpiresAt = time.Time{}
+	if opts.Dispatch {
+		// One commit, one fsync, for the reservation and the dispatch.
+		apply(rec, record.Change{To: record.Dispatched}, now)
+	}
 	if err := s.insertRecord(ctx, tx, rec); err != nil {
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
