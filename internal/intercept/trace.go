@@ -28,10 +28,12 @@ func (in *Interceptor) decided(req *Request, tool string, decision string) {
 }
 
 // traceRecord marks req's span with the execution rec, in the state the
-// call found or left it.
+// call found or left it, and its sends so far: a call answered from the
+// record sends nothing itself, and its span says what the execution took.
 func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
 	if in.tracer != nil {
-		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID), telemetry.State.String(string(rec.State)))
+		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID),
+			telemetry.State.String(string(rec.State)), telemetry.Attempts.Int(rec.Attempts))
 	}
 }
 
