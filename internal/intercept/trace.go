@@ -37,6 +37,33 @@ func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
 	}
 }
 
+// traceAsk starts the span of the question to req's caller's user, under
+// the call's span, and returns the context to ask in and the function
+// that ends the span with the decision the answer made.
+func (in *Interceptor) traceAsk(req *Request) (context.Context, func(record.Change)) {
+	if in.tracer == nil {
+		return req.bg, func(record.Change) {}
+	}
+	ctx, span := telemetry.StartElicitation(req.bg, in.tracer, req.Call.Name)
+	return ctx, func(c record.Change) {
+		span.SetAttributes(telemetry.Approval.String(approvalOutcome(c)))
+		span.End()
+	}
+}
+
+// approvalOutcome names what a decision on an approval came to.
+func approvalOutcome(c record.Change) string {
+	switch {
+	case c.To == record.Authorized:
+		return "approved"
+	case c.Via == record.ViaTimeout:
+		return "timeout"
+	case c.To == record.Refused:
+		return "refused"
+	}
+	return "none"
+}
+
 // traceEvent adds an event to req's span: a wait the proxy made.
 func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration, attrs ...attribute.KeyValue) {
 	if in.tracer != nil {

@@ -2,12 +2,15 @@ package intercept
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 // traced gives h an interceptor that traces into the returned recorder,
@@ -55,5 +58,48 @@ func TestReplayedCallsNameTheirAttempts(t *testing.T) {
 		if got := spanAttr(s, "mcp_idempotent.attempts"); got != "1" {
 			t.Errorf("the %s call's span has mcp_idempotent.attempts %q; want 1", name, got)
 		}
+	}
+}
+
+// TestClientApprovalIsASpan: asking the client's user is a child span of
+// the call's, elicitation/create, that says what came of it.
+func TestClientApprovalIsASpan(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		answer func(context.Context, json.RawMessage) (json.RawMessage, error)
+		want   string
+	}{
+		{"accepted", elicited("accept", ""), "approved"},
+		{"declined", elicited("decline", ""), "refused"},
+		{"unanswered", func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}, "timeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := approving(policy.ApprovalEach, policy.ApproverClient)
+			h.pol.ApprovalTimeout = 10 * time.Millisecond
+			rec, call := traced(h, newAsker(tt.answer))
+			parent := call(t)
+			var asks []sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				if s.Name() == "elicitation/create" {
+					asks = append(asks, s)
+				}
+			}
+			if len(asks) != 1 {
+				t.Fatalf("%d elicitation/create spans; want 1", len(asks))
+			}
+			ask := asks[0]
+			if ask.Parent().SpanID() != parent.SpanContext().SpanID() {
+				t.Errorf("the ask's span is under %v; want the call's", ask.Parent().SpanID())
+			}
+			if got := spanAttr(ask, "mcp_idempotent.approval"); got != tt.want {
+				t.Errorf("mcp_idempotent.approval %q; want %q", got, tt.want)
+			}
+			if got := spanAttr(ask, "mcp_idempotent.approver"); got != "client" {
+				t.Errorf("mcp_idempotent.approver %q; want client", got)
+			}
+		})
 	}
 }
