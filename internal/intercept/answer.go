@@ -40,6 +40,11 @@ const (
 
 // answer writes a settled record's answer to one caller, marked as m says.
 func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Record, m marking) {
+	if m == replayed {
+		// The record as the caller gets it: an attached caller found
+		// it under way.
+		in.traceRecord(req, rec)
+	}
 	switch rec.State {
 	case record.Completed, record.Delivered:
 		req.got = journal.GotAnswer

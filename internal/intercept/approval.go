@@ -8,11 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 )
 
 // An approval stands between a won reservation and its send, for a tool
@@ -97,13 +96,16 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 	asker.Progress(fmt.Sprintf("awaiting approval from the client's user (execution %s)", rec.ID))
 	asked := in.now()
 	deadline := in.approvalDeadline(req, asked)
-	actx, cancel := context.WithDeadline(req.bg, deadline)
+	sctx, endSpan := in.traceAsk(req)
+	actx, cancel := context.WithDeadline(sctx, deadline)
 	asker.Ask(actx, params, func(result json.RawMessage, err error) {
 		cancel()
-		in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverClient))
+		in.traceEvent(req, "approval wait", in.now().Sub(asked), telemetry.Approver.String(record.ApproverClient))
 		// A timeout says how long the user had: the approval's, or
 		// the client's own deadline.
-		in.decide(ctx, req, rec, in.clientDecision(req, result, err, deadline.Sub(asked)))
+		c := in.clientDecision(req, result, err, deadline.Sub(asked))
+		endSpan(c)
+		in.decide(ctx, req, rec, c)
 	})
 }
 
@@ -188,7 +190,7 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	}
 	// A failure of the store is not the decision: waited out, as wait does.
 	cur, err := in.waitOn(wctx, rec.ID, "waiting for an approval: the store failed; trying again", d.WaitDecided)
-	in.traceEvent(req, "approval wait", in.now().Sub(asked), attribute.String("mcp_idempotent.approver", record.ApproverOperator))
+	in.traceEvent(req, "approval wait", in.now().Sub(asked), telemetry.Approver.String(record.ApproverOperator))
 	switch {
 	case err == nil && cur.State != record.Accepted:
 		in.journalizeTakeover(req, cur)

@@ -28,11 +28,40 @@ func (in *Interceptor) decided(req *Request, tool string, decision string) {
 }
 
 // traceRecord marks req's span with the execution rec, in the state the
-// call found or left it.
+// call found or left it, and its sends so far: a call answered from the
+// record sends nothing itself, and its span says what the execution took.
 func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
 	if in.tracer != nil {
-		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID), telemetry.State.String(string(rec.State)))
+		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID),
+			telemetry.State.String(string(rec.State)), telemetry.Attempts.Int(rec.Attempts))
 	}
+}
+
+// traceAsk starts the span of the question to req's caller's user, under
+// the call's span, and returns the context to ask in and the function
+// that ends the span with the decision the answer made.
+func (in *Interceptor) traceAsk(req *Request) (context.Context, func(record.Change)) {
+	if in.tracer == nil {
+		return req.bg, func(record.Change) {}
+	}
+	ctx, span := telemetry.StartElicitation(req.bg, in.tracer, req.Call.Name)
+	return ctx, func(c record.Change) {
+		span.SetAttributes(telemetry.Approval.String(approvalOutcome(c)))
+		span.End()
+	}
+}
+
+// approvalOutcome names what a decision on an approval came to.
+func approvalOutcome(c record.Change) string {
+	switch {
+	case c.To == record.Authorized:
+		return "approved"
+	case c.Via == record.ViaTimeout:
+		return "timeout"
+	case c.To == record.Refused:
+		return "refused"
+	}
+	return "none"
 }
 
 // traceEvent adds an event to req's span: a wait the proxy made.

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -53,121 +56,262 @@ func (d *decisions) total() int {
 	return n
 }
 
-// retriesScript is a client's retries: charges A and B, each sent again
-// once it was answered, and charge C sent again while the upstream still
-// holds the first. It returns the decisions and the tools/call frames the
-// upstream got, and checks that every call was answered.
-func retriesScript(t *testing.T, shadow bool) (*decisions, []string, *memstore.Store) {
-	d := &decisions{counted: map[string]int{}, shown: map[string]int{}}
-	store := memstore.New(memstore.Options{})
-	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Shadow: shadow})
-	r := newRigWith(t, 0, in)
-
-	var mu sync.Mutex
-	var calls []string
-	gotC := make(chan struct{}, 2)
-	releaseC := make(chan struct{})
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // the upstream: answers every request, holding C's
-		for {
-			var f []byte
-			select {
-			case f = <-r.upstream.frames:
-			case <-stop:
-				return
-			}
-			var m struct {
-				ID     json.RawMessage
-				Method string
-				Params struct{ Arguments struct{ Card string } }
-			}
-			json.Unmarshal(f, &m)
-			switch m.Method {
-			case "tools/list":
-				r.upstream.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"tools":[]}}`))
-			case "tools/call":
-				mu.Lock()
-				calls = append(calls, string(f))
-				mu.Unlock()
-				answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"charged ` + m.Params.Arguments.Card + `"}]}}`
-				if m.Params.Arguments.Card == "C" {
-					gotC <- struct{}{}
-					go func() {
-						<-releaseC
-						r.upstream.conn.WriteFrame([]byte(answer))
-					}()
-					continue
-				}
-				r.upstream.conn.WriteFrame([]byte(answer))
-			}
-		}
-	}()
-	call := func(id int, card string) {
-		r.client.send(t, `{"jsonrpc":"2.0","id":`+string(rune('0'+id))+`,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"`+card+`"}}}`)
-	}
-	answered := func(n int) {
-		for id, f := range r.client.byID(t, n) {
-			if !strings.Contains(f, `"text":"charged `) {
-				t.Errorf("shadow %v: call %s got %s; want its charge", shadow, id, f)
-			}
-		}
-	}
-	call(1, "A")
-	answered(1)
-	call(2, "A") // a retry
-	answered(1)
-	call(3, "B")
-	answered(1)
-	call(4, "B")
-	answered(1)
-	call(5, "C")
-	<-gotC
-	call(6, "C") // a retry while the first is under way
-	deadline := time.Now().Add(5 * time.Second)
-	for d.total() < 6 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	close(releaseC)
-	answered(2)
-	in.Wait(t.Context()) // deliveries are recorded just after the answers
-	mu.Lock()
-	defer mu.Unlock()
-	return d, calls, store
+// A shadowRig runs a client's script against a proxy whose upstream
+// answers every tools/call with its charge, holds card C's until
+// released, and exits in the first call of card D, to be started again.
+type shadowRig struct {
+	t        *testing.T
+	r        *restartRig
+	d        *decisions
+	mu       sync.Mutex
+	calls    []string // the tools/call frames the upstream got
+	got      []string // the client's answers to its tools/calls
+	gotC     chan struct{}
+	releaseC chan struct{}
 }
 
-// TestShadowDecidesAsNormalMode: the same retries with and without shadow
-// mode. Without it the upstream runs each charge once; with it the
+// runShadowScript runs script, with or without shadow mode, and returns
+// the decisions, the tools/call frames the upstream got, the journal's
+// lines and the store.
+func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decisions, *shadowRig, []journal.Entry, *memstore.Store) {
+	d := &decisions{counted: map[string]int{}, shown: map[string]int{}}
+	store := memstore.New(memstore.Options{})
+	j := &entries{}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Journal: j, Shadow: shadow})
+	s := &shadowRig{t: t, d: d, gotC: make(chan struct{}, 2), releaseC: make(chan struct{})}
+	s.r = newRestartRig(t, 5, func(o *Options) { o.Interceptor = in })
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.serve(stop)
+	s.call(1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}`)
+	s.r.client.next(t, "client")
+	script(s)
+	// The session's end: every call is handled, and its lines written,
+	// some just after their answers.
+	s.r.clientW.Close()
+	select {
+	case <-s.r.stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session did not end")
+	}
+	in.Wait(t.Context())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return d, s, j.all(), store
+}
+
+// serve is the upstream, across its restarts.
+func (s *shadowRig) serve(stop chan struct{}) {
+	died := false
+	for {
+		var up *upstreamEnd
+		select {
+		case up = <-s.r.starts:
+		case <-stop:
+			return
+		}
+		if !s.serveOne(up, &died, stop) {
+			return
+		}
+	}
+}
+
+// serveOne answers up's requests until it exits (true) or the test ends.
+func (s *shadowRig) serveOne(up *upstreamEnd, died *bool, stop chan struct{}) bool {
+	for {
+		var f []byte
+		select {
+		case f = <-up.frames:
+		case <-up.closed: // the proxy closed it: exit
+			up.w.Close()
+			return true
+		case <-stop:
+			up.w.Close()
+			return false
+		}
+		var m struct {
+			ID     json.RawMessage
+			Method string
+			Params struct{ Arguments struct{ Card string } }
+		}
+		json.Unmarshal(f, &m)
+		switch m.Method {
+		case "initialize":
+			up.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`))
+		case "tools/list":
+			up.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"tools":[]}}`))
+		case "tools/call":
+			s.mu.Lock()
+			s.calls = append(s.calls, string(f))
+			s.mu.Unlock()
+			answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"charged ` + m.Params.Arguments.Card + `"}]}}`
+			switch {
+			case m.Params.Arguments.Card == "C":
+				s.gotC <- struct{}{}
+				go func() {
+					<-s.releaseC
+					up.conn.WriteFrame([]byte(answer))
+				}()
+				continue
+			case m.Params.Arguments.Card == "D" && !*died:
+				*died = true // it ran, and exits before answering
+				up.w.Close()
+				return true
+			}
+			up.conn.WriteFrame([]byte(answer))
+		}
+	}
+}
+
+// call sends the client's request id.
+func (s *shadowRig) call(id int, method, params string) {
+	s.r.client.send(s.t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(id)+`,"method":"`+method+`","params":`+params+`}`)
+}
+
+// charge calls charge_card on card, under the client's key if not empty.
+func (s *shadowRig) charge(id int, card, key string) {
+	meta := ""
+	if key != "" {
+		meta = `,"_meta":{"mcp-idempotent/key":"` + key + `"}`
+	}
+	s.call(id, "tools/call", `{"name":"charge_card","arguments":{"card":"`+card+`"}`+meta+`}`)
+}
+
+// answers takes the client's next n answers.
+func (s *shadowRig) answers(n int) {
+	for _, a := range s.r.client.byID(s.t, n) {
+		s.got = append(s.got, a)
+	}
+}
+
+// decided waits until n calls are decided.
+func (s *shadowRig) decided(n int) {
+	for deadline := time.Now().Add(5 * time.Second); s.d.total() < n && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// entries is a journal in memory.
+type entries struct {
+	mu sync.Mutex
+	e  []journal.Entry
+}
+
+func (j *entries) Record(e journal.Entry) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.e = append(j.e, e)
+	return nil
+}
+
+func (j *entries) all() []journal.Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.e)
+}
+
+// journaled sums up a journal's execution lines: each state, and what
+// each caller that joined an execution got.
+func journaled(es []journal.Entry) map[string]int {
+	m := map[string]int{}
+	for _, e := range es {
+		if e.Execution == "" {
+			continue
+		}
+		k := e.State
+		if e.Event != "" {
+			k = e.Event
+		}
+		if e.Attach != nil {
+			k += " " + e.Attach.How + "/" + e.Attach.Got
+		}
+		m[k]++
+	}
+	return m
+}
+
+// TestShadowDecidesAsNormalMode: the same scripts with and without shadow
+// mode. Without it the upstream runs each action once; with it the
 // upstream runs every call, as with no proxy, and the decisions counted as
-// shadow ones are those the proxy makes without it.
+// shadow ones, and journaled, are those the proxy makes without it.
 func TestShadowDecidesAsNormalMode(t *testing.T) {
-	normal, normalCalls, _ := retriesScript(t, false)
-	shadow, shadowCalls, store := retriesScript(t, true)
-	want := map[string]int{"new": 3, "replayed": 2, "attached": 1}
-	if !equalCounts(normal.counted, want) || len(normalCalls) != 3 {
-		t.Fatalf("normal mode: decisions %v, %d calls upstream; want %v and 3", normal.counted, len(normalCalls), want)
-	}
-	if !equalCounts(shadow.shown, normal.counted) {
-		t.Errorf("shadow decisions %v; want those of normal mode, %v", shadow.shown, normal.counted)
-	}
-	if !equalCounts(shadow.counted, map[string]int{"passed_through": 6}) || len(shadowCalls) != 6 {
-		t.Errorf("shadow mode: decisions %v, %d calls upstream; want every call passed through, 6", shadow.counted, len(shadowCalls))
-	}
-	for _, f := range shadowCalls {
-		if strings.Contains(f, "mcp-idempotent") {
-			t.Errorf("shadow mode sent %s upstream; want the client's call as it came", f)
-		}
-	}
-	// The executions it would have run are on record, with the outcome
-	// the calls got, and say they are shadow ones.
-	recs := store.Records()
-	if len(recs) != 3 {
-		t.Fatalf("shadow mode recorded %d executions; want 3", len(recs))
-	}
-	for _, rec := range recs {
-		if rec.State != record.Delivered || rec.Attempts != 1 || !strings.HasPrefix(rec.Owner, "shadow-") || !strings.Contains(string(rec.Result), "charged") {
-			t.Errorf("shadow record %s: %s, %d attempts, owner %s, result %s; want delivered once, the charge, a shadow owner", rec.ID, rec.State, rec.Attempts, rec.Owner, rec.Result)
-		}
+	for _, tt := range []struct {
+		name   string
+		script func(*shadowRig)
+		calls  int            // the client's tools/calls
+		sent   int            // those that reach the upstream in normal mode
+		want   map[string]int // normal mode's decisions
+	}{
+		{"retries", func(s *shadowRig) {
+			// Charges A and B, each sent again once answered, and C sent
+			// again while the upstream holds the first.
+			s.charge(2, "A", "")
+			s.answers(1)
+			s.charge(3, "A", "") // a retry
+			s.answers(1)
+			s.charge(4, "B", "")
+			s.answers(1)
+			s.charge(5, "B", "")
+			s.answers(1)
+			s.charge(6, "C", "")
+			<-s.gotC
+			s.charge(7, "C", "") // a retry while the first is under way
+			s.decided(6)
+			close(s.releaseC)
+			s.answers(2)
+		}, 6, 3, map[string]int{"new": 3, "replayed": 2, "attached": 1}},
+		{"key reused", func(s *shadowRig) {
+			s.charge(2, "A", "k1")
+			s.answers(1)
+			s.charge(3, "B", "k1") // the key, for another action: refused
+			s.answers(1)
+		}, 2, 1, map[string]int{"new": 1, "key_refused": 1}},
+		{"outcome unknown", func(s *shadowRig) {
+			s.charge(2, "D", "") // the upstream exits with it
+			s.answers(1)
+			s.charge(3, "D", "") // blocked: it may have run
+			s.answers(1)
+		}, 2, 1, map[string]int{"new": 1, "unknown": 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			normal, n, normalJournal, _ := runShadowScript(t, false, tt.script)
+			shadow, s, shadowJournal, store := runShadowScript(t, true, tt.script)
+			normalCalls, shadowCalls := n.calls, s.calls
+			if !equalCounts(normal.counted, tt.want) || len(normalCalls) != tt.sent {
+				t.Fatalf("normal mode: decisions %v, %d calls upstream; want %v and %d", normal.counted, len(normalCalls), tt.want, tt.sent)
+			}
+			if !equalCounts(shadow.shown, normal.counted) {
+				t.Errorf("shadow decisions %v; want those of normal mode, %v", shadow.shown, normal.counted)
+			}
+			if !equalCounts(shadow.counted, map[string]int{"passed_through": tt.calls}) || len(shadowCalls) != tt.calls {
+				t.Errorf("shadow mode: decisions %v, %d calls upstream; want every call passed through, %d", shadow.counted, len(shadowCalls), tt.calls)
+			}
+			for _, f := range shadowCalls {
+				if strings.Contains(f, "mcp-idempotent/execution") {
+					t.Errorf("shadow mode sent %s upstream; want the client's call as it came", f)
+				}
+			}
+			for _, a := range s.got {
+				if strings.Contains(a, "mcp-idempotent/replayed") || strings.Contains(a, "Outcome unknown") || strings.Contains(a, "already used") {
+					t.Errorf("in shadow mode the client got %s; want the upstream's own answer", a)
+				}
+			}
+			// The journal says what it would have done, line for line,
+			// each line marked so.
+			if got, want := journaled(shadowJournal), journaled(normalJournal); !equalCounts(got, want) {
+				t.Errorf("shadow mode journaled %v; want what normal mode journals, %v", got, want)
+			}
+			for _, e := range shadowJournal {
+				if !e.Shadow {
+					t.Errorf("shadow mode journaled %+v; want it marked shadow", e)
+				}
+			}
+			for _, rec := range store.Records() {
+				if !strings.HasPrefix(rec.Owner, "shadow-") {
+					t.Errorf("shadow record %s: owner %s; want a shadow owner", rec.ID, rec.Owner)
+				}
+			}
+		})
 	}
 }
 

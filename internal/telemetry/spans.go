@@ -33,6 +33,11 @@ const (
 	// one send.
 	Attempts = attribute.Key("mcp_idempotent.attempts")
 	Attempt  = attribute.Key("mcp_idempotent.attempt")
+	// Approver names who was asked to approve an execution: client or
+	// operator. Approval is what came of the ask: approved, refused,
+	// timeout, or none (the ask ended without a decision).
+	Approver = attribute.Key("mcp_idempotent.approver")
+	Approval = attribute.Key("mcp_idempotent.approval")
 )
 
 // StartCall starts the span of a tools/call of tool that the proxy
@@ -59,6 +64,17 @@ func StartSend(ctx context.Context, t trace.Tracer, tool string, attempt int) (c
 		MethodName.String("tools/call"),
 		ToolName.String(tool),
 		Attempt.Int(attempt),
+	))
+}
+
+// StartElicitation starts the span of the elicitation/create request by
+// which the proxy asks the client's user to approve an execution of tool,
+// under ctx's span: the time the call waited for its user.
+func StartElicitation(ctx context.Context, t trace.Tracer, tool string) (context.Context, trace.Span) {
+	return t.Start(ctx, "elicitation/create", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		MethodName.String("elicitation/create"),
+		ToolName.String(tool),
+		Approver.String("client"),
 	))
 }
 

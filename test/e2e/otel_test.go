@@ -146,10 +146,10 @@ const (
 
 // TestTracesJoinTheClientsTrace: with an OTLP endpoint in the
 // environment, over each OTLP protocol, every tools/call is a span of the
-// client's trace (its parent named in params._meta), with the decision
-// and the execution; the store's operations and the send upstream are
-// its children; and the upstream gets the send's span as its parent, so
-// the trace runs on into the server.
+// client's trace (its parent named in params._meta), with the decision,
+// the execution and its attempts, a replay's too; the store's operations
+// and the send upstream are its children; and the upstream gets the
+// send's span as its parent, so the trace runs on into the server.
 func TestTracesJoinTheClientsTrace(t *testing.T) {
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
@@ -195,6 +195,11 @@ func TestTracesJoinTheClientsTrace(t *testing.T) {
 				}
 				if got := attr(c, "gen_ai.tool.name"); got != "echo_meta" {
 					t.Errorf("call %d: gen_ai.tool.name %q; want echo_meta", i, got)
+				}
+				// The replay sends nothing, and still names the sends
+				// of the execution it got.
+				if got := attr(c, "mcp_idempotent.attempts"); got != "1" {
+					t.Errorf("call %d: mcp_idempotent.attempts %q; want 1", i, got)
 				}
 			}
 			if a, b := attr(calls[0], "mcp_idempotent.execution.id"), attr(calls[1], "mcp_idempotent.execution.id"); a == "" || a != b {
