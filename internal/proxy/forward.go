@@ -51,9 +51,10 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 		s.mu.Unlock()
 	}
 	if closed(l.gone) {
+		conn := l.conn // nil if the upstream could not be started again
 		s.mu.Unlock()
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
+			"mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, exitCause(conn))))
 		sc.notSent(errors.New("the upstream is not running"))
 		return
 	}

@@ -91,6 +91,21 @@ type exitExplainer interface {
 // its cause: a process exits just after its stdout closes.
 const causeWait = 500 * time.Millisecond
 
+// exitCause is ": it " and why conn closed, where it can tell within
+// causeWait; else "".
+func exitCause(conn Conn) string {
+	ex, ok := conn.(exitExplainer)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), causeWait)
+	defer cancel()
+	if c := ex.ExitCause(ctx); c != "" {
+		return ": it " + c
+	}
+	return ""
+}
+
 // abandon answers everyone still waiting on the upstream link l, whose
 // answers will not come: the proxy's own requests with err, the client's
 // with an error saying why (why holds a %s for the method) and, with
@@ -117,15 +132,11 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 		s.answered(p, nil, err)
 	}
 	var cause string
-	if ex, ok := conn.(exitExplainer); ok && explain && len(forwarded) > 0 {
+	if explain && len(forwarded) > 0 {
 		// Only the client's own requests are told: the cause holds
 		// the upstream's stderr, which records and journals, where
 		// err goes, must not keep.
-		ctx, cancel := context.WithTimeout(context.Background(), causeWait)
-		if c := ex.ExitCause(ctx); c != "" {
-			cause = ": it " + c
-		}
-		cancel()
+		cause = exitCause(conn)
 	}
 	// A batch's requests are answered in one array, as the batch would
 	// have been: 10,000 of them are one message, not 10,000.

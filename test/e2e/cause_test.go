@@ -17,7 +17,9 @@ var dyingServer = []string{"sh", "-c", `echo "loading config" >&2; echo "fatal: 
 // arguments.
 func checkCause(t *testing.T, msg string) {
 	t.Helper()
-	for _, want := range []string{"before answering initialize", "exited with status 3", "fatal: MCP_TOKEN is not set"} {
+	// "closed before answering initialize", or, once the upstream is
+	// gone for good, "not running; initialize was not sent".
+	for _, want := range []string{"initialize", "exited with status 3", "fatal: MCP_TOKEN is not set"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the client's error %q does not say %q", msg, want)
 		}
