@@ -38,12 +38,23 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	if msg.Method == "initialize" && msg.Params != nil {
 		elicitForm = elicitsForm(msg.Params) // read once, not on every ask
 	}
-	l := s.usable()
-	s.mu.Lock()
-	if closed(l.gone) || l != s.up {
+	var l *link
+	for {
+		l = s.usable()
+		s.mu.Lock()
+		if l == s.up {
+			break
+		}
+		// The link waited for was replaced by a restart before the
+		// request could go on it: it waits for the new one, as a
+		// request that comes during a restart does.
+		s.mu.Unlock()
+	}
+	if closed(l.gone) {
+		conn := l.conn // nil if the upstream could not be started again
 		s.mu.Unlock()
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream is not running; %s was not sent", msg.Method)))
+			"mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, exitCause(conn))))
 		sc.notSent(errors.New("the upstream is not running"))
 		return
 	}

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -75,19 +77,47 @@ func (s *Session) writeUpstream(frame []byte) {
 // upstreamGone answers everyone still waiting on the upstream link l,
 // which closed.
 func (s *Session) upstreamGone(l *link) {
-	s.abandon(l, errUpstreamExited, "the upstream closed before answering %s")
+	s.abandon(l, errUpstreamExited, "the upstream closed before answering %s", true)
+}
+
+// An exitExplainer is a Conn that can say why it closed (stdio.Child:
+// how the process exited, the end of its stderr), waiting for that until
+// ctx is done; "" if it cannot tell.
+type exitExplainer interface {
+	ExitCause(ctx context.Context) string
+}
+
+// causeWait bounds how long the answers to a link that closed wait for
+// its cause: a process exits just after its stdout closes.
+const causeWait = 500 * time.Millisecond
+
+// exitCause is ": it " and why conn closed, where it can tell within
+// causeWait; else "".
+func exitCause(conn Conn) string {
+	ex, ok := conn.(exitExplainer)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), causeWait)
+	defer cancel()
+	if c := ex.ExitCause(ctx); c != "" {
+		return ": it " + c
+	}
+	return ""
 }
 
 // abandon answers everyone still waiting on the upstream link l, whose
 // answers will not come: the proxy's own requests with err, the client's
-// with an error saying why (why holds a %s for the method).
-func (s *Session) abandon(l *link, err error, why string) {
+// with an error saying why (why holds a %s for the method) and, with
+// explain, the cause of l's end, where its Conn can tell.
+func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	s.mu.Lock()
 	if closed(l.gone) {
 		s.mu.Unlock()
 		return
 	}
 	close(l.gone)
+	conn := l.conn // nil while a restart has not started the upstream yet
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]forwardedRequest)
 	s.awaited = 0
@@ -101,6 +131,13 @@ func (s *Session) abandon(l *link, err error, why string) {
 	for _, p := range pending {
 		s.answered(p, nil, err)
 	}
+	var cause string
+	if explain && len(forwarded) > 0 {
+		// Only the client's own requests are told: the cause holds
+		// the upstream's stderr, which records and journals, where
+		// err goes, must not keep.
+		cause = exitCause(conn)
+	}
 	// A batch's requests are answered in one array, as the batch would
 	// have been: 10,000 of them are one message, not 10,000.
 	batches := make(map[uint64][][]byte)
@@ -108,7 +145,7 @@ func (s *Session) abandon(l *link, err error, why string) {
 		if f.shadow != nil {
 			f.shadow.answered(nil, err)
 		}
-		answer := jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: "+why, f.method))
+		answer := jsonrpc.NewErrorResponse(f.id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: "+why+"%s", f.method, cause))
 		if f.batch == 0 {
 			s.writeClient(answer)
 			continue

@@ -1087,7 +1087,7 @@ func TestNoAnswerAfterGivingUp(t *testing.T) {
 			t.Fatal("the request did not go upstream")
 		}
 		l := s.current()
-		s.abandon(l, errSessionEnded, "the session ended before the upstream answered %s")
+		s.abandon(l, errSessionEnded, "the session ended before the upstream answered %s", false)
 		if got := string(client.take()); !strings.Contains(got, `"id":2,"error"`) {
 			t.Fatalf("the waiting request got %s; want an error", got)
 		}

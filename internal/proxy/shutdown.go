@@ -61,7 +61,7 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 	}
 	// Whoever still waits is answered before the upstream is stopped: no
 	// request is left without an answer.
-	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s")
+	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s", false)
 	s.endCalls()
 }
 

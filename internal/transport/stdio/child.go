@@ -13,26 +13,40 @@ import (
 )
 
 // A Child is an upstream MCP server running as a child process, spoken to
-// over its stdin and stdout. Its stderr goes to the proxy's stderr.
+// over its stdin and stdout. Its stderr goes to the proxy's stderr, and
+// its end is kept (ExitCause).
 type Child struct {
 	*Conn
-	cmd  *exec.Cmd
-	out  *os.File      // the read end of the child's stdout
-	done chan struct{} // closed when the process has exited
-	err  error         // the exit error; written before done is closed
+	cmd    *exec.Cmd
+	out    *os.File      // the read end of the child's stdout
+	done   chan struct{} // closed when the process has exited
+	err    error         // the exit error; written before done is closed
+	stderr stderrTail
 }
 
 // Start starts argv[0] with the arguments argv[1:]. The child's stderr is
-// written to stderr.
+// written to stderr (nil: discarded).
 func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no upstream command given")
 	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = stderr
 	cmd.SysProcAttr = childAttr()
+	// A pipe of our own, as for stdout, read by copyStderr: one that
+	// exec made would make Wait wait for its end, which a process the
+	// child started may hold open.
+	errOut, errIn, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = errIn
 	in, err := cmd.StdinPipe()
 	if err != nil {
+		errOut.Close()
+		errIn.Close()
 		return nil, err
 	}
 	// Our own pipe rather than cmd.StdoutPipe: Wait closes the latter as soon
@@ -40,18 +54,34 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	// end of an os.Pipe stays ours until it reports EOF.
 	out, w, err := os.Pipe()
 	if err != nil {
+		errOut.Close()
+		errIn.Close()
 		return nil, err
 	}
 	cmd.Stdout = w
 	err = cmd.Start()
 	w.Close()
+	errIn.Close()
 	if err != nil {
 		out.Close()
+		errOut.Close()
 		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
 	}
 	c := &Child{Conn: NewConn(stdout{out}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
+	c.stderr.done = make(chan struct{})
+	go c.stderr.copyStderr(errOut, stderr)
 	go func() {
 		c.err = cmd.Wait()
+		// What the child wrote to stderr before it exited is passed on
+		// before Done says it exited, so that the proxy's own words
+		// about the exit come after it; not waited for long, since a
+		// process the child started may hold its stderr open.
+		t := time.NewTimer(stderrDrain)
+		select {
+		case <-c.stderr.done:
+		case <-t.C:
+		}
+		t.Stop()
 		close(c.done)
 	}()
 	return c, nil
@@ -123,6 +153,10 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan stru
 	<-c.done
 	return nil
 }
+
+// stderrDrain bounds how long Done waits, once the child has exited, for
+// its stderr to be passed on.
+const stderrDrain = 100 * time.Millisecond
 
 // HurriedGrace is the longest a step of Stop waits once it is hurried.
 const HurriedGrace = 250 * time.Millisecond

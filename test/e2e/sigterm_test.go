@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Both MCP SDKs stop a stdio server by closing its stdin, waiting 2 s,
+// sending SIGTERM, and sending SIGKILL 2 s after that.
+const (
+	sdkTermAfter = 2 * time.Second
+	sdkKillAfter = 2 * time.Second
+)
+
+// TestSIGTERMAfterStdinClosed: a client stops the proxy as the SDKs do,
+// in front of an upstream that neither exits on stdin EOF nor on SIGTERM.
+// The proxy must act on the SIGTERM at once: stop its upstream and exit
+// before the SIGKILL would come, rather than be killed and leave the
+// upstream running (the kernel's SIGTERM on the proxy's death is ignored
+// by it too).
+func TestSIGTERMAfterStdinClosed(t *testing.T) {
+	needProxy(t)
+	t.Parallel()
+	ctx := testContext(t)
+	pidFile := filepath.Join(t.TempDir(), "upstream.pid")
+	// The chargeserver serves until its stdin ends; then the shell that
+	// ran it, SIGTERM ignored, holds the upstream's stdout until killed.
+	upstream := []string{"sh", "-c", `echo $$ > "$0"; trap '' TERM; "$@"; while :; do sleep 1; done`, pidFile, chargeBin}
+	cmd := proxiedWith(t, nil, upstream...)
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 2 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan time.Time, 1)
+	go func() {
+		_ = cmd.Wait()
+		exited <- time.Now()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("stderr of %s:\n%s", cmd, stderr.tail(transcriptTail))
+		}
+	})
+
+	// Closing the session closes the proxy's stdin, and only that: the
+	// proxy writing to a closed stdout would be another test.
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdout), Writer: stdin}, nil)
+	if err != nil {
+		t.Fatalf("connecting: %v", err)
+	}
+	p := &peer{ClientSession: cs, cmd: cmd, stderr: stderr}
+	charge(t, ctx, p, "4242", 100)
+	pid := upstreamPid(t, pidFile)
+	t.Cleanup(func() {
+		// Only while pid is still that shell: its command line names
+		// the test's own pid file.
+		if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err == nil && strings.Contains(string(b), pidFile) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if err := cs.Close(); err != nil {
+		t.Fatalf("closing the session: %v", err)
+	}
+
+	// The SDKs' schedule, not a wait for an event: the signal must find
+	// the proxy where a client's would, with the upstream not yet gone.
+	select {
+	case at := <-exited:
+		t.Fatalf("the proxy exited %v before the SIGTERM, with an upstream that ignores stdin EOF", at)
+	case <-time.After(sdkTermAfter + sdkTermAfter/4):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	var took time.Duration
+	select {
+	case at := <-exited:
+		took = at.Sub(signalled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not exit within 10 s of SIGTERM")
+	}
+	// The SDK's SIGKILL comes 2 s after its SIGTERM; 0.1 s is left for the
+	// SDK's own timer and the kernel. The proxy takes about 0.5 s: two
+	// hurried steps of 250 ms to stop its upstream.
+	if limit := sdkKillAfter - 100*time.Millisecond; took >= limit {
+		t.Errorf("the proxy exited %v after SIGTERM; want under %v, before the SDK's SIGKILL", took, limit)
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Errorf("the proxy was ended by %v; want it to exit by itself", ws.Signal())
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the upstream (pid %d) is still there after the proxy exited: kill -0 gave %v", pid, err)
+	}
+	t.Logf("the proxy exited %v after SIGTERM", took)
+}
+
+// upstreamPid reads the pid the upstream wrote to file.
+func upstreamPid(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("reading the upstream's pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("the upstream's pid file holds %q", b)
+	}
+	return pid
+}
