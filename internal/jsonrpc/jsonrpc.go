@@ -51,16 +51,46 @@ type Message struct {
 // not one that MCP allows, or "" if it is: its "jsonrpc" member must be
 // "2.0", and a request's id valid (ValidID).
 func CheckRequest(m *Message) string {
-	if string(m.Version) != `"2.0"` {
-		if v, ok := StringValue(m.Version); !ok || v != "2.0" {
-			return `"jsonrpc" must be "2.0"`
-		}
+	if why := checkVersion(m); why != "" {
+		return why
 	}
 	if m.ID != nil && !ValidID(m.ID) {
 		if m.ID[0] == '"' {
 			return "request id is a string that is not UTF-8"
 		}
 		return fmt.Sprintf("request id %s is not a string or an integer", truncate(string(m.ID), 40))
+	}
+	return ""
+}
+
+// CheckResponse returns why m, an answer a client sent to a server's
+// request (no method, an id), is not one that a server can read, or "" if
+// it is: its "jsonrpc" member "2.0", its id valid, and exactly one of a
+// result and an error, an error being an object with a numeric code and a
+// string message. A server's decoder may end the session on anything
+// else.
+func CheckResponse(m *Message) string {
+	switch {
+	case checkVersion(m) != "":
+		return `"jsonrpc" must be "2.0"`
+	case !ValidID(m.ID):
+		return fmt.Sprintf("id %s is not a string or an integer", truncate(string(m.ID), 40))
+	case m.Result == nil && m.Error == nil:
+		return "it has an id, but neither a method, a result nor an error"
+	case m.Result != nil && m.Error != nil:
+		return "it has both a result and an error"
+	case m.Error != nil && DecodeError(m.Error).Raw == nil:
+		return "its error is not an object with a numeric code and a string message"
+	}
+	return ""
+}
+
+// checkVersion returns why m's "jsonrpc" member is not "2.0", or "".
+func checkVersion(m *Message) string {
+	if string(m.Version) != `"2.0"` {
+		if v, ok := StringValue(m.Version); !ok || v != "2.0" {
+			return `"jsonrpc" must be "2.0"`
+		}
 	}
 	return ""
 }

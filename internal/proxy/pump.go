@@ -118,8 +118,15 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		s.cancelled(msg)
 	case msg.IsResponse() && idHasPrefix(msg.ID, s.askPrefix):
 		s.askAnswered(msg)
+	case msg.Method == "":
+		// The client's answer to a server's request.
+		if why := jsonrpc.CheckResponse(msg); why != "" {
+			s.refuseAnswer(msg, why)
+			return
+		}
+		s.writeUpstream(msg.Raw)
 	default:
-		// Notifications and the client's responses to server requests.
+		// Notifications.
 		if msg.Method == "notifications/initialized" {
 			s.mu.Lock()
 			s.initialized = true
@@ -127,6 +134,24 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.writeUpstream(msg.Raw)
 	}
+}
+
+// refuseAnswer drops m, a message from the client with an id and no
+// method, which a server could not read for why: not passed on, as a
+// server may end the session on it. One with a result or an error is an
+// answer, and no answer goes to an answer; one with neither may be a
+// request that lost its method, and is answered as an invalid request.
+func (s *Session) refuseAnswer(m *jsonrpc.Message, why string) {
+	if m.Result != nil || m.Error != nil {
+		s.log.Error("dropped an answer from the client", "why", why, "id", string(m.ID))
+		return
+	}
+	s.log.Warn("refused a message from the client", "why", why, "id", string(m.ID))
+	id := m.ID
+	if !jsonrpc.ValidID(id) {
+		id = nil
+	}
+	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: not a JSON-RPC message: %s", why)))
 }
 
 // fromClientBatch passes a batch through unless it holds a tools/call:
@@ -151,6 +176,8 @@ func (s *Session) fromClientBatch(frame []byte) {
 		var why string
 		if m.Method != "" {
 			why = jsonrpc.CheckRequest(m)
+		} else {
+			why = jsonrpc.CheckResponse(m)
 		}
 		switch {
 		case why != "":

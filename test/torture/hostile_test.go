@@ -324,13 +324,18 @@ func (w *wire) exchange(t *testing.T, ctx context.Context, line []byte, want int
 }
 
 // tryExchange is exchange, reporting with ok false that the proxy closed
-// its stdout (it ended the session) instead of failing the test.
+// its stdout or its stdin (it ended the session) instead of failing the
+// test.
 func (w *wire) tryExchange(t *testing.T, ctx context.Context, line []byte, want int) (got [][]byte, ok bool) {
 	t.Helper()
 	w.n++
 	alive := fmt.Sprintf(`"alive-%d"`, w.n)
-	w.send(t, line)
-	w.send(t, pingLine(alive))
+	for _, l := range [][]byte{line, pingLine(alive)} {
+		if _, err := w.in.Write(append(l, '\n')); err != nil {
+			// It ended before it read them: its caller finds out why.
+			return got, false
+		}
+	}
 	for pinged := false; !pinged || len(got) < want; {
 		select {
 		case l, open := <-w.lines:

@@ -752,19 +752,12 @@ func BenchmarkReserveCompleteParallel(b *testing.B) {
 	})
 }
 
-// execute runs one new execution through its life. It may run on a
-// goroutine of RunParallel, so it reports errors without FailNow.
+// execute runs one new execution through its life, as the other stores'
+// benchmarks do. It may run on a goroutine of RunParallel, so it reports
+// errors without FailNow.
 func execute(b *testing.B, ctx context.Context, s *Store, key string) {
-	r, won, err := s.Reserve(ctx, newRecord(key, time.Now()), record.ReserveOptions{})
-	if err != nil || !won {
-		b.Errorf("Reserve(%s) won=%v: %v", key, won, err)
-		return
-	}
-	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}, {To: record.Delivered}} {
-		if _, err := s.Update(ctx, r.ID, c); err != nil {
-			b.Error(err)
-			return
-		}
+	if _, err := recordtest.Execute(ctx, s, key); err != nil {
+		b.Error(err)
 	}
 }
 

@@ -1,0 +1,42 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestAnswersAServerCannotRead: a message from the client with an id and
+// no method, which a server's decoder could not read (no "jsonrpc":"2.0",
+// neither or both of a result and an error, a malformed error, a bad id),
+// is not passed on: a server may end the session on it. One with neither
+// a result nor an error is answered as an invalid request; an answer is
+// dropped, as no answer goes to an answer. A valid answer goes on.
+func TestAnswersAServerCannotRead(t *testing.T) {
+	r := newRig(t, 0)
+	for _, tt := range []struct{ frame, want string }{
+		{`{"jsonrpc":"2*0","id":2,"metod":"ools/call"}`, `{"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"mcp-idempotent: not a JSON-RPC message: \"jsonrpc\" must be \"2.0\""}}`},
+		{`{"jsonrpc":"2.0","id":3,"metod":"tools/call"}`, `"id":3,"error":{"code":-32600,"message":"mcp-idempotent: not a JSON-RPC message: it has an id, but neither a method, a result nor an error"}`},
+		{`{"jsonrpc":"2.0","id":{}}`, `"id":null,"error":{"code":-32600`},
+		{`[{"jsonrpc":"2.","id":"s1","result":{}},{"jsonrpc":"2.0","id":6,"method":"ping"}]`, `[{"jsonrpc":"2.0","id":6,"error":{"code":-32600,"message":"mcp-idempotent: \"jsonrpc\" must be \"2.0\""}}]`},
+	} {
+		r.client.send(t, tt.frame)
+		if got := r.client.next(t, "client"); !strings.Contains(got, tt.want) {
+			t.Errorf("%s was answered %s; want %s", tt.frame, got, tt.want)
+		}
+	}
+	for _, dropped := range []string{
+		`{"jsonrpc":"2.","id":"s1","result":{}}`,
+		`{"id":"s1","result":{}}`,
+		`{"jsonrpc":"2.0","id":"s1","result":{},"error":{"code":1,"message":"no"}}`,
+		`{"jsonrpc":"2.0","id":"s1","error":{"code":"1","message":"no"}}`,
+		`{"jsonrpc":"2.0","id":"s1","error":"no"}`,
+		`{"jsonrpc":"2.0","id":[1],"result":{}}`,
+	} {
+		r.client.send(t, dropped)
+	}
+	const valid = `{"jsonrpc":"2.0","id":"s1","result":{}}`
+	r.client.send(t, valid)
+	if got := r.upstream.next(t, "upstream"); got != valid {
+		t.Fatalf("the upstream got %s; want only the valid answer", got)
+	}
+}
