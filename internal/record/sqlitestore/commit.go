@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -90,6 +91,12 @@ func (s *Store) writer() {
 			// which also watch s.closed.
 			return
 		}
+		// Callers answered by the last group, ready to queue their next
+		// write, run first: a yield, not a wait, so a lone write goes at
+		// once. Without it a group held at times only what came in while
+		// the writer was busy: 3 writes, not 16, with 32 executions in
+		// flight under sync=normal.
+		runtime.Gosched()
 	fill:
 		for len(batch) < maxBatch {
 			select {
