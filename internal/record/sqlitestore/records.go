@@ -26,8 +26,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	var won bool
 	var orphan *record.Record
 	var purged []*record.Record
-	err := s.whileBusy(ctx, func() (err error) {
-		rec, won, orphan, purged, err = s.reserve(ctx, r, opts)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		rec, won, orphan, purged, err = s.reserve(ctx, tx, r, opts)
 		return err
 	})
 	if err != nil {
@@ -44,23 +44,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec, won, nil
 }
 
-// reserve is Reserve's transaction. It also returns the orphan it
+// reserve is Reserve's write, in tx. It also returns the orphan it
 // settled, whose waiters are to be woken once it has committed, and
 // those its purge settled.
-func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
-	rec, won, orphan, purged, err = s.reserveIn(ctx, r, opts)
-	if err != nil {
-		purged = nil // rolled back
-	}
-	return rec, won, orphan, purged, err
-}
-
-func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, nil, nil, err
-	}
-	defer tx.Rollback()
+func (s *Store) reserve(ctx context.Context, tx *sql.Tx, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
 	now := s.clock()
 	if s.reserves.Add(1)%purgeEvery == 0 {
 		if _, purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
@@ -94,9 +81,6 @@ func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.Res
 			if err != nil {
 				return nil, false, nil, nil, err
 			}
-			if err := tx.Commit(); err != nil {
-				return nil, false, nil, nil, err
-			}
 			return cur, false, orphan, purged, nil
 		}
 		if orphan != nil {
@@ -126,9 +110,6 @@ func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.Res
 		}
 		return nil, false, nil, nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, false, nil, nil, err
-	}
 	return rec, true, orphan, purged, nil
 }
 
@@ -142,8 +123,8 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	var r *record.Record
-	err := s.whileBusy(ctx, func() (err error) {
-		r, err = s.update(ctx, id, c)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		r, err = s.update(ctx, tx, id, c)
 		return err
 	})
 	if err != nil {
@@ -153,12 +134,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	return s.attaches.Show(r), nil
 }
 
-func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
+// update is Update's write, in tx.
+func (s *Store) update(ctx context.Context, tx *sql.Tx, id string, c record.Change) (*record.Record, error) {
 	now := s.clock()
 	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
 	if err != nil {
@@ -172,9 +149,6 @@ func (s *Store) update(ctx context.Context, id string, c record.Change) (*record
 	}
 	apply(r, c, now)
 	if err := s.writeRecord(ctx, tx, r); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	return r, nil

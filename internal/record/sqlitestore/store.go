@@ -75,7 +75,7 @@ type Store struct {
 	now func() time.Time
 	// orphaned is Options.Orphaned.
 	orphaned func(*record.Record)
-	w        *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
+	w        *sql.DB // one connection; every write, in BEGIN IMMEDIATE transactions
 	r        *sql.DB // a pool for reads, which WAL lets run beside the writer
 	// l is one connection for Renew alone. Behind w it would wait its
 	// turn with every write of the process, for longer than a lease
@@ -88,8 +88,13 @@ type Store struct {
 
 	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
 	attaches  record.AttachCounts // counted by matchRead, not yet written
-	closed    chan struct{}       // closed by Close, to end waits
+	closed    chan struct{}       // closed by Close, to end waits and the writer
 	closeOnce sync.Once
+
+	// queue holds the Reserves and Updates waiting for the writer
+	// goroutine, which closes writerDone once it has stopped (commit.go).
+	queue      chan *writeOp
+	writerDone chan struct{}
 
 	mu      sync.Mutex          // protects waiters and polling
 	waiters map[waitKey]*waiter // what some Wait of this Store is waiting for
@@ -247,10 +252,11 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, closed: make(chan struct{}), queue: make(chan *writeOp, queueLen), writerDone: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
+	go s.writer()
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -298,6 +304,7 @@ func isBusy(err error) bool {
 // Close closes the database and ends every Wait in progress.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
+	<-s.writerDone // the group it runs, if any, is seen through
 	var errs []error
 	if err := s.attaches.Close(context.Background()); err != nil {
 		errs = append(errs, fmt.Errorf("writing the counts of attached callers: %w", err))
