@@ -257,23 +257,53 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// counter counts round trips: a command, or a pipeline.
-type counter struct{ n atomic.Int64 }
+// counter counts round trips: a command, or a pipeline. It keeps their
+// names, for a failure to show.
+type counter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	names []string
+}
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		c.count(cmd.Name())
 		return next(ctx, cmd)
 	}
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		var names []string
+		for _, cmd := range cmds {
+			names = append(names, cmd.Name())
+		}
+		c.count(fmt.Sprint(names))
 		return next(ctx, cmds)
 	}
+}
+
+func (c *counter) count(name string) {
+	c.n.Add(1)
+	c.mu.Lock()
+	c.names = append(c.names, name)
+	c.mu.Unlock()
+}
+
+func (c *counter) reset() {
+	c.mu.Lock()
+	c.n.Store(0)
+	c.names = nil
+	c.mu.Unlock()
+}
+
+// seen returns the names of the round trips counted from the nth.
+func (c *counter) seen(n int64) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.names[min(int(n), len(c.names)):])
 }
 
 func TestRoundTrips(t *testing.T) {
@@ -310,12 +340,12 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatalf("%s: %v", st.name, err)
 			}
 			if n := c.n.Load() - before; count && n != 1 {
-				t.Errorf("%s took %d round trips; want 1", st.name, n)
+				t.Errorf("%s took %d round trips (%v); want 1", st.name, n, c.seen(before))
 			}
 		}
 	}
 	execute("warm-up", false) // connections made; their handshakes are not counted
-	c.n.Store(0)
+	c.reset()
 	execute("one", true)
 	if n := c.n.Load(); n != 3 {
 		t.Errorf("a new execution took %d round trips; want 3 (Reserve, dispatched with it, and 2 Updates)", n)
