@@ -53,9 +53,20 @@ func (op *writeOp) finish(err error) {
 // gets ctx.Err() (errClosed) and its write is not run; once the writer
 // has taken it, it is seen through.
 func (s *Store) write(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.enqueue(ctx, s.queue, run)
+}
+
+// writeFirst is write for a write that goes in the writer's next group,
+// ahead of every write queued: a lease renewal, which must not wait
+// behind a storm of writes until the leases it renews have lapsed.
+func (s *Store) writeFirst(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.enqueue(ctx, s.first, run)
+}
+
+func (s *Store) enqueue(ctx context.Context, q chan<- *writeOp, run func(ctx context.Context, tx *sql.Tx) error) error {
 	op := &writeOp{ctx: ctx, run: run, done: make(chan struct{})}
 	select {
-	case s.queue <- op:
+	case q <- op:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.closed:
@@ -84,6 +95,8 @@ func (s *Store) writer() {
 	for {
 		batch = batch[:0]
 		select {
+		case op := <-s.first:
+			batch = take(batch, op)
 		case op := <-s.queue:
 			batch = take(batch, op)
 		case <-s.closed:
@@ -99,6 +112,12 @@ func (s *Store) writer() {
 		runtime.Gosched()
 	fill:
 		for len(batch) < maxBatch {
+			select {
+			case op := <-s.first:
+				batch = take(batch, op)
+				continue
+			default:
+			}
 			select {
 			case op := <-s.queue:
 				batch = take(batch, op)

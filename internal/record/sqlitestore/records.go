@@ -170,14 +170,22 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	return s.attaches.Show(r), nil
 }
 
-// Renew implements record.Store, in one statement.
+// Renew implements record.Store, in one statement, in the writer's next
+// group, ahead of the writes queued.
 //
 // It also checks that the database file is still the one opened (Renew is
 // called every few seconds): see ErrFileLost.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
 	// Renewed even on a lost file, which this process still uses: its
-	// executions under way are not to be taken for orphans.
-	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
+	// executions under way are not to be taken for orphans. A write of
+	// the writer's, in its next group, ahead of those queued: on a
+	// connection of its own it would wait for the write lock against that
+	// writer, which under load takes it again as soon as it commits, and
+	// live leases would lapse.
+	err := s.writeFirst(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}
