@@ -100,6 +100,9 @@ func ValidID(id json.RawMessage) bool {
 // its request never answered.
 func PortableID(id json.RawMessage) bool {
 	if len(id) == 0 || id[0] != '"' {
+		if shortInteger(id) {
+			return true // the common case, without a parse
+		}
 		f, err := strconv.ParseFloat(string(id), 64)
 		return err == nil && math.Abs(f) <= 1<<53-1
 	}
@@ -130,6 +133,23 @@ func PortableID(id json.RawMessage) bool {
 			i += 11
 		default:
 			i += 5
+		}
+	}
+	return true
+}
+
+// shortInteger reports whether id is an integer of at most 15 digits,
+// which a double holds exactly: its magnitude is below 10^15 < 2^53.
+func shortInteger(id []byte) bool {
+	if len(id) > 0 && id[0] == '-' {
+		id = id[1:]
+	}
+	if len(id) == 0 || len(id) > 15 {
+		return false
+	}
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return false
 		}
 	}
 	return true
