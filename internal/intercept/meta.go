@@ -1,8 +1,10 @@
 package intercept
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -10,16 +12,31 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
-// replayMeta returns the _meta members that mark a replay, as JSON
-// members without the braces.
-func replayMeta(r *record.Record) []byte {
-	return appendExecution(append(make([]byte, 0, 320), `"`+mcp.MetaReplayed+`":true,"`+mcp.MetaExecution+`":`...), r)
+// withExecution returns a copy of result whose _meta names r's
+// execution, and marks it a replay if replay is set. The members are
+// written into a pooled buffer, since WithMeta copies them: a replay
+// then allocates its answer only, not a second buffer as large.
+func withExecution(result json.RawMessage, r *record.Record, replay bool) json.RawMessage {
+	bp := metaBufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	if replay {
+		b = append(b, `"`+mcp.MetaReplayed+`":true,`...)
+	}
+	b = appendExecution(append(b, `"`+mcp.MetaExecution+`":`...), r)
+	result = jsonrpc.WithMeta(result, b)
+	if cap(b) <= maxKeptMeta {
+		*bp = b
+		metaBufs.Put(bp)
+	}
+	return result
 }
 
-// executionMember returns the _meta member that names r's execution.
-func executionMember(r *record.Record) []byte {
-	return appendExecution(append(make([]byte, 0, 300), `"`+mcp.MetaExecution+`":`...), r)
-}
+// metaBufs holds *[]byte buffers for withExecution.
+var metaBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxKeptMeta bounds the buffers metaBufs keeps: one execution with a
+// long history does not pin its buffer.
+const maxKeptMeta = 4 << 10
 
 // appendExecution appends the JSON of describe(r), byte for byte what
 // json.Marshal makes of it (TestAppendExecution), without reflection: it is
