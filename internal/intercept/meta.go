@@ -85,9 +85,11 @@ func appendTime(b []byte, t time.Time) []byte {
 		return appendTimeSlowly(b, t)
 	}
 	// Days since 0000-03-01, the start of a 400-year cycle that ends
-	// with its leap day: Howard Hinnant's civil_from_days.
-	sec := u + int64(offset) + 719468*86400
-	days, secs := sec/86400, sec%86400
+	// with its leap day: Howard Hinnant's civil_from_days, unsigned (the
+	// bounds above keep sec positive), as unsigned division by a
+	// constant is cheaper.
+	sec := uint64(u + int64(offset) + 719468*86400)
+	days, secs := sec/86400, uint32(sec%86400)
 	era := days / 146097
 	doe := days - era*146097
 	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
@@ -104,25 +106,26 @@ func appendTime(b []byte, t time.Time) []byte {
 	// more than the arithmetic.
 	var f [37]byte
 	f[0] = '"'
-	put4(f[1:], int(year))
+	put2(f[1:], uint32(year/100))
+	put2(f[3:], uint32(year%100))
 	f[5] = '-'
-	put2(f[6:], int(month))
+	put2(f[6:], uint32(month))
 	f[8] = '-'
-	put2(f[9:], int(day))
+	put2(f[9:], uint32(day))
 	f[11] = 'T'
-	put2(f[12:], int(secs/3600))
+	put2(f[12:], secs/3600)
 	f[14] = ':'
-	put2(f[15:], int(secs/60%60))
+	put2(f[15:], secs/60%60)
 	f[17] = ':'
-	put2(f[18:], int(secs%60))
+	put2(f[18:], secs%60)
 	n := 20
-	if ns := t.Nanosecond(); ns != 0 {
-		f[n] = '.'
-		for i := n + 9; i > n; i-- {
+	if ns := uint32(t.Nanosecond()); ns != 0 {
+		f[20] = '.'
+		for i := 29; i > 20; i-- {
 			f[i] = byte('0' + ns%10)
 			ns /= 10
 		}
-		n += 10
+		n = 30
 		for f[n-1] == '0' {
 			n--
 		}
@@ -136,9 +139,9 @@ func appendTime(b []byte, t time.Time) []byte {
 	if zone < 0 {
 		f[n], zone = '-', -zone
 	}
-	put2(f[n+1:], zone/60)
+	put2(f[n+1:], uint32(zone/60))
 	f[n+3] = ':'
-	put2(f[n+4:], zone%60)
+	put2(f[n+4:], uint32(zone%60))
 	f[n+6] = '"'
 	return append(b, f[:n+7]...)
 }
@@ -160,6 +163,5 @@ func appendTimeSlowly(b []byte, t time.Time) []byte {
 	return append(b, '"')
 }
 
-func put2(b []byte, n int) { b[0], b[1] = byte('0'+n/10), byte('0'+n%10) }
-
-func put4(b []byte, n int) { put2(b, n/100); put2(b[2:], n%100) }
+// put2 writes n, below 100, as two digits.
+func put2(b []byte, n uint32) { b[0], b[1] = byte('0'+n/10), byte('0'+n%10) }
