@@ -184,15 +184,15 @@ func packedKeyIs(p []byte, key string) bool {
 }
 
 // appendUnhex appends the bytes the hex digits of key stand for to b;
-// isHexKey(key) must hold.
+// isHexKey(key) must hold. Fixed lengths let the compiler drop the
+// bounds checks of the loop.
 func appendUnhex(b []byte, key string) []byte {
-	n := len(b)
-	b = slices.Grow(b, len(key)/2)[:n+len(key)/2]
-	out := b[n:]
+	k := key[:2*hexKeyLen]
+	var out [hexKeyLen]byte
 	for i := range out {
-		out[i] = hexValue[key[2*i]]<<4 | hexValue[key[2*i+1]]
+		out[i] = hexValue[k[2*i]]<<4 | hexValue[k[2*i+1]]
 	}
-	return b
+	return append(b, out[:]...)
 }
 
 // isHexKey reports whether key is a fingerprint: 2*hexKeyLen lowercase
