@@ -51,9 +51,9 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		result := rec.Result
 		switch m {
 		case replayed:
-			result = jsonrpc.WithMeta(result, replayMeta(rec))
+			result = withExecution(result, rec, true)
 		case resumed:
-			result = jsonrpc.WithMeta(result, executionMember(rec))
+			result = withExecution(result, rec, false)
 		}
 		in.reply(ctx, req, Answer{Result: result}, rec)
 	case record.Failed:

@@ -181,8 +181,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 	in.traceRecord(req, rec)
 	switch {
 	case won:
-		// A new execution is the ordinary path, logged at debug; info is
-		// kept for the calls the proxy answers from the record, so that
+		// A new execution is the ordinary path, logged at debug, so that
 		// logging at the default level costs nothing per ordinary call.
 		if in.debug {
 			in.log.Debug("new execution", "execution", rec.ID, "tool", call.Name, "class", pol.Class,
@@ -215,8 +214,11 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		// One line for each decision; an unknown outcome's is unknown's.
 		in.unknown(ctx, rec, req)
 	case rec.State.Settled():
-		if in.info {
-			in.log.Info("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
+		// A replay and an attach are logged at debug, as a new execution
+		// is: a line per call cost more than the replay itself, and
+		// calls_total{decision} counts them, the journal each attach.
+		if in.debug {
+			in.log.Debug("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "replayed")
@@ -226,8 +228,8 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		in.decided(req, call.Name, "attached")
 		in.askAgainInRound(ctx, req, rec)
 	default:
-		if in.info {
-			in.log.Info("attached to an execution under way", "execution", rec.ID, "state", rec.State,
+		if in.debug {
+			in.log.Debug("attached to an execution under way", "execution", rec.ID, "state", rec.State,
 				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "attached")

@@ -225,15 +225,15 @@ type Interceptor struct {
 	store  record.Store
 	hasher *fingerprint.Hasher
 	log    *slog.Logger
-	// debug and info are whether log takes debug and info records, read
-	// once: the per-call lines are built only then.
-	debug, info bool
-	now         func() time.Time
-	epoch       time.Time // in.now() at New: executions time their sends from it
-	owner       string
-	lease       time.Duration
-	obs         Observer
-	timed       bool // an Observer was given: upstream calls are timed for it
+	// debug is whether log takes debug records, read once: the per-call
+	// lines are built only then.
+	debug bool
+	now   func() time.Time
+	epoch time.Time // in.now() at New: executions time their sends from it
+	owner string
+	lease time.Duration
+	obs   Observer
+	timed bool // an Observer was given: upstream calls are timed for it
 	// journal is nil when no journal is kept.
 	journal  Journal
 	settling journalGates // executions whose settling line is not yet journaled
@@ -267,7 +267,6 @@ func New(opts Options) *Interceptor {
 		in.log = slog.New(slog.DiscardHandler)
 	}
 	in.debug = in.log.Enabled(context.Background(), slog.LevelDebug)
-	in.info = in.log.Enabled(context.Background(), slog.LevelInfo)
 	if in.now == nil {
 		in.now = time.Now
 	}

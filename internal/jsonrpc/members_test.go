@@ -30,3 +30,43 @@ func TestReading(t *testing.T) {
 		}
 	}
 }
+
+// skipStringBefore is skipString as it was before its first run of
+// plain bytes was scanned inline, to test the new one against.
+func skipStringBefore(b []byte, i int) int {
+	for i++; ; i += 2 {
+		i = skipPlain(b, i)
+		for i < len(b) && b[i] < 0x20 {
+			i = skipPlain(b, i+1)
+		}
+		switch {
+		case i >= len(b):
+			return -1
+		case b[i] == '"':
+			return i + 1
+		}
+	}
+}
+
+// TestSkipString checks skipString against skipStringBefore on strings
+// of every length up to 24 made of plain bytes, quotes, backslashes and
+// control characters, cut at every point.
+func TestSkipString(t *testing.T) {
+	alphabet := []byte{'a', '"', '\\', 0x01, 'z', 0xff}
+	rng := uint64(1)
+	for n := 0; n <= 24; n++ {
+		for range 400 {
+			b := make([]byte, n+1)
+			b[0] = '"'
+			for j := 1; j <= n; j++ {
+				rng = rng*6364136223846793005 + 1442695040888963407
+				b[j] = alphabet[(rng>>33)%uint64(len(alphabet))]
+			}
+			for cut := 1; cut <= len(b); cut++ {
+				if got, want := skipString(b[:cut], 0), skipStringBefore(b[:cut], 0); got != want {
+					t.Fatalf("skipString(%q) = %d, want %d", b[:cut], got, want)
+				}
+			}
+		}
+	}
+}

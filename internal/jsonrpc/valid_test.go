@@ -76,7 +76,11 @@ func BenchmarkValid(b *testing.B) {
 }
 
 func TestAppendString(t *testing.T) {
-	for _, s := range []string{"", "tools/call", "a b", `q"`, `b\s`, "<x>", "a&b", "tab\t", "é", "\x7f", "\xff", "\u2028"} {
+	strs := []string{"", "tools/call", "a b", `q"`, `b\s`, "<x>", "a&b", "tab\t", "é", "\x7f", "\xff", "\u2028"}
+	for c := range 256 {
+		strs = append(strs, "a"+string(byte(c))+"b")
+	}
+	for _, s := range strs {
 		want, _ := json.Marshal(s)
 		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
 			t.Errorf("AppendString(%q) = %s, want x%s", s, got, want)

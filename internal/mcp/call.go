@@ -135,7 +135,7 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
-	if !utf8.Valid(nameRaw) || strings.ContainsRune(name, utf8.RuneError) {
+	if !plainName(nameRaw) && (!utf8.Valid(nameRaw) || strings.ContainsRune(name, utf8.RuneError)) {
 		// Invalid UTF-8 and lone surrogates (\ud800) decode as U+FFFD,
 		// so two such names would be one tool here, and two to a server
 		// that keeps them apart. U+FFFD itself names no tool anyone made.
@@ -168,6 +168,19 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 		tc.Stateless = bytes.Contains(tc.Meta, []byte("protocolVersion")) && jsonrpc.Member(tc.Meta, MetaProtocolVersion) != nil
 	}
 	return nil
+}
+
+// plainName reports whether raw, a JSON string, is ASCII without an
+// escape: then it is UTF-8 and decodes to its own bytes, which hold no
+// U+FFFD, and the checks for those need not run on every call. An
+// escape, ASCII as it is, may spell a lone surrogate.
+func plainName(raw []byte) bool {
+	for _, c := range raw {
+		if c >= utf8.RuneSelf || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // paramNames are the members of tools/call params the proxy reads.

@@ -83,6 +83,10 @@ func TestParseToolCall(t *testing.T) {
 		{"{\"name\":\"charge\xff\"}", "params.name is not UTF-8"},
 		{`{"name":"charge\ud800"}`, "params.name is not UTF-8"},
 		{`{"name":"charge\ud83d\ude00"}`, ""}, // a pair: one character
+		{`{"name":"charge\ufffd"}`, "params.name is not UTF-8"},
+		{"{\"name\":\"charge\uFFFD\"}", "params.name is not UTF-8"}, // U+FFFD as it is
+		{`{"name":"caf\u00e9"}`, ""},
+		{"{\"name\":\"café\"}", ""},
 		{`{"name":"x","arguments":[1]}`, "arguments must be an object, got an array"},
 		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
 		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},

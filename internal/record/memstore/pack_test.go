@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -114,4 +115,31 @@ func FuzzPackRoundTrip(f *testing.F) {
 			t.Fatalf("the packed id and key of %q, %q do not match them", r.ID, r.Key)
 		}
 	})
+}
+
+// TestHexKey checks isHexKey and appendUnhex against encoding/hex: every
+// byte value, at the first and the last position of a fingerprint.
+func TestHexKey(t *testing.T) {
+	fp := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, key := range []string{fp, fp[:62], fp + "00", ""} {
+		want := len(key) == 2*hexKeyLen
+		if got := isHexKey(key); got != want {
+			t.Errorf("isHexKey(%q) = %v", key, got)
+		}
+	}
+	for c := range 256 {
+		for _, at := range []int{0, len(fp) - 1} {
+			key := fp[:at] + string(byte(c)) + fp[at+1:]
+			raw, err := hex.DecodeString(key)
+			want := err == nil && hex.EncodeToString(raw) == key // lowercase only
+			if got := isHexKey(key); got != want {
+				t.Fatalf("isHexKey(%q) = %v; want %v", key, got, want)
+			}
+			if want {
+				if got := appendUnhex([]byte("x"), key); string(got) != "x"+string(raw) {
+					t.Fatalf("appendUnhex(%q) = %x; want x%x", key, got, raw)
+				}
+			}
+		}
+	}
 }

@@ -1,0 +1,41 @@
+package intercept
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestAppendTime checks appendTime against time.AppendFormat and
+// json.Marshal, which it writes by hand, across years, zones (offsets
+// with seconds, west and east, the local one) and fractions.
+func TestAppendTime(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.Local, time.FixedZone("w", -(3*3600 + 30*60 + 7)),
+		time.FixedZone("e", 14*3600), time.FixedZone("far", 30*3600), time.FixedZone("s", 59)}
+	times := []time.Time{{}, time.Unix(0, 0), time.Unix(minTime, 0), time.Unix(minTime-1, 999),
+		time.Unix(maxTime, 1), time.Unix(maxTime+1, 0), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 12, 31, 23, 59, 59, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2000, 2, 29, 23, 59, 59, 100, time.UTC), time.Date(2100, 3, 1, 0, 0, 0, 120000000, time.UTC),
+		time.Now()}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		times = append(times, time.Unix(rng.Int64N(2*maxTime)-maxTime, rng.Int64N(1e9)))
+		times = append(times, time.Unix(rng.Int64N(4e9), rng.Int64N(1000)*1e6))
+	}
+	for _, at := range times {
+		for _, z := range zones {
+			at := at.In(z)
+			want := string(appendTimeSlowly(nil, at))
+			if got := string(appendTime(nil, at)); got != want {
+				t.Fatalf("appendTime(%v) = %s; want %s", at, got, want)
+			}
+			if want == "null" {
+				continue
+			}
+			if j, err := json.Marshal(at); err == nil && string(j) != want {
+				t.Fatalf("appendTime(%v) = %s; json.Marshal writes %s", at, want, j)
+			}
+		}
+	}
+}
