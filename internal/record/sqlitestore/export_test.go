@@ -22,7 +22,7 @@ func (s *Store) JournalMode(ctx context.Context) (string, error) {
 }
 
 // HoldWriter takes the writer's one connection until the returned func
-// is called: the writer's next group waits for it.
+// is called, as a long queue of writes would.
 func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
 	c, err := s.w.Conn(ctx)
 	if err != nil {
@@ -30,13 +30,6 @@ func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
 	}
 	return func() { c.Close() }, nil
 }
-
-// Queued returns how many writes wait in the writer's queues: the common
-// one and the one that goes first.
-func (s *Store) Queued() (queue, first int) { return len(s.queue), len(s.first) }
-
-// QueueLen is how many writes the common queue holds.
-const QueueLen = queueLen
 
 // SetBusyTimeout sets the busy timeout of the Stores opened from now on,
 // and returns a func that restores it.

@@ -26,8 +26,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	var won bool
 	var orphan *record.Record
 	var purged []*record.Record
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		rec, won, orphan, purged, err = s.reserve(ctx, tx, r, opts)
+	err := s.whileBusy(ctx, func() (err error) {
+		rec, won, orphan, purged, err = s.reserve(ctx, r, opts)
 		return err
 	})
 	if err != nil {
@@ -44,10 +44,23 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec, won, nil
 }
 
-// reserve is Reserve's write, in tx. It also returns the orphan it
+// reserve is Reserve's transaction. It also returns the orphan it
 // settled, whose waiters are to be woken once it has committed, and
 // those its purge settled.
-func (s *Store) reserve(ctx context.Context, tx *sql.Tx, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
+func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
+	rec, won, orphan, purged, err = s.reserveIn(ctx, r, opts)
+	if err != nil {
+		purged = nil // rolled back
+	}
+	return rec, won, orphan, purged, err
+}
+
+func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, nil, nil, err
+	}
+	defer tx.Rollback()
 	now := s.clock()
 	if s.reserves.Add(1)%purgeEvery == 0 {
 		if _, purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
@@ -81,6 +94,9 @@ func (s *Store) reserve(ctx context.Context, tx *sql.Tx, r *record.Record, opts 
 			if err != nil {
 				return nil, false, nil, nil, err
 			}
+			if err := tx.Commit(); err != nil {
+				return nil, false, nil, nil, err
+			}
 			return cur, false, orphan, purged, nil
 		}
 		if orphan != nil {
@@ -110,6 +126,9 @@ func (s *Store) reserve(ctx context.Context, tx *sql.Tx, r *record.Record, opts 
 		}
 		return nil, false, nil, nil, err
 	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, nil, nil, err
+	}
 	return rec, true, orphan, purged, nil
 }
 
@@ -123,8 +142,8 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	var r *record.Record
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		r, err = s.update(ctx, tx, id, c)
+	err := s.whileBusy(ctx, func() (err error) {
+		r, err = s.update(ctx, id, c)
 		return err
 	})
 	if err != nil {
@@ -134,8 +153,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	return s.attaches.Show(r), nil
 }
 
-// update is Update's write, in tx.
-func (s *Store) update(ctx context.Context, tx *sql.Tx, id string, c record.Change) (*record.Record, error) {
+func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
 	now := s.clock()
 	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
 	if err != nil {
@@ -149,6 +172,9 @@ func (s *Store) update(ctx context.Context, tx *sql.Tx, id string, c record.Chan
 	}
 	apply(r, c, now)
 	if err := s.writeRecord(ctx, tx, r); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -170,22 +196,14 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	return s.attaches.Show(r), nil
 }
 
-// Renew implements record.Store, in one statement, in the writer's next
-// group, ahead of the writes queued.
+// Renew implements record.Store, in one statement.
 //
 // It also checks that the database file is still the one opened (Renew is
 // called every few seconds): see ErrFileLost.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
 	// Renewed even on a lost file, which this process still uses: its
-	// executions under way are not to be taken for orphans. A write of
-	// the writer's, in its next group, ahead of those queued: on a
-	// connection of its own it would wait for the write lock against that
-	// writer, which under load takes it again as soon as it commits, and
-	// live leases would lapse.
-	err := s.writeFirst(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
-		return err
-	})
+	// executions under way are not to be taken for orphans.
+	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
 	if err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}

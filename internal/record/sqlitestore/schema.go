@@ -183,7 +183,7 @@ func (s *Store) prepare(ctx context.Context) error {
 			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ?, awaiting = ? WHERE id = ?`},
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
-		{s.w, &s.st.renew, renewText},
+		{s.l, &s.st.renew, renewText},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
 		{s.w, &s.st.addAttached, "UPDATE records SET attached = attached + ? WHERE id = ?"},

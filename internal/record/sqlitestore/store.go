@@ -75,8 +75,12 @@ type Store struct {
 	now func() time.Time
 	// orphaned is Options.Orphaned.
 	orphaned func(*record.Record)
-	w        *sql.DB // one connection; every write, in BEGIN IMMEDIATE transactions
+	w        *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
 	r        *sql.DB // a pool for reads, which WAL lets run beside the writer
+	// l is one connection for Renew alone. Behind w it would wait its
+	// turn with every write of the process, for longer than a lease
+	// under load, and the leases of live executions would lapse.
+	l *sql.DB
 	// v is one read connection for PRAGMA data_version, which counts
 	// other connections' commits only when read on one connection.
 	v  *sql.DB
@@ -84,14 +88,8 @@ type Store struct {
 
 	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
 	attaches  record.AttachCounts // counted by matchRead, not yet written
-	closed    chan struct{}       // closed by Close, to end waits and the writer
+	closed    chan struct{}       // closed by Close, to end waits
 	closeOnce sync.Once
-
-	// queue holds the Reserves and Updates waiting for the writer
-	// goroutine, which closes writerDone once it has stopped (commit.go).
-	queue      chan *writeOp
-	first      chan *writeOp // writes that go ahead of queue's
-	writerDone chan struct{}
 
 	mu      sync.Mutex          // protects waiters and polling
 	waiters map[waitKey]*waiter // what some Wait of this Store is waiting for
@@ -218,9 +216,9 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// for a parameter; SQLite decodes the %XX escapes.
 	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs) +
 		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
-	// Three handles on the file, each with connections of its own: the
-	// writer, the readers and the data_version reader.
-	var w, r, v *sql.DB
+	// Four handles on the file, each with connections of its own: the
+	// writer, the readers, the renewer and the data_version reader.
+	var w, r, l, v *sql.DB
 	var opened []*sql.DB
 	for _, h := range []struct {
 		db    **sql.DB
@@ -229,6 +227,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}{
 		{&w, dsn + "&_txlock=immediate", 1},
 		{&r, dsn + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
+		{&l, dsn, 1},
 		{&v, dsn + "&_pragma=query_only(1)", 1},
 	} {
 		db, err := sql.Open("sqlite", h.dsn)
@@ -248,11 +247,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, v: v, closed: make(chan struct{}), queue: make(chan *writeOp, queueLen), first: make(chan *writeOp, 4), writerDone: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
-	go s.writer()
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -300,7 +298,6 @@ func isBusy(err error) bool {
 // Close closes the database and ends every Wait in progress.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
-	<-s.writerDone // the group it runs, if any, is seen through
 	var errs []error
 	if err := s.attaches.Close(context.Background()); err != nil {
 		errs = append(errs, fmt.Errorf("writing the counts of attached callers: %w", err))
@@ -310,7 +307,7 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.v.Close())...)
+	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close(), s.v.Close())...)
 }
 
 // clock returns the current time, in UTC and without a monotonic reading,
