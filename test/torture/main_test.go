@@ -188,7 +188,7 @@ func proxyCommand(t *testing.T, ledger string, flags ...string) *proc {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 		if s := p.stderr.String(); strings.Contains(s, "panic:") || strings.Contains(s, "DATA RACE") {
-			t.Errorf("%s crashed:\n%s", cmd, tail(s))
+			t.Errorf("%s crashed:\n%s", cmd, crash(s))
 		}
 	})
 	return p
@@ -402,6 +402,17 @@ func (o *output) waitFor(ctx context.Context, text string) error {
 }
 
 // tail is the end of a long log, for a failure message.
+// crash returns the start of the first panic or race report in s, the
+// part that names the conflicting accesses, which a tail cuts off.
+func crash(s string) string {
+	for _, mark := range []string{"WARNING: DATA RACE", "panic:"} {
+		if i := strings.Index(s, mark); i >= 0 {
+			return "[...]\n" + s[i:min(len(s), i+32<<10)]
+		}
+	}
+	return tail(s)
+}
+
 func tail(s string) string {
 	const n = 16 << 10
 	if len(s) <= n {
