@@ -37,6 +37,12 @@
 // nanoseconds; the server's clock is never read. Go-redis is set never to
 // resend a command (MaxRetries -1): a script that timed out may have run.
 //
+// The scripts of Reserve and Update are sent in batches: what callers
+// queued while the senders were busy goes in one pipeline, up to 64
+// calls, and a call alone goes at once (batch.go). A pipeline is not a
+// transaction: each script still runs alone, and answers its caller
+// alone.
+//
 // # Finding a record by id
 //
 // Update, Get and Wait name a record by its id alone, and its keys need its

@@ -24,3 +24,9 @@ func Keys(s *Store, key, id string) (holder, rec, index string) {
 
 // TTLGrace is what a settled record's TTL adds to its retention.
 const TTLGrace = ttlGrace
+
+// Senders is how many batches a store sends at once.
+const Senders = senders
+
+// Queued returns how many calls wait for a sender.
+func Queued(s *Store) int { return len(s.batch.queue) + int(s.batch.parked.Load()) }

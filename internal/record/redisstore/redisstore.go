@@ -80,6 +80,8 @@ type Store struct {
 	closeErr   error
 
 	attaches record.AttachCounts // counted by Reserve, not yet written (attach.go)
+
+	batch batcher // sends the scripts of Reserve and Update (batch.go)
 }
 
 var (
@@ -162,6 +164,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		}
 	}
 	cancel()
+	s.startBatcher()
 	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
 		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
 	})
@@ -184,6 +187,7 @@ func (s *Store) Close() error {
 			s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
 		}
 		cancel()
+		s.stopBatcher()
 		s.closeErr = s.rdb.Close()
 		s.wakeAll() // to find the client closed
 	})
@@ -235,9 +239,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// account's room before its first update); a reservation it does
 	// not win, a replay or an attach, leaves no key behind.
 	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
-	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+	cmds, err := s.send(ctx, func(p redis.Pipeliner, full bool) {
 		eval(ctx, p, reserveScript, full, keys, args...)
 	})
+	if err != nil {
+		return nil, false, s.wrap(op, err)
+	}
 	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err != nil {
 		return nil, false, s.fail(op, err)
@@ -328,22 +335,27 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
 	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via}
-	var cmd *redis.Cmd
+	fill := func(p redis.Pipeliner, full bool) {
+		eval(ctx, p, updateScript, full, keys, args...)
+	}
 	if cached {
 		// The index goes with the update, in the same round trip.
 		ttl := indexTTL(c.To, l.retention)
-		cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
+		fill = func(p redis.Pipeliner, full bool) {
 			eval(ctx, p, updateScript, full, keys, args...)
 			p.Set(ctx, s.indexKey(id), l.tag, ttl)
-		})
+		}
+	}
+	cmds, err := s.send(ctx, fill)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	if cached {
 		if err := cmds[1].Err(); err != nil && cmds[0].Err() == nil {
 			s.log.Warn("writing an index", "execution", id, "store", s.name, "err", err)
 		}
-		cmd = cmds[0].(*redis.Cmd)
-	} else {
-		cmd = updateScript.Run(ctx, s.rdb, keys, args...)
 	}
-	v, err := cmd.Slice()
+	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err == nil && len(v) == 0 {
 		err = errors.New("empty reply")
 	}
