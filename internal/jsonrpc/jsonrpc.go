@@ -79,10 +79,24 @@ func CheckResponse(m *Message) string {
 		return "it has an id, but neither a method, a result nor an error"
 	case m.Result != nil && m.Error != nil:
 		return "it has both a result and an error"
-	case m.Error != nil && DecodeError(m.Error).Raw == nil:
+	case m.Error != nil && !wholeError(m.Error):
 		return "its error is not an object with a numeric code and a string message"
 	}
 	return ""
+}
+
+// wholeError reports whether raw is an error object with a numeric code
+// of integer value and a string message, whatever their values.
+func wholeError(raw json.RawMessage) bool {
+	var e struct {
+		Code    json.RawMessage `json:"code"`
+		Message *string         `json:"message"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Message == nil || len(e.Code) == 0 || string(e.Code) == "null" {
+		return false
+	}
+	_, ok := errorCode(e.Code)
+	return ok
 }
 
 // checkVersion returns why m's "jsonrpc" member is not "2.0", or "".

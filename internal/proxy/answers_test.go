@@ -17,7 +17,6 @@ func TestAnswersAServerCannotRead(t *testing.T) {
 		{`{"jsonrpc":"2*0","id":2,"metod":"ools/call"}`, `{"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"mcp-idempotent: not a JSON-RPC message: \"jsonrpc\" must be \"2.0\""}}`},
 		{`{"jsonrpc":"2.0","id":3,"metod":"tools/call"}`, `"id":3,"error":{"code":-32600,"message":"mcp-idempotent: not a JSON-RPC message: it has an id, but neither a method, a result nor an error"}`},
 		{`{"jsonrpc":"2.0","id":{}}`, `"id":null,"error":{"code":-32600`},
-		{`[{"jsonrpc":"2.","id":"s1","result":{}},{"jsonrpc":"2.0","id":6,"method":"ping"}]`, `[{"jsonrpc":"2.0","id":6,"error":{"code":-32600,"message":"mcp-idempotent: \"jsonrpc\" must be \"2.0\""}}]`},
 	} {
 		r.client.send(t, tt.frame)
 		if got := r.client.next(t, "client"); !strings.Contains(got, tt.want) {
@@ -34,9 +33,19 @@ func TestAnswersAServerCannotRead(t *testing.T) {
 	} {
 		r.client.send(t, dropped)
 	}
-	const valid = `{"jsonrpc":"2.0","id":"s1","result":{}}`
-	r.client.send(t, valid)
-	if got := r.upstream.next(t, "upstream"); got != valid {
-		t.Fatalf("the upstream got %s; want only the valid answer", got)
+	// In a batch, the bad answers are dropped and the rest goes on.
+	r.client.send(t, `[{"jsonrpc":"2.","id":"s1","result":{}},{"jsonrpc":"2.0","id":"s2","result":{}},{"jsonrpc":"2.0","id":"s3","error":"bad"}]`)
+	if got, want := r.upstream.next(t, "upstream"), `[{"jsonrpc":"2.0","id":"s2","result":{}}]`; got != want {
+		t.Fatalf("the upstream got %s; want %s, the batch's one valid answer", got, want)
+	}
+	for _, valid := range []string{
+		`{"jsonrpc":"2.0","id":"s4","result":{}}`,
+		`{"jsonrpc":"2.0","id":"s5","error":{"code":0,"message":""}}`,
+		`{"jsonrpc":"2.0","id":6,"error":{"code":-32001,"message":"no","data":{"why":1}}}`,
+	} {
+		r.client.send(t, valid)
+		if got := r.upstream.next(t, "upstream"); got != valid {
+			t.Fatalf("the upstream got %s; want %s, a valid answer", got, valid)
+		}
 	}
 }

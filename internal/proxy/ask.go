@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -169,26 +168,13 @@ func (s *Session) askAnswered(msg *jsonrpc.Message) {
 // the client and acts on them. It returns the rest of the batch and its
 // frame, which is frame itself when the batch held none.
 func (s *Session) askAnswers(msgs []*jsonrpc.Message, frame []byte) ([]*jsonrpc.Message, []byte) {
-	n := 0
-	for _, m := range msgs {
-		if m.IsResponse() && idHasPrefix(m.ID, s.askPrefix) {
-			n++
-		}
-	}
-	if n == 0 {
-		return msgs, frame
-	}
-	rest := make([]*jsonrpc.Message, 0, len(msgs)-n)
-	raws := make([][]byte, 0, len(msgs)-n)
-	for _, m := range msgs {
+	return takeOut(msgs, frame, func(m *jsonrpc.Message) bool {
 		if m.IsResponse() && idHasPrefix(m.ID, s.askPrefix) {
 			s.askAnswered(m)
-			continue
+			return true
 		}
-		rest = append(rest, m)
-		raws = append(raws, m.Raw)
-	}
-	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+		return false
+	})
 }
 
 // endAsks fails every ask still waiting, and every ask after it: the

@@ -154,6 +154,46 @@ func (s *Session) refuseAnswer(m *jsonrpc.Message, why string) {
 	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: not a JSON-RPC message: %s", why)))
 }
 
+// badAnswer refuses m if it is an answer from the client that no server
+// could read (refuseAnswer), and reports whether it did.
+func (s *Session) badAnswer(m *jsonrpc.Message) bool {
+	if m.Method != "" {
+		return false
+	}
+	why := jsonrpc.CheckResponse(m)
+	if why == "" {
+		return false
+	}
+	s.refuseAnswer(m, why)
+	return true
+}
+
+// takeOut removes from a batch, msgs read from frame, the messages that
+// take handles, which it reports true for, and returns the rest and their
+// frame; msgs and frame themselves when it takes none.
+func takeOut(msgs []*jsonrpc.Message, frame []byte, take func(*jsonrpc.Message) bool) ([]*jsonrpc.Message, []byte) {
+	var rest []*jsonrpc.Message
+	taken := false
+	for i, m := range msgs {
+		switch {
+		case take(m):
+			if !taken {
+				rest, taken = append(make([]*jsonrpc.Message, 0, len(msgs)), msgs[:i]...), true
+			}
+		case taken:
+			rest = append(rest, m)
+		}
+	}
+	if !taken {
+		return msgs, frame
+	}
+	raws := make([][]byte, len(rest))
+	for i, m := range rest {
+		raws[i] = m.Raw
+	}
+	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+}
+
 // fromClientBatch passes a batch through unless it holds a tools/call:
 // splitting a batch would change what the client asked for, and passing
 // the call through would skip deduplication, so such a batch is refused.
@@ -172,12 +212,15 @@ func (s *Session) fromClientBatch(frame []byte) {
 	if msgs, frame = s.askAnswers(msgs, frame); len(msgs) == 0 {
 		return // answers to the proxy's asks only
 	}
+	// An answer no server could read is dropped, as one alone is; the
+	// rest of the batch, the valid answers among it, goes on.
+	if msgs, frame = takeOut(msgs, frame, s.badAnswer); len(msgs) == 0 {
+		return
+	}
 	for _, m := range msgs {
 		var why string
 		if m.Method != "" {
 			why = jsonrpc.CheckRequest(m)
-		} else {
-			why = jsonrpc.CheckResponse(m)
 		}
 		switch {
 		case why != "":
