@@ -258,7 +258,9 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 // counter counts round trips: a command, or a pipeline. It keeps their
-// names, for a failure to show.
+// names, for a failure to show. The handshake of a new pooled connection
+// (HELLO, CLIENT SETINFO), which go-redis sends through the hooks too, is
+// the connection's, not the operation's, and is not counted.
 type counter struct {
 	n     atomic.Int64
 	mu    sync.Mutex
@@ -269,18 +271,27 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd.Name())
+		if !handshake[cmd.Name()] {
+			c.count(cmd.Name())
+		}
 		return next(ctx, cmd)
 	}
 }
 
+// handshake names the commands go-redis sends on a new connection.
+var handshake = map[string]bool{"hello": true, "client": true, "auth": true, "select": true}
+
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var names []string
+		setup := true
 		for _, cmd := range cmds {
 			names = append(names, cmd.Name())
+			setup = setup && handshake[cmd.Name()]
 		}
-		c.count(fmt.Sprint(names))
+		if !setup {
+			c.count(fmt.Sprint(names))
+		}
 		return next(ctx, cmds)
 	}
 }
