@@ -23,8 +23,19 @@ func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id st
 	case cur.State.Settled():
 		in.answer(ctx, req, cur, replayed)
 	default:
-		go in.attach(ctx, cur, req)
+		in.goAttach(ctx, cur, req)
 	}
+}
+
+// goAttach runs attach on a goroutine of its own, counted in in.work: its
+// caller's journal line, written after the answer, is in before Wait
+// returns and the journal is closed.
+func (in *Interceptor) goAttach(ctx context.Context, rec *record.Record, req *Request) {
+	in.work.Add(1)
+	go func() {
+		defer in.work.Done()
+		in.attach(ctx, rec, req)
+	}()
 }
 
 // attach waits, on its own goroutine, for an execution under way that

@@ -234,7 +234,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		}
 		in.decided(req, call.Name, "attached")
 		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
-		go in.attach(ctx, rec, req)
+		in.goAttach(ctx, rec, req)
 	}
 }
 

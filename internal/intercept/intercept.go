@@ -353,7 +353,8 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 }
 
 // Wait blocks until every dispatch and status check under way has
-// settled and its callers are answered, or ctx is done.
+// settled and its callers are answered, each attached caller's answer
+// and journal line included, or ctx is done.
 func (in *Interceptor) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
