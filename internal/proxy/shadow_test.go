@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,13 +278,13 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			normal, n, normalJournal, _ := runShadowScript(t, false, tt.script)
 			shadow, s, shadowJournal, store := runShadowScript(t, true, tt.script)
 			normalCalls, shadowCalls := n.calls, s.calls
-			if !equalCounts(normal.counted, tt.want) || len(normalCalls) != tt.sent {
+			if !maps.Equal(normal.counted, tt.want) || len(normalCalls) != tt.sent {
 				t.Fatalf("normal mode: decisions %v, %d calls upstream; want %v and %d", normal.counted, len(normalCalls), tt.want, tt.sent)
 			}
-			if !equalCounts(shadow.shown, normal.counted) {
+			if !maps.Equal(shadow.shown, normal.counted) {
 				t.Errorf("shadow decisions %v; want those of normal mode, %v", shadow.shown, normal.counted)
 			}
-			if !equalCounts(shadow.counted, map[string]int{"passed_through": tt.calls}) || len(shadowCalls) != tt.calls {
+			if !maps.Equal(shadow.counted, map[string]int{"passed_through": tt.calls}) || len(shadowCalls) != tt.calls {
 				t.Errorf("shadow mode: decisions %v, %d calls upstream; want every call passed through, %d", shadow.counted, len(shadowCalls), tt.calls)
 			}
 			for _, f := range shadowCalls {
@@ -298,7 +299,7 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			}
 			// The journal says what it would have done, line for line,
 			// each line marked so.
-			if got, want := journaled(shadowJournal), journaled(normalJournal); !equalCounts(got, want) {
+			if got, want := journaled(shadowJournal), journaled(normalJournal); !maps.Equal(got, want) {
 				t.Errorf("shadow mode journaled %v; want what normal mode journals, %v", got, want)
 			}
 			for _, e := range shadowJournal {
@@ -313,16 +314,4 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // dyingServer is an upstream that starts, says why it cannot serve on
@@ -38,16 +36,7 @@ func TestUpstreamExitCauseReachesTheClient(t *testing.T) {
 	cmd := proxiedWith(t, nil, dyingServer...)
 	stderr := new(syncBuffer)
 	cmd.Stderr = stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateDuration}, nil)
-	if err == nil {
-		_ = cs.Close()
-		t.Fatal("connecting through a proxy whose upstream exits at start: no error")
-	}
-	if cmd.ProcessState == nil && cmd.Process != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
+	err := connectFails(t, ctx, cmd, "a proxy whose upstream exits at start")
 	checkCause(t, err.Error())
 	if !strings.Contains(stderr.String(), "fatal: MCP_TOKEN is not set") {
 		t.Errorf("the upstream's stderr did not reach the proxy's:\n%s", stderr)

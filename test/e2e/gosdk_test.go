@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -472,23 +473,32 @@ func TestUpstreamThatCannotStart(t *testing.T) {
 	stderr := new(syncBuffer)
 	cmd.Stderr = stderr
 
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateDuration}, nil)
-	if err == nil {
-		_ = cs.Close()
-		t.Fatalf("connecting through a proxy whose upstream cannot start: no error")
-	}
-	// Connect has closed the transport, which waited for the process.
-	if cmd.ProcessState == nil && cmd.Process != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
+	connectFails(t, ctx, cmd, "a proxy whose upstream cannot start")
 	if code := cmd.ProcessState.ExitCode(); code == 0 {
 		t.Errorf("proxy exit status = 0, want non-zero")
 	}
 	if !strings.Contains(stderr.String(), missing) {
 		t.Errorf("proxy stderr does not name the upstream %s:\n%s", missing, stderr)
 	}
+}
+
+// connectFails connects the go-sdk client through cmd, a proxy that is
+// to refuse the session (what names it), and returns the client's error
+// once the proxy has exited.
+func connectFails(t *testing.T, ctx context.Context, cmd *exec.Cmd, what string) error {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpi-e2e", Version: "0.0.1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateDuration}, nil)
+	if err == nil {
+		_ = cs.Close()
+		t.Fatalf("connecting through %s: no error", what)
+	}
+	// Connect has closed the transport, which waited for the process.
+	if cmd.ProcessState == nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	return err
 }
 
 // TestProxyInFrontOfProxy: one mcp-idempotent in front of another (as with

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -90,16 +91,16 @@ func TestShadowMode(t *testing.T) {
 			if normal.runs != tt.sent || shadow.runs != tt.calls {
 				t.Errorf("the upstream ran %d calls without --shadow, %d with it; want %d and %d, every call", normal.runs, shadow.runs, tt.sent, tt.calls)
 			}
-			if !equalCounts(normal.decisions, tt.wantDecisions) {
+			if !maps.Equal(normal.decisions, tt.wantDecisions) {
 				t.Errorf("calls_total without --shadow: %v; want %v", normal.decisions, tt.wantDecisions)
 			}
-			if !equalCounts(shadow.shadowDecisions, normal.decisions) {
+			if !maps.Equal(shadow.shadowDecisions, normal.decisions) {
 				t.Errorf("shadow_decisions_total: %v; want normal mode's decisions, %v", shadow.shadowDecisions, normal.decisions)
 			}
 			if len(shadow.decisions) != 0 {
 				t.Errorf("calls_total with --shadow: %v besides passed_through; want none", shadow.decisions)
 			}
-			if !equalCounts(shadow.journaled, normal.journaled) || len(normal.lines) != tt.wantJournaledN {
+			if !maps.Equal(shadow.journaled, normal.journaled) || len(normal.lines) != tt.wantJournaledN {
 				t.Errorf("journal lines with --shadow %v, without %v (%d lines); want the same, %d lines", shadow.journaled, normal.journaled, len(normal.lines), tt.wantJournaledN)
 			}
 			for _, l := range shadow.lines {
@@ -208,16 +209,4 @@ func scrapeDecisions(t *testing.T, addr, metric string) map[string]int {
 		counts[decision] += int(n)
 	}
 	return counts
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
