@@ -29,4 +29,4 @@ const TTLGrace = ttlGrace
 const Senders = senders
 
 // Queued returns how many calls wait for a sender.
-func Queued(s *Store) int { return len(s.batch.queue) + int(s.batch.parked.Load()) }
+func Queued(s *Store) int { return s.batch.Queued() }

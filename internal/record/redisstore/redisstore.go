@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -81,7 +82,7 @@ type Store struct {
 
 	attaches record.AttachCounts // counted by Reserve, not yet written (attach.go)
 
-	batch batcher // sends the scripts of Reserve and Update (batch.go)
+	batch *batch.Queue[*call] // sends the scripts of Reserve and Update (batch.go)
 }
 
 var (
@@ -164,7 +165,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		}
 	}
 	cancel()
-	s.startBatcher()
+	s.batch = batch.Start(maxBatch, senders, s.sendBatch)
 	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
 		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
 	})
@@ -187,7 +188,7 @@ func (s *Store) Close() error {
 			s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
 		}
 		cancel()
-		s.stopBatcher()
+		s.batch.Close()
 		s.closeErr = s.rdb.Close()
 		s.wakeAll() // to find the client closed
 	})
