@@ -26,9 +26,11 @@
 // # Atomicity
 //
 // Every step is one statement, so it is atomic on its own and needs no
-// transaction held across round trips. A reservation is an INSERT ... ON
-// CONFLICT (key) WHERE holds_key DO NOTHING, and in the same statement an
-// UPDATE that attaches to the holder when it may be matched: the unique
+// transaction held across round trips. The first statements of
+// concurrent calls are sent together and commit in one transaction
+// (batch.go), all or none. A reservation is an INSERT ... ON
+// CONFLICT (key) WHERE holds_key DO NOTHING, and in the same statement a
+// read of the holder, attached to when it may be matched: the unique
 // index lets exactly one of any number of concurrent callers insert. An
 // orphan or a replaceable holder is dealt with by a compare-and-set UPDATE
 // (only one caller's succeeds: the row lock serializes them and the losers'

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -100,7 +101,9 @@ type Store struct {
 	attaches record.AttachCounts // attaches counted and not yet written (attach.go)
 	acquired atomic.Uint64       // connections acquire took: progress, under load
 
-	q queries
+	q        queries
+	reserveQ *batch.Queue[*stmt] // batches Reserve's first statements (batch.go)
+	updateQ  *batch.Queue[*stmt] // and Update's
 
 	waiters          waiters
 	minPoll, maxPoll time.Duration // Wait's fallback poll
@@ -122,8 +125,10 @@ var _ record.Store = (*Store)(nil)
 
 // Open returns a Store for the database at rawURL, a postgres:// or
 // postgresql:// URL (pgxpool's parameters such as pool_max_conns are
-// understood). It does not connect: the first call does, and creates the
-// schema then if it does not exist. Close releases the store.
+// understood; without it, the pool holds up to minConns connections, or
+// pgxpool's default if larger). It does not connect: the first call
+// does, and creates the schema then if it does not exist. Close releases
+// the store.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
 		return nil, fmt.Errorf("opening postgres store: %q is not a postgres:// or postgresql:// URL", redact(rawURL))
@@ -132,6 +137,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err != nil {
 		// The parse error may quote the URL, password included.
 		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse", redact(rawURL))
+	}
+	if u, err := url.Parse(rawURL); err == nil && !u.Query().Has("pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, minConns)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
@@ -179,6 +187,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", s.name, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.startBatches()
 	s.attaches.Start(attachFlush, s.writeAttaches, func(err error) {
 		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
 	})
@@ -215,6 +224,7 @@ func (s *Store) Close() error {
 		s.log.Warn("writing the counts of attached callers at close; they are lost", "store", s.name, "err", err)
 	}
 	cancel()
+	s.stopBatches()
 	s.pool.Close()
 	s.waiters.wakeAll() // to find the pool closed
 	return nil
@@ -322,7 +332,10 @@ const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 // follows it.
 var watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND NOT watched AND ` + inFlight
 
-var renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight
+// renewSQL locks the owner's rows in id order, as batches of updates do
+// (batch.go), so that it and a batch never wait for each other.
+var renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight + ` AND id IN (
+	SELECT id FROM {schema}.records WHERE owner = $1 AND ` + inFlight + ` ORDER BY id FOR UPDATE)`
 
 // orphansSQL reads records whose owner's lease lapsed.
 var orphansSQL = params(`SELECT `+columns+` FROM {schema}.records WHERE `+orphan+` LIMIT $limit`, "now", "limit")
@@ -368,13 +381,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			s.log.Debug("purged expired executions", "store", s.name, "count", n)
 		}
 	}
-	conn, now, err := s.acquire(ctx)
-	if err != nil {
-		return nil, false, s.fail(op, err)
-	}
-	defer conn.Release()
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
+	now := s.clock()
 	// The record as inserted: accepted, or, asked to, dispatched too in
 	// the same statement, one WAL sync for both.
 	fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts}
@@ -389,20 +396,35 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	for i, st := range opts.Replace {
 		replace[i] = string(st)
 	}
-	// Each pass that does not return settles or releases the holder, or
-	// finds one that appeared after its snapshot; a few passes suffice
-	// under any contention, and the bound guards against a holder that
-	// the statements and this code judge differently.
-	var orphan *record.Record // settled by this call
-	for range maxPasses {
-		if err := ctx.Err(); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", op, err)
-		}
-		var won bool
-		rec, err := scanRecord(conn.QueryRow(ctx, s.q.reserve,
-			r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
+	var (
+		rec *record.Record
+		won bool
+	)
+	insert := &stmt{
+		sql: s.q.reserve,
+		args: []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
 			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
-			string(fresh.State)), &won)
+			string(fresh.State)},
+		order: r.Key,
+		scan: func(row pgx.Row) (err error) {
+			rec, err = scanRecord(row, &won)
+			return err
+		},
+	}
+	// The first pass is batched; the rest, rare, run on a connection
+	// of their own. Each pass that does not return settles or releases
+	// the holder, or finds one that appeared after its snapshot; a few
+	// passes suffice under any contention, and the bound guards against
+	// a holder that the statements and this code judge differently.
+	err = s.run(ctx, s.reserveQ, insert)
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
+	var orphan *record.Record // settled by this call
+	for pass := 0; ; pass++ {
 		switch {
 		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
 			// Attached to; a caller whose client key names another
@@ -418,36 +440,58 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			return nil, false, fmt.Errorf("%s: execution id already used", op)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return nil, false, s.fail(op, err)
+		case pass == maxPasses:
+			return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
 		}
-
-		// The holder can be neither matched nor replaced as it is.
-		holder, err := scanRecord(conn.QueryRow(ctx, s.q.holder, r.Key))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			continue // purged or released meanwhile: insert again
-		case err != nil:
-			return nil, false, s.fail(op, err)
-		case holder.Orphaned(now):
-			// Settled by this caller or a concurrent one; either way
-			// the next pass matches or replaces the settled record.
-			settled, ok, err := s.settleOrphan(ctx, conn, holder, now)
-			if err != nil {
-				return nil, false, s.fail(op, err)
-			}
-			if ok {
-				orphan = settled
-			}
-		case s.replaceable(holder, r, now, opts):
-			// Release the key and compete for it again: whoever then
-			// inserts first wins, exactly one.
-			if _, err := conn.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint); err != nil {
-				return nil, false, s.fail(op, err)
+		if conn == nil {
+			var aerr error
+			if conn, _, aerr = s.acquire(ctx); aerr != nil {
+				return nil, false, s.fail(op, aerr)
 			}
 		}
-		// Otherwise the holder became matchable after the first
-		// statement's snapshot: the next pass attaches to it.
+		settled, cerr := s.clearHolder(ctx, conn, r, now, opts, replace)
+		if cerr != nil {
+			return nil, false, s.fail(op, cerr)
+		}
+		if settled != nil {
+			orphan = settled
+		}
+		bctx, cancel := s.bounded(ctx)
+		runAlone(bctx, conn, insert)
+		cancel()
+		err = insert.err
 	}
-	return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
+}
+
+// clearHolder deals with the holder of r's key, which Reserve could
+// neither match nor replace as it was: it settles an orphan (and returns
+// it, if this call settled it) or releases a replaceable holder, for
+// Reserve to insert again. A holder that is gone, or that became
+// matchable after Reserve's snapshot, is left for the next pass to find.
+func (s *Store) clearHolder(ctx context.Context, conn db, r *record.Record, now time.Time, opts record.ReserveOptions, replace []string) (*record.Record, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	holder, err := scanRecord(conn.QueryRow(ctx, s.q.holder, r.Key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil // purged or released meanwhile: insert again
+	case err != nil:
+		return nil, err
+	case holder.Orphaned(now):
+		// Settled by this caller or a concurrent one; either way the
+		// next pass matches or replaces the settled record.
+		settled, ok, err := s.settleOrphan(ctx, conn, holder, now)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return settled, nil
+	case s.replaceable(holder, r, now, opts):
+		// Release the key and compete for it again: whoever then inserts
+		// first wins, exactly one.
+		_, err := conn.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint)
+		return nil, err
+	}
+	return nil, nil
 }
 
 // db is what a statement runs on: the pool, or one connection taken
@@ -503,27 +547,33 @@ func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.R
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	op := "updating " + id
-	conn, now, err := s.acquire(ctx)
-	if err != nil {
-		return nil, s.fail(op, err)
-	}
-	defer conn.Release()
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
+	now := s.clock()
 	var from []record.State
 	for _, st := range record.States {
 		if c.Allowed(st) {
 			from = append(from, st)
 		}
 	}
+	// The first try is batched; the rest, rare, run on a connection of
+	// their own.
+	st, rec, err := s.change(id, c, now, from, false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := s.run(ctx, s.updateQ, st); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, s.fail(op, err)
+	}
+	if *rec != nil {
+		return s.attaches.Show(*rec), nil
+	}
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	for {
-		rec, ok, err := s.apply(ctx, conn, id, c, now, from, false)
-		if err != nil {
-			return nil, s.fail(op, err)
-		}
-		if ok {
-			return s.attaches.Show(rec), nil
-		}
 		cur, err := s.get(ctx, conn, id)
 		if err != nil {
 			return nil, s.wrap(op, err)
@@ -536,6 +586,13 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 		// It moved into a state the change may leave between the two
 		// statements: try again.
+		rec, ok, err := s.apply(ctx, conn, id, c, now, from, false)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		if ok {
+			return s.attaches.Show(rec), nil
+		}
 	}
 }
 
@@ -543,12 +600,27 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // is missing or not in one of the states from (or, with orphanOnly, not an
 // orphan at now).
 func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
+	st, out, err := s.change(id, c, now, from, orphanOnly)
+	if err != nil {
+		return nil, false, err
+	}
+	runAlone(ctx, q, st)
+	if errors.Is(st.err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	return *out, st.err == nil, st.err
+}
+
+// change returns the statement of apply, and where it puts the record
+// it changes: nil if the record is missing or not in one of the states
+// from.
+func (s *Store) change(id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (*stmt, **record.Record, error) {
 	// jsonb refuses the escape \u0000, which a note quoting an
 	// upstream's output, or a decider's name, might hold.
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	dispatch := 0
 	if c.To == record.Dispatched {
@@ -558,13 +630,17 @@ func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now
 	for i, st := range from {
 		fromText[i] = string(st)
 	}
-	rec, err = scanRecord(q.QueryRow(ctx, s.q.update,
-		id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-		timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
-	return rec, err == nil, err
+	rec := new(*record.Record)
+	return &stmt{
+		sql: s.q.update,
+		args: []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
+			timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly},
+		order: id,
+		scan: func(row pgx.Row) (err error) {
+			*rec, err = scanRecord(row)
+			return err
+		},
+	}, rec, nil
 }
 
 // settleOrphan settles r, found orphaned at now, with record.OrphanChange.
