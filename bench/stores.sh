@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# stores.sh: new executions per second of each durable store, one at a
+# time and 32 at once, in this tree and in another (TREE), side by side.
+#
+# It builds each store's tests in both trees and runs their
+# BenchmarkReserveComplete (a reservation with its dispatch, then
+# completed, then delivered) in interleaved rounds, so that both builds
+# meet the same moments of a shared machine's load, and prints the
+# medians and their ratio.
+#
+# Usage: TREE=/path/to/other/checkout bench/stores.sh [sqlite] [redis] [postgres]
+# Environment: ROUNDS (default 5), BENCHTIME (default 1s); MCPI_REDIS_URL
+# and MCPI_POSTGRES_URL for those stores, as for the tests.
+# To compare with a commit: git worktree add /tmp/base COMMIT.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+base=${TREE:?"stores.sh: set TREE to the checkout to compare with (git worktree add /tmp/base COMMIT)"}
+rounds=${ROUNDS:-5}
+benchtime=${BENCHTIME:-1s}
+stores=("$@")
+if ((${#stores[@]} == 0)); then
+	stores=(sqlite redis postgres)
+fi
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+for store in "${stores[@]}"; do
+	case $store in
+	sqlite | redis) pkg=./internal/record/${store}store ;;
+	postgres) pkg=./internal/record/pgstore ;;
+	*) echo "stores.sh: unknown store $store (sqlite, redis, postgres)" >&2; exit 2 ;;
+	esac
+	(cd "$base" && go test -c -o "$dir/$store.base" "$pkg")
+	(cd "$here" && go test -c -o "$dir/$store.this" "$pkg")
+done
+
+# run prints "store build inflight ns/op" for each benchmark of one binary.
+# The PostgreSQL store's older benchmarks name the 32 at once
+# ReserveCompleteParallel; the others have serial and parallel32.
+run() {
+	local store=$1 build=$2
+	MCPI_REQUIRE_SERVICES=1 "$dir/$store.$build" -test.run '^$' -test.bench '^BenchmarkReserveComplete' \
+		-test.benchtime "$benchtime" | awk -v s="$store" -v b="$build" '
+		/^BenchmarkReserveComplete/ {
+			n = ($1 ~ /Parallel|parallel32/) ? 32 : 1
+			print s, b, n, $3
+		}'
+}
+
+# median prints the median of the numbers on its input.
+median() {
+	sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+for ((r = 1; r <= rounds; r++)); do
+	for store in "${stores[@]}"; do
+		run "$store" base
+		run "$store" this
+	done
+done >"$dir/results"
+
+echo "new executions/s, medians of $rounds interleaved rounds ($benchtime each)"
+echo "base: $base"
+echo "this: $here"
+printf '%-9s %9s %12s %12s %7s\n' store "in flight" base this ratio
+awk '{ print $1, $3 }' "$dir/results" | sort -u -k1,1 -k2,2n | while read -r store inflight; do
+	b=$(awk -v s="$store" -v n="$inflight" '$1 == s && $2 == "base" && $3 == n { print $4 }' "$dir/results" | median)
+	t=$(awk -v s="$store" -v n="$inflight" '$1 == s && $2 == "this" && $3 == n { print $4 }' "$dir/results" | median)
+	awk -v s="$store" -v n="$inflight" -v b="$b" -v t="$t" \
+		'BEGIN { printf "%-9s %9d %12.0f %12.0f %6.2fx\n", s, n, 1e9 / b, 1e9 / t, b / t }'
+done
