@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -175,9 +177,11 @@ func decode(m map[string]string) (*record.Record, error) {
 // or five for a decision; a missing member is "", as it was when every
 // transition was decoded as a triple.
 func decHistory(s string) ([]record.Transition, error) {
-	var hist [][]string
-	if err := json.Unmarshal([]byte(s), &hist); err != nil {
-		return nil, err
+	hist, ok := plainHistory(s)
+	if !ok {
+		if err := json.Unmarshal([]byte(s), &hist); err != nil {
+			return nil, err
+		}
 	}
 	ts := make([]record.Transition, len(hist))
 	for i, h := range hist {
@@ -189,4 +193,69 @@ func decHistory(s string) ([]record.Transition, error) {
 		ts[i] = record.Transition{State: record.State(h[0]), At: at, Note: h[2], By: h[3], Via: h[4]}
 	}
 	return ts, nil
+}
+
+// plainHistory reads s as encoding/json reads it into [][]string, if s is
+// in the form the scripts write: arrays of strings with no white space and
+// no escapes, every string valid UTF-8. ok is false for anything else,
+// which encoding/json then reads. Every record a store returns carries its
+// history, and reflection made this a seventh of a Redis store's CPU.
+func plainHistory(s string) (hist [][]string, ok bool) {
+	i := 0
+	next := func(c byte) bool {
+		if i < len(s) && s[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	if !next('[') {
+		return nil, false
+	}
+	hist = [][]string{}
+	if next(']') {
+		return hist, i == len(s)
+	}
+	for {
+		if !next('[') {
+			return nil, false
+		}
+		t := make([]string, 0, 5)
+		for !next(']') {
+			if len(t) > 0 && !next(',') {
+				return nil, false
+			}
+			if !next('"') {
+				return nil, false
+			}
+			n := strings.IndexByte(s[i:], '"')
+			if n < 0 {
+				return nil, false
+			}
+			v := s[i : i+n]
+			if strings.IndexByte(v, '\\') >= 0 || !utf8.ValidString(v) || hasControl(v) {
+				return nil, false
+			}
+			t = append(t, v)
+			i += n + 1
+		}
+		hist = append(hist, t)
+		if next(']') {
+			return hist, i == len(s)
+		}
+		if !next(',') {
+			return nil, false
+		}
+	}
+}
+
+// hasControl reports whether v holds a byte JSON does not allow in a
+// string as it is.
+func hasControl(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 {
+			return true
+		}
+	}
+	return false
 }

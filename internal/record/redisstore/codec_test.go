@@ -61,3 +61,48 @@ func TestDecodeWithoutAwaiting(t *testing.T) {
 		t.Fatalf("decode with awaiting = %+v, %v; want it kept", r, err)
 	}
 }
+
+// FuzzPlainHistory: what the fast reader of a history accepts, it reads
+// exactly as encoding/json does.
+func FuzzPlainHistory(f *testing.F) {
+	for _, s := range []string{
+		`[]`, `[[]]`, `[["accepted","1764547200000000000",""]]`,
+		`[["accepted","1",""],["authorized","2","","alice","elicitation"]]`,
+		`[["a\/b","1",""]]`, `[ ["a","1",""] ]`, `[["é","1","\u00e9"]]`, `[["a",1,""]]`, `[["a"],]`, `[[""]]x`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := plainHistory(s)
+		if !ok {
+			return
+		}
+		var want [][]string
+		if err := json.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatalf("plainHistory read %q, which encoding/json refuses: %v", s, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("plainHistory(%q) = %q; encoding/json reads %q", s, got, want)
+		}
+	})
+}
+
+// TestPlainHistoryReadsWhatScriptsWrite: the histories the scripts write
+// take the fast reader, and one it does not take (an escape, white
+// space) is still read, by encoding/json.
+func TestPlainHistoryReadsWhatScriptsWrite(t *testing.T) {
+	for _, s := range []string{`[]`, `[["accepted","1764547200000000000",""],["dispatched","1764547200000000001",""]]`,
+		`[["accepted","1",""],["authorized","2","","alice","elicitation"]]`} {
+		if _, ok := plainHistory(s); !ok {
+			t.Errorf("plainHistory(%q) did not read it", s)
+		}
+	}
+	for _, s := range []string{`[["accepted","1","a\/b"]]`, `[ ["accepted","1",""] ]`} {
+		if _, ok := plainHistory(s); ok {
+			t.Errorf("plainHistory(%q) read it; want it left to encoding/json", s)
+		}
+		if h, err := decHistory(s); err != nil || len(h) != 1 || h[0].State != record.Accepted {
+			t.Errorf("decHistory(%q) = %v, %v", s, h, err)
+		}
+	}
+}
