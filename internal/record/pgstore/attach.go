@@ -16,7 +16,7 @@ const attachFlush = time.Second
 
 // flushAttachesSQL adds counted attaches to their records. It locks them
 // in id order, as batches of updates do (batch.go), so that it and a
-// batch never wait for each other.
+// batch never wait for each other in a cycle.
 const flushAttachesSQL = `UPDATE {schema}.records AS r SET attached = r.attached + v.n
 	FROM unnest($1::text[], $2::integer[]) AS v(id, n) WHERE r.id = v.id AND r.id IN (
 		SELECT id FROM {schema}.records WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE)`

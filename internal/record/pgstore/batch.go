@@ -3,11 +3,15 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
@@ -20,12 +24,16 @@ import (
 // it.
 //
 // A batch's transaction is all or nothing, and its callers are answered
-// once it has committed. An error in one statement (a statement timeout,
-// a lock wait ended by the server) rolls the others back; they are then
-// run again alone, each in its own transaction as without batching:
-// nothing of the batch was written. An error of the connection, after
-// which the commit may or may not have happened, fails every call of the
-// batch, as it would have failed a call alone.
+// once it has committed. A statement the server refuses rolls the others
+// back, and nothing of the batch is written: it is answered with its
+// error, as it would have been alone, and the others are sent again as a
+// batch. A statement that waits for a row lock longer than
+// batchLockTimeout (another transaction holds it), or is chosen to end a
+// deadlock, is taken out of the batch in the same way, and runs alone
+// once the rest is written, waiting its turn there as it would have
+// without batching. An error of the connection, after which the commit
+// may or may not have happened, fails every call of the batch, as it
+// would have failed a call alone.
 //
 // Reservations and updates go in batches of their own, each sorted by
 // the row it writes, a reservation's key or an update's id, and Renew
@@ -43,15 +51,30 @@ const (
 	// the senders' connections, and as many for the rest (waits, a
 	// reservation's later passes, renewals, purges).
 	minConns = 2 * 2 * senders
+	// batchLockTimeout bounds a batched statement's wait for a row lock,
+	// so that one contended row does not hold up the whole batch.
+	batchLockTimeout = "100ms"
 )
 
 // A stmt is one caller's statement, which returns at most one row.
 type stmt struct {
-	sql   string
-	args  []any
+	sql string
+	// args returns the statement's arguments for a write made at now,
+	// the time the statement got its connection: a lease starts when it
+	// is written, not before its wait in the queue.
+	args  func(now time.Time) ([]any, error)
 	order string              // the row it writes: a batch runs its statements in this order
-	scan  func(pgx.Row) error // reads the row; run again if the statement is
+	scan  func(pgx.Row) error // reads the row
+	now   time.Time           // the time of its write, set by prepare
+	argv  []any               // args(now), set by prepare
 	err   error               // scan's, or the batch's
+}
+
+// prepare makes st's arguments for a write made at now.
+func (st *stmt) prepare(now time.Time) (err error) {
+	st.now = now
+	st.argv, err = st.args(now)
+	return err
 }
 
 // startBatches starts the queues of reservations and of updates.
@@ -66,6 +89,9 @@ func (s *Store) stopBatches() {
 	s.updateQ.Close()
 }
 
+// errClosed is the error of a call made after Close.
+var errClosed = fmt.Errorf("the store is closed: %w", batch.ErrClosed)
+
 // run runs st, batched by q with the statements of other callers, and
 // returns scan's error or the batch's. A caller whose ctx ends while its
 // statement waits in the queue gets ctx.Err(), and the statement is not
@@ -73,59 +99,219 @@ func (s *Store) stopBatches() {
 func (s *Store) run(ctx context.Context, q *batch.Queue[*stmt], st *stmt) error {
 	if err := q.Do(ctx, st); err != nil {
 		if errors.Is(err, batch.ErrClosed) {
-			return errors.New("the store is closed")
+			return errClosed
 		}
 		return err
 	}
 	return st.err
 }
 
-// sendBatch runs the statements of calls in one transaction, or each
-// alone if that one rolled back, and answers each call.
+// sendBatch runs the statements of calls, together where it can, and
+// answers each call.
 func (s *Store) sendBatch(ctx context.Context, calls []*batch.Call[*stmt]) {
-	conn, _, err := s.acquire(ctx)
-	if err != nil {
+	l := &link{s: s}
+	defer l.release()
+	if err := l.get(ctx); err != nil {
 		for _, c := range calls {
 			c.Job.err = err
 		}
 		return
 	}
-	defer conn.Release()
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
-	if len(calls) == 1 {
-		runAlone(ctx, conn, calls[0].Job)
-		return
-	}
-	slices.SortFunc(calls, func(a, b *batch.Call[*stmt]) int { return strings.Compare(a.Job.order, b.Job.order) })
-	var b pgx.Batch
+	// Arguments first: a call whose own cannot be made fails alone.
+	var pending []*batch.Call[*stmt]
 	for _, c := range calls {
-		b.Queue(c.Job.sql, c.Job.args...)
-	}
-	br := conn.SendBatch(ctx, &b)
-	for _, c := range calls {
-		c.Job.err = c.Job.scan(br.QueryRow())
-	}
-	err = br.Close()
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		// Committed: each call has its own row, or its own error
-		// reading it.
-	case errors.As(err, &pgErr) && ctx.Err() == nil:
-		// The server refused a statement, and so rolled all back.
-		s.log.Debug("a batch of statements rolled back; running each alone", "store", s.name, "statements", len(calls), "err", err)
-		for _, c := range calls {
-			runAlone(ctx, conn, c.Job)
+		if c.Job.err = c.Job.prepare(l.now); c.Job.err == nil {
+			pending = append(pending, c)
 		}
-	default:
-		for _, c := range calls {
+	}
+	slices.SortFunc(pending, func(a, b *batch.Call[*stmt]) int { return strings.Compare(a.Job.order, b.Job.order) })
+	var alone []*batch.Call[*stmt]
+	for len(pending) > 1 {
+		pending, alone = s.tryBatch(ctx, l, pending, alone)
+	}
+	for _, c := range append(alone, pending...) {
+		if err := l.get(c.Ctx); err != nil {
 			c.Job.err = err
+			continue
 		}
+		bctx, cancel := s.bounded(c.Ctx)
+		if c.Job.now.Equal(l.now) {
+			runPrepared(bctx, l.conn, c.Job)
+		} else {
+			runAlone(bctx, l.conn, c.Job, l.now)
+		}
+		cancel()
 	}
 }
 
-// runAlone runs st in a transaction of its own.
-func runAlone(ctx context.Context, conn db, st *stmt) {
-	st.err = st.scan(conn.QueryRow(ctx, st.sql, st.args...))
+// tryBatch runs pending in one transaction and answers its calls, but
+// for what it returns to run still: after a rollback, the rest of the
+// batch, and added to alone the statement the server refused, if it may
+// go through alone (retryAlone); that one's caller is answered with its
+// error otherwise.
+func (s *Store) tryBatch(ctx context.Context, l *link, pending, alone []*batch.Call[*stmt]) (rest, alone2 []*batch.Call[*stmt]) {
+	if err := l.get(ctx); err != nil {
+		for _, c := range pending {
+			c.Job.err = err
+		}
+		return nil, alone
+	}
+	bctx, cancel := s.bounded(ctx)
+	rows, err := runBatch(bctx, l.conn, pending)
+	cancel()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		// Committed: each call reads its own row, and an error reading
+		// it is its own.
+		for i, c := range pending {
+			c.Job.err = c.Job.scan(&rows[i])
+		}
+		return nil, alone
+	case ctx.Err() != nil:
+		// Every caller has left, or the latest deadline has passed.
+		for _, c := range append(pending, alone...) {
+			c.Job.err = ctx.Err()
+		}
+		return nil, nil
+	case !errors.As(err, &pgErr):
+		// The connection's: the commit may have happened.
+		for _, c := range pending {
+			c.Job.err = err
+		}
+		return nil, alone
+	}
+	s.log.Debug("a batch of statements rolled back", "store", s.name, "statements", len(pending), "err", err)
+	for i := range rows {
+		if err := rows[i].err; err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			if retryAlone(err) {
+				alone = append(alone, pending[i])
+			} else {
+				pending[i].Job.err = err
+			}
+			return slices.Delete(slices.Clone(pending), i, i+1), alone
+		}
+	}
+	return nil, append(alone, pending...) // no statement named: each alone
+}
+
+// A link is the pooled connection a batch is sent on, taken again when
+// an error closed it.
+type link struct {
+	s    *Store
+	conn *pgxpool.Conn
+	now  time.Time // when the connection was taken: the writes' time
+}
+
+// get makes l's connection ready.
+func (l *link) get(ctx context.Context) (err error) {
+	if l.conn != nil && !l.conn.Conn().IsClosed() {
+		return nil
+	}
+	l.release()
+	l.conn, l.now, err = l.s.acquire(ctx)
+	return err
+}
+
+func (l *link) release() {
+	if l.conn != nil {
+		l.conn.Release()
+		l.conn = nil
+	}
+}
+
+// runBatch runs the statements of calls in one implicit transaction and
+// returns their rows, read but not yet decoded, and the batch's error.
+// Decoding waits for the commit: pgx fails every later row of a batch
+// after one it could not decode, whose statements commit all the same.
+func runBatch(ctx context.Context, conn *pgxpool.Conn, calls []*batch.Call[*stmt]) ([]rawRow, error) {
+	var b pgx.Batch
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", batchLockTimeout)
+	for _, c := range calls {
+		b.Queue(c.Job.sql, c.Job.argv...)
+	}
+	br := conn.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	types := conn.Conn().TypeMap()
+	rows := make([]rawRow, len(calls))
+	for i := range rows {
+		rows[i] = readRow(br, types)
+	}
+	return rows, br.Close()
+}
+
+// retryAlone reports whether err, which rolled a batch back, is one that
+// the statement may not meet alone: a lock another transaction held past
+// batchLockTimeout, or a deadlock or serialization failure.
+func retryAlone(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "55P03", "40P01", "40001": // lock_not_available, deadlock_detected, serialization_failure
+		return true
+	}
+	return false
+}
+
+// runAlone runs st in a transaction of its own, its write made at now.
+func runAlone(ctx context.Context, conn db, st *stmt, now time.Time) {
+	if st.err = st.prepare(now); st.err == nil {
+		runPrepared(ctx, conn, st)
+	}
+}
+
+// runPrepared runs st, prepared, in a transaction of its own.
+func runPrepared(ctx context.Context, conn db, st *stmt) {
+	st.err = st.scan(conn.QueryRow(ctx, st.sql, st.argv...))
+}
+
+// A rawRow is the row a batched statement returned, as the server sent
+// it, to decode once the batch has committed. It is a pgx.Row.
+type rawRow struct {
+	types  *pgtype.Map
+	fields []pgconn.FieldDescription
+	values [][]byte // nil for no row
+	err    error    // the statement's
+}
+
+// readRow reads the next statement's row of br.
+func readRow(br pgx.BatchResults, types *pgtype.Map) rawRow {
+	rows, err := br.Query()
+	if err != nil {
+		return rawRow{err: err}
+	}
+	defer rows.Close()
+	r := rawRow{types: types}
+	if rows.Next() {
+		r.fields = slices.Clone(rows.FieldDescriptions())
+		for _, v := range rows.RawValues() {
+			r.values = append(r.values, slices.Clone(v)) // a NULL stays nil
+		}
+	}
+	rows.Close()
+	if r.err = rows.Err(); r.err == nil && r.values == nil {
+		r.err = pgx.ErrNoRows
+	}
+	return r
+}
+
+// Scan implements pgx.Row.
+func (r *rawRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(dest) != len(r.values) {
+		return fmt.Errorf("the row has %d values; %d destinations", len(r.values), len(dest))
+	}
+	for i, d := range dest {
+		if err := r.types.Scan(r.fields[i].DataTypeOID, r.fields[i].Format, r.values[i], d); err != nil {
+			return fmt.Errorf("scanning column %s: %w", r.fields[i].Name, err)
+		}
+	}
+	return nil
 }

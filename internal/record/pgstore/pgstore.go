@@ -138,7 +138,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		// The parse error may quote the URL, password included.
 		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse", redact(rawURL))
 	}
-	if u, err := url.Parse(rawURL); err == nil && !u.Query().Has("pool_max_conns") {
+	if !strings.Contains(rawURL, "pool_max_conns=") {
 		cfg.MaxConns = max(cfg.MaxConns, minConns)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
@@ -333,7 +333,8 @@ const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 var watchSQL = `UPDATE {schema}.records SET watched = true WHERE id = $1 AND NOT watched AND ` + inFlight
 
 // renewSQL locks the owner's rows in id order, as batches of updates do
-// (batch.go), so that it and a batch never wait for each other.
+// (batch.go), so that it and a batch never wait for each other in a
+// cycle.
 var renewSQL = `UPDATE {schema}.records SET lease_until = $2 WHERE owner = $1 AND ` + inFlight + ` AND id IN (
 	SELECT id FROM {schema}.records WHERE owner = $1 AND ` + inFlight + ` ORDER BY id FOR UPDATE)`
 
@@ -381,17 +382,6 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			s.log.Debug("purged expired executions", "store", s.name, "count", n)
 		}
 	}
-	now := s.clock()
-	// The record as inserted: accepted, or, asked to, dispatched too in
-	// the same statement, one WAL sync for both.
-	fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts}
-	if opts.Dispatch {
-		fresh.Apply(record.Change{To: record.Dispatched}, now)
-	}
-	history, err := json.Marshal(fresh.History)
-	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", op, err)
-	}
 	replace := make([]string, len(opts.Replace))
 	for i, st := range opts.Replace {
 		replace[i] = string(st)
@@ -402,21 +392,32 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	)
 	insert := &stmt{
 		sql: s.q.reserve,
-		args: []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
-			rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
-			string(fresh.State)},
+		args: func(now time.Time) ([]any, error) {
+			// The record as inserted: accepted, or, asked to,
+			// dispatched too in the same statement, one WAL sync for
+			// both.
+			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts}
+			if opts.Dispatch {
+				fresh.Apply(record.Change{To: record.Dispatched}, now)
+			}
+			history, err := json.Marshal(fresh.History)
+			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
+				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
+				string(fresh.State)}, err
+		},
 		order: r.Key,
 		scan: func(row pgx.Row) (err error) {
 			rec, err = scanRecord(row, &won)
 			return err
 		},
 	}
-	// The first pass is batched; the rest, rare, run on a connection
-	// of their own. Each pass that does not return settles or releases
-	// the holder, or finds one that appeared after its snapshot; a few
-	// passes suffice under any contention, and the bound guards against
-	// a holder that the statements and this code judge differently.
-	err = s.run(ctx, s.reserveQ, insert)
+	// The first pass is batched; the rest, rare, run on a connection of
+	// their own, within one timeout, and at the first pass's time. Each
+	// pass that does not return settles or releases the holder, or finds
+	// one that appeared after its snapshot; a few passes suffice under
+	// any contention, and the bound guards against a holder that the
+	// statements and this code judge differently.
+	err := s.run(ctx, s.reserveQ, insert)
 	var conn *pgxpool.Conn
 	defer func() {
 		if conn != nil {
@@ -444,21 +445,24 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
 		}
 		if conn == nil {
-			var aerr error
-			if conn, _, aerr = s.acquire(ctx); aerr != nil {
-				return nil, false, s.fail(op, aerr)
+			var cancel context.CancelFunc
+			if conn, _, err = s.acquire(ctx); err != nil {
+				return nil, false, s.fail(op, err)
 			}
+			ctx, cancel = s.bounded(ctx)
+			defer cancel()
 		}
-		settled, cerr := s.clearHolder(ctx, conn, r, now, opts, replace)
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", op, err)
+		}
+		settled, cerr := s.clearHolder(ctx, conn, r, insert.now, opts, replace)
 		if cerr != nil {
 			return nil, false, s.fail(op, cerr)
 		}
 		if settled != nil {
 			orphan = settled
 		}
-		bctx, cancel := s.bounded(ctx)
-		runAlone(bctx, conn, insert)
-		cancel()
+		runPrepared(ctx, conn, insert)
 		err = insert.err
 	}
 }
@@ -469,8 +473,6 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 // Reserve to insert again. A holder that is gone, or that became
 // matchable after Reserve's snapshot, is left for the next pass to find.
 func (s *Store) clearHolder(ctx context.Context, conn db, r *record.Record, now time.Time, opts record.ReserveOptions, replace []string) (*record.Record, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	holder, err := scanRecord(conn.QueryRow(ctx, s.q.holder, r.Key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -547,7 +549,6 @@ func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.R
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	op := "updating " + id
-	now := s.clock()
 	var from []record.State
 	for _, st := range record.States {
 		if c.Allowed(st) {
@@ -555,11 +556,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 	}
 	// The first try is batched; the rest, rare, run on a connection of
-	// their own.
-	st, rec, err := s.change(id, c, now, from, false)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
+	// their own, within one timeout, and at the first try's time.
+	st, rec := s.change(id, c, from, false)
 	if err := s.run(ctx, s.updateQ, st); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, s.fail(op, err)
 	}
@@ -586,7 +584,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 		// It moved into a state the change may leave between the two
 		// statements: try again.
-		rec, ok, err := s.apply(ctx, conn, id, c, now, from, false)
+		rec, ok, err := s.apply(ctx, conn, id, c, st.now, from, false)
 		if err != nil {
 			return nil, s.fail(op, err)
 		}
@@ -600,11 +598,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // is missing or not in one of the states from (or, with orphanOnly, not an
 // orphan at now).
 func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
-	st, out, err := s.change(id, c, now, from, orphanOnly)
-	if err != nil {
-		return nil, false, err
-	}
-	runAlone(ctx, q, st)
+	st, out := s.change(id, c, from, orphanOnly)
+	runAlone(ctx, q, st, now)
 	if errors.Is(st.err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -614,33 +609,32 @@ func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now
 // change returns the statement of apply, and where it puts the record
 // it changes: nil if the record is missing or not in one of the states
 // from.
-func (s *Store) change(id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (*stmt, **record.Record, error) {
-	// jsonb refuses the escape \u0000, which a note quoting an
-	// upstream's output, or a decider's name, might hold.
-	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
-	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
-	if err != nil {
-		return nil, nil, err
+func (s *Store) change(id string, c record.Change, from []record.State, orphanOnly bool) (*stmt, **record.Record) {
+	fromText := make([]string, len(from))
+	for i, st := range from {
+		fromText[i] = string(st)
 	}
 	dispatch := 0
 	if c.To == record.Dispatched {
 		dispatch = 1
 	}
-	fromText := make([]string, len(from))
-	for i, st := range from {
-		fromText[i] = string(st)
-	}
 	rec := new(*record.Record)
 	return &stmt{
 		sql: s.q.update,
-		args: []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-			timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly},
+		args: func(now time.Time) ([]any, error) {
+			// jsonb refuses the escape \u0000, which a note quoting an
+			// upstream's output, or a decider's name, might hold.
+			noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+			entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
+			return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
+				timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly}, err
+		},
 		order: id,
 		scan: func(row pgx.Row) (err error) {
 			*rec, err = scanRecord(row)
 			return err
 		},
-	}, rec, nil
+	}, rec
 }
 
 // settleOrphan settles r, found orphaned at now, with record.OrphanChange.
