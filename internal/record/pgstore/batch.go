@@ -52,8 +52,11 @@ const (
 	// reservation's later passes, renewals, purges).
 	minConns = 2 * 2 * senders
 	// batchLockTimeout bounds a batched statement's wait for a row lock,
-	// so that one contended row does not hold up the whole batch.
-	batchLockTimeout = "100ms"
+	// so that one row held long does not hold up the whole batch. Rows
+	// that batches hold are free again within a commit: under a heavy
+	// load that may take more than a tenth of a second, and a shorter
+	// bound split batches there for nothing.
+	batchLockTimeout = "1s"
 )
 
 // A stmt is one caller's statement, which returns at most one row.
