@@ -128,6 +128,13 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 	}
 	cctx := &c.ctx
 	s.mu.Lock()
+	if s.callsEnded {
+		// Run waits for the calls under way and returns (endCallIntake):
+		// nothing is reserved for this one, nor counted in inflight.
+		s.mu.Unlock()
+		s.writeClient(jsonrpc.NewErrorResponse(in.ID, intercept.NotRunAtSessionEnd(call.Name)))
+		return
+	}
 	if s.inUseLocked(c.key, false) {
 		s.mu.Unlock()
 		s.refuseInUse(in.ID)

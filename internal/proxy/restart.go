@@ -14,12 +14,14 @@ import (
 func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan error, error) {
 	gone := s.current()
 	if s.opts.Restart == nil {
+		s.endCallIntake()
 		s.upstreamGone(gone)
 		s.inflight.Wait() // every caller is answered at once: the upstream is gone
 		return nil, ErrUpstreamClosed
 	}
 	n := exits.add(time.Now(), s.opts.RestartWindow)
 	if n > s.opts.MaxRestarts {
+		s.endCallIntake()
 		s.upstreamGone(gone)
 		s.log.Error("the upstream keeps exiting; giving up", "exits", n, "window", s.opts.RestartWindow)
 		s.inflight.Wait()
@@ -35,6 +37,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	s.upstreamGone(gone)
 	next, err := s.restart(ctx, l, n)
 	if err != nil {
+		s.endCallIntake()
 		s.inflight.Wait()
 		if ctx.Err() != nil {
 			return nil, nil

@@ -130,9 +130,9 @@ type Session struct {
 	inflight sync.WaitGroup
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
-	// forwardIdle, batches, calls, up, handshake, initialized, elicitForm,
-	// asks and asksEnded, and the conn and frames of a link being started
-	// again (see link).
+	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
+	// elicitForm, asks and asksEnded, and the conn and frames of a link
+	// being started again (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -155,6 +155,9 @@ type Session struct {
 	batches     uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
+	// callsEnded is set once the session is ending and takes no more of
+	// the client's tools/calls (endCallIntake).
+	callsEnded bool
 	// up is the upstream connection in use; it changes when the upstream
 	// is restarted. While up.ready is open, the connection is being set up
 	// (the handshake replayed) and only the proxy's own requests use it.

@@ -12,6 +12,8 @@ import (
 // input on to the upstream, and keeps relaying what it still writes until
 // it closes too. upstreamDone is the pump channel of the link in use.
 func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
+	// The client, if Run was told to stop rather than left, may still send.
+	s.endCallIntake()
 	deadline := time.NewTimer(s.opts.ShutdownGrace)
 	defer deadline.Stop()
 	settled := make(chan struct{})
@@ -89,6 +91,17 @@ func (s *Session) endCalls() {
 	case <-waited:
 	case <-time.After(drainWait):
 	}
+}
+
+// endCallIntake makes the session refuse the client's tools/calls from
+// now on (startToolCall), before Run waits for those under way (inflight)
+// and returns, while the client's pump, blocked in a read, may go on: a
+// call taken during that wait would race it, since a WaitGroup's Add from
+// zero must happen before its Wait, and would run after the session.
+func (s *Session) endCallIntake() {
+	s.mu.Lock()
+	s.callsEnded = true
+	s.mu.Unlock()
 }
 
 // drainWait bounds how long Run relays the upstream's output after passing
