@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
 // holdSenders makes every sender of s's reservations busy: each sends a
@@ -79,13 +80,13 @@ func lockWaits(t *testing.T, s *Store, n int) {
 	}
 }
 
-// queuedReserves waits until n reservations of s wait for a sender.
-func queuedReserves(t *testing.T, s *Store, n int) {
+// queued waits until n statements wait in q for a sender.
+func queued(t *testing.T, q *batch.Queue[*stmt], n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.reserveQ.Queued() < n {
+	for q.Queued() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d reservations queued; want %d", s.reserveQ.Queued(), n)
+			t.Fatalf("%d statements queued; want %d", q.Queued(), n)
 		}
 		runtime.Gosched()
 	}
@@ -122,7 +123,7 @@ func TestWaitingReservationsCommitTogether(t *testing.T) {
 			}
 		})
 	}
-	queuedReserves(t, s, n)
+	queued(t, s.reserveQ, n)
 	release()
 	wg.Wait()
 	ids := make([]string, n)
@@ -160,7 +161,7 @@ func TestBatchRolledBackSendsTheRestAgain(t *testing.T) {
 			_, _, errs[i] = s.Reserve(context.Background(), recs[i], record.ReserveOptions{})
 		})
 	}
-	queuedReserves(t, s, n)
+	queued(t, s.reserveQ, n)
 	release()
 	wg.Wait()
 	var ids []string
@@ -223,12 +224,7 @@ func TestWaitingUpdatesCommitTogether(t *testing.T) {
 			_, errs[i] = s.Update(context.Background(), id, record.Change{To: record.Completed})
 		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.updateQ.Queued() < n-1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d updates queued; want %d", s.updateQ.Queued(), n-1)
-		}
-		runtime.Gosched()
-	}
+	queued(t, s.updateQ, n-1)
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +263,7 @@ func TestLeaseStartsAtTheWrite(t *testing.T) {
 		defer close(done)
 		got, _, err = s.Reserve(context.Background(), newRecord("leased", clock()), record.ReserveOptions{Lease: 10 * time.Second})
 	}()
-	queuedReserves(t, s, 1)
+	queued(t, s.reserveQ, 1)
 	now.Add(int64(20 * time.Second)) // its wait in the queue
 	release()
 	<-done
@@ -276,18 +272,6 @@ func TestLeaseStartsAtTheWrite(t *testing.T) {
 	}
 	if want := clock().Add(10 * time.Second); got.LeaseUntil.Before(want.Add(-time.Second)) || got.Orphaned(clock()) {
 		t.Errorf("lease until %v at %v; want about %v", got.LeaseUntil, clock(), want)
-	}
-}
-
-// queuedUpdates waits until n updates of s wait for a sender.
-func queuedUpdates(t *testing.T, s *Store, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.updateQ.Queued() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d updates queued; want %d", s.updateQ.Queued(), n)
-		}
-		runtime.Gosched()
 	}
 }
 
@@ -323,7 +307,7 @@ func updateBatch(t *testing.T, s *Store, ids []string) []error {
 	for i, id := range ids[1:] {
 		wg.Go(func() { _, errs[i+1] = s.Update(context.Background(), id, record.Change{To: record.Completed}) })
 	}
-	queuedUpdates(t, s, len(ids)-1)
+	queued(t, s.updateQ, len(ids)-1)
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
