@@ -1,0 +1,117 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// Update implements record.Store.
+func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	op := "updating " + id
+	var from []record.State
+	for _, st := range record.States {
+		if c.Allowed(st) {
+			from = append(from, st)
+		}
+	}
+	// The first try is batched; the rest, rare, run on a connection of
+	// their own, within one timeout, and at the first try's time.
+	st, rec := s.change(id, c, from, false)
+	if err := s.run(ctx, s.updateQ, st); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, s.fail(op, err)
+	}
+	if *rec != nil {
+		return s.attaches.Show(*rec), nil
+	}
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer conn.Release()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	for {
+		cur, err := s.get(ctx, conn, id)
+		if err != nil {
+			return nil, s.wrap(op, err)
+		}
+		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
+			return s.attaches.Show(cur), nil
+		}
+		if !c.Allowed(cur.State) {
+			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
+		}
+		// It moved into a state the change may leave between the two
+		// statements: try again.
+		rec, ok, err := s.apply(ctx, conn, id, c, st.now, from, false)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		if ok {
+			return s.attaches.Show(rec), nil
+		}
+	}
+}
+
+// apply runs the compare-and-set updateSQL. ok is false when the record
+// is missing or not in one of the states from (or, with orphanOnly, not an
+// orphan at now).
+func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now time.Time, from []record.State, orphanOnly bool) (rec *record.Record, ok bool, err error) {
+	st, out := s.change(id, c, from, orphanOnly)
+	runAlone(ctx, q, st, now)
+	if errors.Is(st.err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	return *out, st.err == nil, st.err
+}
+
+// change returns the statement of apply, and where it puts the record
+// it changes: nil if the record is missing or not in one of the states
+// from.
+func (s *Store) change(id string, c record.Change, from []record.State, orphanOnly bool) (*stmt, **record.Record) {
+	fromText := make([]string, len(from))
+	for i, st := range from {
+		fromText[i] = string(st)
+	}
+	dispatch := 0
+	if c.To == record.Dispatched {
+		dispatch = 1
+	}
+	rec := new(*record.Record)
+	return &stmt{
+		sql: s.q.update,
+		args: func(now time.Time) ([]any, error) {
+			// jsonb refuses the escape \u0000, which a note quoting an
+			// upstream's output, or a decider's name, might hold.
+			noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+			entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
+			return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
+				timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly}, err
+		},
+		order: id,
+		scan: func(row pgx.Row) (err error) {
+			*rec, err = scanRecord(row)
+			return err
+		},
+	}, rec
+}
+
+// settleOrphan settles r, found orphaned at now, with record.OrphanChange.
+// ok is false when another caller settled it first or its owner renewed
+// the lease; then the record is read again.
+func (s *Store) settleOrphan(ctx context.Context, q db, r *record.Record, now time.Time) (rec *record.Record, ok bool, err error) {
+	rec, ok, err = s.apply(ctx, q, r.ID, record.OrphanChange(r), now, []record.State{r.State}, true)
+	if err != nil || ok {
+		return rec, ok, err
+	}
+	rec, err = s.get(ctx, q, r.ID)
+	return rec, false, err
+}
