@@ -39,7 +39,7 @@
 //
 // # Waiting
 //
-// Wait marks the record watched. A trigger on records runs
+// Wait marks the record watched. A trigger on records (notifyDDL) runs
 // pg_notify(schema, id) when a watched record leaves the in-flight states,
 // or leaves accepted while it awaited an approval (WaitDecided), in the
 // transaction of the statement that changed it, whichever statement that

@@ -31,8 +31,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if ok, _, err := s.TakeAllowance(ctx, "bank", retry.Allowance{Rate: 1, Burst: 1}, time.Now()); !ok || err != nil {
 		t.Fatalf("TakeAllowance on a migrated schema = %v, %v", ok, err)
 	}
-	if v, err := s.version(ctx, s.pool); v != schemaVersion || err != nil {
-		t.Fatalf("version %d, %v; want %d", v, err, schemaVersion)
+	if v, notifies, err := s.version(ctx, s.pool); v != schemaVersion || !notifies || err != nil {
+		t.Fatalf("version %d (trigger replaced: %v), %v; want %d, replaced", v, notifies, err, schemaVersion)
 	}
 	if _, err := s.Get(ctx, r.ID); err != nil {
 		t.Fatalf("a record of version 1: %v", err)
@@ -111,7 +111,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 }
 
 // TestSchemaKnowsTheStates: the partial index of the records in flight
-// and the trigger that wakes waiters name exactly the in-flight states of
+// and the trigger's function that wakes waiters name exactly the in-flight states of
 // record.States, as the statements (inFlight) do. A new state fails it
 // until a migration adds the state to them.
 func TestSchemaKnowsTheStates(t *testing.T) {
@@ -123,17 +123,16 @@ func TestSchemaKnowsTheStates(t *testing.T) {
 	if err := s.ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var index, trigger string
+	var index, notify string
 	if err := s.pool.QueryRow(ctx, `SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i WHERE i.indexrelid = $1::regclass`,
 		s.quoted+".records_owner_in_flight").Scan(&index); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'records_settled' AND tgrelid = $1::regclass`,
-		s.quoted+".records").Scan(&trigger); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT pg_get_functiondef($1::regprocedure)`, s.quoted+"."+notifyFunc+"()").Scan(&notify); err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range record.States {
-		for name, def := range map[string]string{"records_owner_in_flight": index, "the trigger records_settled": trigger} {
+		for name, def := range map[string]string{"records_owner_in_flight": index, "the trigger's function " + notifyFunc: notify} {
 			if named := strings.Contains(def, "'"+string(st)+"'"); named != st.InFlight() {
 				t.Errorf("%s names %s: %v; want %v (in flight): %s", name, st, named, st.InFlight(), def)
 			}
@@ -141,6 +140,78 @@ func TestSchemaKnowsTheStates(t *testing.T) {
 		if named := strings.Contains(inFlight, "'"+string(st)+"'"); named != st.InFlight() {
 			t.Errorf("inFlight names %s: %v; want %v", st, named, st.InFlight())
 		}
+	}
+}
+
+// TestTriggerReplacedAtVersion3 lays out a schema as a build of version 3
+// from before notifyDDL did, holding executions in flight, and opens it
+// from several Stores at once: the trigger is replaced, its WHEN reads
+// watched alone (what it costs each update is in notifyDDL's
+// comment), and it wakes waiters as before, on a settling and on a
+// decision.
+func TestTriggerReplacedAtVersion3(t *testing.T) {
+	ctx := t.Context()
+	u, schema := serverURL(t), newSchema(t)
+	stores := make([]*Store, 4)
+	for i := range stores {
+		stores[i] = open(t, u, schema, nil)
+		stores[i].minPoll, stores[i].maxPoll = time.Hour, time.Hour // the notification alone wakes
+	}
+	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
+	if _, err := stores[0].pool.Exec(ctx, stores[0].sql(older)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			if err := s.ensure(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var (
+		when  string
+		funcs int
+	)
+	if err := stores[0].pool.QueryRow(ctx, `SELECT pg_get_triggerdef(t.oid), (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = c.relnamespace AND p.proname = $2)
+		FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE t.tgname = 'records_settled' AND t.tgrelid = $1::regclass`,
+		stores[0].quoted+".records", notifyFunc).Scan(&when, &funcs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(when, "WHEN (new.watched) EXECUTE FUNCTION") || funcs != 1 {
+		t.Fatalf("the trigger: %s, with %d functions %s; want it WHEN (new.watched), with one", when, funcs, notifyFunc)
+	}
+
+	settling, deciding := newRecord("settling", time.Now()), newRecord("deciding", time.Now())
+	deciding.Awaiting = record.ApproverOperator
+	for _, r := range []*record.Record{settling, deciding} {
+		if _, _, err := stores[0].Reserve(ctx, r, record.ReserveOptions{Dispatch: r.Awaiting == ""}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, other := stores[1], stores[2]
+	decided := make(chan *record.Record, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got, _ := s.WaitDecided(ctx, deciding.ID)
+		decided <- got
+	}()
+	waiting(t, s, deciding.ID, 1)
+	settled := waitFor(s, settling.ID)
+	waiting(t, s, settling.ID, 1)
+	if _, err := other.Update(ctx, deciding.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-decided; got == nil || got.State != record.Authorized {
+		t.Fatalf("WaitDecided = %+v; want it authorized", got)
+	}
+	if _, err := other.Update(ctx, settling.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-settled; got == nil || got.State != record.Completed {
+		t.Fatalf("Wait = %+v; want it completed", got)
 	}
 }
 
