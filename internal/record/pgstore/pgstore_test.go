@@ -562,6 +562,11 @@ func listening(s *Store) bool {
 // up, a waiter waits for the notification and reads nothing meanwhile:
 // thousands of waiters polling would take the pool from the work they
 // wait for.
+//
+// The listener is up before the wait begins, and the waiter's own first
+// reads are over before the count starts: waiting sees it registered,
+// which is before it marks the record watched and reads it, and on a
+// loaded machine those reads fell inside the 1.5 s watched here.
 func TestWaitersDoNotPollWhileListening(t *testing.T) {
 	s := newStore(t, nil)
 	ctx := context.Background()
@@ -570,13 +575,25 @@ func TestWaitersDoNotPollWhileListening(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	done := waitFor(s, r.ID)
-	waiting(t, s, r.ID, 1)
+	s.listen()
 	for !s.heard.Load() {
 		time.Sleep(time.Millisecond)
 	}
+	done := waitFor(s, r.ID)
+	waiting(t, s, r.ID, 1)
+	// A poll backs off to at most a second: the waiter's first reads are
+	// over once 200 ms pass without one, and a poll would still come
+	// within the 1.5 s below.
+	for before := s.acquired.Load(); ; {
+		time.Sleep(200 * time.Millisecond)
+		if now := s.acquired.Load(); now == before {
+			break
+		} else {
+			before = now
+		}
+	}
 	before := s.acquired.Load()
-	time.Sleep(1500 * time.Millisecond) // the poll would read 7 times
+	time.Sleep(1500 * time.Millisecond)
 	if n := s.acquired.Load() - before; n != 0 {
 		t.Errorf("a waiter read the record %d times in 1.5s while the listener was up; want none", n)
 	}
