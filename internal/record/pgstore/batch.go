@@ -292,8 +292,20 @@ func readRow(br pgx.BatchResults, types *pgtype.Map) rawRow {
 	r := rawRow{types: types}
 	if rows.Next() {
 		r.fields = slices.Clone(rows.FieldDescriptions())
-		for _, v := range rows.RawValues() {
-			r.values = append(r.values, slices.Clone(v)) // a NULL stays nil
+		// The values are copied into one buffer: a row is about twenty
+		// of them, and an allocation each was a twentieth of the
+		// client's CPU at 32 executions in flight.
+		raw, n := rows.RawValues(), 0
+		for _, v := range raw {
+			n += len(v)
+		}
+		buf := make([]byte, 0, n)
+		r.values = make([][]byte, len(raw))
+		for i, v := range raw {
+			if v != nil { // a NULL stays nil
+				buf = append(buf, v...)
+				r.values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
+			}
 		}
 	}
 	rows.Close()
