@@ -68,9 +68,17 @@ const (
 // Purging: every purgeEvery-th Reserve deletes up to purgeBatch expired
 // records, so the table stays bounded by what the retention keeps and no
 // single call pays for a large backlog.
+//
+// The orphans among the records in flight are looked for at most every
+// orphanScanEvery: a lease lapses once in tens of seconds, and the scan
+// reads every record in flight, whose index keeps the entries of those
+// that settled until a vacuum. Run every purgeEvery-th reservation, it
+// read thousands of entries each time at 32 executions in flight, and
+// took 8% of the server's CPU (bench/storecpu.sh).
 const (
-	purgeEvery = 64
-	purgeBatch = 256
+	purgeEvery      = 64
+	purgeBatch      = 256
+	orphanScanEvery = time.Second
 )
 
 // Waiting: the fallback poll's backoff, for a notification that cannot
@@ -98,6 +106,8 @@ type Store struct {
 	ready   atomic.Bool   // the schema exists
 
 	reserves atomic.Uint64       // Reserve calls, to pace purging
+	scanned  atomic.Int64        // when Reserve's purge last looked for orphans, unix ns
+	scans    atomic.Uint64       // the looks for orphans: what the pacing spares, for tests
 	attaches record.AttachCounts // attaches counted and not yet written (attach.go)
 	acquired atomic.Uint64       // connections acquire took: progress, under load
 
@@ -376,7 +386,7 @@ func params(q string, names ...string) string {
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
 	op := "reserving " + r.ID
 	if s.reserves.Add(1)%purgeEvery == 1 {
-		if n, err := s.Purge(ctx, purgeBatch); err != nil {
+		if n, err := s.purge(ctx, purgeBatch, s.orphanScanDue()); err != nil {
 			s.log.Warn("purging expired executions", "store", s.name, "err", err)
 		} else if n > 0 {
 			s.log.Debug("purged expired executions", "store", s.name, "count", n)
@@ -629,30 +639,20 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 // and returns how many it deleted. Reserve calls it every so often; an
 // operator may call it to clear a backlog.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
+	return s.purge(ctx, limit, true)
+}
+
+// purge is Purge, settling orphans first only if orphans is set.
+func (s *Store) purge(ctx context.Context, limit int, orphans bool) (int, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return 0, s.fail("purging", err)
 	}
 	now := s.clock()
-	// Orphans nobody calls again would stay in flight for ever, out of
-	// reach of the purge that retention promises: they are settled as a
-	// reservation or a waiter meeting them would settle them.
-	rows, err := s.pool.Query(ctx, s.q.orphans, now, limit)
-	if err != nil {
-		return 0, s.fail("purging", err)
-	}
-	orphans, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) { return scanRecord(row) })
-	if err != nil {
-		return 0, s.fail("purging", err)
-	}
-	for _, r := range orphans {
-		settled, ok, err := s.settleOrphan(ctx, s.pool, r, now)
-		if err != nil {
+	if orphans {
+		if err := s.settleOrphans(ctx, now, limit); err != nil {
 			return 0, s.fail("purging", err)
-		}
-		if ok && s.orphaned != nil {
-			s.orphaned(settled)
 		}
 	}
 	tag, err := s.pool.Exec(ctx, s.q.purge, now, limit)
@@ -660,6 +660,39 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 		return 0, s.fail("purging", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// orphanScanDue reports whether Reserve's purge is to look for orphans:
+// whether orphanScanEvery has passed since it last did.
+func (s *Store) orphanScanDue() bool {
+	now, last := s.now().UnixNano(), s.scanned.Load()
+	return now-last >= int64(orphanScanEvery) && s.scanned.CompareAndSwap(last, now)
+}
+
+// settleOrphans settles up to limit records whose owner's lease lapsed.
+// Orphans nobody calls again would stay in flight for ever, out of reach
+// of the purge that retention promises: they are settled as a
+// reservation or a waiter meeting them would settle them.
+func (s *Store) settleOrphans(ctx context.Context, now time.Time, limit int) error {
+	s.scans.Add(1)
+	rows, err := s.pool.Query(ctx, s.q.orphans, now, limit)
+	if err != nil {
+		return err
+	}
+	orphans, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) { return scanRecord(row) })
+	if err != nil {
+		return err
+	}
+	for _, r := range orphans {
+		settled, ok, err := s.settleOrphan(ctx, s.pool, r, now)
+		if err != nil {
+			return err
+		}
+		if ok && s.orphaned != nil {
+			s.orphaned(settled)
+		}
+	}
+	return nil
 }
 
 // Secret returns the fingerprint HMAC key that every proxy sharing this
