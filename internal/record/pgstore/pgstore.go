@@ -731,18 +731,23 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 // scanRecord reads a row of columns, after the values of head if any.
 func scanRecord(row pgx.Row, head ...any) (*record.Record, error) {
 	var (
-		r                 record.Record
-		state             string
-		result, errJSON   []byte
-		expires, leaseEnd pgtype.Timestamptz
+		r                        record.Record
+		state                    string
+		history, result, errJSON []byte
+		expires, leaseEnd        pgtype.Timestamptz
 	)
 	dest := append(head,
-		&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &state, &r.History,
+		&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &state, &history,
 		&r.Attempts, &r.Attached, &result, &errJSON, &r.Retention, &expires, &r.Owner, &leaseEnd, &r.Awaiting)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r.State = record.State(state)
+	h, err := decodeHistory(history)
+	if err != nil {
+		return nil, fmt.Errorf("scanning column history: %w", err)
+	}
+	r.History = h
 	if result != nil {
 		r.Result = result
 	}
