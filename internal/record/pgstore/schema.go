@@ -214,6 +214,20 @@ func (s *Store) setup(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema)); err != nil {
 		return err
 	}
+	if v == schemaVersion {
+		// Only the trigger to replace: no right to create a schema is
+		// needed, nor asked for.
+		_, notifies, err := s.version(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !notifies {
+			if err := s.replaceTrigger(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	}
 	if _, err := tx.Exec(ctx, s.sql("CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.schema_version (version integer NOT NULL)")); err != nil {
 		return err
 	}
@@ -232,11 +246,35 @@ func (s *Store) setup(ctx context.Context) error {
 		}
 	}
 	if !notifies {
-		if _, err := tx.Exec(ctx, s.sql(notifyDDL)); err != nil {
+		if err := s.replaceTrigger(ctx, tx); err != nil {
 			return err
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// replaceTrigger runs notifyDDL in a savepoint of tx. A role that may use
+// the schema but not alter its table, as one that opens a schema someone
+// else made need not, keeps the older trigger, which notifies the same
+// for more: a warning says so, and the next open tries again.
+func (s *Store) replaceTrigger(ctx context.Context, tx pgx.Tx) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := sp.Exec(ctx, s.sql(notifyDDL)); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return rerr
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+			s.log.Warn("keeping the schema's older notify trigger, which costs each update more: this role may not replace it",
+				"store", s.name, "err", err)
+			return nil
+		}
+		return err
+	}
+	return sp.Commit(ctx)
 }
 
 type querier interface {

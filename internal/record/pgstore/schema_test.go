@@ -2,11 +2,16 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
@@ -208,6 +213,61 @@ func TestTriggerReplacedAtVersion3(t *testing.T) {
 		t.Fatalf("WaitDecided = %+v; want it authorized", got)
 	}
 	if _, err := other.Update(ctx, settling.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-settled; got == nil || got.State != record.Completed {
+		t.Fatalf("Wait = %+v; want it completed", got)
+	}
+}
+
+// TestRoleThatMayNotReplaceTheTrigger: a role that may read and write
+// the tables of a schema made by an older build of version 3, but not
+// create a schema nor alter the table, opens it as before: it keeps the
+// older trigger, whose notifications still wake waiters.
+func TestRoleThatMayNotReplaceTheTrigger(t *testing.T) {
+	ctx := t.Context()
+	u, schema := serverURL(t), newSchema(t)
+	admin := open(t, u, schema, nil)
+	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
+	if _, err := admin.pool.Exec(ctx, admin.sql(older)); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	role, password := "mcpi_limited_"+hex.EncodeToString(b), hex.EncodeToString(b)
+	quoted := pgx.Identifier{role}.Sanitize()
+	if _, err := admin.pool.Exec(ctx, "CREATE ROLE "+quoted+" LOGIN PASSWORD '"+password+"'"); err != nil {
+		t.Skipf("cannot make a role to test with: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, q := range []string{"DROP OWNED BY " + quoted, "DROP ROLE " + quoted} {
+			if _, err := admin.pool.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	if _, err := admin.pool.Exec(ctx, admin.sql("GRANT USAGE ON SCHEMA {schema} TO "+quoted+"; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO "+quoted)); err != nil {
+		t.Fatal(err)
+	}
+	limitedURL, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limitedURL.User = url.UserPassword(role, password)
+	s := open(t, limitedURL.String(), schema, nil)
+	s.minPoll, s.maxPoll = time.Hour, time.Hour // the notification alone wakes
+
+	r := newRecord("k", time.Now())
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatalf("Reserve as a role that may not alter the table: %v", err)
+	}
+	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || notifies {
+		t.Fatalf("the trigger replaced: %v, %v; want the older one kept", notifies, err)
+	}
+	settled := waitFor(s, r.ID)
+	waiting(t, s, r.ID, 1)
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-settled; got == nil || got.State != record.Completed {
