@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -191,7 +192,8 @@ func (s *Store) ensure(ctx context.Context) error {
 // schema an older build made to the current version.
 func (s *Store) setup(ctx context.Context) error {
 	// Most opens find the schema made: check without taking the lock or
-	// needing the right to create anything.
+	// needing the right to create anything. (One whose trigger is the
+	// older one takes the lock, to replace it: replaceTrigger.)
 	v, notifies, err := s.version(ctx, s.pool)
 	switch {
 	case err == nil && v == schemaVersion && notifies:
@@ -253,29 +255,35 @@ func (s *Store) setup(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// replaceTrigger runs notifyDDL in a savepoint of tx. A role that may use
-// the schema but not alter its table, as one that opens a schema someone
-// else made need not, keeps the older trigger, which notifies the same
-// for more: a warning says so, and the next open tries again.
+// replaceTrigger runs notifyDDL in a savepoint of tx, if it can: the
+// older trigger notifies the same, for more, so a failure here fails no
+// call. A role that may use the schema but not alter its table keeps it,
+// as does one that finds the table busy: dropping the trigger waits for
+// every transaction that touched the table, and while it waits every
+// statement on the table waits behind it, so it waits at most
+// triggerLockWait. A warning says so, and the next Store to open the
+// schema tries again.
 func (s *Store) replaceTrigger(ctx context.Context, tx pgx.Tx) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := sp.Exec(ctx, s.sql(notifyDDL)); err != nil {
-		if rerr := sp.Rollback(ctx); rerr != nil {
-			return rerr
-		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
-			s.log.Warn("keeping the schema's older notify trigger, which costs each update more: this role may not replace it",
-				"store", s.name, "err", err)
-			return nil
-		}
-		return err
+	_, err = sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", triggerLockWait.Milliseconds()))
+	if err == nil {
+		_, err = sp.Exec(ctx, s.sql(notifyDDL))
 	}
-	return sp.Commit(ctx)
+	if err == nil {
+		return sp.Commit(ctx)
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	s.log.Warn("keeping the schema's older notify trigger, which costs each update more", "store", s.name, "err", err)
+	return nil
 }
+
+// triggerLockWait bounds replaceTrigger's wait for the table.
+const triggerLockWait = 100 * time.Millisecond
 
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -275,6 +275,58 @@ func TestRoleThatMayNotReplaceTheTrigger(t *testing.T) {
 	}
 }
 
+// TestBusyTableKeepsTheOlderTrigger: a transaction that touched the
+// records table and stays open keeps the trigger from being replaced.
+// The Store that tried keeps the older one and works; it neither waits
+// for the transaction nor makes every other statement wait behind it.
+func TestBusyTableKeepsTheOlderTrigger(t *testing.T) {
+	ctx := t.Context()
+	u, schema := serverURL(t), newSchema(t)
+	admin := open(t, u, schema, nil)
+	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
+	if _, err := admin.pool.Exec(ctx, admin.sql(older)); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(ctx, admin.sql("BEGIN; SELECT count(*) FROM {schema}.records")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a bound of its own on the wait for the table, the
+	// replacement would wait out the statement timeout: make that longer
+	// than the call's deadline, which is far longer than the bound.
+	patient, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := patient.Query()
+	q.Set("statement_timeout", "60000")
+	patient.RawQuery = q.Encode()
+	s := open(t, patient.String(), schema, nil)
+	callCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	r := newRecord("k", time.Now())
+	if _, _, err := s.Reserve(callCtx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatalf("Reserve while another transaction holds the table: %v", err)
+	}
+	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || notifies {
+		t.Fatalf("the trigger replaced: %v, %v; want the older one kept", notifies, err)
+	}
+	if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(t, u, schema, nil).ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || !notifies {
+		t.Fatalf("the trigger replaced once the table was free: %v, %v; want it replaced", notifies, err)
+	}
+}
+
 func TestPurgeTellsOfOrphans(t *testing.T) {
 	url := serverURL(t)
 	recordtest.RunPurgeTellsOfOrphans(t, func(t *testing.T, now func() time.Time, orphaned func(*record.Record)) record.Store {
