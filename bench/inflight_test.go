@@ -23,6 +23,9 @@ import (
 // calls at once would attach to one execution, another measure.
 func BenchmarkInFlight(b *testing.B) {
 	window := envInt(b, "MCP_IDEMPOTENT_BENCH_INFLIGHT", 32)
+	if window > maxWindow {
+		b.Fatalf("MCP_IDEMPOTENT_BENCH_INFLIGHT=%d: at most %d, or the calls sent before an answer is read could fill the pipes both ways", window, maxWindow)
+	}
 	block := envInt(b, "MCP_IDEMPOTENT_BENCH_BLOCK", 500)
 	var runs []*flightRun
 	defer func() {
@@ -55,6 +58,12 @@ func BenchmarkInFlight(b *testing.B) {
 		b.ReportMetric(float64(r.upstreamAfter-r.upstreamBefore)/float64(r.calls), r.name+"-upstream-calls/op")
 	}
 }
+
+// maxWindow bounds BenchmarkInFlight's calls in flight. The calls of a
+// window are written before any answer is read, and a chain whose
+// answers fill its pipe stops reading: 256 answers fit in the 64 KiB of a
+// Linux pipe with room to spare.
+const maxWindow = 256
 
 // flightRun is a chain under BenchmarkInFlight: the calls it made and the
 // time its turns took.

@@ -636,8 +636,9 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 }
 
 // Purge deletes up to limit settled records whose retention has run out
-// and returns how many it deleted. Reserve calls it every so often; an
-// operator may call it to clear a backlog.
+// and returns how many it deleted, after settling up to limit orphans.
+// Reserve purges every so often, looking for orphans at most every
+// orphanScanEvery; an operator may call Purge to clear a backlog.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 	return s.purge(ctx, limit, true)
 }
@@ -663,10 +664,11 @@ func (s *Store) purge(ctx context.Context, limit int, orphans bool) (int, error)
 }
 
 // orphanScanDue reports whether Reserve's purge is to look for orphans:
-// whether orphanScanEvery has passed since it last did.
+// whether orphanScanEvery has passed since it last did, or the clock went
+// back.
 func (s *Store) orphanScanDue() bool {
 	now, last := s.now().UnixNano(), s.scanned.Load()
-	return now-last >= int64(orphanScanEvery) && s.scanned.CompareAndSwap(last, now)
+	return (now-last >= int64(orphanScanEvery) || now < last) && s.scanned.CompareAndSwap(last, now)
 }
 
 // settleOrphans settles up to limit records whose owner's lease lapsed.
