@@ -6,47 +6,47 @@ import "sync"
 // one and two times this many.
 const tagCacheSize = 1 << 16
 
-// tagCache remembers where records are, by id. It keeps two generations:
-// when the current one is full it becomes the old one and the old one is
+// cache remembers a value by record id. It keeps two generations: when
+// the current one is full it becomes the old one and the old one is
 // dropped, so the records used recently stay and memory stays bounded.
-type tagCache struct {
+type cache[V any] struct {
 	size int
 
 	mu       sync.Mutex // protects cur and old
-	cur, old map[string]loc
+	cur, old map[string]V
 }
 
-func newTagCache(size int) tagCache {
-	return tagCache{size: size, cur: make(map[string]loc)}
+func newCache[V any](size int) cache[V] {
+	return cache[V]{size: size, cur: make(map[string]V)}
 }
 
-func (c *tagCache) get(id string) (loc, bool) {
+func (c *cache[V]) get(id string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l, ok := c.cur[id]; ok {
-		return l, true
+	if v, ok := c.cur[id]; ok {
+		return v, true
 	}
-	l, ok := c.old[id]
+	v, ok := c.old[id]
 	if ok {
-		c.putLocked(id, l)
+		c.putLocked(id, v)
 	}
-	return l, ok
+	return v, ok
 }
 
-func (c *tagCache) put(id string, l loc) {
+func (c *cache[V]) put(id string, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putLocked(id, l)
+	c.putLocked(id, v)
 }
 
-func (c *tagCache) putLocked(id string, l loc) {
+func (c *cache[V]) putLocked(id string, v V) {
 	if _, ok := c.cur[id]; !ok && len(c.cur) >= c.size {
-		c.old, c.cur = c.cur, make(map[string]loc)
+		c.old, c.cur = c.cur, make(map[string]V)
 	}
-	c.cur[id] = l
+	c.cur[id] = v
 }
 
-func (c *tagCache) drop(id string) {
+func (c *cache[V]) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.cur, id)

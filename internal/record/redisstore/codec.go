@@ -64,8 +64,10 @@ func encBytes(b json.RawMessage) string {
 }
 
 // newFields returns the hash fields of r, reserved at now as accepted,
-// or as accepted and dispatched at once, as arguments for HSET.
-func newFields(r *record.Record, now string, dispatch bool) []any {
+// or as accepted and dispatched at once, as arguments for HSET, and the
+// length of its history field. A record dispatched at once awaits no
+// decision, as reserved says.
+func newFields(r *record.Record, now string, dispatch bool) ([]any, int) {
 	state, attempts := record.Accepted, r.Attempts
 	hist := [][3]string{{string(record.Accepted), now, ""}}
 	if dispatch {
@@ -87,10 +89,10 @@ func newFields(r *record.Record, now string, dispatch bool) []any {
 	if r.Error != nil {
 		f = append(f, "error", []byte(r.Error))
 	}
-	if r.Awaiting != "" {
+	if r.Awaiting != "" && !dispatch {
 		f = append(f, "awaiting", r.Awaiting)
 	}
-	return f
+	return f, len(histJSON)
 }
 
 // reserved returns what Reserve stored for r at now, as newFields does:

@@ -60,7 +60,8 @@ type Store struct {
 
 	pollMin, pollMax time.Duration // Wait's backoff; tests change them
 
-	tags tagCache
+	tags  cache[loc]
+	known cache[known] // the records this Store last wrote or read (known.go)
 
 	mu      sync.Mutex                  // protects owned, ownerOf and gen
 	owned   map[string]map[string]owned // owner -> id -> its records in flight
@@ -135,7 +136,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		log:        opts.Logger,
 		pollMin:    pollMin,
 		pollMax:    pollMax,
-		tags:       newTagCache(tagCacheSize),
+		tags:       newCache[loc](tagCacheSize),
+		known:      newCache[known](knownCacheSize),
 		owned:      make(map[string]map[string]owned),
 		ownerOf:    make(map[string]string),
 		waiters:    make(map[string]*watch),
@@ -233,7 +235,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	for _, st := range opts.Replace {
 		replace += string(st) + ","
 	}
-	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint}, newFields(r, now, opts.Dispatch)...)
+	f, hist := newFields(r, now, opts.Dispatch)
+	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint,
+		encTime(r.LeaseUntil), encDuration(r.Retention)}, f...)
 	// The script writes the id's index when it wins, so that another
 	// process finds the record by its id from the start (one that
 	// attached to it waits on it by id, while this one may wait for its
@@ -262,6 +266,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	switch won {
 	case 1:
 		rec := reserved(r, now, opts.Dispatch)
+		s.remember(rec, hist)
 		s.tags.put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
 		if oid != "" && len(v) > 3 {
@@ -298,16 +303,23 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 // decodeReply decodes a record's fields from a script's reply and
 // remembers where it is.
 func (s *Store) decodeReply(v any, tag string) (*record.Record, error) {
+	rec, _, err := s.decodeFields(v, tag)
+	return rec, err
+}
+
+// decodeFields is decodeReply, and returns the length of the record's
+// history field too.
+func (s *Store) decodeFields(v any, tag string) (*record.Record, int, error) {
 	m, err := fields(v)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	rec, err := decode(m)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s.tags.put(rec.ID, loc{tag, rec.Retention})
-	return s.attaches.Show(rec), nil
+	return s.attaches.Show(rec), len(m["history"]), nil
 }
 
 // orphanSettled follows up a script that settled the orphan id: its
@@ -335,7 +347,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
-	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via}
+	k, hist := s.knownFor(id, c)
+	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist}
 	fill := func(p redis.Pipeliner, full bool) {
 		eval(ctx, p, updateScript, full, keys, args...)
 	}
@@ -366,6 +379,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	status, _ := v[0].(string)
 	if status == "notfound" {
 		s.tags.drop(id)
+		s.known.drop(id)
 		s.untrack(id)
 		if cached {
 			// The index just written points nowhere.
@@ -373,10 +387,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 		return nil, fmt.Errorf("%s: %w", op, record.ErrNotFound)
 	}
-	if len(v) < 2 {
-		return nil, s.fail(op, fmt.Errorf("unexpected reply %v", v))
+	var rec *record.Record
+	if status == "applied" {
+		rec, err = s.applied(k, c, at, v)
+	} else {
+		rec, err = s.updatedReply(v, l.tag, status == "ok")
 	}
-	rec, err := s.decodeReply(v[1], l.tag)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}

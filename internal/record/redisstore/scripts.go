@@ -30,8 +30,9 @@ var (
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
 	//	[6] the new record's fingerprint (only a record of the same
-	//	action is replaced before it expires),
-	//	[7...] the new record's fields and values
+	//	action is replaced before it expires), [7] and [8] its lease
+	//	and retention, as in its fields,
+	//	[9...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
 	// 0 (the holder is returned; the caller counts the attach if it is of
@@ -44,15 +45,14 @@ local oid, ottl = '', 0
 if hid then
   local rk = ARGV[3] .. hid
   local h = redis.call('HMGET', rk, 'state', 'lease_until', 'owner', 'expires_at', 'fingerprint')
-  local st, exp = h[1], h[4]
+  local st, exp = h[1], h[4] or ''
   if st then
-    if orphaned(st, h[2], now) then
-      st, ottl = settle_orphan(rk, KEYS[1], hid, st, h[3] or '', now, channel)
+    if orphaned(st, h[2] or '', now) then
+      st, exp, ottl = settle_orphan(rk, KEYS[1], hid, load(rk), now, channel)
       oid = hid
-      exp = redis.call('HGET', rk, 'expires_at')
     end
     local replace = (h[5] == ARGV[6] and (st == 'failed' or string.find(ARGV[5], ',' .. st .. ',', 1, true)))
-      or (not INFLIGHT[st] and exp and exp ~= '' and not before(now, exp))
+      or (not INFLIGHT[st] and exp ~= '' and not before(now, exp))
     if not replace then
       -- A match: the caller counts its attach (attach.go).
       return {0, oid, ottl, redis.call('HGETALL', rk)}
@@ -62,9 +62,15 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {-1, oid, ottl}
 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 7))
-redis.call('SET', KEYS[1], ARGV[4])
-flight_ttl(KEYS[2], KEYS[1], true, now)
+redis.call('HSET', KEYS[2], unpack(ARGV, 9))
+-- The record is new and has no TTL: one is set only if it has a lease.
+local ttl = flight_ms(now, ARGV[7], ARGV[8])
+if ttl then
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+else
+  redis.call('SET', KEYS[1], ARGV[4])
+end
 redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', ` + strconv.FormatInt(indexFlightTTL.Milliseconds(), 10) + `)
 if oid ~= '' then
   return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
@@ -79,20 +85,32 @@ return {1, oid, ottl}
 	//	[5] the note, [6] "=" and the result or "", [7] likewise the
 	//	error, [8] the new owner or "", [9] its lease, [10] the state
 	//	the change applies from only (Change.From), or "", [11] and
-	//	[12] who made a decision and through which channel, or ""
+	//	[12] who made a decision and through which channel, or "",
+	//	[13] the length of the history of the record as the caller
+	//	knows it, or ""
 	//
-	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"}.
+	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"};
+	// or, when it made the change to a record whose history had the
+	// length the caller knows, {"applied", the new history's length,
+	// attached, lease_until, expires_at}: the caller knows the rest (see
+	// known.go). A history only grows, by a transition each time, and
+	// every field but attached and lease_until changes only with one.
 	updateScript = redis.NewScript(luaLib + `
-local st = redis.call('HGET', KEYS[1], 'state')
-if not st then
+local cur = load(KEYS[1])
+if not cur then
   return {'notfound'}
 end
-local to = ARGV[4]
-if not (st == 'delivered' and to == 'delivered' and ARGV[10] == '') then
-  if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
-    return {'conflict', redis.call('HGETALL', KEYS[1])}
-  end
-  apply(KEYS[1], KEYS[2], ARGV[3], st, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2], ARGV[11], ARGV[12])
+local st, to = cur.state, ARGV[4]
+if st == 'delivered' and to == 'delivered' and ARGV[10] == '' then
+  return {'ok', redis.call('HGETALL', KEYS[1])}
+end
+if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
+  return {'conflict', redis.call('HGETALL', KEYS[1])}
+end
+local known = ARGV[13] ~= '' and #cur.history == tonumber(ARGV[13])
+local _, hist, exp, lease = apply(KEYS[1], KEYS[2], ARGV[3], cur, to, ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2], ARGV[11], ARGV[12])
+if known then
+  return {'applied', #hist, cur.attached, lease, exp}
 end
 return {'ok', redis.call('HGETALL', KEYS[1])}
 `)
@@ -105,14 +123,14 @@ return {'ok', redis.call('HGETALL', KEYS[1])}
 	//
 	// It returns {"ok", orphan TTL ms or 0, fields} or {"notfound"}.
 	checkScript = redis.NewScript(luaLib + `
-local h = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'owner')
-if not h[1] then
+local cur = load(KEYS[1])
+if not cur then
   return {'notfound'}
 end
 local ttl = 0
-if orphaned(h[1], h[2], ARGV[1]) then
+if orphaned(cur.state, cur.lease_until, ARGV[1]) then
   local _
-  _, ttl = settle_orphan(KEYS[1], KEYS[2], ARGV[3], h[1], h[3] or '', ARGV[1], ARGV[2])
+  _, _, ttl = settle_orphan(KEYS[1], KEYS[2], ARGV[3], cur, ARGV[1], ARGV[2])
 end
 return {'ok', ttl, redis.call('HGETALL', KEYS[1])}
 `)
@@ -125,10 +143,10 @@ return {'ok', ttl, redis.call('HGETALL', KEYS[1])}
 	//
 	// It returns 1 if it did, else 0.
 	renewScript = redis.NewScript(luaLib + `
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'retention')
 if h[1] and INFLIGHT[h[1]] and h[2] == ARGV[1] then
   redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
-  flight_ttl(KEYS[1], KEYS[2], redis.call('GET', KEYS[2]) == ARGV[3], ARGV[4])
+  flight_ttl(KEYS[1], KEYS[2], redis.call('GET', KEYS[2]) == ARGV[3], ARGV[4], ARGV[2], h[3] or '0')
   return 1
 end
 return 0
@@ -139,6 +157,13 @@ return 0
 
 // luaLib is the preamble every script shares. Its tables come from the
 // record package, so the transitions and the orphan notes cannot drift.
+//
+// What costs the server most in a script is not its commands but moving
+// values between Redis and Lua: each field read or written, and each one
+// returned, costs more than a small command does. So the scripts read
+// only the fields they need, in one HMGET (load), write them in one HSET
+// (apply), and take what they have just written from their arguments
+// rather than read it back.
 var luaLib = luaTables() + `
 local function split(t)
   local n = #t
@@ -163,37 +188,62 @@ local function add(t, d)
   return string.format('%d%09d', h, l)
 end
 
-local function orphaned(state, lease, now)
-  return INFLIGHT[state] and lease and lease ~= '' and before(lease, now)
+-- load reads the fields of the record rk that apply needs, or returns
+-- nil if there is none; a field the record lacks is "".
+local function load(rk)
+  local h = redis.call('HMGET', rk, 'state', 'history', 'retention', 'lease_until', 'owner', 'attached')
+  if not h[1] then return nil end
+  return {state = h[1], history = h[2] or '', retention = h[3] or '0', lease_until = h[4] or '',
+    owner = h[5] or '', attached = h[6] or '0'}
 end
 
--- flight_ttl gives the record rk in flight, and its holder key hk if holds,
--- the TTL that lapses one retention and the grace after its lease ends:
--- when the record would expire had it been settled as an orphan then. A
--- record whose owner died and that no one asks for again is thus dropped
--- too. A record without a lease cannot become an orphan, and has no TTL.
-local function flight_ttl(rk, hk, holds, now)
-  local h = redis.call('HMGET', rk, 'lease_until', 'retention')
-  local lease = h[1]
-  if not lease or lease == '' then
-    redis.call('PERSIST', rk)
-    if holds then redis.call('PERSIST', hk) end
-    return
-  end
-  local ttl = math.min(math.floor(tonumber(h[2] or '0') / 1e6), MAX_TTL_MS) + GRACE_MS
+local function orphaned(state, lease, now)
+  return INFLIGHT[state] and lease ~= '' and before(lease, now)
+end
+
+-- flight_ms returns the TTL, in milliseconds, of a record in flight at
+-- now with lease and retention: one retention and the grace after its
+-- lease ends, when it would expire had it been settled as an orphan then.
+-- A record whose owner died and that no one asks for again is thus
+-- dropped too. A record without a lease cannot become an orphan, and has
+-- no TTL: it returns nil.
+local function flight_ms(now, lease, retention)
+  if lease == '' then return nil end
+  local ttl = math.min(math.floor(tonumber(retention) / 1e6), MAX_TTL_MS) + GRACE_MS
   if before(now, lease) then
     local lh, ll = split(lease)
     local nh, nl = split(now)
     ttl = ttl + (lh - nh) * 1000 + math.floor((ll - nl) / 1e6)
   end
-  ttl = math.min(ttl, MAX_TTL_MS + GRACE_MS)
+  return math.min(ttl, MAX_TTL_MS + GRACE_MS)
+end
+
+-- flight_ttl gives the record rk in flight, and its holder key hk if holds,
+-- the TTL flight_ms says.
+local function flight_ttl(rk, hk, holds, now, lease, retention)
+  local ttl = flight_ms(now, lease, retention)
+  if not ttl then
+    redis.call('PERSIST', rk)
+    if holds then redis.call('PERSIST', hk) end
+    return
+  end
   redis.call('PEXPIRE', rk, ttl)
   if holds then redis.call('PEXPIRE', hk, ttl) end
 end
 
--- apply moves the record rk from state from to state to, which NEXT
--- allows. It returns the TTL given to the record if it settled, else 0.
-local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease, channel, by, via)
+-- push appends the field k and its value v to the HSET arguments f.
+local function push(f, k, v)
+  f[#f + 1] = k
+  f[#f + 1] = v
+end
+
+-- apply moves the record rk, as load read it into cur, to state to,
+-- which NEXT allows, as record.Record.Apply does. It returns the TTL
+-- given to the record if it settled, else 0, and the record's new
+-- history, expires_at and lease_until. A record in flight has no
+-- expires_at, and only one in accepted awaits a decision.
+local function apply(rk, hk, id, cur, to, now, note, result, err, owner, lease, channel, by, via)
+  local from = cur.state
   local e
   if by ~= '' or via ~= '' then
     e = cjson.encode({to, now, note, by, via})
@@ -202,51 +252,56 @@ local function apply(rk, hk, id, from, to, now, note, result, err, owner, lease,
     -- decision to keep.
     e = cjson.encode({to, now, note})
   end
-  local h = redis.call('HGET', rk, 'history')
-  if h and #h > 2 then
+  local h = cur.history
+  if #h > 2 then
     h = string.sub(h, 1, -2) .. ',' .. e .. ']'
   else
     h = '[' .. e .. ']'
   end
-  redis.call('HSET', rk, 'state', to, 'history', h)
-  if to == 'dispatched' then redis.call('HINCRBY', rk, 'attempts', 1) end
-  if result ~= '' then redis.call('HSET', rk, 'result', string.sub(result, 2)) end
-  if err ~= '' then redis.call('HSET', rk, 'error', string.sub(err, 2)) end
-  if owner ~= '' then redis.call('HSET', rk, 'owner', owner, 'lease_until', lease) end
-  local awaited = to ~= ACCEPTED and redis.call('HDEL', rk, 'awaiting') == 1
+  local f = {'state', to, 'history', h}
+  if result ~= '' then push(f, 'result', string.sub(result, 2)) end
+  if err ~= '' then push(f, 'error', string.sub(err, 2)) end
+  if owner ~= '' then push(f, 'owner', owner) end
+  if to == DISPATCHED then redis.call('HINCRBY', rk, 'attempts', 1) end
+  local awaited = from == ACCEPTED and to ~= ACCEPTED and redis.call('HDEL', rk, 'awaiting') == 1
   -- A decision's waiters (WaitDecided) are woken when the record leaves
   -- accepted. Every execution leaves it for dispatched without a
   -- decision, and no one waits for that one: it is not published.
   local decided = from == ACCEPTED and (awaited or to ~= DISPATCHED)
-  -- A replaced record may still move (completed to delivered); the holder
-  -- key then belongs to its successor and keeps its own TTL.
-  local holds = redis.call('GET', hk) == id
   if not INFLIGHT[to] then
-    local ret = redis.call('HGET', rk, 'retention') or '0'
-    local ttl = math.min(math.floor(tonumber(ret) / 1e6), MAX_TTL_MS) + GRACE_MS
-    redis.call('HSET', rk, 'expires_at', add(now, ret), 'lease_until', '')
+    local ttl = math.min(math.floor(tonumber(cur.retention) / 1e6), MAX_TTL_MS) + GRACE_MS
+    local exp = add(now, cur.retention)
+    push(f, 'expires_at', exp)
+    push(f, 'lease_until', '')
+    redis.call('HSET', rk, unpack(f))
     redis.call('PEXPIRE', rk, ttl)
-    if holds then redis.call('PEXPIRE', hk, ttl) end
+    -- A replaced record may still move (completed to delivered); the
+    -- holder key then belongs to its successor and keeps its own TTL.
+    if redis.call('GET', hk) == id then redis.call('PEXPIRE', hk, ttl) end
     if INFLIGHT[from] then redis.call('PUBLISH', channel, id) end
-    return ttl
+    return ttl, h, exp, ''
   end
+  local l = cur.lease_until
+  if owner ~= '' then
+    l = lease
+    push(f, 'lease_until', lease)
+  end
+  if not INFLIGHT[from] then push(f, 'expires_at', '') end
+  redis.call('HSET', rk, unpack(f))
   if decided then redis.call('PUBLISH', channel, id) end
-  if not INFLIGHT[from] then
-    redis.call('HSET', rk, 'expires_at', '')
-  end
   if not INFLIGHT[from] or owner ~= '' then
     -- Back in flight, or claimed with a new lease.
-    flight_ttl(rk, hk, holds, now)
+    flight_ttl(rk, hk, redis.call('GET', hk) == id, now, l, cur.retention)
   end
-  return 0
+  return 0, h, '', l
 end
 
--- settle_orphan settles an orphan as record.OrphanChange does and returns
--- its new state and TTL.
-local function settle_orphan(rk, hk, id, from, owner, now, channel)
-  local o = ORPHAN[from]
-  local ttl = apply(rk, hk, id, from, o.to, now, o.pre .. owner .. o.suf, '', '', '', '', channel, '', '')
-  return o.to, ttl
+-- settle_orphan settles an orphan, as load read it into cur, as
+-- record.OrphanChange does and returns its new state, expires_at and TTL.
+local function settle_orphan(rk, hk, id, cur, now, channel)
+  local o = ORPHAN[cur.state]
+  local ttl, _, exp = apply(rk, hk, id, cur, o.to, now, o.pre .. cur.owner .. o.suf, '', '', '', '', channel, '', '')
+  return o.to, exp, ttl
 end
 `
 
