@@ -24,7 +24,7 @@ import (
 // compared through how far the bucket is ahead of now, which is exact for
 // up to 104 days. A take sets the key to expire once the bucket is full
 // again, when an absent key means the same.
-var allowanceScript = redis.NewScript(luaLib + `
+var allowanceScript = newScript("allowance", true, `
 local now, interval, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ahead = 0
 local full = redis.call('GET', KEYS[1])
@@ -49,7 +49,7 @@ func (s *Store) allowanceKey(account string) string { return s.prefix + "a:" + a
 // shared by every Store with this server and prefix, in one script. Times
 // come from now, never from the server's clock.
 func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allowance, now time.Time) (bool, time.Duration, error) {
-	v, err := allowanceScript.Run(ctx, s.rdb, []string{s.allowanceKey(account)},
+	v, err := s.run(ctx, allowanceScript, []string{s.allowanceKey(account)},
 		strconv.FormatInt(now.UnixNano(), 10), int64(a.Interval()), int64(a.Tolerance())).Int64Slice()
 	if err != nil {
 		return false, 0, s.fail("taking from allowance "+account, err)

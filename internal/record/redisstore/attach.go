@@ -20,7 +20,7 @@ const attachFlush = time.Second
 
 // attachScript adds ARGV[1] to the attached count of the record KEYS[1],
 // if it still exists: a count never makes a key of its own.
-var attachScript = redis.NewScript(`
+var attachScript = newScript("attach", false, `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HINCRBY', KEYS[1], 'attached', ARGV[1])
 end
@@ -54,7 +54,7 @@ func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) err
 	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
 		for i, key := range keys {
 			if key != "" {
-				eval(ctx, p, attachScript, full, []string{key}, ns[i])
+				s.eval(ctx, p, attachScript, full, []string{key}, ns[i])
 			}
 		}
 	})

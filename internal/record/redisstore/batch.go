@@ -64,13 +64,14 @@ func (s *Store) sendBatch(ctx context.Context, calls []*batch.Call[*call]) {
 	s.exec(ctx, calls, false)
 	var again []*batch.Call[*call]
 	for _, c := range calls {
-		if noScript(c.Job.cmds) {
+		if forgotten(c.Job.cmds) {
 			again = append(again, c)
 		}
 	}
 	if len(again) > 0 {
 		// What the calls run is safe to run twice: a script the server
 		// did not know did not run.
+		s.relearn(ctx)
 		s.exec(ctx, again, true)
 	}
 }

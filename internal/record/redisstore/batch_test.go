@@ -39,7 +39,7 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return ne
 
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if n := cmds[0].Name(); n != "evalsha" && n != "eval" {
+		if n := cmds[0].Name(); n != "evalsha" && n != "eval" && n != "fcall" {
 			// Not the store's scripts: a new connection's handshake
 			// (its subscription's too) goes through the hook.
 			return next(ctx, cmds)
@@ -111,10 +111,11 @@ func queued(t *testing.T, s *redisstore.Store, n int) {
 // TestBatchedCallsAnswerAlone: calls that wait together are sent in
 // fewer round trips than calls, and each gets its own answer: a
 // reservation won, an update refused with ErrConflict, and a script the
-// server had forgotten, sent again in full on its own.
+// server had forgotten, sent again in full on its own (as EVALSHA: see
+// TestFunctionsLoadedAgain for the functions).
 func TestBatchedCallsAnswerAlone(t *testing.T) {
 	url := serverURL(t)
-	s := open(t, url, newPrefix(t, url), nil)
+	s := openWith(t, url, redisstore.Options{Prefix: newPrefix(t, url), Eval: true})
 	ctx := t.Context()
 	delivered, err := recordtest.Execute(ctx, s, "delivered")
 	if err != nil {

@@ -29,8 +29,10 @@
 //
 // # Atomicity
 //
-// Reserve, Update, Wait's check, Renew and TakeAllowance are Lua scripts, run with EVALSHA
-// (EVAL when the server has forgotten them): Redis runs a script alone, so
+// Reserve, Update, Wait's check, Renew and TakeAllowance are Lua scripts,
+// run as the functions of one library (FCALL) where the server has Redis
+// Functions, else with EVALSHA (EVAL when the server has forgotten them;
+// functions.go). Redis runs a script alone, so
 // reading the holder, settling an orphan, matching or replacing the holder
 // and writing the new record happen as one step, in one round trip. Every
 // time the scripts write or compare comes from Options.Now, passed as unix

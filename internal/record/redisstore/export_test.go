@@ -30,3 +30,6 @@ const Senders = senders
 
 // Queued returns how many calls wait for a sender.
 func Queued(s *Store) int { return s.batch.Queued() }
+
+// Library returns the name of the library of the store's functions.
+func Library() string { return lib.name }

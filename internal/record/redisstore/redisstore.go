@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +34,9 @@ type Options struct {
 	Prefix string
 	// Logger receives the store's warnings; nil discards them.
 	Logger *slog.Logger
+	// Eval runs the scripts with EVALSHA even where the server has
+	// Redis Functions, as on a server without them (functions.go).
+	Eval bool
 }
 
 // Timeouts set when the URL sets none, so that a server that cannot be
@@ -59,6 +63,9 @@ type Store struct {
 	log     *slog.Logger
 
 	pollMin, pollMax time.Duration // Wait's backoff; tests change them
+
+	evalOnly  bool        // Options.Eval
+	functions atomic.Bool // the server has the library (functions.go)
 
 	tags  cache[loc]
 	known cache[known] // the records this Store last wrote or read (known.go)
@@ -134,6 +141,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		channel:    prefix + "settled",
 		name:       "redis store " + o.Addr + "/" + strconv.Itoa(o.DB),
 		log:        opts.Logger,
+		evalOnly:   opts.Eval,
 		pollMin:    pollMin,
 		pollMax:    pollMax,
 		tags:       newCache[loc](tagCacheSize),
@@ -158,13 +166,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	// Loading the scripts now makes each first call one round trip; a
 	// server that is down is found out by the calls themselves.
 	loadCtx, cancel := context.WithTimeout(ctx, dialTimeout)
-	for _, sc := range scripts {
-		if err := sc.Load(loadCtx, s.rdb).Err(); err != nil {
-			// Not the caller's news to tell twice: the first call that
-			// needs the server reports it.
-			s.log.Debug("redis store not reachable yet", "store", s.name, "err", err)
-			break
-		}
+	if err := s.loadScripts(loadCtx); err != nil {
+		// Not the caller's news to tell twice: the first call that
+		// needs the server reports it.
+		s.log.Debug("redis store not reachable yet", "store", s.name, "err", err)
 	}
 	cancel()
 	s.batch = batch.Start(maxBatch, senders, s.sendBatch)
@@ -245,7 +250,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// not win, a replay or an attach, leaves no key behind.
 	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
 	cmds, err := s.send(ctx, func(p redis.Pipeliner, full bool) {
-		eval(ctx, p, reserveScript, full, keys, args...)
+		s.eval(ctx, p, reserveScript, full, keys, args...)
 	})
 	if err != nil {
 		return nil, false, s.wrap(op, err)
@@ -350,13 +355,13 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	k, hist := s.knownFor(id, c)
 	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist}
 	fill := func(p redis.Pipeliner, full bool) {
-		eval(ctx, p, updateScript, full, keys, args...)
+		s.eval(ctx, p, updateScript, full, keys, args...)
 	}
 	if cached {
 		// The index goes with the update, in the same round trip.
 		ttl := indexTTL(c.To, l.retention)
 		fill = func(p redis.Pipeliner, full bool) {
-			eval(ctx, p, updateScript, full, keys, args...)
+			s.eval(ctx, p, updateScript, full, keys, args...)
 			p.Set(ctx, s.indexKey(id), l.tag, ttl)
 		}
 	}
@@ -543,7 +548,7 @@ func (s *Store) sleep(ctx context.Context, w *watch, poll time.Duration, lease t
 
 // check reads the record id for a waiter, settling it if it is an orphan.
 func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, error) {
-	v, err := checkScript.Run(ctx, s.rdb, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id).Slice()
+	v, err := s.run(ctx, checkScript, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id).Slice()
 	if err == nil && len(v) == 0 {
 		err = errors.New("empty reply")
 	}
@@ -587,7 +592,7 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	lease, now := encTime(until), s.clock()
 	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
 		for _, o := range mine {
-			eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
+			s.eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
 			p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
 		}
 	})
@@ -683,32 +688,13 @@ func (s *Store) pipe(ctx context.Context, fill func(p redis.Pipeliner, full bool
 	p := s.rdb.Pipeline()
 	fill(p, false)
 	cmds, _ := p.Exec(ctx)
-	if noScript(cmds) {
+	if forgotten(cmds) {
+		s.relearn(ctx)
 		p = s.rdb.Pipeline()
 		fill(p, true)
 		cmds, _ = p.Exec(ctx)
 	}
 	return cmds
-}
-
-// eval queues the script sc on p, by its hash or, if full, in full.
-func eval(ctx context.Context, p redis.Pipeliner, sc *redis.Script, full bool, keys []string, args ...any) {
-	if full {
-		sc.Eval(ctx, p, keys, args...)
-	} else {
-		sc.EvalSha(ctx, p, keys, args...)
-	}
-}
-
-// noScript reports whether any of cmds failed because the server did not
-// know a script.
-func noScript(cmds []redis.Cmder) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			return true
-		}
-	}
-	return false
 }
 
 // An owned record is one in flight that this Store reserved or claimed for

@@ -111,7 +111,13 @@ func deleteKeys(tb testing.TB, url, prefix string) {
 // open returns a store under prefix, closed when the test ends.
 func open(tb testing.TB, url, prefix string, now func() time.Time) *redisstore.Store {
 	tb.Helper()
-	s, err := redisstore.Open(context.Background(), url, redisstore.Options{Now: now, Prefix: prefix})
+	return openWith(tb, url, redisstore.Options{Now: now, Prefix: prefix})
+}
+
+// openWith returns a store with opts, closed when the test ends.
+func openWith(tb testing.TB, url string, opts redisstore.Options) *redisstore.Store {
+	tb.Helper()
+	s, err := redisstore.Open(context.Background(), url, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -457,18 +463,28 @@ func (h evalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h evalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
-			select {
-			case h.ran <- struct{}{}:
-			default:
-			}
-		}
+		h.saw(cmd)
 		return err
 	}
 }
 
 func (h evalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.saw(cmd)
+		}
+		return err
+	}
+}
+
+func (h evalHook) saw(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
+		select {
+		case h.ran <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // TestReservedIsFoundByIDFromAnotherProcess: a record is found by its id

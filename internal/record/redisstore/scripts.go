@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -38,7 +36,7 @@ var (
 	// 0 (the holder is returned; the caller counts the attach if it is of
 	// the same action) or -1 (the id is taken). With won 1, the fields are
 	// the orphan's it settled, if it did.
-	reserveScript = redis.NewScript(luaLib + `
+	reserveScript = newScript("reserve", true, `
 local now, channel = ARGV[1], ARGV[2]
 local hid = redis.call('GET', KEYS[1])
 local oid, ottl = '', 0
@@ -71,7 +69,7 @@ if ttl then
 else
   redis.call('SET', KEYS[1], ARGV[4])
 end
-redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', ` + strconv.FormatInt(indexFlightTTL.Milliseconds(), 10) + `)
+redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', `+strconv.FormatInt(indexFlightTTL.Milliseconds(), 10)+`)
 if oid ~= '' then
   return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
 end
@@ -95,7 +93,7 @@ return {1, oid, ottl}
 	// attached, lease_until, expires_at}: the caller knows the rest (see
 	// known.go). A history only grows, by a transition each time, and
 	// every field but attached and lease_until changes only with one.
-	updateScript = redis.NewScript(luaLib + `
+	updateScript = newScript("update", true, `
 local cur = load(KEYS[1])
 if not cur then
   return {'notfound'}
@@ -122,7 +120,7 @@ return {'ok', redis.call('HGETALL', KEYS[1])}
 	//	ARGV[1] now, [2] the channel, [3] the id
 	//
 	// It returns {"ok", orphan TTL ms or 0, fields} or {"notfound"}.
-	checkScript = redis.NewScript(luaLib + `
+	checkScript = newScript("check", true, `
 local cur = load(KEYS[1])
 if not cur then
   return {'notfound'}
@@ -142,7 +140,7 @@ return {'ok', ttl, redis.call('HGETALL', KEYS[1])}
 	//	ARGV[1] the owner, [2] the new lease, [3] the id, [4] now
 	//
 	// It returns 1 if it did, else 0.
-	renewScript = redis.NewScript(luaLib + `
+	renewScript = newScript("renew", true, `
 local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'retention')
 if h[1] and INFLIGHT[h[1]] and h[2] == ARGV[1] then
   redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
@@ -151,11 +149,9 @@ if h[1] and INFLIGHT[h[1]] and h[2] == ARGV[1] then
 end
 return 0
 `)
-
-	scripts = []*redis.Script{reserveScript, updateScript, checkScript, renewScript, allowanceScript, attachScript}
 )
 
-// luaLib is the preamble every script shares. Its tables come from the
+// luaLib is the preamble every script shares (functions.go). Its tables come from the
 // record package, so the transitions and the orphan notes cannot drift.
 //
 // What costs the server most in a script is not its commands but moving
