@@ -51,22 +51,17 @@ func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) err
 		}
 		keys[i] = s.recordKey(l.tag, id)
 	}
-	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
-		for i, key := range keys {
-			if key != "" {
-				s.eval(ctx, p, attachScript, full, []string{key}, ns[i])
-			}
+	cmds := s.pipe(ctx, len(ids), func(p redis.Pipeliner, i int, full bool) {
+		if keys[i] != "" {
+			s.eval(ctx, p, attachScript, full, []string{keys[i]}, ns[i])
 		}
 	})
 	var done []string
 	var doneN []int32
 	var first error
-	j := 0 // cmds holds a command for each id with a key
-	for i, key := range keys {
-		if key != "" {
-			err := cmds[j].Err()
-			j++
-			if err != nil {
+	for i := range ids {
+		if len(cmds[i]) > 0 {
+			if err := cmds[i][0].Err(); err != nil {
 				first = cmp.Or(first, err)
 				continue // kept for the next try
 			}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,3 +34,9 @@ func Queued(s *Store) int { return s.batch.Queued() }
 
 // Library returns the name of the library of the store's functions.
 func Library() string { return lib.name }
+
+// Pipe runs n items queued by fill in one round trip, as the store's
+// pipelines do (pipe).
+func Pipe(ctx context.Context, s *Store, n int, fill func(p redis.Pipeliner, i int, full bool)) [][]redis.Cmder {
+	return s.pipe(ctx, n, fill)
+}

@@ -90,3 +90,38 @@ func TestSemanticsEval(t *testing.T) {
 		return openWith(t, url, redisstore.Options{Now: now, Prefix: newPrefix(t, url), Eval: true})
 	})
 }
+
+// TestPipeSendsAgainOnlyWhatDidNotRun: of a pipeline that failed part
+// way, a script the server had forgotten and a command that ran, only the
+// script is sent again. The library coming back or going in the middle
+// of an attach pipeline had counted its attaches twice.
+func TestPipeSendsAgainOnlyWhatDidNotRun(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	s := open(t, url, prefix, nil)
+	ctx := t.Context()
+	counter := prefix + "counter"
+	forgotten := redis.NewScript("return 'sent in full' -- " + prefix) // a script no server has seen
+	items := redisstore.Pipe(ctx, s, 2, func(p redis.Pipeliner, i int, full bool) {
+		switch {
+		case i == 0:
+			p.Incr(ctx, counter)
+		case full:
+			forgotten.Eval(ctx, p, nil)
+		default:
+			forgotten.EvalSha(ctx, p, nil)
+		}
+	})
+	if n, err := redisstore.Client(s).Get(ctx, counter).Int(); err != nil || n != 1 {
+		t.Errorf("the command that ran ran %d times (%v); want once", n, err)
+	}
+	if len(items) != 2 || len(items[0]) != 1 || len(items[1]) != 1 {
+		t.Fatalf("items %v; want one command each", items)
+	}
+	if v, err := items[0][0].(*redis.IntCmd).Result(); err != nil || v != 1 {
+		t.Errorf("the first item's answer: %v, %v; want 1", v, err)
+	}
+	if v, err := items[1][0].(*redis.Cmd).Text(); err != nil || v != "sent in full" {
+		t.Errorf("the forgotten script's answer: %q, %v; want it sent again in full", v, err)
+	}
+}

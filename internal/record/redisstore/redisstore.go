@@ -603,15 +603,14 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 		return nil
 	}
 	lease, now := encTime(until), s.clock()
-	cmds := s.pipe(ctx, func(p redis.Pipeliner, full bool) {
-		for _, o := range mine {
-			s.eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
-			p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
-		}
+	cmds := s.pipe(ctx, len(mine), func(p redis.Pipeliner, i int, full bool) {
+		o := mine[i]
+		s.eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
+		p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
 	})
 	var first error
 	for i, o := range mine {
-		n, err := cmds[2*i].(*redis.Cmd).Int64()
+		n, err := cmds[i][0].(*redis.Cmd).Int64()
 		switch {
 		case err != nil:
 			first = cmp.Or(first, err)
@@ -692,22 +691,45 @@ func (s *Store) locate(ctx context.Context, id string) (loc, bool, error) {
 	return loc{tag: tag}, false, nil
 }
 
-// pipe runs the commands fill queues in one round trip, and once more with
-// the scripts sent in full if the server has forgotten them (a restart, a
-// SCRIPT FLUSH). What the pipelines run is safe to run twice: a script the
-// server did not know did not run. It returns the commands, each with its
-// result or error.
-func (s *Store) pipe(ctx context.Context, fill func(p redis.Pipeliner, full bool)) []redis.Cmder {
-	p := s.rdb.Pipeline()
-	fill(p, false)
-	cmds, _ := p.Exec(ctx)
-	if forgotten(cmds) {
-		s.relearn(ctx)
-		p = s.rdb.Pipeline()
-		fill(p, true)
-		cmds, _ = p.Exec(ctx)
+// pipe runs n items in one round trip, item i queued by fill as one or
+// more commands, and returns each item's commands, each with its result
+// or error. An item with a command the server had forgotten the script
+// or function of (a restart, a SCRIPT FLUSH, a FUNCTION FLUSH) did not
+// run that command, and is sent once more, in full; the others ran and
+// are not sent again: a pipeline can fail part way, when the library
+// comes back or goes in the middle of it, and an attach count sent twice
+// would be counted twice.
+func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i int, full bool)) [][]redis.Cmder {
+	items := make([][]redis.Cmder, n)
+	send := func(which []int, full bool) {
+		p := s.rdb.Pipeline()
+		ends := make([]int, len(which))
+		for j, i := range which {
+			fill(p, i, full)
+			ends[j] = p.Len()
+		}
+		cmds, _ := p.Exec(ctx)
+		start := 0
+		for j, i := range which {
+			items[i], start = cmds[start:ends[j]], ends[j]
+		}
 	}
-	return cmds
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	send(all, false)
+	var again []int
+	for i, cmds := range items {
+		if forgotten(cmds) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		s.relearn(ctx)
+		send(again, true)
+	}
+	return items
 }
 
 // An owned record is one in flight that this Store reserved or claimed for
