@@ -82,6 +82,55 @@ func TestFunctionsLoadedAgain(t *testing.T) {
 	}
 }
 
+// dropAfterLoad is a client hook that deletes the store's library again
+// as soon as the store has loaded it, as a FUNCTION FLUSH landing between
+// the load and the call sent again would.
+type dropAfterLoad struct{ raw *redis.Client }
+
+func (h dropAfterLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h dropAfterLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); cmd.Name() == "function" && len(args) > 1 && args[1] == "load" {
+			h.raw.FunctionDelete(ctx, redisstore.Library())
+		}
+		return err
+	}
+}
+
+func (h dropAfterLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSentAgainInFull: a call whose function the server had lost is sent
+// again with its script in full, which cannot be lost in turn, not as a
+// call of the library just loaded again, which can.
+func TestSentAgainInFull(t *testing.T) {
+	url := serverURL(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(opt)
+	defer raw.Close()
+	ctx := t.Context()
+	if err := raw.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "none"}).Err(); err != nil {
+		t.Skipf("the server has no Redis Functions: %v", err)
+	}
+	s := open(t, url, newPrefix(t, url), nil)
+	if err := execute(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	redisstore.Client(s).AddHook(dropAfterLoad{raw})
+	if err := raw.FunctionDelete(ctx, redisstore.Library()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := execute(ctx, s); err != nil {
+		t.Fatalf("a new execution as the library came and went: %v", err)
+	}
+}
+
 // TestSemanticsEval runs the scripts as a server without Redis Functions
 // does.
 func TestSemanticsEval(t *testing.T) {
