@@ -162,10 +162,7 @@ func TestTriggerReplacedAtVersion3(t *testing.T) {
 		stores[i] = open(t, u, schema, nil)
 		stores[i].minPoll, stores[i].maxPoll = time.Hour, time.Hour // the notification alone wakes
 	}
-	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
-	if _, err := stores[0].pool.Exec(ctx, stores[0].sql(older)); err != nil {
-		t.Fatal(err)
-	}
+	layOutOlderVersion3(t, stores[0])
 	var wg sync.WaitGroup
 	for _, s := range stores {
 		wg.Go(func() {
@@ -212,12 +209,7 @@ func TestTriggerReplacedAtVersion3(t *testing.T) {
 	if got := <-decided; got == nil || got.State != record.Authorized {
 		t.Fatalf("WaitDecided = %+v; want it authorized", got)
 	}
-	if _, err := other.Update(ctx, settling.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-settled; got == nil || got.State != record.Completed {
-		t.Fatalf("Wait = %+v; want it completed", got)
-	}
+	complete(t, other, settling.ID, settled)
 }
 
 // TestRoleThatMayNotReplaceTheTrigger: a role that may read and write
@@ -228,10 +220,7 @@ func TestRoleThatMayNotReplaceTheTrigger(t *testing.T) {
 	ctx := t.Context()
 	u, schema := serverURL(t), newSchema(t)
 	admin := open(t, u, schema, nil)
-	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
-	if _, err := admin.pool.Exec(ctx, admin.sql(older)); err != nil {
-		t.Fatal(err)
-	}
+	layOutOlderVersion3(t, admin)
 	b := make([]byte, 6)
 	rand.Read(b)
 	role, password := "mcpi_limited_"+hex.EncodeToString(b), hex.EncodeToString(b)
@@ -262,17 +251,12 @@ func TestRoleThatMayNotReplaceTheTrigger(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
 		t.Fatalf("Reserve as a role that may not alter the table: %v", err)
 	}
-	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || notifies {
-		t.Fatalf("the trigger replaced: %v, %v; want the older one kept", notifies, err)
+	if triggerReplaced(t, admin) {
+		t.Fatal("the trigger was replaced; want the older one kept")
 	}
 	settled := waitFor(s, r.ID)
 	waiting(t, s, r.ID, 1)
-	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-settled; got == nil || got.State != record.Completed {
-		t.Fatalf("Wait = %+v; want it completed", got)
-	}
+	complete(t, s, r.ID, settled)
 }
 
 // TestBusyTableKeepsTheOlderTrigger: a transaction that touched the
@@ -283,10 +267,7 @@ func TestBusyTableKeepsTheOlderTrigger(t *testing.T) {
 	ctx := t.Context()
 	u, schema := serverURL(t), newSchema(t)
 	admin := open(t, u, schema, nil)
-	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
-	if _, err := admin.pool.Exec(ctx, admin.sql(older)); err != nil {
-		t.Fatal(err)
-	}
+	layOutOlderVersion3(t, admin)
 	holder, err := connect(ctx, u)
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +294,8 @@ func TestBusyTableKeepsTheOlderTrigger(t *testing.T) {
 	if _, _, err := s.Reserve(callCtx, r, record.ReserveOptions{Dispatch: true}); err != nil {
 		t.Fatalf("Reserve while another transaction holds the table: %v", err)
 	}
-	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || notifies {
-		t.Fatalf("the trigger replaced: %v, %v; want the older one kept", notifies, err)
+	if triggerReplaced(t, admin) {
+		t.Fatal("the trigger was replaced; want the older one kept")
 	}
 	if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
@@ -322,8 +303,40 @@ func TestBusyTableKeepsTheOlderTrigger(t *testing.T) {
 	if err := open(t, u, schema, nil).ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, notifies, err := admin.version(ctx, admin.pool); err != nil || !notifies {
-		t.Fatalf("the trigger replaced once the table was free: %v, %v; want it replaced", notifies, err)
+	if !triggerReplaced(t, admin) {
+		t.Fatal("the trigger was kept once the table was free; want it replaced")
+	}
+}
+
+// layOutOlderVersion3 makes s's schema as a build of version 3 from
+// before notifyDDL did, with the older trigger.
+func layOutOlderVersion3(t *testing.T, s *Store) {
+	t.Helper()
+	older := "CREATE SCHEMA {schema}; CREATE TABLE {schema}.schema_version (version integer NOT NULL);" + strings.Join(migrations, "")
+	if _, err := s.pool.Exec(t.Context(), s.sql(older)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// triggerReplaced reports whether s's schema has notifyDDL's trigger.
+func triggerReplaced(t *testing.T, s *Store) bool {
+	t.Helper()
+	_, notifies, err := s.version(t.Context(), s.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return notifies
+}
+
+// complete settles the record id through s and checks that the waiter
+// of settled is woken with it.
+func complete(t *testing.T, s *Store, id string, settled <-chan *record.Record) {
+	t.Helper()
+	if _, err := s.Update(t.Context(), id, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-settled; got == nil || got.State != record.Completed {
+		t.Fatalf("Wait = %+v; want it completed", got)
 	}
 }
 

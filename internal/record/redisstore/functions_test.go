@@ -43,22 +43,30 @@ func (h *names) sent(name string) int {
 	return n
 }
 
+// functionsClient returns a client of its own for the server at url,
+// closed when t ends, and skips t if the server has no Redis Functions.
+func functionsClient(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(opt)
+	t.Cleanup(func() { raw.Close() })
+	if err := raw.FunctionList(t.Context(), redis.FunctionListQuery{LibraryNamePattern: "none"}).Err(); err != nil {
+		t.Skipf("the server has no Redis Functions: %v", err)
+	}
+	return raw
+}
+
 // TestFunctionsLoadedAgain: on a server with Redis Functions the scripts
 // run as the functions of the store's library, which the store loads
 // again when the server has lost it (FUNCTION FLUSH, a restart without
 // persistence), without failing a call.
 func TestFunctionsLoadedAgain(t *testing.T) {
 	url := serverURL(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := redis.NewClient(opt)
-	defer raw.Close()
+	raw := functionsClient(t, url)
 	ctx := t.Context()
-	if err := raw.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "none"}).Err(); err != nil {
-		t.Skipf("the server has no Redis Functions: %v", err)
-	}
 	s := open(t, url, newPrefix(t, url), nil)
 	h := &names{}
 	redisstore.Client(s).AddHook(h)
@@ -108,16 +116,8 @@ func (h dropAfterLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // call of the library just loaded again, which can.
 func TestSentAgainInFull(t *testing.T) {
 	url := serverURL(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := redis.NewClient(opt)
-	defer raw.Close()
+	raw := functionsClient(t, url)
 	ctx := t.Context()
-	if err := raw.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "none"}).Err(); err != nil {
-		t.Skipf("the server has no Redis Functions: %v", err)
-	}
 	s := open(t, url, newPrefix(t, url), nil)
 	if err := execute(ctx, s); err != nil {
 		t.Fatal(err)
