@@ -130,8 +130,8 @@ func TestWaitingReservationsCommitTogether(t *testing.T) {
 	for i, r := range recs {
 		ids[i] = r.ID
 	}
-	// A sender takes what waits when it gets its turn: two senders, at
-	// most a few batches.
+	// A sender takes what waits when it gets its turn: with each sender
+	// held, at most a few batches.
 	if got := xmins(t, s, ids); got > 2*senders {
 		t.Errorf("%d reservations that waited together were written by %d transactions; want at most %d", n, got, 2*senders)
 	}
