@@ -91,28 +91,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	decided := make(chan *record.Record, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		got, _ := s.WaitDecided(ctx, r.ID)
-		decided <- got
-	}()
-	waiting(t, s, r.ID, 1)
-	settled := waitFor(s, old.ID)
-	waiting(t, s, old.ID, 1)
-	if _, err := other.Update(ctx, r.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-decided; got == nil || got.State != record.Authorized || got.Awaiting != "" {
-		t.Fatalf("WaitDecided on the upgraded schema = %+v; want it authorized", got)
-	}
-	if _, err := other.Update(ctx, old.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-settled; got == nil || got.State != record.Completed {
-		t.Fatalf("Wait for the execution of version 2 = %+v; want it completed", got)
-	}
+	decideAndSettle(t, s, other, r.ID, old.ID)
 }
 
 // TestSchemaKnowsTheStates: the partial index of the records in flight
@@ -193,23 +172,7 @@ func TestTriggerReplacedAtVersion3(t *testing.T) {
 		}
 	}
 	s, other := stores[1], stores[2]
-	decided := make(chan *record.Record, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		got, _ := s.WaitDecided(ctx, deciding.ID)
-		decided <- got
-	}()
-	waiting(t, s, deciding.ID, 1)
-	settled := waitFor(s, settling.ID)
-	waiting(t, s, settling.ID, 1)
-	if _, err := other.Update(ctx, deciding.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-decided; got == nil || got.State != record.Authorized {
-		t.Fatalf("WaitDecided = %+v; want it authorized", got)
-	}
-	complete(t, other, settling.ID, settled)
+	decideAndSettle(t, s, other, deciding.ID, settling.ID)
 }
 
 // TestRoleThatMayNotReplaceTheTrigger: a role that may read and write
@@ -326,6 +289,31 @@ func triggerReplaced(t *testing.T, s *Store) bool {
 		t.Fatal(err)
 	}
 	return notifies
+}
+
+// decideAndSettle waits in s for the decision on deciding, which awaits
+// an operator, and for settling to settle, while other decides the one
+// and completes the other: both waiters are woken by the notifications
+// alone (s must not poll).
+func decideAndSettle(t *testing.T, s, other *Store, deciding, settling string) {
+	t.Helper()
+	decided := make(chan *record.Record, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got, _ := s.WaitDecided(ctx, deciding)
+		decided <- got
+	}()
+	waiting(t, s, deciding, 1)
+	settled := waitFor(s, settling)
+	waiting(t, s, settling, 1)
+	if _, err := other.Update(t.Context(), deciding, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-decided; got == nil || got.State != record.Authorized || got.Awaiting != "" {
+		t.Fatalf("WaitDecided = %+v; want it authorized, awaiting no one", got)
+	}
+	complete(t, other, settling, settled)
 }
 
 // complete settles the record id through s and checks that the waiter
