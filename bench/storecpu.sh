@@ -33,15 +33,9 @@ tick=$(getconf CLK_TCK)
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-for store in "${stores[@]}"; do
-	case $store in
-	sqlite | redis) pkg=./internal/record/${store}store ;;
-	postgres) pkg=./internal/record/pgstore ;;
-	*) echo "storecpu.sh: unknown store $store (sqlite, redis, postgres)" >&2; exit 2 ;;
-	esac
-	(cd "$base" && go test -c -o "$dir/$store.base" "$pkg")
-	(cd "$here" && go test -c -o "$dir/$store.this" "$pkg")
-done
+script=storecpu.sh
+. "$here/bench/storelib.sh"
+buildStores
 
 # serverCPU prints the server's CPU time so far, in microseconds.
 serverCPU() {
@@ -73,10 +67,6 @@ run() {
 	s1=$(serverCPU "$store")
 	awk -v s="$store" -v b="$build" -v n="$n" -v s0="$s0" -v s1="$s1" \
 		'{ printf "%s %s %.0f %.0f\n", s, b, ($1 + $2) * 1e6 / n, (s1 - s0) / n }' "$dir/time"
-}
-
-median() {
-	sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 for ((r = 1; r <= rounds; r++)); do

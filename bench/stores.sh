@@ -26,15 +26,9 @@ fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-for store in "${stores[@]}"; do
-	case $store in
-	sqlite | redis) pkg=./internal/record/${store}store ;;
-	postgres) pkg=./internal/record/pgstore ;;
-	*) echo "stores.sh: unknown store $store (sqlite, redis, postgres)" >&2; exit 2 ;;
-	esac
-	(cd "$base" && go test -c -o "$dir/$store.base" "$pkg")
-	(cd "$here" && go test -c -o "$dir/$store.this" "$pkg")
-done
+script=stores.sh
+. "$here/bench/storelib.sh"
+buildStores
 
 # run prints "store build inflight ns/op" for each benchmark of one binary.
 # The PostgreSQL store's older benchmarks name the 32 at once
@@ -47,11 +41,6 @@ run() {
 			n = ($1 ~ /Parallel|parallel32/) ? 32 : 1
 			print s, b, n, $3
 		}'
-}
-
-# median prints the median of the numbers on its input.
-median() {
-	sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 for ((r = 1; r <= rounds; r++)); do
