@@ -403,12 +403,21 @@ func (e *execution) send() bool {
 }
 
 // answered takes an attempt's answer, and runs the loop on if the send
-// has returned.
+// has returned. It is called on the goroutine that reads the upstream,
+// which a store that waits on I/O must not hold (Upstream.Send): the
+// upstream's other answers would wait for each outcome's write, and the
+// calls in flight would settle one at a time. The loop then goes on on a
+// goroutine of its own.
 func (e *execution) answered(result json.RawMessage, err error) {
 	e.result, e.err = result, err
-	if e.turns.Add(1) == 2 {
-		e.run()
+	if e.turns.Add(1) != 2 {
+		return
 	}
+	if e.in.storeWaits {
+		go e.run()
+		return
+	}
+	e.run()
 }
 
 // decide settles the execution from an attempt's answer or, where the

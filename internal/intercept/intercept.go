@@ -212,10 +212,12 @@ type Options struct {
 	Tracer trace.Tracer
 	// StoreWaits says that the store waits on I/O (a file, a server), so
 	// that an operation may take as long as its timeout: Handle then does
-	// a call's work on a goroutine of its own, and a slow store holds up
-	// only the calls that need it, never the caller's other traffic. A
-	// store in memory answers at once, and the work stays on the
-	// caller's goroutine, which spares the hand-off.
+	// a call's work on a goroutine of its own, and so does the goroutine
+	// that brings an upstream's answer with the outcome's write. A slow
+	// store holds up only the calls that need it, never the caller's
+	// other traffic nor the upstream's other answers. A store in memory
+	// answers at once, and the work stays on the goroutines that bring
+	// it, which spares the hand-offs.
 	StoreWaits bool
 }
 

@@ -1181,50 +1181,6 @@ func TestNoAnswerAfterGivingUp(t *testing.T) {
 	}
 }
 
-// stuckStore is a memory store whose reservations wait until release is
-// closed, as a store behind an unreachable server does until its timeout.
-type stuckStore struct {
-	record.Store
-	release chan struct{}
-}
-
-func (s stuckStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
-	<-s.release
-	return s.Store.Reserve(ctx, r, opts)
-}
-
-// TestSlowStoreHoldsOnlyItsCalls: with a store that waits on I/O, a
-// reservation that hangs holds up its own call, not the client's other
-// requests; the call goes on once the store answers.
-func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
-	store := stuckStore{memstore.New(memstore.Options{}), make(chan struct{})}
-	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
-	r := newRigWith(t, 0, in)
-	var once sync.Once
-	release := func() { once.Do(func() { close(store.release) }) }
-	t.Cleanup(release) // before the rig's: a failed test must not hang
-	// The tool listed, its calls are handled as they are read.
-	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
-	r.upstream.next(t, "upstream")
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
-	r.client.next(t, "client")
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
-	// The write returns once the proxy reads it (the pipe holds nothing).
-	go r.client.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))
-	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
-		t.Fatalf("while the reservation hangs, the upstream got %s; want the ping", got)
-	}
-	release()
-	got := r.upstream.next(t, "upstream")
-	if !strings.Contains(got, `"method":"tools/call"`) {
-		t.Fatalf("once the store answers, the upstream got %s; want the call", got)
-	}
-	r.upstream.answerCharged(t, got)
-	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
-		t.Fatalf("the caller got %s; want the answer", got)
-	}
-}
-
 // TestRequestsMCPDoesNotAllow: a message without "jsonrpc":"2.0", or a
 // request whose id is not a string or an integer, is refused, not passed
 // on (a server may end the session on it, or answer under an id the
