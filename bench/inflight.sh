@@ -7,7 +7,9 @@
 # Environment: COUNT (rounds, default 5), BENCHTIME (calls per chain and
 # round, default 4000x), MCP_IDEMPOTENT_BENCH_INFLIGHT (default 32),
 # MCP_IDEMPOTENT_BENCH_BLOCK (calls per turn, default 500),
-# MCP_IDEMPOTENT_BENCH_PROXY_FLAGS (flags put before the proxy's --).
+# MCP_IDEMPOTENT_BENCH_PROXY_FLAGS (flags put before the proxy's --, such as
+# --store), MCP_IDEMPOTENT_BENCH_BASELINE (another build of the proxy, run
+# as a chain of its own with the same flags, and compared).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -52,6 +54,7 @@ function median(list,    a, n, i, j, t) {
 		round[name] = $i
 	}
 	if (round["relay"] > 0 && round["proxy"] > 0) ratios = ratios " " round["proxy"] / round["relay"]
+	if (round["baseline"] > 0 && round["proxy"] > 0) gains = gains " " round["proxy"] / round["baseline"]
 }
 END {
 	printf "%-10s %10s\n", "chain", "calls/s"
@@ -61,4 +64,5 @@ END {
 		r = median(ratios)
 		printf "\nproxy/relay, median of the rounds: %.2f (goal >= 0.90: %s)\n", r, r >= 0.9 ? "met" : "NOT met"
 	}
+	if (gains != "") printf "proxy/baseline, median of the rounds: %.2f\n", median(gains)
 }' "$out"
