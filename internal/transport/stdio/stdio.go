@@ -52,6 +52,13 @@ type Conn struct {
 	w    io.Writer
 	wbuf []byte    // the frame and its newline, reused under wmu
 	c    io.Closer // closes the write side; nil if none
+
+	// While holding (hold.go), frames wait in pending, and those whose
+	// writers want to know when they are written, in told; spareTold is
+	// told's other buffer, which Flush hands back.
+	holding         bool
+	pending         []byte
+	told, spareTold []heldFrame
 }
 
 // NewConn returns a Conn reading from r and writing to w. Frames longer than
@@ -146,7 +153,8 @@ func (c *Conn) endLine(line []byte) ([]byte, error) {
 func (c *Conn) WriteFrame(frame []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.writeLocked(append(c.wbuf[:0], frame...))
+	b := c.frameBuffer()
+	return c.endFrame(append(b, frame...), len(b), heldFrame{})
 }
 
 // WriteResponse writes the frame jsonrpc.NewResponse(id, result) makes,
@@ -154,7 +162,8 @@ func (c *Conn) WriteFrame(frame []byte) error {
 func (c *Conn) WriteResponse(id, result json.RawMessage) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.writeLocked(jsonrpc.AppendResponse(c.wbuf[:0], id, result))
+	b := c.frameBuffer()
+	return c.endFrame(jsonrpc.AppendResponse(b, id, result), len(b), heldFrame{})
 }
 
 // WriteRequest writes the frame jsonrpc.NewRequest(id, method, params)
@@ -164,31 +173,55 @@ func (c *Conn) WriteResponse(id, result json.RawMessage) error {
 func (c *Conn) WriteRequest(id string, method string, params json.RawMessage) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	b := append(c.wbuf[:0], `{"jsonrpc":"2.0"`...)
+	b := c.frameBuffer()
+	return c.endFrame(appendRequest(b, id, method, params), len(b), heldFrame{})
+}
+
+// appendRequest appends the frame WriteRequest writes to b.
+func appendRequest(b []byte, id string, method string, params []byte) []byte {
+	b = append(b, `{"jsonrpc":"2.0"`...)
 	if id != "" {
 		b = append(append(b, `,"id":`...), id...)
 	}
-	b = jsonrpc.AppendRequestTail(b, method, params)
-	return c.writeLocked(b)
+	return jsonrpc.AppendRequestTail(b, method, params)
 }
 
-// writeLocked writes frame, built in c.wbuf, and a newline, in one write,
-// and keeps the buffer for the next frame. c.wmu must be held.
-func (c *Conn) writeLocked(frame []byte) error {
-	if bytes.IndexByte(frame, '\n') >= 0 {
+// frameBuffer returns the buffer to build the next frame at the end of:
+// the frames held, or the Conn's write buffer. c.wmu must be held.
+func (c *Conn) frameBuffer() []byte {
+	if c.holding {
+		return c.pending
+	}
+	return c.wbuf[:0]
+}
+
+// endFrame ends the frame built in b from offset start (b being
+// frameBuffer's) with a newline, and writes it in one write, keeping the
+// buffer for the next frame; or, while the Conn holds its writes, keeps it
+// with them, and h to be told when it is written. c.wmu must be held.
+func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
+	if bytes.IndexByte(b[start:], '\n') >= 0 {
 		// A newline inside a frame would split it in two for the reader.
 		// JSON never needs one outside strings, where it is escaped.
-		frame = bytes.ReplaceAll(frame, []byte("\n"), nil)
+		b = append(b[:start], bytes.ReplaceAll(b[start:], []byte("\n"), nil)...)
+	}
+	b = append(b, '\n')
+	if c.holding {
+		c.pending = b
+		if h.written != nil || h.failed != nil {
+			h.end = len(b)
+			c.told = append(c.told, h)
+		}
+		return nil
 	}
 	// One write per frame, from a buffer kept between frames: a write of
 	// the frame and another of the newline would cost the peer a second
 	// wake-up, and a fresh buffer per frame costs an allocation.
-	buf := append(frame, '\n')
-	_, err := c.w.Write(buf)
-	if cap(buf) > maxKeptBuffer {
+	_, err := c.w.Write(b)
+	if cap(b) > maxKeptBuffer {
 		c.wbuf = nil // a rare large frame does not pin its buffer
-	} else if cap(buf) > cap(c.wbuf) {
-		c.wbuf = buf
+	} else if cap(b) > cap(c.wbuf) {
+		c.wbuf = b
 	}
 	return err
 }
