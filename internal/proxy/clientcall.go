@@ -76,16 +76,18 @@ func (c *clientCall) refuse(e *jsonrpc.Error) {
 	}
 }
 
-// An answerWriter is a Conn that learns when an answer reached the client,
-// later than the write (streamhttp.ServerSession, whose streams hold it
-// until the client reads it): WriteAnswer calls written then, with true,
+// An answerWriter is a Conn that may learn when an answer reached the
+// client later than the write: streamhttp.ServerSession, whose streams
+// hold it until the client reads it, and stdio.Conn, which holds frames
+// through a burst (hold.go). WriteAnswer calls written then, with true,
 // or with false once the answer never can reach it.
 type answerWriter interface {
 	WriteAnswer(frame []byte, written func(bool)) error
 }
 
 // DeliversLater implements intercept.DeliveryReplier: over a Conn that
-// takes a frame only when it writes it (stdio), the write is the delivery.
+// writes a frame at once when it takes it (a test's), the write is the
+// delivery.
 func (c *clientCall) DeliversLater() bool {
 	return c.s.clientAnswers != nil
 }
@@ -103,6 +105,9 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 	c.release()
 	defer c.finish()
 	c.traceAnswer(a)
+	if b := c.s.clientResponses; b != nil && a.Error == nil {
+		return b.WriteResponseThen(c.id, a.Result, written)
+	}
 	frame := jsonrpc.NewResponse(c.id, a.Result)
 	if a.Error != nil {
 		frame = jsonrpc.NewRawErrorResponse(c.id, a.Error)

@@ -14,10 +14,11 @@ import (
 // Session.mu before ready is closed: read them under Session.mu, or once
 // ready is closed.
 type link struct {
-	conn   Conn
-	frames frameBuilder  // conn as a frameBuilder, or nil
-	ready  chan struct{} // closed once the client's traffic may use it
-	gone   chan struct{} // closed when the upstream has closed it
+	conn     Conn
+	frames   frameBuilder      // conn as a frameBuilder, or nil
+	requests requestThenWriter // conn as a requestThenWriter, or nil
+	ready    chan struct{}     // closed once the client's traffic may use it
+	gone     chan struct{}     // closed when the upstream has closed it
 }
 
 func newLink(conn Conn) *link {
@@ -30,6 +31,7 @@ func newLink(conn Conn) *link {
 func (l *link) setConn(conn Conn) {
 	l.conn = conn
 	l.frames, _ = conn.(frameBuilder)
+	l.requests, _ = conn.(requestThenWriter)
 }
 
 func closed(ch chan struct{}) bool {

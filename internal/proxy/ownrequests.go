@@ -88,21 +88,16 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 	s.mu.Unlock()
 
 	var err error
-	if b := l.frames; b != nil {
-		err = b.WriteRequest(key, method, params)
-	} else {
+	switch {
+	case l.requests != nil:
+		err = l.requests.WriteRequestThen(key, method, params, s.notWrittenFunc)
+	case l.frames != nil:
+		err = l.frames.WriteRequest(key, method, params)
+	default:
 		err = l.conn.WriteFrame(jsonrpc.NewRequest(json.RawMessage(key), method, params))
 	}
 	if err != nil {
-		s.mu.Lock()
-		_, still := s.pending[key]
-		delete(s.pending, key)
-		s.mu.Unlock()
-		if still {
-			// A request the upstream could not take whole was never received.
-			done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
-			s.acted()
-		}
+		s.notWritten(key, err)
 		return
 	}
 	if ctx.Done() == nil {
@@ -119,6 +114,24 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 	if !still {
 		stop() // answered already
 	}
+}
+
+// notWritten answers the proxy's own request under key, which the
+// upstream could not take whole, and so never received: not sent, err
+// being the write's error.
+func (s *Session) notWritten(key string, err error) {
+	s.mu.Lock()
+	p, still := s.pending[key]
+	delete(s.pending, key)
+	s.mu.Unlock()
+	if !still {
+		return // given up on, or answered with the upstream gone
+	}
+	if p.stop != nil {
+		p.stop()
+	}
+	p.done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
+	s.acted()
 }
 
 // cancelSent gives up on the proxy's own request under key, sent on l,

@@ -22,20 +22,36 @@ func (s *Session) startPump(ctx context.Context, l *link) <-chan error {
 
 // pumpClient reads the client's frames until it closes.
 func (s *Session) pumpClient(ctx context.Context) error {
+	b := newBurst(s.client, s.upstreamConn)
+	defer b.flush(false)
 	for {
 		frame, err := s.client.ReadFrame()
-		if err != nil {
-			if isFrameTooLarge(err) {
-				s.tooLargeFromClient(err)
-				continue
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		more := b.hold()
+		switch {
+		case err == nil:
+			s.fromClient(ctx, frame)
+		case isFrameTooLarge(err):
+			s.tooLargeFromClient(err)
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
 			return err
 		}
-		s.fromClient(ctx, frame)
+		b.flush(more)
 	}
+}
+
+// upstreamConn returns the Conn of the upstream link in use, to hold
+// through a burst; nil while the upstream is being started again: a frame
+// of the burst may wait for the handshake replayed on it (usable), which
+// must not be held.
+func (s *Session) upstreamConn() Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !closed(s.up.ready) {
+		return nil
+	}
+	return s.up.conn
 }
 
 // tooLargeFromClient answers a message from the client over the size
@@ -346,23 +362,24 @@ func cancelledID(params json.RawMessage) (json.RawMessage, error) {
 
 // pumpUpstream reads the upstream's frames until it closes.
 func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
+	b := newBurst(l.conn, func() Conn { return s.client })
+	defer b.flush(false)
 	for {
 		frame, err := l.conn.ReadFrame()
-		if err != nil {
-			if isFrameTooLarge(err) {
-				s.tooLargeFromUpstream(err)
-				continue
-			}
-			if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok {
-				s.noAnswer(na)
-				continue
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		more := b.hold()
+		switch na, noAnswer := errors.AsType[*jsonrpc.NoAnswer](err); {
+		case err == nil:
+			s.fromUpstream(l, frame)
+		case isFrameTooLarge(err):
+			s.tooLargeFromUpstream(err)
+		case noAnswer:
+			s.noAnswer(na)
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
 			return err
 		}
-		s.fromUpstream(l, frame)
+		b.flush(more)
 	}
 }
 

@@ -219,3 +219,28 @@ func TestCrashLoopStopsRestarting(t *testing.T) {
 		t.Fatalf("Run = %v; want a crash-loop error counting 3 exits", r.err)
 	}
 }
+
+// TestBurstWhileTheUpstreamRestarts: requests read at once while the
+// upstream is being started again reach the new upstream after its
+// replayed handshake, in order.
+func TestBurstWhileTheUpstreamRestarts(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	up.next(t, "upstream")
+	up.w.Close() // the upstream exits between calls
+	up2 := r.upstream(t)
+	if _, err := r.clientW.(io.Writer).Write([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n" + `{"jsonrpc":"2.0","id":3,"method":"ping"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := up2.next(t, "restarted upstream"); !strings.Contains(got, `"method":"initialize"`) {
+		t.Fatalf("the restarted upstream got %s; want the client's initialize replayed", got)
+	}
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	for _, want := range []string{`"method":"notifications/initialized"`, `"id":2,"method":"ping"`, `"id":3,"method":"ping"`} {
+		if got := up2.next(t, "restarted upstream"); !strings.Contains(got, want) {
+			t.Fatalf("the restarted upstream got %s; want %s", got, want)
+		}
+	}
+}

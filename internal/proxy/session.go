@@ -102,11 +102,12 @@ type Options struct {
 // A Session relays one client connection to one upstream connection.
 type Session struct {
 	client Conn
-	// The client's Conn as a frameBuilder and an answerWriter, or nil:
-	// asked once, not on every answer.
-	clientFrames  frameBuilder
-	clientAnswers answerWriter
-	clientRelated relatedWriter
+	// The client's Conn as a frameBuilder, an answerWriter and a
+	// responseThenWriter, or nil: asked once, not on every answer.
+	clientFrames    frameBuilder
+	clientAnswers   answerWriter
+	clientResponses responseThenWriter
+	clientRelated   relatedWriter
 	// clientStateless is set when the client's Conn carries requests
 	// that belong to no session (a 2026-07-28 lane): nothing there reads
 	// a request of the proxy's.
@@ -121,6 +122,9 @@ type Session struct {
 	// requests: ownIDs, and the Instance.
 	idPrefix string
 	nextID   atomic.Int64
+	// notWrittenFunc is s.notWritten, made once: a held request is
+	// written with it (requestThenWriter).
+	notWrittenFunc func(key string, err error)
 	// askPrefix starts the JSON text of the ids of the proxy's own
 	// requests to the client (Ask): idPrefix and "ask:".
 	askPrefix string
@@ -195,6 +199,7 @@ func New(client, upstream Conn, opts Options) *Session {
 	close(up.ready)
 	clientFrames, _ := client.(frameBuilder)
 	clientAnswers, _ := client.(answerWriter)
+	clientResponses, _ := client.(responseThenWriter)
 	clientRelated, _ := client.(relatedWriter)
 	st, ok := client.(interface{ Stateless() bool })
 	clientStateless := ok && st.Stateless()
@@ -208,6 +213,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		client:          client,
 		clientFrames:    clientFrames,
 		clientAnswers:   clientAnswers,
+		clientResponses: clientResponses,
 		clientRelated:   clientRelated,
 		clientStateless: clientStateless,
 		up:              up,
@@ -220,6 +226,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		calls:           make(map[string]*clientCall),
 	}
 	s.sessionLog = newSessionLog(s)
+	s.notWrittenFunc = s.notWritten
 	return s
 }
 

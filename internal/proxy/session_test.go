@@ -151,6 +151,13 @@ func newRigRunning(t *testing.T, ctx context.Context, maxFrame int, opts Options
 // by wrap from the rig's.
 func newRigUpstream(t *testing.T, ctx context.Context, maxFrame int, opts Options, wrap func(Conn) Conn) *rig {
 	t.Helper()
+	return newRigWriting(t, ctx, maxFrame, opts, wrap, nil, nil)
+}
+
+// newRigWriting is newRigUpstream with the proxy's writes to the client
+// and to the upstream going through toClient and toUpstream, if not nil.
+func newRigWriting(t *testing.T, ctx context.Context, maxFrame int, opts Options, wrap func(Conn) Conn, toClient, toUpstream func(io.WriteCloser) io.WriteCloser) *rig {
+	t.Helper()
 	cr, cw := io.Pipe() // client -> proxy
 	pr, pw := io.Pipe() // proxy -> client
 	ur, uw := io.Pipe() // upstream -> proxy
@@ -159,7 +166,14 @@ func newRigUpstream(t *testing.T, ctx context.Context, maxFrame int, opts Option
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = time.Second
 	}
-	s := New(stdio.NewConn(cr, pw, maxFrame), wrap(stdio.NewConn(ur, qw, maxFrame)), opts)
+	var clientOut, upstreamOut io.WriteCloser = pw, qw
+	if toClient != nil {
+		clientOut = toClient(pw)
+	}
+	if toUpstream != nil {
+		upstreamOut = toUpstream(qw)
+	}
+	s := New(stdio.NewConn(cr, clientOut, maxFrame), wrap(stdio.NewConn(ur, upstreamOut, maxFrame)), opts)
 	r := &rig{
 		client:    newPeer(stdio.NewConn(pr, cw, 0)),
 		upstream:  newPeer(stdio.NewConn(qr, uw, 0)),

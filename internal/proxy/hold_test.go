@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// countedWriter counts the writes the proxy makes to one side, and fails
+// them from the moment fail is set, as a pipe whose reader has gone does,
+// telling failed of each.
+type countedWriter struct {
+	io.WriteCloser
+	writes atomic.Int32
+	fail   atomic.Bool
+	failed chan struct{}
+}
+
+func newCountedWriter() *countedWriter {
+	return &countedWriter{failed: make(chan struct{}, 16)}
+}
+
+func (w *countedWriter) Write(p []byte) (int, error) {
+	if w.fail.Load() {
+		w.failed <- struct{}{}
+		return 0, errors.New("broken pipe")
+	}
+	w.writes.Add(1)
+	return w.WriteCloser.Write(p)
+}
+
+// wrap makes w write to pipe.
+func (w *countedWriter) wrap(pipe io.WriteCloser) io.WriteCloser {
+	w.WriteCloser = pipe
+	return w
+}
+
+// holdRig is a rig whose proxy's writes to the client and to the upstream
+// are counted.
+func holdRig(t *testing.T, store record.Store) (r *rig, toClient, toUpstream *countedWriter) {
+	toClient, toUpstream = newCountedWriter(), newCountedWriter()
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	r = newRigWriting(t, context.Background(), 0, Options{Interceptor: in}, func(c Conn) Conn { return c }, toClient.wrap, toUpstream.wrap)
+	return r, toClient, toUpstream
+}
+
+// rawWrite writes frames to w in one write, newline-ended, as a peer with
+// many messages ready does.
+func rawWrite(t *testing.T, w io.Closer, frames ...string) {
+	t.Helper()
+	if _, err := w.(io.Writer).Write([]byte(strings.Join(frames, "\n") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBurstGoesInOneWrite: frames that arrive together, read at once,
+// go on together, in one write each way, in order.
+func TestBurstGoesInOneWrite(t *testing.T) {
+	r, toClient, toUpstream := holdRig(t, memstore.New(memstore.Options{}))
+	rawWrite(t, r.clientW,
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	for i := range 3 {
+		if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":`+string(rune('1'+i))+`,"method":"ping"`) {
+			t.Fatalf("the upstream's frame %d is %s; want ping %d", i+1, got, i+1)
+		}
+	}
+	if n := toUpstream.writes.Load(); n != 1 {
+		t.Errorf("three requests read at once went upstream in %d writes; want 1", n)
+	}
+	rawWrite(t, r.upstreamW,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{}}`,
+		`{"jsonrpc":"2.0","id":3,"result":{}}`)
+	for i := range 3 {
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":`+string(rune('1'+i))+`,"result"`) {
+			t.Fatalf("the client's frame %d is %s; want answer %d", i+1, got, i+1)
+		}
+	}
+	if n := toClient.writes.Load(); n != 1 {
+		t.Errorf("three answers read at once went to the client in %d writes; want 1", n)
+	}
+}
+
+// listCharge lists charge_card, a tool with side effects, for the client:
+// its calls are then handled as they are read.
+func listCharge(t *testing.T, r *rig) {
+	t.Helper()
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+}
+
+// twoCalls sends two tools/call of charge_card in one write, and returns
+// them as the upstream got them.
+func twoCalls(t *testing.T, r *rig) (first, second string) {
+	t.Helper()
+	rawWrite(t, r.clientW,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+	return r.upstream.next(t, "upstream"), r.upstream.next(t, "upstream")
+}
+
+// answersOf is the upstream's answers to calls, in one frame each.
+func answersOf(calls ...string) []string {
+	var frames []string
+	for _, c := range calls {
+		id := c[strings.Index(c, `"id":`)+5:]
+		id = id[:strings.IndexByte(id, ',')]
+		frames = append(frames, `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	}
+	return frames
+}
+
+// states returns the states of the store's executions, most recent last.
+func states(t *testing.T, store record.Lister) []record.State {
+	t.Helper()
+	recs, err := store.List(context.Background(), record.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []record.State
+	for _, rec := range recs {
+		got = append(got, rec.State)
+	}
+	return got
+}
+
+// TestHeldAnswerIsDeliveredOnceWritten: answers held through a burst are
+// recorded delivered once their write succeeds, and not at all if it
+// fails: a retry of an answer that never went out must find it
+// undelivered (DESIGN: "completed, result not delivered").
+func TestHeldAnswerIsDeliveredOnceWritten(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		store := memstore.New(memstore.Options{})
+		r, toClient, _ := holdRig(t, store)
+		listCharge(t, r)
+		first, second := twoCalls(t, r)
+		toClient.fail.Store(fail)
+		rawWrite(t, r.upstreamW, answersOf(first, second)...)
+		if !fail {
+			r.client.byID(t, 2)
+			deadline := time.Now().Add(5 * time.Second)
+			for got := states(t, store); !(len(got) == 2 && got[0] == record.Delivered && got[1] == record.Delivered); got = states(t, store) {
+				if time.Now().After(deadline) {
+					t.Fatalf("written, the answers' executions are %v; want both delivered", got)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			continue
+		}
+		// The calls were handled as they were read, so their answers
+		// come in one burst, one write. A frame after it is handled once
+		// the burst's writers have been told: its write failing too
+		// means they have.
+		<-toClient.failed
+		r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`)
+		<-toClient.failed
+		if got := states(t, store); len(got) != 2 || got[0] != record.Completed || got[1] != record.Completed {
+			t.Fatalf("with the write failed, the answers' executions are %v; want both completed, not delivered", got)
+		}
+	}
+}
+
+// TestHeldRequestNotWrittenIsNotSent: requests held through a burst whose
+// write then fails were never received, and their executions say so: the
+// callers are answered at once that nothing ran.
+func TestHeldRequestNotWrittenIsNotSent(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	r, _, toUpstream := holdRig(t, store)
+	listCharge(t, r)
+	toUpstream.fail.Store(true)
+	rawWrite(t, r.clientW,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+	for id, got := range r.client.byID(t, 2) {
+		if !strings.Contains(got, "nothing ran") {
+			t.Errorf("call %s, its request not written, was answered %s; want that nothing ran", id, got)
+		}
+	}
+	if got := states(t, store); len(got) != 2 || got[0] != record.Failed || got[1] != record.Failed {
+		t.Fatalf("the executions are %v; want both failed (never sent)", got)
+	}
+}
