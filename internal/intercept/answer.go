@@ -120,16 +120,6 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 // deliveredLater records what became of rec's answer to req's caller, which
 // its transport took only later (taken), or never.
 func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, taken bool) {
-	if taken && in.storeWaits {
-		// Told on the transport's goroutine, maybe one that reads (a
-		// stdio burst's), which a store that waits on I/O must not hold.
-		in.work.Add(1)
-		go func() {
-			defer in.work.Done()
-			in.delivered(req, rec)
-		}()
-		return
-	}
 	if taken {
 		in.delivered(req, rec)
 		return

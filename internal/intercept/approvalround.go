@@ -74,15 +74,31 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 	a := Answer{Result: result}
 	req.got = journal.GotQuestion
 	if dr, ok := req.Reply.(DeliveryReplier); ok && dr.DeliversLater() {
+		// Over a transport that writes in order (stdio, whose held frames
+		// are written before it tells), the client may read the question
+		// and send the call again before written is told: noted before,
+		// as for Reply below, and taken back if it was not written.
+		early := false
+		if o, ok := dr.(OrderedReplier); ok && o.WritesInOrder() {
+			early = true
+			in.questions.taken(id)
+		}
 		if err := dr.ReplyThen(a, func(taken bool) {
-			if taken {
+			switch {
+			case taken:
 				in.questions.taken(id)
+			case early:
+				in.questions.untaken(id)
 			}
 			if req.joined != "" {
 				in.journalizeAttach(req, notTaken(taken))
 			}
 		}); err != nil {
+			if early {
+				in.questions.untaken(id)
+			}
 			in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
+			in.journalizeAttach(req, err)
 		}
 		return
 	}

@@ -403,8 +403,9 @@ func (e *execution) send() bool {
 }
 
 // answered takes an attempt's answer, and runs the loop on if the send
-// has returned. It is called on the goroutine that reads the upstream,
-// which a store that waits on I/O must not hold (Upstream.Send): the
+// has returned. It is called on a goroutine of the transport's, most
+// often the one that reads the upstream, which a store that waits on I/O
+// must not hold (Upstream.Send): the
 // upstream's other answers would wait for each outcome's write, and the
 // calls in flight would settle one at a time. The loop then goes on on a
 // goroutine of its own.

@@ -32,8 +32,10 @@ type Upstream interface {
 	// *jsonrpc.Error when the upstream answered with one; a
 	// retry.NotSentError when the request never left; anything else when
 	// the request may have been received but no answer was observed. done
-	// may be called before Send returns, or later on the goroutine that
-	// reads the upstream, so it must not block for long. If ctx ends
+	// may be called before Send returns, or later on a goroutine of the
+	// transport's (most often the one that reads the upstream; the one
+	// that wrote a held request, when its write fails), so it must not
+	// block for long. If ctx ends
 	// before the answer comes, the request is cancelled upstream
 	// (notifications/cancelled) and done gets ctx's error at once. An
 	// execution is never cancelled by its caller: its sends go with a
@@ -58,15 +60,24 @@ type Replier interface {
 // A DeliveryReplier is a Replier whose transport learns only later than
 // the write whether the caller got the answer: an HTTP stream holds it as
 // an event until the client reads it, and a client that dropped its
-// request never does. ReplyThen writes a as Reply does, and calls written
-// once: with true once the answer has reached the caller, and only then
-// is the execution recorded as delivered; with false once it never can;
-// or not at all when that cannot be told. It is used instead of Reply
-// when DeliversLater reports true.
+// request never does; a stdio session holds the answers of a burst to
+// write them together. ReplyThen writes a as Reply does, and calls
+// written once: with true once the answer has reached the caller, and
+// only then is the execution recorded as delivered; with false once it
+// never can; or not at all when that cannot be told. It is used instead
+// of Reply when DeliversLater reports true.
 type DeliveryReplier interface {
 	Replier
 	DeliversLater() bool
 	ReplyThen(a Answer, written func(taken bool)) error
+}
+
+// An OrderedReplier is a DeliveryReplier whose transport writes answers
+// in the order they are given (stdio): its caller may read one and act on
+// it before written is told.
+type OrderedReplier interface {
+	DeliveryReplier
+	WritesInOrder() bool
 }
 
 // An Asker is a Replier that can put a question to its caller's user,
@@ -308,6 +319,9 @@ func (o shadowObserver) Decision(tool string, class policy.Class, decision strin
 // Shadow reports whether the interceptor is in shadow mode
 // (Options.Shadow).
 func (in *Interceptor) Shadow() bool { return in.shadow }
+
+// StoreWaits reports Options.StoreWaits: whether the store waits on I/O.
+func (in *Interceptor) StoreWaits() bool { return in.storeWaits }
 
 // ShadowOwner reports whether owner, a record's, names a process in
 // shadow mode: the record is what that process would have done.

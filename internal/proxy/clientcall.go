@@ -92,6 +92,13 @@ func (c *clientCall) DeliversLater() bool {
 	return c.s.clientAnswers != nil
 }
 
+// WritesInOrder implements intercept.OrderedReplier: a client Conn that
+// holds frames (stdio.Conn) writes them in the order it takes them.
+func (c *clientCall) WritesInOrder() bool {
+	_, ok := c.s.client.(holder)
+	return ok
+}
+
 // ReplyThen implements intercept.DeliveryReplier.
 func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 	w := c.s.clientAnswers

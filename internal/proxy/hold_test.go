@@ -5,9 +5,9 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -151,12 +151,12 @@ func TestHeldAnswerIsDeliveredOnceWritten(t *testing.T) {
 		rawWrite(t, r.upstreamW, answersOf(first, second)...)
 		if !fail {
 			r.client.byID(t, 2)
-			deadline := time.Now().Add(5 * time.Second)
-			for got := states(t, store); !(len(got) == 2 && got[0] == record.Delivered && got[1] == record.Delivered); got = states(t, store) {
-				if time.Now().After(deadline) {
-					t.Fatalf("written, the answers' executions are %v; want both delivered", got)
-				}
-				time.Sleep(time.Millisecond)
+			// A frame after the burst is handled once the burst's
+			// writers have been told.
+			r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`)
+			r.client.next(t, "client")
+			if got := states(t, store); len(got) != 2 || got[0] != record.Delivered || got[1] != record.Delivered {
+				t.Fatalf("written, the answers' executions are %v; want both delivered", got)
 			}
 			continue
 		}
@@ -167,6 +167,9 @@ func TestHeldAnswerIsDeliveredOnceWritten(t *testing.T) {
 		<-toClient.failed
 		r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`)
 		<-toClient.failed
+		if n := len(toClient.failed); n != 0 {
+			t.Errorf("the two answers were tried in %d writes; want 1", n+1)
+		}
 		if got := states(t, store); len(got) != 2 || got[0] != record.Completed || got[1] != record.Completed {
 			t.Fatalf("with the write failed, the answers' executions are %v; want both completed, not delivered", got)
 		}
@@ -192,4 +195,74 @@ func TestHeldRequestNotWrittenIsNotSent(t *testing.T) {
 	if got := states(t, store); len(got) != 2 || got[0] != record.Failed || got[1] != record.Failed {
 		t.Fatalf("the executions are %v; want both failed (never sent)", got)
 	}
+	if n := len(toUpstream.failed); n != 1 {
+		t.Errorf("the two requests were tried in %d writes; want 1", n)
+	}
+}
+
+// TestBlankLineDoesNotStrandAFrame: a peer that ends its messages with a
+// blank line (print(json + "\n") in Python) has its message passed on at
+// once, not held until it writes again.
+func TestBlankLineDoesNotStrandAFrame(t *testing.T) {
+	r, _, _ := holdRig(t, memstore.New(memstore.Options{}))
+	rawWrite(t, r.clientW, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, "")
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"ping"`) {
+		t.Fatalf("the upstream got %s; want the ping", got)
+	}
+	rawWrite(t, r.upstreamW, `{"jsonrpc":"2.0","id":1,"result":{}}`, "")
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) {
+		t.Fatalf("the client got %s; want the answer", got)
+	}
+}
+
+// secondReserveStuck is a memory store whose second reservation waits
+// until release is closed, telling entered when it starts waiting.
+type secondReserveStuck struct {
+	record.Store
+	n       *atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s secondReserveStuck) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if s.n.Add(1) == 2 {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.Reserve(ctx, r, opts)
+}
+
+// TestHeldRequestIsNotUnknownWhenTheUpstreamGoes: a tools/call whose
+// request is still held in the client's burst when the upstream exits
+// never left: its execution is not recorded unknown (sent, outcome not
+// observed), nor its caller told it may have run.
+func TestHeldRequestIsNotUnknownWhenTheUpstreamGoes(t *testing.T) {
+	mem := memstore.New(memstore.Options{})
+	store := secondReserveStuck{mem, new(atomic.Int32), make(chan struct{}), make(chan struct{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	toUpstream := newCountedWriter()
+	r := newRigWriting(t, context.Background(), 0, Options{Interceptor: in}, func(c Conn) Conn { return c }, nil, toUpstream.wrap)
+	var once sync.Once
+	release := func() { once.Do(func() { close(store.release) }) }
+	t.Cleanup(release)
+	listCharge(t, r)
+	before := toUpstream.writes.Load()
+	rawWrite(t, r.clientW,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+	<-store.entered // call 1 dispatched and held; call 2 waits on the store
+	if n := toUpstream.writes.Load(); n != before {
+		t.Fatalf("call 1's request went upstream (%d writes); the test wants it held", n-before)
+	}
+	r.upstreamW.Close() // the upstream exits
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "nothing ran") {
+		t.Errorf("call 1, never sent, was answered %s; want that nothing ran", got)
+	}
+	recs, _ := mem.List(context.Background(), record.Filter{})
+	for _, rec := range recs {
+		if rec.State == record.Unknown {
+			t.Errorf("execution %s is unknown, though its request never left the proxy (%d writes upstream since)", rec.ID, toUpstream.writes.Load()-before)
+		}
+	}
+	release()
 }

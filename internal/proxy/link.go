@@ -120,6 +120,16 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	}
 	close(l.gone)
 	conn := l.conn // nil while a restart has not started the upstream yet
+	if h, ok := conn.(holder); ok {
+		// What a burst still holds for l never left: it is not written
+		// now (no answer to it could be read), and its writers learn so
+		// (a request of the proxy's is not sent) before those waiting
+		// are taken for sent below.
+		s.mu.Unlock()
+		conn.Close()
+		h.Flush()
+		s.mu.Lock()
+	}
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]forwardedRequest)
 	s.awaited = 0

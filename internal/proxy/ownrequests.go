@@ -59,7 +59,8 @@ type sent struct {
 
 // Send implements intercept.Upstream: it sends one of the proxy's own
 // requests upstream, under an id of the proxy's, and calls done with the
-// outcome from the goroutine that reads the upstream.
+// outcome from the goroutine that reads the upstream (or, for a held
+// request whose write failed, the one that wrote it: notWritten).
 func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
 	// The id's JSON text, which is also its key in pending.
 	var buf [64]byte
@@ -279,7 +280,8 @@ func (s *Session) acted() {
 
 // sendsSettled returns a channel closed once every request of the
 // proxy's own has been answered and its answer acted on (an execution
-// recorded as completed, say).
+// recorded as completed, say, or, with a store that waits on I/O, handed
+// to the goroutine that records it, which Interceptor.Wait waits for).
 func (s *Session) sendsSettled() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()

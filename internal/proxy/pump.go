@@ -362,7 +362,16 @@ func cancelledID(params json.RawMessage) (json.RawMessage, error) {
 
 // pumpUpstream reads the upstream's frames until it closes.
 func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
-	b := newBurst(l.conn, func() Conn { return s.client })
+	// The answers of a burst are held only when the store answers at
+	// once: their writers are told on this goroutine when they are
+	// written, and record them delivered there, which a store that waits
+	// on I/O must not hold up. Its executions answer from goroutines of
+	// their own anyway.
+	var from Conn
+	if in := s.opts.Interceptor; in == nil || !in.StoreWaits() {
+		from = l.conn
+	}
+	b := newBurst(from, func() Conn { return s.client })
 	defer b.flush(false)
 	for {
 		frame, err := l.conn.ReadFrame()

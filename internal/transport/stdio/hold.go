@@ -36,7 +36,16 @@ func (c *Conn) FrameWaiting() bool {
 		return false
 	}
 	b, _ := c.r.Peek(n) // never an error: n bytes are buffered
-	return bytes.IndexByte(b, '\n') >= 0
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		if len(bytes.TrimSpace(b[:i])) > 0 {
+			return true // ReadFrame skips blank lines, and would block after them
+		}
+		b = b[i+1:]
+	}
 }
 
 // Hold makes the frames written from now on wait, in order, until Flush

@@ -153,3 +153,22 @@ func TestFrameWaiting(t *testing.T) {
 		t.Fatalf("ReadFrame = %q, %v; want the frame that waited", f, err)
 	}
 }
+
+// TestFrameWaitingIgnoresBlankLines: a blank line is no frame (ReadFrame
+// skips it), so a buffer holding only one must not count as a frame
+// waiting: the next ReadFrame would block, with what the pump holds
+// stranded until the peer writes again.
+func TestFrameWaitingIgnoresBlankLines(t *testing.T) {
+	for _, tail := range []string{"\n", "\r\n", "  \n", "\n\n"} {
+		pr, pw := io.Pipe()
+		c := NewConn(pr, io.Discard, 0)
+		go pw.Write([]byte(`{"a":1}` + "\n" + tail))
+		if _, err := c.ReadFrame(); err != nil {
+			t.Fatal(err)
+		}
+		if c.FrameWaiting() {
+			t.Errorf("after a frame and %q, FrameWaiting reports a frame, but ReadFrame would block", tail)
+		}
+		pw.Close()
+	}
+}
