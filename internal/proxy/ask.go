@@ -59,10 +59,10 @@ func (c *clientCall) Ask(ctx context.Context, params json.RawMessage, done func(
 	}
 	// Waiting before it is written: the answer may come before the write
 	// returns.
-	s.asks[id] = ask{done: done, related: c.key}
+	s.asks[id] = ask{done: done, related: c.key()}
 	s.mu.Unlock()
 
-	if err := s.writeRelated(jsonrpc.NewRequest(json.RawMessage(id), "elicitation/create", params), c.key); err != nil {
+	if err := s.writeRelated(jsonrpc.NewRequest(json.RawMessage(id), "elicitation/create", params), c.key()); err != nil {
 		if a, ok := s.takeAsk(id); ok {
 			a.done(nil, fmt.Errorf("writing elicitation/create to the client: %w", err))
 		}

@@ -15,14 +15,14 @@ import (
 // clientCall is one tools/call of the client's while it is handled.
 type clientCall struct {
 	s    *Session
-	key  string
-	id   json.RawMessage
 	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
 	once sync.Once   // guards finish
 
 	// raw, call and req are the request as it came, the call as parsed
 	// and as handed to the interceptor, kept here so that a call is one
-	// allocation.
+	// allocation. The request's id and its key (jsonrpc.IDKey) are kept
+	// in req alone, set from the start (req.ID, req.Correlation): a copy
+	// here put the call in the next size class, 128 bytes more a call.
 	raw  []byte
 	call mcp.ToolCall
 	req  intercept.Request
@@ -34,6 +34,13 @@ type clientCall struct {
 
 	progress atomic.Int64 // the notifications/progress sent (Progress)
 }
+
+// id returns the request's id as it came.
+func (c *clientCall) id() json.RawMessage { return c.req.ID }
+
+// key returns the request's id as a key (jsonrpc.IDKey), as s.calls
+// holds it.
+func (c *clientCall) key() string { return c.req.Correlation }
 
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
@@ -49,8 +56,8 @@ func (c *clientCall) finish() {
 // has its answer may send another request under the same id at once.
 func (c *clientCall) release() {
 	c.s.mu.Lock()
-	if c.s.calls[c.key] == c {
-		delete(c.s.calls, c.key)
+	if c.s.calls[c.key()] == c {
+		delete(c.s.calls, c.key())
 	}
 	c.s.mu.Unlock()
 }
@@ -61,18 +68,18 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	defer c.finish()
 	c.traceAnswer(a)
 	if a.Error != nil {
-		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id, a.Error))
+		return c.s.client.WriteFrame(jsonrpc.NewRawErrorResponse(c.id(), a.Error))
 	}
 	if b := c.s.clientFrames; b != nil {
-		return b.WriteResponse(c.id, a.Result)
+		return b.WriteResponse(c.id(), a.Result)
 	}
-	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id, a.Result))
+	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id(), a.Result))
 }
 
 // refuse answers the call with e: it was not sent, nor recorded.
 func (c *clientCall) refuse(e *jsonrpc.Error) {
 	if err := c.Reply(intercept.Answer{Error: e.Object()}); err != nil {
-		c.s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+		c.s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
 	}
 }
 
@@ -113,11 +120,11 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 	defer c.finish()
 	c.traceAnswer(a)
 	if b := c.s.clientResponses; b != nil && a.Error == nil {
-		return b.WriteResponseThen(c.id, a.Result, written)
+		return b.WriteResponseThen(c.id(), a.Result, written)
 	}
-	frame := jsonrpc.NewResponse(c.id, a.Result)
+	frame := jsonrpc.NewResponse(c.id(), a.Result)
 	if a.Error != nil {
-		frame = jsonrpc.NewRawErrorResponse(c.id, a.Error)
+		frame = jsonrpc.NewRawErrorResponse(c.id(), a.Error)
 	}
 	return w.WriteAnswer(frame, written)
 }
@@ -128,13 +135,14 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 // list sends the call to a goroutine of its own.
 func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 	// in is on the caller's stack: what the call keeps of it is copied.
-	c := &clientCall{s: s, id: in.ID, raw: in.Raw, ctx: callContext{Context: ctx}}
+	c := &clientCall{s: s, raw: in.Raw, ctx: callContext{Context: ctx}}
+	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.Parse(in.Params); perr != nil {
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
 		return
 	}
-	c.key = string(jsonrpc.IDKey(in.ID))
+	c.req.Correlation = string(jsonrpc.IDKey(in.ID))
 	if s.opts.Tracer != nil {
 		s.startSpan(c)
 	}
@@ -147,13 +155,13 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, intercept.NotRunAtSessionEnd(call.Name)))
 		return
 	}
-	if s.inUseLocked(c.key, false) {
+	if s.inUseLocked(c.key(), false) {
 		s.mu.Unlock()
 		s.refuseInUse(in.ID)
 		return
 	}
 	s.inflight.Add(1)
-	s.calls[c.key] = c
+	s.calls[c.key()] = c
 	s.mu.Unlock()
 
 	if info, ok := s.tools.cached(call.Name); ok {
@@ -168,7 +176,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
 		case errors.Is(err, intercept.ErrSessionEnded):
 			// Not the caller leaving: it is told that nothing ran.
 			if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(call.Name).Object()}); err != nil {
-				s.log.Warn("writing the answer failed", "request", c.key, "err", err)
+				s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
 			}
 			return
 		case err != nil:
@@ -192,12 +200,12 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	}
 	if route == intercept.RoutePassThrough || s.opts.Interceptor.Shadow() {
 		if s.debug {
-			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key)
+			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key())
 		}
 		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
-		s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id, Method: "tools/call", Params: call.Params}, nil)
+		s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil)
 		c.mu.Unlock()
 		c.finish()
 		return
@@ -212,9 +220,9 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		UpstreamName:   s.opts.UpstreamName,
 		Upstream:       s,
 		Reply:          c,
-		Correlation:    c.key,
+		Correlation:    c.key(),
 		Session:        s.opts.Scope,
-		ID:             c.id,
+		ID:             c.id(),
 	}
 	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)

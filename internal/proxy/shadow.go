@@ -46,16 +46,16 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 		UpstreamName:   s.opts.UpstreamName,
 		Upstream:       sc,
 		Reply:          sc,
-		Correlation:    c.key,
+		Correlation:    c.key(),
 		Session:        s.opts.Scope,
-		ID:             c.id,
+		ID:             c.id(),
 	}
 	// Judged first: with a store in memory Handle reserves at once, so
 	// that the call is on record before its answer can come.
 	s.opts.Interceptor.Handle(context.Background(), &sc.req)
 	c.mu.Lock()
 	c.passThrough = true
-	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id, Method: "tools/call", Params: c.call.Params}, sc)
+	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc)
 	c.mu.Unlock()
 	c.finish()
 }

@@ -29,13 +29,13 @@ type sessionConn interface {
 func (s *Session) startSpan(c *clientCall) {
 	parent := telemetry.FromMeta(c.call.Meta)
 	if hc, ok := s.client.(traceHeaderConn); ok && parent.Parent == "" {
-		parent.Parent, parent.State = hc.TraceHeaders(c.key)
+		parent.Parent, parent.State = hc.TraceHeaders(c.key())
 	}
 	var session string
 	if sc, ok := s.client.(sessionConn); ok && !sc.Stateless() {
 		session = sc.ID()
 	}
-	c.ctx.Context, _ = telemetry.StartCall(c.ctx.Context, s.opts.Tracer, parent, c.call.Name, c.id, session)
+	c.ctx.Context, _ = telemetry.StartCall(c.ctx.Context, s.opts.Tracer, parent, c.call.Name, c.id(), session)
 }
 
 // endSpan ends the span of c, if it is traced.
