@@ -68,19 +68,19 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	if r.Fingerprint == r.Key {
 		flags |= fingerprintIsKey
 	}
-	if isHexKey(r.Key) {
-		flags |= hexKey
-	}
-	b = append(b, stateCode(r.State), flags)
+	start := len(b)
+	b = append(b, stateCode(r.State), 0) // the flags, once the key is read
 	b = binary.LittleEndian.AppendUint64(b, uint64(unixNano(r.ExpiresAt)))
 	b = append(b, zoneOf(r.ExpiresAt))
 	b = appendString(b, r.ID)
-	if flags&hexKey != 0 {
-		b = append(b, hexKeyLen)
-		b = appendUnhex(b, r.Key)
+	// The key is checked and decoded in one pass, not two.
+	if raw, ok := unhexKey(r.Key); ok {
+		flags |= hexKey
+		b = append(append(b, hexKeyLen), raw[:]...)
 	} else {
 		b = appendString(b, r.Key)
 	}
+	b[start+offFlags] = flags
 	if flags&fingerprintIsKey == 0 {
 		b = appendString(b, r.Fingerprint)
 	}
@@ -90,10 +90,11 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	b = binary.AppendUvarint(b, uint64(cid))
 	b = binary.AppendVarint(b, int64(r.Attempts))
 	b = binary.AppendVarint(b, int64(r.Retention))
-	b = appendTime(b, r.LeaseUntil, 0)
+	b, _ = appendTime(b, r.LeaseUntil, 0)
 	b = binary.AppendUvarint(b, uint64(len(r.History)))
 	var prev int64
-	for _, tr := range r.History {
+	for i := range r.History {
+		tr := &r.History[i] // not copied: a transition is 88 bytes
 		code := stateCode(tr.State)
 		decision := code == otherState || tr.By != "" || tr.Via != ""
 		if decision && code != otherState {
@@ -104,12 +105,11 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 			b = appendString(b, string(tr.State))
 		}
 		// Each time as the difference from the one before: a few bytes.
-		b = appendTime(b, tr.At, prev)
+		b, prev = appendTime(b, tr.At, prev)
 		b = appendString(b, tr.Note)
 		if decision {
 			b = appendString(appendString(b, tr.By), tr.Via)
 		}
-		prev = unixNano(tr.At)
 	}
 	b = appendBytes(b, r.Result)
 	return appendBytes(b, r.Error)
@@ -183,29 +183,22 @@ func packedKeyIs(p []byte, key string) bool {
 	return true
 }
 
-// appendUnhex appends the bytes the hex digits of key stand for to b;
-// isHexKey(key) must hold. Fixed lengths let the compiler drop the
+// unhexKey returns the bytes the hex digits of key stand for, and
+// whether key is a fingerprint: 2*hexKeyLen lowercase hex digits, which
+// decode and encode back to it. Fixed lengths let the compiler drop the
 // bounds checks of the loop.
-func appendUnhex(b []byte, key string) []byte {
-	k := key[:2*hexKeyLen]
-	var out [hexKeyLen]byte
-	for i := range out {
-		out[i] = hexValue[k[2*i]]<<4 | hexValue[k[2*i+1]]
-	}
-	return append(b, out[:]...)
-}
-
-// isHexKey reports whether key is a fingerprint: 2*hexKeyLen lowercase
-// hex digits, which decode and encode back to it.
-func isHexKey(key string) bool {
+func unhexKey(key string) (out [hexKeyLen]byte, ok bool) {
 	if len(key) != 2*hexKeyLen {
-		return false
+		return out, false
 	}
+	k := key[:2*hexKeyLen]
 	var seen byte // the values met, or'ed: notHex's high bit marks any other byte
-	for i := range len(key) {
-		seen |= hexValue[key[i]]
+	for i := range out {
+		hi, lo := hexValue[k[2*i]], hexValue[k[2*i+1]]
+		seen |= hi | lo
+		out[i] = hi<<4 | lo
 	}
-	return seen < 16
+	return out, seen < 16
 }
 
 // hexValue holds the value of each lowercase hex digit, and notHex for
@@ -325,13 +318,15 @@ func timeOf(zone byte, ns int64) time.Time {
 }
 
 // appendTime appends t's zone and, unless t is zero, its difference from
-// base in nanoseconds.
-func appendTime(b []byte, t time.Time, base int64) []byte {
+// base in nanoseconds; it returns t in Unix nanoseconds too (0 for the
+// zero time), the base of the next, read once.
+func appendTime(b []byte, t time.Time, base int64) ([]byte, int64) {
 	b = append(b, zoneOf(t))
 	if t.IsZero() {
-		return b
+		return b, 0
 	}
-	return binary.AppendVarint(b, t.UnixNano()-base)
+	ns := t.UnixNano()
+	return binary.AppendVarint(b, ns-base), ns
 }
 
 func appendString(b []byte, s string) []byte {

@@ -117,14 +117,14 @@ func FuzzPackRoundTrip(f *testing.F) {
 	})
 }
 
-// TestHexKey checks isHexKey and appendUnhex against encoding/hex: every
-// byte value, at the first and the last position of a fingerprint.
+// TestHexKey checks unhexKey against encoding/hex: every byte value, at
+// the first and the last position of a fingerprint.
 func TestHexKey(t *testing.T) {
 	fp := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, key := range []string{fp, fp[:62], fp + "00", ""} {
 		want := len(key) == 2*hexKeyLen
-		if got := isHexKey(key); got != want {
-			t.Errorf("isHexKey(%q) = %v", key, got)
+		if _, got := unhexKey(key); got != want {
+			t.Errorf("unhexKey(%q) reports %v", key, got)
 		}
 	}
 	for c := range 256 {
@@ -132,13 +132,12 @@ func TestHexKey(t *testing.T) {
 			key := fp[:at] + string(byte(c)) + fp[at+1:]
 			raw, err := hex.DecodeString(key)
 			want := err == nil && hex.EncodeToString(raw) == key // lowercase only
-			if got := isHexKey(key); got != want {
-				t.Fatalf("isHexKey(%q) = %v; want %v", key, got, want)
+			got, ok := unhexKey(key)
+			if ok != want {
+				t.Fatalf("unhexKey(%q) reports %v; want %v", key, ok, want)
 			}
-			if want {
-				if got := appendUnhex([]byte("x"), key); string(got) != "x"+string(raw) {
-					t.Fatalf("appendUnhex(%q) = %x; want x%x", key, got, raw)
-				}
+			if want && string(got[:]) != string(raw) {
+				t.Fatalf("unhexKey(%q) = %x; want %x", key, got, raw)
 			}
 		}
 	}
