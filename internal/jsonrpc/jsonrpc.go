@@ -224,6 +224,17 @@ func Decode(frame []byte) (*Message, error) {
 // DecodeInto is Decode into m, for a caller that keeps the Message where
 // it likes (on its stack). On an error m is left part filled.
 func DecodeInto(m *Message, frame []byte) error {
+	return DecodeParamsInto(m, frame, nil)
+}
+
+// DecodeParamsInto is DecodeInto that hands each member of the message's
+// params, if they are an object, to params (which must return true) as
+// it validates them, in the order they come: a caller that reads them
+// needs no second walk over the params (see EachMember). It is called
+// before the message is known to be whole or to be a request, so what it
+// is handed counts only once DecodeParamsInto returns nil. nil params is
+// DecodeInto.
+func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) bool) error {
 	start := skipSpace(frame, 0)
 	if start == len(frame) {
 		return errors.New("empty message")
@@ -273,7 +284,7 @@ func DecodeInto(m *Message, frame []byte) error {
 			repeated = name
 		}
 		return true
-	})
+	}, params)
 	if end < 0 || skipSpace(frame, end) != len(frame) {
 		var v json.RawMessage
 		return fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -620,4 +622,56 @@ func TestCheckRequest(t *testing.T) {
 			t.Errorf("CheckRequest(%s) = %q; want %q", tt.frame, got, tt.want)
 		}
 	}
+}
+
+// FuzzDecodeParams checks DecodeParamsInto against DecodeInto and
+// EachMember: the same message or the same error, and, for a message
+// whose params are an object, exactly the members EachMember finds in
+// them, in order.
+func FuzzDecodeParams(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":5000,"card":"4242"},"_meta":{"mcp-idempotent/key":"k1"}}}`,
+		`{"params":{"a":1,"a":2,"\u0062":[{}]},"method":"tools/call","id":1,"jsonrpc":"2.0"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":[1,2,{"b":"\ud800"}],"c":"\xff"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1},"params":{"b":2}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params" : { "a" : 1 } } `,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1}`,
+		`[{"params":{"a":1}}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		var want, got Message
+		wantErr := DecodeInto(&want, frame)
+		type member struct{ name, value string }
+		var members []member
+		gotErr := DecodeParamsInto(&got, frame, func(name, value []byte) bool {
+			members = append(members, member{string(name), string(value)})
+			return true
+		})
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("DecodeParamsInto(%q) = %v; DecodeInto says %v", frame, gotErr, wantErr)
+		}
+		if wantErr != nil {
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeParamsInto(%q) = %+v; DecodeInto says %+v", frame, got, want)
+		}
+		var each []member
+		if len(want.Params) > 0 && want.Params[0] == '{' {
+			if err := EachMember(want.Params, func(name, value []byte) bool {
+				each = append(each, member{string(name), string(value)})
+				return true
+			}); err != nil {
+				t.Fatalf("EachMember(%q): %v", want.Params, err)
+			}
+		}
+		if !reflect.DeepEqual(members, each) {
+			t.Fatalf("DecodeParamsInto(%q) handed %q; EachMember finds %q", frame, members, each)
+		}
+	})
 }

@@ -25,7 +25,7 @@ var errMalformed = errors.New("malformed JSON object")
 // obj must be valid JSON (json.Valid); EachMember checks only as much as it
 // needs to never read out of bounds.
 func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
-	if walkObject(obj, skipSpace(obj, 0), false, fn) < 0 {
+	if walkObject(obj, skipSpace(obj, 0), false, fn, nil) < 0 {
 		return errMalformed
 	}
 	return nil
@@ -38,7 +38,17 @@ func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
 // level, for the nesting limit), so that a caller needs no other pass over
 // them; without it, they are only checked enough never to read out of
 // bounds. If fn stops the walk, the index returned is 0.
-func walkObject(obj []byte, i int, validate bool, fn func(name, value []byte) bool) int {
+//
+// With validate set and params not nil, a member named "params" whose
+// value is an object is validated by a walk of its own, which hands each
+// of its members to params, which must return true: a message's params
+// are then read as they are validated (DecodeParamsInto).
+func walkObject(obj []byte, i int, validate bool, fn, params func(name, value []byte) bool) int {
+	return walkObjectIn(obj, i, 0, validate, fn, params)
+}
+
+// walkObjectIn is walkObject for an object inside depth containers.
+func walkObjectIn(obj []byte, i, depth int, validate bool, fn, params func(name, value []byte) bool) int {
 	if i >= len(obj) || obj[i] != '{' {
 		return -1
 	}
@@ -77,9 +87,12 @@ func walkObject(obj []byte, i int, validate bool, fn func(name, value []byte) bo
 		}
 		i = skipSpace(obj, i+1)
 		var vend int
-		if validate {
-			vend = validValue(obj, i, 1)
-		} else {
+		switch {
+		case validate && params != nil && i < len(obj) && obj[i] == '{' && string(name) == "params":
+			vend = walkObjectIn(obj, i, depth+1, true, params, nil)
+		case validate:
+			vend = validValue(obj, i, depth+1)
+		default:
 			vend = skipValue(obj, i)
 		}
 		if vend < 0 {
@@ -227,7 +240,7 @@ func HeadRequest(head []byte) (id json.RawMessage, method string) {
 			}
 		}
 		return true
-	})
+	}, nil)
 	return id, method
 }
 
@@ -254,7 +267,7 @@ func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
 			}
 		}
 		return true
-	})
+	}, nil)
 	if id == nil {
 		return nil, false
 	}

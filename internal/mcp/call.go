@@ -91,43 +91,62 @@ func ParseToolCall(params json.RawMessage) (*ToolCall, *jsonrpc.Error) {
 // struct of its own, but for the _meta key and deadline: it leaves their
 // errors in tc (KeyErr, DeadlineErr). On an error tc is left part filled.
 func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
+	var r ParamsReader
+	if len(params) > 0 && params[0] == '{' && jsonrpc.EachMember(params, r.Member) != nil {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
+	}
+	return tc.ParseRead(params, &r)
+}
+
+// A ParamsReader keeps the members of tools/call params that the proxy
+// reads, as Member is handed each of them in turn (by jsonrpc.EachMember,
+// or by jsonrpc.DecodeParamsInto as it validates the frame). The zero
+// value is ready to use.
+type ParamsReader struct {
+	name, args, meta, task, inputResponses, requestState []byte
+	// repeated is the first member met twice, or in another case.
+	repeated []byte
+}
+
+// Member notes one member of the params. It always returns true.
+func (r *ParamsReader) Member(name, value []byte) bool {
+	// Members are read exactly as the upstream will read them; see
+	// jsonrpc.EachMember. One that an upstream could read otherwise
+	// (given twice, or in another case) refuses the call. A value is
+	// never empty, so a member already set was met.
+	var seen bool
+	switch string(name) {
+	case "name":
+		seen, r.name = r.name != nil, value
+	case "arguments":
+		seen, r.args = r.args != nil, value
+	case "_meta":
+		seen, r.meta = r.meta != nil, value
+	case "task":
+		seen, r.task = r.task != nil, value
+	case "inputResponses":
+		seen, r.inputResponses = r.inputResponses != nil, value
+	case "requestState":
+		seen, r.requestState = r.requestState != nil, value
+	default:
+		seen = jsonrpc.FoldsTo(name, paramNames)
+	}
+	if seen && r.repeated == nil {
+		r.repeated = name
+	}
+	return true
+}
+
+// ParseRead is Parse for params whose members r was handed, each of
+// them, in order: the params are not walked again.
+func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.Error {
 	if len(params) == 0 || params[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
 	}
-	// Members are read exactly as the upstream will read them; see
-	// jsonrpc.EachMember. One that an upstream could read otherwise
-	// (given twice, or in another case) refuses the call.
-	*tc = ToolCall{Params: params}
-	var nameRaw, args, task, inputResponses, requestState, repeated []byte
-	err := jsonrpc.EachMember(params, func(name, value []byte) bool {
-		// A value is never empty, so a member already set was met.
-		var seen bool
-		switch string(name) {
-		case "name":
-			seen, nameRaw = nameRaw != nil, value
-		case "arguments":
-			seen, args = args != nil, value
-		case "_meta":
-			seen, tc.MetaAsSent = tc.MetaAsSent != nil, value
-		case "task":
-			seen, task = task != nil, value
-		case "inputResponses":
-			seen, inputResponses = inputResponses != nil, value
-		case "requestState":
-			seen, requestState = requestState != nil, value
-		default:
-			seen = jsonrpc.FoldsTo(name, paramNames)
-		}
-		if seen && repeated == nil {
-			repeated = name
-		}
-		return true
-	})
-	if err != nil {
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params are not a valid object")
-	}
-	if repeated != nil {
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", jsonrpc.Ambiguous(repeated, paramNames))
+	*tc = ToolCall{Params: params, MetaAsSent: r.meta}
+	nameRaw, args, task, inputResponses, requestState := r.name, r.args, r.task, r.inputResponses, r.requestState
+	if r.repeated != nil {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", jsonrpc.Ambiguous(r.repeated, paramNames))
 	}
 	tc.Arguments, tc.Meta, tc.Task = nullToNil(args), nullToNil(tc.MetaAsSent), nullToNil(task)
 	tc.InputResponses, tc.RequestState = nullToNil(inputResponses), nullToNil(requestState)

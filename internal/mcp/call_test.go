@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,37 @@ func TestWithoutProgressToken(t *testing.T) {
 			t.Errorf("withoutProgressToken changed its input to %s", tc.Params)
 		}
 	}
+}
+
+// FuzzParseRead checks that a call read from the members a ParamsReader
+// was handed, as jsonrpc.DecodeParamsInto hands them, parses as Parse
+// parses its params: the same call, or the same error.
+func FuzzParseRead(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"charge_card","arguments":{"amount":5000,"card":"4242"},"_meta":{"mcp-idempotent/key":"k1"}}`,
+		`{"name":"t","Name":"u"}`,
+		`{"name":"t","arguments":null,"_meta":null,"task":{"ttl":1}}`,
+		`{"name":"t","arguments":[1]}`,
+		`{"name":"t","_meta":{"mcp-idempotent/deadline_ms":1.5e3}}`,
+		`{"name":"\ud800"}`,
+		`{"name":""}`,
+		`{}`,
+	} {
+		f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + s + `}`))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		var m jsonrpc.Message
+		var r ParamsReader
+		if jsonrpc.DecodeParamsInto(&m, frame, r.Member) != nil {
+			return
+		}
+		var got, want ToolCall
+		gotErr, wantErr := got.ParseRead(m.Params, &r), want.Parse(m.Params)
+		if !reflect.DeepEqual(gotErr, wantErr) {
+			t.Fatalf("ParseRead(%q) = %v; Parse says %v", m.Params, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseRead(%q) = %+v; Parse says %+v", m.Params, got, want)
+		}
+	})
 }

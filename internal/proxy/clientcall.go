@@ -129,16 +129,17 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
 	return w.WriteAnswer(frame, written)
 }
 
-// startToolCall validates a tools/call and starts it. When the tool's
+// startToolCall validates a tools/call, whose params' members params
+// holds, and starts it. When the tool's
 // policy is known, which is the common case, everything up to the dispatch
 // happens here on the reading goroutine; only a tool the proxy must first
 // list sends the call to a goroutine of its own.
-func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message) {
+func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params *mcp.ParamsReader) {
 	// in is on the caller's stack: what the call keeps of it is copied.
 	c := &clientCall{s: s, raw: in.Raw, ctx: callContext{Context: ctx}}
 	c.req.ID = in.ID
 	call := &c.call
-	if perr := call.Parse(in.Params); perr != nil {
+	if perr := call.ParseRead(in.Params, params); perr != nil {
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
 		return
 	}

@@ -89,7 +89,10 @@ func isFrameTooLarge(err error) bool {
 func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	var m jsonrpc.Message // on the stack: what outlives the frame is copied
 	msg := &m
-	if err := jsonrpc.DecodeInto(msg, frame); err != nil {
+	// The params' members are read as the frame is validated: those of
+	// a tools/call need no second walk (startToolCall).
+	var params mcp.ParamsReader
+	if err := jsonrpc.DecodeParamsInto(msg, frame, params.Member); err != nil {
 		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
 		code := jsonrpc.CodeParseError
 		if errors.Is(err, jsonrpc.ErrAmbiguous) {
@@ -127,7 +130,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	case msg.IsRequest() && s.reservedID(msg.ID):
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
 	case msg.IsRequest() && msg.Method == "tools/call":
-		s.startToolCall(ctx, msg)
+		s.startToolCall(ctx, msg, &params)
 	case msg.IsRequest():
 		s.forward(msg, nil)
 	case msg.Method == "notifications/cancelled":
