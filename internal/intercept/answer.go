@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -48,14 +49,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 	switch rec.State {
 	case record.Completed, record.Delivered:
 		req.got = journal.GotAnswer
-		result := rec.Result
-		switch m {
-		case replayed:
-			result = withExecution(result, rec, true)
-		case resumed:
-			result = withExecution(result, rec, false)
-		}
-		in.reply(ctx, req, Answer{Result: result}, rec)
+		in.replyResult(ctx, req, rec, m)
 	case record.Failed:
 		req.got = journal.GotError
 		switch {
@@ -89,6 +83,40 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
 }
+
+// replyResult writes rec's result to req's caller, marked as m says. A
+// marked result is a copy, made for a CopyingReplier in a buffer used
+// again rather than in one allocated for each replay.
+func (in *Interceptor) replyResult(ctx context.Context, req *Request, rec *record.Record, m marking) {
+	if m == live {
+		in.reply(ctx, req, Answer{Result: rec.Result}, rec)
+		return
+	}
+	var buf *[]byte
+	var dst []byte // nil: withExecution allocates
+	if cr, ok := req.Reply.(CopyingReplier); ok && cr.CopiesAnswer() {
+		buf = answerBufs.Get().(*[]byte)
+		dst = (*buf)[:0]
+	}
+	result := withExecution(dst, rec.Result, rec, m == replayed)
+	in.reply(ctx, req, Answer{Result: result}, rec)
+	if buf == nil {
+		return
+	}
+	// Kept only if it is the copy: a result that is not an object comes
+	// back as the store holds it, and must never be written into.
+	if len(result) > 0 && (len(rec.Result) == 0 || &result[0] != &rec.Result[0]) && cap(result) <= maxKeptAnswer {
+		*buf = result[:0]
+	}
+	answerBufs.Put(buf)
+}
+
+// answerBufs holds *[]byte buffers for replyResult.
+var answerBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxKeptAnswer bounds the buffers answerBufs keeps: one large result
+// does not stay held.
+const maxKeptAnswer = 16 << 10
 
 // reply writes a to the caller unless it has cancelled, and marks rec
 // delivered when the transport took a completed result.

@@ -57,6 +57,15 @@ type Replier interface {
 	Reply(a Answer) error
 }
 
+// A CopyingReplier is a Replier that keeps nothing of an Answer's bytes
+// once Reply or ReplyThen has returned (it copies what it writes into a
+// frame of its own), and says so with CopiesAnswer: the interceptor may
+// then build an answer in a buffer it uses again.
+type CopyingReplier interface {
+	Replier
+	CopiesAnswer() bool
+}
+
 // A DeliveryReplier is a Replier whose transport learns only later than
 // the write whether the caller got the answer: an HTTP stream holds it as
 // an event until the client reads it, and a client that dropped its

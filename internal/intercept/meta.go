@@ -12,18 +12,19 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
-// withExecution returns a copy of result whose _meta names r's
-// execution, and marks it a replay if replay is set. The members are
-// written into a pooled buffer, since WithMeta copies them: a replay
-// then allocates its answer only, not a second buffer as large.
-func withExecution(result json.RawMessage, r *record.Record, replay bool) json.RawMessage {
+// withExecution returns a copy of result, appended to dst (allocated if
+// dst is nil), whose _meta names r's execution, and marks it a replay if
+// replay is set; a result that is not an object comes back as it is. The
+// members are written into a pooled buffer, since the copy holds them: a
+// replay then makes its answer only, not a second buffer as large.
+func withExecution(dst []byte, result json.RawMessage, r *record.Record, replay bool) json.RawMessage {
 	bp := metaBufs.Get().(*[]byte)
 	b := (*bp)[:0]
 	if replay {
 		b = append(b, `"`+mcp.MetaReplayed+`":true,`...)
 	}
 	b = appendExecution(append(b, `"`+mcp.MetaExecution+`":`...), r)
-	result = jsonrpc.WithMeta(result, b)
+	result = jsonrpc.AppendWithMeta(dst, result, b)
 	if cap(b) <= maxKeptMeta {
 		*bp = b
 		metaBufs.Put(bp)

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
@@ -36,6 +37,42 @@ func TestAppendTime(t *testing.T) {
 			if j, err := json.Marshal(at); err == nil && string(j) != want {
 				t.Fatalf("appendTime(%v) = %s; json.Marshal writes %s", at, want, j)
 			}
+		}
+	}
+}
+
+// copying is a CopyingReplier that keeps a copy of each answer, as a
+// transport writing it into a frame of its own does.
+type copying struct{ got []Answer }
+
+func (c *copying) CopiesAnswer() bool { return true }
+func (c *copying) Reply(a Answer) error {
+	c.got = append(c.got, Answer{Result: bytes.Clone(a.Result), Error: bytes.Clone(a.Error)})
+	return nil
+}
+
+// TestReplayIntoReusedBuffer checks that replays built in the buffer a
+// CopyingReplier lets the interceptor use again each carry their own
+// count of callers, and leave the stored result as it was.
+func TestReplayIntoReusedBuffer(t *testing.T) {
+	h := newHarness(charged)
+	view(t, h.call(t.Context(), t, chargeCall).only(t))
+	for i := range 3 {
+		req, _ := h.request(t, chargeCall)
+		c := &copying{}
+		req.Reply = c
+		h.in.Handle(t.Context(), req)
+		if len(c.got) != 1 {
+			t.Fatalf("replay %d: %d answers; want 1", i+1, len(c.got))
+		}
+		v := view(t, c.got[0])
+		if !v.Meta.Replayed || v.Meta.Execution.Attached != i+1 {
+			t.Fatalf("replay %d: %s; want it marked replayed, with %d attached", i+1, c.got[0].Result, i+1)
+		}
+	}
+	for _, r := range h.store.Records() {
+		if bytes.Contains(r.Result, []byte("_meta")) {
+			t.Fatalf("the stored result was written into: %s", r.Result)
 		}
 	}
 }

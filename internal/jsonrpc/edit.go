@@ -27,6 +27,13 @@ func Replace(frame, value, with []byte) []byte {
 // result is never modified, and the rest of it is kept byte for byte. A
 // result that is not an object comes back unchanged.
 func WithMeta(result json.RawMessage, members []byte) json.RawMessage {
+	return AppendWithMeta(nil, result, members)
+}
+
+// AppendWithMeta is WithMeta appending the copy to dst, for a caller that
+// builds it in a buffer of its own; a result that is not an object comes
+// back as it is, not appended.
+func AppendWithMeta(dst []byte, result json.RawMessage, members []byte) json.RawMessage {
 	var meta []byte
 	empty := true
 	if EachMember(result, func(name, value []byte) bool {
@@ -38,7 +45,10 @@ func WithMeta(result json.RawMessage, members []byte) json.RawMessage {
 	}) != nil {
 		return result
 	}
-	return InsertMeta(result, meta, empty, members)
+	if dst == nil {
+		dst = make([]byte, 0, len(result)+len(members)+16)
+	}
+	return AppendInsertMeta(dst, result, meta, empty, members)
 }
 
 // InsertMeta is WithMeta for an object whose _meta member the caller has
@@ -48,10 +58,14 @@ func WithMeta(result json.RawMessage, members []byte) json.RawMessage {
 // that came through another mcp-idempotent carries its _meta), and a
 // _meta that is not an object (null) is replaced.
 func InsertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawMessage {
+	return AppendInsertMeta(make([]byte, 0, len(obj)+len(members)+16), obj, meta, empty, members)
+}
+
+// AppendInsertMeta is InsertMeta appending the copy to out.
+func AppendInsertMeta(out []byte, obj, meta json.RawMessage, empty bool, members []byte) json.RawMessage {
 	if meta == nil {
 		// Add a _meta member last.
 		end := bytes.LastIndexByte(obj, '}')
-		out := make([]byte, 0, len(obj)+len(members)+16)
 		out = append(out, obj[:end]...)
 		if !empty {
 			out = append(out, ',')
@@ -62,7 +76,6 @@ func InsertMeta(obj, meta json.RawMessage, empty bool, members []byte) json.RawM
 	// meta is a slice of obj, so its capacity locates it.
 	start := cap(obj) - cap(meta)
 	end := start + len(meta)
-	out := make([]byte, 0, len(obj)+len(members)+16)
 	out = append(out, obj[:start]...)
 	switch {
 	case meta[0] != '{':

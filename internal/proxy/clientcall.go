@@ -76,6 +76,10 @@ func (c *clientCall) Reply(a intercept.Answer) error {
 	return c.s.client.WriteFrame(jsonrpc.NewResponse(c.id(), a.Result))
 }
 
+// CopiesAnswer implements intercept.CopyingReplier: every answer is
+// copied into a frame (Reply, ReplyThen) before the write.
+func (c *clientCall) CopiesAnswer() bool { return true }
+
 // refuse answers the call with e: it was not sent, nor recorded.
 func (c *clientCall) refuse(e *jsonrpc.Error) {
 	if err := c.Reply(intercept.Answer{Error: e.Object()}); err != nil {
