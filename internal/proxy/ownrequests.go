@@ -50,6 +50,7 @@ func (s *Session) reservedMessage() string {
 // sent is one of the proxy's own requests upstream, waiting for its
 // answer.
 type sent struct {
+	key    string // its id's JSON text, its key in pending
 	method string
 	done   func(json.RawMessage, error)
 	// stop stops the cancellation of the request when its sender's
@@ -85,7 +86,7 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 		return
 	}
 	s.sending++
-	s.pending[key] = sent{method: method, done: done}
+	s.pending[key] = sent{key: key, method: method, done: done}
 	s.mu.Unlock()
 
 	var err error

@@ -417,14 +417,18 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		return
 	}
 	if msg.IsResponse() {
-		key := string(jsonrpc.IDKey(msg.ID))
+		kb := jsonrpc.IDKey(msg.ID)
 		s.mu.Lock()
-		if p, ok := s.pending[key]; ok {
-			delete(s.pending, key)
+		// Looked up with the bytes, and deleted with the key pending
+		// holds: an answer to the proxy's own request costs no copy of
+		// its id.
+		if p, ok := s.pending[string(kb)]; ok {
+			delete(s.pending, p.key)
 			s.mu.Unlock()
 			s.answered(p, msg, nil)
 			return
 		}
+		key := string(kb)
 		if closed(l.gone) {
 			// Everyone who waited on l was answered when it was given up
 			// on (abandon): this answer came too late, and passed on it
