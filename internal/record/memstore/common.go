@@ -13,6 +13,10 @@ type commons struct {
 	ids  map[common]uint32
 	sets []commonSet // by id
 	free []uint32    // ids no record names, to use again
+	// last is the id ref returned last: a session's calls come in runs
+	// to one tool, and comparing five strings costs a fraction of
+	// hashing them for the map.
+	last uint32
 }
 
 type commonSet struct {
@@ -22,6 +26,10 @@ type commonSet struct {
 
 // ref returns the id of v, counting one more record that names it.
 func (c *commons) ref(v common) uint32 {
+	if id := c.last; int(id) < len(c.sets) && c.sets[id].refs > 0 && c.sets[id].common == v {
+		c.sets[id].refs++
+		return id
+	}
 	id, ok := c.ids[v]
 	switch {
 	case ok:
@@ -40,6 +48,7 @@ func (c *commons) ref(v common) uint32 {
 		c.ids[v] = id
 	}
 	c.sets[id].refs++
+	c.last = id
 	return id
 }
 
