@@ -20,9 +20,9 @@ import (
 // storeGoesDown answers a call, taking the store down before it does.
 type storeGoesDown struct{ s *recordtest.UpdatesDown }
 
-func (u storeGoesDown) Send(_ context.Context, _ string, _ json.RawMessage, done func(json.RawMessage, error)) {
+func (u storeGoesDown) Send(_ context.Context, _ string, _ json.RawMessage, done intercept.Answered) {
 	u.s.Down.Store(true)
-	done(json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`), nil)
+	done.Answered(json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`), nil)
 }
 
 type discard struct{}

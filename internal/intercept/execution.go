@@ -356,7 +356,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 // send sends the next attempt. It reports whether the loop goes on at
 // once, which it does on this goroutine only if the answer came before
 // Upstream.Send returned; else it goes on on the goroutine that brings
-// the answer (answered).
+// the answer (Answered).
 func (e *execution) send() bool {
 	req := e.req
 	params, meta := req.Call.Params, req.Call.MetaAsSent
@@ -366,7 +366,7 @@ func (e *execution) send() bool {
 		// which a second attempt's would not.
 		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaProgressToken)
 	}
-	ctx, done := req.bg, e.answered
+	ctx, done := req.bg, Answered(e)
 	if e.rec == nil {
 		// A caller that leaves takes its call back from the upstream:
 		// nothing is recorded, and no one else waits on it.
@@ -402,14 +402,14 @@ func (e *execution) send() bool {
 	return e.turns.Add(1) == 2
 }
 
-// answered takes an attempt's answer, and runs the loop on if the send
-// has returned. It is called on a goroutine of the transport's, most
-// often the one that reads the upstream, which a store that waits on I/O
-// must not hold (Upstream.Send): the
+// Answered implements Answered: it takes an attempt's answer, and runs
+// the loop on if the send has returned. It is called on a goroutine of
+// the transport's, most often the one that reads the upstream, which a
+// store that waits on I/O must not hold (Upstream.Send): the
 // upstream's other answers would wait for each outcome's write, and the
 // calls in flight would settle one at a time. The loop then goes on on a
 // goroutine of its own.
-func (e *execution) answered(result json.RawMessage, err error) {
+func (e *execution) Answered(result json.RawMessage, err error) {
 	e.result, e.err = result, err
 	if e.turns.Add(1) != 2 {
 		return

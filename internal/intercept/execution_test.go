@@ -13,9 +13,9 @@ import (
 // does that fails a send at once (never sent, a context already ended).
 type syncUpstream struct{ *upstream }
 
-func (u syncUpstream) Send(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
+func (u syncUpstream) Send(ctx context.Context, method string, params json.RawMessage, done Answered) {
 	n := int(u.calls.Add(1))
-	done(u.respond(ctx, n, params))
+	done.Answered(u.respond(ctx, n, params))
 }
 
 // TestAnswerDuringTheSend: an execution whose answers come before

@@ -40,8 +40,20 @@ type Upstream interface {
 	// (notifications/cancelled) and done gets ctx's error at once. An
 	// execution is never cancelled by its caller: its sends go with a
 	// context that does not end.
-	Send(ctx context.Context, method string, params json.RawMessage, done func(result json.RawMessage, err error))
+	Send(ctx context.Context, method string, params json.RawMessage, done Answered)
 }
+
+// An Answered is told the outcome of one send (Upstream.Send). An
+// execution is one itself, so that a send costs no closure of it.
+type Answered interface {
+	Answered(result json.RawMessage, err error)
+}
+
+// AnsweredFunc is a function as an Answered.
+type AnsweredFunc func(result json.RawMessage, err error)
+
+// Answered calls f.
+func (f AnsweredFunc) Answered(result json.RawMessage, err error) { f(result, err) }
 
 // An Answer is what one caller receives: a result or a JSON-RPC error
 // object, exactly one of them set.

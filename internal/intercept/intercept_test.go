@@ -28,9 +28,9 @@ type upstream struct {
 	respond func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error)
 }
 
-func (u *upstream) Send(_ context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
+func (u *upstream) Send(_ context.Context, method string, params json.RawMessage, done Answered) {
 	n := int(u.calls.Add(1))
-	go func() { done(u.respond(context.Background(), n, params)) }()
+	go func() { done.Answered(u.respond(context.Background(), n, params)) }()
 }
 
 // charged answers the nth call with a result naming n.

@@ -127,7 +127,7 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 		err    error
 	}
 	ch := make(chan outcome, 1)
-	req.Upstream.Send(req.bg, "tools/call", params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	req.Upstream.Send(req.bg, "tools/call", params, AnsweredFunc(func(result json.RawMessage, err error) { ch <- outcome{result, err} }))
 	// Bounded by the call's deadline and by the attach window, whichever
 	// ends first: a status tool that never answers leaves the outcome
 	// unknown, not the caller waiting longer than on the execution itself.

@@ -75,11 +75,11 @@ func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration,
 // traceSend starts the span of the execution's next send, under its
 // call's, and returns the context to send in, the members that carry the
 // span upstream in the call's _meta, and done wrapped to end the span.
-func (e *execution) traceSend(ctx context.Context, done func(json.RawMessage, error)) (context.Context, []byte, func(json.RawMessage, error)) {
+func (e *execution) traceSend(ctx context.Context, done Answered) (context.Context, []byte, Answered) {
 	ctx, span := telemetry.StartSend(ctx, e.in.tracer, e.tool(), e.n+1)
 	trace.SpanFromContext(e.req.bg).SetAttributes(telemetry.Attempts.Int(e.n + 1))
-	return ctx, telemetry.Inject(ctx).MetaMembers(), func(result json.RawMessage, err error) {
+	return ctx, telemetry.Inject(ctx).MetaMembers(), AnsweredFunc(func(result json.RawMessage, err error) {
 		telemetry.EndSend(span, err)
-		done(result, err)
-	}
+		done.Answered(result, err)
+	})
 }

@@ -52,7 +52,7 @@ func (s *Session) reservedMessage() string {
 type sent struct {
 	key    string // its id's JSON text, its key in pending
 	method string
-	done   func(json.RawMessage, error)
+	done   intercept.Answered
 	// stop stops the cancellation of the request when its sender's
 	// context ends (see Send); nil if there is none.
 	stop func() bool
@@ -62,7 +62,7 @@ type sent struct {
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream (or, for a held
 // request whose write failed, the one that wrote it: notWritten).
-func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error)) {
+func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done intercept.Answered) {
 	// The id's JSON text, which is also its key in pending.
 	var buf [64]byte
 	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
@@ -76,13 +76,13 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 	}
 	if err := ctx.Err(); err != nil {
 		// Given up on while it waited for the upstream: never sent.
-		done(nil, retry.NotSent(err))
+		done.Answered(nil, retry.NotSent(err))
 		return
 	}
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
 		s.mu.Unlock()
-		done(nil, retry.NotSent(errors.New("the upstream has closed")))
+		done.Answered(nil, retry.NotSent(errors.New("the upstream has closed")))
 		return
 	}
 	s.sending++
@@ -132,7 +132,7 @@ func (s *Session) notWritten(key string, err error) {
 	if p.stop != nil {
 		p.stop()
 	}
-	p.done(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
+	p.done.Answered(nil, retry.NotSent(fmt.Errorf("writing to the upstream: %w", err)))
 	s.acted()
 }
 
@@ -209,10 +209,10 @@ func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 		p.stop()
 	}
 	if err != nil {
-		p.done(nil, err)
+		p.done.Answered(nil, err)
 		return
 	}
-	p.done(outcomeOf(p.method, msg))
+	p.done.Answered(outcomeOf(p.method, msg))
 }
 
 // outcomeOf is what the answer msg to a request for method says, as
@@ -241,7 +241,7 @@ func (s *Session) call(ctx context.Context, method string, params json.RawMessag
 		err    error
 	}
 	ch := make(chan outcome, 1)
-	s.Send(ctx, method, params, func(result json.RawMessage, err error) { ch <- outcome{result, err} })
+	s.Send(ctx, method, params, intercept.AnsweredFunc(func(result json.RawMessage, err error) { ch <- outcome{result, err} }))
 	o := <-ch // at once when ctx ends (Send)
 	return o.result, o.err
 }

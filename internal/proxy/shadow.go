@@ -25,10 +25,10 @@ type shadowCall struct {
 	req  intercept.Request
 
 	mu     sync.Mutex
-	got    bool                         // the call's outcome came
-	result json.RawMessage              // the outcome: the result
-	err    error                        // or the error
-	done   func(json.RawMessage, error) // the interceptor's, once it "sent" the call
+	got    bool               // the call's outcome came
+	result json.RawMessage    // the outcome: the result
+	err    error              // or the error
+	done   intercept.Answered // the interceptor's, once it "sent" the call
 }
 
 // shadowToolCall passes c upstream as it came, and has the interceptor
@@ -62,16 +62,16 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 
 // Send implements intercept.Upstream: the call went upstream already, as
 // the client sent it, and done gets the answer it got.
-func (sc *shadowCall) Send(_ context.Context, _ string, _ json.RawMessage, done func(json.RawMessage, error)) {
+func (sc *shadowCall) Send(_ context.Context, _ string, _ json.RawMessage, done intercept.Answered) {
 	sc.mu.Lock()
 	if sc.done != nil {
 		sc.mu.Unlock()
-		done(nil, retry.NotSent(errors.New("shadow mode: the call went upstream once, as the client sent it")))
+		done.Answered(nil, retry.NotSent(errors.New("shadow mode: the call went upstream once, as the client sent it")))
 		return
 	}
 	if sc.got {
 		sc.mu.Unlock()
-		done(sc.result, sc.err)
+		done.Answered(sc.result, sc.err)
 		return
 	}
 	sc.done = done
@@ -93,7 +93,7 @@ func (sc *shadowCall) answered(result json.RawMessage, err error) {
 	done := sc.done
 	sc.mu.Unlock()
 	if done != nil {
-		done(result, err)
+		done.Answered(result, err)
 	}
 }
 
