@@ -3,6 +3,7 @@ package memstore
 import (
 	"encoding/hex"
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -118,7 +119,7 @@ func FuzzPackRoundTrip(f *testing.F) {
 }
 
 // TestHexKey checks unhexKey against encoding/hex: every byte value, at
-// the first and the last position of a fingerprint.
+// every position of a fingerprint.
 func TestHexKey(t *testing.T) {
 	fp := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, key := range []string{fp, fp[:62], fp + "00", ""} {
@@ -128,7 +129,7 @@ func TestHexKey(t *testing.T) {
 		}
 	}
 	for c := range 256 {
-		for _, at := range []int{0, len(fp) - 1} {
+		for at := range len(fp) {
 			key := fp[:at] + string(byte(c)) + fp[at+1:]
 			raw, err := hex.DecodeString(key)
 			want := err == nil && hex.EncodeToString(raw) == key // lowercase only
@@ -139,6 +140,37 @@ func TestHexKey(t *testing.T) {
 			if want && string(got[:]) != string(raw) {
 				t.Fatalf("unhexKey(%q) = %x; want %x", key, got, raw)
 			}
+		}
+	}
+}
+
+// TestStateCode checks that stateCode gives each state its index in
+// record.States, and otherState to any other.
+func TestStateCode(t *testing.T) {
+	for i, st := range record.States {
+		if got := stateCode(st); int(got) != i {
+			t.Errorf("stateCode(%q) = %d; want %d", st, got, i)
+		}
+	}
+	for _, st := range []record.State{"", "other", "Accepted"} {
+		if got := stateCode(st); got != otherState {
+			t.Errorf("stateCode(%q) = %d; want otherState", st, got)
+		}
+	}
+}
+
+// TestHexKeyRandom checks unhexKey on random fingerprints, each digit's
+// value at each position.
+func TestHexKeyRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		var raw [hexKeyLen]byte
+		for i := range raw {
+			raw[i] = byte(r.Uint32())
+		}
+		key := hex.EncodeToString(raw[:])
+		if got, ok := unhexKey(key); !ok || got != raw {
+			t.Fatalf("unhexKey(%q) = %x, %v; want %x", key, got, ok, raw)
 		}
 	}
 }
