@@ -51,8 +51,9 @@ type Action struct {
 type Hasher struct {
 	key   []byte      // written once, before keyed is set
 	keyed atomic.Bool // key is set: a Pending Hasher has none yet
-	macs  sync.Pool   // of *macState: HMACs under key, reset before use
-	bufs  sync.Pool   // of *[]byte: buffers for the canonical form
+	// states holds *macState: HMACs under key, reset before use, and
+	// buffers for the canonical form, in one pool: one Get a sum.
+	states sync.Pool
 }
 
 func withKey(key []byte) *Hasher {
@@ -68,8 +69,7 @@ func withKey(key []byte) *Hasher {
 // fingerprint (read-only calls) is served meanwhile.
 func Pending() *Hasher {
 	h := &Hasher{}
-	h.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, h.key)} }
-	h.bufs.New = func() any { return new([]byte) }
+	h.states.New = func() any { return &macState{mac: hmac.New(sha256.New, h.key)} }
 	return h
 }
 
@@ -308,17 +308,15 @@ func (h *Hasher) Sum(a Action) (string, error) {
 	if args := trimJSONSpace(a.Arguments); len(args) > 0 && string(args) != "null" && !isObject(args) {
 		return "", ErrArguments
 	}
-	bp := h.bufs.Get().(*[]byte)
-	defer h.bufs.Put(bp)
-	canon, err := appendCanonical((*bp)[:0], a)
+	st := h.states.Get().(*macState)
+	defer h.states.Put(st)
+	canon, err := appendCanonical(st.buf[:0], a)
 	if err != nil {
 		return "", err
 	}
 	if cap(canon) <= maxKeptBuffer {
-		*bp = canon
+		st.buf = canon
 	}
-	st := h.macs.Get().(*macState)
-	defer h.macs.Put(st)
 	st.mac.Reset()
 	st.mac.Write(canon)
 	st.mac.Sum(st.sum[:0])
@@ -339,11 +337,13 @@ var hexPairs = func() (t [256][2]byte) {
 	return t
 }()
 
-// macState is an HMAC and the room for its sum, kept together so that a
-// sum costs no allocation.
+// macState is an HMAC, the room for its sum and a buffer for the
+// canonical form it reads, kept together so that a sum costs no
+// allocation.
 type macState struct {
 	mac hash.Hash
 	sum [sha256.Size]byte
+	buf []byte
 }
 
 // maxKeptBuffer bounds the canonical-form buffers a Hasher keeps for
