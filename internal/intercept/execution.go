@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -387,10 +388,9 @@ func (e *execution) send() bool {
 		}
 		members = append(members, carrier...)
 	}
+	var pooled *[]byte
 	if len(members) > 0 {
-		// mcp.ParseToolCall found the params' _meta (and their name: they are
-		// not empty), so they need not be read again.
-		params = jsonrpc.InsertMeta(params, meta, false, members)
+		params, pooled = paramsWithMeta(req.Upstream, params, meta, members)
 	}
 	if e.in.timed && e.rec != nil {
 		e.sent = e.in.now().Sub(e.in.epoch)
@@ -399,8 +399,37 @@ func (e *execution) send() bool {
 	e.step = deciding
 	e.turns.Store(0)
 	req.Upstream.Send(ctx, "tools/call", params, done)
+	if pooled != nil {
+		// The upstream has copied them (CopyingUpstream).
+		if cap(params) <= maxKeptParams {
+			*pooled = params[:0]
+		}
+		paramBufs.Put(pooled)
+	}
 	return e.turns.Add(1) == 2
 }
+
+// paramsWithMeta returns params with members added to their _meta, meta as
+// the call found it. For an upstream that keeps nothing of them once
+// Send returns (CopyingUpstream), they are built in a pooled buffer,
+// returned too, for the caller to put back then; else in one of their
+// own, and the buffer is nil.
+func paramsWithMeta(u Upstream, params, meta json.RawMessage, members []byte) (json.RawMessage, *[]byte) {
+	// mcp.ParseToolCall found the params' _meta (and their name: they
+	// are not empty), so they need not be read again.
+	if cu, ok := u.(CopyingUpstream); ok && cu.CopiesParams() {
+		pooled := paramBufs.Get().(*[]byte)
+		return jsonrpc.AppendInsertMeta((*pooled)[:0], params, meta, false, members), pooled
+	}
+	return jsonrpc.InsertMeta(params, meta, false, members), nil
+}
+
+// paramBufs holds *[]byte buffers for paramsWithMeta.
+var paramBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxKeptParams bounds the buffers paramBufs keeps: one call with large
+// arguments does not pin its buffer.
+const maxKeptParams = 16 << 10
 
 // Answered implements Answered: it takes an attempt's answer, and runs
 // the loop on if the send has returned. It is called on a goroutine of

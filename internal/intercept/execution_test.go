@@ -1,11 +1,15 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -50,5 +54,55 @@ func TestAnswerDuringTheSend(t *testing.T) {
 				t.Fatalf("record: %d attempts, %s; want 3, delivered", rec.Attempts, rec.State)
 			}
 		})
+	}
+}
+
+// copyingUpstream is a CopyingUpstream: it keeps a copy of the params of
+// each request before Send returns, as a transport writing them into a
+// frame of its own does.
+type copyingUpstream struct {
+	*upstream
+	mu   sync.Mutex
+	sent []json.RawMessage
+}
+
+func (u *copyingUpstream) CopiesParams() bool { return true }
+
+func (u *copyingUpstream) Send(ctx context.Context, method string, params json.RawMessage, done Answered) {
+	params = bytes.Clone(params)
+	u.mu.Lock()
+	u.sent = append(u.sent, params)
+	u.mu.Unlock()
+	u.upstream.Send(ctx, method, params, done)
+}
+
+// TestParamsIntoReusedBuffer checks that the params of sends built in the
+// buffer a CopyingUpstream lets the interceptor use again each carry
+// their own arguments and execution id.
+func TestParamsIntoReusedBuffer(t *testing.T) {
+	h := newHarness(charged)
+	u := &copyingUpstream{upstream: h.up}
+	for i := range 3 {
+		req, a := h.request(t, fmt.Sprintf(`{"name":"charge_card","arguments":{"card":"4242","amount":%d}}`, i))
+		req.Upstream = u
+		h.in.Handle(t.Context(), req)
+		view(t, a.only(t))
+	}
+	ids := map[string]bool{}
+	for _, r := range h.store.Records() {
+		ids[r.ID] = true
+	}
+	for i, p := range u.sent {
+		var v struct {
+			Arguments struct{ Amount int } `json:"arguments"`
+			Meta      map[string]string    `json:"_meta"`
+		}
+		if err := json.Unmarshal(p, &v); err != nil || v.Arguments.Amount != i || !ids[v.Meta[mcp.MetaExecutionID]] {
+			t.Fatalf("send %d: params %s (%v); want amount %d and the id of one of %v", i, p, err, i, ids)
+		}
+		delete(ids, v.Meta[mcp.MetaExecutionID])
+	}
+	if len(u.sent) != 3 {
+		t.Fatalf("%d sends; want 3", len(u.sent))
 	}
 }

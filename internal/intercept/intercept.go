@@ -43,6 +43,15 @@ type Upstream interface {
 	Send(ctx context.Context, method string, params json.RawMessage, done Answered)
 }
 
+// A CopyingUpstream is an Upstream that keeps nothing of a request's
+// params once Send has returned (it copies them into a frame of its own
+// first), and says so with CopiesParams: the interceptor may then build
+// them in a buffer it uses again.
+type CopyingUpstream interface {
+	Upstream
+	CopiesParams() bool
+}
+
 // An Answered is told the outcome of one send (Upstream.Send). An
 // execution is one itself, so that a send costs no closure of it.
 type Answered interface {

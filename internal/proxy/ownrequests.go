@@ -58,6 +58,10 @@ type sent struct {
 	stop func() bool
 }
 
+// CopiesParams implements intercept.CopyingUpstream: Send writes the
+// params into the request's frame, and keeps nothing of them.
+func (s *Session) CopiesParams() bool { return true }
+
 // Send implements intercept.Upstream: it sends one of the proxy's own
 // requests upstream, under an id of the proxy's, and calls done with the
 // outcome from the goroutine that reads the upstream (or, for a held
