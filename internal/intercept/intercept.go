@@ -436,13 +436,16 @@ const inlineParams = 64 << 10
 // inlineParams), the calling goroutine only starts the one that does the
 // work: the caller's session goes on reading its other messages.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
+	in.work.Add(1)
 	if in.storeWaits || len(req.Call.Params) > inlineParams {
-		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
 			in.handle(ctx, req)
 		}()
 		return
 	}
+	// Counted inline too: an answer's journal line is written after the
+	// answer, which a session that ends at once must not outlive (Wait).
+	defer in.work.Done()
 	in.handle(ctx, req)
 }

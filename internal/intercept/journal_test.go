@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -487,4 +488,41 @@ func TestJournalTakeover(t *testing.T) {
 			}
 		}
 	})
+}
+
+// heldJournal holds each line recorded once hold is set until release is
+// closed, telling held when the first waits.
+type heldJournal struct {
+	memJournal
+	hold          atomic.Bool
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (j *heldJournal) Record(e journal.Entry) error {
+	if j.hold.Load() {
+		j.once.Do(func() { close(j.held) })
+		<-j.release
+	}
+	return j.memJournal.Record(e)
+}
+
+// TestWaitWaitsForALineAfterTheAnswer: a caller answered on the goroutine
+// that called Handle has its line written after its answer; Wait, which
+// a session that has ended calls before the proxy exits, waits for it.
+func TestWaitWaitsForALineAfterTheAnswer(t *testing.T) {
+	j := &heldJournal{held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarness(charged).withJournal(j, nil)
+	h.call(t.Context(), t, chargeCall).only(t)
+	h.settle(t)
+	j.hold.Store(true)
+	go h.call(t.Context(), t, chargeCall) // a replay, answered at once
+	<-j.held
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.in.Wait(ctx); err == nil {
+		t.Error("Wait returned while a replay's line was still being written")
+	}
+	close(j.release)
+	h.settle(t)
 }
