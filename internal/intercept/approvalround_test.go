@@ -192,18 +192,30 @@ func (r *replyHook) Reply(a Answer) error {
 }
 
 // TestApprovalRetryRacesTheQuestion: a call sent again the moment its
-// question reached the client, before the proxy's write returned, waits
-// for the answer to it: the user is asked once.
+// question reached the client, before the proxy's write returned (Reply),
+// or before the transport told of the write (ReplyThen, over a transport
+// that writes in order), waits for the answer to it: the user is asked
+// once.
 func TestApprovalRetryRacesTheQuestion(t *testing.T) {
-	h := approving(policy.ApprovalEach, policy.ApproverClient)
-	args := `{"card":"4242","amount":100}`
-	var retry *answers
-	req, a := h.request(t, roundCall(args, nil, ""))
-	req.Reply = &replyHook{answers: a, hook: func() { retry = h.call(t.Context(), t, roundCall(args, nil, "")) }}
-	h.in.Handle(t.Context(), req)
-	round := asRound(t, a.only(t))
-	view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t))
-	if ans := retry.only(t); ans.Error != nil || strings.Contains(string(ans.Result), "input_required") {
-		t.Fatalf("the retry sent as the question arrived got %s %s; want the charge, not the question again", ans.Result, ans.Error)
+	for _, tt := range []struct {
+		name  string
+		reply func(a *answers, hook func()) Replier
+	}{
+		{"reply", func(a *answers, hook func()) Replier { return &replyHook{answers: a, hook: hook} }},
+		{"in order", func(a *answers, hook func()) Replier { return &writeThenTell{answers: a, hook: hook} }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := approving(policy.ApprovalEach, policy.ApproverClient)
+			args := `{"card":"4242","amount":100}`
+			var retry *answers
+			req, a := h.request(t, roundCall(args, nil, ""))
+			req.Reply = tt.reply(a, func() { retry = h.call(t.Context(), t, roundCall(args, nil, "")) })
+			h.in.Handle(t.Context(), req)
+			round := asRound(t, a.only(t))
+			view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t))
+			if ans := retry.only(t); ans.Error != nil || strings.Contains(string(ans.Result), "input_required") {
+				t.Fatalf("the retry sent as the question arrived got %s %s; want the charge, not the question again", ans.Result, ans.Error)
+			}
+		})
 	}
 }

@@ -35,11 +35,7 @@ func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(store.release) }) }
 	t.Cleanup(release) // before the rig's: a failed test must not hang
-	// The tool listed, its calls are handled as they are read.
-	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
-	r.upstream.next(t, "upstream")
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
-	r.client.next(t, "client")
+	listCharge(t, r)
 	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
 	// The write returns once the proxy reads it (the pipe holds nothing).
 	go r.client.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))
@@ -80,10 +76,7 @@ func TestSlowOutcomeHoldsOnlyItsCall(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
 	r := newRigWith(t, 0, in)
 	t.Cleanup(func() { close(store.gate) }) // before the rig's: a failed test must not hang
-	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
-	r.upstream.next(t, "upstream")
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
-	r.client.next(t, "client")
+	listCharge(t, r)
 	// An answer that comes before the send that asked for it returns is
 	// settled by the sender; rounds make it likely that at least one
 	// comes after, as most do in use.
