@@ -1,17 +1,19 @@
 // Package sqlitestore is the SQLite record.Store: durable on one host, shared
 // by several proxy processes through one database file.
 //
-// The database runs in WAL mode. Every change is one transaction begun with
-// BEGIN IMMEDIATE, which takes the database's single write lock at its start:
-// the read that decides a reservation and the write that records it see no
-// other writer in between, whether that writer is a goroutine of this process
-// or another process on the host. Within a process, writes go through one
-// connection, so goroutines queue in database/sql instead of spinning on the
-// file lock; reads use a pool of their own and never wait for a writer.
+// The database runs in WAL mode. Every change is made in a transaction begun
+// with BEGIN IMMEDIATE, which takes the database's single write lock at its
+// start: the read that decides a reservation and the write that records it
+// see no other writer in between, whether that writer is a goroutine of this
+// process or another process on the host. Within a process, writes go
+// through one connection; the reservations and transitions that wait for it
+// go together, each in a savepoint of one transaction (batch.go), which
+// commits them at once. Reads use a pool of their own and never wait for a
+// writer.
 //
 // With the default synchronous=NORMAL a committed change survives the crash
 // of any process (kill -9 included); Options.Sync "full" makes it survive a
-// power loss too, at the cost of an fsync per change.
+// power loss too, at the cost of an fsync per commit.
 //
 // The schema (version 2) is created on first use, and a file of version 1
 // is upgraded when opened:

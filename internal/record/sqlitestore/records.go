@@ -26,8 +26,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	var won bool
 	var orphan *record.Record
 	var purged []*record.Record
-	err := s.whileBusy(ctx, func() (err error) {
-		rec, won, orphan, purged, err = s.reserve(ctx, r, opts)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+		rec, won, orphan, purged, err = s.reserveIn(ctx, tx, now, r, opts)
 		return err
 	})
 	if err != nil {
@@ -44,24 +44,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	return rec, won, nil
 }
 
-// reserve is Reserve's transaction. It also returns the orphan it
-// settled, whose waiters are to be woken once it has committed, and
-// those its purge settled.
-func (s *Store) reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
-	rec, won, orphan, purged, err = s.reserveIn(ctx, r, opts)
-	if err != nil {
-		purged = nil // rolled back
-	}
-	return rec, won, orphan, purged, err
-}
-
-func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, nil, nil, err
-	}
-	defer tx.Rollback()
-	now := s.clock()
+// reserveIn is Reserve's write, in tx at now (a batch's: the write lock
+// held). It also returns the orphan it settled, whose waiters are to be
+// woken once it has committed, and those its purge settled.
+func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
 	if s.reserves.Add(1)%purgeEvery == 0 {
 		if _, purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
 			return nil, false, nil, nil, fmt.Errorf("purging expired records: %w", err)
@@ -94,9 +80,6 @@ func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.Res
 			if err != nil {
 				return nil, false, nil, nil, err
 			}
-			if err := tx.Commit(); err != nil {
-				return nil, false, nil, nil, err
-			}
 			return cur, false, orphan, purged, nil
 		}
 		if orphan != nil {
@@ -126,9 +109,6 @@ func (s *Store) reserveIn(ctx context.Context, r *record.Record, opts record.Res
 		}
 		return nil, false, nil, nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, false, nil, nil, err
-	}
 	return rec, true, orphan, purged, nil
 }
 
@@ -142,8 +122,8 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	var r *record.Record
-	err := s.whileBusy(ctx, func() (err error) {
-		r, err = s.update(ctx, id, c)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+		r, err = s.updateIn(ctx, tx, now, id, c)
 		return err
 	})
 	if err != nil {
@@ -153,13 +133,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	return s.attaches.Show(r), nil
 }
 
-func (s *Store) update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	now := s.clock()
+// updateIn is Update's write, in tx at now (a batch's).
+func (s *Store) updateIn(ctx context.Context, tx *sql.Tx, now time.Time, id string, c record.Change) (*record.Record, error) {
 	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
 	if err != nil {
 		return nil, err
@@ -172,9 +147,6 @@ func (s *Store) update(ctx context.Context, id string, c record.Change) (*record
 	}
 	apply(r, c, now)
 	if err := s.writeRecord(ctx, tx, r); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -202,8 +174,12 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 // called every few seconds): see ErrFileLost.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
 	// Renewed even on a lost file, which this process still uses: its
-	// executions under way are not to be taken for orphans.
+	// executions under way are not to be taken for orphans. In turn with
+	// the batches of writes (batch.go); a sync.Mutex hands the turn over
+	// to a waiter within a millisecond.
+	s.turn.Lock()
 	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
+	s.turn.Unlock()
 	if err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}

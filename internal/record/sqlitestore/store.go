@@ -21,6 +21,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -86,9 +87,11 @@ type Store struct {
 	v  *sql.DB
 	st statements
 
-	reserves  atomic.Uint64       // counts Reserve calls, to pace purges
-	attaches  record.AttachCounts // counted by matchRead, not yet written
-	closed    chan struct{}       // closed by Close, to end waits
+	writes    *batch.Queue[*write] // Reserve's and Update's writes (batch.go)
+	turn      sync.Mutex           // the process's turn at the write lock: a batch's, or Renew's
+	reserves  atomic.Uint64        // counts Reserve calls, to pace purges
+	attaches  record.AttachCounts  // counted by matchRead, not yet written
+	closed    chan struct{}        // closed by Close, to end waits
 	closeOnce sync.Once
 
 	mu      sync.Mutex          // protects waiters and polling
@@ -251,6 +254,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
+	s.writes = batch.Start(maxWrites, 1, s.sendWrites)
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -297,7 +301,10 @@ func isBusy(err error) bool {
 
 // Close closes the database and ends every Wait in progress.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closed) })
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.writes.Close() // once the writes being sent are answered
+	})
 	var errs []error
 	if err := s.attaches.Close(context.Background()); err != nil {
 		errs = append(errs, fmt.Errorf("writing the counts of attached callers: %w", err))

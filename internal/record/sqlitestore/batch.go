@@ -1,0 +1,101 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+)
+
+// The writes of Reserve and Update that wait for the writer connection go
+// together, in one transaction of savepoints, one each: one commit for
+// all, which writes each page they change to the WAL once (and with
+// sync=full, syncs once). A write that fails rolls back to its savepoint
+// alone; a commit that fails fails them all, as it would have one alone.
+// A write that finds none waiting goes at once, in a transaction of its
+// own (batch.Queue).
+//
+// A batch takes the process's turn at the write lock (Store.turn), and
+// so does Renew: a sender with writes always waiting would otherwise
+// take the lock again the moment it commits, while the renewal, on a
+// connection of its own, sleeps in SQLite's busy handler, and the
+// process's leases would lapse under load.
+
+// maxWrites bounds the writes of one transaction: the write lock is held
+// while it runs, and other processes wait for it.
+const maxWrites = 64
+
+// A write is one call's work in a batch's transaction.
+type write struct {
+	// run does the work in tx, at now (the batch's, taken with the write
+	// lock held).
+	run func(ctx context.Context, tx *sql.Tx, now time.Time) error
+	err error // run's, or the batch's
+}
+
+// errStoreClosed is the error of a write made after Close.
+var errStoreClosed = fmt.Errorf("the store is closed: %w", batch.ErrClosed)
+
+// write runs run in a transaction, batched with other callers' writes,
+// and returns its error or the batch's; its effects are committed once it
+// returns nil. A caller whose ctx ends while its write waits in the queue
+// gets ctx.Err(), and the write is not run.
+func (s *Store) write(ctx context.Context, run func(ctx context.Context, tx *sql.Tx, now time.Time) error) error {
+	w := &write{run: run}
+	if err := s.writes.Do(ctx, w); err != nil {
+		if errors.Is(err, batch.ErrClosed) {
+			return errStoreClosed
+		}
+		return err
+	}
+	return w.err
+}
+
+// sendWrites runs the writes of calls in one transaction and answers each
+// call. A transaction that cannot begin for want of the write lock is
+// tried again as whileBusy says.
+func (s *Store) sendWrites(ctx context.Context, calls []*batch.Call[*write]) {
+	if err := s.whileBusy(ctx, func() error { return s.writeBatch(ctx, calls) }); err != nil {
+		for _, c := range calls {
+			c.Job.err = err
+		}
+	}
+}
+
+// writeBatch runs the writes of calls in one transaction, each in a
+// savepoint when there are several, and commits what succeeded. It
+// returns the transaction's error; each write's own is in its Job.
+func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) error {
+	s.turn.Lock()
+	defer s.turn.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	now := s.clock()
+	if len(calls) == 1 {
+		w := calls[0].Job
+		if w.err = w.run(ctx, tx, now); w.err != nil {
+			return nil // rolled back, as the write alone would be
+		}
+		return tx.Commit()
+	}
+	for _, c := range calls {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT write"); err != nil {
+			return err
+		}
+		if c.Job.err = c.Job.run(ctx, tx, now); c.Job.err != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO write"); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE write"); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

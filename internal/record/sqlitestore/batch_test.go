@@ -1,0 +1,155 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+)
+
+// TestWritesWaitingGoTogether: the writes that wait while one runs go in
+// one transaction; one that fails there fails alone, and the others are
+// committed.
+func TestWritesWaitingGoTogether(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "records.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mu sync.Mutex
+	var sizes []int
+	s.writes.Close()
+	s.writes = batch.Start(maxWrites, 1, func(ctx context.Context, calls []*batch.Call[*write]) {
+		mu.Lock()
+		sizes = append(sizes, len(calls))
+		mu.Unlock()
+		s.sendWrites(ctx, calls)
+	})
+	reserve := func(key string) (*record.Record, bool, error) {
+		r := &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: "f-" + key, Tool: "charge_card", Retention: time.Hour}
+		return s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute})
+	}
+	done, _, err := reserve("done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, done.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	sent, _, err := reserve("sent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	sizes = nil
+	mu.Unlock()
+
+	hold, held := make(chan struct{}), make(chan struct{})
+	go s.write(ctx, func(context.Context, *sql.Tx, time.Time) error {
+		close(held)
+		<-hold
+		return nil
+	})
+	<-held
+	const reserves = 10
+	var wg sync.WaitGroup
+	won := make([]bool, reserves)
+	errs := make([]error, reserves+2)
+	for i := range reserves {
+		wg.Go(func() {
+			_, won[i], errs[i] = reserve(fmt.Sprint("k", i))
+		})
+	}
+	wg.Go(func() { // a transition the record's state does not allow
+		_, errs[reserves] = s.Update(ctx, done.ID, record.Change{To: record.Dispatched})
+	})
+	wg.Go(func() {
+		_, errs[reserves+1] = s.Update(ctx, sent.ID, record.Change{To: record.Completed, Result: []byte(`{}`)})
+	})
+	for s.writes.Queued() < reserves+2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+
+	if want := []int{1, reserves + 2}; fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Fatalf("batches of %v; want %v: the held write alone, then all that waited", sizes, want)
+	}
+	for i := range reserves {
+		if errs[i] != nil || !won[i] {
+			t.Errorf("reservation %d: won %v, %v; want won", i, won[i], errs[i])
+		}
+	}
+	if !errors.Is(errs[reserves], record.ErrConflict) {
+		t.Errorf("the transition not allowed returned %v; want ErrConflict", errs[reserves])
+	}
+	if errs[reserves+1] != nil {
+		t.Errorf("the transition allowed returned %v", errs[reserves+1])
+	}
+	// Committed: a reader on another connection sees them.
+	if got, err := s.Get(ctx, sent.ID); err != nil || got.State != record.Completed {
+		t.Errorf("the execution completed in the batch reads as %v, %v", got, err)
+	}
+	recs, err := s.List(ctx, record.Filter{State: record.Dispatched})
+	if err != nil || len(recs) != reserves {
+		t.Errorf("%d dispatched executions, %v; want the batch's %d", len(recs), err, reserves)
+	}
+}
+
+// TestRenewTakesItsTurn: a renewal waiting while a batch runs goes before
+// the next batch, which writes beside it always waiting would otherwise
+// take the write lock for again at once, while the renewal sleeps in
+// SQLite's busy handler: the process's leases would lapse under load.
+func TestRenewTakesItsTurn(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "records.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "f", Tool: "charge_card", Owner: "p1", Retention: time.Hour}
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).Round(0).UTC()
+
+	hold, held := make(chan struct{}), make(chan struct{})
+	go s.write(ctx, func(context.Context, *sql.Tx, time.Time) error {
+		close(held)
+		<-hold
+		return nil
+	})
+	<-held
+	renewed := make(chan error, 1)
+	go func() { renewed <- s.Renew(ctx, "p1", until) }()
+	var lease sql.NullInt64
+	next := make(chan error, 1)
+	go func() {
+		next <- s.write(ctx, func(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+			return tx.QueryRowContext(ctx, "SELECT lease_until FROM records WHERE id = ?", r.ID).Scan(&lease)
+		})
+	}()
+	for s.writes.Queued() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// Past a millisecond of waiting, a sync.Mutex hands over in order.
+	time.Sleep(5 * time.Millisecond)
+	close(hold)
+	if err := <-renewed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-next; err != nil {
+		t.Fatal(err)
+	}
+	if !lease.Valid || lease.Int64 != until.UnixNano() {
+		t.Fatalf("the write after the held batch read the lease %v; want the renewal's, %d: it went first", lease, until.UnixNano())
+	}
+}
