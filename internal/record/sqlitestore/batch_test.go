@@ -14,16 +14,37 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
+// openStore opens a store in a new file, closed when the test ends.
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "records.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// holdWrites starts a write that holds the process's turn at the write
+// lock, and the writer, until the channel returned is closed; the writes
+// made meanwhile wait.
+func holdWrites(s *Store) chan<- struct{} {
+	hold, held := make(chan struct{}), make(chan struct{})
+	go s.write(context.Background(), func(context.Context, *sql.Tx, time.Time) error {
+		close(held)
+		<-hold
+		return nil
+	})
+	<-held
+	return hold
+}
+
 // TestWritesWaitingGoTogether: the writes that wait while one runs go in
 // one transaction; one that fails there fails alone, and the others are
 // committed.
 func TestWritesWaitingGoTogether(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "records.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	var mu sync.Mutex
 	var sizes []int
 	s.writes.Close()
@@ -52,13 +73,7 @@ func TestWritesWaitingGoTogether(t *testing.T) {
 	sizes = nil
 	mu.Unlock()
 
-	hold, held := make(chan struct{}), make(chan struct{})
-	go s.write(ctx, func(context.Context, *sql.Tx, time.Time) error {
-		close(held)
-		<-hold
-		return nil
-	})
-	<-held
+	hold := holdWrites(s)
 	const reserves = 10
 	var wg sync.WaitGroup
 	won := make([]bool, reserves)
@@ -110,24 +125,14 @@ func TestWritesWaitingGoTogether(t *testing.T) {
 // SQLite's busy handler: the process's leases would lapse under load.
 func TestRenewTakesItsTurn(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "records.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "f", Tool: "charge_card", Owner: "p1", Retention: time.Hour}
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(time.Hour).Round(0).UTC()
 
-	hold, held := make(chan struct{}), make(chan struct{})
-	go s.write(ctx, func(context.Context, *sql.Tx, time.Time) error {
-		close(held)
-		<-hold
-		return nil
-	})
-	<-held
+	hold := holdWrites(s)
 	renewed := make(chan error, 1)
 	go func() { renewed <- s.Renew(ctx, "p1", until) }()
 	var lease sql.NullInt64
