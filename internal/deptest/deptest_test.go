@@ -85,6 +85,8 @@ var oneWay = map[string][]string{
 	"internal/record/pgstore":     storeForbidden,
 	// The stores' batch queue knows calls, not what they write.
 	"internal/record/batch": append(storeForbidden, "internal/record"),
+	// The stores' cache knows ids, not records.
+	"internal/record/idcache": append(storeForbidden, "internal/record"),
 	// MCP's shapes are read with the frame codec alone.
 	"internal/mcp": {"internal/intercept", "internal/proxy", "internal/policy", "internal/cli", "internal/transport",
 		"internal/record", "internal/fingerprint", "internal/retry", "internal/journal"},

@@ -36,10 +36,10 @@ type known struct {
 func (s *Store) remember(rec *record.Record, hist int) {
 	final := rec.State.Settled() && rec.State != record.Completed && rec.State != record.Unknown
 	if final || len(rec.Result)+len(rec.Error) > knownMaxBytes {
-		s.known.drop(rec.ID)
+		s.known.Drop(rec.ID)
 		return
 	}
-	s.known.put(rec.ID, known{rec: rec, hist: hist})
+	s.known.Put(rec.ID, known{rec: rec, hist: hist})
 }
 
 // knownFor returns the record id as this Store knows it, and the length
@@ -47,7 +47,7 @@ func (s *Store) remember(rec *record.Record, hist int) {
 // it, or if c's strings are not valid UTF-8, which the history would not
 // give back as they are.
 func (s *Store) knownFor(id string, c record.Change) (known, string) {
-	k, ok := s.known.get(id)
+	k, ok := s.known.Get(id)
 	if !ok || !utf8.ValidString(c.Note) || !utf8.ValidString(c.By) || !utf8.ValidString(c.Via) {
 		return known{}, ""
 	}

@@ -21,7 +21,12 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/idcache"
 )
+
+// tagCacheSize bounds the records whose place a Store remembers: between
+// one and two times this many.
+const tagCacheSize = 1 << 16
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
@@ -67,8 +72,8 @@ type Store struct {
 	evalOnly  bool        // Options.Eval
 	functions atomic.Bool // the server has the library (functions.go)
 
-	tags  cache[loc]
-	known cache[known] // the records this Store last wrote or read (known.go)
+	tags  *idcache.Cache[loc]
+	known *idcache.Cache[known] // the records this Store last wrote or read (known.go)
 
 	mu      sync.Mutex                  // protects owned, ownerOf and gen
 	owned   map[string]map[string]owned // owner -> id -> its records in flight
@@ -135,8 +140,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		evalOnly:   opts.Eval,
 		pollMin:    pollMin,
 		pollMax:    pollMax,
-		tags:       newCache[loc](tagCacheSize),
-		known:      newCache[known](knownCacheSize),
+		tags:       idcache.New[loc](tagCacheSize),
+		known:      idcache.New[known](knownCacheSize),
 		owned:      make(map[string]map[string]owned),
 		ownerOf:    make(map[string]string),
 		waiters:    make(map[string]*watch),
@@ -285,7 +290,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	case 1:
 		rec := reserved(r, now, opts.Dispatch)
 		s.remember(rec, hist)
-		s.tags.put(rec.ID, loc{tag, rec.Retention})
+		s.tags.Put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
 		if oid != "" && len(v) > 3 {
 			orphan, err := s.decodeReply(v[3], tag)
@@ -336,7 +341,7 @@ func (s *Store) decodeFields(v any, tag string) (*record.Record, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	s.tags.put(rec.ID, loc{tag, rec.Retention})
+	s.tags.Put(rec.ID, loc{tag, rec.Retention})
 	return s.attaches.Show(rec), len(m["history"]), nil
 }
 
@@ -396,8 +401,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	status, _ := v[0].(string)
 	if status == "notfound" {
-		s.tags.drop(id)
-		s.known.drop(id)
+		s.tags.Drop(id)
+		s.known.Drop(id)
 		s.untrack(id)
 		if cached {
 			// The index just written points nowhere.
@@ -480,14 +485,14 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 		return nil, s.fail(op, err)
 	}
 	if len(m) == 0 {
-		s.tags.drop(id)
+		s.tags.Drop(id)
 		return nil, fmt.Errorf("%s: %w", op, record.ErrNotFound)
 	}
 	rec, err := decode(m)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	s.tags.put(id, loc{l.tag, rec.Retention})
+	s.tags.Put(id, loc{l.tag, rec.Retention})
 	return s.attaches.Show(rec), nil
 }
 
@@ -569,7 +574,7 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 		return nil, err
 	}
 	if status, _ := v[0].(string); status == "notfound" {
-		s.tags.drop(id)
+		s.tags.Drop(id)
 		return nil, record.ErrNotFound
 	}
 	if len(v) < 3 {
@@ -672,7 +677,7 @@ type loc struct {
 // locate returns where the record id is, and whether this Store knew it;
 // if not, it reads the index (one more round trip).
 func (s *Store) locate(ctx context.Context, id string) (loc, bool, error) {
-	if l, ok := s.tags.get(id); ok {
+	if l, ok := s.tags.Get(id); ok {
 		return l, true, nil
 	}
 	s.mu.Lock()
