@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/idcache"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -105,11 +106,12 @@ type Store struct {
 	setupMu chan struct{} // one schema setup at a time
 	ready   atomic.Bool   // the schema exists
 
-	reserves atomic.Uint64       // Reserve calls, to pace purging
-	scanned  atomic.Int64        // when Reserve's purge last looked for orphans, unix ns
-	scans    atomic.Uint64       // the looks for orphans: what the pacing spares, for tests
-	attaches record.AttachCounts // attaches counted and not yet written (attach.go)
-	acquired atomic.Uint64       // connections acquire took: progress, under load
+	reserves atomic.Uint64                  // Reserve calls, to pace purging
+	scanned  atomic.Int64                   // when Reserve's purge last looked for orphans, unix ns
+	scans    atomic.Uint64                  // the looks for orphans: what the pacing spares, for tests
+	attaches record.AttachCounts            // attaches counted and not yet written (attach.go)
+	known    *idcache.Cache[*record.Record] // the records this Store last wrote (known.go)
+	acquired atomic.Uint64                  // connections acquire took: progress, under load
 
 	q        queries
 	reserveQ *batch.Queue[*stmt] // batches Reserve's first statements (batch.go)
@@ -177,6 +179,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		minPoll:  minPoll,
 		maxPoll:  maxPoll,
 		timeout:  timeout,
+		known:    idcache.New[*record.Record](knownCacheSize),
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
@@ -186,7 +189,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
-		update: s.sql(updateSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
+		update: s.sql(updateSQL), updateKnown: s.sql(updateKnownSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
 		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL), flushAttaches: s.sql(flushAttachesSQL),
 	}
 	if s.log == nil {
@@ -316,11 +319,8 @@ var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
 	WHERE id = $id AND holds_key AND NOT `+orphan+` AND `+replaceable,
 	"id", "now", "replace", "fingerprint")
 
-// updateSQL applies a change to a record whose state is one of $from: the
-// compare-and-set that makes Update and the settling of an orphan atomic.
-// With $orphan set it applies only while the lease has lapsed (a Renew may
-// have come first).
-var updateSQL = params(`UPDATE {schema}.records SET
+// updateSet is what updateSQL and updateKnownSQL write.
+const updateSet = `
 	state = $to::text,
 	history = history || $entry::jsonb,
 	attempts = attempts + $dispatch::integer,
@@ -329,10 +329,24 @@ var updateSQL = params(`UPDATE {schema}.records SET
 	owner = CASE WHEN $owner::text = '' THEN owner ELSE $owner::text END,
 	lease_until = CASE WHEN $settles::boolean THEN NULL WHEN $owner::text = '' THEN lease_until ELSE $lease_until::timestamptz END,
 	expires_at = CASE WHEN $settles::boolean THEN $now::timestamptz + retention END,
-	awaiting = CASE WHEN $to::text = 'accepted' THEN awaiting ELSE '' END
+	awaiting = CASE WHEN $to::text = 'accepted' THEN awaiting ELSE '' END`
+
+// updateSQL applies a change to a record whose state is one of $from: the
+// compare-and-set that makes Update and the settling of an orphan atomic.
+// With $orphan set it applies only while the lease has lapsed (a Renew may
+// have come first).
+var updateSQL = params(`UPDATE {schema}.records SET`+updateSet+`
 WHERE id = $id AND state = ANY($from::text[]) AND (NOT $orphan::boolean OR `+orphan+`)
 RETURNING `+columns,
 	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "orphan")
+
+// updateKnownSQL applies a change as updateSQL does, to a record whose
+// history still has $known transitions, and returns only what may have
+// changed since (known.go).
+var updateKnownSQL = params(`UPDATE {schema}.records SET`+updateSet+`
+WHERE id = $id AND state = ANY($from::text[]) AND jsonb_array_length(history) = $known::integer
+RETURNING attached, lease_until, expires_at`,
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "known")
 
 const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 
@@ -362,7 +376,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches string
+	reserve, holder, release, update, updateKnown, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the
@@ -442,9 +456,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			// action is not.
 			rec.Orphan = orphan
 			return s.countAttach(rec), false, nil
-		case err == nil:
+		case err == nil && won:
 			rec.Orphan = orphan // rec is this call's own
-			return s.attaches.Show(rec), won, nil
+			return s.remember(rec), true, nil
+		case err == nil:
+			// The holder of a key a client reused for another action.
+			return s.attaches.Show(rec), false, nil
 		case isUniqueViolation(err):
 			// The key's conflicts are absorbed by ON CONFLICT; this is
 			// the primary key.

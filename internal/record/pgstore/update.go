@@ -23,14 +23,21 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		}
 	}
 	// The first try is batched; the rest, rare, run on a connection of
-	// their own, within one timeout, and at the first try's time.
+	// their own, within one timeout, and at the first try's time. A
+	// record that moved on since this Store knew it, or one it does not
+	// know, is read first.
 	st, rec := s.change(id, c, from, false)
+	if k, ok := s.knownFor(id, c); ok {
+		st, rec = s.changeKnown(k, c, from)
+	}
 	if err := s.run(ctx, s.updateQ, st); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		s.known.Drop(id)
 		return nil, s.fail(op, err)
 	}
 	if *rec != nil {
-		return s.attaches.Show(*rec), nil
+		return s.remember(*rec), nil
 	}
+	s.known.Drop(id)
 	conn, _, err := s.acquire(ctx)
 	if err != nil {
 		return nil, s.fail(op, err)
@@ -56,7 +63,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			return nil, s.fail(op, err)
 		}
 		if ok {
-			return s.attaches.Show(rec), nil
+			return s.remember(rec), nil
 		}
 	}
 }
@@ -77,24 +84,13 @@ func (s *Store) apply(ctx context.Context, q db, id string, c record.Change, now
 // it changes: nil if the record is missing or not in one of the states
 // from.
 func (s *Store) change(id string, c record.Change, from []record.State, orphanOnly bool) (*stmt, **record.Record) {
-	fromText := make([]string, len(from))
-	for i, st := range from {
-		fromText[i] = string(st)
-	}
-	dispatch := 0
-	if c.To == record.Dispatched {
-		dispatch = 1
-	}
+	states := stateTexts(from)
 	rec := new(*record.Record)
 	return &stmt{
 		sql: s.q.update,
 		args: func(now time.Time) ([]any, error) {
-			// jsonb refuses the escape \u0000, which a note quoting an
-			// upstream's output, or a decider's name, might hold.
-			noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
-			entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
-			return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-				timestamp(c.LeaseFrom(now)), now, fromText, orphanOnly}, err
+			args, err := changeArgs(id, c, now)
+			return append(args, states, orphanOnly), err
 		},
 		order: id,
 		scan: func(row pgx.Row) (err error) {
@@ -102,6 +98,30 @@ func (s *Store) change(id string, c record.Change, from []record.State, orphanOn
 			return err
 		},
 	}, rec
+}
+
+// changeArgs returns the arguments that updateSQL and updateKnownSQL
+// share, for c applied to the record id at now.
+func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
+	dispatch := 0
+	if c.To == record.Dispatched {
+		dispatch = 1
+	}
+	// jsonb refuses the escape \u0000, which a note quoting an upstream's
+	// output, or a decider's name, might hold.
+	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
+	return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
+		timestamp(c.LeaseFrom(now)), now}, err
+}
+
+// stateTexts returns states as text, for a text[] parameter.
+func stateTexts(states []record.State) []string {
+	texts := make([]string, len(states))
+	for i, st := range states {
+		texts[i] = string(st)
+	}
+	return texts
 }
 
 // settleOrphan settles r, found orphaned at now, with record.OrphanChange.
