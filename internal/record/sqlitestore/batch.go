@@ -76,6 +76,12 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 		return err
 	}
 	defer tx.Rollback()
+	// The statements run without ctx's end: under a context that can
+	// end, the driver starts a goroutine for each statement to watch it,
+	// which cost 7% of the time of new executions 32 at a time. They
+	// wait for nothing but the disk, and ctx still ends the transaction:
+	// database/sql rolls it back.
+	ctx = context.WithoutCancel(ctx)
 	now := s.clock()
 	if len(calls) == 1 {
 		w := calls[0].Job
