@@ -22,35 +22,42 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if rec, ok := s.matchRead(ctx, r, opts); ok {
 		return rec, false, nil
 	}
-	var rec *record.Record
-	var won bool
-	var orphan *record.Record
-	var purged []*record.Record
+	var res reservation
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
-		rec, won, orphan, purged, err = s.reserveIn(ctx, tx, now, r, opts)
+		res, err = s.reserveIn(ctx, tx, now, r, opts)
 		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
 	}
-	s.settledOrphans(purged)
-	if orphan != nil {
-		s.notify(orphan.ID, orphan.State)
-		rec.Orphan = orphan // rec is this call's own
+	s.settledOrphans(res.purged)
+	rec := res.rec
+	if res.orphan != nil {
+		s.notify(res.orphan.ID, res.orphan.State)
+		rec.Orphan = res.orphan // rec is this call's own
 	}
-	if !won {
-		rec = s.attaches.Show(rec)
+	if !res.won {
+		return s.attaches.Show(rec), false, nil
 	}
-	return rec, won, nil
+	s.remember(rec, res.history)
+	return rec, true, nil
+}
+
+// A reservation is what reserveIn did.
+type reservation struct {
+	rec     *record.Record
+	won     bool
+	orphan  *record.Record   // the orphan it settled, whose waiters are woken once it has committed
+	purged  []*record.Record // those its purge settled
+	history string           // rec's history as stored, if won
 }
 
 // reserveIn is Reserve's write, in tx at now (a batch's: the write lock
-// held). It also returns the orphan it settled, whose waiters are to be
-// woken once it has committed, and those its purge settled.
-func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *record.Record, opts record.ReserveOptions) (rec *record.Record, won bool, orphan *record.Record, purged []*record.Record, err error) {
+// held).
+func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *record.Record, opts record.ReserveOptions) (res reservation, err error) {
 	if s.reserves.Add(1)%purgeEvery == 0 {
-		if _, purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
-			return nil, false, nil, nil, fmt.Errorf("purging expired records: %w", err)
+		if _, res.purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
+			return reservation{}, fmt.Errorf("purging expired records: %w", err)
 		}
 	}
 
@@ -59,12 +66,12 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 	case errors.Is(err, sql.ErrNoRows):
 		cur = nil
 	case err != nil:
-		return nil, false, nil, nil, err
+		return reservation{}, err
 	}
 	if cur != nil {
 		if cur.Orphaned(now) {
 			apply(cur, record.OrphanChange(cur), now)
-			orphan = cur.Clone() // as settled, before an attach counts
+			res.orphan = cur.Clone() // as settled, before an attach counts
 		}
 		if !replaceable(cur, r, now, opts) {
 			attach := cur.Fingerprint == r.Fingerprint
@@ -72,27 +79,28 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 				cur.Attached++
 			}
 			switch {
-			case orphan != nil:
-				err = s.writeRecord(ctx, tx, cur)
+			case res.orphan != nil:
+				_, err = s.writeRecord(ctx, tx, cur)
 			case attach:
 				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
 			}
 			if err != nil {
-				return nil, false, nil, nil, err
+				return reservation{}, err
 			}
-			return cur, false, orphan, purged, nil
+			res.rec = cur
+			return res, nil
 		}
-		if orphan != nil {
-			if err := s.writeRecord(ctx, tx, cur); err != nil {
-				return nil, false, nil, nil, err
+		if res.orphan != nil {
+			if _, err := s.writeRecord(ctx, tx, cur); err != nil {
+				return reservation{}, err
 			}
 		}
 		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
-			return nil, false, nil, nil, err
+			return reservation{}, err
 		}
 	}
 
-	rec = r.Clone()
+	rec := r.Clone()
 	rec.State = record.Accepted
 	// now is the write's: the transaction holds the write lock.
 	rec.LeaseUntil = opts.LeaseFrom(r, now)
@@ -102,14 +110,15 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 		// One commit, one fsync, for the reservation and the dispatch.
 		apply(rec, record.Change{To: record.Dispatched}, now)
 	}
-	if err := s.insertRecord(ctx, tx, rec); err != nil {
+	if res.history, err = s.insertRecord(ctx, tx, rec); err != nil {
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-			return nil, false, nil, nil, errors.New("execution id already used")
+			return reservation{}, errors.New("execution id already used")
 		}
-		return nil, false, nil, nil, err
+		return reservation{}, err
 	}
-	return rec, true, orphan, purged, nil
+	res.rec, res.won = rec, true
+	return res, nil
 }
 
 func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
@@ -121,35 +130,46 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	k, known := s.known.Get(id)
 	var r *record.Record
+	var history string
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
-		r, err = s.updateIn(ctx, tx, now, id, c)
+		if known {
+			if r, history, err = s.updateKnown(ctx, tx, now, k, c); r != nil || err != nil {
+				return err
+			}
+		}
+		r, history, err = s.updateIn(ctx, tx, now, id, c)
 		return err
 	})
 	if err != nil {
+		s.known.Drop(id)
 		return nil, fmt.Errorf("updating %s: %w", id, err)
 	}
+	s.remember(r, history)
 	s.notify(id, r.State)
 	return s.attaches.Show(r), nil
 }
 
-// updateIn is Update's write, in tx at now (a batch's).
-func (s *Store) updateIn(ctx context.Context, tx *sql.Tx, now time.Time, id string, c record.Change) (*record.Record, error) {
+// updateIn is Update's write, in tx at now (a batch's), of a record read
+// first. It also returns the history it wrote, "" if it wrote none.
+func (s *Store) updateIn(ctx context.Context, tx *sql.Tx, now time.Time, id string, c record.Change) (*record.Record, string, error) {
 	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
-		return r, nil
+		return r, "", nil
 	}
 	if !c.Allowed(r.State) {
-		return nil, fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
+		return nil, "", fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
 	}
 	apply(r, c, now)
-	if err := s.writeRecord(ctx, tx, r); err != nil {
-		return nil, err
+	history, err := s.writeRecord(ctx, tx, r)
+	if err != nil {
+		return nil, "", err
 	}
-	return r, nil
+	return r, history, nil
 }
 
 // apply moves r by c, which CanTransition allows; times are kept in UTC
@@ -309,7 +329,7 @@ func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, li
 	}
 	for _, r := range orphans {
 		apply(r, record.OrphanChange(r), now)
-		if err := s.writeRecord(ctx, tx, r); err != nil {
+		if _, err := s.writeRecord(ctx, tx, r); err != nil {
 			return nil, err
 		}
 	}

@@ -153,6 +153,7 @@ func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
 // rather than once per call. All but get and renew run on the writer.
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
+	writeKnown                                         *sql.Stmt // known.go
 	// holder reads a key's holder from the read pool, and addAttached
 	// writes counted attaches (attach.go).
 	holder, addAttached *sql.Stmt
@@ -161,7 +162,7 @@ type statements struct {
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.purge, st.renew, st.get, st.holder, st.addAttached}
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.renew, st.get, st.holder, st.addAttached}
 }
 
 // columns are the records columns a Record is read from, in scanRecord's
@@ -181,6 +182,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.st.insert, "INSERT INTO records (" + columns + ", holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"},
 		{s.w, &s.st.write, `UPDATE records SET state = ?, history = ?, attempts = ?, attached = ?,
 			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ?, awaiting = ? WHERE id = ?`},
+		{s.w, &s.st.writeKnown, writeKnownText},
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
 		{s.l, &s.st.renew, renewText},
@@ -232,28 +234,30 @@ func scanRecord(row scanner) (*record.Record, error) {
 	return &r, nil
 }
 
-func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) error {
+// insertRecord stores r and returns its history as stored.
+func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
 	history, err := json.Marshal(r.History)
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, err = tx.StmtContext(ctx, s.st.insert).ExecContext(ctx,
 		r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, r.State,
 		string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()), r.Awaiting)
-	return err
+	return string(history), err
 }
 
-// writeRecord stores the fields of r that a change moves.
-func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) error {
+// writeRecord stores the fields of r that a change moves, and returns
+// its history as stored.
+func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
 	history, err := json.Marshal(r.History)
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, err = tx.StmtContext(ctx, s.st.write).ExecContext(ctx,
 		r.State, string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.Awaiting, r.ID)
-	return err
+	return string(history), err
 }
 
 // jsonText is m as a TEXT value, so SQLite's JSON functions can read it,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/idcache"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -87,11 +88,12 @@ type Store struct {
 	v  *sql.DB
 	st statements
 
-	writes    *batch.Queue[*write] // Reserve's and Update's writes (batch.go)
-	turn      sync.Mutex           // the process's turn at the write lock: a batch's, or Renew's
-	reserves  atomic.Uint64        // counts Reserve calls, to pace purges
-	attaches  record.AttachCounts  // counted by matchRead, not yet written
-	closed    chan struct{}        // closed by Close, to end waits
+	writes    *batch.Queue[*write]  // Reserve's and Update's writes (batch.go)
+	turn      sync.Mutex            // the process's turn at the write lock: a batch's, or Renew's
+	reserves  atomic.Uint64         // counts Reserve calls, to pace purges
+	attaches  record.AttachCounts   // counted by matchRead, not yet written
+	known     *idcache.Cache[known] // the records this Store last wrote (known.go)
+	closed    chan struct{}         // closed by Close, to end waits
 	closeOnce sync.Once
 
 	mu      sync.Mutex          // protects waiters and polling
@@ -250,7 +252,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](knownCacheSize), closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)

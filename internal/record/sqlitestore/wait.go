@@ -109,7 +109,7 @@ func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, er
 		return r, err
 	}
 	apply(r, record.OrphanChange(r), now)
-	if err := s.writeRecord(ctx, tx, r); err != nil {
+	if _, err := s.writeRecord(ctx, tx, r); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {

@@ -1,0 +1,91 @@
+package sqlitestore
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+// An update of a record the store knows is written without reading the
+// record, and returns the record as stored all the same: with decisions,
+// notes JSON escapes, claims, renewals and attaches in between. A record
+// another process moved on is read first, and is right too.
+func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
+	ctx := context.Background()
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 999_999_999, time.UTC))
+	path := filepath.Join(t.TempDir(), "records.db")
+	open := func() *Store {
+		s, err := Open(ctx, path, Options{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s, other := open(), open()
+	r := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Actor: "alice", Scope: "session:1",
+		Upstream: "stdio:server", Tool: "charge_card", Retention: time.Hour, Owner: "proxy-1", LeaseUntil: clock.Now().Add(time.Minute)}
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, c record.Change) *record.Record {
+		t.Helper()
+		clock.Advance(1500*time.Millisecond + 1)
+		got, err := s.Update(ctx, r.ID, c)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		want, err := other.Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Update returned\n%+v\nstored\n%+v", what, got, want)
+		}
+		return want
+	}
+
+	// The writer's read of a record by id fails: an update that read
+	// the record fails.
+	byID := s.st.byID
+	unread, err := s.w.PrepareContext(ctx, "SELECT 'the record was read' WHERE ? IS NOT NULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.st.byID = unread
+	step("authorized", record.Change{To: record.Authorized, From: record.Accepted, By: "alice", Via: record.ApproverOperator,
+		Note: "a \"quoted\" <note> / with \\ slashes, é, \u2028 and a tab\t"})
+	if err := s.Renew(ctx, "proxy-1", clock.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	step("dispatched", record.Change{To: record.Dispatched})
+	// Counted by another process, and written at its Close.
+	attach := open()
+	if got, won, err := attach.Reserve(ctx, &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k"}, record.ReserveOptions{}); err != nil || won || got.ID != r.ID {
+		t.Fatalf("attach: %v won=%v err=%v", got, won, err)
+	}
+	if err := attach.Close(); err != nil {
+		t.Fatal(err)
+	}
+	step("unknown", record.Change{To: record.Unknown, Note: "\x01 no answer"})
+	lease := clock.Now().Add(time.Hour)
+	if got := step("dispatched again, by a new owner", record.Change{To: record.Dispatched, Note: "retry", Owner: "proxy-2", LeaseUntil: lease}); got.Owner != "proxy-2" || !got.LeaseUntil.Equal(lease) {
+		t.Errorf("stored owner %q, lease %v; want proxy-2, %v", got.Owner, got.LeaseUntil, lease)
+	}
+	s.st.byID = byID
+	unread.Close()
+
+	// Another process moves the record on: this one's copy is stale.
+	if _, err := other.Update(ctx, r.ID, record.Change{To: record.Unknown}); err != nil {
+		t.Fatal(err)
+	}
+	step("dispatched after another process's change", record.Change{To: record.Dispatched})
+	step("completed", record.Change{To: record.Completed, Result: json.RawMessage(`{"content":[]}`)})
+	step("delivered", record.Change{To: record.Delivered, From: record.Completed})
+}
