@@ -25,7 +25,7 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(what string, c record.Change) {
+	step := func(what string, c record.Change) *record.Record {
 		t.Helper()
 		clock.Advance(1500*time.Millisecond + 1)
 		got, err := s.Update(ctx, r.ID, c)
@@ -39,6 +39,7 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: Update returned\n%+v\nstored\n%+v", what, got, want)
 		}
+		return want
 	}
 
 	// Only the statement for a known record can run: a change that took
@@ -60,7 +61,10 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("unknown", record.Change{To: record.Unknown, Note: "\x01 no answer"})
-	step("dispatched again, by a new owner", record.Change{To: record.Dispatched, Note: "retry", Owner: "proxy-2", LeaseUntil: clock.Now().Add(time.Hour)})
+	lease := clock.Now().Add(time.Hour)
+	if got := step("dispatched again, by a new owner", record.Change{To: record.Dispatched, Note: "retry", Owner: "proxy-2", LeaseUntil: lease}); got.Owner != "proxy-2" || !got.LeaseUntil.Equal(lease.Truncate(time.Microsecond)) {
+		t.Errorf("stored owner %q, lease %v; want proxy-2, %v", got.Owner, got.LeaseUntil, lease)
+	}
 	s.q.update = full
 
 	// Another process moves the record on: this one's copy is stale.
