@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"encoding/json"
-	"reflect"
 	"testing"
 	"time"
 
@@ -25,22 +24,7 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(what string, c record.Change) *record.Record {
-		t.Helper()
-		clock.Advance(1500*time.Millisecond + 1)
-		got, err := s.Update(ctx, r.ID, c)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		want, err := other.Get(ctx, r.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: Update returned\n%+v\nstored\n%+v", what, got, want)
-		}
-		return want
-	}
+	step := recordtest.Steps(t, clock, s, other, r.ID)
 
 	// Only the statement for a known record can run: a change that took
 	// the long way fails.

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -74,30 +73,12 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 	h := &replies{n: make(map[string]int)}
 	redisstore.Client(s).AddHook(h)
 	ctx := t.Context()
-	stored := func(what string, got *record.Record) {
-		t.Helper()
-		want, err := other.Get(ctx, got.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: Update returned\n%+v\nstored\n%+v", what, got, want)
-		}
-	}
 	r := newRecord("k")
 	r.Owner, r.LeaseUntil = "proxy-1", clock.Now().Add(time.Minute)
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(what string, c record.Change) {
-		t.Helper()
-		clock.Advance(1500*time.Millisecond + 1)
-		got, err := s.Update(ctx, r.ID, c)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		stored(what, got)
-	}
+	step := recordtest.Steps(t, clock, s, other, r.ID)
 	step("authorized", record.Change{To: record.Authorized, From: record.Accepted, By: "alice", Via: record.ApproverOperator,
 		Note: "a \"quoted\" note / with \\ slashes, é, \u2028 and a tab\t"})
 	// Counted by another process, and written at its Close.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"reflect"
 	"testing"
 	"time"
 
@@ -34,22 +33,7 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(what string, c record.Change) *record.Record {
-		t.Helper()
-		clock.Advance(1500*time.Millisecond + 1)
-		got, err := s.Update(ctx, r.ID, c)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		want, err := other.Get(ctx, r.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: Update returned\n%+v\nstored\n%+v", what, got, want)
-		}
-		return want
-	}
+	step := recordtest.Steps(t, clock, s, other, r.ID)
 
 	// The writer's read of a record by id fails: an update that read
 	// the record fails.
