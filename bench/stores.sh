@@ -45,18 +45,31 @@ run() {
 
 for ((r = 1; r <= rounds; r++)); do
 	for store in "${stores[@]}"; do
-		run "$store" base
-		run "$store" this
+		run "$store" base | sed "s/^/$r /"
+		run "$store" this | sed "s/^/$r /"
 	done
 done >"$dir/results"
 
+# Each line of results: round store build inflight ns/op. The ratio is
+# of the medians; the range is of each round's own ratio, base and this
+# run back to back, which shows how far the machine's swings moved it.
 echo "new executions/s, medians of $rounds interleaved rounds ($benchtime each)"
 echo "base: $base"
 echo "this: $here"
-printf '%-9s %9s %12s %12s %7s\n' store "in flight" base this ratio
-awk '{ print $1, $3 }' "$dir/results" | sort -u -k1,1 -k2,2n | while read -r store inflight; do
-	b=$(awk -v s="$store" -v n="$inflight" '$1 == s && $2 == "base" && $3 == n { print $4 }' "$dir/results" | median)
-	t=$(awk -v s="$store" -v n="$inflight" '$1 == s && $2 == "this" && $3 == n { print $4 }' "$dir/results" | median)
-	awk -v s="$store" -v n="$inflight" -v b="$b" -v t="$t" \
-		'BEGIN { printf "%-9s %9d %12.0f %12.0f %6.2fx\n", s, n, 1e9 / b, 1e9 / t, b / t }'
+printf '%-9s %9s %12s %12s %7s %15s\n' store "in flight" base this ratio "rounds' ratios"
+awk '{ print $2, $4 }' "$dir/results" | sort -u -k1,1 -k2,2n | while read -r store inflight; do
+	b=$(awk -v s="$store" -v n="$inflight" '$2 == s && $3 == "base" && $4 == n { print $5 }' "$dir/results" | median)
+	t=$(awk -v s="$store" -v n="$inflight" '$2 == s && $3 == "this" && $4 == n { print $5 }' "$dir/results" | median)
+	spread=$(awk -v s="$store" -v n="$inflight" '
+		$2 == s && $4 == n { ns[$1, $3] = $5; r[$1] = 1 }
+		END {
+			for (k in r) if ((k, "base") in ns && (k, "this") in ns) {
+				x = ns[k, "base"] / ns[k, "this"]
+				if (lo == "" || x < lo) lo = x
+				if (hi == "" || x > hi) hi = x
+			}
+			printf "%.2f-%.2fx", lo, hi
+		}' "$dir/results")
+	awk -v s="$store" -v n="$inflight" -v b="$b" -v t="$t" -v spread="$spread" \
+		'BEGIN { printf "%-9s %9d %12.0f %12.0f %6.2fx %15s\n", s, n, 1e9 / b, 1e9 / t, b / t, spread }'
 done
