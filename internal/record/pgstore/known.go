@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -72,14 +73,11 @@ func (s *Store) changeKnown(k *record.Record, c record.Change, from []record.Sta
 		if err := row.Scan(&r.Attached, &lease, &expires); err != nil {
 			return err
 		}
-		r.Apply(c, st.now)
-		// The caller's buffers stay the caller's.
-		if c.Result != nil {
-			r.Result = slices.Clone(c.Result)
-		}
-		if c.Error != nil {
-			r.Error = slices.Clone(c.Error)
-		}
+		// An empty result or error is no value (rawJSON): the stored
+		// one stays. The caller's buffers stay the caller's.
+		applied := c
+		applied.Result, applied.Error = ownJSON(c.Result), ownJSON(c.Error)
+		r.Apply(applied, st.now)
 		r.LeaseUntil, r.ExpiresAt = timeOf(lease), timeOf(expires)
 		*rec = r
 		return nil
@@ -93,4 +91,12 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 		return time.Time{}
 	}
 	return t.Time.UTC()
+}
+
+// ownJSON returns a copy of m, as rawJSON writes it: nil if empty.
+func ownJSON(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Clone(m)
 }

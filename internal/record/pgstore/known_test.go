@@ -59,3 +59,17 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 	step("completed", record.Change{To: record.Completed, Result: json.RawMessage(`{"content":[]}`)})
 	step("delivered", record.Change{To: record.Delivered, From: record.Completed})
 }
+
+// An empty result is no result: the store keeps none, and says so.
+func TestKnownRecordEmptyResult(t *testing.T) {
+	u, schema := serverURL(t), newSchema(t)
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s, other := open(t, u, schema, clock.Now), open(t, u, schema, clock.Now)
+	r := newRecord("k", clock.Now())
+	if _, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	step := recordtest.Steps(t, clock, s, other, r.ID)
+	step("completed", record.Change{To: record.Completed, Result: json.RawMessage{}, Error: json.RawMessage{}})
+	step("delivered", record.Change{To: record.Delivered})
+}

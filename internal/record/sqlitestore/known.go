@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -33,17 +34,20 @@ type known struct {
 }
 
 // writeKnownText writes a change to a record whose history is the one
-// given, and returns what it did not write.
-const writeKnownText = `UPDATE records SET state = ?, history = ?, attempts = ?, result = ?, error = ?,
+// given, and returns what it did not write. The result and the error are
+// written only as the change gives them: the store's copy is never
+// written back.
+const writeKnownText = `UPDATE records SET state = ?, history = ?, attempts = ?, result = coalesce(?, result), error = coalesce(?, error),
 	expires_at = ?, owner = ?, awaiting = ?, lease_until = CASE WHEN ? THEN ? ELSE lease_until END
 	WHERE id = ? AND history = ? RETURNING attached, lease_until`
 
 // remember keeps r, whose history column is history, for the next
-// update, once it is committed; a record no update moves on any more, or
-// whose history is not known (""), is forgotten.
-func (s *Store) remember(r *record.Record, history string) {
+// update, once c made it and it is committed. A record no update moves
+// on any more is forgotten, and so is one whose history is not known
+// (""), or that c's strings made differ from what is stored.
+func (s *Store) remember(r *record.Record, history string, c record.Change) {
 	final := r.State.Settled() && r.State != record.Completed && r.State != record.Unknown
-	if final || history == "" || len(r.Result)+len(r.Error) > knownMaxBytes {
+	if final || history == "" || !storedAsIs(c) || len(r.Result)+len(r.Error) > knownMaxBytes {
 		s.known.Drop(r.ID)
 		return
 	}
@@ -67,16 +71,10 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 	}
 	// What json.Marshal makes of the whole history: one more element.
 	history := k.history[:len(k.history)-1] + "," + string(entry) + "]"
-	// The caller's buffers stay the caller's.
-	if c.Result != nil {
-		r.Result = slices.Clone(c.Result)
-	}
-	if c.Error != nil {
-		r.Error = slices.Clone(c.Error)
-	}
+	ownBuffers(r, c)
 	var lease sql.NullInt64
 	err = tx.StmtContext(ctx, s.st.writeKnown).QueryRowContext(ctx,
-		r.State, history, r.Attempts, jsonText(r.Result), jsonText(r.Error),
+		r.State, history, r.Attempts, jsonText(c.Result), jsonText(c.Error),
 		nanos(r.ExpiresAt), r.Owner, r.Awaiting, c.To.Settled() || c.Owner != "", nanos(r.LeaseUntil),
 		r.ID, k.history).Scan(&r.Attached, &lease)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -87,4 +85,21 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 	}
 	r.LeaseUntil = fromNanos(lease)
 	return r, history, nil
+}
+
+// storedAsIs reports whether c's strings are stored as they are: JSON
+// keeps valid UTF-8 only, and json.Marshal replaces the rest.
+func storedAsIs(c record.Change) bool {
+	return utf8.ValidString(c.Note) && utf8.ValidString(c.By) && utf8.ValidString(c.Via)
+}
+
+// ownBuffers gives r, which c changed, copies of c's result and error:
+// the caller's buffers stay the caller's, and r is remembered.
+func ownBuffers(r *record.Record, c record.Change) {
+	if c.Result != nil {
+		r.Result = slices.Clone(c.Result)
+	}
+	if c.Error != nil {
+		r.Error = slices.Clone(c.Error)
+	}
 }

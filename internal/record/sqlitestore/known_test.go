@@ -73,3 +73,53 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	step("completed", record.Change{To: record.Completed, Result: json.RawMessage(`{"content":[]}`)})
 	step("delivered", record.Change{To: record.Delivered, From: record.Completed})
 }
+
+// A record the store remembers keeps to what is stored: a caller that
+// reuses its result's buffer changes nothing stored or returned, and a
+// name that JSON cannot keep as it is, or an empty result, is returned
+// as stored by the updates after it.
+func TestKnownRecordsKeepToWhatIsStored(t *testing.T) {
+	ctx := context.Background()
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "records.db")
+	open := func() *Store {
+		s, err := Open(ctx, path, Options{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s, other := open(), open()
+	reserve := func(key string) *record.Record {
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Fingerprint: key, Tool: "charge_card", Retention: time.Hour}
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	r := reserve("reused buffer")
+	step := recordtest.Steps(t, clock, s, other, r.ID)
+	// Moved on by another process: this one's copy is stale, and the
+	// next change goes the long way.
+	if _, err := other.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	buf := []byte(`{"n":1}`)
+	step("completed", record.Change{To: record.Completed, Result: buf})
+	copy(buf, `{"n":2}`)
+	if got := step("delivered", record.Change{To: record.Delivered}); string(got.Result) != `{"n":1}` {
+		t.Errorf("stored result %s; want {\"n\":1}", got.Result)
+	}
+
+	r = reserve("invalid UTF-8")
+	step = recordtest.Steps(t, clock, s, other, r.ID)
+	// Stored with U+FFFD; this Update returns the name as given.
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Authorized, By: "al\xffice", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	step("dispatched", record.Change{To: record.Dispatched})
+	step("completed, with an empty result", record.Change{To: record.Completed, Result: json.RawMessage{}})
+	step("delivered", record.Change{To: record.Delivered})
+}

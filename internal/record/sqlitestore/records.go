@@ -39,7 +39,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if !res.won {
 		return s.attaches.Show(rec), false, nil
 	}
-	s.remember(rec, res.history)
+	s.remember(rec, res.history, record.Change{})
 	return rec, true, nil
 }
 
@@ -131,6 +131,7 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	k, known := s.known.Get(id)
+	known = known && storedAsIs(c)
 	var r *record.Record
 	var history string
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
@@ -146,7 +147,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		s.known.Drop(id)
 		return nil, fmt.Errorf("updating %s: %w", id, err)
 	}
-	s.remember(r, history)
+	s.remember(r, history, c)
 	s.notify(id, r.State)
 	return s.attaches.Show(r), nil
 }
@@ -165,6 +166,7 @@ func (s *Store) updateIn(ctx context.Context, tx *sql.Tx, now time.Time, id stri
 		return nil, "", fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
 	}
 	apply(r, c, now)
+	ownBuffers(r, c)
 	history, err := s.writeRecord(ctx, tx, r)
 	if err != nil {
 		return nil, "", err
