@@ -24,18 +24,12 @@ import (
 // the client and the server at 32 in flight. A record that moved on
 // meanwhile is not changed, and Update reads it and tries again, as it
 // does for a record it does not know.
-const (
-	knownCacheSize = 1 << 10
-	// knownMaxBytes bounds the result and error of a record kept.
-	knownMaxBytes = 16 << 10
-)
 
 // remember keeps rec, as stored, for the next update, and returns a copy
 // that shows its attaches not yet written. A record no update moves on
 // any more is forgotten.
 func (s *Store) remember(rec *record.Record) *record.Record {
-	final := rec.State.Settled() && rec.State != record.Completed && rec.State != record.Unknown
-	if final || len(rec.Result)+len(rec.Error) > knownMaxBytes {
+	if !record.WorthKnowing(rec) {
 		s.known.Drop(rec.ID)
 	} else {
 		kept := rec.Clone()

@@ -179,7 +179,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		minPoll:  minPoll,
 		maxPoll:  maxPoll,
 		timeout:  timeout,
-		known:    idcache.New[*record.Record](knownCacheSize),
+		known:    idcache.New[*record.Record](record.KnownRecords),
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout

@@ -19,11 +19,6 @@ import (
 // record.Record.Apply, as the script applied it. Returning the whole
 // record cost the server about a quarter of an update's work, and the
 // client its decoding.
-const (
-	knownCacheSize = 1 << 10
-	// knownMaxBytes bounds the result and error of a record kept.
-	knownMaxBytes = 16 << 10
-)
 
 // A known record is one as this Store last wrote or read it.
 type known struct {
@@ -34,8 +29,7 @@ type known struct {
 // remember keeps rec, whose history field is hist bytes long, for the
 // next update; a record no update moves on any more is forgotten.
 func (s *Store) remember(rec *record.Record, hist int) {
-	final := rec.State.Settled() && rec.State != record.Completed && rec.State != record.Unknown
-	if final || len(rec.Result)+len(rec.Error) > knownMaxBytes {
+	if !record.WorthKnowing(rec) {
 		s.known.Drop(rec.ID)
 		return
 	}

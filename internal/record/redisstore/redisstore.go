@@ -141,7 +141,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		pollMin:    pollMin,
 		pollMax:    pollMax,
 		tags:       idcache.New[loc](tagCacheSize),
-		known:      idcache.New[known](knownCacheSize),
+		known:      idcache.New[known](record.KnownRecords),
 		owned:      make(map[string]map[string]owned),
 		ownerOf:    make(map[string]string),
 		waiters:    make(map[string]*watch),

@@ -21,11 +21,6 @@ import (
 // quarter of the writer's time at 32 executions in flight. A record that
 // moved on meanwhile is read, in the same transaction, as one it does
 // not know.
-const (
-	knownCacheSize = 1 << 10
-	// knownMaxBytes bounds the result and error of a record kept.
-	knownMaxBytes = 16 << 10
-)
 
 // A known record is one as this Store last wrote it.
 type known struct {
@@ -46,8 +41,7 @@ const writeKnownText = `UPDATE records SET state = ?, history = ?, attempts = ?,
 // on any more is forgotten, and so is one whose history is not known
 // (""), or that c's strings made differ from what is stored.
 func (s *Store) remember(r *record.Record, history string, c record.Change) {
-	final := r.State.Settled() && r.State != record.Completed && r.State != record.Unknown
-	if final || history == "" || !storedAsIs(c) || len(r.Result)+len(r.Error) > knownMaxBytes {
+	if !record.WorthKnowing(r) || history == "" || !storedAsIs(c) {
 		s.known.Drop(r.ID)
 		return
 	}

@@ -18,15 +18,7 @@ import (
 func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	ctx := context.Background()
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 999_999_999, time.UTC))
-	path := filepath.Join(t.TempDir(), "records.db")
-	open := func() *Store {
-		s, err := Open(ctx, path, Options{Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := storesOn(t, clock)
 	s, other := open(), open()
 	r := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Actor: "alice", Scope: "session:1",
 		Upstream: "stdio:server", Tool: "charge_card", Retention: time.Hour, Owner: "proxy-1", LeaseUntil: clock.Now().Add(time.Minute)}
@@ -81,15 +73,7 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 func TestKnownRecordsKeepToWhatIsStored(t *testing.T) {
 	ctx := context.Background()
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
-	path := filepath.Join(t.TempDir(), "records.db")
-	open := func() *Store {
-		s, err := Open(ctx, path, Options{Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := storesOn(t, clock)
 	s, other := open(), open()
 	reserve := func(key string) *record.Record {
 		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Fingerprint: key, Tool: "charge_card", Retention: time.Hour}
@@ -122,4 +106,18 @@ func TestKnownRecordsKeepToWhatIsStored(t *testing.T) {
 	step("dispatched", record.Change{To: record.Dispatched})
 	step("completed, with an empty result", record.Change{To: record.Completed, Result: json.RawMessage{}})
 	step("delivered", record.Change{To: record.Delivered})
+}
+
+// storesOn returns a func that opens a Store on one new file, closed when
+// the test ends, as another process would: each has its own connections.
+func storesOn(t *testing.T, clock *recordtest.Clock) func() *Store {
+	path := filepath.Join(t.TempDir(), "records.db")
+	return func() *Store {
+		s, err := Open(context.Background(), path, Options{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
 }
