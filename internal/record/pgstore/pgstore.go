@@ -319,35 +319,6 @@ var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
 	WHERE id = $id AND holds_key AND NOT `+orphan+` AND `+replaceable,
 	"id", "now", "replace", "fingerprint")
 
-// updateSet is what updateSQL and updateKnownSQL write.
-const updateSet = `
-	state = $to::text,
-	history = history || $entry::jsonb,
-	attempts = attempts + $dispatch::integer,
-	result = coalesce($result::json, result),
-	error = coalesce($error::json, error),
-	owner = CASE WHEN $owner::text = '' THEN owner ELSE $owner::text END,
-	lease_until = CASE WHEN $settles::boolean THEN NULL WHEN $owner::text = '' THEN lease_until ELSE $lease_until::timestamptz END,
-	expires_at = CASE WHEN $settles::boolean THEN $now::timestamptz + retention END,
-	awaiting = CASE WHEN $to::text = 'accepted' THEN awaiting ELSE '' END`
-
-// updateSQL applies a change to a record whose state is one of $from: the
-// compare-and-set that makes Update and the settling of an orphan atomic.
-// With $orphan set it applies only while the lease has lapsed (a Renew may
-// have come first).
-var updateSQL = params(`UPDATE {schema}.records SET`+updateSet+`
-WHERE id = $id AND state = ANY($from::text[]) AND (NOT $orphan::boolean OR `+orphan+`)
-RETURNING `+columns,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "orphan")
-
-// updateKnownSQL applies a change as updateSQL does, to a record whose
-// history still has $known transitions, and returns only what may have
-// changed since (known.go).
-var updateKnownSQL = params(`UPDATE {schema}.records SET`+updateSet+`
-WHERE id = $id AND state = ANY($from::text[]) AND jsonb_array_length(history) = $known::integer
-RETURNING attached, lease_until, expires_at`,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "known")
-
 const getSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE id = $1`
 
 // watchSQL asks for a notification when the record settles or is
