@@ -127,7 +127,7 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
-		if err := dr.ReplyThen(a, func(taken bool) { in.deliveredLater(req, rec, taken) }); err != nil {
+		if err := dr.ReplyThen(a, func(err error) { in.deliveredLater(req, rec, err) }); err != nil {
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
 			in.journalizeAttach(req, err)
 		}
@@ -146,23 +146,19 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 }
 
 // deliveredLater records what became of rec's answer to req's caller, which
-// its transport took only later (taken), or never.
-func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, taken bool) {
-	if taken {
+// its transport took only later (err nil), or never, for err.
+func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, err error) {
+	if err == nil {
 		in.delivered(req, rec)
 		return
 	}
-	in.log.Info("the client never read its answer", "execution", rec.ID, "request", req.Correlation)
-	in.journalizeAttach(req, errNeverRead)
+	in.log.Info("the client never got its answer", "execution", rec.ID, "request", req.Correlation, "err", err)
+	in.journalizeAttach(req, err)
 }
 
 // errCallerLeft is why an answer to a caller that cancelled its call was
 // not written.
 var errCallerLeft = errors.New("the caller cancelled its call first")
-
-// errNeverRead is why a caller's transport did not take an answer that it
-// held for the client to read.
-var errNeverRead = errors.New("the client never read it: its session ended first")
 
 // delivered records that the caller of req got rec's answer. Not the
 // caller's context: the answer is out, so delivery must be recorded even

@@ -557,7 +557,7 @@ func TestApprovalInRoundAsksAgainWhenUnread(t *testing.T) {
 	h := approving(policy.ApprovalEach, policy.ApproverClient)
 	args := `{"card":"4242","amount":100}`
 	req, a := h.request(t, roundCall(args, nil, ""))
-	later := &laterAnswers{answers: a, written: make(chan func(bool), 1)}
+	later := &laterAnswers{answers: a, written: make(chan func(error), 1)}
 	req.Reply = later
 	h.in.Handle(t.Context(), req)
 	round := asRound(t, a.only(t)) // written is never called: unread

@@ -83,15 +83,15 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 			early = true
 			in.questions.taken(id)
 		}
-		if err := dr.ReplyThen(a, func(taken bool) {
+		if err := dr.ReplyThen(a, func(err error) {
 			switch {
-			case taken:
+			case err == nil:
 				in.questions.taken(id)
 			case early:
 				in.questions.untaken(id)
 			}
 			if req.joined != "" {
-				in.journalizeAttach(req, notTaken(taken))
+				in.journalizeAttach(req, err)
 			}
 		}); err != nil {
 			if early {
@@ -112,14 +112,6 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 		in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
 	}
 	in.journalizeAttach(req, err) // a caller asked again has its line
-}
-
-// notTaken is the error of an answer its transport never took, or nil.
-func notTaken(taken bool) error {
-	if taken {
-		return nil
-	}
-	return errNeverRead
 }
 
 // questions are the executions of this process whose approval is asked

@@ -161,7 +161,7 @@ func TestApprovalQuestionAgainJournaled(t *testing.T) {
 	h := approving(policy.ApprovalEach, policy.ApproverClient).withJournal(j, nil)
 	args := `{"card":"4242","amount":100}`
 	req, a := h.request(t, roundCall(args, nil, ""))
-	req.Reply = &laterAnswers{answers: a, written: make(chan func(bool), 1)}
+	req.Reply = &laterAnswers{answers: a, written: make(chan func(error), 1)}
 	h.in.Handle(t.Context(), req)
 	asRound(t, a.only(t))
 	asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))

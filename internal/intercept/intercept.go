@@ -99,7 +99,7 @@ type CopyingReplier interface {
 type DeliveryReplier interface {
 	Replier
 	DeliversLater() bool
-	ReplyThen(a Answer, written func(taken bool)) error
+	ReplyThen(a Answer, written func(err error)) error
 }
 
 // An OrderedReplier is a DeliveryReplier whose transport writes answers

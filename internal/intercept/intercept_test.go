@@ -632,12 +632,12 @@ func TestStoreDownFailsClosed(t *testing.T) {
 // than the write, as an HTTP stream does: written holds the callbacks.
 type laterAnswers struct {
 	*answers
-	written chan func(bool)
+	written chan func(error)
 }
 
 func (a *laterAnswers) DeliversLater() bool { return true }
 
-func (a *laterAnswers) ReplyThen(ans Answer, written func(bool)) error {
+func (a *laterAnswers) ReplyThen(ans Answer, written func(error)) error {
 	a.written <- written
 	return a.Reply(ans)
 }
@@ -650,9 +650,9 @@ func (a *laterAnswers) ReplyThen(ans Answer, written func(bool)) error {
 func TestDeliveredWhenWritten(t *testing.T) {
 	h := newHarness(charged)
 	h.pol.Replay = policy.ReplayUndelivered
-	call := func() (*laterAnswers, func(bool)) {
+	call := func() (*laterAnswers, func(error)) {
 		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
-		a := &laterAnswers{answers: newAnswers(), written: make(chan func(bool), 1)}
+		a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
 		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
 			UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
 		a.only(t)
@@ -669,7 +669,7 @@ func TestDeliveredWhenWritten(t *testing.T) {
 	if n := h.up.calls.Load(); n != 1 {
 		t.Fatalf("upstream reached %d times; an answer never written is replayed, not run again", n)
 	}
-	written(true) // this one reached its caller
+	written(nil) // this one reached its caller
 	if r := h.onlyRecord(t); r.State != record.Delivered {
 		t.Fatalf("record %s once the answer was written; want delivered", r.State)
 	}

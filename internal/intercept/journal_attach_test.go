@@ -202,26 +202,26 @@ func TestJournalRecordsARedispatchNotSent(t *testing.T) {
 // TestJournalRecordsAReplayNeverRead: over a transport that learns only
 // later whether the caller read its answer, a replay has its delivered
 // line once it is read, and an attached line, not taken, once its
-// transport says it never will be.
+// transport says it never will be, with the reason it gives.
 func TestJournalRecordsAReplayNeverRead(t *testing.T) {
 	j := &memJournal{}
 	h := newHarness(charged).withJournal(j, nil)
 	h.call(t.Context(), t, chargeCall).only(t)
 	h.settle(t)
 	rec := h.onlyRecord(t)
-	replay := func(taken bool) {
+	replay := func(err error) {
 		req, _ := h.request(t, chargeCall)
-		a := &laterAnswers{answers: newAnswers(), written: make(chan func(bool), 1)}
+		a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
 		req.Reply = a
 		h.in.Handle(t.Context(), req)
 		a.only(t)
-		(<-a.written)(taken)
+		(<-a.written)(err)
 		h.settle(t)
 	}
-	replay(false)
-	replay(true)
+	replay(errBrokenPipe) // the transport's reason, whatever it is
+	replay(nil)
 	want := []string{
-		rec.ID + " attached replay/answer not taken: " + errNeverRead.Error(),
+		rec.ID + " attached replay/answer not taken: " + errBrokenPipe.Error(),
 		rec.ID + " delivered replay/answer taken",
 	}
 	if got := callerLines(j); !slices.Equal(got, want) {

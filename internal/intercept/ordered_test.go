@@ -9,7 +9,7 @@ import (
 
 // writeThenTell is a caller over a transport that writes in order and
 // tells of the write once it is done (stdio.Conn): the client may act on
-// the answer before written(true) is called, and hook runs then.
+// the answer before written(nil) is called, and hook runs then.
 type writeThenTell struct {
 	*answers
 	hook func()
@@ -19,14 +19,14 @@ func (r *writeThenTell) DeliversLater() bool { return true }
 
 func (r *writeThenTell) WritesInOrder() bool { return true }
 
-func (r *writeThenTell) ReplyThen(a Answer, written func(bool)) error {
+func (r *writeThenTell) ReplyThen(a Answer, written func(error)) error {
 	err := r.answers.Reply(a)
 	if r.hook != nil {
 		r.hook()
 		r.hook = nil
 	}
 	if err == nil {
-		written(true)
+		written(nil)
 	}
 	return err
 }
@@ -37,7 +37,7 @@ type failingAtOnce struct{ *answers }
 
 func (failingAtOnce) DeliversLater() bool { return true }
 
-func (failingAtOnce) ReplyThen(Answer, func(bool)) error { return errBrokenPipe }
+func (failingAtOnce) ReplyThen(Answer, func(error)) error { return errBrokenPipe }
 
 var errBrokenPipe = errors.New("write |1: broken pipe")
 
@@ -49,7 +49,7 @@ func TestApprovalQuestionAgainNotWrittenJournaled(t *testing.T) {
 	h := approving(policy.ApprovalEach, policy.ApproverClient).withJournal(j, nil)
 	args := `{"card":"4242","amount":100}`
 	req, a := h.request(t, roundCall(args, nil, ""))
-	req.Reply = &laterAnswers{answers: a, written: make(chan func(bool), 1)}
+	req.Reply = &laterAnswers{answers: a, written: make(chan func(error), 1)}
 	h.in.Handle(t.Context(), req)
 	asRound(t, a.only(t))
 	again, _ := h.request(t, roundCall(args, nil, ""))

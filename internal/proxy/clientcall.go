@@ -93,7 +93,7 @@ func (c *clientCall) refuse(e *jsonrpc.Error) {
 // through a burst (hold.go). WriteAnswer calls written then, with true,
 // or with false once the answer never can reach it.
 type answerWriter interface {
-	WriteAnswer(frame []byte, written func(bool)) error
+	WriteAnswer(frame []byte, written func(error)) error
 }
 
 // DeliversLater implements intercept.DeliveryReplier: over a Conn that
@@ -111,13 +111,13 @@ func (c *clientCall) WritesInOrder() bool {
 }
 
 // ReplyThen implements intercept.DeliveryReplier.
-func (c *clientCall) ReplyThen(a intercept.Answer, written func(bool)) error {
+func (c *clientCall) ReplyThen(a intercept.Answer, written func(error)) error {
 	w := c.s.clientAnswers
 	if w == nil {
 		if err := c.Reply(a); err != nil {
 			return err
 		}
-		written(true)
+		written(nil)
 		return nil
 	}
 	c.release()

@@ -31,7 +31,7 @@ type requestThenWriter interface {
 // A responseThenWriter writes an answer as frameBuilder does, and tells
 // written once it is written.
 type responseThenWriter interface {
-	WriteResponseThen(id, result []byte, written func(bool)) error
+	WriteResponseThen(id, result []byte, written func(error)) error
 }
 
 // A burst is what one pump holds.

@@ -19,8 +19,8 @@ import (
 // A heldFrame is a frame written while the Conn holds its writes, with
 // what to tell once Flush writes it.
 type heldFrame struct {
-	end     int        // the offset in pending just past the frame's newline
-	written func(bool) // told whether the frame was written whole; or nil
+	end     int         // the offset in pending just past the frame's newline
+	written func(error) // told nil once the frame is written whole, else why not; or nil
 	// failed is told the error when the frame was not written whole, with
 	// the id it was written with; or nil.
 	failed func(id string, err error)
@@ -81,8 +81,10 @@ func (c *Conn) Flush() error {
 	for i, h := range told {
 		whole := err == nil || h.end <= n
 		switch {
+		case h.written != nil && whole:
+			h.written(nil)
 		case h.written != nil:
-			h.written(whole)
+			h.written(err)
 		case !whole:
 			h.failed(h.id, err)
 		}
@@ -101,7 +103,7 @@ func (c *Conn) Flush() error {
 // hold its writes, else when Flush writes it. A write made at once that
 // fails returns its error, and written is not called; a held frame that
 // Flush does not write whole gets written(false).
-func (c *Conn) WriteAnswer(frame []byte, written func(bool)) error {
+func (c *Conn) WriteAnswer(frame []byte, written func(error)) error {
 	c.wmu.Lock()
 	b := c.frameBuffer()
 	err := c.endFrame(append(b, frame...), len(b), heldFrame{written: written})
@@ -110,7 +112,7 @@ func (c *Conn) WriteAnswer(frame []byte, written func(bool)) error {
 
 // WriteResponseThen is WriteResponse with written called as WriteAnswer
 // calls it.
-func (c *Conn) WriteResponseThen(id, result []byte, written func(bool)) error {
+func (c *Conn) WriteResponseThen(id, result []byte, written func(error)) error {
 	c.wmu.Lock()
 	b := c.frameBuffer()
 	err := c.endFrame(jsonrpc.AppendResponse(b, id, result), len(b), heldFrame{written: written})
@@ -119,11 +121,11 @@ func (c *Conn) WriteResponseThen(id, result []byte, written func(bool)) error {
 
 // unlockTelling releases c.wmu, and calls written(true) if the frame just
 // ended, whose write returned err, was written at once and whole.
-func (c *Conn) unlockTelling(err error, written func(bool)) error {
+func (c *Conn) unlockTelling(err error, written func(error)) error {
 	held := c.holding
 	c.wmu.Unlock()
 	if !held && err == nil {
-		written(true)
+		written(nil)
 	}
 	return err
 }

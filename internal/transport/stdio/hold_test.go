@@ -38,8 +38,10 @@ func TestFlushWritesHeldFramesInOne(t *testing.T) {
 	w := &takingWriter{limit: -1}
 	c := NewConn(strings.NewReader(""), w, 0)
 	var told []string
-	tell := func(name string) func(bool) {
-		return func(ok bool) { told = append(told, name+map[bool]string{true: " written", false: " lost"}[ok]) }
+	tell := func(name string) func(error) {
+		return func(err error) {
+			told = append(told, name+map[bool]string{true: " written", false: " lost"}[err == nil])
+		}
 	}
 	c.Hold()
 	for _, err := range []error{
@@ -81,16 +83,28 @@ func TestFlushWritesHeldFramesInOne(t *testing.T) {
 }
 
 // TestFlushThatFailsPartWay: of the frames held, those the failing write
-// took whole count as written, and the rest do not: answers are told they
-// were lost, and requests that they failed, with their ids.
+// took whole count as written, and the rest do not: answers are told the
+// write's error, and requests that they failed, with their ids.
 func TestFlushThatFailsPartWay(t *testing.T) {
 	first := `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"
 	w := &takingWriter{limit: len(first) + 3} // the first frame and a bit
 	c := NewConn(strings.NewReader(""), w, 0)
 	var told []string
 	c.Hold()
-	c.WriteResponseThen([]byte(`1`), []byte(`{}`), func(ok bool) { told = append(told, "1 written="+map[bool]string{true: "yes", false: "no"}[ok]) })
-	c.WriteResponseThen([]byte(`2`), []byte(`{}`), func(ok bool) { told = append(told, "2 written="+map[bool]string{true: "yes", false: "no"}[ok]) })
+	tell := func(id string) func(error) {
+		return func(err error) {
+			switch {
+			case err == nil:
+				told = append(told, id+" written")
+			case errors.Is(err, errTaken):
+				told = append(told, id+" not written: the write's error")
+			default:
+				told = append(told, id+" not written: "+err.Error())
+			}
+		}
+	}
+	c.WriteResponseThen([]byte(`1`), []byte(`{}`), tell("1"))
+	c.WriteResponseThen([]byte(`2`), []byte(`{}`), tell("2"))
 	c.WriteRequestThen(`"r3"`, "ping", nil, func(id string, err error) {
 		if !errors.Is(err, errTaken) {
 			t.Errorf("failed told %v; want the write's error", err)
@@ -100,7 +114,7 @@ func TestFlushThatFailsPartWay(t *testing.T) {
 	if err := c.Flush(); !errors.Is(err, errTaken) {
 		t.Fatalf("Flush returned %v; want the write's error", err)
 	}
-	if got := strings.Join(told, ", "); got != `1 written=yes, 2 written=no, "r3" failed` {
+	if got := strings.Join(told, ", "); got != `1 written, 2 not written: the write's error, "r3" failed` {
 		t.Fatalf("told %s; want the first written, the rest not", got)
 	}
 }
@@ -112,15 +126,15 @@ func TestWriteAnswerAtOnce(t *testing.T) {
 	w := &takingWriter{limit: -1}
 	c := NewConn(strings.NewReader(""), w, 0)
 	written := 0
-	if err := c.WriteAnswer([]byte(`{"a":1}`), func(ok bool) {
-		if ok {
+	if err := c.WriteAnswer([]byte(`{"a":1}`), func(err error) {
+		if err == nil {
 			written++
 		}
 	}); err != nil || written != 1 || len(w.writes) != 1 {
 		t.Fatalf("WriteAnswer: err %v, told %d, %d writes; want nil, 1, 1", err, written, len(w.writes))
 	}
 	c = NewConn(strings.NewReader(""), &takingWriter{limit: 0}, 0)
-	err := c.WriteResponseThen([]byte(`1`), []byte(`{}`), func(bool) { t.Error("a write that failed at once told its writer too") })
+	err := c.WriteResponseThen([]byte(`1`), []byte(`{}`), func(error) { t.Error("a write that failed at once told its writer too") })
 	if !errors.Is(err, errTaken) {
 		t.Fatalf("WriteResponseThen returned %v; want the write's error", err)
 	}

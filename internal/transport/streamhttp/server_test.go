@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -127,18 +128,21 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		if m.Method == "slowrecord" {
 			// Recording the delivery takes a while: the client must
 			// have its answer meanwhile.
-			s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(bool) {
+			s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(error) {
 				<-p.gate
 				note(p.written, id)
 			})
 			note(p.routed, id)
 			return
 		}
-		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(written bool) {
-			if written {
+		s.WriteAnswer(jsonrpc.NewResponse(m.ID, result), func(err error) {
+			switch {
+			case err == nil:
 				note(p.written, id)
-			} else {
+			case errors.Is(err, ErrNeverRead):
 				note(p.lost, id)
+			default:
+				note(p.lost, id+": "+err.Error())
 			}
 		})
 		note(p.routed, id)

@@ -103,7 +103,7 @@ func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate strin
 // answerLocked appends the answer to every stream of p. written, if not
 // nil, is called once, with true once the answer has been written to the
 // client on one of them, or false once it never can be (dropUnread).
-func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func(bool)) {
+func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func(error)) {
 	var w func()
 	if written != nil {
 		w = ss.holdUnreadLocked(p, written)
@@ -226,7 +226,7 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 // open: bytes handed to a connection the client closes at that instant
 // may still count. An answer a writer was writing as the session went
 // is not reported at all. A batch frame never calls written.
-func (ss *ServerSession) WriteAnswer(frame []byte, written func(bool)) error {
+func (ss *ServerSession) WriteAnswer(frame []byte, written func(error)) error {
 	return ss.write(frame, written, "")
 }
 
@@ -242,7 +242,7 @@ func (ss *ServerSession) WriteRelated(frame []byte, key string) error {
 }
 
 // write is WriteAnswer and WriteRelated.
-func (ss *ServerSession) write(frame []byte, written func(bool), related string) error {
+func (ss *ServerSession) write(frame []byte, written func(error), related string) error {
 	// Our own copy: the event store keeps it, and the caller may reuse
 	// frame.
 	frame = bytes.Clone(frame)
@@ -252,7 +252,7 @@ func (ss *ServerSession) write(frame []byte, written func(bool), related string)
 	}
 	if !m.Batch {
 		if !ss.route(m, written, related) && written != nil {
-			written(false) // no request of the session's is owed it
+			written(errNotAwaited)
 		}
 		return nil
 	}
@@ -270,7 +270,7 @@ func (ss *ServerSession) write(frame []byte, written func(bool), related string)
 // WriteFrame for which stream, WriteAnswer for written, and WriteRelated
 // for related. It reports false for an answer that no request of the
 // session's is owed.
-func (ss *ServerSession) route(m *jsonrpc.Message, written func(bool), related string) bool {
+func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related string) bool {
 	frame := m.Raw
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

@@ -1,16 +1,26 @@
 package streamhttp
 
+import "errors"
+
+// ErrNeverRead is why an answer that WriteAnswer took never reached the
+// client: its session ended first.
+var ErrNeverRead = errors.New("the client never read it: its session ended first")
+
+// errNotAwaited is why WriteAnswer could not take an answer: no request
+// of the session awaits it.
+var errNotAwaited = errors.New("no request of the session awaits it")
+
 // An unreadAnswer is an answer whose writing WriteAnswer is to report:
-// written(true) once it reaches the client, or written(false) once it
-// never can.
+// written(nil) once it reaches the client, or written(ErrNeverRead) once
+// it never can.
 type unreadAnswer struct {
-	written func(bool)
+	written func(error)
 	streams []*stream // the streams that hold it
 }
 
 // holdUnreadLocked keeps track of an answer on p's streams, and returns
 // the callback its events call once written to the client.
-func (ss *ServerSession) holdUnreadLocked(p *pendingRequest, written func(bool)) func() {
+func (ss *ServerSession) holdUnreadLocked(p *pendingRequest, written func(error)) func() {
 	u := &unreadAnswer{written: written, streams: p.streams}
 	if ss.unread == nil {
 		ss.unread = make(map[*unreadAnswer]struct{})
@@ -24,7 +34,7 @@ func (ss *ServerSession) holdUnreadLocked(p *pendingRequest, written func(bool))
 		u.written, u.streams = nil, nil // the event may be held long after
 		ss.mu.Unlock()
 		if ok {
-			f(true)
+			f(nil)
 		}
 	}
 }
@@ -35,7 +45,7 @@ func (ss *ServerSession) holdUnreadLocked(p *pendingRequest, written func(bool))
 // not come. An answer on a stream that a writer may be writing still is
 // not reported either way: it may yet reach the client.
 func (ss *ServerSession) dropUnread() {
-	var lost []func(bool)
+	var lost []func(error)
 	ss.mu.Lock()
 	for u := range ss.unread {
 		if !ss.beingWrittenLocked(u) {
@@ -45,7 +55,7 @@ func (ss *ServerSession) dropUnread() {
 	}
 	ss.mu.Unlock()
 	for _, f := range lost {
-		f(false)
+		f(ErrNeverRead)
 	}
 }
 
