@@ -189,63 +189,17 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("invalid sync %q: want \"normal\" or \"full\"", opts.Sync)
 	}
-	if path == "" {
-		return nil, errors.New("no database path")
-	}
-	abs, err := filepath.Abs(path)
+	abs, file, err := createFile(path)
 	if err != nil {
 		return nil, err
 	}
-	// SQLite's own message for these is "unable to open database file",
-	// which names nothing.
-	dir := filepath.Dir(abs)
-	switch fi, err := os.Stat(dir); {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("directory %s does not exist", dir)
-	case err != nil:
-		return nil, err
-	case !fi.IsDir():
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	file, err := f.Stat()
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-
 	// The path goes in a file: URI so that no character of it is taken
 	// for a parameter; SQLite decodes the %XX escapes.
 	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs) +
 		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
-	// Four handles on the file, each with connections of its own: the
-	// writer, the readers, the renewer and the data_version reader.
-	var w, r, l, v *sql.DB
-	var opened []*sql.DB
-	for _, h := range []struct {
-		db    **sql.DB
-		dsn   string
-		conns int
-	}{
-		{&w, dsn + "&_txlock=immediate", 1},
-		{&r, dsn + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
-		{&l, dsn, 1},
-		{&v, dsn + "&_pragma=query_only(1)", 1},
-	} {
-		db, err := sql.Open("sqlite", h.dsn)
-		if err != nil {
-			for _, o := range opened {
-				o.Close()
-			}
-			return nil, err
-		}
-		db.SetMaxOpenConns(h.conns)
-		db.SetMaxIdleConns(h.conns)
-		*h.db = db
-		opened = append(opened, db)
+	w, r, l, v, err := openHandles(dsn)
+	if err != nil {
+		return nil, err
 	}
 
 	now := opts.Now
@@ -262,6 +216,66 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// createFile opens the database file at path, creating it with mode 0600
+// if need be, and returns its absolute path and what it is.
+func createFile(path string) (string, os.FileInfo, error) {
+	if path == "" {
+		return "", nil, errors.New("no database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", nil, err
+	}
+	// SQLite's own message for these is "unable to open database file",
+	// which names nothing.
+	dir := filepath.Dir(abs)
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil, fmt.Errorf("directory %s does not exist", dir)
+	case err != nil:
+		return "", nil, err
+	case !fi.IsDir():
+		return "", nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", nil, err
+	}
+	file, err := f.Stat()
+	f.Close()
+	return abs, file, err
+}
+
+// openHandles opens four handles on the database of dsn, each with
+// connections of its own: the writer, the readers, the renewer and the
+// data_version reader.
+func openHandles(dsn string) (w, r, l, v *sql.DB, err error) {
+	var opened []*sql.DB
+	for _, h := range []struct {
+		db    **sql.DB
+		dsn   string
+		conns int
+	}{
+		{&w, dsn + "&_txlock=immediate", 1},
+		{&r, dsn + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
+		{&l, dsn, 1},
+		{&v, dsn + "&_pragma=query_only(1)", 1},
+	} {
+		db, err := sql.Open("sqlite", h.dsn)
+		if err != nil {
+			for _, o := range opened {
+				o.Close()
+			}
+			return nil, nil, nil, nil, err
+		}
+		db.SetMaxOpenConns(h.conns)
+		db.SetMaxIdleConns(h.conns)
+		*h.db = db
+		opened = append(opened, db)
+	}
+	return w, r, l, v, nil
 }
 
 // setup switches the file to WAL mode and creates or checks the schema.
