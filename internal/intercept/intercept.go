@@ -92,8 +92,8 @@ type CopyingReplier interface {
 // an event until the client reads it, and a client that dropped its
 // request never does; a stdio session holds the answers of a burst to
 // write them together. ReplyThen writes a as Reply does, and calls
-// written once: with true once the answer has reached the caller, and
-// only then is the execution recorded as delivered; with false once it
+// written once: with nil once the answer has reached the caller, and
+// only then is the execution recorded as delivered; with why not once it
 // never can; or not at all when that cannot be told. It is used instead
 // of Reply when DeliversLater reports true.
 type DeliveryReplier interface {

@@ -99,10 +99,10 @@ func (c *Conn) Flush() error {
 }
 
 // WriteAnswer writes frame, an answer, as WriteFrame does, and calls
-// written(true) once it is written whole: at once if the Conn does not
+// written(nil) once it is written whole: at once if the Conn does not
 // hold its writes, else when Flush writes it. A write made at once that
 // fails returns its error, and written is not called; a held frame that
-// Flush does not write whole gets written(false).
+// Flush does not write whole is told the write's error.
 func (c *Conn) WriteAnswer(frame []byte, written func(error)) error {
 	c.wmu.Lock()
 	b := c.frameBuffer()
@@ -119,7 +119,7 @@ func (c *Conn) WriteResponseThen(id, result []byte, written func(error)) error {
 	return c.unlockTelling(err, written)
 }
 
-// unlockTelling releases c.wmu, and calls written(true) if the frame just
+// unlockTelling releases c.wmu, and calls written(nil) if the frame just
 // ended, whose write returned err, was written at once and whole.
 func (c *Conn) unlockTelling(err error, written func(error)) error {
 	held := c.holding
