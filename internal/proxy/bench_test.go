@@ -199,14 +199,14 @@ func pathCallTraced(b *testing.B, mode string, tracer trace.Tracer) func(i int) 
 			amount = 0
 		}
 		// The frames are built without fmt, and the id of the one sent
-		// upstream read with HeadID, not a Decode: the benchmark's own
-		// work is counted with the proxy's (instructions.sh), and should
-		// be small beside it.
+		// upstream cut out of it, not read by a parser: the benchmark's
+		// own work is counted with the proxy's (instructions.sh), and
+		// should be small beside it.
 		req = appendRequest(req[:0], i, amount)
 		// Frames are clones, as stdio.Conn.ReadFrame returns them.
 		s.fromClient(ctx, bytes.Clone(req))
 		if sent := upstream.take(); sent != nil {
-			id, _ := jsonrpc.HeadID(sent)
+			id := sentID(sent)
 			if id == nil {
 				b.Fatalf("call %d: no id in the request sent upstream: %s", i, sent)
 			}
@@ -222,6 +222,22 @@ func pathCallTraced(b *testing.B, mode string, tracer trace.Tracer) func(i int) 
 	return call
 }
 
+// sentID returns the id of a request the proxy wrote upstream, which
+// always begins with the version and then the id (WriteRequest); nil if
+// frame does not.
+func sentID(frame []byte) json.RawMessage {
+	const head = `{"jsonrpc":"2.0","id":`
+	rest, ok := bytes.CutPrefix(frame, []byte(head))
+	if !ok {
+		return nil
+	}
+	id, _, ok := bytes.Cut(rest, []byte(`,"method":`))
+	if !ok {
+		return nil
+	}
+	return id
+}
+
 // appendRequest appends the tools/call pathCall sends as call i, with
 // amount in its arguments: what fmt.Appendf would write with
 // `{"jsonrpc":"2.0","id":%d,...,"card":"4242-0000-0000-%06d","amount":%d}}}`.
@@ -231,7 +247,8 @@ func appendRequest(b []byte, i, amount int) []byte {
 	if amount < 0 {
 		b = fmt.Appendf(b, "%06d", amount)
 	} else {
-		digits := strconv.AppendInt(nil, int64(amount), 10)
+		var room [20]byte
+		digits := strconv.AppendInt(room[:0], int64(amount), 10)
 		for range 6 - len(digits) {
 			b = append(b, '0')
 		}
