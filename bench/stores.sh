@@ -53,10 +53,17 @@ done >"$dir/results"
 # Each line of results: round store build inflight ns/op. The ratio is
 # of the medians; the range is of each round's own ratio, base and this
 # run back to back, which shows how far the machine's swings moved it.
+# The goal is 5x at 32 in flight against 9674f06, the build it was set
+# at: judged only when TREE is that build.
+against=0
+if [[ $(git -C "$base" rev-parse HEAD 2>/dev/null) == 9674f06* ]]; then
+	against=1
+fi
+
 echo "new executions/s, medians of $rounds interleaved rounds ($benchtime each)"
 echo "base: $base"
 echo "this: $here"
-printf '%-9s %9s %12s %12s %7s %15s\n' store "in flight" base this ratio "rounds' ratios"
+printf '%-9s %9s %12s %12s %7s %15s  %s\n' store "in flight" base this ratio "rounds' ratios" "goal (issue 20)"
 awk '{ print $2, $4 }' "$dir/results" | sort -u -k1,1 -k2,2n | while read -r store inflight; do
 	b=$(awk -v s="$store" -v n="$inflight" '$2 == s && $3 == "base" && $4 == n { print $5 }' "$dir/results" | median)
 	t=$(awk -v s="$store" -v n="$inflight" '$2 == s && $3 == "this" && $4 == n { print $5 }' "$dir/results" | median)
@@ -70,6 +77,10 @@ awk '{ print $2, $4 }' "$dir/results" | sort -u -k1,1 -k2,2n | while read -r sto
 			}
 			printf "%.2f-%.2fx", lo, hi
 		}' "$dir/results")
-	awk -v s="$store" -v n="$inflight" -v b="$b" -v t="$t" -v spread="$spread" \
-		'BEGIN { printf "%-9s %9d %12.0f %12.0f %6.2fx %15s\n", s, n, 1e9 / b, 1e9 / t, b / t, spread }'
+	awk -v s="$store" -v n="$inflight" -v b="$b" -v t="$t" -v spread="$spread" -v against="$against" '
+		BEGIN {
+			goal = "-"
+			if (n == 32) goal = against ? sprintf("5x: %s", b / t >= 5 ? "met" : "NOT met") : "5x against 9674f06"
+			printf "%-9s %9d %12.0f %12.0f %6.2fx %15s  %s\n", s, n, 1e9 / b, 1e9 / t, b / t, spread, goal
+		}'
 done
