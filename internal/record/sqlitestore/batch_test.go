@@ -158,3 +158,54 @@ func TestRenewTakesItsTurn(t *testing.T) {
 		t.Fatalf("the write after the held batch read the lease %v; want the renewal's, %d: it went first", lease, until.UnixNano())
 	}
 }
+
+// TestFailureThatEndsTheTransactionEndsTheBatch: an update goes without a
+// savepoint, but when SQLite answers its statement by rolling back the
+// whole transaction (here a trigger's RAISE(ROLLBACK); a full disk can
+// too), the writes after it in the batch must not commit one by one while
+// the batch reports them failed. Each write is told it failed exactly
+// when its change is not there.
+func TestFailureThatEndsTheTransactionEndsTheBatch(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	var ids []string
+	for _, key := range []string{"first", "second"} {
+		r := &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: "f-" + key, Tool: "charge_card", Retention: time.Hour}
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	trigger := fmt.Sprintf(`CREATE TRIGGER fail_first BEFORE UPDATE ON records WHEN OLD.id = '%s'
+		BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction'); END`, ids[0])
+	if _, err := s.w.ExecContext(ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+
+	hold := holdWrites(s)
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			_, errs[i] = s.Update(ctx, id, record.Change{To: record.Completed, Result: []byte(`{}`)})
+		})
+		for s.writes.Queued() < i+1 { // in this order in the batch
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(hold)
+	wg.Wait()
+
+	if errs[0] == nil {
+		t.Fatal("the update the trigger rolls back returned no error")
+	}
+	for i, id := range ids {
+		got, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed := got.State == record.Completed; changed != (errs[i] == nil) {
+			t.Errorf("update %d returned %v, and the record is %s", i, errs[i], got.State)
+		}
+	}
+}

@@ -7,8 +7,9 @@
 // see no other writer in between, whether that writer is a goroutine of this
 // process or another process on the host. Within a process, writes go
 // through one connection; the reservations and transitions that wait for it
-// go together, each in a savepoint of one transaction (batch.go), which
-// commits them at once. Reads use a pool of their own and never wait for a
+// go together in one transaction (batch.go), which commits them at once:
+// each reservation in a savepoint, each transition in the one statement
+// that makes it. Reads use a pool of their own and never wait for a
 // writer.
 //
 // With the default synchronous=NORMAL a committed change survives the crash

@@ -134,7 +134,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	known = known && storedAsIs(c)
 	var r *record.Record
 	var history string
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+	// One statement changes the record: the known one if it applies,
+	// else updateIn's (which reads the record first).
+	err := s.writeOne(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
 		if known {
 			if r, history, err = s.updateKnown(ctx, tx, now, k, c); r != nil || err != nil {
 				return err
