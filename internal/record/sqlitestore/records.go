@@ -315,7 +315,7 @@ func (s *Store) settledOrphans(orphans []*record.Record) {
 // an orphan nobody calls again would otherwise stay in flight for ever,
 // out of reach of the purge that retention promises.
 func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]*record.Record, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM records WHERE state IN ("+inFlight+") AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?", nanos(now), limit)
+	rows, err := tx.StmtContext(ctx, s.st.orphans).QueryContext(ctx, nanos(now), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -154,6 +154,9 @@ func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
 	writeKnown                                         *sql.Stmt // known.go
+	// orphans reads the records in flight whose lease lapsed: parsing
+	// it on every purge was four fifths of the purge's time.
+	orphans *sql.Stmt
 	// holder reads a key's holder from the read pool, and addAttached
 	// writes counted attaches (attach.go).
 	holder, addAttached *sql.Stmt
@@ -162,7 +165,7 @@ type statements struct {
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.renew, st.get, st.holder, st.addAttached}
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.addAttached}
 }
 
 // columns are the records columns a Record is read from, in scanRecord's
@@ -185,6 +188,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.st.writeKnown, writeKnownText},
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
+		{s.w, &s.st.orphans, "SELECT " + columns + " FROM records WHERE state IN (" + inFlight + ") AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?"},
 		{s.l, &s.st.renew, renewText},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
