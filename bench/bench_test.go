@@ -294,12 +294,27 @@ func (r *chainRun) report(prefix string) {
 	if r.cpu > 0 {
 		b.ReportMetric(float64(r.cpu.Nanoseconds())/(n+warmupCalls), prefix+"cpu-ns/op")
 	}
+	if w, _ := strconv.Atoi(os.Getenv("MCP_IDEMPOTENT_BENCH_WINDOW")); w > 0 {
+		b.Logf("%s: p50 of each %d calls in turn, us: %s", r.chain.name, w, windowP50s(r.lat, w))
+	}
 	lat := slices.Clone(r.lat)
 	slices.Sort(lat)
 	b.ReportMetric(float64(percentile(lat, 0.50).Nanoseconds()), prefix+"p50-ns")
 	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), prefix+"p99-ns")
 	b.ReportMetric(float64(r.upstreamAfter-r.upstreamBefore)/n, prefix+"upstream-calls/op")
 	b.ReportMetric(float64(r.replayed)/n, prefix+"replayed/op")
+}
+
+// windowP50s returns the p50 of each w latencies of lat in turn, in
+// microseconds: a process's first calls apart from its later ones.
+func windowP50s(lat []time.Duration, w int) string {
+	var out []string
+	for i := 0; i+w <= len(lat); i += w {
+		win := slices.Clone(lat[i : i+w])
+		slices.Sort(win)
+		out = append(out, fmt.Sprintf("%.0f", float64(percentile(win, 0.50).Nanoseconds())/1e3))
+	}
+	return strings.Join(out, " ")
 }
 
 // percentile returns the nearest-rank percentile of sorted durations.

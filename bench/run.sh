@@ -5,7 +5,9 @@
 #
 # Usage: bench/run.sh [extra test binary flags, e.g. -test.cpu 1...]
 # Environment: COUNT (default 5), BENCHTIME (default 2000x),
-#              MCP_IDEMPOTENT_BENCH_PROXY_FLAGS (flags put before the proxy's --).
+#              MCP_IDEMPOTENT_BENCH_PROXY_FLAGS (flags put before the proxy's --),
+#              MCP_IDEMPOTENT_BENCH_WINDOW=N (also log each chain's p50 of
+#              every N calls in turn: a new process's first calls apart).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
