@@ -5,25 +5,28 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"modernc.org/sqlite"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
 // The writes of Reserve and Update that wait for the writer connection go
-// together, in one transaction of savepoints, one each: one commit for
-// all, which writes each page they change to the WAL once (and with
-// sync=full, syncs once). A write that fails rolls back to its savepoint
-// alone; a commit that fails fails them all, as it would have one alone.
-// A write that finds none waiting goes at once, in a transaction of its
-// own (batch.Queue).
+// together, in one transaction: one commit for all, which writes each
+// page they change to the WAL once (and with sync=full, syncs once). A
+// write that fails fails alone; a commit that fails fails them all, as
+// it would have one alone. A write that finds none waiting goes at once,
+// in a transaction of its own (batch.Queue).
 //
-// An Update changes one row in one statement, which SQLite undoes by
-// itself if it fails, and goes without a savepoint: the two statements
-// that open and release one cost it more than its change did (a new
-// execution's two updates, 7% of its time 32 at a time).
+// A reservation runs in a savepoint of its own (runSaved), which undoes
+// its changes if it fails. An update changes one row in one statement,
+// which SQLite undoes by itself if it fails, and goes without one
+// (runOne): the two statements that open and release a savepoint cost
+// it more than its change did (a new execution's two updates, 5% of its
+// time 32 at a time).
 //
 // A batch takes the process's turn at the write lock (Store.turn), and
 // so does Renew: a sender with writes always waiting would otherwise
@@ -84,9 +87,9 @@ func (s *Store) sendWrites(ctx context.Context, calls []*batch.Call[*write]) {
 	}
 }
 
-// writeBatch runs the writes of calls in one transaction, each in a
-// savepoint when there are several, and commits what succeeded. It
-// returns the transaction's error; each write's own is in its Job.
+// writeBatch runs the writes of calls in one transaction and commits
+// what succeeded. It returns the error that ended the batch, which every
+// write is then told; each write's own is in its Job.
 func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) error {
 	s.turn.Lock()
 	defer s.turn.Unlock()
@@ -110,31 +113,71 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 		return tx.Commit()
 	}
 	for _, c := range calls {
-		if w := c.Job; w.oneStatement {
-			// After some failures (a full disk, an I/O error, a trigger's
-			// RAISE(ROLLBACK)) SQLite rolls back the whole transaction,
-			// and the statements after would each commit alone, while the
-			// batch reported them failed: an error from SQLite ends the
-			// batch. A write's own refusal, made before any change, does
-			// not.
-			if w.err = w.run(ctx, tx, now); isSQLite(w.err) {
-				return w.err
-			}
-			continue
+		run := runSaved
+		if c.Job.oneStatement {
+			run = runOne
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT write"); err != nil {
-			return err
-		}
-		if c.Job.err = c.Job.run(ctx, tx, now); c.Job.err != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO write"); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.ExecContext(ctx, "RELEASE write"); err != nil {
+		if err := run(ctx, tx, now, c.Job); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// runSaved runs w in tx in a savepoint of its own, which undoes its
+// changes if it fails. It returns an error that ends the batch.
+func runSaved(ctx context.Context, tx *sql.Tx, now time.Time, w *write) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT write"); err != nil {
+		return err
+	}
+	if w.err = w.run(ctx, tx, now); w.err != nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO write"); err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE write")
+	return err
+}
+
+// runOne runs w, which changes nothing but by one statement, in tx
+// without a savepoint. It returns an error that ends the batch:
+//   - after a refusal, made before any change, the batch goes on;
+//   - after an error from SQLite, which undid the statement, it goes on
+//     if the transaction is still open. After some failures (a full
+//     disk, an I/O error, a trigger's RAISE(ROLLBACK)) SQLite rolls it
+//     back whole, and the statements after would each commit alone
+//     while the batch reported them failed;
+//   - any other error may come after the change (a RETURNING value that
+//     does not scan), and only ending the batch undoes it.
+func runOne(ctx context.Context, tx *sql.Tx, now time.Time, w *write) error {
+	switch w.err = w.run(ctx, tx, now); {
+	case w.err == nil || refused(w.err):
+		return nil
+	case isSQLite(w.err):
+		return stillOpen(ctx, tx, w.err)
+	default:
+		return w.err
+	}
+}
+
+// stillOpen returns nil if tx's transaction is open after the error
+// err, else err. A BEGIN fails within a transaction, with SQLite's
+// "cannot start a transaction within a transaction"; after SQLite rolled
+// the transaction back it begins another, which the batch's end rolls
+// back. (A savepoint around the batch would tell too, but while one is
+// open SQLite journals every page the batch changes: a new execution
+// took half as long again.)
+func stillOpen(ctx context.Context, tx *sql.Tx, err error) error {
+	if _, berr := tx.ExecContext(ctx, "BEGIN"); berr != nil && strings.Contains(berr.Error(), "within a transaction") {
+		return nil
+	}
+	return err
+}
+
+// refused reports whether err is a write's refusal of its change, which
+// it makes before changing anything.
+func refused(err error) bool {
+	return errors.Is(err, record.ErrConflict) || errors.Is(err, record.ErrNotFound)
 }
 
 // isSQLite reports whether err is SQLite's.

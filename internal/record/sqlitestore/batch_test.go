@@ -159,53 +159,140 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	}
 }
 
-// TestFailureThatEndsTheTransactionEndsTheBatch: an update goes without a
-// savepoint, but when SQLite answers its statement by rolling back the
-// whole transaction (here a trigger's RAISE(ROLLBACK); a full disk can
-// too), the writes after it in the batch must not commit one by one while
-// the batch reports them failed. Each write is told it failed exactly
-// when its change is not there.
+// Updates go without a savepoint (runOne). Each of the tests below puts
+// updates of dispatched records in one batch, in order, makes one of them
+// fail, and checks that each update is told it failed exactly when its
+// change is not there.
+
+// TestFailureThatEndsTheTransactionEndsTheBatch: when SQLite answers an
+// update's statement by rolling back the whole transaction (here a
+// trigger's RAISE(ROLLBACK); a full disk can too), the writes after it
+// must not commit one by one while the batch reports them failed.
 func TestFailureThatEndsTheTransactionEndsTheBatch(t *testing.T) {
+	s := openStore(t)
+	ids := reserveDispatched(t, s, "first", "second")
+	failUpdates(t, s, ids[0], "RAISE(ROLLBACK, 'the whole transaction')")
+	errs := completeInOneBatch(s, ids)
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("updates returned %v; want both failed: the batch ends with the transaction", errs)
+	}
+	checkToldFailed(t, s, ids, errs)
+}
+
+// TestFailedStatementFailsAlone: a statement SQLite refuses without
+// ending the transaction (a trigger's RAISE(ABORT), a value too big)
+// fails its update alone; the reservation before it and the update after
+// it are committed.
+func TestFailedStatementFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t)
+	ids := reserveDispatched(t, s, "failing", "next")
+	failUpdates(t, s, ids[0], "RAISE(ABORT, 'this one only')")
+	var reserved error
+	errs := inOneBatch(s,
+		func() error {
+			r := &record.Record{ID: record.NewID(time.Now()), Key: "new", Fingerprint: "f-new", Tool: "charge_card", Retention: time.Hour}
+			_, _, reserved = s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute})
+			return reserved
+		},
+		complete(s, ids[0]),
+		complete(s, ids[1]),
+	)
+	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
+		t.Fatalf("reserve, update, update returned %v; want only the update refused to fail", errs)
+	}
+	checkToldFailed(t, s, ids, errs[1:])
+}
+
+// TestChangeThenFailureIsNotCommitted: an update whose statement made its
+// change and then failed in Go (here its RETURNING value does not scan)
+// must not be committed, since it is told it failed.
+func TestChangeThenFailureIsNotCommitted(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	ids := reserveDispatched(t, s, "unreadable", "next")
+	if _, err := s.w.ExecContext(ctx, "UPDATE records SET attached = 'x' WHERE id = ?", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	errs := completeInOneBatch(s, ids)
+	if errs[0] == nil {
+		t.Fatal("the update whose attached count cannot be read returned no error")
+	}
+	checkToldFailed(t, s, ids, errs)
+}
+
+// reserveDispatched reserves and dispatches a record for each key, and
+// returns their ids.
+func reserveDispatched(t *testing.T, s *Store, keys ...string) []string {
+	t.Helper()
 	var ids []string
-	for _, key := range []string{"first", "second"} {
+	for _, key := range keys {
 		r := &record.Record{ID: record.NewID(time.Now()), Key: key, Fingerprint: "f-" + key, Tool: "charge_card", Retention: time.Hour}
-		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute}); err != nil {
+		if _, _, err := s.Reserve(context.Background(), r, record.ReserveOptions{Dispatch: true, Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, r.ID)
 	}
-	trigger := fmt.Sprintf(`CREATE TRIGGER fail_first BEFORE UPDATE ON records WHEN OLD.id = '%s'
-		BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction'); END`, ids[0])
-	if _, err := s.w.ExecContext(ctx, trigger); err != nil {
+	return ids
+}
+
+// failUpdates makes every update of the record id run raise, an SQLite
+// RAISE(...) expression.
+func failUpdates(t *testing.T, s *Store, id, raise string) {
+	t.Helper()
+	trigger := fmt.Sprintf("CREATE TRIGGER fail BEFORE UPDATE ON records WHEN OLD.id = '%s' BEGIN SELECT %s; END", id, raise)
+	if _, err := s.w.ExecContext(context.Background(), trigger); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// complete returns a call that completes the record id.
+func complete(s *Store, id string) func() error {
+	return func() error {
+		_, err := s.Update(context.Background(), id, record.Change{To: record.Completed, Result: []byte(`{}`)})
+		return err
+	}
+}
+
+// completeInOneBatch completes the records ids in one batch, in order.
+func completeInOneBatch(s *Store, ids []string) []error {
+	var calls []func() error
+	for _, id := range ids {
+		calls = append(calls, complete(s, id))
+	}
+	return inOneBatch(s, calls...)
+}
+
+// inOneBatch makes the calls, each one write, while the writer is held,
+// each queued before the next starts, so that they go in one batch in
+// this order; it returns their errors.
+func inOneBatch(s *Store, calls ...func() error) []error {
 	hold := holdWrites(s)
-	errs := make([]error, len(ids))
+	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() {
-			_, errs[i] = s.Update(ctx, id, record.Change{To: record.Completed, Result: []byte(`{}`)})
-		})
-		for s.writes.Queued() < i+1 { // in this order in the batch
+	for i, call := range calls {
+		wg.Go(func() { errs[i] = call() })
+		for s.writes.Queued() < i+1 {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	close(hold)
 	wg.Wait()
+	return errs
+}
 
-	if errs[0] == nil {
-		t.Fatal("the update the trigger rolls back returned no error")
-	}
+// checkToldFailed checks that the update of each record ids[i] returned
+// errs[i] exactly when the record is not completed.
+func checkToldFailed(t *testing.T, s *Store, ids []string, errs []error) {
+	t.Helper()
 	for i, id := range ids {
-		got, err := s.Get(ctx, id)
-		if err != nil {
+		// The state alone: a record may hold what does not scan.
+		var state record.State
+		if err := s.r.QueryRowContext(context.Background(), "SELECT state FROM records WHERE id = ?", id).Scan(&state); err != nil {
 			t.Fatal(err)
 		}
-		if changed := got.State == record.Completed; changed != (errs[i] == nil) {
-			t.Errorf("update %d returned %v, and the record is %s", i, errs[i], got.State)
+		if changed := state == record.Completed; changed != (errs[i] == nil) {
+			t.Errorf("update %d returned %v, and the record is %s", i, errs[i], state)
 		}
 	}
 }
