@@ -150,7 +150,8 @@ func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
 }
 
 // statements are prepared once, so SQLite parses each once per connection
-// rather than once per call. All but get and renew run on the writer.
+// rather than once per call. All but get, holder and renew run on the
+// writer.
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
 	writeKnown                                         *sql.Stmt // known.go
