@@ -10,7 +10,6 @@ import (
 
 	"modernc.org/sqlite"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
@@ -141,24 +140,37 @@ func runSaved(ctx context.Context, tx *sql.Tx, now time.Time, w *write) error {
 
 // runOne runs w, which changes nothing but by one statement, in tx
 // without a savepoint. It returns an error that ends the batch:
-//   - after a refusal, made before any change, the batch goes on;
-//   - after an error from SQLite, which undid the statement, it goes on
-//     if the transaction is still open. After some failures (a full
-//     disk, an I/O error, a trigger's RAISE(ROLLBACK)) SQLite rolls it
-//     back whole, and the statements after would each commit alone
-//     while the batch reported them failed;
-//   - any other error may come after the change (a RETURNING value that
-//     does not scan), and only ending the batch undoes it.
+//   - after an error that came once the change was made (errChanged: a
+//     RETURNING value that does not scan), since only ending the batch
+//     undoes the change;
+//   - after an error from SQLite, which undid its statement (the schema
+//     has no trigger and no OR FAIL, whose statements keep what they
+//     changed), if the transaction is no longer open. After some
+//     failures (a full disk, an I/O error) SQLite rolls it back whole,
+//     and the statements after would each commit alone while the batch
+//     reported them failed.
+//
+// Any other error came before the change (a conflict, a record that
+// cannot be read), and the batch goes on.
 func runOne(ctx context.Context, tx *sql.Tx, now time.Time, w *write) error {
 	switch w.err = w.run(ctx, tx, now); {
-	case w.err == nil || refused(w.err):
+	case w.err == nil:
 		return nil
+	case errors.As(w.err, new(errChanged)):
+		return w.err
 	case isSQLite(w.err):
 		return stillOpen(ctx, tx, w.err)
 	default:
-		return w.err
+		return nil
 	}
 }
+
+// errChanged is the error of a write that failed after its statement
+// made its change.
+type errChanged struct{ err error }
+
+func (e errChanged) Error() string { return e.err.Error() }
+func (e errChanged) Unwrap() error { return e.err }
 
 // stillOpen returns nil if tx's transaction is open after the error
 // err, else err. A BEGIN fails within a transaction, with SQLite's
@@ -172,12 +184,6 @@ func stillOpen(ctx context.Context, tx *sql.Tx, err error) error {
 		return nil
 	}
 	return err
-}
-
-// refused reports whether err is a write's refusal of its change, which
-// it makes before changing anything.
-func refused(err error) bool {
-	return errors.Is(err, record.ErrConflict) || errors.Is(err, record.ErrNotFound)
 }
 
 // isSQLite reports whether err is SQLite's.

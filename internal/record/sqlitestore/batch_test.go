@@ -177,31 +177,56 @@ func TestFailureThatEndsTheTransactionEndsTheBatch(t *testing.T) {
 		t.Fatalf("updates returned %v; want both failed: the batch ends with the transaction", errs)
 	}
 	checkToldFailed(t, s, ids, errs)
+
+	// The transaction stillOpen began to find out was rolled back: the
+	// writer goes on.
+	if _, err := s.w.ExecContext(context.Background(), "DROP TRIGGER fail"); err != nil {
+		t.Fatal(err)
+	}
+	errs = completeInOneBatch(s, ids)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("after the rolled-back batch, updates returned %v", errs)
+	}
+	checkToldFailed(t, s, ids, errs)
 }
 
-// TestFailedStatementFailsAlone: a statement SQLite refuses without
-// ending the transaction (a trigger's RAISE(ABORT), a value too big)
-// fails its update alone; the reservation before it and the update after
-// it are committed.
-func TestFailedStatementFailsAlone(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t)
-	ids := reserveDispatched(t, s, "failing", "next")
-	failUpdates(t, s, ids[0], "RAISE(ABORT, 'this one only')")
-	var reserved error
-	errs := inOneBatch(s,
-		func() error {
-			r := &record.Record{ID: record.NewID(time.Now()), Key: "new", Fingerprint: "f-new", Tool: "charge_card", Retention: time.Hour}
-			_, _, reserved = s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute})
-			return reserved
-		},
-		complete(s, ids[0]),
-		complete(s, ids[1]),
-	)
-	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
-		t.Fatalf("reserve, update, update returned %v; want only the update refused to fail", errs)
+// TestFailingUpdateFailsAlone: an update that fails before its change
+// fails alone; the reservation before it and the update after it in its
+// batch are committed. It may fail in SQLite, which refuses its statement
+// without ending the transaction (here a trigger's RAISE(ABORT); a value
+// too big does the same), or in Go, on a record it cannot read.
+func TestFailingUpdateFailsAlone(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		spoil string
+	}{
+		{"statement refused", ""},
+		{"record unreadable", "UPDATE records SET history = 'not JSON' WHERE id = ?"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := openStore(t)
+			ids := reserveDispatched(t, s, "failing", "next")
+			if c.spoil == "" {
+				failUpdates(t, s, ids[0], "RAISE(ABORT, 'this one only')")
+			} else if _, err := s.w.ExecContext(ctx, c.spoil, ids[0]); err != nil {
+				t.Fatal(err)
+			}
+			errs := inOneBatch(s,
+				func() error {
+					r := &record.Record{ID: record.NewID(time.Now()), Key: "new", Fingerprint: "f-new", Tool: "charge_card", Retention: time.Hour}
+					_, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute})
+					return err
+				},
+				complete(s, ids[0]),
+				complete(s, ids[1]),
+			)
+			if errs[0] != nil || errs[1] == nil || errs[2] != nil {
+				t.Fatalf("reserve, update, update returned %v; want only the failing update to fail", errs)
+			}
+			checkToldFailed(t, s, ids, errs[1:])
+		})
 	}
-	checkToldFailed(t, s, ids, errs[1:])
 }
 
 // TestChangeThenFailureIsNotCommitted: an update whose statement made its

@@ -71,10 +71,14 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 		r.State, history, r.Attempts, jsonText(c.Result), jsonText(c.Error),
 		nanos(r.ExpiresAt), r.Owner, r.Awaiting, c.To.Settled() || c.Owner != "", nanos(r.LeaseUntil),
 		r.ID, k.history).Scan(&r.Attached, &lease)
-	if errors.Is(err, sql.ErrNoRows) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return nil, "", nil
-	}
-	if err != nil {
+	case err != nil && !isSQLite(err):
+		// SQLite's errors are its statement's, which it undid; any
+		// other is the scan's, after the change (runOne).
+		return nil, "", errChanged{err}
+	case err != nil:
 		return nil, "", err
 	}
 	r.LeaseUntil = fromNanos(lease)
