@@ -944,57 +944,6 @@ func TestHelperProcess(t *testing.T) {
 	fmt.Printf("wins=%d\n", wins.Load())
 }
 
-// execute runs one new execution: Reserve, then dispatched, completed and
-// delivered.
-// execute is one new execution, as every backend's benchmark measures it.
-func execute(ctx context.Context, s *redisstore.Store) error {
-	_, err := recordtest.Execute(ctx, s, "")
-	return err
-}
-
-func BenchmarkReserveComplete(b *testing.B) {
-	url := serverURL(b)
-	s := open(b, url, newPrefix(b, url), nil)
-	ctx := b.Context()
-	b.Run("serial", func(b *testing.B) {
-		for b.Loop() {
-			if err := execute(ctx, s); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("parallel32", func(b *testing.B) {
-		b.SetParallelism(32)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := execute(ctx, s); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
-}
-
-func BenchmarkReplay(b *testing.B) {
-	url := serverURL(b)
-	s := open(b, url, newPrefix(b, url), nil)
-	ctx := b.Context()
-	if err := execute(ctx, s); err != nil {
-		b.Fatal(err)
-	}
-	first, err := recordtest.Execute(ctx, s, "replayed")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		got, won, err := s.Reserve(ctx, newRecord("replayed"), record.ReserveOptions{})
-		if err != nil || won || got.ID != first.ID {
-			b.Fatalf("replay: %v won=%v err=%v", got, won, err)
-		}
-	}
-}
-
 func TestAllowances(t *testing.T) {
 	url := serverURL(t)
 	recordtest.RunAllowances(t, func(t *testing.T) (recordtest.AllowanceStore, recordtest.AllowanceStore) {
