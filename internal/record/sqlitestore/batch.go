@@ -33,6 +33,17 @@ import (
 // connection of its own, sleeps in SQLite's busy handler, and the
 // process's leases would lapse under load.
 
+// A turn is a lock handed over in the order it was asked for. A
+// sync.Mutex lets the goroutine that unlocks it take it again at once,
+// ahead of one that has waited, until that one has lost it once: a
+// sender with writes waiting would run a batch more before a renewal.
+// A channel's senders wait in line, and a receive hands the full buffer
+// to the first of them.
+type turn chan struct{}
+
+func (t turn) take() { t <- struct{}{} }
+func (t turn) give() { <-t }
+
 // maxWrites bounds the writes of one transaction: the write lock is held
 // while it runs, and other processes wait for it.
 const maxWrites = 64
@@ -90,8 +101,8 @@ func (s *Store) sendWrites(ctx context.Context, calls []*batch.Call[*write]) {
 // what succeeded. It returns the error that ended the batch, which every
 // write is then told; each write's own is in its Job.
 func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) error {
-	s.turn.Lock()
-	defer s.turn.Unlock()
+	s.turn.take()
+	defer s.turn.give()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -145,7 +145,7 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	for s.writes.Queued() < 1 {
 		time.Sleep(time.Millisecond)
 	}
-	// Past a millisecond of waiting, a sync.Mutex hands over in order.
+	// Time for the renewal to wait for the turn too.
 	time.Sleep(5 * time.Millisecond)
 	close(hold)
 	if err := <-renewed; err != nil {

@@ -199,11 +199,11 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
 	// Renewed even on a lost file, which this process still uses: its
 	// executions under way are not to be taken for orphans. In turn with
-	// the batches of writes (batch.go); a sync.Mutex hands the turn over
-	// to a waiter within a millisecond.
-	s.turn.Lock()
+	// the batches of writes (batch.go), which it goes before once the
+	// batch running ends.
+	s.turn.take()
 	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
-	s.turn.Unlock()
+	s.turn.give()
 	if err != nil {
 		return fmt.Errorf("renewing the leases of %s: %w", owner, err)
 	}

@@ -89,7 +89,7 @@ type Store struct {
 	st statements
 
 	writes    *batch.Queue[*write]  // Reserve's and Update's writes (batch.go)
-	turn      sync.Mutex            // the process's turn at the write lock: a batch's, or Renew's
+	turn      turn                  // the process's turn at the write lock: a batch's, or Renew's
 	reserves  atomic.Uint64         // counts Reserve calls, to pace purges
 	attaches  record.AttachCounts   // counted by matchRead, not yet written
 	known     *idcache.Cache[known] // the records this Store last wrote (known.go)
@@ -206,7 +206,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
