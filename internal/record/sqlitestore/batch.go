@@ -151,9 +151,9 @@ func runSaved(ctx context.Context, tx *sql.Tx, now time.Time, w *write) error {
 
 // runOne runs w, which changes nothing but by one statement, in tx
 // without a savepoint. It returns an error that ends the batch:
-//   - after an error that came once the change was made (errChanged: a
-//     RETURNING value that does not scan), since only ending the batch
-//     undoes the change;
+//   - after an error that came once the change was made (errChanged:
+//     the count of rows an update of a known record changed, unread),
+//     since only ending the batch undoes the change;
 //   - after an error from SQLite, which undid its statement (the schema
 //     has no trigger and no OR FAIL, whose statements keep what they
 //     changed), if the transaction is no longer open. After some

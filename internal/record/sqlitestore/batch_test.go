@@ -229,19 +229,26 @@ func TestFailingUpdateFailsAlone(t *testing.T) {
 	}
 }
 
-// TestChangeThenFailureIsNotCommitted: an update whose statement made its
-// change and then failed in Go (here its RETURNING value does not scan)
-// must not be committed, since it is told it failed.
+// TestChangeThenFailureIsNotCommitted: a write that made its change and
+// then failed (errChanged: an update of a known record whose count of
+// changed rows could not be read) must not be committed, since it is
+// told it failed.
 func TestChangeThenFailureIsNotCommitted(t *testing.T) {
-	ctx := context.Background()
 	s := openStore(t)
-	ids := reserveDispatched(t, s, "unreadable", "next")
-	if _, err := s.w.ExecContext(ctx, "UPDATE records SET attached = 'x' WHERE id = ?", ids[0]); err != nil {
-		t.Fatal(err)
-	}
-	errs := completeInOneBatch(s, ids)
+	ids := reserveDispatched(t, s, "changed, then failed", "next")
+	errs := inOneBatch(s,
+		func() error {
+			return s.writeOne(context.Background(), func(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+				if _, err := tx.ExecContext(ctx, "UPDATE records SET state = ? WHERE id = ?", record.Completed, ids[0]); err != nil {
+					return err
+				}
+				return errChanged{errors.New("the count of changed rows cannot be read")}
+			})
+		},
+		complete(s, ids[1]),
+	)
 	if errs[0] == nil {
-		t.Fatal("the update whose attached count cannot be read returned no error")
+		t.Fatal("the write that failed after its change returned no error")
 	}
 	checkToldFailed(t, s, ids, errs)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -13,14 +12,19 @@ import (
 )
 
 // A Store remembers the records it last reserved or updated, with their
-// history as stored. An update of a record it knows writes the change
-// without reading the record first, if the stored history is still the
-// one it knows: then no transition came between, and no field changed
-// but attached (counted by anyone) and lease_until (renewed), which the
-// statement leaves and returns. Reading and decoding the record was a
-// quarter of the writer's time at 32 executions in flight. A record that
-// moved on meanwhile is read, in the same transaction, as one it does
-// not know.
+// history, attached count and lease as stored. An update of a record it
+// knows writes the change without reading the record first, if the
+// stored record still has that history, count and lease: then no
+// transition came between, and no field changed. Reading and decoding
+// the record was a quarter of the writer's time at 32 executions in
+// flight. A record that moved on meanwhile, or was attached to or
+// renewed, is read, in the same transaction, as one it does not know.
+//
+// The statement returns nothing: it could not change the record unless
+// the record was as known, and what it wrote is known too. A RETURNING
+// clause made SQLite build a table for its rows on every update, which
+// with the scan of the row cost the writer more than the count and the
+// lease, which change seldom, cost to compare.
 
 // A known record is one as this Store last wrote it.
 type known struct {
@@ -28,13 +32,13 @@ type known struct {
 	history string         // its history column
 }
 
-// writeKnownText writes a change to a record whose history is the one
-// given, and returns what it did not write. The result and the error are
-// written only as the change gives them: the store's copy is never
-// written back.
-const writeKnownText = `UPDATE records SET state = ?, history = ?, attempts = ?, result = coalesce(?, result), error = coalesce(?, error),
-	expires_at = ?, owner = ?, awaiting = ?, lease_until = CASE WHEN ? THEN ? ELSE lease_until END
-	WHERE id = ? AND history = ? RETURNING attached, lease_until`
+// writeKnownText writes a change to a record whose history, attached
+// count and, unless the change sets it, lease are the ones given. The
+// result and the error are written only as the change gives them: the
+// store's copy is never written back.
+const writeKnownText = `UPDATE records SET state = ?1, history = ?2, attempts = ?3, result = coalesce(?4, result), error = coalesce(?5, error),
+	expires_at = ?6, owner = ?7, awaiting = ?8, lease_until = CASE WHEN ?9 THEN ?10 ELSE lease_until END
+	WHERE id = ?11 AND history = ?12 AND attached = ?13 AND (?9 OR lease_until IS ?14)`
 
 // remember keeps r, whose history column is history, for the next
 // update, once c made it and it is committed. A record no update moves
@@ -66,22 +70,26 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 	// What json.Marshal makes of the whole history: one more element.
 	history := k.history[:len(k.history)-1] + "," + string(entry) + "]"
 	ownBuffers(r, c)
-	var lease sql.NullInt64
-	err = tx.StmtContext(ctx, s.st.writeKnown).QueryRowContext(ctx,
+	setsLease := c.To.Settled() || c.Owner != ""
+	res, err := tx.StmtContext(ctx, s.st.writeKnown).ExecContext(ctx,
 		r.State, history, r.Attempts, jsonText(c.Result), jsonText(c.Error),
-		nanos(r.ExpiresAt), r.Owner, r.Awaiting, c.To.Settled() || c.Owner != "", nanos(r.LeaseUntil),
-		r.ID, k.history).Scan(&r.Attached, &lease)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return nil, "", nil
-	case err != nil && !isSQLite(err):
-		// SQLite's errors are its statement's, which it undid; any
-		// other is the scan's, after the change (runOne).
-		return nil, "", errChanged{err}
-	case err != nil:
-		return nil, "", err
+		nanos(r.ExpiresAt), r.Owner, r.Awaiting, setsLease, nanos(r.LeaseUntil),
+		r.ID, k.history, k.rec.Attached, nanos(k.rec.LeaseUntil))
+	if err != nil {
+		return nil, "", err // SQLite's, whose statement it undid (runOne)
 	}
-	r.LeaseUntil = fromNanos(lease)
+	switch n, err := res.RowsAffected(); {
+	case err != nil:
+		// modernc.org/sqlite's never fails; one that did would come
+		// after the change.
+		return nil, "", errChanged{err}
+	case n == 0:
+		return nil, "", nil
+	}
+	// As a read gives it.
+	if !r.LeaseUntil.IsZero() {
+		r.LeaseUntil = time.Unix(0, r.LeaseUntil.UnixNano()).UTC()
+	}
 	return r, history, nil
 }
 

@@ -13,8 +13,8 @@ import (
 
 // An update of a record the store knows is written without reading the
 // record, and returns the record as stored all the same: with decisions,
-// notes JSON escapes, claims, renewals and attaches in between. A record
-// another process moved on is read first, and is right too.
+// notes JSON escapes and claims. One renewed or attached to since is read
+// first, as is one another process moved on, and is right too.
 func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	ctx := context.Background()
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 999_999_999, time.UTC))
@@ -27,20 +27,17 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	}
 	step := recordtest.Steps(t, clock, s, other, r.ID)
 
-	// The writer's read of a record by id fails: an update that read
-	// the record fails.
-	byID := s.st.byID
-	unread, err := s.w.PrepareContext(ctx, "SELECT 'the record was read' WHERE ? IS NOT NULL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.st.byID = unread
+	// While the writer's read of a record by id fails, an update that
+	// read the record would fail.
+	unread := unreadable(t, s)
 	step("authorized", record.Change{To: record.Authorized, From: record.Accepted, By: "alice", Via: record.ApproverOperator,
 		Note: "a \"quoted\" <note> / with \\ slashes, é, \u2028 and a tab\t"})
+	unread()
+
 	if err := s.Renew(ctx, "proxy-1", clock.Now().Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	step("dispatched", record.Change{To: record.Dispatched})
+	step("dispatched, renewed since", record.Change{To: record.Dispatched})
 	// Counted by another process, and written at its Close.
 	attach := open()
 	if got, won, err := attach.Reserve(ctx, &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k"}, record.ReserveOptions{}); err != nil || won || got.ID != r.ID {
@@ -49,13 +46,14 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	if err := attach.Close(); err != nil {
 		t.Fatal(err)
 	}
-	step("unknown", record.Change{To: record.Unknown, Note: "\x01 no answer"})
+	step("unknown, attached to since", record.Change{To: record.Unknown, Note: "\x01 no answer"})
+
+	unread = unreadable(t, s)
 	lease := clock.Now().Add(time.Hour)
 	if got := step("dispatched again, by a new owner", record.Change{To: record.Dispatched, Note: "retry", Owner: "proxy-2", LeaseUntil: lease}); got.Owner != "proxy-2" || !got.LeaseUntil.Equal(lease) {
 		t.Errorf("stored owner %q, lease %v; want proxy-2, %v", got.Owner, got.LeaseUntil, lease)
 	}
-	s.st.byID = byID
-	unread.Close()
+	unread()
 
 	// Another process moves the record on: this one's copy is stale.
 	if _, err := other.Update(ctx, r.ID, record.Change{To: record.Unknown}); err != nil {
@@ -64,6 +62,22 @@ func TestUpdatesOfKnownRecordsReadNothing(t *testing.T) {
 	step("dispatched after another process's change", record.Change{To: record.Dispatched})
 	step("completed", record.Change{To: record.Completed, Result: json.RawMessage(`{"content":[]}`)})
 	step("delivered", record.Change{To: record.Delivered, From: record.Completed})
+}
+
+// unreadable makes the writer's read of a record by id fail until the
+// returned func is called.
+func unreadable(t *testing.T, s *Store) (restore func()) {
+	t.Helper()
+	byID := s.st.byID
+	unread, err := s.w.PrepareContext(context.Background(), "SELECT 'the record was read' WHERE ? IS NOT NULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.st.byID = unread
+	return func() {
+		s.st.byID = byID
+		unread.Close()
+	}
 }
 
 // A record the store remembers keeps to what is stored: a caller that
