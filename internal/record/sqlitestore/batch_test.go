@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,8 +147,7 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	for s.writes.Queued() < 1 {
 		time.Sleep(time.Millisecond)
 	}
-	// Time for the renewal to wait for the turn too.
-	time.Sleep(5 * time.Millisecond)
+	waitBlocked(t, "(*Store).Renew(", "chan send")
 	close(hold)
 	if err := <-renewed; err != nil {
 		t.Fatal(err)
@@ -157,6 +158,23 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	if !lease.Valid || lease.Int64 != until.UnixNano() {
 		t.Fatalf("the write after the held batch read the lease %v; want the renewal's, %d: it went first", lease, until.UnixNano())
 	}
+}
+
+// waitBlocked waits until a goroutine whose stack holds fn is blocked
+// in state, as runtime.Stack shows them: a goroutine's stack is the
+// only place that says it waits, and not merely that it is about to.
+func waitBlocked(t *testing.T, fn, state string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			header, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(header, "["+state) && strings.Contains(g, fn) {
+				return
+			}
+		}
+	}
+	t.Fatalf("no goroutine in %s was blocked in %s within 10 s", fn, state)
 }
 
 // Updates go without a savepoint (runOne). Each of the tests below puts
