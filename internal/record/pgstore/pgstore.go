@@ -395,7 +395,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			if opts.Dispatch {
 				fresh.Apply(record.Change{To: record.Dispatched}, now)
 			}
-			history, err := json.Marshal(fresh.History)
+			history, err := record.AppendHistoryJSON(nil, fresh.History)
 			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
 				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
 				string(fresh.State)}, err

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -139,7 +138,7 @@ func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
 	// jsonb refuses the escape \u0000, which a note quoting an upstream's
 	// output, or a decider's name, might hold.
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
-	entry, err := json.Marshal([]record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
+	entry, err := record.AppendHistoryJSON(nil, []record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
 	return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
 		timestamp(c.LeaseFrom(now)), now}, err
 }

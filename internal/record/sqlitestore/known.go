@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -63,12 +62,13 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 	}
 	r := k.rec.Clone()
 	apply(r, c, now)
-	entry, err := json.Marshal(r.History[len(r.History)-1])
+	// What json.Marshal makes of the whole history: one more element.
+	b := append(make([]byte, 0, len(k.history)+128), k.history[:len(k.history)-1]...)
+	b, err := record.AppendTransitionJSON(append(b, ','), r.History[len(r.History)-1])
 	if err != nil {
 		return nil, "", err
 	}
-	// What json.Marshal makes of the whole history: one more element.
-	history := k.history[:len(k.history)-1] + "," + string(entry) + "]"
+	history := string(append(b, ']'))
 	ownBuffers(r, c)
 	setsLease := c.To.Settled() || c.Owner != ""
 	res, err := tx.StmtContext(ctx, s.st.writeKnown).ExecContext(ctx,

@@ -244,28 +244,35 @@ func scanRecord(row scanner) (*record.Record, error) {
 
 // insertRecord stores r and returns its history as stored.
 func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
-	history, err := json.Marshal(r.History)
+	history, err := historyText(r.History)
 	if err != nil {
 		return "", err
 	}
 	_, err = tx.StmtContext(ctx, s.st.insert).ExecContext(ctx,
 		r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, r.State,
-		string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
+		history, r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()), r.Awaiting)
-	return string(history), err
+	return history, err
+}
+
+// historyText is h as the history column holds it: what json.Marshal
+// writes.
+func historyText(h []record.Transition) (string, error) {
+	b, err := record.AppendHistoryJSON(make([]byte, 0, 128*len(h)), h)
+	return string(b), err
 }
 
 // writeRecord stores the fields of r that a change moves, and returns
 // its history as stored.
 func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
-	history, err := json.Marshal(r.History)
+	history, err := historyText(r.History)
 	if err != nil {
 		return "", err
 	}
 	_, err = tx.StmtContext(ctx, s.st.write).ExecContext(ctx,
-		r.State, string(history), r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
+		r.State, history, r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.Awaiting, r.ID)
-	return string(history), err
+	return history, err
 }
 
 // jsonText is m as a TEXT value, so SQLite's JSON functions can read it,
