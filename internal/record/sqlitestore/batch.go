@@ -44,6 +44,17 @@ type turn chan struct{}
 func (t turn) take() { t <- struct{}{} }
 func (t turn) give() { <-t }
 
+// takeCtx is take, or ctx's error if ctx ends first. A select waits in
+// the same line as a plain send.
+func (t turn) takeCtx(ctx context.Context) error {
+	select {
+	case t <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // maxWrites bounds the writes of one transaction: the write lock is held
 // while it runs, and other processes wait for it.
 const maxWrites = 64

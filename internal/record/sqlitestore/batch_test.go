@@ -135,6 +135,8 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	until := time.Now().Add(time.Hour).Round(0).UTC()
 
 	hold := holdWrites(s)
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // before the Store's Close, should the test fail
 	renewed := make(chan error, 1)
 	go func() { renewed <- s.Renew(ctx, "p1", until) }()
 	var lease sql.NullInt64
@@ -147,8 +149,8 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	for s.writes.Queued() < 1 {
 		time.Sleep(time.Millisecond)
 	}
-	waitBlocked(t, "(*Store).Renew(", "chan send")
-	close(hold)
+	waitBlocked(t, "(*Store).Renew(", "select")
+	release()
 	if err := <-renewed; err != nil {
 		t.Fatal(err)
 	}
@@ -344,5 +346,27 @@ func checkToldFailed(t *testing.T, s *Store, ids []string, errs []error) {
 		if changed := state == record.Completed; changed != (errs[i] == nil) {
 			t.Errorf("update %d returned %v, and the record is %s", i, errs[i], state)
 		}
+	}
+}
+
+// TestRenewGivesUpWithItsContext: a renewal that waits for its turn
+// behind a batch that does not end (a disk that stalls) returns when its
+// context ends: the proxy's lease keeper, whose context ends when the
+// proxy stops, would otherwise hold up its stop.
+func TestRenewGivesUpWithItsContext(t *testing.T) {
+	s := openStore(t)
+	hold := holdWrites(s)
+	defer close(hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	renewed := make(chan error, 1)
+	go func() { renewed <- s.Renew(ctx, "p1", time.Now().Add(time.Hour)) }()
+	select {
+	case err := <-renewed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Renew behind a held batch = %v; want its context's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew behind a held batch still waits 10 s after its context ended")
 	}
 }

@@ -229,7 +229,9 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	// executions under way are not to be taken for orphans. In turn with
 	// the batches of writes (batch.go), which it goes before once the
 	// batch running ends.
-	s.turn.take()
+	if err := s.turn.takeCtx(ctx); err != nil {
+		return fmt.Errorf("renewing the leases of %s: waiting for the batch of writes under way: %w", owner, err)
+	}
 	_, err := s.st.renew.ExecContext(ctx, nanos(until.Round(0).UTC()), owner)
 	s.turn.give()
 	if err != nil {
