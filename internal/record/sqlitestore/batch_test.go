@@ -32,7 +32,7 @@ func openStore(t *testing.T) *Store {
 // made meanwhile wait.
 func holdWrites(s *Store) chan<- struct{} {
 	hold, held := make(chan struct{}), make(chan struct{})
-	go s.write(context.Background(), func(context.Context, *sql.Tx, time.Time) error {
+	go s.write(context.Background(), func(context.Context, *wtx, time.Time) error {
 		close(held)
 		<-hold
 		return nil
@@ -142,7 +142,7 @@ func TestRenewTakesItsTurn(t *testing.T) {
 	var lease sql.NullInt64
 	next := make(chan error, 1)
 	go func() {
-		next <- s.write(ctx, func(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+		next <- s.write(ctx, func(ctx context.Context, tx *wtx, _ time.Time) error {
 			return tx.QueryRowContext(ctx, "SELECT lease_until FROM records WHERE id = ?", r.ID).Scan(&lease)
 		})
 	}()
@@ -258,7 +258,7 @@ func TestChangeThenFailureIsNotCommitted(t *testing.T) {
 	ids := reserveDispatched(t, s, "changed, then failed", "next")
 	errs := inOneBatch(s,
 		func() error {
-			return s.writeOne(context.Background(), func(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+			return s.writeOne(context.Background(), func(ctx context.Context, tx *wtx, _ time.Time) error {
 				if _, err := tx.ExecContext(ctx, "UPDATE records SET state = ? WHERE id = ?", record.Completed, ids[0]); err != nil {
 					return err
 				}

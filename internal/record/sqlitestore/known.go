@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -56,7 +55,7 @@ func (s *Store) remember(r *record.Record, history string, c record.Change) {
 // updateKnown is Update's write of c to k, in tx at now, without reading
 // the record. It returns a nil record, and writes nothing, if the record
 // moved on since k, or is gone, or c does not apply to k.
-func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k known, c record.Change) (*record.Record, string, error) {
+func (s *Store) updateKnown(ctx context.Context, tx *wtx, now time.Time, k known, c record.Change) (*record.Record, string, error) {
 	if !c.Allowed(k.rec.State) || len(k.rec.History) == 0 {
 		return nil, "", nil // read: a conflict, or a record that moved on
 	}
@@ -71,7 +70,7 @@ func (s *Store) updateKnown(ctx context.Context, tx *sql.Tx, now time.Time, k kn
 	history := string(append(b, ']'))
 	ownBuffers(r, c)
 	setsLease := c.To.Settled() || c.Owner != ""
-	res, err := tx.StmtContext(ctx, s.st.writeKnown).ExecContext(ctx,
+	res, err := tx.stmt(ctx, s.st.writeKnown).ExecContext(ctx,
 		r.State, history, r.Attempts, jsonText(c.Result), jsonText(c.Error),
 		nanos(r.ExpiresAt), r.Owner, r.Awaiting, setsLease, nanos(r.LeaseUntil),
 		r.ID, k.history, k.rec.Attached, nanos(k.rec.LeaseUntil))

@@ -23,7 +23,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return rec, false, nil
 	}
 	var res reservation
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+	err := s.write(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
 		res, err = s.reserveIn(ctx, tx, now, r, opts)
 		return err
 	})
@@ -54,7 +54,7 @@ type reservation struct {
 
 // reserveIn is Reserve's write, in tx at now (a batch's: the write lock
 // held).
-func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *record.Record, opts record.ReserveOptions) (res reservation, err error) {
+func (s *Store) reserveIn(ctx context.Context, tx *wtx, now time.Time, r *record.Record, opts record.ReserveOptions) (res reservation, err error) {
 	if s.reserves.Add(1)%purgeEvery == 0 {
 		if _, res.purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
 			return reservation{}, fmt.Errorf("purging expired records: %w", err)
@@ -73,7 +73,7 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 		return reservation{}, insertError(err)
 	}
 
-	cur, err := scanRecord(tx.StmtContext(ctx, s.st.byKey).QueryRowContext(ctx, r.Key))
+	cur, err := scanRecord(tx.stmt(ctx, s.st.byKey).QueryRowContext(ctx, r.Key))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		cur = nil
@@ -94,7 +94,7 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 			case res.orphan != nil:
 				_, err = s.writeRecord(ctx, tx, cur)
 			case attach:
-				_, err = tx.StmtContext(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
+				_, err = tx.stmt(ctx, s.st.attach).ExecContext(ctx, cur.Attached, cur.ID)
 			}
 			if err != nil {
 				return reservation{}, err
@@ -107,7 +107,7 @@ func (s *Store) reserveIn(ctx context.Context, tx *sql.Tx, now time.Time, r *rec
 				return reservation{}, err
 			}
 		}
-		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
+		if _, err := tx.stmt(ctx, s.st.release).ExecContext(ctx, cur.ID); err != nil {
 			return reservation{}, err
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	var history string
 	// One statement changes the record: the known one if it applies,
 	// else updateIn's (which reads the record first).
-	err := s.writeOne(ctx, func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+	err := s.writeOne(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
 		if known {
 			if r, history, err = s.updateKnown(ctx, tx, now, k, c); r != nil || err != nil {
 				return err
@@ -184,8 +184,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 
 // updateIn is Update's write, in tx at now (a batch's), of a record read
 // first. It also returns the history it wrote, "" if it wrote none.
-func (s *Store) updateIn(ctx context.Context, tx *sql.Tx, now time.Time, id string, c record.Change) (*record.Record, string, error) {
-	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
+func (s *Store) updateIn(ctx context.Context, tx *wtx, now time.Time, id string, c record.Change) (*record.Record, string, error) {
+	r, err := getRecord(ctx, tx.stmt(ctx, s.st.byID), id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -298,7 +298,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 // first, and returns how many it dropped. Reserve calls it now and then;
 // it is exported for an operator's cleanup and for tests.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("purging expired records: %w", err)
 	}
@@ -316,12 +316,12 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 
 // purge settles orphans and drops expired records in tx; it returns how
 // many it dropped, and the orphans it settled.
-func (s *Store) purge(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int, []*record.Record, error) {
+func (s *Store) purge(ctx context.Context, tx *wtx, now time.Time, limit int) (int, []*record.Record, error) {
 	orphans, err := s.settleOrphans(ctx, tx, now, limit)
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := tx.StmtContext(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
+	res, err := tx.stmt(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -344,8 +344,8 @@ func (s *Store) settledOrphans(orphans []*record.Record) {
 // as a reservation or a waiter meeting them would (record.OrphanChange):
 // an orphan nobody calls again would otherwise stay in flight for ever,
 // out of reach of the purge that retention promises.
-func (s *Store) settleOrphans(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]*record.Record, error) {
-	rows, err := tx.StmtContext(ctx, s.st.orphans).QueryContext(ctx, nanos(now), limit)
+func (s *Store) settleOrphans(ctx context.Context, tx *wtx, now time.Time, limit int) ([]*record.Record, error) {
+	rows, err := tx.stmt(ctx, s.st.orphans).QueryContext(ctx, nanos(now), limit)
 	if err != nil {
 		return nil, err
 	}

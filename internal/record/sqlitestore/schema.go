@@ -243,12 +243,12 @@ func scanRecord(row scanner) (*record.Record, error) {
 }
 
 // insertRecord stores r and returns its history as stored.
-func (s *Store) insertRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
+func (s *Store) insertRecord(ctx context.Context, tx *wtx, r *record.Record) (string, error) {
 	history, err := historyText(r.History)
 	if err != nil {
 		return "", err
 	}
-	_, err = tx.StmtContext(ctx, s.st.insert).ExecContext(ctx,
+	_, err = tx.stmt(ctx, s.st.insert).ExecContext(ctx,
 		r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, r.State,
 		history, r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error), int64(r.Retention),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil.Round(0).UTC()), r.Awaiting)
@@ -264,12 +264,12 @@ func historyText(h []record.Transition) (string, error) {
 
 // writeRecord stores the fields of r that a change moves, and returns
 // its history as stored.
-func (s *Store) writeRecord(ctx context.Context, tx *sql.Tx, r *record.Record) (string, error) {
+func (s *Store) writeRecord(ctx context.Context, tx *wtx, r *record.Record) (string, error) {
 	history, err := historyText(r.History)
 	if err != nil {
 		return "", err
 	}
-	_, err = tx.StmtContext(ctx, s.st.write).ExecContext(ctx,
+	_, err = tx.stmt(ctx, s.st.write).ExecContext(ctx,
 		r.State, history, r.Attempts, r.Attached, jsonText(r.Result), jsonText(r.Error),
 		nanos(r.ExpiresAt), r.Owner, nanos(r.LeaseUntil), r.Awaiting, r.ID)
 	return history, err

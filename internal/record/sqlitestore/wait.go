@@ -98,13 +98,13 @@ func (s *Store) wait(ctx context.Context, k waitKey) (*record.Record, error) {
 // orphan once it holds the write lock, and returns the record, with its
 // Orphan set if this call settled it.
 func (s *Store) settleOrphan(ctx context.Context, id string) (*record.Record, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
 	now := s.clock()
-	r, err := getRecord(ctx, tx.StmtContext(ctx, s.st.byID), id)
+	r, err := getRecord(ctx, tx.stmt(ctx, s.st.byID), id)
 	if err != nil || !r.Orphaned(now) {
 		return r, err
 	}
