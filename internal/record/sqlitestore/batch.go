@@ -168,7 +168,7 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 		return tx.Commit()
 	}
 	for _, c := range calls {
-		run := runSaved
+		run := s.runSaved
 		if c.Job.oneStatement {
 			run = runOne
 		}
@@ -181,16 +181,16 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 
 // runSaved runs w in tx in a savepoint of its own, which undoes its
 // changes if it fails. It returns an error that ends the batch.
-func runSaved(ctx context.Context, tx *wtx, now time.Time, w *write) error {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT write"); err != nil {
+func (s *Store) runSaved(ctx context.Context, tx *wtx, now time.Time, w *write) error {
+	if _, err := tx.stmt(ctx, s.st.savepoint).ExecContext(ctx); err != nil {
 		return err
 	}
 	if w.err = w.run(ctx, tx, now); w.err != nil {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO write"); err != nil {
+		if _, err := tx.stmt(ctx, s.st.rollbackTo).ExecContext(ctx); err != nil {
 			return err
 		}
 	}
-	_, err := tx.ExecContext(ctx, "RELEASE write")
+	_, err := tx.stmt(ctx, s.st.releaseSavepoint).ExecContext(ctx)
 	return err
 }
 

@@ -158,6 +158,9 @@ func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
 	writeKnown                                         *sql.Stmt // known.go
+	// savepoint, rollbackTo and releaseSavepoint are runSaved's: parsed
+	// for each write, they were prepared and finalized each time.
+	savepoint, rollbackTo, releaseSavepoint *sql.Stmt
 	// orphans reads the records in flight whose lease lapsed: parsing
 	// it on every purge was four fifths of the purge's time.
 	orphans *sql.Stmt
@@ -169,7 +172,8 @@ type statements struct {
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.addAttached}
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.addAttached,
+		st.savepoint, st.rollbackTo, st.releaseSavepoint}
 }
 
 // columns are the records columns a Record is read from, in scanRecord's
@@ -190,6 +194,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.st.write, `UPDATE records SET state = ?, history = ?, attempts = ?, attached = ?,
 			result = ?, error = ?, expires_at = ?, owner = ?, lease_until = ?, awaiting = ? WHERE id = ?`},
 		{s.w, &s.st.writeKnown, writeKnownText},
+		{s.w, &s.st.savepoint, "SAVEPOINT write"},
+		{s.w, &s.st.rollbackTo, "ROLLBACK TO write"},
+		{s.w, &s.st.releaseSavepoint, "RELEASE write"},
 		{s.w, &s.st.purge, `DELETE FROM records WHERE id IN (
 			SELECT id FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`},
 		{s.w, &s.st.orphans, "SELECT " + columns + " FROM records WHERE " + inFlight + " AND lease_until IS NOT NULL AND lease_until < ? LIMIT ?"},
