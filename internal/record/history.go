@@ -7,8 +7,9 @@ import (
 
 // AppendHistoryJSON appends h as encoding/json's Marshal writes it, byte
 // for byte, and fails where Marshal does (a time outside the years 0 to
-// 9999). A durable store writes a record's history on every transition,
-// in its single writer; Marshal's reflection was a twelfth of SQLite's.
+// 9999, or in a zone 24 hours or more off UTC), returning nil. A durable
+// store writes a record's history on every transition, in its single
+// writer; Marshal's reflection was a twelfth of SQLite's.
 func AppendHistoryJSON(b []byte, h []Transition) ([]byte, error) {
 	if h == nil {
 		return append(b, "null"...), nil
@@ -26,13 +27,17 @@ func AppendHistoryJSON(b []byte, h []Transition) ([]byte, error) {
 	return append(b, ']'), nil
 }
 
-// AppendTransitionJSON appends t as encoding/json's Marshal writes it.
+// AppendTransitionJSON appends t as encoding/json's Marshal writes it,
+// or returns nil and the error Marshal returns.
 func AppendTransitionJSON(b []byte, t Transition) ([]byte, error) {
 	if !plainTime(t.At) || !plainJSON(string(t.State)) ||
 		!plainJSON(t.Note) || !plainJSON(t.By) || !plainJSON(t.Via) {
 		// Escapes, and Marshal's errors.
 		out, err := json.Marshal(t)
-		return append(b, out...), err
+		if err != nil {
+			return nil, err
+		}
+		return append(b, out...), nil
 	}
 	b = append(b, `{"state":"`...)
 	b = append(b, t.State...)

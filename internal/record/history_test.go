@@ -29,9 +29,17 @@ func TestAppendHistoryJSON(t *testing.T) {
 		{{State: Completed, At: at, Note: "café ✓ \u2028"}},
 		{{State: Completed, At: at, By: "\xff\xfe invalid"}},
 		{{State: Completed, At: at, Via: "\x7f"}},
+		{{State: Completed, At: at, Note: "a & b"}},
+		{{State: Completed, At: at, Note: "a > b"}},
 		{{State: "odd<state>", At: at}},
 		{{State: Completed, At: at.In(time.FixedZone("", 3600+7))}},
 		{{State: Completed, At: at.In(time.FixedZone("", 25*3600))}},
+		{{State: Completed, At: at.In(time.FixedZone("", 24*3600))}},
+		{{State: Completed, At: at.In(time.FixedZone("", -24*3600))}},
+		{{State: Completed, At: at.In(time.FixedZone("", 24*3600-1))}},
+		{{State: Completed, At: time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		{{State: Completed, At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)}},
+		{{State: Completed, At: time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC).In(time.FixedZone("", 2*3600))}},
 		{{State: Completed, At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},
 		{{State: Completed, At: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}},
 		{{State: Completed, At: at}, {State: Completed, At: time.Date(12345, 1, 1, 0, 0, 0, 0, time.UTC)}},
@@ -49,14 +57,18 @@ func TestAppendHistoryJSON(t *testing.T) {
 	}
 }
 
+// FuzzAppendTransitionJSON compares AppendTransitionJSON with Marshal
+// over times from second sec (Unix time, any year) and zones of any
+// offset.
 func FuzzAppendTransitionJSON(f *testing.F) {
-	f.Add("completed", int64(1796353445123456700), 0, "note", "by", "via")
-	f.Add("x", int64(-62167219200), 3600, "<&>", "\x00", "\xff")
-	f.Fuzz(func(t *testing.T, state string, nanos int64, offset int, note, by, via string) {
-		tr := Transition{State: State(state), At: time.Unix(0, nanos).In(time.FixedZone("", offset)), Note: note, By: by, Via: via}
+	f.Add("completed", int64(1796353445), int64(123456700), 0, "note", "by", "via")
+	f.Add("x", int64(-62167219200), int64(0), 3600, "<&>", "\x00", "\xff") // year 0
+	f.Add("x", int64(253402300799), int64(999999999), 86400, "", "", "")   // the end of 9999
+	f.Fuzz(func(t *testing.T, state string, sec, nsec int64, offset int, note, by, via string) {
+		tr := Transition{State: State(state), At: time.Unix(sec, nsec).In(time.FixedZone("", offset)), Note: note, By: by, Via: via}
 		want, wantErr := json.Marshal(tr)
 		got, err := AppendTransitionJSON(nil, tr)
-		if (err != nil) != (wantErr != nil) || err == nil && !bytes.Equal(got, want) {
+		if (err != nil) != (wantErr != nil) || err == nil && !bytes.Equal(got, want) || err != nil && got != nil {
 			t.Fatalf("AppendTransitionJSON(%+v) = %s, %v; Marshal gives %s, %v", tr, got, err, want, wantErr)
 		}
 	})
