@@ -273,6 +273,33 @@ func TestChangeThenFailureIsNotCommitted(t *testing.T) {
 	checkToldFailed(t, s, ids, errs)
 }
 
+// TestFailedWriteInASavepointIsUndone: a write that runs in a savepoint
+// (runSaved: a reservation) and fails after making changes has them
+// undone, and the writes beside it in the batch are committed; twice in
+// one batch, as the savepoint's statements are used again.
+func TestFailedWriteInASavepointIsUndone(t *testing.T) {
+	s := openStore(t)
+	ids := reserveDispatched(t, s, "failed 1", "kept 1", "failed 2", "kept 2")
+	write := func(id string, fail bool) func() error {
+		return func() error {
+			return s.write(context.Background(), func(ctx context.Context, tx *wtx, _ time.Time) error {
+				if _, err := tx.ExecContext(ctx, "UPDATE records SET state = ? WHERE id = ?", record.Completed, id); err != nil {
+					return err
+				}
+				if fail {
+					return errors.New("failed after its change")
+				}
+				return nil
+			})
+		}
+	}
+	errs := inOneBatch(s, write(ids[0], true), write(ids[1], false), write(ids[2], true), write(ids[3], false))
+	if errs[0] == nil || errs[2] == nil || errs[1] != nil || errs[3] != nil {
+		t.Errorf("the writes returned %v; want the first and third to fail alone", errs)
+	}
+	checkToldFailed(t, s, ids, errs)
+}
+
 // reserveDispatched reserves and dispatches a record for each key, and
 // returns their ids.
 func reserveDispatched(t *testing.T, s *Store, keys ...string) []string {
@@ -352,11 +379,13 @@ func checkToldFailed(t *testing.T, s *Store, ids []string, errs []error) {
 // TestRenewGivesUpWithItsContext: a renewal that waits for its turn
 // behind a batch that does not end (a disk that stalls) returns when its
 // context ends: the proxy's lease keeper, whose context ends when the
-// proxy stops, would otherwise hold up its stop.
+// proxy stops, would otherwise hold up its stop. Once the batch ends, the turn goes on to the next: the renewal that
+// gave up took none.
 func TestRenewGivesUpWithItsContext(t *testing.T) {
 	s := openStore(t)
 	hold := holdWrites(s)
-	defer close(hold)
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // before the Store's Close, should the test fail
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	renewed := make(chan error, 1)
@@ -368,5 +397,15 @@ func TestRenewGivesUpWithItsContext(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Renew behind a held batch still waits 10 s after its context ended")
+	}
+	release()
+	next, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Renew(next, "p1", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("a renewal after the batch ended: %v", err)
+	}
+	ids := reserveDispatched(t, s, "after")
+	if err := complete(s, ids[0])(); err != nil {
+		t.Fatalf("a write after the batch ended: %v", err)
 	}
 }
