@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
@@ -31,7 +32,9 @@ func sharedStores(t *testing.T) map[string]string {
 	if u := serviceURL(t, "MCPI_REDIS_URL", "redis://127.0.0.1:6379/0"); u != "" {
 		// A prefix of this test's own keeps its records apart from any
 		// other run on the same server.
-		stores["redis"] = withQuery(u, "prefix", "mcpi-e2e-"+strings.ToLower(t.Name())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
+		prefix := "mcpi-e2e-" + strings.ToLower(t.Name()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+		stores["redis"] = withQuery(u, "prefix", prefix)
+		t.Cleanup(func() { dropPrefix(t, u, prefix) })
 	}
 	if u := serviceURL(t, "MCPI_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"); u != "" {
 		schema := "mcpi_e2e_" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -39,6 +42,33 @@ func sharedStores(t *testing.T) map[string]string {
 		t.Cleanup(func() { dropSchema(t, u, schema) })
 	}
 	return stores
+}
+
+// dropPrefix removes a test's Redis keys: its secret has no TTL, and its
+// records would stay for a day.
+func dropPrefix(t *testing.T, url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Logf("dropping the keys %s*: %v", prefix, err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	var keys []string
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("dropping the keys %s*: %v", prefix, err)
+		return
+	}
+	if len(keys) > 0 {
+		if err := c.Unlink(ctx, keys...).Err(); err != nil {
+			t.Logf("dropping the keys %s*: %v", prefix, err)
+		}
+	}
 }
 
 // dropSchema removes a test's PostgreSQL schema.
