@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/servicetest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
@@ -34,54 +32,14 @@ func sharedStores(t *testing.T) map[string]string {
 		// other run on the same server.
 		prefix := "mcpi-e2e-" + strings.ToLower(t.Name()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 		stores["redis"] = withQuery(u, "prefix", prefix)
-		t.Cleanup(func() { dropPrefix(t, u, prefix) })
+		t.Cleanup(func() { servicetest.DropKeys(t, u, prefix) })
 	}
 	if u := serviceURL(t, "MCPI_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"); u != "" {
 		schema := "mcpi_e2e_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		stores["postgres"] = withQuery(u, "schema", schema)
-		t.Cleanup(func() { dropSchema(t, u, schema) })
+		t.Cleanup(func() { servicetest.DropSchema(t, u, schema) })
 	}
 	return stores
-}
-
-// dropPrefix removes a test's Redis keys: its secret has no TTL, and its
-// records would stay for a day.
-func dropPrefix(t *testing.T, url, prefix string) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Logf("dropping the keys %s*: %v", prefix, err)
-		return
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx := context.Background()
-	var keys []string
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("dropping the keys %s*: %v", prefix, err)
-		return
-	}
-	if len(keys) > 0 {
-		if err := c.Unlink(ctx, keys...).Err(); err != nil {
-			t.Logf("dropping the keys %s*: %v", prefix, err)
-		}
-	}
-}
-
-// dropSchema removes a test's PostgreSQL schema.
-func dropSchema(t *testing.T, url, schema string) {
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Logf("dropping schema %s: %v", schema, err)
-		return
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		t.Logf("dropping schema %s: %v", schema, err)
-	}
 }
 
 // TestManyProxiesOneStore: four proxy processes share one store; 200

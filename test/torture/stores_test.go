@@ -1,7 +1,6 @@
 package torture
 
 import (
-	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
-
+	"github.com/mcp-idempotent/mcp-idempotent/internal/servicetest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
@@ -28,12 +25,12 @@ func sharedStores(t *testing.T) map[string]string {
 	if u := serviceURL(t, "MCPI_REDIS_URL"); u != "" {
 		prefix := "mcpi-torture-" + tag + ":"
 		stores["redis"] = withQuery(u, "prefix", prefix)
-		t.Cleanup(func() { dropKeys(t, u, prefix) })
+		t.Cleanup(func() { servicetest.DropKeys(t, u, prefix) })
 	}
 	if u := serviceURL(t, "MCPI_POSTGRES_URL"); u != "" {
 		schema := "mcpi_torture_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		stores["postgres"] = withQuery(u, "schema", schema)
-		t.Cleanup(func() { dropSchema(t, u, schema) })
+		t.Cleanup(func() { servicetest.DropSchema(t, u, schema) })
 	}
 	return stores
 }
@@ -61,44 +58,4 @@ func withQuery(u, name, value string) string {
 		sep = "&"
 	}
 	return u + sep + name + "=" + url.QueryEscape(value)
-}
-
-// dropSchema removes a test's PostgreSQL schema.
-func dropSchema(t *testing.T, raw, schema string) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, raw)
-	if err != nil {
-		t.Logf("dropping schema %s: %v", schema, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		t.Logf("dropping schema %s: %v", schema, err)
-	}
-}
-
-// dropKeys removes a test's Redis keys, which would otherwise stay for
-// their retention.
-func dropKeys(t *testing.T, raw, prefix string) {
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		t.Logf("dropping keys %s*: %v", prefix, err)
-		return
-	}
-	c := redis.NewClient(opts)
-	defer c.Close()
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 1000)
-		c.Del(ctx, keys[:n]...)
-		keys = keys[n:]
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("dropping keys %s*: %v", prefix, err)
-	}
 }
