@@ -2,18 +2,28 @@ package record
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
 
 // AttachCounts are the attaches a store counted and has not yet written,
 // by execution id: a store that batches them (see Store.Reserve) counts
-// each with Add, adds them to the records it returns with Show, and has
-// them written every so often by the function it gave Start, and at
+// each, and adds them to the records it returns, through a Reading, and
+// has them written every so often by the function it gave Start, and at
 // Close. It is safe for concurrent use.
 type AttachCounts struct {
 	mu      sync.Mutex
 	pending map[string]int
+	// writes counts the writes of counts begun and ended, odd while one
+	// is under way, and idle is closed when none is. Between a write's
+	// commit and its Written, a record read shows the counts written
+	// twice, in its stored count and in pending; read before the commit
+	// and shown after Written, in neither. So a Reading a write
+	// overlapped reads its stored counts again.
+	writes   uint64
+	idle     chan struct{}
+	flushing sync.Mutex // one write of counts at a time
 
 	every     time.Duration
 	write     func(ctx context.Context, ids []string, ns []int32) error
@@ -25,59 +35,156 @@ type AttachCounts struct {
 }
 
 // Start sets how the counts are written: every period, from the first
-// Add on, write is called with the counts a Snapshot gives, and must
-// call Written for those it wrote. onError, if not nil, is told of each
-// failed write; the counts it did not write are kept for the next.
+// attach counted on, write is called with the counts not yet written,
+// and must call Written for those it wrote before it returns. onError,
+// if not nil, is told of each failed write; the counts it did not write
+// are kept for the next.
 func (a *AttachCounts) Start(every time.Duration, write func(ctx context.Context, ids []string, ns []int32) error, onError func(error)) {
 	a.every, a.write, a.onError = every, write, onError
 	a.stop = make(chan struct{})
 }
 
-// Add counts one more caller attached to id and returns the count of id
-// not yet written, this one included.
-func (a *AttachCounts) Add(id string) int {
-	a.mu.Lock()
-	if a.pending == nil {
-		a.pending = make(map[string]int)
-	}
-	a.pending[id]++
-	n := a.pending[id]
-	a.mu.Unlock()
+// startWriter starts the writer, once, if Start gave it a write.
+func (a *AttachCounts) startWriter() {
 	if a.write != nil {
 		a.once.Do(func() {
 			a.stopped = make(chan struct{})
 			go a.loop()
 		})
 	}
-	return n
 }
 
-// Of returns the attaches of id not yet written.
-func (a *AttachCounts) Of(id string) int {
+// A Reading shows the counts not yet written in records a store reads:
+// the store takes one with Begin before it reads them, and shows each
+// with Show (or counts an attach to it with Add) after.
+type Reading struct {
+	a      *AttachCounts
+	writes uint64
+}
+
+// Begin returns a Reading for records about to be read. It first waits
+// out a write of the counts under way, which a read could meet on
+// either side of its commit.
+func (a *AttachCounts) Begin(ctx context.Context) (Reading, error) {
+	for {
+		a.mu.Lock()
+		writes, idle := a.writes, a.idle
+		a.mu.Unlock()
+		if writes%2 == 0 {
+			return Reading{a, writes}, nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return Reading{}, ctx.Err()
+		}
+	}
+}
+
+// StoredCount reads the attached count of the record id as its store
+// holds it.
+type StoredCount func(ctx context.Context, id string) (int, error)
+
+// Show adds to rec, read since r began, the attaches of it not yet
+// written. If a write of the counts began since (one a second at most,
+// so seldom), rec's stored count is read again with stored first. A
+// nil rec is returned as it is.
+func (r Reading) Show(ctx context.Context, rec *Record, stored StoredCount) (*Record, error) {
+	return r.show(ctx, rec, stored, false)
+}
+
+// Add counts one more caller attached to rec, read since r began, and
+// returns rec with its count as it now is, the attaches not yet written
+// included, as Show does.
+func (r Reading) Add(ctx context.Context, rec *Record, stored StoredCount) (*Record, error) {
+	return r.show(ctx, rec, stored, true)
+}
+
+// Match shows rec, the holder of the key a reservation of fingerprint
+// found, as Add does if it is of that action, else as Show does: a
+// client key reused for another action is refused, not attached to.
+func (r Reading) Match(ctx context.Context, rec *Record, fingerprint string, stored StoredCount) (*Record, error) {
+	return r.show(ctx, rec, stored, rec.Fingerprint == fingerprint)
+}
+
+// ShowAll shows each of recs, read since r began, as Show does, and
+// leaves out those whose count, read again, the store no longer holds.
+func (r Reading) ShowAll(ctx context.Context, recs []*Record, stored StoredCount) ([]*Record, error) {
+	shown := recs[:0]
+	for _, rec := range recs {
+		switch _, err := r.Show(ctx, rec, stored); {
+		case err == nil:
+			shown = append(shown, rec)
+		case !errors.Is(err, ErrNotFound): // else purged since
+			return nil, err
+		}
+	}
+	return shown, nil
+}
+
+func (r Reading) show(ctx context.Context, rec *Record, stored StoredCount, add bool) (*Record, error) {
+	if rec == nil {
+		return nil, nil
+	}
+	for {
+		if r.a.showSince(r.writes, rec, add) {
+			return rec, nil
+		}
+		var err error
+		if r, err = r.a.Begin(ctx); err != nil {
+			return nil, err
+		}
+		n, err := stored(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		rec.Attached = n
+	}
+}
+
+// showSince adds to rec its attaches not yet written, this one first if
+// add, unless a write of the counts began since writes.
+func (a *AttachCounts) showSince(writes uint64, rec *Record, add bool) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.pending[id]
-}
-
-// Show adds to rec, just read, the attaches of it not yet written.
-func (a *AttachCounts) Show(rec *Record) *Record {
-	if rec != nil {
-		rec.Attached += a.Of(rec.ID)
+	if a.writes != writes {
+		return false
 	}
-	return rec
+	if add {
+		if a.pending == nil {
+			a.pending = make(map[string]int)
+		}
+		a.pending[rec.ID]++
+		a.startWriter()
+	}
+	rec.Attached += a.pending[rec.ID]
+	return true
 }
 
-// Snapshot returns the counts to write, by id.
-func (a *AttachCounts) Snapshot() (ids []string, ns []int32) {
+// begin starts a write of the counts, and returns them by id; none, and
+// no write, if there are none.
+func (a *AttachCounts) begin() (ids []string, ns []int32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, n := range a.pending {
 		ids, ns = append(ids, id), append(ns, int32(n))
 	}
+	if len(ids) > 0 {
+		a.writes++
+		a.idle = make(chan struct{})
+	}
 	return ids, ns
 }
 
-// Written takes counts that a Snapshot gave, now written, off the
+// end ends the write of the counts begin started.
+func (a *AttachCounts) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.writes++
+	close(a.idle)
+}
+
+// Written takes counts that write was given, now written, off the
 // pending ones; attaches counted meanwhile stay.
 func (a *AttachCounts) Written(ids []string, ns []int32) {
 	a.mu.Lock()
@@ -99,24 +206,28 @@ func (a *AttachCounts) loop() {
 		case <-a.stop:
 			return
 		case <-t.C:
-			if err := a.flush(context.Background()); err != nil && a.onError != nil {
+			if err := a.Flush(context.Background()); err != nil && a.onError != nil {
 				a.onError(err)
 			}
 		}
 	}
 }
 
-// flush writes the pending counts.
-func (a *AttachCounts) flush(ctx context.Context) error {
-	ids, ns := a.Snapshot()
+// Flush writes the pending counts now, as the writer does every period.
+func (a *AttachCounts) Flush(ctx context.Context) error {
+	a.flushing.Lock()
+	defer a.flushing.Unlock()
+	ids, ns := a.begin()
 	if len(ids) == 0 {
 		return nil
 	}
+	defer a.end()
 	return a.write(ctx, ids, ns)
 }
 
 // Close stops the writer and writes, under ctx, what is left. The store
-// calls it before it closes its connections; Add must not follow it.
+// calls it before it closes its connections; no attach may be counted
+// after it.
 func (a *AttachCounts) Close(ctx context.Context) (err error) {
 	if a.write == nil {
 		return nil
@@ -127,7 +238,7 @@ func (a *AttachCounts) Close(ctx context.Context) (err error) {
 		if a.stopped != nil {
 			<-a.stopped
 		}
-		err = a.flush(ctx)
+		err = a.Flush(ctx)
 	})
 	return err
 }

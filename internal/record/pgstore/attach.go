@@ -2,7 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -21,11 +24,20 @@ const flushAttachesSQL = `UPDATE {schema}.records AS r SET attached = r.attached
 	FROM unnest($1::text[], $2::integer[]) AS v(id, n) WHERE r.id = v.id AND r.id IN (
 		SELECT id FROM {schema}.records WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE)`
 
-// countAttach counts a caller attached to rec, which Reserve read, and
-// returns rec with its count as it now is.
-func (s *Store) countAttach(rec *record.Record) *record.Record {
-	rec.Attached += s.attaches.Add(rec.ID)
-	return rec
+// attachedOfSQL reads a record's attached count, for a Reading that a
+// write of the counts overlapped (record.AttachCounts).
+const attachedOfSQL = `SELECT attached FROM {schema}.records WHERE id = $1`
+
+// storedAttached reads the attached count of the record id as stored
+// (a record.StoredCount).
+func (s *Store) storedAttached(ctx context.Context, id string) (n int, err error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	err = s.pool.QueryRow(ctx, s.q.attachedOf, id).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = record.ErrNotFound
+	}
+	return n, err
 }
 
 // writeAttaches writes counted attaches in one statement (see

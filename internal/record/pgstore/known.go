@@ -26,8 +26,7 @@ import (
 // does for a record it does not know.
 
 // remember keeps rec, as stored, for the next update, and returns a copy
-// that shows its attaches not yet written. A record no update moves on
-// any more is forgotten.
+// for the caller. A record no update moves on any more is forgotten.
 func (s *Store) remember(rec *record.Record) *record.Record {
 	if !record.WorthKnowing(rec) {
 		s.known.Drop(rec.ID)
@@ -36,7 +35,7 @@ func (s *Store) remember(rec *record.Record) *record.Record {
 		kept.Orphan = nil
 		s.known.Put(rec.ID, kept)
 	}
-	return s.attaches.Show(rec.Clone())
+	return rec.Clone()
 }
 
 // knownFor returns the record id as this Store knows it, if it does and

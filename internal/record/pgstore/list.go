@@ -47,15 +47,21 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		limit = 100
 	}
 	q += " ORDER BY id DESC LIMIT " + arg(limit)
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) {
-		rec, err := scanRecord(row)
-		return s.attaches.Show(rec), err
+		return scanRecord(row)
 	})
 	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	if recs, err = reading.ShowAll(ctx, recs, s.storedAttached); err != nil {
 		return nil, s.fail(op, err)
 	}
 	return recs, nil

@@ -190,7 +190,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
 		update: s.sql(updateSQL), updateKnown: s.sql(updateKnownSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
-		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL), flushAttaches: s.sql(flushAttachesSQL),
+		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL), flushAttaches: s.sql(flushAttachesSQL), attachedOf: s.sql(attachedOfSQL),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -347,7 +347,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, updateKnown, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches string
+	reserve, holder, release, update, updateKnown, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches, attachedOf string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the
@@ -412,7 +412,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// one that appeared after its snapshot; a few passes suffice under
 	// any contention, and the bound guards against a holder that the
 	// statements and this code judge differently.
-	err := s.run(ctx, s.reserveQ, insert)
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	err = s.run(ctx, s.reserveQ, insert)
 	var conn *pgxpool.Conn
 	defer func() {
 		if conn != nil {
@@ -420,19 +424,14 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		}
 	}()
 	var orphan *record.Record // settled by this call
+passes:
 	for pass := 0; ; pass++ {
 		switch {
-		case err == nil && !won && rec.Fingerprint == r.Fingerprint:
-			// Attached to; a caller whose client key names another
-			// action is not.
-			rec.Orphan = orphan
-			return s.countAttach(rec), false, nil
 		case err == nil && won:
 			rec.Orphan = orphan // rec is this call's own
 			return s.remember(rec), true, nil
 		case err == nil:
-			// The holder of a key a client reused for another action.
-			return s.attaches.Show(rec), false, nil
+			break passes // the holder, shown below
 		case isUniqueViolation(err):
 			// The key's conflicts are absorbed by ON CONFLICT; this is
 			// the primary key.
@@ -463,6 +462,17 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		runPrepared(ctx, conn, insert)
 		err = insert.err
 	}
+	if conn != nil {
+		conn.Release() // a count read again takes a connection of its own
+		conn = nil
+	}
+	if rec.Fingerprint == r.Fingerprint {
+		rec.Orphan = orphan // settled by this call, before its attach
+	}
+	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
+		return nil, false, s.wrap(op, err)
+	}
+	return rec, false, nil
 }
 
 // clearHolder deals with the holder of r's key, which Reserve could
@@ -547,6 +557,10 @@ func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.R
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	op := "getting " + id
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	conn, _, err := s.acquire(ctx)
 	if err != nil {
 		return nil, s.fail(op, err)
@@ -558,7 +572,10 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	return s.attaches.Show(rec), nil
+	if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {
+		return nil, s.wrap(op, err)
+	}
+	return rec, nil
 }
 
 // get reads the record id; it returns record.ErrNotFound unwrapped.

@@ -44,6 +44,24 @@ RETURNING attached, lease_until, expires_at`,
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	op := "updating " + id
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	rec, err := s.update(ctx, op, id, c)
+	if err == nil {
+		if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {
+			err = s.wrap(op, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// update is Update, without the attaches not yet written.
+func (s *Store) update(ctx context.Context, op, id string, c record.Change) (*record.Record, error) {
 	var from []record.State
 	for _, st := range record.States {
 		if c.Allowed(st) {
@@ -79,7 +97,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			return nil, s.wrap(op, err)
 		}
 		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
-			return s.attaches.Show(cur), nil
+			return cur, nil
 		}
 		if !c.Allowed(cur.State) {
 			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)

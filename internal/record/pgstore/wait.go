@@ -166,6 +166,10 @@ func (s *Store) wait(ctx context.Context, op, id string, done func(record.State)
 		return nil, s.fail(op, err)
 	}
 	s.listen()
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	poll := s.minPoll
 	for watched := false; ; watched = true {
 		// Registered before reading, so that a settling committed
@@ -180,10 +184,13 @@ func (s *Store) wait(ctx context.Context, op, id string, done func(record.State)
 		rec, err := s.boundedCheck(ctx, id)
 		if err != nil || done(rec.State) {
 			s.waiters.remove(id, g)
+			if err == nil {
+				rec, err = reading.Show(ctx, rec, s.storedAttached)
+			}
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}
-			return s.attaches.Show(rec), nil
+			return rec, nil
 		}
 		next := heardPoll
 		if !s.heard.Load() {

@@ -3,6 +3,7 @@ package recordtest
 import (
 	"context"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,11 +16,18 @@ import (
 // either Store.
 type NewAttachPair func(t *testing.T) (s, other record.Store, stored func(id string) int)
 
+// Flusher is a Store that writes the attaches it counted when told to,
+// as it does every so often (record.AttachCounts.Flush).
+type Flusher interface {
+	FlushAttaches(ctx context.Context) error
+}
+
 // RunAttachCounts checks a backend that batches its attach counts
 // (record.AttachCounts): a replay writes no count, yet the records the
 // Store returns show it at once; the other Store sees it once written,
-// within a few seconds; and the counts not yet written are written when
-// the Store closes (it must be an io.Closer).
+// within a few seconds; a record read while the counts are written shows
+// each attach once; and the counts not yet written are written when the
+// Store closes (it must be an io.Closer and a Flusher).
 func RunAttachCounts(t *testing.T, newPair NewAttachPair) {
 	s, other, stored := newPair(t)
 	ctx := context.Background()
@@ -60,11 +68,59 @@ func RunAttachCounts(t *testing.T, newPair NewAttachPair) {
 			t.Fatalf("the other Store sees attached %d after 10s; want the 5 counted, written meanwhile", seen())
 		}
 	}
+	attached := 5
+	for round := range 200 {
+		for range 3 {
+			attached++
+			if got := replay(); got.Attached != attached {
+				t.Fatalf("round %d: a replay returned the record attached %d; want %d", round, got.Attached, attached)
+			}
+		}
+		if !readWhileWritten(t, s, first.ID, attached) {
+			t.Fatalf("round %d: a record read while the counts were written showed an attach twice or not at all", round)
+		}
+	}
 	replay()
 	if err := s.(io.Closer).Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := seen(); n != 6 {
-		t.Errorf("the other Store sees attached %d after Close; want 6, the last written at Close", n)
+	if n := seen(); n != attached+1 {
+		t.Errorf("the other Store sees attached %d after Close; want %d, the last written at Close", n, attached+1)
 	}
+}
+
+// readWhileWritten reads the record id ten times while s writes its
+// counts, and reports whether each read showed attached callers.
+func readWhileWritten(t *testing.T, s record.Store, id string, attached int) bool {
+	t.Helper()
+	flusher, ok := s.(Flusher)
+	if !ok {
+		t.Fatalf("%T is not a recordtest.Flusher", s)
+	}
+	ctx := context.Background()
+	var seen []int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := flusher.FlushAttaches(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Go(func() {
+		for range 10 {
+			got, err := s.Get(ctx, id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			seen = append(seen, got.Attached)
+		}
+	})
+	wg.Wait()
+	for _, n := range seen {
+		if n != attached {
+			t.Logf("read attached %v; want %d each time", seen, attached)
+			return false
+		}
+	}
+	return true
 }

@@ -27,11 +27,21 @@ end
 return 0
 `)
 
-// countAttach counts a caller attached to rec, which a reservation
-// returned with the counts not yet written.
-func (s *Store) countAttach(rec *record.Record) {
-	s.attaches.Add(rec.ID)
-	rec.Attached++
+// storedAttached reads the attached count of the record id as stored
+// (a record.StoredCount).
+func (s *Store) storedAttached(ctx context.Context, id string) (int, error) {
+	l, _, err := s.locate(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.rdb.HGet(ctx, s.recordKey(l.tag, id), "attached").Int()
+	if errors.Is(err, redis.Nil) {
+		if exists, err := s.rdb.Exists(ctx, s.recordKey(l.tag, id)).Result(); err != nil || exists == 0 {
+			return 0, cmp.Or(err, record.ErrNotFound)
+		}
+		return 0, nil // a record without the field has none
+	}
+	return n, err
 }
 
 // writeAttaches writes counted attaches in one pipeline (see

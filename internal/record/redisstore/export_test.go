@@ -40,3 +40,7 @@ func Library() string { return lib.name }
 func Pipe(ctx context.Context, s *Store, n int, fill func(p redis.Pipeliner, i int, full bool)) [][]redis.Cmder {
 	return s.pipe(ctx, n, fill)
 }
+
+// FlushAttaches writes the attaches counted and not yet written
+// (recordtest.Flusher).
+func (s *Store) FlushAttaches(ctx context.Context) error { return s.attaches.Flush(ctx) }

@@ -78,7 +78,7 @@ func (s *Store) applied(k known, c record.Change, at time.Time, v []any) (*recor
 		return nil, fmt.Errorf("record %s: expires_at: %w", rec.ID, err)
 	}
 	s.remember(rec, int(hist))
-	return s.attaches.Show(rec.Clone()), nil
+	return rec.Clone(), nil
 }
 
 // updatedReply decodes the whole record an update script returned, and

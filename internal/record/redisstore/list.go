@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -57,6 +58,10 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 			return id < floor
 		})
 		if len(keys) > 0 {
+			reading, err := s.attaches.Begin(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
 			cmds := make([]*redis.MapStringStringCmd, len(keys))
 			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, k := range keys {
@@ -66,6 +71,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 			}); err != nil {
 				return nil, s.wrap(op, err)
 			}
+			var batch []*record.Record
 			for _, c := range cmds {
 				if len(c.Val()) == 0 {
 					continue // expired since the scan
@@ -75,9 +81,13 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 					return nil, s.wrap(op, err)
 				}
 				if f.Matches(r) {
-					recs = append(recs, s.attaches.Show(r))
+					batch = append(batch, r)
 				}
 			}
+			if batch, err = reading.ShowAll(ctx, batch, s.storedAttached); err != nil {
+				return nil, s.wrap(op, err)
+			}
+			recs = append(recs, batch...)
 			keep(false)
 		}
 		if cursor = next; cursor == 0 {

@@ -263,6 +263,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// account's room before its first update); a reservation it does
 	// not win, a replay or an attach, leaves no key behind.
 	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
 	cmds, err := s.send(ctx, func(p redis.Pipeliner, full bool) {
 		s.eval(ctx, p, reserveScript, full, keys, args...)
 	})
@@ -290,6 +294,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		s.track(rec, loc{tag, rec.Retention})
 		if oid != "" && len(v) > 3 {
 			orphan, err := s.decodeReply(v[3], tag)
+			if err == nil {
+				orphan, err = reading.Show(ctx, orphan, s.storedAttached)
+			}
 			if err != nil {
 				// The reservation is made: only the report of the
 				// takeover is lost, and the orphan's record holds it.
@@ -309,12 +316,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, s.fail(op, err)
 	}
 	if oid != "" {
-		rec.Orphan = rec.Clone() // rec is this call's own
+		// Settled by this call, as it was before this attach counts.
+		if rec.Orphan, err = reading.Show(ctx, rec.Clone(), s.storedAttached); err != nil {
+			return nil, false, s.wrap(op, err)
+		}
 	}
-	if rec.Fingerprint == r.Fingerprint {
-		// Attached to; a caller whose client key names another action
-		// is not.
-		s.countAttach(rec)
+	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
+		return nil, false, s.wrap(op, err)
 	}
 	return rec, false, nil
 }
@@ -338,7 +346,7 @@ func (s *Store) decodeFields(v any, tag string) (*record.Record, int, error) {
 		return nil, 0, err
 	}
 	s.tags.Put(rec.ID, loc{tag, rec.Retention})
-	return s.attaches.Show(rec), len(m["history"]), nil
+	return rec, len(m["history"]), nil
 }
 
 // orphanSettled follows up a script that settled the orphan id: its
@@ -358,6 +366,10 @@ func (s *Store) orphanSettled(ctx context.Context, id string, ttl int64) {
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	op := "updating " + id
 	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	l, cached, err := s.locate(ctx, id)
@@ -428,6 +440,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		s.wake(id) // at once, without waiting for our own message
 	}
 	s.track(rec, loc{l.tag, rec.Retention})
+	if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {
+		return nil, s.wrap(op, err)
+	}
 	return rec, nil
 }
 
@@ -472,6 +487,10 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	l, _, err := s.locate(ctx, id)
 	if err != nil {
 		return nil, s.wrap(op, err)
@@ -489,7 +508,10 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 		return nil, s.fail(op, err)
 	}
 	s.tags.Put(id, loc{l.tag, rec.Retention})
-	return s.attaches.Show(rec), nil
+	if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {
+		return nil, s.wrap(op, err)
+	}
+	return rec, nil
 }
 
 // Wait implements record.Store.
@@ -509,6 +531,10 @@ func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	l, _, err := s.locate(ctx, id)
 	if err != nil {
 		return nil, s.wrap(op, err)
@@ -520,6 +546,9 @@ func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.
 		rec, err := s.check(ctx, l, id)
 		if err != nil || done(rec) {
 			s.unwatch(id, w)
+			if err == nil {
+				rec, err = reading.Show(ctx, rec, s.storedAttached)
+			}
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}

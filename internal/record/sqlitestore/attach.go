@@ -2,6 +2,8 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -20,6 +22,10 @@ const attachFlush = time.Second
 // reservation needs the write transaction, or the read failed (the
 // transaction then meets the failure itself).
 func (s *Store) matchRead(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, ok bool) {
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, false
+	}
 	cur, err := scanRecord(s.st.holder.QueryRowContext(ctx, r.Key))
 	if err != nil {
 		return nil, false
@@ -28,12 +34,18 @@ func (s *Store) matchRead(ctx context.Context, r *record.Record, opts record.Res
 	if cur.Orphaned(now) || replaceable(cur, r, now, opts) {
 		return nil, false
 	}
-	if cur.Fingerprint != r.Fingerprint {
-		// A client key reused for another action: refused, not attached.
-		return s.attaches.Show(cur), true
+	rec, err = reading.Match(ctx, cur, r.Fingerprint, s.storedAttached)
+	return rec, err == nil
+}
+
+// storedAttached reads the attached count of the record id as stored
+// (a record.StoredCount).
+func (s *Store) storedAttached(ctx context.Context, id string) (n int, err error) {
+	err = s.st.attachedOf.QueryRowContext(ctx, id).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = record.ErrNotFound
 	}
-	cur.Attached += s.attaches.Add(cur.ID)
-	return cur, true
+	return n, err
 }
 
 // writeAttaches writes counted attaches in one transaction (see

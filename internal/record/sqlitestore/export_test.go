@@ -57,3 +57,7 @@ func (s *Store) RenewPlan(ctx context.Context) (string, error) {
 	}
 	return strings.Join(plan, "; "), rows.Err()
 }
+
+// FlushAttaches writes the attaches counted and not yet written
+// (recordtest.Flusher).
+func (s *Store) FlushAttaches(ctx context.Context) error { return s.attaches.Flush(ctx) }

@@ -22,8 +22,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if rec, ok := s.matchRead(ctx, r, opts); ok {
 		return rec, false, nil
 	}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
+	}
 	var res reservation
-	err := s.write(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
+	err = s.write(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
 		res, err = s.reserveIn(ctx, tx, now, r, opts)
 		return err
 	})
@@ -37,7 +41,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		rec.Orphan = res.orphan // rec is this call's own
 	}
 	if !res.won {
-		return s.attaches.Show(rec), false, nil
+		if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {
+			return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
+		}
+		return rec, false, nil
 	}
 	s.remember(rec, res.history, record.Change{})
 	return rec, true, nil
@@ -158,13 +165,17 @@ func replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptio
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("updating %s: %w", id, err)
+	}
 	k, known := s.known.Get(id)
 	known = known && storedAsIs(c)
 	var r *record.Record
 	var history string
 	// One statement changes the record: the known one if it applies,
 	// else updateIn's (which reads the record first).
-	err := s.writeOne(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
+	err = s.writeOne(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
 		if known {
 			if r, history, err = s.updateKnown(ctx, tx, now, k, c); r != nil || err != nil {
 				return err
@@ -179,7 +190,10 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	s.remember(r, history, c)
 	s.notify(id, r.State)
-	return s.attaches.Show(r), nil
+	if r, err = reading.Show(ctx, r, s.storedAttached); err != nil {
+		return nil, fmt.Errorf("updating %s: %w", id, err)
+	}
+	return r, nil
 }
 
 // updateIn is Update's write, in tx at now (a batch's), of a record read
@@ -213,11 +227,18 @@ func apply(r *record.Record, c record.Change, now time.Time) {
 
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
-	r, err := getRecord(ctx, s.st.get, id)
+	reading, err := s.attaches.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("getting %s: %w", id, err)
 	}
-	return s.attaches.Show(r), nil
+	r, err := getRecord(ctx, s.st.get, id)
+	if err == nil {
+		r, err = reading.Show(ctx, r, s.storedAttached)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting %s: %w", id, err)
+	}
+	return r, nil
 }
 
 // Renew implements record.Store, in one statement.
@@ -275,23 +296,42 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	}
 	q += " ORDER BY id DESC LIMIT ?"
 	args = append(args, limit)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	recs, err := s.list(ctx, q, args)
 	if err != nil {
 		return nil, fmt.Errorf("listing executions: %w", err)
 	}
-	defer rows.Close()
+	return recs, nil
+}
+
+// list reads the records query q selects, with their attaches not yet
+// written.
+func (s *Store) list(ctx context.Context, q string, args []any) ([]*record.Record, error) {
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	var recs []*record.Record
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
-			return nil, fmt.Errorf("listing executions: %w", err)
+			rows.Close()
+			return nil, err
 		}
-		recs = append(recs, s.attaches.Show(r))
+		recs = append(recs, r)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing executions: %w", err)
+		return nil, err
 	}
-	return recs, nil
+	// Shown once the rows are closed: a record read again takes a
+	// connection of the read pool too.
+	return reading.ShowAll(ctx, recs, s.storedAttached)
 }
 
 // Purge drops up to limit settled records whose retention ran out, oldest

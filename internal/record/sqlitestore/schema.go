@@ -164,15 +164,16 @@ type statements struct {
 	// orphans reads the records in flight whose lease lapsed: parsing
 	// it on every purge was four fifths of the purge's time.
 	orphans *sql.Stmt
-	// holder reads a key's holder from the read pool, and addAttached
-	// writes counted attaches (attach.go).
-	holder, addAttached *sql.Stmt
-	get                 *sql.Stmt // on the readers
-	renew               *sql.Stmt // on the renewer
+	// holder reads a key's holder and attachedOf a record's attached
+	// count from the read pool, and addAttached writes counted attaches
+	// (attach.go).
+	holder, attachedOf, addAttached *sql.Stmt
+	get                             *sql.Stmt // on the readers
+	renew                           *sql.Stmt // on the renewer
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.addAttached,
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.attachedOf, st.addAttached,
 		st.savepoint, st.rollbackTo, st.releaseSavepoint}
 }
 
@@ -203,6 +204,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.l, &s.st.renew, renewText},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
+		{s.r, &s.st.attachedOf, "SELECT attached FROM records WHERE id = ?"},
 		{s.w, &s.st.addAttached, "UPDATE records SET attached = attached + ? WHERE id = ?"},
 	} {
 		st, err := p.db.PrepareContext(ctx, p.text)

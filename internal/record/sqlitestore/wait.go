@@ -17,22 +17,35 @@ import (
 // Store or process (poll). Wait also wakes when the lease lapses, to
 // settle the orphan.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
-	r, err := s.wait(ctx, waitKey{id, untilSettled})
+	r, err := s.waitShown(ctx, waitKey{id, untilSettled})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for %s: %w", id, err)
 	}
-	return s.attaches.Show(r), nil
+	return r, nil
 }
 
 // WaitDecided implements record.Decider as Wait does, woken when the
 // record leaves Accepted: by this Store's Update at once, by another
 // process's through the same poll.
 func (s *Store) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
-	r, err := s.wait(ctx, waitKey{id, untilDecided})
+	r, err := s.waitShown(ctx, waitKey{id, untilDecided})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the decision on %s: %w", id, err)
 	}
-	return s.attaches.Show(r), nil
+	return r, nil
+}
+
+// waitShown is wait, with the attaches of the record not yet written.
+func (s *Store) waitShown(ctx context.Context, k waitKey) (*record.Record, error) {
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.wait(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	return reading.Show(ctx, r, s.storedAttached)
 }
 
 // An until is the change a Wait waits for.

@@ -1,0 +1,102 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestReadingAfterAWrite: a record read before a write of the counts and
+// shown after it is read again, so that it shows each attach once.
+func TestReadingAfterAWrite(t *testing.T) {
+	stored := 0 // the count as a store holds it
+	var a AttachCounts
+	a.Start(time.Hour, func(ctx context.Context, ids []string, ns []int32) error {
+		stored += int(ns[0])
+		a.Written(ids, ns)
+		return nil
+	}, nil)
+	defer a.Close(context.Background())
+	ctx := context.Background()
+	read := func() *Record { return &Record{ID: "exe_1", Attached: stored} }
+	storedCount := func(context.Context, string) (int, error) { return stored, nil }
+
+	for want := 1; want <= 3; want++ {
+		r, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.Add(ctx, read(), storedCount); err != nil || got.Attached != want {
+			t.Fatalf("attach %d: shows %v, %v; want %d", want, got.Attached, err, want)
+		}
+	}
+	r, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := read() // read before the write: stored 0, pending 3
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rereads := 0
+	got, err := r.Show(ctx, before, func(ctx context.Context, id string) (int, error) {
+		rereads++
+		return storedCount(ctx, id)
+	})
+	if err != nil || got.Attached != 3 || rereads != 1 {
+		t.Errorf("a record read before the write shows %d (%v), read again %d times; want 3, once", got.Attached, err, rereads)
+	}
+	if r, err = a.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Show(ctx, read(), nil); err != nil || got.Attached != 3 {
+		t.Errorf("a record read after the write shows %d (%v); want 3", got.Attached, err)
+	}
+}
+
+// TestBeginWaitsOutAWrite: a read does not begin while the counts are
+// being written, which it could meet on either side of their commit.
+func TestBeginWaitsOutAWrite(t *testing.T) {
+	release := make(chan struct{})
+	var a AttachCounts
+	a.Start(time.Hour, func(ctx context.Context, ids []string, ns []int32) error {
+		<-release
+		a.Written(ids, ns)
+		return nil
+	}, nil)
+	ctx := context.Background()
+	r, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Add(ctx, &Record{ID: "exe_1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(ctx) }()
+	for {
+		a.mu.Lock()
+		writing := a.writes%2 == 1
+		a.mu.Unlock()
+		if writing {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := a.Begin(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Begin during a write: %v; want it to wait until its context ends", err)
+	}
+	close(release)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Begin(ctx); err != nil {
+		t.Errorf("Begin after the write: %v", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
