@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,4 +42,21 @@ func (s *Store) locate(ctx context.Context, id string) (loc, bool, error) {
 		return loc{}, false, err
 	}
 	return loc{tag: tag}, false, nil
+}
+
+// find begins op on the record id: it takes a Reading for the counts of
+// the record's attaches (record.AttachCounts), and locates the record.
+func (s *Store) find(ctx context.Context, op, id string) (record.Reading, loc, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return record.Reading{}, loc{}, false, fmt.Errorf("%s: %w", op, err)
+	}
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return record.Reading{}, loc{}, false, fmt.Errorf("%s: %w", op, err)
+	}
+	l, cached, err := s.locate(ctx, id)
+	if err != nil {
+		return record.Reading{}, loc{}, false, s.wrap(op, err)
+	}
+	return reading, l, cached, nil
 }

@@ -365,16 +365,9 @@ func (s *Store) orphanSettled(ctx context.Context, id string, ttl int64) {
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	op := "updating " + id
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	reading, err := s.attaches.Begin(ctx)
+	reading, l, cached, err := s.find(ctx, op, id)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	l, cached, err := s.locate(ctx, id)
-	if err != nil {
-		return nil, s.wrap(op, err)
+		return nil, err
 	}
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
@@ -484,16 +477,9 @@ func (s *Store) fixIndex(ctx context.Context, rec *record.Record) {
 // Get implements record.Store.
 func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 	op := "getting " + id
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	reading, err := s.attaches.Begin(ctx)
+	reading, l, _, err := s.find(ctx, op, id)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	l, _, err := s.locate(ctx, id)
-	if err != nil {
-		return nil, s.wrap(op, err)
+		return nil, err
 	}
 	m, err := s.rdb.HGetAll(ctx, s.recordKey(l.tag, id)).Result()
 	if err != nil {

@@ -23,16 +23,9 @@ func (s *Store) WaitDecided(ctx context.Context, id string) (*record.Record, err
 // waitUntil returns the record id once done reports true of it, woken
 // by its published changes and checking on a backoff besides.
 func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.Record) bool) (*record.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	reading, err := s.attaches.Begin(ctx)
+	reading, l, _, err := s.find(ctx, op, id)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	l, _, err := s.locate(ctx, id)
-	if err != nil {
-		return nil, s.wrap(op, err)
+		return nil, err
 	}
 	poll := s.pollMin
 	for {
