@@ -285,6 +285,41 @@ func TestTakenOverWhileSent(t *testing.T) {
 	}
 }
 
+// TestTakenOverAndRunningAgain: when this process's lease lapsed and
+// another process took the execution over and is running it again, the
+// store refuses this process's outcome (fencing), and its caller waits
+// for the other's, which is the one recorded.
+func TestTakenOverAndRunningAgain(t *testing.T) {
+	var h *harness
+	otherDone := make(chan error, 1)
+	h = newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		// Meanwhile, in another process, which will answer later:
+		id := h.store.Records()[0].ID
+		for _, c := range []record.Change{
+			{To: record.Unknown, Note: "taken over"},
+			{To: record.Dispatched, From: record.Unknown, Owner: "proxy-B", Lease: time.Minute},
+		} {
+			if _, err := h.store.Update(ctx, id, c); err != nil {
+				return nil, err
+			}
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			_, err := h.store.Update(context.Background(), id, record.Change{To: record.Completed, Holder: "proxy-B",
+				Result: json.RawMessage(`{"content":[{"type":"text","text":"charge #B"}]}`)})
+			otherDone <- err
+		}()
+		return charged(ctx, n, p)
+	})
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if err := <-otherDone; err != nil {
+		t.Fatalf("the other process's outcome: %v; want it recorded", err)
+	}
+	if v.Content[0].Text != "charge #B" {
+		t.Fatalf("the first caller got %+v; want the other process's outcome", v)
+	}
+}
+
 // TestNoSecretFailsClosed: without the fingerprint secret (a durable
 // store that keeps it could not be reached at start), a side effect is
 // refused as with the store down, and runs once the secret is known.

@@ -104,6 +104,9 @@ func (e *execution) recordOutcome() {
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 		}
 	}
+	// Fenced to this process (DESIGN 8): if its lease lapsed and another
+	// took the execution over, the store refuses this outcome.
+	c.Holder = in.owner
 	settled, err := in.change(req.bg, req, rec.ID, c)
 	if errors.Is(err, record.ErrConflict) {
 		// Settled otherwise while this send ran: this process's lease

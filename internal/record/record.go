@@ -93,6 +93,19 @@ func (c Change) Allowed(from State) bool {
 	return (c.From == "" || c.From == from) && CanTransition(from, c.To)
 }
 
+// AllowedFrom reports whether c may move a record in state from, before
+// its Holder is checked: Allowed, and, if c names a Holder, from a state
+// in flight.
+func (c Change) AllowedFrom(from State) bool {
+	return c.Allowed(from) && (c.Holder == "" || from.InFlight())
+}
+
+// AllowedFor reports whether c may move r: AllowedFrom its state, and,
+// if c names a Holder, r owned by it.
+func (c Change) AllowedFor(r *Record) bool {
+	return c.AllowedFrom(r.State) && (c.Holder == "" || r.Owner == c.Holder)
+}
+
 // A Transition is one state change with its time. A decision (Authorized,
 // Refused) says who made it and through which channel.
 type Transition struct {
@@ -320,6 +333,12 @@ type Change struct {
 	// Lease, with Owner, starts the claim's lease when the store writes
 	// it, in place of LeaseUntil: as ReserveOptions.Lease does.
 	Lease time.Duration
+	// Holder, when set, fences the change: it applies only to a record
+	// in flight that Holder still owns, and any other is ErrConflict. A
+	// send's outcome carries the owner that sent it, so that once its
+	// lease lapsed and another process took the execution over (settled
+	// it as an orphan, or claimed it again), the outcome is refused.
+	Holder string
 }
 
 // LeaseFrom returns when a claim by c, written at now, lapses:

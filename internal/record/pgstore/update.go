@@ -27,19 +27,22 @@ const updateSet = `
 // updateSQL applies a change to a record whose state is one of $from: the
 // compare-and-set that makes Update and the settling of an orphan atomic.
 // With $orphan set it applies only while the lease has lapsed (a Renew may
-// have come first).
+// have come first); with $holder, only to a record $holder owns.
 var updateSQL = params(`UPDATE {schema}.records SET`+updateSet+`
-WHERE id = $id AND state = ANY($from::text[]) AND (NOT $orphan::boolean OR `+orphan+`)
+WHERE id = $id AND state = ANY($from::text[]) AND `+heldBy+` AND (NOT $orphan::boolean OR `+orphan+`)
 RETURNING `+columns,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "orphan")
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "from", "orphan")
+
+// heldBy is the fence of a change that names a holder (record.Change).
+const heldBy = `($holder::text = '' OR owner = $holder::text)`
 
 // updateKnownSQL applies a change as updateSQL does, to a record whose
 // history still has $known transitions, and returns only what may have
 // changed since (known.go).
 var updateKnownSQL = params(`UPDATE {schema}.records SET`+updateSet+`
-WHERE id = $id AND state = ANY($from::text[]) AND jsonb_array_length(history) = $known::integer
+WHERE id = $id AND state = ANY($from::text[]) AND `+heldBy+` AND jsonb_array_length(history) = $known::integer
 RETURNING attached, lease_until, expires_at`,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "from", "known")
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "from", "known")
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
@@ -64,7 +67,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 func (s *Store) update(ctx context.Context, op, id string, c record.Change) (*record.Record, error) {
 	var from []record.State
 	for _, st := range record.States {
-		if c.Allowed(st) {
+		if c.AllowedFrom(st) {
 			from = append(from, st)
 		}
 	}
@@ -99,7 +102,7 @@ func (s *Store) update(ctx context.Context, op, id string, c record.Change) (*re
 		if cur.State == record.Delivered && c.To == record.Delivered && c.From == "" {
 			return cur, nil
 		}
-		if !c.Allowed(cur.State) {
+		if !c.AllowedFor(cur) {
 			return nil, fmt.Errorf("%s from %s to %s: %w", op, cur.State, c.To, record.ErrConflict)
 		}
 		// It moved into a state the change may leave between the two
@@ -158,7 +161,7 @@ func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 	entry, err := record.AppendHistoryJSON(nil, []record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
 	return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-		timestamp(c.LeaseFrom(now)), now}, err
+		timestamp(c.LeaseFrom(now)), now, c.Holder}, err
 }
 
 // stateTexts returns states as text, for a text[] parameter.

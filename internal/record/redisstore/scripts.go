@@ -85,7 +85,8 @@ return {1, oid, ottl}
 	//	the change applies from only (Change.From), or "", [11] and
 	//	[12] who made a decision and through which channel, or "",
 	//	[13] the length of the history of the record as the caller
-	//	knows it, or ""
+	//	knows it, or "", [14] the owner the change is fenced to
+	//	(Change.Holder), or ""
 	//
 	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"};
 	// or, when it made the change to a record whose history had the
@@ -102,7 +103,8 @@ local st, to = cur.state, ARGV[4]
 if st == 'delivered' and to == 'delivered' and ARGV[10] == '' then
   return {'ok', redis.call('HGETALL', KEYS[1])}
 end
-if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10]) then
+if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10])
+  or (ARGV[14] ~= '' and (not INFLIGHT[st] or cur.owner ~= ARGV[14])) then
   return {'conflict', redis.call('HGETALL', KEYS[1])}
 end
 local known = ARGV[13] ~= '' and #cur.history == tonumber(ARGV[13])

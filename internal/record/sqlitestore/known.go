@@ -56,7 +56,7 @@ func (s *Store) remember(r *record.Record, history string, c record.Change) {
 // the record. It returns a nil record, and writes nothing, if the record
 // moved on since k, or is gone, or c does not apply to k.
 func (s *Store) updateKnown(ctx context.Context, tx *wtx, now time.Time, k known, c record.Change) (*record.Record, string, error) {
-	if !c.Allowed(k.rec.State) || len(k.rec.History) == 0 {
+	if !c.AllowedFor(k.rec) || len(k.rec.History) == 0 {
 		return nil, "", nil // read: a conflict, or a record that moved on
 	}
 	r := k.rec.Clone()

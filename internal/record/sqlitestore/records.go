@@ -206,7 +206,7 @@ func (s *Store) updateIn(ctx context.Context, tx *wtx, now time.Time, id string,
 	if r.State == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return r, "", nil
 	}
-	if !c.Allowed(r.State) {
+	if !c.AllowedFor(r) {
 		return nil, "", fmt.Errorf("from %s to %s: %w", r.State, c.To, record.ErrConflict)
 	}
 	apply(r, c, now)
