@@ -466,9 +466,7 @@ passes:
 		conn.Release() // a count read again takes a connection of its own
 		conn = nil
 	}
-	if rec.Fingerprint == r.Fingerprint {
-		rec.Orphan = orphan // settled by this call, before its attach
-	}
+	rec.Orphan = orphan // settled by this call, reported whoever holds the key
 	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
 		return nil, false, s.wrap(op, err)
 	}

@@ -79,6 +79,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Refusal", testRefusal},
 		{"OrphanAuthorizedFails", testOrphanAuthorizedFails},
 		{"LateOutcomeIsFenced", testLateOutcomeIsFenced},
+		{"TakeoverOnKeyReuseIsReported", testTakeoverOnKeyReuseIsReported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -561,6 +562,26 @@ func testResendWhileDispatched(t *testing.T, s record.Store, _ *Clock) {
 // testKeyReuseIsNotAttached checks that a caller whose client key names
 // another action is given the holder, to be refused, without being
 // counted as one of its callers.
+// testTakeoverOnKeyReuseIsReported: a reservation that settles an orphan
+// reports it (Record.Orphan), so that its process journals the takeover,
+// also when the key's holder is another action, which it is not
+// attached to (a client key reused).
+func testTakeoverOnKeyReuseIsReported(t *testing.T, s record.Store, clock *Clock) {
+	first := leased("key:reused", "proxy-1", clock.Now().Add(10*time.Second))
+	first.Fingerprint = "action-a"
+	r, _ := mustReserve(t, s, first, record.ReserveOptions{})
+	clock.Advance(11 * time.Second) // proxy-1 went away before sending
+	other := leased("key:reused", "proxy-2", clock.Now().Add(10*time.Second))
+	other.Fingerprint = "action-b"
+	got, won := mustReserve(t, s, other, record.ReserveOptions{})
+	if won || got.ID != r.ID || got.State != record.Failed {
+		t.Fatalf("another action under the key of an orphan: won=%v %s %s; want the holder %s, failed", won, got.ID, got.State, r.ID)
+	}
+	if got.Orphan == nil || got.Orphan.ID != r.ID || got.Orphan.State != record.Failed {
+		t.Errorf("the reservation that settled orphan %s reported %+v; want it, failed", r.ID, got.Orphan)
+	}
+}
+
 func testKeyReuseIsNotAttached(t *testing.T, s record.Store, _ *Clock) {
 	first := newRecord("key:reused")
 	first.Fingerprint = "action-a"
