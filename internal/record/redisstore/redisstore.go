@@ -520,9 +520,10 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	cmds := s.pipe(ctx, len(mine), func(p redis.Pipeliner, i int, full bool) {
 		o := mine[i]
 		s.eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
-		p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
 	})
 	var first error
+	var renewed []owned
+	at := s.now()
 	for i, o := range mine {
 		n, err := cmds[i][0].(*redis.Cmd).Int64()
 		switch {
@@ -531,7 +532,25 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 		case n == 0:
 			// Settled, or taken over by another owner.
 			s.untrackIf(o.id, o.gen)
+		case at.Sub(o.indexed) > indexFlightTTL/2:
+			renewed = append(renewed, o)
 		}
+	}
+	if len(renewed) > 0 {
+		// The index of a record in flight a long while is given another
+		// day. It is outside the record's slot, so not in the script;
+		// and not in its round trip, which would give the index of a
+		// record found settled, or taken over, a day past its record.
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, o := range renewed {
+				p.PExpire(ctx, s.indexKey(o.id), indexFlightTTL)
+			}
+			return nil
+		})
+		if err == nil {
+			s.indexed(renewed, at)
+		}
+		first = cmp.Or(first, err)
 	}
 	if first != nil {
 		return s.fail(op, first)
@@ -622,7 +641,8 @@ func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i 
 type owned struct {
 	id string
 	loc
-	gen uint64 // when it was tracked
+	gen     uint64    // when it was tracked
+	indexed time.Time // when its index was last given indexFlightTTL
 }
 
 // track notes that rec, in flight, is run by rec.Owner, for Renew; a
@@ -640,8 +660,21 @@ func (s *Store) track(rec *record.Record, l loc) {
 		s.owned[rec.Owner] = m
 	}
 	s.gen++
-	m[rec.ID] = owned{id: rec.ID, loc: l, gen: s.gen}
+	m[rec.ID] = owned{id: rec.ID, loc: l, gen: s.gen, indexed: s.now()}
 	s.ownerOf[rec.ID] = rec.Owner
+}
+
+// indexed notes that the index of each of os was given indexFlightTTL at
+// at, if it has not been tracked again since.
+func (s *Store) indexed(os []owned, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range os {
+		if cur, ok := s.owned[s.ownerOf[o.id]][o.id]; ok && cur.gen == o.gen {
+			cur.indexed = at
+			s.owned[s.ownerOf[o.id]][o.id] = cur
+		}
+	}
 }
 
 func (s *Store) untrack(id string) {

@@ -574,6 +574,53 @@ func pttl(t *testing.T, url string) func(key string) time.Duration {
 	}
 }
 
+// A Renew that finds a record it tracked settled or taken over leaves
+// the record's index the TTL its record gave it: a day past the record
+// was a key left behind. The index of one in flight for over half a day
+// it gives another day.
+func TestRenewLeavesASettledIndex(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	clock := recordtest.NewClock(time.Now())
+	p1, p2 := open(t, url, prefix, clock.Now), open(t, url, prefix, clock.Now)
+	ctx := t.Context()
+	ttl := pttl(t, url)
+	r := newRecord("k")
+	r.Retention = time.Second
+	r.Owner, r.LeaseUntil = "proxy-1", clock.Now().Add(10*time.Second)
+	if _, _, err := p1.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, rec, index := redisstore.Keys(p1, "k", r.ID)
+	clock.Advance(11 * time.Second)
+	if got, _, err := p2.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err != nil || got.State != record.Unknown {
+		t.Fatalf("takeover: %+v, %v", got, err)
+	}
+	long := newRecord("long")
+	long.Owner, long.LeaseUntil = "proxy-1", clock.Now().Add(10*time.Second)
+	if _, _, err := p1.Reserve(ctx, long, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, longIndex := redisstore.Keys(p1, "long", long.ID)
+	if err := p1.Renew(ctx, "proxy-1", clock.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if ttl(index) > ttl(rec)+time.Second {
+		t.Errorf("after a Renew by its former owner, the index of settled %s lives %v, its record %v", r.ID, ttl(index), ttl(rec))
+	}
+	// The day its reservation gave the index of the other nearly over:
+	if err := rawClient(t, url).PExpire(ctx, longIndex, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(13 * time.Hour)
+	if err := p1.Renew(ctx, "proxy-1", clock.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl(longIndex); d < 23*time.Hour {
+		t.Errorf("the index of %s, in flight for 13 hours, lives %v after a Renew; want a day", long.ID, d)
+	}
+}
+
 // Settled records, their holder and their index carry a Redis TTL of their
 // retention and a grace; records in flight without a lease (which never
 // become orphans) and their holder carry none.
