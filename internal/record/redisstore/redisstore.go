@@ -421,8 +421,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.fail(op, err)
 	}
 	if status == "conflict" {
-		if cached && c.To.InFlight() != rec.State.InFlight() {
-			s.fixIndex(ctx, rec) // the pipeline set it for the state refused
+		if cached {
+			s.fixIndex(ctx, rec) // the pipeline set it for the change refused
 		}
 		return nil, fmt.Errorf("%s from %s to %s: %w", op, rec.State, c.To, record.ErrConflict)
 	}
@@ -467,9 +467,16 @@ func indexTTL(st record.State, retention time.Duration) time.Duration {
 }
 
 // fixIndex sets the TTL of the index of rec as its state requires, when the
-// update did not.
+// update did not: a settled record's index expires with the record, its
+// retention and the grace after it settled.
 func (s *Store) fixIndex(ctx context.Context, rec *record.Record) {
-	if err := s.rdb.PExpire(ctx, s.indexKey(rec.ID), indexTTL(rec.State, rec.Retention)).Err(); err != nil {
+	var err error
+	if rec.State.InFlight() || rec.ExpiresAt.IsZero() || rec.Retention > maxTTL {
+		err = s.rdb.PExpire(ctx, s.indexKey(rec.ID), indexTTL(rec.State, rec.Retention)).Err()
+	} else {
+		err = s.rdb.PExpireAt(ctx, s.indexKey(rec.ID), rec.ExpiresAt.Add(ttlGrace)).Err()
+	}
+	if err != nil {
 		s.log.Warn("setting the TTL of an index", "execution", rec.ID, "store", s.name, "err", err)
 	}
 }

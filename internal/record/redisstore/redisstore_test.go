@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -618,6 +619,32 @@ func TestRenewLeavesASettledIndex(t *testing.T) {
 	}
 	if d := ttl(longIndex); d < 23*time.Hour {
 		t.Errorf("the index of %s, in flight for 13 hours, lives %v after a Renew; want a day", long.ID, d)
+	}
+}
+
+// An update that a settled record refuses leaves its index expiring with
+// it, though the update's round trip wrote the index: a second delivery
+// a while after the first (two callers, each delivering) kept the index
+// that while past the record.
+func TestRefusedUpdateLeavesTheIndex(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	p1, p2 := open(t, url, prefix, time.Now), open(t, url, prefix, time.Now)
+	ctx := t.Context()
+	ttl := pttl(t, url)
+	r := newRecord("k")
+	if _, _, err := p1.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustUpdate(t, p1, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{}`)})
+	mustUpdate(t, p2, r.ID, record.Change{To: record.Delivered, From: record.Completed})
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := p1.Update(ctx, r.ID, record.Change{To: record.Delivered, From: record.Completed}); !errors.Is(err, record.ErrConflict) {
+		t.Fatalf("a second delivery: %v; want ErrConflict", err)
+	}
+	_, rec, index := redisstore.Keys(p1, "k", r.ID)
+	if d, want := ttl(index), ttl(rec); d > want+500*time.Millisecond {
+		t.Errorf("after a refused update, the index of %s lives %v, its record %v", r.ID, d, want)
 	}
 }
 
