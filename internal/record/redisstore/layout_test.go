@@ -1,0 +1,147 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+// BenchmarkLayout asks how fast another layout of a record could make new
+// executions at 32 in flight, on this server and with this client. Each
+// execution's three steps (reserved and dispatched, completed, delivered)
+// go as the store sends them: through a batch queue (64 a pipeline, two
+// pipelines at once), from 32 goroutines a processor. Each step is the
+// least that layout needs:
+//
+//   - floor: the commands of today's scripts, bare (BenchmarkFloor's, in
+//     flight as the store is);
+//   - hash: the record a hash at one key, each step one script of two to
+//     four commands (the reservation writes a TTL and an index, the
+//     outcome publishes);
+//   - string: the record one string, claimed with SET NX GET, then each
+//     step one script of a GET and a SET;
+//   - bare: one SET a step (NX with GET, then XX), no check at all: no
+//     layout that keeps its checks in the server beats it.
+//
+// Its ns/op, beside BenchmarkReserveComplete/parallel32's, bounds what a
+// new layout could gain (docs/benchmarks.md).
+func BenchmarkLayout(b *testing.B) {
+	url := serverURL(b)
+	prefix := newPrefix(b, url)
+	raw := rawClient(b, url)
+	ctx := b.Context()
+	for _, sc := range []*redis.Script{layoutReserve, layoutUpdate, layoutSwap} {
+		if err := sc.Load(ctx, raw).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, name := range []string{"floor", "hash", "string", "bare"} {
+		b.Run(name, func(b *testing.B) {
+			benchLayout(b, raw, layoutStep(ctx, prefix+name+":", name))
+		})
+	}
+}
+
+// The scripts of the hash and string layouts: what each step must do at
+// least, without the checks a store adds.
+var (
+	// layoutReserve claims the hash KEYS[1] if it holds no record, with
+	// the TTL ARGV[1] and the fields ARGV[2...], and writes the index
+	// KEYS[2].
+	layoutReserve = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'owner', 'expires_at', 'fingerprint')
+if h[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], 'tag', 'PX', ARGV[1])
+return 1`)
+	// layoutUpdate moves the hash KEYS[1] to the state ARGV[1], appending
+	// ARGV[2] to its history, and publishes an outcome.
+	layoutUpdate = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'state', 'history', 'retention', 'lease_until', 'owner', 'attached', 'id')
+if not h[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'history', h[2] .. ARGV[2], 'expires_at', ARGV[3], 'lease_until', '')
+if ARGV[1] == 'completed' then redis.call('PUBLISH', KEYS[2], h[7]) end
+return 1`)
+	// layoutSwap replaces the string KEYS[1] with ARGV[2] if it begins
+	// with ARGV[1].
+	layoutSwap = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`)
+)
+
+// layoutStep returns the function queueing step of execution n in the
+// layout named, its keys under prefix.
+func layoutStep(ctx context.Context, prefix, layout string) func(p redis.Pipeliner, n, step int) {
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	id := fmt.Sprintf("exe_%026d", 0) // as long as a record.NewID
+	hist := `[["accepted","` + now + `",""],["dispatched","` + now + `",""]]`
+	blob := `{"state":"delivered","id":"` + id + `","key":"` + id + `","fingerprint":"` + id +
+		`","tool":"charge_card","history":[["accepted","` + now + `",""],["dispatched","` + now +
+		`",""],["completed","` + now + `",""],["delivered","` + now + `",""]],"attempts":1,` +
+		`"retention":3600000000000,"owner":"bench","lease_until":"` + now + `","result":` +
+		string(recordtest.ExecutionResult) + `}`
+	fields := []any{time.Hour.Milliseconds(), "id", id, "key", id, "fingerprint", id, "actor", "", "scope", "",
+		"upstream", "", "tool", "charge_card", "state", "dispatched", "history", hist, "attempts", "1",
+		"attached", "0", "retention", "3600000000000", "expires_at", "", "owner", "bench", "lease_until", now}
+	states := []string{"", "completed", "delivered"}
+	return func(p redis.Pipeliner, n, step int) {
+		k := prefix + fmt.Sprintf("{%032x}:r", n)
+		switch {
+		case layout == "floor":
+			floorStep(ctx, p, prefix, n, step)
+		case layout == "hash" && step == 0:
+			layoutReserve.EvalSha(ctx, p, []string{k, prefix + "i:" + strconv.Itoa(n)}, fields...)
+		case layout == "hash":
+			entry := `,["` + states[step] + `","` + now + `",""]`
+			layoutUpdate.EvalSha(ctx, p, []string{k, prefix + "settled"}, states[step], entry, now)
+		case step == 0: // string, bare
+			p.SetArgs(ctx, k, blob, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Hour})
+		case layout == "string":
+			layoutSwap.EvalSha(ctx, p, []string{k}, blob[:8], blob, time.Hour.Milliseconds())
+		default:
+			p.SetArgs(ctx, k, blob, redis.SetArgs{Mode: "XX", TTL: time.Hour})
+		}
+	}
+}
+
+// benchLayout runs new executions of three steps each, every step's
+// commands queued by fill and sent batched, 32 goroutines a processor.
+func benchLayout(b *testing.B, raw *redis.Client, fill func(p redis.Pipeliner, n, step int)) {
+	type job struct{ n, step int }
+	q := batch.Start(64, 2, func(ctx context.Context, calls []*batch.Call[job]) {
+		p := raw.Pipeline()
+		for _, c := range calls {
+			fill(p, c.Job.n, c.Job.step)
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			b.Error(err)
+		}
+	})
+	defer q.Close()
+	defer reportServerCPU(b, raw)()
+	var next atomic.Int64
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := int(next.Add(1))
+			for step := range 3 {
+				if err := q.Do(b.Context(), job{n, step}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}
+	})
+}
