@@ -304,8 +304,11 @@ func (e *execution) claim() bool {
 		return true
 	case e.n > 0:
 		// The same execution, sent again: recorded as another attempt
-		// before the bytes go.
-		again := record.Change{To: record.Dispatched, From: record.Dispatched, Note: fmt.Sprintf("attempt %d: %s", e.n+1, e.why)}
+		// before the bytes go, and only while this process still holds
+		// it (DESIGN 8): one whose lease lapsed during the backoff may
+		// find it taken over and sent by another.
+		again := record.Change{To: record.Dispatched, From: record.Dispatched, Holder: e.in.owner,
+			Note: fmt.Sprintf("attempt %d: %s", e.n+1, e.why)}
 		cur, err := e.in.store.Update(e.req.bg, e.rec.ID, again)
 		if err != nil {
 			e.acct().release()

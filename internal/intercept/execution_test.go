@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -105,4 +110,70 @@ func TestParamsIntoReusedBuffer(t *testing.T) {
 	if len(u.sent) != 3 {
 		t.Fatalf("%d sends; want 3", len(u.sent))
 	}
+}
+
+// TestResendAfterTakeoverIsFenced: process A sends a side effect,
+// gets a "429, did nothing" result, and waits out a backoff longer than
+// its lease (its renewals fail). Process B meets the lapsed execution,
+// settles it unknown, asks the status tool (nothing happened), and
+// re-dispatches it as its own. When A's backoff ends, A must not send the
+// execution again: it is B's now. A's re-send is fenced like its outcome
+// is (DESIGN 8), or the action runs twice, B's send and A's.
+func TestResendAfterTakeoverIsFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var charges []string // the sends of charge_card that reached the upstream, by who
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if strings.Contains(string(p), `"get_status"`) {
+				return json.RawMessage(`{"content":[{"type":"text","text":"no such charge"}],"structuredContent":{"status":"not_found"}}`), nil
+			}
+			mu.Lock()
+			charges = append(charges, time.Now().String())
+			k := len(charges)
+			mu.Unlock()
+			if k == 1 {
+				return json.RawMessage(`{"content":[{"type":"text","text":"429: rate limited, try later"}],"isError":true,"structuredContent":{"status":429,"retry_after_seconds":60}}`), nil
+			}
+			<-release
+			return charged(ctx, n, p)
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 3, Base: 100 * time.Millisecond, Cap: time.Second, Deadline: 5 * time.Minute,
+			RetryAfterPath: "retry_after_seconds",
+			Transient:      []policy.ResultMatch{{Text: regexp.MustCompile(`\b429\b`), SafeToResend: true}}}
+		hasher := fingerprint.NewRandom()
+		a := New(Options{Store: h.store, Hasher: hasher, Owner: "proxy-A", Lease: 30 * time.Second})
+		b := New(Options{Store: h.store, Hasher: hasher, Owner: "proxy-B", Lease: 30 * time.Second})
+
+		h.in = a
+		h.call(t.Context(), t, chargeCall) // A: attempt 1 gets the 429, backs off 60s+
+		synctest.Wait()
+		time.Sleep(45 * time.Second) // A's lease (30s) lapsed, unrenewed
+		h.in = b
+		h.call(t.Context(), t, chargeCall) // B: takes it over, status says not done, re-dispatches
+		synctest.Wait()
+		mu.Lock()
+		if len(charges) != 2 {
+			mu.Unlock()
+			t.Fatalf("after B's call the upstream saw %d charges; want 2 (A's 429, B's re-dispatch)", len(charges))
+		}
+		mu.Unlock()
+		time.Sleep(30 * time.Second) // A's backoff ends
+		synctest.Wait()
+		mu.Lock()
+		n := len(charges)
+		mu.Unlock()
+		close(release)
+		synctest.Wait()
+		if n != 2 {
+			for _, r := range h.store.Records() {
+				for _, tr := range r.History {
+					t.Logf("%s %s owner=%s: %s %q", r.ID, r.State, r.Owner, tr.State, tr.Note)
+				}
+			}
+			t.Fatalf("the upstream saw %d sends of charge_card; A sent the execution again after B took it over and re-dispatched it: the charge ran twice (B's send and A's)", n)
+		}
+	})
 }
