@@ -284,7 +284,7 @@ func (in *Interceptor) afterDecision(ctx context.Context, req *Request, rec *rec
 	default:
 		// Sent by another process (it took the execution over): the
 		// caller gets what it comes to.
-		go in.attach(ctx, rec, req)
+		in.goAttach(ctx, rec, req)
 	}
 }
 

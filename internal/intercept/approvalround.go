@@ -326,7 +326,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		in.answer(ctx, req, rec, replayed)
 	default:
 		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
-		go in.attach(ctx, rec, req)
+		in.goAttach(ctx, rec, req)
 	}
 }
 
@@ -339,7 +339,7 @@ func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *r
 	req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 	result, err := in.inputRequired(req, rec)
 	if err != nil {
-		go in.attach(ctx, rec, req)
+		in.goAttach(ctx, rec, req)
 		return
 	}
 	in.putQuestion(ctx, req, rec.ID, result)

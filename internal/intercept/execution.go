@@ -553,7 +553,7 @@ func (e *execution) notDispatched(err error) {
 		// settled it meanwhile (this one's lease lapsed while it
 		// waited for its account, and the record was taken over as
 		// never sent): the caller gets what the record comes to.
-		go in.attach(e.ctx, rec, req)
+		in.goAttach(e.ctx, rec, req)
 		return
 	}
 	in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -174,6 +176,88 @@ func TestResendAfterTakeoverIsFenced(t *testing.T) {
 				}
 			}
 			t.Fatalf("the upstream saw %d sends of charge_card; A sent the execution again after B took it over and re-dispatched it: the charge ran twice (B's send and A's)", n)
+		}
+	})
+}
+
+// claimGate holds the first re-dispatch claim (Unknown to Dispatched)
+// until a second one comes, so that two callers both find the execution
+// unknown and both try to re-dispatch it; the first wins.
+type claimGate struct {
+	record.Store
+	n                  atomic.Int32
+	firstGo, firstDone chan struct{}
+}
+
+func (g *claimGate) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.From != record.Unknown || c.To != record.Dispatched {
+		return g.Store.Update(ctx, id, c)
+	}
+	switch g.n.Add(1) {
+	case 1:
+		<-g.firstGo
+		defer close(g.firstDone)
+	case 2:
+		close(g.firstGo)
+		<-g.firstDone
+	}
+	return g.Store.Update(ctx, id, c)
+}
+
+// blockedReplier takes its answer only once unblock is closed.
+type blockedReplier struct {
+	unblock chan struct{}
+	got     chan Answer
+}
+
+func (r *blockedReplier) Reply(a Answer) error {
+	<-r.unblock
+	r.got <- a
+	return nil
+}
+
+// TestWaitCoversTheLoserOfARedispatch: Wait promises that every
+// attached caller has its answer (and journal line) before it returns.
+// A caller that lost the race to re-dispatch an unknown execution
+// attaches to the winner's (notDispatched), on a goroutine Wait does not
+// count: Wait returns while that caller is still unanswered.
+func TestWaitCoversTheLoserOfARedispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			<-release
+			return charged(ctx, n, p)
+		})
+		gate := &claimGate{Store: h.store, firstGo: make(chan struct{}), firstDone: make(chan struct{})}
+		h.in = New(Options{Store: gate, Hasher: fingerprint.NewRandom()})
+		h.pol.OnUnknown = policy.Retry
+
+		h.call(t.Context(), t, chargeCall).only(t) // unknown
+		h.in.Wait(t.Context())
+
+		var first *answers
+		done1 := make(chan struct{})
+		go func() { first = h.call(t.Context(), t, chargeCall); close(done1) }()
+		synctest.Wait() // the first re-dispatcher waits in its claim
+		req, _ := h.request(t, chargeCall)
+		loser := &blockedReplier{unblock: make(chan struct{}), got: make(chan Answer, 1)}
+		req.Reply = loser
+		h.in.Handle(t.Context(), req) // loses the claim, attaches
+		<-done1
+		close(release)
+		first.only(t)
+		synctest.Wait() // the loser is woken and writes its answer (blocked)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := h.in.Wait(ctx)
+		close(loser.unblock)
+		<-loser.got
+		if err == nil {
+			t.Fatal("Interceptor.Wait returned while an attached caller (the loser of a re-dispatch claim) was still being answered; want it to wait for that answer")
 		}
 	})
 }
