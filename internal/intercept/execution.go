@@ -42,6 +42,11 @@ type execution struct {
 	rec  *record.Record
 	m    marking // how the outcome's answer is marked
 	step step
+	// ranBefore is set once an attempt before the next may have run: a
+	// re-dispatch of an unknown execution, or an attempt sent again
+	// after an answer that does not prove it did nothing. The execution
+	// can then not end failed (DESIGN 4: known not to have run).
+	ranBefore bool
 	// turns hands the loop on past a send: the goroutine that made the
 	// send and the answer each add one, and the second of them runs the
 	// loop on, whichever it is. Reset before each send.
@@ -79,6 +84,9 @@ func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Req
 	e.why = note
 	if rec.State == record.Unknown {
 		e.m = resumed
+		// Its first send may have run, unless the status tool said it
+		// did not (on_unknown recover).
+		e.ranBefore = req.joinedHow != journal.JoinedRecover
 	}
 	e.run()
 }
@@ -490,6 +498,9 @@ func (e *execution) decide() bool {
 	in.obs.Attempt(e.tool(), e.n+1, r.why, r.wait)
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
 	e.why = r.why
+	if e.rec != nil && mayHaveRun(e.result, e.err, e.req.Policy.Retry) {
+		e.ranBefore = true
+	}
 	e.step = resuming
 	e.pause(r.wait, func(gone error) {
 		if e.rec == nil {

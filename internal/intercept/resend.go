@@ -175,6 +175,22 @@ func rpcError(err error) (*jsonrpc.Error, bool) {
 	return errors.AsType[*jsonrpc.Error](err)
 }
 
+// mayHaveRun reports whether an attempt that the retry rule sends again,
+// having answered result or err, may have run: anything but a request
+// not sent, a status that proves nothing ran (429), or a transient
+// result the policy says means the upstream did nothing.
+func mayHaveRun(result json.RawMessage, err error, rule *policy.RetryRule) bool {
+	if err == nil {
+		m, ok := transient(result, rule)
+		return !ok || !m.SafeToResend
+	}
+	if retry.IsNotSent(err) {
+		return false
+	}
+	f, _ := failure(err)
+	return !retry.StatusNotRun(f.HTTPStatus)
+}
+
 // safeToResend reports whether a transient result of this tool may be
 // sent again: a read-only or idempotent tool, or a result the policy
 // declares means the upstream did nothing.

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // busyThen answers "429 rate limited" to the first busy calls, then
@@ -194,5 +197,121 @@ func TestMalformedAnswerIsUnknown(t *testing.T) {
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream saw %d calls for a result %s; want 1: a malformed answer is not run again", n, result)
 		}
+	}
+}
+
+// TestNotSentAfterAnAttemptThatMayHaveRunIsUnknown: the first attempt of a
+// side effect gets a 504 (it may have run: the gateway gave up waiting),
+// the retry rule sends it again (safe under on_unknown retry, the
+// execution id forwarded), and the re-send never leaves (connection
+// refused). The execution may have run, so its outcome is unknown, never
+// failed: a failed record is reserved again by the next identical call,
+// which runs as a new execution under a new id the upstream cannot
+// dedupe, charging twice.
+func TestNotSentAfterAnAttemptThatMayHaveRunIsUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			switch n {
+			case 1:
+				return nil, httpError(http.StatusGatewayTimeout, "")
+			case 2:
+				return nil, retry.NotSent(errors.New("connection refused"))
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.OnUnknown = policy.Retry // the upstream dedupes on the forwarded id
+		h.pol.Retry = retryRule(false)
+		h.pol.Retry.MaxAttempts = 2
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		rec := h.onlyRecord(t)
+		if rec.State != record.Unknown {
+			t.Errorf("after a 504 then a re-send not sent, record is %s (%q); want unknown: the first attempt may have run", rec.State, lastNote(rec))
+		}
+		if a.Error != nil || !strings.Contains(string(a.Result), "Outcome unknown") {
+			t.Errorf("the caller got result=%s error=%s; want the outcome-unknown answer", a.Result, a.Error)
+		}
+		// The next identical call: with on_unknown retry it re-sends the
+		// same execution id; it must never start a new execution.
+		h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		recs := h.store.Records()
+		if len(recs) != 1 {
+			ids := []string{}
+			for _, r := range recs {
+				ids = append(ids, r.ID+":"+string(r.State))
+			}
+			t.Fatalf("the retry ran as a new execution: records %s; want the one execution, re-sent under its id", strings.Join(ids, ", "))
+		}
+	})
+}
+
+// TestRedispatchNotSentStaysUnknown: an execution whose outcome is
+// unknown is re-dispatched under on_unknown retry, and the re-dispatch
+// never leaves (the upstream refuses the connection). The first send may
+// still have run: the record must stay unknown, never become failed,
+// which the next identical call would reserve again as a new execution.
+func TestRedispatchNotSentStaysUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			switch n {
+			case 1:
+				return nil, errors.New("the upstream exited before answering")
+			case 2:
+				return nil, retry.NotSent(errors.New("connection refused"))
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.OnUnknown = policy.Retry
+		h.call(t.Context(), t, chargeCall).only(t) // unknown
+		h.in.Wait(t.Context())
+		a := h.call(t.Context(), t, chargeCall).only(t) // re-dispatch, not sent
+		h.in.Wait(t.Context())
+		rec := h.onlyRecord(t)
+		if rec.State != record.Unknown {
+			t.Errorf("after a re-dispatch not sent, record is %s (%q); want unknown: the first send may have run", rec.State, lastNote(rec))
+		}
+		if a.Error != nil || !strings.Contains(string(a.Result), "Outcome unknown") {
+			t.Errorf("the re-dispatching caller got result=%s error=%s; want the outcome-unknown answer", a.Result, a.Error)
+		}
+		h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		if recs := h.store.Records(); len(recs) != 1 {
+			t.Fatalf("a later identical call ran as a new execution (%d records, upstream saw %d calls)", len(recs), h.up.calls.Load())
+		}
+	})
+}
+
+// TestFailedOnlyIfNoAttemptMayHaveRun: an execution whose last attempt
+// is refused ends failed only if no attempt before it may have run; a
+// 429 proves nothing ran, a 503 does not.
+func TestFailedOnlyIfNoAttemptMayHaveRun(t *testing.T) {
+	refused := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such card"}
+	for _, tt := range []struct {
+		name  string
+		first error
+		want  record.State
+	}{
+		{"after a 429", httpError(http.StatusTooManyRequests, ""), record.Failed},
+		{"after a request not sent", retry.NotSent(errors.New("connection refused")), record.Failed},
+		{"after a 503", httpError(http.StatusServiceUnavailable, ""), record.Unknown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					if n == 1 {
+						return nil, tt.first
+					}
+					return nil, refused
+				})
+				h.pol = policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)}) // a 503 is sent again
+				h.pol.Retry = retryRule(false)
+				h.call(t.Context(), t, chargeCall).only(t)
+				h.in.Wait(t.Context())
+				if rec := h.onlyRecord(t); rec.State != tt.want || h.up.calls.Load() != 2 {
+					t.Fatalf("record %s (%q) after %d calls; want %s after 2", rec.State, lastNote(rec), h.up.calls.Load(), tt.want)
+				}
+			})
+		})
 	}
 }

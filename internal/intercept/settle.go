@@ -104,6 +104,12 @@ func (e *execution) recordOutcome() {
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 		}
 	}
+	if c.To == record.Failed && e.ranBefore {
+		// This attempt did not run, or was refused, but one before it
+		// may have run: failed would let the next identical call run
+		// the action again, under a new execution id.
+		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
+	}
 	// Fenced to this process (DESIGN 8): if its lease lapsed and another
 	// took the execution over, the store refuses this outcome.
 	c.Holder = in.owner
