@@ -63,10 +63,12 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 
 // approvalDeadline returns when the wait for rec's decision ends: the
 // tool's approval timeout, or the client's own deadline if it is sooner.
+// The retry rule's deadline does not bound it: it bounds the proxy's
+// own waits between attempts, and a person's decision is not one.
 func (in *Interceptor) approvalDeadline(req *Request, now time.Time) time.Time {
 	d := now.Add(req.Policy.ApprovalTimeout)
-	if req.Call.Deadline > 0 && req.deadline.Before(d) {
-		d = req.deadline
+	if c := clientDeadline(req); !c.IsZero() && c.Before(d) {
+		d = c
 	}
 	return d
 }

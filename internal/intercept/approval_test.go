@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -566,4 +567,30 @@ func TestApprovalInRoundAsksAgainWhenUnread(t *testing.T) {
 		t.Errorf("the call again got state %q (first %q), %d records; want the same question of the one execution",
 			again.RequestState, round.RequestState, len(h.store.Records()))
 	}
+}
+
+// TestApprovalWaitIsTheClientsDeadline: a client that gives its call ten
+// minutes, for a tool that waits ten minutes for an approval and has no
+// retry rule, gets the ten minutes: the retry rule's deadline (a minute
+// by default) bounds the proxy's waits between attempts, not a person's.
+func TestApprovalWaitIsTheClientsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		h.pol.ApprovalTimeout = 10 * time.Minute
+		a := newAsker(func(ctx context.Context, p json.RawMessage) (json.RawMessage, error) {
+			select {
+			case <-time.After(2 * time.Minute): // the user decides after 2m
+				return elicited("accept", "ok")(ctx, p)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		h.askingCall(t, a, "session:1", withDeadline(chargeCall, 10*60*1000))
+		time.Sleep(11 * time.Minute)
+		synctest.Wait()
+		if v := view(t, a.only(t)); v.IsError || h.up.calls.Load() != 1 {
+			t.Fatalf("accepted after 2m (client deadline 10m, approval_timeout 10m): got %q, %d runs; want the charge, one run",
+				v.Content[0].Text, h.up.calls.Load())
+		}
+	})
 }

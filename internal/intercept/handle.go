@@ -270,14 +270,33 @@ func keyDifference(first, tool string) string {
 // no waits of its own, and the client's deadline, checked by
 // mcp.ParseToolCall, has nothing to bound.
 func deadline(now time.Time, rule *policy.RetryRule, client time.Duration) time.Time {
-	d := policy.DefaultDeadline
-	if rule != nil && rule.Deadline > 0 {
-		d = rule.Deadline
-	}
+	d := ruleDeadline(rule)
 	if client > 0 {
 		d = min(d, client)
 	}
 	return now.Add(d)
+}
+
+// ruleDeadline is the deadline rule gives a call from its arrival.
+func ruleDeadline(rule *policy.RetryRule) time.Duration {
+	if rule != nil && rule.Deadline > 0 {
+		return rule.Deadline
+	}
+	return policy.DefaultDeadline
+}
+
+// clientDeadline returns the deadline req's client set (Call.Deadline
+// from the call's arrival), which req.deadline may have shortened to the
+// retry rule's, or the zero Time if it set none. It is worked out from
+// req.deadline rather than kept, which would take the call to the next
+// allocation size.
+func clientDeadline(req *Request) time.Time {
+	client := req.Call.Deadline
+	if client <= 0 || req.deadline.IsZero() {
+		return time.Time{}
+	}
+	arrived := req.deadline.Add(-min(ruleDeadline(req.Policy.Retry), client))
+	return arrived.Add(client)
 }
 
 // matchScope returns the actor and the scope that go into the
