@@ -29,6 +29,22 @@ type abandoned struct {
 type abandonment struct {
 	req *Request      // the call that reserved or claimed it
 	c   record.Change // settles it, nothing having been sent
+	// undecided marks an execution whose decision the store may have
+	// taken, its answer lost: c settles it from accepted or authorized,
+	// whichever it is in, and never once it is dispatched.
+	undecided bool
+}
+
+// change returns the change that settles rec by a, and whether one may.
+func (a abandonment) change(rec *record.Record) (record.Change, bool) {
+	c := a.c
+	if a.undecided {
+		if rec.State != record.Accepted && rec.State != record.Authorized {
+			return c, false
+		}
+		c.From = rec.State
+	}
+	return c, c.Allowed(rec.State)
 }
 
 // maxAbandoned bounds abandoned: past it, the oldest are forgotten, and a
@@ -102,17 +118,41 @@ func (in *Interceptor) abandon(req *Request, id string, c record.Change) *record
 	return nil
 }
 
+// abandonUndecided settles execution id as failed, whose decision the
+// store did not take, or took with its answer lost: from accepted, or
+// from authorized, but never once dispatched (another caller of this
+// process may have found it authorized and sent it). If the store does
+// not answer, it is settled later.
+func (in *Interceptor) abandonUndecided(req *Request, id, note string) {
+	a := abandonment{req: req, c: record.Change{To: record.Failed, Holder: in.owner, Note: note}, undecided: true}
+	for _, from := range []record.State{record.Accepted, record.Authorized} {
+		c := a.c
+		c.From = from
+		_, err := in.change(req.bg, req, id, c)
+		switch {
+		case err == nil, errors.Is(err, record.ErrNotFound):
+			return
+		case errors.Is(err, record.ErrConflict):
+			continue // in the other state, or moved on
+		}
+		in.log.Error("settling an execution that was not sent; trying again later", "execution", id, "state", c.To, "err", err)
+		in.abandoned.add(id, a)
+		return
+	}
+}
+
 // settleAbandoned settles rec by a, if it is still in flight under this
 // process's name, and reports whether it did. keep is true when the
 // store refused and it is to be tried again.
 func (in *Interceptor) settleAbandoned(ctx context.Context, a abandonment, rec *record.Record) (settled, keep bool) {
-	if rec.Owner != in.owner || rec.State.Settled() || !a.c.Allowed(rec.State) {
+	c, ok := a.change(rec)
+	if rec.Owner != in.owner || rec.State.Settled() || !ok {
 		return false, false // taken over, or settled otherwise
 	}
-	_, err := in.change(ctx, a.req, rec.ID, a.c)
+	_, err := in.change(ctx, a.req, rec.ID, c)
 	switch {
 	case err == nil:
-		in.log.Info("settled an execution that was not sent", "execution", rec.ID, "state", a.c.To, "note", a.c.Note)
+		in.log.Info("settled an execution that was not sent", "execution", rec.ID, "state", c.To, "note", c.Note)
 		return true, false
 	case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
 		return false, false

@@ -270,7 +270,7 @@ func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Rec
 		return
 	}
 	in.log.Error("recording an approval's decision; not sending", "execution", rec.ID, "decision", c.To, "err", err)
-	in.abandon(req, rec.ID, record.Change{To: record.Failed, From: record.Accepted, Note: "the store did not take the approval's decision: " + err.Error()})
+	in.abandonUndecided(req, rec.ID, "the store did not take the approval's decision: "+err.Error())
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: the record store did not take the decision on execution %s of %s, so it was not sent: %v", rec.ID, rec.Tool, err))
 }

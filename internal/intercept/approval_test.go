@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -593,4 +594,55 @@ func TestApprovalWaitIsTheClientsDeadline(t *testing.T) {
 				v.Content[0].Text, h.up.calls.Load())
 		}
 	})
+}
+
+// lostDecision is a store in memory that takes the first approval and
+// loses its answer, as a connection that breaks after the commit does;
+// then, with goDown set, it takes no change until down is cleared.
+type lostDecision struct {
+	*memstore.Store
+	goDown     bool
+	lost, down *atomic.Bool
+}
+
+func (s lostDecision) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	rec, err := s.Store.Update(ctx, id, c)
+	if err == nil && c.To == record.Authorized && !s.lost.Swap(true) {
+		s.down.Store(s.goDown)
+		return nil, errors.New("connection reset by peer")
+	}
+	return rec, err
+}
+
+// TestLostDecisionAnswerIsSettled: the store took an approval but its
+// answer was lost. Nothing was sent, so the execution is settled failed,
+// at once or, if the store is down, once it answers again; it never
+// stays authorized under this live process's name, every retry told
+// "still in progress".
+func TestLostDecisionAnswerIsSettled(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		h.pol.AttachWindow = 200 * time.Millisecond
+		s := lostDecision{Store: h.store, goDown: down, lost: new(atomic.Bool), down: new(atomic.Bool)}
+		h.in = New(Options{Store: s, Hasher: fingerprint.NewRandom()})
+		a := newAsker(elicited("accept", "ok"))
+		h.askingCall(t, a, "session:1", chargeCall)
+		if ans := a.only(t); ans.Error == nil {
+			t.Fatalf("down %v: the first caller got %s; want the store's error", down, ans.Result)
+		}
+		h.settle(t)
+		s.down.Store(false)
+		h.in.settleAbandonedAll(t.Context()) // as at each lease renewal
+		if rec := h.onlyRecord(t); rec.State != record.Failed {
+			t.Fatalf("down %v: after the lost answer the execution is %s (owner %s); want it failed: nothing was sent", down, rec.State, rec.Owner)
+		}
+		retry := newAsker(elicited("accept", "ok"))
+		h.askingCall(t, retry, "session:1", chargeCall)
+		if v := view(t, retry.only(t)); v.IsError || h.up.calls.Load() != 1 {
+			t.Errorf("down %v: a retry got %q, upstream ran %d times; want it asked and run once", down, v.Content[0].Text, h.up.calls.Load())
+		}
+	}
 }
