@@ -229,6 +229,13 @@ func (in *Interceptor) operatorDecided(req *Request, rec *record.Record) {
 	}
 }
 
+// operatorDecision reports whether rec's last transition is an
+// operator's decision.
+func operatorDecision(rec *record.Record) bool {
+	n := len(rec.History)
+	return n > 0 && rec.History[n-1].Via == record.ApproverOperator
+}
+
 // tellProgress sends the caller message as progress every
 // approvalProgress until ctx ends or stop is called.
 func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message string) (stop func()) {
@@ -258,6 +265,10 @@ func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Rec
 		// Decided elsewhere meanwhile (an operator as the timeout
 		// came), or settled as an orphan: what the record holds stands.
 		if cur, err = in.store.Get(req.bg, rec.ID); err == nil {
+			if operatorDecision(cur) {
+				// Acted on here, so told here as awaitOperator tells it.
+				in.operatorDecided(req, cur)
+			}
 			in.afterDecision(ctx, req, cur)
 			return
 		}

@@ -646,3 +646,43 @@ func TestLostDecisionAnswerIsSettled(t *testing.T) {
 		}
 	}
 }
+
+// lateWake is a decidingStore whose WaitDecided sees no decision before
+// its context ends: a shared store's poll that comes after the approval's
+// deadline, the operator's decision made in between.
+type lateWake struct{ *decidingStore }
+
+func (s lateWake) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestOperatorDecisionAtTheTimeoutIsTold: an operator's approval that the
+// proxy notices only as its timeout's refusal conflicts with it is acted
+// on as one noticed in time: journaled in the proxy's journal, and kept
+// as the session's grant (approval: session).
+func TestOperatorDecisionAtTheTimeoutIsTold(t *testing.T) {
+	j := &memJournal{}
+	h, s := operatorHarness(t)
+	h.pol.Approval = policy.ApprovalSession
+	h.pol.ApprovalTimeout = 300 * time.Millisecond
+	h.in = New(Options{Store: lateWake{s}, Hasher: h.in.hasher, Journal: j})
+	a := newAsker(elicited("decline", ""))
+	h.askingCall(t, a, "session:1", chargeCall)
+	rec := h.awaiting(t)
+	if _, err := s.Update(t.Context(), rec.ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+		t.Fatal(err)
+	}
+	if v := view(t, a.only(t)); v.IsError || h.up.calls.Load() != 1 {
+		t.Fatalf("approved by the operator: got %q, %d runs; want the charge", v.Content[0].Text, h.up.calls.Load())
+	}
+	h.settle(t)
+	if st := j.states(); !slices.Contains(st, "authorized") {
+		t.Errorf("the proxy's journal has %v; want the operator's approval it acted on", st)
+	}
+	second := newAsker(elicited("decline", ""))
+	h.askingCall(t, second, "session:1", `{"name":"charge_card","arguments":{"card":"1111"}}`)
+	if v := view(t, second.only(t)); v.IsError {
+		t.Errorf("the second execution in the session got %q; want it run under the operator's session approval", v.Content[0].Text)
+	}
+}
