@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -16,6 +17,10 @@ const (
 	defaultBurst      = 1
 	defaultMaxTokens  = 10
 	defaultTokenRatio = 0.1
+	// maxRefill bounds how long an empty burst takes to fill again. The
+	// stores keep when an allowance is next full in unix nanoseconds,
+	// which end in 2262: a longer refill would pass it.
+	maxRefill = 100 * 365 * 24 * time.Hour
 )
 
 // The keys of an account and of its retry budget, in the order errors
@@ -114,10 +119,20 @@ func (v *validator) accounts(specs []*accountSpec) map[string]Account {
 			v.errorf(place{at: s.key, step: s.step}, s.field, "an account needs a rate, such as rate: 500/h")
 			continue
 		}
+		burst := s.burst.or(defaultBurst)
+		if refill := float64(burst) / s.rate.v; refill > maxRefill.Seconds() {
+			at, field := s.rate.place, s.field+".rate"
+			if s.burst.at != nil {
+				at, field = s.burst.place, s.field+".burst"
+			}
+			v.errorf(at, field, "a burst of %d at %s takes %.0f years to fill again; at most %.0f (a smaller burst, or a higher rate)",
+				burst, s.rate.at.Value, refill/(365*24*3600), maxRefill.Hours()/(365*24))
+			continue
+		}
 		accounts[s.name] = Account{
 			Name:           s.name,
 			Rate:           s.rate.v,
-			Burst:          s.burst.or(defaultBurst),
+			Burst:          burst,
 			MaxConcurrency: s.maxConcurrency.v,
 			MaxTokens:      s.maxTokens.or(defaultMaxTokens),
 			TokenRatio:     s.tokenRatio.or(defaultTokenRatio),

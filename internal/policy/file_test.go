@@ -1090,6 +1090,10 @@ func TestAccountNumbersMessages(t *testing.T) {
 	for _, tt := range []struct{ yaml, want string }{
 		{"accounts:\n  a: {rate: 1/s, max_concurrency: -1}\n", `accounts.a.max_concurrency: "-1": want a whole number from 0 to 1000000`},
 		{"accounts:\n  a: {rate: 1/s, burst: 99999999999999999999}\n", `accounts.a.burst: "99999999999999999999": want a whole number from 1 to 1000000`},
+		// The stores keep when a burst is full again in unix nanoseconds,
+		// which end in 2262.
+		{"accounts:\n  a: {rate: 0.1/d, burst: 10000}\n", `accounts.a.burst: a burst of 10000 at 0.1/d takes 274 years to fill again; at most 100`},
+		{"accounts:\n  a: {rate: 0.00002/d}\n", `accounts.a.rate: a burst of 1 at 0.00002/d takes 137 years to fill again; at most 100`},
 	} {
 		if _, err := Parse("p.yaml", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)
