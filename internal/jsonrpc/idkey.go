@@ -49,20 +49,38 @@ func numberKey(n []byte) []byte {
 			plain, exp = false, i
 		}
 	}
-	switch {
-	case plain && string(n) != "-0":
+	if plain && string(n) != "-0" {
 		return n
-	case exp >= 0:
-		// An exponent too large to expand is left as written: no peer
-		// answers with such an id spelled otherwise.
+	}
+	r := exactNumber(n, exp)
+	if r == nil {
+		return n
+	}
+	return []byte(r.RatString())
+}
+
+// maxSpelled bounds the text of a number whose exact value is worked
+// out: big.Rat takes time quadratic in its digits, and a peer could send
+// millions. No id a peer spells with a fraction or an exponent is that
+// long; ValidID refuses a longer one.
+const maxSpelled = 64
+
+// exactNumber returns the exact value of the JSON number n, whose
+// exponent begins at n[exp] (-1 for none), or nil for one too long or
+// whose exponent is too large to expand.
+func exactNumber(n []byte, exp int) *big.Rat {
+	if len(n) > maxSpelled {
+		return nil
+	}
+	if exp >= 0 {
 		e, err := strconv.Atoi(string(n[exp+1:]))
 		if err != nil || e > 400 || e < -400 {
-			return n
+			return nil
 		}
 	}
 	r, ok := new(big.Rat).SetString(string(n))
 	if !ok {
-		return n
+		return nil
 	}
-	return []byte(r.RatString())
+	return r
 }

@@ -2,6 +2,7 @@ package jsonrpc
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +41,33 @@ func BenchmarkIDKey(b *testing.B) {
 				IDKey(raw)
 			}
 		})
+	}
+}
+
+// TestValidIDIsExact: a number is an integer id by its exact value, not
+// by a double's: 1.0000000000000000001 reads as 1 in a double, and a
+// server reading it so would answer under 1, which matches no request.
+func TestValidIDIsExact(t *testing.T) {
+	for id, want := range map[string]bool{
+		`1`: true, `-3`: true, `1.0`: true, `1e0`: true, `10E-1`: true, `1e300`: true,
+		`12345678901234567890123`: true, `"a"`: true,
+		`1.5`: false, `1.0000000000000000001`: false, `0.` + strings.Repeat("0", 400) + `1`: false,
+		`1e400`: false, `1.` + strings.Repeat("0", 70): false, `null`: false, `true`: false,
+	} {
+		if got := ValidID(json.RawMessage(id)); got != want {
+			t.Errorf("ValidID(%.40s) = %v; want %v", id, got, want)
+		}
+	}
+}
+
+// TestIDKeyOfALongNumberIsItsText: a number spelled with a fraction or an
+// exponent and longer than any id is keyed as written, its value not
+// worked out: big.Rat's time grows with the square of its digits, and a
+// cancellation may name an id of millions (DESIGN 10).
+func TestIDKeyOfALongNumberIsItsText(t *testing.T) {
+	for _, n := range []string{"1." + strings.Repeat("3", 2_000_000), "1" + strings.Repeat("0", 100) + "e-100"} {
+		if got := IDKey(json.RawMessage(n)); string(got) != n {
+			t.Errorf("IDKey of a %d-byte number = %.20s...; want it as written", len(n), got)
+		}
 	}
 }

@@ -123,13 +123,25 @@ func ValidID(id json.RawMessage) bool {
 		// answers under another id than the one the client sent.
 		return utf8.Valid(id)
 	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
-		for _, c := range id {
-			if c == '.' || c == 'e' || c == 'E' {
-				f, err := strconv.ParseFloat(string(id), 64)
-				return err == nil && f == math.Trunc(f)
+		// An integer by its exact value, not a double's: 1.0000000000000000001
+		// reads as 1 in a double, and a server would answer it under 1.
+		exp, spelled := -1, false
+		for i, c := range id {
+			switch c {
+			case '.':
+				spelled = true
+			case 'e', 'E':
+				spelled, exp = true, i
 			}
 		}
-		return true
+		if !spelled {
+			return true
+		}
+		if _, err := strconv.ParseFloat(string(id), 64); err != nil {
+			return false // beyond a double's range
+		}
+		r := exactNumber(id, exp)
+		return r != nil && r.IsInt()
 	default:
 		return false
 	}
