@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -144,7 +145,7 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 			st = s.newPostStreamLocked(r, ss, body)
 		}
 		st.want++
-		p := &pendingRequest{streams: []*stream{st}, frame: body}
+		p := &pendingRequest{streams: []*stream{st}, frame: body, id: bytes.Clone(m.ID)}
 		p.traceparent, p.tracestate = traceHeaders(r.Header)
 		if token != "" && !st.isJSON {
 			p.token = token

@@ -1248,6 +1248,23 @@ func TestServerSessionEndsWithAnswersOwed(t *testing.T) {
 	}
 }
 
+// TestServerSessionEndAnswersUnderTheClientsID: the error of a request
+// owed an answer as the session ends goes under its id as the client
+// spelled it: its IDKey is another id for a string with an escaped
+// backslash, and no JSON for one with an escaped quote.
+func TestServerSessionEndAnswersUnderTheClientsID(t *testing.T) {
+	for _, id := range []string{`"a\\b"`, `"say \"hi\""`} {
+		_, _, hs := newTestServer(t, ServerOptions{})
+		sid := start(t, hs.URL, nil)
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":`+id+`,"method":"end"}`, session(sid))
+		msgs := readEvents(t, resp.Body)
+		resp.Body.Close()
+		if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":`+id+`,"error"`) {
+			t.Errorf("id %s: the stream held %v; want an error under that id", id, msgs)
+		}
+	}
+}
+
 // TestServerEventBufferBound: a session holds its last EventBuffer events;
 // a stream whose events were dropped cannot be resumed, and says so.
 func TestServerEventBufferBound(t *testing.T) {

@@ -78,8 +78,9 @@ type pendingRequest struct {
 	// streams carry the answer: the request's own, and one more each time
 	// the client sends the request again while it is pending.
 	streams []*stream
-	frame   []byte // the request as the client sent it, to tell a re-send
-	token   string // its progress token, if any
+	frame   []byte          // the request as the client sent it, to tell a re-send
+	id      json.RawMessage // its id as the client spelled it, for an answer of the session's own
+	token   string          // its progress token, if any
 	// traceparent and tracestate are the W3C trace context headers of
 	// the POST that carried it, if any (TraceHeaders).
 	traceparent, tracestate string
@@ -324,12 +325,10 @@ func (ss *ServerSession) endPending() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.ended = true
-	for key, p := range ss.pending {
-		id := json.RawMessage(key)
-		if ss.stateless {
-			id = ss.origIDs[key]
-		}
-		ss.answerLocked(p, jsonrpc.NewErrorResponse(id, &jsonrpc.Error{
+	for _, p := range ss.pending {
+		// Under the id as the client spelled it: the key is its IDKey,
+		// which for a string with an escape is another id, or not JSON.
+		ss.answerLocked(p, jsonrpc.NewErrorResponse(p.id, &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
 			Message: "the proxy session ended before the request was answered",
 		}), nil)
