@@ -236,6 +236,11 @@ func (s *Session) fromClientBatch(frame []byte) {
 	if msgs, frame = takeOut(msgs, frame, s.badAnswer); len(msgs) == 0 {
 		return
 	}
+	// A cancellation is the proxy's to act on, in a batch as alone: it
+	// detaches a caller, and never reaches an execution (DESIGN 5).
+	if msgs, frame = takeOut(msgs, frame, s.batchCancel); len(msgs) == 0 {
+		return
+	}
 	for _, m := range msgs {
 		var why string
 		if m.Method != "" {
@@ -278,6 +283,16 @@ func (s *Session) fromClientBatch(frame []byte) {
 	}
 	s.mu.Unlock()
 	s.writeUpstream(frame)
+}
+
+// batchCancel handles m as cancelled does if it is a valid
+// notifications/cancelled, and reports whether it did.
+func (s *Session) batchCancel(m *jsonrpc.Message) bool {
+	if m.Method != "notifications/cancelled" || m.ID != nil || jsonrpc.CheckRequest(m) != "" {
+		return false
+	}
+	s.cancelled(m)
+	return true
 }
 
 // refuseBatch answers each request of a batch refused for why, under its
