@@ -113,14 +113,14 @@ type Client struct {
 	closed      bool
 	sessionID   string // from the initialize response's Mcp-Session-Id
 	version     string // the protocolVersion the server chose
-	initID      string // raw id of the initialize request, once written
+	initID      string // IDKey of the initialize request's id, once written
 	handshake   bool   // an initialize request has been written
 	listening   bool   // the GET stream has been started
 	lastEventID string // the id of the last SSE event received, any stream
 	// era is that of the last request written, which notifications follow:
 	// they declare no version of their own.
 	era transportEra
-	// calls holds the stateless requests in flight by raw id, so that a
+	// calls holds the stateless requests in flight by IDKey, so that a
 	// cancellation can close their response streams.
 	calls map[string]*statelessCall
 	// tools holds the x-mcp-header bindings of the tools listed to

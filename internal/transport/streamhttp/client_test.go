@@ -989,3 +989,29 @@ func TestQuietStreamsArePaced(t *testing.T) {
 		})
 	}
 }
+
+// TestClientRespelledIDReachesItsCaller: a server that decodes a request's
+// id and encodes it again (the go-sdk does) answers "<p>" as
+// "\u003cp\u003e", and 2.0 as 2: the same id to JSON, which the session
+// matches by jsonrpc.IDKey. The Client must hand that answer on, not drop
+// it as an answer to no request and report the request unanswered.
+func TestClientRespelledIDReachesItsCaller(t *testing.T) {
+	_, _, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	for _, id := range []string{`"<p>"`, `2.0`} {
+		write(t, c, `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`)
+		f, err := c.ReadFrame()
+		if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); ok {
+			t.Errorf("ping under id %s: the Client answered it itself, %q; the server's answer was dropped", id, na.Reason)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("ReadFrame: %v", err)
+		}
+		m, _ := jsonrpc.Decode(f)
+		if string(jsonrpc.IDKey(m.ID)) != string(jsonrpc.IDKey([]byte(id))) || m.Result == nil {
+			t.Errorf("ping under id %s got %s; want its answer", id, f)
+		}
+	}
+}

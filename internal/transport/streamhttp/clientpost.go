@@ -48,9 +48,11 @@ func (c *Client) post(req *http.Request, s sent) {
 			c.mu.Unlock()
 		}
 	}
+	// Keyed by IDKey: a server that decodes an id and encodes it again
+	// answers 2.0 as 2, "<p>" as "\u003cp\u003e" (the go-sdk does).
 	pending := make(map[string]json.RawMessage, len(s.ids))
 	for _, id := range s.ids {
-		pending[string(id)] = id
+		pending[string(jsonrpc.IDKey(id))] = id
 	}
 	switch {
 	case resp.StatusCode/100 != 2:
@@ -129,7 +131,7 @@ func (c *Client) relayErrorBody(resp *http.Response, pending map[string]json.Raw
 	if err != nil || !m.IsResponse() || m.Error == nil {
 		return
 	}
-	if _, ok := pending[string(m.ID)]; ok {
+	if _, ok := pending[string(jsonrpc.IDKey(m.ID))]; ok {
 		c.deliver(body, pending)
 	}
 }
@@ -154,7 +156,7 @@ func (c *Client) fail(s sent, ids []json.RawMessage, na jsonrpc.NoAnswer) {
 func (c *Client) forget(s sent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id := string(s.ids[0]); c.calls[id] == s.call {
+	if id := string(jsonrpc.IDKey(s.ids[0])); c.calls[id] == s.call {
 		delete(c.calls, id)
 	}
 	s.call.cancel()
@@ -164,7 +166,7 @@ func (c *Client) forget(s sent) {
 func unansweredIDs(ids []json.RawMessage, pending map[string]json.RawMessage) []json.RawMessage {
 	var out []json.RawMessage
 	for _, id := range ids {
-		if _, ok := pending[string(id)]; ok {
+		if _, ok := pending[string(jsonrpc.IDKey(id))]; ok {
 			out = append(out, id)
 		}
 	}
@@ -230,13 +232,13 @@ func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool 
 			c.log.Warn("dropping a message from the upstream that is neither a request nor an answer", "size", len(m.Raw))
 			continue
 		case m.IsResponse() && pending != nil:
-			if _, ok := pending[string(m.ID)]; !ok {
+			if _, ok := pending[string(jsonrpc.IDKey(m.ID))]; !ok {
 				c.log.Warn("dropping an answer from the upstream to no request of the POST it came on", "id", string(m.ID))
 				continue
 			}
 		}
 		if m.IsResponse() {
-			delete(pending, string(m.ID))
+			delete(pending, string(jsonrpc.IDKey(m.ID)))
 			c.noteResponse(m)
 		}
 		kept = append(kept, m)
@@ -274,11 +276,11 @@ func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool 
 func (c *Client) noteResponse(m *jsonrpc.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl, ok := c.calls[string(m.ID)]; ok && cl.method == "tools/list" && m.Result != nil {
+	if cl, ok := c.calls[string(jsonrpc.IDKey(m.ID))]; ok && cl.method == "tools/list" && m.Result != nil {
 		learnTools(c.tools, m.Result)
 		return
 	}
-	if c.initID == "" || string(m.ID) != c.initID || m.Result == nil {
+	if c.initID == "" || string(jsonrpc.IDKey(m.ID)) != c.initID || m.Result == nil {
 		return
 	}
 	c.initID = ""

@@ -122,14 +122,14 @@ func (c *Client) prepareLocked(req *http.Request, m *jsonrpc.Message, msgs []*js
 			ctx, cancel := context.WithCancel(c.ctx)
 			req = req.WithContext(ctx)
 			s.call = &statelessCall{method: m.Method, cancel: cancel}
-			c.calls[string(s.ids[0])] = s.call
+			c.calls[string(jsonrpc.IDKey(s.ids[0]))] = s.call
 		}
 	}
 	if s.isInit {
 		c.handshake = true
 		for _, m := range msgs {
 			if m.Method == "initialize" {
-				c.initID = string(m.ID)
+				c.initID = string(jsonrpc.IDKey(m.ID))
 			}
 		}
 	}
@@ -176,7 +176,7 @@ func (c *Client) eraLocked(m *jsonrpc.Message) transportEra {
 // "Cancellation"). It reports whether m is done with; if not, m goes to the
 // 2025-era session, whose server may still be working on the request.
 func (c *Client) cancelLocked(m *jsonrpc.Message) bool {
-	if cl, ok := c.calls[string(member(m.Params, "requestId"))]; ok {
+	if cl, ok := c.calls[string(jsonrpc.IDKey(member(m.Params, "requestId")))]; ok {
 		cl.cancelled = true
 		cl.cancel()
 		c.log.Debug("cancelled a stateless request by closing its response stream")
