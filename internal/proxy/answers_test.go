@@ -49,3 +49,37 @@ func TestAnswersAServerCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestLateAnswerIsNotANewCallsAnswer: a request passed upstream and
+// cancelled frees its id (TestIDInUseIsRefused reuses it). The upstream
+// may still answer the cancelled request; that answer must not reach the
+// client as the answer to the tools/call now under the id, which went
+// upstream under an id of the proxy's and has not been answered.
+func TestLateAnswerIsNotANewCallsAnswer(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	r.upstream.next(t, "upstream") // the cancellation
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card"}}`)
+	// The upstream had answered the read before it saw the cancellation.
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":5,"result":{"contents":[]}}`)
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, "charged") {
+		t.Fatalf("the client got %s under id 5 while its tools/call 5 was under way; want only the call's own answer", got)
+	}
+}
+
+// TestAnswerUnderAnIDTheUpstreamNeverGot: a tools/call the proxy
+// handles goes upstream under an id of the proxy's; an answer from the
+// upstream under the client's id 7 answers nothing the upstream was
+// asked, and must not reach the client as the call's answer.
+func TestAnswerUnderAnIDTheUpstreamNeverGot(t *testing.T) {
+	r := newRig(t, 0)
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"not charged"}]}}`)
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"text":"charged"`) {
+		t.Fatalf("the client got %s under id 7; want only the call's own answer", got)
+	}
+}

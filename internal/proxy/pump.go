@@ -452,6 +452,11 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(msg.ID))
 			return
 		}
+		if s.notSentLocked(key) {
+			s.mu.Unlock()
+			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(msg.ID))
+			return
+		}
 		f := s.forwarded[key]
 		s.forgetLocked(key)
 		s.mu.Unlock()
@@ -471,6 +476,21 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		s.tools.invalidate()
 	}
 	s.writeClient(frame)
+}
+
+// notSentLocked reports whether an answer from the upstream under key
+// answers nothing the upstream was sent under it while a call of the
+// client's holds it: that call went upstream under an id of the proxy's,
+// or the request passed on under key before it was cancelled and its id
+// reused. Passed on, the answer would be taken for the call's. An answer
+// under a key no one holds passes on, for the client to ignore. s.mu
+// must be held.
+func (s *Session) notSentLocked(key string) bool {
+	if _, ok := s.forwarded[key]; ok {
+		return false
+	}
+	_, held := s.calls[key]
+	return held
 }
 
 // fromUpstreamBatch handles a batch from the upstream: the answers to a
@@ -509,6 +529,10 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		}
 		if late {
 			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
+			continue
+		}
+		if s.notSentLocked(key) {
+			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
 			continue
 		}
 		s.forgetLocked(key)
