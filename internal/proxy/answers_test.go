@@ -83,3 +83,26 @@ func TestAnswerUnderAnIDTheUpstreamNeverGot(t *testing.T) {
 		t.Fatalf("the client got %s under id 7; want only the call's own answer", got)
 	}
 }
+
+// TestRefusalUnderAnIDInUse: a request under an id that a call
+// still being answered holds is answered under a null id (errors.md:
+// "the first request's answer still comes"), whatever else is wrong with
+// it: an error under id 5 would be taken for the answer to call 5.
+func TestRefusalUnderAnIDInUse(t *testing.T) {
+	r := newRig(t, 0)
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card"}}`)
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":""}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":[]}}`,
+		`{"jsonrpc":"1.0","id":5,"method":"ping"}`,
+	} {
+		r.client.send(t, frame)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,"error"`) {
+			t.Errorf("%s was answered %s while call 5 is under way; want its refusal under a null id", frame, got)
+		}
+	}
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5,"result"`) {
+		t.Fatalf("the call got %s; want its answer under id 5", got)
+	}
+}

@@ -144,7 +144,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.ParseRead(in.Params, params); perr != nil {
-		s.writeClient(jsonrpc.NewErrorResponse(in.ID, perr))
+		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(in.ID), perr))
 		return
 	}
 	c.req.Correlation = string(jsonrpc.IDKey(in.ID))

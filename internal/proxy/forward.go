@@ -90,6 +90,22 @@ func (s *Session) inUseLocked(key string, passing bool) bool {
 	return forwarded || called && !passing
 }
 
+// answerID returns the id to refuse a request under: its own, or null
+// where that is no valid id, or another request of the client's still
+// being answered holds it (an answer under it would be taken for that
+// request's).
+func (s *Session) answerID(id json.RawMessage) json.RawMessage {
+	if !jsonrpc.ValidID(id) {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inUseLocked(string(jsonrpc.IDKey(id)), false) {
+		return nil
+	}
+	return id
+}
+
 // refuseInUse answers a request whose id another request of the client's,
 // still being answered, holds: under a null id, since an answer under
 // this one would be taken for the other request's.

@@ -66,7 +66,7 @@ func (s *Session) tooLargeFromClient(err error) {
 		return
 	}
 	s.log.Warn("refused a message from the client", "err", err, "method", method, "id", string(id))
-	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
+	s.writeClient(jsonrpc.NewErrorResponse(s.answerID(id), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
 }
 
 // frameHead returns the first bytes of a message over the size limit,
@@ -113,11 +113,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		if why := jsonrpc.CheckRequest(msg); why != "" {
 			// Not passed on: a server may end the session on it.
 			s.log.Warn("refused a message from the client", "method", msg.Method, "why", why)
-			id := msg.ID
-			if !jsonrpc.ValidID(id) {
-				id = nil // JSON-RPC answers a request whose id is bad under null
-			}
-			s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
+			s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
 			return
 		}
 	}
@@ -166,11 +162,7 @@ func (s *Session) refuseAnswer(m *jsonrpc.Message, why string) {
 		return
 	}
 	s.log.Warn("refused a message from the client", "why", why, "id", string(m.ID))
-	id := m.ID
-	if !jsonrpc.ValidID(id) {
-		id = nil
-	}
-	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: not a JSON-RPC message: %s", why)))
+	s.writeClient(jsonrpc.NewErrorResponse(s.answerID(m.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: not a JSON-RPC message: %s", why)))
 }
 
 // badAnswer refuses m if it is an answer from the client that no server
