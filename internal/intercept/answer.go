@@ -182,6 +182,8 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 			in.journalize(req, rec, record.Change{To: record.Delivered})
 		case err != nil:
 			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
+			// The caller took the answer all the same: its line says so.
+			in.journalize(req, rec, record.Change{To: record.Delivered})
 		}
 	case record.Delivered:
 		// Delivered to another caller before: nothing for the store to

@@ -68,11 +68,14 @@ func (in *Interceptor) askInRound(ctx context.Context, req *Request, rec *record
 // a call sent again after that is a duplicate of one whose user is being
 // asked, and waits for that answer rather than ask again.
 func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string, result json.RawMessage) {
+	req.got = journal.GotQuestion
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
-		return // the caller left: it never sees the question
+		// The caller left: it never sees the question, and a caller that
+		// joined has its line, as one that left while it waited has.
+		in.journalizeAttach(req, errCallerLeft)
+		return
 	}
 	a := Answer{Result: result}
-	req.got = journal.GotQuestion
 	if dr, ok := req.Reply.(DeliveryReplier); ok && dr.DeliversLater() {
 		// Over a transport that writes in order (stdio, whose held frames
 		// are written before it tells), the client may read the question

@@ -298,3 +298,78 @@ func TestJournalOrphan(t *testing.T) {
 		t.Errorf("the orphan's line is %+v; want it unknown, written by this process, the owner gone in the note", e)
 	}
 }
+
+// noDeliveryStore is a store that cannot record a delivery, as one that
+// is down for a moment is.
+type noDeliveryStore struct{ record.Store }
+
+func (s noDeliveryStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.To == record.Delivered {
+		return nil, errors.New("the store is down")
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// TestJournalRecordsAReplayWhoseDeliveryTheStoreRefused: a caller
+// that joined an execution and took its replayed answer has its line in
+// the journal, even when the store could not record the delivery: the
+// journal has a line for each attach, with what the caller got.
+func TestJournalRecordsAReplayWhoseDeliveryTheStoreRefused(t *testing.T) {
+	j := &memJournal{}
+	h := newHarness(charged)
+	h.in = New(Options{Store: noDeliveryStore{h.store}, Hasher: fingerprint.NewRandom(), Journal: j})
+	h.call(t.Context(), t, chargeCall).only(t)
+	h.settle(t)
+	a := h.call(t.Context(), t, chargeCall).only(t) // a replay: the caller takes the answer
+	h.settle(t)
+	if a.Result == nil {
+		t.Fatalf("the replay got %s; want the stored result", a.Error)
+	}
+	rec := h.onlyRecord(t)
+	if got := callerLines(j); len(got) != 1 {
+		t.Errorf("callers' lines %q; want one line for the replay of %s, which took the answer", got, rec.ID)
+	}
+}
+
+// cancelOnMatchStore cancels, once set, the context of the call whose
+// reservation matches an execution already there, right after the store
+// answered it: the caller cancels as the proxy decides what it joined.
+type cancelOnMatchStore struct {
+	record.Store
+	cancel *context.CancelFunc
+}
+
+func (s cancelOnMatchStore) Reserve(ctx context.Context, r *record.Record, o record.ReserveOptions) (*record.Record, bool, error) {
+	rec, won, err := s.Store.Reserve(ctx, r, o)
+	if !won && *s.cancel != nil {
+		(*s.cancel)()
+	}
+	return rec, won, err
+}
+
+// TestJournalRecordsAQuestionCallerThatLeft: a call that joins an
+// execution whose client approval is being asked in a round, and whose
+// caller cancels before the question is written to it, has its line, not
+// taken, as a caller that left while it waited has.
+func TestJournalRecordsAQuestionCallerThatLeft(t *testing.T) {
+	j := &memJournal{}
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	var cancel context.CancelFunc
+	h.in = New(Options{Store: cancelOnMatchStore{h.store, &cancel}, Hasher: fingerprint.NewRandom(), Journal: j})
+	args := `{"card":"4242","amount":100}`
+	req, a := h.request(t, roundCall(args, nil, ""))
+	req.Reply = &laterAnswers{answers: a, written: make(chan func(error), 1)} // not yet taken
+	h.in.Handle(t.Context(), req)
+	asRound(t, a.only(t))
+
+	ctx, c := context.WithCancel(t.Context())
+	cancel = c
+	req2, _ := h.request(t, roundCall(args, nil, ""))
+	h.in.Handle(ctx, req2) // joins the execution, and its caller cancels
+	h.settle(t)
+	rec := h.onlyRecord(t)
+	want := rec.ID + " attached waited/question not taken: " + errCallerLeft.Error()
+	if got := callerLines(j); len(got) != 1 || got[0] != want {
+		t.Errorf("callers' lines %q; want [%q]", got, want)
+	}
+}
