@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -297,7 +298,8 @@ func resultSize(r *record.Record) string {
 func parseDays(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		var days int
-		if _, err := fmt.Sscanf(n, "%d", &days); err == nil && days > 0 && fmt.Sprint(days) == n {
+		const maxDays = math.MaxInt64 / int64(24*time.Hour) // past it the duration wraps
+		if _, err := fmt.Sscanf(n, "%d", &days); err == nil && days > 0 && int64(days) <= maxDays && fmt.Sprint(days) == n {
 			return time.Duration(days) * 24 * time.Hour, nil
 		}
 	}

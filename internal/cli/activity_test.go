@@ -115,3 +115,17 @@ func TestResolveRefusesAHeldJournal(t *testing.T) {
 		t.Fatalf("after the refusal the execution is %q (%v); want it still unknown", stdout, err)
 	}
 }
+
+// TestParseDaysOverflow: a --since too long for a duration is refused,
+// as time.ParseDuration refuses "4800000h", not wrapped round to a
+// negative window that selects nothing.
+func TestParseDaysOverflow(t *testing.T) {
+	for _, s := range []string{"200000d", "4800000h"} {
+		if d, err := parseDays(s); err == nil {
+			t.Errorf("parseDays(%q) = %v, nil; want an error", s, d)
+		}
+	}
+	if d, err := parseDays("106751d"); err != nil || d <= 0 {
+		t.Errorf("parseDays(\"106751d\") = %v, %v; want the longest whole days a duration holds", d, err)
+	}
+}
