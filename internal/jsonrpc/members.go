@@ -352,3 +352,20 @@ func (r *Reading) Note(name []byte) int {
 
 // Err returns the first ambiguity noted, an ErrAmbiguous, or nil.
 func (r *Reading) Err() error { return r.err }
+
+// CancelledID returns the requestId of notifications/cancelled params, or
+// nil if they name none. A requestId given twice, or in another case
+// ("RequestId"), is an error: readers would take it for two requests.
+func CancelledID(params json.RawMessage) (json.RawMessage, error) {
+	var id json.RawMessage
+	read := Reading{Names: []string{"requestId"}}
+	if EachMember(params, func(name, value []byte) bool {
+		if read.Note(name) == 0 {
+			id = value
+		}
+		return true
+	}) != nil {
+		return nil, nil // not an object: it names nothing
+	}
+	return id, read.Err()
+}

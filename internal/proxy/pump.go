@@ -315,7 +315,7 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
 // further: the execution belongs to the record now, and other callers may
 // be attached to it. Any other cancellation passes through.
 func (s *Session) cancelled(msg *jsonrpc.Message) {
-	id, err := cancelledID(msg.Params)
+	id, err := jsonrpc.CancelledID(msg.Params)
 	switch {
 	case err != nil:
 		// Which request it names depends on who reads it.
@@ -352,22 +352,6 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		}
 	}
 	s.writeUpstream(msg.Raw)
-}
-
-// cancelledID returns the requestId of notifications/cancelled params, or
-// nil if they name none, refusing one that readers would take for two.
-func cancelledID(params json.RawMessage) (json.RawMessage, error) {
-	var id json.RawMessage
-	read := jsonrpc.Reading{Names: []string{"requestId"}}
-	if jsonrpc.EachMember(params, func(name, value []byte) bool {
-		if read.Note(name) == 0 {
-			id = value
-		}
-		return true
-	}) != nil {
-		return nil, nil // not an object: it names nothing
-	}
-	return id, read.Err()
 }
 
 // pumpUpstream reads the upstream's frames until it closes.

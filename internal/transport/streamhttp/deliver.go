@@ -2,7 +2,6 @@ package streamhttp
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -101,13 +100,17 @@ func (s *Server) answerResent(w http.ResponseWriter, r *http.Request, ss *Server
 // last.
 func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
 	for _, m := range msgs {
-		var c struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &c) != nil {
+		if m.Method != "notifications/cancelled" {
 			continue
 		}
-		key := string(jsonrpc.IDKey(c.RequestID))
+		// Read as the proxy reads it: one it refuses as naming two
+		// requests ("RequestId") cancels nothing here either, and the
+		// request's answer still comes.
+		id, err := jsonrpc.CancelledID(m.Params)
+		if err != nil || id == nil {
+			continue
+		}
+		key := string(jsonrpc.IDKey(id))
 		p := ss.pending[key]
 		if p == nil {
 			continue

@@ -1351,6 +1351,30 @@ func TestServerCancelledRequestEndsItsResponse(t *testing.T) {
 	}
 }
 
+// TestServerAmbiguousCancellationCancelsNothing: a cancellation whose
+// requestId comes in another case ("RequestId") is one the proxy refuses
+// as naming two requests; the session reads it the same way, and the
+// request it might name keeps its response and gets its answer.
+func TestServerAmbiguousCancellationCancelsNothing(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := openSession(t, hs.URL)
+	got := make(chan string, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"RequestId":7}}`, session(sid))
+	resp.Body.Close()
+	waitFor(t, func() bool { return p.seen(`RequestId`) == 1 })
+	close(p.gate)
+	if body := <-got; !strings.Contains(body, `"id":7`) {
+		t.Fatalf("the request's response ended with %q; want its answer", body)
+	}
+}
+
 // TestServerEndingSessionStillAnswers: when a session ends (the server
 // shutting down, a DELETE), the requests under way keep their streams
 // until their answers come from the session's drain, instead of being
