@@ -184,7 +184,10 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		}
 		tc.TasksExtension = declaresTasks(tc.Meta)
 		tc.Elicits = declaresElicitation(tc.Meta)
-		tc.Stateless = bytes.Contains(tc.Meta, []byte("protocolVersion")) && jsonrpc.Member(tc.Meta, MetaProtocolVersion) != nil
+		// The name may be spelled with an escape, which the quick look
+		// at the bytes would miss.
+		tc.Stateless = (bytes.Contains(tc.Meta, []byte("protocolVersion")) || bytes.IndexByte(tc.Meta, '\\') >= 0) &&
+			jsonrpc.Member(tc.Meta, MetaProtocolVersion) != nil
 	}
 	return nil
 }
@@ -281,6 +284,9 @@ func clientKey(m callMeta) (string, error) {
 	switch {
 	case !ok:
 		return "", fmt.Errorf("_meta[%q] must be a string", from)
+	case !utf8.Valid(raw) || strings.ContainsRune(key, utf8.RuneError):
+		// Read as U+FFFD, "\ud800" and "\udbff" would be one key.
+		return "", fmt.Errorf("_meta[%q] is not UTF-8, or holds a lone surrogate or U+FFFD", from)
 	case key == "":
 		return "", fmt.Errorf("_meta[%q] is empty", from)
 	case len(key) > MaxKeyLength:
@@ -319,9 +325,10 @@ func clientDeadline(raw []byte) (time.Duration, error) {
 
 // wholeNumber returns the value of the JSON value raw if it is a number
 // whose value is whole, however spelled (100, 100.0, 1e2). An exponent
-// past 30 is not read: no deadline needs one, and expanding it would cost.
+// past 30, or a number longer than 64 bytes, is not read: no deadline
+// needs one, and big.Rat's time grows with the square of the digits.
 func wholeNumber(raw []byte) (*big.Int, bool) {
-	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+	if len(raw) == 0 || len(raw) > 64 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return nil, false
 	}
 	if i := bytes.IndexAny(raw, "eE"); i >= 0 {

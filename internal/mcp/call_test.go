@@ -56,6 +56,9 @@ func TestClientDeadlineValidation(t *testing.T) {
 		// Longer than any wait: the tool's own deadline stands.
 		{`{"mcp-idempotent/deadline_ms":99999999999999999999}`, 9223372036854 * time.Millisecond, ""},
 		{`{"mcp-idempotent/deadline_ms":9007199254740993}`, 9223372036854 * time.Millisecond, ""},
+		// Spelled in more than 64 bytes: refused before any work, which
+		// would grow with the square of its digits.
+		{`{"mcp-idempotent/deadline_ms":1` + strings.Repeat("0", 64) + `}`, 0, "not 1000"},
 	} {
 		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + tt.meta + `}`))
 		switch {
@@ -187,4 +190,34 @@ func FuzzParseRead(f *testing.F) {
 			t.Fatalf("ParseRead(%q) = %+v; Parse says %+v", m.Params, got, want)
 		}
 	})
+}
+
+// TestClientKeyNotUTF8: two client keys are never read as one. Invalid
+// UTF-8 and lone surrogates decode to U+FFFD, as U+FFFD itself does, so
+// a key holding any is refused, as params.name is.
+func TestClientKeyNotUTF8(t *testing.T) {
+	for _, k := range []string{`"\ud800"`, `"\udbff"`, "\"\xff\"", `"\ufffd"`, `"a\ud800b"`} {
+		_, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":{"mcp-idempotent/key":` + k + `}}`))
+		if err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, "UTF-8") {
+			t.Errorf("client key %s: error %v; want -32602", k, err)
+		}
+	}
+}
+
+// TestStatelessEscaped: the protocol version member spelled with an
+// escape is the same member to every JSON reader.
+func TestStatelessEscaped(t *testing.T) {
+	for _, meta := range []string{
+		`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`,
+		`{"io.modelcontextprotocol/protocol\u0056ersion":"2026-07-28"}`,
+		`{"io.modelcontextprotocol\/protocolVersio\u006e":"2026-07-28"}`,
+	} {
+		tc, err := ParseToolCall(json.RawMessage(`{"name":"t","_meta":` + meta + `}`))
+		if err != nil {
+			t.Fatalf("_meta %s: %v", meta, err)
+		}
+		if !tc.Stateless {
+			t.Errorf("_meta %s: Stateless = false; want true", meta)
+		}
+	}
 }

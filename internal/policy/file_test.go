@@ -1094,6 +1094,8 @@ func TestAccountNumbersMessages(t *testing.T) {
 		// which end in 2262.
 		{"accounts:\n  a: {rate: 0.1/d, burst: 10000}\n", `accounts.a.burst: a burst of 10000 at 0.1/d takes 274 years to fill again; at most 100`},
 		{"accounts:\n  a: {rate: 0.00002/d}\n", `accounts.a.rate: a burst of 1 at 0.00002/d takes 137 years to fill again; at most 100`},
+		// A tool whose name holds a dot is named quoted, as everywhere.
+		{"tools:\n  a.b:\n    retry:\n      account: nope\n", `tools."a.b".retry.account: "nope" is not an account defined under accounts`},
 	} {
 		if _, err := Parse("p.yaml", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) = %v; want an error containing %q", tt.yaml, err, tt.want)

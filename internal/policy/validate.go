@@ -37,7 +37,7 @@ func (v *validator) file(s *fileSpec) *File {
 		if _, ok := f.accounts[r.retry.Account]; !ok {
 			// Found after every other problem, as at the end of the walk.
 			at := place{at: s.tools[i].rule.retry.account.at, step: math.MaxInt}
-			v.errorf(at, "tools."+r.name+".retry.account", "%q is not an account defined under accounts", r.retry.Account)
+			v.errorf(at, "tools."+fieldName(r.name)+".retry.account", "%q is not an account defined under accounts", r.retry.Account)
 		}
 	}
 	return f
