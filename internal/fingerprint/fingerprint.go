@@ -393,6 +393,12 @@ func exactNumbers(raw json.RawMessage) (json.RawMessage, error) {
 	if !needsExactPass(raw) {
 		return raw, nil
 	}
+	// encoding/json keeps the last of two members and reads invalid
+	// UTF-8 and lone surrogates as U+FFFD, and jcs sees only what it
+	// writes back: what jcs would refuse is refused first.
+	if err := checkStrict(raw); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

@@ -159,6 +159,9 @@ func (p *simpleParser) array(out []byte, depth int) ([]byte, bool) {
 	}
 }
 
+// maxSimpleMembers bounds the members of an object appendSimple sorts.
+const maxSimpleMembers = 64
+
 // simpleMember is one member of an object being canonicalised: its name,
 // and where its canonical value was written in the output.
 type simpleMember struct {
@@ -197,7 +200,12 @@ func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 		if out, ok = p.value(out, depth+1); !ok {
 			return nil, false
 		}
-		// Insertion sort as the members come: objects are small.
+		// Insertion sort as the members come: objects are small, and a
+		// large one goes to the general path, which sorts it in n log n
+		// (hostile input must not cost the square of its size).
+		if len(members) == maxSimpleMembers {
+			return nil, false
+		}
 		m := simpleMember{name: name, start: start, end: len(out)}
 		k := len(members)
 		members = append(members, m)
