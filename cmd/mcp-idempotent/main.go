@@ -17,6 +17,12 @@ import (
 )
 
 func main() {
+	// A client that goes away closes the pipe the proxy answers on. Left
+	// to the runtime, the first write to it kills the process (SIGPIPE),
+	// with calls in flight unrecorded; noticed, the write fails with
+	// EPIPE and the proxy winds down as at the end of its input.
+	// (signal.Ignore would leave the upstream ignoring it too.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
