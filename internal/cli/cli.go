@@ -521,7 +521,10 @@ func (w *wiring) startInterceptor(ctx context.Context, opts intercept.Options, o
 	}
 	w.in = in
 	w.started.Store(in)
-	leases, stopLeases := context.WithCancel(ctx)
+	// Not ended by a signal: the calls under way may still finish after
+	// one (serve winds its sessions down), and their leases must hold
+	// until they have, or another process takes them over.
+	leases, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
 	w.closers = append(w.closers, stopLeases)
 	go in.KeepLeases(leases)
 	// Run before the leases stop and the store closes: outcomes a store
