@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -257,6 +258,11 @@ func (f *proxyFlags) checkUpstream(argv []string) error {
 		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js, or give --upstream URL")
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")
+	case f.upstream != "":
+		// At start, for serve too, whose sessions each dial it.
+		if u, err := neturl.Parse(f.upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("--upstream: %q is not an http:// or https:// URL", redact(f.upstream))
+		}
 	}
 	return f.headers.check()
 }

@@ -21,6 +21,8 @@ func TestServeUsageErrors(t *testing.T) {
 	}{
 		{"no upstream", []string{"serve"}, []string{"no upstream command"}},
 		{"two upstreams", []string{"serve", "--upstream", "http://127.0.0.1:1/mcp", "--", "/bin/cat"}, []string{"--upstream"}},
+		{"upstream not http", []string{"serve", "--upstream", "ftp://host/mcp"}, []string{"--upstream", `"ftp://host/mcp"`, "http://"}},
+		{"upstream without a host", []string{"serve", "--upstream", "http://"}, []string{"--upstream", "http://"}},
 		{"bad listen", []string{"serve", "--listen", "8080", "--", "/bin/cat"}, []string{"--listen", `"8080"`}},
 		{"listen port out of range", []string{"serve", "--listen", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--listen", `"127.0.0.1:99999"`}},
 		{"relative path", []string{"serve", "--path", "mcp", "--", "/bin/cat"}, []string{"--path", `"mcp"`}},

@@ -114,6 +114,10 @@ func cutParam(rawURL, name string) (string, string, error) {
 		return "", "", fmt.Errorf("the query of %q is not NAME=VALUE pairs joined by &: %v (write a ; in a value as %%3B)", redact(rawURL), err)
 	}
 	v := q.Get(name)
+	if len(q[name]) > 1 {
+		// Which one counts would depend on the reader.
+		return "", "", fmt.Errorf("%s= is given %d times; give it once", name, len(q[name]))
+	}
 	if q.Has(name) && v == "" {
 		// Left empty, it would mean the default: another deployment's.
 		return "", "", fmt.Errorf("%s= is empty; leave it out for the default", name)
