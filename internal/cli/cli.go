@@ -659,7 +659,11 @@ func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error
 		if errors.Is(runErr, proxy.ErrCrashLoop) {
 			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
 		}
-		return fmt.Errorf("the upstream %s exited while the client was connected (%v); calls in flight were answered as outcome unknown or failed", shown, exitStatus(child))
+		why := ""
+		if re, ok := errors.AsType[*proxy.RestartError](runErr); ok {
+			why = "; " + re.Error()
+		}
+		return fmt.Errorf("the upstream %s exited while the client was connected (%v)%s; calls in flight were answered as outcome unknown or failed", shown, exitStatus(child), why)
 	}
 	stopChild(ctx, child)
 	return runErr

@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +66,25 @@ func TestExitWaitsForOutcomes(t *testing.T) {
 	}
 	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Completed {
 		t.Fatalf("records %+v; want the execution completed", recs)
+	}
+}
+
+// TestRestartFailureSaid: an upstream that exits and then cannot be
+// started again (its command is gone) ends the proxy with an error that
+// says so and why, not only that it exited: with --max-restarts 2 the
+// operator otherwise sees no reason why it was not started again.
+func TestRestartFailureSaid(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "server.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -f \"$0\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	stdinR, stdinW := io.Pipe() // the client stays connected
+	defer stdinW.Close()
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, []string{"--max-restarts", "2", "--", script}, stdinR, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("Run = %v\nwant an error saying the upstream could not be started again, and why (no such file)\nstderr:\n%s", err, stderr.String())
 	}
 }

@@ -42,7 +42,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%w: starting it again: %v", ErrUpstreamClosed, err)
+		return nil, fmt.Errorf("%w: %w", ErrUpstreamClosed, &RestartError{Err: err})
 	}
 	return next, nil
 }

@@ -52,6 +52,13 @@ var ErrUpstreamClosed = errors.New("upstream closed the connection")
 // closing and was not started again.
 var ErrCrashLoop = errors.New("the upstream keeps exiting; not starting it again")
 
+// A RestartError is why an upstream that exited could not be started
+// again; Run's error wraps it with ErrUpstreamClosed.
+type RestartError struct{ Err error }
+
+func (e *RestartError) Error() string { return "starting it again failed: " + e.Err.Error() }
+func (e *RestartError) Unwrap() error { return e.Err }
+
 // Options configures a Session.
 type Options struct {
 	Interceptor *intercept.Interceptor // required
