@@ -182,8 +182,12 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
 			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
-		tc.TasksExtension = declaresTasks(tc.Meta)
-		tc.Elicits = declaresElicitation(tc.Meta)
+		if tc.TasksExtension, err = declaresTasks(tc.Meta); err != nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
+		}
+		if tc.Elicits, err = declaresElicitation(tc.Meta); err != nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
+		}
 		// The name may be spelled with an escape, which the quick look
 		// at the bytes would miss.
 		tc.Stateless = (bytes.Contains(tc.Meta, []byte("protocolVersion")) || bytes.IndexByte(tc.Meta, '\\') >= 0) &&
@@ -243,31 +247,61 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 }
 
 // declaresTasks reports whether a call's _meta declares the tasks
-// extension among its client capabilities.
-func declaresTasks(meta json.RawMessage) bool {
+// extension among its client capabilities. A member on the way given
+// twice, or in another case, is an error: it changes the fingerprint, and
+// an upstream reading the other one would answer another action.
+func declaresTasks(meta json.RawMessage) (bool, error) {
 	if !bytes.Contains(meta, []byte("tasks")) && bytes.IndexByte(meta, '\\') < 0 {
-		return false // the common case, without a walk; an escape may spell it otherwise
+		return false, nil // the common case, without a walk; an escape may spell it otherwise
 	}
-	ext := jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(meta, MetaClientCapabilities), "extensions"), TasksExtension)
-	return ext != nil && string(ext) != "null"
+	ext, err := path(meta, MetaClientCapabilities, "extensions", TasksExtension)
+	return ext != nil && string(ext) != "null", err
 }
 
 // declaresElicitation reports whether a call's _meta declares, among its
 // client capabilities, elicitation in form mode: {} (form, as before
-// modes) or a form member.
-func declaresElicitation(meta json.RawMessage) bool {
+// modes) or a form member. Ambiguous members are errors, as for
+// declaresTasks.
+func declaresElicitation(meta json.RawMessage) (bool, error) {
 	if !bytes.Contains(meta, []byte("elicitation")) && bytes.IndexByte(meta, '\\') < 0 {
-		return false // the common case, without a walk
+		return false, nil // the common case, without a walk
 	}
-	e := jsonrpc.Member(jsonrpc.Member(meta, MetaClientCapabilities), "elicitation")
-	if len(e) == 0 || e[0] != '{' {
-		return false
+	e, err := path(meta, MetaClientCapabilities, "elicitation")
+	if err != nil || len(e) == 0 || e[0] != '{' {
+		return false, err
 	}
-	form := jsonrpc.Member(e, "form")
+	form, err := path(e, "form")
+	if err != nil {
+		return false, err
+	}
 	if form != nil {
-		return form[0] == '{'
+		return form[0] == '{', nil
 	}
-	return jsonrpc.Member(e, "url") == nil
+	url, err := path(e, "url")
+	return url == nil, err
+}
+
+// path returns the value at names, member within member, from obj, or
+// nil where one is missing or not an object; a member given twice, or in
+// another case, is an error (jsonrpc.Reading).
+func path(obj json.RawMessage, names ...string) (json.RawMessage, error) {
+	for _, name := range names {
+		var v json.RawMessage
+		read := jsonrpc.Reading{Names: []string{name}}
+		if jsonrpc.EachMember(obj, func(n, value []byte) bool {
+			if read.Note(n) == 0 {
+				v = value
+			}
+			return true
+		}) != nil {
+			return nil, nil // not an object: nothing in it
+		}
+		if err := read.Err(); err != nil {
+			return nil, err
+		}
+		obj = v
+	}
+	return obj, nil
 }
 
 // clientKey returns the client's idempotency key from _meta, or "" when it

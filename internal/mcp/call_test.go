@@ -221,3 +221,24 @@ func TestStatelessEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestCapabilitiesAmbiguous: DESIGN section 10, "members that
+// repeat, or match one name under case folding, in the parts the proxy
+// reads are refused, not guessed at." The proxy reads
+// _meta.clientCapabilities.extensions["io.modelcontextprotocol/tasks"]
+// (it changes the fingerprint) and clientCapabilities.elicitation.
+func TestCapabilitiesAmbiguous(t *testing.T) {
+	const tasks = `"io.modelcontextprotocol/tasks":{}`
+	for _, caps := range []string{
+		`{"extensions":{` + tasks + `},"extensions":{}}`,
+		`{"extensions":{},"Extensions":{` + tasks + `}}`,
+		`{"extensions":{` + tasks + `,"io.modelcontextprotocol/tasks":null}}`,
+		`{"elicitation":{"form":{}},"elicitation":null}`,
+	} {
+		params := `{"name":"t","_meta":{"io.modelcontextprotocol/clientCapabilities":` + caps + `}}`
+		tc, err := ParseToolCall(json.RawMessage(params))
+		if err == nil {
+			t.Errorf("ParseToolCall(%s): accepted (TasksExtension=%v, Elicits=%v); want -32602 naming the repeated member", params, tc.TasksExtension, tc.Elicits)
+		}
+	}
+}
