@@ -315,3 +315,41 @@ func TestFailedOnlyIfNoAttemptMayHaveRun(t *testing.T) {
 		})
 	}
 }
+
+// TestAlreadyDoneAfterNothingRan: the first attempt provably did
+// nothing (never sent, or a 429), so the second attempt is the first
+// send that could take effect. Its "not found" is the tool's real answer
+// (the file never existed), not proof that an earlier send did the work:
+// it must be passed on as it is (docs/policy.md, "Already done": "On a
+// first send, the same result is passed on as it is"), never turned into
+// "Done: execution ... had already taken effect".
+func TestAlreadyDoneAfterNothingRan(t *testing.T) {
+	gone := json.RawMessage(`{"content":[{"type":"text","text":"404: no such file"}],"isError":true}`)
+	for _, tt := range []struct {
+		name  string
+		first error
+	}{
+		{"not sent", retry.NotSent(errors.New("connection refused"))},
+		{"HTTP 429", httpError(http.StatusTooManyRequests, "")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(func(_ context.Context, n int, _ json.RawMessage) (json.RawMessage, error) {
+					if n == 1 {
+						return nil, tt.first
+					}
+					return gone, nil
+				})
+				h.pol.OnUnknown = policy.Retry
+				h.pol.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
+				h.pol.AlreadyDone = []policy.ResultMatch{{Text: regexp.MustCompile(`(?i)no such|not found`)}}
+				v := view(t, h.call(t.Context(), t, `{"name":"delete_file","arguments":{"path":"/never-existed"}}`).only(t))
+				h.in.Wait(t.Context())
+				rec := h.onlyRecord(t)
+				if !v.IsError || strings.HasPrefix(v.Content[0].Text, "Done:") || v.Meta.Outcome == "already_done" {
+					t.Errorf("after a first attempt that did nothing (%s), the only send that could run answered not-found; the caller got %+v (record %s, %q); want the not-found result as it came", tt.name, v, rec.State, lastNote(rec))
+				}
+			})
+		})
+	}
+}

@@ -87,10 +87,12 @@ func (e *execution) recordOutcome() {
 		// A bug upstream, not a passing failure: said loudly.
 		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
 	}
-	if resent := e.n > 1 || e.m == resumed; resent && err == nil && c.To == record.Completed {
+	if resent := e.ranBefore || e.m == resumed; resent && err == nil && c.To == record.Completed {
 		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
 			// A re-send found the effect in place (a delete of something
-			// gone): the first send did it, so the execution is done.
+			// gone): a send before it did it, so the execution is done.
+			// Not after sends that did nothing (not sent, a 429): this
+			// one was the first that could.
 			in.log.Info("a re-send found the effect already done; completing as a success", "execution", rec.ID, "tool", rec.Tool)
 			c.Result = alreadyDoneResult(rec, result)
 			c.Note = "already done: the re-send found the effect in place"
