@@ -333,8 +333,11 @@ func (e *execution) claim() bool {
 	claim := record.Change{To: record.Dispatched, Note: e.why}
 	switch e.rec.State {
 	case record.Unknown:
-		// A claim: of two callers re-dispatching it, one wins.
-		claim.From = record.Unknown
+		// A claim: of two callers re-dispatching it, one wins, and one
+		// that decided from a copy read before another's re-dispatch
+		// (it waited for its account, or for a status tool) finds it
+		// sent since: an unknown execution is sent again once.
+		claim.From, claim.Attempts = record.Unknown, e.rec.Attempts
 		claim.Owner, claim.LeaseUntil, claim.Lease = e.in.owner, e.in.now().Add(e.in.lease), e.in.lease
 	case record.Authorized:
 		// Of two callers that both found it approved (two answers to

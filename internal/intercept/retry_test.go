@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -353,3 +354,78 @@ func TestAlreadyDoneAfterNothingRan(t *testing.T) {
 		})
 	}
 }
+
+// TestOnUnknownRetryRedispatchesOnceUnderAnAccount: two calls find
+// the same unknown execution; both decide to re-dispatch it and wait for
+// the account's room. The first to get room re-sends it, and that send's
+// outcome is unknown too. The second then claims the record (unknown
+// again) and sends it a third time: on_unknown retry "re-sends it once"
+// (docs/policy.md, on_unknown; DESIGN 6).
+func TestOnUnknownRetryRedispatchesOnceUnderAnAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n <= 2 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.OnUnknown = policy.Retry
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Minute}
+		h.withAccount(policy.Account{Name: "bank", Rate: 1, Burst: 1})
+		h.call(t.Context(), t, chargeCall).only(t) // sent at 0s; the upstream died: unknown
+		a := h.call(t.Context(), t, chargeCall)    // both find it unknown, and wait for room
+		b := h.call(t.Context(), t, chargeCall)
+		a.only(t)
+		b.only(t)
+		h.in.Wait(t.Context())
+		if n := h.up.calls.Load(); n != 2 {
+			rec := h.onlyRecord(t)
+			t.Fatalf("the upstream got %d sends of one execution (record %s, %d attempts); on_unknown retry re-sends an unknown execution once", n, rec.State, rec.Attempts)
+		}
+	})
+}
+
+// TestRecoverRedispatchesOnce: the same with on_unknown recover,
+// whose status tool answers one caller later than the other: the first
+// re-sends the execution (not done), that send is lost too, and the
+// second caller's "not done" re-sends it again. docs/policy.md: "The
+// re-send happens once ... If that send's outcome is unknown too, a
+// later 'not done' sends nothing more."
+func TestRecoverRedispatchesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var charges, checks atomicInt
+		h := newHarness(func(_ context.Context, _ int, p json.RawMessage) (json.RawMessage, error) {
+			var params struct {
+				Name string `json:"name"`
+			}
+			json.Unmarshal(p, &params)
+			if params.Name == "get_status" {
+				if checks.add() == 2 {
+					time.Sleep(5 * time.Second) // the second caller's check is slow
+				}
+				return json.RawMessage(`{"content":[{"type":"text","text":"no such charge"}],"structuredContent":{"status":"not_found"}}`), nil
+			}
+			if charges.add() <= 2 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			return json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`), nil
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`)}
+		h.call(t.Context(), t, chargeCall).only(t) // unknown
+		a := h.call(t.Context(), t, chargeCall)
+		b := h.call(t.Context(), t, chargeCall)
+		a.only(t)
+		b.only(t)
+		h.in.Wait(t.Context())
+		if n := charges.load(); n != 2 {
+			rec := h.onlyRecord(t)
+			t.Fatalf("charge_card was sent %d times (record %s, %d attempts); recover re-sends an unknown execution once", n, rec.State, rec.Attempts)
+		}
+	})
+}
+
+type atomicInt struct{ v atomic.Int32 }
+
+func (a *atomicInt) add() int32  { return a.v.Add(1) }
+func (a *atomicInt) load() int32 { return a.v.Load() }

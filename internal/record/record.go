@@ -101,9 +101,10 @@ func (c Change) AllowedFrom(from State) bool {
 }
 
 // AllowedFor reports whether c may move r: AllowedFrom its state, and,
-// if c names a Holder, r owned by it.
+// if c names a Holder, r owned by it, and if it names Attempts, r sent
+// that many times.
 func (c Change) AllowedFor(r *Record) bool {
-	return c.AllowedFrom(r.State) && (c.Holder == "" || r.Owner == c.Holder)
+	return c.AllowedFrom(r.State) && (c.Holder == "" || r.Owner == c.Holder) && (c.Attempts == 0 || r.Attempts == c.Attempts)
 }
 
 // A Transition is one state change with its time. A decision (Authorized,
@@ -339,6 +340,12 @@ type Change struct {
 	// lease lapsed and another process took the execution over (settled
 	// it as an orphan, or claimed it again), the outcome is refused.
 	Holder string
+	// Attempts, when not 0, applies the change only to a record sent
+	// that many times, and any other is ErrConflict: a claim decided
+	// from a copy read a while ago (a re-dispatch of an unknown
+	// execution, after a wait) is refused if the execution was sent
+	// again meanwhile.
+	Attempts int
 }
 
 // LeaseFrom returns when a claim by c, written at now, lapses:

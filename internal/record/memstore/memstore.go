@@ -272,7 +272,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if st == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return s.current(i, e), nil
 	}
-	if !c.AllowedFrom(st) || c.Holder != "" && s.current(i, e).Owner != c.Holder {
+	if !c.AllowedFrom(st) || (c.Holder != "" || c.Attempts != 0) && !c.AllowedFor(s.current(i, e)) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, st, c.To, record.ErrConflict)
 	}
 	return s.apply(i, e, c, now), nil

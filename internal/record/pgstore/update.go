@@ -31,10 +31,11 @@ const updateSet = `
 var updateSQL = params(`UPDATE {schema}.records SET`+updateSet+`
 WHERE id = $id AND state = ANY($from::text[]) AND `+heldBy+` AND (NOT $orphan::boolean OR `+orphan+`)
 RETURNING `+columns,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "from", "orphan")
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "attempts", "from", "orphan")
 
-// heldBy is the fence of a change that names a holder (record.Change).
-const heldBy = `($holder::text = '' OR owner = $holder::text)`
+// heldBy is the fence of a change that names a holder or a count of
+// attempts (record.Change).
+const heldBy = `($holder::text = '' OR owner = $holder::text) AND ($attempts::integer = 0 OR attempts = $attempts::integer)`
 
 // updateKnownSQL applies a change as updateSQL does, to a record whose
 // history still has $known transitions, and returns only what may have
@@ -42,7 +43,7 @@ const heldBy = `($holder::text = '' OR owner = $holder::text)`
 var updateKnownSQL = params(`UPDATE {schema}.records SET`+updateSet+`
 WHERE id = $id AND state = ANY($from::text[]) AND `+heldBy+` AND jsonb_array_length(history) = $known::integer
 RETURNING attached, lease_until, expires_at`,
-	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "from", "known")
+	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "attempts", "from", "known")
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
@@ -161,7 +162,7 @@ func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 	entry, err := record.AppendHistoryJSON(nil, []record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
 	return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-		timestamp(c.LeaseFrom(now)), now, c.Holder}, err
+		timestamp(c.LeaseFrom(now)), now, c.Holder, c.Attempts}, err
 }
 
 // stateTexts returns states as text, for a text[] parameter.

@@ -261,3 +261,12 @@ func hasControl(v string) bool {
 	}
 	return false
 }
+
+// encAttempts encodes a change's Attempts for the update script: "" for
+// none.
+func encAttempts(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
+}

@@ -372,7 +372,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
 	k, hist := s.knownFor(id, c)
-	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder}
+	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
 	fill := func(p redis.Pipeliner, full bool) {
 		s.eval(ctx, p, updateScript, full, keys, args...)
 	}

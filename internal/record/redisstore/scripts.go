@@ -86,7 +86,8 @@ return {1, oid, ottl}
 	//	[12] who made a decision and through which channel, or "",
 	//	[13] the length of the history of the record as the caller
 	//	knows it, or "", [14] the owner the change is fenced to
-	//	(Change.Holder), or ""
+	//	(Change.Holder), or "", [15] the attempts it is fenced to
+	//	(Change.Attempts), or ""
 	//
 	// It returns {"ok", fields}, {"conflict", fields} or {"notfound"};
 	// or, when it made the change to a record whose history had the
@@ -104,7 +105,8 @@ if st == 'delivered' and to == 'delivered' and ARGV[10] == '' then
   return {'ok', redis.call('HGETALL', KEYS[1])}
 end
 if not (NEXT[st] and NEXT[st][to]) or (ARGV[10] ~= '' and st ~= ARGV[10])
-  or (ARGV[14] ~= '' and (not INFLIGHT[st] or cur.owner ~= ARGV[14])) then
+  or (ARGV[14] ~= '' and (not INFLIGHT[st] or cur.owner ~= ARGV[14]))
+  or (ARGV[15] ~= '' and (redis.call('HGET', KEYS[1], 'attempts') or '0') ~= ARGV[15]) then
   return {'conflict', redis.call('HGETALL', KEYS[1])}
 end
 local known = ARGV[13] ~= '' and #cur.history == tonumber(ARGV[13])
