@@ -37,6 +37,15 @@ func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.
 			if err == nil {
 				rec, err = reading.Show(ctx, rec, s.storedAttached)
 			}
+			if err == nil {
+				rec = record.ShowOrphanAsItself(rec)
+			}
+			if cerr := ctxErr(ctx); err != nil && cerr != nil {
+				// The deadline passed with a command on the wire: the
+				// client says i/o timeout, and the caller's deadline is
+				// what happened (Store.Wait returns ctx's error).
+				return nil, fmt.Errorf("%s: %w", op, cerr)
+			}
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}
@@ -53,6 +62,19 @@ func (s *Store) waitUntil(ctx context.Context, op, id string, done func(*record.
 			poll = min(2*poll, s.pollMax)
 		}
 	}
+}
+
+// ctxErr returns ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed: the client's read times out at the deadline, a
+// moment before the context itself says so.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // sleep waits for w to be woken, poll to pass, or lease (if set) to lapse,
