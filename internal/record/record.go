@@ -233,6 +233,18 @@ func (r *Record) WithOrphan(orphan *Record) *Record {
 	return c
 }
 
+// ShowOrphanAsItself returns r with its Orphan, when r is the orphan
+// this call settled (a waiter's), shown as r is: with the attaches r
+// shows, not yet written among them.
+func ShowOrphanAsItself(r *Record) *Record {
+	if r.Orphan == nil || r.Orphan.ID != r.ID || r.Orphan.Attached == r.Attached {
+		return r
+	}
+	o := r.Clone()
+	o.Orphan = nil
+	return r.WithOrphan(o)
+}
+
 // At returns when r last entered s, or the zero time.
 func (r *Record) At(s State) time.Time {
 	for i := len(r.History) - 1; i >= 0; i-- {

@@ -391,13 +391,13 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			// The record as inserted: accepted, or, asked to,
 			// dispatched too in the same statement, one WAL sync for
 			// both.
-			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts}
+			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
 			if opts.Dispatch {
 				fresh.Apply(record.Change{To: record.Dispatched}, now)
 			}
 			history, err := record.AppendHistoryJSON(nil, fresh.History)
 			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
-				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, r.Awaiting,
+				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, fresh.Awaiting,
 				string(fresh.State)}, err
 		},
 		order: r.Key,
@@ -428,6 +428,12 @@ passes:
 	for pass := 0; ; pass++ {
 		switch {
 		case err == nil && won:
+			if orphan != nil {
+				// Its attaches not yet written show, as the record's do.
+				if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
+					return nil, false, s.wrap(op, err)
+				}
+			}
 			rec.Orphan = orphan // rec is this call's own
 			return s.remember(rec), true, nil
 		case err == nil:
@@ -465,6 +471,11 @@ passes:
 	if conn != nil {
 		conn.Release() // a count read again takes a connection of its own
 		conn = nil
+	}
+	if orphan != nil {
+		if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
+			return nil, false, s.wrap(op, err)
+		}
 	}
 	rec.Orphan = orphan // settled by this call, reported whoever holds the key
 	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {

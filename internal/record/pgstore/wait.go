@@ -187,6 +187,9 @@ func (s *Store) wait(ctx context.Context, op, id string, done func(record.State)
 			if err == nil {
 				rec, err = reading.Show(ctx, rec, s.storedAttached)
 			}
+			if err == nil {
+				rec = record.ShowOrphanAsItself(rec)
+			}
 			if err != nil {
 				return nil, s.wrap(op, err)
 			}

@@ -80,6 +80,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"OrphanAuthorizedFails", testOrphanAuthorizedFails},
 		{"LateOutcomeIsFenced", testLateOutcomeIsFenced},
 		{"StaleClaimIsRefused", testStaleClaimIsRefused},
+		{"DispatchedReservationAwaitsNothing", testDispatchedReservationAwaitsNothing},
+		{"OrphanShowsPendingAttaches", testOrphanShowsPendingAttaches},
 		{"TakeoverOnKeyReuseIsReported", testTakeoverOnKeyReuseIsReported},
 	}
 	for _, tt := range tests {

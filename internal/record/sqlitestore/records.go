@@ -38,7 +38,12 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec := res.rec
 	if res.orphan != nil {
 		s.notify(res.orphan.ID, res.orphan.State)
-		rec.Orphan = res.orphan // rec is this call's own
+		// Its attaches not yet written show, as the record's do.
+		orphan, err := reading.Show(ctx, res.orphan, s.storedAttached)
+		if err != nil {
+			return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
+		}
+		rec.Orphan = orphan // rec is this call's own
 	}
 	if !res.won {
 		if rec, err = reading.Show(ctx, rec, s.storedAttached); err != nil {

@@ -45,7 +45,10 @@ func (s *Store) waitShown(ctx context.Context, k waitKey) (*record.Record, error
 	if err != nil {
 		return nil, err
 	}
-	return reading.Show(ctx, r, s.storedAttached)
+	if r, err = reading.Show(ctx, r, s.storedAttached); err != nil {
+		return nil, err
+	}
+	return record.ShowOrphanAsItself(r), nil
 }
 
 // An until is the change a Wait waits for.
