@@ -39,17 +39,8 @@ func IDKey(id json.RawMessage) []byte {
 // big.Rat writes it ("1", "-3/2"), which for an integer spelled without a
 // fraction or an exponent is its text.
 func numberKey(n []byte) []byte {
-	plain := true
-	exp := -1
-	for i, c := range n {
-		switch c {
-		case '.':
-			plain = false
-		case 'e', 'E':
-			plain, exp = false, i
-		}
-	}
-	if plain && string(n) != "-0" {
+	spelled, exp := numberShape(n)
+	if !spelled && string(n) != "-0" {
 		return n
 	}
 	r := exactNumber(n, exp)
@@ -64,6 +55,21 @@ func numberKey(n []byte) []byte {
 // millions. No id a peer spells with a fraction or an exponent is that
 // long; ValidID refuses a longer one.
 const maxSpelled = 64
+
+// numberShape reports whether the JSON number n has a fraction or an
+// exponent, and where its exponent begins (-1 for none).
+func numberShape(n []byte) (spelled bool, exp int) {
+	exp = -1
+	for i, c := range n {
+		switch c {
+		case '.':
+			spelled = true
+		case 'e', 'E':
+			spelled, exp = true, i
+		}
+	}
+	return spelled, exp
+}
 
 // exactNumber returns the exact value of the JSON number n, whose
 // exponent begins at n[exp] (-1 for none), or nil for one too long or

@@ -125,15 +125,7 @@ func ValidID(id json.RawMessage) bool {
 	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
 		// An integer by its exact value, not a double's: 1.0000000000000000001
 		// reads as 1 in a double, and a server would answer it under 1.
-		exp, spelled := -1, false
-		for i, c := range id {
-			switch c {
-			case '.':
-				spelled = true
-			case 'e', 'E':
-				spelled, exp = true, i
-			}
-		}
+		spelled, exp := numberShape(id)
 		if !spelled {
 			return true
 		}

@@ -353,19 +353,26 @@ func (r *Reading) Note(name []byte) int {
 // Err returns the first ambiguity noted, an ErrAmbiguous, or nil.
 func (r *Reading) Err() error { return r.err }
 
-// CancelledID returns the requestId of notifications/cancelled params, or
-// nil if they name none. A requestId given twice, or in another case
-// ("RequestId"), is an error: readers would take it for two requests.
-func CancelledID(params json.RawMessage) (json.RawMessage, error) {
-	var id json.RawMessage
-	read := Reading{Names: []string{"requestId"}}
-	if EachMember(params, func(name, value []byte) bool {
-		if read.Note(name) == 0 {
-			id = value
+// MemberOnce returns the member name of the JSON object obj, or nil if
+// it has none or obj is no object. A member given twice, or in another
+// case, is an error (Reading): readers would take it for two.
+func MemberOnce(obj json.RawMessage, name string) (json.RawMessage, error) {
+	var v json.RawMessage
+	read := Reading{Names: []string{name}}
+	if EachMember(obj, func(n, value []byte) bool {
+		if read.Note(n) == 0 {
+			v = value
 		}
 		return true
 	}) != nil {
-		return nil, nil // not an object: it names nothing
+		return nil, nil // not an object: nothing in it
 	}
-	return id, read.Err()
+	return v, read.Err()
+}
+
+// CancelledID returns the requestId of notifications/cancelled params, or
+// nil if they name none, refusing one readers would take for two
+// (MemberOnce).
+func CancelledID(params json.RawMessage) (json.RawMessage, error) {
+	return MemberOnce(params, "requestId")
 }

@@ -286,20 +286,10 @@ func declaresElicitation(meta json.RawMessage) (bool, error) {
 // another case, is an error (jsonrpc.Reading).
 func path(obj json.RawMessage, names ...string) (json.RawMessage, error) {
 	for _, name := range names {
-		var v json.RawMessage
-		read := jsonrpc.Reading{Names: []string{name}}
-		if jsonrpc.EachMember(obj, func(n, value []byte) bool {
-			if read.Note(n) == 0 {
-				v = value
-			}
-			return true
-		}) != nil {
-			return nil, nil // not an object: nothing in it
-		}
-		if err := read.Err(); err != nil {
+		var err error
+		if obj, err = jsonrpc.MemberOnce(obj, name); err != nil {
 			return nil, err
 		}
-		obj = v
 	}
 	return obj, nil
 }

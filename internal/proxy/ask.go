@@ -236,15 +236,6 @@ func elicitsForm(params json.RawMessage) bool {
 // onlyMember returns the member name of the JSON object obj, if obj is
 // an object that has it once, in that spelling only.
 func onlyMember(obj json.RawMessage, name string) (json.RawMessage, bool) {
-	var v json.RawMessage
-	read := jsonrpc.Reading{Names: []string{name}}
-	if jsonrpc.EachMember(obj, func(n, value []byte) bool {
-		if read.Note(n) == 0 {
-			v = value
-		}
-		return true
-	}) != nil || read.Err() != nil {
-		return nil, false
-	}
-	return v, v != nil
+	v, err := jsonrpc.MemberOnce(obj, name)
+	return v, err == nil && v != nil
 }
