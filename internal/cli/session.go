@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
+)
+
+// session runs one client session: it starts the upstream (a child
+// process, or a session with the HTTP server), pumps frames between it
+// and client until the client goes, and stops the upstream.
+func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope string, who clientEnd) error {
+	f, log := w.f, w.log
+	var (
+		child      *stdio.Child // the upstream, when it is a command
+		upstream   proxy.Conn
+		upstreamID string
+		// name is what records show of a command (its arguments may
+		// hold a credential, --api-key ...: intercept.Request has them
+		// as a keyed hash), and shown what logs show of the upstream.
+		name, shown string
+	)
+	var httpUp *streamhttp.Client // the upstream, when it is a URL
+	if f.upstream != "" {
+		c, id, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
+		if err != nil {
+			return err
+		}
+		defer func() { httpUp.Close() }()
+		httpUp, upstream, upstreamID, shown = c, c, id, id
+	} else {
+		var err error
+		child, err = stdio.Start(w.argv, w.stderr, w.maxMessage)
+		if err != nil {
+			return err
+		}
+		upstream, upstreamID = child, stdio.Identity(w.dir, w.argv)
+		name = stdio.Name(w.dir, w.argv)
+		shown = name
+		log.Debug("upstream started", "upstream", shown, "pid", child.Pid())
+	}
+
+	opts := proxy.Options{
+		Instance:      w.instance,
+		Interceptor:   w.in,
+		Actor:         actor,
+		Scope:         scope,
+		UpstreamID:    upstreamID,
+		UpstreamName:  name,
+		Resolve:       w.resolve,
+		Logger:        log,
+		MaxRestarts:   f.restarts,
+		RestartWindow: f.window,
+		Tracer:        w.tracer,
+		Client:        &who.client,
+		EndReason:     who.endReason,
+	}
+	if f.restarts > 0 && httpUp != nil {
+		// The session expired (404): a new session, into which the proxy
+		// replays the client's handshake.
+		opts.Restart = func(ctx context.Context) (proxy.Conn, error) {
+			httpUp.Close()
+			c, _, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
+			if err != nil {
+				return nil, err
+			}
+			httpUp = c
+			return c, nil
+		}
+	}
+	if f.restarts > 0 && child != nil {
+		opts.Restart = func(context.Context) (proxy.Conn, error) {
+			stopChild(ctx, child) // reap the one that exited
+			next, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
+			if err != nil {
+				return nil, err
+			}
+			child = next
+			log.Debug("upstream started again", "upstream", shown, "pid", child.Pid())
+			return child, nil
+		}
+	}
+	runErr := proxy.New(client, upstream, opts).Run(ctx)
+	if child == nil {
+		return runErr
+	}
+	return stopped(ctx, child, shown, runErr)
+}
+
+// stopped stops child, the upstream a session ran with until Run returned
+// runErr, and returns the session's error: why the upstream exited, if it
+// did while the client was connected.
+func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error) error {
+	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
+		// Give the exit status a moment to arrive so the message names it.
+		select {
+		case <-child.Done():
+		case <-time.After(2 * time.Second):
+		}
+		stopChild(ctx, child)
+		if errors.Is(runErr, proxy.ErrCrashLoop) {
+			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
+		}
+		why := ""
+		if re, ok := errors.AsType[*proxy.RestartError](runErr); ok {
+			why = "; " + re.Error()
+		}
+		return fmt.Errorf("the upstream %s exited while the client was connected (%v)%s; calls in flight were answered as outcome unknown or failed", shown, exitStatus(child), why)
+	}
+	stopChild(ctx, child)
+	return runErr
+}
+
+// stopChild stops the upstream (stdio.Child.Stop) with 2 s between its
+// steps, cut short once the proxy is told to stop (ctx is done: SIGTERM,
+// SIGINT), even in the middle of a step: whoever sent the signal gives up
+// waiting and kills the proxy soon after, and the upstream must be
+// stopped before that.
+func stopChild(ctx context.Context, child *stdio.Child) {
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = child.Stop(stop, 2*time.Second, ctx.Done())
+}
+
+func exitStatus(child *stdio.Child) string {
+	select {
+	case <-child.Done():
+		if err := child.ExitError(); err != nil {
+			return err.Error()
+		}
+		return "exit status 0"
+	default:
+		return "still running; stopped"
+	}
+}
