@@ -1,0 +1,213 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// reserveSQL inserts the new record unless another holds the key and, if
+// one does and may be matched, returns it: one statement, one round trip,
+// for both a new execution and a replay. A replay writes nothing (the
+// attach is counted apart: attach.go), so its commit flushes no WAL. The unique index
+// on the holder lets exactly one concurrent insert through. When it
+// returns no row, the holder is an orphan or replaceable (or appeared
+// after the statement's snapshot) and Reserve deals with it before trying
+// again.
+var reserveSQL = params(`
+WITH ins AS (
+	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
+		attempts, attached, result, error, retention, owner, lease_until, awaiting)
+	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, $state, $history,
+		$attempts, $attached, $result, $error, $retention, $owner, $lease_until, $awaiting)
+	ON CONFLICT (key) WHERE holds_key DO NOTHING
+	RETURNING `+columns+`
+), att AS (
+	SELECT `+columns+` FROM {schema}.records
+	WHERE key = $key AND holds_key AND NOT EXISTS (SELECT FROM ins)
+		AND NOT `+orphan+` AND NOT `+replaceable+`
+)
+SELECT true, `+columns+` FROM ins
+UNION ALL
+SELECT false, `+columns+` FROM att`,
+	"id", "key", "fingerprint", "actor", "scope", "upstream", "tool", "history", "attempts", "attached",
+	"result", "error", "retention", "owner", "lease_until", "now", "replace", "awaiting", "state")
+
+// holderSQL reads the record holding a key.
+const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 AND holds_key`
+
+// releaseSQL takes the key from a replaceable holder, if it still is one.
+var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
+	WHERE id = $id AND holds_key AND NOT `+orphan+` AND `+replaceable,
+	"id", "now", "replace", "fingerprint")
+
+// Reserve implements record.Store.
+func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	op := "reserving " + r.ID
+	if s.reserves.Add(1)%purgeEvery == 1 {
+		if n, err := s.purge(ctx, purgeBatch, s.orphanScanDue()); err != nil {
+			s.log.Warn("purging expired executions", "store", s.name, "err", err)
+		} else if n > 0 {
+			s.log.Debug("purged expired executions", "store", s.name, "count", n)
+		}
+	}
+	replace := make([]string, len(opts.Replace))
+	for i, st := range opts.Replace {
+		replace[i] = string(st)
+	}
+	var (
+		rec *record.Record
+		won bool
+	)
+	insert := &stmt{
+		sql: s.q.reserve,
+		args: func(now time.Time) ([]any, error) {
+			// The record as inserted: accepted, or, asked to,
+			// dispatched too in the same statement, one WAL sync for
+			// both.
+			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
+			if opts.Dispatch {
+				fresh.Apply(record.Change{To: record.Dispatched}, now)
+			}
+			history, err := record.AppendHistoryJSON(nil, fresh.History)
+			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
+				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, fresh.Awaiting,
+				string(fresh.State)}, err
+		},
+		order: r.Key,
+		scan: func(row pgx.Row) (err error) {
+			rec, err = scanRecord(row, &won)
+			return err
+		},
+	}
+	// The first pass is batched; the rest, rare, run on a connection of
+	// their own, within one timeout, and at the first pass's time. Each
+	// pass that does not return settles or releases the holder, or finds
+	// one that appeared after its snapshot; a few passes suffice under
+	// any contention, and the bound guards against a holder that the
+	// statements and this code judge differently.
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	err = s.run(ctx, s.reserveQ, insert)
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
+	var orphan *record.Record // settled by this call
+passes:
+	for pass := 0; ; pass++ {
+		switch {
+		case err == nil && won:
+			if orphan != nil {
+				// Its attaches not yet written show, as the record's do.
+				if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
+					return nil, false, s.wrap(op, err)
+				}
+			}
+			rec.Orphan = orphan // rec is this call's own
+			return s.remember(rec), true, nil
+		case err == nil:
+			break passes // the holder, shown below
+		case isUniqueViolation(err):
+			// The key's conflicts are absorbed by ON CONFLICT; this is
+			// the primary key.
+			return nil, false, fmt.Errorf("%s: execution id already used", op)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, false, s.fail(op, err)
+		case pass == maxPasses:
+			return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
+		}
+		if conn == nil {
+			var cancel context.CancelFunc
+			if conn, _, err = s.acquire(ctx); err != nil {
+				return nil, false, s.fail(op, err)
+			}
+			ctx, cancel = s.bounded(ctx)
+			defer cancel()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", op, err)
+		}
+		settled, cerr := s.clearHolder(ctx, conn, r, insert.now, opts, replace)
+		if cerr != nil {
+			return nil, false, s.fail(op, cerr)
+		}
+		if settled != nil {
+			orphan = settled
+		}
+		runPrepared(ctx, conn, insert)
+		err = insert.err
+	}
+	if conn != nil {
+		conn.Release() // a count read again takes a connection of its own
+		conn = nil
+	}
+	if orphan != nil {
+		if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
+			return nil, false, s.wrap(op, err)
+		}
+	}
+	rec.Orphan = orphan // settled by this call, reported whoever holds the key
+	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
+		return nil, false, s.wrap(op, err)
+	}
+	return rec, false, nil
+}
+
+// clearHolder deals with the holder of r's key, which Reserve could
+// neither match nor replace as it was: it settles an orphan (and returns
+// it, if this call settled it) or releases a replaceable holder, for
+// Reserve to insert again. A holder that is gone, or that became
+// matchable after Reserve's snapshot, is left for the next pass to find.
+func (s *Store) clearHolder(ctx context.Context, conn db, r *record.Record, now time.Time, opts record.ReserveOptions, replace []string) (*record.Record, error) {
+	holder, err := scanRecord(conn.QueryRow(ctx, s.q.holder, r.Key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil // purged or released meanwhile: insert again
+	case err != nil:
+		return nil, err
+	case holder.Orphaned(now):
+		// Settled by this caller or a concurrent one; either way the
+		// next pass matches or replaces the settled record.
+		settled, ok, err := s.settleOrphan(ctx, conn, holder, now)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return settled, nil
+	case s.replaceable(holder, r, now, opts):
+		// Release the key and compete for it again: whoever then inserts
+		// first wins, exactly one.
+		_, err := conn.Exec(ctx, s.q.release, holder.ID, now, replace, r.Fingerprint)
+		return nil, err
+	}
+	return nil, nil
+}
+
+// db is what a statement runs on: the pool, or one connection taken
+// from it.
+type db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// maxPasses bounds the statements of one Reserve.
+const maxPasses = 100
+
+func (s *Store) replaceable(r, next *record.Record, now time.Time, opts record.ReserveOptions) bool {
+	if r.State.Settled() && !now.Before(r.ExpiresAt) {
+		return true
+	}
+	return r.Fingerprint == next.Fingerprint && (r.State == record.Failed || slices.Contains(opts.Replace, r.State))
+}
