@@ -31,6 +31,14 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			return
 		}
 		ss.dropCancelledLocked(msgs)
+	} else if isCancelNotice(msgs) {
+		// A stateless client cancels by closing its request. Its own
+		// ids were renamed, so a notice names no request of its; one
+		// naming a lane id would cancel another client's call.
+		ss.mu.Unlock()
+		s.log.Debug("a cancel notice posted on a stateless lane is not passed on", "lane", ss.id)
+		w.WriteHeader(http.StatusAccepted)
+		return
 	}
 	frame, st, ids := s.registerLocked(r, ss, body, msgs)
 	ss.mu.Unlock()
@@ -49,6 +57,11 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		// same call sent again attaches to it.
 		ss.cancel(ids)
 	}
+}
+
+// isCancelNotice reports whether msgs are one notifications/cancelled.
+func isCancelNotice(msgs []*jsonrpc.Message) bool {
+	return len(msgs) == 1 && msgs[0].IsNotification() && msgs[0].Method == "notifications/cancelled"
 }
 
 // pendingAmongLocked returns the first request of msgs whose id the
