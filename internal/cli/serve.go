@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -78,7 +77,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		// Each session starts its own upstream: a command that cannot
 		// start would fail every one of them, with nothing at start to
 		// say why.
-		if _, err := exec.LookPath(argv[0]); err != nil {
+		if err := checkCommand(argv[0]); err != nil {
 			return fmt.Errorf("the upstream command cannot start: %w", err)
 		}
 	}

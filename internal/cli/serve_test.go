@@ -166,3 +166,39 @@ func listeningURL(t *testing.T, r io.Reader) string {
 	go io.Copy(io.Discard, r)
 	return url
 }
+
+// TestServeNeedsTheScriptsInterpreter: a script found and executable
+// whose #! line names an interpreter that is missing, directly or
+// through env, stops serve at start, naming the interpreter.
+func TestServeNeedsTheScriptsInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	for line, want := range map[string]string{
+		"#!/mcpi/no/such/interpreter":                   "/mcpi/no/such/interpreter cannot be run",
+		"#!/usr/bin/env mcpi-no-such-interp":            "mcpi-no-such-interp is not on the PATH",
+		"#! /usr/bin/env -S mcpi-no-such-interp --flag": "mcpi-no-such-interp is not on the PATH",
+		"#!/bin/sh":                 "",
+		"#!/usr/bin/env -u HOME sh": "",
+	} {
+		script := filepath.Join(dir, "server")
+		if err := os.WriteFile(script, []byte(line+"\nexec cat\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		err := checkCommand(script)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v; want it accepted", line, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v; want an error saying %q", line, err, want)
+		}
+	}
+	script := filepath.Join(dir, "server")
+	os.WriteFile(script, []byte("#!/usr/bin/env mcpi-no-such-interp\n"), 0o755)
+	// Cancelled: a serve that started would stop at once, without the
+	// error.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--", script}, strings.NewReader(""), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "mcpi-no-such-interp") || ExitCode(err) != 1 {
+		t.Fatalf("serve -- a script without its interpreter = %v (exit %d); want it to stop at once, naming the interpreter", err, ExitCode(err))
+	}
+}
