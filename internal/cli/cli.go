@@ -321,10 +321,6 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	jw, err := w.openJournal()
-	if err != nil {
-		return nil, err
-	}
 	resolve, policyFile, err := newResolver(f.policy, f.scope)
 	if err != nil {
 		return nil, err
@@ -350,6 +346,12 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)
 	if w.hasher, err = newHasher(secretCtx, durable, w.log.With("store", redact(f.store))); err != nil {
+		return nil, err
+	}
+	// Last of the files: a start refused for a flag or the store leaves
+	// no empty journal behind.
+	jw, err := w.openJournal()
+	if err != nil {
 		return nil, err
 	}
 	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: f.lease, Accounts: policyFile.Accounts(),

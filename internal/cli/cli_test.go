@@ -151,6 +151,29 @@ func TestUnopenableFiles(t *testing.T) {
 	}
 }
 
+// TestRefusedStartLeavesNoJournal: a start refused for its policy or its
+// store creates no --journal file.
+func TestRefusedStartLeavesNoJournal(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(bad, []byte("tools: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--policy", bad},
+		{"--store", "sqlite:" + filepath.Join(dir, "no", "such", "x.db")},
+	} {
+		journal := filepath.Join(dir, "journal")
+		_, _, err := run(t, append(append([]string{"--journal", journal}, args...), "--", "/bin/cat")...)
+		if err == nil {
+			t.Fatalf("Run(%q) started", args)
+		}
+		if _, serr := os.Stat(journal); !errors.Is(serr, os.ErrNotExist) {
+			t.Errorf("Run(%q) = %v, and left the journal file (stat: %v)", args, err, serr)
+		}
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	if code := ExitCode(errors.New("upstream failed")); code != 1 {
 		t.Errorf("ExitCode of a plain error = %d, want 1", code)
