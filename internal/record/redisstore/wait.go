@@ -100,7 +100,15 @@ func (s *Store) sleep(ctx context.Context, w *watch, poll time.Duration, lease t
 }
 
 // check reads the record id for a waiter, settling it if it is an orphan.
+// Once sent, the script runs, even if ctx ends while it waits behind
+// other commands: its answer is read, bounded by the store's own
+// timeout, so that the orphan it settles is reported (Record.Orphan).
 func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ioTimeout)
+	defer cancel()
 	v, err := s.run(ctx, checkScript, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id).Slice()
 	if err == nil && len(v) == 0 {
 		err = errors.New("empty reply")
