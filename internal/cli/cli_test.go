@@ -86,6 +86,9 @@ func TestUsageErrors(t *testing.T) {
 		{"redis prefix with a semicolon", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant;B:", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
 		{"postgres schema with a semicolon", []string{"--store", "postgres://127.0.0.1:1/db?schema=a;b", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},
 		{"empty redis prefix", []string{"--store", "redis://127.0.0.1:1/0?prefix=", "--", "/bin/cat"}, []string{"--store", "prefix= is empty"}},
+		{"no replicas to wait for", []string{"--store", "redis://127.0.0.1:1/0?wait_replicas=0", "--", "/bin/cat"}, []string{"--store", "wait_replicas=0", "from 1 to 1000"}},
+		{"a wait without replicas", []string{"--store", "redis://127.0.0.1:1/0?wait_timeout=1s", "--", "/bin/cat"}, []string{"--store", "wait_timeout= is given without wait_replicas="}},
+		{"a wait of no time", []string{"--store", "redis://127.0.0.1:1/0?wait_replicas=1&wait_timeout=soon", "--", "/bin/cat"}, []string{"--store", "wait_timeout=soon"}},
 		{"redis prefix twice", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant-a:&prefix=tenant-b:", "--", "/bin/cat"}, []string{"--store", "prefix= is given 2 times"}},
 		{"postgres schema twice", []string{"--store", "postgres://127.0.0.1:1/db?schema=a&schema=b", "--", "/bin/cat"}, []string{"--store", "schema= is given 2 times"}},
 		{"empty postgres schema", []string{"--store", "postgres://127.0.0.1:1/db?schema=", "--", "/bin/cat"}, []string{"--store", "schema= is empty"}},
@@ -143,6 +146,7 @@ func TestUnopenableFiles(t *testing.T) {
 		{[]string{"--journal", "/nonexistent/journal", "--", "/bin/cat"}, "--journal"},
 		{[]string{"--store", "sqlite:/nonexistent/dir/x.db", "--", "/bin/cat"}, "--store"},
 		{[]string{"--store", "redis://127.0.0.1:1/abc", "--", "/bin/cat"}, "--store"},
+		{[]string{"--store", "redis://127.0.0.1:1/0?master_name=m&replica_only=true", "--", "/bin/cat"}, "--store"},
 	} {
 		_, _, err := run(t, tt.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.flag+": ") || ExitCode(err) != 1 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +62,11 @@ func openStore(ctx context.Context, url string, log *slog.Logger, orphaned func(
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
-		s, err = redisstore.Open(ctx, u, redisstore.Options{Prefix: prefix, Logger: log})
+		opts := redisstore.Options{Prefix: prefix, Logger: log}
+		if u, perr = cutReplicas(u, &opts); perr != nil {
+			return nil, nil, usagef("--store: %v", perr)
+		}
+		s, err = redisstore.Open(ctx, u, opts)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		// schema= is ours too: pgx would send it to the server.
 		u, schema, perr := cutParam(url, "schema")
@@ -125,6 +130,36 @@ func cutParam(rawURL, name string) (string, string, error) {
 	q.Del(name)
 	u.RawQuery = q.Encode()
 	return u.String(), v, nil
+}
+
+// cutReplicas takes wait_replicas= and wait_timeout= from a Redis URL
+// (ours, not the driver's) into opts: how many replicas must confirm each
+// write, and for how long to wait, one second by default.
+func cutReplicas(rawURL string, opts *redisstore.Options) (string, error) {
+	u, n, err := cutParam(rawURL, "wait_replicas")
+	if err != nil {
+		return "", err
+	}
+	u, timeout, err := cutParam(u, "wait_timeout")
+	if err != nil {
+		return "", err
+	}
+	if n == "" {
+		if timeout != "" {
+			return "", errors.New("wait_timeout= is given without wait_replicas=")
+		}
+		return u, nil
+	}
+	if opts.WaitReplicas, err = strconv.Atoi(n); err != nil || opts.WaitReplicas < 1 || opts.WaitReplicas > 1000 {
+		return "", fmt.Errorf("wait_replicas=%s: want a number of replicas from 1 to 1000", n)
+	}
+	opts.WaitTimeout = time.Second
+	if timeout != "" {
+		if opts.WaitTimeout, err = time.ParseDuration(timeout); err != nil || opts.WaitTimeout < time.Millisecond {
+			return "", fmt.Errorf("wait_timeout=%s: want a duration of at least 1ms, such as 500ms or 1s", timeout)
+		}
+	}
+	return u, nil
 }
 
 // maxIdentifier is the longest name PostgreSQL keeps whole (NAMEDATALEN-1).

@@ -71,7 +71,9 @@ func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) err
 	var first error
 	for i := range ids {
 		if len(cmds[i]) > 0 {
-			if err := cmds[i][0].Err(); err != nil {
+			// One that ran unconfirmed by the replicas asked for is
+			// counted: sent again, it would count twice.
+			if err := cmds[i][0].Err(); err != nil && !errors.Is(err, ErrNotReplicated) {
 				first = cmp.Or(first, err)
 				continue // kept for the next try
 			}

@@ -90,6 +90,14 @@
 // List (record.Lister) scans the keys under the prefix: its cost grows with
 // the database, which suits the activity commands, not the request path.
 //
+// # Sentinel and replicas
+//
+// A URL with master_name= names a master that Sentinels watch; go-redis's
+// failover client asks them for it, and again after a failover
+// (connect.go). Redis replicates asynchronously; with
+// Options.WaitReplicas every pipeline that writes ends with WAIT
+// (replicas.go).
+//
 // # Leases
 //
 // Renew extends, in one pipeline of one script per record, the records in

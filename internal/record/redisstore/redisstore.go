@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +36,11 @@ type Options struct {
 	// Eval runs the scripts with EVALSHA even where the server has
 	// Redis Functions, as on a server without them (functions.go).
 	Eval bool
+	// WaitReplicas, if positive, has every write wait until that many
+	// replicas have it (WAIT), for at most WaitTimeout; a write they do
+	// not confirm in time fails (replicas.go).
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Timeouts set when the URL sets none, so that a server that cannot be
@@ -100,21 +103,15 @@ var (
 )
 
 // Open returns a Store for the server at rawURL, redis://... or
-// rediss://... (see redis.ParseURL for its options). It tries the server
+// rediss://... (see redis.ParseURL for its options), or for the master
+// that Sentinels watch when the URL has master_name= (see
+// redis.ParseFailoverURL; its host and each addr= are Sentinels). It tries the server
 // once, to load the scripts, and succeeds even if the server cannot be
 // reached: each call then fails, promptly, with an error that names the
 // store, and the proxy fails closed. Retries are turned off whatever the
 // URL says, since a script that timed out may have run. The client speaks
 // RESP2 unless the URL asks for another protocol.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	o, err := redis.ParseURL(rawURL)
-	if err != nil {
-		// A url.Error quotes the URL, password included.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("opening redis store: %w", err)
-	}
 	prefix := opts.Prefix
 	if prefix == "" {
 		prefix = "mcpi:"
@@ -122,16 +119,27 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("opening redis store: prefix %q contains a brace", prefix)
 	}
-	setDefaults(o)
-
-	rdb := redis.NewClient(o)
+	if opts.WaitReplicas < 0 || opts.WaitReplicas > 0 && opts.WaitTimeout <= 0 {
+		return nil, fmt.Errorf("opening redis store: waiting for %d replicas for %v: want at least one, for a positive time", opts.WaitReplicas, opts.WaitTimeout)
+	}
+	rdb, name, err := newClient(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("opening redis store: %w", err)
+	}
+	if read := rdb.Options().ReadTimeout; opts.WaitReplicas > 0 && read > 0 && opts.WaitTimeout >= read {
+		rdb.Close()
+		return nil, fmt.Errorf("opening redis store: a wait for replicas of %v would outlast the read timeout of %v", opts.WaitTimeout, read)
+	}
 	rdb.AddHook(&queue{})
+	if opts.WaitReplicas > 0 {
+		rdb.AddHook(&replicated{n: opts.WaitReplicas, timeout: opts.WaitTimeout})
+	}
 	s := &Store{
 		rdb:        rdb,
 		now:        opts.Now,
 		prefix:     prefix,
 		channel:    prefix + "settled",
-		name:       "redis store " + o.Addr + "/" + strconv.Itoa(o.DB),
+		name:       name,
 		log:        opts.Logger,
 		evalOnly:   opts.Eval,
 		pollMin:    pollMin,
@@ -173,28 +181,6 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.ps = s.rdb.Subscribe(listenCtx)
 	go s.listen(listenCtx)
 	return s, nil
-}
-
-// setDefaults sets what the URL leaves unset of o, and turns retries off.
-func setDefaults(o *redis.Options) {
-	if o.DialTimeout == 0 {
-		o.DialTimeout = dialTimeout
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = ioTimeout
-	}
-	if o.DialerRetries == 0 {
-		o.DialerRetries = 1
-	}
-	o.MaxRetries = -1
-	o.ContextTimeoutEnabled = true
-	if o.Protocol == 0 {
-		// With RESP3, go-redis looks for push notifications before
-		// reading each reply, about a twelfth of the client's CPU at 32
-		// calls in flight; the store's subscription has a connection of
-		// its own, and no other connection gets any.
-		o.Protocol = 2
-	}
 }
 
 // Close stops the subscription and closes the connections. Waits under way
@@ -579,10 +565,19 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("making the secret: %w", err)
 	}
 	key := s.prefix + "secret"
-	if err := s.rdb.SetNX(ctx, key, b, 0).Err(); err != nil {
+	// One pipeline, so that a store that waits for its replicas
+	// (replicas.go) waits for the secret too: a failover that lost it
+	// would change every fingerprint.
+	var stored *redis.BoolCmd
+	var read *redis.StringCmd
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
+		return nil
+	})
+	if err := stored.Err(); err != nil {
 		return nil, s.fail("storing the secret", err)
 	}
-	got, err := s.rdb.Get(ctx, key).Bytes()
+	got, err := read.Bytes()
 	if err != nil {
 		return nil, s.fail("reading the secret", err)
 	}

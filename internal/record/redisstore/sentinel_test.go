@@ -1,0 +1,238 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
+)
+
+// TestSentinel: through a URL with master_name=, the store finds the
+// master the Sentinels watch, and after a failover finds the new one:
+// a record written before is there, and calls go on. With WaitReplicas,
+// each write is on the replica before the call returns.
+func TestSentinel(t *testing.T) {
+	master := startServer(t)
+	replica := startServer(t, "--replicaof", "127.0.0.1", master.port)
+	waitReplicas(t, master, 1)
+	sentinel := startSentinel(t, master)
+
+	url := "redis://127.0.0.1:" + sentinel.port + "/0?master_name=mcpi"
+	s := openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
+	ctx := t.Context()
+	r := newRecord("before the failover")
+	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil || !won {
+		t.Fatalf("Reserve through Sentinel = %v, %v", won, err)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{"ok":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// WAIT: the replica has it already, without waiting for it.
+	if n := replica.client(t).Exists(ctx, "mcpi:i:"+r.ID).Val(); n != 1 {
+		t.Fatalf("the replica lacks the record's index right after the write")
+	}
+
+	if err := sentinel.client(t).Do(ctx, "sentinel", "failover", "mcpi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Sentinel to promote the replica", func() error {
+		addr, err := sentinel.client(t).Do(ctx, "sentinel", "get-master-addr-by-name", "mcpi").StringSlice()
+		if err != nil || len(addr) != 2 || addr[1] != replica.port {
+			return fmt.Errorf("master is %v (%v)", addr, err)
+		}
+		return nil
+	})
+	// The old master rejoins as the new one's replica; until it does,
+	// a write is not confirmed, and fails.
+	eventually(t, "a write on the new master", func() error {
+		_, err := s.Update(ctx, r.ID, record.Change{To: record.Delivered})
+		return err
+	})
+	got, err := s.Get(ctx, r.ID)
+	if err != nil || got.State != record.Delivered || string(got.Result) != `{"ok":true}` {
+		t.Fatalf("after the failover: %v, %v; want the record delivered with its result", got, err)
+	}
+	if _, won, err := s.Reserve(ctx, newRecord("after the failover"), record.ReserveOptions{Dispatch: true}); err != nil || !won {
+		t.Fatalf("Reserve after the failover = %v, %v", won, err)
+	}
+}
+
+// TestWaitReplicasRefusesUnconfirmed: with WaitReplicas, a write no
+// replica confirms in time fails with ErrNotReplicated, though it ran on
+// the master: the proxy then runs nothing on it (fails closed).
+func TestWaitReplicasRefusesUnconfirmed(t *testing.T) {
+	master := startServer(t)
+	replica := startServer(t, "--replicaof", "127.0.0.1", master.port)
+	waitReplicas(t, master, 1)
+	s := openWith(t, "redis://127.0.0.1:"+master.port+"/0", redisstore.Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	ctx := t.Context()
+	if _, won, err := s.Reserve(ctx, newRecord("confirmed"), record.ReserveOptions{Dispatch: true}); err != nil || !won {
+		t.Fatalf("Reserve with its replica up = %v, %v", won, err)
+	}
+	replica.stop(t)
+	r := newRecord("unconfirmed")
+	if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Reserve with its replica down = %v; want ErrNotReplicated", err)
+	}
+	if n := master.client(t).Exists(ctx, "mcpi:i:"+r.ID).Val(); n != 1 {
+		t.Errorf("the reservation did not run on the master; ErrNotReplicated says it ran")
+	}
+	// Reads wait for nothing.
+	if _, err := s.Get(ctx, r.ID); err != nil {
+		t.Errorf("Get with the replica down: %v", err)
+	}
+}
+
+// TestSemanticsThroughSentinel: the store keeps every rule of a Store
+// when it finds its master through a Sentinel and waits for a replica
+// on each write.
+func TestSemanticsThroughSentinel(t *testing.T) {
+	master := startServer(t)
+	startServer(t, "--replicaof", "127.0.0.1", master.port)
+	waitReplicas(t, master, 1)
+	sentinel := startSentinel(t, master)
+	url := "redis://127.0.0.1:" + sentinel.port + "/0?master_name=mcpi"
+	recordtest.Run(t, func(t *testing.T, now func() time.Time) record.Store {
+		prefix := newPrefix(t, "redis://127.0.0.1:"+master.port+"/0")
+		return openWith(t, url, redisstore.Options{Now: now, Prefix: prefix, WaitReplicas: 1, WaitTimeout: time.Second})
+	})
+}
+
+// TestSentinelURLRefusals: what would send calls to a replica, or make
+// the client panic, is refused when the store opens.
+func TestSentinelURLRefusals(t *testing.T) {
+	for _, q := range []string{"master_name=", "master_name=m&route_randomly=true", "master_name=m&route_by_latency=true", "master_name=m&replica_only=true"} {
+		s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0?"+q, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", q)
+		}
+	}
+	s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1/0?read_timeout=1s", redisstore.Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "read timeout") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("a wait longer than the read timeout: %v; want it refused", err)
+	}
+}
+
+// A server is a redis-server of the test's own on a loopback port.
+type server struct {
+	port string
+	cmd  *exec.Cmd
+}
+
+// startServer starts a redis-server with args, stopped when the test ends.
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		skipnote.Unavailable(t, "Redis Sentinel", "redis-server is not installed (apt install redis-server): these tests start servers of their own")
+	}
+	srv := &server{port: freePort(t)}
+	srv.cmd = exec.Command(bin, append([]string{"--port", srv.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", t.TempDir()}, args...)...)
+	srv.start(t)
+	return srv
+}
+
+// startSentinel starts a Sentinel that watches master as "mcpi".
+func startSentinel(t *testing.T, master *server) *server {
+	t.Helper()
+	bin, _ := exec.LookPath("redis-server")
+	srv := &server{port: freePort(t)}
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	text := fmt.Sprintf("port %s\nbind 127.0.0.1\nsentinel monitor mcpi 127.0.0.1 %s 1\nsentinel down-after-milliseconds mcpi 1000\nsentinel failover-timeout mcpi 10000\n", srv.port, master.port)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.cmd = exec.Command(bin, conf, "--sentinel")
+	srv.start(t)
+	eventually(t, "the Sentinel to see the replica", func() error {
+		rs, err := srv.client(t).Do(t.Context(), "sentinel", "replicas", "mcpi").Slice()
+		if err != nil || len(rs) == 0 {
+			return fmt.Errorf("replicas %v (%v)", rs, err)
+		}
+		return nil
+	})
+	return srv
+}
+
+func (s *server) start(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.stop(t) })
+	eventually(t, "redis-server on port "+s.port, func() error { return s.client(t).Ping(t.Context()).Err() })
+}
+
+func (s *server) stop(t *testing.T) {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+func (s *server) client(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + s.port, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitReplicas waits until n replicas are linked to master.
+func waitReplicas(t *testing.T, master *server, n int) {
+	t.Helper()
+	eventually(t, "the replica to link", func() error {
+		info, err := master.client(t).Info(t.Context(), "replication").Result()
+		if err != nil || !strings.Contains(info, "connected_slaves:"+strconv.Itoa(n)) || !strings.Contains(info, "state=online") {
+			return fmt.Errorf("%v %q", err, info)
+		}
+		return nil
+	})
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// eventually calls f until it succeeds, failing the test with its last
+// error after a minute: what it waits for (a server start, a failover)
+// takes seconds.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
