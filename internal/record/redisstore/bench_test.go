@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 	})
 	b.Run("parallel32", func(b *testing.B) {
 		defer reportServerCPU(b, raw)()
+		defer reportClientCPU(b)()
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -150,6 +152,29 @@ func reportServerCPU(b *testing.B, c *redis.Client) func() {
 			b.ReportMetric(spent.Seconds()*1e6/float64(b.N), "server-us/op")
 		}
 	}
+}
+
+// reportClientCPU reads this process's CPU time, and returns a function
+// that reports what it spent since per b.N as client-us/op.
+func reportClientCPU(b *testing.B) func() {
+	before := processCPU(b)
+	return func() {
+		if b.N > 0 {
+			spent := processCPU(b) - before
+			b.ReportMetric(spent.Seconds()*1e6/float64(b.N), "client-us/op")
+		}
+	}
+}
+
+// processCPU returns the CPU time this process has used, user and
+// system.
+func processCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCPU returns the CPU time the server has used, user and system.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,10 +31,27 @@ import (
 //   - string: the record one string, claimed with SET NX GET, then each
 //     step one script of a GET and a SET;
 //   - bare: one SET a step (NX with GET, then XX), no check at all: no
-//     layout that keeps its checks in the server beats it.
+//     layout that keeps its checks in the server beats it;
+//   - full-holder: the record one string at its holder key, as
+//     layoutrec_test.go describes, each step one function (FCALL) that
+//     does all a store must. The reservation claims the holder key with
+//     SET NX GET, so reading any holder (and settling an orphan, or
+//     replacing or matching it, in the script), then claims the index
+//     with SET NX (an id already used is refused), each with the TTL of
+//     a record in flight. Each update reads the record's header
+//     (GETRANGE), checks the transition, From, the owner and attempts
+//     fenced to and the version on it, writes the header (SETRANGE) and
+//     appends its chunks (APPEND), and publishes a settle; the keys keep
+//     the TTL the reservation gave them unless a settle needs a longer
+//     one. Completed is fenced to its owner, delivered applies from
+//     completed only, as the proxy sends them. The client encodes what
+//     it adds and reads each reply;
+//   - full-string: the same, the record at a key of its own and the
+//     holder key holding its id, as today (one SET more).
 //
-// Its ns/op, beside BenchmarkReserveComplete/parallel32's, bounds what a
-// new layout could gain (docs/benchmarks.md).
+// One client is subscribed to the channels the steps publish on, as
+// every Store is. Its ns/op, beside BenchmarkReserveComplete/
+// parallel32's, bounds what a new layout could gain (docs/benchmarks.md).
 func BenchmarkLayout(b *testing.B) {
 	url := serverURL(b)
 	prefix := newPrefix(b, url)
@@ -44,11 +62,39 @@ func BenchmarkLayout(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, name := range []string{"floor", "hash", "string", "bare"} {
+	fns := loadOneString(b, raw)
+	names := []string{"floor", "hash", "string", "bare", "full-holder", "full-string"}
+	channels := make([]string, len(names))
+	for i, name := range names {
+		channels[i] = prefix + name + ":settled"
+	}
+	subscribe(b, raw, channels)
+	for _, name := range names {
+		p := prefix + name + ":"
 		b.Run(name, func(b *testing.B) {
-			benchLayout(b, raw, layoutStep(ctx, prefix+name+":", name))
+			if full, ok := strings.CutPrefix(name, "full-"); ok {
+				benchLayout(b, raw, func(int) layoutExec { return newOneStringExec(fns, p, full == "string") })
+				return
+			}
+			step := layoutStep(ctx, p, name)
+			benchLayout(b, raw, func(n int) layoutExec { return stepFunc{step, n} })
 		})
 	}
+}
+
+// subscribe subscribes a client to channels, as a Store subscribes to
+// its own, and reads their messages.
+func subscribe(b *testing.B, raw *redis.Client, channels []string) {
+	ps := raw.Subscribe(b.Context(), channels...)
+	if _, err := ps.Receive(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	ch := ps.Channel(redis.WithChannelSize(1 << 16))
+	go func() {
+		for range ch {
+		}
+	}()
+	b.Cleanup(func() { ps.Close() })
 }
 
 // The scripts of the hash and string layouts: what each step must do at
@@ -116,14 +162,36 @@ func layoutStep(ctx context.Context, prefix, layout string) func(p redis.Pipelin
 	}
 }
 
+// A layoutExec is one new execution in a layout.
+type layoutExec interface {
+	// queue queues step's commands on p.
+	queue(ctx context.Context, p redis.Pipeliner, step int)
+	// done reads step's replies, once its pipeline ran.
+	done(step int) error
+}
+
+// stepFunc is execution n of a layout whose steps send without reading.
+type stepFunc struct {
+	fill func(p redis.Pipeliner, n, step int)
+	n    int
+}
+
+func (s stepFunc) queue(_ context.Context, p redis.Pipeliner, step int) { s.fill(p, s.n, step) }
+func (s stepFunc) done(int) error                                       { return nil }
+
 // benchLayout runs new executions of three steps each, every step's
-// commands queued by fill and sent batched, 32 goroutines a processor.
-func benchLayout(b *testing.B, raw *redis.Client, fill func(p redis.Pipeliner, n, step int)) {
-	type job struct{ n, step int }
+// commands queued by the execution start makes and sent batched, 32
+// goroutines a processor. It reports the server's CPU, and this
+// process's (client-us/op), per execution.
+func benchLayout(b *testing.B, raw *redis.Client, start func(n int) layoutExec) {
+	type job struct {
+		x    layoutExec
+		step int
+	}
 	q := batch.Start(64, 2, func(ctx context.Context, calls []*batch.Call[job]) {
 		p := raw.Pipeline()
 		for _, c := range calls {
-			fill(p, c.Job.n, c.Job.step)
+			c.Job.x.queue(ctx, p, c.Job.step)
 		}
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			b.Error(err)
@@ -131,13 +199,18 @@ func benchLayout(b *testing.B, raw *redis.Client, fill func(p redis.Pipeliner, n
 	})
 	defer q.Close()
 	defer reportServerCPU(b, raw)()
+	defer reportClientCPU(b)()
 	var next atomic.Int64
 	b.SetParallelism(32)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			n := int(next.Add(1))
+			x := start(int(next.Add(1)))
 			for step := range 3 {
-				if err := q.Do(b.Context(), job{n, step}); err != nil {
+				if err := q.Do(b.Context(), job{x, step}); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := x.done(step); err != nil {
 					b.Error(err)
 					return
 				}
