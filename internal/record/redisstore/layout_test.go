@@ -63,7 +63,7 @@ func BenchmarkLayout(b *testing.B) {
 		}
 	}
 	fns := loadOneString(b, raw)
-	names := []string{"floor", "hash", "string", "bare", "full-holder", "full-string"}
+	names := []string{"floor", "hash", "string", "bare", "full-holder", "full-holder-bare", "full-string"}
 	channels := make([]string, len(names))
 	for i, name := range names {
 		channels[i] = prefix + name + ":settled"
@@ -73,7 +73,11 @@ func BenchmarkLayout(b *testing.B) {
 		p := prefix + name + ":"
 		b.Run(name, func(b *testing.B) {
 			if full, ok := strings.CutPrefix(name, "full-"); ok {
-				benchLayout(b, raw, func(int) layoutExec { return newOneStringExec(fns, p, full == "string") })
+				benchLayout(b, raw, func(int) layoutExec {
+					e := newOneStringExec(fns, p, full == "string")
+					e.bare = full == "holder-bare"
+					return e
+				})
 				return
 			}
 			step := layoutStep(ctx, p, name)

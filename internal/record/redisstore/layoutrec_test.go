@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -326,6 +327,7 @@ type oneStringExec struct {
 	fns    oneString
 	prefix string
 	apart  bool // full-string: the record at its own key, the holder key apart
+	bare   bool // full-holder-bare: reserved with two commands, no script
 	id     string
 	key    string
 	tag    string
@@ -344,6 +346,8 @@ type oneStringExec struct {
 	leaseFor time.Duration // the reservation's lease
 	replace  string        // the states the reservation replaces, as ",a,b,"
 	cmd      *redis.Cmd
+	claim    *redis.StatusCmd // full-holder-bare's reservation
+	index    *redis.StatusCmd
 }
 
 func newOneStringExec(fns oneString, prefix string, apart bool) *oneStringExec {
@@ -438,6 +442,12 @@ func (e *oneStringExec) queue(ctx context.Context, p redis.Pipeliner, step int) 
 		e.keysUntil = at.Add(ttl).UnixMilli()
 		body := transition(e.fixed(nil), record.Accepted, at)
 		body = transition(body, record.Dispatched, at)
+		if e.bare {
+			e.cmd = nil
+			e.claim = p.SetArgs(ctx, e.holderKey(), e.header()+string(body), redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+			e.index = p.SetArgs(ctx, e.indexKey(), e.tag, redis.SetArgs{Mode: "NX", TTL: ttl})
+			return
+		}
 		holds := ""
 		if e.apart {
 			holds = e.id
@@ -469,6 +479,15 @@ func (e *oneStringExec) queue(ctx context.Context, p redis.Pipeliner, step int) 
 
 // done reads the reply of the step queue sent.
 func (e *oneStringExec) done(step int) error {
+	if step == 0 && e.bare {
+		// A holder found (rare) would be settled, replaced or matched
+		// by the reserve function, in a second round trip that also
+		// deletes the index written if this one lost.
+		if err := e.claim.Err(); !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("reserving %s: a holder (%v)", e.id, err)
+		}
+		return e.index.Err()
+	}
 	v, err := e.cmd.Slice()
 	if err != nil {
 		return err
