@@ -47,7 +47,15 @@ import (
 //     completed only, as the proxy sends them. The client encodes what
 //     it adds and reads each reply;
 //   - full-string: the same, the record at a key of its own and the
-//     holder key holding its id, as today (one SET more).
+//     holder key holding its id, as today (one SET more);
+//   - full-holder-batched: full-holder, but the steps of each batch the
+//     queue hands a sender go in one call of a function that loops over
+//     them, each record's keys in KEYS and its arguments in ARGV, and
+//     answers each its reply, so the cost of a call is paid once a
+//     batch, not once a step. Its keys are of many slots: it cannot
+//     run on Redis Cluster;
+//   - full-holder-batched-delivered: the same for delivered only, which
+//     is off a call's latency path; the other two steps a call each.
 //
 // One client is subscribed to the channels the steps publish on, as
 // every Store is. Its ns/op, beside BenchmarkReserveComplete/
@@ -63,7 +71,8 @@ func BenchmarkLayout(b *testing.B) {
 		}
 	}
 	fns := loadOneString(b, raw)
-	names := []string{"floor", "hash", "string", "bare", "full-holder", "full-holder-bare", "full-string"}
+	names := []string{"floor", "hash", "string", "bare", "full-holder", "full-holder-bare", "full-string",
+		"full-holder-batched", "full-holder-batched-delivered"}
 	channels := make([]string, len(names))
 	for i, name := range names {
 		channels[i] = prefix + name + ":settled"
@@ -76,6 +85,12 @@ func BenchmarkLayout(b *testing.B) {
 				benchLayout(b, raw, func(int) layoutExec {
 					e := newOneStringExec(fns, p, full == "string")
 					e.bare = full == "holder-bare"
+					switch full {
+					case "holder-batched":
+						e.batched = [3]bool{true, true, true}
+					case "holder-batched-delivered":
+						e.batched[2] = true
+					}
 					return e
 				})
 				return
@@ -186,22 +201,29 @@ func (s stepFunc) done(int) error                                       { return
 // benchLayout runs new executions of three steps each, every step's
 // commands queued by the execution start makes and sent batched, 32
 // goroutines a processor. It reports the server's CPU, and this
-// process's (client-us/op), per execution.
+// process's (client-us/op), per execution, and the steps a batch.
 func benchLayout(b *testing.B, raw *redis.Client, start func(n int) layoutExec) {
 	type job struct {
 		x    layoutExec
 		step int
 	}
+	var batches atomic.Int64
 	q := batch.Start(64, 2, func(ctx context.Context, calls []*batch.Call[job]) {
-		p := raw.Pipeline()
+		batches.Add(1)
+		p := &oneStringBatch{Pipeliner: raw.Pipeline()}
 		for _, c := range calls {
 			c.Job.x.queue(ctx, p, c.Job.step)
 		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if err := p.exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			b.Error(err)
 		}
 	})
 	defer q.Close()
+	defer func() {
+		if n := batches.Load(); n > 0 {
+			b.ReportMetric(float64(3*b.N)/float64(n), "steps/batch")
+		}
+	}()
 	defer reportServerCPU(b, raw)()
 	defer reportClientCPU(b)()
 	var next atomic.Int64

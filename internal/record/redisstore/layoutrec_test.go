@@ -295,14 +295,33 @@ local function update(KEYS, ARGV)
   return {'applied', string.sub(h, 82, 91), lease}
 end
 
+-- batch runs the steps of many records in one call, each as reserve or
+-- update runs it alone. ARGV holds, for each record in turn, "r" and
+-- reserve's nine arguments, or "u" and update's ten; KEYS, its two keys
+-- or three. It returns each record's reply in order: a step that fails
+-- gets an error reply, and its writes before the error stay, as alone.
+local function batch(KEYS, ARGV)
+  local out, i, j = {}, 1, 1
+  while i <= #ARGV do
+    local f, nk, na = reserve, 2, 9
+    if ARGV[i] == 'u' then f, nk, na = update, 3, 10 end
+    local ok, r = pcall(f, {unpack(KEYS, j, j + nk - 1)}, {unpack(ARGV, i + 1, i + na)})
+    if not ok and type(r) ~= 'table' then r = redis.error_reply(tostring(r)) end
+    out[#out + 1] = r
+    i, j = i + 1 + na, j + nk
+  end
+  return out
+end
+
 redis.register_function('reserve', reserve)
 redis.register_function('update', update)
+redis.register_function('batch', batch)
 `
 
 // oneString runs the one-string layout's functions, from a library of
 // its own, loaded for the benchmark and deleted after it.
 type oneString struct {
-	reserve, update string // the functions' names
+	reserve, update, batch string // the functions' names
 }
 
 func loadOneString(b testing.TB, raw *redis.Client) oneString {
@@ -318,7 +337,7 @@ func loadOneString(b testing.TB, raw *redis.Client) oneString {
 			b.Errorf("deleting the library %s: %v", name, err)
 		}
 	})
-	return oneString{reserve: name + "_reserve", update: name + "_update"}
+	return oneString{reserve: name + "_reserve", update: name + "_update", batch: name + "_batch"}
 }
 
 // oneStringExec is one new execution in the layout, as its client keeps
@@ -343,9 +362,13 @@ type oneStringExec struct {
 	keysUntil int64 // unix ms
 	attached  int64
 
+	// batched says which steps go in their batch's one call of the batch
+	// function (full-holder-batched), not in a call of their own.
+	batched  [3]bool
 	leaseFor time.Duration // the reservation's lease
 	replace  string        // the states the reservation replaces, as ",a,b,"
 	cmd      *redis.Cmd
+	reply    any              // the reply of a step sent in a batch call
 	claim    *redis.StatusCmd // full-holder-bare's reservation
 	index    *redis.StatusCmd
 }
@@ -452,7 +475,7 @@ func (e *oneStringExec) queue(ctx context.Context, p redis.Pipeliner, step int) 
 		if e.apart {
 			holds = e.id
 		}
-		e.cmd = p.FCall(ctx, e.fns.reserve, []string{e.holderKey(), e.indexKey()},
+		e.send(ctx, p, step, []string{e.holderKey(), e.indexKey()},
 			string(pad(nil, at.UnixNano(), 19)), e.prefix+"settled", e.prefix+"{"+e.tag+"}:r:", e.replace, e.fp,
 			e.header()+string(body), ttl.Milliseconds(), e.tag, holds)
 		return
@@ -473,8 +496,75 @@ func (e *oneStringExec) queue(ctx context.Context, p redis.Pipeliner, step int) 
 	if e.apart {
 		keys = []string{e.recordKey(), e.recordKey(), e.indexKey(), e.holderKey()}
 	}
-	e.cmd = p.FCall(ctx, e.fns.update, keys, e.prefix+"settled", e.id, known, from, holder, "",
+	e.send(ctx, p, step, keys, e.prefix+"settled", e.id, known, from, holder, "",
 		e.header()[:68], string(chunks), end, "")
+}
+
+// send queues step's function on p, or, if step is batched, adds its
+// keys and arguments to p's batch call (a oneStringBatch).
+func (e *oneStringExec) send(ctx context.Context, p redis.Pipeliner, step int, keys []string, args ...any) {
+	fn, kind := e.fns.reserve, "r"
+	if step > 0 {
+		fn, kind = e.fns.update, "u"
+	}
+	if !e.batched[step] {
+		e.cmd = p.FCall(ctx, fn, keys, args...)
+		return
+	}
+	bp := p.(*oneStringBatch)
+	e.cmd, e.reply = nil, nil
+	bp.keys = append(bp.keys, keys...)
+	bp.args = append(append(bp.args, kind), args...)
+	bp.in = append(bp.in, e)
+}
+
+// oneStringBatch is a pipeline that also gathers the steps of executions
+// batched for them into one call of the batch function.
+type oneStringBatch struct {
+	redis.Pipeliner
+	keys []string
+	args []any
+	in   []*oneStringExec // the executions whose steps the call makes
+}
+
+// exec sends the pipeline, the batch call last, and gives each
+// execution in that call its reply.
+func (p *oneStringBatch) exec(ctx context.Context) error {
+	var cmd *redis.Cmd
+	if len(p.in) > 0 {
+		cmd = p.FCall(ctx, p.in[0].fns.batch, p.keys, p.args...)
+	}
+	_, err := p.Exec(ctx)
+	if cmd == nil {
+		return err
+	}
+	v, cerr := cmd.Slice()
+	for i, e := range p.in {
+		switch {
+		case cerr != nil:
+			e.reply = cerr
+		case i < len(v):
+			e.reply = v[i]
+		default:
+			e.reply = fmt.Errorf("batch call: %d replies for %d steps", len(v), len(p.in))
+		}
+	}
+	p.keys, p.args, p.in = p.keys[:0], p.args[:0], p.in[:0]
+	return err
+}
+
+// result returns the reply of the step last sent.
+func (e *oneStringExec) result() ([]any, error) {
+	if e.cmd != nil {
+		return e.cmd.Slice()
+	}
+	switch r := e.reply.(type) {
+	case []any:
+		return r, nil
+	case error:
+		return nil, r
+	}
+	return nil, fmt.Errorf("reply %v (%T)", e.reply, e.reply)
 }
 
 // done reads the reply of the step queue sent.
@@ -488,7 +578,7 @@ func (e *oneStringExec) done(step int) error {
 		}
 		return e.index.Err()
 	}
-	v, err := e.cmd.Slice()
+	v, err := e.result()
 	if err != nil {
 		return err
 	}
@@ -512,28 +602,38 @@ func (e *oneStringExec) done(step int) error {
 // each of their paths, so that BenchmarkLayout measures a layout that
 // works.
 func TestOneStringLayout(t *testing.T) {
-	for _, apart := range []bool{false, true} {
-		t.Run(map[bool]string{false: "holder", true: "string"}[apart], func(t *testing.T) {
-			testOneString(t, apart)
+	for _, c := range []struct {
+		name           string
+		apart, batched bool
+	}{{"holder", false, false}, {"string", true, false}, {"holder-batched", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			testOneString(t, c.apart, c.batched)
 		})
 	}
 }
 
-func testOneString(t *testing.T, apart bool) {
+// testOneString runs the paths of the layout apart or not, each step
+// sent in a call of its own or, if batched, through the batch function.
+func testOneString(t *testing.T, apart, batched bool) {
 	url := serverURL(t)
 	raw := rawClient(t, url)
 	prefix := newPrefix(t, url)
 	ctx := t.Context()
 	fns := loadOneString(t, raw)
-	// step runs e's step alone and returns its reply.
-	step := func(e *oneStringExec, n int) []any {
+	// send sends e's step alone.
+	send := func(e *oneStringExec, n int) {
 		t.Helper()
-		p := raw.Pipeline()
+		p := &oneStringBatch{Pipeliner: raw.Pipeline()}
 		e.queue(ctx, p, n)
-		if _, err := p.Exec(ctx); err != nil {
+		if err := p.exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		v, err := e.cmd.Slice()
+	}
+	// step sends e's step alone and returns its reply.
+	step := func(e *oneStringExec, n int) []any {
+		t.Helper()
+		send(e, n)
+		v, err := e.result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -547,7 +647,11 @@ func testOneString(t *testing.T, apart bool) {
 		}
 		return raw.Get(ctx, k).Val()
 	}
-	newExec := func() *oneStringExec { return newOneStringExec(fns, prefix, apart) }
+	newExec := func() *oneStringExec {
+		e := newOneStringExec(fns, prefix, apart)
+		e.batched = [3]bool{batched, batched, batched}
+		return e
+	}
 
 	// A new execution.
 	e := newExec()
@@ -611,12 +715,8 @@ func testOneString(t *testing.T, apart bool) {
 		t.Errorf("completing fenced to another owner: %v, want conflict", v[0])
 	}
 	f.owner, f.version = "bench", 2
-	p := raw.Pipeline()
-	f.queue(ctx, p, 2) // delivered from completed, while dispatched
-	if _, err := p.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := f.cmd.Slice(); v[0] != "conflict" {
+	send(f, 2) // delivered from completed, while dispatched
+	if v, _ := f.result(); v[0] != "conflict" {
 		t.Errorf("delivering from completed a dispatched record: %v, want conflict", v[0])
 	}
 	f.version = 7
@@ -642,5 +742,70 @@ func testOneString(t *testing.T, apart bool) {
 	}
 	if s, _ := v[2].(string); s[:6] != "1u0003" || !strings.Contains(s, "went away") {
 		t.Errorf("the orphan settled: %q, want unknown, version 3, the note", s)
+	}
+}
+
+// TestOneStringBatch sends the steps of several records in one call of
+// the batch function, beside a step in a call of its own: each record
+// gets its own reply, and one whose step fails does not fail the rest.
+func TestOneStringBatch(t *testing.T) {
+	url := serverURL(t)
+	raw := rawClient(t, url)
+	prefix := newPrefix(t, url)
+	ctx := t.Context()
+	fns := loadOneString(t, raw)
+	newExec := func(batched [3]bool) *oneStringExec {
+		e := newOneStringExec(fns, prefix, false)
+		e.batched = batched
+		return e
+	}
+	all := [3]bool{true, true, true}
+	a, b, bad, c := newExec(all), newExec(all), newExec(all), newExec(all)
+	d := newExec([3]bool{false, false, true}) // delivered batched only
+	// bad's holder key holds a hash: its reservation fails (WRONGTYPE).
+	if err := raw.HSet(ctx, bad.holderKey(), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		e    *oneStringExec
+		step int
+	}
+	run := func(jobs ...job) {
+		t.Helper()
+		p := &oneStringBatch{Pipeliner: raw.Pipeline()}
+		for _, j := range jobs {
+			j.e.queue(ctx, p, j.step)
+		}
+		if err := p.exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := func(name string, e *oneStringExec, step int) {
+		t.Helper()
+		if err := e.done(step); err != nil {
+			t.Errorf("%s, step %d: %v", name, step, err)
+		}
+	}
+
+	run(job{a, 0})
+	done("a", a, 0)
+	run(job{a, 1}, job{b, 0}, job{d, 0}, job{bad, 0}, job{c, 0})
+	done("a", a, 1)
+	done("b", b, 0)
+	done("d", d, 0)
+	done("c", c, 0)
+	if err := bad.done(0); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("reserving at a hash: %v, want WRONGTYPE", err)
+	}
+	run(job{a, 2}, job{b, 1}, job{c, 1}, job{d, 1})
+	for _, j := range []job{{a, 2}, {b, 1}, {c, 1}, {d, 1}} {
+		done(j.e.id, j.e, j.step)
+	}
+	run(job{b, 2}, job{c, 2}, job{d, 2})
+	for _, e := range []*oneStringExec{a, b, c, d} {
+		done(e.id, e, 2)
+		if h := raw.GetRange(ctx, e.holderKey(), 0, 9).Val(); h != "1v00040001" {
+			t.Errorf("%s: header %q, want delivered, version 4, 1 attempt", e.id, h)
+		}
 	}
 }
