@@ -49,13 +49,17 @@ func (s *Store) allowanceKey(account string) string { return s.prefix + "a:" + a
 // shared by every Store with this server and prefix, in one script. Times
 // come from now, never from the server's clock.
 func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allowance, now time.Time) (bool, time.Duration, error) {
-	v, err := s.run(ctx, allowanceScript, []string{s.allowanceKey(account)},
-		strconv.FormatInt(now.UnixNano(), 10), int64(a.Interval()), int64(a.Tolerance())).Int64Slice()
+	cmd, replicas := s.run(ctx, allowanceScript, []string{s.allowanceKey(account)},
+		strconv.FormatInt(now.UnixNano(), 10), int64(a.Interval()), int64(a.Tolerance()))
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return false, 0, s.fail("taking from allowance "+account, err)
 	}
 	if len(v) != 2 {
 		return false, 0, s.fail("taking from allowance "+account, errors.New("the script answered with the wrong shape"))
+	}
+	if v[0] == 1 && replicas != nil {
+		return false, 0, s.fail("taking from allowance "+account, replicas) // taken, unconfirmed
 	}
 	return v[0] == 1, time.Duration(v[1]), nil
 }

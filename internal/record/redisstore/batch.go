@@ -40,22 +40,26 @@ type call struct {
 	// if full, in full.
 	fill func(p redis.Pipeliner, full bool)
 	cmds []redis.Cmder // the commands fill queued, with their replies
+	// replicas is why the replicas asked for did not confirm the
+	// pipeline's writes, or nil (replicas.go).
+	replicas error
 }
 
 // send runs the commands fill queues in one round trip, batched with
 // other callers', and returns them, each with its result or error, as
-// pipe does for a caller alone. A caller whose ctx ends, or whose Store
-// closes, while its call still waits gets ctx.Err() (redis.ErrClosed)
-// and its commands are not sent.
-func (s *Store) send(ctx context.Context, fill func(p redis.Pipeliner, full bool)) ([]redis.Cmder, error) {
+// pipe does for a caller alone, and why the replicas asked for did not
+// confirm their writes (nil if they did). A caller whose ctx ends, or
+// whose Store closes, while its call still waits gets ctx.Err()
+// (redis.ErrClosed) and its commands are not sent.
+func (s *Store) send(ctx context.Context, fill func(p redis.Pipeliner, full bool)) ([]redis.Cmder, error, error) {
 	c := &call{fill: fill}
 	if err := s.batch.Do(ctx, c); err != nil {
 		if errors.Is(err, batch.ErrClosed) {
-			return nil, redis.ErrClosed
+			return nil, nil, redis.ErrClosed
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return c.cmds, nil
+	return c.cmds, c.replicas, nil
 }
 
 // sendBatch sends calls in one pipeline, and once more, in full, the
@@ -85,10 +89,12 @@ func (s *Store) exec(ctx context.Context, calls []*batch.Call[*call], full bool)
 		c.Job.fill(p, full)
 		ends[i] = p.Len()
 	}
-	cmds, _ := p.Exec(ctx)
+	var r replication
+	cmds, _ := p.Exec(withReplication(ctx, &r))
 	start := 0
 	for i, c := range calls {
 		c.Job.cmds = cmds[start:ends[i]:ends[i]]
+		c.Job.replicas = r.err
 		start = ends[i]
 	}
 }

@@ -20,6 +20,10 @@ func newClient(rawURL string) (*redis.Client, string, error) {
 		// A url.Error quotes the URL, password included.
 		return nil, "", errors.Unwrap(err)
 	}
+	if n := len(u.Query()["master_name"]); n > 1 {
+		// go-redis would take the last; another reader, the first.
+		return nil, "", fmt.Errorf("master_name= is given %d times; give it once", n)
+	}
 	if !u.Query().Has("master_name") {
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {

@@ -38,7 +38,8 @@ func Library() string { return lib.name }
 // Pipe runs n items queued by fill in one round trip, as the store's
 // pipelines do (pipe).
 func Pipe(ctx context.Context, s *Store, n int, fill func(p redis.Pipeliner, i int, full bool)) [][]redis.Cmder {
-	return s.pipe(ctx, n, fill)
+	items, _ := s.pipe(ctx, n, fill)
+	return items
 }
 
 // FlushAttaches writes the attaches counted and not yet written

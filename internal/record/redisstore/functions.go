@@ -111,10 +111,11 @@ func (s *Store) eval(ctx context.Context, p redis.Pipeliner, sc *script, full bo
 }
 
 // run runs sc alone, in one round trip, as pipe does.
-func (s *Store) run(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
-	return s.pipe(ctx, 1, func(p redis.Pipeliner, _ int, full bool) {
+func (s *Store) run(ctx context.Context, sc *script, keys []string, args ...any) (*redis.Cmd, error) {
+	items, replicas := s.pipe(ctx, 1, func(p redis.Pipeliner, _ int, full bool) {
 		s.eval(ctx, p, sc, full, keys, args...)
-	})[0][0].(*redis.Cmd)
+	})
+	return items[0][0].(*redis.Cmd), replicas
 }
 
 // forgotten reports whether any of cmds failed because the server did

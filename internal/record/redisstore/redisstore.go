@@ -119,16 +119,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("opening redis store: prefix %q contains a brace", prefix)
 	}
-	if opts.WaitReplicas < 0 || opts.WaitReplicas > 0 && opts.WaitTimeout <= 0 {
-		return nil, fmt.Errorf("opening redis store: waiting for %d replicas for %v: want at least one, for a positive time", opts.WaitReplicas, opts.WaitTimeout)
-	}
 	rdb, name, err := newClient(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("opening redis store: %w", err)
 	}
-	if read := rdb.Options().ReadTimeout; opts.WaitReplicas > 0 && read > 0 && opts.WaitTimeout >= read {
+	if err := checkWait(opts.WaitReplicas, opts.WaitTimeout, rdb.Options().ReadTimeout); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("opening redis store: a wait for replicas of %v would outlast the read timeout of %v", opts.WaitTimeout, read)
+		return nil, fmt.Errorf("opening redis store: %w", err)
 	}
 	rdb.AddHook(&queue{})
 	if opts.WaitReplicas > 0 {
@@ -253,7 +250,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
 	}
-	cmds, err := s.send(ctx, func(p redis.Pipeliner, full bool) {
+	cmds, replicas, err := s.send(ctx, func(p redis.Pipeliner, full bool) {
 		s.eval(ctx, p, reserveScript, full, keys, args...)
 	})
 	if err != nil {
@@ -271,6 +268,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if oid != "" {
 		ttl, _ := v[2].(int64)
 		s.orphanSettled(ctx, oid, ttl)
+	}
+	if replicas != nil && (won == 1 || oid != "") {
+		// It wrote (a reservation, a settled orphan) unconfirmed; a
+		// match only read.
+		return nil, false, s.fail(op, replicas)
 	}
 	switch won {
 	case 1:
@@ -370,7 +372,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			p.Set(ctx, s.indexKey(id), l.tag, ttl)
 		}
 	}
-	cmds, err := s.send(ctx, fill)
+	cmds, replicas, err := s.send(ctx, fill)
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
@@ -396,6 +398,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 			_ = s.rdb.Del(ctx, s.indexKey(id)).Err()
 		}
 		return nil, fmt.Errorf("%s: %w", op, record.ErrNotFound)
+	}
+	if replicas != nil && (status == "applied" || status == "ok") {
+		return nil, s.fail(op, replicas) // it wrote, unconfirmed
 	}
 	var rec *record.Record
 	if status == "applied" {
@@ -510,7 +515,7 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 		return nil
 	}
 	lease, now := encTime(until), s.clock()
-	cmds := s.pipe(ctx, len(mine), func(p redis.Pipeliner, i int, full bool) {
+	cmds, replicas := s.pipe(ctx, len(mine), func(p redis.Pipeliner, i int, full bool) {
 		o := mine[i]
 		s.eval(ctx, p, renewScript, full, []string{s.recordKey(o.tag, o.id), s.holderKey(o.tag)}, owner, lease, o.id, now)
 	})
@@ -525,6 +530,8 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 		case n == 0:
 			// Settled, or taken over by another owner.
 			s.untrackIf(o.id, o.gen)
+		case replicas != nil:
+			first = cmp.Or(first, replicas) // renewed, unconfirmed
 		case at.Sub(o.indexed) > indexFlightTTL/2:
 			renewed = append(renewed, o)
 		}
@@ -570,12 +577,16 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	// would change every fingerprint.
 	var stored *redis.BoolCmd
 	var read *redis.StringCmd
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var r replication
+	_, _ = s.rdb.Pipelined(withReplication(ctx, &r), func(p redis.Pipeliner) error {
 		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
 		return nil
 	})
 	if err := stored.Err(); err != nil {
 		return nil, s.fail("storing the secret", err)
+	}
+	if stored.Val() && r.err != nil {
+		return nil, s.fail("storing the secret", r.err) // stored, unconfirmed
 	}
 	got, err := read.Bytes()
 	if err != nil {
@@ -604,9 +615,12 @@ func (s *Store) wrap(op string, err error) error {
 // run that command, and is sent once more, in full; the others ran and
 // are not sent again: a pipeline can fail part way, when the library
 // comes back or goes in the middle of it, and an attach count sent twice
-// would be counted twice.
-func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i int, full bool)) [][]redis.Cmder {
+// would be counted twice. It returns too why the replicas asked for did
+// not confirm the writes, or nil (replicas.go): the caller knows which
+// of its items wrote.
+func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i int, full bool)) ([][]redis.Cmder, error) {
 	items := make([][]redis.Cmder, n)
+	var r replication
 	send := func(which []int, full bool) {
 		p := s.rdb.Pipeline()
 		ends := make([]int, len(which))
@@ -614,7 +628,7 @@ func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i 
 			fill(p, i, full)
 			ends[j] = p.Len()
 		}
-		cmds, _ := p.Exec(ctx)
+		cmds, _ := p.Exec(withReplication(ctx, &r))
 		start := 0
 		for j, i := range which {
 			items[i], start = cmds[start:ends[j]], ends[j]
@@ -632,10 +646,12 @@ func (s *Store) pipe(ctx context.Context, n int, fill func(p redis.Pipeliner, i 
 		}
 	}
 	if len(again) > 0 {
+		first := r.err
 		s.relearn(ctx)
 		send(again, true)
+		r.err = cmp.Or(first, r.err)
 	}
-	return items
+	return items, r.err
 }
 
 // An owned record is one in flight that this Store reserved or claimed for

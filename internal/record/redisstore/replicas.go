@@ -13,22 +13,26 @@ import (
 // Redis replicates asynchronously: a master acknowledges a write before
 // any replica has it, and a failover to a replica that had not got it
 // loses it; a reservation lost so lets the same call run again. With
-// Options.WaitReplicas, every pipeline that writes ends with WAIT, on the
-// same connection, which returns once that many replicas have every
-// write made before it there. If fewer confirm within the timeout, the
-// pipeline's commands fail with ErrNotReplicated: they ran on the master,
-// and the proxy treats a reservation failed so as one whose answer was
-// lost. WAIT makes an acknowledged write outlive its master; it does not
-// make Redis a consensus store (a Sentinel may still promote a replica
-// that lacks it, though it prefers the most up to date).
+// Options.WaitReplicas, every pipeline that may write ends with WAIT, on
+// the same connection, which returns once that many replicas have every
+// write made before it there. If fewer confirm within the timeout, a call
+// that wrote fails with ErrNotReplicated: its write ran on the master, and
+// the proxy treats a reservation failed so as one whose answer was lost.
+// A call whose script only read (a replay, a waiter's check of a record
+// in flight) is answered: WAIT protects writes, not what a read saw.
+// WAIT makes an acknowledged write outlive its master; it does not make
+// Redis a consensus store (a Sentinel may still promote a replica that
+// lacks it, though it prefers the most up to date).
 
 // ErrNotReplicated is the error of a write that fewer replicas than
 // Options.WaitReplicas confirmed in time. The write ran on the master.
 var ErrNotReplicated = errors.New("fewer replicas than asked for confirmed the write")
 
-// replicated is a go-redis hook that ends each pipeline that writes with
-// WAIT n timeout, and fails its commands if fewer than n replicas
-// confirm. Every write the store relies on goes in a pipeline; the few
+// replicated is a go-redis hook that ends each pipeline that may write
+// with WAIT n timeout. If fewer than n replicas confirm, it tells the
+// pipeline's sender (withReplication), who knows which of its calls
+// wrote; a sender that does not ask has every command of the pipeline
+// fail. Every write the store relies on goes in a pipeline; the few
 // single commands (the TTLs of index keys) are not waited for.
 type replicated struct {
 	n       int
@@ -54,6 +58,10 @@ func (r *replicated) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		default:
 			return err
 		}
+		if r, ok := ctx.Value(replicationKey{}).(*replication); ok {
+			r.err = werr
+			return err
+		}
 		for _, c := range cmds {
 			if c.Err() == nil {
 				c.SetErr(werr)
@@ -61,6 +69,42 @@ func (r *replicated) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return cmp.Or(err, werr)
 	}
+}
+
+// A replication is the outcome of the WAIT that ended a pipeline: nil if
+// enough replicas confirmed its writes, or if it had no WAIT.
+type replication struct{ err error }
+
+type replicationKey struct{}
+
+// withReplication returns ctx with r, where the hook leaves the outcome
+// of the WAIT of the pipeline sent under it, instead of failing its
+// commands.
+func withReplication(ctx context.Context, r *replication) context.Context {
+	return context.WithValue(ctx, replicationKey{}, r)
+}
+
+// minWaitMargin is the least time a pipeline's read allows past its
+// WAIT's timeout: Redis answers a WAIT that timed out a little late (about
+// 100 ms on 7.0), and a read cut off there would fail the replies read
+// before it too.
+const minWaitMargin = 250 * time.Millisecond
+
+// checkWait refuses a wait for replicas that a read could cut off.
+func checkWait(n int, wait, read time.Duration) error {
+	margin := max(minWaitMargin, read/4)
+	switch {
+	case n < 0:
+		return fmt.Errorf("waiting for %d replicas: want at least one", n)
+	case n == 0:
+		return nil
+	case wait < time.Millisecond:
+		// WAIT n 0 waits for ever.
+		return fmt.Errorf("a wait for replicas of %v: want at least 1ms", wait)
+	case read > 0 && wait > read-margin:
+		return fmt.Errorf("a wait for replicas of %v leaves the read timeout of %v less than %v past it: shorten the wait or raise read_timeout", wait, read, margin)
+	}
+	return nil
 }
 
 // readOnly names the commands the store sends that never write.

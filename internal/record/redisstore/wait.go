@@ -109,7 +109,8 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ioTimeout)
 	defer cancel()
-	v, err := s.run(ctx, checkScript, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id).Slice()
+	cmd, replicas := s.run(ctx, checkScript, []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}, s.clock(), s.channel, id)
+	v, err := cmd.Slice()
 	if err == nil && len(v) == 0 {
 		err = errors.New("empty reply")
 	}
@@ -124,7 +125,9 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 		return nil, fmt.Errorf("unexpected reply %v", v)
 	}
 	rec, err := s.decodeReply(v[2], l.tag)
-	if ttl, _ := v[1].(int64); ttl > 0 {
+	if ttl, _ := v[1].(int64); ttl > 0 && replicas != nil {
+		return nil, replicas // settled the orphan, unconfirmed
+	} else if ttl > 0 {
 		// Settled by this call: the script gives a settled orphan a TTL.
 		s.orphanSettled(ctx, id, ttl)
 		if err == nil {
