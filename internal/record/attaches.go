@@ -209,6 +209,11 @@ func (a *AttachCounts) loop() {
 			if err := a.Flush(context.Background()); err != nil && a.onError != nil {
 				a.onError(err)
 			}
+			// A period from the write's end, not its start: a write as
+			// slow as the period (a store that times out) would else
+			// follow the last at once, and a read, which waits out
+			// each, would never begin.
+			t.Reset(a.every)
 		}
 	}
 }

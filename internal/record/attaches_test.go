@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -99,4 +100,37 @@ func TestBeginWaitsOutAWrite(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSlowFailingWritesLetReadsIn: a write of the counts that fails
+// slowly (a store that times out each time) is followed by a whole
+// period without one, so that reads, which wait out each write, get in
+// between. Written back to back, every read waited for ever.
+func TestSlowFailingWritesLetReadsIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var a AttachCounts
+		a.Start(time.Second, func(ctx context.Context, ids []string, ns []int32) error {
+			time.Sleep(2 * time.Second) // the store's timeout
+			return errors.New("timed out")
+		}, nil)
+		ctx := context.Background()
+		defer a.Close(ctx) // its last write fails too
+		r, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Add(ctx, &Record{ID: "exe_1"}, func(context.Context, string) (int, error) { return 0, nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // into the first write
+		for i := range 5 {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := a.Begin(wctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("read %d, while writes fail slowly: %v", i, err)
+			}
+			time.Sleep(700 * time.Millisecond)
+		}
+	})
 }
