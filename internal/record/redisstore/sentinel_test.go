@@ -32,7 +32,7 @@ func TestSentinel(t *testing.T) {
 	sentinel := startSentinel(t, master)
 
 	url := "redis://127.0.0.1:" + sentinel.port + "/0?master_name=mcpi"
-	s := openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
+	s := openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 1500 * time.Millisecond})
 	ctx := t.Context()
 	r := newRecord("before the failover")
 	if _, won, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil || !won {
@@ -81,7 +81,7 @@ func TestWaitReplicasRefusesUnconfirmed(t *testing.T) {
 	master := startServer(t)
 	replica := startServer(t, "--replicaof", "127.0.0.1", master.port)
 	waitReplicas(t, master, 1)
-	s := openWith(t, "redis://127.0.0.1:"+master.port+"/0", redisstore.Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	s := openWith(t, "redis://127.0.0.1:"+master.port+"/0", redisstore.Options{WaitReplicas: 1, WaitTimeout: 1500 * time.Millisecond})
 	ctx := t.Context()
 	done := newRecord("confirmed")
 	if _, won, err := s.Reserve(ctx, done, record.ReserveOptions{Dispatch: true}); err != nil || !won {
@@ -124,7 +124,7 @@ func TestSemanticsThroughSentinel(t *testing.T) {
 	url := "redis://127.0.0.1:" + sentinel.port + "/0?master_name=mcpi"
 	recordtest.Run(t, func(t *testing.T, now func() time.Time) record.Store {
 		prefix := newPrefix(t, "redis://127.0.0.1:"+master.port+"/0")
-		return openWith(t, url, redisstore.Options{Now: now, Prefix: prefix, WaitReplicas: 1, WaitTimeout: time.Second})
+		return openWith(t, url, redisstore.Options{Now: now, Prefix: prefix, WaitReplicas: 1, WaitTimeout: 1500 * time.Millisecond})
 	})
 }
 
@@ -213,13 +213,26 @@ func (s *server) client(t *testing.T) *redis.Client {
 	return c
 }
 
-// waitReplicas waits until n replicas are linked to master.
+// waitReplicas waits until n replicas are linked to master and confirm
+// a write.
 func waitReplicas(t *testing.T, master *server, n int) {
 	t.Helper()
 	eventually(t, "the replica to link", func() error {
 		info, err := master.client(t).Info(t.Context(), "replication").Result()
 		if err != nil || !strings.Contains(info, "connected_slaves:"+strconv.Itoa(n)) || !strings.Contains(info, "state=online") {
 			return fmt.Errorf("%v %q", err, info)
+		}
+		return nil
+	})
+	eventually(t, "the replica to confirm a write", func() error {
+		c := master.client(t)
+		got := redis.NewIntCmd(t.Context(), "wait", n, 1000)
+		_, err := c.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+			p.Set(t.Context(), "linked", "1", time.Minute)
+			return p.Process(t.Context(), got)
+		})
+		if err != nil || got.Val() < int64(n) {
+			return fmt.Errorf("%d replicas confirmed (%v)", got.Val(), err)
 		}
 		return nil
 	})
