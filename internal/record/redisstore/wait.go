@@ -125,11 +125,12 @@ func (s *Store) check(ctx context.Context, l loc, id string) (*record.Record, er
 		return nil, fmt.Errorf("unexpected reply %v", v)
 	}
 	rec, err := s.decodeReply(v[2], l.tag)
-	if ttl, _ := v[1].(int64); ttl > 0 && replicas != nil {
-		return nil, replicas // settled the orphan, unconfirmed
-	} else if ttl > 0 {
+	if ttl, _ := v[1].(int64); ttl > 0 {
 		// Settled by this call: the script gives a settled orphan a TTL.
 		s.orphanSettled(ctx, id, ttl)
+		if replicas != nil {
+			return nil, replicas // settled, unconfirmed
+		}
 		if err == nil {
 			rec.Orphan = rec.Clone()
 		}
