@@ -1,0 +1,163 @@
+package stdio
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"testing"
+)
+
+// blockingPipe returns a pipe whose ends are blocking, as a client
+// hands the proxy its stdin and stdout (os.Pipe's are not).
+func blockingPipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w = os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// blockingSockets returns a socket pair, blocking, as Node hands a
+// child its stdin and stdout.
+func blockingSockets(t *testing.T) (a, b *os.File) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b = os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func nonblocking(t *testing.T, f *os.File) bool {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	rc.Control(func(fd uintptr) { flags, err = fcntl(int(fd), syscall.F_GETFL, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flags&syscall.O_NONBLOCK != 0
+}
+
+// readWaitingEnds checks that in delivers a frame, and that a read
+// waiting on it returns once done is called: a read blocked in the
+// kernel would not, and the test would not end.
+func readWaitingEnds(t *testing.T, in *os.File, w io.Writer, done func()) {
+	t.Helper()
+	w.Write([]byte("{}\n"))
+	c := NewConn(in, io.Discard, 0)
+	if frame, err := c.ReadFrame(); err != nil || string(frame) != "{}" {
+		t.Fatalf("ReadFrame = %q, %v; want {}", frame, err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.ReadFrame()
+		read <- err
+	}()
+	done()
+	if err := <-read; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a read waiting on the file returned %v; want os.ErrClosed", err)
+	}
+}
+
+// TestPollablePipe: a pipe the client hands over is read through an
+// open file of the proxy's own, non-blocking, while the client's keeps
+// its flags.
+func TestPollablePipe(t *testing.T) {
+	r, w := blockingPipe(t)
+	in, done := Pollable(r, os.O_RDONLY)
+	if in == r {
+		t.Fatal("Pollable returned the client's file")
+	}
+	if !nonblocking(t, in) {
+		t.Error("the new file is blocking")
+	}
+	if nonblocking(t, r) {
+		t.Error("the client's file was made non-blocking")
+	}
+	readWaitingEnds(t, in, w, done)
+}
+
+// TestPollableStdout: the proxy writes through an open file of its own
+// too; a write larger than the pipe waits for the client to read, and
+// the client sees the end when the proxy's files close.
+func TestPollableStdout(t *testing.T) {
+	r, w := blockingPipe(t)
+	out, done := Pollable(w, os.O_WRONLY)
+	if out == w {
+		t.Fatal("Pollable returned the client's file")
+	}
+	if nonblocking(t, w) {
+		t.Error("the client's file was made non-blocking")
+	}
+	big := bytes.Repeat([]byte("x"), 1<<20) // more than a pipe holds
+	go func() {
+		out.Write(big)
+		done()
+		w.Close()
+	}()
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(big))
+	}
+}
+
+// TestPollableSocket: a socket is made non-blocking and polled through
+// a copy of its descriptor, and given its flags back when done.
+func TestPollableSocket(t *testing.T) {
+	mine, client := blockingSockets(t)
+	in, done := Pollable(mine, os.O_RDONLY)
+	if in == mine {
+		t.Fatal("Pollable returned the socket as it was")
+	}
+	if !nonblocking(t, in) {
+		t.Error("the socket is blocking")
+	}
+	readWaitingEnds(t, in, client, done)
+	if nonblocking(t, mine) {
+		t.Error("the socket's flags were not given back")
+	}
+}
+
+// TestPollableLeavesOthers: a regular file is used as it is, and so is a
+// socket that is also another of the process's standard files.
+func TestPollableLeavesOthers(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stdin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, _ := Pollable(f, os.O_RDONLY); got != f {
+		t.Error("a regular file was opened anew")
+	}
+
+	// The socket as stderr too (2>&1): its flag must stay.
+	mine, _ := blockingSockets(t)
+	saved, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		syscall.Dup3(saved, 2, 0)
+		syscall.Close(saved)
+	}()
+	if err := syscall.Dup3(int(mine.Fd()), 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Pollable(mine, os.O_WRONLY); got != mine {
+		t.Error("a socket that is stderr too was made non-blocking")
+	}
+	if nonblocking(t, mine) {
+		t.Error("a socket that is stderr too was made non-blocking")
+	}
+}
