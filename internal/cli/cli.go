@@ -245,14 +245,14 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	scope := "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_")
 	who := clientEnd{client: journal.SessionClient{Transport: "stdio", Parent: parentProcess()}}
 	if f, ok := stdin.(*os.File); ok {
-		in, restore := stdio.Pollable(f, os.O_RDONLY)
-		defer restore()
-		stdin = in
+		in, done := stdio.Pollable(f, os.O_RDONLY)
+		defer done()
+		stdin = stdio.Raw(in)
 	}
 	if f, ok := stdout.(*os.File); ok {
-		out, restore := stdio.Pollable(f, os.O_WRONLY)
-		defer restore()
-		stdout = out
+		out, done := stdio.Pollable(f, os.O_WRONLY)
+		defer done()
+		stdout = stdio.Raw(out)
 	}
 	return w.session(ctx, stdio.NewConn(stdin, stdout, w.maxMessage), w.actor, scope, who)
 }

@@ -43,12 +43,14 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 		return nil, err
 	}
 	cmd.Stderr = errIn
-	in, err := cmd.StdinPipe()
+	// Our own pipe rather than cmd.StdinPipe, to write it with Raw.
+	inR, inW, err := os.Pipe()
 	if err != nil {
 		errOut.Close()
 		errIn.Close()
 		return nil, err
 	}
+	cmd.Stdin = inR
 	// Our own pipe rather than cmd.StdoutPipe: Wait closes the latter as soon
 	// as the process exits, dropping a last answer still in the pipe. The read
 	// end of an os.Pipe stays ours until it reports EOF.
@@ -56,22 +58,29 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	if err != nil {
 		errOut.Close()
 		errIn.Close()
+		inR.Close()
+		inW.Close()
 		return nil, err
 	}
 	cmd.Stdout = w
 	err = cmd.Start()
 	w.Close()
 	errIn.Close()
+	inR.Close()
 	if err != nil {
 		out.Close()
 		errOut.Close()
+		inW.Close()
 		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
 	}
-	c := &Child{Conn: NewConn(stdout{out}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
+	in := Raw(inW)
+	c := &Child{Conn: NewConn(stdout{Raw(out)}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	c.stderr.done = make(chan struct{})
 	go c.stderr.copyStderr(errOut, stderr)
 	go func() {
 		c.err = cmd.Wait()
+		// As cmd.StdinPipe's would be: writes after the exit fail.
+		in.Close()
 		// What the child wrote to stderr before it exited is passed on
 		// before Done says it exited, so that the proxy's own words
 		// about the exit come after it; not waited for long, since a
@@ -89,10 +98,10 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 
 // stdout is the read end of a child's stdout, which reads as at its end
 // once Stop has closed it.
-type stdout struct{ *os.File }
+type stdout struct{ io.Reader }
 
 func (r stdout) Read(p []byte) (int, error) {
-	n, err := r.File.Read(p)
+	n, err := r.Reader.Read(p)
 	if errors.Is(err, os.ErrClosed) {
 		err = io.EOF
 	}
