@@ -9,14 +9,15 @@ import (
 // Pollable returns a file for f, the proxy's own stdin (flag
 // os.O_RDONLY) or stdout (os.O_WRONLY), that the runtime's poller
 // waits on, or f itself where that cannot be had safely; and a function
-// that gives f back the flags it came with, to call once the returned
-// file is done with.
+// to call once done with it, which closes the new file (a read waiting on
+// it returns) and gives f back the flags it came with. Closing f itself
+// does not end a read on the new file.
 //
 // A read blocked in the kernel holds a thread, and while calls are in
 // flight the runtime keeps taking its processor back and waking another
 // thread to run the rest: on a VM each such wake-up costs more than a
 // call's own work. Through the poller a waiting read holds nothing
-// (docs/benchmarks.md: 1.12x the calls a second at 32 in flight).
+// (docs/benchmarks.md). Read and write the file with Raw.
 //
 // The poller needs the file non-blocking, and O_NONBLOCK belongs to the
 // open file, which others may share: a terminal's is its shell's too.
@@ -70,23 +71,38 @@ func pollableSocket(f *os.File, fd int) (*os.File, func()) {
 		}
 	}
 	flags, err := fcntl(fd, syscall.F_GETFL, 0)
-	if err != nil || flags&syscall.O_NONBLOCK != 0 {
-		return f, none // non-blocking already: f is polled as it is
+	if err != nil {
+		return f, none
 	}
+	// The file polled is a copy of the descriptor, made non-blocking
+	// before NewFile sees it. Even when the socket is non-blocking
+	// already: f may have been made before that (one socket handed in
+	// as both stdin and stdout), and then nothing polls it.
 	dup, err := fcntl(fd, syscall.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
 		return f, none
 	}
-	if _, err := fcntl(fd, syscall.F_SETFL, flags|syscall.O_NONBLOCK); err != nil {
+	if flags&syscall.O_NONBLOCK != 0 {
+		p := os.NewFile(uintptr(dup), f.Name())
+		return p, func() { p.Close() }
+	}
+	// The flags are given back through a copy of its own: by then f's
+	// descriptor may have been closed and its number be another file's.
+	keep, err := fcntl(fd, syscall.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
 		syscall.Close(dup)
 		return f, none
 	}
-	// The new file is polled from the start: NewFile finds it
-	// non-blocking.
+	if _, err := fcntl(fd, syscall.F_SETFL, flags|syscall.O_NONBLOCK); err != nil {
+		syscall.Close(dup)
+		syscall.Close(keep)
+		return f, none
+	}
 	p := os.NewFile(uintptr(dup), f.Name())
 	return p, func() {
 		p.Close()
-		fcntl(fd, syscall.F_SETFL, flags)
+		fcntl(keep, syscall.F_SETFL, flags)
+		syscall.Close(keep)
 	}
 }
 

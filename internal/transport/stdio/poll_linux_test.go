@@ -97,6 +97,9 @@ func TestPollableStdout(t *testing.T) {
 	if out == w {
 		t.Fatal("Pollable returned the client's file")
 	}
+	if !nonblocking(t, out) {
+		t.Error("the new file is blocking")
+	}
 	if nonblocking(t, w) {
 		t.Error("the client's file was made non-blocking")
 	}
@@ -159,5 +162,68 @@ func TestPollableLeavesOthers(t *testing.T) {
 	}
 	if nonblocking(t, mine) {
 		t.Error("a socket that is stderr too was made non-blocking")
+	}
+}
+
+// TestPollableOneSocket: one socket handed in as both stdin and stdout
+// (not fds 0 to 2, which are left alone then): the second call finds it
+// non-blocking already, and its file must be polled too, or a write
+// larger than the socket holds fails with EAGAIN.
+func TestPollableOneSocket(t *testing.T) {
+	mine, client := blockingSockets(t)
+	_, doneIn := Pollable(mine, os.O_RDONLY)
+	out, doneOut := Pollable(mine, os.O_WRONLY)
+	if out == mine {
+		t.Fatal("the second call returned the socket, which nothing polls")
+	}
+	big := bytes.Repeat([]byte("x"), 4<<20)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := Raw(out).Write(big)
+		wrote <- err
+	}()
+	got, err := io.ReadFull(client, make([]byte, len(big)))
+	if err != nil || got != len(big) {
+		t.Fatalf("client read %d bytes, %v", got, err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing %d bytes: %v", len(big), err)
+	}
+	doneOut()
+	doneIn()
+	if nonblocking(t, mine) {
+		t.Error("the socket's flags were not given back")
+	}
+}
+
+// TestPollableRestoreAfterClose: the flags are given back to the socket,
+// not to whatever file has its descriptor's number once it is closed.
+func TestPollableRestoreAfterClose(t *testing.T) {
+	mine, _ := blockingSockets(t)
+	_, done := Pollable(mine, os.O_RDONLY)
+	rc, err := mine.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var number uintptr
+	rc.Control(func(fd uintptr) { number = fd })
+	mine.Close()
+	// os.Pipe's files are non-blocking; the lowest free number is the
+	// socket's.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var got uintptr
+	rr, _ := r.SyscallConn()
+	rr.Control(func(fd uintptr) { got = fd })
+	if got != number {
+		t.Skipf("the pipe took descriptor %d, not the socket's %d", got, number)
+	}
+	done()
+	if !nonblocking(t, r) {
+		t.Fatal("giving the socket its flags back made another file blocking")
 	}
 }
