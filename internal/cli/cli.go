@@ -247,12 +247,12 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if f, ok := stdin.(*os.File); ok {
 		in, done := stdio.Pollable(f, os.O_RDONLY)
 		defer done()
-		stdin = stdio.Raw(in)
+		stdin = in
 	}
 	if f, ok := stdout.(*os.File); ok {
 		out, done := stdio.Pollable(f, os.O_WRONLY)
 		defer done()
-		stdout = stdio.Raw(out)
+		stdout = out
 	}
 	return w.session(ctx, stdio.NewConn(stdin, stdout, w.maxMessage), w.actor, scope, who)
 }

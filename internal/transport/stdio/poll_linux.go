@@ -1,23 +1,25 @@
 package stdio
 
 import (
+	"io"
 	"os"
 	"strconv"
 	"syscall"
 )
 
-// Pollable returns a file for f, the proxy's own stdin (flag
-// os.O_RDONLY) or stdout (os.O_WRONLY), that the runtime's poller
-// waits on, or f itself where that cannot be had safely; and a function
-// to call once done with it, which closes the new file (a read waiting on
-// it returns) and gives f back the flags it came with. Closing f itself
-// does not end a read on the new file.
+// Pollable returns a reader and writer for f, the proxy's own stdin
+// (flag os.O_RDONLY) or stdout (os.O_WRONLY), that the runtime's poller
+// waits on and that reads and writes with raw system calls (Raw), or f
+// itself where that cannot be had safely; and a function to call once
+// done with it, which closes what it opened (a read waiting on it
+// returns) and gives f back the flags it came with. Closing f itself
+// does not end a read on what Pollable returned.
 //
 // A read blocked in the kernel holds a thread, and while calls are in
 // flight the runtime keeps taking its processor back and waking another
 // thread to run the rest: on a VM each such wake-up costs more than a
 // call's own work. Through the poller a waiting read holds nothing
-// (docs/benchmarks.md). Read and write the file with Raw.
+// (docs/benchmarks.md).
 //
 // The poller needs the file non-blocking, and O_NONBLOCK belongs to the
 // open file, which others may share: a terminal's is its shell's too.
@@ -26,9 +28,11 @@ import (
 // again; its flag is set, since a client that starts the proxy on a
 // socket pair (Node does) keeps no copy of the proxy's end, unless
 // another of the proxy's standard files is the same socket (2>&1): its
-// writes would then fail where they waited. Anything else is left as
-// it is.
-func Pollable(f *os.File, flag int) (*os.File, func()) {
+// writes would then fail where they waited. A client that does keep a
+// copy may make it blocking again, so the socket is read and written
+// with MSG_DONTWAIT, which does not block whatever its flags. Anything
+// else is left as it is.
+func Pollable(f *os.File, flag int) (io.ReadWriteCloser, func()) {
 	none := func() {}
 	fi, err := f.Stat()
 	if err != nil {
@@ -50,7 +54,7 @@ func Pollable(f *os.File, flag int) (*os.File, func()) {
 			return f, none
 		}
 		p := os.NewFile(uintptr(again), f.Name())
-		return p, func() { p.Close() }
+		return Raw(p), func() { p.Close() }
 	case os.ModeSocket:
 		return pollableSocket(f, fd)
 	}
@@ -58,7 +62,7 @@ func Pollable(f *os.File, flag int) (*os.File, func()) {
 }
 
 // pollableSocket is Pollable for a socket, at fd.
-func pollableSocket(f *os.File, fd int) (*os.File, func()) {
+func pollableSocket(f *os.File, fd int) (io.ReadWriteCloser, func()) {
 	none := func() {}
 	var st syscall.Stat_t
 	if syscall.Fstat(fd, &st) != nil {
@@ -84,7 +88,7 @@ func pollableSocket(f *os.File, fd int) (*os.File, func()) {
 	}
 	if flags&syscall.O_NONBLOCK != 0 {
 		p := os.NewFile(uintptr(dup), f.Name())
-		return p, func() { p.Close() }
+		return rawSocket(p), func() { p.Close() }
 	}
 	// The flags are given back through a copy of its own: by then f's
 	// descriptor may have been closed and its number be another file's.
@@ -99,7 +103,7 @@ func pollableSocket(f *os.File, fd int) (*os.File, func()) {
 		return f, none
 	}
 	p := os.NewFile(uintptr(dup), f.Name())
-	return p, func() {
+	return rawSocket(p), func() {
 		p.Close()
 		fcntl(keep, syscall.F_SETFL, flags)
 		syscall.Close(keep)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 )
@@ -52,7 +53,7 @@ func nonblocking(t *testing.T, f *os.File) bool {
 // readWaitingEnds checks that in delivers a frame, and that a read
 // waiting on it returns once done is called: a read blocked in the
 // kernel would not, and the test would not end.
-func readWaitingEnds(t *testing.T, in *os.File, w io.Writer, done func()) {
+func readWaitingEnds(t *testing.T, in io.Reader, w io.Writer, done func()) {
 	t.Helper()
 	w.Write([]byte("{}\n"))
 	c := NewConn(in, io.Discard, 0)
@@ -79,7 +80,7 @@ func TestPollablePipe(t *testing.T) {
 	if in == r {
 		t.Fatal("Pollable returned the client's file")
 	}
-	if !nonblocking(t, in) {
+	if !nonblocking(t, fileOf(t, in)) {
 		t.Error("the new file is blocking")
 	}
 	if nonblocking(t, r) {
@@ -97,7 +98,7 @@ func TestPollableStdout(t *testing.T) {
 	if out == w {
 		t.Fatal("Pollable returned the client's file")
 	}
-	if !nonblocking(t, out) {
+	if !nonblocking(t, fileOf(t, out)) {
 		t.Error("the new file is blocking")
 	}
 	if nonblocking(t, w) {
@@ -123,7 +124,7 @@ func TestPollableSocket(t *testing.T) {
 	if in == mine {
 		t.Fatal("Pollable returned the socket as it was")
 	}
-	if !nonblocking(t, in) {
+	if !nonblocking(t, fileOf(t, in)) {
 		t.Error("the socket is blocking")
 	}
 	readWaitingEnds(t, in, client, done)
@@ -179,7 +180,7 @@ func TestPollableOneSocket(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 4<<20)
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := Raw(out).Write(big)
+		_, err := out.Write(big)
 		wrote <- err
 	}()
 	got, err := io.ReadFull(client, make([]byte, len(big)))
@@ -225,5 +226,56 @@ func TestPollableRestoreAfterClose(t *testing.T) {
 	done()
 	if !nonblocking(t, r) {
 		t.Fatal("giving the socket its flags back made another file blocking")
+	}
+}
+
+// fileOf returns the file rw reads and writes.
+func fileOf(t *testing.T, rw io.ReadWriteCloser) *os.File {
+	t.Helper()
+	switch f := rw.(type) {
+	case *os.File:
+		return f
+	case *rawFile:
+		return f.f
+	}
+	t.Fatalf("%T is not a file", rw)
+	return nil
+}
+
+// TestPollableSocketMadeBlocking: a client that keeps a copy of the
+// proxy's socket and makes it blocking again cannot make a read block
+// its thread with its processor held: the runtime must still stop the
+// world for a collection while the read waits.
+func TestPollableSocketMadeBlocking(t *testing.T) {
+	mine, client := blockingSockets(t)
+	in, done := Pollable(mine, os.O_RDONLY)
+	defer done()
+	rc, err := mine.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) {
+		flags, _ := fcntl(int(fd), syscall.F_GETFL, 0)
+		fcntl(int(fd), syscall.F_SETFL, flags&^syscall.O_NONBLOCK)
+	})
+	read := make(chan error, 1)
+	go func() {
+		_, err := in.Read(make([]byte, 10))
+		read <- err
+	}()
+	// A read blocked in the kernel without telling the runtime holds up
+	// a stop of the world until it returns: nothing would write, and
+	// runtime.GC would not return.
+	gc := make(chan struct{})
+	go func() {
+		for range 20 {
+			runtime.GC()
+		}
+		close(gc)
+	}()
+	<-gc
+	client.Write([]byte("x"))
+	if err := <-read; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,16 +1,18 @@
 package stdio
 
 import (
+	"errors"
 	"io"
 	"os"
 	"syscall"
 	"unsafe"
 )
 
-// Raw returns f, a pipe or socket the runtime's poller waits on (an
-// os.Pipe end, or one Pollable returned), as a file read and written with
-// raw system calls; or f itself if it is blocking, which a raw call would
-// block in with the thread's processor held.
+// Raw returns f, a non-blocking file the runtime's poller waits on and
+// whose open file no other process holds (an end of an os.Pipe), as a
+// file read and written with raw system calls; or f itself if it is
+// blocking, which a raw call would block in with its thread's processor
+// held. Nothing may call f.Fd() afterwards, which makes f blocking.
 //
 // A read or write through os.File enters the system call as one that may
 // block: it marks the thread's processor as given up, and, if the whole
@@ -37,10 +39,22 @@ func Raw(f *os.File) io.ReadWriteCloser {
 	return &rawFile{f: f, rc: rc}
 }
 
+// rawSocket is Raw for a socket another process may hold too: it is
+// read and written with MSG_DONTWAIT, which never blocks, whatever the
+// other process does to its flags.
+func rawSocket(f *os.File) io.ReadWriteCloser {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	return &rawFile{f: f, rc: rc, socket: true}
+}
+
 // rawFile is Raw's file.
 type rawFile struct {
-	f  *os.File
-	rc syscall.RawConn
+	f      *os.File
+	rc     syscall.RawConn
+	socket bool // recvfrom and sendto, with MSG_DONTWAIT
 }
 
 func (r *rawFile) Read(p []byte) (int, error) {
@@ -51,7 +65,14 @@ func (r *rawFile) Read(p []byte) (int, error) {
 	var errno syscall.Errno
 	err := r.rc.Read(func(fd uintptr) bool {
 		for {
-			m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			buf := uintptr(unsafe.Pointer(&p[0]))
+			var m uintptr
+			var e syscall.Errno
+			if r.socket {
+				m, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, buf, uintptr(len(p)), syscall.MSG_DONTWAIT, 0, 0)
+			} else {
+				m, _, e = syscall.RawSyscall(syscall.SYS_READ, fd, buf, uintptr(len(p)))
+			}
 			switch e {
 			case syscall.EINTR:
 				continue
@@ -64,21 +85,30 @@ func (r *rawFile) Read(p []byte) (int, error) {
 	})
 	switch {
 	case err != nil:
-		return 0, r.closed("read")
+		return 0, r.waitError("read", err)
 	case errno != 0:
 		return 0, &os.PathError{Op: "read", Path: r.f.Name(), Err: errno}
 	case n == 0:
 		return 0, io.EOF
 	}
+	raceRead(p[:n])
 	return n, nil
 }
 
 func (r *rawFile) Write(p []byte) (int, error) {
+	raceWriting()
 	var n int
 	var errno syscall.Errno
 	err := r.rc.Write(func(fd uintptr) bool {
 		for n < len(p) {
-			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
+			buf, size := uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n)
+			var m uintptr
+			var e syscall.Errno
+			if r.socket {
+				m, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, fd, buf, size, syscall.MSG_DONTWAIT|syscall.MSG_NOSIGNAL, 0, 0)
+			} else {
+				m, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, buf, size)
+			}
 			switch e {
 			case 0:
 				n += int(m)
@@ -92,20 +122,24 @@ func (r *rawFile) Write(p []byte) (int, error) {
 		}
 		return true
 	})
+	raceWritten(p[:n])
 	switch {
 	case err != nil:
-		return n, r.closed("write")
+		return n, r.waitError("write", err)
 	case errno != 0:
 		return n, &os.PathError{Op: "write", Path: r.f.Name(), Err: errno}
 	}
 	return n, nil
 }
 
-// closed is the error of a read or write on the file once it is closed:
-// the only error a wait on a pollable file without deadlines returns.
-// It is os.File's for the same case.
-func (r *rawFile) closed(op string) error {
-	return &os.PathError{Op: op, Path: r.f.Name(), Err: os.ErrClosed}
+// waitError is the error of a read or write whose wait for the file
+// failed: os.ErrClosed, as os.File's, if the file was closed (the only
+// failure of a wait on a polled file without deadlines); else err.
+func (r *rawFile) waitError(op string, err error) error {
+	if _, serr := r.f.Stat(); errors.Is(serr, os.ErrClosed) {
+		err = os.ErrClosed
+	}
+	return &os.PathError{Op: op, Path: r.f.Name(), Err: err}
 }
 
 func (r *rawFile) Close() error { return r.f.Close() }

@@ -87,3 +87,48 @@ func TestRawBrokenPipe(t *testing.T) {
 		t.Fatalf("write to a pipe without a reader returned %v; want EPIPE", err)
 	}
 }
+
+// TestRawNotPolled: a wait that fails for another reason than the file's
+// closing says so: a non-blocking file the poller does not know (made
+// non-blocking after the runtime saw it) is not at its end.
+func TestRawNotPolled(t *testing.T) {
+	r, w := blockingPipe(t)
+	raw := &rawFile{f: r}
+	var err error
+	if raw.rc, err = r.SyscallConn(); err != nil {
+		t.Fatal(err)
+	}
+	raw.rc.Control(func(fd uintptr) {
+		flags, _ := fcntl(int(fd), syscall.F_GETFL, 0)
+		fcntl(int(fd), syscall.F_SETFL, flags|syscall.O_NONBLOCK)
+	})
+	defer w.Close()
+	_, err = stdout{raw}.Read(make([]byte, 10))
+	if err == nil || errors.Is(err, os.ErrClosed) || err == io.EOF {
+		t.Fatalf("a read that could not wait returned %v; want the wait's error", err)
+	}
+}
+
+// TestRawHandoff: what a goroutine wrote before a raw write is seen by
+// the one that reads the bytes, as the race detector is told for
+// os.File; without that, -race reports a race that is not one.
+func TestRawHandoff(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w := Raw(pr), Raw(pw)
+	defer r.Close()
+	defer w.Close()
+	var handed int
+	go func() {
+		handed = 1
+		w.Write([]byte{1})
+	}()
+	if _, err := r.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if handed != 1 {
+		t.Fatal("the write's bytes came before what was written before it")
+	}
+}
