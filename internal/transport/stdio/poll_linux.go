@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // Pollable returns a reader and writer for f, the proxy's own stdin
@@ -87,7 +88,10 @@ func pollableSocket(f *os.File, fd int) (io.ReadWriteCloser, func()) {
 		return f, none
 	}
 	if flags&syscall.O_NONBLOCK != 0 {
-		p := os.NewFile(uintptr(dup), f.Name())
+		p, ok := polled(dup, f.Name())
+		if !ok {
+			return f, none
+		}
 		return rawSocket(p), func() { p.Close() }
 	}
 	// The flags are given back through a copy of its own: by then f's
@@ -102,12 +106,32 @@ func pollableSocket(f *os.File, fd int) (io.ReadWriteCloser, func()) {
 		syscall.Close(keep)
 		return f, none
 	}
-	p := os.NewFile(uintptr(dup), f.Name())
-	return rawSocket(p), func() {
-		p.Close()
+	restore := func() {
 		fcntl(keep, syscall.F_SETFL, flags)
 		syscall.Close(keep)
 	}
+	p, ok := polled(dup, f.Name())
+	if !ok {
+		restore()
+		return f, none
+	}
+	return rawSocket(p), func() {
+		p.Close()
+		restore()
+	}
+}
+
+// polled returns the file for fd, or closes fd and reports false if the
+// poller does not wait on it: NewFile polls a descriptor only if it
+// finds it non-blocking, and a client holding the same socket may have
+// made it blocking again in between.
+func polled(fd int, name string) (*os.File, bool) {
+	p := os.NewFile(uintptr(fd), name)
+	if err := p.SetReadDeadline(time.Time{}); err != nil {
+		p.Close()
+		return nil, false
+	}
+	return p, true
 }
 
 func fcntl(fd, cmd, arg int) (int, error) {

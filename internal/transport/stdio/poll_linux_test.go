@@ -279,3 +279,25 @@ func TestPollableSocketMadeBlocking(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPolledRefusesBlocking: a copy of a socket found blocking when the
+// file is made (its client cleared the flag in between) is not polled,
+// so it is closed and not used: its first EAGAIN would fail the read.
+func TestPolledRefusesBlocking(t *testing.T) {
+	mine, _ := blockingSockets(t)
+	rc, err := mine.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dup int
+	rc.Control(func(fd uintptr) { dup, err = fcntl(int(fd), syscall.F_DUPFD_CLOEXEC, 3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := polled(dup, "dup"); ok {
+		t.Fatal("a blocking copy was taken as polled")
+	}
+	if _, err := fcntl(dup, syscall.F_GETFD, 0); err != syscall.EBADF {
+		t.Errorf("the refused copy is still open (F_GETFD: %v)", err)
+	}
+}

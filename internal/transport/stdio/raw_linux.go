@@ -41,10 +41,11 @@ func Raw(f *os.File) io.ReadWriteCloser {
 
 // rawSocket is Raw for a socket another process may hold too: it is
 // read and written with MSG_DONTWAIT, which never blocks, whatever the
-// other process does to its flags.
+// other process does to its flags; or f itself where that cannot be
+// had (linux/386 has no recvfrom of its own).
 func rawSocket(f *os.File) io.ReadWriteCloser {
 	rc, err := f.SyscallConn()
-	if err != nil {
+	if err != nil || !rawSockets {
 		return f
 	}
 	return &rawFile{f: f, rc: rc, socket: true}
@@ -69,7 +70,7 @@ func (r *rawFile) Read(p []byte) (int, error) {
 			var m uintptr
 			var e syscall.Errno
 			if r.socket {
-				m, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, buf, uintptr(len(p)), syscall.MSG_DONTWAIT, 0, 0)
+				m, e = recvNoWait(fd, buf, uintptr(len(p)))
 			} else {
 				m, _, e = syscall.RawSyscall(syscall.SYS_READ, fd, buf, uintptr(len(p)))
 			}
@@ -88,10 +89,11 @@ func (r *rawFile) Read(p []byte) (int, error) {
 		return 0, r.waitError("read", err)
 	case errno != 0:
 		return 0, &os.PathError{Op: "read", Path: r.f.Name(), Err: errno}
-	case n == 0:
-		return 0, io.EOF
 	}
 	raceRead(p[:n])
+	if n == 0 {
+		return 0, io.EOF
+	}
 	return n, nil
 }
 
@@ -105,7 +107,7 @@ func (r *rawFile) Write(p []byte) (int, error) {
 			var m uintptr
 			var e syscall.Errno
 			if r.socket {
-				m, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, fd, buf, size, syscall.MSG_DONTWAIT|syscall.MSG_NOSIGNAL, 0, 0)
+				m, e = sendNoWait(fd, buf, size)
 			} else {
 				m, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, buf, size)
 			}

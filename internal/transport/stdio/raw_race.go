@@ -8,7 +8,9 @@ import (
 )
 
 // ioSync orders a raw write before the raw read that gets its bytes, as
-// syscall.Write and syscall.Read tell the race detector for os.File.
+// syscall.Write and syscall.Read tell the race detector for os.File
+// with a variable of their own: a raw write read through an os.File in
+// the same process (only a test does that) is not ordered.
 var ioSync int64
 
 func raceRead(p []byte) {
