@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	neturl "net/url"
 	"os"
 	"os/user"
@@ -663,11 +664,15 @@ func parseSize(s string) (int, error) {
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a positive size such as 1048576, 512KiB or 16MiB", s)
 	}
-	if n > (1<<31)/mult {
-		return 0, fmt.Errorf("%q is larger than 2GiB", s)
+	if n > maxSize/mult {
+		return 0, fmt.Errorf("%q is over the largest size, %d bytes", s, maxSize)
 	}
 	return n * mult, nil
 }
+
+// maxSize is the largest size parseSize accepts: 2GiB, or the largest int
+// where int has 32 bits.
+const maxSize = min(1<<31, math.MaxInt)
 
 func osUser() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {

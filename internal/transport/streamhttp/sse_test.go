@@ -3,6 +3,7 @@ package streamhttp
 import (
 	"errors"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -85,7 +86,7 @@ func FuzzSSEReader(f *testing.F) {
 }
 
 func TestServerRetryIsBounded(t *testing.T) {
-	for ms, want := range map[int]time.Duration{0: 0, 1500: 1500 * time.Millisecond, 1 << 62: maxServerRetry} {
+	for ms, want := range map[int]time.Duration{0: 0, 1500: 1500 * time.Millisecond, math.MaxInt: maxServerRetry} {
 		if got := serverRetry(ms); got != want {
 			t.Errorf("serverRetry(%d) = %v, want %v", ms, got, want)
 		}
