@@ -45,3 +45,7 @@ func Pipe(ctx context.Context, s *Store, n int, fill func(p redis.Pipeliner, i i
 // FlushAttaches writes the attaches counted and not yet written
 // (recordtest.Flusher).
 func (s *Store) FlushAttaches(ctx context.Context) error { return s.attaches.Flush(ctx) }
+
+// OnlineReplicas counts the online replicas in the text of INFO
+// replication.
+var OnlineReplicas = onlineReplicas

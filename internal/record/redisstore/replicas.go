@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -105,6 +107,39 @@ func checkWait(n int, wait, read time.Duration) error {
 		return fmt.Errorf("a wait for replicas of %v leaves the read timeout of %v less than %v past it: shorten the wait or raise read_timeout", wait, read, margin)
 	}
 	return nil
+}
+
+// checkReplicas warns when the master has fewer than n replicas online:
+// until more link, every write fails after the wait. It warns rather
+// than refuses, since a replica may be on its way back (a restart, a
+// failover), and meanwhile replays and calls passed through still work.
+func (s *Store) checkReplicas(ctx context.Context, n int) {
+	info, err := s.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return // the calls that need the server report it
+	}
+	if online := onlineReplicas(info); online < n {
+		s.log.Warn("fewer replicas online than wait_replicas asks for: until more link, every write fails after wait_timeout",
+			"store", s.name, "wait_replicas", n, "online", online)
+	}
+}
+
+// onlineReplicas counts the replicas that INFO replication, from a
+// master, lists as online: lines such as
+// "slave0:ip=10.0.0.2,port=6379,state=online,offset=42,lag=0".
+func onlineReplicas(info string) int {
+	n := 0
+	for line := range strings.Lines(info) {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		digits := strings.TrimPrefix(name, "slave")
+		if !ok || digits == name || digits == "" || strings.Trim(digits, "0123456789") != "" {
+			continue
+		}
+		if slices.Contains(strings.Split(fields, ","), "state=online") {
+			n++
+		}
+	}
+	return n
 }
 
 // readOnly names the commands the store sends that never write.

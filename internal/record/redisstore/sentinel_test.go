@@ -1,15 +1,18 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +113,50 @@ func TestWaitReplicasRefusesUnconfirmed(t *testing.T) {
 	// Reads wait for nothing.
 	if _, err := s.Get(ctx, r.ID); err != nil {
 		t.Errorf("Get with the replica down: %v", err)
+	}
+}
+
+// TestWaitReplicasWarnsAtOpen: a store that waits for more replicas than
+// its master has online says so when it opens, naming wait_replicas:
+// every write would fail after the wait. With the replica linked it says
+// nothing.
+func TestWaitReplicasWarnsAtOpen(t *testing.T) {
+	master := startServer(t)
+	url := "redis://127.0.0.1:" + master.port + "/0"
+	// opened opens a store and returns what it logged while opening.
+	opened := func() string {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+		openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond, Logger: log})
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
+	if got := opened(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "wait_replicas=1 online=0") {
+		t.Errorf("opening with no replica logged %q; want a warning naming wait_replicas and the replicas online", got)
+	}
+
+	startServer(t, "--replicaof", "127.0.0.1", master.port)
+	waitReplicas(t, master, 1)
+	if got := opened(); got != "" {
+		t.Errorf("opening with the replica linked logged %q; want nothing", got)
+	}
+}
+
+func TestOnlineReplicas(t *testing.T) {
+	for info, want := range map[string]int{
+		"# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n": 0,
+		"role:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\n" +
+			"slave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=0,lag=0\r\n": 1,
+		"slave0:ip=a,port=1,state=online,offset=1,lag=0\nslave12:ip=b,port=2,state=online,offset=1,lag=0\n": 2,
+		// A replica's own INFO has slave_ fields, which are not replicas.
+		"role:slave\r\nslave_repl_offset:42\r\nslave_read_only:1\r\nslave_priority:100\r\n": 0,
+		"slaveX:state=online\r\n": 0,
+	} {
+		if got := redisstore.OnlineReplicas(info); got != want {
+			t.Errorf("OnlineReplicas(%q) = %d, want %d", info, got, want)
+		}
 	}
 }
 
