@@ -1,0 +1,301 @@
+package streamhttp
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+func TestServerBadInput(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{MaxMessage: 1024})
+	sid := start(t, hs.URL, nil)
+	tests := []struct {
+		name   string
+		method string
+		body   string
+		hdr    map[string]string
+		status int
+		code   int // the JSON-RPC error code in the body; 0 for none
+	}{
+		{"content type", "POST", initBody, map[string]string{"Content-Type": "text/plain"}, 415, -32600},
+		{"no accept", "POST", initBody, map[string]string{"Accept": ""}, 406, -32600},
+		{"accept json only", "POST", initBody, map[string]string{"Accept": "application/json"}, 406, -32600},
+		{"too large", "POST", `{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"` + strings.Repeat("a", 2000) + `"}}`, session(sid), 413, -32600},
+		{"not json", "POST", `{"jsonrpc":`, session(sid), 400, -32700},
+		{"not an object", "POST", `42`, session(sid), 400, -32600},
+		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
+		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
+		{"no jsonrpc member", "POST", `{"id":6,"method":"tools/list"}`, session(sid), 400, -32600},
+		{"jsonrpc 1.0", "POST", `{"jsonrpc":"1.0","id":6,"method":"tools/list"}`, session(sid), 400, -32600},
+		{"null id", "POST", `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, session(sid), 400, -32600},
+		{"fractional id", "POST", `{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}`, session(sid), 400, -32600},
+		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, session(sid), 400, -32600},
+		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
+		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
+		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
+		{"put", "PUT", `{}`, session(sid), 405, -32600},
+		{"get without accept", "GET", "", map[string]string{headerSessionID: sid, "Accept": "application/json"}, 406, -32600},
+		{"get without session", "GET", "", nil, 405, -32600},
+		{"get unknown session", "GET", "", session("nope"), 404, -32600},
+		{"resume unknown event", "GET", "", map[string]string{headerSessionID: sid, headerLastEventID: "99-3"}, 400, -32600},
+		{"resume bad event id", "GET", "", map[string]string{headerSessionID: sid, headerLastEventID: "x"}, 400, -32600},
+		{"delete without session", "DELETE", "", nil, 400, -32600},
+		{"delete unknown session", "DELETE", "", session("nope"), 404, -32600},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := do(t, t.Context(), tt.method, hs.URL, tt.body, tt.hdr)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d; body %s", resp.StatusCode, tt.status, b)
+			}
+			m, err := jsonrpc.Decode(b)
+			if err != nil || m.Error == nil {
+				t.Fatalf("body %q is not a JSON-RPC error", b)
+			}
+			if e := jsonrpc.DecodeError(m.Error); e.Code != tt.code || e.Message == "" {
+				t.Fatalf("error %+v, want code %d and a message", e, tt.code)
+			}
+		})
+	}
+}
+
+func TestServerOriginAndHost(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"}})
+	tests := []struct {
+		name   string
+		hdr    map[string]string
+		status int
+	}{
+		{"no origin", nil, 200},
+		{"loopback origin", map[string]string{"Origin": "http://localhost:5173"}, 200},
+		{"allowed origin", map[string]string{"Origin": "https://app.example.com"}, 200},
+		{"foreign origin", map[string]string{"Origin": "https://evil.example"}, 403},
+		{"null origin", map[string]string{"Origin": "null"}, 403},
+		{"foreign host", map[string]string{"Host": "evil.example:80"}, 403},
+		{"rebinding host", map[string]string{"Host": "attacker.localhost.evil.example"}, 403},
+		{"allowed origin's host", map[string]string{"Host": "app.example.com"}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range tt.hdr {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, b)
+			}
+		})
+	}
+}
+
+// TestServerRepeatedHeaders: a header the server reads one value of,
+// given twice, is refused: the server would read the first value, and
+// another hop before or after it may read the last.
+func TestServerRepeatedHeaders(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	for _, tt := range []struct {
+		name   string
+		values []string
+	}{
+		{"Origin", []string{"http://localhost:5173", "https://evil.example"}},
+		{"Mcp-Session-Id", []string{"a", "b"}},
+		{"MCP-Protocol-Version", []string{"2025-11-25", "2025-06-18"}},
+		{"Authorization", []string{"Bearer a", "Bearer b"}},
+		{"Content-Type", []string{"application/json", "text/plain"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Del(tt.name)
+			for _, v := range tt.values {
+				req.Header.Add(tt.name, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("%s given twice: %s %s; want 400", tt.name, resp.Status, b)
+			}
+		})
+	}
+	// Two Hosts: Go's server refuses them before the handler (Go's
+	// client cannot send them, so the request is written by hand).
+	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(initBody), initBody)
+	if status, _ := bufio.NewReader(conn).ReadString('\n'); !strings.Contains(status, " 400 ") {
+		t.Errorf("Host given twice: %q; want 400", status)
+	}
+	// Accept is a list: given twice, its values add up.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(initBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Add("Accept", "application/json")
+	req.Header.Add("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("Accept given twice: %s; want 200", resp.Status)
+	}
+}
+
+func TestServerAuth(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	for _, auth := range []string{"", "Bearer wrong", "Basic dG9rLWE6", "Bearer tok-a-longer"} {
+		resp := do(t, t.Context(), "POST", hs.URL, initBody, map[string]string{"Authorization": auth})
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	sidA := start(t, hs.URL, map[string]string{"Authorization": "Bearer tok-a"})
+	// Bob's token does not open Alice's session.
+	hdr := session(sidA)
+	hdr["Authorization"] = "Bearer tok-b"
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, hdr)
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("another token's session: %s, want 404", resp.Status)
+	}
+	if srv.Sessions() != 1 || p.opened != 1 {
+		t.Fatalf("%d sessions open, %d opened; want 1", srv.Sessions(), p.opened)
+	}
+	srv.mu.Lock()
+	actor := srv.sessions[sidA].Actor()
+	srv.mu.Unlock()
+	if actor != "alice" {
+		t.Fatalf("the session acts for %q, want alice", actor)
+	}
+}
+
+// TestServerAuthEmptyTokens: a Tokens map that is empty but not nil still
+// requires a token, and so accepts none: only nil turns authentication off.
+func TestServerAuthEmptyTokens(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{}})
+	for _, auth := range []string{"", "Bearer ", "Bearer tok-a"} {
+		resp := do(t, t.Context(), "POST", hs.URL, initBody, map[string]string{"Authorization": auth})
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	p.mu.Lock()
+	opened := p.opened
+	p.mu.Unlock()
+	if srv.Sessions() != 0 || opened != 0 {
+		t.Fatalf("%d sessions open, %d opened; want none", srv.Sessions(), opened)
+	}
+}
+
+// TestServerRefusalsCarryTheID: a request refused for what it holds is
+// refused under its id when that id is valid, and under null when the id
+// is the fault.
+func TestServerRefusalsCarryTheID(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	for body, want := range map[string]string{
+		`{"jsonrpc":"1.0","id":100,"method":"tools/list"}`:  `"id":100,"error"`,
+		`{"jsonrpc":"2.0","id":true,"method":"tools/list"}`: `"id":null,"error"`,
+	} {
+		resp := do(t, t.Context(), "POST", hs.URL, body, session(sid))
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(got), want) {
+			t.Errorf("%s: %s %s; want 400 with %s", body, resp.Status, got, want)
+		}
+	}
+}
+
+// TestServerStatelessHeaders: a stateless request whose headers disagree
+// with its body is refused before it reaches the proxy.
+func TestServerStatelessHeaders(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	call := func(name string) string {
+		return `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + name + `","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	}
+	v := "2026-07-28"
+	for _, tt := range []struct {
+		name   string
+		body   string
+		hdr    map[string]string
+		status int
+	}{
+		{"matching", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "charge"}, 200},
+		{"encoded name", call("café"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "=?base64?Y2Fmw6k=?="}, 200},
+		{"no method header", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpName: "charge"}, 400},
+		{"other method", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/list", headerMcpName: "charge"}, 400},
+		{"no name header", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call"}, 400},
+		{"other name", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "refund"}, 400},
+		{"bad base64", call("charge"), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "=?base64?!!?="}, 400},
+		{"other version", strings.Replace(call("charge"), "2026-07-28", "2026-08-01", 1), map[string]string{headerProtocolVersion: v, headerMcpMethod: "tools/call", headerMcpName: "charge"}, 400},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := p.seen(`"tools/call"`)
+			resp := do(t, t.Context(), "POST", hs.URL, tt.body, tt.hdr)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("%s, want %d: %s", resp.Status, tt.status, b)
+			}
+			if tt.status == 200 {
+				return
+			}
+			if m, err := jsonrpc.Decode(b); err != nil || string(m.ID) != "3" || jsonrpc.DecodeError(m.Error).Code != codeHeaderMismatch {
+				t.Fatalf("refused with %s; want a -32020 error for request 3", b)
+			}
+			if p.seen(`"tools/call"`) != before {
+				t.Fatal("a refused request reached the proxy")
+			}
+		})
+	}
+}
+
+// TestServerBodyTimeout: a client that sends part of a body and stops is
+// cut off after BodyTimeout, not left holding the connection.
+func TestServerBodyTimeout(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{BodyTimeout: 200 * time.Millisecond})
+	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	status, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer 5s after the body stopped coming: %v", err)
+	}
+	if !strings.Contains(status, "400 Bad Request") {
+		t.Errorf("the server answered %q; want 400", status)
+	}
+}

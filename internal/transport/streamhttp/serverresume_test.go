@@ -1,0 +1,200 @@
+package streamhttp
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// TestServerResume: the client loses the stream of a call under way and
+// comes back with Last-Event-ID; it gets the answer, which the proxy
+// produced once.
+func TestServerResume(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+	r := newSSEReader(resp.Body, 1<<20)
+	priming, err := r.next()
+	if err != nil || len(priming.Data) != 0 || priming.ID == "" {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event with an id and no data", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	close(p.gate) // the answer comes while nobody listens
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
+	}
+	if n := p.seen(`"slow"`); n != 1 {
+		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+}
+
+// TestServerResumePastTheEnd: a Last-Event-ID the server never sent, past
+// the end of its stream, is refused as an unknown or evicted one is,
+// rather than resuming the stream after events that do not exist yet and
+// skipping them when they come; the stream can still be resumed from an
+// event it did send.
+func TestServerResumePastTheEnd(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"slow"}`, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next()
+	num, seq, ok := parseEventID(priming.ID)
+	if err != nil || !ok || seq != 0 {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event with the stream's first id", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	for _, last := range []string{eventID(num, 1), eventID(num, 1000)} {
+		hdr := session(sid)
+		hdr[headerLastEventID] = last
+		resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
+		if resp.StatusCode != 400 {
+			// An SSE stream: its body would not end.
+			resp.Body.Close()
+			t.Fatalf("resuming after %s, which was never sent: %s; want 400", last, resp.Status)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m, err := jsonrpc.Decode(b)
+		if err != nil || m.Error == nil {
+			t.Fatalf("resuming after %s: body %q is not a JSON-RPC error", last, b)
+		}
+		if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "is not held") {
+			t.Fatalf("resuming after %s: error %+v; want %d saying the event is not held", last, e, jsonrpc.CodeInvalidRequest)
+		}
+	}
+
+	close(p.gate)
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); resp.StatusCode != 200 || len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("resuming after %s: %s with %v; want the answer to 7", priming.ID, resp.Status, msgs)
+	}
+}
+
+// TestServerResumeWhileStopping: while serve stops (Close), a session
+// winds down with its calls under way, and a client whose stream broke can
+// still resume it and get its answer, rather than 404.
+func TestServerResumeWhileStopping(t *testing.T) {
+	srv, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"drain"}`, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next()
+	if err != nil || priming.ID == "" {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event", priming, err)
+	}
+	cut() // the connection breaks
+	resp.Body.Close()
+
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }() // serve stops; the call is answered in the wind-down
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		ss := srv.sessions[sid]
+		return ss == nil || ss.closed()
+	})
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("resuming while serve stops: %s; want 200", resp.Status)
+	}
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
+		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
+	}
+	<-closed
+}
+
+// TestServerResend: a client that lost the stream and sends the same
+// request again gets the one answer; the request is not passed on twice.
+func TestServerResend(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	body := `{"jsonrpc":"2.0","id":8,"method":"slow"}`
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", hs.URL, body, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next() // the request is in
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut()
+	resp.Body.Close()
+
+	resp = do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":8,"method":"other"}`, session(sid))
+	refusal, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(refusal), `"id":null,"error"`) {
+		t.Fatalf("another request under a pending id: %s %s, want 400 under a null id (not 8: it would answer the request that holds it)", resp.Status, refusal)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, body, session(sid))
+	defer resp.Body.Close()
+	close(p.gate)
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":8`) {
+		t.Fatalf("the second POST got %v; want the answer to 8", msgs)
+	}
+	if n := p.seen(`"slow"`); n != 1 {
+		t.Fatalf("the proxy read the request %d times; want 1", n)
+	}
+	// The first stream got the answer too, for a client that resumes it.
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resp = do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":8`) {
+		t.Fatalf("the first stream, resumed, held %v; want the answer to 8", msgs)
+	}
+}
+
+// TestServerEventBufferBound: a session holds its last EventBuffer events;
+// a stream whose events were dropped cannot be resumed, and says so.
+func TestServerEventBufferBound(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{EventBuffer: 2})
+	sid := start(t, hs.URL, nil)
+	primings := make([]string, 2)
+	for i := range primings {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1`+strconv.Itoa(i)+`,"method":"x"}`, session(sid))
+		ev, err := newSSEReader(resp.Body, 1<<20).next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		primings[i] = ev.ID
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i, want := range []int{400, 200} {
+		hdr := session(sid)
+		hdr[headerLastEventID] = primings[i]
+		resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
+		var msgs []testEvent
+		if resp.StatusCode == 200 {
+			msgs = readEvents(t, resp.Body)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("resuming stream %d: %s, want %d", i, resp.Status, want)
+		}
+		if want == 200 && (len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":11`)) {
+			t.Fatalf("the resumed stream held %v; want the answer to 11", msgs)
+		}
+	}
+}
