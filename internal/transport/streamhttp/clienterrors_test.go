@@ -1,0 +1,166 @@
+package streamhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// TestHTTPErrors checks that a POST refused with an HTTP error is answered
+// with a JSON-RPC error under the request's id, carrying the status and
+// Retry-After.
+func TestHTTPErrors(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		switch {
+		case strings.Contains(body, `"unavailable"`):
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case strings.Contains(body, `"gone"`):
+			http.Error(w, "no such session", http.StatusNotFound)
+		case strings.Contains(body, `"accepted"`):
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			return false
+		}
+		return true
+	}
+	rec.mu.Unlock()
+
+	for _, tc := range []struct {
+		name, id, tool string
+		want           jsonrpc.NoAnswer
+	}{
+		{"503", `"a"`, "unavailable", jsonrpc.NoAnswer{Status: 503, RetryAfter: "2", Reason: "upstream answered HTTP 503"}},
+		// Accepted, and never answered: it may run, so the outcome is
+		// unknown, never failed.
+		{"202", `"b"`, "accepted", jsonrpc.NoAnswer{Status: 202, Reason: "upstream accepted the request without answering it (HTTP 202)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(t, c, `{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
+			na := readNoAnswer(t, c)
+			want := tc.want
+			want.ID = json.RawMessage(tc.id)
+			if string(na.ID) != string(want.ID) || na.NotSent || na.Status != want.Status || na.RetryAfter != want.RetryAfter || na.Reason != want.Reason {
+				t.Errorf("got %+v, want %+v", *na, want)
+			}
+		})
+	}
+
+	// A notification refused gets no answer: there is no one to answer.
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	write(t, c, `{"jsonrpc":"2.0","id":99,"method":"ping"}`)
+	if na := readNoAnswer(t, c); string(na.ID) != "99" {
+		t.Errorf("got %+v, want the ping's account, the notification's none", *na)
+	}
+}
+
+// TestAnswersOnTheirOwnPOST: a POST's answer stream answers that POST's
+// requests only: an answer on it under another request's id, which would
+// be taken for that request's, is dropped, as is a message that is
+// neither a request nor an answer; the POST whose answer did not come is
+// answered as unanswered.
+func TestAnswersOnTheirOwnPOST(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		if !strings.Contains(body, `"steal"`) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `[{"foo":1},{"jsonrpc":"2.0","id":"other","result":{"content":[{"type":"text","text":"stolen"}]}}]`)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","id":"steal-1","method":"tools/call","params":{"name":"steal"}}`)
+	if na := readNoAnswer(t, c); string(na.ID) != `"steal-1"` || na.NotSent || !strings.Contains(na.Reason, "ended without an answer") {
+		t.Fatalf("got %+v; want the request answered as unanswered, nothing else", *na)
+	}
+	write(t, c, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if m := read(t, c); string(m.ID) != "7" {
+		t.Fatalf("got %s; want the ping's answer next, the stolen answer and the junk dropped", m.Raw)
+	}
+}
+
+// TestSessionExpired: a 404 to a request carrying the session id answers
+// that request, and then ReadFrame reports that the session is gone, so
+// that the proxy starts a new one.
+func TestSessionExpired(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		if !strings.Contains(body, `"gone"`) {
+			return false // the handshake's last notification may still be on its way
+		}
+		http.Error(w, "no such session", http.StatusNotFound)
+		return true
+	}
+	rec.mu.Unlock()
+	write(t, c, `{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"gone"}}`)
+	if na := readNoAnswer(t, c); string(na.ID) != "17" || na.Reason != "upstream session expired (HTTP 404)" || na.Status != 404 {
+		t.Fatalf("got %+v; want the session-expired account under id 17", *na)
+	}
+	if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+		t.Fatalf("ReadFrame after the 404 = %v; want ErrSessionExpired", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	// A user and a query, either of which may be a credential, are never
+	// shown: not in the error the client gets, nor in the log.
+	url := strings.Replace(ts.URL, "//", "//token:pass@", 1) + "/mcp?key=querysecret"
+	ts.Close()
+	var log strings.Builder
+	c, err := Dial(context.Background(), url, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	write(t, c, initialize)
+	e := readNoAnswer(t, c)
+	if string(e.ID) != "1" || !e.NotSent {
+		t.Fatalf("got %+v, want id 1, not sent (the dial failed)", *e)
+	}
+	if !strings.HasPrefix(e.Reason, "upstream unreachable") || !strings.Contains(e.Reason, "http://***@127.0.0.1") || !strings.Contains(e.Reason, "/mcp?***") {
+		t.Errorf("message = %q; want it to name the upstream without its user or query", e.Reason)
+	}
+	for _, secret := range []string{"token", "pass", "querysecret"} {
+		if strings.Contains(e.Reason, secret) || strings.Contains(log.String(), secret) {
+			t.Errorf("%q shown: message %q, log %q", secret, e.Reason, log.String())
+		}
+	}
+}
+
+func TestDialRejectsBadURL(t *testing.T) {
+	for _, u := range []string{"", "ftp://host/mcp", "http://", "://x", "http://user:secret@h:x/mcp", "ftp://user:secret@h/?secret"} {
+		_, err := Dial(context.Background(), u, Options{})
+		switch {
+		case err == nil:
+			t.Errorf("Dial(%q) succeeded", u)
+		case strings.Contains(err.Error(), "secret"):
+			t.Errorf("Dial(%q) = %v, which shows the credential", u, err)
+		}
+	}
+}
