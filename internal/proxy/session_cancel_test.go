@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+func TestCancellingAnInterceptedCallStaysInTheProxy(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
+	// The cancel is not forwarded: the next frame upstream is the notification after it.
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, "roots/list_changed") {
+		t.Fatalf("upstream got %s after the cancel; an intercepted call's cancel must stay in the proxy", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[{"type":"text","text":"done"}]}}`)
+	// The cancelled caller gets nothing; its retry gets the stored answer.
+	r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	got := r.client.next(t, "client")
+	if !strings.Contains(got, `"id":8`) || !strings.Contains(got, `"mcp-idempotent/replayed":true`) || !strings.Contains(got, "done") {
+		t.Fatalf("retry after cancel got %s; want the stored answer replayed under id 8", got)
+	}
+}
+
+// TestUnrecordedCancelReachesTheUpstream: a caller that cancels a call the
+// proxy sends unrecorded (a read-only tool with a retry rule) takes it back
+// from the upstream, under the id the proxy sent it with, as a call passed
+// through would; it gets no answer, and one the upstream sends anyway is
+// dropped.
+func TestUnrecordedCancelReachesTheUpstream(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
+		p := policy.FromAnnotations(ann)
+		p.Retry = &policy.RetryRule{MaxAttempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
+		return p
+	}
+	var log syncBuffer
+	r := newRigOptions(t, 0, Options{Interceptor: in, Resolve: resolve, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[`+
+		`{"name":"search","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	r.client.next(t, "client")
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:1"`) {
+		t.Fatalf("the call reached the upstream as %s; want it under the proxy's id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	want := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"mcp-idempotent:1","reason":"the caller cancelled the request"}}`
+	if got := r.upstream.next(t, "upstream"); got != want {
+		t.Fatalf("after the client's cancellation the upstream got %s; want %s", got, want)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"content":[]}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want the ping, and no second attempt of the cancelled call", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":3,"result":{}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":3,"result":{}}` {
+		t.Fatalf("the client got %s; want only the ping's answer, nothing for the call it cancelled", got)
+	}
+	// The upstream may answer a request it was told of the cancellation
+	// of: that is no fault of its.
+	if strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("the log warns:\n%s\nwant the late answer dropped quietly", log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// replyLostStore makes its first reservation, then, as a database client
+// whose context is cancelled while it waits for the server's reply does,
+// returns the context's error instead of the record.
+type replyLostStore struct {
+	record.Store
+	first    atomic.Bool
+	reserved chan struct{}
+}
+
+func (s *replyLostStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	rec, won, err := s.Store.Reserve(ctx, r, opts)
+	if err == nil && s.first.CompareAndSwap(false, true) {
+		close(s.reserved)
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return rec, won, err
+}
+
+// TestCancelDuringReserve: a caller that cancels while its reservation is
+// being made does not leave a reservation that nothing sends: the call is
+// seen through, and the same call sent again gets its answer.
+func TestCancelDuringReserve(t *testing.T) {
+	store := &replyLostStore{Store: memstore.New(memstore.Options{}), reserved: make(chan struct{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+	r := newRigWith(t, 0, in)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	<-store.reserved
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,"result"`) || !strings.Contains(got, "charged") {
+		t.Fatalf("the call sent again got %s; want the answer", got)
+	}
+}
