@@ -1,0 +1,261 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+)
+
+// evalHook signals each script that a client ran.
+type evalHook struct{ ran chan struct{} }
+
+func (h evalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h evalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.saw(cmd)
+		return err
+	}
+}
+
+func (h evalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.saw(cmd)
+		}
+		return err
+	}
+}
+
+func (h evalHook) saw(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
+		select {
+		case h.ran <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// TestReservedIsFoundByIDFromAnotherProcess: a record is found by its id
+// from any process from its reservation on, before its first update.
+func TestReservedIsFoundByIDFromAnotherProcess(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	a, b := open(t, url, prefix, nil), open(t, url, prefix, nil)
+	r, won, err := a.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{})
+	if err != nil || !won {
+		t.Fatalf("Reserve = %v, won %v", err, won)
+	}
+	if got, err := b.Get(t.Context(), r.ID); err != nil || got.State != record.Accepted {
+		t.Fatalf("another process's Get of a reserved record: %+v, %v; want it, accepted", got, err)
+	}
+}
+
+// A waiter in one process is woken by a settle in another through pub/sub:
+// its fallback poll is set too slow to find it in time.
+func TestWaitWokenByAnotherProcess(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	waiter, runner := open(t, url, prefix, nil), open(t, url, prefix, nil)
+	redisstore.SetPoll(waiter, time.Hour, time.Hour)
+	hook := evalHook{ran: make(chan struct{}, 1)}
+	redisstore.Client(waiter).AddHook(hook)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-redisstore.Subscribed(waiter):
+	case <-ctx.Done():
+		t.Fatal("the store never subscribed")
+	}
+
+	r, _, err := runner.Reserve(ctx, newRecord("k"), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runner.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *record.Record, 1)
+	go func() {
+		// The waiter never saw the record: it finds it by id.
+		got, err := waiter.Wait(ctx, r.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	select {
+	case <-hook.ran: // the waiter has seen the record in flight
+	case <-ctx.Done():
+		t.Fatal("the waiter never checked the record")
+	}
+	if _, err := runner.Update(ctx, r.ID, record.Change{To: record.Completed, Result: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got == nil || got.State != record.Completed || string(got.Result) != `{"n":1}` {
+			t.Fatalf("the waiter got %+v; want the completed record", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the other store's settle")
+	}
+	if got, err := waiter.Get(ctx, r.ID); err != nil || got.State != record.Completed {
+		t.Fatalf("Get from the other store = %+v, %v", got, err)
+	}
+}
+
+func TestSecret(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	const n = 8
+	secrets := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := open(t, url, prefix, nil) // a process each
+		wg.Go(func() {
+			b, err := s.Secret(t.Context())
+			if err != nil {
+				t.Error(err)
+			}
+			secrets[i] = b
+		})
+	}
+	wg.Wait()
+	for i, b := range secrets {
+		if len(b) != 32 || !bytes.Equal(b, secrets[0]) {
+			t.Fatalf("store %d has secret %x, store 0 %x; want the same 32 bytes", i, b, secrets[0])
+		}
+	}
+	other := open(t, url, newPrefix(t, url), nil)
+	if b, err := other.Secret(t.Context()); err != nil || bytes.Equal(b, secrets[0]) {
+		t.Errorf("another prefix's secret = %x, %v; want its own", b, err)
+	}
+}
+
+const (
+	helperEnv   = "MCPI_REDIS_HELPER_PREFIX"
+	helperCalls = 50
+)
+
+// Four processes, each reserving one key 50 times at once against one
+// store: exactly one reservation wins.
+func TestMultiProcessReserve(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	const procs = 4
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	type child struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		out    *bufio.Scanner
+		stderr bytes.Buffer
+	}
+	children := make([]*child, procs)
+	for i := range children {
+		c := &child{cmd: exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")}
+		c.cmd.Env = append(os.Environ(), helperEnv+"="+prefix, "MCPI_REDIS_URL="+url)
+		c.cmd.Stderr = &c.stderr
+		var err error
+		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := c.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.out = bufio.NewScanner(stdout)
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children[i] = c
+	}
+	// Start them together, once all are connected.
+	line := func(c *child, prefix string) string {
+		for c.out.Scan() {
+			if v, ok := strings.CutPrefix(c.out.Text(), prefix); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for i, c := range children {
+		if line(c, "ready") == "" && c.out.Err() != nil {
+			t.Fatalf("process %d: %v", i, c.out.Err())
+		}
+	}
+	for _, c := range children {
+		_, _ = io.WriteString(c.stdin, "go\n")
+		_ = c.stdin.Close()
+	}
+	wins := 0
+	for i, c := range children {
+		v := line(c, "wins=")
+		for c.out.Scan() { // drain, so Wait can return
+		}
+		err := c.cmd.Wait()
+		n, perr := strconv.Atoi(v)
+		if err != nil || perr != nil {
+			t.Fatalf("process %d: %v (wins=%q)\n%s", i, err, v, c.stderr.String())
+		}
+		wins += n
+	}
+	if wins != 1 {
+		t.Fatalf("%d of %d reservations across %d processes won; want exactly 1", wins, procs*helperCalls, procs)
+	}
+}
+
+// TestHelperProcess is one process of TestMultiProcessReserve.
+func TestHelperProcess(t *testing.T) {
+	prefix := os.Getenv(helperEnv)
+	if prefix == "" {
+		t.Skip("a helper process of TestMultiProcessReserve")
+	}
+	url := serverURL(t)
+	s, err := redisstore.Open(t.Context(), url, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Get(t.Context(), "exe_none"); err == nil { // connected
+		t.Fatal("Get of a missing record succeeded")
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range helperCalls {
+		wg.Go(func() {
+			_, won, err := s.Reserve(t.Context(), newRecord("contested"), record.ReserveOptions{})
+			if err != nil {
+				t.Error(err)
+			}
+			if won {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("wins=%d\n", wins.Load())
+}
