@@ -1,0 +1,216 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+func TestCancelledCallerDetachesAndTheAnswerWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan *answers)
+		go func() { done <- h.call(ctx, t, chargeCall) }()
+		synctest.Wait()
+		if r := h.onlyRecord(t); r.State != record.Dispatched {
+			t.Fatalf("state %s; want dispatched", r.State)
+		}
+		cancel()
+		a := <-done
+		close(release) // the execution goes on without its caller
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if a.count() != 0 {
+			t.Fatalf("a caller that cancelled got %d answers; want none", a.count())
+		}
+		if r := h.onlyRecord(t); r.State != record.Completed {
+			t.Fatalf("state %s after the cancelled caller's execution finished; want completed (not delivered)", r.State)
+		}
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("retry after a cancel got %+v; want the stored answer", v)
+		}
+		if r := h.onlyRecord(t); r.State != record.Delivered {
+			t.Fatalf("state %s after the replay was written; want delivered", r.State)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times; want 1", n)
+		}
+	})
+}
+
+func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		ctx, cancel := context.WithCancel(t.Context())
+		first := make(chan *answers)
+		go func() { first <- h.call(ctx, t, chargeCall) }()
+		second := make(chan *answers)
+		go func() { second <- h.call(t.Context(), t, chargeCall) }()
+		synctest.Wait()
+		cancel()
+		cancelled := <-first
+		close(release)
+		if v := view(t, (<-second).only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the remaining caller got %+v", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times; want 1", n)
+		}
+		if cancelled.count() != 0 {
+			t.Fatalf("the caller that cancelled got %d answers; want none", cancelled.count())
+		}
+	})
+}
+
+func TestAttachWindowAnswersStillInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.AttachWindow = 5 * time.Second
+		first := h.call(t.Context(), t, chargeCall) // dispatched; the upstream holds it
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "Still in progress:") ||
+			!strings.Contains(v.Content[0].Text, "Do not retry") || v.Meta.Outcome != "in_progress" {
+			t.Fatalf("after the attach window: %+v; want a still-in-progress result", v)
+		}
+		if first.count() != 0 {
+			t.Fatal("the originator was answered before the upstream answered")
+		}
+		close(release)
+		if v := view(t, first.only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the originator got %+v once the upstream answered", v)
+		}
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
+			t.Fatalf("after the execution finished: %+v; want its answer replayed", v)
+		}
+	})
+}
+
+// TestDeliveredWhenWritten: over a transport that learns of the delivery
+// later, the execution is completed when the answer is handed over, and
+// delivered only once the transport says the caller got it; so with
+// replay: undelivered, a call after an answer that never reached its
+// caller is answered from the record, not run again.
+func TestDeliveredWhenWritten(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Replay = policy.ReplayUndelivered
+	call := func() (*laterAnswers, func(error)) {
+		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
+		a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
+			UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+		a.only(t)
+		return a, <-a.written
+	}
+	_, written := call() // the transport never writes it: the caller dropped
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.onlyRecord(t); r.State != record.Completed {
+		t.Fatalf("record %s before the answer was written; want completed", r.State)
+	}
+	_, written = call()
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; an answer never written is replayed, not run again", n)
+	}
+	written(nil) // this one reached its caller
+	if r := h.onlyRecord(t); r.State != record.Delivered {
+		t.Fatalf("record %s once the answer was written; want delivered", r.State)
+	}
+}
+
+// TestSessionEndedBeforeTheReservation: a call whose session ended before
+// it was reserved did not leave, as a cancelled caller does: it is told,
+// and nothing runs or is recorded.
+func TestSessionEndedBeforeTheReservation(t *testing.T) {
+	h := newHarness(charged)
+	ended := newEndable(t.Context())
+	ended.end(ErrSessionEnded)
+	ans := h.call(ended, t, chargeCall).only(t)
+	if ans.Error == nil || !strings.Contains(string(ans.Error), "session ended before charge_card was executed; it did not run") {
+		t.Fatalf("got %+v; want an error saying the call did not run", ans)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("the upstream ran %d calls; want none", n)
+	}
+	if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" || v.Meta.Replayed {
+		t.Fatalf("calling again got %+v; want a new execution", v)
+	}
+}
+
+// waitsForEver is a memory store whose Wait never sees the execution
+// settle, as a waiter on a shared store may not before its session ends.
+type waitsForEver struct{ *memstore.Store }
+
+func (waitsForEver) Wait(ctx context.Context, _ string) (*record.Record, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSessionEndAnswersFromTheRecord: a caller attached to an execution
+// that settled as unknown before the caller's session ended is told the
+// outcome is unknown, not that the execution is still in progress.
+func TestSessionEndAnswersFromTheRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return nil, errors.New("the upstream exited before answering")
+		})
+		h.in = New(Options{Store: waitsForEver{h.store}, Hasher: fingerprint.NewRandom()})
+		first := h.call(t.Context(), t, chargeCall)
+		ctx := newEndable(t.Context())
+		attached := h.call(ctx, t, chargeCall)
+		synctest.Wait()
+		close(release)
+		if v := view(t, first.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("the first caller got %+v; want outcome unknown", v)
+		}
+		ctx.end(ErrSessionEnded)
+		if v := view(t, attached.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("the attached caller got %+v at the session's end; want outcome unknown, as the record says", v)
+		}
+	})
+}
+
+// TestSessionEndAnswersAStatusCheck: a call whose status check (on_unknown
+// recover) is cut off by the end of its session is still answered: the
+// outcome stays unknown.
+func TestSessionEndAnswersAStatusCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		status := make(chan struct{})
+		h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n == 1 {
+				return nil, errors.New("the upstream exited before answering")
+			}
+			<-status // the status check: cut off by the session's end
+			return nil, errors.New("the session ended before the upstream answered")
+		})
+		h.pol.OnUnknown = policy.Recover
+		h.pol.Recover = &policy.RecoverRule{Tool: "get_status"}
+		h.call(t.Context(), t, chargeCall).only(t)
+		ctx := newEndable(t.Context())
+		a := h.call(ctx, t, chargeCall)
+		synctest.Wait() // the status check is under way
+		ctx.end(ErrSessionEnded)
+		close(status)
+		if v := view(t, a.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
+			t.Fatalf("got %+v; want outcome unknown", v)
+		}
+		if n := h.up.calls.Load(); n != 2 {
+			t.Fatalf("upstream reached %d times; want the call and its status check", n)
+		}
+	})
+}
