@@ -1,0 +1,213 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+func TestResultKeptByteForByte(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := json.RawMessage("{\"z\": 1,  \"a\" : [1.0, 1e2],\n\"u\":\"\\u00e9\"}")
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: result}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Result, result) || got.Error != nil {
+		t.Fatalf("stored result %q, error %q; want %q and none", got.Result, got.Error, result)
+	}
+}
+
+// A note may hold any text, NUL included, which jsonb would refuse.
+func TestNoteWithNUL(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := context.Background()
+	r, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Update(ctx, r.ID, record.Change{To: record.Failed, Note: "upstream said \x00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if note := got.History[1].Note; note != "upstream said \uFFFD" {
+		t.Fatalf("note = %q", note)
+	}
+}
+
+func TestExpiredRecordsArePurged(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	var inFlight string
+	for i := range 100 {
+		r, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", i), clock.Now()), record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			inFlight = r.ID // never settled: never purged
+			continue
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: record.Failed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour - time.Second)
+	if n, err := s.Purge(ctx, 1000); err != nil || n != 0 {
+		t.Fatalf("Purge before the retention ran out = %d, %v; want 0", n, err)
+	}
+	clock.Advance(time.Second)
+	for _, want := range []int{60, 39, 0} {
+		if n, err := s.Purge(ctx, 60); err != nil || n != want {
+			t.Fatalf("Purge(60) = %d, %v; want %d", n, err, want)
+		}
+	}
+	if _, err := s.Get(ctx, inFlight); err != nil {
+		t.Errorf("the record in flight was purged: %v", err)
+	}
+}
+
+// Reserve purges on its own, a bounded batch every so often.
+func TestReservePurges(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	first, _, err := s.Reserve(ctx, newRecord("first", clock.Now()), record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, first.ID, record.Change{To: record.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	for i := range purgeEvery {
+		if _, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", i), clock.Now()), record.ReserveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(ctx, first.ID); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("an expired record is still there after %d reservations: %v", purgeEvery, err)
+	}
+}
+
+// Reserve's purge looks for orphans at most every orphanScanEvery, and
+// settles those it finds then.
+func TestReservePacesTheOrphanScan(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	orphan := newRecord("orphan", clock.Now())
+	orphan.Owner, orphan.LeaseUntil = "gone", clock.Now().Add(time.Second)
+	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	reserve := func(n int) {
+		t.Helper()
+		for range n {
+			if _, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", s.reserves.Load()), clock.Now()), record.ReserveOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reserve(4 * purgeEvery)
+	if n := s.scans.Load(); n != 1 {
+		t.Fatalf("%d reservations in one instant looked for orphans %d times; want once", 4*purgeEvery+1, n)
+	}
+	clock.Advance(max(orphanScanEvery, 2*time.Second)) // and past the orphan's lease
+	reserve(purgeEvery)
+	if n := s.scans.Load(); n != 2 {
+		t.Fatalf("looked for orphans %d times; want twice, once %v passed", n, max(orphanScanEvery, 2*time.Second))
+	}
+	if got, err := s.Get(ctx, orphan.ID); err != nil || got.State != record.Unknown {
+		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
+	}
+}
+
+// Of concurrent reservations over a replaceable holder, exactly one wins.
+func TestConcurrentReplace(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	ctx := context.Background()
+	for _, settle := range []record.State{record.Delivered, record.Failed} {
+		r, _, err := s.Reserve(ctx, newRecord("k", clock.Now()), record.ReserveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settle == record.Delivered {
+			for _, to := range []record.State{record.Dispatched, record.Completed} {
+				if _, err := s.Update(ctx, r.ID, record.Change{To: to}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: settle}); err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				_, won, err := s.Reserve(ctx, newRecord("k", clock.Now()), record.ReserveOptions{Replace: []record.State{record.Delivered}})
+				if err != nil {
+					t.Error(err)
+				}
+				if won {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("%d of 100 reservations over a %s holder won; want 1", n, settle)
+		}
+	}
+}
+
+// TestReplaysWriteNothing: a replay only reads, so its commit waits for
+// no WAL flush: every write of a row makes a new version of it, with a
+// new xmin, and five replays make none.
+func TestReplaysWriteNothing(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	r, err := recordtest.Execute(ctx, s, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xmin := func() (x string) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, s.sql(`SELECT xmin::text FROM {schema}.records WHERE id = $1`), r.ID).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmin()
+	for range 5 {
+		if _, won, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err != nil || won {
+			t.Fatalf("replay: won=%v err=%v", won, err)
+		}
+	}
+	if after := xmin(); after != before {
+		t.Errorf("five replays rewrote the record (xmin %s, then %s); want it only read", before, after)
+	}
+}
