@@ -30,43 +30,16 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		in.continueApproval(ctx, req, id, carried)
 		return
 	}
-	args, err := shapeArguments(call.Arguments, pol, req.SchemaDefaults)
-	if err != nil {
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
-		return
-	}
-	actor, scope := matchScope(req)
-	fp, err := in.hasher.Sum(fingerprint.Action{
-		Actor:     actor,
-		Scope:     scope,
-		Upstream:  req.UpstreamID,
-		Tool:      call.Name,
-		Arguments: args,
-		Extra:     extra(call),
-	})
-	if errors.Is(err, fingerprint.ErrNoSecret) {
-		// The durable store that keeps the secret could not be reached
-		// yet: fail closed, as without a reservation.
-		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)
-		in.decided(req, call.Name, "store_unavailable")
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the record store is unavailable, so %s was not executed: the fingerprint secret it keeps could not be read yet", call.Name))
-		return
-	}
-	key := fp
-	if err == nil && call.Key != "" {
-		key, err = in.clientKey(req)
-	}
-	if err != nil {
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+	a, ok := in.identify(req)
+	if !ok {
 		return
 	}
 	fresh := &record.Record{
 		ID:          record.NewID(arrived),
-		Key:         key,
-		Fingerprint: fp,
+		Key:         a.key,
+		Fingerprint: a.fp,
 		Actor:       req.Actor,
-		Scope:       scope,
+		Scope:       a.scope,
 		Upstream:    in.upstreamShown(req),
 		Tool:        call.Name,
 		Retention:   pol.Retention,
@@ -110,7 +83,53 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			in.journalizeTakeover(req, rec)
 		}
 	}
-	in.resolve(ctx, req, rec, won, fp, args)
+	in.resolve(ctx, req, rec, won, a.fp, a.args)
+}
+
+// An action is what identify makes of a call.
+type action struct {
+	args  json.RawMessage // the arguments as fingerprinted (shapeArguments)
+	scope string          // the scope the call is matched in
+	fp    string          // the intent fingerprint
+	key   string          // what the call is matched on: fp, or the client's key
+}
+
+// identify makes req's action. When it cannot, it answers the call
+// itself and reports false.
+func (in *Interceptor) identify(req *Request) (action, bool) {
+	call := req.Call
+	args, err := shapeArguments(call.Arguments, req.Policy, req.SchemaDefaults)
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return action{}, false
+	}
+	actor, scope := matchScope(req)
+	fp, err := in.hasher.Sum(fingerprint.Action{
+		Actor:     actor,
+		Scope:     scope,
+		Upstream:  req.UpstreamID,
+		Tool:      call.Name,
+		Arguments: args,
+		Extra:     extra(call),
+	})
+	if errors.Is(err, fingerprint.ErrNoSecret) {
+		// The durable store that keeps the secret could not be reached
+		// yet: fail closed, as without a reservation.
+		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)
+		in.decided(req, call.Name, "store_unavailable")
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: the record store is unavailable, so %s was not executed: the fingerprint secret it keeps could not be read yet", call.Name))
+		return action{}, false
+	}
+	key := fp
+	if err == nil && call.Key != "" {
+		key, err = in.clientKey(req)
+	}
+	if err != nil {
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		return action{}, false
+	}
+	return action{args: args, scope: scope, fp: fp, key: key}, true
 }
 
 // storeRefused answers a call whose reservation, of execution id, the
