@@ -53,11 +53,7 @@ var releaseSQL = params(`UPDATE {schema}.records SET holds_key = false
 func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
 	op := "reserving " + r.ID
 	if s.reserves.Add(1)%purgeEvery == 1 {
-		if n, err := s.purge(ctx, purgeBatch, s.orphanScanDue()); err != nil {
-			s.log.Warn("purging expired executions", "store", s.name, "err", err)
-		} else if n > 0 {
-			s.log.Debug("purged expired executions", "store", s.name, "count", n)
-		}
+		s.purgeNow(ctx)
 	}
 	replace := make([]string, len(opts.Replace))
 	for i, st := range opts.Replace {
@@ -67,27 +63,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		rec *record.Record
 		won bool
 	)
-	insert := &stmt{
-		sql: s.q.reserve,
-		args: func(now time.Time) ([]any, error) {
-			// The record as inserted: accepted, or, asked to,
-			// dispatched too in the same statement, one WAL sync for
-			// both.
-			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
-			if opts.Dispatch {
-				fresh.Apply(record.Change{To: record.Dispatched}, now)
-			}
-			history, err := record.AppendHistoryJSON(nil, fresh.History)
-			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
-				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, fresh.Awaiting,
-				string(fresh.State)}, err
-		},
-		order: r.Key,
-		scan: func(row pgx.Row) (err error) {
-			rec, err = scanRecord(row, &won)
-			return err
-		},
-	}
+	insert := s.reserveStmt(r, opts, replace, &rec, &won)
 	// The first pass is batched; the rest, rare, run on a connection of
 	// their own, within one timeout, and at the first pass's time. Each
 	// pass that does not return settles or releases the holder, or finds
@@ -110,13 +86,9 @@ passes:
 	for pass := 0; ; pass++ {
 		switch {
 		case err == nil && won:
-			if orphan != nil {
-				// Its attaches not yet written show, as the record's do.
-				if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
-					return nil, false, s.wrap(op, err)
-				}
+			if err := s.showOrphan(ctx, reading, rec, orphan); err != nil {
+				return nil, false, s.wrap(op, err)
 			}
-			rec.Orphan = orphan // rec is this call's own
 			return s.remember(rec), true, nil
 		case err == nil:
 			break passes // the holder, shown below
@@ -154,16 +126,65 @@ passes:
 		conn.Release() // a count read again takes a connection of its own
 		conn = nil
 	}
-	if orphan != nil {
-		if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
-			return nil, false, s.wrap(op, err)
-		}
+	// The orphan this call settled is reported whoever holds the key.
+	if err := s.showOrphan(ctx, reading, rec, orphan); err != nil {
+		return nil, false, s.wrap(op, err)
 	}
-	rec.Orphan = orphan // settled by this call, reported whoever holds the key
 	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
 		return nil, false, s.wrap(op, err)
 	}
 	return rec, false, nil
+}
+
+// showOrphan sets rec.Orphan to orphan, the record this Reserve settled,
+// if any, with its attaches not yet written counted in, as a record's
+// are. rec is this call's own.
+func (s *Store) showOrphan(ctx context.Context, reading record.Reading, rec, orphan *record.Record) error {
+	if orphan != nil {
+		var err error
+		if orphan, err = reading.Show(ctx, orphan, s.storedAttached); err != nil {
+			return err
+		}
+	}
+	rec.Orphan = orphan
+	return nil
+}
+
+// purgeNow deletes a batch of expired records, and settles orphans when a
+// scan for them is due. A failure is logged: the next purge tries again.
+func (s *Store) purgeNow(ctx context.Context) {
+	if n, err := s.purge(ctx, purgeBatch, s.orphanScanDue()); err != nil {
+		s.log.Warn("purging expired executions", "store", s.name, "err", err)
+	} else if n > 0 {
+		s.log.Debug("purged expired executions", "store", s.name, "count", n)
+	}
+}
+
+// reserveStmt returns the statement that reserves r's key (reserveSQL),
+// which scans into *rec the record it returns and into *won whether it is
+// r's own.
+func (s *Store) reserveStmt(r *record.Record, opts record.ReserveOptions, replace []string, rec **record.Record, won *bool) *stmt {
+	return &stmt{
+		sql: s.q.reserve,
+		args: func(now time.Time) ([]any, error) {
+			// The record as inserted: accepted, or, asked to,
+			// dispatched too in the same statement, one WAL sync for
+			// both.
+			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
+			if opts.Dispatch {
+				fresh.Apply(record.Change{To: record.Dispatched}, now)
+			}
+			history, err := record.AppendHistoryJSON(nil, fresh.History)
+			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
+				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, fresh.Awaiting,
+				string(fresh.State)}, err
+		},
+		order: r.Key,
+		scan: func(row pgx.Row) (err error) {
+			*rec, err = scanRecord(row, won)
+			return err
+		},
+	}
 }
 
 // clearHolder deals with the holder of r's key, which Reserve could
