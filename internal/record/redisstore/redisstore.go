@@ -235,12 +235,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		r.LeaseUntil = opts.LeaseFrom(r, at)
 	}
 	tag := tagOf(r.Key)
-	replace := ","
-	for _, st := range opts.Replace {
-		replace += string(st) + ","
-	}
 	f, hist := newFields(r, now, opts.Dispatch)
-	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replace, r.Fingerprint,
+	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replaceList(opts.Replace), r.Fingerprint,
 		encTime(r.LeaseUntil), encDuration(r.Retention)}, f...)
 	// The script writes the id's index when it wins, so that another
 	// process finds the record by its id from the start (one that
@@ -283,16 +279,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		s.tags.Put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
 		if oid != "" && len(v) > 3 {
-			orphan, err := s.decodeReply(v[3], tag)
-			if err == nil {
-				orphan, err = reading.Show(ctx, orphan, s.storedAttached)
-			}
-			if err != nil {
-				// The reservation is made: only the report of the
-				// takeover is lost, and the orphan's record holds it.
-				s.log.Warn("decoding the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
-			}
-			rec = rec.WithOrphan(orphan)
+			rec = rec.WithOrphan(s.settledOrphan(ctx, reading, v[3], tag, oid))
 		}
 		return rec, true, nil
 	case -1:
@@ -315,6 +302,31 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		return nil, false, s.wrap(op, err)
 	}
 	return rec, false, nil
+}
+
+// replaceList is the states a reservation may replace, as the reservation
+// script reads them: ",failed,unknown,".
+func replaceList(states []record.State) string {
+	list := ","
+	for _, st := range states {
+		list += string(st) + ","
+	}
+	return list
+}
+
+// settledOrphan decodes oid, the orphan that a won reservation's script
+// settled, from reply, with its attaches not yet written counted in. A
+// failure is logged: the reservation is made, only the report of the
+// takeover is lost, and the orphan's record holds it.
+func (s *Store) settledOrphan(ctx context.Context, reading record.Reading, reply any, tag, oid string) *record.Record {
+	orphan, err := s.decodeReply(reply, tag)
+	if err == nil {
+		orphan, err = reading.Show(ctx, orphan, s.storedAttached)
+	}
+	if err != nil {
+		s.log.Warn("decoding the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
+	}
+	return orphan
 }
 
 // decodeReply decodes a record's fields from a script's reply and
