@@ -188,6 +188,31 @@ func main() {
 	l := &ledger{perCard: map[string]int{}, calls: map[string]int{}}
 	s := mcp.NewServer(&mcp.Implementation{Name: "chargeserver", Version: "0.1.0"}, nil)
 
+	addChargeTools(s, l, g, *delay)
+	addCountingTools(s, l)
+
+	if *ledgerFile != "" {
+		addLedgerTools(s, *ledgerFile)
+	}
+
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("http://%s/mcp\n", ln.Addr())
+		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: *stateless})
+		log.Fatal(http.Serve(ln, handler))
+	}
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// addChargeTools adds the tools that charge a card, and the one that
+// counts the charges.
+func addChargeTools(s *mcp.Server, l *ledger, g *gate, delay time.Duration) {
 	yes := true
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "charge_card",
@@ -200,7 +225,7 @@ func main() {
 		// The charge has happened; only the answer is slow. The wait ignores
 		// ctx on purpose: a payment that left cannot be called back, and a
 		// cancelled caller must not undo the count.
-		time.Sleep(*delay)
+		time.Sleep(delay)
 		if g != nil {
 			open := g.wait()
 			log.Printf("charge_card card=%s n=%d: waiting for SIGUSR1", in.Card, n)
@@ -244,7 +269,11 @@ func main() {
 		os.Exit(3)
 		return nil, Charge{}, nil // not reached
 	})
+}
 
+// addCountingTools adds the tools whose every execution is counted, and
+// the one that reports the counts.
+func addCountingTools(s *mcp.Server, l *ledger) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "set_counter",
 		Description: "Set the counter to value.",
@@ -326,24 +355,6 @@ func main() {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "uploaded " + in.Tag}}}, struct{}{}, nil
 	})
-
-	if *ledgerFile != "" {
-		addLedgerTools(s, *ledgerFile)
-	}
-
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("http://%s/mcp\n", ln.Addr())
-		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
-			&mcp.StreamableHTTPOptions{Stateless: *stateless})
-		log.Fatal(http.Serve(ln, handler))
-	}
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
-		log.Fatal(err)
-	}
 }
 
 // A gate holds calls until the next SIGUSR1.
