@@ -661,6 +661,10 @@ func parseSize(s string) (int, error) {
 		}
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if errors.Is(err, strconv.ErrRange) && n > 0 {
+		// Too large for an int (Atoi returns the largest): over the limit.
+		return 0, fmt.Errorf("%q is over the largest size, %d bytes", s, maxSize)
+	}
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a positive size such as 1048576, 512KiB or 16MiB", s)
 	}

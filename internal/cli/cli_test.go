@@ -30,16 +30,22 @@ func TestParseSize(t *testing.T) {
 		{"2147483648", 1 << 31},
 	}
 	for _, tt := range valid {
-		if tt.want > maxSize {
-			continue // a 32-bit int holds less than 2GiB
-		}
 		got, err := parseSize(tt.in)
+		if tt.want > maxSize { // where int has 32 bits, 2GiB is 1 byte over
+			if err == nil {
+				t.Errorf("parseSize(%q) = %d; want an error, over %d", tt.in, got, maxSize)
+			}
+			continue
+		}
 		if err != nil || int64(got) != tt.want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
 		}
 	}
 
-	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
+	if _, err := parseSize("99999999999999999999"); err == nil || !strings.Contains(err.Error(), "over the largest size") {
+		t.Errorf(`parseSize("99999999999999999999") = %v; want an error saying it is over the largest size`, err)
+	}
+	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "99999999999999999999", "-99999999999999999999", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
 	for _, in := range invalid {
 		got, err := parseSize(in)
 		if err == nil {

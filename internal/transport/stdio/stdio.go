@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -96,8 +97,9 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 // and an LF). A line whose content is over the limit is read to its end,
 // dropped, and reported as a FrameTooLargeError.
 func (c *Conn) readLine() ([]byte, error) {
-	// A whole line holds the frame, a CR and the LF.
-	limit := c.max + 2
+	// A whole line holds the frame, a CR and the LF; the sum stays in
+	// range where int has 32 bits.
+	limit := c.max + min(2, math.MaxInt-c.max)
 	var buf, head []byte
 	tooLarge := false
 	for {

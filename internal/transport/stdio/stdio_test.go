@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"runtime/debug"
@@ -196,6 +197,17 @@ func TestNewConnDefaultLimit(t *testing.T) {
 		if c := NewConn(strings.NewReader(""), io.Discard, max); c.max != DefaultMaxFrame {
 			t.Errorf("NewConn(max %d) limit = %d, want %d", max, c.max, DefaultMaxFrame)
 		}
+	}
+}
+
+// TestLargestLimit: a limit as large as an int reads frames, where int
+// has 32 bits too (GOARCH=386): the room for a line's CR and LF does not
+// overflow it.
+func TestLargestLimit(t *testing.T) {
+	c := NewConn(strings.NewReader("{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}\r\n"), io.Discard, math.MaxInt)
+	got, err := c.ReadFrame()
+	if err != nil || string(got) != `{"jsonrpc":"2.0","method":"ping"}` {
+		t.Fatalf("ReadFrame with the limit at math.MaxInt = %q, %v", got, err)
 	}
 }
 
