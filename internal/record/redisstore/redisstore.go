@@ -167,8 +167,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		// Not the caller's news to tell twice: the first call that
 		// needs the server reports it.
 		s.log.Debug("redis store not reachable yet", "store", s.name, "err", err)
-	} else if opts.WaitReplicas > 0 {
-		s.checkReplicas(loadCtx, opts.WaitReplicas)
+	} else {
+		s.checkServer(loadCtx, opts.WaitReplicas)
 	}
 	cancel()
 	s.batch = batch.Start(maxBatch, senders, s.sendBatch)

@@ -109,14 +109,24 @@ func checkWait(n int, wait, read time.Duration) error {
 	return nil
 }
 
-// checkReplicas warns when the master has fewer than n replicas online:
-// until more link, every write fails after the wait. It warns rather
-// than refuses, since a replica may be on its way back (a restart, a
+// checkServer warns when the server cannot take the store's writes as
+// asked: it is a replica, whose every write fails, or a master with
+// fewer than n replicas online (Options.WaitReplicas), whose every write
+// then fails after the wait until more link. It warns rather than
+// refuses, since a replica may be on its way back (a restart, a
 // failover), and meanwhile replays and calls passed through still work.
-func (s *Store) checkReplicas(ctx context.Context, n int) {
+func (s *Store) checkServer(ctx context.Context, n int) {
 	info, err := s.rdb.Info(ctx, "replication").Result()
 	if err != nil {
-		return // the calls that need the server report it
+		// An ACL may keep INFO from the store's user; the calls that
+		// need the server report anything worse.
+		s.log.Debug("reading INFO replication", "store", s.name, "err", err)
+		return
+	}
+	if role := infoField(info, "role"); role == "slave" || role == "replica" {
+		s.log.Warn("the store's server is a replica, not a master: every write fails; give the master's address, or a Sentinel's",
+			"store", s.name, "role", role)
+		return
 	}
 	if online := onlineReplicas(info); online < n {
 		s.log.Warn("fewer replicas online than wait_replicas asks for: until more link, every write fails after wait_timeout",
@@ -124,14 +134,28 @@ func (s *Store) checkReplicas(ctx context.Context, n int) {
 	}
 }
 
+// infoField returns the value of name in the text of an INFO section.
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // onlineReplicas counts the replicas that INFO replication, from a
 // master, lists as online: lines such as
-// "slave0:ip=10.0.0.2,port=6379,state=online,offset=42,lag=0".
+// "slave0:ip=10.0.0.2,port=6379,state=online,offset=42,lag=0" (or
+// "replica0:", should a server name them so).
 func onlineReplicas(info string) int {
 	n := 0
 	for line := range strings.Lines(info) {
 		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		digits := strings.TrimPrefix(name, "slave")
+		digits, slave := strings.CutPrefix(name, "slave")
+		if !slave {
+			digits, _ = strings.CutPrefix(name, "replica")
+		}
 		if !ok || digits == name || digits == "" || strings.Trim(digits, "0123456789") != "" {
 			continue
 		}
@@ -142,10 +166,14 @@ func onlineReplicas(info string) int {
 	return n
 }
 
-// readOnly names the commands the store sends that never write.
+// readOnly names the commands the store sends that never write, and
+// those go-redis sends to set up each connection it opens (a WAIT after
+// them made every new connection wait out the timeout while a replica was
+// down).
 var readOnly = map[string]bool{
 	"get": true, "hget": true, "hgetall": true, "hmget": true, "exists": true,
-	"scan": true, "ping": true, "pttl": true, "type": true,
+	"scan": true, "ping": true, "pttl": true, "type": true, "info": true,
+	"hello": true, "auth": true, "select": true, "client": true, "readonly": true,
 }
 
 // writes reports whether any of cmds may write; a script may.

@@ -119,28 +119,39 @@ func TestWaitReplicasRefusesUnconfirmed(t *testing.T) {
 // TestWaitReplicasWarnsAtOpen: a store that waits for more replicas than
 // its master has online says so when it opens, naming wait_replicas:
 // every write would fail after the wait. With the replica linked it says
-// nothing.
+// nothing, and pointed at the replica it says that writes fail there.
+// Setting up a connection is not a write: no WAIT follows it, which with
+// a replica down made every new connection wait out the timeout.
 func TestWaitReplicasWarnsAtOpen(t *testing.T) {
 	master := startServer(t)
 	url := "redis://127.0.0.1:" + master.port + "/0"
 	// opened opens a store and returns what it logged while opening.
-	opened := func() string {
+	opened := func(url string) string {
 		var mu sync.Mutex
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
-		openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond, Logger: log})
+		s := openWith(t, url, redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond, Logger: log})
+		if _, err := s.Get(t.Context(), "exe_none"); !errors.Is(err, record.ErrNotFound) {
+			t.Errorf("Get of no record = %v; want ErrNotFound", err)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return buf.String()
 	}
-	if got := opened(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "wait_replicas=1 online=0") {
+	if got := opened(url); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "wait_replicas=1 online=0") {
 		t.Errorf("opening with no replica logged %q; want a warning naming wait_replicas and the replicas online", got)
 	}
+	if stats := master.client(t).Info(t.Context(), "commandstats").Val(); strings.Contains(stats, "cmdstat_wait:") {
+		t.Errorf("opening a store and reading sent WAIT:\n%s", stats)
+	}
 
-	startServer(t, "--replicaof", "127.0.0.1", master.port)
+	replica := startServer(t, "--replicaof", "127.0.0.1", master.port)
 	waitReplicas(t, master, 1)
-	if got := opened(); got != "" {
+	if got := opened(url); got != "" {
 		t.Errorf("opening with the replica linked logged %q; want nothing", got)
+	}
+	if got := opened("redis://127.0.0.1:" + replica.port + "/0"); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "is a replica") {
+		t.Errorf("opening at the replica logged %q; want a warning that it is a replica", got)
 	}
 }
 
@@ -153,6 +164,7 @@ func TestOnlineReplicas(t *testing.T) {
 		// A replica's own INFO has slave_ fields, which are not replicas.
 		"role:slave\r\nslave_repl_offset:42\r\nslave_read_only:1\r\nslave_priority:100\r\n": 0,
 		"slaveX:state=online\r\n": 0,
+		"replica0:ip=a,port=1,state=online,offset=1,lag=0\r\nreplica_announced:1\r\n": 1,
 	} {
 		if got := redisstore.OnlineReplicas(info); got != want {
 			t.Errorf("OnlineReplicas(%q) = %d, want %d", info, got, want)
