@@ -660,9 +660,11 @@ func parseSize(s string) (int, error) {
 			break
 		}
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(num))
-	if errors.Is(err, strconv.ErrRange) && n > 0 {
-		// Too large for an int (Atoi returns the largest): over the limit.
+	digits := strings.TrimSpace(num)
+	n, err := strconv.Atoi(digits)
+	if errors.Is(err, strconv.ErrRange) && n > 0 && strings.Trim(digits, "0123456789") == "" {
+		// Digits too many for an int (Atoi returns the largest): over
+		// the limit. Atoi reports the range before a stray character.
 		return 0, fmt.Errorf("%q is over the largest size, %d bytes", s, maxSize)
 	}
 	if err != nil || n <= 0 {

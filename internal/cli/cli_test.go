@@ -27,6 +27,7 @@ func TestParseSize(t *testing.T) {
 		{"2GiB", 2 << 30},
 		{"100B", 100},
 		{"1", 1},
+		{"2147483647", 1<<31 - 1},
 		{"2147483648", 1 << 31},
 	}
 	for _, tt := range valid {
@@ -45,7 +46,10 @@ func TestParseSize(t *testing.T) {
 	if _, err := parseSize("99999999999999999999"); err == nil || !strings.Contains(err.Error(), "over the largest size") {
 		t.Errorf(`parseSize("99999999999999999999") = %v; want an error saying it is over the largest size`, err)
 	}
-	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "99999999999999999999", "-99999999999999999999", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
+	if _, err := parseSize("99999999999999999999x"); err == nil || !strings.Contains(err.Error(), "not a positive size") {
+		t.Errorf(`parseSize("99999999999999999999x") = %v; want an error saying it is not a size`, err)
+	}
+	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "99999999999999999999", "-99999999999999999999", "99999999999999999999x", "99999999999999999999TB", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
 	for _, in := range invalid {
 		got, err := parseSize(in)
 		if err == nil {
