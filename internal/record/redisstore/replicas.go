@@ -110,11 +110,12 @@ func checkWait(n int, wait, read time.Duration) error {
 }
 
 // checkServer warns when the server cannot take the store's writes as
-// asked: it is a replica, whose every write fails, or a master with
-// fewer than n replicas online (Options.WaitReplicas), whose every write
-// then fails after the wait until more link. It warns rather than
-// refuses, since a replica may be on its way back (a restart, a
-// failover), and meanwhile replays and calls passed through still work.
+// asked: it is a replica, which refuses them (or keeps them from the
+// master and its other replicas), or a master with fewer than n replicas
+// online (Options.WaitReplicas), whose every write then fails after the
+// wait until more link. It warns rather than refuses, since a replica may
+// be on its way back (a restart, a failover), and meanwhile replays and
+// calls passed through still work.
 func (s *Store) checkServer(ctx context.Context, n int) {
 	info, err := s.rdb.Info(ctx, "replication").Result()
 	if err != nil {
@@ -124,7 +125,7 @@ func (s *Store) checkServer(ctx context.Context, n int) {
 		return
 	}
 	if role := infoField(info, "role"); role == "slave" || role == "replica" {
-		s.log.Warn("the store's server is a replica, not a master: every write fails; give the master's address, or a Sentinel's",
+		s.log.Warn("the store's server is a replica, not a master: give the master's address, or a Sentinel's",
 			"store", s.name, "role", role)
 		return
 	}

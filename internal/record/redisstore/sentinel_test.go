@@ -124,7 +124,9 @@ func TestWaitReplicasRefusesUnconfirmed(t *testing.T) {
 // a replica down made every new connection wait out the timeout.
 func TestWaitReplicasWarnsAtOpen(t *testing.T) {
 	master := startServer(t)
-	url := "redis://127.0.0.1:" + master.port + "/0"
+	// A database and a client name, so that go-redis sets up each
+	// connection with SELECT and CLIENT SETNAME as well.
+	url := "redis://127.0.0.1:" + master.port + "/1?client_name=mcpi-test"
 	// opened opens a store and returns what it logged while opening.
 	opened := func(url string) string {
 		var mu sync.Mutex
@@ -150,7 +152,7 @@ func TestWaitReplicasWarnsAtOpen(t *testing.T) {
 	if got := opened(url); got != "" {
 		t.Errorf("opening with the replica linked logged %q; want nothing", got)
 	}
-	if got := opened("redis://127.0.0.1:" + replica.port + "/0"); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "is a replica") {
+	if got := opened("redis://127.0.0.1:" + replica.port + "/1"); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "is a replica") {
 		t.Errorf("opening at the replica logged %q; want a warning that it is a replica", got)
 	}
 }
