@@ -74,6 +74,15 @@ END {
 	printf "%-20s %6s %6s\n", "proxy/direct", ratio(p50["proxy"], p50["direct"]), ratio(p99["proxy"], p99["direct"])
 	printf "%-20s %6s %6s\n", "proxy-replay/relay", ratio(p50["proxy-replay"], p50["relay"]), ratio(p99["proxy-replay"], p99["relay"])
 	printf "%-20s %6s %6s\n", "relay/direct", ratio(p50["relay"], p50["direct"]), ratio(p99["relay"], p99["direct"])
+	# The ratio of each round: where the three processes of a chain fall
+	# on the processors moves the p50 of a round, so the spread says how
+	# far to trust the median.
+	np = split(vals["proxy", "p50-ns"], pr, " ")
+	if (np > 0 && np == split(vals["relay", "p50-ns"], rr, " ")) {
+		line = ""
+		for (i = 1; i <= np; i++) line = line " " ratio(pr[i], rr[i])
+		printf "p50 proxy/relay by round:%s\n", line
+	}
 	if (p50["proxy"] != "" && p50["relay"] != "") {
 		r = p50["proxy"] / p50["relay"]
 		printf "\ngoal p50 proxy/relay <= 1.10: %s (%.2f)\n", r <= 1.10 ? "met" : "NOT met", r
