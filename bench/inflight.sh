@@ -63,6 +63,10 @@ END {
 	if (ratios != "") {
 		r = median(ratios)
 		printf "\nproxy/relay, median of the rounds: %.2f (goal >= 0.90: %s)\n", r, r >= 0.9 ? "met" : "NOT met"
+		n = split(ratios, each, " ")
+		printf "proxy/relay by round:"
+		for (i = 1; i <= n; i++) printf " %.2f", each[i]
+		print ""
 	}
 	if (gains != "") printf "proxy/baseline, median of the rounds: %.2f\n", median(gains)
 }' "$out"
