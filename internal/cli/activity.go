@@ -27,12 +27,14 @@ const activityUsage = `Usage:
 `
 
 // parseInterspersed parses flags that may come before or after the
-// positional arguments, as in `activity show exe_1 --store x`.
+// positional arguments, as in `activity show exe_1 --store x`, and
+// refuses a flag given an empty value, as parseFlags does.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
+	refused := refuseEmpty(fs)
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, usageOf(err, *refused)
 		}
 		if fs.NArg() == 0 {
 			return pos, nil

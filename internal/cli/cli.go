@@ -226,14 +226,14 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.IntVar(&f.ckptLines, "journal-checkpoint-lines", journal.DefaultCheckpointLines, "with --journal-key, append a checkpoint once this many journal lines follow the last one")
 	f.fs.DurationVar(&f.ckptEvery, "journal-checkpoint-every", journal.DefaultCheckpointEvery, "with --journal-key, append a checkpoint this long after a line no checkpoint covers, if --journal-checkpoint-lines has not come first; and one at a clean stop")
 	f.fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: every call goes upstream as it came, and the proxy records, counts (mcp_idempotent_shadow_decisions_total), logs and journals what it would have done; to learn before letting it change anything")
-	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when empty")
+	f.fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (host:port; it binds where told, so 127.0.0.1:9464 keeps them on this host); off when left out")
 	return f
 }
 
 func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	f := newProxyFlags(io.Discard)
-	if err := f.fs.Parse(args); err != nil {
-		return &usageError{msg: err.Error()}
+	if err := parseFlags(f.fs, args); err != nil {
+		return err
 	}
 	if err := f.checkUpstream(f.fs.Args()); err != nil {
 		return err

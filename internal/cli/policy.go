@@ -51,8 +51,8 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(io.Discard)
 	path := fs.String("policy", "", "the policy `FILE` to merge with the annotations")
 	scope := fs.String("scope", "", "the default intent scope, as for the proxy")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{msg: err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("policy show: no upstream command: put it after --")

@@ -66,8 +66,8 @@ Flags:
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	f := newServeFlags(io.Discard)
-	if err := f.fs.Parse(args); err != nil {
-		return &usageError{msg: err.Error()}
+	if err := parseFlags(f.fs, args); err != nil {
+		return err
 	}
 	argv := f.fs.Args()
 	if err := f.check(argv); err != nil {

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// An empty value, as an unset shell variable gives, must not turn a flag
+// into its default: the default of many is off.
+func TestEmptyFlagValues(t *testing.T) {
+	tests := []struct {
+		flag string
+		args []string
+	}{
+		{"store", []string{"--store", "", "--", "/bin/cat"}},
+		{"policy", []string{"--policy", "", "--", "/bin/cat"}},
+		{"journal", []string{"--journal=", "--", "/bin/cat"}},
+		{"journal-key", []string{"--journal", "j", "--journal-key", "", "--", "/bin/cat"}},
+		{"actor", []string{"--actor", "", "--", "/bin/cat"}},
+		{"scope", []string{"--scope", "", "--", "/bin/cat"}},
+		{"metrics", []string{"--metrics", "", "--", "/bin/cat"}},
+		{"upstream", []string{"--upstream", ""}},
+		{"auth-token-file", []string{"serve", "--auth-token-file", "", "--", "/bin/cat"}},
+		{"store", []string{"serve", "--store", "", "--", "/bin/cat"}},
+		{"policy", []string{"policy", "show", "--policy", "", "--", "/bin/cat"}},
+		{"key", []string{"audit", "verify", "--key", "", "journal.jsonl"}},
+		{"since", []string{"audit", "verify", "journal.jsonl", "--key", "k.pub", "--since", ""}},
+		{"out", []string{"audit", "keygen", "name", "--out", ""}},
+		{"journal", []string{"activity", "resolve", "exe_1", "--as", "failed", "--store", "sqlite:x.db", "--journal", ""}},
+		{"store", []string{"activity", "list", "--store", ""}},
+		{"tool", []string{"activity", "list", "--store", "sqlite:x.db", "--tool", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, _, err := run(t, tt.args...)
+			if err == nil || ExitCode(err) != 2 {
+				t.Fatalf("Run(%q) = %v; want a usage error (exit 2)", tt.args, err)
+			}
+			if want := "--" + tt.flag + " is given an empty value"; !strings.Contains(err.Error(), want) {
+				t.Errorf("Run(%q) = %q, want it to say %q", tt.args, err, want)
+			}
+		})
+	}
+}
