@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -220,15 +221,19 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 // readJournals checks the chain of each journal file and returns the
 // lines of all of them that name execution id, and the session lines of
 // the sessions those name, merged by time. A proxy may be writing a
-// file: its torn last line, being written, is left out.
+// file: its torn last line, being written, is left out. A line in more
+// than one file (a journal given twice, or a copy of it beside it) is
+// read once: each line holds the hash of the one before it, so two
+// journals share a line only if one is a copy of the other.
 func readJournals(paths []string, id string) ([]journal.Entry, error) {
 	var all []journal.Entry
+	seen := make(map[[sha256.Size]byte]bool)
 	for _, path := range paths {
 		rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
 		if err != nil {
 			return nil, fmt.Errorf("--journal: %w", err)
 		}
-		es, err := readEntries(path, rep.Lines)
+		es, err := readEntries(path, rep.Lines, seen)
 		if err != nil {
 			return nil, fmt.Errorf("--journal: %w", err)
 		}
@@ -253,8 +258,9 @@ func readJournals(paths []string, id string) ([]journal.Entry, error) {
 }
 
 // readEntries reads the first n lines of the journal at path, which
-// verified, as entries.
-func readEntries(path string, n int) ([]journal.Entry, error) {
+// verified, as entries, but for the lines in seen, to which it adds
+// those it reads.
+func readEntries(path string, n int, seen map[[sha256.Size]byte]bool) ([]journal.Entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading journal: %w", err)
@@ -267,6 +273,11 @@ func readEntries(path string, n int) ([]journal.Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading journal %s: line %d: %w", path, i, err)
 		}
+		sum := sha256.Sum256(line)
+		if seen[sum] {
+			continue
+		}
+		seen[sum] = true
 		var e journal.Entry
 		if err := json.Unmarshal(line, &e); err != nil {
 			return nil, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)

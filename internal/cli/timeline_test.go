@@ -357,3 +357,31 @@ func TestShowRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestShowReadsALineOnce: a journal given twice, or beside a copy of
+// itself, as a glob catching a backup gives, tells the story once.
+func TestShowReadsALineOnce(t *testing.T) {
+	in := newInvestigation(t)
+	want, _, err := run(t, in.showArgs("--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(in.journals[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "backup.jsonl")
+	if err := os.WriteFile(backup, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, extra := range []string{in.journals[0], backup} {
+		args := append(in.showArgs("--json"), "--journal", extra)
+		got, _, err := run(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("activity show with %s given again:\n%s\nwant, as with each journal once:\n%s", extra, got, want)
+		}
+	}
+}
