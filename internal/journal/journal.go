@@ -268,6 +268,9 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 			return "", 0, 0, fmt.Errorf("reading line %d: %w", lines+1, err)
 		}
 		if torn {
+			if err := chained(lines, last, before, line); err != nil {
+				return "", 0, 0, err
+			}
 			return "", 0, 0, &LineError{Line: lines + 1, Reason: fmt.Sprintf(
 				"torn: it does not end in a newline (a write was cut short); to continue the chain, cut the file to its first %d lines (truncate -s %d FILE), or start a new journal",
 				lines, r.offset-int64(len(line)))}
@@ -291,6 +294,33 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 		return "", 0, 0, &LineError{Line: lines, Reason: "its prev is not the SHA-256 of the line before it; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	}
 	return prev, lines, unsigned, nil
+}
+
+// chained reports, as an error, a file whose last whole line, line n,
+// does not chain from the one before it (whose hash is before), or that
+// has none and a torn line that cannot begin one: the file is then not a
+// journal whose torn line cutting would mend, and no one should be told
+// to cut it.
+func chained(n int, last []byte, before string, torn []byte) error {
+	if n == 0 {
+		if !bytes.HasPrefix(torn, []byte("{")) {
+			return notJournal(1, errors.New("not a JSON object"))
+		}
+		return nil
+	}
+	if got, err := prevOf(last); err != nil || got != before {
+		return notJournal(n, err)
+	}
+	return nil
+}
+
+// notJournal is the error of a file whose line n is not a journal's.
+func notJournal(n int, err error) error {
+	why := "its prev is not the SHA-256 of the line before it"
+	if err != nil {
+		why = err.Error()
+	}
+	return &LineError{Line: n, Reason: why + "; is the file a journal? Check it with `mcp-idempotent audit verify`"}
 }
 
 // Record appends e as one line. The line is written with one write call,

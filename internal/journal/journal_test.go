@@ -130,6 +130,16 @@ func TestOpenRefusesABadTail(t *testing.T) {
 		}, []string{"line 2", "not the SHA-256 of the line before it", "audit verify"}},
 		{"last line is not JSON", func(ls []string) string { return ls[0] + "not json\n" },
 			[]string{"line 2", "not valid JSON"}},
+		// A file that is not a journal, given as one by mistake, is not
+		// called torn: cutting it as advised would destroy it.
+		{"not a journal, last line torn", func([]string) string { return "SQLite format 3\x00\x10\n\x00\x01{\"a\"" },
+			[]string{"line 1", "not valid JSON", "is the file a journal?"}},
+		{"not a journal, no newline", func([]string) string { return "SQLite format 3\x00\x10" },
+			[]string{"line 1", "is the file a journal?"}},
+		{"torn line after a line that does not chain", func(ls []string) string {
+			at := len(`{"prev":"`)
+			return tamper(ls, 2, at, flipHex(ls[1][at])) + `{"prev":"00`
+		}, []string{"line 2", "not the SHA-256 of the line before it", "is the file a journal?"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +157,9 @@ func TestOpenRefusesABadTail(t *testing.T) {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("Open: %v; want it to say %q", err, s)
 				}
+			}
+			if tt.name != "torn last line" && strings.Contains(err.Error(), "truncate") {
+				t.Errorf("Open: %v; want no advice to cut a file that is not a journal's chain", err)
 			}
 			if tt.name == "torn last line" {
 				// The advice must be right: cutting there leaves a journal
