@@ -135,6 +135,10 @@ func (f *serveFlags) check(argv []string) error {
 	switch {
 	case !strings.HasPrefix(f.path, "/"):
 		return usagef("--path: %q must start with /", f.path)
+	case strings.ContainsAny(f.path, "?#"):
+		// A request's query and fragment never reach its path, so the
+		// endpoint could not be reached.
+		return usagef("--path: %q is a URL path: it cannot hold ? or #", f.path)
 	case f.maxSessions <= 0:
 		return usagef("--max-sessions: %d must be positive", f.maxSessions)
 	case f.idleTimeout <= 0:

@@ -26,6 +26,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"bad listen", []string{"serve", "--listen", "8080", "--", "/bin/cat"}, []string{"--listen", `"8080"`}},
 		{"listen port out of range", []string{"serve", "--listen", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--listen", `"127.0.0.1:99999"`}},
 		{"relative path", []string{"serve", "--path", "mcp", "--", "/bin/cat"}, []string{"--path", `"mcp"`}},
+		{"path with a query", []string{"serve", "--path", "/a?b", "--", "/bin/cat"}, []string{"--path", `"/a?b"`}},
+		{"path with a fragment", []string{"serve", "--path", "/a#b", "--", "/bin/cat"}, []string{"--path", `"/a#b"`}},
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
