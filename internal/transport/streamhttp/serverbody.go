@@ -48,7 +48,9 @@ func isBatch(body []byte) bool {
 func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 	m, err := jsonrpc.Decode(body)
 	if err != nil {
-		if errors.Is(err, jsonrpc.ErrNotObject) {
+		// A member given twice is valid JSON, but not one message: readers
+		// disagree on which of the two counts.
+		if errors.Is(err, jsonrpc.ErrNotObject) || errors.Is(err, jsonrpc.ErrAmbiguous) {
 			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
 		}
 		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err), jsonrpc.CodeParseError

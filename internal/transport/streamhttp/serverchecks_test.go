@@ -30,6 +30,8 @@ func TestServerBadInput(t *testing.T) {
 		{"too large", "POST", `{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"` + strings.Repeat("a", 2000) + `"}}`, session(sid), 413, -32600},
 		{"not json", "POST", `{"jsonrpc":`, session(sid), 400, -32700},
 		{"not an object", "POST", `42`, session(sid), 400, -32600},
+		{"id given twice", "POST", `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, session(sid), 400, -32600},
+		{"method in another case", "POST", `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, session(sid), 400, -32600},
 		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
 		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
 		{"no jsonrpc member", "POST", `{"id":6,"method":"tools/list"}`, session(sid), 400, -32600},
@@ -226,6 +228,8 @@ func TestServerRefusalsCarryTheID(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"jsonrpc":"1.0","id":100,"method":"tools/list"}`:  `"id":100,"error"`,
 		`{"jsonrpc":"2.0","id":true,"method":"tools/list"}`: `"id":null,"error"`,
+		// Valid JSON, but which id it has depends on who reads it.
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`: `"id":null,"error":{"code":-32600,"message":"ambiguous member: \"id\" is given twice"`,
 	} {
 		resp := do(t, t.Context(), "POST", hs.URL, body, session(sid))
 		got, _ := io.ReadAll(resp.Body)
