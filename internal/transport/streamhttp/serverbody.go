@@ -69,6 +69,15 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 		if m.Method == "" && m.ID == nil {
 			return nil, refuse(http.StatusBadRequest, "a JSON-RPC message needs a method (a request or notification) or an id (a response)"), jsonrpc.CodeInvalidRequest
 		}
+		if m.Method == "" && m.Result == nil && m.Error == nil {
+			// Perhaps a request whose method is misspelled: passed on, it
+			// would be taken for an answer, and its client would wait.
+			e := refuse(http.StatusBadRequest, "not a JSON-RPC message: it has an id, but neither a method, a result nor an error")
+			if len(msgs) == 1 && jsonrpc.ValidID(m.ID) {
+				e.id = m.ID
+			}
+			return nil, e, jsonrpc.CodeInvalidRequest
+		}
 		if m.Method != "" {
 			if why := jsonrpc.CheckRequest(m); why != "" {
 				e := refuse(http.StatusBadRequest, "%s", why)

@@ -33,6 +33,8 @@ func TestServerBadInput(t *testing.T) {
 		{"id given twice", "POST", `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, session(sid), 400, -32600},
 		{"method in another case", "POST", `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, session(sid), 400, -32600},
 		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
+		{"an id alone", "POST", `{"jsonrpc":"2.0","id":7,"mehtod":"tools/list"}`, session(sid), 400, -32600},
+		{"batch with an id alone", "POST", `[{"jsonrpc":"2.0","id":8,"method":"a"},{"jsonrpc":"2.0","id":9,"mehtod":"a"}]`, batchSession(sid), 400, -32600},
 		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
 		{"no jsonrpc member", "POST", `{"id":6,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"jsonrpc 1.0", "POST", `{"jsonrpc":"1.0","id":6,"method":"tools/list"}`, session(sid), 400, -32600},
@@ -223,13 +225,17 @@ func TestServerAuthEmptyTokens(t *testing.T) {
 // refused under its id when that id is valid, and under null when the id
 // is the fault.
 func TestServerRefusalsCarryTheID(t *testing.T) {
-	_, _, hs := newTestServer(t, ServerOptions{})
+	_, p, hs := newTestServer(t, ServerOptions{})
 	sid := start(t, hs.URL, nil)
 	for body, want := range map[string]string{
 		`{"jsonrpc":"1.0","id":100,"method":"tools/list"}`:  `"id":100,"error"`,
 		`{"jsonrpc":"2.0","id":true,"method":"tools/list"}`: `"id":null,"error"`,
 		// Valid JSON, but which id it has depends on who reads it.
 		`{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`: `"id":null,"error":{"code":-32600,"message":"ambiguous member: \"id\" is given twice"`,
+		// A request whose method is misspelled would be taken for an
+		// answer, and its client would wait.
+		`{"jsonrpc":"2.0","id":7,"mehtod":"tools/list"}`:    `"id":7,"error":{"code":-32600,"message":"not a JSON-RPC message: it has an id, but neither a method, a result nor an error"`,
+		`{"jsonrpc":"2.0","id":true,"mehtod":"tools/list"}`: `"id":null,"error":{"code":-32600,"message":"not a JSON-RPC message`,
 	} {
 		resp := do(t, t.Context(), "POST", hs.URL, body, session(sid))
 		got, _ := io.ReadAll(resp.Body)
@@ -237,6 +243,9 @@ func TestServerRefusalsCarryTheID(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(string(got), want) {
 			t.Errorf("%s: %s %s; want 400 with %s", body, resp.Status, got, want)
 		}
+	}
+	if n := p.seen("mehtod"); n != 0 {
+		t.Errorf("the proxy read %d messages without a method; want none", n)
 	}
 }
 

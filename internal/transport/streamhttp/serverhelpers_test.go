@@ -260,6 +260,12 @@ func session(sid string) map[string]string {
 	return map[string]string{headerSessionID: sid, headerProtocolVersion: version}
 }
 
+// batchSession is session for a 2025-03-26 client: the last version whose
+// POSTs may carry a batch.
+func batchSession(sid string) map[string]string {
+	return map[string]string{headerSessionID: sid, headerProtocolVersion: "2025-03-26"}
+}
+
 // waitFor polls cond: the fake proxy's reads happen on the server's
 // goroutines, with no event to wait on from here.
 func waitFor(t *testing.T, cond func() bool) {
