@@ -211,7 +211,11 @@ func takeOut(msgs []*jsonrpc.Message, frame []byte, take func(*jsonrpc.Message) 
 func (s *Session) fromClientBatch(frame []byte) {
 	msgs, err := jsonrpc.DecodeBatch(frame)
 	if err != nil {
-		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeParseError, "mcp-idempotent: %v", err)))
+		code := jsonrpc.CodeParseError
+		if errors.Is(err, jsonrpc.ErrAmbiguous) {
+			code = jsonrpc.CodeInvalidRequest // as for one message alone
+		}
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
 		return
 	}
 	if len(msgs) == 0 {

@@ -329,6 +329,26 @@ func TestRequestsMCPDoesNotAllow(t *testing.T) {
 	}
 }
 
+// TestAmbiguousMemberIsInvalidRequest: a message giving a member twice is
+// valid JSON but not one message, alone or in a batch: -32600 under a
+// null id, and nothing is passed on.
+func TestAmbiguousMemberIsInvalidRequest(t *testing.T) {
+	r := newRig(t, 0)
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`,
+		`[{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}]`,
+	} {
+		r.client.send(t, frame)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,"error":{"code":-32600`) || !strings.Contains(got, "ambiguous member") {
+			t.Errorf("%s was answered %s; want -32600 naming the ambiguous member", frame, got)
+		}
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":3,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want only the valid ping", got)
+	}
+}
+
 // TestIDInUseIsRefused: a request under an id that a request still being
 // answered holds is refused under a null id and not passed on; the first
 // request's answer still comes, under its id.
