@@ -187,7 +187,7 @@ func TestServerJSONResponse(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"method":"initialize"`) {
 		t.Fatalf("initialize answered %s %q", resp.Header.Get("Content-Type"), b)
 	}
-	resp = do(t, t.Context(), "POST", hs.URL, `[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]`, session(sid))
+	resp = do(t, t.Context(), "POST", hs.URL, `[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]`, batchSession(sid))
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var batch []json.RawMessage
@@ -214,7 +214,7 @@ func TestServerJSONBatchIsAnArray(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := do(t, t.Context(), "POST", hs.URL, tt.body, session(sid))
+			resp := do(t, t.Context(), "POST", hs.URL, tt.body, batchSession(sid))
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 {
@@ -240,7 +240,7 @@ func TestServerJSONBatchWithAnEvictedAnswer(t *testing.T) {
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(`[{"jsonrpc":"2.0","id":"s","method":"slow"},{"jsonrpc":"2.0","id":"b","method":"a"}]`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range session(sid) {
+	for k, v := range batchSession(sid) {
 		req.Header.Set(k, v)
 	}
 	answered := make(chan []byte, 1)

@@ -215,6 +215,10 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
+		if v := ss.protocolVersion(r); isBatch(body) && v >= batchlessSince {
+			writeRefusal(w, refuse(http.StatusBadRequest, "a session of protocol %s takes one message per POST, not a batch", v), jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
 	case isInit:
 		if ss, herr = s.startSession(actor, r.RemoteAddr); herr != nil {
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)

@@ -149,3 +149,21 @@ func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
 	}
 	return nil
 }
+
+// batchlessSince is the first protocol version whose Streamable HTTP POST
+// carries one message: 2025-06-18 removed JSON-RPC batching (its
+// changelog, PR #416). Servers of that version fail on a batch: the
+// go-sdk's ends the session, with every call under way on it.
+const batchlessSince = "2025-06-18"
+
+// protocolVersion returns the protocol version a request of the session
+// speaks: its MCP-Protocol-Version, else the one the session's initialize
+// result gave, else "" (unknown: a 2025-03-26 client may send no header).
+func (ss *ServerSession) protocolVersion(r *http.Request) string {
+	if v := r.Header.Get(headerProtocolVersion); v != "" {
+		return v
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.version
+}

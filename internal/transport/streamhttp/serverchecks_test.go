@@ -40,7 +40,7 @@ func TestServerBadInput(t *testing.T) {
 		{"jsonrpc 1.0", "POST", `{"jsonrpc":"1.0","id":6,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"null id", "POST", `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"fractional id", "POST", `{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}`, session(sid), 400, -32600},
-		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, session(sid), 400, -32600},
+		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, batchSession(sid), 400, -32600},
 		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
 		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
@@ -246,6 +246,51 @@ func TestServerRefusalsCarryTheID(t *testing.T) {
 	}
 	if n := p.seen("mehtod"); n != 0 {
 		t.Errorf("the proxy read %d messages without a method; want none", n)
+	}
+}
+
+// TestServerBatchOfASessionVersion: since 2025-06-18 a POST carries one
+// message, and a server of that version fails on a batch (the go-sdk's
+// ends the session, with every call under way on it). Such a batch is
+// refused before the proxy reads it. The version is the request's
+// MCP-Protocol-Version, else the one the session's initialize result
+// gave; a 2025-03-26 session keeps its batches.
+func TestServerBatchOfASessionVersion(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	const batch = `[{"jsonrpc":"2.0","id":"b1","method":"batched"},{"jsonrpc":"2.0","id":"b2","method":"batched"}]`
+	tests := []struct {
+		name, initialized, header string
+		refused                   bool
+	}{
+		{"2025-06-18 header", "2025-03-26", "2025-06-18", true},
+		{"2025-11-25 header", "2025-11-25", "2025-11-25", true},
+		{"2025-06-18 session without the header", "2025-06-18", "", true},
+		{"2025-03-26 header", "2025-03-26", "2025-03-26", false},
+		{"2025-03-26 session without the header", "2025-03-26", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := do(t, t.Context(), "POST", hs.URL, strings.Replace(initBody, version, tt.initialized, 1), nil)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			sid := resp.Header.Get(headerSessionID)
+			before := p.seen(`"batched"`)
+			resp = do(t, t.Context(), "POST", hs.URL, batch, map[string]string{headerSessionID: sid, headerProtocolVersion: tt.header})
+			defer resp.Body.Close()
+			if !tt.refused {
+				if msgs := readEvents(t, resp.Body); resp.StatusCode != 200 || len(msgs) != 2 {
+					t.Fatalf("%s, answers %v; want both answered", resp.Status, msgs)
+				}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 400 || !strings.Contains(string(b), `"code":-32600`) || !strings.Contains(string(b), "one message per POST") {
+				t.Fatalf("%s %s; want 400, -32600, one message per POST", resp.Status, b)
+			}
+			if p.seen(`"batched"`) != before {
+				t.Fatal("the proxy read the batch")
+			}
+		})
 	}
 }
 

@@ -113,7 +113,13 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		}
-		result, _ := json.Marshal(map[string]any{"method": m.Method, "id": m.ID})
+		answer := map[string]any{"method": m.Method, "id": m.ID}
+		if m.Method == "initialize" {
+			// The version the client asked for, as a server that speaks
+			// it answers.
+			answer["protocolVersion"] = json.RawMessage(jsonrpc.Member(m.Params, "protocolVersion"))
+		}
+		result, _ := json.Marshal(answer)
 		if m.Method == "asint" {
 			// An upstream that decodes the id and writes it its own way.
 			m.ID = json.RawMessage(strings.TrimSuffix(string(m.ID), ".0"))

@@ -33,11 +33,16 @@ type ServerSession struct {
 	why       string // why it was closed (EndDeleted...); set before done is closed
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
-	// progress, held, heldBytes, active, lastActive, nextID, origIDs and
-	// origTokens, and every field of the streams and pendingRequests they
-	// hold but a stream's num, isJSON and isBatch, set when the stream is
-	// made.
+	// progress, held, heldBytes, active, lastActive, nextID, origIDs,
+	// origTokens, opening and version, and every field of the streams and
+	// pendingRequests they hold but a stream's num, isJSON and isBatch,
+	// set when the stream is made.
 	mu sync.Mutex
+	// opening is set until the initialize that opens the session is
+	// registered; version is the protocolVersion its result gave, once
+	// the proxy has passed that result on.
+	opening bool
+	version string
 	// streams holds each SSE stream's events, by stream number.
 	streams    map[int64]*stream
 	nextStream int64
@@ -81,6 +86,7 @@ type pendingRequest struct {
 	frame   []byte          // the request as the client sent it, to tell a re-send
 	id      json.RawMessage // its id as the client spelled it, for an answer of the session's own
 	token   string          // its progress token, if any
+	opens   bool            // it is the initialize that opened the session
 	// traceparent and tracestate are the W3C trace context headers of
 	// the POST that carried it, if any (TraceHeaders).
 	traceparent, tracestate string
@@ -285,6 +291,9 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 			return false
 		}
 		delete(ss.pending, key)
+		if p.opens && m.Result != nil {
+			ss.version, _ = jsonrpc.StringValue(member(m.Result, "protocolVersion"))
+		}
 		// The idle timeout counts from here: a client whose stream broke
 		// while it waited has all of it to come back for the answer.
 		ss.lastActive = ss.srv.now()

@@ -32,6 +32,7 @@ func (s *Server) startSession(actor, remote string) (*ServerSession, *httpError)
 		return nil, e
 	}
 	ss := newServerSession(s, id, actor, remote, false)
+	ss.opening = true
 	s.sessions[id] = ss
 	s.running++
 	s.run(ss, func() { delete(s.sessions, id); s.running-- })
