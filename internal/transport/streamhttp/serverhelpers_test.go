@@ -113,6 +113,11 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		}
+		if m.Method == "initialize" && m.Params == nil {
+			// As the go-sdk's server refuses it.
+			s.WriteFrame(jsonrpc.NewErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: `missing required "params"`}))
+			return
+		}
 		answer := map[string]any{"method": m.Method, "id": m.ID}
 		if m.Method == "initialize" {
 			// The version the client asked for, as a server that speaks

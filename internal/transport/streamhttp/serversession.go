@@ -178,10 +178,11 @@ func (ss *ServerSession) close() { ss.closeFor("") }
 
 // Why a Server ends a session (ServerSession.EndReason).
 const (
-	EndDeleted = "deleted"       // the client sent DELETE
-	EndIdle    = "idle"          // it sat idle longer than IdleTimeout
-	EndEvicted = "evicted"       // it sat idle, and a new session needed its room
-	EndStopped = "proxy stopped" // the Server was closed
+	EndDeleted    = "deleted"           // the client sent DELETE
+	EndIdle       = "idle"              // it sat idle longer than IdleTimeout
+	EndEvicted    = "evicted"           // it sat idle, and a new session needed its room
+	EndStopped    = "proxy stopped"     // the Server was closed
+	EndInitFailed = "initialize failed" // its initialize was answered with an error
 )
 
 // closeFor closes the session, saying why.
@@ -193,7 +194,7 @@ func (ss *ServerSession) closeFor(why string) {
 }
 
 // EndReason says why the Server ended the session (EndDeleted, EndIdle,
-// EndEvicted, EndStopped), once ReadFrame has returned io.EOF; "" while
+// EndEvicted, EndStopped, EndInitFailed), once ReadFrame has returned io.EOF; "" while
 // it is open, or when its Close ended it.
 func (ss *ServerSession) EndReason() string {
 	if !ss.closed() {
@@ -307,6 +308,12 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 			delete(ss.origIDs, key)
 		}
 		ss.answerLocked(p, frame, written)
+		if p.opens && m.Result == nil {
+			// MCP gives a session id with an InitializeResult: a session
+			// whose initialize failed ends, its upstream stopped and its
+			// room freed. Its stream still carries the error.
+			ss.closeFor(EndInitFailed)
+		}
 		return true
 	}
 	if m.Method == "notifications/progress" {

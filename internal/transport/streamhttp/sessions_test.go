@@ -130,6 +130,52 @@ func TestServerMaxSessionsEndsTheIdlest(t *testing.T) {
 	start(t, hs.URL, nil) // the retry
 }
 
+// TestServerFailedInitializeEndsTheSession: MCP gives a session id with
+// an InitializeResult. A session whose initialize the upstream answers
+// with an error gets the error, then ends: its upstream stops, it holds
+// no room among MaxSessions, and its id is unknown (404). Requests racing
+// on the id as it ends get 404 or an answer, never a hang.
+func TestServerFailedInitializeEndsTheSession(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
+			srv, p, hs := newTestServer(t, ServerOptions{MaxSessions: 1, JSONResponse: jsonResponse})
+			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, nil)
+			sid := resp.Header.Get(headerSessionID)
+			var racing sync.WaitGroup
+			for i := range 8 {
+				racing.Go(func() {
+					r := do(t, t.Context(), "POST", hs.URL, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, 10+i), session(sid))
+					io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+					if r.StatusCode != 200 && r.StatusCode != 404 {
+						t.Errorf("a request racing on the session: %s; want 200 or 404", r.Status)
+					}
+				})
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":1,"error"`) {
+				t.Fatalf("initialize answered %s %s; want the upstream's error", resp.Status, b)
+			}
+			racing.Wait()
+			again := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, session(sid))
+			again.Body.Close()
+			if again.StatusCode != 404 {
+				t.Fatalf("a request naming the session: %s; want 404", again.Status)
+			}
+			if ended := <-p.ended; ended.ID() != sid || ended.EndReason() != EndInitFailed {
+				t.Fatalf("session %s ended (%q); want %s, %q", ended.ID(), ended.EndReason(), sid, EndInitFailed)
+			}
+			waitFor(t, func() bool {
+				srv.mu.Lock()
+				defer srv.mu.Unlock()
+				return srv.running == 0
+			})
+			openSession(t, hs.URL) // the room it held
+		})
+	}
+}
+
 // fakeClock returns a clock for ServerOptions.Now, stopped at a fixed
 // time, and a function that moves it on.
 func fakeClock() (clock func() time.Time, advance func(time.Duration)) {
