@@ -193,12 +193,20 @@ func (s *Session) endAsks() {
 	}
 }
 
-// refuseAskID answers a request of the upstream's under an id in the
-// proxy's ask space, which does not pass on: the client's answer to it
-// would be taken for the answer to the proxy's own question.
+// clientSpaceID reports whether id, of a request the upstream sends the
+// client, is in a space of ids the proxy gives its requests to the
+// client: its own questions (Ask), and those of a restarted upstream's
+// (openServerRequestLocked).
+func (s *Session) clientSpaceID(id json.RawMessage) bool {
+	return idHasPrefix(id, s.askPrefix) || idHasPrefix(id, s.serverPrefix)
+}
+
+// refuseAskID answers a request of the upstream's under an id in a space
+// of the proxy's (clientSpaceID), which does not pass on: the client's
+// answer to it would be taken for the answer to another request.
 func (s *Session) refuseAskID(l *link, id json.RawMessage) {
 	s.log.Warn("refused a request from the upstream under an id of the proxy's", "id", string(id))
-	e := jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: request ids starting with %s are reserved for the proxy's own requests to the client", s.askPrefix[1:])
+	e := jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: request ids starting with %s or %s are reserved for the proxy's own requests to the client", s.askPrefix[1:], s.serverPrefix[1:])
 	if err := l.conn.WriteFrame(jsonrpc.NewErrorResponse(id, e)); err != nil {
 		s.log.Debug("writing to the upstream", "err", err)
 	}

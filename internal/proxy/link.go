@@ -19,10 +19,13 @@ type link struct {
 	requests requestThenWriter // conn as a requestThenWriter, or nil
 	ready    chan struct{}     // closed once the client's traffic may use it
 	gone     chan struct{}     // closed when the upstream has closed it
+	// gen counts the upstream's starts: 1 for the first, one more for
+	// each restart.
+	gen int
 }
 
 func newLink(conn Conn) *link {
-	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+	l := &link{ready: make(chan struct{}), gone: make(chan struct{}), gen: 1}
 	l.setConn(conn)
 	return l
 }

@@ -139,7 +139,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 			s.refuseAnswer(msg, why)
 			return
 		}
-		s.writeUpstream(msg.Raw)
+		s.answerServer(msg)
 	default:
 		// Notifications.
 		if msg.Method == "notifications/initialized" {
@@ -257,7 +257,17 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.refuseBatch(msgs, why, "")
 		return
 	}
-	s.mu.Lock()
+	var l *link
+	for {
+		// The link it goes on, as forward picks it: its answers are
+		// checked against the requests of that upstream's.
+		l = s.usable()
+		s.mu.Lock()
+		if l == s.up {
+			break
+		}
+		s.mu.Unlock()
+	}
 	keys := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		if !m.IsRequest() {
@@ -271,6 +281,10 @@ func (s *Session) fromClientBatch(frame []byte) {
 		}
 		keys[key] = true
 	}
+	if msgs, frame = s.serverAnswersLocked(l, msgs, frame); len(msgs) == 0 {
+		s.mu.Unlock()
+		return
+	}
 	s.batches++
 	for _, m := range msgs {
 		if m.IsRequest() {
@@ -278,7 +292,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 		}
 	}
 	s.mu.Unlock()
-	s.writeUpstream(frame)
+	s.writeLink(l, frame)
 }
 
 // batchCancel handles m as cancelled does if it is a valid
@@ -407,7 +421,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		s.fromUpstreamBatch(l, frame)
 		return
 	}
-	if msg.IsRequest() && idHasPrefix(msg.ID, s.askPrefix) {
+	if msg.IsRequest() && s.clientSpaceID(msg.ID) {
 		s.refuseAskID(l, msg.ID)
 		return
 	}
@@ -452,6 +466,18 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 				s.tools.learn(page)
 			}
 		}
+	} else if msg.IsRequest() {
+		s.mu.Lock()
+		frame = s.openServerRequestLocked(l, msg)
+		s.mu.Unlock()
+	} else if msg.Method == "notifications/cancelled" {
+		s.mu.Lock()
+		frame = s.serverCancelledLocked(l, msg)
+		s.mu.Unlock()
+		if frame == nil {
+			s.log.Debug("dropped the upstream's cancellation of no open request of its own", "size", len(msg.Raw))
+			return
+		}
 	} else if msg.Method == "notifications/tools/list_changed" {
 		s.tools.invalidate()
 	}
@@ -488,17 +514,27 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	var ownMsgs []*jsonrpc.Message
 	var rest [][]byte
 	var toolsChanged bool
-	var refused []json.RawMessage // requests under the proxy's ask ids
+	var refused []json.RawMessage // requests under ids of the proxy's
+	edited := false               // a message of rest is not as it came
 	s.mu.Lock()
 	late := closed(l.gone) // as in fromUpstream
 	for _, m := range msgs {
-		if m.IsRequest() && idHasPrefix(m.ID, s.askPrefix) {
+		if m.IsRequest() && s.clientSpaceID(m.ID) {
 			refused = append(refused, m.ID)
 			continue
 		}
 		if !m.IsResponse() {
 			toolsChanged = toolsChanged || m.Method == "notifications/tools/list_changed"
-			rest = append(rest, m.Raw)
+			raw := m.Raw
+			switch {
+			case m.IsRequest():
+				raw = s.openServerRequestLocked(l, m)
+			case m.Method == "notifications/cancelled":
+				raw = s.serverCancelledLocked(l, m)
+			}
+			if edited = edited || !bytes.Equal(raw, m.Raw); raw != nil {
+				rest = append(rest, raw)
+			}
 			continue
 		}
 		key := string(jsonrpc.IDKey(m.ID))
@@ -533,7 +569,7 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		s.refuseAskID(l, id)
 	}
 	switch {
-	case len(rest) == len(msgs):
+	case len(rest) == len(msgs) && !edited:
 		s.writeClient(frame)
 	case len(rest) > 0:
 		s.writeClient(append(append([]byte("["), bytes.Join(rest, []byte(","))...), ']'))

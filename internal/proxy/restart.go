@@ -14,6 +14,7 @@ import (
 func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan error, error) {
 	gone := s.current()
 	if s.opts.Restart == nil {
+		s.voidServerRequests(gone, serverExited)
 		s.endCallIntake()
 		s.upstreamGone(gone)
 		s.inflight.Wait() // every caller is answered at once: the upstream is gone
@@ -21,6 +22,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	}
 	n := exits.add(time.Now(), s.opts.RestartWindow)
 	if n > s.opts.MaxRestarts {
+		s.voidServerRequests(gone, serverExited)
 		s.endCallIntake()
 		s.upstreamGone(gone)
 		s.log.Error("the upstream keeps exiting; giving up", "exits", n, "window", s.opts.RestartWindow)
@@ -30,10 +32,13 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	// The next link is in use before the callers of the one that is
 	// gone are answered: a call that comes once they are waits for the
 	// restart, instead of meeting the closed connection.
-	l := &link{ready: make(chan struct{}), gone: make(chan struct{})}
+	l := &link{ready: make(chan struct{}), gone: make(chan struct{}), gen: gone.gen + 1}
 	s.mu.Lock()
 	s.up = l
 	s.mu.Unlock()
+	// Before the new upstream can ask anything: its requests number from
+	// 1 again, and the client must not take them for the exited one's.
+	s.voidServerRequests(gone, serverRestarted)
 	s.upstreamGone(gone)
 	next, err := s.restart(ctx, l, n)
 	if err != nil {
@@ -46,6 +51,13 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	}
 	return next, nil
 }
+
+// Why the client is told a request of the upstream's gets no answer
+// (voidServerRequests).
+const (
+	serverExited    = "mcp-idempotent: the MCP server exited before this request was answered"
+	serverRestarted = "mcp-idempotent: the MCP server that sent this request exited and is being restarted; an answer to it would be dropped"
+)
 
 // An exitLog holds the upstream's recent exits, for the crash-loop limit.
 type exitLog []time.Time

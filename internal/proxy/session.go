@@ -136,14 +136,18 @@ type Session struct {
 	// requests to the client (Ask): idPrefix and "ask:".
 	askPrefix string
 	nextAsk   atomic.Int64
+	// serverPrefix starts the JSON text of the ids the client gets the
+	// requests of a restarted upstream under: idPrefix and "server:".
+	serverPrefix string
 	// inflight counts the client's tools/call requests not yet answered
 	// or detached.
 	inflight sync.WaitGroup
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
-	// elicitForm, asks and asksEnded, and the conn and frames of a link
-	// being started again (see link).
+	// elicitForm, asks, asksEnded, serverReqs, serverIDs, voided and
+	// relayed, and the conn and frames of a link being started again (see
+	// link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -185,6 +189,16 @@ type Session struct {
 	// client has gone, or Run returns): an ask then fails at once.
 	asks      map[string]ask
 	asksEnded bool
+	// serverReqs holds the upstreams' requests to the client not yet
+	// answered, by the jsonrpc.IDKey of the id the client knows;
+	// serverIDs maps the IDKey of each one's upstream id to that key.
+	// voided holds the keys of those whose upstream exited, so that
+	// a late answer to one is logged for what it is (voidServerRequests).
+	// relayed numbers the requests of restarted upstreams.
+	serverReqs map[string]serverRequest
+	serverIDs  map[string]string
+	voided     map[string]struct{}
+	relayed    int64
 }
 
 // New returns a Session between client and upstream.
@@ -217,6 +231,7 @@ func New(client, upstream Conn, opts Options) *Session {
 	s := &Session{
 		idPrefix:        idPrefix,
 		askPrefix:       idPrefix + "ask:",
+		serverPrefix:    idPrefix + "server:",
 		client:          client,
 		clientFrames:    clientFrames,
 		clientAnswers:   clientAnswers,
@@ -231,6 +246,9 @@ func New(client, upstream Conn, opts Options) *Session {
 		pending:         make(map[string]sent),
 		forwarded:       make(map[string]forwardedRequest),
 		calls:           make(map[string]*clientCall),
+		serverReqs:      make(map[string]serverRequest),
+		serverIDs:       make(map[string]string),
+		voided:          make(map[string]struct{}),
 	}
 	s.sessionLog = newSessionLog(s)
 	s.notWrittenFunc = s.notWritten

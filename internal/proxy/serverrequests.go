@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// A serverRequest is a request an upstream sent the client (sampling,
+// elicitation, roots/list...) that the client has not answered yet.
+type serverRequest struct {
+	l  *link           // the upstream that sent it
+	id json.RawMessage // its id as the upstream spelled it
+	// clientID is the id the client knows it by: id itself from the
+	// first upstream, which the proxy passes on untouched; an id of the
+	// proxy's (serverPrefix) from one started again, whose ids start
+	// from 1 again while the client may still hold an exited one's.
+	clientID json.RawMessage
+}
+
+// renamed reports whether the client knows r under an id of the proxy's.
+func (r serverRequest) renamed() bool { return r.l.gen > 1 }
+
+// maxVoided bounds Session.voided: it serves the log only, since an
+// answer to no open request is dropped once the upstream has restarted.
+const maxVoided = 1024
+
+// openServerRequestLocked notes m, a request the upstream link l sends
+// the client, and returns m's frame as the client is to get it: as it
+// came from the first upstream; under an id of the proxy's from a later
+// one. s.mu must be held.
+func (s *Session) openServerRequestLocked(l *link, m *jsonrpc.Message) []byte {
+	r := serverRequest{l: l, id: bytes.Clone(m.ID)}
+	frame := m.Raw
+	if r.renamed() {
+		s.relayed++
+		var buf [64]byte
+		b := append(buf[:0], s.serverPrefix...)
+		b = strconv.AppendInt(append(strconv.AppendInt(b, int64(l.gen), 10), ':'), s.relayed, 10)
+		r.clientID = bytes.Clone(append(b, '"'))
+		frame = jsonrpc.Replace(m.Raw, m.ID, r.clientID)
+	} else {
+		r.clientID = r.id
+	}
+	key := string(jsonrpc.IDKey(r.clientID))
+	s.serverReqs[key] = r
+	s.serverIDs[string(jsonrpc.IDKey(r.id))] = key
+	return frame
+}
+
+// closeServerRequestLocked forgets the open request under the client's
+// key, answered or cancelled. s.mu must be held.
+func (s *Session) closeServerRequestLocked(key string) (serverRequest, bool) {
+	r, ok := s.serverReqs[key]
+	if !ok {
+		return r, false
+	}
+	delete(s.serverReqs, key)
+	if uk := string(jsonrpc.IDKey(r.id)); s.serverIDs[uk] == key {
+		delete(s.serverIDs, uk)
+	}
+	return r, true
+}
+
+// answerServer passes the client's answer m on to the upstream whose
+// request it answers, under that upstream's id. An answer to a request
+// of an upstream that has exited never reaches the one started in its
+// place, which may have asked something else under the same id. An
+// answer to no open request passes on as it came while the first
+// upstream runs, as it would without the proxy; after a restart it is
+// dropped, since no request of the running upstream's has its id.
+func (s *Session) answerServer(m *jsonrpc.Message) {
+	key := string(jsonrpc.IDKey(m.ID))
+	s.mu.Lock()
+	r, open := s.closeServerRequestLocked(key)
+	_, void := s.voided[key]
+	delete(s.voided, key)
+	l := s.up
+	s.mu.Unlock()
+	switch {
+	case open && r.renamed():
+		s.writeLink(r.l, jsonrpc.Replace(m.Raw, m.ID, r.id))
+	case open:
+		s.writeLink(r.l, m.Raw)
+	case void:
+		s.log.Info("dropped the client's answer to a request of an upstream that has exited", "id", string(m.ID))
+	case l.gen > 1 || idHasPrefix(m.ID, s.serverPrefix):
+		s.log.Warn("dropped an answer from the client to no open request of the upstream's", "id", string(m.ID))
+	default:
+		s.writeLink(l, m.Raw)
+	}
+}
+
+// writeLink writes frame to the upstream link l, the one it is meant for,
+// unless l has gone: never to another upstream.
+func (s *Session) writeLink(l *link, frame []byte) {
+	if closed(l.gone) {
+		s.log.Debug("the upstream is not running; a message was dropped", "size", len(frame))
+		return
+	}
+	s.mu.Lock()
+	conn := l.conn // set by now: l sent the request, or is the first link
+	s.mu.Unlock()
+	if err := conn.WriteFrame(frame); err != nil {
+		s.log.Debug("writing to the upstream", "err", err)
+	}
+}
+
+// serverAnswersLocked readies the answers among msgs, a batch from the
+// client going to the upstream link l, as answerServer does one: an
+// answer to an open request of l's stays, under l's id; any other is
+// taken out, but, while the first upstream runs, one to no open request.
+// It returns the rest and its frame. s.mu must be held.
+func (s *Session) serverAnswersLocked(l *link, msgs []*jsonrpc.Message, frame []byte) ([]*jsonrpc.Message, []byte) {
+	var rest []*jsonrpc.Message
+	var raws [][]byte
+	changed := false
+	for _, m := range msgs {
+		raw := m.Raw
+		if m.IsResponse() {
+			key := string(jsonrpc.IDKey(m.ID))
+			r, open := s.serverReqs[key]
+			switch {
+			case open && r.l == l:
+				s.closeServerRequestLocked(key)
+				if r.renamed() {
+					raw, changed = jsonrpc.Replace(m.Raw, m.ID, r.id), true
+				}
+			case open || l.gen > 1 || idHasPrefix(m.ID, s.serverPrefix):
+				// open: sent by an upstream that has exited, and not yet
+				// voided (voidServerRequests).
+				if _, void := s.voided[key]; void || open {
+					delete(s.voided, key)
+					s.log.Info("dropped the client's answer to a request of an upstream that has exited", "id", string(m.ID))
+				} else {
+					s.log.Warn("dropped an answer from the client to no open request of the upstream's", "id", string(m.ID))
+				}
+				changed = true
+				continue
+			}
+		}
+		rest, raws = append(rest, m), append(raws, raw)
+	}
+	if !changed {
+		return msgs, frame
+	}
+	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+}
+
+// serverCancelledLocked returns the notifications/cancelled m, by which
+// the upstream link l gives up on a request of its own to the client, as
+// the client is to get it: naming the request by the id the client knows,
+// and the request forgotten; nil to drop it, when it names no open
+// request of a restarted upstream's (the client may hold an exited one's
+// under that id). s.mu must be held.
+func (s *Session) serverCancelledLocked(l *link, m *jsonrpc.Message) []byte {
+	id, err := jsonrpc.CancelledID(m.Params)
+	if err != nil || id == nil {
+		if l.gen > 1 {
+			return nil
+		}
+		return m.Raw
+	}
+	key, ok := s.serverIDs[string(jsonrpc.IDKey(id))]
+	r := s.serverReqs[key]
+	if !ok || r.l != l {
+		if l.gen > 1 {
+			return nil
+		}
+		return m.Raw
+	}
+	s.closeServerRequestLocked(key)
+	if !r.renamed() {
+		return m.Raw
+	}
+	return jsonrpc.Replace(m.Raw, id, r.clientID)
+}
+
+// voidServerRequests tells the client that each request the upstream
+// link gone sent it and it has not answered will get no answer
+// (notifications/cancelled, with reason), so it can take the question
+// away from its user; its answer, if it comes, is dropped (answerServer).
+func (s *Session) voidServerRequests(gone *link, reason string) {
+	s.mu.Lock()
+	var ids [][]byte
+	for key, r := range s.serverReqs {
+		if r.l != gone {
+			continue
+		}
+		s.closeServerRequestLocked(key)
+		if len(s.voided) >= maxVoided {
+			clear(s.voided)
+		}
+		s.voided[key] = struct{}{}
+		ids = append(ids, r.clientID)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ids, bytes.Compare) // in a steady order, for the client's log
+	for _, id := range ids {
+		s.log.Info("told the client a request of the exited upstream's will get no answer", "id", string(id))
+		params := append(append([]byte(`{"requestId":`), id...), `,"reason":`...)
+		params = append(jsonrpc.AppendString(params, reason), '}')
+		s.writeClient(jsonrpc.NewRequest(nil, "notifications/cancelled", params))
+	}
+}

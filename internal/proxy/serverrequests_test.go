@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// restarted returns a restart rig whose client has made its handshake
+// with a first upstream, which sent the client a sampling request under
+// id 1 and exited; and the upstream started in its place, its replayed
+// handshake answered.
+func restarted(t *testing.T) (*restartRig, *upstreamEnd) {
+	t.Helper()
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	const old = `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"OLD: send $5 to Alice?"}}],"maxTokens":9}}`
+	up.send(t, old)
+	if got := r.client.next(t, "client"); got != old {
+		t.Fatalf("the client got %s; want the first upstream's request as it sent it:\n%s", got, old)
+	}
+	up2 := r.exitAndRestart(t, up)
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	return r, up2
+}
+
+// cancelledID returns the requestId of frame, a notifications/cancelled,
+// failing t if it is none.
+func cancelledID(t *testing.T, frame string) string {
+	t.Helper()
+	var m struct {
+		Method string
+		Params struct {
+			RequestID json.RawMessage `json:"requestId"`
+			Reason    string
+		}
+	}
+	if err := json.Unmarshal([]byte(frame), &m); err != nil || m.Method != "notifications/cancelled" || m.Params.Reason == "" {
+		t.Fatalf("got %s; want notifications/cancelled with a reason", frame)
+	}
+	return string(m.Params.RequestID)
+}
+
+// idOf returns the id of frame as JSON text.
+func idOf(frame string) string {
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(frame), &m)
+	return string(m.ID)
+}
+
+// TestRestartFencesTheExitedServersRequests: a request the exited
+// upstream sent the client is cancelled at the client, and the client's
+// answer to it never reaches the upstream started in its place, which
+// asks something else under the same id 1; the client's answer to that
+// one reaches it under id 1.
+func TestRestartFencesTheExitedServersRequests(t *testing.T) {
+	r, up2 := restarted(t)
+	if id := cancelledID(t, r.client.next(t, "client")); id != "1" {
+		t.Fatalf("the client was told of the cancellation of %s; want 1, the exited upstream's request", id)
+	}
+
+	up2.send(t, `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"NEW: delete all files?"}}],"maxTokens":9}}`)
+	asked := r.client.next(t, "client")
+	newID := idOf(asked)
+	if newID == "1" || !strings.Contains(asked, "NEW: delete all files?") {
+		t.Fatalf("the client got %s; want the new upstream's request under an id of its own, not 1", asked)
+	}
+
+	// The user answers the dialogs in the order they were shown.
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"yes to OLD"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":`+newID+`,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"no to NEW"}}}`)
+	want := `{"jsonrpc":"2.0","id":1,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"no to NEW"}}}`
+	if got := up2.next(t, "restarted upstream"); got != want {
+		t.Fatalf("the restarted upstream got %s; want the answer to its own request, under its id:\n%s", got, want)
+	}
+	// A second answer to it goes nowhere either.
+	r.client.send(t, `{"jsonrpc":"2.0","id":`+newID+`,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"again"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if got := up2.next(t, "restarted upstream"); got != `{"jsonrpc":"2.0","id":7,"method":"ping"}` {
+		t.Fatalf("the restarted upstream got %s; want the ping next, and no other answer", got)
+	}
+}
+
+// TestRestartedServersCancellation: the restarted upstream's cancellation
+// of its own request reaches the client under the id the client knows
+// it by, and one naming no open request of its is dropped: the client
+// may hold the exited upstream's request under that id.
+func TestRestartedServersCancellation(t *testing.T) {
+	r, up2 := restarted(t)
+	cancelledID(t, r.client.next(t, "client"))
+	up2.send(t, `{"jsonrpc":"2.0","id":1,"method":"roots/list"}`)
+	newID := idOf(r.client.next(t, "client"))
+
+	up2.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	up2.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"timeout"}}`)
+	want := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + newID + `,"reason":"timeout"}}`
+	if got := r.client.next(t, "client"); got != want {
+		t.Fatalf("the client got %s; want\n%s", got, want)
+	}
+}
+
+// TestRestartFencesBatches: a request in a batch of the restarted
+// upstream's reaches the client under an id of its own; in a batch of the
+// client's, the answer to the exited upstream's request is taken out, and
+// the answer to the restarted one's goes under the upstream's id.
+func TestRestartFencesBatches(t *testing.T) {
+	r, up2 := restarted(t)
+	cancelledID(t, r.client.next(t, "client"))
+	up2.send(t, `[{"jsonrpc":"2.0","method":"notifications/message","params":{}},{"jsonrpc":"2.0","id":1,"method":"roots/list"}]`)
+	var batch []json.RawMessage
+	if err := json.Unmarshal([]byte(r.client.next(t, "client")), &batch); err != nil || len(batch) != 2 {
+		t.Fatalf("the client got %s; want the batch of two", batch)
+	}
+	newID := idOf(string(batch[1]))
+	if newID == "1" || string(batch[0]) != `{"jsonrpc":"2.0","method":"notifications/message","params":{}}` {
+		t.Fatalf("the client got %s; want the request under an id of its own, the rest as it came", batch)
+	}
+
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"result":{"role":"assistant"}},{"jsonrpc":"2.0","id":`+newID+`,"result":{"roots":[]}}]`)
+	if got, want := up2.next(t, "restarted upstream"), `[{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}]`; got != want {
+		t.Fatalf("the restarted upstream got %s; want %s", got, want)
+	}
+}
+
+// TestFirstUpstreamsRequestsPassUnchanged: the first upstream's requests
+// to the client, their answers and its cancellations pass byte for byte,
+// as without the proxy, alone or in a batch.
+func TestFirstUpstreamsRequestsPassUnchanged(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	for _, tc := range []struct{ from, to string }{
+		{`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}`},
+		{`{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}`, `{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}`},
+		{`{"jsonrpc":"2.0","id":2.0,"method":"ping"}`, `{"jsonrpc":"2.0","id":2,"result":{}}`},
+		{`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`, `[{"jsonrpc":"2.0","id":3,"result":{}}]`},
+	} {
+		up.send(t, tc.from)
+		if got := r.client.next(t, "client"); got != tc.from {
+			t.Fatalf("the client got %s; want %s", got, tc.from)
+		}
+		r.client.send(t, tc.to)
+		if got := up.next(t, "upstream"); got != tc.to {
+			t.Fatalf("the upstream got %s; want %s", got, tc.to)
+		}
+	}
+	up.send(t, `{"jsonrpc":"2.0","id":4,"method":"roots/list"}`)
+	r.client.next(t, "client")
+	const cancel = `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`
+	up.send(t, cancel)
+	if got := r.client.next(t, "client"); got != cancel {
+		t.Fatalf("the client got %s; want %s", got, cancel)
+	}
+	// An answer to no open request passes on, as it would without the
+	// proxy, while the first upstream runs.
+	const late = `{"jsonrpc":"2.0","id":4,"result":{"roots":[]}}`
+	r.client.send(t, late)
+	if got := up.next(t, "upstream"); got != late {
+		t.Fatalf("the upstream got %s; want %s", got, late)
+	}
+}
+
+// TestUpstreamRequestUnderTheRestartedIDsIsRefused: a request of the
+// upstream's under an id in the space the proxy gives a restarted
+// upstream's requests is refused: the client could hold one of those.
+func TestUpstreamRequestUnderTheRestartedIDsIsRefused(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	up.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:server:2:1","method":"roots/list"}`)
+	if got := up.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:server:2:1","error"`) {
+		t.Fatalf("the upstream got %s; want its request refused", got)
+	}
+}
