@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,18 +258,25 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.refuseBatch(msgs, why, "")
 		return
 	}
-	var l *link
-	for {
-		// The link it goes on, as forward picks it: its answers are
-		// checked against the requests of that upstream's.
-		l = s.usable()
-		s.mu.Lock()
-		if l == s.up {
-			break
-		}
+	s.sendBatch(msgs, frame)
+}
+
+// sendBatch sends msgs, a checked batch of the client's in frame,
+// upstream. Its requests are remembered before it waits for a usable
+// link, so that an upstream that exits meanwhile, or a restart that
+// fails, answers them (abandon); a batch so answered is not sent. Its
+// answers are checked against the link it goes on, as answerServer
+// checks one.
+func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
+	s.mu.Lock()
+	if l := s.up; closed(l.gone) {
+		conn := l.conn // nil if the upstream could not be started again
 		s.mu.Unlock()
+		s.notRunning(msgs, conn)
+		return
 	}
 	keys := make(map[string]bool, len(msgs))
+	var first string // the key of the batch's first request
 	for _, m := range msgs {
 		if !m.IsRequest() {
 			continue
@@ -280,19 +288,51 @@ func (s *Session) fromClientBatch(frame []byte) {
 			return
 		}
 		keys[key] = true
+		first = cmp.Or(first, key)
+	}
+	s.batches++
+	batch := s.batches
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.rememberLocked(string(jsonrpc.IDKey(m.ID)), forwardedRequest{id: m.ID, method: m.Method, batch: batch})
+		}
+	}
+	s.mu.Unlock()
+	var l *link
+	for {
+		// The link it goes on, as forward picks it.
+		l = s.usable()
+		s.mu.Lock()
+		if l == s.up {
+			break
+		}
+		s.mu.Unlock()
+	}
+	if f, ok := s.forwarded[first]; first != "" && (!ok || f.batch != batch) {
+		s.mu.Unlock()
+		return // answered while it waited: the upstream it was for is gone
 	}
 	if msgs, frame = s.serverAnswersLocked(l, msgs, frame); len(msgs) == 0 {
 		s.mu.Unlock()
 		return
 	}
-	s.batches++
-	for _, m := range msgs {
-		if m.IsRequest() {
-			s.rememberLocked(string(jsonrpc.IDKey(m.ID)), forwardedRequest{id: m.ID, method: m.Method, batch: s.batches})
-		}
-	}
 	s.mu.Unlock()
 	s.writeLink(l, frame)
+}
+
+// notRunning answers each request of a batch that found the upstream
+// gone, as forward answers one alone: nothing of it was sent.
+func (s *Session) notRunning(msgs []*jsonrpc.Message, conn Conn) {
+	var errs [][]byte
+	for _, m := range msgs {
+		if m.IsRequest() {
+			errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+				"mcp-idempotent: the upstream is not running; %s was not sent%s", m.Method, exitCause(conn))))
+		}
+	}
+	if len(errs) > 0 {
+		s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+	}
 }
 
 // batchCancel handles m as cancelled does if it is a valid

@@ -244,3 +244,22 @@ func TestBurstWhileTheUpstreamRestarts(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchDuringAFailedRestart: a batch that waits for an upstream being
+// started again, whose start then fails, is answered: each request is
+// told it was not sent.
+func TestBatchDuringAFailedRestart(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	up2 := r.exitAndRestart(t, up)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":10,"method":"ping"},{"jsonrpc":"2.0","id":11,"method":"ping"}]`)
+	// The replayed handshake fails: the upstream cannot be used.
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","error":{"code":-32600,"message":"no"}}`)
+	got := r.client.next(t, "client")
+	for _, id := range []string{`"id":10`, `"id":11`} {
+		if !strings.Contains(got, id) || !strings.Contains(got, `"error"`) {
+			t.Fatalf("the client got %s; want an error for each request of its batch", got)
+		}
+	}
+}
