@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -71,9 +74,64 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 		s.elicitForm = elicitForm
 	}
 	s.mu.Unlock()
-	if err := l.conn.WriteFrame(msg.Raw); err != nil {
-		s.log.Debug("writing to the upstream", "err", err)
+	sendForwarded(l, msg.Raw, key, s.notForwardedFunc)
+}
+
+// sendForwarded writes frame, requests of the client's remembered under
+// id, to l. A write that fails, at once or when the burst holding it is
+// flushed, is told to failed with id: no answer can come to what was not
+// sent, and the client must not wait for one.
+func sendForwarded(l *link, frame []byte, id string, failed func(id string, err error)) {
+	var err error
+	if l.framesThen != nil {
+		err = l.framesThen.WriteFrameThen(frame, id, failed)
+	} else {
+		err = l.conn.WriteFrame(frame)
 	}
+	if err != nil {
+		failed(id, err)
+	}
+}
+
+// notForwarded answers the client's request under key, whose write to the
+// upstream failed, with an error saying it was not sent.
+func (s *Session) notForwarded(key string, err error) {
+	s.mu.Lock()
+	f, ok := s.forwarded[key]
+	s.forgetLocked(key)
+	s.mu.Unlock()
+	if !ok {
+		return // answered as the upstream went, or cancelled
+	}
+	s.log.Warn("a request could not be written to the upstream", "method", f.method, "err", err)
+	f.shadow.notSent(fmt.Errorf("writing to the upstream: %w", err))
+	s.writeClient(jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err)))
+}
+
+// batchNotSent answers the requests of the client's batch numbered batch
+// (its decimal text), whose write to the upstream failed, in one array.
+func (s *Session) batchNotSent(batch string, err error) {
+	n, _ := strconv.ParseUint(batch, 10, 64)
+	var answers [][]byte
+	s.mu.Lock()
+	for key, f := range s.forwarded {
+		if f.batch == n {
+			s.forgetLocked(key)
+			answers = append(answers, jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err)))
+		}
+	}
+	s.mu.Unlock()
+	if len(answers) == 0 {
+		return
+	}
+	s.log.Warn("a batch could not be written to the upstream", "requests", len(answers), "err", err)
+	s.writeClient(append(append([]byte("["), bytes.Join(answers, []byte(","))...), ']'))
+}
+
+// notSentError is the answer to a request of the client's, method, that
+// was not sent because writing it to the upstream failed with err.
+func notSentError(method string, err error) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: %s was not sent: writing it to the upstream failed (%v)", method, err)
 }
 
 // unportableID says why a request passed upstream under its own id is

@@ -28,6 +28,12 @@ type requestThenWriter interface {
 	WriteRequestThen(id string, method string, params []byte, failed func(id string, err error)) error
 }
 
+// A frameThenWriter writes a frame as Conn does, and if it holds it,
+// tells failed when the write that takes it later fails.
+type frameThenWriter interface {
+	WriteFrameThen(frame []byte, id string, failed func(id string, err error)) error
+}
+
 // A responseThenWriter writes an answer as frameBuilder does, and tells
 // written once it is written.
 type responseThenWriter interface {

@@ -266,3 +266,30 @@ func TestHeldRequestIsNotUnknownWhenTheUpstreamGoes(t *testing.T) {
 	}
 	release()
 }
+
+// TestForwardedRequestNotWrittenIsAnswered: a request passed upstream
+// whose write fails, at once or when the burst holding it is flushed, is
+// answered at once that it was not sent, and its id is free again; before,
+// it waited for an answer that could not come.
+func TestForwardedRequestNotWrittenIsAnswered(t *testing.T) {
+	r, _, toUpstream := holdRig(t, memstore.New(memstore.Options{}))
+	toUpstream.fail.Store(true)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"error":{"code":-32603,`) || !strings.Contains(got, "ping was not sent") {
+		t.Fatalf("the ping, not written, was answered %s; want an error saying it was not sent", got)
+	}
+	// A burst: the requests are held, and the write that fails is Flush's.
+	rawWrite(t, r.clientW,
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"resources/list"}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":4,"method":"ping"}]`)
+	got := r.client.byID(t, 2)
+	for _, id := range []string{"1", "2"} {
+		if !strings.Contains(got[id], "was not sent") {
+			t.Errorf("request %s, held and not written, was answered %s; want that it was not sent", id, got[id])
+		}
+	}
+	if batch := r.client.next(t, "client"); !strings.HasPrefix(batch, "[") || strings.Count(batch, "ping was not sent") != 2 {
+		t.Errorf("the batch, not written, was answered %s; want one array saying each request was not sent", batch)
+	}
+}

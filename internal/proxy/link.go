@@ -14,11 +14,12 @@ import (
 // Session.mu before ready is closed: read them under Session.mu, or once
 // ready is closed.
 type link struct {
-	conn     Conn
-	frames   frameBuilder      // conn as a frameBuilder, or nil
-	requests requestThenWriter // conn as a requestThenWriter, or nil
-	ready    chan struct{}     // closed once the client's traffic may use it
-	gone     chan struct{}     // closed when the upstream has closed it
+	conn       Conn
+	frames     frameBuilder      // conn as a frameBuilder, or nil
+	requests   requestThenWriter // conn as a requestThenWriter, or nil
+	framesThen frameThenWriter   // conn as a frameThenWriter, or nil
+	ready      chan struct{}     // closed once the client's traffic may use it
+	gone       chan struct{}     // closed when the upstream has closed it
 	// gen counts the upstream's starts: 1 for the first, one more for
 	// each restart.
 	gen int
@@ -35,6 +36,7 @@ func (l *link) setConn(conn Conn) {
 	l.conn = conn
 	l.frames, _ = conn.(frameBuilder)
 	l.requests, _ = conn.(requestThenWriter)
+	l.framesThen, _ = conn.(frameThenWriter)
 }
 
 func closed(ch chan struct{}) bool {

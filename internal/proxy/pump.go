@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -269,12 +270,6 @@ func (s *Session) fromClientBatch(frame []byte) {
 // checks one.
 func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 	s.mu.Lock()
-	if l := s.up; closed(l.gone) {
-		conn := l.conn // nil if the upstream could not be started again
-		s.mu.Unlock()
-		s.notRunning(msgs, conn)
-		return
-	}
 	keys := make(map[string]bool, len(msgs))
 	var first string // the key of the batch's first request
 	for _, m := range msgs {
@@ -317,21 +312,11 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		return
 	}
 	s.mu.Unlock()
-	s.writeLink(l, frame)
-}
-
-// notRunning answers each request of a batch that found the upstream
-// gone, as forward answers one alone: nothing of it was sent.
-func (s *Session) notRunning(msgs []*jsonrpc.Message, conn Conn) {
-	var errs [][]byte
-	for _, m := range msgs {
-		if m.IsRequest() {
-			errs = append(errs, jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-				"mcp-idempotent: the upstream is not running; %s was not sent%s", m.Method, exitCause(conn))))
-		}
-	}
-	if len(errs) > 0 {
-		s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+	id := strconv.FormatUint(batch, 10)
+	if closed(l.gone) {
+		s.batchNotSent(id, errors.New("the upstream is not running"))
+	} else {
+		sendForwarded(l, frame, id, s.batchNotSentFunc)
 	}
 }
 

@@ -132,6 +132,11 @@ type Session struct {
 	// notWrittenFunc is s.notWritten, made once: a held request is
 	// written with it (requestThenWriter).
 	notWrittenFunc func(key string, err error)
+	// notForwardedFunc and batchNotSentFunc are s.notForwarded and
+	// s.batchNotSent, made once: the client's requests are written with
+	// them (sendForwarded).
+	notForwardedFunc func(key string, err error)
+	batchNotSentFunc func(batch string, err error)
 	// askPrefix starts the JSON text of the ids of the proxy's own
 	// requests to the client (Ask): idPrefix and "ask:".
 	askPrefix string
@@ -252,6 +257,8 @@ func New(client, upstream Conn, opts Options) *Session {
 	}
 	s.sessionLog = newSessionLog(s)
 	s.notWrittenFunc = s.notWritten
+	s.notForwardedFunc = s.notForwarded
+	s.batchNotSentFunc = s.batchNotSent
 	return s
 }
 

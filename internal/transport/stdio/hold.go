@@ -130,6 +130,17 @@ func (c *Conn) unlockTelling(err error, written func(error)) error {
 	return err
 }
 
+// WriteFrameThen is WriteFrame, but for a held frame, which Flush writes:
+// if that write does not take it whole, Flush calls failed with id and
+// the error. The error of a write made at once is returned, and failed is
+// not called.
+func (c *Conn) WriteFrameThen(frame []byte, id string, failed func(id string, err error)) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b := c.frameBuffer()
+	return c.endFrame(append(b, frame...), len(b), heldFrame{failed: failed, id: id})
+}
+
 // WriteRequestThen is WriteRequest, but for a held frame, which Flush
 // writes: if that write does not take it whole, Flush calls failed with
 // id and the error. The error of a write made at once is returned, and

@@ -84,7 +84,8 @@ func TestFlushWritesHeldFramesInOne(t *testing.T) {
 
 // TestFlushThatFailsPartWay: of the frames held, those the failing write
 // took whole count as written, and the rest do not: answers are told the
-// write's error, and requests that they failed, with their ids.
+// write's error, and requests (WriteRequestThen, WriteFrameThen) that
+// they failed, with their ids.
 func TestFlushThatFailsPartWay(t *testing.T) {
 	first := `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"
 	w := &takingWriter{limit: len(first) + 3} // the first frame and a bit
@@ -111,10 +112,16 @@ func TestFlushThatFailsPartWay(t *testing.T) {
 		}
 		told = append(told, id+" failed")
 	})
+	c.WriteFrameThen([]byte(`{"jsonrpc":"2.0","id":4,"method":"ping"}`), "4", func(id string, err error) {
+		if !errors.Is(err, errTaken) {
+			t.Errorf("failed told %v; want the write's error", err)
+		}
+		told = append(told, id+" failed")
+	})
 	if err := c.Flush(); !errors.Is(err, errTaken) {
 		t.Fatalf("Flush returned %v; want the write's error", err)
 	}
-	if got := strings.Join(told, ", "); got != `1 written, 2 not written: the write's error, "r3" failed` {
+	if got := strings.Join(told, ", "); got != `1 written, 2 not written: the write's error, "r3" failed, 4 failed` {
 		t.Fatalf("told %s; want the first written, the rest not", got)
 	}
 }
