@@ -134,10 +134,10 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(error)) error {
 }
 
 // startToolCall validates a tools/call, whose params' members params
-// holds, and starts it. When the tool's
-// policy is known, which is the common case, everything up to the dispatch
-// happens here on the reading goroutine; only a tool the proxy must first
-// list sends the call to a goroutine of its own.
+// holds, and starts it. When the tool's policy is known, which is the
+// common case, everything up to the dispatch happens here on the reading
+// goroutine; a tool the proxy must first list, and what comes after it,
+// waits in a queue run on a goroutine of its own (order.go).
 func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params *mcp.ParamsReader) {
 	// in is on the caller's stack: what the call keeps of it is copied.
 	c := &clientCall{s: s, raw: in.Raw, ctx: callContext{Context: ctx}}
@@ -151,7 +151,6 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	if s.opts.Tracer != nil {
 		s.startSpan(c)
 	}
-	cctx := &c.ctx
 	s.mu.Lock()
 	if s.callsEnded {
 		// Run waits for the calls under way and returns (endCallIntake):
@@ -169,27 +168,40 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	s.calls[c.key()] = c
 	s.mu.Unlock()
 
+	if s.queueing.Load() && s.enqueue(queued{call: c}) {
+		return // after the calls that wait for a listing (order.go)
+	}
 	if info, ok := s.tools.cached(call.Name); ok {
 		s.handleToolCall(c, call, info)
 		return
 	}
-	go func() {
-		info := s.tools.lookup(cctx, call.Name, func(ctx context.Context, cursor string) (mcp.ListPage, error) {
-			return s.listTools(ctx, cursor, call.Meta)
-		})
-		switch err := cctx.Err(); {
-		case errors.Is(err, intercept.ErrSessionEnded):
-			// Not the caller leaving: it is told that nothing ran.
-			if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(call.Name).Object()}); err != nil {
-				s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
-			}
-			return
-		case err != nil:
-			c.finish() // cancelled before anything was decided: nothing ran
-			return
+	s.startQueue(c)
+}
+
+// lookupTool returns what is known of c's tool, listing the upstream's
+// tools if it must.
+func (s *Session) lookupTool(c *clientCall) toolInfo {
+	return s.tools.lookup(&c.ctx, c.call.Name, func(ctx context.Context, cursor string) (mcp.ListPage, error) {
+		return s.listTools(ctx, cursor, c.call.Meta)
+	})
+}
+
+// resumeToolCall goes on with c, a call that waited for those before it
+// or for its tool's listing, now that info is known: unless it was ended
+// meanwhile.
+func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
+	switch err := c.ctx.Err(); {
+	case errors.Is(err, intercept.ErrSessionEnded):
+		// Not the caller leaving: it is told that nothing ran.
+		if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(c.call.Name).Object()}); err != nil {
+			s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
 		}
-		s.handleToolCall(c, call, info)
-	}()
+		return
+	case err != nil:
+		c.finish() // cancelled before anything was decided: nothing ran
+		return
+	}
+	s.handleToolCall(c, &c.call, info)
 }
 
 func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {

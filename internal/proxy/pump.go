@@ -122,14 +122,22 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	if s.sessionLog != nil && msg.IsRequest() {
 		s.sessionLog.request(msg.Method, msg.Params)
 	}
+	// While a queue runs (order.go), what goes upstream waits in it;
+	// cancellations and answers to the upstream's requests do not.
 	switch {
 	case msg.Batch:
+		if s.queueing.Load() && s.enqueueBatch(frame) {
+			return
+		}
 		s.fromClientBatch(frame)
 	case msg.IsRequest() && s.reservedID(msg.ID):
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg, &params)
 	case msg.IsRequest():
+		if s.queueing.Load() && s.enqueueMessage(msg) {
+			return
+		}
 		s.forward(msg, nil)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
@@ -143,14 +151,21 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.answerServer(msg)
 	default:
-		// Notifications.
-		if msg.Method == "notifications/initialized" {
-			s.mu.Lock()
-			s.initialized = true
-			s.mu.Unlock()
+		if s.queueing.Load() && s.enqueueMessage(msg) {
+			return
 		}
-		s.writeUpstream(msg.Raw)
+		s.notifyUpstream(msg)
 	}
+}
+
+// notifyUpstream passes on msg, a notification of the client's.
+func (s *Session) notifyUpstream(msg *jsonrpc.Message) {
+	if msg.Method == "notifications/initialized" {
+		s.mu.Lock()
+		s.initialized = true
+		s.mu.Unlock()
+	}
+	s.writeUpstream(msg.Raw)
 }
 
 // refuseAnswer drops m, a message from the client with an id and no
@@ -369,6 +384,9 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		// cancellation detaches it, and never cancels an execution
 		// (DESIGN section 5).
 		s.log.Warn("dropped a cancellation from the client of a request of the proxy's own", "id", string(id))
+		return
+	case id != nil && s.unqueue(string(jsonrpc.IDKey(id))):
+		s.log.Info("client cancelled a request before it was sent; dropping it", "request", string(id))
 		return
 	case id != nil:
 		s.mu.Lock()

@@ -145,8 +145,15 @@ type Session struct {
 	// requests of a restarted upstream under: idPrefix and "server:".
 	serverPrefix string
 	// inflight counts the client's tools/call requests not yet answered
-	// or detached.
+	// or detached, and the queue while it runs (order.go).
 	inflight sync.WaitGroup
+
+	// queueing is set while a queue of the client's messages runs
+	// (order.go); qmu guards queue, the messages waiting in it, and the
+	// setting of queueing.
+	queueing atomic.Bool
+	qmu      sync.Mutex
+	queue    []queued
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,

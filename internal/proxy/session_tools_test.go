@@ -204,3 +204,74 @@ func TestProtocolMeta(t *testing.T) {
 		t.Fatalf("protocolMeta = %s; want the protocol version and client info alone", got)
 	}
 }
+
+// processed returns once the session has read every frame the client sent
+// before it: a request under an id reserved for the proxy is refused as
+// it is read.
+func processed(t *testing.T, r *rig) {
+	t.Helper()
+	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:x","method":"ping"}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, "reserved") {
+		t.Fatalf("client got %s; want the refusal of the reserved id", got)
+	}
+}
+
+// TestCallsWaitingForTheListingKeepTheirOrder: calls of a tool the proxy
+// has not seen listed, and the messages after them, reach the upstream in
+// the order they came, once the proxy's listing is answered. Before, each
+// call waited for the listing on a goroutine of its own and went on in
+// any order, and a request after them went at once. Answers to the
+// upstream's own requests do not wait (it may need one before it answers
+// the listing), and a cancelled call or request never goes.
+func TestCallsWaitingForTheListingKeepTheirOrder(t *testing.T) {
+	r := newRig(t, 0)
+	for i, v := range []string{"a", "b", "c", "d", "e", "f"} {
+		r.client.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"append","arguments":{"v":%q}}}`, i+1, v))
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":"p","method":"ping"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"q","method":"ping"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q"}}`)
+	processed(t, r)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's tools/list, and nothing sent after the first call before it", got)
+	}
+	// The upstream asks the client something before it lists its tools.
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}` {
+		t.Fatalf("upstream got %s; want the client's answer, which waits for nothing", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
+	for _, want := range []string{`"v":"a"`, `"v":"b"`, `"v":"d"`, `"v":"e"`, `"v":"f"`, `"id":"p","method":"ping"`, `"method":"notifications/roots/list_changed"`} {
+		got := r.upstream.next(t, "upstream")
+		if !strings.Contains(got, want) {
+			t.Fatalf("upstream got %s; want %s next", got, want)
+		}
+		if strings.Contains(got, `"method":"tools/call"`) {
+			r.upstream.answerCharged(t, got)
+		}
+	}
+	// A call after the queue emptied is handled as it is read.
+	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"append","arguments":{"v":"g"}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"g"`) {
+		t.Fatalf("upstream got %s; want the next call", got)
+	}
+}
+
+// TestFirstOfTwoIdenticalCallsIsSent: of two identical calls of a tool not
+// listed yet, the first to come is the one sent, and the second attaches
+// to it: the first's progress token goes upstream with it.
+func TestFirstOfTwoIdenticalCallsIsSent(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge","arguments":{"n":1},"_meta":{"progressToken":"tok"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"n":1}}}`)
+	processed(t, r)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge","inputSchema":{"type":"object"}}]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"progressToken":"tok"`) {
+		t.Fatalf("upstream got %s; want the first call, with its progress token", got)
+	}
+}
