@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -75,19 +74,13 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
 	}
 	in := Raw(inW)
-	so := &stdout{Reader: Raw(out)}
-	if readsNow {
-		so.f = out
-	}
-	c := &Child{Conn: NewConn(so, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
+	c := &Child{Conn: NewConn(stdout{Raw(out)}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	c.stderr.done = make(chan struct{})
 	go c.stderr.copyStderr(errOut, stderr)
 	go func() {
 		c.err = cmd.Wait()
 		// As cmd.StdinPipe's would be: writes after the exit fail.
 		in.Close()
-		// Its stdout ends with it, once read (stdout).
-		so.end()
 		// What the child wrote to stderr before it exited is passed on
 		// before Done says it exited, so that the proxy's own words
 		// about the exit come after it; not waited for long, since a
@@ -104,52 +97,15 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 }
 
 // stdout is the read end of a child's stdout, which reads as at its end
-// once Stop has closed it, or once the child has exited and what the pipe
-// holds has been read. The child is the upstream: a process it started
-// (a shell's "node server.js; echo done") may hold the pipe open after
-// it, but what the child wrote is in the pipe by then, and its stdin is
-// closed, so no answer can come to a request written after it.
-type stdout struct {
-	io.Reader
-	f      *os.File    // the pipe Reader reads, to read without waiting; nil where readNow cannot
-	exited atomic.Bool // set once the child has exited (end)
-}
+// once Stop has closed it.
+type stdout struct{ io.Reader }
 
-func (r *stdout) Read(p []byte) (int, error) {
-	var n int
-	var err error
-	if r.exited.Load() {
-		n, err = r.drain(p)
-	} else if n, err = r.Reader.Read(p); n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && r.exited.Load() {
-		n, err = r.drain(p) // woken by end
-	}
+func (r stdout) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
 	if errors.Is(err, os.ErrClosed) {
 		err = io.EOF
 	}
 	return n, err
-}
-
-// end is called once the child has exited: a read waiting for more is
-// woken, and no read waits from now on.
-func (r *stdout) end() {
-	if r.f == nil {
-		return
-	}
-	r.exited.Store(true)
-	_ = r.f.SetReadDeadline(time.Now())
-}
-
-// drain reads what the pipe holds, without waiting; io.EOF once empty.
-func (r *stdout) drain(p []byte) (int, error) {
-	for {
-		// end's deadline, which woke a read, would fail this one: it is
-		// cleared, and if end sets it only after that, cleared again.
-		_ = r.f.SetReadDeadline(time.Time{})
-		n, err := readNow(r.f, p)
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return n, err
-		}
-	}
 }
 
 // Done is closed when the child has exited.

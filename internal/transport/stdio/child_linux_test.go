@@ -3,8 +3,6 @@ package stdio
 import (
 	"bufio"
 	"bytes"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -70,47 +68,4 @@ func zombie(pid int) bool {
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
-// TestChildExitEndsItsStdout: a child that exits ends what is read from
-// it, once what it wrote is read, though a process it started holds its
-// stdout open (a shell wrapper whose server outlives it). Before, the
-// read waited for that process, and the proxy never learned that the
-// upstream was gone.
-func TestChildExitEndsItsStdout(t *testing.T) {
-	c, _ := startChild(t, "sh", "-c", `sleep 60 & echo "$!"; read x; echo '{"jsonrpc":"2.0","id":1,"result":{}}'`)
-	pid, err := c.ReadFrame()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := strconv.Atoi(string(pid)); err == nil {
-		t.Cleanup(func() { syscall.Kill(n, syscall.SIGKILL) })
-	}
-	read := make(chan error, 1)
-	go func() {
-		// Reading already when the child exits, most runs.
-		got, err := c.ReadFrame()
-		if err == nil && string(got) != `{"jsonrpc":"2.0","id":1,"result":{}}` {
-			err = fmt.Errorf("read %q; want the child's last answer", got)
-		}
-		if err == nil {
-			_, err = c.ReadFrame()
-		}
-		read <- err
-	}()
-	if err := c.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"go"}`)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-read:
-		if err != io.EOF {
-			t.Fatalf("once the child exited, reading gave %v; want its last answer, then io.EOF", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("reading a child that exited still waits, on the process it started")
-	}
-	// A read after the exit ends at once too.
-	if _, err := c.ReadFrame(); err != io.EOF {
-		t.Fatalf("reading again gave %v; want io.EOF", err)
-	}
 }
