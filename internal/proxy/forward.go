@@ -23,6 +23,9 @@ type forwardedRequest struct {
 	// shadow, in shadow mode, is the tools/call the interceptor judges:
 	// it gets the request's outcome.
 	shadow *shadowCall
+	// link is the upstream link it was written to, nil until then: a
+	// write that fails is told why by it (writeCause).
+	link *link
 }
 
 // forward passes a client's request upstream, remembering it until it is
@@ -68,7 +71,7 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 		sc.notSent(errors.New("its request id was in use"))
 		return
 	}
-	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc})
+	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l})
 	if msg.Method == "initialize" && msg.Params != nil {
 		s.handshake = msg.Params
 		s.elicitForm = elicitForm
@@ -105,33 +108,52 @@ func (s *Session) notForwarded(key string, err error) {
 	}
 	s.log.Warn("a request could not be written to the upstream", "method", f.method, "err", err)
 	f.shadow.notSent(fmt.Errorf("writing to the upstream: %w", err))
-	s.writeClient(jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err)))
+	s.writeClient(jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err, s.writeCause(f.link))))
 }
 
 // batchNotSent answers the requests of the client's batch numbered batch
 // (its decimal text), whose write to the upstream failed, in one array.
 func (s *Session) batchNotSent(batch string, err error) {
 	n, _ := strconv.ParseUint(batch, 10, 64)
-	var answers [][]byte
+	var taken []forwardedRequest
 	s.mu.Lock()
 	for key, f := range s.forwarded {
 		if f.batch == n {
 			s.forgetLocked(key)
-			answers = append(answers, jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err)))
+			taken = append(taken, f)
 		}
 	}
 	s.mu.Unlock()
-	if len(answers) == 0 {
+	if len(taken) == 0 {
 		return
+	}
+	cause := s.writeCause(taken[0].link)
+	answers := make([][]byte, 0, len(taken))
+	for _, f := range taken {
+		answers = append(answers, jsonrpc.NewErrorResponse(f.id, notSentError(f.method, err, cause)))
 	}
 	s.log.Warn("a batch could not be written to the upstream", "requests", len(answers), "err", err)
 	s.writeClient(append(append([]byte("["), bytes.Join(answers, []byte(","))...), ']'))
 }
 
 // notSentError is the answer to a request of the client's, method, that
-// was not sent because writing it to the upstream failed with err.
-func notSentError(method string, err error) *jsonrpc.Error {
-	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: %s was not sent: writing it to the upstream failed (%v)", method, err)
+// was not sent because writing it to the upstream failed with err; cause
+// is exitCause's, "" if the upstream did not exit.
+func notSentError(method string, err error, cause string) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: %s was not sent: writing it to the upstream failed (%v)%s", method, err, cause)
+}
+
+// writeCause is why the upstream link l could not be written, where it
+// can tell: a write fails most often because the upstream exited, and
+// what it wrote on its way out says why (exitCause). "" for a nil l.
+func (s *Session) writeCause(l *link) string {
+	if l == nil {
+		return ""
+	}
+	s.mu.Lock()
+	conn := l.conn
+	s.mu.Unlock()
+	return exitCause(conn)
 }
 
 // unportableID says why a request passed upstream under its own id is
