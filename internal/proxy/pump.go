@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -286,7 +285,6 @@ func (s *Session) fromClientBatch(frame []byte) {
 func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 	s.mu.Lock()
 	keys := make(map[string]bool, len(msgs))
-	var first string // the key of the batch's first request
 	for _, m := range msgs {
 		if !m.IsRequest() {
 			continue
@@ -298,7 +296,6 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 			return
 		}
 		keys[key] = true
-		first = cmp.Or(first, key)
 	}
 	s.batches++
 	batch := s.batches
@@ -318,7 +315,7 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		}
 		s.mu.Unlock()
 	}
-	if f, ok := s.forwarded[first]; first != "" && (!ok || f.batch != batch) {
+	if !s.sendingLocked(msgs, batch, l) {
 		s.mu.Unlock()
 		return // answered while it waited: the upstream it was for is gone
 	}
@@ -333,6 +330,28 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 	} else {
 		sendForwarded(l, frame, id, s.batchNotSentFunc)
 	}
+}
+
+// sendingLocked notes that the requests of batch number batch, msgs, go
+// on the link l, and reports whether any is still to be sent: none is
+// when abandon answered them all while the batch waited. One the client
+// cancelled meanwhile is forgotten, and goes with the rest. A batch of no
+// requests is sent. s.mu must be held.
+func (s *Session) sendingLocked(msgs []*jsonrpc.Message, batch uint64, l *link) bool {
+	requests, remembered := 0, 0
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		requests++
+		key := string(jsonrpc.IDKey(m.ID))
+		if f, ok := s.forwarded[key]; ok && f.batch == batch {
+			f.link = l
+			s.forwarded[key] = f
+			remembered++
+		}
+	}
+	return requests == 0 || remembered > 0
 }
 
 // batchCancel handles m as cancelled does if it is a valid

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -261,5 +262,32 @@ func TestBatchDuringAFailedRestart(t *testing.T) {
 		if !strings.Contains(got, id) || !strings.Contains(got, `"error"`) {
 			t.Fatalf("the client got %s; want an error for each request of its batch", got)
 		}
+	}
+}
+
+// TestBatchWithAMemberCancelledWhileItWaits: a batch that waited for the
+// upstream, one of whose requests the client cancelled meanwhile, still
+// goes with the rest; one whose requests were all answered (abandon took
+// them) does not go.
+func TestBatchWithAMemberCancelledWhileItWaits(t *testing.T) {
+	msgs, err := jsonrpc.DecodeBatch([]byte(`[{"jsonrpc":"2.0","id":10,"method":"ping"},{"jsonrpc":"2.0","id":11,"method":"ping"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{forwarded: make(map[string]forwardedRequest)}
+	for _, m := range msgs {
+		s.forwarded[string(jsonrpc.IDKey(m.ID))] = forwardedRequest{id: m.ID, method: m.Method, batch: 7}
+	}
+	l := newLink(nil)
+	delete(s.forwarded, string(jsonrpc.IDKey(msgs[0].ID))) // cancelled while it waited
+	if !s.sendingLocked(msgs, 7, l) {
+		t.Fatal("a batch whose first request was cancelled was not sent: its second would never be answered")
+	}
+	if f := s.forwarded[string(jsonrpc.IDKey(msgs[1].ID))]; f.link != l {
+		t.Error("the request going was not noted as written to its link")
+	}
+	clear(s.forwarded) // abandon answered them
+	if s.sendingLocked(msgs, 7, l) {
+		t.Error("a batch whose requests were all answered was sent")
 	}
 }
