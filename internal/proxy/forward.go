@@ -44,18 +44,7 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	if msg.Method == "initialize" && msg.Params != nil {
 		elicitForm = elicitsForm(msg.Params) // read once, not on every ask
 	}
-	var l *link
-	for {
-		l = s.usable()
-		s.mu.Lock()
-		if l == s.up {
-			break
-		}
-		// The link waited for was replaced by a restart before the
-		// request could go on it: it waits for the new one, as a
-		// request that comes during a restart does.
-		s.mu.Unlock()
-	}
+	l := s.lockUsable()
 	if closed(l.gone) {
 		conn := l.conn // nil if the upstream could not be started again
 		s.mu.Unlock()

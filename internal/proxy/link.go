@@ -70,6 +70,21 @@ func (s *Session) usable() *link {
 	return l
 }
 
+// lockUsable returns the upstream link in use once it is usable, as
+// usable does, with s.mu held. A link waited for that a restart replaced
+// before it could be used is not returned: it waits for the new one, as
+// what comes during a restart does.
+func (s *Session) lockUsable() *link {
+	for {
+		l := s.usable()
+		s.mu.Lock()
+		if l == s.up {
+			return l
+		}
+		s.mu.Unlock()
+	}
+}
+
 func (s *Session) writeUpstream(frame []byte) {
 	l := s.usable()
 	if closed(l.gone) {

@@ -305,16 +305,7 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		}
 	}
 	s.mu.Unlock()
-	var l *link
-	for {
-		// The link it goes on, as forward picks it.
-		l = s.usable()
-		s.mu.Lock()
-		if l == s.up {
-			break
-		}
-		s.mu.Unlock()
-	}
+	l := s.lockUsable()
 	if !s.sendingLocked(msgs, batch, l) {
 		s.mu.Unlock()
 		return // answered while it waited: the upstream it was for is gone
