@@ -13,6 +13,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, ss *ServerSessio
 	if st.isJSON {
 		return s.answerJSON(w, r, ss, st)
 	}
+	if st.opens && !s.awaitOpened(w, r, ss, st) {
+		return false
+	}
 	openStream(w)
 	return s.pump(w, r, ss, st, 0)
 }
@@ -40,9 +43,13 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		if done {
 			out, written = st.answersLocked()
 		}
-		appended := st.next > 0
+		appended, opened := st.next > 0, ss.opened
 		ss.mu.Unlock()
 		if done {
+			if st.opens && opened {
+				// Only with an InitializeResult (awaitOpened).
+				w.Header().Set(headerSessionID, ss.id)
+			}
 			s.writeJSON(w, r, out, written, appended, st.isBatch)
 			return true
 		}

@@ -163,6 +163,7 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 		st.want++
 		p := &pendingRequest{streams: []*stream{st}, frame: body, id: bytes.Clone(m.ID)}
 		p.opens, ss.opening = ss.opening && m.Method == "initialize", false
+		st.opens = st.opens || p.opens
 		p.traceparent, p.tracestate = traceHeaders(r.Header)
 		if token != "" && !st.isJSON {
 			p.token = token

@@ -220,11 +220,12 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			return nil, false
 		}
 	case isInit:
+		// The Mcp-Session-Id goes with the answer, if it is a result
+		// (answer, answerJSON).
 		if ss, herr = s.startSession(actor, r.RemoteAddr); herr != nil {
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)
 			return nil, false
 		}
-		w.Header().Set(headerSessionID, ss.id)
 	case isStateless(r, msgs):
 		if len(msgs) != 1 || isBatch(body) {
 			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +26,9 @@ type fakeProxy struct {
 	mu     sync.Mutex
 	frames []string // every frame read, in order
 	opened int      // sessions opened
-	ended  chan *ServerSession
+	// started and ended receive each session as its Open starts and
+	// returns.
+	started, ended chan *ServerSession
 	// routed receives the id of each answer once it is handed to the
 	// session, written once it is written to the client, and lost once
 	// it never can be (the first 1024; a test that reads them makes
@@ -41,7 +45,7 @@ func note(ch chan string, id string) {
 }
 
 func newFakeProxy() *fakeProxy {
-	return &fakeProxy{gate: make(chan struct{}), ended: make(chan *ServerSession, 16),
+	return &fakeProxy{gate: make(chan struct{}), started: make(chan *ServerSession, 16), ended: make(chan *ServerSession, 16),
 		routed: make(chan string, 1024), written: make(chan string, 1024), lost: make(chan string, 1024)}
 }
 
@@ -49,6 +53,10 @@ func (p *fakeProxy) open(ctx context.Context, s *ServerSession) error {
 	p.mu.Lock()
 	p.opened++
 	p.mu.Unlock()
+	select {
+	case p.started <- s:
+	default:
+	}
 	defer func() { p.ended <- s }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -113,9 +121,7 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		}
-		if m.Method == "initialize" && m.Params == nil {
-			// As the go-sdk's server refuses it.
-			s.WriteFrame(jsonrpc.NewErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: `missing required "params"`}))
+		if m.Method == "initialize" && !p.beforeInitialized(s, m) {
 			return
 		}
 		answer := map[string]any{"method": m.Method, "id": m.ID}
@@ -152,6 +158,31 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		})
 		note(p.routed, id)
 	})
+}
+
+// beforeInitialized sends what the initialize m's params ask for before
+// its answer: "logs" notifications/message (data 0, 1...), then with
+// "ask" a ping of the server's, answered once the gate opens. It answers
+// with an error itself, and reports false, for an initialize without
+// params (as the go-sdk's server refuses it) or with "fail".
+func (p *fakeProxy) beforeInitialized(s *ServerSession, m *jsonrpc.Message) bool {
+	logs, _ := strconv.Atoi(string(jsonrpc.Member(m.Params, "logs")))
+	for i := range logs {
+		s.WriteFrame(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":%d}}`, i))
+	}
+	if jsonrpc.Member(m.Params, "ask") != nil {
+		s.WriteFrame([]byte(`{"jsonrpc":"2.0","id":"s1","method":"ping"}`))
+		select {
+		case <-p.gate:
+		case <-s.done:
+			return false
+		}
+	}
+	if m.Params == nil || jsonrpc.Member(m.Params, "fail") != nil {
+		s.WriteFrame(jsonrpc.NewErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: `missing required "params"`}))
+		return false
+	}
+	return true
 }
 
 func (p *fakeProxy) seen(substr string) int {

@@ -34,14 +34,15 @@ type ServerSession struct {
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
 	// progress, held, heldBytes, active, lastActive, nextID, origIDs,
-	// origTokens, opening and version, and every field of the streams and
-	// pendingRequests they hold but a stream's num, isJSON and isBatch,
-	// set when the stream is made.
+	// origTokens, opening, opened and version, and every field of the
+	// streams and pendingRequests they hold but a stream's num, isJSON,
+	// isBatch and opens, set when the stream is made.
 	mu sync.Mutex
 	// opening is set until the initialize that opens the session is
-	// registered; version is the protocolVersion its result gave, once
-	// the proxy has passed that result on.
+	// registered; opened once the proxy has passed on its answer and that
+	// is a result, and version is the protocolVersion the result gave.
 	opening bool
+	opened  bool
 	version string
 	// streams holds each SSE stream's events, by stream number.
 	streams    map[int64]*stream
@@ -293,6 +294,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		}
 		delete(ss.pending, key)
 		if p.opens && m.Result != nil {
+			ss.opened = true
 			ss.version, _ = jsonrpc.StringValue(member(m.Result, "protocolVersion"))
 		}
 		// The idle timeout counts from here: a client whose stream broke

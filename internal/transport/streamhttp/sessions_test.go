@@ -132,15 +132,20 @@ func TestServerMaxSessionsEndsTheIdlest(t *testing.T) {
 
 // TestServerFailedInitializeEndsTheSession: MCP gives a session id with
 // an InitializeResult. A session whose initialize the upstream answers
-// with an error gets the error, then ends: its upstream stops, it holds
-// no room among MaxSessions, and its id is unknown (404). Requests racing
-// on the id as it ends get 404 or an answer, never a hang.
+// with an error gets the error, without the id, then ends: its upstream
+// stops, it holds no room among MaxSessions, and its id is unknown (404).
+// Requests racing on the id as it ends get 404 or an answer, never a hang.
 func TestServerFailedInitializeEndsTheSession(t *testing.T) {
 	for _, jsonResponse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
 			srv, p, hs := newTestServer(t, ServerOptions{MaxSessions: 1, JSONResponse: jsonResponse})
-			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, nil)
-			sid := resp.Header.Get(headerSessionID)
+			sent := make(chan *http.Response, 1)
+			go func() {
+				sent <- do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, nil)
+			}()
+			// The client is not told the id: the requests that race
+			// on it learn it from the session itself.
+			sid := (<-p.started).ID()
 			var racing sync.WaitGroup
 			for i := range 8 {
 				racing.Go(func() {
@@ -152,10 +157,14 @@ func TestServerFailedInitializeEndsTheSession(t *testing.T) {
 					}
 				})
 			}
+			resp := <-sent
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":1,"error"`) {
 				t.Fatalf("initialize answered %s %s; want the upstream's error", resp.Status, b)
+			}
+			if got := resp.Header.Get(headerSessionID); got != "" {
+				t.Errorf("a failed initialize gave the client session id %q", got)
 			}
 			racing.Wait()
 			again := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, session(sid))

@@ -7,7 +7,8 @@ import (
 
 // A stream is one SSE stream's events: the answer to one POST, or the
 // standing GET stream. Its session's mu guards every field but num,
-// isJSON and isBatch, which are set when it is made and never change.
+// isJSON, isBatch and opens, which are set when it is made and never
+// change.
 type stream struct {
 	num    int64
 	events []sseEvent // held events, oldest first
@@ -28,6 +29,9 @@ type stream struct {
 	// isBatch is set for a POST whose body is a batch: its JSON answer
 	// is an array, even of one answer (JSON-RPC 2.0, section 6).
 	isBatch bool
+	// opens is set for the POST of the initialize that opened the
+	// session: its response gives the client the session id.
+	opens bool
 }
 
 // An sseEvent is one event held on a stream, for its writer and for a

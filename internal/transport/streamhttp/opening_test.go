@@ -1,0 +1,87 @@
+package streamhttp
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestServerSessionIDOnlyWithResult: MCP gives a session id "on the HTTP
+// response containing the InitializeResult". An initialize answered with
+// an error ends its session, so its response carries no Mcp-Session-Id, in
+// either answer mode. What the upstream sends before its answer still
+// reaches the client, in order, on the SSE stream.
+func TestServerSessionIDOnlyWithResult(t *testing.T) {
+	const params = `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}`
+	for _, tc := range []struct {
+		name   string
+		json   bool
+		params string   // the initialize's params; "" for none
+		want   []string // what the body holds, in this order
+		id     bool     // the response carries the session id
+	}{
+		{"sse result", false, params + `}`, []string{`"id":1,"result"`}, true},
+		{"sse error", false, "", []string{`"id":1,"error"`}, false},
+		{"sse logs then result", false, params + `,"logs":2}`, []string{`"data":0`, `"data":1`, `"id":1,"result"`}, true},
+		{"sse logs then error", false, params + `,"logs":2,"fail":true}`, []string{`"data":0`, `"data":1`, `"id":1,"error"`}, false},
+		{"json result", true, params + `}`, []string{`"id":1,"result"`}, true},
+		{"json error", true, "", []string{`"id":1,"error"`}, false},
+		{"json logs then error", true, params + `,"logs":2,"fail":true}`, []string{`"id":1,"error"`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, hs := newTestServer(t, ServerOptions{JSONResponse: tc.json})
+			body := `{"jsonrpc":"2.0","id":1,"method":"initialize"}`
+			if tc.params != "" {
+				body = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + tc.params + `}`
+			}
+			// A client of 2025-11-25 gets a priming event first.
+			resp := do(t, t.Context(), "POST", hs.URL, body, map[string]string{headerProtocolVersion: version})
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("initialize: %s %s", resp.Status, b)
+			}
+			if sid := resp.Header.Get(headerSessionID); (sid != "") != tc.id {
+				t.Errorf("the response's Mcp-Session-Id is %q; want one: %v", sid, tc.id)
+			}
+			rest := string(b)
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("the body %s lacks %s, or has it out of order (want %q)", b, w, tc.want)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+// TestServerSessionIDBeforeAServerRequest: a request the upstream sends
+// before it answers initialize (a ping) needs the client's answer, and
+// the client needs the session id to send one: the id goes out with it,
+// so that neither waits on the other for ever.
+func TestServerSessionIDBeforeAServerRequest(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","ask":true}}`
+	resp := do(t, t.Context(), "POST", hs.URL, body, nil)
+	defer resp.Body.Close()
+	sid := resp.Header.Get(headerSessionID)
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %s, session %q; want 200 and a session", resp.Status, sid)
+	}
+	r := newSSEReader(resp.Body, 1<<20)
+	ev, err := r.next()
+	if err != nil || !strings.Contains(string(ev.Data), `"method":"ping"`) {
+		t.Fatalf("first event %q, %v; want the server's ping", ev.Data, err)
+	}
+	reply := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"s1","result":{}}`, session(sid))
+	reply.Body.Close()
+	if reply.StatusCode != 202 {
+		t.Fatalf("the answer to the ping: %s; want 202", reply.Status)
+	}
+	close(p.gate) // the upstream has its answer: it answers initialize
+	ev, err = r.next()
+	if err != nil || !strings.Contains(string(ev.Data), `"id":1,"result"`) {
+		t.Fatalf("next event %q, %v; want the InitializeResult", ev.Data, err)
+	}
+}
