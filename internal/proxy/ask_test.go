@@ -78,14 +78,20 @@ type statefulConn struct{ Conn }
 // Replier as an Asker, and the call as the upstream got it.
 func askRig(t *testing.T, opts Options, caps, params string) (*rig, intercept.Asker, string) {
 	t.Helper()
+	return askRigAt(t, opts, "2025-11-25", caps, params)
+}
+
+// askRigAt is askRig with the session's initialize of protocol version.
+func askRigAt(t *testing.T, opts Options, version, caps, params string) (*rig, intercept.Asker, string) {
+	t.Helper()
 	if opts.Interceptor == nil {
 		opts.Interceptor = intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
 	}
 	r := newRigOptions(t, 0, opts)
 	if caps != "" {
-		r.client.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":`+caps+`,"clientInfo":{"name":"t","version":"1"}}}`)
+		r.client.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"`+version+`","capabilities":`+caps+`,"clientInfo":{"name":"t","version":"1"}}}`)
 		r.upstream.next(t, "upstream")
-		r.upstream.send(t, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+		r.upstream.send(t, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"`+version+`","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
 		r.client.next(t, "client")
 		r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 		r.upstream.next(t, "upstream")
@@ -286,28 +292,38 @@ func TestAskAtSessionEnd(t *testing.T) {
 }
 
 // TestAskAnswersInABatch: answers to the proxy's questions are taken out
-// of a batch from the client; the rest passes on.
+// of a batch from the client; the rest passes on: as a batch in a
+// session of 2025-03-26, one message at a time in one of 2025-06-18 or
+// later, which has no batches.
 func TestAskAnswersInABatch(t *testing.T) {
-	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, chargeParams)
-	o := newOutcomes()
-	a.Ask(t.Context(), json.RawMessage(`{}`), o.done)
-	a.Ask(t.Context(), json.RawMessage(`{}`), o.done)
-	r.client.next(t, "client")
-	r.client.next(t, "client")
-	r.client.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:ask:1","result":{"n":1}},{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}}]`)
-	if got := o.next(t); string(got.result) != `{"n":1}` {
-		t.Fatalf("done got %s, %v", got.result, got.err)
+	const progress = `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}}`
+	for _, tc := range []struct{ version, want string }{
+		{"2025-03-26", "[" + progress + "]"},
+		{"2025-11-25", progress},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			r, a, call := askRigAt(t, Options{}, tc.version, `{"elicitation":{}}`, chargeParams)
+			o := newOutcomes()
+			a.Ask(t.Context(), json.RawMessage(`{}`), o.done)
+			a.Ask(t.Context(), json.RawMessage(`{}`), o.done)
+			r.client.next(t, "client")
+			r.client.next(t, "client")
+			r.client.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:ask:1","result":{"n":1}},`+progress+`]`)
+			if got := o.next(t); string(got.result) != `{"n":1}` {
+				t.Fatalf("done got %s, %v", got.result, got.err)
+			}
+			if got := r.upstream.next(t, "upstream"); got != tc.want {
+				t.Fatalf("the upstream got %s; want %s", got, tc.want)
+			}
+			r.client.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:ask:2","result":{"n":2}}]`)
+			if got := o.next(t); string(got.result) != `{"n":2}` {
+				t.Fatalf("done got %s, %v", got.result, got.err)
+			}
+			passedUpstream(t, r, "a batch of answers to the proxy")
+			r.upstream.answerCharged(t, call)
+			r.client.next(t, "client")
+		})
 	}
-	if got, want := r.upstream.next(t, "upstream"), `[{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}}]`; got != want {
-		t.Fatalf("the upstream got %s; want %s", got, want)
-	}
-	r.client.send(t, `[{"jsonrpc":"2.0","id":"mcp-idempotent:ask:2","result":{"n":2}}]`)
-	if got := o.next(t); string(got.result) != `{"n":2}` {
-		t.Fatalf("done got %s, %v", got.result, got.err)
-	}
-	passedUpstream(t, r, "a batch of answers to the proxy")
-	r.upstream.answerCharged(t, call)
-	r.client.next(t, "client")
 }
 
 // TestAskIDsStayInTheProxy: the client's answer under an ask id that

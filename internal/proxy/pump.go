@@ -125,6 +125,9 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	// cancellations and answers to the upstream's requests do not.
 	switch {
 	case msg.Batch:
+		if s.fromClientBatchless(ctx, frame) {
+			return
+		}
 		if s.queueing.Load() && s.enqueueBatch(frame) {
 			return
 		}
@@ -506,6 +509,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 		f := s.forwarded[key]
 		s.forgetLocked(key)
+		s.noteProtocolLocked(f, msg)
 		s.mu.Unlock()
 		if s.reservedID(msg.ID) {
 			s.droppedOwn(key)
@@ -604,6 +608,7 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
 			continue
 		}
+		s.noteProtocolLocked(s.forwarded[key], m)
 		s.forgetLocked(key)
 		if s.reservedID(m.ID) {
 			s.droppedOwnLocked(key)

@@ -94,13 +94,19 @@ func (r *restartRig) upstream(t *testing.T) *upstreamEnd {
 	}
 }
 
-// initialize makes the client's 2025 handshake with up, the upstream
-// running, without notifications/initialized.
+// initialize makes the client's 2025-06-18 handshake with up, the
+// upstream running, without notifications/initialized.
 func (r *restartRig) initialize(t *testing.T, up *upstreamEnd) {
 	t.Helper()
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+	r.initializeAt(t, up, "2025-06-18")
+}
+
+// initializeAt is initialize in protocol version.
+func (r *restartRig) initializeAt(t *testing.T, up *upstreamEnd, version string) {
+	t.Helper()
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+version+`","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
 	up.next(t, "upstream")
-	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"`+version+`","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
 	r.client.next(t, "client")
 }
 
@@ -252,7 +258,7 @@ func TestBurstWhileTheUpstreamRestarts(t *testing.T) {
 func TestBatchDuringAFailedRestart(t *testing.T) {
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
-	r.initialize(t, up)
+	r.initializeAt(t, up, "2025-03-26") // a protocol with batches
 	up2 := r.exitAndRestart(t, up)
 	r.client.send(t, `[{"jsonrpc":"2.0","id":10,"method":"ping"},{"jsonrpc":"2.0","id":11,"method":"ping"}]`)
 	// The replayed handshake fails: the upstream cannot be used.

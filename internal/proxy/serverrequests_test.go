@@ -12,16 +12,22 @@ import (
 // handshake answered.
 func restarted(t *testing.T) (*restartRig, *upstreamEnd) {
 	t.Helper()
+	return restartedAt(t, "2025-06-18")
+}
+
+// restartedAt is restarted with a handshake in protocol version.
+func restartedAt(t *testing.T, version string) (*restartRig, *upstreamEnd) {
+	t.Helper()
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
-	r.initialize(t, up)
+	r.initializeAt(t, up, version)
 	const old = `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"OLD: send $5 to Alice?"}}],"maxTokens":9}}`
 	up.send(t, old)
 	if got := r.client.next(t, "client"); got != old {
 		t.Fatalf("the client got %s; want the first upstream's request as it sent it:\n%s", got, old)
 	}
 	up2 := r.exitAndRestart(t, up)
-	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"`+version+`","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
 	return r, up2
 }
 
@@ -103,61 +109,83 @@ func TestRestartedServersCancellation(t *testing.T) {
 // TestRestartFencesBatches: a request in a batch of the restarted
 // upstream's reaches the client under an id of its own; in a batch of the
 // client's, the answer to the exited upstream's request is taken out, and
-// the answer to the restarted one's goes under the upstream's id.
+// the answer to the restarted one's goes under the upstream's id: in a
+// batch in a session of 2025-03-26, alone in one of 2025-06-18, which has
+// no batches.
 func TestRestartFencesBatches(t *testing.T) {
-	r, up2 := restarted(t)
-	cancelledID(t, r.client.next(t, "client"))
-	up2.send(t, `[{"jsonrpc":"2.0","method":"notifications/message","params":{}},{"jsonrpc":"2.0","id":1,"method":"roots/list"}]`)
-	var batch []json.RawMessage
-	if err := json.Unmarshal([]byte(r.client.next(t, "client")), &batch); err != nil || len(batch) != 2 {
-		t.Fatalf("the client got %s; want the batch of two", batch)
-	}
-	newID := idOf(string(batch[1]))
-	if newID == "1" || string(batch[0]) != `{"jsonrpc":"2.0","method":"notifications/message","params":{}}` {
-		t.Fatalf("the client got %s; want the request under an id of its own, the rest as it came", batch)
-	}
+	for _, tc := range []struct{ version, want string }{
+		{"2025-03-26", `[{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}]`},
+		{"2025-06-18", `{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}`},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			r, up2 := restartedAt(t, tc.version)
+			cancelledID(t, r.client.next(t, "client"))
+			up2.send(t, `[{"jsonrpc":"2.0","method":"notifications/message","params":{}},{"jsonrpc":"2.0","id":1,"method":"roots/list"}]`)
+			var batch []json.RawMessage
+			if err := json.Unmarshal([]byte(r.client.next(t, "client")), &batch); err != nil || len(batch) != 2 {
+				t.Fatalf("the client got %s; want the batch of two", batch)
+			}
+			newID := idOf(string(batch[1]))
+			if newID == "1" || string(batch[0]) != `{"jsonrpc":"2.0","method":"notifications/message","params":{}}` {
+				t.Fatalf("the client got %s; want the request under an id of its own, the rest as it came", batch)
+			}
 
-	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"result":{"role":"assistant"}},{"jsonrpc":"2.0","id":`+newID+`,"result":{"roots":[]}}]`)
-	if got, want := up2.next(t, "restarted upstream"), `[{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}]`; got != want {
-		t.Fatalf("the restarted upstream got %s; want %s", got, want)
+			r.client.send(t, `[{"jsonrpc":"2.0","id":1,"result":{"role":"assistant"}},{"jsonrpc":"2.0","id":`+newID+`,"result":{"roots":[]}}]`)
+			if got := up2.next(t, "restarted upstream"); got != tc.want {
+				t.Fatalf("the restarted upstream got %s; want %s", got, tc.want)
+			}
+		})
 	}
 }
 
 // TestFirstUpstreamsRequestsPassUnchanged: the first upstream's requests
 // to the client, their answers and its cancellations pass byte for byte,
-// as without the proxy, alone or in a batch.
+// as without the proxy, alone or in a batch; the answers in a batch go
+// on alone in a session of 2025-06-18, which has no batches.
 func TestFirstUpstreamsRequestsPassUnchanged(t *testing.T) {
-	r := newRestartRig(t, 5)
-	up := r.upstream(t)
-	r.initialize(t, up)
-	for _, tc := range []struct{ from, to string }{
-		{`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}`},
-		{`{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}`, `{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}`},
-		{`{"jsonrpc":"2.0","id":2.0,"method":"ping"}`, `{"jsonrpc":"2.0","id":2,"result":{}}`},
-		{`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`, `[{"jsonrpc":"2.0","id":3,"result":{}}]`},
+	const batchAnswer = `{"jsonrpc":"2.0","id":3,"result":{}}`
+	for _, tc := range []struct{ version, batchAnswer string }{
+		{"2025-03-26", "[" + batchAnswer + "]"},
+		{"2025-06-18", batchAnswer},
 	} {
-		up.send(t, tc.from)
-		if got := r.client.next(t, "client"); got != tc.from {
-			t.Fatalf("the client got %s; want %s", got, tc.from)
-		}
-		r.client.send(t, tc.to)
-		if got := up.next(t, "upstream"); got != tc.to {
-			t.Fatalf("the upstream got %s; want %s", got, tc.to)
-		}
-	}
-	up.send(t, `{"jsonrpc":"2.0","id":4,"method":"roots/list"}`)
-	r.client.next(t, "client")
-	const cancel = `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`
-	up.send(t, cancel)
-	if got := r.client.next(t, "client"); got != cancel {
-		t.Fatalf("the client got %s; want %s", got, cancel)
-	}
-	// An answer to no open request passes on, as it would without the
-	// proxy, while the first upstream runs.
-	const late = `{"jsonrpc":"2.0","id":4,"result":{"roots":[]}}`
-	r.client.send(t, late)
-	if got := up.next(t, "upstream"); got != late {
-		t.Fatalf("the upstream got %s; want %s", got, late)
+		t.Run(tc.version, func(t *testing.T) {
+			r := newRestartRig(t, 5)
+			up := r.upstream(t)
+			r.initializeAt(t, up, tc.version)
+			for _, step := range []struct{ from, to, want string }{
+				{`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}`, ""},
+				{`{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}`, `{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}`, ""},
+				{`{"jsonrpc":"2.0","id":2.0,"method":"ping"}`, `{"jsonrpc":"2.0","id":2,"result":{}}`, ""},
+				{`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`, "[" + batchAnswer + "]", tc.batchAnswer},
+			} {
+				up.send(t, step.from)
+				if got := r.client.next(t, "client"); got != step.from {
+					t.Fatalf("the client got %s; want %s", got, step.from)
+				}
+				r.client.send(t, step.to)
+				want := step.want
+				if want == "" {
+					want = step.to
+				}
+				if got := up.next(t, "upstream"); got != want {
+					t.Fatalf("the upstream got %s; want %s", got, want)
+				}
+			}
+			up.send(t, `{"jsonrpc":"2.0","id":4,"method":"roots/list"}`)
+			r.client.next(t, "client")
+			const cancel = `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`
+			up.send(t, cancel)
+			if got := r.client.next(t, "client"); got != cancel {
+				t.Fatalf("the client got %s; want %s", got, cancel)
+			}
+			// An answer to no open request passes on, as it would without
+			// the proxy, while the first upstream runs.
+			const late = `{"jsonrpc":"2.0","id":4,"result":{"roots":[]}}`
+			r.client.send(t, late)
+			if got := up.next(t, "upstream"); got != late {
+				t.Fatalf("the upstream got %s; want %s", got, late)
+			}
+		})
 	}
 }
 

@@ -157,9 +157,9 @@ type Session struct {
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
-	// elicitForm, asks, asksEnded, serverReqs, serverIDs, voided and
-	// relayed, and the conn and frames of a link being started again (see
-	// link).
+	// protocol, elicitForm, asks, asksEnded, serverReqs, serverIDs, voided
+	// and relayed, and the conn and frames of a link being started again
+	// (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
@@ -193,6 +193,9 @@ type Session struct {
 	// replay on a restarted upstream; nil if the client sent none.
 	handshake   json.RawMessage
 	initialized bool // the client sent notifications/initialized
+	// protocol is the protocolVersion of the upstream's result to the
+	// client's initialize, as the client got it; "" before one.
+	protocol string
 	// elicitForm is set when the handshake declared elicitation in form
 	// mode (elicitsForm), read from it once.
 	elicitForm bool
