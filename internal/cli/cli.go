@@ -217,7 +217,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
 	f.fs.StringVar(&f.upstream, "upstream", "", "a Streamable HTTP MCP server's `URL` to proxy, instead of a command after --")
 	f.fs.Var(&f.headers, "upstream-header", "a header for every request to --upstream, as 'Name: value' (repeatable; values are never logged)")
-	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts); postgres://...[&schema=S] (shared, durable, queryable)")
+	f.fs.StringVar(&f.store, "store", "memory", "where execution records live: memory; sqlite:PATH[?sync=full] (durable, shared on one host); redis://HOST:PORT/DB[?prefix=P] or rediss://... (shared across hosts; &master_name=M behind Sentinel, ?cluster=true on a Redis Cluster); postgres://...[&schema=S] (shared, durable, queryable)")
 	f.fs.IntVar(&f.restarts, "max-restarts", 5, "start the upstream again when it exits, at most this many times within --restart-window; 0 ends the session when it exits")
 	f.fs.DurationVar(&f.window, "restart-window", time.Minute, "the window of --max-restarts: more exits within it are a crash loop, which ends the session")
 	f.fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an execution stays claimed by this process without renewal; a crashed proxy's executions are taken over after it")

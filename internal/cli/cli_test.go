@@ -160,6 +160,8 @@ func TestUnopenableFiles(t *testing.T) {
 		{[]string{"--store", "sqlite:/nonexistent/dir/x.db", "--", "/bin/cat"}, "--store"},
 		{[]string{"--store", "redis://127.0.0.1:1/abc", "--", "/bin/cat"}, "--store"},
 		{[]string{"--store", "redis://127.0.0.1:1/0?master_name=m&replica_only=true", "--", "/bin/cat"}, "--store"},
+		{[]string{"--store", "redis://127.0.0.1:1/2?cluster=true", "--", "/bin/cat"}, "--store"},
+		{[]string{"--store", "redis://127.0.0.1:1?cluster=true&read_only=true", "--", "/bin/cat"}, "--store"},
 	} {
 		_, _, err := run(t, tt.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.flag+": ") || ExitCode(err) != 1 {

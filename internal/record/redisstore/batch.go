@@ -23,9 +23,9 @@ import (
 // would have failed alone.
 //
 // Each batch is one pipeline on one connection (a Sentinel's failover
-// client is a Client too). A ClusterClient would split it by node and
-// send the parts at once, every script keeping to its one slot; the
-// store has no Cluster client yet (see doc.go).
+// client is a Client too). On a Redis Cluster the client splits it by
+// master and sends the parts at once, each on one connection, every
+// script keeping to its one slot (cluster.go).
 const (
 	maxBatch = 64
 	// senders is how many pipelines are sent at once, by the senders or

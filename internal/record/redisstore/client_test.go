@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 )
 
@@ -13,7 +15,7 @@ func TestProtocol(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := redisstore.Client(s).Options().Protocol; got != want {
+		if got := redisstore.Client(s).(*redis.Client).Options().Protocol; got != want {
 			t.Errorf("%s: protocol %d; want %d", url, got, want)
 		}
 		s.Close()

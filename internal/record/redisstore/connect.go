@@ -6,45 +6,117 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// newClient returns a client of the server rawURL names, and the store's
-// name for messages. A URL with master_name= names a Sentinel deployment:
-// its host (and each addr=) is a Sentinel, which the client asks for the
-// master of that name, and asks again after a failover.
-func newClient(rawURL string) (*redis.Client, string, error) {
+// A client is the store's connection: to one server, to the master that
+// Sentinels watch, or to a Redis Cluster.
+type client struct {
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // rdb, if it is a Cluster's; else nil
+	name    string               // the store's name for messages
+	read    time.Duration        // the read timeout
+}
+
+// newClient returns a client of the server rawURL names. A URL with
+// master_name= names a Sentinel deployment: its host (and each addr=) is
+// a Sentinel, which the client asks for the master of that name, and
+// asks again after a failover. A URL with cluster=true names a Redis
+// Cluster: its host (and each addr=) is a node, which the client asks
+// for the others and for the slots each master serves.
+func newClient(rawURL string) (client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// A url.Error quotes the URL, password included.
-		return nil, "", errors.Unwrap(err)
+		return client{}, errors.Unwrap(err)
 	}
-	if n := len(u.Query()["master_name"]); n > 1 {
+	q := u.Query()
+	if n := len(q["master_name"]); n > 1 {
 		// go-redis would take the last; another reader, the first.
-		return nil, "", fmt.Errorf("master_name= is given %d times; give it once", n)
+		return client{}, fmt.Errorf("master_name= is given %d times; give it once", n)
 	}
-	if !u.Query().Has("master_name") {
+	cluster, err := clusterParam(q)
+	switch {
+	case err != nil:
+		return client{}, err
+	case cluster && q.Has("master_name"):
+		return client{}, errors.New("cluster=true and master_name= are both given: a URL names a Redis Cluster or a master that Sentinels watch, not both")
+	case cluster:
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+		return newClusterClient(u)
+	case !q.Has("master_name"):
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, "", unquoted(err)
+			return client{}, unquoted(err)
 		}
 		setDefaults(o)
-		return redis.NewClient(o), "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), nil
+		rdb := redis.NewClient(o)
+		return client{rdb: rdb, name: "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), read: rdb.Options().ReadTimeout}, nil
 	}
 	fo, err := redis.ParseFailoverURL(rawURL)
 	if err != nil {
-		return nil, "", unquoted(err)
+		return client{}, unquoted(err)
 	}
 	if err := checkFailover(fo); err != nil {
-		return nil, "", err
+		return client{}, err
 	}
 	o := &redis.Options{DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, DialerRetries: fo.DialerRetries, Protocol: fo.Protocol}
 	setDefaults(o)
 	fo.DialTimeout, fo.ReadTimeout, fo.DialerRetries, fo.Protocol = o.DialTimeout, o.ReadTimeout, o.DialerRetries, o.Protocol
 	fo.MaxRetries, fo.ContextTimeoutEnabled = o.MaxRetries, o.ContextTimeoutEnabled
 	name := fmt.Sprintf("redis store %s (Sentinel %s)/%d", fo.MasterName, strings.Join(fo.SentinelAddrs, ","), fo.DB)
-	return redis.NewFailoverClient(fo), name, nil
+	rdb := redis.NewFailoverClient(fo)
+	return client{rdb: rdb, name: name, read: rdb.Options().ReadTimeout}, nil
+}
+
+// clusterParam reads cluster=, which is the store's, not go-redis's: true
+// (or 1) names a Redis Cluster.
+func clusterParam(q url.Values) (bool, error) {
+	vs := q["cluster"]
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) > 1:
+		return false, fmt.Errorf("cluster= is given %d times; give it once", len(vs))
+	}
+	b, err := strconv.ParseBool(vs[0])
+	if err != nil {
+		return false, fmt.Errorf("cluster=%s: want true or false", vs[0])
+	}
+	return b, nil
+}
+
+// newClusterClient returns a client of the Redis Cluster u names (its
+// cluster= already taken out).
+func newClusterClient(u *url.URL) (client, error) {
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" && p != "0" {
+		// go-redis's cluster URL ignores the path.
+		return client{}, fmt.Errorf("database /%s: a Redis Cluster has database 0 only; leave the path out", p)
+	}
+	co, err := redis.ParseClusterURL(u.String())
+	if err != nil {
+		return client{}, unquoted(err)
+	}
+	if err := checkCluster(co); err != nil {
+		return client{}, err
+	}
+	o := &redis.Options{DialTimeout: co.DialTimeout, ReadTimeout: co.ReadTimeout, DialerRetries: co.DialerRetries, Protocol: co.Protocol}
+	setDefaults(o)
+	co.DialTimeout, co.ReadTimeout, co.DialerRetries, co.Protocol = o.DialTimeout, o.ReadTimeout, o.DialerRetries, o.Protocol
+	co.MaxRetries, co.ContextTimeoutEnabled = o.MaxRetries, o.ContextTimeoutEnabled
+	// The cluster client sends a command again after a MOVED or ASK
+	// reply, which is safe, but also after a read that timed out or a
+	// connection that broke, which is not: a script may have run. It
+	// cannot do the one without the other, so it does neither; a call
+	// whose slot moved fails, closed, and the client learns where the
+	// slot went (cluster.go).
+	co.MaxRedirects = -1
+	rdb := redis.NewClusterClient(co)
+	name := "redis store (Cluster " + strings.Join(co.Addrs, ",") + ")"
+	return client{rdb: rdb, cluster: rdb, name: name, read: rdb.Options().ReadTimeout}, nil
 }
 
 // checkFailover refuses what a Sentinel URL may set that the store cannot
@@ -58,6 +130,29 @@ func checkFailover(fo *redis.FailoverOptions) error {
 		// client; all three would send reads, or writes, to replicas,
 		// which lag the master.
 		return errors.New("route_by_latency, route_randomly and replica_only send calls to replicas; the store reads and writes the master only")
+	}
+	return nil
+}
+
+// checkCluster refuses what a Cluster URL may set that the store cannot
+// work with: every call reads and writes the master of its slot.
+func checkCluster(co *redis.ClusterOptions) error {
+	var set []string
+	for _, o := range []struct {
+		name string
+		on   bool
+	}{
+		{"read_only", co.ReadOnly},
+		{"route_by_latency", co.RouteByLatency},
+		{"route_by_latency_tolerance", co.RouteByLatencyTolerance != 0},
+		{"route_randomly", co.RouteRandomly},
+	} {
+		if o.on {
+			set = append(set, o.name+"=")
+		}
+	}
+	if len(set) > 0 {
+		return fmt.Errorf("%s: sends reads to replicas, which lag their master; the store reads and writes the masters only", strings.Join(set, ", "))
 	}
 	return nil
 }

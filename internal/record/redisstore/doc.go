@@ -23,9 +23,12 @@
 // the reservation script writes the index Pi:<id> when it wins, so that a
 // replay or an attach writes none. The holder's record key is built inside
 // the reservation script from the holder's id; it shares the tag, so it is
-// in the same slot (Redis checks the slot, not the KEYS list). A Cluster
-// client, which this store does not have yet, would have to write the
-// index in a step of its own once the reservation is won.
+// in the same slot (Redis checks the slot, not the KEYS list). On a Redis
+// Cluster the script cannot write the index, and the won reservation
+// writes it in a step of its own (cluster.go). Every other command that
+// names a key names one, or is a script of one tag; the pipelines that
+// mix tags (an update and its index, renewals) are split by the Cluster
+// client, each command on its own master.
 //
 // # Atomicity
 //
@@ -87,16 +90,18 @@
 //
 // # Listing
 //
-// List (record.Lister) scans the keys under the prefix: its cost grows with
-// the database, which suits the activity commands, not the request path.
+// List (record.Lister) scans the keys under the prefix, on every master
+// of a Cluster: its cost grows with the database, which suits the
+// activity commands, not the request path.
 //
-// # Sentinel and replicas
+// # Sentinel, Cluster and replicas
 //
 // A URL with master_name= names a master that Sentinels watch; go-redis's
 // failover client asks them for it, and again after a failover
-// (connect.go). Redis replicates asynchronously; with
-// Options.WaitReplicas every pipeline that writes ends with WAIT
-// (replicas.go).
+// (connect.go). A URL with cluster=true names a Redis Cluster, which
+// go-redis's cluster client serves (cluster.go). Redis replicates
+// asynchronously; with Options.WaitReplicas every pipeline that writes
+// ends with WAIT, on each master it wrote to (replicas.go).
 //
 // # Leases
 //

@@ -8,7 +8,7 @@ import (
 )
 
 // Client returns the store's client, for tests that add a hook.
-func Client(s *Store) *redis.Client { return s.rdb }
+func Client(s *Store) redis.UniversalClient { return s.rdb }
 
 // Subscribed is closed once the store's subscription is confirmed.
 func Subscribed(s *Store) <-chan struct{} { return s.subscribed }

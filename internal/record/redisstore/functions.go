@@ -85,11 +85,17 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// loadLibrary loads the library, and runs the scripts as its functions
-// from then on if the server has it.
+// loadLibrary loads the library, on every master of a Cluster, and runs
+// the scripts as its functions from then on if the server has it.
 func (s *Store) loadLibrary(ctx context.Context) error {
-	err := s.rdb.FunctionLoad(ctx, lib.code).Err()
-	if err != nil && !(redis.HasErrorPrefix(err, "Library") && strings.Contains(err.Error(), "already exists")) {
+	err := s.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		err := c.FunctionLoad(ctx, lib.code).Err()
+		if err != nil && !(redis.HasErrorPrefix(err, "Library") && strings.Contains(err.Error(), "already exists")) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	s.functions.Store(true)
@@ -140,7 +146,11 @@ func (s *Store) relearn(ctx context.Context) {
 	if s.evalOnly {
 		return
 	}
-	if err := s.loadLibrary(ctx); err != nil {
+	err := s.loadLibrary(ctx)
+	if _, answered := errors.AsType[redis.Error](err); answered || err != nil && s.cluster == nil {
+		// In a Cluster, a master out of reach says nothing of whether
+		// the others have Redis Functions; the calls it does not
+		// answer fail anyway.
 		s.functions.Store(false)
 	}
 }

@@ -92,6 +92,7 @@ func (s *Store) listen(ctx context.Context) {
 		}
 		if err != nil {
 			s.log.Debug("redis store subscription", "store", s.name, "err", err)
+			s.relocate(ctx)
 			s.wakeAll()
 			t := time.NewTimer(retry)
 			select {

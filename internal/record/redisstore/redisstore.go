@@ -59,7 +59,8 @@ const (
 // Store is a record.Store kept in Redis. It is safe for concurrent use;
 // Close releases it.
 type Store struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // rdb, if it is a Cluster's (cluster.go); else nil
 	now     func() time.Time
 	prefix  string
 	channel string // where settles are published
@@ -103,14 +104,17 @@ var (
 )
 
 // Open returns a Store for the server at rawURL, redis://... or
-// rediss://... (see redis.ParseURL for its options), or for the master
+// rediss://... (see redis.ParseURL for its options), for the master
 // that Sentinels watch when the URL has master_name= (see
-// redis.ParseFailoverURL; its host and each addr= are Sentinels). It tries the server
+// redis.ParseFailoverURL; its host and each addr= are Sentinels), or for
+// a Redis Cluster when it has cluster=true (see redis.ParseClusterURL;
+// its host and each addr= are nodes). It tries the server
 // once, to load the scripts, and succeeds even if the server cannot be
 // reached: each call then fails, promptly, with an error that names the
-// store, and the proxy fails closed. Retries are turned off whatever the
-// URL says, since a script that timed out may have run. The client speaks
-// RESP2 unless the URL asks for another protocol.
+// store, and the proxy fails closed. Retries (and a Cluster's redirects)
+// are turned off whatever the URL says, since a script that timed out
+// may have run. The client speaks RESP2 unless the URL asks for another
+// protocol.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -119,24 +123,22 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("opening redis store: prefix %q contains a brace", prefix)
 	}
-	rdb, name, err := newClient(rawURL)
+	c, err := newClient(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("opening redis store: %w", err)
 	}
-	if err := checkWait(opts.WaitReplicas, opts.WaitTimeout, rdb.Options().ReadTimeout); err != nil {
-		rdb.Close()
+	if err := checkWait(opts.WaitReplicas, opts.WaitTimeout, c.read); err != nil {
+		c.rdb.Close()
 		return nil, fmt.Errorf("opening redis store: %w", err)
 	}
-	rdb.AddHook(&queue{})
-	if opts.WaitReplicas > 0 {
-		rdb.AddHook(&replicated{n: opts.WaitReplicas, timeout: opts.WaitTimeout})
-	}
+	addHooks(c, opts)
 	s := &Store{
-		rdb:        rdb,
+		rdb:        c.rdb,
+		cluster:    c.cluster,
 		now:        opts.Now,
 		prefix:     prefix,
 		channel:    prefix + "settled",
-		name:       name,
+		name:       c.name,
 		log:        opts.Logger,
 		evalOnly:   opts.Eval,
 		pollMin:    pollMin,
@@ -244,6 +246,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// account's room before its first update); a reservation it does
 	// not win, a replay or an attach, leaves no key behind.
 	keys := []string{s.holderKey(tag), s.recordKey(tag, r.ID), s.indexKey(r.ID)}
+	if s.cluster != nil {
+		keys = keys[:2] // the index is in another slot: see indexWon
+	}
 	reading, err := s.attaches.Begin(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", op, err)
@@ -278,6 +283,11 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 		s.remember(rec, hist)
 		s.tags.Put(rec.ID, loc{tag, rec.Retention})
 		s.track(rec, loc{tag, rec.Retention})
+		if s.cluster != nil {
+			if err := s.indexWon(ctx, rec.ID, tag); err != nil {
+				return nil, false, s.fail(op, err)
+			}
+		}
 		if oid != "" && len(v) > 3 {
 			rec = rec.WithOrphan(s.settledOrphan(ctx, reading, v[3], tag, oid))
 		}

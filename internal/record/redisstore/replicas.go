@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,7 +62,7 @@ func (r *replicated) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			return err
 		}
 		if r, ok := ctx.Value(replicationKey{}).(*replication); ok {
-			r.err = werr
+			r.set(werr)
 			return err
 		}
 		for _, c := range cmds {
@@ -74,8 +75,23 @@ func (r *replicated) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // A replication is the outcome of the WAIT that ended a pipeline: nil if
-// enough replicas confirmed its writes, or if it had no WAIT.
-type replication struct{ err error }
+// enough replicas confirmed its writes, or if it had no WAIT. In a
+// Cluster a pipeline is sent to each master at once, each part ending
+// with a WAIT of its own; err is the first that failed. It is read once
+// the pipeline has returned.
+type replication struct {
+	mu  sync.Mutex // protects err while the pipeline is sent
+	err error
+}
+
+// set keeps err, unless an earlier part of the pipeline failed.
+func (r *replication) set(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
 
 type replicationKey struct{}
 
@@ -117,6 +133,10 @@ func checkWait(n int, wait, read time.Duration) error {
 // be on its way back (a restart, a failover), and meanwhile replays and
 // calls passed through still work.
 func (s *Store) checkServer(ctx context.Context, n int) {
+	if s.cluster != nil {
+		s.checkMasters(ctx, n)
+		return
+	}
 	info, err := s.rdb.Info(ctx, "replication").Result()
 	if err != nil {
 		// An ACL may keep INFO from the store's user; the calls that

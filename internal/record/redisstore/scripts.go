@@ -24,7 +24,8 @@ var (
 	// reserveScript claims a key.
 	//
 	//	KEYS[1] the holder key, KEYS[2] the new record's key, KEYS[3]
-	//	the new record's index (outside the tag's slot: see doc.go)
+	//	the new record's index (outside the tag's slot: see doc.go),
+	//	left out in a Cluster (see indexWon)
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
 	//	[6] the new record's fingerprint (only a record of the same
@@ -69,7 +70,9 @@ if ttl then
 else
   redis.call('SET', KEYS[1], ARGV[4])
 end
-redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', `+strconv.FormatInt(indexFlightTTL.Milliseconds(), 10)+`)
+if KEYS[3] then
+  redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', `+strconv.FormatInt(indexFlightTTL.Milliseconds(), 10)+`)
+end
 if oid ~= '' then
   return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
 end
