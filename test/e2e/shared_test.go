@@ -49,40 +49,55 @@ func TestManyProxiesOneStore(t *testing.T) {
 		t.Skip("needs the proxy")
 	}
 	for name, store := range sharedStores(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := testContext(t)
-			const proxies, calls = 4, 200
-			peers := make([]*peer, proxies)
-			for i := range peers {
-				flags := []string{"--store", store, "--scope", "actor", "--actor", "alice"}
-				peers[i] = connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "300ms")...))
+		t.Run(name, func(t *testing.T) { runOnce(t, name, store, 4, 200) })
+	}
+}
+
+// TestTwoProxiesOneRedisCluster: two proxy processes share a Redis
+// Cluster of three masters; identical calls spread across them run the
+// tool once.
+func TestTwoProxiesOneRedisCluster(t *testing.T) {
+	if direct {
+		t.Skip("needs the proxy")
+	}
+	c := servicetest.StartRedisCluster(t, 3, 0)
+	runOnce(t, "Redis Cluster", c.URL(), 2, 50)
+}
+
+// runOnce makes calls identical calls, spread across proxies proxy
+// processes on store, and checks that the tool ran once and that every
+// caller got its one answer.
+func runOnce(t *testing.T, name, store string, proxies, calls int) {
+	ctx := testContext(t)
+	peers := make([]*peer, proxies)
+	for i := range peers {
+		flags := []string{"--store", store, "--scope", "actor", "--actor", "alice"}
+		peers[i] = connect(t, ctx, proxiedWith(t, flags, chargeServer("-delay", "300ms")...))
+	}
+	answers := make([]string, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			res, err := peers[i%proxies].CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
 			}
-			answers := make([]string, calls)
-			var wg sync.WaitGroup
-			for i := range calls {
-				wg.Go(func() {
-					res, err := peers[i%proxies].CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
-					if err != nil {
-						t.Errorf("call %d: %v", i, err)
-						return
-					}
-					answers[i] = firstText(res)
-				})
-			}
-			wg.Wait()
-			total := 0
-			for _, p := range peers {
-				total += executions(t, ctx, p)
-			}
-			if total != 1 {
-				t.Fatalf("%d calls across %d proxies on one %s store ran charge_card %d times; want 1", calls, proxies, name, total)
-			}
-			for i, a := range answers {
-				if a != answers[0] {
-					t.Fatalf("call %d got %q, call 0 got %q; every caller gets the one answer", i, a, answers[0])
-				}
-			}
+			answers[i] = firstText(res)
 		})
+	}
+	wg.Wait()
+	total := 0
+	for _, p := range peers {
+		total += executions(t, ctx, p)
+	}
+	if total != 1 {
+		t.Fatalf("%d calls across %d proxies on one %s store ran charge_card %d times; want 1", calls, proxies, name, total)
+	}
+	for i, a := range answers {
+		if a != answers[0] {
+			t.Fatalf("call %d got %q, call 0 got %q; every caller gets the one answer", i, a, answers[0])
+		}
 	}
 }
 
