@@ -30,6 +30,12 @@ func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.Re
 	return policy.ResultMatch{}, false
 }
 
+// isError reports whether a tool result says it is an error (isError:
+// true). result is a valid JSON object.
+func isError(result json.RawMessage) bool {
+	return string(jsonrpc.Member(result, "isError")) == "true"
+}
+
 // structuredValue returns structuredContent at a dot path, names matched
 // exactly. result is a valid JSON object.
 func structuredValue(result json.RawMessage, path string) (json.RawMessage, bool) {

@@ -199,6 +199,12 @@ func safeToResend(p *policy.Policy, m policy.ResultMatch) bool {
 }
 
 // transient returns the rule's first transient match for a tool result.
+// Only an error result (isError: true) can be transient: a success whose
+// text happens to match ("charged 429 to card 4242") did its work, and
+// sending it again would do it again.
 func transient(result json.RawMessage, rule *policy.RetryRule) (policy.ResultMatch, bool) {
+	if !isError(result) {
+		return policy.ResultMatch{}, false
+	}
 	return firstMatch(result, rule.Transient)
 }

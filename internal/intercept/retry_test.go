@@ -118,6 +118,28 @@ func TestStillTransientAfterTheLastAttemptFails(t *testing.T) {
 	})
 }
 
+// TestSuccessIsNeverTransient: a success whose text matches a transient
+// entry ("charged 429", under the cookbook's payment rule) did its work:
+// it is sent once, completes, and an identical call gets it replayed.
+func TestSuccessIsNeverTransient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[{"type":"text","text":"charged 429 to card 4242"}]}`), nil
+		})
+		h.pol.Retry = retryRule(true)
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.IsError || v.Content[0].Text != "charged 429 to card 4242" {
+			t.Fatalf("the caller got %+v; want the success as it came", v)
+		}
+		h.in.Wait(t.Context())
+		if rec := h.onlyRecord(t); rec.State != record.Delivered || rec.Attempts != 1 || h.up.calls.Load() != 1 {
+			t.Fatalf("record %s after %d attempts, upstream saw %d calls; want delivered, 1, 1", rec.State, rec.Attempts, h.up.calls.Load())
+		}
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !v.Meta.Replayed || h.up.calls.Load() != 1 {
+			t.Fatalf("an identical call got %+v and the upstream saw %d calls; want the success replayed", v, h.up.calls.Load())
+		}
+	})
+}
+
 func TestRetryAfterIsAFloor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(1))

@@ -126,11 +126,11 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 		if got != want {
 			t.Fatalf("attempt %d reached the upstream as %s; want %s", i, got, want)
 		}
-		text := "busy"
+		result := `{"content":[{"type":"text","text":"busy"}],"isError":true}`
 		if i == 2 {
-			text = "42"
+			result = `{"content":[{"type":"text","text":"42"}]}`
 		}
-		r.upstream.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"mcp-idempotent:%d","result":{"content":[{"type":"text","text":%q}]}}`, i, text))
+		r.upstream.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"mcp-idempotent:%d","result":%s}`, i, result))
 	}
 	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"42"}]}}` {
 		t.Fatalf("the client got %s; want the second attempt's answer under its id", got)
