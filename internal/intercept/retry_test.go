@@ -140,6 +140,26 @@ func TestSuccessIsNeverTransient(t *testing.T) {
 	})
 }
 
+// TestIdempotentStillTransientFails: an idempotent tool whose transient
+// entry does not say "nothing ran" still ends failed after the last
+// attempt, not unknown: the upstream answered, and the tool may run
+// again. The caller gets that last answer.
+func TestIdempotentStillTransientFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(busyThen(100))
+		h.pol = policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)})
+		h.pol.Retry = retryRule(false)
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.IsError || !strings.HasPrefix(v.Content[0].Text, "429") || h.up.calls.Load() != 4 {
+			t.Fatalf("got %+v after %d calls; want the last 429 after 4 attempts", v, h.up.calls.Load())
+		}
+		h.in.Wait(t.Context())
+		if rec := h.onlyRecord(t); rec.State != record.Failed {
+			t.Fatalf("record %s; an idempotent call still transient at the end is failed", rec.State)
+		}
+	})
+}
+
 func TestRetryAfterIsAFloor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(1))

@@ -98,15 +98,20 @@ func (e *execution) recordOutcome() {
 			c.Note = "already done: the re-send found the effect in place"
 		}
 	}
+	rerunSafe := false
 	if err == nil && req.Policy.Retry != nil && c.To == record.Completed && c.Note == "" {
 		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
 			// Still transient after the last attempt: the effect did not
 			// happen, so it is not replayed (Stripe does not cache a 429
 			// either); the caller sees this last result.
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+			// A read-only or idempotent tool may run again whatever
+			// its earlier attempts did: the upstream answered, so this
+			// is no unknown outcome.
+			rerunSafe = retry.SafeToResend(retry.Safety{ToolClass: string(req.Policy.Class), Sent: true})
 		}
 	}
-	if c.To == record.Failed && e.ranBefore {
+	if c.To == record.Failed && e.ranBefore && !rerunSafe {
 		// This attempt did not run, or was refused, but one before it
 		// may have run: failed would let the next identical call run
 		// the action again, under a new execution id.
