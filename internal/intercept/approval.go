@@ -291,6 +291,7 @@ func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Rec
 func (in *Interceptor) afterDecision(ctx context.Context, req *Request, rec *record.Record) {
 	switch {
 	case rec.State == record.Authorized && rec.Owner == in.owner:
+		restartDeadline(req, in.now())
 		in.execute(ctx, rec, req, "")
 	case rec.State.Settled():
 		in.answer(ctx, req, rec, live)

@@ -119,3 +119,65 @@ func TestClientDeadlineShortensRetries(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalDoesNotTakeTheRetryDeadline: the retry rule's deadline
+// counts from the approval, so a call a user approves after longer than
+// it still gets its retries. The client's own deadline still counts from
+// the call's arrival.
+func TestApprovalDoesNotTakeTheRetryDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		clientMS int    // the client's deadline_ms; 0 for none
+		want     string // the caller's first text
+		wantNote string // in its last text, if not ""
+		calls    int32
+	}{
+		{"the retry deadline restarts at the approval", 0, "charge #2", "", 2},
+		{"the client's deadline counts from the arrival", 91_000, "429: rate limited, try later", "would pass the call's deadline, 1s from now", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := approving(policy.ApprovalEach, policy.ApproverClient)
+				h.up.respond = busyThen(1) // asks for 2s
+				h.pol.Retry = retryRule(true)
+				h.pol.Retry.RetryAfterPath = "retry_after_seconds"
+				h.pol.Retry.Deadline = time.Minute
+				a := newAsker(func(ctx context.Context, p json.RawMessage) (json.RawMessage, error) {
+					<-time.After(90 * time.Second) // the user takes 90s
+					return elicited("accept", "")(ctx, p)
+				})
+				call := chargeCall
+				if tt.clientMS > 0 {
+					call = withDeadline(call, tt.clientMS)
+				}
+				h.askingCall(t, a, "session:1", call)
+				v := view(t, <-a.got) // after the user's 90s
+				h.in.Wait(t.Context())
+				last := v.Content[len(v.Content)-1].Text
+				if v.Content[0].Text != tt.want || h.up.calls.Load() != tt.calls || !strings.Contains(last, tt.wantNote) {
+					t.Fatalf("got %+v after %d sends; want %q after %d, noting %q", v, h.up.calls.Load(), tt.want, tt.calls, tt.wantNote)
+				}
+			})
+		})
+	}
+}
+
+// TestPassedDeadlineIsSaidSo: an attempt that outlasts the deadline is
+// answered with a note that the deadline has passed, not a wait "-1m
+// from now".
+func TestPassedDeadlineIsSaidSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-time.After(2 * time.Minute) // past the 1m deadline
+			return busyThen(1)(ctx, n, p)
+		})
+		h.pol.Retry = retryRule(true)
+		h.pol.Retry.Deadline = time.Minute
+		v := view(t, <-h.call(t.Context(), t, chargeCall).got) // after the 2m send
+		h.in.Wait(t.Context())
+		last := v.Content[len(v.Content)-1].Text
+		if h.up.calls.Load() != 1 || !strings.Contains(last, "the call's deadline has passed") || strings.Contains(last, "from now") {
+			t.Fatalf("got %+v after %d sends; want one send and a note that the deadline has passed", v, h.up.calls.Load())
+		}
+	})
+}

@@ -318,6 +318,19 @@ func clientDeadline(req *Request) time.Time {
 	return arrived.Add(client)
 }
 
+// restartDeadline counts the retry rule's deadline of req, an approved
+// call, from the decision at now: the time a person took to approve is
+// not the proxy's to take from the call's attempts. The client's own
+// deadline still counts from the call's arrival. clientDeadline does not
+// hold for req after it.
+func restartDeadline(req *Request, now time.Time) {
+	d := now.Add(ruleDeadline(req.Policy.Retry))
+	if c := clientDeadline(req); !c.IsZero() && c.Before(d) {
+		d = c
+	}
+	req.deadline = d
+}
+
 // matchScope returns the actor and the scope that go into the
 // fingerprint: a client key is matched within its actor across sessions,
 // and a global tool across actors.

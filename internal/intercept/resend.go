@@ -98,9 +98,13 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 	// not a timeout later. A wait ending exactly at the deadline would
 	// leave the attempt no time, so it is refused too.
 	if !req.deadline.IsZero() && !now.Add(wait).Before(req.deadline) {
+		left := req.deadline.Sub(now).Round(time.Millisecond)
+		if left <= 0 {
+			return resend{stop: fmt.Sprintf("not retried: the call's deadline has passed, so attempt %d (%s) was not begun", n+1, why)}
+		}
 		return resend{stop: fmt.Sprintf(
 			"not retried: waiting %v for attempt %d (%s) would pass the call's deadline, %v from now",
-			wait.Round(time.Millisecond), n+1, why, req.deadline.Sub(now).Round(time.Millisecond))}
+			wait.Round(time.Millisecond), n+1, why, left)}
 	}
 	return resend{ok: true, wait: wait, why: why}
 }
