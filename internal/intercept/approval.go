@@ -132,18 +132,18 @@ func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err 
 	case err != nil:
 		return record.Change{To: record.Failed, From: record.Accepted, Note: "no decision: " + err.Error() + "; nothing was sent"}
 	}
-	var answer struct {
-		Action  string `json:"action"`
-		Content struct {
-			Note string `json:"note"`
-		} `json:"content"`
-	}
-	if json.Unmarshal(result, &answer) != nil {
+	action, note, rerr := readApproval(result)
+	switch {
+	case errors.Is(rerr, jsonrpc.ErrAmbiguous):
+		// Readers would take it for different answers: not an approval.
+		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "the client's answer to the approval request was ambiguous, so it was not taken for an approval: " + rerr.Error()}
+	case rerr != nil:
 		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
 			Note: "the client's answer to the approval request could not be read"}
 	}
-	c := record.Change{From: record.Accepted, By: by, Via: record.ApproverClient, Note: answer.Content.Note}
-	switch answer.Action {
+	c := record.Change{From: record.Accepted, By: by, Via: record.ApproverClient, Note: note}
+	switch action {
 	case "accept":
 		c.To = record.Authorized
 	case "decline":
@@ -153,9 +153,58 @@ func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err 
 		}
 	default:
 		c.To = record.Refused
-		c.Note = fmt.Sprintf("the client's user dismissed the approval request (%s)", answer.Action)
+		c.Note = fmt.Sprintf("the client's user dismissed the approval request (%s)", action)
 	}
 	return c
+}
+
+// errUnreadableAnswer is readApproval's error for an answer that is not
+// an elicitation result.
+var errUnreadableAnswer = errors.New("not an elicitation result")
+
+// readApproval reads the action and the note of an elicitation result,
+// the answer to an approval request. A member it reads (action, content,
+// content.note) given twice or in another case is an error, ErrAmbiguous:
+// readers would take {"action":"decline","action":"accept"} either way,
+// and Go's encoding/json takes "Action" for "action" (DESIGN section 10).
+func readApproval(result json.RawMessage) (action, note string, err error) {
+	var content json.RawMessage
+	var actionOK bool
+	read := jsonrpc.Reading{Names: []string{"action", "content"}}
+	if !json.Valid(result) || jsonrpc.EachMember(result, func(name, value []byte) bool {
+		switch read.Note(name) {
+		case 0:
+			action, actionOK = jsonrpc.StringValue(value)
+		case 1:
+			content = value
+		}
+		return true
+	}) != nil {
+		return "", "", errUnreadableAnswer
+	}
+	if err := read.Err(); err != nil {
+		return "", "", err
+	}
+	if !actionOK {
+		return "", "", errUnreadableAnswer
+	}
+	if content == nil || string(content) == "null" {
+		return action, "", nil
+	}
+	if content[0] != '{' {
+		return "", "", errUnreadableAnswer
+	}
+	raw, err := jsonrpc.MemberOnce(content, "note")
+	if err != nil {
+		return "", "", fmt.Errorf("in content: %w", err)
+	}
+	if raw == nil || string(raw) == "null" {
+		return action, "", nil
+	}
+	if note, ok := jsonrpc.StringValue(raw); ok {
+		return action, note, nil
+	}
+	return "", "", errUnreadableAnswer
 }
 
 // awaitOperator waits, on its own goroutine, for an operator to approve

@@ -294,7 +294,19 @@ var errBadState = errors.New("its requestState claims to be mcp-idempotent's app
 // upstream is the call it continues, without the proxy's round.
 func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id string, carried json.RawMessage) {
 	call := req.Call
-	answer := jsonrpc.Member(call.InputResponses, approvalInput)
+	answer, aerr := jsonrpc.MemberOnce(call.InputResponses, approvalInput)
+	where := "inputResponses"
+	if aerr == nil && answer != nil {
+		_, _, aerr = readApproval(answer)
+		where = fmt.Sprintf("inputResponses[%q]", approvalInput)
+	}
+	if errors.Is(aerr, jsonrpc.ErrAmbiguous) {
+		// Not guessed at, and not decided: the question stays open for
+		// an answer that reads one way.
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the answer to the approval of execution %s is ambiguous, so it was not taken and nothing was sent: %s: %v", call.Name, id, where, aerr))
+		return
+	}
 	if answer == nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the call continues the approval of execution %s and has no inputResponses[%q]", call.Name, id, approvalInput))

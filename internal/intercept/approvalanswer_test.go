@@ -1,0 +1,80 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// ambiguousAnswers are elicitation results that readers take for
+// different answers: each must refuse, never approve.
+var ambiguousAnswers = map[string]string{
+	"action in another case": `{"Action":"accept"}`,
+	"action twice":           `{"action":"decline","action":"accept"}`,
+	"action and ACTION":      `{"action":"accept","ACTION":"decline"}`,
+	"content twice":          `{"action":"accept","content":{"note":"a"},"content":{"note":"b"}}`,
+	"note in another case":   `{"action":"accept","content":{"Note":"a"}}`,
+}
+
+// TestApprovalAmbiguousAnswerRefuses: an answer to the proxy's own
+// elicitation that gives a member it reads twice, or in another case, is
+// not guessed at: the execution is refused, saying the answer was
+// ambiguous, and nothing is sent.
+func TestApprovalAmbiguousAnswerRefuses(t *testing.T) {
+	for name, raw := range ambiguousAnswers {
+		t.Run(name, func(t *testing.T) {
+			h := approving(policy.ApprovalEach, policy.ApproverClient)
+			a := newAsker(func(context.Context, json.RawMessage) (json.RawMessage, error) {
+				return json.RawMessage(raw), nil
+			})
+			h.askingCall(t, a, "session:1", chargeCall)
+			v := view(t, a.only(t))
+			if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "ambiguous") {
+				t.Errorf("the answer %s got %q; want a refusal saying the answer was ambiguous", raw, v.Content[0].Text)
+			}
+			if n := h.up.calls.Load(); n != 0 {
+				t.Errorf("the answer %s sent the call %d times; want none", raw, n)
+			}
+		})
+	}
+}
+
+// TestApprovalInRoundAmbiguousAnswer: a 2026-07-28 continuation whose
+// answer, or whose approval entry in inputResponses, is given twice or
+// in another case is refused with -32602 and decides nothing: the
+// question stays open, and an answer that reads one way decides it.
+func TestApprovalInRoundAmbiguousAnswer(t *testing.T) {
+	responses := map[string]string{
+		"entry twice": `{"mcp-idempotent/approval":{"action":"decline"},"mcp-idempotent/approval":{"action":"accept"}}`,
+	}
+	for name, raw := range ambiguousAnswers {
+		responses[name] = `{"mcp-idempotent/approval":` + raw + `}`
+	}
+	args := `{"card":"4242","amount":100}`
+	for name, ir := range responses {
+		t.Run(name, func(t *testing.T) {
+			h := approving(policy.ApprovalEach, policy.ApproverClient)
+			round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+			good := roundCall(args, round, "accept")
+			const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
+			bad := strings.Replace(good, answer, `"inputResponses":`+ir, 1)
+			if bad == good {
+				t.Fatalf("the continuation %s holds no answer to replace", good)
+			}
+			a := h.call(t.Context(), t, bad).only(t)
+			if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "ambiguous") {
+				t.Fatalf("the answer %s got %s %s; want -32602 saying it is ambiguous", ir, a.Result, a.Error)
+			}
+			if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
+				t.Fatalf("after the answer %s the execution is %s, sent %d times; want it still awaiting, never sent", ir, rec.State, h.up.calls.Load())
+			}
+			if v := view(t, h.call(t.Context(), t, good).only(t)); v.Content[0].Text != "charge #1" {
+				t.Errorf("a clear answer after it got %q; want the charge", v.Content[0].Text)
+			}
+		})
+	}
+}
