@@ -1,12 +1,18 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -435,21 +441,21 @@ func (in *Interceptor) elicitation(req *Request, rec *record.Record) (json.RawMe
 	shown := "hidden by the tool's journal policy"
 	switch v := in.journalValue(req.Policy.Journal.Arguments, "arguments", args); {
 	case v.Clear != nil:
-		shown = string(v.Clear)
-		if len(shown) > maxShownArguments {
-			shown = shown[:maxShownArguments] + " ... (cut)"
-		}
+		shown = shownArguments(v.Clear)
 	case v.HMAC != "":
 		shown = "hashed by the tool's journal policy: " + v.HMAC
 	}
-	actor := rec.Actor
-	if actor == "" {
+	// Quoted, as are the arguments: a tool name from the upstream's
+	// tools/list, or a client's arguments, holding a line break would
+	// otherwise write lines of their own into what the user approves.
+	actor := strconv.Quote(rec.Actor)
+	if rec.Actor == "" {
 		actor = "(none)"
 	}
 	message := fmt.Sprintf("Approve this tool call before it is sent?\n\n"+
 		"Tool: %s\nUpstream: %s\nActor: %s\nExecution: %s\nArguments: %s\n\n"+
 		"Accept to send it once; decline to refuse it. The same call sent again is not asked about again: it gets this decision's outcome.",
-		rec.Tool, rec.Upstream, actor, rec.ID, shown)
+		strconv.Quote(rec.Tool), strconv.Quote(rec.Upstream), actor, rec.ID, shown)
 	return json.Marshal(map[string]any{
 		"message": message,
 		"requestedSchema": map[string]any{
@@ -467,3 +473,33 @@ func (in *Interceptor) elicitation(req *Request, rec *record.Record) (json.RawMe
 
 // maxShownArguments bounds the arguments an approval request shows.
 const maxShownArguments = 2000
+
+// shownArguments returns args as an approval request shows them: on one
+// line, with no white space between tokens, every character that is not
+// printable (U+2028, a bidirectional override) escaped, and cut after
+// maxShownArguments bytes.
+func shownArguments(args json.RawMessage) string {
+	var compact bytes.Buffer
+	if json.Compact(&compact, args) != nil {
+		return "(not JSON)" // the parser took them: not reached
+	}
+	var b strings.Builder
+	for _, r := range compact.String() {
+		if b.Len() >= maxShownArguments {
+			b.WriteString(" ... (cut)")
+			break
+		}
+		// Outside strings compact JSON holds only printable ASCII, and
+		// inside one an escape reads as the character it stands for.
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+			} else {
+				fmt.Fprintf(&b, "\\u%04x", r)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
