@@ -101,6 +101,7 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 		return
 	}
 	in.log.Info("asking the client's user to approve an execution", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
+	req.toldProgress = true
 	asker.Progress(fmt.Sprintf("awaiting approval from the client's user (execution %s)", rec.ID))
 	asked := in.now()
 	deadline := in.approvalDeadline(req, asked)
@@ -228,6 +229,7 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	asker, _ := req.Reply.(Asker)
 	waiting := fmt.Sprintf("awaiting approval from an operator: mcp-idempotent activity approve %s", rec.ID)
 	if asker != nil {
+		req.toldProgress = true
 		asker.Progress(waiting)
 	}
 	asked := in.now()
