@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -143,4 +145,36 @@ func TestApprovalWaitKeepsProgressIncreasing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttachedCallersDeadlineBoundsItsWait: a caller that attaches to an
+// execution awaiting its approval, with a deadline of its own, is told
+// "Still in progress" at that deadline; the execution goes on, and the
+// first caller gets its outcome.
+func TestAttachedCallersDeadlineBoundsItsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		decide := make(chan struct{})
+		a := newAsker(func(ctx context.Context, p json.RawMessage) (json.RawMessage, error) {
+			<-decide
+			return elicited("accept", "")(ctx, p)
+		})
+		h.askingCall(t, a, "session:1", chargeCall)
+		synctest.Wait()
+		attached := newAsker(elicited("decline", ""))
+		h.askingCall(t, attached, "session:2", withDeadline(chargeCall, 500))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if attached.count() != 1 || a.count() != 0 {
+			t.Fatalf("a second after an attached caller with a 500ms deadline: it has %d answers, the first caller %d; want 1 and 0",
+				attached.count(), a.count())
+		}
+		if v := view(t, attached.only(t)); !strings.HasPrefix(v.Content[0].Text, "Still in progress:") {
+			t.Errorf("the attached caller got %q; want Still in progress", v.Content[0].Text)
+		}
+		close(decide)
+		if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" || h.up.calls.Load() != 1 {
+			t.Errorf("the first caller got %q, %d runs; want the one charge", v.Content[0].Text, h.up.calls.Load())
+		}
+	})
 }

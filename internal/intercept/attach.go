@@ -41,7 +41,13 @@ func (in *Interceptor) goAttach(ctx context.Context, rec *record.Record, req *Re
 // attach waits, on its own goroutine, for an execution under way that
 // req's caller joined, then answers the caller.
 func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Request) {
-	wctx, cancel := context.WithTimeout(ctx, req.Policy.AttachWindow)
+	// The caller's own deadline shortens its wait, as it shortens the
+	// first caller's wait for an approval; the execution goes on.
+	window := req.Policy.AttachWindow
+	if c := clientDeadline(req); !c.IsZero() {
+		window = max(min(window, c.Sub(in.now())), 0)
+	}
+	wctx, cancel := context.WithTimeout(ctx, window)
 	settled, err := in.wait(wctx, rec.ID)
 	cancel()
 	if err == nil {
@@ -80,8 +86,8 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.decided(req, rec.Tool, "in_progress")
 		req.got = journal.GotInProgress
 		in.log.Info("attach window passed; told the caller it is still in progress",
-			"execution", rec.ID, "window", req.Policy.AttachWindow, "request", req.Correlation)
-		in.reply(ctx, req, Answer{Result: inProgressResult(cur, req.Policy.AttachWindow)}, nil)
+			"execution", rec.ID, "window", window, "request", req.Correlation)
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, window)}, nil)
 	case err != nil:
 		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
 		req.got = journal.GotNoOutcome
