@@ -66,7 +66,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		}
 	case record.Refused:
 		req.got = journal.GotRefused
-		in.reply(ctx, req, Answer{Result: refusedResult(rec)}, nil)
+		in.reply(ctx, req, Answer{Result: refusedResult(rec, m == replayed)}, nil)
 	case record.Unknown:
 		if m == live && rec.Result != nil {
 			// The upstream's own word that it does not know (another

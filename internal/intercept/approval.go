@@ -90,8 +90,8 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 	asker, ok := req.Reply.(Asker)
 	if !ok || !asker.CanAsk() {
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
-			Note: "approval by the client's user is required, and this client cannot be asked: it did not declare the elicitation capability (form mode). " +
-				"Use a client that supports elicitation, or have an operator approve the tool (approver: operator)"})
+			Note: "approval by the client's user is required, and the client that sent the call could not be asked: it declared no elicitation capability (form mode), or its HTTP session is stateless. " +
+				"Call from a client that supports elicitation, or have an operator approve the tool (approver: operator)"})
 		return
 	}
 	params, err := in.elicitation(req, rec)

@@ -178,3 +178,29 @@ func TestAttachedCallersDeadlineBoundsItsWait(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalRefusalReplaySaysWhose: a refusal kept for an actor, here
+// because the first client could not be asked, is replayed to a later
+// client that can be: it says it is an earlier call's stored outcome and
+// how to get a new execution, so the reason it gives is not taken for
+// one about this client.
+func TestApprovalRefusalReplaySaysWhose(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	h.pol.Scope = policy.ScopeActor
+	first := newAsker(elicited("accept", ""))
+	first.can = false
+	h.askingCall(t, first, "session:1", chargeCall)
+	if v := view(t, first.only(t)); !strings.HasPrefix(v.Content[0].Text, "Refused:") || strings.Contains(v.Content[0].Text, "earlier") {
+		t.Fatalf("the client that cannot be asked got %q; want its own refusal", v.Content[0].Text)
+	}
+	later := newAsker(elicited("accept", ""))
+	h.askingCall(t, later, "session:2", chargeCall)
+	v := view(t, later.only(t))
+	if text := v.Content[0].Text; !strings.HasPrefix(text, "Refused:") || !strings.Contains(text, "stored outcome of an earlier identical call") ||
+		!strings.Contains(text, "new client key") {
+		t.Errorf("a later client that can be asked got %q; want the refusal marked as an earlier call's stored outcome, saying how to get a new execution", text)
+	}
+	if later.questions() != 0 || h.up.calls.Load() != 0 {
+		t.Errorf("%d questions, %d runs; want the kept refusal, nothing asked or sent", later.questions(), h.up.calls.Load())
+	}
+}

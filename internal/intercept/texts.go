@@ -84,8 +84,11 @@ func decider(t record.Transition) string {
 
 // refusedResult is the answer of an execution whose approval was refused:
 // an error result that says so first, so that a model does not send the
-// same call again hoping for another answer.
-func refusedResult(r *record.Record) json.RawMessage {
+// same call again hoping for another answer. Replayed, to a call that
+// matched the refused one, it says it is that call's stored outcome: the
+// reason, such as a client that could not be asked, was true of that
+// call's client, not necessarily of this one's.
+func refusedResult(r *record.Record, replay bool) json.RawMessage {
 	var t record.Transition
 	if n := len(r.History); n > 0 {
 		t = r.History[n-1]
@@ -94,10 +97,15 @@ func refusedResult(r *record.Record) json.RawMessage {
 	if why == "" {
 		why = "no reason given"
 	}
+	until := r.ExpiresAt.UTC().Format(time.RFC3339)
+	again := fmt.Sprintf("The same call gets this refusal again until %s; do not retry it unchanged.", until)
+	if replay {
+		again = fmt.Sprintf("This is the stored outcome of an earlier identical call, which this call matched: it was not asked about again, "+
+			"and the same call gets this refusal until %s. A call with other arguments or a new client key, or this one after then, is a new execution and is asked about.", until)
+	}
 	return toolResult(fmt.Sprintf(
-		"Refused: execution %s of %s was not approved, so it was not sent: %s (decided by %s through %s at %s). "+
-			"The same call gets this refusal again until %s; do not retry it unchanged.",
-		r.ID, r.Tool, why, decider(t), t.Via, t.At.UTC().Format(time.RFC3339), r.ExpiresAt.UTC().Format(time.RFC3339)), "refused", r)
+		"Refused: execution %s of %s was not approved, so it was not sent: %s (decided by %s through %s at %s). %s",
+		r.ID, r.Tool, why, decider(t), t.Via, t.At.UTC().Format(time.RFC3339), again), "refused", r)
 }
 
 func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
