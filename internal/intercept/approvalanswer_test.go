@@ -197,8 +197,9 @@ func TestApprovalRefusalReplaySaysWhose(t *testing.T) {
 	h.askingCall(t, later, "session:2", chargeCall)
 	v := view(t, later.only(t))
 	if text := v.Content[0].Text; !strings.HasPrefix(text, "Refused:") || !strings.Contains(text, "stored outcome of an earlier identical call") ||
-		!strings.Contains(text, "new client key") {
-		t.Errorf("a later client that can be asked got %q; want the refusal marked as an earlier call's stored outcome, saying how to get a new execution", text)
+		!strings.Contains(text, "new client key") || !v.Meta.Replayed {
+		t.Errorf("a later client that can be asked got %q (replayed %v); want the refusal marked as an earlier call's stored outcome, saying how to get a new execution",
+			text, v.Meta.Replayed)
 	}
 	if later.questions() != 0 || h.up.calls.Load() != 0 {
 		t.Errorf("%d questions, %d runs; want the kept refusal, nothing asked or sent", later.questions(), h.up.calls.Load())

@@ -103,9 +103,13 @@ func refusedResult(r *record.Record, replay bool) json.RawMessage {
 		again = fmt.Sprintf("This is the stored outcome of an earlier identical call, which this call matched: it was not asked about again, "+
 			"and the same call gets this refusal until %s. A call with other arguments or a new client key, or this one after then, is a new execution and is asked about.", until)
 	}
-	return toolResult(fmt.Sprintf(
-		"Refused: execution %s of %s was not approved, so it was not sent: %s (decided by %s through %s at %s). %s",
-		r.ID, r.Tool, why, decider(t), t.Via, t.At.UTC().Format(time.RFC3339), again), "refused", r)
+	text := fmt.Sprintf("Refused: execution %s of %s was not approved, so it was not sent: %s (decided by %s through %s at %s). %s",
+		r.ID, r.Tool, why, decider(t), t.Via, t.At.UTC().Format(time.RFC3339), again)
+	if replay {
+		// Marked as every other replay is.
+		return mcp.TextResult(text, true, map[string]any{mcp.MetaOutcome: "refused", mcp.MetaReplayed: true, mcp.MetaExecution: describe(r)})
+	}
+	return toolResult(text, "refused", r)
 }
 
 func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
