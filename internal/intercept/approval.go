@@ -101,7 +101,6 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 		return
 	}
 	in.log.Info("asking the client's user to approve an execution", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
-	req.toldProgress = true
 	asker.Progress(fmt.Sprintf("awaiting approval from the client's user (execution %s)", rec.ID))
 	asked := in.now()
 	deadline := in.approvalDeadline(req, asked)
@@ -229,7 +228,6 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	asker, _ := req.Reply.(Asker)
 	waiting := fmt.Sprintf("awaiting approval from an operator: mcp-idempotent activity approve %s", rec.ID)
 	if asker != nil {
-		req.toldProgress = true
 		asker.Progress(waiting)
 	}
 	asked := in.now()
@@ -243,12 +241,15 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 		}
 	})
 	defer stopWatch()
+	stopProgress := func() {}
 	if asker != nil {
-		stop := in.tellProgress(wctx, asker, waiting)
-		defer stop()
+		stopProgress = in.tellProgress(wctx, asker, waiting)
 	}
 	// A failure of the store is not the decision: waited out, as wait does.
 	cur, err := in.waitOn(wctx, rec.ID, "waiting for an approval: the store failed; trying again", d.WaitDecided)
+	// Before the call is sent: the upstream's progress on the token
+	// comes after the proxy's last.
+	stopProgress()
 	in.traceEvent(req, "approval wait", in.now().Sub(asked), telemetry.Approver.String(record.ApproverOperator))
 	switch {
 	case err == nil && cur.State != record.Accepted:
@@ -294,10 +295,13 @@ func operatorDecision(rec *record.Record) bool {
 }
 
 // tellProgress sends the caller message as progress every
-// approvalProgress until ctx ends or stop is called.
+// approvalProgress until ctx ends or stop is called; stop returns once
+// no more will be sent.
 func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		t := time.NewTicker(approvalProgress)
 		defer t.Stop()
 		for {
@@ -309,7 +313,10 @@ func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message st
 			}
 		}
 	}()
-	return cancel
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // decide stores c, the decision on rec (or the end of the wait for one),

@@ -117,36 +117,6 @@ func TestApprovalQuestionLinesCannotBeForged(t *testing.T) {
 	}
 }
 
-// TestApprovalWaitKeepsProgressIncreasing: a caller told the approval's
-// wait as progress on its token has had progress 0 on it; the call then
-// goes upstream without the token, whose progress, counted from its own
-// start, would go back. Without a wait the token goes as it came.
-func TestApprovalWaitKeepsProgressIncreasing(t *testing.T) {
-	const call = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"progressToken":"p1"}}`
-	for _, mode := range []policy.Approval{policy.ApprovalNone, policy.ApprovalEach} {
-		t.Run(string(mode), func(t *testing.T) {
-			h := approving(mode, policy.ApproverClient)
-			var sent json.RawMessage
-			h.up.respond = func(ctx context.Context, n int, params json.RawMessage) (json.RawMessage, error) {
-				sent = params
-				return charged(ctx, n, params)
-			}
-			a := newAsker(elicited("accept", ""))
-			h.askingCall(t, a, "session:1", call)
-			if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" {
-				t.Fatalf("the call got %q; want the charge", v.Content[0].Text)
-			}
-			told := len(a.progress) > 0
-			if hasToken := strings.Contains(string(sent), "progressToken"); hasToken == told {
-				t.Errorf("told progress %v, and the upstream got %s; want the token upstream only if the proxy told none on it", told, sent)
-			}
-			if mode == policy.ApprovalEach && !told {
-				t.Errorf("the approval's wait was not told as progress")
-			}
-		})
-	}
-}
-
 // TestAttachedCallersDeadlineBoundsItsWait: a caller that attaches to an
 // execution awaiting its approval, with a deadline of its own, is told
 // "Still in progress" at that deadline; the execution goes on, and the

@@ -375,11 +375,10 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 func (e *execution) send() bool {
 	req := e.req
 	params, meta := req.Call.Params, req.Call.MetaAsSent
-	if e.n > 0 || req.toldProgress {
-		// Sent again, or after the proxy's own progress on the token
-		// (an approval's wait), without the progress token: the client
-		// has had progress on it, and MCP asks progress to increase,
-		// which the upstream's, counted from its start, would not.
+	if e.n > 0 {
+		// Sent again without the progress token: the client has had the
+		// first attempt's progress, and MCP asks progress to increase,
+		// which a second attempt's would not.
 		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaProgressToken)
 	}
 	ctx, done := req.bg, Answered(e)

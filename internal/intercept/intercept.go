@@ -173,9 +173,6 @@ type Request struct {
 	// unrecorded marks a call sent by Unrecorded: no execution id goes
 	// upstream with it.
 	unrecorded bool
-	// toldProgress is set once the proxy has sent the caller progress of
-	// its own (an approval's wait) on the call's progress token.
-	toldProgress bool
 	// joined is the execution the call joined rather than started, if it
 	// did (set by Handle): its id, and how (journal.Attach.How);
 	// got is what its caller is answered (journal.Attach.Got), set just

@@ -90,8 +90,10 @@ func (c *clientCall) Progress(message string) {
 	if token == nil {
 		return
 	}
+	n := c.progress.Add(1)
+	c.s.noteOwnProgress(token, n)
 	b := append([]byte(`{"progressToken":`), token...)
-	b = append(strconv.AppendInt(append(b, `,"progress":`...), c.progress.Add(1)-1, 10), `,"message":`...)
+	b = append(strconv.AppendInt(append(b, `,"progress":`...), n-1, 10), `,"message":`...)
 	b = append(jsonrpc.AppendString(b, message), '}')
 	// On HTTP the token takes it to the call's stream.
 	c.s.writeClient(jsonrpc.NewRequest(nil, "notifications/progress", b))

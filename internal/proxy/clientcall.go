@@ -45,6 +45,9 @@ func (c *clientCall) key() string { return c.req.Correlation }
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
 	c.once.Do(func() {
+		if c.progress.Load() > 0 {
+			c.s.forgetOwnProgress(progressToken(c.call.Meta))
+		}
 		c.release()
 		c.endSpan()
 		c.ctx.end()

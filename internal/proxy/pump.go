@@ -537,6 +537,10 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 	} else if msg.Method == "notifications/tools/list_changed" {
 		s.tools.invalidate()
+	} else if msg.Method == "notifications/progress" {
+		if frame = s.upstreamProgress(frame, msg); frame == nil {
+			return
+		}
 	}
 	s.writeClient(frame)
 }
@@ -588,6 +592,8 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 				raw = s.openServerRequestLocked(l, m)
 			case m.Method == "notifications/cancelled":
 				raw = s.serverCancelledLocked(l, m)
+			case m.Method == "notifications/progress":
+				raw = s.upstreamProgressLocked(raw, m)
 			}
 			if edited = edited || !bytes.Equal(raw, m.Raw); raw != nil {
 				rest = append(rest, raw)

@@ -204,6 +204,10 @@ type Session struct {
 	// client has gone, or Run returns): an ask then fails at once.
 	asks      map[string]ask
 	asksEnded bool
+	// ownProgress holds, by the jsonrpc.IDKey of a call's progress
+	// token, how many notifications/progress the proxy itself sent on
+	// it (clientCall.Progress); nil until the first.
+	ownProgress map[string]int64
 	// serverReqs holds the upstreams' requests to the client not yet
 	// answered, by the jsonrpc.IDKey of the id the client knows;
 	// serverIDs maps the IDKey of each one's upstream id to that key.

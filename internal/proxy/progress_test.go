@@ -1,0 +1,34 @@
+package proxy
+
+import "testing"
+
+// TestUpstreamProgressAfterTheProxys: once the proxy has told progress 0
+// and 1 on a call's token (an approval's wait), the upstream's progress on
+// that token, counted from its own start, reaches the client raised past
+// them, its total with it, alone or in a batch; progress on another token
+// passes as it came.
+func TestUpstreamProgressAfterTheProxys(t *testing.T) {
+	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, `{"name":"charge_card","arguments":{"n":1},"_meta":{"progressToken":"p7"}}`)
+	a.Progress("waiting for approval")
+	a.Progress("still waiting")
+	r.client.next(t, "client")
+	r.client.next(t, "client")
+	for _, c := range []struct{ upstream, client string }{
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":0,"total":2,"message":"half"}}`,
+			`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":2,"total":4,"message":"half"}}`},
+		{`[{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1.5,"progressToken":"p7"}}]`,
+			`[{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":3.5,"progressToken":"p7"}}]`},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p8","progress":0}}`,
+			`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p8","progress":0}}`},
+	} {
+		r.upstream.send(t, c.upstream)
+		if got := r.client.next(t, "client"); got != c.client {
+			t.Errorf("the upstream sent %s; the client got %s, want %s", c.upstream, got, c.client)
+		}
+	}
+	// Readers would take it for two values, one of them going back.
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":9,"Progress":0}}`)
+	passedToClient(t, r, "ambiguous progress on the proxy's token")
+	r.upstream.answerCharged(t, call)
+	r.client.next(t, "client")
+}
