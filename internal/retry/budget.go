@@ -75,25 +75,49 @@ func (a Allowance) Tolerance() time.Duration {
 	return saturatingMul(a.Interval(), max(a.Burst, 1)-1)
 }
 
+// Span returns how far from full the bucket can be: Burst intervals, that
+// is Tolerance plus Interval.
+func (a Allowance) Span() time.Duration {
+	t, i := a.Tolerance(), a.Interval()
+	if t > math.MaxInt64-i {
+		return math.MaxInt64
+	}
+	return t + i
+}
+
+// capped returns full, or now plus Span if full is further ahead: a time
+// kept under an older, slower definition of the account, or by a clock
+// that went back, reads as an empty bucket, so that a raised rate holds
+// at once rather than after the old definition's longest wait.
+func (a Allowance) capped(full, now time.Time) time.Time {
+	if limit := now.Add(a.Span()); full.After(limit) {
+		return limit
+	}
+	return full
+}
+
 // TakeAt is a Bucket's Take for a caller that keeps the bucket's one time
 // itself, such as a store that shares the allowance across processes:
 // full is when the bucket will next be full (the zero time, or any time
 // not after now, for a bucket that is full), and next is the time to keep
-// after the take. ok and wait are as Take's. A refused take leaves full as
-// it was (next == full).
+// after the take. ok and wait are as Take's. A full more than Span ahead
+// of now counts as now plus Span (see capped), so wait is never more than
+// one interval. A refused take leaves full as it was (next == full), or
+// capped; a caller keeps the capped time, or a cap that moves with now
+// would refuse for as long as the old time lasts.
 //
 // Every holder of the allowance computes the same thing, so processes that
 // share full through a store share one allowance, as long as their clocks
 // agree to well within an interval.
 func (a Allowance) TakeAt(full, now time.Time) (next time.Time, ok bool, wait time.Duration) {
-	f := full
+	f := a.capped(full, now)
 	if f.Before(now) {
 		f = now
 	}
 	// The bucket holds a token while it is less than tolerance+interval,
 	// that is Burst tokens' time, away from full.
 	if earliest := f.Add(-a.Tolerance()); earliest.After(now) {
-		return full, false, earliest.Sub(now)
+		return f, false, earliest.Sub(now)
 	}
 	return f.Add(a.Interval()), true, 0
 }
@@ -102,7 +126,7 @@ func (a Allowance) TakeAt(full, now time.Time) (next time.Time, ok bool, wait ti
 // TakeAt): a number in [0, Burst].
 func (a Allowance) TokensAt(full, now time.Time) float64 {
 	interval := a.Interval()
-	ahead := max(full.Sub(now), 0)
+	ahead := max(a.capped(full, now).Sub(now), 0)
 	return (float64(a.Tolerance()) + float64(interval) - float64(ahead)) / float64(interval)
 }
 

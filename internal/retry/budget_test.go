@@ -74,7 +74,7 @@ func TestBucket(t *testing.T) {
 		{10 * time.Second, true, 0},
 		{10 * time.Second, true, 0},
 		{10 * time.Second, false, 100 * time.Millisecond},
-		{5 * time.Second, false, 5100 * time.Millisecond}, // a clock that went back gets nothing for free
+		{5 * time.Second, false, 100 * time.Millisecond}, // a clock that went back gets nothing for free, and waits one interval
 	}
 	for i, s := range steps {
 		ok, wait := b.Take(at(s.at))
@@ -304,5 +304,24 @@ func TestAllowanceWithoutARate(t *testing.T) {
 		if a.Interval() != math.MaxInt64 || a.Tolerance() != math.MaxInt64 {
 			t.Errorf("rate %v: Interval, Tolerance = %v, %v; want the longest Duration", rate, a.Interval(), a.Tolerance())
 		}
+	}
+}
+
+// TestTakeAtCapsAnOlderDefinition reads a time kept under a slower rate
+// (a bucket an hour from full) under a faster one: it counts as an empty
+// bucket of the faster rate, one interval's wait, not the hour.
+func TestTakeAtCapsAnOlderDefinition(t *testing.T) {
+	a := Allowance{Rate: 10, Burst: 3} // an interval of 100ms, a span of 300ms
+	full := t0.Add(time.Hour)
+	if got := a.TokensAt(full, t0); got != 0 {
+		t.Errorf("TokensAt an hour from full = %v; want 0", got)
+	}
+	next, ok, wait := a.TakeAt(full, t0)
+	if ok || wait != 100*time.Millisecond || !next.Equal(t0.Add(300*time.Millisecond)) {
+		t.Fatalf("TakeAt an hour from full = +%v, %v, %v; want no room for 100ms, full capped to +300ms", next.Sub(t0), ok, wait)
+	}
+	next, ok, _ = a.TakeAt(next, t0.Add(100*time.Millisecond))
+	if !ok || !next.Equal(t0.Add(400*time.Millisecond)) {
+		t.Fatalf("TakeAt 100ms later = +%v, %v; want room, full at +400ms", next.Sub(t0), ok)
 	}
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,16 +17,18 @@ import (
 // row lock that ON CONFLICT DO UPDATE takes makes concurrent takes, from
 // any process, run one after the other, each on the row the last one
 // left. In an UPDATE every expression reads the row as it was, so last_took
-// and full_at test the same old full_at.
+// and full_at test the same old full_at. A full_at beyond $cap, now plus
+// the allowance's span, counts, and is kept, as $cap (retry.Allowance.TakeAt's
+// cap).
 var takeSQL = params(`
 INSERT INTO {schema}.allowances AS a (account, full_at, last_took)
 VALUES ($account::text, $now::bigint + $interval::bigint, true)
 ON CONFLICT (account) DO UPDATE SET
-	last_took = greatest(a.full_at, $now::bigint) - $tolerance::bigint <= $now::bigint,
-	full_at = CASE WHEN greatest(a.full_at, $now::bigint) - $tolerance::bigint <= $now::bigint
-		THEN greatest(a.full_at, $now::bigint) + $interval::bigint
-		ELSE a.full_at END
-RETURNING last_took, full_at`, "account", "now", "interval", "tolerance")
+	last_took = least(greatest(a.full_at, $now::bigint), $cap::bigint) - $tolerance::bigint <= $now::bigint,
+	full_at = CASE WHEN least(greatest(a.full_at, $now::bigint), $cap::bigint) - $tolerance::bigint <= $now::bigint
+		THEN least(greatest(a.full_at, $now::bigint), $cap::bigint) + $interval::bigint
+		ELSE least(a.full_at, $cap::bigint) END
+RETURNING last_took, full_at`, "account", "now", "interval", "tolerance", "cap")
 
 const tokensSQL = `SELECT full_at FROM {schema}.allowances WHERE account = $1`
 
@@ -43,14 +46,19 @@ func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allow
 		took bool
 		full int64
 	)
-	err := s.pool.QueryRow(ctx, s.sql(takeSQL), account, now.UnixNano(), int64(a.Interval()), int64(a.Tolerance())).Scan(&took, &full)
+	capAt := now.UnixNano() + int64(a.Span())
+	if capAt < now.UnixNano() {
+		capAt = math.MaxInt64 // the span overflows: no cap
+	}
+	err := s.pool.QueryRow(ctx, s.sql(takeSQL), account, now.UnixNano(), int64(a.Interval()), int64(a.Tolerance()), capAt).Scan(&took, &full)
 	if err != nil {
 		return false, 0, s.fail(op, err)
 	}
 	if took {
 		return true, 0, nil
 	}
-	// Refused: full_at is as it was, and after now plus the tolerance.
+	// Refused: full_at is as it was, or capped, and after now plus the
+	// tolerance.
 	return false, time.Duration(full - now.UnixNano() - int64(a.Tolerance())), nil
 }
 

@@ -34,6 +34,7 @@ func RunAllowances(t *testing.T, newPair NewAllowancePair) {
 		{"SameArithmeticAsBucket", testSameArithmetic},
 		{"AccountsAreSeparate", testAccountsAreSeparate},
 		{"Tokens", testTokens},
+		{"RaisedRateHoldsAtOnce", testRaisedRate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,4 +152,28 @@ func testTokens(t *testing.T, a, b AllowanceStore) {
 	check(0, 1)
 	check(250*time.Millisecond, 1.5)
 	check(time.Hour, 4)
+}
+
+// testRaisedRate empties an allowance of one call an hour, then takes and
+// reads it under a new definition, a thousand calls a second: the wait
+// the old definition left is capped to the new one's longest, one
+// interval, not the hour, as after a restart with the rate raised.
+func testRaisedRate(t *testing.T, a, b AllowanceStore) {
+	slow := retry.Allowance{Rate: 1.0 / 3600, Burst: 1}
+	fast := retry.Allowance{Rate: 1000, Burst: 10} // an interval of 1ms
+	if ok, _, err := a.TakeAllowance(t.Context(), "acct", slow, allowanceT0); !ok || err != nil {
+		t.Fatalf("the take at 1/h = %v, %v; want room", ok, err)
+	}
+	now := allowanceT0.Add(time.Second)
+	if got, err := b.AllowanceTokens(t.Context(), "acct", fast, now); err != nil || got != 0 {
+		t.Fatalf("AllowanceTokens at 1000/s = %v, %v; want 0, an empty bucket, not less", got, err)
+	}
+	ok, wait, err := b.TakeAllowance(t.Context(), "acct", fast, now)
+	if ok || err != nil || wait != time.Millisecond {
+		t.Fatalf("a take at 1000/s = %v, %v, %v; want no room for one new interval, 1ms", ok, wait, err)
+	}
+	now = now.Add(time.Millisecond)
+	if ok, wait, err := a.TakeAllowance(t.Context(), "acct", fast, now); !ok || err != nil {
+		t.Fatalf("a take at 1000/s one interval later = %v, %v, %v; want room", ok, wait, err)
+	}
 }

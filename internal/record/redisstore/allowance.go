@@ -22,18 +22,26 @@ import (
 // It returns {1, 0} when it took, {0, wait in nanoseconds} when there was
 // no room. Lua's numbers are doubles, exact only to 2^53, so times are
 // compared through how far the bucket is ahead of now, which is exact for
-// up to 104 days. A take sets the key to expire once the bucket is full
+// up to 104 days. A bucket further ahead than tolerance plus interval
+// counts, and is kept, as that far (retry.Allowance.TakeAt's cap). A take
+// sets the key to expire once the bucket is full
 // again, when an absent key means the same.
 var allowanceScript = newScript("allowance", true, `
 local now, interval, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ahead = 0
+local ahead, capped = 0, false
 local full = redis.call('GET', KEYS[1])
 if full then
   local fh, fl = split(full)
   local nh, nl = split(now)
   ahead = math.max((fh - nh) * 1e9 + (fl - nl), 0)
+  if ahead > tolerance + interval then
+    ahead, capped = tolerance + interval, true
+  end
 end
 if ahead > tolerance then
+  if capped then
+    redis.call('SET', KEYS[1], add(now, string.format('%d', ahead)), 'PX', math.ceil(ahead / 1e6) + 1000)
+  end
   return {0, ahead - tolerance}
 end
 local ahead_next = ahead + interval

@@ -27,7 +27,7 @@ const allowancesTable = `CREATE TABLE IF NOT EXISTS allowances (
 // shared by every Store on this file, in this process or another: the
 // read of the account's time and the write of the next one are one BEGIN
 // IMMEDIATE transaction, which holds the file's write lock throughout. A
-// refusal writes nothing.
+// refusal writes nothing, unless it caps the time (see retry.Allowance.TakeAt).
 func (s *Store) TakeAllowance(ctx context.Context, account string, a retry.Allowance, now time.Time) (bool, time.Duration, error) {
 	ok, wait, err := s.takeAllowance(ctx, account, a, now)
 	if err != nil {
@@ -48,14 +48,15 @@ func (s *Store) takeAllowance(ctx context.Context, account string, a retry.Allow
 		return false, 0, err
 	}
 	next, ok, wait := a.TakeAt(fromNanos(full), now)
-	if !ok {
+	if !ok && next.Equal(fromNanos(full)) {
 		return false, wait, nil
 	}
+	// A take, or a refusal that capped a time an older definition left.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO allowances (account, full_at) VALUES (?, ?)
 		ON CONFLICT (account) DO UPDATE SET full_at = excluded.full_at`, account, next.UnixNano()); err != nil {
 		return false, 0, err
 	}
-	return true, 0, tx.Commit()
+	return ok, wait, tx.Commit()
 }
 
 // AllowanceTokens returns the room left in account's allowance at now, in
