@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/pgstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
 
@@ -59,6 +61,14 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usagef("--store: the memory store lives inside a proxy process; give the durable store the proxy used")
 	}
 	defer durable.Close()
+	if pg, ok := durable.(*pgstore.Store); ok {
+		// Its first use would make a mistyped schema, empty.
+		if err := pg.Made(ctx); errors.Is(err, pgstore.ErrNoSchema) {
+			return usagef("--store: %v; give the schema= the proxy used", err)
+		} else if err != nil {
+			return err
+		}
+	}
 
 	switch a.verb {
 	case "list":

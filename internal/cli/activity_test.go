@@ -2,11 +2,15 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -127,5 +131,45 @@ func TestParseDaysOverflow(t *testing.T) {
 	}
 	if d, err := parseDays("106751d"); err != nil || d <= 0 {
 		t.Errorf("parseDays(\"106751d\") = %v, %v; want the longest whole days a duration holds", d, err)
+	}
+}
+
+// TestActivityRefusesAnUnmadeSchema: a mistyped PostgreSQL schema= is a
+// mistake on the command line (exit 2) naming --store, as a mistyped
+// SQLite path is, and nothing is made on the server.
+func TestActivityRefusesAnUnmadeSchema(t *testing.T) {
+	u := os.Getenv("MCPI_POSTGRES_URL")
+	if u == "" {
+		if os.Getenv("MCPI_REQUIRE_SERVICES") != "" {
+			t.Fatal("MCPI_POSTGRES_URL is not set, and MCPI_REQUIRE_SERVICES is")
+		}
+		t.Skip("MCPI_POSTGRES_URL is not set")
+	}
+	schema := fmt.Sprintf("cli_typo_%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	store := u + sep + "schema=" + schema
+	for _, args := range [][]string{
+		{"activity", "list", "--store", store},
+		{"activity", "approve", "exe_01M91E6JBNBSF578PXNMTMEHCG", "--store", store},
+	} {
+		var out, errOut strings.Builder
+		err := Run(t.Context(), args, strings.NewReader(""), &out, &errOut)
+		if _, ok := errors.AsType[*usageError](err); !ok || !strings.Contains(err.Error(), "--store") || !strings.Contains(err.Error(), schema) {
+			t.Fatalf("%s = %v; want a usage error naming --store and the schema", args[1], err)
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	// Should a build make it after all, it is not left behind.
+	defer conn.Exec(t.Context(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") //nolint:errcheck // cleanup
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("schema %s: %d found, %v; want none made", schema, n, err)
 	}
 }

@@ -319,3 +319,24 @@ func lockKey(schema string) int64 {
 func (s *Store) sql(q string) string {
 	return strings.ReplaceAll(q, "{schema}", s.quoted)
 }
+
+// ErrNoSchema says the store's schema has not been made: no proxy has
+// used it.
+var ErrNoSchema = errors.New("no proxy has used this schema: it has no schema_version table")
+
+// Made returns nil if the store's schema has been made, by a proxy or an
+// earlier call, and ErrNoSchema if not, without making it: for a command
+// that reads a store a proxy used, where a mistyped schema= would
+// otherwise be made empty and read as "no executions".
+func (s *Store) Made(ctx context.Context) error {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, _, err := s.version(ctx, s.pool)
+	switch {
+	case undefined(err):
+		return fmt.Errorf("schema %s: %w", s.schema, ErrNoSchema)
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", s.name, err)
+	}
+	return nil
+}
