@@ -332,7 +332,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	resolve, policyFile, err := newResolver(f.policy, f.scope)
+	resolve, policyFile, err := newResolver(ctx, f.policy, f.scope)
 	if err != nil {
 		return nil, err
 	}

@@ -401,7 +401,7 @@ func TestScopeFlagUnderThePolicyFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		resolve, _, err := newResolver(path, "actor")
+		resolve, _, err := newResolver(t.Context(), path, "actor")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +409,7 @@ func TestScopeFlagUnderThePolicyFile(t *testing.T) {
 			t.Errorf("--scope actor, %q, tool %s: scope %s; want %s", tt.file, tt.tool, got, tt.want)
 		}
 	}
-	resolve, _, err := newResolver("", "actor")
+	resolve, _, err := newResolver(t.Context(), "", "actor")
 	if err != nil {
 		t.Fatal(err)
 	}

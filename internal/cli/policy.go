@@ -33,7 +33,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(args) != 2 {
 			return usagef("policy check takes one FILE")
 		}
-		f, err := policy.Load(args[1])
+		f, err := policy.Load(ctx, args[1])
 		if err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() == 0 {
 		return usagef("policy show: no upstream command: put it after --")
 	}
-	resolve, file, err := newResolver(*path, *scope)
+	resolve, file, err := newResolver(ctx, *path, *scope)
 	if err != nil {
 		return err
 	}
@@ -144,11 +144,11 @@ func duration(d time.Duration) string {
 
 // newResolver returns the policy of each tool: the policy file at path
 // (none if empty) over the annotations, with scope as the default scope.
-func newResolver(path, scope string) (proxy.Resolver, *policy.File, error) {
+func newResolver(ctx context.Context, path, scope string) (proxy.Resolver, *policy.File, error) {
 	var file *policy.File
 	if path != "" {
 		var err error
-		if file, err = policy.Load(path); err != nil {
+		if file, err = policy.Load(ctx, path); err != nil {
 			return nil, nil, fmt.Errorf("--policy: %w", err)
 		}
 	}

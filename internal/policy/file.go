@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,13 +28,50 @@ type File struct {
 	accounts map[string]Account
 }
 
-// Load reads and parses the policy file at path.
-func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading policy file: %w", err)
+// MaxFileSize is the largest policy file Load reads, far above any real
+// one: a path such as /dev/zero must not fill the memory.
+const MaxFileSize = 4 << 20
+
+// Load reads and parses the policy file at path. It returns when ctx ends
+// even if the read does not: a FIFO with no writer, or a terminal, can
+// block it for good, and a signal must still stop the process. The read
+// is then left to end with the process.
+func Load(ctx context.Context, path string) (*File, error) {
+	type read struct {
+		data []byte
+		err  error
 	}
-	return Parse(path, data)
+	done := make(chan read, 1)
+	go func() {
+		data, err := readFile(path)
+		done <- read{data, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("reading policy file: %w", r.err)
+		}
+		return Parse(path, r.data)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("reading policy file %s: stopped: %w", path, context.Cause(ctx))
+	}
+}
+
+// readFile reads the file at path, refusing one over MaxFileSize.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d MiB, the most a policy file may hold", path, MaxFileSize>>20)
+	}
+	return data, nil
 }
 
 // Parse parses a policy file's contents; name is used in errors (the path).
