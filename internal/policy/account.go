@@ -50,6 +50,11 @@ func (d *decoder) accounts(n *yaml.Node) []*accountSpec {
 	accounts := make([]*accountSpec, 0, len(fields))
 	for _, kv := range fields {
 		a := &accountSpec{name: kv.key.Value, key: kv.key}
+		if a.name == "" {
+			// A retry rule could not name it: account: "" is no account.
+			d.errorf(kv.key, "accounts", "an account needs a name, which a retry rule's account names")
+			continue
+		}
 		read := map[string]func(v *yaml.Node, field string){
 			"rate":            into(d, &a.rate, parseRate),
 			"burst":           into(d, &a.burst, parseCount(1)),
@@ -118,6 +123,9 @@ func (v *validator) accounts(specs []*accountSpec) map[string]Account {
 		if s.rate.at == nil {
 			v.errorf(place{at: s.key, step: s.step}, s.field, "an account needs a rate, such as rate: 500/h")
 			continue
+		}
+		if !s.rate.ok || s.burst.bad() {
+			continue // said where it is written
 		}
 		burst := s.burst.or(defaultBurst)
 		if refill := float64(burst) / s.rate.v; refill > maxRefill.Seconds() {

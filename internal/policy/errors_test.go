@@ -323,6 +323,68 @@ tools:
 				`p.yaml:3:46: defaults.fingerprint.ignore[6]: want an argument path such as trace.id, not an empty value`,
 			},
 		},
+		{
+			name: "a rate that is no rate is one error",
+			in:   "accounts:\n  x: {rate: 0/s}\n  y: {rate: 5/w, burst: 3}\n",
+			want: []string{
+				`p.yaml:2:13: accounts.x.rate: "0/s" is not a rate`,
+				`p.yaml:3:13: accounts.y.rate: "5/w" is not a rate`,
+			},
+		},
+		{
+			name: "an account without a name",
+			in:   "accounts:\n  \"\": {rate: 1/s}\n",
+			want: []string{`p.yaml:2:3: accounts: an account needs a name`},
+		},
+		{
+			name: "an already_done match is called so",
+			in:   "tools:\n  a:\n    already_done: {}\n",
+			want: []string{`p.yaml:3:19: tools.a.already_done: an already_done match needs result_text or structured`},
+		},
+		{
+			name: "already_done never resends",
+			in:   "tools:\n  a:\n    already_done: {result_text: gone, safe_to_resend: true}\n",
+			want: []string{`p.yaml:3:55: tools.a.already_done.safe_to_resend: an already_done result means the action is done`},
+		},
+		{
+			name: "result matches with no effect or every effect",
+			in: `tools:
+  a:
+    retry:
+      transient:
+        - {result_text: "", safe_to_resend: true}
+        - {result_text: "429", structured: {path: s, in: [1]}}
+    already_done: [{result_text: gone, structured: {path: s, in: [1]}}]
+`,
+			want: []string{
+				`p.yaml:5:25: tools.a.retry.transient[0].result_text: an empty regular expression matches every result`,
+				`p.yaml:6:11: tools.a.retry.transient[1]: a transient match takes result_text or structured, not both`,
+				`p.yaml:7:20: tools.a.already_done[0]: an already_done match takes result_text or structured, not both`,
+			},
+		},
+		{
+			name: "keys a read_only tool never uses",
+			in:   "tools:\n  a:\n    class: read_only\n    scope: global\n    replay: undelivered\n    on_unknown: retry\n    retry: {max_attempts: 2}\n",
+			want: []string{
+				`p.yaml:4:12: tools.a.scope: a read_only tool passes through unrecorded, so scope has no effect`,
+				`p.yaml:5:13: tools.a.replay: a read_only tool passes through unrecorded, so replay has no effect`,
+				`p.yaml:6:17: tools.a.on_unknown: a read_only tool passes through unrecorded, so on_unknown has no effect`,
+			},
+		},
+		{
+			name: "a glob that is its own status tool",
+			in: `tools:
+  "pay*":
+    on_unknown: recover
+    recover: {tool: payment_status}
+  "deploy_*":
+    on_unknown: recover
+    recover: {tool: deploy_status}
+  deploy_status:
+    class: read_only
+`,
+			want: []string{`p.yaml:4:21: tools.pay*.recover.tool: "payment_status" matches the pattern "pay*", whose rule it then follows`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,7 +40,7 @@ tools:
     on_unknown: retry
   "deploy_*":
     on_unknown: recover
-    recover: {tool: deploy_status}
+    recover: {tool: get_deploy_status}
   "rotate_*":
     approval: session
     approver: operator
@@ -183,7 +183,7 @@ tools:
 				withDefaults(p)
 				p.OnUnknown = Recover
 				p.Recover = &RecoverRule{
-					Tool: "deploy_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
+					Tool: "get_deploy_status", Arguments: json.RawMessage(`{"execution_id":"{{execution_id}}"}`),
 					DonePath: "status", DoneValues: []string{`"done"`, `"completed"`, `"succeeded"`, `"success"`},
 					NotDonePath: "status", NotDoneValues: []string{`"not_found"`, `"not_started"`, `"failed"`},
 				}

@@ -81,7 +81,7 @@ func (d *decoder) alreadyDone(n *yaml.Node, field string) []*matchSpec {
 func (d *decoder) match(n *yaml.Node, field string) *matchSpec {
 	s := &matchSpec{}
 	s.block = d.fields(n, field, "a mapping with result_text or structured, and safe_to_resend", []key{
-		{name: "result_text", read: into(d, &s.text, parseRegexp)},
+		{name: "result_text", read: into(d, &s.text, parseResultText)},
 		{name: "structured", read: func(v *yaml.Node, f string) {
 			s.structured = d.status(v, f, "transient, such as [rate_limited]")
 		}},
@@ -113,6 +113,15 @@ func parseAccountName(n *yaml.Node) (string, string) {
 	return n.Value, ""
 }
 
+// parseResultText reads a result match's regular expression, which may
+// not be empty: an empty one matches every result.
+func parseResultText(n *yaml.Node) (*regexp.Regexp, string) {
+	if isString(n) && n.Value == "" {
+		return nil, "an empty regular expression matches every result: give text that only this result holds"
+	}
+	return parseRegexp(n)
+}
+
 func parseRegexp(n *yaml.Node) (*regexp.Regexp, string) {
 	if !isString(n) {
 		return nil, fmt.Sprintf("want a regular expression (Go RE2 syntax) as a string, not %s; quote it", describe(n))
@@ -140,7 +149,7 @@ func (v *validator) retry(s *retrySpec) *RetryRule {
 	ok := s.known && !s.maxAttempts.bad() && !s.base.bad() && !s.cap.bad() &&
 		!s.deadline.bad() && !s.transient.bad() && !s.account.bad()
 	for _, ms := range s.transient.v {
-		m, mok := v.match(ms)
+		m, mok := v.match(ms, false)
 		if mok {
 			rr.Transient = append(rr.Transient, m)
 		}
@@ -164,15 +173,16 @@ func (v *validator) retry(s *retrySpec) *RetryRule {
 func (v *validator) alreadyDone(specs []*matchSpec) []ResultMatch {
 	var out []ResultMatch
 	for _, s := range specs {
-		if m, ok := v.match(s); ok {
+		if m, ok := v.match(s, true); ok {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// match validates one result match.
-func (v *validator) match(s *matchSpec) (ResultMatch, bool) {
+// match validates one result match: of already_done if done, else of
+// retry.transient.
+func (v *validator) match(s *matchSpec, done bool) (ResultMatch, bool) {
 	m := ResultMatch{Text: s.text.v, SafeToResend: s.safeToResend.v}
 	if !s.read {
 		return m, false
@@ -190,8 +200,20 @@ func (v *validator) match(s *matchSpec) (ResultMatch, bool) {
 			m.Path, m.In = path, values
 		}
 	}
-	if ok && m.Text == nil && m.Path == "" {
-		v.errorf(s.place, s.field, "a transient match needs result_text or structured")
+	what := "a transient match"
+	if done {
+		what = "an already_done match"
+	}
+	switch {
+	case !ok:
+	case m.Text == nil && m.Path == "":
+		v.errorf(s.place, s.field, "%s needs result_text or structured", what)
+		ok = false
+	case m.Text != nil && m.Path != "":
+		v.errorf(s.place, s.field, "%s takes result_text or structured, not both: give one (a list takes one match per entry)", what)
+		ok = false
+	case done && s.safeToResend.at != nil:
+		v.errorf(s.safeToResend.place, s.field+".safe_to_resend", "an already_done result means the action is done, so nothing is sent again: drop safe_to_resend")
 		ok = false
 	}
 	return m, ok

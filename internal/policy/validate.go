@@ -28,6 +28,7 @@ func (v *validator) file(s *fileSpec) *File {
 		}
 	}
 	v.approvalScopes(s, f)
+	v.globStatusTools(s, f)
 	f.accounts = v.accounts(s.accounts)
 	// A retry rule may only name an account the file defines.
 	for i, r := range f.rules {
@@ -84,6 +85,30 @@ func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
 		r.recover = v.recover(s.recover, r.name)
 	}
 	v.recoverBlock(s, r)
+	v.readOnlyKeys(s, r)
+}
+
+// readOnlyKeys refuses the keys of a rule that sets class read_only
+// whose effect needs a record, which such a tool never has: set by
+// mistake, they would read as a promise kept.
+func (v *validator) readOnlyKeys(s *ruleSpec, r *rule) {
+	if r.class != ReadOnly {
+		return
+	}
+	for _, k := range []struct {
+		name string
+		at   place
+	}{
+		{"scope", s.scope.place},
+		{"retention", s.retention.place},
+		{"replay", s.replay.place},
+		{"attach_window", s.attachWindow.place},
+		{"on_unknown", s.onUnknown.place},
+	} {
+		if k.at.at != nil {
+			v.errorf(k.at, s.field+"."+k.name, "a read_only tool passes through unrecorded, so %s has no effect: drop the class, or the key", k.name)
+		}
+	}
 }
 
 // recoverBlock checks that a rule has a recover block if, and only if,
@@ -104,6 +129,22 @@ func (v *validator) recoverBlock(s *ruleSpec, r *rule) {
 		v.errorf(recover, s.field+".recover", "a recover block is used only with on_unknown: recover, which this rule does not set")
 	case s.recover != nil && r.onUnknown != "":
 		v.errorf(recover, s.field+".recover", "a recover block is used only with on_unknown: recover, not %s", r.onUnknown)
+	}
+}
+
+// globStatusTools refuses a glob rule whose status tool the rule itself
+// governs, as recover refuses a tool named as its own: a call to it that
+// ended unknown would be recovered by calling it again.
+func (v *validator) globStatusTools(s *fileSpec, f *File) {
+	for i, r := range f.rules {
+		if !r.glob || r.recover == nil {
+			continue
+		}
+		if own, _ := f.lookup(r.recover.Tool); own == r {
+			at := s.tools[i].rule.recover.tool.place
+			v.errorf(at, s.tools[i].rule.field+".recover.tool", "%q matches the pattern %q, whose rule it then follows: it would be its own status tool (give it a rule of its own, or name another)",
+				r.recover.Tool, r.name)
+		}
 	}
 }
 
