@@ -30,13 +30,14 @@ const activityUsage = `Usage:
 
 // parseInterspersed parses flags that may come before or after the
 // positional arguments, as in `activity show exe_1 --store x`, and
-// refuses a flag given an empty value, as parseFlags does.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+// refuses a flag given an empty value, as parseFlags does, naming those
+// of required that have no default to fall back on.
+func parseInterspersed(fs *flag.FlagSet, args []string, required ...string) ([]string, error) {
 	var pos []string
 	refused := refuseEmpty(fs)
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, usageOf(err, *refused)
+			return nil, usageOf(err, *refused, required...)
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -141,7 +142,7 @@ func parseActivity(args []string) (*activityArgs, error) {
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
 	var err error
-	if a.pos, err = parseInterspersed(fs, args[1:]); err != nil {
+	if a.pos, err = parseInterspersed(fs, args[1:], "store"); err != nil {
 		return nil, &usageError{msg: err.Error()}
 	}
 	return a, a.check()

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"flag"
+	"slices"
 )
 
 // parseFlags parses args into fs, and refuses a flag given an empty
@@ -37,9 +38,13 @@ func refuseEmpty(fs *flag.FlagSet) *string {
 }
 
 // usageOf is the usage error of err, a parse error of a flag set whose
-// flag refused, if one did, refused an empty value.
-func usageOf(err error, refused string) error {
-	if refused != "" {
+// flag refused, if one did, refused an empty value. A required flag has
+// no default to point to.
+func usageOf(err error, refused string, required ...string) error {
+	switch {
+	case refused != "" && slices.Contains(required, refused):
+		return usagef("--%s is given an empty value; it is required: give its value", refused)
+	case refused != "":
 		return usagef("--%s is given an empty value; leave the flag out for its default", refused)
 	}
 	return &usageError{msg: err.Error()}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,28 @@ func TestEmptyFlagValues(t *testing.T) {
 				t.Errorf("Run(%q) = %q, want it to say %q", tt.args, err, want)
 			}
 		})
+	}
+}
+
+// TestEmptyRequiredFlag: a flag with no default is not pointed to one.
+func TestEmptyRequiredFlag(t *testing.T) {
+	_, _, err := run(t, "activity", "approve", "exe_1", "--store", "")
+	if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), "--store is given an empty value; it is required") {
+		t.Fatalf("activity approve --store \"\" = %v; want a usage error saying --store is required", err)
+	}
+}
+
+// TestUsageNamesEveryActivityVerb: the top-level usage lists each verb
+// that activity takes.
+func TestUsageNamesEveryActivityVerb(t *testing.T) {
+	_, line, _ := strings.Cut(usage, "mcp-idempotent activity ")
+	verbs, _, _ := strings.Cut(line, " ")
+	for _, verb := range []string{"list", "show", "resolve", "approve", "deny"} {
+		if _, err := parseActivity([]string{verb}); err != nil && strings.Contains(err.Error(), "unknown subcommand") {
+			t.Fatalf("activity %s: %v", verb, err)
+		}
+		if !slices.Contains(strings.Split(verbs, "|"), verb) {
+			t.Errorf("the usage's activity line, %q, leaves out %s", verbs, verb)
+		}
 	}
 }
