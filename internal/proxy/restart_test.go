@@ -27,6 +27,7 @@ type upstreamEnd struct {
 // restartRig is a Session whose upstream can be started again: every start
 // hands the test a new upstream end.
 type restartRig struct {
+	s       *Session
 	client  *peer
 	clientW io.Closer
 	starts  chan *upstreamEnd
@@ -61,6 +62,7 @@ func newRestartRig(t *testing.T, maxRestarts int, configure ...func(*Options)) *
 		c(&opts)
 	}
 	s := New(stdio.NewConn(cr, pw, 0), first, opts)
+	r.s = s
 	go func() {
 		r.err = s.Run(context.Background())
 		pw.Close()
@@ -91,6 +93,25 @@ func (r *restartRig) upstream(t *testing.T) *upstreamEnd {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the upstream was not started")
 		return nil
+	}
+}
+
+// waitForwarded waits until n requests of the client's wait on the
+// upstream. A write of the client's returns once the proxy has read it,
+// which may be before the proxy has handled it.
+func (r *restartRig) waitForwarded(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		r.s.mu.Lock()
+		got := len(r.s.forwarded)
+		r.s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests wait on the upstream; want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -261,6 +282,7 @@ func TestBatchDuringAFailedRestart(t *testing.T) {
 	r.initializeAt(t, up, "2025-03-26") // a protocol with batches
 	up2 := r.exitAndRestart(t, up)
 	r.client.send(t, `[{"jsonrpc":"2.0","id":10,"method":"ping"},{"jsonrpc":"2.0","id":11,"method":"ping"}]`)
+	r.waitForwarded(t, 2) // the batch is read, and waits for the upstream
 	// The replayed handshake fails: the upstream cannot be used.
 	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","error":{"code":-32600,"message":"no"}}`)
 	got := r.client.next(t, "client")
