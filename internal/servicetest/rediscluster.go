@@ -49,7 +49,7 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 	start := func() *RedisNode {
 		// The bus port is given: the default, 10000 past the port, may
 		// be taken, or past 65535.
-		n := &RedisNode{Port: freePort(t), bus: freePort(t)}
+		n := &RedisNode{Port: FreePort(t), bus: FreePort(t)}
 		n.cmd = exec.Command(bin, "--port", n.Port, "--cluster-port", n.bus, "--bind", "127.0.0.1",
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+n.Port+".conf"),
 			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
@@ -76,7 +76,7 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 	}
 	all := append(append([]*RedisNode(nil), c.Masters...), c.Replicas...)
 	for _, n := range all {
-		eventually(t, "redis-server on port "+n.Port, func() error {
+		Eventually(t, "redis-server on port "+n.Port, func() error {
 			// A dial first: go-redis would log each refused one.
 			conn, err := net.Dial("tcp", n.Addr())
 			if err != nil {
@@ -103,7 +103,7 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 		}
 	}
 	for _, n := range all {
-		eventually(t, "node "+n.Port+" to know every node", func() error {
+		Eventually(t, "node "+n.Port+" to know every node", func() error {
 			nodes, err := n.Client().ClusterNodes(ctx).Result()
 			if got := strings.Count(nodes, "\n"); err != nil || got < len(all) {
 				return fmt.Errorf("it knows %d of %d (%v)", got, len(all), err)
@@ -121,7 +121,7 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 		}
 	}
 	for _, n := range all {
-		eventually(t, "node "+n.Port+" to see the cluster ready", func() error {
+		Eventually(t, "node "+n.Port+" to see the cluster ready", func() error {
 			cl := n.Client()
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
@@ -159,7 +159,8 @@ func (n *RedisNode) Stop() {
 	}
 }
 
-func freePort(t *testing.T) string {
+// FreePort returns a TCP port on loopback that was free a moment ago.
+func FreePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -169,10 +170,10 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// eventually calls f until it succeeds, failing the test with its last
-// error after a minute: a server starting, a cluster forming, take
-// seconds.
-func eventually(t *testing.T, what string, f func() error) {
+// Eventually calls f until it succeeds, failing the test with its last
+// error after a minute: what it waits for (a server starting, a cluster
+// forming, a failover) takes seconds.
+func Eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -221,7 +221,7 @@ func TestClusterFailover(t *testing.T) {
 	dead.Stop()
 	alive := []*servicetest.RedisNode{c.Masters[0], c.Masters[2], c.Replicas[0], heir, c.Replicas[2]}
 	for _, n := range alive {
-		eventually(t, "node "+n.Port+" to see the replica take over", func() error {
+		servicetest.Eventually(t, "node "+n.Port+" to see the replica take over", func() error {
 			slots, err := n.Client().ClusterSlots(ctx).Result()
 			if err != nil {
 				return err
@@ -260,7 +260,7 @@ func TestClusterFailover(t *testing.T) {
 	if _, err := s.Get(ctx, recs[first].ID); err == nil {
 		t.Fatalf("Get(%s) from the dead master succeeded", recs[first].ID)
 	}
-	eventually(t, "the client to reload the Cluster's layout", func() error {
+	servicetest.Eventually(t, "the client to reload the Cluster's layout", func() error {
 		if n := reloads(); n == before {
 			return errors.New("no CLUSTER SLOTS since the call that failed")
 		}
@@ -270,7 +270,7 @@ func TestClusterFailover(t *testing.T) {
 		if on[i] != 1 {
 			continue
 		}
-		eventually(t, "an update on the new master", func() error {
+		servicetest.Eventually(t, "an update on the new master", func() error {
 			_, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)})
 			return err
 		})
@@ -332,7 +332,7 @@ func TestClusterScriptNotSentAgain(t *testing.T) {
 	}()
 	probe := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer probe.Close()
-	eventually(t, "the busy script to run", func() error {
+	servicetest.Eventually(t, "the busy script to run", func() error {
 		if err := probe.Ping(ctx).Err(); err == nil {
 			return errors.New("the master answers")
 		}
@@ -345,7 +345,7 @@ func TestClusterScriptNotSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The busy script counts as one.
-	eventually(t, "the reservation to run", func() error {
+	servicetest.Eventually(t, "the reservation to run", func() error {
 		if scripts()-before < 2 {
 			return errors.New("no reservation has run yet")
 		}

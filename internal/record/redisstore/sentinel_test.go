@@ -2,11 +2,9 @@ package redisstore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +19,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/servicetest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
 )
 
@@ -51,10 +50,10 @@ func TestSentinel(t *testing.T) {
 
 	// Until the Sentinel has asked the replica itself, it has no
 	// replica to promote (NOGOODSLAVE).
-	eventually(t, "the Sentinel to begin a failover", func() error {
+	servicetest.Eventually(t, "the Sentinel to begin a failover", func() error {
 		return sentinel.client(t).Do(ctx, "sentinel", "failover", "mcpi").Err()
 	})
-	eventually(t, "the Sentinel to promote the replica", func() error {
+	servicetest.Eventually(t, "the Sentinel to promote the replica", func() error {
 		addr, err := sentinel.client(t).Do(ctx, "sentinel", "get-master-addr-by-name", "mcpi").StringSlice()
 		if err != nil || len(addr) != 2 || addr[1] != replica.port {
 			return fmt.Errorf("master is %v (%v)", addr, err)
@@ -63,7 +62,7 @@ func TestSentinel(t *testing.T) {
 	})
 	// The old master rejoins as the new one's replica; until it does,
 	// a write is not confirmed, and fails.
-	eventually(t, "a write on the new master", func() error {
+	servicetest.Eventually(t, "a write on the new master", func() error {
 		_, err := s.Update(ctx, r.ID, record.Change{To: record.Delivered})
 		return err
 	})
@@ -223,7 +222,7 @@ func startServer(t *testing.T, args ...string) *server {
 	if err != nil {
 		skipnote.Unavailable(t, "Redis Sentinel", "redis-server is not installed (apt install redis-server): these tests start servers of their own")
 	}
-	srv := &server{port: freePort(t)}
+	srv := &server{port: servicetest.FreePort(t)}
 	srv.cmd = exec.Command(bin, append([]string{"--port", srv.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", t.TempDir()}, args...)...)
 	srv.start(t)
 	return srv
@@ -233,7 +232,7 @@ func startServer(t *testing.T, args ...string) *server {
 func startSentinel(t *testing.T, master *server) *server {
 	t.Helper()
 	bin, _ := exec.LookPath("redis-server")
-	srv := &server{port: freePort(t)}
+	srv := &server{port: servicetest.FreePort(t)}
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	text := fmt.Sprintf("port %s\nbind 127.0.0.1\nsentinel monitor mcpi 127.0.0.1 %s 1\nsentinel down-after-milliseconds mcpi 1000\nsentinel failover-timeout mcpi 10000\n", srv.port, master.port)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
@@ -241,7 +240,7 @@ func startSentinel(t *testing.T, master *server) *server {
 	}
 	srv.cmd = exec.Command(bin, conf, "--sentinel")
 	srv.start(t)
-	eventually(t, "the Sentinel to see the replica", func() error {
+	servicetest.Eventually(t, "the Sentinel to see the replica", func() error {
 		rs, err := srv.client(t).Do(t.Context(), "sentinel", "replicas", "mcpi").Slice()
 		if err != nil || len(rs) == 0 {
 			return fmt.Errorf("replicas %v (%v)", rs, err)
@@ -257,7 +256,7 @@ func (s *server) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.stop(t) })
-	eventually(t, "redis-server on port "+s.port, func() error { return s.client(t).Ping(t.Context()).Err() })
+	servicetest.Eventually(t, "redis-server on port "+s.port, func() error { return s.client(t).Ping(t.Context()).Err() })
 }
 
 func (s *server) stop(t *testing.T) {
@@ -278,14 +277,14 @@ func (s *server) client(t *testing.T) *redis.Client {
 // a write.
 func waitReplicas(t *testing.T, master *server, n int) {
 	t.Helper()
-	eventually(t, "the replica to link", func() error {
+	servicetest.Eventually(t, "the replica to link", func() error {
 		info, err := master.client(t).Info(t.Context(), "replication").Result()
 		if err != nil || !strings.Contains(info, "connected_slaves:"+strconv.Itoa(n)) || !strings.Contains(info, "state=online") {
 			return fmt.Errorf("%v %q", err, info)
 		}
 		return nil
 	})
-	eventually(t, "the replica to confirm a write", func() error {
+	servicetest.Eventually(t, "the replica to confirm a write", func() error {
 		c := master.client(t)
 		got := redis.NewIntCmd(t.Context(), "wait", n, 1000)
 		_, err := c.Pipelined(t.Context(), func(p redis.Pipeliner) error {
@@ -297,34 +296,4 @@ func waitReplicas(t *testing.T, master *server, n int) {
 		}
 		return nil
 	})
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// eventually calls f until it succeeds, failing the test with its last
-// error after a minute: what it waits for (a server start, a failover)
-// takes seconds.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
