@@ -51,12 +51,11 @@ func (s *Store) storedAttached(ctx context.Context, id string) (n int, err error
 // writeAttaches writes counted attaches in one transaction (see
 // record.AttachCounts.Start).
 func (s *Store) writeAttaches(ctx context.Context, ids []string, ns []int32) error {
-	err := s.whileBusy(ctx, time.Now(), func(wait time.Duration) error {
-		tx, end, err := s.beginWithin(ctx, wait, false)
+	err := s.whileBusy(ctx, func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		defer end()
 		defer tx.Rollback()
 		add := tx.StmtContext(ctx, s.st.addAttached)
 		for i, id := range ids {

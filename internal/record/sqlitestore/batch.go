@@ -41,10 +41,11 @@ import (
 // to the first of them.
 type turn chan struct{}
 
+func (t turn) take() { t <- struct{}{} }
 func (t turn) give() { <-t }
 
-// takeCtx takes the turn, or returns ctx's error if ctx ends first. A
-// select waits in the same line as a plain send.
+// takeCtx is take, or ctx's error if ctx ends first. A select waits in
+// the same line as a plain send.
 func (t turn) takeCtx(ctx context.Context) error {
 	select {
 	case t <- struct{}{}:
@@ -100,10 +101,7 @@ type write struct {
 	// oneStatement says that run changes nothing but by one statement,
 	// and so needs no savepoint.
 	oneStatement bool
-	// since is when the write began to wait for the write lock: its wait
-	// is bounded from then (lockwait.go).
-	since time.Time
-	err   error // run's, or the batch's
+	err          error // run's, or the batch's
 }
 
 // errStoreClosed is the error of a write made after Close.
@@ -114,12 +112,12 @@ var errStoreClosed = fmt.Errorf("the store is closed: %w", batch.ErrClosed)
 // returns nil. A caller whose ctx ends while its write waits in the queue
 // gets ctx.Err(), and the write is not run.
 func (s *Store) write(ctx context.Context, run func(ctx context.Context, tx *wtx, now time.Time) error) error {
-	return s.send(ctx, &write{run: run, since: time.Now()})
+	return s.send(ctx, &write{run: run})
 }
 
 // writeOne is write for a run that changes nothing but by one statement.
 func (s *Store) writeOne(ctx context.Context, run func(ctx context.Context, tx *wtx, now time.Time) error) error {
-	return s.send(ctx, &write{run: run, oneStatement: true, since: time.Now()})
+	return s.send(ctx, &write{run: run, oneStatement: true})
 }
 
 // send queues w for the writer and returns its error or the batch's.
@@ -135,32 +133,25 @@ func (s *Store) send(ctx context.Context, w *write) error {
 
 // sendWrites runs the writes of calls in one transaction and answers each
 // call. A transaction that cannot begin for want of the write lock is
-// tried again as whileBusy says, within the wait left to the call that
-// has waited longest.
+// tried again as whileBusy says.
 func (s *Store) sendWrites(ctx context.Context, calls []*batch.Call[*write]) {
-	since := calls[0].Job.since
-	for _, c := range calls[1:] {
-		if c.Job.since.Before(since) {
-			since = c.Job.since
-		}
-	}
-	err := s.whileBusy(ctx, since, func(wait time.Duration) error { return s.writeBatch(ctx, wait, calls) })
-	if err != nil {
+	if err := s.whileBusy(ctx, func() error { return s.writeBatch(ctx, calls) }); err != nil {
 		for _, c := range calls {
 			c.Job.err = err
 		}
 	}
 }
 
-// writeBatch runs the writes of calls in one transaction, begun within
-// wait, and commits what succeeded. It returns the error that ended the
-// batch, which every write is then told; each write's own is in its Job.
-func (s *Store) writeBatch(ctx context.Context, wait time.Duration, calls []*batch.Call[*write]) error {
-	tx, end, err := s.beginWithin(ctx, wait, true)
+// writeBatch runs the writes of calls in one transaction and commits
+// what succeeded. It returns the error that ended the batch, which every
+// write is then told; each write's own is in its Job.
+func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) error {
+	s.turn.take()
+	defer s.turn.give()
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
-	defer end()
 	defer tx.Rollback()
 	// The statements run without ctx's end: under a context that can
 	// end, the driver starts a goroutine for each statement to watch it,

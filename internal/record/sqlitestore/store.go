@@ -41,8 +41,8 @@ type Options struct {
 }
 
 // busyTimeout bounds how long a statement waits for the write lock
-// another process holds, so a stuck peer makes calls fail, not hang; a
-// write waits twice that at most (lockwait.go). A variable for tests.
+// another process holds, so a stuck peer makes calls fail, not hang (see
+// whileBusy). A variable for tests.
 var busyTimeout = 5 * time.Second
 
 const (
@@ -110,9 +110,6 @@ type Store struct {
 	// that open the path from then on have a store of their own, so
 	// reservations here fail closed rather than dedupe apart from theirs.
 	lost atomic.Pointer[error]
-
-	epoch  time.Time    // when Open opened the Store
-	freeAt atomic.Int64 // when the write lock was last seen free, after epoch (lockFree)
 }
 
 // A waiter is the wake-up that every Wait for one change of one record
@@ -209,7 +206,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file, epoch: time.Now()}
+	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
@@ -400,4 +397,37 @@ func (s *Store) loadSecret(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("the stored secret is %d bytes; want %d", len(secret), secretSize)
 	}
 	return secret, tx.Commit()
+}
+
+// whileBusy runs write, a write transaction, again when it failed for
+// want of the write lock (SQLITE_BUSY once busyTimeout ran out) while
+// other connections committed to the file: a file busy with other
+// processes' writes is under load, not held by a stuck peer, and SQLite's
+// busy handler, which polls, can miss the lock's free moments for longer
+// than the timeout. It gives up, as before, when a try finds no commit of
+// another's during its wait; the first failure is always tried once more,
+// to learn that.
+func (s *Store) whileBusy(ctx context.Context, write func() error) error {
+	err := write()
+	for isBusy(err) && ctx.Err() == nil {
+		seen, verr := s.dataVersion(ctx)
+		if verr != nil {
+			return err
+		}
+		if err = write(); !isBusy(err) {
+			return err
+		}
+		if now, verr := s.dataVersion(ctx); verr != nil || now == seen {
+			return err
+		}
+	}
+	return err
+}
+
+// dataVersion is PRAGMA data_version on v: it changes when a connection
+// other than v commits to the file.
+func (s *Store) dataVersion(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.v.QueryRowContext(ctx, "PRAGMA data_version").Scan(&n)
+	return n, err
 }
