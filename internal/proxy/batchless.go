@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -76,33 +75,8 @@ func (s *Session) fromClientBatchless(ctx context.Context, frame []byte) bool {
 	}
 	if requests {
 		s.log.Warn("refused a batch from the client: its protocol has no batches", "protocol", v, "notifications_dropped", dropped)
-		s.refuseBatchless(msgs, fmt.Sprintf("mcp-idempotent: a session of protocol %s takes one message per line, not a batch; "+
+		s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: a session of protocol %s takes one message per line, not a batch; "+
 			"the batch's requests and notifications were not sent: send each on a line of its own", v))
 	}
 	return true
-}
-
-// refuseBatchless answers each request of msgs, a batch refused for why,
-// in one array: under its id, or a null id where the id is not valid, is
-// held by a request still being answered (answerID) or is given twice in
-// the batch, since an answer under it would be taken for another's.
-func (s *Session) refuseBatchless(msgs []*jsonrpc.Message, why string) {
-	given := make(map[string]int, len(msgs))
-	for _, m := range msgs {
-		if m.IsRequest() {
-			given[string(jsonrpc.IDKey(m.ID))]++
-		}
-	}
-	var errs [][]byte
-	for _, m := range msgs {
-		if !m.IsRequest() {
-			continue
-		}
-		id := s.answerID(m.ID)
-		if given[string(jsonrpc.IDKey(m.ID))] > 1 {
-			id = nil
-		}
-		errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
-	}
-	s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
 }

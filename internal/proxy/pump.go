@@ -273,7 +273,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 		default:
 			continue
 		}
-		s.refuseBatch(msgs, why, "")
+		s.refuseBatch(msgs, why)
 		return
 	}
 	s.sendBatch(msgs, frame)
@@ -295,7 +295,7 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		key := string(jsonrpc.IDKey(m.ID))
 		if keys[key] || s.inUseLocked(key, false) {
 			s.mu.Unlock()
-			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID), key)
+			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID))
 			return
 		}
 		keys[key] = true
@@ -358,19 +358,28 @@ func (s *Session) batchCancel(m *jsonrpc.Message) bool {
 	return true
 }
 
-// refuseBatch answers each request of a batch refused for why, under its
-// id, or under a null id where the id is not valid or is busy (the key of
-// an id in use): an answer under it would be taken for another request's.
-func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why, busy string) {
-	var errs [][]byte
+// refuseBatch answers each request of msgs, a batch refused for why, in
+// one array: under its id, or under a null id where the id is not valid,
+// is held by a request still being answered (answerID) or is given twice
+// in the batch, since an answer under it would be taken for another's.
+// s.mu must not be held.
+func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
+	given := make(map[string]int, len(msgs))
 	for _, m := range msgs {
 		if m.IsRequest() {
-			id := m.ID
-			if !jsonrpc.ValidID(id) || busy != "" && string(jsonrpc.IDKey(id)) == busy {
-				id = nil
-			}
-			errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+			given[string(jsonrpc.IDKey(m.ID))]++
 		}
+	}
+	var errs [][]byte
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		id := s.answerID(m.ID)
+		if given[string(jsonrpc.IDKey(m.ID))] > 1 {
+			id = nil
+		}
+		errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
 	}
 	if len(errs) == 0 {
 		// Notifications only: JSON-RPC answers none, so the log says why

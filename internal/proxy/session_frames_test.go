@@ -379,6 +379,13 @@ func TestIDInUseIsRefused(t *testing.T) {
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, `"id":null,"error"`) || !strings.Contains(got, "request id 6") {
 		t.Fatalf("a batch reusing id 6 got %s; want it refused, 6's error under a null id", got)
 	}
+	// Every id in use goes null, not only the first found.
+	r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `[{"jsonrpc":"2.0","id":6,"method":"ping"},{"jsonrpc":"2.0","id":8,"method":"ping"}]`)
+	if got := r.client.next(t, "client"); strings.Contains(got, `"id":6,`) || strings.Contains(got, `"id":8,`) || strings.Count(got, `"id":null,"error"`) != 2 {
+		t.Fatalf("a batch reusing ids 6 and 8 got %s; want both errors under a null id", got)
+	}
 	// Cancelled, a request passed upstream frees its id too.
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
 	r.upstream.next(t, "upstream") // the cancellation, passed on
