@@ -53,6 +53,9 @@ func TestRetriesLeaveTheRedispatch(t *testing.T) {
 		h.pol.OnUnknown = policy.Retry
 		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") {
 			t.Fatalf("the first call got %+v; want outcome unknown after its retry was lost", v)
+		} else if text := v.Content[0].Text; !strings.Contains(text, "attempted 2 times") || strings.Contains(text, "not sent again") {
+			// Told of one send, a caller would look for one effect.
+			t.Fatalf("the first call was told %q; want it told of both attempts", text)
 		}
 		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #3" {
 			t.Fatalf("the call after it got %+v; want on_unknown's re-send", v)

@@ -52,12 +52,33 @@ func alreadyDoneResult(r *record.Record, upstream json.RawMessage) json.RawMessa
 		r.ID, r.Tool, strings.Join(said, " ")), false, map[string]any{mcp.MetaOutcome: "already_done"})
 }
 
+// unknownResult is the answer of an execution whose outcome is unknown.
+// After more than one attempt it says so: a caller told of one send
+// would look for one effect, where each attempt may have had its own.
 func unknownResult(r *record.Record) json.RawMessage {
-	sent := r.At(record.Dispatched).UTC().Format(time.RFC3339Nano)
+	last := r.At(record.Dispatched).UTC().Format(time.RFC3339Nano)
+	const advice = "Do not retry blindly: check whether it happened first."
+	if r.Attempts > 1 {
+		return toolResult(fmt.Sprintf(
+			"Outcome unknown: execution %s of %s%s was attempted %d times on the upstream (%s), the first at %s and the last at %s, "+
+				"and the last got no usable answer (%s). It may or may not have taken effect, and it was not sent after the last attempt. %s",
+			r.ID, r.Tool, approvedWords(r), r.Attempts, r.Upstream, firstDispatch(r), last, lastNote(r), advice), "unknown", r)
+	}
 	return toolResult(fmt.Sprintf(
 		"Outcome unknown: execution %s of %s%s was sent to the upstream (%s) at %s and no usable answer was observed (%s). "+
-			"It may or may not have taken effect, and it was not sent again. Do not retry blindly: check whether it happened first.",
-		r.ID, r.Tool, approvedWords(r), r.Upstream, sent, lastNote(r)), "unknown", r)
+			"It may or may not have taken effect, and it was not sent again. %s",
+		r.ID, r.Tool, approvedWords(r), r.Upstream, last, lastNote(r), advice), "unknown", r)
+}
+
+// firstDispatch returns when r was first dispatched, as unknownResult
+// writes times.
+func firstDispatch(r *record.Record) string {
+	for _, t := range r.History {
+		if t.State == record.Dispatched {
+			return t.At.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return "an unrecorded time"
 }
 
 // approvedWords says who approved r and when, as in " (approved by bob
