@@ -80,7 +80,7 @@ func TestCommonsAreCounted(t *testing.T) {
 		t.Helper()
 		packed, refs := 0, 0
 		for i := range s.byID.all() {
-			if s.at(i).packed != nil {
+			if s.at(i).ref.n != 0 {
 				packed++
 			}
 		}

@@ -29,9 +29,9 @@ type Options struct {
 // live states is packed (pack.go), and a read of it decodes a copy.
 //
 // Entries are found by slot numbers, not pointers, and the indexes and
-// the expiry heap hold slots and no pointers: with the packed records,
-// the collector has one object and one pointer to follow per retained
-// record.
+// the expiry heap hold slots and no pointers; packed records are kept in
+// segments (segments.go), named by number too: the collector has no
+// pointer to follow per retained record.
 type Store struct {
 	now func() time.Time
 
@@ -46,6 +46,7 @@ type Store struct {
 	chunks  []*[chunkLen]entry // the entries, by slot
 	free    []slot             // slots of purged entries, to use again
 	expires expiryHeap         // settled records by expiry
+	segs    segments           // the packed records
 	scratch []byte             // where pack writes before the copy kept
 	commons commons            // what packed records share
 	// views holds the packed records read last, decoded, by slot: the
@@ -74,8 +75,8 @@ const chunkLen = 4096
 // packed.
 type entry struct {
 	fl *flight
-	// packed is the record encoded, while it is not live.
-	packed []byte
+	// ref names the record encoded, while it is not live.
+	ref packedRef
 	// attached is a packed record's Attached count, kept outside it so
 	// that a replay, which raises it, does not pack the record again. It
 	// stops at the largest int32, where it makes the entry 8 bytes
@@ -164,7 +165,7 @@ func (s *Store) current(i slot, e *entry) *record.Record {
 	}
 	v := &s.views[i%viewSlots]
 	if v.rec == nil || v.slot != i {
-		*v = view{slot: i, rec: unpack(e.packed, int(e.attached), &s.commons)}
+		*v = view{slot: i, rec: unpack(s.segs.bytes(e.ref), int(e.attached), &s.commons)}
 	}
 	return v.rec
 }
@@ -178,11 +179,11 @@ func (s *Store) forget(i slot) {
 }
 
 // state returns the state of e's record, decoding nothing.
-func (e *entry) state() record.State {
+func (s *Store) state(e *entry) record.State {
 	if e.fl != nil {
 		return e.fl.rec.State
 	}
-	return packedState(e.packed)
+	return packedState(s.segs.bytes(e.ref))
 }
 
 // Reserve implements record.Store.
@@ -268,7 +269,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if !ok {
 		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
 	}
-	st := e.state()
+	st := s.state(e)
 	if st == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return s.current(i, e), nil
 	}
@@ -331,9 +332,9 @@ func isLive(st record.State) bool { return st.InFlight() || st == record.Complet
 // be held.
 func (s *Store) pack(i slot, e *entry, r *record.Record) {
 	cid := s.commons.ref(common{actor: r.Actor, scope: r.Scope, upstream: r.Upstream, tool: r.Tool, owner: r.Owner})
-	s.unref(e)
+	s.drop(e)
 	s.scratch = pack(s.scratch[:0], r, cid)
-	e.packed = append([]byte(nil), s.scratch...)
+	e.ref = s.segs.put(s.scratch, i)
 	if cap(s.scratch) > maxScratch {
 		s.scratch = nil // one large result does not stay held
 	}
@@ -346,19 +347,24 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 // maxScratch bounds the scratch buffer the store keeps between packs.
 const maxScratch = 64 << 10
 
-// unref lets go of the common of e's packed record, if it has one. s.mu
-// must be held.
-func (s *Store) unref(e *entry) {
-	if e.packed != nil {
-		s.commons.unref(packedCommon(e.packed))
+// drop lets go of e's packed record, if it has one, and of its common.
+// s.mu must be held.
+func (s *Store) drop(e *entry) {
+	if e.ref.n == 0 {
+		return
+	}
+	s.commons.unref(packedCommon(s.segs.bytes(e.ref)))
+	ref := e.ref
+	e.ref = packedRef{} // before compact, which moves what entries name
+	if k, ok := s.segs.release(ref); ok {
+		s.compact(k)
 	}
 }
 
 // unpackInto makes e, in slot i, live again with r. s.mu must be held.
 func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
 	e.fl = &flight{rec: r}
-	s.unref(e)
-	e.packed = nil
+	s.drop(e)
 	s.forget(i)
 	s.live[r.ID] = i
 }
@@ -515,14 +521,14 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 		top := s.expires.items[0]
 		s.expires.remove(s, 0)
 		e := s.at(top.slot)
-		if later := expirySecond(e.expiresAt()); later > top.expires {
+		if later := expirySecond(s.expiresAt(e)); later > top.expires {
 			// Settled again since it was pushed (delivered after
 			// completed): it expires later.
 			s.expires.push(s, top.slot, later)
 			continue
 		}
 		s.unindex(top.slot, e)
-		s.unref(e)
+		s.drop(e)
 		*e = entry{}
 		s.forget(top.slot)
 		s.free = append(s.free, top.slot)
@@ -531,11 +537,11 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 }
 
 // expiresAt returns when e's record expires, in Unix nanoseconds.
-func (e *entry) expiresAt() int64 {
+func (s *Store) expiresAt(e *entry) int64 {
 	if e.fl != nil {
 		return e.fl.rec.ExpiresAt.UnixNano()
 	}
-	return packedExpires(e.packed)
+	return packedExpires(s.segs.bytes(e.ref))
 }
 
 // isID reports whether id is the id of the record in slot i.
@@ -544,7 +550,7 @@ func (s *Store) isID(i slot, id string) bool {
 	if e.fl != nil {
 		return e.fl.rec.ID == id
 	}
-	return packedID(e.packed) == id
+	return packedID(s.segs.bytes(e.ref)) == id
 }
 
 // isKey reports whether key is the key of the record in slot i.
@@ -555,7 +561,7 @@ func (s *Store) isKey(i slot, key string) bool {
 	case v.rec != nil && v.slot == i:
 		return v.rec.Key == key // spelled out already: a replay's
 	default:
-		return packedKeyIs(e.packed, key)
+		return packedKeyIs(s.segs.bytes(e.ref), key)
 	}
 }
 
@@ -568,9 +574,10 @@ func (s *Store) unindex(i slot, e *entry) {
 		delete(s.live, e.fl.rec.ID) // completed, and never delivered
 		return
 	}
-	s.byID.remove(s.byID.tag(packedID(e.packed)), i)
+	p := s.segs.bytes(e.ref)
+	s.byID.remove(s.byID.tag(packedID(p)), i)
 	var buf [2 * hexKeyLen]byte
-	s.byKey.remove(s.byKey.tagBytes(packedKey(buf[:0], e.packed)), i)
+	s.byKey.remove(s.byKey.tagBytes(packedKey(buf[:0], p)), i)
 }
 
 // PurgeExpired drops every record whose retention has run out, a batch
