@@ -256,16 +256,22 @@ func TestClusterFailover(t *testing.T) {
 			break
 		}
 	}
-	// Its record is on the dead master: the client still sends it there.
-	if _, err := s.Get(ctx, recs[first].ID); err == nil {
-		t.Fatalf("Get(%s) from the dead master succeeded", recs[first].ID)
+	// Its record was on the dead master, and a client that has not
+	// reloaded the layout since still sends it there: the call fails,
+	// and the client must reload. One whose settle subscription has
+	// already reconnected (go-redis reloads a layout over 10 s old then,
+	// as on a busy machine, where the failover takes longer) knows the
+	// new master already.
+	if _, err := s.Get(ctx, recs[first].ID); err != nil {
+		servicetest.Eventually(t, "the client to reload the Cluster's layout", func() error {
+			if n := reloads(); n == before {
+				return errors.New("no CLUSTER SLOTS since the call that failed")
+			}
+			return nil
+		})
+	} else {
+		t.Logf("the client knew the new layout before its first call (%d reloads since the failover)", reloads()-before)
 	}
-	servicetest.Eventually(t, "the client to reload the Cluster's layout", func() error {
-		if n := reloads(); n == before {
-			return errors.New("no CLUSTER SLOTS since the call that failed")
-		}
-		return nil
-	})
 	for i, r := range recs {
 		if on[i] != 1 {
 			continue
