@@ -178,7 +178,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 	c := newLister(child)
 	if _, err := c.call(ctx, "initialize", map[string]any{
 		"protocolVersion": "2025-06-18",
-		"capabilities":    map[string]any{},
+		"capabilities":    showCapabilities,
 		"clientInfo":      map[string]string{"name": "mcp-idempotent policy show", "version": Version},
 	}); err != nil {
 		return nil, err
@@ -207,6 +207,22 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		}
 	}
 	return nil, errors.New("tools/list: more than 100 pages")
+}
+
+// showCapabilities is what policy show says its client can do: all a
+// client may offer. A server may list a tool only to a client that can
+// answer the requests it makes (sampling, elicitation, roots, tasks), and
+// such a tool, a side effect as often as not, needs a contract as much as
+// any. Listing asks the client nothing, and the lister refuses what the
+// server asks anyway.
+var showCapabilities = map[string]any{
+	"roots":       map[string]any{"listChanged": true},
+	"sampling":    map[string]any{},
+	"elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}},
+	"tasks": map[string]any{"requests": map[string]any{
+		"sampling":    map[string]any{"createMessage": map[string]any{}},
+		"elicitation": map[string]any{"create": map[string]any{}},
+	}},
 }
 
 // A lister is the least MCP client that lists an upstream's tools: one
@@ -251,8 +267,8 @@ func (l *lister) call(ctx context.Context, method string, params any) (json.RawM
 			case err != nil:
 				continue
 			case m.IsRequest():
-				// A request of the server's during the handshake
-				// (roots, sampling): this client offers none.
+				// A request of the server's during the listing
+				// (roots, sampling): nobody is there to answer it.
 				l.child.WriteFrame(jsonrpc.NewErrorResponse(m.ID, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "not supported by mcp-idempotent policy show")))
 				continue
 			case !m.IsResponse() || string(m.ID) != string(id):

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// capableServer is an upstream in sh that lists, besides plain_tool, a
+// tool for each capability the client's initialize declared, as servers
+// that make requests of the client do (server-everything's sampling and
+// elicitation tools).
+var capableServer = []string{"/bin/sh", "-c", `caps=
+while IFS= read -r l; do
+id=$(printf '%s' "$l" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+case "$l" in
+*'"method":"initialize"'*)
+  for c in sampling elicitation roots tasks; do case "$l" in *"\"$c\""*) caps="$caps $c";; esac; done
+  printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
+*'"method":"tools/list"'*)
+  tools='{"name":"plain_tool","inputSchema":{"type":"object"}}'
+  for c in $caps; do tools="$tools"',{"name":"needs_'"$c"'","inputSchema":{"type":"object"}}'; done
+  printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[%s]}}\n' "$id" "$tools";;
+esac; done`}
+
+// TestPolicyShowListsWhatACapableClientSees: policy show lists the tools a
+// server offers only to a client that can answer its requests. A client
+// that declares nothing would not see them, and the footer would leave
+// out side effects that run on annotation defaults.
+func TestPolicyShowListsWhatACapableClientSees(t *testing.T) {
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--"}, capableServer...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	for _, tool := range []string{"plain_tool", "needs_sampling", "needs_elicitation", "needs_roots", "needs_tasks"} {
+		if !strings.Contains(stdout, tool+" ") {
+			t.Errorf("policy show does not list %s:\n%s", tool, stdout)
+		}
+	}
+	if !strings.Contains(stdout, "5 tools with effects") {
+		t.Errorf("policy show's footer does not count the 5 side effects:\n%s", stdout)
+	}
+}
