@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,9 @@ type Child struct {
 	done   chan struct{} // closed when the process has exited
 	err    error         // the exit error; written before done is closed
 	stderr stderrTail
+
+	closeOnce sync.Once
+	closedAt  time.Time // when its stdin was first closed; set in closeOnce
 }
 
 // Start starts argv[0] with the arguments argv[1:]. The child's stderr is
@@ -117,10 +121,20 @@ func (c *Child) ExitError() error { return c.err }
 // Pid returns the child's process id.
 func (c *Child) Pid() int { return c.cmd.Process.Pid }
 
+// Close closes the child's stdin, which asks it to exit. The first close
+// starts Stop's first wait.
+func (c *Child) Close() error {
+	c.closeOnce.Do(func() { c.closedAt = time.Now() })
+	return c.Conn.Close()
+}
+
 // Stop ends the child the way MCP's stdio transport asks: close its stdin,
-// wait, then SIGTERM, then SIGKILL, each after grace. Once hurry is closed
-// (the proxy was told to stop), each step waits at most HurriedGrace: a
-// signal that comes during the wait is acted on then, not after it. ctx
+// wait, then SIGTERM, then SIGKILL, each after grace. The first wait counts
+// from when its stdin was closed: a session that closed it, and relayed
+// what the child wrote since, has waited that long already. Once hurry is
+// closed (the proxy was told to stop), each step waits at most
+// HurriedGrace: a signal that comes during the wait is acted on then, not
+// after it. ctx
 // bounds it all: when it is done, the child is killed. Once the child has
 // exited, the read end of its stdout is closed too: what it wrote last is
 // no one's once Stop is called, and a serve process that ends a thousand
@@ -136,6 +150,9 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan stru
 		wait := grace
 		if hurried {
 			wait = min(grace, HurriedGrace)
+		}
+		if sig == nil {
+			wait -= time.Since(c.closedAt)
 		}
 		t := time.NewTimer(wait)
 	step:

@@ -534,6 +534,35 @@ func TestChildSIGKILL(t *testing.T) {
 	}
 }
 
+// TestChildStopAfterClose: Stop's wait for the child to exit on its own
+// counts from when its stdin was closed. A session closes it, relays what
+// the child writes for a while, then stops it: the child has had its
+// grace by then, and gets SIGTERM at once, not a second grace.
+func TestChildStopAfterClose(t *testing.T) {
+	c, _ := startChild(t, "sh", "-c", "echo ready; exec sleep 60") // ignores its stdin closing
+	if f, err := c.ReadFrame(); err != nil || string(f) != "ready" {
+		t.Fatalf("ReadFrame = %q, %v; want ready", f, err)
+	}
+	// The grace is long, and has passed since the close: a second grace
+	// would be a wait far longer than SIGTERM takes, however busy the
+	// machine.
+	const grace = 20 * time.Second
+	c.Close()
+	c.closedAt = c.closedAt.Add(-grace)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*grace)
+	defer cancel()
+	start := time.Now()
+	if err := c.Stop(ctx, grace, nil); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if took := time.Since(start); took > grace/2 {
+		t.Errorf("Stop took %v after the grace had passed since stdin was closed; want SIGTERM at once", took)
+	}
+	if sig := signalOf(c.ExitError()); sig != syscall.SIGTERM {
+		t.Errorf("child ended by %v (%v), want SIGTERM", sig, c.ExitError())
+	}
+}
+
 // TestChildStopHurried: a Stop told to hurry in the middle of its wait
 // for the child to exit on its own goes on to SIGTERM then, not after
 // the grace: the proxy's own SIGTERM is acted on when it comes.
