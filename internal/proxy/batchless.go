@@ -29,12 +29,18 @@ func batchless(v string) bool {
 
 // noteProtocolLocked notes the version the session speaks when m, from
 // the upstream, is the result of f, the client's initialize: the
-// protocolVersion the client is about to get. s.mu must be held.
+// protocolVersion the client is about to get. Its params become the
+// handshake a restarted upstream is given. One that failed is not: the
+// client, told so, initializes again, and a server given it already
+// would refuse that as a second initialize. s.mu must be held.
 func (s *Session) noteProtocolLocked(f forwardedRequest, m *jsonrpc.Message) {
 	if f.method != "initialize" || m.Result == nil {
 		return
 	}
 	s.protocol, _ = jsonrpc.StringValue(jsonrpc.Member(m.Result, "protocolVersion"))
+	if f.handshake != nil {
+		s.handshake = f.handshake
+	}
 }
 
 // fromClientBatchless handles frame, a batch from the client, in a

@@ -26,6 +26,9 @@ type forwardedRequest struct {
 	// link is the upstream link it was written to, nil until then: a
 	// write that fails is told why by it (writeCause).
 	link *link
+	// handshake is an initialize's params: the handshake a restarted
+	// upstream is given once this request has a result (noteProtocolLocked).
+	handshake json.RawMessage
 }
 
 // forward passes a client's request upstream, remembering it until it is
@@ -60,11 +63,12 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 		sc.notSent(errors.New("its request id was in use"))
 		return
 	}
-	s.rememberLocked(key, forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l})
+	f := forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l}
 	if msg.Method == "initialize" && msg.Params != nil {
-		s.handshake = msg.Params
+		f.handshake = msg.Params
 		s.elicitForm = elicitForm
 	}
+	s.rememberLocked(key, f)
 	s.mu.Unlock()
 	sendForwarded(l, msg.Raw, key, s.notForwardedFunc)
 }

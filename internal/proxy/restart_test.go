@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -173,6 +174,43 @@ func TestRestartReplaysTheHandshake(t *testing.T) {
 	up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{}}`)
 	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":2,"result":{}}` {
 		t.Fatalf("the client got %s; want the ping's answer (and nothing of the replayed handshake)", got)
+	}
+}
+
+// TestRestartAfterAFailedHandshake: an initialize the upstream exited
+// without answering, or answered with an error, is not replayed on the
+// upstream started next. The client was told it failed and initializes
+// again; a server given the failed one already would refuse that (the
+// go-sdk's: "duplicate initialize received").
+func TestRestartAfterAFailedHandshake(t *testing.T) {
+	const initialize = `{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`
+	for _, tc := range []struct {
+		name string
+		fail func(t *testing.T, up *upstreamEnd)
+	}{
+		{"exited", func(t *testing.T, up *upstreamEnd) {}},
+		{"refused", func(t *testing.T, up *upstreamEnd) {
+			up.send(t, `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"not now"}}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRestartRig(t, 5)
+			up := r.upstream(t)
+			r.client.send(t, fmt.Sprintf(initialize, 1))
+			up.next(t, "upstream")
+			tc.fail(t, up)
+			up.w.Close()
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"error"`) {
+				t.Fatalf("the client got %s; want an error for its initialize", got)
+			}
+			up2 := r.upstream(t)
+			r.client.send(t, fmt.Sprintf(initialize, 2))
+			if got := up2.next(t, "restarted upstream"); got != fmt.Sprintf(initialize, 2) {
+				t.Fatalf("the restarted upstream got %s first; want the client's second initialize, and no replay of the failed one", got)
+			}
+			up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+			r.client.next(t, "client")
+		})
 	}
 }
 

@@ -190,7 +190,7 @@ type Session struct {
 	// (the handshake replayed) and only the proxy's own requests use it.
 	up *link
 	// handshake is the client's initialize params (2025 protocol era), to
-	// replay on a restarted upstream; nil if the client sent none.
+	// replay on a restarted upstream; nil until an initialize has a result.
 	handshake   json.RawMessage
 	initialized bool // the client sent notifications/initialized
 	// protocol is the protocolVersion of the upstream's result to the
