@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -101,11 +102,43 @@ func (c *Child) ExitCause(ctx context.Context) string {
 	case <-ctx.Done():
 	}
 	cause := exitWords(c.err)
-	if tail := c.stderr.text(); tail != "" {
+	if tail := hideArgs(c.stderr.text(), c.cmd.Args[1:]); tail != "" {
 		cause += "; its stderr ended: " + tail
 	}
 	return cause
 }
+
+// hideArgs returns tail with each of args that it holds, and the value of
+// each --name=value among them, written as "[argument N]": a server that
+// prints its command line when it fails would otherwise hand a
+// credential given as an argument to whoever gets its exit cause (a
+// client over HTTP too). Words shorter than minHiddenArg are left, as
+// in "stdio": a credential is longer, and hiding every short word would
+// garble the message.
+func hideArgs(tail string, args []string) string {
+	type word struct {
+		s string
+		n int
+	}
+	var words []word
+	for i, a := range args {
+		words = append(words, word{a, i + 1})
+		if _, v, ok := strings.Cut(a, "="); ok {
+			words = append(words, word{v, i + 1})
+		}
+	}
+	// The longest first: an argument may hold another.
+	slices.SortStableFunc(words, func(a, b word) int { return len(b.s) - len(a.s) })
+	for _, w := range words {
+		if len(w.s) >= minHiddenArg {
+			tail = strings.ReplaceAll(tail, w.s, fmt.Sprintf("[argument %d]", w.n))
+		}
+	}
+	return tail
+}
+
+// minHiddenArg is the length from which hideArgs hides an argument.
+const minHiddenArg = 6
 
 // exitWords says how a process that Wait returned err for ended.
 func exitWords(err error) string {

@@ -28,6 +28,9 @@ func TestChildExitCause(t *testing.T) {
 			[]string{"exited with status 1; its stderr ended: last"}, []string{"old-line", "é"}},
 		{"one long line", `printf '` + long + `z' >&2; exit 1`, []string{"its stderr ended: ...éé", "éz"}, nil},
 		{"control characters", `printf 'a\033[31mred\r\n\n' >&2; exit 1`, []string{"its stderr ended: a[31mred"}, nil},
+		// $0 and $1 are --api-key and s3cret, the 3rd and 4th arguments of sh.
+		{"arguments echoed", `echo "usage: $0 $1 --key=$1" >&2; exit 2`,
+			[]string{"its stderr ended: usage: [argument 3] [argument 4] --key=[argument 4]"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
