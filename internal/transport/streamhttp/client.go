@@ -59,9 +59,10 @@ type Options struct {
 	// Header holds extra headers sent on every request, such as
 	// Authorization. Their values are never logged.
 	Header http.Header
-	// HTTPClient sends the requests; nil means http.DefaultClient. It should
+	// HTTPClient sends the requests; nil means a zero http.Client. It should
 	// have no overall Timeout: responses to long tool calls and the GET
-	// stream stay open for as long as the server needs.
+	// stream stay open for as long as the server needs. Its CheckRedirect
+	// is not used: redirects are followed within the origin only.
 	HTTPClient *http.Client
 	// Logger receives transport events; nil discards them.
 	Logger *slog.Logger
@@ -199,9 +200,12 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		calls:   make(map[string]*statelessCall),
 		tools:   make(map[string][]paramHeader),
 	}
-	if c.hc == nil {
-		c.hc = http.DefaultClient
+	hc := http.Client{}
+	if opts.HTTPClient != nil {
+		hc = *opts.HTTPClient // a copy shares its Transport, so its connections
 	}
+	hc.CheckRedirect = sameOriginRedirect
+	c.hc = &hc
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -210,6 +214,28 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	return c, nil
+}
+
+// maxRedirects is how many redirects a request follows, as net/http's
+// default does.
+const maxRedirects = 10
+
+// sameOriginRedirect follows a redirect only to the same scheme, host and
+// port, and only one that keeps the method. The headers given for the
+// upstream may carry a credential, and net/http passes all but a few of
+// them on to any host. A tools/call sent elsewhere would run on a server
+// the fingerprint does not name. And a POST turned into a GET (301, 302,
+// 303) loses its message, for an answer that says nothing of a redirect.
+// The redirect not followed is answered as an HTTP error.
+func sameOriginRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0]
+	switch {
+	case req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host || req.Method != first.Method:
+		return http.ErrUseLastResponse
+	case len(via) >= maxRedirects:
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	return nil
 }
 
 // SessionID returns the session id the server assigned, or "" before the

@@ -164,3 +164,57 @@ func TestDialRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirects: a redirect is followed within the upstream's origin and
+// method only. One to another host would hand it the headers given for the
+// upstream (a credential) and the call; one that turns the POST into a GET
+// would lose the message. Either is answered as the HTTP error it is,
+// naming the redirect.
+func TestRedirects(t *testing.T) {
+	_, rec, ts := newServer(t, nil)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/new", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/found", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/new", http.StatusFound)
+	})
+	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ts.URL+"/?key=secret", http.StatusTemporaryRedirect)
+	})
+	mux.Handle("/new", rec)
+	front := httptest.NewServer(mux)
+	t.Cleanup(front.Close)
+
+	handshake(t, dial(t, front.URL+"/old"))
+	// redirected counts the requests that reached the server through a
+	// redirect from path: net/http names the URL it left in Referer.
+	redirected := func(path string) int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, s := range rec.seen {
+			if strings.HasSuffix(s.header.Get("Referer"), path) {
+				n++
+			}
+		}
+		return n
+	}
+
+	for _, tc := range []struct{ path, want string }{
+		{"/found", "upstream answered HTTP 302, a redirect to " + front.URL + "/new that is not followed"},
+		{"/away", "upstream answered HTTP 307, a redirect to " + ts.URL + "/?*** that is not followed"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			c := dial(t, front.URL+tc.path)
+			write(t, c, initialize)
+			na := readNoAnswer(t, c)
+			if !strings.HasPrefix(na.Reason, tc.want) || na.NotSent {
+				t.Errorf("got %+v, want a reason starting %q", *na, tc.want)
+			}
+			if n := redirected(tc.path); n != 0 {
+				t.Errorf("the server behind the redirect saw %d requests, want none", n)
+			}
+		})
+	}
+}

@@ -76,6 +76,11 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 		c.relayErrorBody(resp, pending)
 	}
 	msg := "upstream answered HTTP " + strconv.Itoa(resp.StatusCode)
+	if loc, err := resp.Location(); err == nil && resp.StatusCode/100 == 3 {
+		// Only a redirect that sameOriginRedirect would not follow
+		// comes here.
+		msg += ", a redirect to " + ShownURL(loc) + " that is not followed (another scheme, host or port, or another method): give --upstream the URL to use"
+	}
 	if resp.StatusCode == http.StatusNotFound && s.hasSID {
 		// Spec, "Session Management": a 404 to a request with a session
 		// id means the session is gone.
