@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -214,6 +217,28 @@ func TestRedirects(t *testing.T) {
 			}
 			if n := redirected(tc.path); n != 0 {
 				t.Errorf("the server behind the redirect saw %d requests, want none", n)
+			}
+		})
+	}
+}
+
+// TestAnswerOverTheLimit: an answer over MaxMessage, in a JSON body or an
+// event stream, leaves its request answered with a reason naming the
+// limit, as over stdio, so that the caller knows to raise it.
+func TestAnswerOverTheLimit(t *testing.T) {
+	for _, jsonResponse := range []bool{true, false} {
+		t.Run(fmt.Sprint("json=", jsonResponse), func(t *testing.T) {
+			_, _, ts := newServer(t, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
+			c, err := Dial(context.Background(), ts.URL, Options{MaxMessage: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			handshake(t, c)
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"`+strings.Repeat("x", 2000)+`"}}}`)
+			na := readNoAnswer(t, c)
+			if want := "message larger than the 1000-byte limit (--max-message-size)"; string(na.ID) != "2" || !strings.Contains(na.Reason, want) {
+				t.Errorf("got %+v, want a reason saying %q", *na, want)
 			}
 		})
 	}

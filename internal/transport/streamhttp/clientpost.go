@@ -96,6 +96,7 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 // unanswered.
 func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.RawMessage) {
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	reason := "upstream response ended without an answer"
 	switch ct {
 	case "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
@@ -103,18 +104,29 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		case err != nil:
 			c.log.Warn("reading the upstream's answer", "err", err)
 		case len(body) > c.max:
-			c.log.Warn("the upstream's answer is too large", "limit", c.max)
+			// As over stdio: the caller is told of the limit, which it
+			// may raise, rather than of an answer that never came.
+			c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
+			reason = "the upstream's answer was dropped: " + tooLarge(c.max)
 		default:
 			c.deliver(body, pending)
 		}
 	case "text/event-stream":
-		c.relayStream(resp.Body, pending, !s.stateless)
+		if c.relayStream(resp.Body, pending, !s.stateless) {
+			reason += ", after a " + tooLarge(c.max) + " was dropped from it"
+		}
 	default:
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
 	}
 	if len(pending) > 0 {
-		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, "upstream response ended without an answer"))
+		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, reason))
 	}
+}
+
+// tooLarge says that a message from the upstream was over the limit max,
+// in the words the stdio transport uses.
+func tooLarge(max int) string {
+	return "message larger than the " + strconv.Itoa(max) + "-byte limit (--max-message-size)"
 }
 
 // relayErrorBody delivers the JSON-RPC error with which a stateless-era

@@ -21,7 +21,9 @@ const maxResumes = 5
 // Redelivery"): losing the connection must not lose the answer. Only a
 // resumable stream is: 2026-07-28 has no GET and no resumption (spec
 // 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
-func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) {
+// It reports whether a message over the size limit was dropped. The
+// stream is resumed after one, since it may not have been the answer.
+func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) (dropped bool) {
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
 	// failures counts the resumptions in a row that read no event;
@@ -33,6 +35,7 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 		if r != nil {
 			events, messages, err := c.relaySSE(r, pending)
 			body.Close()
+			dropped = dropped || errors.Is(err, errLineTooLong)
 			if err != nil {
 				c.log.Debug("the upstream's event stream broke", "err", err)
 			}
@@ -46,25 +49,25 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			lastID, retry = r.lastID, r.retry
 		}
 		if len(pending) == 0 || c.ctx.Err() != nil || !resumable {
-			return
+			return dropped
 		}
 		if lastID == "" {
 			c.log.Warn("the upstream's event stream ended before the answer and has no event id to resume from")
-			return
+			return dropped
 		}
 		if failures++; failures > maxResumes {
 			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
-			return
+			return dropped
 		}
 		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
-			return
+			return dropped
 		}
 		resp, err := c.get(lastID)
 		var se *statusError
 		switch {
 		case errors.As(err, &se) && !transient(se.status):
 			c.log.Warn("the upstream refused to resume its event stream", "err", err)
-			return
+			return dropped
 		case err != nil:
 			// The server may not have seen the old stream go yet (the
 			// go-sdk answers 409 until then), or the network is down.
@@ -182,6 +185,9 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (eve
 		ev, err := r.next()
 		if err == io.EOF {
 			return events, messages, nil
+		}
+		if errors.Is(err, errLineTooLong) {
+			c.log.Error("dropped a message from the upstream over the size limit", "limit", c.max)
 		}
 		if err != nil {
 			return events, messages, err
