@@ -187,8 +187,8 @@ const maxGivenUp = 256
 
 // droppedOwn logs the drop of an answer under key, an id of the proxy's
 // own that no request waits on: quietly for a request it cancelled, whose
-// answer the upstream was free to send; else loudly, as a second answer or
-// one to a request never made.
+// answer the upstream was free to send, or once the session is ending;
+// else loudly, as a second answer or one to a request never made.
 func (s *Session) droppedOwn(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,6 +200,13 @@ func (s *Session) droppedOwnLocked(key string) {
 	if _, ok := s.givenUp[key]; ok {
 		delete(s.givenUp, key)
 		s.log.Debug("dropped the upstream's answer to a request the proxy cancelled", "id", key)
+		return
+	}
+	if s.callsEnded {
+		// The session answered what still waited as it ended; an answer
+		// may still come after that, such as an HTTP upstream's account
+		// of a request cut short by the stop.
+		s.log.Debug("dropped an answer from the upstream that came as the session ended", "id", key)
 		return
 	}
 	s.log.Warn("dropped an answer from the upstream to no request of the proxy's", "id", key)

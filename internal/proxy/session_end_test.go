@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,6 +195,50 @@ func TestToldToStop(t *testing.T) {
 	stop()
 	// Within next's few seconds, where the grace is a minute.
 	if got := r.client.next(t, "client"); !strings.Contains(got, "Outcome unknown") {
+		t.Fatalf("the call got %s; want outcome unknown", got)
+	}
+	r.wait(t)
+}
+
+// slowClose is an upstream Conn whose Close, as an HTTP one's DELETE may,
+// waits on the upstream (until release is closed) once its reading has
+// ended (end, set once the rig exists).
+type slowClose struct {
+	Conn
+	end     func()
+	release chan struct{}
+}
+
+func (c *slowClose) Close() error {
+	c.end()
+	<-c.release
+	return c.Conn.Close()
+}
+
+// TestToldToStopAnswersBeforeClosing: the calls under way when the session
+// is told to stop are answered before a slow Close of the upstream ends,
+// not after it, and Run returns once it has.
+func TestToldToStopAnswersBeforeClosing(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	up := &slowClose{release: make(chan struct{})}
+	r := newRigUpstream(t, ctx, 0, Options{Interceptor: in, ShutdownGrace: time.Minute}, func(c Conn) Conn {
+		up.Conn = c
+		return up
+	})
+	up.end = func() { r.upstreamW.Close() }
+	release := sync.OnceFunc(func() { close(up.release) })
+	t.Cleanup(release) // before the rig's, which waits for Run
+	r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	stop()
+	got := r.client.next(t, "client")
+	select {
+	case <-r.stopped:
+		t.Error("Run returned before the upstream was closed")
+	default:
+	}
+	release()
+	if !strings.Contains(got, "Outcome unknown") {
 		t.Fatalf("the call got %s; want outcome unknown", got)
 	}
 	r.wait(t)

@@ -48,7 +48,16 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 		conn := l.conn // nil while a restart has not started the upstream yet
 		s.mu.Unlock()
 		if conn != nil {
-			conn.Close()
+			// Close may wait on the upstream: an HTTP one's DELETE,
+			// which a server with calls under way may hold for seconds.
+			// Those waiting are answered first; Run returns once it is
+			// closed.
+			closing := make(chan struct{})
+			go func() {
+				defer close(closing)
+				conn.Close()
+			}()
+			defer func() { <-closing }()
 		}
 	}
 	select {
