@@ -243,3 +243,26 @@ func TestAnswerOverTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadableAnswers: a 200 whose body is no answer, such as a
+// gateway's page, leaves its request answered with a reason saying what
+// came, not only that no answer did.
+func TestUnreadableAnswers(t *testing.T) {
+	for _, tc := range []struct{ contentType, want string }{
+		{"application/json", "the upstream's answer is not JSON"},
+		{"text/html", `the upstream answered with Content-Type "text/html", not JSON or an event stream`},
+	} {
+		t.Run(tc.contentType, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				io.WriteString(w, "<html>sign in</html>")
+			}))
+			t.Cleanup(ts.Close)
+			c := dial(t, ts.URL)
+			write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo"}}`)
+			if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != tc.want || na.Status != 200 {
+				t.Errorf("got %+v, want the reason %q", *na, tc.want)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -103,11 +104,17 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		switch {
 		case err != nil:
 			c.log.Warn("reading the upstream's answer", "err", err)
+			reason = "reading the upstream's answer failed: " + err.Error()
 		case len(body) > c.max:
 			// As over stdio: the caller is told of the limit, which it
 			// may raise, rather than of an answer that never came.
 			c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
 			reason = "the upstream's answer was dropped: " + tooLarge(c.max)
+		case !json.Valid(body):
+			// A gateway's page under the wrong Content-Type, say: the
+			// caller is told what came, as over stdio.
+			c.log.Error("an answer from the upstream is not JSON", "size", len(body))
+			reason = "the upstream's answer is not JSON"
 		default:
 			c.deliver(body, pending)
 		}
@@ -117,6 +124,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		}
 	default:
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
+		reason = fmt.Sprintf("the upstream answered with Content-Type %q, not JSON or an event stream", ct)
 	}
 	if len(pending) > 0 {
 		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, reason))
