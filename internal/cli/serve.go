@@ -109,10 +109,18 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	front := streamhttp.NewServer(streamhttp.ServerOptions{
 		Open: func(ctx context.Context, s *streamhttp.ServerSession) error {
 			who := clientEnd{client: journal.SessionClient{Transport: "http", Remote: s.RemoteAddr()}, endReason: s.EndReason}
-			if !s.Stateless() {
+			scope := "session:" + s.ID()
+			if s.Stateless() {
+				// A lane is named for its actor, the same in every serve
+				// process: as a session scope alone, it would match a call
+				// from any client of the actor, across restarts with a
+				// durable store. It is one session while this process
+				// runs, as a stdio proxy's process is.
+				scope += ":" + w.instance
+			} else {
 				who.client.MCPSessionID = s.ID()
 			}
-			return w.session(ctx, s, s.Actor(), "session:"+s.ID(), who)
+			return w.session(ctx, s, s.Actor(), scope, who)
 		},
 		Tokens:       tokens,
 		Actor:        w.actor,

@@ -185,3 +185,46 @@ func TestSessionEndJournaledWithTheUpstream(t *testing.T) {
 		t.Errorf("start %+v, end %+v; want no client name, and that the upstream exited", start.Client, end)
 	}
 }
+
+// TestStatelessLaneIsOneProcessSession: the stateless requests of an actor
+// share a session scope within one serve process only. The lane's name is
+// the same in every process, so the scope must not be that name alone, or
+// a durable store would match a call to one made before a restart.
+func TestStatelessLaneIsOneProcessSession(t *testing.T) {
+	var scopes []string
+	for range 2 {
+		file := filepath.Join(t.TempDir(), "journal.jsonl")
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--journal", file, "--"}, echoServer...)
+			done <- Run(ctx, args, strings.NewReader(""), io.Discard, pw)
+			pw.Close()
+		}()
+		url := listeningURL(t, pr)
+		req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "server/discover")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+		start, _ := sessionLines(t, readJournal(t, file))
+		scopes = append(scopes, start.Session)
+	}
+	if !strings.HasPrefix(scopes[0], "session:stateless:") || scopes[0] == scopes[1] {
+		t.Errorf("the lanes of two serve processes had the scopes %q; want two of session:stateless:...", scopes)
+	}
+}
