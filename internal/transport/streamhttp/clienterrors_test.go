@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -264,5 +265,53 @@ func TestUnreadableAnswers(t *testing.T) {
 				t.Errorf("got %+v, want the reason %q", *na, tc.want)
 			}
 		})
+	}
+}
+
+// TestCallNotSentAgainOnABrokenConnection: a tools/call whose reused
+// connection breaks after the server read it, before any answer, is not
+// sent again by net/http on a new connection (it would be for a POST it
+// takes for idempotent, one with an Idempotency-Key): the tool may have
+// run, so its outcome is unknown, and it ran once.
+func TestCallNotSentAgainOnABrokenConnection(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		m, _ := jsonrpc.Decode(body)
+		switch {
+		case m.Method == "tools/call":
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first { // the server dies while the tool runs
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+				return
+			}
+		case m.ID == nil:
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","content":[]}}`)
+	}))
+	t.Cleanup(ts.Close)
+	c := dial(t, ts.URL)
+	handshake(t, c) // so that the call goes on a reused connection
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","_meta":{"mcp-idempotent/execution-id":"exe_1"}}}`)
+	f, err := c.ReadFrame()
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("the server got the tools/call %d times, want once", calls)
+	}
+	if na, ok := errors.AsType[*jsonrpc.NoAnswer](err); !ok || na.NotSent {
+		t.Errorf("ReadFrame = %s, %v; want the account of a call sent and not answered", f, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -46,7 +47,12 @@ func (c *Client) WriteFrame(frame []byte) error {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if !m.Batch && m.IsRequest() && m.Method == "tools/call" {
 		if key, ok := idempotencyKey(m.Params); ok {
-			req.Header.Set(headerIdempotencyKey, key)
+			// Under a key net/http does not look up: under the canonical
+			// one, it takes the POST for one it may send again itself, on
+			// a new connection, when a reused one breaks before the
+			// answer starts; the tool would run twice, the proxy none the
+			// wiser. Header names are case-insensitive on the wire.
+			req.Header[strings.ToLower(headerIdempotencyKey)] = []string{key}
 		}
 	}
 	if !m.Batch && bytes.Contains(m.Params, []byte(headerTraceparent)) {
