@@ -302,8 +302,14 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	// make the resumed stream skip every later event), and the events
 	// after it must all be held still, or be none.
 	held := st != nil && seq < st.next && (seq+1 == st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
+	// One it never sent is told so: "not held any more" would send the
+	// client looking for a buffer it overran.
+	sent := ok && num >= 1 && num <= ss.nextStream && (st == nil || seq < st.next)
 	ss.mu.Unlock()
-	if !held {
+	switch {
+	case !sent:
+		return nil, 0, refuse(http.StatusBadRequest, "event %q is not one this session sent: resume from the id of an event it did, or send the request again", last)
+	case !held:
 		return nil, 0, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer)
 	}
 	s.log.Debug("client resumes a stream", "session", ss.id, "last_event_id", last)

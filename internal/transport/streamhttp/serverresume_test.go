@@ -40,11 +40,11 @@ func TestServerResume(t *testing.T) {
 	}
 }
 
-// TestServerResumePastTheEnd: a Last-Event-ID the server never sent, past
-// the end of its stream, is refused as an unknown or evicted one is,
-// rather than resuming the stream after events that do not exist yet and
-// skipping them when they come; the stream can still be resumed from an
-// event it did send.
+// TestServerResumePastTheEnd: a Last-Event-ID the server never sent (past
+// the end of its stream, of a stream it never opened, or no event id) is
+// refused, saying so, rather than resuming the stream after events that
+// do not exist yet and skipping them when they come; the stream can still
+// be resumed from an event it did send.
 func TestServerResumePastTheEnd(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{})
 	sid := start(t, hs.URL, nil)
@@ -58,7 +58,7 @@ func TestServerResumePastTheEnd(t *testing.T) {
 	cut() // the connection breaks
 	resp.Body.Close()
 
-	for _, last := range []string{eventID(num, 1), eventID(num, 1000)} {
+	for _, last := range []string{eventID(num, 1), eventID(num, 1000), eventID(num+5, 0), "abc"} {
 		hdr := session(sid)
 		hdr[headerLastEventID] = last
 		resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
@@ -73,8 +73,8 @@ func TestServerResumePastTheEnd(t *testing.T) {
 		if err != nil || m.Error == nil {
 			t.Fatalf("resuming after %s: body %q is not a JSON-RPC error", last, b)
 		}
-		if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "is not held") {
-			t.Fatalf("resuming after %s: error %+v; want %d saying the event is not held", last, e, jsonrpc.CodeInvalidRequest)
+		if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "is not one this session sent") {
+			t.Fatalf("resuming after %s: error %+v; want %d saying the session never sent it", last, e, jsonrpc.CodeInvalidRequest)
 		}
 	}
 
