@@ -159,3 +159,52 @@ func TestLaneForgetsItsStreams(t *testing.T) {
 		t.Fatalf("the lane keeps %d streams after its requests ended; want those of requests under way only", len(ss.streams))
 	}
 }
+
+// TestLaneIdleTimeout: a stateless lane that sits idle past the idle
+// timeout ends, as a session does, and stops its upstream: an actor that
+// has gone would keep one for as long as serve runs. The actor's next
+// request opens a new lane.
+func TestLaneIdleTimeout(t *testing.T) {
+	clock, advance := fakeClock()
+	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "tools/list"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	list := func() {
+		t.Helper()
+		resp := do(t, t.Context(), "POST", hs.URL, body, hdr)
+		defer resp.Body.Close()
+		if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":1,"result":`) {
+			t.Fatalf("a stateless request was answered %v", msgs)
+		}
+	}
+	list()
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for _, ss := range srv.lanes {
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			return ss.active == 0
+		}
+		return false
+	})
+	advance(59 * time.Second)
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("a lane idle for less than the timeout was reaped")
+	}
+	advance(2 * time.Second)
+	srv.Reap()
+	select {
+	case ended := <-p.ended:
+		if !strings.HasPrefix(ended.ID(), "stateless:") {
+			t.Fatalf("session %s ended, want the lane", ended.ID())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lane idle past the timeout did not end")
+	}
+	list()
+	if srv.Sessions() != 1 {
+		t.Fatalf("%d sessions after the actor's next request; want its new lane", srv.Sessions())
+	}
+}

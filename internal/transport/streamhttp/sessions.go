@@ -122,18 +122,33 @@ func (s *Server) Reap() {
 	s.mu.Lock()
 	var idle []*ServerSession
 	for _, ss := range s.sessions {
-		ss.mu.Lock()
-		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > s.opts.IdleTimeout {
+		if ss.idleLocked(now) {
 			idle = append(idle, ss)
 			delete(s.sessions, ss.id)
 		}
-		ss.mu.Unlock()
+	}
+	// A stateless lane too: it holds an upstream for its actor, and an
+	// actor that has gone would keep it for as long as serve runs. The
+	// actor's next request opens a new one.
+	for actor, ss := range s.lanes {
+		if ss.idleLocked(now) {
+			idle = append(idle, ss)
+			delete(s.lanes, actor)
+		}
 	}
 	s.mu.Unlock()
 	for _, ss := range idle {
 		s.log.Info("session ended after sitting idle", "session", ss.id, "idle_timeout", s.opts.IdleTimeout)
 		ss.closeFor(EndIdle)
 	}
+}
+
+// idleLocked reports whether ss has sat idle past the idle timeout: no
+// request under way, no answer owed. s.mu must be held.
+func (ss *ServerSession) idleLocked(now time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > ss.srv.opts.IdleTimeout
 }
 
 // idlestLocked returns the session that has sat idle longest, if it has
