@@ -29,8 +29,9 @@ import (
 // is stored (authorized, refused) before anything is sent.
 
 // approvalProgress is how often a caller waiting for an operator's
-// decision is told it still waits, if it asked for progress: a client
-// that resets its timeout on progress then waits as long as the approval.
+// decision, or attached to an execution under way, is told it still
+// waits, if it asked for progress: a client that resets its timeout on
+// progress then waits as long as the approval or the execution.
 const approvalProgress = 30 * time.Second
 
 // prepareApproval marks fresh, the record a call is about to reserve, as

@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -48,7 +49,9 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		window = max(min(window, c.Sub(in.now())), 0)
 	}
 	wctx, cancel := context.WithTimeout(ctx, window)
+	stopProgress := in.tellAttached(wctx, req, rec)
 	settled, err := in.wait(wctx, rec.ID)
+	stopProgress()
 	cancel()
 	if err == nil {
 		in.journalizeTakeover(req, settled)
@@ -96,6 +99,22 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	default:
 		in.answer(ctx, req, settled, replayed)
 	}
+}
+
+// tellAttached tells req's caller, if it asked for progress, that it is
+// attached to rec, at once and then every approvalProgress until ctx ends
+// or stop is called. A retry is most often a client's after a timeout:
+// one that resets its timeout on progress then waits for the execution,
+// rather than timing out and retrying again. The upstream's progress goes
+// to the first caller's token alone.
+func (in *Interceptor) tellAttached(ctx context.Context, req *Request, rec *record.Record) (stop func()) {
+	asker, ok := req.Reply.(Asker)
+	if !ok {
+		return func() {}
+	}
+	waiting := fmt.Sprintf("attached to execution %s of %s, which an identical call started: waiting for its outcome", rec.ID, rec.Tool)
+	asker.Progress(waiting)
+	return in.tellProgress(ctx, asker, waiting)
 }
 
 // wait waits for execution id to settle, until ctx ends. A failure of the

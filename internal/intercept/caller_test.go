@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -71,6 +72,47 @@ func TestOneCallerCancellingLeavesTheOthers(t *testing.T) {
 		}
 		if cancelled.count() != 0 {
 			t.Fatalf("the caller that cancelled got %d answers; want none", cancelled.count())
+		}
+	})
+}
+
+// TestAttachedCallerIsToldItWaits: a caller attached to an execution
+// under way, that asked for progress, is told at once that it is
+// attached, and again every approvalProgress while it waits, so that a
+// client that resets its timeout on progress (most retries come after a
+// timeout) waits for the outcome instead of timing out again. Nothing is
+// sent it after its answer.
+func TestAttachedCallerIsToldItWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.AttachWindow = 5 * time.Minute
+		// A lease past the test: nothing here renews it.
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Lease: time.Hour})
+		first := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		attached := newAsker(nil)
+		h.askingCall(t, attached, "session:2", chargeCall)
+		synctest.Wait()
+		time.Sleep(2*approvalProgress + time.Second)
+		synctest.Wait()
+		attached.mu.Lock()
+		told := slices.Clone(attached.progress)
+		attached.mu.Unlock()
+		rec := h.onlyRecord(t)
+		if len(told) != 3 || !strings.Contains(told[0], "attached to execution "+rec.ID) {
+			t.Fatalf("after %v attached, the caller was told %q; want three notes that it is attached to %s", 2*approvalProgress+time.Second, told, rec.ID)
+		}
+		close(release)
+		if v := view(t, attached.only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the attached caller got %+v", v)
+		}
+		first.only(t)
+		time.Sleep(2 * approvalProgress)
+		synctest.Wait()
+		attached.mu.Lock()
+		defer attached.mu.Unlock()
+		if len(attached.progress) != len(told) {
+			t.Errorf("the caller was told %q after its answer", attached.progress[len(told):])
 		}
 	})
 }
