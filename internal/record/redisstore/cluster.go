@@ -45,6 +45,7 @@ func addHooks(c client, opts Options) {
 		if opts.WaitReplicas > 0 {
 			rdb.AddHook(&replicated{n: opts.WaitReplicas, timeout: opts.WaitTimeout})
 		}
+		rdb.AddHook(unsent{}) // innermost: next to the pipeline's send
 	}
 	if c.cluster == nil {
 		hook(c.rdb.(*redis.Client))

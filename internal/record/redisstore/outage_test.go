@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,32 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 		}
 		if msg := err.Error(); !strings.HasPrefix(msg, c.op+": redis store 127.0.0.1:1/0: ") {
 			t.Errorf("error = %q; want it to say %q and name the store", msg, c.op)
+		}
+	}
+}
+
+// TestConnectionSetupErrorIsNamed: a server that refuses to set up the
+// connection (here a database number it does not have; a wrong password
+// alike) fails the calls with its own reason, not with the empty replies
+// of commands never sent ("holds 0 bytes", "unexpected type=<nil>").
+func TestConnectionSetupErrorIsNamed(t *testing.T) {
+	u, err := neturl.Parse(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/9999"
+	s := open(t, u.String(), newPrefix(t, serverURL(t)), nil)
+	ctx := t.Context()
+	r := newRecord("k")
+	calls := map[string]func() error{
+		"Secret":  func() error { _, err := s.Secret(ctx); return err },
+		"Reserve": func() error { _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); return err },
+		"Update":  func() error { _, err := s.Update(ctx, r.ID, record.Change{To: record.Dispatched}); return err },
+	}
+	for op, call := range calls {
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), "DB index is out of range") {
+			t.Errorf("%s on database 9999 = %v; want the server's reason", op, err)
 		}
 	}
 }
