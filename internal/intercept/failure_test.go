@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -200,6 +201,43 @@ func TestOutcomeRecordedWhenTheStoreIsBack(t *testing.T) {
 		}
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
+
+// answerLost is a memory store whose first outcome write is taken but
+// answered with an error, as a Redis write whose reply timed out.
+type answerLost struct {
+	record.Store
+	lost atomic.Bool
+}
+
+func (s *answerLost) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	rec, err := s.Store.Update(ctx, id, c)
+	if err == nil && c.To.Settled() && s.lost.CompareAndSwap(false, true) {
+		return nil, errors.New("updating " + id + ": i/o timeout")
+	}
+	return rec, err
+}
+
+// TestOutcomeTakenThoughItsAnswerWasLost: an outcome write that reached
+// the store though its answer was lost is found recorded on the next
+// try, and journaled, not reported as refused: the journal keeps its
+// completed line.
+func TestOutcomeTakenThoughItsAnswerWasLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		j := &memJournal{}
+		h.in = New(Options{Store: &answerLost{Store: h.store}, Hasher: fingerprint.NewRandom(), Journal: j})
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "could not be recorded yet") {
+			t.Fatalf("got %+v; want an error saying the outcome is not recorded yet", a)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := j.states(), []string{"accepted", "dispatched", "completed"}; !slices.Equal(got, want) {
+			t.Fatalf("journal states %q; want %q", got, want)
 		}
 	})
 }

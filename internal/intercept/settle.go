@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,12 +28,39 @@ func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
 		case err == nil:
 			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
 			return
-		case errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
+		case errors.Is(err, record.ErrConflict):
+			if rec := in.landed(req.bg, id, c); rec != nil {
+				// The failed write had reached the store, its answer
+				// lost (a timeout): the outcome is recorded, and its
+				// line goes in the journal as any transition's does.
+				in.log.Info("recorded an outcome the store had refused: the earlier write had reached it", "execution", id, "state", c.To)
+				in.obs.Transition(rec.Tool, c.To)
+				in.journalize(req, rec, c)
+				return
+			}
+			fallthrough
+		case errors.Is(err, record.ErrNotFound):
 			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
 			return
 		}
 		wait = min(2*wait, recordRetryMax)
 	}
+}
+
+// landed returns execution id's record if it holds c, as this process's
+// settle: a write whose answer was lost may have been taken. Nil if it
+// does not, or cannot be read.
+func (in *Interceptor) landed(ctx context.Context, id string, c record.Change) *record.Record {
+	rec, err := in.store.Get(ctx, id)
+	if err != nil || rec.Owner != c.Holder || !bytes.Equal(rec.Result, c.Result) || !bytes.Equal(rec.Error, c.Error) {
+		return nil
+	}
+	for _, t := range rec.History {
+		if t.State == c.To && t.Note == c.Note {
+			return rec
+		}
+	}
+	return nil
 }
 
 // The waits of recordLater.
