@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -557,22 +558,27 @@ const outcomeWait = 30 * time.Second
 
 // waitForOutcomes waits, within outcomeWait or until ctx is done (a
 // signal), for what in still has under way: after the sessions end, the
-// outcomes a store refused, which in keeps trying to record.
+// outcomes a store refused, which in keeps trying to record, and the
+// executions it will not send whose failure the store did not take
+// (a reservation whose answer was lost).
 func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.Logger) {
 	// Most often there is nothing left: no line for it, signal or not.
 	quick, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	err := in.Wait(quick)
+	err := cmp.Or(in.Wait(quick), in.SettleAbandoned(quick))
 	cancel()
 	if err == nil {
 		return
 	}
 	if ctx.Err() == nil {
-		log.Warn("waiting for the store to record outcomes it refused before exiting", "at_most", outcomeWait)
+		log.Warn("waiting for the store to record outcomes it refused, and calls it did not send, before exiting", "at_most", outcomeWait)
 	}
 	wait, cancel := context.WithTimeout(ctx, outcomeWait)
 	defer cancel()
 	if err := in.Wait(wait); err != nil {
 		log.Error("exiting with outcomes not recorded: their executions stay in flight until their leases lapse, then are unknown", "err", err)
+	}
+	if err := in.SettleAbandoned(wait); err != nil {
+		log.Error("exiting with calls it did not send still in flight: once their leases lapse they are unknown", "err", err)
 	}
 }
 

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +68,78 @@ func TestExitWaitsForOutcomes(t *testing.T) {
 	}
 	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Completed {
 		t.Fatalf("records %+v; want the execution completed", recs)
+	}
+}
+
+// lostReserve is a memory store that, while down is set, makes each
+// reservation and loses its answer, and fails every read: a Redis that
+// stalled, then ran what it had been sent once it came back.
+type lostReserve struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+var errStalled = errors.New("i/o timeout")
+
+// neverSent fails the test if a call reaches it.
+type neverSent struct{ t *testing.T }
+
+func (u neverSent) Send(_ context.Context, _ string, _ json.RawMessage, done intercept.Answered) {
+	u.t.Error("a call without a reservation was sent")
+	done.Answered(json.RawMessage(`{"content":[]}`), nil)
+}
+
+func (s *lostReserve) Reserve(ctx context.Context, r *record.Record, o record.ReserveOptions) (*record.Record, bool, error) {
+	rec, won, err := s.Store.Reserve(ctx, r, o)
+	if s.down.Load() {
+		return nil, false, errStalled
+	}
+	return rec, won, err
+}
+
+func (s *lostReserve) Get(ctx context.Context, id string) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errStalled
+	}
+	return s.Store.Get(ctx, id)
+}
+
+// TestExitSettlesLostReservations: a call whose reservation the store
+// took with its answer lost was told it did not run. A proxy whose client
+// leaves then waits for the store to settle that execution failed: gone
+// first, it would leave it in flight, to be found unknown once its lease
+// lapsed, and the call blocked though nothing was sent.
+func TestExitSettlesLostReservations(t *testing.T) {
+	mem := memstore.New(memstore.Options{})
+	store := &lostReserve{Store: mem}
+	store.down.Store(true)
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	pol := policy.FromAnnotations(nil)
+	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: neverSent{t}, Reply: discard{}})
+
+	exited := make(chan struct{})
+	go func() {
+		waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		close(exited)
+	}()
+	select {
+	case <-exited:
+		t.Fatal("the proxy exited while a reservation it did not send was still in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	store.down.Store(false)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not exit once the store answered")
+	}
+	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Failed {
+		t.Fatalf("records %+v; want the execution failed", recs)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -182,5 +183,26 @@ func (in *Interceptor) settleAbandonedAll(ctx context.Context) {
 				in.abandoned.add(id, a)
 			}
 		}
+	}
+}
+
+// SettleAbandoned settles the abandoned executions, trying again until
+// none is left or ctx is done, for a process about to exit. One left
+// stays in flight under the name of a process gone, and once its lease
+// lapses it is unknown: the next identical call would be blocked, though
+// nothing was sent and its caller was told to call again.
+func (in *Interceptor) SettleAbandoned(ctx context.Context) error {
+	wait := recordRetryMin
+	for {
+		in.settleAbandonedAll(ctx)
+		if in.abandoned.n.Load() == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, recordRetryMax)
 	}
 }
