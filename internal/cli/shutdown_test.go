@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,6 +142,37 @@ func TestExitSettlesLostReservations(t *testing.T) {
 	}
 	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Failed {
 		t.Fatalf("records %+v; want the execution failed", recs)
+	}
+}
+
+// refusedStore refuses every connection.
+type refusedStore struct{ *memstore.Store }
+
+func (refusedStore) Reserve(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, error) {
+	return nil, false, fmt.Errorf("dial tcp 127.0.0.1:6379: %w", syscall.ECONNREFUSED)
+}
+
+func (refusedStore) Get(context.Context, string) (*record.Record, error) {
+	return nil, fmt.Errorf("dial tcp 127.0.0.1:6379: %w", syscall.ECONNREFUSED)
+}
+
+// TestExitWaitsNotForRefusedConnections: a reservation whose connection
+// was refused never reached the store, so a proxy whose client leaves
+// has nothing to settle, and exits at once, not after a wait for a store
+// that may stay down.
+func TestExitWaitsNotForRefusedConnections(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: refusedStore{memstore.New(memstore.Options{})}, Hasher: fingerprint.NewRandom()})
+	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	pol := policy.FromAnnotations(nil)
+	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: neverSent{t}, Reply: discard{}})
+	start := time.Now()
+	waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("exiting took %v; want no wait for a reservation that never reached the store", took)
 	}
 }
 

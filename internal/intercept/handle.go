@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"syscall"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -142,6 +143,11 @@ func (in *Interceptor) storeRefused(req *Request, id string, err error) {
 	in.decided(req, tool, "store_unavailable")
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// It never reached the store: nothing to fail later, nor for
+		// an exiting proxy to wait for.
+		return
+	}
 	in.abandoned.add(id, abandonment{req: req, c: record.Change{To: record.Failed, Note: lostNote}})
 }
 
