@@ -35,6 +35,41 @@ func (u storeGoesDown) Send(_ context.Context, _ string, _ json.RawMessage, done
 
 type discard struct{}
 
+// charge hands in a charge_card call that upstream gets, if it is sent.
+func charge(t *testing.T, in *intercept.Interceptor, upstream intercept.Upstream) {
+	t.Helper()
+	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	pol := policy.FromAnnotations(nil)
+	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: upstream, Reply: discard{}})
+}
+
+// exitsOnceUp checks that waitForOutcomes does not return until up is
+// called (early says what returning before means), and returns once it
+// is (late says what not returning means).
+func exitsOnceUp(t *testing.T, in *intercept.Interceptor, up func(), early, late string) {
+	t.Helper()
+	exited := make(chan struct{})
+	go func() {
+		waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		close(exited)
+	}()
+	select {
+	case <-exited:
+		t.Fatal(early)
+	case <-time.After(300 * time.Millisecond):
+	}
+	up()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal(late)
+	}
+}
+
 func (discard) Reply(intercept.Answer) error { return nil }
 
 // TestExitWaitsForOutcomes: a proxy whose store refused a call's outcome
@@ -44,30 +79,9 @@ func TestExitWaitsForOutcomes(t *testing.T) {
 	mem := memstore.New(memstore.Options{})
 	store := &recordtest.UpdatesDown{Store: mem}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
-	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	pol := policy.FromAnnotations(nil)
-	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: storeGoesDown{store}, Reply: discard{}})
+	charge(t, in, storeGoesDown{store})
 
-	exited := make(chan struct{})
-	go func() {
-		waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		close(exited)
-	}()
-	select {
-	case <-exited:
-		t.Fatal("the proxy exited while an outcome was still to be recorded")
-	case <-time.After(300 * time.Millisecond):
-	}
-	store.Down.Store(false)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the proxy did not exit once the store took the outcome")
-	}
+	exitsOnceUp(t, in, func() { store.Down.Store(false) }, "the proxy exited while an outcome was still to be recorded", "the proxy did not exit once the store took the outcome")
 	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Completed {
 		t.Fatalf("records %+v; want the execution completed", recs)
 	}
@@ -116,30 +130,9 @@ func TestExitSettlesLostReservations(t *testing.T) {
 	store := &lostReserve{Store: mem}
 	store.down.Store(true)
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
-	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	pol := policy.FromAnnotations(nil)
-	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: neverSent{t}, Reply: discard{}})
+	charge(t, in, neverSent{t})
 
-	exited := make(chan struct{})
-	go func() {
-		waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		close(exited)
-	}()
-	select {
-	case <-exited:
-		t.Fatal("the proxy exited while a reservation it did not send was still in flight")
-	case <-time.After(300 * time.Millisecond):
-	}
-	store.down.Store(false)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the proxy did not exit once the store answered")
-	}
+	exitsOnceUp(t, in, func() { store.down.Store(false) }, "the proxy exited while a reservation it did not send was still in flight", "the proxy did not exit once the store answered")
 	if recs := mem.Records(); len(recs) != 1 || recs[0].State != record.Failed {
 		t.Fatalf("records %+v; want the execution failed", recs)
 	}
@@ -162,13 +155,7 @@ func (refusedStore) Get(context.Context, string) (*record.Record, error) {
 // that may stay down.
 func TestExitWaitsNotForRefusedConnections(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: refusedStore{memstore.New(memstore.Options{})}, Hasher: fingerprint.NewRandom()})
-	call, perr := mcp.ParseToolCall(json.RawMessage(`{"name":"charge_card","arguments":{}}`))
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	pol := policy.FromAnnotations(nil)
-	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: neverSent{t}, Reply: discard{}})
+	charge(t, in, neverSent{t})
 	start := time.Now()
 	waitForOutcomes(t.Context(), in, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if took := time.Since(start); took > time.Second {
