@@ -105,13 +105,10 @@ func TestStdioSessionJournaled(t *testing.T) {
 	}
 }
 
-// TestHTTPSessionJournaled: a session through serve with --journal leaves
-// lines naming its Mcp-Session-Id and the client's address, and an end
-// line saying the client deleted it.
-func TestHTTPSessionJournaled(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "journal.jsonl")
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+// serveJournaled runs serve in front of echoServer, journaling to file,
+// until ctx ends, and returns its URL and what Run returns.
+func serveJournaled(t *testing.T, ctx context.Context, file string) (string, <-chan error) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -119,7 +116,17 @@ func TestHTTPSessionJournaled(t *testing.T) {
 		done <- Run(ctx, args, strings.NewReader(""), io.Discard, pw)
 		pw.Close()
 	}()
-	url := listeningURL(t, pr)
+	return listeningURL(t, pr), done
+}
+
+// TestHTTPSessionJournaled: a session through serve with --journal leaves
+// lines naming its Mcp-Session-Id and the client's address, and an end
+// line saying the client deleted it.
+func TestHTTPSessionJournaled(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "journal.jsonl")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	url, done := serveJournaled(t, ctx, file)
 
 	resp := post(t, "POST", url, initWithClientInfo, "")
 	sid := resp.Header.Get("Mcp-Session-Id")
@@ -195,14 +202,7 @@ func TestStatelessLaneIsOneProcessSession(t *testing.T) {
 	for range 2 {
 		file := filepath.Join(t.TempDir(), "journal.jsonl")
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		pr, pw := io.Pipe()
-		done := make(chan error, 1)
-		go func() {
-			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--journal", file, "--"}, echoServer...)
-			done <- Run(ctx, args, strings.NewReader(""), io.Discard, pw)
-			pw.Close()
-		}()
-		url := listeningURL(t, pr)
+		url, done := serveJournaled(t, ctx, file)
 		req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`))
 		if err != nil {
 			t.Fatal(err)
