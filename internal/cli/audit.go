@@ -153,7 +153,7 @@ func verifyOne(path string, opts journal.CheckOptions, sinceFile string, stdout,
 
 // checkJournal runs journal.Check on the file at path.
 func checkJournal(path string, opts journal.CheckOptions) (*journal.Report, error) {
-	f, err := os.Open(path)
+	f, err := journal.OpenRead(path)
 	if err != nil {
 		return nil, fmt.Errorf("verifying journal: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -261,7 +260,7 @@ func readJournals(paths []string, id string) ([]journal.Entry, error) {
 // verified, as entries, but for the lines in seen, to which it adds
 // those it reads.
 func readEntries(path string, n int, seen map[[sha256.Size]byte]bool) ([]journal.Entry, error) {
-	f, err := os.Open(path)
+	f, err := journal.OpenRead(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading journal: %w", err)
 	}

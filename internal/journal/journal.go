@@ -64,6 +64,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -218,6 +219,10 @@ func OpenWith(path string, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
+	if err := regular(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening journal %s: %w", path, err)
+	}
 	if err := lock(f); err != nil {
 		f.Close()
 		if errors.Is(err, ErrLocked) {
@@ -248,6 +253,54 @@ func OpenWith(path string, opts Options) (*Writer, error) {
 		w.arm()
 	}
 	return w, nil
+}
+
+// OpenRead opens the journal at path for reading, as Open does a
+// journal it appends to: only a regular file.
+func OpenRead(path string) (*os.File, error) {
+	// Looked at before it is opened: opening a named pipe to read
+	// waits for a writer.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s), as a journal must be", path, fileKind(fi.Mode()))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := regular(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// regular refuses f unless it is a regular file. A journal is one, and
+// a device such as /dev/zero is one endless line: reading it to find its
+// last line took all the memory there was.
+func regular(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file (%s), as a journal must be", fileKind(fi.Mode()))
+	}
+	return nil
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "a " + m.Type().String()
 }
 
 // tail reads a journal from its start and returns the hash of its last

@@ -444,3 +444,24 @@ func checkLineError(t *testing.T, what string, err error, wantLine int, want str
 		t.Errorf("%s: %v; want a LineError for line %d saying %q", what, err, wantLine, want)
 	}
 }
+
+// TestOpenRefusesWhatIsNoFile: a journal is a regular file. A device such
+// as /dev/zero is one endless line, which reading for its last line, as
+// Open and a verifier do, took all the memory there was: refused at once.
+func TestOpenRefusesWhatIsNoFile(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero here")
+	}
+	if w, err := Open("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if w != nil {
+			w.Close()
+		}
+		t.Fatalf("Open(/dev/zero) = %v; want it refused as not a regular file", err)
+	}
+	if f, err := OpenRead("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("OpenRead(/dev/zero) = %v; want it refused as not a regular file", err)
+	}
+}
