@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
@@ -81,6 +82,9 @@ func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
 	if protocol == "" {
 		variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
+	if err := checkEndpoints(); err != nil {
+		return nil, err
+	}
 	var exp *otlptrace.Exporter
 	var err error
 	switch protocol {
@@ -95,4 +99,21 @@ func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
 		return nil, errors.Join(errors.New("starting the OTLP trace exporter"), err)
 	}
 	return exp, nil
+}
+
+// checkEndpoints refuses an OTLP endpoint that is not an http or https
+// URL with a host. The exporter would only log such a value, in a line
+// of its own format, and send the spans to its default endpoint instead.
+func checkEndpoints() error {
+	for _, variable := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		v := os.Getenv(variable)
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s=%s: an endpoint is an http:// or https:// URL, such as http://127.0.0.1:4318", variable, v)
+		}
+	}
+	return nil
 }

@@ -91,6 +91,9 @@ func TestSetup(t *testing.T) {
 		{"none", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
 		{"disabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
 		{"zipkin", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false, "OTEL_TRACES_EXPORTER=zipkin"},
+		{"an endpoint that is no URL", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "::bad"}, false, "OTEL_EXPORTER_OTLP_ENDPOINT=::bad"},
+		{"an endpoint without a scheme", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "localhost:4318"}, false, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=localhost:4318"},
+		{"a grpc endpoint without a scheme", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, false, "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4317"},
 		{"http/json", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, false, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
