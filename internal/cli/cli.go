@@ -353,7 +353,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	if tools := policyFile.OperatorApproved(); len(tools) > 0 && durable == nil {
 		return nil, usagef("--policy: %s asks an operator for approval, and the memory store lives inside this process, "+
-			"where no operator reaches it: give a durable store (--store sqlite:PATH, postgres:..., redis:...)", strings.Join(tools, ", "))
+			"where no operator reaches it: give a durable store (--store sqlite:PATH, redis://... or postgres://...)", strings.Join(tools, ", "))
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)

@@ -135,7 +135,7 @@ func callResult(t *testing.T, ctx context.Context, p *peer, card string) *mcp.Ca
 
 // TestApprovalOperatorNeedsADurableStore: the memory store cannot be
 // reached by an operator, so the proxy refuses to start with such a
-// policy, naming the tool and the fix.
+// policy, naming the tool and the fix: store URLs that --store takes.
 func TestApprovalOperatorNeedsADurableStore(t *testing.T) {
 	needProxy(t)
 	ctx := testContext(t)
@@ -143,6 +143,11 @@ func TestApprovalOperatorNeedsADurableStore(t *testing.T) {
 	_, stderr, code := runProxy(t, ctx, args...)
 	if code != 2 || !strings.Contains(stderr, "charge_card asks an operator for approval") || !strings.Contains(stderr, "--store") {
 		t.Fatalf("exit %d, stderr %q; want a usage error naming the tool and --store", code, stderr)
+	}
+	for _, store := range []string{"sqlite:PATH", "redis://", "postgres://"} {
+		if !strings.Contains(stderr, store) {
+			t.Errorf("stderr %q does not give the store URL %s", stderr, store)
+		}
 	}
 }
 
