@@ -3,11 +3,14 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // The attributes of the proxy's spans: OpenTelemetry's MCP semantic
@@ -80,23 +83,36 @@ func StartElicitation(ctx context.Context, t trace.Tracer, tool string) (context
 
 // EndSend ends a send's span with the outcome the upstream gave: err is
 // nil for a result, else a JSON-RPC error or a failure to get an answer.
+//
+// A JSON-RPC error is described by its code alone: the upstream's
+// message may quote the call's arguments (a card number), which a
+// trace backend must not get.
 func EndSend(span trace.Span, err error) {
-	if err != nil {
+	var rpc *jsonrpc.Error
+	switch {
+	case errors.As(err, &rpc):
+		span.SetStatus(codes.Error, rpcStatus(rpc.Code))
+	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 }
 
 // AnswerError marks a call's span with the JSON-RPC error object it was
-// answered with.
+// answered with: its code, not its message, which may be the upstream's
+// and quote the call's arguments (as EndSend).
 func AnswerError(span trace.Span, errObject json.RawMessage) {
 	var e struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code int `json:"code"`
 	}
 	_ = json.Unmarshal(errObject, &e)
 	span.SetAttributes(ErrorType.String(strconv.Itoa(e.Code)), StatusCode.Int(e.Code))
-	span.SetStatus(codes.Error, e.Message)
+	span.SetStatus(codes.Error, rpcStatus(e.Code))
+}
+
+// rpcStatus is the status description of a JSON-RPC error answer.
+func rpcStatus(code int) string {
+	return "JSON-RPC error " + strconv.Itoa(code)
 }
 
 // requestID renders a JSON-RPC id as its attribute: a string's text, a

@@ -3,11 +3,16 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -117,5 +122,27 @@ func TestSetup(t *testing.T) {
 			cancel() // nothing to flush, and nowhere to flush it
 			_ = shutdown(ctx)
 		})
+	}
+}
+
+// TestErrorStatusHasNoMessage: a JSON-RPC error's message may quote the
+// call's arguments, so neither the call's span nor a send's carries it:
+// the status says the code alone.
+func TestErrorStatusHasNoMessage(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
+	const secret = "4111111111111111"
+	_, call := tracer.Start(context.Background(), "call")
+	AnswerError(call, json.RawMessage(`{"code":-32602,"message":"invalid card `+secret+`"}`))
+	call.End()
+	_, send := tracer.Start(context.Background(), "send")
+	EndSend(send, fmt.Errorf("sending: %w", &jsonrpc.Error{Code: -32602, Message: "invalid card " + secret}))
+	_, lost := tracer.Start(context.Background(), "lost")
+	EndSend(lost, errors.New("the upstream exited before answering"))
+	spans := rec.Ended()
+	for i, want := range []string{"JSON-RPC error -32602", "JSON-RPC error -32602", "the upstream exited before answering"} {
+		if st := spans[i].Status(); st.Code != codes.Error || st.Description != want {
+			t.Errorf("span %s: status %v %q; want Error %q", spans[i].Name(), st.Code, st.Description, want)
+		}
 	}
 }
