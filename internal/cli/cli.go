@@ -236,7 +236,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := parseFlags(f.fs, args); err != nil {
 		return err
 	}
-	if err := f.checkUpstream(f.fs.Args()); err != nil {
+	if err := f.checkUpstream("mcp-idempotent", f.fs.Args()); err != nil {
 		return err
 	}
 	w, err := f.wire(ctx, f.fs.Args(), stderr)
@@ -260,13 +260,14 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 }
 
 // checkUpstream checks that the upstream is named once: a command after
-// -- or --upstream URL.
-func (f *proxyFlags) checkUpstream(argv []string) error {
+// -- or --upstream URL. command is how the usage names the command run,
+// for the example in the error.
+func (f *proxyFlags) checkUpstream(command string, argv []string) error {
 	switch {
 	case f.upstream != "" && len(argv) > 0:
 		return usagef("--upstream and a command after -- both name the upstream: give one")
 	case f.upstream == "" && len(argv) == 0:
-		return usagef("no upstream command: put it after --, as in: mcp-idempotent -- node server.js, or give --upstream URL")
+		return usagef("no upstream command: put it after --, as in: %s -- node server.js, or give --upstream URL", command)
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")
 	case f.upstream != "":

@@ -86,7 +86,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", []string{"--nope", "--", "/bin/cat"}, []string{"nope"}},
 		{"flag without value", []string{"--log-level"}, []string{"log-level"}},
 		{"nothing after --", []string{"--"}, []string{"no upstream command", "--"}},
-		{"no arguments", nil, []string{"no upstream command"}},
+		{"no arguments", nil, []string{"no upstream command", "mcp-idempotent -- node server.js"}},
 		{"flags but no command", []string{"--actor", "alice"}, []string{"no upstream command"}},
 		{"demo with arguments", []string{"demo", "extra"}, []string{"demo"}},
 		{"version with arguments", []string{"version", "extra"}, []string{"version", `"extra"`}},

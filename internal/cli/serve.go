@@ -137,7 +137,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 // check checks serve's own flags and the upstream.
 func (f *serveFlags) check(argv []string) error {
-	if err := f.checkUpstream(argv); err != nil {
+	if err := f.checkUpstream("mcp-idempotent serve", argv); err != nil {
 		return err
 	}
 	switch {

@@ -19,7 +19,7 @@ func TestServeUsageErrors(t *testing.T) {
 		args []string
 		want []string // each must be in the error message
 	}{
-		{"no upstream", []string{"serve"}, []string{"no upstream command"}},
+		{"no upstream", []string{"serve"}, []string{"no upstream command", "mcp-idempotent serve -- node server.js"}},
 		{"two upstreams", []string{"serve", "--upstream", "http://127.0.0.1:1/mcp", "--", "/bin/cat"}, []string{"--upstream"}},
 		{"upstream not http", []string{"serve", "--upstream", "ftp://host/mcp"}, []string{"--upstream", `"ftp://host/mcp"`, "http://"}},
 		{"upstream without a host", []string{"serve", "--upstream", "http://"}, []string{"--upstream", "http://"}},
