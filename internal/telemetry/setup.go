@@ -112,7 +112,11 @@ func checkEndpoints() error {
 		}
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s=%s: an endpoint is an http:// or https:// URL, such as http://127.0.0.1:4318", variable, v)
+			shown := v
+			if err == nil {
+				shown = u.Redacted() // a password in it is not for the log
+			}
+			return fmt.Errorf("%s=%s: an endpoint is an http:// or https:// URL, such as http://127.0.0.1:4318", variable, shown)
 		}
 	}
 	return nil
