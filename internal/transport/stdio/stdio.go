@@ -19,8 +19,9 @@ import (
 // DefaultMaxFrame is the default limit on one frame's size.
 const DefaultMaxFrame = 16 << 20
 
-// A FrameTooLargeError reports a frame over the size limit. The frame was
-// read to its end and dropped; the next ReadFrame reads the frame after it.
+// A FrameTooLargeError reports a frame over the size limit. It comes as
+// soon as the limit is passed; the rest of the frame is dropped by the
+// next ReadFrame, which reads the frame after it.
 type FrameTooLargeError struct {
 	Limit int
 	// Head is the frame's first bytes (at most headSize), from which a
@@ -48,6 +49,9 @@ func (e *FrameTooLargeError) Error() string {
 type Conn struct {
 	r   *bufio.Reader
 	max int
+	// skipping: the line being read was reported too large before its
+	// end, which the next read drops.
+	skipping bool
 
 	wmu  sync.Mutex // serializes writes so frames never interleave
 	w    io.Writer
@@ -94,41 +98,40 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 }
 
 // readLine returns the next line without its line ending (an LF, or a CR
-// and an LF). A line whose content is over the limit is read to its end,
-// dropped, and reported as a FrameTooLargeError.
+// and an LF). A line whose content is over the limit is reported as a
+// FrameTooLargeError once the limit is passed, not at its end: a peer
+// that stalls in the middle of a huge answer must not hold up the answer
+// the proxy owes for it. The rest of the line is dropped by the next call.
 func (c *Conn) readLine() ([]byte, error) {
+	if c.skipping {
+		if err := c.skipLine(); err != nil {
+			return nil, err
+		}
+	}
 	// A whole line holds the frame, a CR and the LF; the sum stays in
 	// range where int has 32 bits.
 	limit := c.max + min(2, math.MaxInt-c.max)
-	var buf, head []byte
-	tooLarge := false
+	var buf []byte
 	for {
 		chunk, err := c.r.ReadSlice('\n')
-		if !tooLarge {
-			if len(buf)+len(chunk) > limit {
-				head = append(buf, chunk...)
-				head = bytes.Clone(head[:min(len(head), headSize)])
-				tooLarge, buf = true, nil
-			} else if buf == nil && err == nil {
-				// The common case: the whole line was in the buffer.
-				line, err := c.endLine(chunk)
-				return bytes.Clone(line), err
-			} else {
-				buf = append(buf, chunk...)
-			}
+		full := errors.Is(err, bufio.ErrBufferFull)
+		if len(buf)+len(chunk) > limit && (err == nil || full || errors.Is(err, io.EOF)) {
+			n := min(len(buf), headSize)
+			head := append(bytes.Clone(buf[:n]), chunk[:min(len(chunk), headSize-n)]...)
+			c.skipping = full
+			return nil, &FrameTooLargeError{Limit: c.max, Head: head}
+		} else if buf == nil && err == nil {
+			// The common case: the whole line was in the buffer.
+			line, err := c.endLine(chunk)
+			return bytes.Clone(line), err
 		}
+		buf = append(buf, chunk...)
 		switch {
 		case err == nil:
-			if tooLarge {
-				return nil, &FrameTooLargeError{Limit: c.max, Head: head}
-			}
 			return c.endLine(buf)
-		case errors.Is(err, bufio.ErrBufferFull):
+		case full:
 			continue
 		case errors.Is(err, io.EOF):
-			if tooLarge {
-				return nil, &FrameTooLargeError{Limit: c.max, Head: head}
-			}
 			if len(buf) > 0 {
 				// A final frame without a newline: the limit still
 				// applies to all of it.
@@ -138,6 +141,21 @@ func (c *Conn) readLine() ([]byte, error) {
 		default:
 			return nil, err
 		}
+	}
+}
+
+// skipLine drops what is left of a line reported too large, up to and
+// including its newline.
+func (c *Conn) skipLine() error {
+	for {
+		_, err := c.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == nil {
+			c.skipping = false
+		}
+		return err
 	}
 }
 
