@@ -70,6 +70,23 @@ func (s *Session) tooLargeFromClient(err error) {
 	s.writeClient(jsonrpc.NewErrorResponse(s.answerID(id), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %v", err)))
 }
 
+// brokenRequestID returns the id of a request from the client that cannot
+// be read whole (JSON nested past the decoder's depth limit, say), read
+// from its first kilobyte as for a message over the size limit; nil for
+// none, for an answer, or for an id a request still being answered holds.
+// Under a null id, as JSON-RPC has it, the client would wait for ever.
+func (s *Session) brokenRequestID(frame []byte) json.RawMessage {
+	id, method := jsonrpc.HeadRequest(frame[:min(len(frame), brokenHead)])
+	if method == "" {
+		return nil
+	}
+	return s.answerID(id)
+}
+
+// brokenHead bounds what brokenRequestID reads, as the transports bound
+// the head of a frame over the size limit.
+const brokenHead = 1024
+
 // frameHead returns the first bytes of a message over the size limit,
 // which a transport's size-limit error keeps; nil if err has none.
 func frameHead(err error) []byte {
@@ -95,11 +112,11 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	var params mcp.ParamsReader
 	if err := jsonrpc.DecodeParamsInto(msg, frame, params.Member); err != nil {
 		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
-		code := jsonrpc.CodeParseError
+		code, id := jsonrpc.CodeParseError, s.brokenRequestID(frame)
 		if errors.Is(err, jsonrpc.ErrAmbiguous) {
-			code = jsonrpc.CodeInvalidRequest // JSON, but not one message
+			code, id = jsonrpc.CodeInvalidRequest, nil // JSON, but not one message
 		}
-		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
+		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
 		return
 	}
 	if msg.Method == "" && msg.ID == nil && !msg.Batch {

@@ -394,3 +394,32 @@ func TestIDInUseIsRefused(t *testing.T) {
 		t.Fatalf("the upstream got %s; want the ping, id 5 freed by the cancellation", got)
 	}
 }
+
+// TestUnreadableRequestIsAnsweredUnderItsID: a request the proxy cannot
+// read whole, such as arguments nested past the JSON decoder's depth
+// limit, is answered under its id when its first bytes hold it, as one
+// over the size limit is: under a null id its client would wait for ever.
+// A broken answer of the client's, or an id a request in flight holds,
+// still gets the null id.
+func TestUnreadableRequestIsAnsweredUnderItsID(t *testing.T) {
+	r := newRig(t, 0)
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{"a":`+deep+`}}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":7,`) || !strings.Contains(got, `"code":-32700`) || !strings.Contains(got, "max depth") {
+		t.Fatalf("got %s; want a parse error under id 7 naming the depth", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":"a","method":"ping","params":{"x":]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":"a",`) || !strings.Contains(got, `"code":-32700`) {
+		t.Fatalf("got %s; want a parse error under id \"a\"", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":8,"result":{"x":]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,`) {
+		t.Fatalf("a broken answer got %s; want a null id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":]}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,`) {
+		t.Fatalf("a broken request under an id in use got %s; want a null id", got)
+	}
+}
