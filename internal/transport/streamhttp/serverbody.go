@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -31,10 +33,25 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		s.log.Debug("reading a request body failed", "err", err)
 		// The rest of the body is not waited for: the connection ends.
 		w.Header().Set("Connection", "close")
-		writeRefusal(w, refuse(http.StatusBadRequest, "reading the body: %v", err), jsonrpc.CodeInvalidRequest)
+		e := refuse(http.StatusBadRequest, "reading the body: %v", err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The raw "i/o timeout" of a socket says neither what was
+			// slow nor what to do.
+			e = refuse(http.StatusBadRequest, "the body did not all come within %v of its headers; send the whole body at once", roundDuration(s.opts.BodyTimeout))
+		}
+		writeRefusal(w, e, jsonrpc.CodeInvalidRequest)
 		return nil, false
 	}
 	return body, true
+}
+
+// roundDuration prints d without a zero tail: "1m" rather than "1m0s".
+func roundDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	return s
 }
 
 // isBatch reports whether body, valid JSON, is an array: a batch, even of
