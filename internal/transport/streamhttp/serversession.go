@@ -340,21 +340,53 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 // for the session has stopped, so that no client waits on a stream that
 // will never end.
 func (ss *ServerSession) endPending() {
+	unread := ss.unreadRequests()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.ended = true
-	for _, p := range ss.pending {
+	for key, p := range ss.pending {
+		msg := "the proxy session ended before the request was answered"
+		if unread[key] {
+			// A call the client must know did not run, or it cannot
+			// tell whether sending it again would run it twice.
+			msg = "the session ended before the proxy read this request: it was not sent upstream, and did not run; initialize a new session and send it again"
+		}
 		// Under the id as the client spelled it: the key is its IDKey,
 		// which for a string with an escape is another id, or not JSON.
 		ss.answerLocked(p, jsonrpc.NewErrorResponse(p.id, &jsonrpc.Error{
 			Code:    jsonrpc.CodeInternalError,
-			Message: "the proxy session ended before the request was answered",
+			Message: msg,
 		}), nil)
 	}
 	clear(ss.pending)
 	clear(ss.progress)
 	clear(ss.origIDs)
 	clear(ss.origTokens)
+}
+
+// unreadRequests drains the frames the proxy never read (they wait in
+// ss.in when the session ends under a burst) and returns the keys of the
+// requests they hold. Once the proxy has stopped, nothing reads ss.in.
+func (ss *ServerSession) unreadRequests() map[string]bool {
+	keys := make(map[string]bool)
+	for {
+		select {
+		case frame := <-ss.in:
+			var msgs []*jsonrpc.Message
+			if isBatch(frame) {
+				msgs, _ = jsonrpc.DecodeBatch(frame)
+			} else if m, err := jsonrpc.Decode(frame); err == nil {
+				msgs = []*jsonrpc.Message{m}
+			}
+			for _, m := range msgs {
+				if m.IsRequest() {
+					keys[string(jsonrpc.IDKey(m.ID))] = true
+				}
+			}
+		default:
+			return keys
+		}
+	}
 }
 
 // progressToken returns params._meta.progressToken as raw JSON, or "".

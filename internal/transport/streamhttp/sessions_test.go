@@ -3,6 +3,7 @@ package streamhttp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -357,5 +358,47 @@ func TestServerRequestAfterTheSessionEnded(t *testing.T) {
 		}
 		cancel()
 		srv.Close()
+	}
+}
+
+// TestServerSessionEndsWithRequestsUnread: a request still waiting for the
+// proxy to read it when the session ends (a burst, then a shutdown) was
+// never sent upstream. Its error says so, so that the client knows that
+// sending it again does not run it twice.
+func TestServerSessionEndsWithRequestsUnread(t *testing.T) {
+	release := make(chan struct{})
+	srv := NewServer(ServerOptions{Actor: "alice", Open: func(ctx context.Context, s *ServerSession) error {
+		f, err := s.ReadFrame()
+		if err != nil {
+			return nil
+		}
+		m, _ := jsonrpc.Decode(f)
+		s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{"protocolVersion":"`+version+`"}`)))
+		<-release // reads nothing more: what comes waits
+		return nil
+	}})
+	hs := httptest.NewServer(srv)
+	defer func() { hs.CloseClientConnections(); srv.Close(); hs.Close() }()
+	sid := openSession(t, hs.URL)
+	got := make(chan string, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge"}}`, session(sid))
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return len(srv.sessions[sid].in) == 1
+	})
+	close(release)
+	select {
+	case body := <-got:
+		if !strings.Contains(body, `"id":7,"error"`) || !strings.Contains(body, "not sent upstream, and did not run") {
+			t.Fatalf("the unread request got %q; want an error saying it did not run", body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer 5s after the session ended")
 	}
 }
