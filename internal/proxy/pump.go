@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -83,6 +84,15 @@ func (s *Session) brokenRequestID(frame []byte) json.RawMessage {
 	return s.answerID(id)
 }
 
+// tooDeep reports whether err is a decoder's refusal of JSON nested past
+// its limit, as encoding/json words it (its SyntaxError has no field for
+// the reason). Another reason, or other words, leave the answer under a
+// null id, as JSON-RPC has it for what could not be parsed.
+func tooDeep(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth")
+}
+
 // brokenHead bounds what brokenRequestID reads, as the transports bound
 // the head of a frame over the size limit.
 const brokenHead = 1024
@@ -112,9 +122,15 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	var params mcp.ParamsReader
 	if err := jsonrpc.DecodeParamsInto(msg, frame, params.Member); err != nil {
 		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
-		code, id := jsonrpc.CodeParseError, s.brokenRequestID(frame)
-		if errors.Is(err, jsonrpc.ErrAmbiguous) {
-			code, id = jsonrpc.CodeInvalidRequest, nil // JSON, but not one message
+		code := jsonrpc.CodeParseError
+		var id json.RawMessage // JSON-RPC's for a message not parsed
+		switch {
+		case errors.Is(err, jsonrpc.ErrAmbiguous):
+			code = jsonrpc.CodeInvalidRequest // JSON, but not one message
+		case tooDeep(err):
+			// JSON all the same, which the upstream may read: the id
+			// its head holds is the one the client waits on.
+			id = s.brokenRequestID(frame)
 		}
 		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
 		return

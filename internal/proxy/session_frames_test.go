@@ -395,12 +395,12 @@ func TestIDInUseIsRefused(t *testing.T) {
 	}
 }
 
-// TestUnreadableRequestIsAnsweredUnderItsID: a request the proxy cannot
-// read whole, such as arguments nested past the JSON decoder's depth
-// limit, is answered under its id when its first bytes hold it, as one
-// over the size limit is: under a null id its client would wait for ever.
-// A broken answer of the client's, or an id a request in flight holds,
-// still gets the null id.
+// TestUnreadableRequestIsAnsweredUnderItsID: a request nested past the
+// JSON decoder's depth limit, JSON all the same, is answered under its id
+// when its first bytes hold it, as one over the size limit is: under a
+// null id its client would wait for ever. What is not JSON, a broken
+// answer of the client's, or an id a request in flight holds still gets
+// the null id.
 func TestUnreadableRequestIsAnsweredUnderItsID(t *testing.T) {
 	r := newRig(t, 0)
 	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
@@ -408,9 +408,11 @@ func TestUnreadableRequestIsAnsweredUnderItsID(t *testing.T) {
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":7,`) || !strings.Contains(got, `"code":-32700`) || !strings.Contains(got, "max depth") {
 		t.Fatalf("got %s; want a parse error under id 7 naming the depth", got)
 	}
+	// JSON that is not JSON is answered under a null id, as JSON-RPC
+	// has it for a message not parsed.
 	r.client.send(t, `{"jsonrpc":"2.0","id":"a","method":"ping","params":{"x":]}}`)
-	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":"a",`) || !strings.Contains(got, `"code":-32700`) {
-		t.Fatalf("got %s; want a parse error under id \"a\"", got)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,`) || !strings.Contains(got, `"code":-32700`) {
+		t.Fatalf("got %s; want a parse error under a null id", got)
 	}
 	r.client.send(t, `{"jsonrpc":"2.0","id":8,"result":{"x":]}}`)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":null,`) {
