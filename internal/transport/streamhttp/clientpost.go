@@ -110,13 +110,15 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 			// may raise, rather than of an answer that never came.
 			c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
 			reason = "the upstream's answer was dropped: " + tooLarge(c.max)
-		case !json.Valid(body):
-			// A gateway's page under the wrong Content-Type, say: the
-			// caller is told what came, as over stdio.
-			c.log.Error("an answer from the upstream is not JSON", "size", len(body))
-			reason = "the upstream's answer is not JSON"
 		default:
 			c.deliver(body, pending)
+			// Checked only for a body that answered nothing, as deliver
+			// reads it: a gateway's page under the wrong Content-Type,
+			// say. The caller is told what came, as over stdio.
+			if len(pending) > 0 && !jsonrpc.Valid(body) {
+				c.log.Error("an answer from the upstream is not JSON", "size", len(body))
+				reason = "the upstream's answer is not JSON"
+			}
 		}
 	case "text/event-stream":
 		if c.relayStream(resp.Body, pending, !s.stateless) {
