@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,7 +149,7 @@ func TestServeProgressReachesItsCaller(t *testing.T) {
 				if !pids[m[1]] {
 					pids[m[1]] = true
 					pid, _ := strconv.Atoi(m[1])
-					opens = append(opens, func() { syscall.Kill(pid, syscall.SIGUSR1) })
+					opens = append(opens, func() { openGate(pid) })
 				}
 			}
 			for _, open := range opens {

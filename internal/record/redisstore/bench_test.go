@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -164,17 +163,6 @@ func reportClientCPU(b *testing.B) func() {
 			b.ReportMetric(spent.Seconds()*1e6/float64(b.N), "client-us/op")
 		}
 	}
-}
-
-// processCPU returns the CPU time this process has used, user and
-// system.
-func processCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCPU returns the CPU time the server has used, user and system.

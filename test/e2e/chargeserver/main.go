@@ -62,7 +62,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -182,6 +181,9 @@ func main() {
 	log.SetFlags(0)
 	var g *gate
 	if *gated {
+		if gateSignal == nil {
+			log.Fatal("-gate opens on SIGUSR1, which this system lacks")
+		}
 		g = newGate()
 	}
 
@@ -366,7 +368,7 @@ type gate struct {
 func newGate() *gate {
 	g := &gate{open: make(chan struct{})}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1)
+	signal.Notify(sig, gateSignal)
 	go func() {
 		for range sig {
 			g.mu.Lock()
