@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -19,5 +20,21 @@ func TestProtocol(t *testing.T) {
 			t.Errorf("%s: protocol %d; want %d", url, got, want)
 		}
 		s.Close()
+	}
+}
+
+// A protocol no Redis speaks is refused when the store opens, naming it,
+// rather than failing every connection's HELLO after.
+func TestProtocolRefused(t *testing.T) {
+	for _, q := range []string{"/0?protocol=4", "/0?protocol=1", "?cluster=true&protocol=4", "/0?master_name=m&protocol=4"} {
+		s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1"+q, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", q)
+			continue
+		}
+		if !strings.Contains(err.Error(), "protocol=") || !strings.Contains(err.Error(), "2 (RESP2) or 3 (RESP3)") {
+			t.Errorf("%s: %v; want an error naming protocol= and what it may be", q, err)
+		}
 	}
 }

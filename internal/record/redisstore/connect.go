@@ -52,6 +52,9 @@ func newClient(rawURL string) (client, error) {
 		if err != nil {
 			return client{}, unquoted(err)
 		}
+		if err := checkProtocol(o.Protocol); err != nil {
+			return client{}, err
+		}
 		setDefaults(o)
 		rdb := redis.NewClient(o)
 		return client{rdb: rdb, name: "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), read: rdb.Options().ReadTimeout}, nil
@@ -63,6 +66,9 @@ func newClient(rawURL string) (client, error) {
 	if err := checkFailover(fo); err != nil {
 		return client{}, err
 	}
+	if err := checkProtocol(fo.Protocol); err != nil {
+		return client{}, err
+	}
 	o := &redis.Options{DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, DialerRetries: fo.DialerRetries, Protocol: fo.Protocol}
 	setDefaults(o)
 	fo.DialTimeout, fo.ReadTimeout, fo.DialerRetries, fo.Protocol = o.DialTimeout, o.ReadTimeout, o.DialerRetries, o.Protocol
@@ -70,6 +76,16 @@ func newClient(rawURL string) (client, error) {
 	name := fmt.Sprintf("redis store %s (Sentinel %s)/%d", fo.MasterName, strings.Join(fo.SentinelAddrs, ","), fo.DB)
 	rdb := redis.NewFailoverClient(fo)
 	return client{rdb: rdb, name: name, read: rdb.Options().ReadTimeout}, nil
+}
+
+// checkProtocol refuses a protocol= that no Redis speaks: go-redis would
+// take it, and every connection's HELLO would then fail, store down for
+// good with the cause only in the log.
+func checkProtocol(p int) error {
+	if p != 0 && p != 2 && p != 3 {
+		return fmt.Errorf("protocol=%d: want 2 (RESP2) or 3 (RESP3)", p)
+	}
+	return nil
 }
 
 // clusterParam reads cluster=, which is the store's, not go-redis's: true
@@ -101,6 +117,9 @@ func newClusterClient(u *url.URL) (client, error) {
 		return client{}, unquoted(err)
 	}
 	if err := checkCluster(co); err != nil {
+		return client{}, err
+	}
+	if err := checkProtocol(co.Protocol); err != nil {
 		return client{}, err
 	}
 	o := &redis.Options{DialTimeout: co.DialTimeout, ReadTimeout: co.ReadTimeout, DialerRetries: co.DialerRetries, Protocol: co.Protocol}
