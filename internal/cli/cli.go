@@ -645,7 +645,8 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
+	// Case-blind, as --log-level is (slog reads "DEBUG" as "debug").
+	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":

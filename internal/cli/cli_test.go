@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -102,6 +103,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no replicas to wait for", []string{"--store", "redis://127.0.0.1:1/0?wait_replicas=0", "--", "/bin/cat"}, []string{"--store", "wait_replicas=0", "from 1 to 1000"}},
 		{"a wait without replicas", []string{"--store", "redis://127.0.0.1:1/0?wait_timeout=1s", "--", "/bin/cat"}, []string{"--store", "wait_timeout= is given without wait_replicas="}},
 		{"a wait of no time", []string{"--store", "redis://127.0.0.1:1/0?wait_replicas=1&wait_timeout=soon", "--", "/bin/cat"}, []string{"--store", "wait_timeout=soon"}},
+		{"log format not known in capitals either", []string{"--log-format", "XML", "--", "/bin/cat"}, []string{"--log-format", `"XML"`}},
 		{"redis prefix twice", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant-a:&prefix=tenant-b:", "--", "/bin/cat"}, []string{"--store", "prefix= is given 2 times"}},
 		{"postgres schema twice", []string{"--store", "postgres://127.0.0.1:1/db?schema=a&schema=b", "--", "/bin/cat"}, []string{"--store", "schema= is given 2 times"}},
 		{"empty postgres schema", []string{"--store", "postgres://127.0.0.1:1/db?schema=", "--", "/bin/cat"}, []string{"--store", "schema= is empty"}},
@@ -145,6 +147,20 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("Run(%q) = %q: a header's value is never shown", tt.args, err)
 			}
 		})
+	}
+}
+
+// TestLogFlagsIgnoreCase: --log-format is read as --log-level is, case
+// and all.
+func TestLogFlagsIgnoreCase(t *testing.T) {
+	var out bytes.Buffer
+	log, err := newLogger(&out, "INFO", "JSON")
+	if err != nil {
+		t.Fatalf("newLogger(INFO, JSON) = %v; want a JSON logger", err)
+	}
+	log.Info("hello")
+	if !json.Valid(out.Bytes()) {
+		t.Errorf("--log-format JSON wrote %q; want a JSON line", out.String())
 	}
 }
 
