@@ -469,8 +469,9 @@ const maxExponent = 4096
 // point).
 const maxNumberLength = 2048
 
-// ErrNumber is returned for a number literal too large to fingerprint.
-var ErrNumber = errors.New("a number in the arguments is too large to fingerprint")
+// ErrNumber is returned for a number literal too long, or with too large
+// an exponent, to fingerprint: 1e-5000 as much as 1e5000.
+var ErrNumber = errors.New("a number in the arguments is past what the fingerprint reads")
 
 // checkNumbers returns ErrNumber, saying why, for the first number in v
 // whose exponent or length is past its bound.
@@ -495,8 +496,11 @@ func checkNumbers(v any) error {
 		}
 		if i := strings.IndexAny(s, "eE"); i >= 0 {
 			exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
-			if err != nil || exp > maxExponent || exp < -maxExponent {
+			switch {
+			case err != nil:
 				return fmt.Errorf("%w: its exponent is beyond ±%d", ErrNumber, maxExponent)
+			case exp > maxExponent || exp < -maxExponent:
+				return fmt.Errorf("%w: its exponent, %d, is beyond ±%d", ErrNumber, exp, maxExponent)
 			}
 		}
 	}

@@ -264,6 +264,11 @@ func TestErrors(t *testing.T) {
 		})
 	}
 
+	// A tiny number is refused for its exponent, not called large.
+	if _, err := h.Sum(withArgs(`{"n":1e-5000}`)); err == nil || strings.Contains(err.Error(), "large") || !strings.Contains(err.Error(), "exponent, -5000, is beyond ±4096") {
+		t.Errorf("Sum(1e-5000) = %v; want it refused for its exponent, -5000", err)
+	}
+
 	a := base()
 	a.Extra = map[string]json.RawMessage{"x": json.RawMessage(`[1e999999999]`)}
 	if _, err := h.Sum(a); !errors.Is(err, ErrNumber) {
