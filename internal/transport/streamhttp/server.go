@@ -157,7 +157,9 @@ func (s *Server) Close() error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	actor, herr := s.check(r)
 	if herr != nil {
-		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		// Before the body is read: an unauthenticated client's body is
+		// never read.
+		refuseUnread(w, r, herr, jsonrpc.CodeInvalidRequest)
 		return
 	}
 	switch r.Method {
@@ -168,7 +170,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		s.delete(w, r, actor)
 	default:
-		writeRefusal(w, &httpError{status: http.StatusMethodNotAllowed,
+		refuseUnread(w, r, &httpError{status: http.StatusMethodNotAllowed,
 			msg:    r.Method + " is not a method of the MCP endpoint: use POST, GET or DELETE",
 			header: http.Header{"Allow": {"GET, POST, DELETE"}}}, jsonrpc.CodeInvalidRequest)
 	}
@@ -177,11 +179,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // post handles a POST: one JSON-RPC message, or a batch of them.
 func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		writeRefusal(w, refuse(http.StatusUnsupportedMediaType, "Content-Type must be application/json, not %q", r.Header.Get("Content-Type")), jsonrpc.CodeInvalidRequest)
+		refuseUnread(w, r, refuse(http.StatusUnsupportedMediaType, "Content-Type must be application/json, not %q", r.Header.Get("Content-Type")), jsonrpc.CodeInvalidRequest)
 		return
 	}
 	if !accepts(r, "application/json") || !accepts(r, "text/event-stream") {
-		writeRefusal(w, refuse(http.StatusNotAcceptable, "Accept must list both application/json and text/event-stream"), jsonrpc.CodeInvalidRequest)
+		refuseUnread(w, r, refuse(http.StatusNotAcceptable, "Accept must list both application/json and text/event-stream"), jsonrpc.CodeInvalidRequest)
 		return
 	}
 	body, ok := s.readBody(w, r)

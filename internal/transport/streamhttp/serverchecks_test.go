@@ -2,10 +2,12 @@ package streamhttp
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +363,37 @@ func TestServerBodyTimeout(t *testing.T) {
 	// "i/o timeout".
 	if want := "did not all come within 200ms"; !strings.Contains(string(body), want) || strings.Contains(string(body), "i/o timeout") {
 		t.Errorf("the refusal %s does not say %q", body, want)
+	}
+}
+
+// TestServerRefusesUnreadBodyAtOnce: a request refused before its body
+// is read (here, without a valid token) is answered at once, not once its
+// body has all come, however slowly the client sends it.
+func TestServerRefusesUnreadBodyAtOnce(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{Tokens: map[string]string{"tok-a": "alice"}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer 10s after the headers, the body still owed: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Errorf("answered %s, closing %v; want 401, and the connection closed", resp.Status, resp.Close)
+	}
+	// The server does not wait for the body for ever either: it closes
+	// the connection.
+	if _, err := br.ReadByte(); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection is still open 10s after the headers, the body still owed")
+	}
+	if p.seen("{") != 0 {
+		t.Error("an unauthenticated body reached the proxy")
 	}
 }
