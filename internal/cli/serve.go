@@ -28,6 +28,7 @@ type serveFlags struct {
 	hosts        stringsFlag
 	tokenFile    string
 	maxSessions  int
+	maxBodyReads int
 	idleTimeout  time.Duration
 	jsonResponse bool
 }
@@ -48,6 +49,7 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	fs.Var(&f.hosts, "allow-host", "a Host name to accept besides loopback names, the --listen host and the --allow-origin hosts (repeatable); any other Host gets 403 (DNS rebinding)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint, so two tokens never share an execution")
 	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); more get 503")
+	fs.IntVar(&f.maxBodyReads, "max-body-reads", streamhttp.DefaultMaxBodyReads, "the most request bodies read at once, each at most --max-message-size; more get 503 unread (requests being answered and open streams do not count)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long without a request; with the session scope, a retry after that runs again")
 	fs.BoolVar(&f.jsonResponse, "json-response", false, "answer each POST with one JSON body instead of an SSE stream (no progress on the request's stream, no resumption)")
 	return f
@@ -127,6 +129,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		AllowOrigins: f.origins,
 		AllowHosts:   hosts,
 		MaxSessions:  f.maxSessions,
+		MaxBodyReads: f.maxBodyReads,
 		IdleTimeout:  f.idleTimeout,
 		MaxMessage:   w.maxMessage,
 		JSONResponse: f.jsonResponse,
@@ -149,6 +152,8 @@ func (f *serveFlags) check(argv []string) error {
 		return usagef("--path: %q is a URL path: it cannot hold ? or #", f.path)
 	case f.maxSessions <= 0:
 		return usagef("--max-sessions: %d must be positive", f.maxSessions)
+	case f.maxBodyReads <= 0:
+		return usagef("--max-body-reads: %d must be positive", f.maxBodyReads)
 	case f.idleTimeout <= 0:
 		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
 	}

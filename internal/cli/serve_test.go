@@ -29,6 +29,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"path with a query", []string{"serve", "--path", "/a?b", "--", "/bin/cat"}, []string{"--path", `"/a?b"`}},
 		{"path with a fragment", []string{"serve", "--path", "/a#b", "--", "/bin/cat"}, []string{"--path", `"/a#b"`}},
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
+		{"no body reads", []string{"serve", "--max-body-reads", "0", "--", "/bin/cat"}, []string{"--max-body-reads", "must be positive"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
 		{"origin without a scheme", []string{"serve", "--allow-origin", "bogus", "--", "/bin/cat"}, []string{"--allow-origin", `"bogus"`}},

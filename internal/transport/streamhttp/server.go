@@ -50,6 +50,11 @@ type ServerOptions struct {
 	// ever; zero means 60 seconds. (http.Server's ReadTimeout would also
 	// end the long-lived SSE streams.)
 	BodyTimeout time.Duration
+	// MaxBodyReads bounds the request bodies being read at once; zero
+	// means DefaultMaxBodyReads. A request past it is refused unread.
+	// It bounds the bodies, not the requests: one whose body is read
+	// holds no place while it is answered.
+	MaxBodyReads int
 	// EventBuffer and EventBufferBytes bound the events a session holds
 	// for clients that reconnect; zero means 1024 events and 32 MiB.
 	EventBuffer      int
@@ -81,6 +86,10 @@ type Server struct {
 	auth   bool
 	tokens []token
 
+	// bodyReads holds a place for each request body being read: its
+	// capacity is MaxBodyReads.
+	bodyReads chan struct{}
+
 	mu       sync.Mutex // guards sessions, running, lanes and closed
 	sessions map[string]*ServerSession
 	// running counts the sessions whose Open has not returned: those in
@@ -105,6 +114,9 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = time.Minute
 	}
+	if opts.MaxBodyReads <= 0 {
+		opts.MaxBodyReads = DefaultMaxBodyReads
+	}
 	if opts.EventBuffer <= 0 {
 		opts.EventBuffer = 1024
 	}
@@ -119,6 +131,8 @@ func NewServer(opts ServerOptions) *Server {
 		log:      opts.Logger,
 		sessions: make(map[string]*ServerSession),
 		lanes:    make(map[string]*ServerSession),
+
+		bodyReads: make(chan struct{}, opts.MaxBodyReads),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -16,9 +16,28 @@ import (
 // whose headers disagree with its body (the go-sdk's CodeHeaderMismatch).
 const codeHeaderMismatch = -32020
 
-// readBody reads a POST's body, bounded in size and in time. It answers
-// the refusal itself when it cannot.
+// DefaultMaxBodyReads is ServerOptions.MaxBodyReads's default.
+const DefaultMaxBodyReads = 128
+
+// readBody reads a POST's body, bounded in size and in time, and while
+// fewer than MaxBodyReads others are being read. It answers the refusal
+// itself when it cannot.
+//
+// The bound is on bodies, not bytes: a body coming slowly costs memory
+// for its reader (a goroutine, buffers, and what has come) however few
+// bytes it has sent, so no byte budget would bound the clients that
+// trickle a few bytes each. MaxBodyReads times MaxMessage bounds the
+// bytes too.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	select {
+	case s.bodyReads <- struct{}{}:
+		defer func() { <-s.bodyReads }()
+	default:
+		e := refuse(http.StatusServiceUnavailable, "too many request bodies are being read at once (%d, --max-body-reads): this request was not read and did not run; send it again", s.opts.MaxBodyReads)
+		e.header = http.Header{"Retry-After": {"1"}}
+		refuseUnread(w, r, e, jsonrpc.CodeInternalError)
+		return nil, false
+	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))

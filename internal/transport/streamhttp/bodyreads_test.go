@@ -1,0 +1,104 @@
+package streamhttp
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// slowPost opens a connection to url and sends a POST of body in the
+// session sid, all but its last byte. The returned function sends that
+// byte and returns the response.
+func slowPost(t *testing.T, url, sid, body string) func() *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"%s: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s", headerSessionID, sid, headerProtocolVersion, version, len(body), body[:len(body)-1])
+	return func() *http.Response {
+		t.Helper()
+		io.WriteString(c, body[len(body)-1:])
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer once the body came: %v", err)
+		}
+		return resp
+	}
+}
+
+// TestServerMaxBodyReads: past MaxBodyReads bodies being read, a request
+// is refused unread with 503 and Retry-After, saying it did not run; a
+// call in flight and the GET stream hold no place, and once the bodies
+// are read, a request gets in.
+func TestServerMaxBodyReads(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{MaxBodyReads: 2})
+	sid := start(t, hs.URL, nil)
+	get := do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	defer get.Body.Close()
+	if get.StatusCode != 200 {
+		t.Fatalf("GET stream: %s", get.Status)
+	}
+	slow := make(chan []testEvent, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"slow"}`, session(sid))
+		defer resp.Body.Close()
+		slow <- readEvents(t, resp.Body)
+	}()
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+
+	finish := []func() *http.Response{
+		slowPost(t, hs.URL, sid, `{"jsonrpc":"2.0","id":10,"method":"ping"}`),
+		slowPost(t, hs.URL, sid, `{"jsonrpc":"2.0","id":11,"method":"ping"}`),
+	}
+	waitFor(t, func() bool { return len(srv.bodyReads) == 2 })
+
+	ping := `{"jsonrpc":"2.0","id":3,"method":"ping"}`
+	resp := do(t, t.Context(), "POST", hs.URL, ping, session(sid))
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third body while two are read: %s, Retry-After %q, %s; want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"), b)
+	}
+	m, err := jsonrpc.Decode(b)
+	if err != nil || m.Error == nil || jsonrpc.DecodeError(m.Error).Code != jsonrpc.CodeInternalError {
+		t.Fatalf("refused with %s; want a JSON-RPC error", b)
+	}
+	for _, want := range []string{"--max-body-reads", "did not run"} {
+		if msg := jsonrpc.DecodeError(m.Error).Message; !strings.Contains(msg, want) {
+			t.Errorf("the refusal %q does not say %q", msg, want)
+		}
+	}
+	if p.seen(`"id":3`) != 0 {
+		t.Fatal("a refused request reached the proxy")
+	}
+
+	for i, f := range finish {
+		resp := f()
+		if events := readEvents(t, resp.Body); resp.StatusCode != 200 || len(events) != 1 || !strings.Contains(events[0].data, fmt.Sprintf(`"id":%d`, 10+i)) {
+			t.Fatalf("slow body %d: %s %v; want its answer", i, resp.Status, events)
+		}
+		resp.Body.Close()
+	}
+	waitFor(t, func() bool { return len(srv.bodyReads) == 0 })
+	resp = do(t, t.Context(), "POST", hs.URL, ping, session(sid))
+	if events := readEvents(t, resp.Body); resp.StatusCode != 200 || len(events) != 1 || !strings.Contains(events[0].data, `"id":3`) {
+		t.Fatalf("the request sent again once the bodies were read: %s %v; want its answer", resp.Status, events)
+	}
+	resp.Body.Close()
+
+	close(p.gate)
+	if events := <-slow; len(events) != 1 || !strings.Contains(events[0].data, `"id":2`) {
+		t.Fatalf("the call in flight got %v; want its answer", events)
+	}
+}
