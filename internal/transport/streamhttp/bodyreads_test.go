@@ -102,3 +102,27 @@ func TestServerMaxBodyReads(t *testing.T) {
 		t.Fatalf("the call in flight got %v; want its answer", events)
 	}
 }
+
+// TestServerBodyReadWaits: a request that finds every place taken waits a
+// moment for one, so a burst of bodies that come at once is read, not
+// refused.
+func TestServerBodyReadWaits(t *testing.T) {
+	// A wait far longer than the test takes: the request must get in
+	// by waiting, whatever the machine's pace.
+	srv, _, hs := newTestServer(t, ServerOptions{MaxBodyReads: 1, bodyReadWait: time.Hour})
+	sid := start(t, hs.URL, nil)
+	finish := slowPost(t, hs.URL, sid, `{"jsonrpc":"2.0","id":10,"method":"ping"}`)
+	waitFor(t, func() bool { return len(srv.bodyReads) == 1 })
+
+	answered := make(chan *http.Response, 1)
+	go func() {
+		answered <- do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":3,"method":"ping"}`, session(sid))
+	}()
+	waitFor(t, func() bool { return srv.bodyWaits.Load() == 1 })
+	finish().Body.Close()
+	resp := <-answered
+	defer resp.Body.Close()
+	if events := readEvents(t, resp.Body); resp.StatusCode != 200 || len(events) != 1 || !strings.Contains(events[0].data, `"id":3`) {
+		t.Fatalf("a request that waited for a place: %s %v; want its answer", resp.Status, events)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -55,6 +56,9 @@ type ServerOptions struct {
 	// It bounds the bodies, not the requests: one whose body is read
 	// holds no place while it is answered.
 	MaxBodyReads int
+	// bodyReadWait is how long a request waits for a place among
+	// MaxBodyReads; zero means defaultBodyReadWait. Tests set it.
+	bodyReadWait time.Duration
 	// EventBuffer and EventBufferBytes bound the events a session holds
 	// for clients that reconnect; zero means 1024 events and 32 MiB.
 	EventBuffer      int
@@ -89,6 +93,7 @@ type Server struct {
 	// bodyReads holds a place for each request body being read: its
 	// capacity is MaxBodyReads.
 	bodyReads chan struct{}
+	bodyWaits atomic.Int32 // requests waiting for a place in bodyReads
 
 	mu       sync.Mutex // guards sessions, running, lanes and closed
 	sessions map[string]*ServerSession
@@ -116,6 +121,9 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.MaxBodyReads <= 0 {
 		opts.MaxBodyReads = DefaultMaxBodyReads
+	}
+	if opts.bodyReadWait <= 0 {
+		opts.bodyReadWait = defaultBodyReadWait
 	}
 	if opts.EventBuffer <= 0 {
 		opts.EventBuffer = 1024

@@ -19,6 +19,33 @@ const codeHeaderMismatch = -32020
 // DefaultMaxBodyReads is ServerOptions.MaxBodyReads's default.
 const DefaultMaxBodyReads = 128
 
+// defaultBodyReadWait is how long a request waits for a place to read its
+// body before it is refused: a burst of bodies that come at once is read in
+// far less, so only bodies held back by their clients fill every place
+// that long.
+const defaultBodyReadWait = 250 * time.Millisecond
+
+// placeToRead takes a place among the MaxBodyReads, waiting for one at
+// most ServerOptions.bodyReadWait, and reports whether it did.
+func (s *Server) placeToRead(r *http.Request) bool {
+	select {
+	case s.bodyReads <- struct{}{}:
+		return true
+	default:
+	}
+	s.bodyWaits.Add(1)
+	defer s.bodyWaits.Add(-1)
+	t := time.NewTimer(s.opts.bodyReadWait)
+	defer t.Stop()
+	select {
+	case s.bodyReads <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return false
+}
+
 // readBody reads a POST's body, bounded in size and in time, and while
 // fewer than MaxBodyReads others are being read. It answers the refusal
 // itself when it cannot.
@@ -29,15 +56,13 @@ const DefaultMaxBodyReads = 128
 // trickle a few bytes each. MaxBodyReads times MaxMessage bounds the
 // bytes too.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	select {
-	case s.bodyReads <- struct{}{}:
-		defer func() { <-s.bodyReads }()
-	default:
+	if !s.placeToRead(r) {
 		e := refuse(http.StatusServiceUnavailable, "too many request bodies are being read at once (%d, --max-body-reads): this request was not read and did not run; send it again", s.opts.MaxBodyReads)
 		e.header = http.Header{"Retry-After": {"1"}}
 		refuseUnread(w, r, e, jsonrpc.CodeInternalError)
 		return nil, false
 	}
+	defer func() { <-s.bodyReads }()
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessage)))
