@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"syscall"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -56,33 +55,22 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
 	in.prepareApproval(req, fresh, &opts)
+	// Marked before the context is read: see reserving.go.
+	in.startReserving(req)
 	if err := ctx.Err(); err != nil {
-		in.leftBeforeReserving(req, err)
+		if in.keepsCall(req) {
+			in.leftBeforeReserving(req, err)
+		}
 		return
 	}
-	// Not under the caller's context: a reservation the store made but
-	// whose answer a cancellation cut off would stay reserved, never sent,
-	// and every retry would attach to it. Once asked for, it is seen
-	// through (the store bounds its own operations).
-	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
+	rec, won, err := in.reserve(req, fresh, opts)
+	if !in.keepsCall(req) {
+		in.reservedAfterEnd(req, fresh.ID, rec, won, err)
+		return
+	}
 	if err != nil {
 		in.storeRefused(req, fresh.ID, err)
 		return
-	}
-	in.journalizeTakeover(req, rec)
-	if !won {
-		if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
-			// The call found an execution of this process's that was
-			// never sent nor settled (the store's answer to its
-			// reservation was lost, or it refused the dispatch):
-			// settled now, it is reserved again, and this call runs
-			// or attaches to what it came to.
-			if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
-				in.storeRefused(req, fresh.ID, err)
-				return
-			}
-			in.journalizeTakeover(req, rec)
-		}
 	}
 	in.resolve(ctx, req, rec, won, a.fp, a.args)
 }
@@ -143,12 +131,7 @@ func (in *Interceptor) storeRefused(req *Request, id string, err error) {
 	in.decided(req, tool, "store_unavailable")
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		// It never reached the store: nothing to fail later, nor for
-		// an exiting proxy to wait for.
-		return
-	}
-	in.abandoned.add(id, abandonment{req: req, c: record.Change{To: record.Failed, Note: lostNote}})
+	in.mayHaveReserved(req, id, err)
 }
 
 // retake settles rec, abandoned by a, for a call that found it, and

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -173,6 +174,10 @@ type Request struct {
 	// unrecorded marks a call sent by Unrecorded: no execution id goes
 	// upstream with it.
 	unrecorded bool
+	// stage says, while a store that waits reserves the call, whether
+	// the call's goroutine or its session's end answers it (reserving.go).
+	// Beside unrecorded, it takes no room of its own.
+	stage atomic.Int32
 	// joined is the execution the call joined rather than started, if it
 	// did (set by Handle): its id, and how (journal.Attach.How);
 	// got is what its caller is answered (journal.Attach.Got), set just

@@ -1,0 +1,126 @@
+package intercept
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A store that waits (Options.StoreWaits) may take its time to reserve a
+// call: a SQLite file whose write lock another process holds, a server
+// slow to answer. The reservation is not under the caller's context
+// (handle), so it may outlast the call's session, whose caller is owed an
+// answer all the same: the session's end gives it (EndReserving), and the
+// call's goroutine, once the store answers, fails what it reserved rather
+// than send it. Request.stage says which of the two answers the call;
+// each takes it with a compare-and-swap, so only one does, and a call
+// answered that it did not run is never sent.
+//
+// The call's goroutine marks the call reserving before it reads its
+// context, and the session ends the context before it looks at the mark:
+// so a call the session's end finds not yet reserving sees its context
+// ended, and answers itself (leftBeforeReserving).
+
+// Where a call is with its reservation (Request.stage).
+const (
+	stageBefore    int32 = iota // not reserving, or with a store that does not wait
+	stageReserving              // the store is asked; either may answer the call
+	stageReserved               // the call's goroutine answers it
+	stageEnded                  // the session's end answered it: nothing is sent
+)
+
+// startReserving marks req as reserving, with a store that waits.
+func (in *Interceptor) startReserving(req *Request) {
+	if in.storeWaits {
+		req.stage.Store(stageReserving)
+	}
+}
+
+// keepsCall reports whether the call's goroutine still answers req, once
+// it stops reserving: it does unless the session's end answered it.
+func (in *Interceptor) keepsCall(req *Request) bool {
+	return !in.storeWaits || req.stage.CompareAndSwap(stageReserving, stageReserved)
+}
+
+// EndReserving answers req, a call whose session is ending, if a store
+// that waits is still reserving it: nothing was sent, so it is told it did
+// not run (NotRunAtSessionEnd), and may be made again. The reservation, if
+// the store makes it all the same, is failed, never sent. It reports
+// whether it answered. The session must have ended req's context with
+// ErrSessionEnded first: a call not yet reserving then answers itself.
+func (in *Interceptor) EndReserving(req *Request) bool {
+	if !req.stage.CompareAndSwap(stageReserving, stageEnded) {
+		return false
+	}
+	in.leftBeforeReserving(req, ErrSessionEnded)
+	return true
+}
+
+// reserve asks the store to reserve fresh for req, and journals what it
+// made of it. A won reservation, or an error, is req's to act on.
+func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	// Not under the caller's context: a reservation the store made but
+	// whose answer a cancellation cut off would stay reserved, never sent,
+	// and every retry would attach to it. Once asked for, it is seen
+	// through (the store bounds its own operations).
+	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	in.journalizeTakeover(req, rec)
+	if won {
+		return rec, true, nil
+	}
+	if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
+		// The call found an execution of this process's that was never
+		// sent nor settled (the store's answer to its reservation was
+		// lost, or it refused the dispatch): settled now, it is reserved
+		// again, and this call runs or attaches to what it came to.
+		if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
+			return nil, false, err
+		}
+		in.journalizeTakeover(req, rec)
+	}
+	return rec, won, nil
+}
+
+// reservedAfterEnd sees through the reservation of req, of execution id,
+// a call the session's end answered while the store reserved it
+// (EndReserving): what the store made (rec, won; or err) is never sent. A
+// won reservation is failed, at once or, if the store refuses, later
+// (abandoned); one the store did not answer for is remembered to be
+// failed if it was made.
+func (in *Interceptor) reservedAfterEnd(req *Request, id string, rec *record.Record, won bool, err error) {
+	switch {
+	case err != nil:
+		in.log.Warn("the store refused the reservation of a call its session's end answered", "tool", req.Call.Name, "request", req.Correlation, "err", err)
+		in.mayHaveReserved(req, id, err)
+	case won:
+		if rec.State == record.Dispatched {
+			in.journalizeAccepted(req, rec)
+		} else {
+			in.journalize(req, rec, record.Change{To: record.Accepted})
+		}
+		in.log.Info("the session ended while the store reserved the call; failing it, unsent", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
+		in.abandon(req, rec.ID, record.Change{To: record.Failed, From: rec.State, Note: endedNote})
+	}
+	// Otherwise it matched an execution under way, or settled: the
+	// call made nothing of its own.
+}
+
+// endedNote is the note of a reservation failed because its call's
+// session ended while the store made it.
+const endedNote = "failed before it was sent: the session ended while the store reserved it"
+
+// mayHaveReserved remembers execution id, whose reservation for req the
+// store refused or did not answer, to be failed once the store answers:
+// it may have made it all the same (abandoned).
+func (in *Interceptor) mayHaveReserved(req *Request, id string, err error) {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// It never reached the store: nothing to fail later, nor for
+		// an exiting proxy to wait for.
+		return
+	}
+	in.abandoned.add(id, abandonment{req: req, c: record.Change{To: record.Failed, Note: lostNote}})
+}
