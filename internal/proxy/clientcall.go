@@ -230,20 +230,14 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		c.finish()
 		return
 	}
-	c.req = intercept.Request{
-		Call:           call,
-		Policy:         pol,
-		SchemaDefaults: info.defaults,
-		Actor:          s.opts.Actor,
-		Scope:          s.opts.Scope,
-		UpstreamID:     s.opts.UpstreamID,
-		UpstreamName:   s.opts.UpstreamName,
-		Upstream:       s,
-		Reply:          c,
-		Correlation:    c.key(),
-		Session:        s.opts.Scope,
-		ID:             c.id(),
-	}
+	// Member by member, its id and Correlation set already: the
+	// session's end may look at the request at any moment (endCalls),
+	// and the request must not be written whole meanwhile.
+	r := &c.req
+	r.Call, r.Policy, r.SchemaDefaults = call, pol, info.defaults
+	r.Actor, r.Scope, r.Session = s.opts.Actor, s.opts.Scope, s.opts.Scope
+	r.UpstreamID, r.UpstreamName = s.opts.UpstreamID, s.opts.UpstreamName
+	r.Upstream, r.Reply = s, c
 	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)

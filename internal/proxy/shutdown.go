@@ -79,8 +79,9 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 // endCalls ends, with intercept.ErrSessionEnded, the calls still waiting
 // when the session ends (callers attached to an execution under way in
 // another process), so that each is told the execution is still in
-// progress rather than taken for a caller who cancelled; then it waits,
-// not for ever, for those answers to be written.
+// progress rather than taken for a caller who cancelled, and one still
+// waiting for a slow store to reserve it that it did not run; then it
+// waits, not for ever, for those answers to be written.
 func (s *Session) endCalls() {
 	s.mu.Lock()
 	calls := make([]*clientCall, 0, len(s.calls))
@@ -88,8 +89,14 @@ func (s *Session) endCalls() {
 		calls = append(calls, c)
 	}
 	s.mu.Unlock()
+	in := s.opts.Interceptor
 	for _, c := range calls {
 		c.ctx.endWith(intercept.ErrSessionEnded)
+		if in != nil {
+			// After the end, as EndReserving asks: its reservation
+			// is seen through without it, and never sent.
+			in.EndReserving(&c.req)
+		}
 	}
 	waited := make(chan struct{})
 	go func() {

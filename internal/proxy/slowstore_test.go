@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -14,13 +15,18 @@ import (
 )
 
 // stuckStore is a memory store whose reservations wait until release is
-// closed, as a store behind an unreachable server does until its timeout.
+// closed, as a store behind an unreachable server does until its timeout;
+// each says so on entered first, if it is set.
 type stuckStore struct {
 	record.Store
 	release chan struct{}
+	entered chan struct{}
 }
 
 func (s stuckStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if s.entered != nil {
+		s.entered <- struct{}{}
+	}
 	<-s.release
 	return s.Store.Reserve(ctx, r, opts)
 }
@@ -29,7 +35,7 @@ func (s stuckStore) Reserve(ctx context.Context, r *record.Record, opts record.R
 // reservation that hangs holds up its own call, not the client's other
 // requests; the call goes on once the store answers.
 func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
-	store := stuckStore{memstore.New(memstore.Options{}), make(chan struct{})}
+	store := stuckStore{Store: memstore.New(memstore.Options{}), release: make(chan struct{})}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
 	r := newRigWith(t, 0, in)
 	var once sync.Once
@@ -50,6 +56,59 @@ func TestSlowStoreHoldsOnlyItsCalls(t *testing.T) {
 	r.upstream.answerCharged(t, got)
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "charged") {
 		t.Fatalf("the caller got %s; want the answer", got)
+	}
+}
+
+// TestSessionEndWhileReserving: a call still waiting for a slow store to
+// reserve it when the session ends (the proxy told to stop, or the
+// client gone and the grace over) is told at once that it did not run,
+// not left without an answer. The reservation, once the store makes it,
+// is failed, and the call never goes upstream.
+func TestSessionEndWhileReserving(t *testing.T) {
+	for _, end := range []string{"told to stop", "client gone"} {
+		t.Run(end, func(t *testing.T) {
+			mem := memstore.New(memstore.Options{})
+			store := stuckStore{Store: mem, release: make(chan struct{}), entered: make(chan struct{}, 1)}
+			release := sync.OnceFunc(func() { close(store.release) })
+			t.Cleanup(release) // before the rig's: a failed test must not hang
+			in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			// The grace cannot be what ends the wait when told to stop.
+			grace := time.Hour
+			if end == "client gone" {
+				grace = 50 * time.Millisecond
+			}
+			r := newRigRunning(t, ctx, 0, Options{Interceptor: in, ShutdownGrace: grace})
+			listCharge(t, r)
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+			select {
+			case <-store.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the call never asked the store for its reservation")
+			}
+			if end == "told to stop" {
+				stop()
+			} else {
+				r.clientW.Close()
+			}
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"error"`) || !strings.Contains(got, "it did not run") {
+				t.Fatalf("the call got %s; want an error saying it did not run", got)
+			}
+			r.wait(t)
+			release()
+			wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := in.Wait(wait); err != nil {
+				t.Fatalf("the reservation was not seen through: %v", err)
+			}
+			recs := mem.Records()
+			if len(recs) != 1 || recs[0].State != record.Failed {
+				t.Fatalf("the store holds %d records (the first %+v); want the reservation, failed", len(recs), recs)
+			}
+			<-r.upstream.closed
+			r.upstream.nothingMore(t, "the call was answered that it did not run")
+		})
 	}
 }
 
