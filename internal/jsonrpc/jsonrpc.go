@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -223,6 +224,15 @@ func Decode(frame []byte) (*Message, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// TooDeep reports whether err, from Decode, refuses JSON nested past the
+// decoders' limit of 10,000 levels: valid JSON, which another reader may
+// take. It goes by encoding/json's words, as its SyntaxError has no field
+// for the reason.
+func TooDeep(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth")
 }
 
 // DecodeInto is Decode into m, for a caller that keeps the Message where

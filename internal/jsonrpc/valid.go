@@ -36,7 +36,7 @@ func validValue(data []byte, i, depth int) int {
 		}
 		switch c := data[i]; c {
 		case '{', '[':
-			if depth+len(stack) == maxNestingDepth {
+			if depth+len(stack) == MaxDepth {
 				return -1
 			}
 			stack = append(stack, c)
@@ -104,9 +104,9 @@ func validValue(data []byte, i, depth int) int {
 	}
 }
 
-// maxNestingDepth is encoding/json's limit on nested containers: deeper
+// MaxDepth is encoding/json's limit on nested containers: deeper
 // input is invalid there, so it is here.
-const maxNestingDepth = 10000
+const MaxDepth = 10000
 
 // scanName scans a member name at data[i] and the colon after it, and
 // returns the index past the colon, or -1.

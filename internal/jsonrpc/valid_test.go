@@ -31,7 +31,7 @@ func TestValid(t *testing.T) {
 }
 
 func TestValidDepth(t *testing.T) {
-	for _, depth := range []int{maxNestingDepth - 1, maxNestingDepth, maxNestingDepth + 1} {
+	for _, depth := range []int{MaxDepth - 1, MaxDepth, MaxDepth + 1} {
 		for _, open := range []string{"[", `{"a":`} {
 			close := "]"
 			if open != "[" {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -84,15 +83,6 @@ func (s *Session) brokenRequestID(frame []byte) json.RawMessage {
 	return s.answerID(id)
 }
 
-// tooDeep reports whether err is a decoder's refusal of JSON nested past
-// its limit, as encoding/json words it (its SyntaxError has no field for
-// the reason). Another reason, or other words, leave the answer under a
-// null id, as JSON-RPC has it for what could not be parsed.
-func tooDeep(err error) bool {
-	var se *json.SyntaxError
-	return errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth")
-}
-
 // brokenHead bounds what brokenRequestID reads, as the transports bound
 // the head of a frame over the size limit.
 const brokenHead = 1024
@@ -127,7 +117,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		switch {
 		case errors.Is(err, jsonrpc.ErrAmbiguous):
 			code = jsonrpc.CodeInvalidRequest // JSON, but not one message
-		case tooDeep(err):
+		case jsonrpc.TooDeep(err):
 			// JSON all the same, which the upstream may read: the id
 			// its head holds is the one the client waits on.
 			id = s.brokenRequestID(frame)

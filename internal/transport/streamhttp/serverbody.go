@@ -114,6 +114,9 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 		if errors.Is(err, jsonrpc.ErrNotObject) || errors.Is(err, jsonrpc.ErrAmbiguous) {
 			return nil, refuse(http.StatusBadRequest, "%v", err), jsonrpc.CodeInvalidRequest
 		}
+		if jsonrpc.TooDeep(err) {
+			return nil, refuse(http.StatusBadRequest, "the body nests deeper than %d levels, past what JSON decoders read", jsonrpc.MaxDepth), jsonrpc.CodeParseError
+		}
 		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err), jsonrpc.CodeParseError
 	}
 	msgs := []*jsonrpc.Message{m}

@@ -74,6 +74,24 @@ func TestServerBadInput(t *testing.T) {
 	}
 }
 
+// TestServerTooDeep: JSON nested past the decoders' limit is refused for
+// that, not called "not JSON".
+func TestServerTooDeep(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":`+deep+`}}}`, session(sid))
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m, err := jsonrpc.Decode(b)
+	if resp.StatusCode != 400 || err != nil || m.Error == nil {
+		t.Fatalf("%s %s; want 400 with a JSON-RPC error", resp.Status, b)
+	}
+	if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeParseError || !strings.Contains(e.Message, "deeper than 10000 levels") || strings.Contains(e.Message, "not JSON") {
+		t.Errorf("refused with %+v; want a parse error saying it nests too deep", e)
+	}
+}
+
 func TestServerOriginAndHost(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"}})
 	tests := []struct {
