@@ -180,7 +180,7 @@ func TestServerProgressAndServerMessages(t *testing.T) {
 
 func TestServerJSONResponse(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{JSONResponse: true})
-	resp := do(t, t.Context(), "POST", hs.URL, initBody, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, batchInitBody, nil)
 	sid := resp.Header.Get(headerSessionID)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -201,7 +201,7 @@ func TestServerJSONResponse(t *testing.T) {
 // single request with the bare answer.
 func TestServerJSONBatchIsAnArray(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{JSONResponse: true})
-	sid := openSession(t, hs.URL)
+	sid := openSessionWith(t, hs.URL, batchInitBody)
 	tests := []struct {
 		name string
 		body string
@@ -236,7 +236,7 @@ func TestServerJSONBatchIsAnArray(t *testing.T) {
 // came, gets an array of the answer it has.
 func TestServerJSONBatchWithAnEvictedAnswer(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{JSONResponse: true, EventBuffer: 2})
-	sid := openSession(t, hs.URL)
+	sid := openSessionWith(t, hs.URL, batchInitBody)
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(`[{"jsonrpc":"2.0","id":"s","method":"slow"},{"jsonrpc":"2.0","id":"b","method":"a"}]`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")

@@ -239,7 +239,7 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
-		if v := ss.protocolVersion(r); isBatch(body) && v >= batchlessSince {
+		if v := ss.batchVersion(r); isBatch(body) && v >= batchlessSince {
 			writeRefusal(w, refuse(http.StatusBadRequest, "a session of protocol %s takes one message per POST, not a batch", v), jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}

@@ -231,3 +231,14 @@ func (ss *ServerSession) protocolVersion(r *http.Request) string {
 	defer ss.mu.Unlock()
 	return ss.version
 }
+
+// batchVersion is the version that decides whether r may carry a batch:
+// the later of its header's and the session's. A header naming an earlier
+// version than the session agreed on lets no batch through to an
+// upstream of the later one, which fails on it.
+func (ss *ServerSession) batchVersion(r *http.Request) string {
+	ss.mu.Lock()
+	agreed := ss.version
+	ss.mu.Unlock()
+	return max(r.Header.Get(headerProtocolVersion), agreed)
+}

@@ -18,6 +18,7 @@ import (
 func TestServerBadInput(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{MaxMessage: 1024})
 	sid := start(t, hs.URL, nil)
+	bsid := startWith(t, hs.URL, batchInitBody, nil)
 	tests := []struct {
 		name   string
 		method string
@@ -36,13 +37,13 @@ func TestServerBadInput(t *testing.T) {
 		{"method in another case", "POST", `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, session(sid), 400, -32600},
 		{"no method nor id", "POST", `{"jsonrpc":"2.0"}`, session(sid), 400, -32600},
 		{"an id alone", "POST", `{"jsonrpc":"2.0","id":7,"mehtod":"tools/list"}`, session(sid), 400, -32600},
-		{"batch with an id alone", "POST", `[{"jsonrpc":"2.0","id":8,"method":"a"},{"jsonrpc":"2.0","id":9,"mehtod":"a"}]`, batchSession(sid), 400, -32600},
+		{"batch with an id alone", "POST", `[{"jsonrpc":"2.0","id":8,"method":"a"},{"jsonrpc":"2.0","id":9,"mehtod":"a"}]`, batchSession(bsid), 400, -32600},
 		{"empty batch", "POST", `[]`, session(sid), 400, -32600},
 		{"no jsonrpc member", "POST", `{"id":6,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"jsonrpc 1.0", "POST", `{"jsonrpc":"1.0","id":6,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"null id", "POST", `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"fractional id", "POST", `{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}`, session(sid), 400, -32600},
-		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, batchSession(sid), 400, -32600},
+		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, batchSession(bsid), 400, -32600},
 		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
 		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
@@ -413,5 +414,26 @@ func TestServerRefusesUnreadBodyAtOnce(t *testing.T) {
 	}
 	if p.seen("{") != 0 {
 		t.Error("an unauthenticated body reached the proxy")
+	}
+}
+
+// TestServerBatchInALaterSession: a header naming 2025-03-26 does not let
+// a batch into a session that agreed on a later protocol, whose upstream
+// would fail on it.
+func TestServerBatchInALaterSession(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	resp := do(t, t.Context(), "POST", hs.URL, `[{"jsonrpc":"2.0","id":8,"method":"a"},{"jsonrpc":"2.0","id":9,"method":"b"}]`, batchSession(sid))
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m, err := jsonrpc.Decode(b)
+	if resp.StatusCode != 400 || err != nil || m.Error == nil {
+		t.Fatalf("%s %s; want 400 with a JSON-RPC error", resp.Status, b)
+	}
+	if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "a session of protocol "+version+" takes one message per POST") {
+		t.Errorf("refused with %+v; want -32600 naming the session's protocol", e)
+	}
+	if p.seen(`"id":8`) != 0 {
+		t.Error("the batch reached the proxy")
 	}
 }

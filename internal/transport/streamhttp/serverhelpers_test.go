@@ -222,6 +222,8 @@ func newTestServer(t *testing.T, opts ServerOptions) (*Server, *fakeProxy, *http
 const (
 	initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	version  = "2025-11-25"
+	// batchInitBody starts a session of the last protocol with batches.
+	batchInitBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 )
 
 // do sends one request with the usual headers, overridden by hdr ("" deletes).
@@ -250,7 +252,14 @@ func do(t *testing.T, ctx context.Context, method, url, body string, hdr map[str
 // start initialises a session and returns its id.
 func start(t *testing.T, url string, hdr map[string]string) string {
 	t.Helper()
-	resp := do(t, t.Context(), "POST", url, initBody, hdr)
+	return startWith(t, url, initBody, hdr)
+}
+
+// startWith initialises a session with the initialize request init and
+// returns its id.
+func startWith(t *testing.T, url, init string, hdr map[string]string) string {
+	t.Helper()
+	resp := do(t, t.Context(), "POST", url, init, hdr)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
@@ -270,7 +279,13 @@ func start(t *testing.T, url string, hdr map[string]string) string {
 // returns its id.
 func openSession(t *testing.T, url string) string {
 	t.Helper()
-	resp := do(t, t.Context(), "POST", url, initBody, nil)
+	return openSessionWith(t, url, initBody)
+}
+
+// openSessionWith is openSession with the initialize request init.
+func openSessionWith(t *testing.T, url, init string) string {
+	t.Helper()
+	resp := do(t, t.Context(), "POST", url, init, nil)
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	sid := resp.Header.Get(headerSessionID)
