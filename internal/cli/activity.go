@@ -54,7 +54,13 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// The store's warnings, for a command whose output is for a person.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, durable, err := openStore(ctx, a.store, log, nil)
+	// A command that only reads opens the store to read only: it may be
+	// a copy, kept where nothing may write.
+	readOnly := a.verb == "list" || a.verb == "show"
+	store, durable, err := openStore(ctx, a.store, log, readOnly, nil)
+	if errors.Is(err, sqlitestore.ErrNoSchema) {
+		return usagef("%v: give the file the proxy used", err)
+	}
 	if err != nil {
 		return err
 	}

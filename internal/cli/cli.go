@@ -339,7 +339,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		return nil, err
 	}
 	w.resolve = resolve
-	store, durable, err := openStore(ctx, f.store, w.log, func(o *record.Record) {
+	store, durable, err := openStore(ctx, f.store, w.log, false, func(o *record.Record) {
 		// An orphan no call met, settled by a purge: journaled here, as
 		// a takeover a call makes is.
 		if in := w.started.Load(); in != nil {

@@ -40,7 +40,9 @@ var (
 // tell a caller (a purge that failed, a lost subscription) goes to log,
 // and orphaned, if set, is told of the orphans its purges settle. A
 // durable store comes back with its closer; the memory store has none.
-func openStore(ctx context.Context, url string, log *slog.Logger, orphaned func(*record.Record)) (record.Store, durableStore, error) {
+// readOnly is for a command that only reads: a SQLite file is then opened
+// to read only, so a copy in a directory nobody may write reads too.
+func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool, orphaned func(*record.Record)) (record.Store, durableStore, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var (
@@ -54,7 +56,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger, orphaned func(
 		if _, _, perr := sqlitestore.ParseURL(url, sqlitestore.Options{}); perr != nil {
 			return nil, nil, usagef("--store: %s: %v", redact(url), perr)
 		}
-		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{Orphaned: orphaned})
+		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{Orphaned: orphaned, ReadOnly: readOnly})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
 		// prefix= is ours, not the driver's: several deployments can share
 		// one Redis database under different key prefixes.

@@ -38,6 +38,10 @@ type Options struct {
 	// purged (record.Store), once that is committed: no call met it, so
 	// no caller learns of it otherwise. It must not block for long.
 	Orphaned func(*record.Record)
+	// ReadOnly opens an existing file to read it only (readonly.go), for
+	// commands that only look: it works in a directory the process may
+	// not write, and every write fails.
+	ReadOnly bool
 }
 
 // busyTimeout bounds how long a statement waits for the write lock
@@ -189,19 +193,32 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("invalid sync %q: want \"normal\" or \"full\"", opts.Sync)
 	}
+	if opts.ReadOnly {
+		return openReadOnly(ctx, path, opts)
+	}
 	abs, file, err := createFile(path)
 	if err != nil {
 		return nil, err
 	}
-	// The path goes in a file: URI so that no character of it is taken
-	// for a parameter; SQLite decodes the %XX escapes.
-	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs) +
-		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
+	dsn := fileURI(abs) + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
+	s, err := newStore(dsn, abs, file, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.setup(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore opens the handles of a Store on the database of dsn, at the
+// absolute path abs, which was file when opened.
+func newStore(dsn, abs string, file os.FileInfo, opts Options) (*Store, error) {
 	w, r, l, v, err := openHandles(dsn)
 	if err != nil {
 		return nil, err
 	}
-
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -211,11 +228,14 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
 	s.writes = batch.Start(maxWrites, 1, s.sendWrites)
-	if err := s.setup(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
+}
+
+// fileURI is the file: URI of the absolute path abs, without parameters.
+// The path goes in a URI so that no character of it is taken for a
+// parameter; SQLite decodes the %XX escapes.
+func fileURI(abs string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs)
 }
 
 // createFile opens the database file at path, creating it with mode 0600
