@@ -67,6 +67,7 @@ func (c *Conn) Flush() error {
 	var err error
 	if len(c.pending) > 0 {
 		n, err = c.w.Write(c.pending)
+		c.failed(err)
 	}
 	if cap(c.pending) > maxKeptBuffer {
 		c.pending = nil

@@ -64,6 +64,12 @@ type Conn struct {
 	holding         bool
 	pending         []byte
 	told, spareTold []heldFrame
+
+	// writeFailed is closed by the first write that fails, whose error
+	// writeErr then holds: the peer closed the pipe it reads, say.
+	writeFailed chan struct{}
+	writeErr    error
+	failOnce    sync.Once
 }
 
 // NewConn returns a Conn reading from r and writing to w. Frames longer than
@@ -73,7 +79,7 @@ func NewConn(r io.Reader, w io.Writer, maxFrame int) *Conn {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
-	c := &Conn{r: bufio.NewReaderSize(r, 64<<10), max: maxFrame, w: w}
+	c := &Conn{r: bufio.NewReaderSize(r, 64<<10), max: maxFrame, w: w, writeFailed: make(chan struct{})}
 	if cl, ok := w.(io.Closer); ok {
 		c.c = cl
 	}
@@ -238,12 +244,39 @@ func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
 	// the frame and another of the newline would cost the peer a second
 	// wake-up, and a fresh buffer per frame costs an allocation.
 	_, err := c.w.Write(b)
+	c.failed(err)
 	if cap(b) > maxKeptBuffer {
 		c.wbuf = nil // a rare large frame does not pin its buffer
 	} else if cap(b) > cap(c.wbuf) {
 		c.wbuf = b
 	}
 	return err
+}
+
+// failed notes err, if it is a write's error, for WriteFailed.
+func (c *Conn) failed(err error) {
+	if err == nil {
+		return
+	}
+	c.failOnce.Do(func() {
+		c.writeErr = err
+		close(c.writeFailed)
+	})
+}
+
+// WriteFailed returns a channel closed once a write has failed. Over a
+// pipe or a socket no later write succeeds: the peer no longer reads, or
+// closed its end.
+func (c *Conn) WriteFailed() <-chan struct{} { return c.writeFailed }
+
+// WriteErr returns the error of the first write that failed, or nil.
+func (c *Conn) WriteErr() error {
+	select {
+	case <-c.writeFailed:
+		return c.writeErr
+	default:
+		return nil
+	}
 }
 
 // maxKeptBuffer bounds the write buffer a Conn keeps between frames.
