@@ -155,9 +155,10 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 		s.startSpan(c)
 	}
 	s.mu.Lock()
-	if s.callsEnded {
+	if s.callsEnded || s.clientStoppedReading() {
 		// Run waits for the calls under way and returns (endCallIntake):
-		// nothing is reserved for this one, nor counted in inflight.
+		// nothing is reserved for this one, nor counted in inflight. A
+		// client that stopped reading could not be answered (clientDeaf).
 		s.mu.Unlock()
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, intercept.NotRunAtSessionEnd(call.Name)))
 		return

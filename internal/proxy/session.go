@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,19 @@ type frameBuilder interface {
 	WriteResponse(id, result json.RawMessage) error
 	WriteRequest(id string, method string, params json.RawMessage) error
 }
+
+// A writeFailer is a client Conn that tells when a write to it failed, so
+// that no later one can succeed (stdio.Conn: the client closed the pipe it
+// reads). The session then ends, as at the end of the client's input.
+type writeFailer interface {
+	WriteFailed() <-chan struct{}
+	WriteErr() error
+}
+
+// ErrClientStoppedReading is what Run returns when the client stopped
+// reading (writeFailer): the session ended, since nothing it asks could
+// be answered, and the calls under way were recorded as at its end.
+var ErrClientStoppedReading = errors.New("the client stopped reading the proxy's output, so its later calls were not run")
 
 // A relatedWriter is a Conn that can carry a message the proxy starts
 // beside the client's request it relates to (streamhttp.ServerSession:
@@ -182,6 +196,9 @@ type Session struct {
 	batches     uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
+	// clientDeaf is closed once a write to the client failed
+	// (writeFailer); nil when the client's Conn does not tell.
+	clientDeaf <-chan struct{}
 	// callsEnded is set once the session is ending and takes no more of
 	// the client's tools/calls (endCallIntake).
 	callsEnded bool
@@ -269,6 +286,9 @@ func New(client, upstream Conn, opts Options) *Session {
 		serverIDs:       make(map[string]string),
 		voided:          make(map[string]struct{}),
 	}
+	if wf, ok := client.(writeFailer); ok {
+		s.clientDeaf = wf.WriteFailed()
+	}
 	s.sessionLog = newSessionLog(s)
 	s.notWrittenFunc = s.notWritten
 	s.notForwardedFunc = s.notForwarded
@@ -277,7 +297,9 @@ func New(client, upstream Conn, opts Options) *Session {
 }
 
 // Run pumps frames until the client goes (it returns nil), the upstream
-// goes and cannot be restarted (ErrUpstreamClosed), or ctx is done (nil).
+// goes and cannot be restarted (ErrUpstreamClosed), the client stops
+// reading (ErrClientStoppedReading; it ends as if the client had gone), or
+// ctx is done (nil).
 //
 // When the upstream closes, every caller still waiting on it is answered
 // at once (outcome unknown for calls sent, failed for the rest, an error
@@ -327,11 +349,31 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			s.endAsks()
 			s.shutdown(ctx, upstreamDone)
 			return nil
+		case <-s.clientDeaf:
+			// startToolCall already refuses the client's calls: their
+			// side effects would run, and their answers be lost.
+			werr := s.client.(writeFailer).WriteErr()
+			s.log.Error("the client stopped reading the proxy's output; ending the session as at the end of its input: calls under way are recorded, later ones are not run", "err", werr)
+			clientLeft = true
+			s.endAsks()
+			s.shutdown(ctx, upstreamDone)
+			return fmt.Errorf("%w (%v)", ErrClientStoppedReading, werr)
 		case <-ctx.Done():
 			s.endAsks()
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		}
+	}
+}
+
+// clientStoppedReading reports whether a write to the client has failed,
+// after which none can succeed (clientDeaf).
+func (s *Session) clientStoppedReading() bool {
+	select {
+	case <-s.clientDeaf:
+		return true
+	default:
+		return false
 	}
 }
 

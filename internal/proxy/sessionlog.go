@@ -14,6 +14,8 @@ const (
 	EndClientClosed   = "client closed"
 	EndUpstreamExited = "upstream exited"
 	EndStopped        = "proxy stopped"
+	// EndStoppedReading: the client stopped reading (ErrClientStoppedReading).
+	EndStoppedReading = "client stopped reading"
 )
 
 // A sessionLog writes the journal lines of a session's start and end, so
@@ -95,6 +97,8 @@ func (s *Session) endReason(err error, clientLeft bool) string {
 	switch {
 	case errors.Is(err, ErrUpstreamClosed):
 		return EndUpstreamExited
+	case errors.Is(err, ErrClientStoppedReading):
+		return EndStoppedReading
 	case !clientLeft:
 		return EndStopped
 	}

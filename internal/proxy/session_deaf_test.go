@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// deafWriter fails every write once deaf is set, as a pipe whose reader
+// closed it does.
+type deafWriter struct {
+	io.WriteCloser
+	deaf atomic.Bool
+}
+
+func (w *deafWriter) Write(p []byte) (int, error) {
+	if w.deaf.Load() {
+		return 0, syscall.EPIPE
+	}
+	return w.WriteCloser.Write(p)
+}
+
+// TestClientStopsReading: once an answer to the client cannot be
+// written, the session takes no more calls from it, though it still
+// writes: the call under way is recorded as completed, a later one is
+// not reserved, and Run ends with ErrClientStoppedReading.
+func TestClientStopsReading(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	w := new(deafWriter)
+	r := newRigWriting(t, context.Background(), 0, Options{Interceptor: in}, func(c Conn) Conn { return c },
+		func(pw io.WriteCloser) io.WriteCloser { w.WriteCloser = pw; return w }, nil)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`)
+	r.upstream.next(t, "upstream") // the proxy's own tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	call := r.upstream.next(t, "upstream")
+
+	w.deaf.Store(true) // the client stops reading
+	r.upstream.answerCharged(t, call)
+	if err := r.wait(t); !errors.Is(err, ErrClientStoppedReading) {
+		t.Fatalf("Run = %v; want ErrClientStoppedReading", err)
+	}
+	// The client goes on writing; the proxy reads on until stdin closes.
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":200}}}`)
+	// Read once the pump is done with the call before it.
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}}`)
+	recs, err := store.List(context.Background(), record.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].State != record.Completed {
+		t.Errorf("the store holds %d records (%v); want the one call under way, completed and not delivered", len(recs), recs)
+	}
+}
