@@ -176,9 +176,7 @@ func (f *serveFlags) check(argv []string) error {
 // serve serves front on ln until ctx ends or the server fails, then ends
 // the sessions and stops.
 func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, front *streamhttp.Server, auth bool) error {
-	mux := http.NewServeMux()
-	mux.Handle(f.path, front)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: front.Handler(f.path), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	reaping, stopReaping := context.WithCancel(ctx)
 	defer stopReaping()
 	go front.RunReaper(reaping, min(max(f.idleTimeout/4, time.Second), time.Minute))

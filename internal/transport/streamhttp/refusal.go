@@ -53,3 +53,18 @@ func refuseUnread(w http.ResponseWriter, r *http.Request, e *httpError, code int
 	}
 	writeRefusal(w, e, code)
 }
+
+// Handler returns s serving the MCP endpoint at path, and every other path
+// a 404, answered at once and unread (refuseUnread): http.ServeMux's own
+// 404 reads up to 256 KiB of a body first, with no time limit, so a
+// client sending it slowly held a connection for as long as it liked.
+func (s *Server) Handler(path string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(path, s)
+	if path != "/" {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			refuseUnread(w, r, refuse(http.StatusNotFound, "%s is not the MCP endpoint, which is %s", r.URL.Path, path), jsonrpc.CodeInvalidRequest)
+		})
+	}
+	return mux
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -435,5 +436,42 @@ func TestServerBatchInALaterSession(t *testing.T) {
 	}
 	if p.seen(`"id":8`) != 0 {
 		t.Error("the batch reached the proxy")
+	}
+}
+
+// TestHandlerOtherPaths: a path other than the endpoint's gets 404 at
+// once, its body unread, and the connection closes rather than wait for
+// the body; the endpoint is served.
+func TestHandlerOtherPaths(t *testing.T) {
+	srv, p, _ := newTestServer(t, ServerOptions{})
+	hs := httptest.NewServer(srv.Handler("/mcp"))
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	start(t, hs.URL+"/mcp", nil)
+
+	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /other HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"a\"")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer 10s after the headers, the body still owed: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !resp.Close || !strings.Contains(string(b), "/other is not the MCP endpoint, which is /mcp") {
+		t.Errorf("answered %s, closing %v, %s; want 404 naming the endpoint, and the connection closed", resp.Status, resp.Close, b)
+	}
+	if _, err := br.ReadByte(); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection is still open 10s after the headers, the body still owed")
+	}
+	if p.seen(`"a"`) != 0 {
+		t.Error("a body for another path reached the proxy")
 	}
 }
