@@ -196,9 +196,11 @@ type Session struct {
 	batches     uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
-	// clientDeaf is closed once a write to the client failed
-	// (writeFailer); nil when the client's Conn does not tell.
+	// clientDeaf is closed once a write to the client failed, which
+	// deaf then tells (writeFailer); both nil when the client's Conn does
+	// not tell.
 	clientDeaf <-chan struct{}
+	deaf       writeFailer
 	// callsEnded is set once the session is ending and takes no more of
 	// the client's tools/calls (endCallIntake).
 	callsEnded bool
@@ -287,7 +289,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		voided:          make(map[string]struct{}),
 	}
 	if wf, ok := client.(writeFailer); ok {
-		s.clientDeaf = wf.WriteFailed()
+		s.clientDeaf, s.deaf = wf.WriteFailed(), wf
 	}
 	s.sessionLog = newSessionLog(s)
 	s.notWrittenFunc = s.notWritten
@@ -352,7 +354,7 @@ func (s *Session) Run(ctx context.Context) (err error) {
 		case <-s.clientDeaf:
 			// startToolCall already refuses the client's calls: their
 			// side effects would run, and their answers be lost.
-			werr := s.client.(writeFailer).WriteErr()
+			werr := s.deaf.WriteErr()
 			s.log.Error("the client stopped reading the proxy's output; ending the session as at the end of its input: calls under way are recorded, later ones are not run", "err", werr)
 			clientLeft = true
 			s.endAsks()
@@ -367,14 +369,10 @@ func (s *Session) Run(ctx context.Context) (err error) {
 }
 
 // clientStoppedReading reports whether a write to the client has failed,
-// after which none can succeed (clientDeaf).
+// after which none can succeed. It is asked on every call: WriteErr is a
+// load, where a receive on clientDeaf is a call into the runtime.
 func (s *Session) clientStoppedReading() bool {
-	select {
-	case <-s.clientDeaf:
-		return true
-	default:
-		return false
-	}
+	return s.deaf != nil && s.deaf.WriteErr() != nil
 }
 
 func (s *Session) writeClient(frame []byte) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -58,5 +59,46 @@ func TestClientStopsReading(t *testing.T) {
 	}
 	if len(recs) != 1 || recs[0].State != record.Completed {
 		t.Errorf("the store holds %d records (%v); want the one call under way, completed and not delivered", len(recs), recs)
+	}
+}
+
+// deafSink is a sink that reports its writes failed, as a stdio Conn
+// whose reader closed the pipe does, though it still keeps what it is
+// given.
+type deafSink struct{ sink }
+
+var errDeaf = errors.New("broken pipe")
+
+func (k *deafSink) WriteFailed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (k *deafSink) WriteErr() error { return errDeaf }
+
+// TestNoCallOnceTheClientStoppedReading: a tools/call that comes once a
+// write to the client has failed is not run, nor reserved, whether or
+// not Run has seen the failure yet: its answer could not be written.
+func TestNoCallOnceTheClientStoppedReading(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	client, upstream := &deafSink{}, &sink{}
+	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+	ctx := context.Background()
+	s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`))
+	s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`))
+	client.take()
+	upstream.take()
+
+	s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":200}}}`))
+	if sent := upstream.take(); sent != nil {
+		t.Errorf("sent upstream: %s; want nothing", sent)
+	}
+	if got := client.take(); !strings.Contains(string(got), `"id":2`) || !strings.Contains(string(got), "not run") {
+		t.Errorf("the client was written %s; want call 2 answered that it did not run", got)
+	}
+	if recs, err := store.List(ctx, record.Filter{}); err != nil || len(recs) != 0 {
+		t.Errorf("the store holds %v (%v); want nothing reserved", recs, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -68,7 +69,7 @@ type Conn struct {
 	// writeFailed is closed by the first write that fails, whose error
 	// writeErr then holds: the peer closed the pipe it reads, say.
 	writeFailed chan struct{}
-	writeErr    error
+	writeErr    atomic.Pointer[error]
 	failOnce    sync.Once
 }
 
@@ -259,10 +260,14 @@ func (c *Conn) failed(err error) {
 		return
 	}
 	c.failOnce.Do(func() {
-		c.writeErr = err
+		c.keepWriteErr(err)
 		close(c.writeFailed)
 	})
 }
+
+// keepWriteErr keeps err for WriteErr. A function of its own, so that only
+// a failed write moves an error to the heap, not every write.
+func (c *Conn) keepWriteErr(err error) { c.writeErr.Store(&err) }
 
 // WriteFailed returns a channel closed once a write has failed. Over a
 // pipe or a socket no later write succeeds: the peer no longer reads, or
@@ -271,12 +276,10 @@ func (c *Conn) WriteFailed() <-chan struct{} { return c.writeFailed }
 
 // WriteErr returns the error of the first write that failed, or nil.
 func (c *Conn) WriteErr() error {
-	select {
-	case <-c.writeFailed:
-		return c.writeErr
-	default:
-		return nil
+	if p := c.writeErr.Load(); p != nil {
+		return *p
 	}
+	return nil
 }
 
 // maxKeptBuffer bounds the write buffer a Conn keeps between frames.
