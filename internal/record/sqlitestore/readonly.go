@@ -19,8 +19,10 @@ var ErrNoSchema = errors.New("the file holds no mcp-idempotent store: no proxy m
 // openReadOnly opens the existing database file at path to read it only
 // (Options.ReadOnly), as a command that looks at a store does: on a copy
 // taken for an investigation, a read-only mount or directory, or the file
-// of proxies at work. Nothing is created or changed: no file, no switch to
-// WAL, no schema; the schema is only checked.
+// of proxies at work. Nothing in the database is changed: no switch to
+// WAL, no schema; the schema is only checked. In a directory it may write,
+// SQLite may leave a -shm and an empty -wal beside a file that had none,
+// as any reader of a WAL database does.
 //
 // SQLite reads a WAL file through its -shm file, which it makes when
 // missing, and so cannot open, even to read, a WAL database whose -shm is
