@@ -8,9 +8,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -26,6 +28,9 @@ import (
 // there only the read-only open is tested (the CLI's test runs the
 // command as another user).
 func TestReadOnlyCopy(t *testing.T) {
+	if asNobody(t) {
+		return
+	}
 	for _, live := range []bool{true, false} {
 		name := map[bool]string{true: "with its wal and shm", false: "database file alone"}[live]
 		t.Run(name, func(t *testing.T) {
@@ -88,6 +93,9 @@ func TestReadOnlyCopy(t *testing.T) {
 // copied without its -shm where none can be made, cannot be read whole;
 // it is refused with a message naming the -wal, not read without them.
 func TestReadOnlyRefusesUnreadableWAL(t *testing.T) {
+	if asNobody(t) {
+		return
+	}
 	ctx := t.Context()
 	src := dbPath(t)
 	w := open(t, src, sqlitestore.Options{})
@@ -130,6 +138,46 @@ func TestReadOnlyNoStore(t *testing.T) {
 	if _, err := os.Stat(path + ".missing"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a read-only open made the missing file: %v", err)
 	}
+}
+
+// asNobody runs the test again as the user nobody (65534), in a process
+// of its own, when it runs as root, for whom no directory is read-only;
+// it reports whether it did, and the test failed if that run did. A test
+// that already runs as another user, or where nobody cannot run it, goes
+// on here.
+func asNobody(t *testing.T) bool {
+	t.Helper()
+	if os.Geteuid() != 0 || os.Getenv("MCPI_TEST_AS_NOBODY") != "" {
+		return false
+	}
+	// A copy of the test binary where nobody may run it: the build
+	// cache's directories are root's alone.
+	dir, err := os.MkdirTemp("", "mcpi-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "sqlitestore.test")
+	copyFile(t, os.Args[0], bin)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", "^"+t.Name()+"$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "MCPI_TEST_AS_NOBODY=1", "TMPDIR="+os.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("run as nobody did not pass:\n%s", out)
+	}
+	t.Logf("ran as nobody:\n%s", out)
+	return true
 }
 
 // lockDir makes dir read-only until the test ends, and says whether
