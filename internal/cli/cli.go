@@ -557,12 +557,28 @@ func (w *wiring) startInterceptor(ctx context.Context, opts intercept.Options, o
 // a store refused to be recorded.
 const outcomeWait = 30 * time.Second
 
+// lateReservationWait bounds how long a proxy told to stop waits for a
+// slow store's reservations of calls its sessions' ends answered: well
+// within the 5 s a Go SDK client gives it before SIGKILL.
+const lateReservationWait = 2 * time.Second
+
 // waitForOutcomes waits, within outcomeWait or until ctx is done (a
 // signal), for what in still has under way: after the sessions end, the
 // outcomes a store refused, which in keeps trying to record, and the
 // executions it will not send whose failure the store did not take
 // (a reservation whose answer was lost).
 func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.Logger) {
+	if ctx.Err() != nil {
+		// Told to stop: no long wait, but a short one for the calls
+		// answered that they did not run while a slow store reserved
+		// them. A reservation made after the process is gone would be
+		// unknown once its lease lapsed, though never sent.
+		late, cancel := context.WithTimeout(context.Background(), lateReservationWait)
+		if err := in.WaitLate(late); err != nil {
+			log.Error("exiting while the store still makes reservations of calls answered that they did not run: any it makes stays in flight, then is unknown", "err", err)
+		}
+		cancel()
+	}
 	// Most often there is nothing left: no line for it, signal or not.
 	quick, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	err := cmp.Or(in.Wait(quick), in.SettleAbandoned(quick))

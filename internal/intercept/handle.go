@@ -60,12 +60,15 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	if err := ctx.Err(); err != nil {
 		if in.keepsCall(req) {
 			in.leftBeforeReserving(req, err)
+		} else {
+			in.late.done() // answered at the end, and nothing reserved
 		}
 		return
 	}
 	rec, won, err := in.reserve(req, fresh, opts)
 	if !in.keepsCall(req) {
 		in.reservedAfterEnd(req, fresh.ID, rec, won, err)
+		in.late.done()
 		return
 	}
 	if err != nil {

@@ -300,6 +300,9 @@ type Interceptor struct {
 	// work counts dispatches and status checks under way; they outlive
 	// the callers that started them.
 	work sync.WaitGroup
+	// late counts the calls EndReserving answered whose goroutines are
+	// not yet done with the store (WaitLate).
+	late lateCalls
 }
 
 // New returns an Interceptor.

@@ -1,7 +1,9 @@
 package intercept
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"syscall"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -50,11 +52,67 @@ func (in *Interceptor) keepsCall(req *Request) bool {
 // whether it answered. The session must have ended req's context with
 // ErrSessionEnded first: a call not yet reserving then answers itself.
 func (in *Interceptor) EndReserving(req *Request) bool {
+	// Counted before the swap: the call's goroutine, which counts it
+	// done, may see the swap at once.
+	in.late.add()
 	if !req.stage.CompareAndSwap(stageReserving, stageEnded) {
+		in.late.done()
 		return false
 	}
 	in.leftBeforeReserving(req, ErrSessionEnded)
 	return true
+}
+
+// WaitLate waits, until ctx is done, for the calls EndReserving answered
+// to be done with the store: each reservation the store made failed, or
+// remembered to be (abandoned). A proxy told to stop waits for them a
+// moment: one the store makes after the process is gone stays in flight,
+// to be unknown once its lease lapses, though it was never sent.
+func (in *Interceptor) WaitLate(ctx context.Context) error {
+	return in.late.wait(ctx)
+}
+
+// lateCalls counts calls, and tells when none are left. Unlike a
+// WaitGroup's, its count may rise again while someone waits.
+type lateCalls struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n falls to 0; nil when no one waits
+}
+
+func (l *lateCalls) add() {
+	l.mu.Lock()
+	l.n++
+	l.mu.Unlock()
+}
+
+func (l *lateCalls) done() {
+	l.mu.Lock()
+	if l.n--; l.n == 0 && l.zero != nil {
+		close(l.zero)
+		l.zero = nil
+	}
+	l.mu.Unlock()
+}
+
+// wait waits until the count is 0 or ctx is done.
+func (l *lateCalls) wait(ctx context.Context) error {
+	l.mu.Lock()
+	if l.n == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	if l.zero == nil {
+		l.zero = make(chan struct{})
+	}
+	zero := l.zero
+	l.mu.Unlock()
+	select {
+	case <-zero:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // reserve asks the store to reserve fresh for req, and journals what it

@@ -104,6 +104,40 @@ func TestEndWhileReserving(t *testing.T) {
 	}
 }
 
+// TestWaitLate: WaitLate waits for a call its session's end answered
+// until the store is done with its reservation, and the reservation is
+// failed by then, so a proxy exiting after it leaves nothing in flight.
+func TestWaitLate(t *testing.T) {
+	h := newHarness(charged)
+	store := &heldReserve{Store: h.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	req, ctx, a := reservingCall(t, h, store)
+	ctx.end(ErrSessionEnded)
+	h.in.EndReserving(req)
+	a.only(t)
+	// Not done: the store still holds the reservation.
+	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := h.in.WaitLate(short); err == nil {
+		t.Fatal("WaitLate returned while the store still reserved the call")
+	}
+	close(store.release)
+	long, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := h.in.WaitLate(long); err != nil {
+		t.Fatalf("WaitLate = %v once the store answered", err)
+	}
+	if rec := h.onlyRecord(t); rec.State != record.Failed {
+		t.Fatalf("after WaitLate the reservation is %s; want failed", rec.State)
+	}
+	// Nothing else to wait for: a call not ended at reserving counts not.
+	if h.in.EndReserving(req) {
+		t.Error("EndReserving answered a call a second time")
+	}
+	if err := h.in.WaitLate(long); err != nil {
+		t.Errorf("WaitLate = %v with nothing left", err)
+	}
+}
+
 // TestEndWhileReservingStoreRefuses: a reservation whose answer the store
 // lost after the session's end answered its call is failed once the
 // store answers, as any lost reservation is, and its call is not

@@ -8,12 +8,17 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the SQLite driver the proxy's store uses
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/servicetest"
 )
 
 // TestSIGTERMWhileTheStoreReserves: a proxy told to stop while a call
@@ -21,17 +26,78 @@ import (
 // reserve it answers the call that it did not run, rather than closing
 // its output with the call unanswered. Nothing ran: the same call made
 // again through another proxy runs.
+//
+// With the lock released after the answer, before the proxy exits, the
+// reservation the store then makes is failed before the proxy exits,
+// not left in flight to be unknown.
 func TestSIGTERMWhileTheStoreReserves(t *testing.T) {
 	if direct {
 		t.Skip("about the proxy's own store")
 	}
 	t.Parallel()
+	for _, releaseEarly := range []bool{false, true} {
+		name := map[bool]string{false: "lock held past the exit", true: "lock released before the exit"}[releaseEarly]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := filepath.Join(t.TempDir(), "records.db")
+			sigtermWhileReserving(t, "sqlite:"+db, func() func() { return holdWriteLock(t, db) }, releaseEarly)
+		})
+	}
+}
+
+// TestSIGTERMWhilePostgreSQLReserves is TestSIGTERMWhileTheStoreReserves
+// on PostgreSQL, whose reservation, unlike SQLite's, the server may make
+// after the proxy has gone: the proxy waits for it a moment, so that it
+// is failed rather than left in flight.
+func TestSIGTERMWhilePostgreSQLReserves(t *testing.T) {
+	if direct {
+		t.Skip("about the proxy's own store")
+	}
+	u := serviceURL(t, "MCPI_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if u == "" {
+		return
+	}
+	t.Parallel()
+	schema := "mcpi_e2e_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { servicetest.DropSchema(t, u, schema) })
+	sigtermWhileReserving(t, withQuery(u, "schema", schema), func() func() { return holdTableLock(t, u, schema+".records") }, true)
+}
+
+// holdTableLock locks table in PostgreSQL, as another transaction's
+// LOCK TABLE does, until release is called.
+func holdTableLock(t *testing.T, url, table string) (release func()) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatalf("locking %s: %v", table, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			tx.Rollback(context.Background())
+			conn.Close(context.Background())
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// sigtermWhileReserving is TestSIGTERMWhileTheStoreReserves on store,
+// whose writes hold blocks until it releases them, released before the
+// proxy exits if releaseEarly.
+func sigtermWhileReserving(t *testing.T, store string, hold func() (release func()), releaseEarly bool) {
 	// Longer than testContext's: the proxy's exit may wait for the
 	// store's busy timeout, and a second proxy follows.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	db := filepath.Join(t.TempDir(), "records.db")
-	flags := []string{"--store", "sqlite:" + db}
+	flags := []string{"--store", store}
 	cmd := proxiedWith(t, flags, chargeServer()...)
 	stderr := new(syncBuffer)
 	cmd.Stderr = stderr
@@ -64,7 +130,7 @@ func TestSIGTERMWhileTheStoreReserves(t *testing.T) {
 		t.Fatalf("the first call got %s; want its result", got)
 	}
 
-	release := holdWriteLock(t, db)
+	release := hold()
 	c.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242","amount":200}}}`)
 	// The ping's answer shows the proxy has read the call: it now waits
 	// for the store.
@@ -81,6 +147,11 @@ func TestSIGTERMWhileTheStoreReserves(t *testing.T) {
 	if !strings.Contains(got, `"id":3,"error"`) || !strings.Contains(got, "the session ended before charge_card was executed; it did not run") {
 		t.Fatalf("the call got %s; want an error saying it did not run", got)
 	}
+	if releaseEarly {
+		// Later than the exit's first look (100 ms), well within its
+		// wait for such reservations (2 s).
+		time.AfterFunc(500*time.Millisecond, release)
+	}
 	select {
 	case err := <-exited:
 		exited <- err // for the cleanup
@@ -91,6 +162,16 @@ func TestSIGTERMWhileTheStoreReserves(t *testing.T) {
 		t.Fatal("the proxy did not exit after SIGTERM")
 	}
 	release()
+	if releaseEarly {
+		out, stderr, code := runProxy(t, ctx, "activity", "list", "--store", store, "--json")
+		var recs []struct{ State string }
+		if code != 0 || json.Unmarshal([]byte(out), &recs) != nil {
+			t.Fatalf("activity list exited %d: %s%s", code, out, stderr)
+		}
+		if len(recs) != 2 || recs[0].State == "dispatched" || recs[1].State == "dispatched" || recs[0].State == "accepted" || recs[1].State == "accepted" {
+			t.Fatalf("the store holds %s; want the first call's execution and the second's failed, none left in flight", out)
+		}
+	}
 
 	p := connect(t, ctx, proxiedWith(t, flags, chargeServer()...))
 	res := charge(t, ctx, p, "4242", 200)
