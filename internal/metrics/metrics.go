@@ -30,8 +30,15 @@ import (
 // upstream cannot grow the series without bound.
 const MaxTools = 200
 
-// OtherTool is the tool label of every tool past the first MaxTools.
+// OtherTool is the tool label of every tool past the first MaxTools, and
+// of every name longer than MaxToolName.
 const OtherTool = "other"
+
+// MaxToolName bounds the length, in bytes, of a tool label value: the MCP
+// specification has tool names of at most 128 characters. The name comes
+// from the client's call, which may name any tool at any length; a longer
+// one as a label would be repeated in every series and every scrape.
+const MaxToolName = 128
 
 // Metrics implements the interceptor's Observer and records the store's
 // latency (see TimeStore). Its methods are safe for concurrent use and
@@ -110,8 +117,12 @@ func New() *Metrics {
 }
 
 // tool returns the label value for name: name itself for the first
-// MaxTools distinct names, OtherTool after.
+// MaxTools distinct names of at most MaxToolName bytes, OtherTool for any
+// other.
 func (m *Metrics) tool(name string) string {
+	if len(name) > MaxToolName {
+		return OtherTool
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.tools[name]; ok {

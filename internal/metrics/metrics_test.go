@@ -86,6 +86,38 @@ func TestObserverExposition(t *testing.T) {
 	}
 }
 
+// A client may call a tool by any name, at any length: a long one never
+// becomes a label value, nor takes one of the MaxTools places.
+func TestToolLabelLength(t *testing.T) {
+	m := metrics.New()
+	long := strings.Repeat("A", 1<<20)
+	m.Decision(long, policy.SideEffect, "new")
+	m.Transition(long, record.Dispatched)
+	m.Upstream(long, time.Millisecond)
+	m.Decision(strings.Repeat("b", metrics.MaxToolName), policy.SideEffect, "new")
+
+	got := scrape(t, m)
+	if len(got) > 64<<10 {
+		t.Errorf("the exposition is %d bytes: a long tool name became a label value", len(got))
+	}
+	for _, want := range []string{
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="other"} 1`,
+		`mcp_idempotent_transitions_total{state="dispatched",tool="other"} 1`,
+		`mcp_idempotent_upstream_seconds_count{tool="other"} 1`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="` + strings.Repeat("b", metrics.MaxToolName) + `"} 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the exposition lacks %.120s", want)
+		}
+	}
+	for i := range metrics.MaxTools - 1 {
+		m.Decision(fmt.Sprintf("tool_%03d", i), policy.SideEffect, "new")
+	}
+	if got := scrape(t, m); !strings.Contains(got, `tool="tool_198"`) {
+		t.Errorf("a long name took one of the %d label places", metrics.MaxTools)
+	}
+}
+
 func TestToolLabelCap(t *testing.T) {
 	m := metrics.New()
 	for i := range metrics.MaxTools + 50 {
