@@ -92,7 +92,7 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 	call := req.Call
 	args, err := shapeArguments(call.Arguments, req.Policy, req.SchemaDefaults)
 	if err != nil {
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		in.refuseUnreadable(req, err)
 		return action{}, false
 	}
 	actor, scope := matchScope(req)
@@ -118,10 +118,19 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 		key, err = in.clientKey(req)
 	}
 	if err != nil {
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+		in.refuseUnreadable(req, err)
 		return action{}, false
 	}
 	return action{args: args, scope: scope, fp: fp, key: key}, true
+}
+
+// refuseUnreadable answers req, whose arguments or client key cannot be
+// read as one action (err), with invalid params. It is counted as
+// "invalid": in shadow mode the call goes upstream all the same, and the
+// count is all that says the proxy would have refused it.
+func (in *Interceptor) refuseUnreadable(req *Request, err error) {
+	in.decided(req, req.Call.Name, "invalid")
+	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", req.Call.Name, err))
 }
 
 // storeRefused answers a call whose reservation, of execution id, the

@@ -193,7 +193,8 @@ type Request struct {
 // metrics. Its methods are called on the request path and must not block.
 type Observer interface {
 	// Decision: what became of one call. decision is one of new,
-	// attached, replayed, passed_through, key_refused, store_unavailable,
+	// attached, replayed, passed_through, key_refused, invalid (arguments
+	// that cannot be fingerprinted), store_unavailable,
 	// unknown (answered outcome unknown), in_progress, redispatched,
 	// recovered.
 	Decision(tool string, class policy.Class, decision string)

@@ -74,7 +74,7 @@ func New() *Metrics {
 		tools: make(map[string]struct{}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcp_idempotent_calls_total",
-			Help: "Tool calls, by what became of each: decision is new, attached, replayed, passed_through, key_refused, store_unavailable, session_ended, unknown, in_progress, redispatched or recovered.",
+			Help: "Tool calls, by what became of each: decision is new, attached, replayed, passed_through, key_refused, invalid, store_unavailable, session_ended, unknown, in_progress, redispatched or recovered.",
 		}, []string{"tool", "class", "decision"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcp_idempotent_transitions_total",

@@ -273,6 +273,12 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			s.charge(3, "D", "") // blocked: it may have run
 			s.answers(1)
 		}, 2, 1, map[string]int{"new": 1, "unknown": 1}},
+		{"arguments unreadable", func(s *shadowRig) {
+			// A member given twice: no fingerprint. Refused, but in
+			// shadow mode it goes upstream, and is counted all the same.
+			s.call(2, "tools/call", `{"name":"charge_card","arguments":{"card":"A","card":"B"}}`)
+			s.answers(1)
+		}, 1, 0, map[string]int{"invalid": 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			normal, n, normalJournal, _ := runShadowScript(t, false, tt.script)
