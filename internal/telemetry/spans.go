@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -43,11 +44,32 @@ const (
 	Approval = attribute.Key("mcp_idempotent.approval")
 )
 
+// MaxToolName bounds the length, in bytes, of a tool's name in a span's
+// name and its gen_ai.tool.name: the MCP specification has tool names of
+// at most 128 characters. The name is the client's, who may send one of
+// megabytes; each span would carry it twice, and the exporter's queue
+// hold thousands of them, or a collector refuse the batch that holds one.
+const MaxToolName = 128
+
+// toolName is tool, cut to MaxToolName bytes, on a character's boundary,
+// and marked with "…" where it was cut.
+func toolName(tool string) string {
+	if len(tool) <= MaxToolName {
+		return tool
+	}
+	cut := MaxToolName
+	for cut > 0 && !utf8.RuneStart(tool[cut]) {
+		cut--
+	}
+	return tool[:cut] + "…"
+}
+
 // StartCall starts the span of a tools/call of tool that the proxy
 // received as request id, in session (empty over stdio), parented to the
 // trace context that came with it. The span ends when the call is
 // answered or passed upstream.
 func StartCall(ctx context.Context, t trace.Tracer, parent Carrier, tool string, id json.RawMessage, session string) (context.Context, trace.Span) {
+	tool = toolName(tool)
 	attrs := []attribute.KeyValue{
 		MethodName.String("tools/call"),
 		ToolName.String(tool),
@@ -63,6 +85,7 @@ func StartCall(ctx context.Context, t trace.Tracer, parent Carrier, tool string,
 // StartSend starts the span of one send of a tools/call of tool
 // upstream, the attempt-th of its execution, under ctx's span.
 func StartSend(ctx context.Context, t trace.Tracer, tool string, attempt int) (context.Context, trace.Span) {
+	tool = toolName(tool)
 	return t.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		MethodName.String("tools/call"),
 		ToolName.String(tool),
@@ -74,6 +97,7 @@ func StartSend(ctx context.Context, t trace.Tracer, tool string, attempt int) (c
 // which the proxy asks the client's user to approve an execution of tool,
 // under ctx's span: the time the call waited for its user.
 func StartElicitation(ctx context.Context, t trace.Tracer, tool string) (context.Context, trace.Span) {
+	tool = toolName(tool)
 	return t.Start(ctx, "elicitation/create", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		MethodName.String("elicitation/create"),
 		ToolName.String(tool),

@@ -146,3 +146,37 @@ func TestErrorStatusHasNoMessage(t *testing.T) {
 		}
 	}
 }
+
+// A client may call a tool by a name of any length: a span carries at
+// most MaxToolName bytes of it, cut on a character's boundary.
+func TestLongToolNameIsCut(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
+	long := "é" + strings.Repeat("A", 1<<20)
+	ctx, call := StartCall(context.Background(), tracer, Carrier{}, long, json.RawMessage(`1`), "")
+	_, send := StartSend(ctx, tracer, long, 1)
+	EndSend(send, nil)
+	_, ask := StartElicitation(ctx, tracer, long)
+	ask.End()
+	call.End()
+	_, short := StartCall(context.Background(), tracer, Carrier{}, "charge_card", json.RawMessage(`2`), "")
+	short.End()
+	want := "é" + strings.Repeat("A", MaxToolName-2) + "…"
+	for _, s := range rec.Ended()[:3] {
+		var tool string
+		for _, a := range s.Attributes() {
+			if a.Key == ToolName {
+				tool = a.Value.AsString()
+			}
+		}
+		if tool != want {
+			t.Errorf("span %.40s: gen_ai.tool.name of %d bytes; want %d", s.Name(), len(tool), len(want))
+		}
+		if len(s.Name()) > MaxToolName+len("elicitation/create ")+len("…") {
+			t.Errorf("span name of %d bytes: the tool name was not cut", len(s.Name()))
+		}
+	}
+	if got := rec.Ended()[3].Name(); got != "tools/call charge_card" {
+		t.Errorf("span %q; want tools/call charge_card", got)
+	}
+}
