@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -42,6 +43,14 @@ const Name = "github.com/mcp-idempotent/mcp-idempotent"
 //
 // Export failures are logged to log at warn, never to the client.
 func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer, func(context.Context) error, error) {
+	// Set first: building the exporter and the provider reports a
+	// variable it cannot read (OTEL_EXPORTER_OTLP_TIMEOUT=abc,
+	// OTEL_TRACES_SAMPLER=bogus), which otherwise goes to stderr in the
+	// standard library's format, a line no --log-format json reader takes.
+	otel.SetLogger(logr.FromSlogHandler(sdkHandler{log.Handler()}))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing", "err", err)
+	}))
 	exp, err := exporter(ctx)
 	if exp == nil || err != nil {
 		return nil, func(context.Context) error { return nil }, err
@@ -55,9 +64,6 @@ func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer,
 		return nil, nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("exporting traces", "err", err)
-	}))
 	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), tp.Shutdown, nil
 }
 
@@ -120,4 +126,29 @@ func checkEndpoints() error {
 		}
 	}
 	return nil
+}
+
+// sdkHandler passes on the SDK's errors and warnings, and drops its info
+// and debug lines (a dump of its configuration, each tracer made): the
+// proxy's log at debug has the proxy's lines. The SDK logs a warning at
+// logr's V(1), which reaches slog as level -1: it is raised to Warn.
+type sdkHandler struct{ slog.Handler }
+
+func (h sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= -1 && h.Handler.Enabled(ctx, max(l, slog.LevelWarn))
+}
+
+func (h sdkHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		r.Level = slog.LevelWarn
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h sdkHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return sdkHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h sdkHandler) WithGroup(name string) slog.Handler {
+	return sdkHandler{h.Handler.WithGroup(name)}
 }

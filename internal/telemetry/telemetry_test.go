@@ -180,3 +180,36 @@ func TestLongToolNameIsCut(t *testing.T) {
 		t.Errorf("span %q; want tools/call charge_card", got)
 	}
 }
+
+// A variable the OpenTelemetry SDK cannot read is reported in the
+// proxy's log, in its format, not on stderr in the SDK's own; its
+// chatter is not.
+func TestSetupReportsInTheLog(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "abc")
+	t.Setenv("OTEL_TRACES_SAMPLER", "bogus")
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, shutdown, err := Setup(context.Background(), "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = shutdown(ctx)
+	got := buf.String()
+	for _, want := range []string{"bogus", "abc"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the log lacks the SDK's complaint about %q:\n%s", want, got)
+		}
+	}
+	// Its info and debug lines stay out, even at debug.
+	if strings.Contains(got, "TracerProvider created") {
+		t.Errorf("the log holds the SDK's debug lines:\n%s", got)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+		if line != "" && !json.Valid([]byte(line)) {
+			t.Errorf("a log line that is not JSON: %s", line)
+		}
+	}
+}
