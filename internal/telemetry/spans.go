@@ -51,17 +51,20 @@ const (
 // hold thousands of them, or a collector refuse the batch that holds one.
 const MaxToolName = 128
 
-// toolName is tool, cut to MaxToolName bytes, on a character's boundary,
-// and marked with "…" where it was cut.
-func toolName(tool string) string {
-	if len(tool) <= MaxToolName {
-		return tool
+// toolName is tool as a span shows it: cut.
+func toolName(tool string) string { return cut(tool) }
+
+// cut is s cut to MaxToolName bytes, on a character's boundary, and
+// marked with "…" where it was cut.
+func cut(s string) string {
+	if len(s) <= MaxToolName {
+		return s
 	}
-	cut := MaxToolName
-	for cut > 0 && !utf8.RuneStart(tool[cut]) {
-		cut--
+	n := MaxToolName
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return tool[:cut] + "…"
+	return s[:n] + "…"
 }
 
 // StartCall starts the span of a tools/call of tool that the proxy
@@ -140,11 +143,12 @@ func rpcStatus(code int) string {
 }
 
 // requestID renders a JSON-RPC id as its attribute: a string's text, a
-// number's digits.
+// number's digits, cut as a tool's name is (toolName): the id is the
+// client's, of any length.
 func requestID(id json.RawMessage) string {
 	var s string
 	if json.Unmarshal(id, &s) == nil {
-		return s
+		return cut(s)
 	}
-	return string(id)
+	return cut(string(id))
 }

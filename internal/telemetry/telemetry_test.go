@@ -147,13 +147,14 @@ func TestErrorStatusHasNoMessage(t *testing.T) {
 	}
 }
 
-// A client may call a tool by a name of any length: a span carries at
-// most MaxToolName bytes of it, cut on a character's boundary.
+// A client may call a tool by a name of any length, under an id of any
+// length: a span carries at most MaxToolName bytes of each, cut on a
+// character's boundary.
 func TestLongToolNameIsCut(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
 	long := "é" + strings.Repeat("A", 1<<20)
-	ctx, call := StartCall(context.Background(), tracer, Carrier{}, long, json.RawMessage(`1`), "")
+	ctx, call := StartCall(context.Background(), tracer, Carrier{}, long, json.RawMessage(`"`+long+`"`), "")
 	_, send := StartSend(ctx, tracer, long, 1)
 	EndSend(send, nil)
 	_, ask := StartElicitation(ctx, tracer, long)
@@ -171,6 +172,11 @@ func TestLongToolNameIsCut(t *testing.T) {
 		}
 		if tool != want {
 			t.Errorf("span %.40s: gen_ai.tool.name of %d bytes; want %d", s.Name(), len(tool), len(want))
+		}
+		for _, a := range s.Attributes() {
+			if a.Key == RequestID && a.Value.AsString() != want {
+				t.Errorf("span %.40s: jsonrpc.request.id of %d bytes; want %d", s.Name(), len(a.Value.AsString()), len(want))
+			}
 		}
 		if len(s.Name()) > MaxToolName+len("elicitation/create ")+len("…") {
 			t.Errorf("span name of %d bytes: the tool name was not cut", len(s.Name()))
