@@ -584,7 +584,8 @@ func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int,
 	// broken names a line whose link to the line before it does not
 	// hold, until the line after it says which side of the link changed.
 	var broken *LineError
-	var brokenSum string // the hash of the line whose link is broken
+	var brokenSum string   // the hash of the line whose link is broken
+	brokenGenesis := false // its prev is Genesis, past line 1
 	for {
 		line, torn, err := lr.next()
 		if errors.Is(err, io.EOF) || torn && stopAtTorn && broken == nil {
@@ -607,6 +608,12 @@ func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int,
 		}
 		if broken != nil {
 			if perr == nil && prev == brokenSum {
+				if brokenGenesis {
+					// The later line is intact and opens a chain of its
+					// own: the earlier one is intact too.
+					broken.Reason += fmt.Sprintf(", and line %d names it as it is", broken.Line+1)
+					return verifiedBefore(broken.Line), broken
+				}
 				// The line after the broken link names the later line as
 				// it is: the earlier one is what changed.
 				return verifiedBefore(broken.Line - 1), earlierChanged(broken.Line)
@@ -626,6 +633,12 @@ func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int,
 			broken = &LineError{Line: num, Reason: fmt.Sprintf("its prev %s is not the SHA-256 of line %d, %s: line %d or line %d was changed, or lines were removed or inserted between them", short(prev), num-1, short(want), num-1, num)}
 			if num == 1 {
 				broken.Reason = fmt.Sprintf("its prev %s is not the genesis value (64 zeros): the lines before it were removed, or it was changed", short(prev))
+			}
+			// A first line's prev past line 1: another journal, or a
+			// copy of this one, was joined on after line num-1.
+			brokenGenesis = prev == Genesis
+			if brokenGenesis {
+				broken.Reason = fmt.Sprintf("its prev is the genesis value (64 zeros), as a journal's first line's is: it starts another journal, joined on after line %d", num-1)
 			}
 			brokenSum = sum(line)
 			continue
