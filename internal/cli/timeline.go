@@ -382,6 +382,11 @@ func resultSummary(result json.RawMessage) string {
 	return fmt.Sprintf("%d bytes, isError %t", len(result), res.IsError)
 }
 
+// notJournaled is the Got of the caller that started an execution when
+// no line says what it got: neither it nor whether its transport took it
+// is known.
+const notJournaled = "not_journaled"
+
 // callersOf answers the fifth question: the journal's delivered and
 // attached lines, and the caller that started the execution.
 func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersPart {
@@ -407,7 +412,7 @@ func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersP
 		// The caller that started it got an error, unknown, or nothing
 		// its transport took: no line says which.
 		p.Callers = slices.Insert(p.Callers, 0, caller{At: starter.Time, Session: starter.Session,
-			RequestID: starter.RequestID, How: "started", Got: "not_journaled"})
+			RequestID: starter.RequestID, How: "started", Got: notJournaled})
 	}
 	return p
 }

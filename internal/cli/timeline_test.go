@@ -385,3 +385,44 @@ func TestShowReadsALineOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestShowStarterWithoutALine: the caller that started an execution that
+// failed has no line of what it got; show says so, and does not say its
+// transport did not take it.
+func TestShowStarterWithoutALine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Failed, Error: json.RawMessage(`{"code":-32602,"message":"no"}`)}} {
+		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	t0 := time.Now().Add(-time.Minute)
+	var es []journal.Entry
+	for i, state := range []string{"accepted", "dispatched", "failed"} {
+		es = append(es, journal.Entry{Time: t0.Add(time.Duration(i) * time.Millisecond), Execution: r.ID, Tool: "charge_card",
+			State: state, Session: "session:s1", RequestID: json.RawMessage("5")})
+	}
+	j := writeEntries(t, filepath.Join(dir, "j.jsonl"), es)
+	out, _, err := run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--journal", j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callers := sections(t, out)[headCallers]
+	if !strings.Contains(callers, "request 5") || !strings.Contains(callers, "no line says what it got, nor whether it was taken") {
+		t.Errorf("section %q:\n%s\nwant request 5's line saying no line tells what it got", headCallers, callers)
+	}
+	if strings.Contains(callers, "not taken") {
+		t.Errorf("section %q:\n%s\nwant no %q: no line says so", headCallers, callers, "not taken")
+	}
+}

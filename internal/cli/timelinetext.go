@@ -159,14 +159,18 @@ func printCallers(w io.Writer, p *callersPart) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, c := range p.Callers {
-		taken := "taken"
-		if !c.Taken {
+		got, taken := "got "+c.Got, "taken"
+		switch {
+		case c.Got == notJournaled:
+			// No line tells either: "not taken" would claim what is unknown.
+			got, taken = "got ?", "no line says what it got, nor whether it was taken"
+		case !c.Taken:
 			taken = "not taken"
 		}
 		if c.Error != "" {
 			taken += ": " + c.Error
 		}
-		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\tgot %s\t%s\n", stamp(c.At), c.Session, c.RequestID, c.How, c.Got, taken)
+		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\t%s\t%s\n", stamp(c.At), c.Session, c.RequestID, c.How, got, taken)
 	}
 	tw.Flush()
 }
