@@ -184,9 +184,13 @@ func reportCheckpoints(stdout, stderr io.Writer, path string, rep *journal.Repor
 		fmt.Fprintf(stdout, "%s: %s, the newest at line %d; signatures not checked: give --key\n", path, count(rep.Checkpoints, "checkpoint"), c.Line)
 		return
 	}
-	fmt.Fprintf(stdout, "%s: %s verify; the newest, at line %d, signed by %s, covers lines 1-%d\n", path, count(rep.Checkpoints, "checkpoint"), c.Line, c.Signer, c.Size)
+	verb := "verify"
+	if rep.Checkpoints == 1 {
+		verb = "verifies"
+	}
+	fmt.Fprintf(stdout, "%s: %s %s; the newest, at line %d, signed by %s, covers %s\n", path, count(rep.Checkpoints, "checkpoint"), verb, c.Line, c.Signer, lineSpan(1, c.Size))
 	if tail := rep.Lines - c.Line; tail > 0 {
-		fmt.Fprintf(stderr, "%s: warning: %s after the newest checkpoint (lines %d-%d): no signature covers them, and they could have been cut or changed unseen\n", path, count(tail, "line"), c.Line+1, rep.Lines)
+		fmt.Fprintf(stderr, "%s: warning: %s after the newest checkpoint (%s): no signature covers them, and they could have been cut or changed unseen\n", path, count(tail, "line"), lineSpan(c.Line+1, rep.Lines))
 	}
 }
 
@@ -313,6 +317,14 @@ func readSigner(path string) (note.Signer, error) {
 		return nil, fmt.Errorf("%s: a malformed signer key", path)
 	}
 	return s, nil
+}
+
+// lineSpan names lines from to to: "line 4", "lines 4-9".
+func lineSpan(from, to int) string {
+	if from == to {
+		return fmt.Sprintf("line %d", from)
+	}
+	return fmt.Sprintf("lines %d-%d", from, to)
 }
 
 func linesVerify(n int) string {

@@ -97,7 +97,7 @@ func TestAuditVerifySeveral(t *testing.T) {
 	if err == nil || ExitCode(err) != 1 || !strings.Contains(err.Error(), "2 of 3 journals do not verify") {
 		t.Fatalf("audit verify of three journals, two bad = %v (exit %d); want exit 1 saying 2 of 3 do not verify", err, ExitCode(err))
 	}
-	for _, want := range []string{good + ": 4 lines verify", good + ": 1 checkpoint verify"} {
+	for _, want := range []string{good + ": 4 lines verify", good + ": 1 checkpoint verifies; the newest, at line 4, signed by proxy1+", "covers lines 1-3\n"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout %q; want it to say %q", stdout, want)
 		}
@@ -197,6 +197,20 @@ func writeSignedJournal(t *testing.T, path, keyFile string, from, to, every int)
 	}
 }
 
+// TestAuditVerifyOneOfEach: one checkpoint over one line is spoken of in
+// the singular, not as "1 checkpoint verify" covering "lines 1-1".
+func TestAuditVerifyOneOfEach(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1")
+	path := filepath.Join(dir, "j.jsonl")
+	writeSignedJournal(t, path, signer, 0, 1, 10)
+	stdout, _, err := run(t, "audit", "verify", "--key", verifier, path)
+	want := path + ": 1 checkpoint verifies; the newest, at line 2, signed by proxy1+"
+	if err != nil || !strings.Contains(stdout, want) || !strings.HasSuffix(stdout, ", covers line 1\n") {
+		t.Errorf("audit verify = %v, stdout %q; want %q, covering line 1", err, stdout, want)
+	}
+}
+
 func TestAuditKeygen(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
@@ -285,7 +299,7 @@ func TestAuditVerifyKey(t *testing.T) {
 		{"a byte changed in the last line a checkpoint covers", strings.Replace(string(b), "exe_6", "exe_Y", 1), 1, []string{":10: does not verify", "line 9 or line 10 was changed"}, "", ""},
 		{"rewritten after a change, without the key", rechain(changed, 3), 1, []string{":4: does not verify", "line 3 or a line before it was changed"}, "", ""},
 		{"a checkpoint forged with another key", string(b), 1, []string{":12: does not verify", "not signed by the key given, only by other.example.com+"}, "", otherSigner},
-		{"an unsigned tail", string(b), 0, []string{"11 lines verify"}, "1 line after the newest checkpoint (lines 11-11)", "-"},
+		{"an unsigned tail", string(b), 0, []string{"11 lines verify"}, "1 line after the newest checkpoint (line 11)", "-"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -463,7 +477,7 @@ func TestJournalKeyFlag(t *testing.T) {
 	}
 	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, path)
 	// Lines 3 and 4 are the session's start and end.
-	if err != nil || !strings.Contains(stdout, "1 checkpoint verify; the newest, at line 5") || stderr != "" {
+	if err != nil || !strings.Contains(stdout, "1 checkpoint verifies; the newest, at line 5") || stderr != "" {
 		t.Fatalf("after a clean stop: %v; stdout %q, stderr %q; want a checkpoint at line 5 and no warning", err, stdout, stderr)
 	}
 
