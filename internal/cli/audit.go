@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -129,6 +130,17 @@ func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, erro
 	// A note ends in one newline; what kept it may have added more
 	// (jq -r, an editor). The signature covers the text, not them.
 	b = append(bytes.TrimRight(b, "\r\n"), '\n')
+	if bytes.HasPrefix(b, []byte("{")) {
+		// A journal line, as a log shipper keeps it: its checkpoint
+		// member is the note.
+		var line struct {
+			Checkpoint *string `json:"checkpoint"`
+		}
+		if json.Unmarshal(b, &line) != nil || line.Checkpoint == nil {
+			return nil, fmt.Errorf("--since: %s: JSON with no checkpoint member: give a checkpoint line of the journal, or the note audit checkpoint printed", file)
+		}
+		b = []byte(*line.Checkpoint)
+	}
 	c, err := journal.ParseCheckpoint(b, verifiers)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", file, err)

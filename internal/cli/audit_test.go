@@ -427,6 +427,30 @@ func TestAuditCheckpointSince(t *testing.T) {
 	}
 }
 
+// TestAuditSinceJournalLine: a checkpoint line of the journal, as a log
+// shipper keeps it, is a saved checkpoint too; a line with none is named.
+func TestAuditSinceJournalLine(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 3, 1000) // 3 lines, C4
+	b, _ := os.ReadFile(path)
+	ls := strings.SplitAfter(string(b), "\n")
+	shipped, plain := filepath.Join(dir, "shipped"), filepath.Join(dir, "plain")
+	os.WriteFile(shipped, []byte(ls[3]), 0o600)
+	os.WriteFile(plain, []byte(ls[0]), 0o600)
+	writeSignedJournal(t, path, signer, 3, 5, 1000)
+
+	stdout, _, err := run(t, "audit", "verify", "--key", verifier, "--since", shipped, path)
+	if want := "line 3 is the line the checkpoint saved in " + shipped + " signs"; err != nil || !strings.Contains(stdout, want) {
+		t.Errorf("audit verify --since a shipped checkpoint line = %v, %q; want %q", err, stdout, want)
+	}
+	_, _, err = run(t, "audit", "verify", "--key", verifier, "--since", plain, path)
+	if want := plain + ": JSON with no checkpoint member"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("audit verify --since a line with no checkpoint = %v; want exit 1 saying %q", err, want)
+	}
+}
+
 func TestAuditKeyErrors(t *testing.T) {
 	dir := t.TempDir()
 	signer, verifier := keygen(t, dir, "proxy1.example.com")

@@ -182,7 +182,7 @@ func Check(r io.Reader, opts CheckOptions) (*Report, error) {
 	n, err := verify(r, func(l *verifiedLine) error {
 		if opts.Since != nil && l.num == opts.Since.Size && l.sum != since {
 			return &LineError{Line: l.num, Reason: fmt.Sprintf(
-				"its SHA-256 %s is not %s, which the saved checkpoint signs: the journal was changed at or before line %d after the checkpoint was saved, and the chain written again",
+				"its SHA-256 %s is not %s, which the saved checkpoint signs: the journal was changed at or before line %d after the checkpoint was saved, and the chain written again (or the checkpoint is another journal's, signed with the same key)",
 				short(l.sum), short(since), l.num)}
 		}
 		if l.checkpoint == nil {
