@@ -249,7 +249,7 @@ func printList(w io.Writer, recs []*record.Record) {
 			state += " (shadow)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Tool, state,
-			r.At(record.Accepted).Local().Format(time.DateTime), r.Attempts, r.Attached, r.Actor)
+			r.At(record.Accepted).Local().Format(time.DateTime+" MST"), r.Attempts, r.Attached, r.Actor)
 	}
 	tw.Flush()
 }

@@ -460,5 +460,7 @@ func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000")
+	// The zone, as the journal and logs are in UTC and this is in local
+	// time: an investigation lines them up.
+	return t.Local().Format("2006-01-02 15:04:05.000 MST")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -424,5 +425,25 @@ func TestShowStarterWithoutALine(t *testing.T) {
 	}
 	if strings.Contains(callers, "not taken") {
 		t.Errorf("section %q:\n%s\nwant no %q: no line says so", headCallers, callers, "not taken")
+	}
+}
+
+// TestShowNamesTheZone: show and list print local times, and name their
+// zone, as the journal's and the logs' are UTC.
+func TestShowNamesTheZone(t *testing.T) {
+	in := newInvestigation(t)
+	local := time.Local
+	time.Local = time.FixedZone("EST", -5*3600)
+	t.Cleanup(func() { time.Local = local })
+	out, _, err := run(t, in.showArgs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accepted := sections(t, out)[headDispatch]; !regexp.MustCompile(`accepted \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} EST\n`).MatchString(accepted) {
+		t.Errorf("section %q:\n%s\nwant the time of acceptance with its zone, EST", headDispatch, accepted)
+	}
+	list, _, err := run(t, "activity", "list", "--store", in.store)
+	if err != nil || !regexp.MustCompile(`\d\d:\d\d:\d\d EST `).MatchString(list) {
+		t.Errorf("activity list = %v:\n%s\nwant times with their zone, EST", err, list)
 	}
 }
