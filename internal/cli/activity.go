@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -238,6 +239,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func printList(w io.Writer, recs []*record.Record) {
+	makePrintable(reflect.ValueOf(recs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXECUTION\tTOOL\tSTATE\tACCEPTED\tATTEMPTS\tATTACHED\tACTOR")
 	for _, r := range recs {
@@ -256,6 +258,7 @@ func printList(w io.Writer, recs []*record.Record) {
 
 // printRecord prints r's fields and its history.
 func printRecord(w io.Writer, r *record.Record) {
+	makePrintable(reflect.ValueOf(r))
 	printFields(w, r)
 	fmt.Fprintln(w, "\nhistory:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

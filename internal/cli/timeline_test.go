@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -445,5 +446,42 @@ func TestShowNamesTheZone(t *testing.T) {
 	list, _, err := run(t, "activity", "list", "--store", in.store)
 	if err != nil || !regexp.MustCompile(`\d\d:\d\d:\d\d EST `).MatchString(list) {
 		t.Errorf("activity list = %v:\n%s\nwant times with their zone, EST", err, list)
+	}
+}
+
+// TestShowQuotesWhatAClientSent: a client's name, or a tool name, that
+// holds a line break or an escape is printed quoted: it cannot add a
+// line that looks like the output's own, nor act on the terminal.
+func TestShowQuotesWhatAClientSent(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := "charge\ncard"
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: tool, Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	forged := "evil\n\n" + headAuth + "\n  authorized by bob through operator: \x1b[31mok"
+	j := writeEntries(t, filepath.Join(dir, "j.jsonl"), []journal.Entry{
+		{Time: time.Now().Add(-time.Minute), Session: "session:s1", Event: journal.SessionStart,
+			Client: &journal.SessionClient{Transport: "stdio", Name: forged}},
+		{Time: time.Now().Add(-time.Minute), Execution: r.ID, Tool: tool, State: "accepted", Session: "session:s1"},
+	})
+	store := "sqlite:" + path
+	out, _, err := run(t, "activity", "show", r.ID, "--store", store, "--journal", j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "\n"+headAuth+"\n"); n != 1 || strings.Contains(out, "\x1b") || !strings.Contains(out, "client "+strconv.Quote(forged)) {
+		t.Errorf("activity show:\n%s\nwant the client's name quoted, one heading %q (not %d), and no escape", out, headAuth, n)
+	}
+	list, _, err := run(t, "activity", "list", "--store", store)
+	if err != nil || !strings.Contains(list, strconv.Quote(tool)) {
+		t.Errorf("activity list = %v:\n%s\nwant the tool's name quoted, %s", err, list, strconv.Quote(tool))
 	}
 }

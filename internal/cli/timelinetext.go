@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 
@@ -23,6 +24,7 @@ const (
 // printTimeline prints tl for a person: the record's fields, then one
 // section per question.
 func printTimeline(w io.Writer, tl *timeline) {
+	makePrintable(reflect.ValueOf(tl))
 	printFields(w, tl.Record)
 	fmt.Fprintf(w, "\n%s\n", headSessions)
 	printSessions(w, &tl.Sessions)

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"reflect"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Much of what activity prints for a person came from a client: its
+// clientInfo, a tool name, an approval's note. A line break in one would
+// add lines that look like the output's own (a forged "authorized by"),
+// and an escape sequence would act on the terminal. So each string that
+// holds a control or bidi character, or is not UTF-8, is printed quoted,
+// as Go quotes it. --json needs none of this: JSON escapes them.
+
+// printable returns s, or s quoted if it holds what a terminal would act
+// on rather than show.
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// makePrintable applies printable to every string v holds, through its
+// pointers, exported struct fields and slices, in place. Byte slices are
+// left alone: the only ones printed are JSON, whose escapes already hold.
+func makePrintable(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			makePrintable(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				makePrintable(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return
+		}
+		for i := range v.Len() {
+			makePrintable(v.Index(i))
+		}
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(printable(v.String()))
+		}
+	}
+}
