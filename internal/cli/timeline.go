@@ -225,7 +225,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 // read once: each line holds the hash of the one before it, so two
 // journals share a line only if one is a copy of the other.
 func readJournals(paths []string, id string) ([]journal.Entry, error) {
-	var all []journal.Entry
+	var files [][]journal.Entry
 	seen := make(map[[sha256.Size]byte]bool)
 	for _, path := range paths {
 		rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
@@ -236,24 +236,44 @@ func readJournals(paths []string, id string) ([]journal.Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--journal: %w", err)
 		}
-		all = append(all, es...)
+		files = append(files, es)
 	}
 	named := make(map[string]bool)
+	for _, es := range files {
+		for _, e := range es {
+			if e.Execution == id {
+				named[e.Session] = true
+			}
+		}
+	}
+	for i, es := range files {
+		files[i] = slices.DeleteFunc(es, func(e journal.Entry) bool {
+			return e.Execution != id && (e.Execution != "" || e.Session == "" || !named[e.Session] ||
+				e.Event != journal.SessionStart && e.Event != journal.SessionEnd)
+		})
+	}
+	return mergeByTime(files), nil
+}
+
+// mergeByTime merges the lines of several journals by time, keeping each
+// journal's own order: a line's time is taken before the line waits its
+// turn to be written, so two lines of one journal may be out of time
+// order by a little, and the file's order is the one the store took.
+func mergeByTime(files [][]journal.Entry) []journal.Entry {
 	var out []journal.Entry
-	for _, e := range all {
-		if e.Execution == id {
-			out = append(out, e)
-			named[e.Session] = true
+	for {
+		next := -1
+		for i, es := range files {
+			if len(es) > 0 && (next < 0 || es[0].Time.Before(files[next][0].Time)) {
+				next = i
+			}
 		}
-	}
-	for _, e := range all {
-		if e.Execution == "" && e.Session != "" && named[e.Session] &&
-			(e.Event == journal.SessionStart || e.Event == journal.SessionEnd) {
-			out = append(out, e)
+		if next < 0 {
+			return out
 		}
+		out = append(out, files[next][0])
+		files[next] = files[next][1:]
 	}
-	slices.SortStableFunc(out, func(a, b journal.Entry) int { return a.Time.Compare(b.Time) })
-	return out, nil
 }
 
 // readEntries reads the first n lines of the journal at path, which

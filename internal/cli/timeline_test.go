@@ -485,3 +485,32 @@ func TestShowQuotesWhatAClientSent(t *testing.T) {
 		t.Errorf("activity list = %v:\n%s\nwant the tool's name quoted, %s", err, list, strconv.Quote(tool))
 	}
 }
+
+// TestShowKeepsAJournalsOrder: a line's time is taken before it waits its
+// turn to be written, so a journal's lines may be out of time order by a
+// little; show keeps each journal's order, which is the store's, and
+// merges journals by time around it.
+func TestShowKeepsAJournalsOrder(t *testing.T) {
+	in := newInvestigation(t)
+	t0 := time.Now().Add(-time.Minute)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var es []journal.Entry
+	for _, l := range []struct {
+		ms    int
+		state string
+	}{{10, "accepted"}, {11, "dispatched"}, {20, "completed"}, {19, "delivered"}} {
+		es = append(es, journal.Entry{Time: at(l.ms), Execution: in.id, Tool: "charge_card", State: l.state,
+			Session: in.s1, RequestID: json.RawMessage("7")})
+	}
+	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
+	op := writeEntries(t, filepath.Join(t.TempDir(), "op.jsonl"), []journal.Entry{
+		{Time: at(15), Execution: in.id, Tool: "charge_card", State: "authorized", By: "bob"}})
+	out, _, err := run(t, "activity", "show", in.id, "--store", in.store, "--journal", j, "--journal", op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := sections(t, out)[headSessions]; !strings.Contains(s, in.s1+": request 7: accepted, dispatched, completed, delivered\n") ||
+		!strings.Contains(s, "authorized, written by") {
+		t.Errorf("section %q:\n%s\nwant the journal's order: accepted, dispatched, completed, delivered; and the other journal's line", headSessions, s)
+	}
+}
