@@ -290,11 +290,16 @@ func readVerifiers(path string) (note.Verifiers, error) {
 		return nil, err
 	}
 	var vs []note.Verifier
+	seen := make(map[string]bool)
 	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		switch {
-		case line == "":
+		case seen[line]:
+			// A key given twice would make every signature by it
+			// "ambiguous" to the note package: one is enough.
 			continue
+		case line == "", strings.HasPrefix(line, "#"):
+			continue // a key file kept by hand says whose each key is
 		case strings.HasPrefix(line, "PRIVATE+KEY+"):
 			return nil, fmt.Errorf("%s:%d: a signer key: give the verifier key that audit keygen printed, and keep the signer key secret", path, i+1)
 		}
@@ -303,6 +308,7 @@ func readVerifiers(path string) (note.Verifiers, error) {
 			return nil, fmt.Errorf("%s:%d: not a verifier key (NAME+HASH+KEY, as audit keygen prints it): %v", path, i+1, err)
 		}
 		vs = append(vs, v)
+		seen[line] = true
 	}
 	if len(vs) == 0 {
 		return nil, fmt.Errorf("%s: no verifier key in it", path)

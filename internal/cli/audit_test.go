@@ -451,6 +451,22 @@ func TestAuditSinceJournalLine(t *testing.T) {
 	}
 }
 
+// TestAuditKeyFileComments: a key file may say whose each key is, in
+// lines that begin with #, and hold a key twice.
+func TestAuditKeyFileComments(t *testing.T) {
+	dir := t.TempDir()
+	signer, verifier := keygen(t, dir, "proxy1")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 3, 1000)
+	b, _ := os.ReadFile(verifier)
+	keys := filepath.Join(dir, "keys")
+	os.WriteFile(keys, []byte("# proxy1, since 2026-12\n"+string(b)+"\n  # the same again\n"+string(b)), 0o600)
+	stdout, _, err := run(t, "audit", "verify", "--key", keys, path)
+	if err != nil || !strings.Contains(stdout, "1 checkpoint verifies") {
+		t.Errorf("audit verify --key with comments = %v, %q; want the checkpoint verified", err, stdout)
+	}
+}
+
 func TestAuditKeyErrors(t *testing.T) {
 	dir := t.TempDir()
 	signer, verifier := keygen(t, dir, "proxy1.example.com")
