@@ -184,7 +184,9 @@ func sigtermWhileReserving(t *testing.T, store string, hold func() (release func
 // another process's open transaction does, until release is called.
 func holdWriteLock(t *testing.T, path string) (release func()) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path)
+	// Waiting its turn: the proxy writes now and then (the first
+	// call's delivery, its leases).
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +198,12 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
 		t.Fatalf("taking the write lock: %v", err)
 	}
-	done := false
+	var once sync.Once
 	release = func() {
-		if !done {
-			done = true
+		once.Do(func() {
 			conn.ExecContext(context.Background(), "ROLLBACK")
 			conn.Close()
-		}
+		})
 	}
 	t.Cleanup(release)
 	return release
