@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
@@ -161,6 +162,27 @@ func TestLogFlagsIgnoreCase(t *testing.T) {
 	log.Info("hello")
 	if !json.Valid(out.Bytes()) {
 		t.Errorf("--log-format JSON wrote %q; want a JSON line", out.String())
+	}
+}
+
+// TestLogValuesBounded: a client's megabyte of request id, or an error
+// quoting it, is cut in the log, which says how long it was.
+func TestLogValuesBounded(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		var out bytes.Buffer
+		log, err := newLogger(&out, "info", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		long := strings.Repeat("é", 1<<19) // a megabyte, two bytes a character
+		log.Info("answered", "request", long, "err", errors.New("call "+long+" failed"), "short", "kept")
+		if n := out.Len(); n > 3*maxLogValue {
+			t.Errorf("%s: the line is %d bytes; want it cut to a few KiB", format, n)
+		}
+		line := out.String()
+		if !strings.Contains(line, "(1048576 bytes)") || !strings.Contains(line, "(1048588 bytes)") || !strings.Contains(line, "kept") || !utf8.ValidString(line) {
+			t.Errorf("%s: the line %.200q...; want each long value cut on a character, with its length, and the short one kept", format, line)
+		}
 	}
 }
 
