@@ -324,9 +324,7 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 			if err := chained(lines, last, before, line); err != nil {
 				return "", 0, 0, err
 			}
-			return "", 0, 0, &LineError{Line: lines + 1, Reason: fmt.Sprintf(
-				"torn: it does not end in a newline (a write was cut short); to continue the chain, cut the file to its first %d lines (truncate -s %d FILE), or start a new journal",
-				lines, r.offset-int64(len(line)))}
+			return "", 0, 0, &LineError{Line: lines + 1, Reason: tornReason(lines, r.offset-int64(len(line)))}
 		}
 		before, prev = prev, sum(line)
 		last = append(last[:0], line...)
@@ -778,4 +776,17 @@ func (r *lineReader) next() (line []byte, torn bool, err error) {
 			return nil, false, err
 		}
 	}
+}
+
+// tornReason says what to do with a journal whose line after its first
+// whole lines is torn, starting at byte offset.
+func tornReason(whole int, offset int64) string {
+	const torn = "torn: it does not end in a newline (a write was cut short); "
+	switch whole {
+	case 0:
+		return torn + "it is the file's only line: start a new journal (remove the file, or name another)"
+	case 1:
+		return fmt.Sprintf(torn+"to continue the chain, cut the file to its first line (truncate -s %d FILE), or start a new journal", offset)
+	}
+	return fmt.Sprintf(torn+"to continue the chain, cut the file to its first %d lines (truncate -s %d FILE), or start a new journal", whole, offset)
 }

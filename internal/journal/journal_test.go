@@ -124,6 +124,10 @@ func TestOpenRefusesABadTail(t *testing.T) {
 	}{
 		{"torn last line", func(ls []string) string { return strings.Join(ls, "") + `{"prev":"00` },
 			[]string{"line 3", "torn", "truncate -s ", "first 2 lines"}},
+		{"torn second line", func(ls []string) string { return ls[0] + `{"prev":"00` },
+			[]string{"line 2", "torn", "truncate -s ", "its first line ("}},
+		{"torn only line", func([]string) string { return `{"prev":"00` },
+			[]string{"line 1", "torn", "only line", "start a new journal"}},
 		{"last line does not chain", func(ls []string) string {
 			at := len(`{"prev":"`)
 			return tamper(ls, 2, at, flipHex(ls[1][at]))
@@ -158,7 +162,7 @@ func TestOpenRefusesABadTail(t *testing.T) {
 					t.Errorf("Open: %v; want it to say %q", err, s)
 				}
 			}
-			if tt.name != "torn last line" && strings.Contains(err.Error(), "truncate") {
+			if !strings.HasPrefix(tt.name, "torn last line") && tt.name != "torn second line" && strings.Contains(err.Error(), "truncate") {
 				t.Errorf("Open: %v; want no advice to cut a file that is not a journal's chain", err)
 			}
 			if tt.name == "torn last line" {
