@@ -337,6 +337,17 @@ func readSigner(path string) (note.Signer, error) {
 	return s, nil
 }
 
+// readableByOthers reports whether the file at path may be read by others
+// than its owner, and its mode. A signer key should not be: audit keygen
+// writes it 0600.
+func readableByOthers(path string) (fs.FileMode, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode(), fi.Mode().Perm()&0o044 != 0
+}
+
 // lineSpan names lines from to to: "line 4", "lines 4-9".
 func lineSpan(from, to int) string {
 	if from == to {

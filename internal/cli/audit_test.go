@@ -476,6 +476,14 @@ func TestAuditKeyErrors(t *testing.T) {
 	saved := filepath.Join(dir, "saved")
 	stdout, _, _ := run(t, "audit", "checkpoint", path)
 	os.WriteFile(saved, []byte(stdout), 0o600)
+	// A key others may read is used, and warned of.
+	if err := os.Chmod(signer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, proxyErr, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat"); err != nil || !strings.Contains(proxyErr, "readable by others than its owner") || !strings.Contains(proxyErr, "chmod 600") {
+		t.Errorf("with a 0644 key: %v, stderr %q; want it used, and a warning to chmod 600 it", err, proxyErr)
+	}
+
 	garbage := filepath.Join(dir, "garbage")
 	os.WriteFile(garbage, []byte("hello\n"), 0o600)
 	empty := filepath.Join(dir, "empty")
@@ -512,13 +520,25 @@ func TestJournalKeyFlag(t *testing.T) {
 	dir := t.TempDir()
 	signer, verifier := keygen(t, dir, "proxy1.example.com")
 	path := writeJournal(t, 2) // left unsigned by an earlier run
-	if _, _, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat"); err != nil {
+	_, proxyErr, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(proxyErr, "readable by others") {
+		t.Errorf("a 0600 key was warned of: %s", proxyErr)
 	}
 	stdout, stderr, err := run(t, "audit", "verify", "--key", verifier, path)
 	// Lines 3 and 4 are the session's start and end.
 	if err != nil || !strings.Contains(stdout, "1 checkpoint verifies; the newest, at line 5") || stderr != "" {
 		t.Fatalf("after a clean stop: %v; stdout %q, stderr %q; want a checkpoint at line 5 and no warning", err, stdout, stderr)
+	}
+
+	// A key others may read is used, and warned of.
+	if err := os.Chmod(signer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, proxyErr, err := run(t, "--journal", path, "--journal-key", signer, "--", "/bin/cat"); err != nil || !strings.Contains(proxyErr, "readable by others than its owner") || !strings.Contains(proxyErr, "chmod 600") {
+		t.Errorf("with a 0644 key: %v, stderr %q; want it used, and a warning to chmod 600 it", err, proxyErr)
 	}
 
 	garbage := filepath.Join(dir, "garbage")

@@ -515,6 +515,9 @@ func (w *wiring) openJournal() (*journal.Writer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--journal-key: %w", err)
 		}
+		if mode, open := readableByOthers(key); open {
+			w.log.Warn("--journal-key: the signer key is readable by others than its owner: whoever reads it can sign checkpoints for a journal they rewrote; chmod 600 it", "file", key, "mode", mode.String())
+		}
 		opts.Signer = s
 	}
 	// Opened before the store, so a journal another proxy holds, or one
