@@ -227,7 +227,8 @@ func (m *Metrics) ServeOn(ctx context.Context, ln net.Listener, log *slog.Logger
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	})
-	log.Debug("serving metrics", "addr", ln.Addr().String())
+	// At info: with port 0, or a host left out, this says where.
+	log.Info("serving Prometheus metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	err := srv.Serve(ln)
 	if !stop() {
 		// The shutdown began; return once it is over, leaving nothing

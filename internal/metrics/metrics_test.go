@@ -1,10 +1,12 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -226,7 +228,8 @@ func TestServe(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.ServeOn(ctx, ln, nil) }()
+	var logged bytes.Buffer
+	go func() { done <- m.ServeOn(ctx, ln, slog.New(slog.NewTextHandler(&logged, nil))) }()
 
 	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	if err != nil {
@@ -247,6 +250,10 @@ func TestServe(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("ServeOn after cancel: %v; want nil", err)
+	}
+	// Where, at info: the port of :0 is known only once bound.
+	if url := "http://" + ln.Addr().String() + "/metrics"; !strings.Contains(logged.String(), "level=INFO") || !strings.Contains(logged.String(), url) {
+		t.Errorf("ServeOn logged %q; want %s at info", logged.String(), url)
 	}
 }
 
