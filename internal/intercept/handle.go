@@ -229,7 +229,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedKey, journal.GotKeyRefused
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
-			call.Key, rec.ID, rec.Tool, keyDifference(rec.Tool, call.Name)))
+			call.Key, rec.ID, rec.Tool, in.keyDifference(rec, req, args)))
 	case rec.State == record.Unknown:
 		// One line for each decision; an unknown outcome's is unknown's.
 		in.unknown(ctx, rec, req)
@@ -273,15 +273,6 @@ func (in *Interceptor) sameBeforeTasksExtension(rec *record.Record, req *Request
 	fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
 		Tool: call.Name, Arguments: args, Extra: extra(&c)})
 	return err == nil && fp == rec.Fingerprint
-}
-
-// keyDifference says how a call reusing a client key differs from the
-// key's first.
-func keyDifference(first, tool string) string {
-	if first != tool {
-		return "it names another tool"
-	}
-	return "the arguments differ"
 }
 
 // deadline returns when a call arriving at now stops beginning waits: the

@@ -323,3 +323,36 @@ func TestAppendExecution(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyReusedForATaskSaysSo: a client key reused with the same
+// arguments, but asking otherwise for a task, is refused saying so, not
+// that the arguments differ.
+func TestKeyReusedForATaskSaysSo(t *testing.T) {
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		if strings.Contains(string(p), `"task"`) || strings.Contains(string(p), "io.modelcontextprotocol/tasks") {
+			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"task-%d","status":"working"}}`, n)), nil
+		}
+		return charged(context.Background(), n, p)
+	})
+	const (
+		args = `"name":"charge_card","arguments":{"card":"4242","amount":100}`
+		ext  = `,"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+	)
+	for _, c := range []struct{ first, then, want string }{
+		{`{` + args + `,"task":{},"_meta":{"mcp-idempotent/key":"T1"}}`, `{` + args + `,"_meta":{"mcp-idempotent/key":"T1"}}`,
+			"the first call asks for a task (params.task) and this one asks for no task"},
+		{`{` + args + `,"_meta":{"mcp-idempotent/key":"T2"}}`, `{` + args + `,"task":{"ttl":1000},"_meta":{"mcp-idempotent/key":"T2"}}`,
+			"the first call asks for no task and this one asks for a task (params.task)"},
+		{`{` + args + `,"_meta":{"mcp-idempotent/key":"T3"` + ext + `}}`, `{` + args + `,"_meta":{"mcp-idempotent/key":"T3"}}`,
+			"the first call declares the tasks extension and this one asks for no task"},
+	} {
+		h.call(t.Context(), t, c.first).only(t)
+		a := h.call(t.Context(), t, c.then).only(t)
+		if a.Error == nil || !strings.Contains(string(a.Error), c.want) {
+			t.Fatalf("%s after %s got %s %s; want it refused saying %q", c.then, c.first, a.Result, a.Error, c.want)
+		}
+	}
+	if n := h.up.calls.Load(); n != 3 {
+		t.Fatalf("upstream reached %d times; want the three first calls only", n)
+	}
+}
