@@ -69,7 +69,9 @@ func (s *tracedStore) start(ctx context.Context, op string) (context.Context, tr
 
 // end ends span, if there is one, with the record's id and state and the
 // operation's error. ErrConflict and ErrNotFound are the store's answers,
-// not failures.
+// not failures; nor is a caller that stopped waiting (context.Canceled: a
+// client's cancel, or its session's end), which the span records as an
+// attribute.
 func end(span trace.Span, rec *record.Record, err error) {
 	if span == nil {
 		return
@@ -77,11 +79,18 @@ func end(span trace.Span, rec *record.Record, err error) {
 	if rec != nil {
 		span.SetAttributes(Execution.String(rec.ID), State.String(string(rec.State)))
 	}
-	if err != nil && !errors.Is(err, record.ErrConflict) && !errors.Is(err, record.ErrNotFound) {
+	switch {
+	case err == nil, errors.Is(err, record.ErrConflict), errors.Is(err, record.ErrNotFound):
+	case errors.Is(err, context.Canceled):
+		span.SetAttributes(cancelledKey.Bool(true))
+	default:
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 }
+
+// cancelledKey marks a store operation its caller stopped waiting for.
+var cancelledKey = attribute.Key("mcp_idempotent.cancelled")
 
 func (s *tracedStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
 	ctx, span := s.start(ctx, "reserve")

@@ -2,8 +2,14 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -34,5 +40,26 @@ func TestTraceStoreKeepsDecider(t *testing.T) {
 	}
 	if got, err := d.WaitDecided(t.Context(), "exe_1"); err != nil || got.ID != "exe_1" {
 		t.Fatalf("WaitDecided through the wrapper = %v, %v", got, err)
+	}
+}
+
+// TestStoreSpanOfACancelledWait: a wait its caller gave up is no store
+// failure: its span has no error status, and says it was cancelled; a
+// store error sets the status.
+func TestStoreSpanOfACancelledWait(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
+	ctx, call := tracer.Start(context.Background(), "call")
+	_, cancelled := tracer.Start(ctx, "store wait")
+	end(cancelled, nil, fmt.Errorf("waiting for exe_1: %w", context.Canceled))
+	_, failed := tracer.Start(ctx, "store get")
+	end(failed, nil, errors.New("database is locked"))
+	call.End()
+	spans := rec.Ended()
+	if st := spans[0].Status(); st.Code == codes.Error || !slices.Contains(spans[0].Attributes(), cancelledKey.Bool(true)) {
+		t.Errorf("a cancelled wait: status %v, attributes %v; want no error, and cancelled=true", st, spans[0].Attributes())
+	}
+	if st := spans[1].Status(); st.Code != codes.Error || st.Description != "database is locked" {
+		t.Errorf("a store error: status %v; want Error", st)
 	}
 }
