@@ -188,6 +188,9 @@ func (ss *ServerSession) release(st *stream, gen int64) {
 	defer ss.mu.Unlock()
 	if st.writer == gen {
 		st.writer = 0
+		if len(ss.unread) > 0 {
+			ss.dropLostOfLocked(st)
+		}
 	}
 }
 

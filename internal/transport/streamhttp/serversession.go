@@ -113,12 +113,12 @@ func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate strin
 // client on one of them, or ErrNeverRead once it never can be
 // (dropUnread).
 func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func(error)) {
-	var w func()
+	var u *unreadAnswer
 	if written != nil {
-		w = ss.holdUnreadLocked(p, written)
+		u = ss.holdUnreadLocked(p, written)
 	}
 	for _, st := range p.streams {
-		ss.appendWrittenLocked(st, frame, w)
+		ss.appendAnswerLocked(st, frame, u)
 		if st.want--; st.want == 0 {
 			ss.endLocked(st)
 		}

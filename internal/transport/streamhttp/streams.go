@@ -40,8 +40,10 @@ type sseEvent struct {
 	seq  int64
 	data []byte // one JSON-RPC message; empty for the priming event
 	// written, if not nil, is called once the event has been written to
-	// the client: the answer reached the caller's transport.
+	// the client: the answer reached the caller's transport. answer is
+	// the answer it carries, for the eviction to count.
 	written func()
+	answer  *unreadAnswer
 }
 
 // A heldEvent names an event in the session's order of eviction.
@@ -125,13 +127,17 @@ func (ss *ServerSession) relatedStreamLocked(key string) *stream {
 // appendLocked holds one event on st and wakes its writer, evicting the
 // oldest events of the session beyond its bounds.
 func (ss *ServerSession) appendLocked(st *stream, data []byte) {
-	ss.appendWrittenLocked(st, data, nil)
+	ss.appendAnswerLocked(st, data, nil)
 }
 
-// appendWrittenLocked is appendLocked for an event whose writing is to be
-// told to written.
-func (ss *ServerSession) appendWrittenLocked(st *stream, data []byte, written func()) {
-	ev := sseEvent{seq: st.next, data: data, written: written}
+// appendAnswerLocked is appendLocked for an event carrying u, an answer
+// whose writing is to be reported (nil for none).
+func (ss *ServerSession) appendAnswerLocked(st *stream, data []byte, u *unreadAnswer) {
+	ev := sseEvent{seq: st.next, data: data}
+	if u != nil {
+		ev.written, ev.answer = u.wrote, u
+		u.held++
+	}
 	st.next++
 	st.events = append(st.events, ev)
 	ss.held = append(ss.held, heldEvent{st: st, seq: ev.seq})
@@ -145,6 +151,9 @@ func (ss *ServerSession) appendWrittenLocked(st *stream, data []byte, written fu
 		// Events leave a stream oldest first, as they entered it.
 		if len(old.st.events) > 0 && old.st.events[0].seq == old.seq {
 			ss.heldBytes -= len(old.st.events[0].data)
+			if u := old.st.events[0].answer; u != nil {
+				ss.evictedLocked(u)
+			}
 			old.st.events[0] = sseEvent{}
 			old.st.events = old.st.events[1:]
 		}
