@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -99,20 +100,7 @@ func sigtermWhileReserving(t *testing.T, store string, hold func() (release func
 	defer cancel()
 	flags := []string{"--store", store}
 	cmd := proxiedWith(t, flags, chargeServer()...)
-	stderr := new(syncBuffer)
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 2 * time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, stderr := startPiped(t, cmd)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -207,6 +195,27 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// startPiped starts cmd with pipes to its stdin and from its stdout, and
+// its stderr kept, and returns the three.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, *syncBuffer) {
+	t.Helper()
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 2 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, stdout, stderr
 }
 
 // rawClient writes JSON-RPC frames to a stdio server and reads its

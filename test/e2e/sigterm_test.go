@@ -38,20 +38,7 @@ func TestSIGTERMAfterStdinClosed(t *testing.T) {
 	// ran it, SIGTERM ignored, holds the upstream's stdout until killed.
 	upstream := []string{"sh", "-c", `echo $$ > "$0"; trap '' TERM; "$@"; while :; do sleep 1; done`, pidFile, chargeBin}
 	cmd := proxiedWith(t, nil, upstream...)
-	stderr := new(syncBuffer)
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 2 * time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, stderr := startPiped(t, cmd)
 	exited := make(chan time.Time, 1)
 	go func() {
 		_ = cmd.Wait()
