@@ -279,7 +279,7 @@ func (in *Interceptor) operatorDecided(req *Request, rec *record.Record) {
 		return // settled otherwise, an orphan's takeover: journaled as such
 	}
 	c := record.Change{To: last.State, By: last.By, Via: last.Via, Note: last.Note}
-	in.obs.Transition(rec.Tool, c.To)
+	in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
 	in.traceRecord(req, rec)
 	in.journalize(req, rec, c)
 	in.logDecision(req, rec, c)

@@ -125,6 +125,9 @@ func (e *execution) tool() string {
 	return e.req.Call.Name
 }
 
+// observed is the execution's tool as its Observer is told of it.
+func (e *execution) observed() Tool { return Tool{Name: e.tool(), Listed: e.req.Listed} }
+
 // run runs the execution's steps until it waits for something or ends.
 // Whatever ends a wait calls run again.
 func (e *execution) run() {
@@ -324,7 +327,7 @@ func (e *execution) claim() bool {
 			e.finish()
 			return false
 		}
-		e.in.obs.Transition(e.tool(), record.Dispatched)
+		e.in.obs.Transition(e.observed(), record.Dispatched)
 		e.in.journalize(e.req, cur, again)
 		e.step = sending
 		return true
@@ -362,7 +365,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 		// when debug is off.
 		e.in.log.Debug("transition", "execution", e.rec.ID, "state", record.Dispatched, "note", claim.Note)
 	}
-	e.in.obs.Transition(e.tool(), record.Dispatched)
+	e.in.obs.Transition(e.observed(), record.Dispatched)
 	e.in.traceRecord(e.req, claimed)
 	e.in.journalize(e.req, claimed, *claim)
 	e.step = sending
@@ -471,7 +474,7 @@ func (e *execution) decide() bool {
 	in, a := e.in, e.acct()
 	a.release()
 	if in.timed && e.rec != nil {
-		in.obs.Upstream(e.tool(), in.now().Sub(in.epoch)-e.sent)
+		in.obs.Upstream(e.observed(), in.now().Sub(in.epoch)-e.sent)
 	}
 	if e.req.Policy.Retry == nil {
 		e.finish() // no rule, no second attempt (again)
@@ -498,7 +501,7 @@ func (e *execution) decide() bool {
 	} else {
 		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why)
 	}
-	in.obs.Attempt(e.tool(), e.n+1, r.why, r.wait)
+	in.obs.Attempt(e.observed(), e.n+1, r.why, r.wait)
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
 	e.why = r.why
 	if e.rec != nil && mayHaveRun(e.result, e.err, e.req.Policy.Retry) {

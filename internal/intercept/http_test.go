@@ -170,14 +170,14 @@ type countingObserver struct {
 	upstream []time.Duration
 }
 
-func (o *countingObserver) Decision(string, policy.Class, string)      {}
-func (o *countingObserver) Attempt(string, int, string, time.Duration) {}
-func (o *countingObserver) Upstream(_ string, d time.Duration) {
+func (o *countingObserver) Decision(Tool, policy.Class, string)      {}
+func (o *countingObserver) Attempt(Tool, int, string, time.Duration) {}
+func (o *countingObserver) Upstream(_ Tool, d time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.upstream = append(o.upstream, d)
 }
-func (o *countingObserver) Transition(_ string, st record.State) {
+func (o *countingObserver) Transition(_ Tool, st record.State) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n[st]++

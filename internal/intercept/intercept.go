@@ -171,6 +171,9 @@ type Request struct {
 	// bg is the caller's context without its cancellation, for the work
 	// that outlives the caller (recording the outcome); set by Handle.
 	bg context.Context
+	// Listed says that the upstream listed the tool (Tool.Listed). It
+	// sits beside unrecorded and stage, in room they leave.
+	Listed bool
 	// unrecorded marks a call sent by Unrecorded: no execution id goes
 	// upstream with it.
 	unrecorded bool
@@ -189,6 +192,15 @@ type Request struct {
 	exec execution
 }
 
+// A Tool names the tool a call called, as an Observer is told of it.
+type Tool struct {
+	Name string
+	// Listed says that the upstream listed the tool when the call came;
+	// a name it did not list is the client's alone, and a metrics label
+	// of its own would let any client grow the series.
+	Listed bool
+}
+
 // An Observer is told of every decision, attempt and transition, for
 // metrics. Its methods are called on the request path and must not block.
 type Observer interface {
@@ -197,14 +209,14 @@ type Observer interface {
 	// that cannot be fingerprinted), store_unavailable,
 	// unknown (answered outcome unknown), in_progress, redispatched,
 	// recovered.
-	Decision(tool string, class policy.Class, decision string)
+	Decision(tool Tool, class policy.Class, decision string)
 	// Attempt: a call is sent again after wait, for why (transient, not
 	// sent).
-	Attempt(tool string, n int, why string, wait time.Duration)
+	Attempt(tool Tool, n int, why string, wait time.Duration)
 	// Transition: an execution moved to state.
-	Transition(tool string, state record.State)
+	Transition(tool Tool, state record.State)
 	// Upstream: the upstream answered one send after d.
-	Upstream(tool string, d time.Duration)
+	Upstream(tool Tool, d time.Duration)
 }
 
 // A ShadowObserver is an Observer that counts apart what the interceptor
@@ -213,7 +225,7 @@ type Observer interface {
 // would have become.
 type ShadowObserver interface {
 	Observer
-	ShadowDecision(tool string, class policy.Class, decision string)
+	ShadowDecision(tool Tool, class policy.Class, decision string)
 }
 
 // Options configures an Interceptor.
@@ -348,7 +360,7 @@ func New(opts Options) *Interceptor {
 // and what it would have become as a shadow decision.
 type shadowObserver struct{ Observer }
 
-func (o shadowObserver) Decision(tool string, class policy.Class, decision string) {
+func (o shadowObserver) Decision(tool Tool, class policy.Class, decision string) {
 	o.Observer.Decision(tool, class, "passed_through")
 	if so, ok := o.Observer.(ShadowObserver); ok && decision != "passed_through" {
 		so.ShadowDecision(tool, class, decision)
@@ -370,15 +382,15 @@ const shadowPrefix = "shadow-"
 
 type nopObserver struct{}
 
-func (nopObserver) Decision(string, policy.Class, string)      {}
-func (nopObserver) Attempt(string, int, string, time.Duration) {}
-func (nopObserver) Transition(string, record.State)            {}
-func (nopObserver) Upstream(string, time.Duration)             {}
+func (nopObserver) Decision(Tool, policy.Class, string)      {}
+func (nopObserver) Attempt(Tool, int, string, time.Duration) {}
+func (nopObserver) Transition(Tool, record.State)            {}
+func (nopObserver) Upstream(Tool, time.Duration)             {}
 
 // PassedThrough tells the observer, and the call's span that ctx holds,
 // that a call went upstream as it came, unrecorded (a read-only tool, or
 // a key-scoped one called without a key).
-func (in *Interceptor) PassedThrough(ctx context.Context, tool string, class policy.Class) {
+func (in *Interceptor) PassedThrough(ctx context.Context, tool Tool, class policy.Class) {
 	in.obs.Decision(tool, class, "passed_through")
 	if in.tracer != nil {
 		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String("passed_through"))

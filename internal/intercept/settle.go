@@ -34,7 +34,7 @@ func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
 				// lost (a timeout): the outcome is recorded, and its
 				// line goes in the journal as any transition's does.
 				in.log.Info("recorded an outcome the store had refused: the earlier write had reached it", "execution", id, "state", c.To)
-				in.obs.Transition(rec.Tool, c.To)
+				in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
 				in.journalize(req, rec, c)
 				return
 			}
@@ -92,7 +92,7 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 	if err != nil {
 		return nil, err
 	}
-	in.obs.Transition(rec.Tool, c.To)
+	in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
 	in.traceRecord(req, rec)
 	in.journalize(req, rec, c)
 	if in.debug {

@@ -21,7 +21,7 @@ import (
 // decided tells the observer, and the call's span, what became of req's
 // call to tool.
 func (in *Interceptor) decided(req *Request, tool string, decision string) {
-	in.obs.Decision(tool, req.Policy.Class, decision)
+	in.obs.Decision(Tool{Name: tool, Listed: req.Listed}, req.Policy.Class, decision)
 	if in.tracer != nil {
 		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Decision.String(decision))
 	}

@@ -30,9 +30,15 @@ import (
 // upstream cannot grow the series without bound.
 const MaxTools = 200
 
-// OtherTool is the tool label of every tool past the first MaxTools, and
-// of every name longer than MaxToolName.
+// OtherTool is the tool label of every listed tool past the first
+// MaxTools, and of every listed name longer than MaxToolName.
 const OtherTool = "other"
+
+// UnlistedTool is the tool label of every call of a tool the upstream did
+// not list: such a name is the client's alone, and taking one of the
+// MaxTools places would let a client push the upstream's real tools into
+// OtherTool.
+const UnlistedTool = "unlisted"
 
 // MaxToolName bounds the length, in bytes, of a tool label value: the MCP
 // specification has tool names of at most 128 characters. The name comes
@@ -116,10 +122,14 @@ func New() *Metrics {
 	return m
 }
 
-// tool returns the label value for name: name itself for the first
-// MaxTools distinct names of at most MaxToolName bytes, OtherTool for any
-// other.
-func (m *Metrics) tool(name string) string {
+// tool returns the label value for t: UnlistedTool for a tool the
+// upstream did not list; else the name itself for the first MaxTools
+// distinct names of at most MaxToolName bytes, OtherTool for any other.
+func (m *Metrics) tool(t intercept.Tool) string {
+	if !t.Listed {
+		return UnlistedTool
+	}
+	name := t.Name
 	if len(name) > MaxToolName {
 		return OtherTool
 	}
@@ -136,17 +146,17 @@ func (m *Metrics) tool(name string) string {
 }
 
 // Decision implements intercept.Observer.
-func (m *Metrics) Decision(tool string, class policy.Class, decision string) {
+func (m *Metrics) Decision(tool intercept.Tool, class policy.Class, decision string) {
 	m.calls.WithLabelValues(m.tool(tool), string(class), decision).Inc()
 }
 
 // ShadowDecision implements intercept.ShadowObserver.
-func (m *Metrics) ShadowDecision(tool string, class policy.Class, decision string) {
+func (m *Metrics) ShadowDecision(tool intercept.Tool, class policy.Class, decision string) {
 	m.shadow.WithLabelValues(m.tool(tool), string(class), decision).Inc()
 }
 
 // Attempt implements intercept.Observer.
-func (m *Metrics) Attempt(tool string, n int, why string, wait time.Duration) {
+func (m *Metrics) Attempt(tool intercept.Tool, n int, why string, wait time.Duration) {
 	t := m.tool(tool)
 	m.attempts.WithLabelValues(t, whyLabel(why)).Inc()
 	m.retryWait.WithLabelValues(t).Observe(wait.Seconds())
@@ -170,12 +180,12 @@ func whyLabel(why string) string {
 }
 
 // Transition implements intercept.Observer.
-func (m *Metrics) Transition(tool string, state record.State) {
+func (m *Metrics) Transition(tool intercept.Tool, state record.State) {
 	m.transitions.WithLabelValues(m.tool(tool), string(state)).Inc()
 }
 
 // Upstream implements intercept.Observer.
-func (m *Metrics) Upstream(tool string, d time.Duration) {
+func (m *Metrics) Upstream(tool intercept.Tool, d time.Duration) {
 	m.upstream.WithLabelValues(m.tool(tool)).Observe(d.Seconds())
 }
 

@@ -23,6 +23,9 @@ import (
 
 var _ intercept.Observer = (*metrics.Metrics)(nil)
 
+// listed is a tool the upstream listed.
+func listed(name string) intercept.Tool { return intercept.Tool{Name: name, Listed: true} }
+
 // scrape returns the exposition the handler serves.
 func scrape(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()
@@ -45,16 +48,16 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 
 func TestObserverExposition(t *testing.T) {
 	m := metrics.New()
-	m.Decision("create_issue", policy.SideEffect, "new")
-	m.Decision("create_issue", policy.SideEffect, "attached")
-	m.Decision("create_issue", policy.SideEffect, "attached")
-	m.Decision("search", policy.ReadOnly, "passed_through")
-	m.Transition("create_issue", record.Dispatched)
-	m.Transition("create_issue", record.Completed)
-	m.Attempt("upload", 2, "transient result", 200*time.Millisecond)
-	m.Attempt("upload", 3, "not sent: dial tcp 10.0.0.1:80: connection refused", time.Second)
-	m.Attempt("upload", 4, "HTTP 503", 0)
-	m.Upstream("create_issue", 1500*time.Millisecond)
+	m.Decision(listed("create_issue"), policy.SideEffect, "new")
+	m.Decision(listed("create_issue"), policy.SideEffect, "attached")
+	m.Decision(listed("create_issue"), policy.SideEffect, "attached")
+	m.Decision(listed("search"), policy.ReadOnly, "passed_through")
+	m.Transition(listed("create_issue"), record.Dispatched)
+	m.Transition(listed("create_issue"), record.Completed)
+	m.Attempt(listed("upload"), 2, "transient result", 200*time.Millisecond)
+	m.Attempt(listed("upload"), 3, "not sent: dial tcp 10.0.0.1:80: connection refused", time.Second)
+	m.Attempt(listed("upload"), 4, "HTTP 503", 0)
+	m.Upstream(listed("create_issue"), 1500*time.Millisecond)
 
 	got := scrape(t, m)
 	for _, want := range []string{
@@ -93,10 +96,10 @@ func TestObserverExposition(t *testing.T) {
 func TestToolLabelLength(t *testing.T) {
 	m := metrics.New()
 	long := strings.Repeat("A", 1<<20)
-	m.Decision(long, policy.SideEffect, "new")
-	m.Transition(long, record.Dispatched)
-	m.Upstream(long, time.Millisecond)
-	m.Decision(strings.Repeat("b", metrics.MaxToolName), policy.SideEffect, "new")
+	m.Decision(listed(long), policy.SideEffect, "new")
+	m.Transition(listed(long), record.Dispatched)
+	m.Upstream(listed(long), time.Millisecond)
+	m.Decision(listed(strings.Repeat("b", metrics.MaxToolName)), policy.SideEffect, "new")
 
 	got := scrape(t, m)
 	if len(got) > 64<<10 {
@@ -113,7 +116,7 @@ func TestToolLabelLength(t *testing.T) {
 		}
 	}
 	for i := range metrics.MaxTools - 1 {
-		m.Decision(fmt.Sprintf("tool_%03d", i), policy.SideEffect, "new")
+		m.Decision(listed(fmt.Sprintf("tool_%03d", i)), policy.SideEffect, "new")
 	}
 	if got := scrape(t, m); !strings.Contains(got, `tool="tool_198"`) {
 		t.Errorf("a long name took one of the %d label places", metrics.MaxTools)
@@ -123,11 +126,11 @@ func TestToolLabelLength(t *testing.T) {
 func TestToolLabelCap(t *testing.T) {
 	m := metrics.New()
 	for i := range metrics.MaxTools + 50 {
-		m.Decision(fmt.Sprintf("tool_%03d", i), policy.SideEffect, "new")
+		m.Decision(listed(fmt.Sprintf("tool_%03d", i)), policy.SideEffect, "new")
 	}
 	// A tool seen before the cap keeps its own label after it.
-	m.Decision("tool_000", policy.SideEffect, "new")
-	m.Upstream("tool_249", time.Millisecond)
+	m.Decision(listed("tool_000"), policy.SideEffect, "new")
+	m.Upstream(listed("tool_249"), time.Millisecond)
 
 	got := scrape(t, m)
 	if n := strings.Count(got, "mcp_idempotent_calls_total{"); n != metrics.MaxTools+1 {
@@ -145,6 +148,46 @@ func TestToolLabelCap(t *testing.T) {
 	}
 	if strings.Contains(got, `tool="tool_200"`) {
 		t.Errorf("a tool past the cap has its own label")
+	}
+}
+
+// A client may call any number of names the upstream does not list: they
+// all count as UnlistedTool, and none takes a place a listed tool needs.
+// A listed tool named like the fixed labels keeps its own.
+func TestToolLabelUnlisted(t *testing.T) {
+	m := metrics.New()
+	for i := range 300 {
+		name := intercept.Tool{Name: fmt.Sprintf("nosuch_%03d", i)}
+		m.Decision(name, policy.SideEffect, "new")
+		m.Transition(name, record.Dispatched)
+		m.Upstream(name, time.Millisecond)
+		m.Attempt(name, 2, "transient result", 0)
+	}
+	m.Decision(listed("create_issue"), policy.SideEffect, "new")
+	m.Decision(listed(metrics.OtherTool), policy.SideEffect, "new")
+
+	got := scrape(t, m)
+	for _, want := range []string{
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="unlisted"} 300`,
+		`mcp_idempotent_transitions_total{state="dispatched",tool="unlisted"} 300`,
+		`mcp_idempotent_upstream_seconds_count{tool="unlisted"} 300`,
+		`mcp_idempotent_attempts_total{tool="unlisted",why="transient"} 300`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="create_issue"} 1`,
+		`mcp_idempotent_calls_total{class="side_effect",decision="new",tool="other"} 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the exposition lacks %s", want)
+		}
+	}
+	if strings.Contains(got, "nosuch_") {
+		t.Errorf("a name the upstream did not list became a label value")
+	}
+	// Every place is still free for listed tools.
+	for i := range metrics.MaxTools - 2 {
+		m.Decision(listed(fmt.Sprintf("tool_%03d", i)), policy.SideEffect, "new")
+	}
+	if got := scrape(t, m); !strings.Contains(got, `tool="tool_197"`) {
+		t.Errorf("unlisted names took label places: the %dth listed tool has none", metrics.MaxTools)
 	}
 }
 
@@ -221,7 +264,7 @@ func TestTimeStoreErrors(t *testing.T) {
 
 func TestServe(t *testing.T) {
 	m := metrics.New()
-	m.Decision("t", policy.SideEffect, "new")
+	m.Decision(listed("t"), policy.SideEffect, "new")
 	ln, err := metrics.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

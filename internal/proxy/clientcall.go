@@ -223,7 +223,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		if s.debug {
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key())
 		}
-		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
+		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)
 		c.mu.Lock()
 		c.passThrough = true
 		s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil)
@@ -238,9 +238,9 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	r.Call, r.Policy, r.SchemaDefaults = call, pol, info.defaults
 	r.Actor, r.Scope, r.Session = s.opts.Actor, s.opts.Scope, s.opts.Scope
 	r.UpstreamID, r.UpstreamName = s.opts.UpstreamID, s.opts.UpstreamName
-	r.Upstream, r.Reply = s, c
+	r.Upstream, r.Reply, r.Listed = s, c, info.listed
 	if route == intercept.RouteUnrecorded {
-		s.opts.Interceptor.PassedThrough(&c.ctx, call.Name, pol.Class)
+		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)
 		return
 	}

@@ -49,6 +49,7 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 		Correlation:    c.key(),
 		Session:        s.opts.Scope,
 		ID:             c.id(),
+		Listed:         info.listed,
 	}
 	// Judged first: with a store in memory Handle reserves at once, so
 	// that the call is on record before its answer can come.

@@ -25,21 +25,21 @@ type decisions struct {
 	counted, shown map[string]int // Decision's, ShadowDecision's
 }
 
-func (d *decisions) Decision(_ string, _ policy.Class, decision string) {
+func (d *decisions) Decision(_ intercept.Tool, _ policy.Class, decision string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.counted[decision]++
 }
 
-func (d *decisions) ShadowDecision(_ string, _ policy.Class, decision string) {
+func (d *decisions) ShadowDecision(_ intercept.Tool, _ policy.Class, decision string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.shown[decision]++
 }
 
-func (*decisions) Attempt(string, int, string, time.Duration) {}
-func (*decisions) Transition(string, record.State)            {}
-func (*decisions) Upstream(string, time.Duration)             {}
+func (*decisions) Attempt(intercept.Tool, int, string, time.Duration) {}
+func (*decisions) Transition(intercept.Tool, record.State)            {}
+func (*decisions) Upstream(intercept.Tool, time.Duration)             {}
 
 // total is the decisions counted so far, shadow ones where there are.
 func (d *decisions) total() int {

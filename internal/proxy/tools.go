@@ -20,6 +20,9 @@ type toolInfo struct {
 	policy *policy.Policy // read-only: shared by every call of the tool
 	// defaults holds the inputSchema's top-level property defaults.
 	defaults map[string]json.RawMessage
+	// listed says that a tools/list named the tool: metrics count the
+	// calls of any other name under one label (metrics.UnlistedTool).
+	listed bool
 }
 
 // toolTable is what the upstream's tools/list said, learned from the
@@ -67,7 +70,7 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 			ann = &mcp.Annotations{}
 		}
 		pol := t.resolve(tool.Name, ann)
-		infos[tool.Name] = toolInfo{policy: &pol, defaults: mcp.SchemaDefaults(tool.InputSchema)}
+		infos[tool.Name] = toolInfo{policy: &pol, defaults: mcp.SchemaDefaults(tool.InputSchema), listed: true}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
