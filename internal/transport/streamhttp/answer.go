@@ -40,8 +40,9 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		done, notify := st.done, st.notify
 		var out [][]byte
 		var written []func()
+		var taken []*unreadAnswer
 		if done {
-			out, written = st.answersLocked()
+			out, written, taken = st.answersLocked()
 		}
 		appended, opened := st.next > 0, ss.opened
 		ss.mu.Unlock()
@@ -50,7 +51,8 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 				// Only with an InitializeResult (awaitOpened).
 				w.Header().Set(headerSessionID, ss.id)
 			}
-			s.writeJSON(w, r, out, written, appended, st.isBatch)
+			ok := s.writeJSON(w, r, out, written, appended, st.isBatch)
+			ss.sent(taken, ok)
 			return true
 		}
 		select {
@@ -67,21 +69,25 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 
 // answersLocked returns the answers st holds, and the written callbacks
 // of those that have one.
-func (st *stream) answersLocked() (out [][]byte, written []func()) {
+func (st *stream) answersLocked() (out [][]byte, written []func(), taken []*unreadAnswer) {
 	for _, ev := range st.events {
 		out = append(out, ev.data)
 		if ev.written != nil {
 			written = append(written, ev.written)
 		}
+		if ev.answer != nil {
+			ev.answer.sending++
+			taken = append(taken, ev.answer)
+		}
 	}
-	return out, written
+	return out, written, taken
 }
 
 // writeJSON writes the answers out of a stream that is done as one JSON
 // body, an array if the POST was a batch, and then calls written. A
 // stream that holds no answer is a 503 if answers were appended to it
 // (appended) and evicted since, else a 202.
-func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended, batch bool) {
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended, batch bool) bool {
 	switch {
 	case len(out) == 0 && appended:
 		// Its answers were evicted from the session's buffer before
@@ -89,11 +95,11 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte,
 		// tools/call attaches to its execution, or gets its replay).
 		writeRefusal(w, refuse(http.StatusServiceUnavailable,
 			"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
-		return
+		return false
 	case len(out) == 0:
 		// Its one request was cancelled: nothing to answer.
 		w.WriteHeader(http.StatusAccepted)
-		return
+		return false
 	}
 	w.Header().Set("Content-Type", "application/json")
 	var body []byte
@@ -114,7 +120,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte,
 		for _, f := range written {
 			f()
 		}
+		return true
 	}
+	return false
 }
 
 func joinFrames(frames [][]byte) []byte {
@@ -149,7 +157,9 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		owed := st.want > 0
 		notify := st.notify
 		ss.mu.Unlock()
-		if !b.send(w, r, flusher) {
+		ok := b.send(w, r, flusher)
+		ss.sent(b.taken, ok)
+		if !ok {
 			return false
 		}
 		if done {
@@ -188,9 +198,6 @@ func (ss *ServerSession) release(st *stream, gen int64) {
 	defer ss.mu.Unlock()
 	if st.writer == gen {
 		st.writer = 0
-		if len(ss.unread) > 0 {
-			ss.dropLostOfLocked(st)
-		}
 	}
 }
 
@@ -198,12 +205,13 @@ func (ss *ServerSession) release(st *stream, gen int64) {
 type batch struct {
 	buf     []byte   // the events, as SSE
 	written []func() // the written callbacks of the answers among them
+	taken   []*unreadAnswer
 }
 
 // takeLocked fills b with the events of st from sequence number from on,
 // and returns the sequence number that follows the last one taken.
 func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch) int64 {
-	b.buf, b.written = b.buf[:0], b.written[:0]
+	b.buf, b.written, b.taken = b.buf[:0], b.written[:0], b.taken[:0]
 	if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
 		// The session's bound evicted events before this writer took
 		// them: lost to this stream, which goes on (and ends) without
@@ -222,6 +230,10 @@ func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch)
 		b.buf = appendEvent(b.buf, eventID(st.num, ev.seq), ev.data)
 		if ev.written != nil {
 			b.written = append(b.written, ev.written)
+		}
+		if ev.answer != nil {
+			ev.answer.sending++
+			b.taken = append(b.taken, ev.answer)
 		}
 		from = ev.seq + 1
 	}

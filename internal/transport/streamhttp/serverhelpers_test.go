@@ -125,6 +125,9 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			return
 		}
 		answer := map[string]any{"method": m.Method, "id": m.ID}
+		if m.Method == "big" {
+			answer["pad"] = strings.Repeat("x", 64<<20)
+		}
 		if m.Method == "initialize" {
 			// The version the client asked for, as a server that speaks
 			// it answers.

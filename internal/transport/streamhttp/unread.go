@@ -22,6 +22,9 @@ type unreadAnswer struct {
 	// held counts its events not yet evicted from the session's buffer:
 	// at none, no stream can bring it to the client any more.
 	held int
+	// sending counts the writers that took one of its events and have
+	// not yet finished writing it.
+	sending int
 }
 
 // holdUnreadLocked keeps track of an answer on p's streams until its
@@ -57,16 +60,12 @@ func (ss *ServerSession) evictedLocked(u *unreadAnswer) {
 }
 
 // dropLostLocked reports u as never written if it is still unread, none
-// of its events is held and no writer holds one of its streams (a writer
-// that took the event reports it, or, failing, leaves it to release).
+// of its events is held and no writer is writing one it took (a writer
+// that took one reports it, or, failing, leaves it to sent). A writer's
+// generation will not do: one taken over may still be writing.
 func (ss *ServerSession) dropLostLocked(u *unreadAnswer) {
-	if _, ok := ss.unread[u]; !ok || u.held > 0 {
+	if _, ok := ss.unread[u]; !ok || u.held > 0 || u.sending > 0 {
 		return
-	}
-	for _, st := range u.streams {
-		if st.writer != 0 {
-			return
-		}
 	}
 	delete(ss.unread, u)
 	f := u.written
@@ -75,23 +74,20 @@ func (ss *ServerSession) dropLostLocked(u *unreadAnswer) {
 	go f(ErrNeverRead)
 }
 
-// dropLostOfLocked is dropLostLocked for the unread answers st holds, once
-// its writer lets go of it.
-func (ss *ServerSession) dropLostOfLocked(st *stream) {
-	for u := range ss.unread {
-		if u.held == 0 && holds(u.streams, st) {
+// sent notes that a writer finished writing the answers it took, ok if
+// it wrote them (their wrote was called), else they may now be lost.
+func (ss *ServerSession) sent(taken []*unreadAnswer, ok bool) {
+	if len(taken) == 0 {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, u := range taken {
+		u.sending--
+		if !ok {
 			ss.dropLostLocked(u)
 		}
 	}
-}
-
-func holds(streams []*stream, st *stream) bool {
-	for _, s := range streams {
-		if s == st {
-			return true
-		}
-	}
-	return false
 }
 
 // dropUnread reports as never written the answers the client has not read
