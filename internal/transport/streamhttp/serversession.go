@@ -110,8 +110,8 @@ func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate strin
 
 // answerLocked appends the answer to every stream of p. written, if not
 // nil, is called once, with nil once the answer has been written to the
-// client on one of them, or ErrNeverRead once it never can be
-// (dropUnread).
+// client on one of them, or ErrNeverRead once it never can be (its
+// events evicted, or the session gone: dropUnread).
 func (ss *ServerSession) answerLocked(p *pendingRequest, frame []byte, written func(error)) {
 	var u *unreadAnswer
 	if written != nil {
@@ -229,9 +229,10 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 // WriteAnswer is WriteFrame for the answer to a request, calling written
 // once: with nil once that answer has been written to the client, on the
 // request's own stream, on a stream the client resumes, or as the JSON
-// body; with ErrNeverRead once it never can be, because the session is
-// gone and the client had not read it (it dropped the request and did
-// not resume it, or the answer came after the session ended); with
+// body; with ErrNeverRead once it never can be, because the client had
+// not read it when the session's buffer dropped it, or when the session
+// went (it dropped the request and did not resume it, or the answer came
+// after the session ended); with
 // another error at once if no request of the session awaits it. "Written" means the
 // write and its flush succeeded while the client's request was still
 // open: bytes handed to a connection the client closes at that instant

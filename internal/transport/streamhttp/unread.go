@@ -5,7 +5,7 @@ import "errors"
 // ErrNeverRead is why an answer that WriteAnswer took never reached the
 // client: its session ended first, or the session's buffer dropped it
 // before the client read or resumed it.
-var ErrNeverRead = errors.New("the client never read it: its session ended first")
+var ErrNeverRead = errors.New("the client never read it: its session ended, or dropped it from its buffer, first")
 
 // errNotAwaited is why WriteAnswer could not take an answer: no request
 // of the session awaits it.
