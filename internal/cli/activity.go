@@ -311,7 +311,7 @@ func resultSize(r *record.Record) string {
 	case r.Result != nil:
 		return fmt.Sprintf("%d bytes", len(r.Result))
 	case r.Error != nil:
-		return "JSON-RPC error " + strings.TrimSpace(string(r.Error))
+		return "JSON-RPC error " + printable(strings.TrimSpace(string(r.Error)))
 	}
 	return ""
 }

@@ -30,7 +30,8 @@ func printable(s string) string {
 
 // makePrintable applies printable to every string v holds, through its
 // pointers, exported struct fields and slices, in place. Byte slices are
-// left alone: the only ones printed are JSON, whose escapes already hold.
+// left alone: they are JSON, which need not escape a bidi character or a
+// C1 control, so each is made printable where it is printed.
 func makePrintable(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Pointer:

@@ -467,15 +467,22 @@ func TestShowQuotesWhatAClientSent(t *testing.T) {
 	}
 	s.Close()
 	forged := "evil\n\n" + headAuth + "\n  authorized by bob through operator: \x1b[31mok"
+	// A request id JSON may carry as it is: a right-to-left override,
+	// which would turn the rest of its line around.
+	const rlo = "\"a\u202eb\""
 	j := writeEntries(t, filepath.Join(dir, "j.jsonl"), []journal.Entry{
 		{Time: time.Now().Add(-time.Minute), Session: "session:s1", Event: journal.SessionStart,
 			Client: &journal.SessionClient{Transport: "stdio", Name: forged}},
-		{Time: time.Now().Add(-time.Minute), Execution: r.ID, Tool: tool, State: "accepted", Session: "session:s1"},
+		{Time: time.Now().Add(-time.Minute), Execution: r.ID, Tool: tool, State: "accepted", Session: "session:s1",
+			RequestID: json.RawMessage(rlo)},
 	})
 	store := "sqlite:" + path
 	out, _, err := run(t, "activity", "show", r.ID, "--store", store, "--journal", j)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(out, "\u202e") || !strings.Contains(out, strconv.Quote(rlo)) {
+		t.Errorf("activity show:\n%s\nwant the request id %s quoted", out, strconv.Quote(rlo))
 	}
 	if n := strings.Count(out, "\n"+headAuth+"\n"); n != 1 || strings.Contains(out, "\x1b") || !strings.Contains(out, "client "+strconv.Quote(forged)) {
 		t.Errorf("activity show:\n%s\nwant the client's name quoted, one heading %q (not %d), and no escape", out, headAuth, n)

@@ -52,7 +52,7 @@ func printSessions(w io.Writer, p *sessionsPart) {
 	for _, s := range p.Sessions {
 		ids := make([]string, len(s.RequestIDs))
 		for i, id := range s.RequestIDs {
-			ids[i] = string(id)
+			ids[i] = printable(string(id))
 		}
 		fmt.Fprintf(w, "  %s: request %s: %s\n", s.Session, strings.Join(ids, ", "), strings.Join(s.Lines, ", "))
 		fmt.Fprintf(w, "    client %s\n", clientText(s.Client))
@@ -141,7 +141,7 @@ func printAnswer(w io.Writer, p *answerPart) {
 	case p.State == record.Unknown:
 		fmt.Fprintln(w, "  nothing observed: the outcome is unknown, and the action may have happened")
 	case p.Error != nil:
-		fmt.Fprintf(w, "  JSON-RPC error %s\n", strings.TrimSpace(string(p.Error)))
+		fmt.Fprintf(w, "  JSON-RPC error %s\n", printable(strings.TrimSpace(string(p.Error))))
 	case p.Result != "":
 		fmt.Fprintf(w, "  result: %s\n", p.Result)
 	}
@@ -172,7 +172,7 @@ func printCallers(w io.Writer, p *callersPart) {
 		if c.Error != "" {
 			taken += ": " + c.Error
 		}
-		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\t%s\t%s\n", stamp(c.At), c.Session, c.RequestID, c.How, got, taken)
+		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\t%s\t%s\n", stamp(c.At), c.Session, printable(string(c.RequestID)), c.How, got, taken)
 	}
 	tw.Flush()
 }
