@@ -196,6 +196,9 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
+	// The requests that ended since may have found answers lost: their
+	// reports write to the journal, which closes once serve returns.
+	front.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

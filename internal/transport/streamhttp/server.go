@@ -103,6 +103,11 @@ type Server struct {
 	running int
 	lanes   map[string]*ServerSession // stateless lanes, by actor
 	closed  bool
+
+	// losses counts the answers being reported lost (reportLost), each
+	// on a goroutine of its own; Close waits for them, as a report may
+	// write a line of the journal.
+	losses reports
 }
 
 // NewServer returns a Server; Close ends its sessions.
@@ -155,7 +160,9 @@ func NewServer(opts ServerOptions) *Server {
 
 func (s *Server) now() time.Time { return s.opts.Now() }
 
-// Close ends every session and waits for their Open calls to return.
+// Close ends every session and waits for their Open calls to return, and
+// for the answers found lost meanwhile to be reported. Requests still
+// under way may report more: Close again once they have ended.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -171,6 +178,7 @@ func (s *Server) Close() error {
 		ss.closeFor(EndStopped)
 	}
 	s.wg.Wait()
+	s.losses.wait()
 	s.cancel()
 	return nil
 }

@@ -34,6 +34,9 @@ type fakeProxy struct {
 	// it never can be (the first 1024; a test that reads them makes
 	// fewer).
 	routed, written, lost chan string
+	// onLost, if set before the first request, is called as an answer
+	// is told lost, before lost has it.
+	onLost func()
 }
 
 // note sends id on ch unless ch is full.
@@ -154,6 +157,9 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			case err == nil:
 				note(p.written, id)
 			case errors.Is(err, ErrNeverRead):
+				if p.onLost != nil {
+					p.onLost()
+				}
 				note(p.lost, id)
 			default:
 				note(p.lost, id+": "+err.Error())

@@ -1,6 +1,9 @@
 package streamhttp
 
-import "errors"
+import (
+	"errors"
+	"sync"
+)
 
 // ErrNeverRead is why an answer that WriteAnswer took never reached the
 // client: its session ended first, or the session's buffer dropped it
@@ -71,7 +74,7 @@ func (ss *ServerSession) dropLostLocked(u *unreadAnswer) {
 	f := u.written
 	u.written, u.streams = nil, nil
 	// Not under ss.mu: what waits on the answer may write to the session.
-	go f(ErrNeverRead)
+	ss.srv.losses.run(func() { f(ErrNeverRead) })
 }
 
 // sent notes that a writer finished writing the answers it took, ok if
@@ -119,4 +122,48 @@ func (ss *ServerSession) beingWrittenLocked(u *unreadAnswer) bool {
 		}
 	}
 	return false
+}
+
+// reports runs reports on goroutines of their own and waits for them. A
+// WaitGroup will not do: a report may start while Close waits, which a
+// WaitGroup forbids once its count may be zero.
+type reports struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to zero; made by wait
+}
+
+// run runs f on a goroutine that wait waits for.
+func (r *reports) run(f func()) {
+	r.mu.Lock()
+	r.n++
+	r.mu.Unlock()
+	go func() {
+		defer r.finish()
+		f()
+	}()
+}
+
+func (r *reports) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n--; r.n == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+}
+
+// wait returns once no report runs.
+func (r *reports) wait() {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
+	idle := r.idle
+	r.mu.Unlock()
+	<-idle
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,58 @@ import (
 // for as long as it lasts.
 func TestServerAnswerEvictedIsLost(t *testing.T) {
 	srv, p, hs := newTestServer(t, ServerOptions{EventBuffer: 4})
+	ss := evictDropped(t, srv, p, hs)
+	select {
+	case id := <-p.lost:
+		if id != `"dropped"` {
+			t.Fatalf("lost %s; want \"dropped\"", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evicted answer was not told lost while the session lasts")
+	}
+	ss.mu.Lock()
+	unread := len(ss.unread)
+	ss.mu.Unlock()
+	if unread != 0 {
+		t.Fatalf("%d answers still held as unread; want none", unread)
+	}
+}
+
+// TestCloseWaitsForLostReports: Close returns only once the answers found
+// lost have been reported, since a report may write a line of the
+// journal that the proxy's shutdown would otherwise close first.
+func TestCloseWaitsForLostReports(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{EventBuffer: 4})
+	reporting, release := make(chan struct{}), make(chan struct{})
+	p.onLost = func() {
+		close(reporting)
+		<-release
+	}
+	evictDropped(t, srv, p, hs)
+	<-reporting
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while an answer's loss was still being reported")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if id := <-p.lost; id != `"dropped"` {
+		t.Fatalf("lost %s; want \"dropped\"", id)
+	}
+}
+
+// evictDropped opens a session of srv, whose buffer holds 4 events, and
+// has a client drop a request's stream after its priming event and never
+// resume it; once the request is answered, later requests push the
+// answer's events out of the buffer. It returns the session.
+func evictDropped(t *testing.T, srv *Server, p *fakeProxy, hs *httptest.Server) *ServerSession {
+	t.Helper()
 	sid := openSession(t, hs.URL)
 	ss := func() *ServerSession {
 		srv.mu.Lock()
@@ -64,18 +117,5 @@ func TestServerAnswerEvictedIsLost(t *testing.T) {
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
 	}
-	select {
-	case id := <-p.lost:
-		if id != `"dropped"` {
-			t.Fatalf("lost %s; want \"dropped\"", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the evicted answer was not told lost while the session lasts")
-	}
-	ss.mu.Lock()
-	unread := len(ss.unread)
-	ss.mu.Unlock()
-	if unread != 0 {
-		t.Fatalf("%d answers still held as unread; want none", unread)
-	}
+	return ss
 }
