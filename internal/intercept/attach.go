@@ -78,7 +78,8 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		req.got = journal.GotInProgress
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}, nil)
 	case ctx.Err() != nil:
-		in.log.Info("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
+		// The session has said so at info, for starters and attached callers alike.
+		in.log.Debug("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
 		req.got = journal.GotInProgress
 		in.journalizeAttach(req, errCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -145,5 +146,45 @@ func TestCancelDuringReserve(t *testing.T) {
 	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,"result"`) || !strings.Contains(got, "charged") {
 		t.Fatalf("the call sent again got %s; want the answer", got)
+	}
+}
+
+// TestAttachedCancelLogsOnce: a caller attached to an execution under way
+// that cancels gets one info line in the log, as a caller that started
+// one does, not one from the session and another from the interceptor.
+func TestAttachedCancelLogsOnce(t *testing.T) {
+	var log syncBuffer
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Logger: logger})
+	r := newRigOptions(t, 0, Options{Interceptor: in, Logger: logger})
+	call := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"card":"4242"}}}`, id)
+	}
+	r.client.send(t, call(1))
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call, left unanswered
+	r.client.send(t, call(2))
+	waitLog(t, &log, "attached to an execution under way")
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	waitLog(t, &log, "caller cancelled; detached")
+	var infos []string
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=INFO") && strings.Contains(line, "cancel") {
+			infos = append(infos, line)
+		}
+	}
+	if len(infos) != 1 {
+		t.Fatalf("%d info lines for one cancel; want 1:\n%s", len(infos), strings.Join(infos, ""))
+	}
+}
+
+// waitLog waits until log holds s.
+func waitLog(t *testing.T, log *syncBuffer, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), s); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never said %q:\n%s", s, log.String())
+		}
 	}
 }
