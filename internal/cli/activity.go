@@ -35,7 +35,7 @@ const activityUsage = `Usage:
 // of required that have no default to fall back on.
 func parseInterspersed(fs *flag.FlagSet, args []string, required ...string) ([]string, error) {
 	var pos []string
-	refused := refuseEmpty(fs)
+	refused := guardFlags(fs)
 	for {
 		if err := fs.Parse(args); err != nil {
 			return nil, usageOf(err, *refused, required...)

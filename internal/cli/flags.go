@@ -3,11 +3,13 @@ package cli
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"slices"
+	"time"
 )
 
 // parseFlags parses args into fs, and refuses a flag given an empty
-// value.
+// value, or a value that would replace one given before.
 //
 // Leaving a flag out gives its default, which for many is "off": no
 // journal, no authentication, the memory store. An empty value, as a
@@ -16,60 +18,120 @@ import (
 // memory while the user believes them shared, and `--auth-token-file
 // "$FILE"` would serve without authentication.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	refused := refuseEmpty(fs)
+	refused := guardFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageOf(err, *refused)
 	}
 	return nil
 }
 
-// refuseEmpty makes each flag of fs, but the boolean ones, refuse an
-// empty value, and returns where the name of the flag refused is kept.
-// A boolean flag refuses one already: "" is not a boolean.
-func refuseEmpty(fs *flag.FlagSet) *string {
-	refused := new(string)
+// A refusal is why a guarded flag refused a value: the flag's name and
+// what was wrong.
+type refusal struct {
+	name string
+	err  error
+}
+
+var (
+	errEmptyValue = errors.New("empty value")
+	errGivenTwice = errors.New("given twice")
+)
+
+// guardFlags makes each flag of fs refuse an empty value (but the
+// boolean ones: "" is not a boolean), and a second value where the flag
+// holds one, and returns where the refusal is kept.
+//
+// A flag that holds one value (a flag.Getter: a string, a number, a
+// duration, a boolean) would silently keep the last of two: `activity
+// resolve --as failed --as completed` would record the execution as
+// completed. A flag that collects its values (--upstream-header,
+// --allow-origin, activity show --journal) is no Getter, and may repeat.
+func guardFlags(fs *flag.FlagSet) *refusal {
+	refused := new(refusal)
 	fs.VisitAll(func(f *flag.Flag) {
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			return
-		}
-		f.Value = &nonEmpty{Value: f.Value, name: f.Name, refused: refused}
+		_, single := f.Value.(flag.Getter)
+		f.Value = &guarded{Value: f.Value, name: f.Name, single: single, refused: refused}
 	})
 	return refused
 }
 
 // usageOf is the usage error of err, a parse error of a flag set whose
-// flag refused, if one did, refused an empty value. A required flag has
-// no default to point to.
-func usageOf(err error, refused string, required ...string) error {
+// flags guardFlags guards; required names the flags that have no
+// default to point to.
+func usageOf(err error, refused refusal, required ...string) error {
 	switch {
-	case refused != "" && slices.Contains(required, refused):
-		return usagef("--%s is given an empty value; it is required: give its value", refused)
-	case refused != "":
-		return usagef("--%s is given an empty value; leave the flag out for its default", refused)
+	case errors.Is(refused.err, errEmptyValue) && slices.Contains(required, refused.name):
+		return usagef("--%s is given an empty value; it is required: give its value", refused.name)
+	case errors.Is(refused.err, errEmptyValue):
+		return usagef("--%s is given an empty value; leave the flag out for its default", refused.name)
+	case errors.Is(refused.err, errGivenTwice):
+		// The values are not shown: one may be a credential (a store
+		// URL's password).
+		return usagef("--%s is given twice; it takes one value: give it once", refused.name)
+	case refused.err != nil:
+		return usagef("--%s: %v", refused.name, refused.err)
 	}
 	return &usageError{msg: err.Error()}
 }
 
-// nonEmpty is a flag's value that refuses to be set to "".
-type nonEmpty struct {
+// guarded is a flag's value that refuses to be set to "", or set twice
+// when it holds one value, and says in words what a value it cannot
+// parse should look like.
+type guarded struct {
 	flag.Value
 	name    string
-	refused *string
+	single  bool
+	set     bool
+	refused *refusal
 }
 
-var errEmptyValue = errors.New("empty value")
-
-func (v *nonEmpty) Set(s string) error {
-	if s == "" {
-		*v.refused = v.name
+func (v *guarded) Set(s string) error {
+	isBool := v.IsBoolFlag()
+	switch {
+	case s == "" && !isBool:
+		*v.refused = refusal{v.name, errEmptyValue}
 		return errEmptyValue
+	case v.set && v.single:
+		*v.refused = refusal{v.name, errGivenTwice}
+		return errGivenTwice
 	}
-	return v.Value.Set(s)
+	v.set = true
+	if err := v.Value.Set(s); err != nil {
+		*v.refused = refusal{v.name, v.explain(s, err)}
+		return err
+	}
+	return nil
 }
 
-// String is the wrapped value's; "" for the zero nonEmpty, which the
+// explain says what a value of v's kind looks like, where the flag
+// package says only "parse error": a duration needs a unit, which a
+// bare number lacks.
+func (v *guarded) explain(s string, err error) error {
+	g, ok := v.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return fmt.Errorf("%q is not a duration, such as 30s, 5m or 1h: a number needs a unit (ms, s, m, h)", s)
+	case int:
+		return fmt.Errorf("%q is not a whole number within range", s)
+	case bool:
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	return err
+}
+
+// IsBoolFlag is the wrapped value's, so a boolean flag still needs no
+// value.
+func (v *guarded) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// String is the wrapped value's; "" for the zero guarded, which the
 // flag package makes to tell a default from a zero value.
-func (v *nonEmpty) String() string {
+func (v *guarded) String() string {
 	if v.Value == nil {
 		return ""
 	}

@@ -66,3 +66,66 @@ func TestUsageNamesEveryActivityVerb(t *testing.T) {
 		}
 	}
 }
+
+// A flag that holds one value, given twice, is refused: the last would
+// win silently, and an operator's `--as failed --as completed` would
+// settle an execution as completed. Flags that collect values repeat.
+func TestFlagGivenTwice(t *testing.T) {
+	tests := []struct {
+		flag string
+		args []string
+	}{
+		{"as", []string{"activity", "resolve", "exe_1", "--store", "sqlite:x.db", "--as", "failed", "--as", "completed"}},
+		{"store", []string{"--store", "memory", "--store", "sqlite:x.db", "--", "/bin/cat"}},
+		{"lease", []string{"--lease", "5s", "--lease=10s", "--", "/bin/cat"}},
+		{"shadow", []string{"--shadow", "--shadow=false", "--", "/bin/cat"}},
+		{"listen", []string{"serve", "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:1", "--", "/bin/cat"}},
+		{"scope", []string{"policy", "show", "--scope", "actor", "--scope", "key", "--", "/bin/cat"}},
+		{"key", []string{"audit", "verify", "--key", "a.pub", "j.jsonl", "--key", "b.pub"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, _, err := run(t, tt.args...)
+			if err == nil || ExitCode(err) != 2 {
+				t.Fatalf("Run(%q) = %v; want a usage error (exit 2)", tt.args, err)
+			}
+			if want := "--" + tt.flag + " is given twice"; !strings.Contains(err.Error(), want) {
+				t.Errorf("Run(%q) = %q, want it to say %q", tt.args, err, want)
+			}
+		})
+	}
+}
+
+// TestRepeatableFlags: the flags that collect values still take several.
+func TestRepeatableFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "A: b", "--upstream-header", "C: d", "--metrics", "bad"},
+		{"serve", "--allow-origin", "https://a.example", "--allow-origin", "https://b.example", "--allow-host", "a", "--allow-host", "b", "--listen", "bad", "--", "/bin/cat"},
+	} {
+		_, _, err := run(t, args...)
+		if err == nil || strings.Contains(err.Error(), "twice") {
+			t.Errorf("Run(%q) = %v; want the repeated flags taken, and the bad address refused", args, err)
+		}
+	}
+}
+
+// A value the flag package cannot parse is explained: a duration needs a
+// unit, which "5" lacks.
+func TestUnparsableFlagValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lease", "5", "--", "/bin/cat"}, `--lease: "5" is not a duration`},
+		{[]string{"serve", "--idle-timeout", "10", "--", "/bin/cat"}, `--idle-timeout: "10" is not a duration`},
+		{[]string{"--max-restarts", "many", "--", "/bin/cat"}, `--max-restarts: "many" is not a whole number`},
+		{[]string{"serve", "--json-response=maybe", "--", "/bin/cat"}, `--json-response: "maybe" is not true or false`},
+		{[]string{"activity", "list", "--store", "sqlite:x.db", "--limit", "1e9"}, `--limit: "1e9" is not a whole number`},
+	}
+	for _, tt := range tests {
+		_, _, err := run(t, tt.args...)
+		if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Run(%q) = %v; want a usage error saying %q", tt.args, err, tt.want)
+		}
+	}
+}
