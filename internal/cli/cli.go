@@ -612,7 +612,14 @@ func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.L
 // effects fail closed meanwhile, and read-only calls, which need no
 // fingerprint, pass (DESIGN section 8).
 func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
-	if s := os.Getenv("MCP_IDEMPOTENT_SECRET"); s != "" {
+	if s, set := os.LookupEnv("MCP_IDEMPOTENT_SECRET"); set {
+		if s == "" {
+			// As an empty flag value: `MCP_IDEMPOTENT_SECRET=$SECRET`
+			// with SECRET unset would key this proxy otherwise than
+			// those it shares a store with, and every call would run
+			// once in each.
+			return nil, errors.New("MCP_IDEMPOTENT_SECRET is set but empty: give the secret, or unset the variable for the store's own key")
+		}
 		h, err := fingerprint.New([]byte(s))
 		if err != nil {
 			return nil, fmt.Errorf("MCP_IDEMPOTENT_SECRET: %w", err)

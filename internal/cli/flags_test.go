@@ -129,3 +129,14 @@ func TestUnparsableFlagValues(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptySecret: MCP_IDEMPOTENT_SECRET set to "", as an unset shell
+// variable expands to, is refused like an empty flag value: taken for
+// unset, it would key this proxy otherwise than those sharing its store.
+func TestEmptySecret(t *testing.T) {
+	t.Setenv("MCP_IDEMPOTENT_SECRET", "")
+	_, _, err := run(t, "--", "/bin/cat")
+	if err == nil || !strings.Contains(err.Error(), "MCP_IDEMPOTENT_SECRET is set but empty") {
+		t.Fatalf("Run with MCP_IDEMPOTENT_SECRET= = %v; want it refused as empty", err)
+	}
+}
