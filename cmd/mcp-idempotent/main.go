@@ -23,7 +23,15 @@ func main() {
 	// EPIPE and the proxy winds down as at the end of its input.
 	// (signal.Ignore would leave the upstream ignoring it too.)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stops := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	// A hangup (the terminal or ssh session that ran the proxy closed)
+	// would kill it outright, calls in flight unanswered and the journal
+	// unsealed: it stops the proxy as SIGTERM does. Unless nohup ignores
+	// it: Notify would undo that.
+	if !signal.Ignored(syscall.SIGHUP) {
+		stops = append(stops, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stops...)
 	err := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {

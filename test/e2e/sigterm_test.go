@@ -118,3 +118,37 @@ func upstreamPid(t *testing.T, file string) int {
 	}
 	return pid
 }
+
+// TestSIGHUPStopsLikeSIGTERM: a hangup, as the terminal or ssh session
+// that started the proxy sends when it closes, stops the proxy as SIGTERM
+// does: the call under way is answered as unknown, not left unanswered
+// by a process the signal killed outright.
+func TestSIGHUPStopsLikeSIGTERM(t *testing.T) {
+	needProxy(t)
+	t.Parallel()
+	ctx := testContext(t)
+	p := connect(t, ctx, proxiedWith(t, nil, chargeServer("-delay", "30s")...))
+	answered := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := p.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+		if err != nil {
+			t.Logf("charge_card: %v", err)
+		}
+		answered <- res
+	}()
+	if err := p.stderr.waitFor(ctx, "charge_card card=4242"); err != nil {
+		t.Fatalf("the server never received the call: %v", err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-answered; res == nil || !strings.HasPrefix(firstText(res), "Outcome unknown:") {
+		t.Errorf("the call under way at SIGHUP got %v; want an Outcome unknown result", res)
+	}
+	_ = p.Close()
+	if ps := p.cmd.ProcessState; ps == nil {
+		t.Error("the proxy had not exited after the session closed")
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Errorf("the proxy was ended by %v; want it to stop by itself", ws.Signal())
+	}
+}
