@@ -240,6 +240,14 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := f.checkUpstream("mcp-idempotent", f.fs.Args()); err != nil {
 		return err
 	}
+	if argv := f.fs.Args(); len(argv) > 0 {
+		// As for serve: a script whose interpreter is missing starts,
+		// and fails as "no such file" naming the script, or exits at
+		// once through env, again at every restart.
+		if err := checkCommand(argv[0]); err != nil {
+			return fmt.Errorf("the upstream command cannot start: %w", err)
+		}
+	}
 	w, err := f.wire(ctx, f.fs.Args(), stderr)
 	if err != nil {
 		return err

@@ -205,3 +205,23 @@ func TestServeNeedsTheScriptsInterpreter(t *testing.T) {
 		t.Fatalf("serve -- a script without its interpreter = %v (exit %d); want it to stop at once, naming the interpreter", err, ExitCode(err))
 	}
 }
+
+// TestProxyNeedsTheScriptsInterpreter: the stdio proxy, too, stops at
+// start on a script whose interpreter is missing, naming it, rather than
+// saying the script is not there, or restarting env until a crash loop.
+func TestProxyNeedsTheScriptsInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	for line, want := range map[string]string{
+		"#!/mcpi/no/such/interpreter":        "/mcpi/no/such/interpreter cannot be run",
+		"#!/usr/bin/env mcpi-no-such-interp": "mcpi-no-such-interp is not on the PATH",
+	} {
+		script := filepath.Join(dir, "server")
+		if err := os.WriteFile(script, []byte(line+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := run(t, "--", script)
+		if err == nil || !strings.Contains(err.Error(), want) || ExitCode(err) != 1 {
+			t.Errorf("-- a script with %s = %v (exit %d); want it to stop at once, saying %q", line, err, ExitCode(err), want)
+		}
+	}
+}
