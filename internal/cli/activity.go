@@ -170,6 +170,9 @@ func (a *activityArgs) check() error {
 	if a.journalKey != "" && a.journal == "" {
 		return usagef("--journal-key: it signs the --journal, and none is given")
 	}
+	if a.verb == "resolve" && a.as == "" {
+		return usagef("activity resolve: --as is required: failed (it did not happen) or completed (it did)")
+	}
 	if a.verb == "resolve" && a.as != string(record.Failed) && a.as != string(record.Completed) {
 		// Checked before the store is opened: the execution's own state
 		// is no answer to a mistyped flag.

@@ -123,6 +123,7 @@ func TestUsageErrors(t *testing.T) {
 		{"activity: no such store file", []string{"activity", "list", "--store", "sqlite:/nonexistent/typo.db"}, []string{"--store", "typo.db"}},
 		{"activity: bad state", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--state", "bogus"}, []string{"--state", `"bogus"`, "unknown"}},
 		{"activity: state in capitals", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--state", "Unknown"}, []string{"--state", `"Unknown"`}},
+		{"activity: resolve without --as", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0]}, []string{"--as is required"}},
 		{"activity: resolve as what no execution can be", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0], "--as", "maybe"}, []string{"--as", `"maybe"`}},
 		{"activity: list with an argument", []string{"activity", "list", "extra", "--store", "sqlite:" + os.Args[0]}, []string{"activity list takes no arguments", `"extra"`}},
 		{"activity: bad limit", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--limit", "-1"}, []string{"--limit", "-1"}},
