@@ -165,6 +165,10 @@ func newResolver(ctx context.Context, path, scope string) (proxy.Resolver, *poli
 	}, file, nil
 }
 
+// listTimeout bounds how long policy show waits for the upstream to
+// list its tools.
+var listTimeout = 30 * time.Second
+
 // listUpstreamTools starts the upstream, does the MCP handshake, lists
 // every tool and stops it.
 func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]mcp.Tool, error) {
@@ -173,7 +177,7 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		return nil, err
 	}
 	defer stopChild(ctx, child)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeoutCause(ctx, listTimeout, fmt.Errorf("none came within %v", listTimeout))
 	defer cancel()
 	c := newLister(child)
 	if _, err := c.call(ctx, "initialize", map[string]any{
@@ -278,7 +282,9 @@ func (l *lister) call(ctx context.Context, method string, params any) (json.RawM
 			}
 			return m.Result, nil
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%s: no answer from the upstream: %w", method, ctx.Err())
+			// The cause: "context deadline exceeded" would not say how
+			// long policy show waited.
+			return nil, fmt.Errorf("%s: no answer from the upstream: %w", method, context.Cause(ctx))
 		}
 	}
 }

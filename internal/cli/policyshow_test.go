@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // capableServer is an upstream in sh that lists, besides plain_tool, a
@@ -38,5 +39,17 @@ func TestPolicyShowListsWhatACapableClientSees(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "5 tools with effects") {
 		t.Errorf("policy show's footer does not count the 5 side effects:\n%s", stdout)
+	}
+}
+
+// TestPolicyShowSaysHowLongItWaited: an upstream that never answers ends
+// policy show with an error saying how long it waited, not "context
+// deadline exceeded".
+func TestPolicyShowSaysHowLongItWaited(t *testing.T) {
+	defer func(d time.Duration) { listTimeout = d }(listTimeout)
+	listTimeout = 50 * time.Millisecond
+	_, _, err := run(t, "policy", "show", "--", "/bin/sh", "-c", "while read -r l; do :; done")
+	if err == nil || !strings.Contains(err.Error(), "initialize: no answer from the upstream: none came within 50ms") {
+		t.Fatalf("policy show -- an upstream that never answers = %v; want it to say it waited 50ms", err)
 	}
 }
