@@ -85,10 +85,12 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		onUnknown := string(p.OnUnknown)
 		if p.Recover != nil {
-			onUnknown += " (" + p.Recover.Tool + ")"
+			onUnknown += " (" + printable(p.Recover.Tool) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, p.Class, p.Scope, duration(p.Retention),
-			p.Replay, duration(p.AttachWindow), onUnknown, approval(&p), p.Source, contract)
+		// Names come from the upstream and the file: a line break or a
+		// tab in one would print a row of the table it made up.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Name), p.Class, p.Scope, duration(p.Retention),
+			p.Replay, duration(p.AttachWindow), onUnknown, approval(&p), printable(p.Source), contract)
 	}
 	tw.Flush()
 	if unwritten > 0 {
