@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -100,4 +102,42 @@ func orList(vs []string) string {
 		return strings.Join(vs, "")
 	}
 	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
+
+// textError finds the first character a YAML reader refuses: a byte that
+// is not UTF-8, as a Latin-1 "é" saved in a comment, or a control
+// character. The parser refuses both without a line, so this names it.
+// A file that starts with a UTF-16 byte order mark is left to the parser,
+// which reads UTF-16.
+func textError(name string, data []byte) error {
+	if bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
+		return nil
+	}
+	line, column := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Errorf("%s:%d:%d: not UTF-8: byte 0x%02X; save the file as UTF-8", name, line, column, data[i])
+		case !yamlPrintable(r):
+			return fmt.Errorf("%s:%d:%d: the control character %U may not appear in YAML", name, line, column, r)
+		case r == '\n':
+			line, column = line+1, 1
+		default:
+			column++
+		}
+		i += size
+	}
+	return nil
+}
+
+// yamlPrintable reports whether YAML 1.2 allows r in a file (c-printable).
+func yamlPrintable(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r', r == 0x85:
+		return true
+	case r >= 0x20 && r <= 0x7E, r >= 0xA0 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD:
+		return true
+	}
+	return r >= 0x10000 && r <= 0x10FFFF
 }

@@ -25,6 +25,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"p.yaml: YAML syntax error: unknown anchor 'y' referenced"},
 		},
 		{
+			name: "Latin-1 in a comment",
+			in:   "tools:\n  a: # caf\xe9\n    class: side_effect\n",
+			want: []string{"p.yaml:2:11: not UTF-8: byte 0xE9; save the file as UTF-8"},
+		},
+		{
+			name: "a control character",
+			in:   "tools:\n  a:\n    class: side\x00effect\n",
+			want: []string{"p.yaml:3:16: the control character U+0000 may not appear in YAML"},
+		},
+		{
 			name: "two documents",
 			in:   "tools: {}\n---\ntools: {}\n",
 			want: []string{"p.yaml:2: a policy file holds one YAML document"},

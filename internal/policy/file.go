@@ -110,6 +110,9 @@ func Parse(name string, data []byte) (*File, error) {
 // document returns the root node of the file's one YAML document: nil if
 // the file holds none, or an empty one.
 func document(name string, data []byte) (*yaml.Node, error) {
+	if err := textError(name, data); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
