@@ -141,3 +141,26 @@ func yamlPrintable(r rune) bool {
 	}
 	return r >= 0x10000 && r <= 0x10FFFF
 }
+
+// coreTags are the tags a file may write out: YAML's own, which say what
+// kind of value it is. A timestamp or binary value is taken as its text.
+var coreTags = map[string]bool{
+	"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true,
+	"!!map": true, "!!seq": true, "!!timestamp": true, "!!binary": true,
+}
+
+// checkTags adds an error for each value written with another tag, such
+// as !env. Nothing reads tags: such a value was taken as if untagged in
+// one key, and refused in another in words that named only its text, as
+// "side_effect" is not a class.
+func checkTags(p *problems, n *yaml.Node) {
+	if n.Kind == yaml.AliasNode {
+		return // its anchor is checked where it is written
+	}
+	if n.Style&yaml.TaggedStyle != 0 && !coreTags[n.ShortTag()] {
+		p.add(n, -1, "", "the tag %s is not one a policy file reads: drop it", n.Tag)
+	}
+	for _, c := range n.Content {
+		checkTags(p, c)
+	}
+}

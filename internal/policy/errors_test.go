@@ -35,6 +35,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"p.yaml:3:16: the control character U+0000 may not appear in YAML"},
 		},
 		{
+			name: "tags of its own",
+			in:   "tools:\n  !x a:\n    class: !kind side_effect\n    retention: !env 1h\n    retry: {max_attempts: !!int 3, base: !!str 1s}\n",
+			want: []string{
+				"p.yaml:2:3: the tag !x is not one a policy file reads: drop it",
+				"p.yaml:3:12: the tag !kind is not one a policy file reads: drop it",
+				`p.yaml:3:12: tools.a.class: "side_effect" is not a class`,
+				"p.yaml:4:16: the tag !env is not one a policy file reads: drop it",
+			},
+		},
+		{
 			name: "two documents",
 			in:   "tools: {}\n---\ntools: {}\n",
 			want: []string{"p.yaml:2: a policy file holds one YAML document"},
@@ -226,6 +236,7 @@ tools:
 `,
 			want: []string{
 				`p.yaml:4:39: tools.a.recover.arguments.x: ".inf" is not a number JSON can hold`,
+				`p.yaml:4:48: the tag !custom is not one a policy file reads: drop it`,
 				`p.yaml:7:42: tools.b.recover.arguments: "x" appears twice (first at line 7)`,
 			},
 		},

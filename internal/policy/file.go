@@ -92,6 +92,7 @@ func Parse(name string, data []byte) (*File, error) {
 		return &File{path: name, exact: map[string]*rule{}}, nil
 	}
 	p := &problems{name: name}
+	checkTags(p, root)
 	spec := (&decoder{problems: p}).file(root)
 	f := (&validator{p}).file(spec)
 	if len(p.errs) > 0 {

@@ -115,7 +115,10 @@ func (c *jsonConv) scalar(b *bytes.Buffer, n *yaml.Node, field string) bool {
 		// Timestamps and binary stay the text written: JSON has neither.
 		writeJSONString(b, n.Value)
 	default:
-		c.d.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
+		if n.Style&yaml.TaggedStyle == 0 {
+			// A tag written out is refused by checkTags already.
+			c.d.errorf(n, field, "YAML tag %s cannot be converted to JSON", n.Tag)
+		}
 		return false
 	}
 	return true
