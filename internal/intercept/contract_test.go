@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,6 +201,29 @@ func TestForwardKey(t *testing.T) {
 	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":2}}`).only(t)
 	if sent[1] != `{"name":"charge_card","arguments":{"n":2}}` {
 		t.Fatalf("with forward_key off, upstream got %s; want the params as sent", sent[1])
+	}
+}
+
+// TestForwardKeyOffDropsAClientsExecutionID: with forward_key off, an
+// execution id a client wrote in the call's _meta does not go upstream,
+// where it would be taken for the proxy's (and, over HTTP, sent as the
+// Idempotency-Key): two different calls under one such id would be one
+// to a server that dedupes on it.
+func TestForwardKeyOffDropsAClientsExecutionID(t *testing.T) {
+	var sent []string
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		sent = append(sent, string(p))
+		return charged(context.Background(), n, p)
+	})
+	h.pol.ForwardKey = false
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":1},"_meta":{"mcp-idempotent/execution-id":"exe_chosen","progressToken":"p"}}`).only(t)
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":2},"_meta":{"mcp-idempotent/execution-id":"exe_chosen"}}`).only(t)
+	want := []string{
+		`{"name":"charge_card","arguments":{"n":1},"_meta":{"progressToken":"p"}}`,
+		`{"name":"charge_card","arguments":{"n":2},"_meta":{}}`,
+	}
+	if !slices.Equal(sent, want) {
+		t.Fatalf("with forward_key off, upstream got\n%s\nwant\n%s", strings.Join(sent, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -378,6 +378,12 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 func (e *execution) send() bool {
 	req := e.req
 	params, meta := req.Call.Params, req.Call.MetaAsSent
+	if e.rec != nil && !req.Policy.ForwardKey {
+		// The member is the proxy's. A client's string in it would reach
+		// the upstream as an execution id, and over HTTP as the
+		// Idempotency-Key, on which two different calls may be deduped.
+		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaExecutionID)
+	}
 	if e.n > 0 {
 		// Sent again without the progress token: the client has had the
 		// first attempt's progress, and MCP asks progress to increase,
