@@ -361,7 +361,8 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if durable != nil {
 		w.closers = append(w.closers, func() { durable.Close() })
 	}
-	if tools := policyFile.OperatorApproved(); len(tools) > 0 && durable == nil {
+	// In shadow mode nobody is asked, so the file can be tried as it is.
+	if tools := policyFile.OperatorApproved(); len(tools) > 0 && durable == nil && !f.shadow {
 		return nil, usagef("--policy: %s asks an operator for approval, and the memory store lives inside this process, "+
 			"where no operator reaches it: give a durable store (--store sqlite:PATH, redis://... or postgres://...)", strings.Join(tools, ", "))
 	}

@@ -232,6 +232,23 @@ func TestRefusedStartLeavesNoJournal(t *testing.T) {
 	}
 }
 
+// TestOperatorApprovalNeedsADurableStore: an operator cannot reach the
+// memory store, so a file that asks one is refused with it; but not in
+// shadow mode, which asks nobody, and where a team tries its file first.
+func TestOperatorApprovalNeedsADurableStore(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("tools:\n  charge_card:\n    approval: each\n    approver: operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "--log-level", "error", "--policy", file, "--", "/bin/cat")
+	if err == nil || !strings.Contains(err.Error(), "charge_card asks an operator") {
+		t.Errorf("with the memory store, Run = %v; want the file refused", err)
+	}
+	if _, _, err := run(t, "--log-level", "error", "--shadow", "--policy", file, "--", "/bin/cat"); err != nil {
+		t.Errorf("in shadow mode with the memory store, Run = %v; want it to start", err)
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	if code := ExitCode(errors.New("upstream failed")); code != 1 {
 		t.Errorf("ExitCode of a plain error = %d, want 1", code)
