@@ -66,9 +66,14 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 
+	listed := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		listed[t.Name] = true
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tAPPROVAL\tFROM\tCONTRACT")
 	unwritten := 0
+	var noStatus []string // notes on status tools the upstream does not list
 	for _, t := range tools {
 		ann := t.Annotations
 		if ann == nil {
@@ -86,6 +91,12 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		onUnknown := string(p.OnUnknown)
 		if p.Recover != nil {
 			onUnknown += " (" + printable(p.Recover.Tool) + ")"
+			if !listed[p.Recover.Tool] {
+				// Its status call would fail, and an unknown outcome
+				// stay unknown.
+				noStatus = append(noStatus, fmt.Sprintf("note: the status tool of %q, %q, is not one the upstream lists: "+
+					"on_unknown: recover cannot settle it\n", t.Name, p.Recover.Tool))
+			}
 		}
 		// Names come from the upstream and the file: a line break or a
 		// tab in one would print a row of the table it made up.
@@ -101,11 +112,10 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
 			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
 	}
+	for _, note := range noStatus {
+		io.WriteString(stdout, note)
+	}
 	if file != nil {
-		listed := make(map[string]bool, len(tools))
-		for _, t := range tools {
-			listed[t.Name] = true
-		}
 		for _, r := range file.Rules() {
 			if !strings.ContainsAny(r, `*?[\`) && !listed[r] {
 				fmt.Fprintf(stdout, "note: %s names %q, which the upstream does not list\n", *path, r)

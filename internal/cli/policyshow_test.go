@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,29 @@ func TestPolicyShowQuotesOddToolNames(t *testing.T) {
 	}
 	if !strings.Contains(stdout, `"wipe\nforged_tool\tread_only"`) {
 		t.Errorf("policy show does not quote the tool name:\n%s", stdout)
+	}
+}
+
+// TestPolicyShowNotesAnUnlistedStatusTool: a status tool the upstream
+// does not list, as a misspelt one, fails every status call, so an
+// unknown outcome of the tool can never be settled. policy show, which
+// sees the upstream's list, says so.
+func TestPolicyShowNotesAnUnlistedStatusTool(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	rules := "tools:\n" +
+		"  plain_tool:\n    on_unknown: recover\n    recover: {tool: get_statuss}\n" +
+		"  needs_tasks:\n    on_unknown: recover\n    recover: {tool: needs_roots}\n"
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--policy", file, "--"}, capableServer...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, `note: the status tool of "plain_tool", "get_statuss", is not one the upstream lists`) {
+		t.Errorf("policy show does not note the unlisted status tool:\n%s", stdout)
+	}
+	if strings.Contains(stdout, `"needs_roots", is not`) {
+		t.Errorf("policy show notes a status tool the upstream lists:\n%s", stdout)
 	}
 }
