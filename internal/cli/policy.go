@@ -115,14 +115,33 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	for _, note := range noStatus {
 		io.WriteString(stdout, note)
 	}
-	if file != nil {
-		for _, r := range file.Rules() {
-			if !strings.ContainsAny(r, `*?[\`) && !listed[r] {
-				fmt.Fprintf(stdout, "note: %s names %q, which the upstream does not list\n", *path, r)
+	notUsed(stdout, file, tools, listed)
+	return nil
+}
+
+// notUsed notes each rule of the file that governs none of the tools the
+// upstream lists: a name it does not list, or a pattern that matches
+// none, or only tools an exact name or an earlier pattern takes. Such a
+// rule is most often a misspelling, and the tool it meant runs without it.
+func notUsed(w io.Writer, file *policy.File, tools []mcp.Tool, listed map[string]bool) {
+	if file == nil {
+		return
+	}
+	used := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		used[file.RuleOf(t.Name)] = true
+	}
+	for _, r := range file.Rules() {
+		switch {
+		case !strings.ContainsAny(r, `*?[\`):
+			if !listed[r] {
+				fmt.Fprintf(w, "note: %s names %q, which the upstream does not list\n", file.Path(), r)
 			}
+		case !used[r]:
+			fmt.Fprintf(w, "note: %s: the pattern %q governs no tool the upstream lists: it matches none, "+
+				"or an exact name or an earlier pattern takes each it matches\n", file.Path(), r)
 		}
 	}
-	return nil
 }
 
 // approval shows a policy's approval: none, or the mode, who is asked and

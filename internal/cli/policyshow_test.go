@@ -108,3 +108,29 @@ func TestPolicyShowNotesAnUnlistedStatusTool(t *testing.T) {
 		t.Errorf("policy show notes a status tool the upstream lists:\n%s", stdout)
 	}
 }
+
+// TestPolicyShowNotesPatternsThatGovernNothing: the first pattern that
+// matches a tool takes it, so a pattern after a wider one, or one that
+// matches no listed tool, governs nothing, and the tools it meant run
+// without it. policy show says which.
+func TestPolicyShowNotesPatternsThatGovernNothing(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	rules := "tools:\n" +
+		"  needs_*:\n    scope: actor\n" +
+		"  needs_s*:\n    scope: key\n" + // every tool it matches, needs_* took
+		"  nedes_*:\n    scope: key\n" + // matches none
+		"  plain_tool:\n    scope: key\n" +
+		"  plain_*:\n    scope: key\n" // its one tool has an exact rule
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--policy", file, "--"}, capableServer...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	for pattern, want := range map[string]bool{"needs_*": false, "needs_s*": true, "nedes_*": true, "plain_*": true} {
+		if got := strings.Contains(stdout, `the pattern "`+pattern+`" governs no tool`); got != want {
+			t.Errorf("policy show notes %s: %v, want %v:\n%s", pattern, got, want, stdout)
+		}
+	}
+}

@@ -167,6 +167,18 @@ func (f *File) Rules() []string {
 	return names
 }
 
+// RuleOf returns the name or pattern of the rule that governs tool, or ""
+// if none does.
+func (f *File) RuleOf(tool string) string {
+	if f == nil {
+		return ""
+	}
+	if r, _ := f.lookup(tool); r != nil {
+		return r.name
+	}
+	return ""
+}
+
 // OperatorApproved returns the tool names and patterns whose rules ask
 // an operator for approval, which needs a store the operator reaches.
 func (f *File) OperatorApproved() []string {
