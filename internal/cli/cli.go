@@ -620,6 +620,8 @@ func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.L
 // gives a Pending Hasher, which gets it once the store answers: side
 // effects fail closed meanwhile, and read-only calls, which need no
 // fingerprint, pass (DESIGN section 8).
+// A server that answers and refuses the URL (record.ErrStoreRefused)
+// stops the start instead: no wait ends that.
 func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
 	if s, set := os.LookupEnv("MCP_IDEMPOTENT_SECRET"); set {
 		if s == "" {
@@ -633,6 +635,12 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 		if err != nil {
 			return nil, fmt.Errorf("MCP_IDEMPOTENT_SECRET: %w", err)
 		}
+		if c, ok := durable.(interface{ Check(context.Context) error }); ok {
+			// The secret needs no store: try it as a first call would.
+			if err := c.Check(ctx); err != nil {
+				return h, storeDown(log, err)
+			}
+		}
 		return h, nil
 	}
 	if durable == nil {
@@ -642,9 +650,9 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 	if err == nil {
 		return fingerprint.New(secret)
 	}
-	// Said once, loudly: the proxy runs on, and nothing else shows that
-	// every side effect will be refused until the store answers.
-	log.Error("the store cannot be reached: side-effecting calls fail closed (nothing runs) until it answers; read-only calls pass", "err", err)
+	if err := storeDown(log, err); err != nil {
+		return nil, err
+	}
 	h := fingerprint.Pending()
 	go func() {
 		for wait := time.Second; ; wait = min(2*wait, secretRetryMax) {
@@ -669,6 +677,18 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 		}
 	}()
 	return h, nil
+}
+
+// storeDown returns the error that stops the start when the store's
+// server refuses its URL. Else the store cannot be reached, which is
+// said once, loudly: the proxy runs on, and nothing else shows that every
+// side effect will be refused until the store answers.
+func storeDown(log *slog.Logger, err error) error {
+	if errors.Is(err, record.ErrStoreRefused) {
+		return fmt.Errorf("--store: the server refuses the URL: %w", err)
+	}
+	log.Error("the store cannot be reached: side-effecting calls fail closed (nothing runs) until it answers; read-only calls pass", "err", err)
+	return nil
 }
 
 // secretRetryMax bounds the wait between two tries to read the secret

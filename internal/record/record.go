@@ -423,7 +423,18 @@ var (
 	ErrNotFound = errors.New("no such execution")
 	// ErrConflict: the record is not in a state that allows the change.
 	ErrConflict = errors.New("execution is not in a state that allows this change")
+	// ErrStoreRefused: a store's server answered and refuses what its URL
+	// asks (a database that does not exist, a user or password it does
+	// not take). Waiting does not end it; changing the URL does.
+	ErrStoreRefused = errors.New("the store's server refuses its URL")
 )
+
+// StoreRefused marks err as ErrStoreRefused, its message unchanged.
+func StoreRefused(err error) error { return refusedError{err} }
+
+type refusedError struct{ error }
+
+func (e refusedError) Unwrap() []error { return []error{e.error, ErrStoreRefused} }
 
 // A Store keeps execution records. Implementations are safe for concurrent
 // use, and every method honours ctx.

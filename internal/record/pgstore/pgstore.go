@@ -527,7 +527,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	if err := s.ensure(ctx); err != nil {
-		return nil, s.fail(op, err)
+		return nil, refusal(s.fail(op, err))
 	}
 	fresh := make([]byte, 32)
 	rand.Read(fresh)
@@ -544,6 +544,18 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	s.secret = secret
 	s.mu.Unlock()
 	return secret, nil
+}
+
+// Check connects, and creates the schema unless it exists, within the
+// store's timeout: what a first call would do. An error the server gives
+// that waiting does not end is marked record.ErrStoreRefused.
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	if err := s.ensure(ctx); err != nil {
+		return refusal(s.fail("connecting", err))
+	}
+	return nil
 }
 
 // scanRecord reads a row of columns, after the values of head if any.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // schemaVersion is the version of the layout below. A change to it adds a
@@ -297,8 +299,26 @@ func (s *Store) version(ctx context.Context, q querier) (v int, notifies bool, e
 	return v, notifies, err
 }
 
-func versionError(v int) error {
-	return fmt.Errorf("the schema is at version %d; this build knows versions up to %d", v, schemaVersion)
+func versionError(v int) error { return newerSchemaError(v) }
+
+// newerSchemaError is a schema version this build does not know.
+type newerSchemaError int
+
+func (v newerSchemaError) Error() string {
+	return fmt.Sprintf("the schema is at version %d; this build knows versions up to %d", int(v), schemaVersion)
+}
+
+// refusal marks err record.ErrStoreRefused when the server answered and
+// refuses the URL's user, password or database (SQLSTATE class 28,
+// 3D000), the role's right to the schema (42501), or the schema is of a
+// newer build: none of which a retry ends.
+func refusal(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501") ||
+		errors.As(err, new(newerSchemaError)) {
+		return record.StoreRefused(err)
+	}
+	return err
 }
 
 // undefined reports whether err says the schema or the version table does

@@ -607,7 +607,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err := stored.Err(); err != nil {
-		return nil, s.fail("storing the secret", err)
+		return nil, refusal(s.fail("storing the secret", err))
 	}
 	if stored.Val() && r.err != nil {
 		return nil, s.fail("storing the secret", r.err) // stored, unconfirmed
@@ -621,6 +621,34 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	}
 	s.secret = got
 	return append([]byte(nil), got...), nil
+}
+
+// Check sends the server a PING within the dial and read timeouts, after
+// the password and database a new connection sends. An error the server
+// gives that waiting does not end is marked record.ErrStoreRefused.
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout+ioTimeout)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return refusal(s.fail("connecting", err))
+	}
+	return nil
+}
+
+// refusal marks err record.ErrStoreRefused when the server answered and
+// refuses the URL: its password or user, or its database number.
+func refusal(err error) error {
+	var redisErr redis.Error
+	if !errors.As(err, &redisErr) {
+		return err
+	}
+	msg := redisErr.Error()
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR invalid password", "ERR DB index is out of range", "ERR invalid DB index"} {
+		if strings.HasPrefix(msg, p) {
+			return record.StoreRefused(err)
+		}
+	}
+	return err
 }
 
 // wrap adds the operation to err, and the store's name unless err is one
