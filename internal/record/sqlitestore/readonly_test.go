@@ -231,3 +231,29 @@ func readFile(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestOpenNamesUnwritableDirectory: a database file the proxy may write
+// in a directory it may not is refused naming the directory: SQLite
+// makes its -wal and -shm files there, and says only "attempt to write a
+// readonly database".
+func TestOpenNamesUnwritableDirectory(t *testing.T) {
+	if asNobody(t) {
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !lockDir(t, dir) {
+		t.Skip("root writes in any directory")
+	}
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err == nil {
+		s.Close()
+		t.Fatal("opened a database in a directory it may not write")
+	}
+	if !strings.Contains(err.Error(), "directory "+dir+" is not writable") {
+		t.Errorf("error %q does not say directory %s is not writable", err, dir)
+	}
+}

@@ -313,6 +313,10 @@ func (s *Store) setup(ctx context.Context) error {
 			}
 			break
 		}
+		if se := (*sqlite.Error)(nil); errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+			// SQLite says only "attempt to write a readonly database".
+			return fmt.Errorf("switching to WAL mode: directory %s is not writable, and SQLite makes the database's -wal and -shm files there: %w", filepath.Dir(s.path), err)
+		}
 		if !isBusy(err) || time.Now().After(deadline) {
 			return fmt.Errorf("switching to WAL mode: %w", err)
 		}
