@@ -28,23 +28,26 @@ func serviceURL(t *testing.T, env string) *neturl.URL {
 
 // TestStoreRefusedAtStart: a store whose server answers and refuses the
 // URL (a database that does not exist, an unknown role, a Redis database
-// out of range) stops the proxy at start, naming --store and what the
-// server said, before the upstream starts: no wait would end it, and the
-// proxy would otherwise run refusing every side effect. With
-// MCP_IDEMPOTENT_SECRET set too, when the secret needs no store.
+// out of range, cluster=true for a server not in a Cluster) stops the
+// proxy at start, naming --store and what the server said, before the
+// upstream starts: no wait would end it, and the proxy would otherwise
+// run refusing every side effect. With MCP_IDEMPOTENT_SECRET set too,
+// when the secret needs no store.
 func TestStoreRefusedAtStart(t *testing.T) {
 	pg := serviceURL(t, "MCPI_POSTGRES_URL")
 	rd := serviceURL(t, "MCPI_REDIS_URL")
-	noDB, noRole, redisDB := *pg, *pg, *rd
+	noDB, noRole, redisDB, cluster := *pg, *pg, *rd, *rd
 	noDB.Path = "/mcpi_no_such_database"
 	noRole.User = neturl.User("mcpi_no_such_role")
 	redisDB.Path = "/987654"
+	cluster.Path, cluster.RawQuery = "/0", "cluster=true" // a server not in a Cluster
 	for _, tt := range []struct {
 		url, said string
 	}{
 		{noDB.String(), `database "mcpi_no_such_database" does not exist`},
 		{noRole.String(), `role "mcpi_no_such_role" does not exist`},
 		{redisDB.String(), "DB index is out of range"},
+		{cluster.String(), "cluster support disabled"},
 	} {
 		for _, secret := range []string{"", "0123456789abcdef0123456789abcdef"} {
 			t.Setenv("MCP_IDEMPOTENT_SECRET", secret)
