@@ -58,13 +58,15 @@ func refuseUnread(w http.ResponseWriter, r *http.Request, e *httpError, code int
 // a 404, answered at once and unread (refuseUnread): http.ServeMux's own
 // 404 reads up to 256 KiB of a body first, with no time limit, so a
 // client sending it slowly held a connection for as long as it liked.
+// The path is compared as it is, not made a ServeMux pattern: a path
+// holding "{" made one that panicked, or a wildcard, and one ending in
+// "/" served every path under it.
 func (s *Server) Handler(path string) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(path, s)
-	if path != "/" {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
 			refuseUnread(w, r, refuse(http.StatusNotFound, "%s is not the MCP endpoint, which is %s", r.URL.Path, path), jsonrpc.CodeInvalidRequest)
-		})
-	}
-	return mux
+			return
+		}
+		s.ServeHTTP(w, r)
+	})
 }

@@ -475,3 +475,31 @@ func TestHandlerOtherPaths(t *testing.T) {
 		t.Error("a body for another path reached the proxy")
 	}
 }
+
+// TestHandlerPathAsGiven: the endpoint's path is taken as it is, not as a
+// ServeMux pattern: braces are no wildcard (nor a panic), and a path
+// ending in "/" is not a subtree.
+func TestHandlerPathAsGiven(t *testing.T) {
+	for _, tt := range []struct{ path, other string }{
+		{"/{", "/x"},
+		{"/a/{id}", "/a/7"},
+		{"/mcp/", "/mcp/x"},
+		{"/", "/mcp"},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			srv, _, _ := newTestServer(t, ServerOptions{})
+			hs := httptest.NewServer(srv.Handler(tt.path))
+			t.Cleanup(func() {
+				hs.CloseClientConnections()
+				hs.Close()
+			})
+			start(t, hs.URL+tt.path, nil)
+			resp := do(t, t.Context(), "POST", hs.URL+tt.other, initBody, nil)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("POST %s, endpoint %s: %s %s; want 404", tt.other, tt.path, resp.Status, b)
+			}
+		})
+	}
+}
