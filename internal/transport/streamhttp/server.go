@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,6 +140,13 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	// Host names are compared as check reads the Host header: lower case,
+	// an IPv6 address without its brackets.
+	hosts := make([]string, len(opts.AllowHosts))
+	for i, h := range opts.AllowHosts {
+		hosts[i] = strings.Trim(strings.ToLower(h), "[]")
+	}
+	opts.AllowHosts = hosts
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,

@@ -95,7 +95,8 @@ func TestServerTooDeep(t *testing.T) {
 }
 
 func TestServerOriginAndHost(t *testing.T) {
-	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"}})
+	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"},
+		AllowHosts: []string{"MCP.Example.org", "[fd00::1]"}})
 	tests := []struct {
 		name   string
 		hdr    map[string]string
@@ -109,6 +110,8 @@ func TestServerOriginAndHost(t *testing.T) {
 		{"foreign host", map[string]string{"Host": "evil.example:80"}, 403},
 		{"rebinding host", map[string]string{"Host": "attacker.localhost.evil.example"}, 403},
 		{"allowed origin's host", map[string]string{"Host": "app.example.com"}, 200},
+		{"allowed host in another case", map[string]string{"Host": "mcp.EXAMPLE.org:8080"}, 200},
+		{"allowed IPv6 host", map[string]string{"Host": "[fd00::1]:8080"}, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
