@@ -193,7 +193,16 @@ func (s *Server) Close() error {
 
 // ServeHTTP implements http.Handler for the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	actor, herr := s.check(r)
+	if herr := s.checkSource(r); herr != nil {
+		refuseUnread(w, r, herr, jsonrpc.CodeInvalidRequest)
+		return
+	}
+	allowCORS(w, r)
+	if isPreflight(r) {
+		preflight(w, r)
+		return
+	}
+	actor, herr := s.checkCaller(r)
 	if herr != nil {
 		// Before the body is read: an unauthenticated client's body is
 		// never read.

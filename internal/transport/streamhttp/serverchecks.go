@@ -29,13 +29,13 @@ type token struct {
 var singleHeaders = []string{"Origin", "Authorization", "Content-Type", headerSessionID, headerProtocolVersion,
 	headerLastEventID, headerMcpMethod, headerMcpName}
 
-// check applies the checks every request passes: no header the server
-// reads given twice, Host, Origin, the bearer token, and the protocol
-// version. It returns the request's actor.
-func (s *Server) check(r *http.Request) (string, *httpError) {
+// checkSource applies the checks every request passes first, a CORS
+// preflight included: no header the server reads given twice, Host, and
+// Origin.
+func (s *Server) checkSource(r *http.Request) *httpError {
 	for _, name := range singleHeaders {
 		if len(r.Header.Values(name)) > 1 {
-			return "", refuse(http.StatusBadRequest, "the %s header is given %d times: send it once", name, len(r.Header.Values(name)))
+			return refuse(http.StatusBadRequest, "the %s header is given %d times: send it once", name, len(r.Header.Values(name)))
 		}
 	}
 	host := r.Host
@@ -43,11 +43,17 @@ func (s *Server) check(r *http.Request) (string, *httpError) {
 		host = h
 	}
 	if !s.hostAllowed(strings.Trim(strings.ToLower(host), "[]")) {
-		return "", refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
+		return refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
-		return "", refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
+		return refuse(http.StatusForbidden, "Origin %q is not allowed: give it with --allow-origin to accept it", origin)
 	}
+	return nil
+}
+
+// checkCaller applies the checks that follow checkSource: the bearer
+// token, and the protocol version. It returns the request's actor.
+func (s *Server) checkCaller(r *http.Request) (string, *httpError) {
 	actor := s.opts.Actor
 	if s.auth {
 		var ok bool
