@@ -327,3 +327,39 @@ func (rs *rawSession) stream(ctx context.Context, method, body string, extra map
 	}
 	return resp
 }
+
+// TestServeBrowserPage: a browser page of an --allow-origin site can use
+// serve, as a browser asks: its CORS preflight is answered without a
+// token, and the answers let the page read the body and Mcp-Session-Id.
+// An --allow-host given in capitals matches the Host as browsers send it.
+func TestServeBrowserPage(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	const app = "https://app.example.com"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tok-page-0123456789 page\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serveCharge(t, []string{"--auth-token-file", tokens, "--allow-origin", app, "--allow-host", "MCP.Example.org"})
+	hc := httpClient(t)
+
+	rep := rawRequest(t, ctx, hc, http.MethodOptions, s.url, map[string]string{
+		"Origin":                         app,
+		"Access-Control-Request-Method":  "POST",
+		"Access-Control-Request-Headers": "authorization, content-type, mcp-protocol-version",
+	}, "")
+	if rep.status != http.StatusNoContent || rep.header.Get("Access-Control-Allow-Origin") != app ||
+		!strings.Contains(rep.header.Get("Access-Control-Allow-Headers"), "authorization") {
+		t.Errorf("preflight: %d %v %s; want 204 allowing %s and its headers", rep.status, rep.header, rep.body, app)
+	}
+
+	rep = rawRequest(t, ctx, hc, http.MethodPost, s.url, postHeaders(map[string]string{
+		"Origin":        app,
+		"Authorization": "Bearer tok-page-0123456789",
+		"Host":          "mcp.example.org",
+	}), initializeBody)
+	if rep.status != http.StatusOK || rep.header.Get("Access-Control-Allow-Origin") != app ||
+		!strings.Contains(rep.header.Get("Access-Control-Expose-Headers"), "Mcp-Session-Id") || rep.header.Get("Mcp-Session-Id") == "" {
+		t.Errorf("initialize from the page: %d %v %s; want 200 the page can read, with its session id", rep.status, rep.header, rep.body)
+	}
+}
