@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +104,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	defer w.close()
 	if !isLoopbackHost(host) && tokens == nil {
 		w.log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
+	}
+	if slices.Contains(f.origins, "*") && tokens == nil {
+		// The browser reaches a loopback address for the page, so the
+		// Host check does not stop it: only a token would.
+		w.log.Warn("--allow-origin * without --auth-token-file: any web page opened in a browser that can reach serve can call the upstream's tools")
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

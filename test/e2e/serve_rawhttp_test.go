@@ -363,3 +363,18 @@ func TestServeBrowserPage(t *testing.T) {
 		t.Errorf("initialize from the page: %d %v %s; want 200 the page can read, with its session id", rep.status, rep.header, rep.body)
 	}
 }
+
+// TestServeAnyOriginWarns: --allow-origin * lets any web page read the
+// answers, so without a token file serve says so when it starts.
+func TestServeAnyOriginWarns(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	s := serveCharge(t, []string{"--allow-origin", "*"})
+	rep := rawRequest(t, ctx, httpClient(t), http.MethodPost, s.url, postHeaders(map[string]string{"Origin": "https://any.example"}), initializeBody)
+	if rep.status != http.StatusOK || rep.header.Get("Access-Control-Allow-Origin") != "https://any.example" {
+		t.Errorf("initialize from any page: %d %v; want 200 the page can read", rep.status, rep.header)
+	}
+	if !strings.Contains(s.stderr.String(), "--allow-origin * without --auth-token-file") {
+		t.Errorf("serve's log does not warn of --allow-origin * without a token file:\n%s", s.stderr)
+	}
+}
