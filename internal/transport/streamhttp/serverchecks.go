@@ -90,7 +90,7 @@ func (s *Server) hostAllowed(host string) bool {
 
 func (s *Server) originAllowed(origin string) bool {
 	for _, o := range s.opts.AllowOrigins {
-		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) || sameOrigin(o, origin) {
 			return true
 		}
 	}
@@ -131,4 +131,22 @@ func accepts(r *http.Request, mediaType string) bool {
 		}
 	}
 	return false
+}
+
+// sameOrigin reports whether origins a and b are one, a default port
+// given or not: a browser leaves out 443 for https and 80 for http, and
+// an --allow-origin may name it.
+func sameOrigin(a, b string) bool {
+	ua, err1 := url.Parse(a)
+	ub, err2 := url.Parse(b)
+	if err1 != nil || err2 != nil || ua.Host == "" || ub.Host == "" {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		return map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Hostname(), ub.Hostname()) && port(ua) == port(ub)
 }

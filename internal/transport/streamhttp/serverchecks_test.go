@@ -95,7 +95,7 @@ func TestServerTooDeep(t *testing.T) {
 }
 
 func TestServerOriginAndHost(t *testing.T) {
-	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com"},
+	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com", "https://ports.example.com:443"},
 		AllowHosts: []string{"MCP.Example.org", "[fd00::1]"}})
 	tests := []struct {
 		name   string
@@ -106,6 +106,9 @@ func TestServerOriginAndHost(t *testing.T) {
 		{"loopback origin", map[string]string{"Origin": "http://localhost:5173"}, 200},
 		{"allowed origin", map[string]string{"Origin": "https://app.example.com"}, 200},
 		{"foreign origin", map[string]string{"Origin": "https://evil.example"}, 403},
+		{"allowed origin named with its default port", map[string]string{"Origin": "https://ports.example.com"}, 200},
+		{"allowed origin's host on another port", map[string]string{"Origin": "https://app.example.com:8443"}, 403},
+		{"allowed origin's host in another scheme", map[string]string{"Origin": "http://app.example.com"}, 403},
 		{"null origin", map[string]string{"Origin": "null"}, 403},
 		{"foreign host", map[string]string{"Host": "evil.example:80"}, 403},
 		{"rebinding host", map[string]string{"Host": "attacker.localhost.evil.example"}, 403},
