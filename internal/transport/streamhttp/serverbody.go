@@ -56,6 +56,13 @@ func (s *Server) placeToRead(r *http.Request) bool {
 // trickle a few bytes each. MaxBodyReads times MaxMessage bounds the
 // bytes too.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > int64(s.opts.MaxMessage) {
+		// Its length says it is over the limit: refused before any of it
+		// is read, rather than after the limit's worth of it, or after
+		// BodyTimeout for a client that waits for an answer first.
+		refuseUnread(w, r, tooLargeBody(s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
+		return nil, false
+	}
 	if !s.placeToRead(r) {
 		e := refuse(http.StatusServiceUnavailable, "too many request bodies are being read at once (%d, --max-body-reads): this request was not read and did not run; send it again", s.opts.MaxBodyReads)
 		e.header = http.Header{"Retry-After": {"1"}}
@@ -71,7 +78,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeRefusal(w, refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
+			writeRefusal(w, tooLargeBody(s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
 		s.log.Debug("reading a request body failed", "err", err)
@@ -87,6 +94,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		return nil, false
 	}
 	return body, true
+}
+
+func tooLargeBody(limit int) *httpError {
+	return refuse(http.StatusRequestEntityTooLarge, "the message is larger than the limit of %d bytes (--max-message-size)", limit)
 }
 
 // roundDuration prints d without a zero tail: "1m" rather than "1m0s".

@@ -509,3 +509,30 @@ func TestHandlerPathAsGiven(t *testing.T) {
 		})
 	}
 }
+
+// TestServerRefusesALongBodyAtOnce: a body whose Content-Length is over
+// MaxMessage gets 413 before any of it is read, not once the limit's
+// worth has come (nor after BodyTimeout, for a client that waits for an
+// answer to its headers).
+func TestServerRefusesALongBodyAtOnce(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{MaxMessage: 1024, BodyTimeout: time.Hour})
+	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer 10s after the headers, the body still owed: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "--max-message-size") {
+		t.Errorf("answered %s %s; want 413 naming the limit", resp.Status, b)
+	}
+	if p.seen(`{`) != 0 {
+		t.Error("the body reached the proxy")
+	}
+}
