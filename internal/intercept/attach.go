@@ -54,7 +54,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	stopProgress()
 	cancel()
 	if err == nil {
-		in.journalizeTakeover(req, settled)
+		settled = in.takenOver(req, settled)
 	}
 	switch {
 	case errors.Is(ctx.Err(), ErrSessionEnded):

@@ -300,8 +300,11 @@ type Interceptor struct {
 	settling journalGates // executions whose settling line is not yet journaled
 	// shown caches, by UpstreamID, what records show of an upstream
 	// (upstreamShown): a keyed hash per new execution is not free.
-	shown      sync.Map
-	abandoned  abandoned // executions reserved here, never to be sent, still to settle
+	shown     sync.Map
+	abandoned abandoned // executions reserved here, never to be sent, still to settle
+	// own holds this process's outcomes still to record, and its own
+	// executions its calls settled as gone (owntakeover.go).
+	own        ownTakeovers
 	grants     grants    // the approvals that cover a session (approval: session)
 	questions  questions // approvals asked in a round whose question was taken
 	storeWaits bool

@@ -69,6 +69,13 @@ func (in *Interceptor) JournalOrphan(o *record.Record) {
 	}
 	last := o.History[len(o.History)-1]
 	in.log.Info("settled an execution whose owner went away, while purging", "execution", o.ID, "state", o.State, "owner", o.Owner)
+	if in.ownOrphan(o) {
+		// This process's own: its outcome, if it holds one, is recorded
+		// over it, off the store's purge.
+		if k := in.own.tookOver(o.ID, o.Attempts); k != nil {
+			k.wake()
+		}
+	}
 	if in.journal == nil {
 		return
 	}

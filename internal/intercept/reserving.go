@@ -126,7 +126,7 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 	if err != nil {
 		return nil, false, err
 	}
-	in.journalizeTakeover(req, rec)
+	rec = in.takenOver(req, rec)
 	if won {
 		return rec, true, nil
 	}
@@ -138,7 +138,7 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
 			return nil, false, err
 		}
-		in.journalizeTakeover(req, rec)
+		rec = in.takenOver(req, rec)
 	}
 	return rec, won, nil
 }

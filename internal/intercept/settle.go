@@ -20,27 +20,16 @@ import (
 // with it, and calls after it replay it.
 func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
 	defer in.work.Done()
+	k := in.own.keep(req, id, c)
+	defer k.finish()
+	defer in.own.forget(id, k)
 	wait := recordRetryMin
 	for {
-		time.Sleep(wait)
-		_, err := in.change(req.bg, req, id, c)
-		switch {
-		case err == nil:
-			in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
-			return
-		case errors.Is(err, record.ErrConflict):
-			if rec := in.landed(req.bg, id, c); rec != nil {
-				// The failed write had reached the store, its answer
-				// lost (a timeout): the outcome is recorded, and its
-				// line goes in the journal as any transition's does.
-				in.log.Info("recorded an outcome the store had refused: the earlier write had reached it", "execution", id, "state", c.To)
-				in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
-				in.journalize(req, rec, c)
-				return
-			}
-			fallthrough
-		case errors.Is(err, record.ErrNotFound):
-			in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-k.nudge:
+		}
+		if in.tryKept(req, id, k) {
 			return
 		}
 		wait = min(2*wait, recordRetryMax)
@@ -150,6 +139,11 @@ func (e *execution) recordOutcome() {
 	c.Holder = in.owner
 	settled, err := in.change(req.bg, req, rec.ID, c)
 	if errors.Is(err, record.ErrConflict) {
+		if own, _ := in.settleOverOwn(req.bg, req, rec.ID, c); own != nil {
+			// A call of this process's own had taken it for gone.
+			in.answer(ctx, req, own, e.m)
+			return
+		}
 		// Settled otherwise while this send ran: this process's lease
 		// lapsed and another took the execution over. The caller gets
 		// what the record says, as any caller now would.

@@ -1,0 +1,137 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// outageStore refuses every write while down, as a store that cannot be
+// reached does; reads still answer, as SQLite's do while another process
+// holds its write lock.
+type outageStore struct {
+	record.Store
+	down atomic.Bool
+}
+
+var errOutage = errors.New("connection refused")
+
+func (s *outageStore) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if s.down.Load() {
+		return nil, false, errOutage
+	}
+	return s.Store.Reserve(ctx, r, opts)
+}
+
+func (s *outageStore) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errOutage
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+func (s *outageStore) Renew(ctx context.Context, owner string, until time.Time) error {
+	if s.down.Load() {
+		return errOutage
+	}
+	return s.Store.Renew(ctx, owner, until)
+}
+
+// TestOwnTakeoverGetsTheOutcome: an outage longer than the lease keeps the
+// proxy from recording a charge's outcome, and its lease lapses. Once the
+// store answers, a retry from the same proxy meets the execution before
+// the outcome is recorded, and settles it as an orphan: unknown, its owner
+// gone. The owner is this proxy, which holds the outcome: the retry gets
+// the charge's result, and the record says so.
+func TestOwnTakeoverGetsTheOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memstore.New(memstore.Options{})
+		store := &outageStore{Store: ms}
+		h := newHarness(charged)
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: time.Second})
+
+		release := make(chan struct{})
+		h.up.respond = func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		}
+		first := make(chan Answer, 1)
+		go func() { first <- h.call(t.Context(), t, chargeCall).only(t) }()
+		synctest.Wait() // dispatched, held by the upstream
+		store.down.Store(true)
+		close(release)
+		a := <-first
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "could not be recorded yet") {
+			t.Fatalf("first caller got %+v; want the error saying its outcome is not recorded yet", a)
+		}
+		time.Sleep(time.Minute) // the outage outlasts the lease
+		store.down.Store(false)
+
+		// Before the proxy's next try to record the outcome.
+		a = h.call(t.Context(), t, chargeCall).only(t)
+		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
+			t.Fatalf("the retry got %s %s; want the charge's result", a.Result, a.Error)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+		recs, err := ms.List(t.Context(), record.Filter{})
+		if err != nil || len(recs) != 1 || recs[0].State != record.Delivered {
+			t.Fatalf("records %v (%v); want one, delivered", recs, err)
+		}
+		synctest.Wait() // recordLater ends: the outcome is in
+	})
+}
+
+// TestOwnTakeoverWhileRunning: the outage comes while the upstream still
+// runs the charge, and outlasts the lease, which the proxy cannot renew.
+// A retry from the same proxy, once the store answers, settles the
+// execution as an orphan, and is told its outcome is unknown. When the
+// charge's answer comes, it is recorded over that unknown: its first
+// caller gets it, and so does the next retry.
+func TestOwnTakeoverWhileRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memstore.New(memstore.Options{})
+		store := &outageStore{Store: ms}
+		h := newHarness(charged)
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: time.Second})
+		release := make(chan struct{})
+		h.up.respond = func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		}
+		req, first := h.request(t, chargeCall)
+		go h.in.Handle(t.Context(), req)
+		synctest.Wait()
+		store.down.Store(true)
+		time.Sleep(time.Minute)
+		store.down.Store(false)
+
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if !strings.Contains(string(a.Result), "Outcome unknown") {
+			t.Fatalf("the retry that took the execution for gone got %s %s; want outcome unknown", a.Result, a.Error)
+		}
+		close(release)
+		a = <-first.got
+		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
+			t.Fatalf("the first caller got %s %s; want the charge's result", a.Result, a.Error)
+		}
+		a = h.call(t.Context(), t, chargeCall).only(t)
+		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
+			t.Fatalf("the next retry got %s %s; want the charge's result", a.Result, a.Error)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
