@@ -51,7 +51,7 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint, so two tokens never share an execution")
 	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); more get 503")
 	fs.IntVar(&f.maxBodyReads, "max-body-reads", streamhttp.DefaultMaxBodyReads, "the most request bodies read at once, each at most --max-message-size; more get 503 unread (requests being answered and open streams do not count)")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long without a request; with the session scope, a retry after that runs again")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long with no request or stream open, answers owed or not; with the session scope, a retry after that runs again")
 	fs.BoolVar(&f.jsonResponse, "json-response", false, "answer each POST with one JSON body instead of an SSE stream (no progress on the request's stream, no resumption)")
 	return f
 }

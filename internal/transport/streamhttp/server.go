@@ -42,8 +42,9 @@ type ServerOptions struct {
 	AllowHosts []string
 	// MaxSessions bounds the sessions open at once; zero means 100.
 	MaxSessions int
-	// IdleTimeout ends a session no request has touched for that long and
-	// that owes no answer; zero means DefaultIdleTimeout.
+	// IdleTimeout ends a session with no request under way (no stream
+	// open) for that long, answers owed or not; zero means
+	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxMessage bounds a request body; zero means DefaultMaxMessage.
 	MaxMessage int

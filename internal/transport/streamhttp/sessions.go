@@ -116,7 +116,7 @@ func (ss *ServerSession) end() {
 }
 
 // Reap ends the sessions that have sat idle for longer than IdleTimeout:
-// no request under way, no answer owed, no stream open.
+// no request under way, so no stream open either (goneLocked).
 func (s *Server) Reap() {
 	now := s.now()
 	s.mu.Lock()
@@ -143,12 +143,24 @@ func (s *Server) Reap() {
 	}
 }
 
-// idleLocked reports whether ss has sat idle past the idle timeout: no
-// request under way, no answer owed. s.mu must be held.
+// idleLocked reports whether ss has sat idle past the idle timeout. s.mu
+// must be held.
 func (ss *ServerSession) idleLocked(now time.Time) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) > ss.srv.opts.IdleTimeout
+	return ss.goneLocked() && now.Sub(ss.lastActive) > ss.srv.opts.IdleTimeout
+}
+
+// goneLocked reports whether the client of ss is gone: no HTTP request of
+// its is under way, so no stream is open, the GET one or a POST's. For the
+// idle timeout, answers it is still owed do not keep the session: an
+// upstream that never answers would keep it, and its upstream, for as
+// long as serve runs. A client that dropped a stream and resumes it
+// (Last-Event-ID) within the idle timeout has a request under way again.
+// A session already ending does not count: ending it again frees
+// nothing. ss.mu must be held.
+func (ss *ServerSession) goneLocked() bool {
+	return ss.active == 0 && !ss.closed()
 }
 
 // idlestLocked returns the session that has sat idle longest, if it has
@@ -160,7 +172,10 @@ func (s *Server) idlestLocked() *ServerSession {
 	var since time.Time
 	for _, ss := range s.sessions {
 		ss.mu.Lock()
-		if ss.active == 0 && len(ss.pending) == 0 && now.Sub(ss.lastActive) >= evictAfter &&
+		// Not one owed an answer: a minute is too short for a client
+		// whose stream broke during a long call to resume it, and the
+		// session's end would stop the upstream running that call.
+		if ss.goneLocked() && len(ss.pending) == 0 && now.Sub(ss.lastActive) >= evictAfter &&
 			(idlest == nil || ss.lastActive.Before(since)) {
 			idlest, since = ss, ss.lastActive
 		}

@@ -402,3 +402,87 @@ func TestServerSessionEndsWithRequestsUnread(t *testing.T) {
 		t.Fatal("no answer 5s after the session ended")
 	}
 }
+
+// dropOwed posts a request that stays unanswered until the gate opens,
+// then drops its connection, as a client that went away does. It
+// returns the stream's priming event id, for resuming it.
+func dropOwed(t *testing.T, srv *Server, url, sid, body string) string {
+	t.Helper()
+	ctx, drop := context.WithCancel(t.Context())
+	resp := do(t, ctx, "POST", url, body, session(sid))
+	priming, err := newSSEReader(resp.Body, 1<<20).next()
+	if err != nil || priming.ID == "" {
+		t.Fatalf("the stream opened with %+v, %v; want a priming event", priming, err)
+	}
+	drop()
+	resp.Body.Close()
+	srv.mu.Lock()
+	ss := srv.sessions[sid]
+	srv.mu.Unlock()
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.active == 0 && len(ss.pending) == 1
+	})
+	return priming.ID
+}
+
+// TestServerIdleEndsSessionsOwedAnswers: a session whose client has gone
+// (no request under way, no stream open) for longer than the idle timeout
+// ends though the upstream never answered a request of its: else any
+// client could keep sessions, and their upstreams, for as long as serve
+// runs. The request gets the answer a session's end gives.
+func TestServerIdleEndsSessionsOwedAnswers(t *testing.T) {
+	clock, advance := fakeClock()
+	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
+	sid := start(t, hs.URL, nil)
+	dropOwed(t, srv, hs.URL, sid, `{"jsonrpc":"2.0","id":7,"method":"slow"}`)
+
+	advance(59 * time.Second)
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("a session whose client left less than the idle timeout ago was reaped")
+	}
+	advance(2 * time.Second)
+	srv.Reap()
+	if srv.Sessions() != 0 {
+		t.Fatal("a session owed an answer outlived the idle timeout with its client gone")
+	}
+	select {
+	case ended := <-p.ended:
+		if ended.ID() != sid || ended.EndReason() != EndIdle {
+			t.Fatalf("session %s ended (%q); want %s, %q", ended.ID(), ended.EndReason(), sid, EndIdle)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reaped session's upstream did not stop")
+	}
+}
+
+// TestServerIdleKeepsAResumedStream: a client that dropped a request's
+// stream and resumes it (Last-Event-ID) within the idle timeout keeps
+// its session while the stream is open, however long the answer takes,
+// and gets the answer on it.
+func TestServerIdleKeepsAResumedStream(t *testing.T) {
+	clock, advance := fakeClock()
+	srv, p, hs := newTestServer(t, ServerOptions{IdleTimeout: time.Minute, Now: clock})
+	sid := start(t, hs.URL, nil)
+	last := dropOwed(t, srv, hs.URL, sid, `{"jsonrpc":"2.0","id":7,"method":"slow"}`)
+
+	advance(30 * time.Second)
+	hdr := session(sid)
+	hdr[headerLastEventID] = last
+	resp := do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("resuming: %s", resp.Status)
+	}
+	advance(2 * time.Minute)
+	srv.Reap()
+	if srv.Sessions() != 1 {
+		t.Fatal("a session with a resumed stream open was reaped")
+	}
+	close(p.gate)
+	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7,"result"`) {
+		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
+	}
+}
