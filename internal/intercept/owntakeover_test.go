@@ -101,31 +101,82 @@ func TestOwnTakeoverGetsTheOutcome(t *testing.T) {
 // caller gets it, and so does the next retry.
 func TestOwnTakeoverWhileRunning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ms := memstore.New(memstore.Options{})
-		store := &outageStore{Store: ms}
-		h := newHarness(charged)
-		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: time.Second})
-		release := make(chan struct{})
-		h.up.respond = func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		}
-		req, first := h.request(t, chargeCall)
-		go h.in.Handle(t.Context(), req)
-		synctest.Wait()
-		store.down.Store(true)
-		time.Sleep(time.Minute)
-		store.down.Store(false)
-
-		a := h.call(t.Context(), t, chargeCall).only(t)
-		if !strings.Contains(string(a.Result), "Outcome unknown") {
-			t.Fatalf("the retry that took the execution for gone got %s %s; want outcome unknown", a.Result, a.Error)
-		}
+		store := &outageStore{Store: memstore.New(memstore.Options{})}
+		h, release, first := takenOverRunning(t, store, &store.down)
 		close(release)
-		a = <-first.got
+		a := <-first.got
 		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
 			t.Fatalf("the first caller got %s %s; want the charge's result", a.Result, a.Error)
 		}
+		a = h.call(t.Context(), t, chargeCall).only(t)
+		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
+			t.Fatalf("the next retry got %s %s; want the charge's result", a.Result, a.Error)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
+
+// takenOverRunning starts a charge through a harness on store, which
+// down takes down, and holds it in the upstream until release is closed;
+// meanwhile the store is down for a minute, past the lease, and once it
+// is back a retry of the charge takes the execution for gone and is told
+// its outcome is unknown. It returns the harness, release and what the
+// charge's first caller is told.
+func takenOverRunning(t *testing.T, store record.Store, down *atomic.Bool) (*harness, chan struct{}, *answers) {
+	t.Helper()
+	h := newHarness(charged)
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: time.Second})
+	release := make(chan struct{})
+	h.up.respond = func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		<-release
+		return charged(ctx, n, p)
+	}
+	req, first := h.request(t, chargeCall)
+	go h.in.Handle(t.Context(), req)
+	synctest.Wait()
+	down.Store(true)
+	time.Sleep(time.Minute)
+	down.Store(false)
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	if !strings.Contains(string(a.Result), "Outcome unknown") {
+		t.Fatalf("the retry that took the execution for gone got %s %s; want outcome unknown", a.Result, a.Error)
+	}
+	return h, release, first
+}
+
+// overOwnFailsOnce is an outageStore whose first write of an outcome over
+// an unknown (the outcome this process holds, written over its own
+// takeover) does not reach the store, as a store still unsteady after an
+// outage may drop it.
+type overOwnFailsOnce struct {
+	*outageStore
+	failed atomic.Bool
+}
+
+func (s *overOwnFailsOnce) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.From == record.Unknown && c.To != record.Dispatched && s.failed.CompareAndSwap(false, true) {
+		return nil, errOutage
+	}
+	return s.outageStore.Update(ctx, id, c)
+}
+
+// TestOwnTakeoverWhileRunningStoreFails: as TestOwnTakeoverWhileRunning,
+// but the store does not answer the write of the charge's outcome over
+// the unknown when its answer comes. The outcome is kept and recorded
+// once the store answers again: the next retry gets the charge's result,
+// not an unknown that nothing will ever resolve.
+func TestOwnTakeoverWhileRunningStoreFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &overOwnFailsOnce{outageStore: &outageStore{Store: memstore.New(memstore.Options{})}}
+		h, release, first := takenOverRunning(t, store, &store.down)
+		close(release)
+		a := <-first.got
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "could not be recorded yet") {
+			t.Fatalf("the first caller got %s %s; want the error saying its outcome is not recorded yet", a.Result, a.Error)
+		}
+		time.Sleep(time.Minute) // the proxy records the outcome it kept
 		a = h.call(t.Context(), t, chargeCall).only(t)
 		if a.Error != nil || !strings.Contains(string(a.Result), "charge #1") {
 			t.Fatalf("the next retry got %s %s; want the charge's result", a.Result, a.Error)

@@ -139,17 +139,24 @@ func (e *execution) recordOutcome() {
 	c.Holder = in.owner
 	settled, err := in.change(req.bg, req, rec.ID, c)
 	if errors.Is(err, record.ErrConflict) {
-		if own, _ := in.settleOverOwn(req.bg, req, rec.ID, c); own != nil {
+		own, oerr := in.settleOverOwn(req.bg, req, rec.ID, c)
+		switch {
+		case own != nil:
 			// A call of this process's own had taken it for gone.
 			in.answer(ctx, req, own, e.m)
 			return
+		case oerr == nil || errors.Is(oerr, record.ErrConflict):
+			// Settled otherwise while this send ran: this process's
+			// lease lapsed and another took the execution over. The
+			// caller gets what the record says, as any caller now would.
+			in.log.Warn("the store holds another outcome for this execution; answering from it", "execution", rec.ID, "state", c.To, "err", err)
+			in.answerFromRecord(ctx, req, rec.ID)
+			return
 		}
-		// Settled otherwise while this send ran: this process's lease
-		// lapsed and another took the execution over. The caller gets
-		// what the record says, as any caller now would.
-		in.log.Warn("the store holds another outcome for this execution; answering from it", "execution", rec.ID, "state", c.To, "err", err)
-		in.answerFromRecord(ctx, req, rec.ID)
-		return
+		// Taken for gone by this process's own call, and the store did
+		// not answer the write over it: kept, as any outcome the store
+		// did not take (the takeover stays noted for recordLater).
+		err = oerr
 	}
 	if err != nil {
 		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
