@@ -69,23 +69,23 @@ func (in *Interceptor) JournalOrphan(o *record.Record) {
 	}
 	last := o.History[len(o.History)-1]
 	in.log.Info("settled an execution whose owner went away, while purging", "execution", o.ID, "state", o.State, "owner", o.Owner)
+	if in.journal != nil {
+		e := journal.Entry{
+			Time: in.now(), Writer: journal.Process{Owner: in.owner}, Execution: o.ID, Tool: o.Tool, State: string(o.State),
+			Attempt: o.Attempts, Upstream: o.Upstream, Actor: o.Actor, Scope: o.Scope, Fingerprint: o.Fingerprint,
+			Note: last.Note, Shadow: in.shadow,
+		}
+		if err := in.journal.Record(e); err != nil {
+			in.log.Error("writing the activity journal", "execution", o.ID, "state", o.State, "err", err)
+		}
+	}
 	if in.ownOrphan(o) {
 		// This process's own: its outcome, if it holds one, is recorded
-		// over it, off the store's purge.
+		// over it, off the store's purge. Noted once the unknown is
+		// journaled, so that the outcome's line comes after it.
 		if k := in.own.tookOver(o.ID, o.Attempts); k != nil {
 			k.wake()
 		}
-	}
-	if in.journal == nil {
-		return
-	}
-	e := journal.Entry{
-		Time: in.now(), Writer: journal.Process{Owner: in.owner}, Execution: o.ID, Tool: o.Tool, State: string(o.State),
-		Attempt: o.Attempts, Upstream: o.Upstream, Actor: o.Actor, Scope: o.Scope, Fingerprint: o.Fingerprint,
-		Note: last.Note, Shadow: in.shadow,
-	}
-	if err := in.journal.Record(e); err != nil {
-		in.log.Error("writing the activity journal", "execution", o.ID, "state", o.State, "err", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -183,6 +185,68 @@ func TestOwnTakeoverWhileRunningStoreFails(t *testing.T) {
 		}
 		if n := h.up.calls.Load(); n != 1 {
 			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}
+
+// takeoverHeldJournal holds the line of an orphan's takeover until hold is
+// closed, as a journal slow to write it would.
+type takeoverHeldJournal struct {
+	memJournal
+	hold chan struct{}
+}
+
+func (j *takeoverHeldJournal) Record(e journal.Entry) error {
+	if strings.Contains(e.Note, "went away") {
+		<-j.hold
+	}
+	return j.memJournal.Record(e)
+}
+
+// TestOwnOrphanPurgedJournalsInOrder: the store's purge settles an
+// execution of this process's own as an orphan while the proxy keeps its
+// outcome to record. The journal says the execution became unknown, and
+// then that its outcome was recorded over it: never the other way round,
+// which would leave it unknown to whoever reads the journal.
+func TestOwnOrphanPurgedJournalsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memstore.New(memstore.Options{})
+		store := &outageStore{Store: ms}
+		h := newHarness(charged)
+		j := &takeoverHeldJournal{hold: make(chan struct{})}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: time.Second, Journal: j})
+		release := make(chan struct{})
+		h.up.respond = func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		}
+		first := make(chan Answer, 1)
+		go func() { first <- h.call(t.Context(), t, chargeCall).only(t) }()
+		synctest.Wait()
+		store.down.Store(true)
+		close(release)
+		<-first // told its outcome is not recorded yet
+		time.Sleep(time.Minute)
+		store.down.Store(false)
+
+		// The purge, before the proxy's next try to record the outcome.
+		recs, err := ms.List(t.Context(), record.Filter{})
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("records %v (%v); want one", recs, err)
+		}
+		o, err := ms.Update(t.Context(), recs[0].ID, record.OrphanChange(recs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go h.in.JournalOrphan(o)
+		synctest.Wait() // the orphan's line is held
+		close(j.hold)
+		synctest.Wait() // recordLater ends
+		if got := j.states(); !slices.Equal(got[len(got)-2:], []string{"unknown", "completed"}) {
+			t.Fatalf("journal states %v; want unknown, then completed", got)
+		}
+		if rec, err := ms.Get(t.Context(), o.ID); err != nil || rec.State != record.Completed {
+			t.Fatalf("record %v (%v); want completed", rec, err)
 		}
 	})
 }
