@@ -67,6 +67,10 @@ func takenOver(t *testing.T, what string, orphan *record.Record, id string, stat
 	case orphan.ID != id || orphan.State != state || len(orphan.History) == 0 ||
 		!strings.Contains(orphan.History[len(orphan.History)-1].Note, "proxy-1 went away"):
 		t.Errorf("%s reports the orphan %s %s, history %+v; want %s %s, owner proxy-1 gone", what, orphan.ID, orphan.State, orphan.History, id, state)
+	case orphan.Owner != "proxy-1" || (state == record.Unknown) != (orphan.Attempts == 1):
+		// The proxy knows its own orphans by these (intercept's
+		// owntakeover.go): owner and attempts as the orphan was sent.
+		t.Errorf("%s reports the orphan %s owned by %q, sent %d times; want proxy-1's, sent once if unknown", what, orphan.ID, orphan.Owner, orphan.Attempts)
 	}
 }
 
