@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -151,4 +152,57 @@ func TestSIGHUPStopsLikeSIGTERM(t *testing.T) {
 	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		t.Errorf("the proxy was ended by %v; want it to stop by itself", ws.Signal())
 	}
+}
+
+// TestSIGINTIgnoredStaysIgnored: a shell starts a background job
+// (`mcp-idempotent ... &` in a script) with SIGINT ignored, so that a
+// Ctrl-C meant for the script leaves the job running. The proxy must keep
+// it ignored, as it does a SIGHUP that nohup ignores, rather than stop on
+// it.
+func TestSIGINTIgnoredStaysIgnored(t *testing.T) {
+	needProxy(t)
+	t.Parallel()
+	ctx := testContext(t)
+	// exec: the shell's pid becomes the proxy's, with SIGINT ignored.
+	cmd := exec.Command("sh", "-c", `trap '' INT; exec "$0" "$@"`, proxyBin, "--", chargeBin)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	p := connect(t, ctx, cmd)
+	charge(t, ctx, p, "4242", 100)
+
+	// Once the proxy answers, main has set up its signals: SIGINT must
+	// still be ignored, not caught (Linux shows both in /proc).
+	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "status")); err == nil {
+		if ign, ok := sigMask(string(b), "SigIgn:"); !ok || ign&(1<<(int(syscall.SIGINT)-1)) == 0 {
+			t.Errorf("the proxy does not ignore SIGINT, which it was started ignoring (/proc status SigIgn %x)", ign)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	charge(t, ctx, p, "4343", 100)
+	if err := p.Ping(ctx, nil); err != nil {
+		t.Fatalf("ping after SIGINT: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close()
+	if ps := cmd.ProcessState; ps == nil {
+		t.Error("the proxy had not exited after SIGTERM and the session closed")
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Errorf("the proxy was ended by %v; want it to stop by itself", ws.Signal())
+	}
+}
+
+// sigMask reads the hexadecimal signal mask on the line of status that
+// starts with field.
+func sigMask(status, field string) (uint64, bool) {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
