@@ -11,7 +11,9 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -321,16 +323,25 @@ func resultSize(r *record.Record) string {
 
 // parseDays reads a Go duration or a whole number of days such as 7d.
 func parseDays(s string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		var days int
-		const maxDays = math.MaxInt64 / int64(24*time.Hour) // past it the duration wraps
-		if _, err := fmt.Sscanf(n, "%d", &days); err == nil && days > 0 && int64(days) <= maxDays && fmt.Sprint(days) == n {
-			return time.Duration(days) * 24 * time.Hour, nil
+	const maxDays = math.MaxInt64 / int64(24*time.Hour) // past it the duration wraps
+	tooLong := fmt.Errorf("%q is too long: at most %dd (about 292 years)", s, maxDays)
+	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" && n[0] != '0' && strings.Trim(n, "0123456789") == "" {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days > maxDays {
+			return 0, tooLong
 		}
+		return time.Duration(days) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(s)
+	if err != nil && durationSyntax.MatchString(s) {
+		// Well formed, so time.ParseDuration refused it for overflowing.
+		return 0, tooLong
+	}
 	if err != nil || d <= 0 {
 		return 0, fmt.Errorf("%q is not a duration such as 90m, 24h or 7d", s)
 	}
 	return d, nil
 }
+
+// durationSyntax matches what time.ParseDuration reads, without a sign.
+var durationSyntax = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)

@@ -122,11 +122,22 @@ func TestResolveRefusesAHeldJournal(t *testing.T) {
 
 // TestParseDaysOverflow: a --since too long for a duration is refused,
 // as time.ParseDuration refuses "4800000h", not wrapped round to a
-// negative window that selects nothing.
+// negative window that selects nothing; and refused as too long, not as
+// something other than a duration.
 func TestParseDaysOverflow(t *testing.T) {
 	for _, s := range []string{"200000d", "4800000h"} {
 		if d, err := parseDays(s); err == nil {
 			t.Errorf("parseDays(%q) = %v, nil; want an error", s, d)
+		}
+	}
+	for _, s := range []string{"106752d", "99999999d", "99999999999999999999d", "4800000h", "2562048h", "9223372037s"} {
+		if _, err := parseDays(s); err == nil || !strings.Contains(err.Error(), "too long: at most 106751d") {
+			t.Errorf("parseDays(%q): %v; want it said too long", s, err)
+		}
+	}
+	for _, s := range []string{"7x", "0d", "-1h", "1.5d", ".h", "d", "h"} {
+		if _, err := parseDays(s); err == nil || !strings.Contains(err.Error(), "is not a duration") {
+			t.Errorf("parseDays(%q): %v; want it said not a duration", s, err)
 		}
 	}
 	if d, err := parseDays("106751d"); err != nil || d <= 0 {
