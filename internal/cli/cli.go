@@ -258,6 +258,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	defer w.close()
+	warnMisplacedFlags(w.log, f.fs, args, f.fs.Args())
 	scope := "session:" + strings.TrimPrefix(record.NewID(time.Now()), "exe_")
 	who := clientEnd{client: journal.SessionClient{Transport: "stdio", Parent: parentProcess()}}
 	if f, ok := stdin.(*os.File); ok {

@@ -102,6 +102,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer w.close()
+	warnMisplacedFlags(w.log, f.fs, args, argv)
 	if !isLoopbackHost(host) && tokens == nil {
 		w.log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
 	}
