@@ -9,11 +9,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-)
 
-// The protocol versions a Server accepts in MCP-Protocol-Version. A request
-// without the header is taken as 2025-03-26, as the spec says.
-var serverVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+)
 
 // A token is a bearer token, kept as its SHA-256 so that every comparison
 // takes the same time whatever the lengths.
@@ -62,8 +60,11 @@ func (s *Server) checkCaller(r *http.Request) (string, *httpError) {
 				header: http.Header{"Www-Authenticate": {`Bearer realm="mcp-idempotent"`}}}
 		}
 	}
-	if v := r.Header.Get(headerProtocolVersion); v != "" && !slices.Contains(serverVersions, v) {
-		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(serverVersions, ", "))
+	// The proxy's versions: the initialize it passes on agrees on no
+	// other. A request without the header is taken as 2025-03-26, as the
+	// spec says.
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !mcp.KnownVersion(v) {
+		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(mcp.Versions, ", "))
 	}
 	return actor, nil
 }
