@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // batchlessSince is the first protocol version without JSON-RPC batches:
@@ -32,15 +33,25 @@ func batchless(v string) bool {
 // protocolVersion the client is about to get. Its params become the
 // handshake a restarted upstream is given. One that failed is not: the
 // client, told so, initializes again, and a server given it already
-// would refuse that as a second initialize. s.mu must be held.
-func (s *Session) noteProtocolLocked(f forwardedRequest, m *jsonrpc.Message) {
+// would refuse that as a second initialize. A result naming a version the
+// proxy does not know is not noted either: it returns the error the
+// client gets instead (unknownAgreed), nil otherwise. s.mu must be held.
+func (s *Session) noteProtocolLocked(f forwardedRequest, m *jsonrpc.Message) []byte {
 	if f.method != "initialize" || m.Result == nil {
-		return
+		return nil
 	}
-	s.protocol, _ = jsonrpc.StringValue(jsonrpc.Member(m.Result, "protocolVersion"))
+	v := jsonrpc.Member(m.Result, "protocolVersion")
+	version, _ := jsonrpc.StringValue(v)
+	if v != nil && !mcp.KnownVersion(version) {
+		s.log.Warn("refused the initialize result: the MCP server agreed on a protocol version the proxy does not know",
+			"protocol", version, "known", mcp.Versions)
+		return unknownAgreed(m.ID, version)
+	}
+	s.protocol = version
 	if f.handshake != nil {
 		s.handshake = f.handshake
 	}
+	return nil
 }
 
 // fromClientBatchless handles frame, a batch from the client, in a

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // A forwardedRequest is a client's request passed upstream: its id as the
@@ -46,6 +47,11 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	var elicitForm bool
 	if msg.Method == "initialize" && msg.Params != nil {
 		elicitForm = elicitsForm(msg.Params) // read once, not on every ask
+		var asked string
+		if msg, asked = knownHandshake(msg); asked != "" {
+			s.log.Info("the client asked for a protocol version the proxy does not know; asking the MCP server for one it does",
+				"asked", asked, "sent", mcp.HandshakeVersion)
+		}
 	}
 	l := s.lockUsable()
 	if closed(l.gone) {

@@ -541,7 +541,9 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 		f := s.forwarded[key]
 		s.forgetLocked(key)
-		s.noteProtocolLocked(f, msg)
+		if refused := s.noteProtocolLocked(f, msg); refused != nil {
+			frame = refused
+		}
 		s.mu.Unlock()
 		if s.reservedID(msg.ID) {
 			s.droppedOwn(key)
@@ -646,13 +648,16 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
 			continue
 		}
-		s.noteProtocolLocked(s.forwarded[key], m)
+		raw := m.Raw
+		if refused := s.noteProtocolLocked(s.forwarded[key], m); refused != nil {
+			raw, edited = refused, true
+		}
 		s.forgetLocked(key)
 		if s.reservedID(m.ID) {
 			s.droppedOwnLocked(key)
 			continue
 		}
-		rest = append(rest, m.Raw)
+		rest = append(rest, raw)
 	}
 	s.mu.Unlock()
 	if toolsChanged {

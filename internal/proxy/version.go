@@ -1,0 +1,48 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+)
+
+// knownHandshake returns msg, the client's initialize, asking for a
+// protocol version the proxy knows. A client asks for the latest it
+// supports, and a server that does not support it answers with one it
+// does (spec, basic/lifecycle, "Version Negotiation"). The proxy is that
+// server to the client: passed on as asked, a version it does not know
+// could be agreed on between the client and the upstream, and the proxy
+// would relay a protocol whose rules it does not have (its HTTP front
+// refuses every request that names it). So an unknown version is asked
+// down to mcp.HandshakeVersion; asked is the client's, "" when msg is
+// left as it came.
+func knownHandshake(msg *jsonrpc.Message) (out *jsonrpc.Message, asked string) {
+	v := jsonrpc.Member(msg.Params, "protocolVersion")
+	asked, ok := jsonrpc.StringValue(v)
+	if !ok || mcp.KnownVersion(asked) {
+		return msg, ""
+	}
+	m, err := jsonrpc.Decode(jsonrpc.Replace(msg.Raw, v, []byte(`"`+mcp.HandshakeVersion+`"`)))
+	if err != nil {
+		return msg, "" // cannot happen: a string was put for a string
+	}
+	return m, asked
+}
+
+// unknownAgreed returns the error the client's initialize is answered
+// with, under id, when the upstream's result names a protocol version the
+// proxy does not know, though it was asked for one it does: the client
+// would start a session that the proxy cannot serve. The shape is the
+// spec's for an unsupported version (basic/lifecycle, "Error Handling").
+func unknownAgreed(id json.RawMessage, version string) []byte {
+	data, _ := json.Marshal(struct {
+		Supported []string `json:"supported"`
+		Requested string   `json:"requested"`
+	}{mcp.Versions, version})
+	e := jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+		"mcp-idempotent: the MCP server agreed on protocol version %q, which the proxy does not know; it knows %s", version, strings.Join(mcp.Versions, ", "))
+	e.Data = data
+	return jsonrpc.NewErrorResponse(id, e)
+}

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// initializeAsking is the client's initialize asking for protocol v.
+func initializeAsking(v string) string {
+	return `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"` + v + `","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`
+}
+
+// TestInitializeOfAKnownVersionPasses: an initialize asking for a version
+// the proxy knows reaches the upstream byte for byte.
+func TestInitializeOfAKnownVersionPasses(t *testing.T) {
+	for _, v := range []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
+		t.Run(v, func(t *testing.T) {
+			r := newRig(t, 0)
+			r.client.send(t, initializeAsking(v))
+			nextIs(t, r.upstream, "upstream", initializeAsking(v), "the initialize as it came")
+		})
+	}
+}
+
+// TestInitializeOfAnUnknownVersionAskedDown: a client asking for a
+// version the proxy does not know is the proxy's to negotiate down, as a
+// server that does not support it would: the upstream is asked for
+// 2025-11-25, the latest known version with initialize, and its answer
+// reaches the client, which goes on in a session both know.
+func TestInitializeOfAnUnknownVersionAskedDown(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, initializeAsking("2027-01-01"))
+	nextIs(t, r.upstream, "upstream", initializeAsking("2025-11-25"), "the initialize asking for 2025-11-25")
+	want := `{"jsonrpc":"2.0","id":0,` + gives("2025-11-25") + `}`
+	r.upstream.send(t, want)
+	nextIs(t, r.client, "client", want, "the upstream's result as it came")
+	r.s.mu.Lock()
+	protocol, handshake := r.s.protocol, string(r.s.handshake)
+	r.s.mu.Unlock()
+	if protocol != "2025-11-25" || !strings.Contains(handshake, `"protocolVersion":"2025-11-25"`) {
+		t.Fatalf("the session speaks %q and replays %s; want 2025-11-25 in both", protocol, handshake)
+	}
+}
+
+// TestInitializeAgreeingOnAnUnknownVersionRefused: an upstream that
+// answers initialize with a version the proxy does not know (one that
+// echoes what it is asked, or answers with its own latest) gives the
+// client an error in the spec's shape for an unsupported version, not a
+// session that the proxy cannot serve; and the version is not noted.
+func TestInitializeAgreeingOnAnUnknownVersionRefused(t *testing.T) {
+	for _, asked := range []string{"2027-01-01", "2025-06-18"} {
+		t.Run(asked, func(t *testing.T) {
+			r := newRig(t, 0)
+			r.client.send(t, initializeAsking(asked))
+			r.upstream.next(t, "upstream")
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":0,`+gives("2027-01-01")+`}`)
+			got := r.client.next(t, "client")
+			var answer struct {
+				ID     json.RawMessage
+				Result json.RawMessage
+				Error  struct {
+					Code    int
+					Message string
+					Data    struct {
+						Supported []string
+						Requested string
+					}
+				}
+			}
+			if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != "0" || answer.Result != nil ||
+				answer.Error.Code != -32602 || !strings.Contains(answer.Error.Message, `"2027-01-01", which the proxy does not know`) ||
+				answer.Error.Data.Requested != "2027-01-01" || len(answer.Error.Data.Supported) == 0 {
+				t.Fatalf("the client got %s; want a -32602 error under id 0 naming 2027-01-01 and the versions the proxy knows", got)
+			}
+			r.s.mu.Lock()
+			protocol, handshake := r.s.protocol, r.s.handshake
+			r.s.mu.Unlock()
+			if protocol != "" || handshake != nil {
+				t.Fatalf("the session noted protocol %q and handshake %s; want neither", protocol, handshake)
+			}
+		})
+	}
+}
+
+// TestInitializeAgreeingOnAnUnknownVersionInABatch: the upstream's result
+// in an array is refused as one alone is.
+func TestInitializeAgreeingOnAnUnknownVersionInABatch(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, initializeAsking("2025-11-25"))
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":0,`+gives("2027-01-01")+`}]`)
+	if got := r.client.next(t, "client"); !strings.HasPrefix(got, `[{"jsonrpc":"2.0","id":0,"error":{"code":-32602,`) {
+		t.Fatalf("the client got %s; want an array of the -32602 error", got)
+	}
+}
