@@ -60,7 +60,11 @@ func shebang(path string) (interp, arg string, ok bool) {
 		return "", "", false
 	}
 	rest := strings.TrimSpace(string(line[2:]))
-	interp, arg, _ = strings.Cut(rest, " ")
+	interp, arg = rest, ""
+	if i := strings.IndexAny(rest, " \t"); i >= 0 {
+		// The kernel ends the interpreter at a space or a tab.
+		interp, arg = rest[:i], rest[i+1:]
+	}
 	return interp, strings.TrimSpace(arg), interp != ""
 }
 

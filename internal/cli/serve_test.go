@@ -181,6 +181,7 @@ func TestServeNeedsTheScriptsInterpreter(t *testing.T) {
 		"#! /usr/bin/env -S mcpi-no-such-interp --flag": "mcpi-no-such-interp is not on the PATH",
 		"#!/bin/sh":                 "",
 		"#!/usr/bin/env -u HOME sh": "",
+		"#!/usr/bin/env\tsh":        "", // the kernel ends the interpreter at a tab too
 	} {
 		script := filepath.Join(dir, "server")
 		if err := os.WriteFile(script, []byte(line+"\nexec cat\n"), 0o755); err != nil {
