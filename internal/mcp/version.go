@@ -1,6 +1,9 @@
 package mcp
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Versions are the protocol versions the proxy knows, oldest first. It
 // speaks each one's rules and no other's: a version it does not know may
@@ -17,3 +20,22 @@ const HandshakeVersion = "2025-11-25"
 func KnownVersion(v string) bool {
 	return slices.Contains(Versions, v)
 }
+
+// Negotiable reports whether a session may be agreed on under v: a
+// version the proxy knows, or a date between the first MCP version, the
+// pre-release 2024-10-07 that SDKs still accept, and the latest version
+// it knows, whose rules are those of the known versions around it. A
+// later date, or a version that is not a date, may bring rules the proxy
+// does not have.
+func Negotiable(v string) bool {
+	if KnownVersion(v) {
+		return true
+	}
+	if _, err := time.Parse(time.DateOnly, v); err != nil {
+		return false
+	}
+	return v >= firstVersion && v < Versions[len(Versions)-1]
+}
+
+// firstVersion is the first protocol version MCP had, a pre-release.
+const firstVersion = "2024-10-07"

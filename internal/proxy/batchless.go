@@ -40,9 +40,8 @@ func (s *Session) noteProtocolLocked(f forwardedRequest, m *jsonrpc.Message) []b
 	if f.method != "initialize" || m.Result == nil {
 		return nil
 	}
-	v := jsonrpc.Member(m.Result, "protocolVersion")
-	version, _ := jsonrpc.StringValue(v)
-	if v != nil && !mcp.KnownVersion(version) {
+	version, isString := jsonrpc.StringValue(jsonrpc.Member(m.Result, "protocolVersion"))
+	if isString && !mcp.Negotiable(version) {
 		s.log.Warn("refused the initialize result: the MCP server agreed on a protocol version the proxy does not know",
 			"protocol", version, "known", mcp.Versions)
 		return unknownAgreed(m.ID, version)

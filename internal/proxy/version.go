@@ -21,7 +21,7 @@ import (
 func knownHandshake(msg *jsonrpc.Message) (out *jsonrpc.Message, asked string) {
 	v := jsonrpc.Member(msg.Params, "protocolVersion")
 	asked, ok := jsonrpc.StringValue(v)
-	if !ok || mcp.KnownVersion(asked) {
+	if !ok || mcp.Negotiable(asked) {
 		return msg, ""
 	}
 	m, err := jsonrpc.Decode(jsonrpc.Replace(msg.Raw, v, []byte(`"`+mcp.HandshakeVersion+`"`)))
@@ -34,12 +34,13 @@ func knownHandshake(msg *jsonrpc.Message) (out *jsonrpc.Message, asked string) {
 // unknownAgreed returns the error the client's initialize is answered
 // with, under id, when the upstream's result names a protocol version the
 // proxy does not know, though it was asked for one it does: the client
-// would start a session that the proxy cannot serve. The shape is the
-// spec's for an unsupported version (basic/lifecycle, "Error Handling").
+// would start a session that the proxy cannot serve. The data is the
+// spec's for an unsupported version (basic/lifecycle, "Error Handling"),
+// but for the version refused, which is the server's, not the client's.
 func unknownAgreed(id json.RawMessage, version string) []byte {
 	data, _ := json.Marshal(struct {
 		Supported []string `json:"supported"`
-		Requested string   `json:"requested"`
+		Agreed    string   `json:"agreed"`
 	}{mcp.Versions, version})
 	e := jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 		"mcp-idempotent: the MCP server agreed on protocol version %q, which the proxy does not know; it knows %s", version, strings.Join(mcp.Versions, ", "))

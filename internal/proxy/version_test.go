@@ -64,13 +64,13 @@ func TestInitializeAgreeingOnAnUnknownVersionRefused(t *testing.T) {
 					Message string
 					Data    struct {
 						Supported []string
-						Requested string
+						Agreed    string
 					}
 				}
 			}
 			if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != "0" || answer.Result != nil ||
 				answer.Error.Code != -32602 || !strings.Contains(answer.Error.Message, `"2027-01-01", which the proxy does not know`) ||
-				answer.Error.Data.Requested != "2027-01-01" || len(answer.Error.Data.Supported) == 0 {
+				answer.Error.Data.Agreed != "2027-01-01" || len(answer.Error.Data.Supported) == 0 {
 				t.Fatalf("the client got %s; want a -32602 error under id 0 naming 2027-01-01 and the versions the proxy knows", got)
 			}
 			r.s.mu.Lock()
@@ -92,5 +92,30 @@ func TestInitializeAgreeingOnAnUnknownVersionInABatch(t *testing.T) {
 	r.upstream.send(t, `[{"jsonrpc":"2.0","id":0,`+gives("2027-01-01")+`}]`)
 	if got := r.client.next(t, "client"); !strings.HasPrefix(got, `[{"jsonrpc":"2.0","id":0,"error":{"code":-32602,`) {
 		t.Fatalf("the client got %s; want an array of the -32602 error", got)
+	}
+}
+
+// TestInitializeOfThePreReleaseVersionPasses: 2024-10-07, the first MCP
+// version, a pre-release that SDKs still accept, is not one the proxy
+// lists, but its rules are those of the versions after it: asked for, or
+// agreed on, it passes as it came. So does an answer whose version is not
+// a string, as it did before the proxy read it.
+func TestInitializeOfThePreReleaseVersionPasses(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, initializeAsking("2024-10-07"))
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"protocolVersion":"2024-10-07"`) {
+		t.Fatalf("the upstream got %s; want the initialize as it came", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":0,`+gives("2024-10-07")+`}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"result":{"protocolVersion":"2024-10-07"`) {
+		t.Fatalf("the client got %s; want the result as it came", got)
+	}
+
+	r = newRig(t, 0)
+	r.client.send(t, initializeAsking("2025-11-25"))
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":null,"capabilities":{}}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"result":{"protocolVersion":null`) {
+		t.Fatalf("the client got %s; want the result as it came", got)
 	}
 }

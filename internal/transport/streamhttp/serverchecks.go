@@ -60,10 +60,9 @@ func (s *Server) checkCaller(r *http.Request) (string, *httpError) {
 				header: http.Header{"Www-Authenticate": {`Bearer realm="mcp-idempotent"`}}}
 		}
 	}
-	// The proxy's versions: the initialize it passes on agrees on no
-	// other. A request without the header is taken as 2025-03-26, as the
-	// spec says.
-	if v := r.Header.Get(headerProtocolVersion); v != "" && !mcp.KnownVersion(v) {
+	// The versions an initialize through the proxy may agree on. A
+	// request without the header is taken as 2025-03-26, as the spec says.
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !mcp.Negotiable(v) {
 		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(mcp.Versions, ", "))
 	}
 	return actor, nil
