@@ -18,10 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -618,133 +616,6 @@ func waitForOutcomes(ctx context.Context, in *intercept.Interceptor, log *slog.L
 	}
 }
 
-// newHasher returns the fingerprint Hasher: keyed by MCP_IDEMPOTENT_SECRET;
-// else by the secret a durable store keeps, which every proxy sharing it
-// agrees on; else by a random secret for this process (the memory store
-// forgets everything at exit, so nothing needs the secret to outlive it).
-// A store that cannot give its secret at start (it cannot be reached)
-// gives a Pending Hasher, which gets it once the store answers: side
-// effects fail closed meanwhile, and read-only calls, which need no
-// fingerprint, pass (DESIGN section 8).
-// A server that answers and refuses the URL (record.ErrStoreRefused)
-// stops the start instead: no wait ends that.
-func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
-	if s, set := os.LookupEnv("MCP_IDEMPOTENT_SECRET"); set {
-		if s == "" {
-			// As an empty flag value: `MCP_IDEMPOTENT_SECRET=$SECRET`
-			// with SECRET unset would key this proxy otherwise than
-			// those it shares a store with, and every call would run
-			// once in each.
-			return nil, errors.New("MCP_IDEMPOTENT_SECRET is set but empty: give the secret, or unset the variable for the store's own key")
-		}
-		h, err := fingerprint.New([]byte(s))
-		if err != nil {
-			return nil, fmt.Errorf("MCP_IDEMPOTENT_SECRET: %w", err)
-		}
-		if c, ok := durable.(interface{ Check(context.Context) error }); ok {
-			// The secret needs no store: try it as a first call would.
-			if err := c.Check(ctx); err != nil {
-				return h, storeDown(log, err)
-			}
-		}
-		return h, nil
-	}
-	if durable == nil {
-		return fingerprint.NewRandom(), nil
-	}
-	secret, err := durable.Secret(ctx)
-	if err == nil {
-		return fingerprint.New(secret)
-	}
-	if err := storeDown(log, err); err != nil {
-		return nil, err
-	}
-	h := fingerprint.Pending()
-	go func() {
-		for wait := time.Second; ; wait = min(2*wait, secretRetryMax) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			secret, err := durable.Secret(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Debug("the store still cannot be reached; side-effecting calls fail closed", "err", err, "next_try_in", min(2*wait, secretRetryMax))
-				}
-				continue
-			}
-			if err := h.SetSecret(secret); err != nil {
-				log.Error("the store's fingerprint secret cannot be used; side-effecting calls keep failing", "err", err)
-				return
-			}
-			log.Info("the store answers: side-effecting calls run")
-			return
-		}
-	}()
-	return h, nil
-}
-
-// storeDown returns the error that stops the start when the store's
-// server refuses its URL. Else the store cannot be reached, which is
-// said once, loudly: the proxy runs on, and nothing else shows that every
-// side effect will be refused until the store answers.
-func storeDown(log *slog.Logger, err error) error {
-	if errors.Is(err, record.ErrStoreRefused) {
-		return fmt.Errorf("--store: the server refuses the URL: %w", err)
-	}
-	log.Error("the store cannot be reached: side-effecting calls fail closed (nothing runs) until it answers; read-only calls pass", "err", err)
-	return nil
-}
-
-// secretRetryMax bounds the wait between two tries to read the secret
-// from a store that could not be reached.
-const secretRetryMax = 30 * time.Second
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: boundAttr}
-	// Case-blind, as --log-level is (slog reads "DEBUG" as "debug").
-	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, usagef("--log-format: %q is not one of text, json", format)
-}
-
-// maxLogValue bounds a string or an error's text in a log line, in bytes.
-// A client names its request ids and tools as it likes: a megabyte of id
-// would otherwise be a megabyte of log, on every line about its call.
-const maxLogValue = 4 << 10
-
-// boundAttr cuts a string or an error's text longer than maxLogValue, on
-// a character boundary, saying how long it was.
-func boundAttr(_ []string, a slog.Attr) slog.Attr {
-	var s string
-	switch v := a.Value.Any().(type) {
-	case string:
-		s = v
-	case error:
-		s = v.Error()
-	default:
-		return a
-	}
-	if len(s) <= maxLogValue {
-		return a
-	}
-	cut := maxLogValue
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return slog.String(a.Key, fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s)))
-}
-
-// parseSize reads a byte count such as 1048576, 512KiB or 16MiB.
 func parseSize(s string) (int, error) {
 	mult := 1
 	num := s
@@ -785,16 +656,4 @@ func osUser() string {
 		return u
 	}
 	return "uid:" + strconv.Itoa(os.Getuid())
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu sync.Mutex // protects w
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
