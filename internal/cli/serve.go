@@ -31,6 +31,7 @@ type serveFlags struct {
 	maxSessions  int
 	maxBodyReads int
 	idleTimeout  time.Duration
+	keepAlive    time.Duration
 	jsonResponse bool
 }
 
@@ -52,6 +53,7 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); more get 503")
 	fs.IntVar(&f.maxBodyReads, "max-body-reads", streamhttp.DefaultMaxBodyReads, "the most request bodies read at once, each at most --max-message-size; more get 503 unread (requests being answered and open streams do not count)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long with no request or stream open, answers owed or not; with the session scope, a retry after that runs again")
+	fs.DurationVar(&f.keepAlive, "keep-alive", streamhttp.DefaultKeepAlive, "write an SSE comment on a stream that has sent nothing for this long, so that clients and proxies that drop a silent response (Node's fetch after 5m) keep it through a long call; 0 sends none")
 	fs.BoolVar(&f.jsonResponse, "json-response", false, "answer each POST with one JSON body instead of an SSE stream (no progress on the request's stream, no resumption)")
 	return f
 }
@@ -138,6 +140,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxSessions:  f.maxSessions,
 		MaxBodyReads: f.maxBodyReads,
 		IdleTimeout:  f.idleTimeout,
+		KeepAlive:    f.keepAliveOption(),
 		MaxMessage:   w.maxMessage,
 		JSONResponse: f.jsonResponse,
 		Logger:       w.log,
@@ -163,6 +166,12 @@ func (f *serveFlags) check(argv []string) error {
 		return usagef("--max-body-reads: %d must be positive", f.maxBodyReads)
 	case f.idleTimeout <= 0:
 		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
+	case f.keepAlive < 0:
+		return usagef("--keep-alive: %v must not be negative; 0 sends no keep-alive", f.keepAlive)
+	case f.keepAlive > 0 && f.keepAlive < time.Second:
+		// A comment each few milliseconds on every stream is load for
+		// nothing: no client or proxy drops a stream that fast.
+		return usagef("--keep-alive: %v is too short; it must be at least 1s, or 0 for none", f.keepAlive)
 	}
 	if err := checkAddr("--listen", f.listen); err != nil {
 		return err
@@ -178,6 +187,15 @@ func (f *serveFlags) check(argv []string) error {
 		}
 	}
 	return nil
+}
+
+// keepAliveOption is --keep-alive as ServerOptions.KeepAlive takes it,
+// where zero is the default and a negative value sends none.
+func (f *serveFlags) keepAliveOption() time.Duration {
+	if f.keepAlive == 0 {
+		return -1
+	}
+	return f.keepAlive
 }
 
 // serve serves front on ln until ctx ends or the server fails, then ends

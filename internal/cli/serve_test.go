@@ -11,6 +11,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
 
 func TestServeUsageErrors(t *testing.T) {
@@ -31,6 +34,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no body reads", []string{"serve", "--max-body-reads", "0", "--", "/bin/cat"}, []string{"--max-body-reads", "must be positive"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
+		{"negative keep-alive", []string{"serve", "--keep-alive", "-5s", "--", "/bin/cat"}, []string{"--keep-alive", "-5s", "must not be negative"}},
+		{"keep-alive too short", []string{"serve", "--keep-alive", "10ms", "--", "/bin/cat"}, []string{"--keep-alive", "10ms", "at least 1s"}},
+		{"keep-alive without a unit", []string{"serve", "--keep-alive", "30", "--", "/bin/cat"}, []string{"--keep-alive", `"30"`}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
 		{"origin without a scheme", []string{"serve", "--allow-origin", "bogus", "--", "/bin/cat"}, []string{"--allow-origin", `"bogus"`}},
 		{"origin with a path", []string{"serve", "--allow-origin", "http://a.com/path", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com/path"`}},
@@ -223,6 +229,31 @@ func TestProxyNeedsTheScriptsInterpreter(t *testing.T) {
 		_, _, err := run(t, "--", script)
 		if err == nil || !strings.Contains(err.Error(), want) || ExitCode(err) != 1 {
 			t.Errorf("-- a script with %s = %v (exit %d); want it to stop at once, saying %q", line, err, ExitCode(err), want)
+		}
+	}
+}
+
+// TestServeKeepAliveOption: --keep-alive 0 turns keep-alives off, where
+// the front's zero would mean its default.
+func TestServeKeepAliveOption(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, streamhttp.DefaultKeepAlive},
+		{[]string{"--keep-alive", "0"}, -1},
+		{[]string{"--keep-alive", "1m"}, time.Minute},
+	} {
+		f := newServeFlags(io.Discard)
+		args := append(tt.args, "--", "/bin/cat")
+		if err := parseFlags(f.fs, args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.check(f.fs.Args()); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if got := f.keepAliveOption(); got != tt.want {
+			t.Errorf("%q: the front's KeepAlive is %v; want %v", args, got, tt.want)
 		}
 	}
 }

@@ -146,6 +146,8 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 	var b batch
 	ended := ss.done
 	ending := false // the session has ended: write what is held, then stop
+	keep := newKeepAlive(s.opts.KeepAlive)
+	defer keep.stop()
 	for {
 		ss.mu.Lock()
 		if st.writer != gen {
@@ -157,10 +159,14 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		owed := st.want > 0
 		notify := st.notify
 		ss.mu.Unlock()
+		wrote := len(b.buf) > 0
 		ok := b.send(w, r, flusher)
 		ss.sent(b.taken, ok)
 		if !ok {
 			return false
+		}
+		if wrote {
+			keep.wrote()
 		}
 		if done {
 			return true
@@ -170,6 +176,10 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		}
 		select {
 		case <-notify:
+		case <-keep.due():
+			if !keep.send(w, r, flusher) {
+				return false
+			}
 		case <-r.Context().Done():
 			return false
 		case <-ended:

@@ -68,6 +68,11 @@ type ServerOptions struct {
 	// JSONResponse answers a POST with one JSON body instead of an SSE
 	// stream. Messages the server starts then go on the GET stream.
 	JSONResponse bool
+	// KeepAlive is how long an SSE stream may write nothing before it
+	// writes a comment, so that clients and proxies that drop a silent
+	// response keep it through a long call; zero means DefaultKeepAlive,
+	// and a negative value sends none.
+	KeepAlive time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock for idle timeouts; nil means time.Now.
@@ -137,6 +142,9 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.EventBufferBytes <= 0 {
 		opts.EventBufferBytes = 32 << 20
+	}
+	if opts.KeepAlive == 0 {
+		opts.KeepAlive = DefaultKeepAlive
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
