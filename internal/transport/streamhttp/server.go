@@ -293,6 +293,10 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			writeRefusal(w, herr, codeHeaderMismatch)
 			return nil, false
 		}
+		if herr := checkStatelessVersion(msgs[0]); herr != nil {
+			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
 		if ss, herr = s.lane(actor, r.RemoteAddr); herr != nil {
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)
 			return nil, false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // codeHeaderMismatch is the JSON-RPC error code of a stateless request
@@ -223,6 +224,20 @@ func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
 		}
 	}
 	return nil
+}
+
+// checkStatelessVersion refuses a stateless request whose _meta names a
+// protocol version the proxy may not agree on, as checkCaller refuses
+// one whose MCP-Protocol-Version does: the header may be left out, and
+// the body says the version all the same.
+func checkStatelessVersion(m *jsonrpc.Message) *httpError {
+	version, _ := statelessVersion(m)
+	if version == "" || mcp.Negotiable(version) {
+		return nil
+	}
+	e := unsupportedVersion("_meta protocol version", version)
+	e.id = m.ID
+	return e
 }
 
 // batchlessSince is the first protocol version whose Streamable HTTP POST

@@ -63,9 +63,16 @@ func (s *Server) checkCaller(r *http.Request) (string, *httpError) {
 	// The versions an initialize through the proxy may agree on. A
 	// request without the header is taken as 2025-03-26, as the spec says.
 	if v := r.Header.Get(headerProtocolVersion); v != "" && !mcp.Negotiable(v) {
-		return "", refuse(http.StatusBadRequest, "unsupported MCP-Protocol-Version %q: this proxy speaks %s", v, strings.Join(mcp.Versions, ", "))
+		return "", unsupportedVersion(headerProtocolVersion, v)
 	}
 	return actor, nil
+}
+
+// unsupportedVersion refuses a request that names, in where, the
+// protocol version v, which the proxy may not agree on: it has not that
+// version's rules.
+func unsupportedVersion(where, v string) *httpError {
+	return refuse(http.StatusBadRequest, "unsupported %s %q: this proxy speaks %s", where, v, strings.Join(mcp.Versions, ", "))
 }
 
 func isLoopbackName(host string) bool {
