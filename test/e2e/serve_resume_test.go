@@ -238,7 +238,7 @@ func testResume(t *testing.T, client string, whileAway bool) {
 		}
 	case "typescript":
 		card = "5555"
-		_, wait := tsClient(t, ctx, "resume", url)
+		_, _, wait := tsClient(t, ctx, "resume", url)
 		call = func() *mcp.CallToolResult {
 			out := wait()
 			if out.Charges != 1 {

@@ -53,18 +53,20 @@ type tsClientOut struct {
 	Retries          []*mcp.CallToolResult `json:"retries"`
 	Result           *mcp.CallToolResult   `json:"result"`
 	ResumptionTokens []string              `json:"resumptionTokens"`
+	KeepAlives       int                   `json:"keepAlives"`
 	Charges          int                   `json:"charges"`
 }
 
 // tsClient starts test/npm/serve-client.mjs in mode against url. The
-// script reads stdin; wait reads its answer.
-func tsClient(t *testing.T, ctx context.Context, mode, url string) (stdin io.WriteCloser, wait func() *tsClientOut) {
+// script reads stdin, and says on stderr how far it is; wait reads its
+// answer.
+func tsClient(t *testing.T, ctx context.Context, mode, url string) (stdin io.WriteCloser, stderr *syncBuffer, wait func() *tsClientOut) {
 	t.Helper()
 	node, script := nodePeer(t, "serve-client.mjs")
 	cmd := exec.CommandContext(ctx, node, script, mode, url)
 	cmd.Dir = filepath.Dir(script)
 	var stdout bytes.Buffer
-	stderr := new(syncBuffer)
+	stderr = new(syncBuffer)
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	cmd.WaitDelay = 2 * time.Second
 	stdin, err := cmd.StdinPipe()
@@ -80,7 +82,7 @@ func tsClient(t *testing.T, ctx context.Context, mode, url string) (stdin io.Wri
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	return stdin, func() *tsClientOut {
+	return stdin, stderr, func() *tsClientOut {
 		t.Helper()
 		if err := <-done; err != nil {
 			t.Fatalf("%s: %v\nstderr:\n%s\nstdout:\n%s", cmd, err, stderr.tail(transcriptTail), stdout.String())
@@ -104,7 +106,7 @@ func TestServeTypeScriptClient(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	s := serveCharge(t, []string{"--log-level", "debug"}, "-gate")
-	stdin, wait := tsClient(t, ctx, "basic", s.url)
+	stdin, _, wait := tsClient(t, ctx, "basic", s.url)
 	if err := s.stderr.waitFor(ctx, "charge_card card=5555 n=1: waiting for SIGUSR1"); err != nil {
 		t.Fatal(err)
 	}

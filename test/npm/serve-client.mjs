@@ -12,18 +12,46 @@
 //   node serve-client.mjs resume URL
 //     one charge_card call; the Go test cuts the connections while it is
 //     under way. Prints "calling" on stderr when the request has gone.
+//   node serve-client.mjs keepalive URL
+//     one charge_card call, whose stream is watched on its way to the
+//     client's parser: prints "kept alive" on stderr once a keep-alive
+//     comment has come on it (the Go test then lets the call end), and
+//     counts them.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { createInterface } from "node:readline";
 
 const [mode, url] = process.argv.slice(2);
-if (!["basic", "resume"].includes(mode) || !url) {
-  console.error("usage: node serve-client.mjs basic|resume URL");
+if (!["basic", "resume", "keepalive"].includes(mode) || !url) {
+  console.error("usage: node serve-client.mjs basic|resume|keepalive URL");
   process.exit(2);
+}
+
+// watchCalls is a fetch that hands the client the response to a
+// tools/call as it comes, and counts the keep-alive comments in it.
+let keepAlives = 0;
+async function watchCalls(input, init) {
+  const res = await fetch(input, init);
+  if (init?.method !== "POST" || !String(init?.body ?? "").includes('"tools/call"') || !res.body) {
+    return res;
+  }
+  const [watched, passed] = res.body.tee();
+  (async () => {
+    const decoder = new TextDecoder();
+    let text = "";
+    for await (const chunk of watched) {
+      text += decoder.decode(chunk, { stream: true });
+      const seen = (text.match(/^: keep-alive$/gm) ?? []).length;
+      if (seen > 0 && keepAlives === 0) console.error("kept alive");
+      keepAlives = seen;
+    }
+  })();
+  return new Response(passed, { status: res.status, statusText: res.statusText, headers: res.headers });
 }
 
 const transportErrors = [];
 const transport = new StreamableHTTPClientTransport(new URL(url), {
+  ...(mode === "keepalive" ? { fetch: watchCalls } : {}),
   // Resume a broken stream at once: the default waits a second.
   reconnectionOptions: {
     initialReconnectionDelay: 10,
@@ -61,6 +89,9 @@ if (mode === "basic") {
   for (let i = 0; i < 2; i++) {
     out.retries.push(await client.callTool(charge));
   }
+} else if (mode === "keepalive") {
+  out.result = await client.callTool(charge);
+  out.keepAlives = keepAlives;
 } else {
   out.resumptionTokens = [];
   const pending = client.callTool(charge, undefined, {
