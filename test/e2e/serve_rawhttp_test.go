@@ -209,7 +209,7 @@ func TestServeRefusesBadRequests(t *testing.T) {
 		{"body over --max-message-size", nil, big, http.StatusRequestEntityTooLarge, -32600},
 		{"not JSON", nil, `{"jsonrpc":"2.0",`, http.StatusBadRequest, -32700},
 		{"unknown session", map[string]string{"Mcp-Session-Id": "0123456789abcdef0123456789abcdef"}, ping, http.StatusNotFound, -32600},
-		{"unsupported protocol version", map[string]string{"Mcp-Protocol-Version": "2099-01-01"}, initializeBody, http.StatusBadRequest, -32600},
+		{"unsupported protocol version", map[string]string{"Mcp-Protocol-Version": "2099-01-01"}, initializeBody, http.StatusBadRequest, -32022},
 		{"foreign Origin", map[string]string{"Origin": "https://evil.example"}, initializeBody, http.StatusForbidden, -32600},
 		{"foreign Host", map[string]string{"Host": "evil.example:80"}, initializeBody, http.StatusForbidden, -32600},
 		{"foreign Origin named like loopback", map[string]string{"Origin": "http://localhost.evil.example"}, initializeBody, http.StatusForbidden, -32600},

@@ -15,6 +15,8 @@ type httpError struct {
 	msg    string
 	header http.Header
 	id     json.RawMessage // the refused request's id, if the body is read
+	code   int             // the JSON-RPC code, if the refusal has its own
+	data   json.RawMessage // the JSON-RPC error's data, if any
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -24,14 +26,18 @@ func refuse(status int, format string, args ...any) *httpError {
 }
 
 // writeRefusal answers with status and a JSON-RPC error body, which every
-// MCP client can show; code is the JSON-RPC code (-32600 unless told).
+// MCP client can show; code is the JSON-RPC code (-32600 unless told),
+// unless the refusal has its own.
 func writeRefusal(w http.ResponseWriter, e *httpError, code int) {
+	if e.code != 0 {
+		code = e.code
+	}
 	for k, vs := range e.header {
 		w.Header()[k] = vs
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
-	w.Write(jsonrpc.NewErrorResponse(e.id, &jsonrpc.Error{Code: code, Message: e.msg}))
+	w.Write(jsonrpc.NewErrorResponse(e.id, &jsonrpc.Error{Code: code, Message: e.msg, Data: e.data}))
 }
 
 // unreadGrace is how long the connection of a request refused unread

@@ -3,6 +3,7 @@ package streamhttp
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"mime"
 	"net"
 	"net/http"
@@ -68,11 +69,24 @@ func (s *Server) checkCaller(r *http.Request) (string, *httpError) {
 	return actor, nil
 }
 
+// codeUnsupportedVersion is the JSON-RPC error code of a request naming
+// a protocol version the server does not support (the 2026-07-28
+// protocol's UnsupportedProtocolVersionError). Its data lists the
+// versions supported, from which a client such as the go-sdk's picks one
+// and asks again, where another code makes it fall back to initialize.
+const codeUnsupportedVersion = -32022
+
 // unsupportedVersion refuses a request that names, in where, the
 // protocol version v, which the proxy may not agree on: it has not that
 // version's rules.
 func unsupportedVersion(where, v string) *httpError {
-	return refuse(http.StatusBadRequest, "unsupported %s %q: this proxy speaks %s", where, v, strings.Join(mcp.Versions, ", "))
+	e := refuse(http.StatusBadRequest, "unsupported %s %q: this proxy speaks %s", where, v, strings.Join(mcp.Versions, ", "))
+	e.code = codeUnsupportedVersion
+	e.data, _ = json.Marshal(struct {
+		Supported []string `json:"supported"`
+		Requested string   `json:"requested"`
+	}{mcp.Versions, v})
+	return e
 }
 
 func isLoopbackName(host string) bool {

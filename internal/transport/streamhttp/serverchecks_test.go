@@ -47,7 +47,7 @@ func TestServerBadInput(t *testing.T) {
 		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, batchSession(bsid), 400, -32600},
 		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
-		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, -32600},
+		{"bad version", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{headerSessionID: sid, headerProtocolVersion: "1999-01-01"}, 400, codeUnsupportedVersion},
 		{"put", "PUT", `{}`, session(sid), 405, -32600},
 		{"get without accept", "GET", "", map[string]string{headerSessionID: sid, "Accept": "application/json"}, 406, -32600},
 		{"get without session", "GET", "", nil, 405, -32600},

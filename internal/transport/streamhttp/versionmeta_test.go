@@ -1,18 +1,23 @@
 package streamhttp
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // TestServerStatelessUnknownVersion: a stateless request that names a
 // protocol version the proxy does not know is refused, whether it names
 // it in MCP-Protocol-Version or only in its _meta: the proxy has not the
-// rules of that version, and would relay it as one it knows.
+// rules of that version, and would relay it as one it knows. The refusal
+// is the 2026-07-28 protocol's UnsupportedProtocolVersionError, listing
+// the versions the proxy speaks.
 func TestServerStatelessUnknownVersion(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{})
 	list := func(version string) string {
@@ -46,8 +51,17 @@ func TestServerStatelessUnknownVersion(t *testing.T) {
 			if err != nil || m.Error == nil || tt.hdr[headerProtocolVersion] == "" && string(m.ID) != "3" {
 				t.Fatalf("refused with %q; want a JSON-RPC error, for request 3 when the body was read", b)
 			}
-			if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "unsupported") || !strings.Contains(e.Message, `"`+declaredVersion(tt.body)+`"`) {
-				t.Fatalf("refused with %+v; want %d naming the unsupported version", e, jsonrpc.CodeInvalidRequest)
+			e := jsonrpc.DecodeError(m.Error)
+			if e.Code != codeUnsupportedVersion || !strings.Contains(e.Message, "unsupported") || !strings.Contains(e.Message, `"`+declaredVersion(tt.body)+`"`) {
+				t.Fatalf("refused with %+v; want %d naming the unsupported version", e, codeUnsupportedVersion)
+			}
+			// The data a go-sdk client picks a version from to ask again.
+			var data struct {
+				Supported []string `json:"supported"`
+				Requested string   `json:"requested"`
+			}
+			if err := json.Unmarshal(e.Data, &data); err != nil || !slices.Equal(data.Supported, mcp.Versions) || data.Requested != declaredVersion(tt.body) {
+				t.Fatalf("refused with data %s; want supported %q and requested %q", e.Data, mcp.Versions, declaredVersion(tt.body))
 			}
 			if p.seen(`"jsonrpc"`) != before {
 				t.Fatal("a refused request reached the proxy")
