@@ -137,6 +137,18 @@ func (r *ParamsReader) Member(name, value []byte) bool {
 	return true
 }
 
+// DeclaredVersion returns the protocol version the params' _meta
+// declares, as a 2026-07-28 request does; "" when it declares none.
+func (r *ParamsReader) DeclaredVersion() string {
+	// A quick look at the bytes first, as for ToolCall.Stateless: most
+	// requests declare none. The key may be spelled with an escape.
+	if !bytes.Contains(r.meta, []byte("protocolVersion")) && bytes.IndexByte(r.meta, '\\') < 0 {
+		return ""
+	}
+	v, _ := jsonrpc.StringValue(jsonrpc.Member(r.meta, MetaProtocolVersion))
+	return v
+}
+
 // ParseRead is Parse for params whose members r was handed, each of
 // them, in order: the params are not walked again.
 func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.Error {

@@ -141,6 +141,11 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 			return
 		}
 	}
+	if v := params.DeclaredVersion(); v != "" && msg.IsRequest() && !mcp.Negotiable(v) {
+		s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
+		s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
+		return
+	}
 	if s.sessionLog != nil && msg.IsRequest() {
 		s.sessionLog.request(msg.Method, msg.Params)
 	}

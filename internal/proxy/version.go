@@ -15,7 +15,8 @@ import (
 // server to the client: passed on as asked, a version it does not know
 // could be agreed on between the client and the upstream, and the proxy
 // would relay a protocol whose rules it does not have (its HTTP front
-// refuses every request that names it). So an unknown version is asked
+// refuses every request that names it, and so does unsupportedVersion
+// for the stdio front). So an unknown version is asked
 // down to mcp.HandshakeVersion; asked is the client's, "" when msg is
 // left as it came.
 func knownHandshake(msg *jsonrpc.Message) (out *jsonrpc.Message, asked string) {
@@ -47,3 +48,26 @@ func unknownAgreed(id json.RawMessage, version string) []byte {
 	e.Data = data
 	return jsonrpc.NewErrorResponse(id, e)
 }
+
+// unsupportedVersion is the answer, under id, to a request whose _meta
+// declares a protocol version the proxy does not know (a 2026-07-28
+// request carries its version so, with no initialize): passed on, an
+// upstream that knows that version would serve it through a proxy that
+// has not its rules. It is the 2026-07-28 protocol's
+// UnsupportedProtocolVersionError, whose data lists the versions the
+// proxy knows, for the client to pick one and ask again; the HTTP front
+// refuses such a request with it too.
+func unsupportedVersion(id json.RawMessage, version string) []byte {
+	data, _ := json.Marshal(struct {
+		Supported []string `json:"supported"`
+		Requested string   `json:"requested"`
+	}{mcp.Versions, version})
+	e := jsonrpc.Errorf(codeUnsupportedVersion,
+		"mcp-idempotent: unsupported protocol version %q: the proxy speaks %s", version, strings.Join(mcp.Versions, ", "))
+	e.Data = data
+	return jsonrpc.NewErrorResponse(id, e)
+}
+
+// codeUnsupportedVersion is the JSON-RPC error code of
+// UnsupportedProtocolVersionError (spec 2026-07-28, SEP-2575).
+const codeUnsupportedVersion = -32022

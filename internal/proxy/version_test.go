@@ -2,8 +2,13 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // initializeAsking is the client's initialize asking for protocol v.
@@ -118,4 +123,45 @@ func TestInitializeOfThePreReleaseVersionPasses(t *testing.T) {
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"result":{"protocolVersion":null`) {
 		t.Fatalf("the client got %s; want the result as it came", got)
 	}
+}
+
+// TestRequestOfAnUnknownVersionRefused: a request whose _meta declares a
+// protocol version the proxy does not know, as a 2026-07-28 request
+// declares its own, is answered with the spec's UnsupportedProtocolVersionError
+// listing the versions the proxy knows, and never reaches the upstream,
+// which might know that version; a tools/call so too, and one spelled
+// with an escape. A known version passes as it came.
+func TestRequestOfAnUnknownVersionRefused(t *testing.T) {
+	request := func(id int, method, version string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"name":"echo","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":%q}}}`, id, method, version)
+	}
+	r := newRig(t, 0)
+	for i, req := range []struct{ method, version, asked string }{
+		{"tools/list", "2099-01-01", "2099-01-01"},
+		{"server/discover", "draft", "draft"},
+		{"tools/call", "2026-08-01", "2026-08-01"},
+		{"tools/list", `2026-08-\u0030\u0031`, "2026-08-01"},
+	} {
+		r.client.send(t, strings.Replace(request(i+1, req.method, req.version), `\\u`, `\u`, -1))
+		var answer struct {
+			ID    json.RawMessage
+			Error struct {
+				Code    int
+				Message string
+				Data    struct {
+					Supported []string
+					Requested string
+				}
+			}
+		}
+		got := r.client.next(t, "client")
+		if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != strconv.Itoa(i+1) ||
+			answer.Error.Code != -32022 || !strings.Contains(answer.Error.Message, strconv.Quote(req.asked)) ||
+			answer.Error.Data.Requested != req.asked || !slices.Equal(answer.Error.Data.Supported, mcp.Versions) {
+			t.Fatalf("%s of %s: the client got %s; want -32022 under id %d naming it, and the versions the proxy knows", req.method, req.version, got, i+1)
+		}
+	}
+	known := request(9, "tools/list", "2026-07-28")
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the request of a known version, and nothing before it")
 }
