@@ -70,40 +70,45 @@ func (s State) InFlight() bool { return s == Accepted || s == Authorized || s ==
 // Settled reports whether s is a state a waiter can act on.
 func (s State) Settled() bool { return !s.InFlight() }
 
-// next lists, for each state, the states it may move to.
-var next = map[State][]State{
-	Accepted:   {Authorized, Refused, Dispatched, Failed},
-	Authorized: {Dispatched, Failed},
-	Dispatched: {Completed, Failed, Unknown, Dispatched},
-	Completed:  {Delivered},
-	Unknown:    {Dispatched, Completed, Failed},
-}
-
 // CanTransition reports whether an execution in state from may move to to.
 // Unknown may be settled later (by a re-dispatch, a status check or an
 // operator), which is why it is not a dead end. Dispatched to Dispatched is
-// a re-send of the same execution after a transient result.
+// a re-send of the same execution after a transient result. A switch, not
+// a map of the states each may move to: every change a store makes asks,
+// and a map hashes the state's name.
 func CanTransition(from, to State) bool {
-	return slices.Contains(next[from], to)
+	switch from {
+	case Accepted:
+		return to == Authorized || to == Refused || to == Dispatched || to == Failed
+	case Authorized:
+		return to == Dispatched || to == Failed
+	case Dispatched:
+		return to == Completed || to == Failed || to == Unknown || to == Dispatched
+	case Completed:
+		return to == Delivered
+	case Unknown:
+		return to == Dispatched || to == Completed || to == Failed
+	}
+	return false
 }
 
 // Allowed reports whether c may move a record in state from: a move
 // CanTransition allows, from c.From if c names one.
-func (c Change) Allowed(from State) bool {
+func (c *Change) Allowed(from State) bool {
 	return (c.From == "" || c.From == from) && CanTransition(from, c.To)
 }
 
 // AllowedFrom reports whether c may move a record in state from, before
 // its Holder is checked: Allowed, and, if c names a Holder, from a state
 // in flight.
-func (c Change) AllowedFrom(from State) bool {
+func (c *Change) AllowedFrom(from State) bool {
 	return c.Allowed(from) && (c.Holder == "" || from.InFlight())
 }
 
 // AllowedFor reports whether c may move r: AllowedFrom its state, and,
 // if c names a Holder, r owned by it, and if it names Attempts, r sent
 // that many times.
-func (c Change) AllowedFor(r *Record) bool {
+func (c *Change) AllowedFor(r *Record) bool {
 	return c.AllowedFrom(r.State) && (c.Holder == "" || r.Owner == c.Holder) && (c.Attempts == 0 || r.Attempts == c.Attempts)
 }
 
