@@ -1,5 +1,10 @@
 package fingerprint
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // appendSimple appends the RFC 8785 form of src when src is a JSON value
 // built only of what tool arguments usually hold: objects, arrays, strings
 // of printable ASCII without escapes, integers of at most 15 digits, true,
@@ -42,13 +47,9 @@ type simpleParser struct {
 }
 
 func (p *simpleParser) space() {
-	for p.i < len(p.src) {
-		switch p.src[p.i] {
-		case ' ', '\t', '\r', '\n':
-			p.i++
-		default:
-			return
-		}
+	// Every space byte is at most ' ': the common case, none, is one test.
+	for p.i < len(p.src) && p.src[p.i] <= ' ' && isJSONSpace(p.src[p.i]) {
+		p.i++
 	}
 }
 
@@ -86,7 +87,16 @@ func (p *simpleParser) value(out []byte, depth int) ([]byte, bool) {
 // is between its quotes.
 func (p *simpleParser) str() ([]byte, bool) {
 	start := p.i + 1
-	for j := start; j < len(p.src); j++ {
+	j := start
+	// Eight bytes at a time up to the first byte that is not plain: the
+	// closing quote, in most strings.
+	for ; j+8 <= len(p.src); j += 8 {
+		if m := notPlain(binary.LittleEndian.Uint64(p.src[j:])); m != 0 {
+			j += bits.TrailingZeros64(m) / 8
+			break
+		}
+	}
+	for ; j < len(p.src); j++ {
 		switch c := p.src[j]; {
 		case c == '"':
 			p.i = j + 1
@@ -96,6 +106,22 @@ func (p *simpleParser) str() ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// notPlain returns a mask with the high bit set in the lowest byte of x
+// that is a quote, a backslash, below 0x20 or above 0x7e, if there is
+// one, and zero if there is none; bytes above that one may be flagged
+// too (a borrow out of it). The tricks are those of plainASCII.
+func notPlain(x uint64) uint64 {
+	const (
+		ones  = 0x0101010101010101
+		low7  = ones * 0x7f
+		highs = 0x8080808080808080
+	)
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	// (x&low7)+ones reaches the high bit, without a carry out of the
+	// byte, just where the low seven bits are all set: 0x7f, 0xff.
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*0x20)&^x | (x&low7 + ones) | x) & highs
 }
 
 func (p *simpleParser) literal(out []byte, lit string) ([]byte, bool) {

@@ -74,3 +74,39 @@ func BenchmarkCanonicalValue(b *testing.B) {
 		}
 	})
 }
+
+// TestSimpleString checks the string reader, which reads eight bytes at
+// a time, against the byte-by-byte rule: every byte value at every place
+// of strings of every length across one and two words, followed by a
+// plain byte or a special one.
+func TestSimpleString(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' }
+	for n := 1; n <= 20; n++ {
+		for k := 0; k < n; k++ {
+			for b := 0; b < 256; b++ {
+				for _, after := range []byte{'a', 0x01, 0xff} {
+					body := bytes.Repeat([]byte{'a'}, n)
+					body[k] = byte(b)
+					if k+1 < n {
+						body[k+1] = after
+					}
+					src := append(append([]byte{'"'}, body...), '"')
+					// What is read: up to the first quote, if no byte
+					// before it is special.
+					wantLen, wantOK := n, true
+					for j, c := range body {
+						if c == '"' || !plain(c) {
+							wantLen, wantOK = j, c == '"'
+							break
+						}
+					}
+					p := simpleParser{src: src}
+					got, ok := p.str()
+					if ok != wantOK || ok && (len(got) != wantLen || p.i != wantLen+2) {
+						t.Fatalf("str(%q) = %q, %v; want %d bytes, %v", src, got, ok, wantLen, wantOK)
+					}
+				}
+			}
+		}
+	}
+}
