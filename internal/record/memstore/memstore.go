@@ -97,11 +97,13 @@ type flight struct {
 	// history is where the record's versions keep their transitions:
 	// room for the common life, in the flight's own allocation.
 	history [commonLife]record.Transition
-	// final is the version in a state no change leaves (delivered,
-	// failed), in the flight's own allocation too: written once, when the
-	// record enters that state, and handed out as the record is packed.
-	final     record.Record
-	finalUsed bool
+	// later holds the versions of the common life after the reservation's
+	// (completed, then delivered), in the flight's own allocation too:
+	// each written once, by the change that makes it. A version in a
+	// state no change leaves (delivered, failed) always gets one, as it
+	// is the one handed out as the record is packed.
+	later [2]record.Record
+	used  int // how many of later are written
 }
 
 var _ record.Store = (*Store)(nil)
@@ -287,9 +289,10 @@ func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.
 	case fl == nil:
 		next := *s.current(i, e)
 		r = &next
-	case (c.To == record.Delivered || c.To == record.Failed) && !fl.finalUsed:
-		fl.final, fl.finalUsed = *fl.rec, true
-		r = &fl.final
+	case fl.used < len(fl.later) && (fl.used == 0 || c.To == record.Delivered || c.To == record.Failed):
+		fl.later[fl.used] = *fl.rec
+		r = &fl.later[fl.used]
+		fl.used++
 	default:
 		next := *fl.rec
 		r = &next
