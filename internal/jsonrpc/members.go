@@ -90,6 +90,10 @@ func walkObjectIn(obj []byte, i, depth int, validate bool, fn, params func(name,
 		switch {
 		case validate && params != nil && i < len(obj) && obj[i] == '{' && string(name) == "params":
 			vend = walkObjectIn(obj, i, depth+1, true, params, nil)
+		case validate && i < len(obj) && obj[i] == '"':
+			// What validValue would do for a string, without its set-up:
+			// most members of a message's envelope are strings.
+			vend = scanString(obj, i)
 		case validate:
 			vend = validValue(obj, i, depth+1)
 		default:

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -68,5 +69,33 @@ func TestSkipString(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDecodeStringMember checks the strings of a message's members and of
+// its params' members, which are scanned without validValue: a bad one is
+// refused as in any other value, and a good one taken whole.
+func TestDecodeStringMember(t *testing.T) {
+	for _, v := range []string{`"2.\u0001"`, "\"2.\x01\"", `"2.0\q"`, `"\u12"`, `"\u12x4"`, `"2.0`, `"2.0\"`, `"`} {
+		for _, frame := range []string{
+			`{"jsonrpc":` + v + `,"id":1,"method":"ping"}`,
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":` + v + `}}`,
+		} {
+			err := DecodeParamsInto(new(Message), []byte(frame), func(name, value []byte) bool { return true })
+			if valid := json.Valid([]byte(frame)); (err == nil) != valid {
+				t.Errorf("DecodeParamsInto(%q) = %v; valid JSON: %v", frame, err, valid)
+			}
+		}
+	}
+	var name []byte
+	frame := `{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":"c\u0064\\"}}`
+	var m Message
+	if err := DecodeParamsInto(&m, []byte(frame), func(n, value []byte) bool {
+		if string(n) == "name" {
+			name = value
+		}
+		return true
+	}); err != nil || string(m.ID) != `"a\"b"` || string(name) != `"c\u0064\\"` {
+		t.Errorf("DecodeParamsInto(%q) = %v, id %s, name %s", frame, err, m.ID, name)
 	}
 }
