@@ -21,7 +21,7 @@ import (
 // outcome it records.
 type shadowCall struct {
 	call mcp.ToolCall
-	pol  policy.Policy // without a retry rule: the proxy sends nothing itself
+	pol  policy.Policy // its retry rule sends nothing more (shadowRetry)
 	req  intercept.Request
 
 	mu     sync.Mutex
@@ -35,7 +35,7 @@ type shadowCall struct {
 // judge it.
 func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	sc := &shadowCall{call: c.call, pol: *info.policy}
-	sc.pol.Retry = nil
+	sc.pol.Retry = shadowRetry(sc.pol.Retry)
 	sc.req = intercept.Request{
 		Call:           &sc.call,
 		Policy:         &sc.pol,
@@ -59,6 +59,21 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc)
 	c.mu.Unlock()
 	c.finish()
+}
+
+// shadowRetry returns the retry rule a call in shadow mode is judged
+// under: rule's, less what would make the proxy send or wait itself (a
+// second attempt, an account's allowance). It still reads the answer as
+// the proxy would: a transient one left after the last attempt ends the
+// execution failed, to be run again, not a result to replay.
+func shadowRetry(rule *policy.RetryRule) *policy.RetryRule {
+	if rule == nil {
+		return nil
+	}
+	judged := *rule
+	judged.MaxAttempts = 1
+	judged.Account = ""
+	return &judged
 }
 
 // Send implements intercept.Upstream: the call went upstream already, as

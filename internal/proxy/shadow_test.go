@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
@@ -59,7 +61,9 @@ func (d *decisions) total() int {
 
 // A shadowRig runs a client's script against a proxy whose upstream
 // answers every tools/call with its charge, holds card C's until
-// released, and exits in the first call of card D, to be started again.
+// released, exits in the first call of card D, to be started again, and
+// answers card T's with a 429, which the tool's retry rule marks
+// transient and leaves to the client after one attempt.
 type shadowRig struct {
 	t        *testing.T
 	r        *restartRig
@@ -80,7 +84,15 @@ func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decis
 	j := &entries{}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Journal: j, Shadow: shadow})
 	s := &shadowRig{t: t, d: d, gotC: make(chan struct{}, 2), releaseC: make(chan struct{})}
-	s.r = newRestartRig(t, 5, func(o *Options) { o.Interceptor = in })
+	rule := &policy.RetryRule{MaxAttempts: 1, Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`\b429\b`), SafeToResend: true}}}
+	s.r = newRestartRig(t, 5, func(o *Options) {
+		o.Interceptor = in
+		o.Resolve = func(_ string, ann *mcp.Annotations) policy.Policy {
+			p := policy.FromAnnotations(ann)
+			p.Retry = rule
+			return p
+		}
+	})
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.serve(stop)
@@ -154,6 +166,8 @@ func (s *shadowRig) serveOne(up *upstreamEnd, died *bool, stop chan struct{}) bo
 					up.conn.WriteFrame([]byte(answer))
 				}()
 				continue
+			case m.Params.Arguments.Card == "T":
+				answer = `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"429 busy"}],"isError":true}}`
 			case m.Params.Arguments.Card == "D" && !*died:
 				*died = true // it ran, and exits before answering
 				up.w.Close()
@@ -273,6 +287,12 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			s.charge(3, "D", "") // blocked: it may have run
 			s.answers(1)
 		}, 2, 1, map[string]int{"new": 1, "unknown": 1}},
+		{"transient", func(s *shadowRig) {
+			s.charge(2, "T", "") // still transient after the last attempt
+			s.answers(1)
+			s.charge(3, "T", "") // it did nothing: run again, not replayed
+			s.answers(1)
+		}, 2, 2, map[string]int{"new": 2}},
 		{"arguments unreadable", func(s *shadowRig) {
 			// A member given twice: no fingerprint. Refused, but in
 			// shadow mode it goes upstream, and is counted all the same.
