@@ -16,9 +16,13 @@ import (
 // unknown answers a call that matched an execution whose outcome is
 // unknown, as the tool's on_unknown says.
 func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Request) {
-	if in.shadow {
-		// In shadow mode nothing of the proxy's own goes upstream: what
-		// it would have done is counted, and the record stays unknown.
+	if in.shadow && onUnknown(rec, req.Policy) != "redispatched" {
+		// In shadow mode nothing of the proxy's own goes upstream: a
+		// status check it would have made is counted, and the record
+		// stays unknown. A re-dispatch is the call itself, which went
+		// upstream as it came: its answer is the re-sent attempt's, so
+		// the record settles as the proxy's would, and is not
+		// re-dispatched again by every later call.
 		in.decided(req, rec.Tool, onUnknown(rec, req.Policy))
 		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)

@@ -87,9 +87,12 @@ func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decis
 	rule := &policy.RetryRule{MaxAttempts: 1, Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`\b429\b`), SafeToResend: true}}}
 	s.r = newRestartRig(t, 5, func(o *Options) {
 		o.Interceptor = in
-		o.Resolve = func(_ string, ann *mcp.Annotations) policy.Policy {
+		o.Resolve = func(tool string, ann *mcp.Annotations) policy.Policy {
 			p := policy.FromAnnotations(ann)
 			p.Retry = rule
+			if tool == "set_card" {
+				p.OnUnknown = policy.Retry
+			}
 			return p
 		}
 	})
@@ -287,6 +290,15 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			s.charge(3, "D", "") // blocked: it may have run
 			s.answers(1)
 		}, 2, 1, map[string]int{"new": 1, "unknown": 1}},
+		{"outcome unknown, sent again", func(s *shadowRig) {
+			set := `{"name":"set_card","arguments":{"card":"D"}}`
+			s.call(2, "tools/call", set) // the upstream exits with it
+			s.answers(1)
+			s.call(3, "tools/call", set) // re-dispatched: on_unknown retry
+			s.answers(1)
+			s.call(4, "tools/call", set) // its answer, replayed
+			s.answers(1)
+		}, 3, 2, map[string]int{"new": 1, "redispatched": 1, "replayed": 1}},
 		{"transient", func(s *shadowRig) {
 			s.charge(2, "T", "") // still transient after the last attempt
 			s.answers(1)
