@@ -400,6 +400,22 @@ func (in *Interceptor) PassedThrough(ctx context.Context, tool Tool, class polic
 	}
 }
 
+// Refused tells the observer, and the call's span that ctx holds, that
+// RouteCall refused a call, which route says: it counts as invalid. A
+// call the proxy cannot read safely is refused in shadow mode too, and
+// counted so; one refused for its approval alone (RouteUnapproved)
+// passes through there, and invalid is what it would have become.
+func (in *Interceptor) Refused(ctx context.Context, tool Tool, class policy.Class, route Route) {
+	obs := in.obs
+	if so, ok := obs.(shadowObserver); ok && route != RouteUnapproved {
+		obs = so.Observer
+	}
+	obs.Decision(tool, class, "invalid")
+	if in.tracer != nil {
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String("invalid"))
+	}
+}
+
 // KeepLeases renews this process's claim on the executions it runs, three
 // times per lease, until ctx is done.
 func (in *Interceptor) KeepLeases(ctx context.Context) {

@@ -20,6 +20,10 @@ const (
 	RouteUnrecorded
 	// RouteRecorded: the call maps to an execution (Interceptor.Handle).
 	RouteRecorded
+	// RouteUnapproved: the call needs an approval, which a call that
+	// would run unrecorded cannot keep: refused, with the error RouteCall
+	// returns. In shadow mode, which asks nobody, it passes through.
+	RouteUnapproved
 )
 
 // RouteCall says what becomes of call under pol, or returns the error
@@ -36,7 +40,7 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	switch {
 	case unrecorded && pol.NeedsApproval():
 		// The policy file refuses this pairing; --scope key makes it.
-		return 0, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+		return RouteUnapproved, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: %s needs an approval, which is kept in its execution's record, and this call would run unrecorded "+
 				"(scope key, and no idempotency key): send one in params._meta[%q]", call.Name, mcp.MetaKey)
 	case unrecorded && pol.Retry == nil:

@@ -43,7 +43,7 @@ func TestRouteCall(t *testing.T) {
 		{"key scope, no key", plain, keyScoped, RoutePassThrough, ""},
 		{"key scope, no key, retry rule", plain, keyScopedRetried, RouteUnrecorded, ""},
 		{"key scope with a key", withKey, keyScoped, RouteRecorded, ""},
-		{"key scope, no key, approval", plain, keyScopedApproved, 0, "mcp-idempotent/key"},
+		{"key scope, no key, approval", plain, keyScopedApproved, RouteUnapproved, "mcp-idempotent/key"},
 		{"key scope with a key, approval", withKey, keyScopedApproved, RouteRecorded, ""},
 		// A read-only call is never matched by key: a bad key does not
 		// refuse it, nor does a deadline it has no use for.
@@ -67,6 +67,8 @@ func TestRouteCall(t *testing.T) {
 				t.Fatalf("route %d, want %d", route, tt.want)
 			case tt.refused != "" && (refusal == nil || !strings.Contains(refusal.Message, tt.refused)):
 				t.Fatalf("refusal %v; want one naming %s", refusal, tt.refused)
+			case tt.refused != "" && (route == RouteUnapproved) != (tt.want == RouteUnapproved):
+				t.Fatalf("refused with route %d, want %d", route, tt.want)
 			}
 		})
 	}

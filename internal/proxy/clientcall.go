@@ -208,10 +208,25 @@ func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
 	s.handleToolCall(c, &c.call, info)
 }
 
+// passThrough sends c's call upstream as it came, unrecorded.
+func (s *Session) passThrough(c *clientCall, call *mcp.ToolCall) {
+	c.mu.Lock()
+	c.passThrough = true
+	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil)
+	c.mu.Unlock()
+	c.finish()
+}
+
 func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {
 	pol := info.policy
 	route, refusal := intercept.RouteCall(call, pol)
 	if refusal != nil {
+		s.opts.Interceptor.Refused(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class, route)
+		if route == intercept.RouteUnapproved && s.opts.Interceptor.Shadow() {
+			// Shadow mode asks nobody, so it keeps no approval either.
+			s.passThrough(c, call)
+			return
+		}
 		c.refuse(refusal)
 		return
 	}
@@ -224,11 +239,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key())
 		}
 		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)
-		c.mu.Lock()
-		c.passThrough = true
-		s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil)
-		c.mu.Unlock()
-		c.finish()
+		s.passThrough(c, call)
 		return
 	}
 	// Member by member, its id and Correlation set already: the

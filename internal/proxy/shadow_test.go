@@ -90,8 +90,13 @@ func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decis
 		o.Resolve = func(tool string, ann *mcp.Annotations) policy.Policy {
 			p := policy.FromAnnotations(ann)
 			p.Retry = rule
-			if tool == "set_card" {
+			switch tool {
+			case "set_card":
 				p.OnUnknown = policy.Retry
+			case "key_card":
+				// --scope key with an approval: a call without a
+				// key would run unrecorded, where none is kept.
+				p.Scope, p.Approval = policy.ScopeKey, policy.ApprovalEach
 			}
 			return p
 		}
@@ -299,6 +304,10 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			s.call(4, "tools/call", set) // its answer, replayed
 			s.answers(1)
 		}, 3, 2, map[string]int{"new": 1, "redispatched": 1, "replayed": 1}},
+		{"approval unkept", func(s *shadowRig) {
+			s.call(2, "tools/call", `{"name":"key_card","arguments":{"card":"A"}}`)
+			s.answers(1)
+		}, 1, 0, map[string]int{"invalid": 1}},
 		{"transient", func(s *shadowRig) {
 			s.charge(2, "T", "") // still transient after the last attempt
 			s.answers(1)
@@ -351,5 +360,22 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestShadowRefusesUnreadableKey: a call whose client key cannot be read
+// is refused in both modes, and counted so, not as passed through.
+func TestShadowRefusesUnreadableKey(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		d, s, _, _ := runShadowScript(t, shadow, func(s *shadowRig) {
+			s.call(2, "tools/call", `{"name":"charge_card","arguments":{"card":"A"},"_meta":{"mcp-idempotent/key":5}}`)
+			s.answers(1)
+		})
+		if len(s.calls) != 0 || !strings.Contains(s.got[0], `"error"`) {
+			t.Errorf("shadow %v: %d calls upstream, the client got %s; want it refused", shadow, len(s.calls), s.got[0])
+		}
+		if !maps.Equal(d.counted, map[string]int{"invalid": 1}) || len(d.shown) != 0 {
+			t.Errorf("shadow %v: decisions %v, shadow decisions %v; want it counted invalid", shadow, d.counted, d.shown)
+		}
 	}
 }
