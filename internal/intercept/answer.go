@@ -60,9 +60,15 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			// the caller needs it, and the next call runs anew.
 			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
 		default:
+			again := "calling again runs it"
+			if req.Policy.NeedsApproval() && !in.shadow {
+				// A new execution, asked about as any: the model must not
+				// take the retry for one that skips the approval.
+				again += " once approved"
+			}
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-				"mcp-idempotent: execution %s of %s failed before it was sent (%s); nothing ran, and calling again runs it",
-				rec.ID, rec.Tool, lastNote(rec)))
+				"mcp-idempotent: execution %s of %s failed before it was sent (%s); nothing ran, and %s",
+				rec.ID, rec.Tool, lastNote(rec), again))
 		}
 	case record.Refused:
 		req.got = journal.GotRefused

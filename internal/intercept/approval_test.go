@@ -217,7 +217,9 @@ func TestApprovalSessionEndsUndecided(t *testing.T) {
 		return nil, errors.New("the session ended")
 	})
 	h.askingCall(t, a, "session:1", chargeCall)
-	a.only(t)
+	if e := jsonrpc.DecodeError(a.only(t).Error); e == nil || !strings.Contains(e.Message, "calling again runs it once approved") {
+		t.Errorf("the caller got %v; want an error saying a call again is asked about", e)
+	}
 	if rec := h.onlyRecord(t); rec.State != record.Failed || h.up.calls.Load() != 0 {
 		t.Fatalf("the execution is %s, the upstream ran %d times; want failed, never sent", rec.State, h.up.calls.Load())
 	}
