@@ -316,10 +316,13 @@ func sessionsOf(r *record.Record, lines []journal.Entry, journaled bool) session
 		if e.Execution == "" {
 			continue // a session line
 		}
-		if e.Session == "" {
+		if e.Session == "" && e.Request == "" {
 			p.Outside = append(p.Outside, outsideLine{At: e.Time, State: cmp.Or(e.State, e.Event), Writer: e.Writer, By: e.By, Note: e.Note})
 			continue
 		}
+		// A line with a request and no session is a call's, written
+		// before lines named their session: it goes under the session
+		// "", rather than among the transitions no session made.
 		i, ok := index[e.Session]
 		if !ok {
 			i = len(p.Sessions)
@@ -327,8 +330,8 @@ func sessionsOf(r *record.Record, lines []journal.Entry, journaled bool) session
 			p.Sessions = append(p.Sessions, sessionCall{Session: e.Session, RequestIDs: []json.RawMessage{}})
 		}
 		s := &p.Sessions[i]
-		if len(e.RequestID) > 0 && !slices.ContainsFunc(s.RequestIDs, func(id json.RawMessage) bool { return string(id) == string(e.RequestID) }) {
-			s.RequestIDs = append(s.RequestIDs, e.RequestID)
+		if id := requestOf(&e); len(id) > 0 && !slices.ContainsFunc(s.RequestIDs, func(o json.RawMessage) bool { return string(o) == string(id) }) {
+			s.RequestIDs = append(s.RequestIDs, id)
 		}
 		what := cmp.Or(e.State, e.Event)
 		if e.Attach != nil {
@@ -358,7 +361,7 @@ func sessionsOf(r *record.Record, lines []journal.Entry, journaled bool) session
 func dispatchesOf(r *record.Record, lines []journal.Entry) dispatchPart {
 	writers := make(map[int]journal.Process)
 	for _, e := range lines {
-		if e.State == string(record.Dispatched) && e.Attempt > 0 {
+		if e.State == string(record.Dispatched) && e.Attempt > 0 && e.Writer != (journal.Process{}) {
 			writers[e.Attempt] = e.Writer
 		}
 	}
@@ -402,6 +405,24 @@ func resultSummary(result json.RawMessage) string {
 	return fmt.Sprintf("%d bytes, isError %t", len(result), res.IsError)
 }
 
+// joinedUnsaid is the How of a caller that joined the execution on a
+// line written before lines said how.
+const joinedUnsaid = "joined"
+
+// requestOf is the JSON-RPC id of the request behind e. A line written
+// before lines named it apart has only request, the id as logs name it:
+// its JSON text, but for a string's escapes.
+func requestOf(e *journal.Entry) json.RawMessage {
+	if len(e.RequestID) > 0 || e.Request == "" {
+		return e.RequestID
+	}
+	if json.Valid([]byte(e.Request)) {
+		return json.RawMessage(e.Request)
+	}
+	b, _ := json.Marshal(e.Request) // a string always encodes
+	return b
+}
+
 // notJournaled is the Got of the caller that started an execution when
 // no line says what it got: neither it nor whether its transport took it
 // is known.
@@ -420,10 +441,15 @@ func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersP
 		if e.Execution == "" || e.State != string(record.Delivered) && e.Event != journal.Attached {
 			continue
 		}
-		c := caller{At: e.Time, Session: e.Session, RequestID: e.RequestID, How: "started", Got: journal.GotAnswer, Taken: true}
-		if a := e.Attach; a != nil {
+		c := caller{At: e.Time, Session: e.Session, RequestID: requestOf(&e), How: "started", Got: journal.GotAnswer, Taken: true}
+		switch a := e.Attach; {
+		case a != nil:
 			c.How, c.Got, c.Taken, c.Error = a.How, a.Got, a.Taken, a.Error
-		} else {
+		case e.Session == "" && starter != nil && string(c.RequestID) != string(requestOf(starter)):
+			// A line written before lines said how a caller joined:
+			// another request's delivery joined it, somehow.
+			c.How = joinedUnsaid
+		default:
 			starterGot = true
 		}
 		p.Callers = append(p.Callers, c)

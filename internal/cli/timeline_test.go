@@ -2,6 +2,8 @@ package cli
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -519,5 +521,78 @@ func TestShowKeepsAJournalsOrder(t *testing.T) {
 	if s := sections(t, out)[headSessions]; !strings.Contains(s, in.s1+": request 7: accepted, dispatched, completed, delivered\n") ||
 		!strings.Contains(s, "authorized, written by") {
 		t.Errorf("section %q:\n%s\nwant the journal's order: accepted, dispatched, completed, delivered; and the other journal's line", headSessions, s)
+	}
+}
+
+// TestShowReadsOlderLines: lines written before lines named their writer,
+// session and request id apart, and how a caller joined, are told as
+// what they are: a call's lines, from a session they do not name, and
+// not transitions no session made, by a process "pid 0".
+func TestShowReadsOlderLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}, {To: record.Delivered}} {
+		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	var lines []string
+	for i, l := range []struct{ state, req string }{
+		{"accepted", "7"}, {"dispatched", "7"}, {"completed", "7"}, {"delivered", "7"}, {"delivered", `"b"`},
+	} {
+		req, _ := json.Marshal(l.req)
+		lines = append(lines, fmt.Sprintf(`"time":"%s","execution":"%s","tool":"charge_card","state":"%s","attempt":1,"request":%s}`,
+			time.Now().Add(time.Duration(i-60)*time.Second).UTC().Format(time.RFC3339Nano), r.ID, l.state, req))
+	}
+	lines = append(lines, fmt.Sprintf(`"time":"%s","execution":"%s","tool":"charge_card","state":"unknown","note":"owner went away"}`,
+		time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), r.ID))
+	j := filepath.Join(dir, "old.jsonl")
+	writeChained(t, j, lines)
+	out, _, err := run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--journal", j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := sections(t, out)
+	if s := sec[headSessions]; strings.Contains(s, "accepted, written by") || !strings.Contains(s, `request 7, "b": accepted, dispatched, completed, delivered, delivered`) {
+		t.Errorf("section %q:\n%s\nwant requests 7 and \"b\" in a session not named, not outside any session", headSessions, s)
+	}
+	if s := sec[headSessions]; !strings.Contains(s, "unknown, written by a process the line does not name") {
+		t.Errorf("section %q:\n%s\nwant the line of no request outside any session, its writer not named", headSessions, s)
+	}
+	if s := sec[headDispatch]; strings.Contains(s, "pid 0") {
+		t.Errorf("section %q:\n%s\nwant no writer \"pid 0\": the line names none", headDispatch, s)
+	}
+	callers := sec[headCallers]
+	for _, want := range []*regexp.Regexp{regexp.MustCompile(`request 7 +started +got answer`), regexp.MustCompile(`request "b" +joined +got answer`)} {
+		if !want.MatchString(callers) {
+			t.Errorf("section %q:\n%s\nwant a line matching %s", headCallers, callers, want)
+		}
+	}
+}
+
+// writeChained writes a journal of lines given without their prev, as
+// an older version wrote them, chaining each to the one before.
+func writeChained(t *testing.T, path string, bodies []string) {
+	t.Helper()
+	var b strings.Builder
+	prev := journal.Genesis
+	for _, body := range bodies {
+		line := `{"prev":"` + prev + `",` + body
+		sum := sha256.Sum256([]byte(line))
+		prev = hex.EncodeToString(sum[:])
+		b.WriteString(line + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"reflect"
@@ -54,6 +55,11 @@ func printSessions(w io.Writer, p *sessionsPart) {
 		for i, id := range s.RequestIDs {
 			ids[i] = printable(string(id))
 		}
+		if s.Session == "" {
+			fmt.Fprintf(w, "  sessions not named: request %s: %s\n", strings.Join(ids, ", "), strings.Join(s.Lines, ", "))
+			fmt.Fprintln(w, "    lines written before lines named their session")
+			continue
+		}
 		fmt.Fprintf(w, "  %s: request %s: %s\n", s.Session, strings.Join(ids, ", "), strings.Join(s.Lines, ", "))
 		fmt.Fprintf(w, "    client %s\n", clientText(s.Client))
 		if !s.Started.IsZero() {
@@ -75,6 +81,8 @@ func printOutside(w io.Writer, lines []outsideLine) {
 	for _, l := range lines {
 		who := strings.TrimSpace(fmt.Sprintf("%s pid %d", l.Writer.Host, l.Writer.PID))
 		switch {
+		case l.Writer == (journal.Process{}):
+			who = "a process the line does not name (written before lines named it)"
 		case l.Writer.Operator != "":
 			who = "operator " + l.Writer.Operator + " on " + who
 		case l.Writer.Owner != "":
@@ -172,7 +180,7 @@ func printCallers(w io.Writer, p *callersPart) {
 		if c.Error != "" {
 			taken += ": " + c.Error
 		}
-		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\t%s\t%s\n", stamp(c.At), c.Session, printable(string(c.RequestID)), c.How, got, taken)
+		fmt.Fprintf(tw, "  %s\t%s\trequest %s\t%s\t%s\t%s\n", stamp(c.At), cmp.Or(c.Session, "session not named"), printable(string(c.RequestID)), c.How, got, taken)
 	}
 	tw.Flush()
 }
