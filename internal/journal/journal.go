@@ -444,6 +444,11 @@ func (p *Process) fill(self Process) {
 // write writes lines, the last of which hashes to next, in one write
 // call, and counts added lines. w.mu is held.
 func (w *Writer) write(lines []byte, next string, added int) error {
+	if removed(w.f) {
+		// Written or not, the line would be lost without a word: say so,
+		// so that each transition is logged and counted.
+		return fmt.Errorf("writing journal %s: the file was removed while this process had it open, so no line reaches it: restart the process to start a new journal there", w.path)
+	}
 	n, err := w.f.Write(lines)
 	switch {
 	case err == nil:

@@ -237,6 +237,29 @@ func TestRecordAfterClose(t *testing.T) {
 	}
 }
 
+// TestRecordAfterRemove: a journal removed while open takes no more
+// lines, and Record says so rather than write them to no file.
+func TestRecordAfterRemove(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Record(entry(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if !removed(w.f) {
+		t.Skip("this system does not tell a removed file")
+	}
+	if err := w.Record(entry(1)); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("Record after the file was removed = %v; want an error naming %s and saying it was removed", err, path)
+	}
+}
+
 // TestConcurrentRecord: many goroutines of one process append to one
 // journal; every line is whole and the chain holds (run with -race).
 func TestConcurrentRecord(t *testing.T) {

@@ -18,3 +18,14 @@ func lock(f *os.File) error {
 	}
 	return err
 }
+
+// removed reports whether f's file has no name left: it was removed
+// while open, so what is written to it reaches no file anyone can read.
+func removed(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
+}
