@@ -700,6 +700,12 @@ func parseLine(line []byte) (prev string, checkpoint json.RawMessage, err error)
 	if len(line) == 0 {
 		return "", nil, errors.New("empty line")
 	}
+	if line[len(line)-1] == '\r' {
+		// JSON takes the \r as white space, and the chain does not: told
+		// apart, lest a copy whose line ends were converted read as lines
+		// changed or inserted.
+		return "", nil, errors.New("it ends in a carriage return (\\r\\n), which no writer of a journal writes: its line ends were converted, as by a copy through Windows or git; convert them back (dos2unix) and check it again")
+	}
 	if !json.Valid(line) {
 		return "", nil, errors.New("not valid JSON")
 	}

@@ -331,6 +331,7 @@ func TestVerify(t *testing.T) {
 		{"the last line's prev", tamper(ls, 5, prevAt, flipHex(ls[4][prevAt])), 4, 5, "line 4 or line 5 was changed"},
 		{"another journal joined on", strings.Join(ls[:3], "") + strings.Join(ls, ""), 3, 4, "it starts another journal, joined on after line 3, and line 5 names it"},
 		{"another journal's first line last", strings.Join(ls[:3], "") + ls[0], 3, 4, "it starts another journal, joined on after line 3"},
+		{"line ends converted to CRLF", strings.ReplaceAll(strings.Join(ls, ""), "\n", "\r\n"), 0, 1, "its line ends were converted"},
 		{"torn last line", strings.Join(ls, "") + `{"prev":`, 5, 6, "torn"},
 		{"last newline missing", strings.TrimSuffix(strings.Join(ls, ""), "\n"), 4, 5, "torn"},
 		{"bad JSON", ls[0] + "{\n", 1, 2, "not valid JSON"},
