@@ -69,6 +69,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/mod/sumdb/note"
 )
@@ -389,6 +390,13 @@ func (w *Writer) Record(e Entry) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encoding journal entry of %s: %w", e.Execution, err)
+	}
+	if !utf8.Valid(body) {
+		// A value in clear (json.RawMessage) keeps the bytes it came
+		// with, which json.Marshal does not mend as it does a string's.
+		// JSON text is UTF-8 (RFC 8259), and strict readers refuse a
+		// line that is not.
+		body = bytes.ToValidUTF8(body, []byte("\uFFFD"))
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 var t0 = time.Date(2026, 11, 29, 20, 0, 0, 123456789, time.FixedZone("CET", 3600))
@@ -257,6 +258,35 @@ func TestRecordAfterRemove(t *testing.T) {
 	}
 	if err := w.Record(entry(1)); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "removed") {
 		t.Errorf("Record after the file was removed = %v; want an error naming %s and saying it was removed", err, path)
+	}
+}
+
+// TestRecordKeepsLinesUTF8: a value in clear that is not UTF-8 is
+// mended as a string's would be, so that every line is JSON a strict
+// reader takes.
+func TestRecordKeepsLinesUTF8(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := entry(0)
+	e.Result = &Value{Clear: json.RawMessage("{\"text\":\"ok \xff\xfe bytes\"}")}
+	if err := w.Record(e); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	ls := lines(t, path)
+	if !utf8.ValidString(ls[0]) || !strings.Contains(ls[0], "\"text\":\"ok \uFFFD bytes\"") {
+		t.Errorf("line: %q; want it UTF-8, the bytes that were not made U+FFFD", ls[0])
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := Verify(f); n != 1 || err != nil {
+		t.Errorf("Verify = %d, %v; want 1, nil", n, err)
 	}
 }
 
