@@ -232,7 +232,7 @@ func readJournals(paths []string, id string) ([]journal.Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--journal: %w", err)
 		}
-		es, err := readEntries(path, rep.Lines, seen)
+		es, err := readEntries(path, rep.Lines, id, seen)
 		if err != nil {
 			return nil, fmt.Errorf("--journal: %w", err)
 		}
@@ -277,30 +277,35 @@ func mergeByTime(files [][]journal.Entry) []journal.Entry {
 }
 
 // readEntries reads the first n lines of the journal at path, which
-// verified, as entries, but for the lines in seen, to which it adds
-// those it reads.
-func readEntries(path string, n int, seen map[[sha256.Size]byte]bool) ([]journal.Entry, error) {
+// verified, and returns as entries those that name execution id, and the
+// session lines, but for the lines in seen, to which it adds those it
+// returns. The rest are not kept: a journal of a year holds millions of
+// lines, and an execution a few.
+func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool) ([]journal.Entry, error) {
 	f, err := journal.OpenRead(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading journal: %w", err)
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
-	es := make([]journal.Entry, 0, n)
+	var es []journal.Entry
 	for i := 1; i <= n; i++ {
 		line, err := br.ReadBytes('\n')
 		if err != nil {
 			return nil, fmt.Errorf("reading journal %s: line %d: %w", path, i, err)
+		}
+		var e journal.Entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
+		}
+		if e.Execution != id && (e.Execution != "" || e.Event != journal.SessionStart && e.Event != journal.SessionEnd) {
+			continue
 		}
 		sum := sha256.Sum256(line)
 		if seen[sum] {
 			continue
 		}
 		seen[sum] = true
-		var e journal.Entry
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
-		}
 		es = append(es, e)
 	}
 	return es, nil

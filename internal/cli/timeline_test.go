@@ -596,3 +596,25 @@ func writeChained(t *testing.T, path string, bodies []string) {
 		t.Fatal(err)
 	}
 }
+
+// TestShowKeepsOnlyTheExecutionsLines: activity show reads a journal of
+// many executions keeping only the lines it tells, so that a journal of
+// a year, millions of lines, does not have to fit in memory.
+func TestShowKeepsOnlyTheExecutionsLines(t *testing.T) {
+	t0 := time.Now().Add(-time.Hour)
+	es := []journal.Entry{{Time: t0, Session: "session:s1", Event: journal.SessionStart}}
+	for i := range 500 {
+		es = append(es, journal.Entry{Time: t0.Add(time.Duration(i) * time.Millisecond), Execution: fmt.Sprintf("exe_%d", i),
+			Tool: "charge_card", State: "accepted", Session: "session:s1"})
+	}
+	es = append(es, journal.Entry{Time: t0.Add(time.Second), Session: "session:s1", Event: journal.SessionEnd})
+	path := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
+	seen := make(map[[sha256.Size]byte]bool)
+	got, err := readEntries(path, len(es), "exe_7", seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[1].Execution != "exe_7" || len(seen) != 3 {
+		t.Errorf("readEntries kept %d entries (%d in seen); want 3: exe_7's line and the session's two", len(got), len(seen))
+	}
+}
