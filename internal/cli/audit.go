@@ -128,7 +128,9 @@ func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, erro
 		return nil, fmt.Errorf("--since: %w", err)
 	}
 	// A note ends in one newline; what kept it may have added more
-	// (jq -r, an editor). The signature covers the text, not them.
+	// (jq -r, an editor), or made each \r\n (a copy through Windows). A
+	// note holds no \r, so taking them out changes nothing signed.
+	b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
 	b = append(bytes.TrimRight(b, "\r\n"), '\n')
 	if bytes.HasPrefix(b, []byte("{")) {
 		// A journal line, as a log shipper keeps it: its checkpoint

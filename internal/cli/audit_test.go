@@ -418,6 +418,13 @@ func TestAuditCheckpointSince(t *testing.T) {
 		}
 	}
 
+	// Kept through Windows, each newline made \r\n.
+	crlf := filepath.Join(dir, "saved-crlf")
+	os.WriteFile(crlf, []byte(strings.ReplaceAll(stdout, "\n", "\r\n")), 0o600)
+	if _, _, err := run(t, "audit", "verify", "--key", verifier, "--since", crlf, path); err != nil {
+		t.Errorf("audit verify --since a checkpoint kept with \\r\\n = %v; want it to verify", err)
+	}
+
 	// A proxy writing as it is read: the torn line is left out.
 	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	f.WriteString(`{"prev":"`)
