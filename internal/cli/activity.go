@@ -279,11 +279,15 @@ func printRecord(w io.Writer, r *record.Record) {
 
 // printFields prints r's fields, one a line, its history left out.
 func printFields(w io.Writer, r *record.Record) {
+	state := string(r.State)
+	if intercept.ShadowOwner(r.Owner) {
+		state += " (shadow)" // as list marks it
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{
 		{"execution", r.ID},
 		{"tool", r.Tool},
-		{"state", string(r.State)},
+		{"state", state},
 		{"actor", r.Actor},
 		{"scope", r.Scope},
 		{"upstream", r.Upstream},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -34,6 +35,11 @@ type Answers struct {
 	Answer     answerPart   `json:"answer"`
 	Callers    callersPart  `json:"callers"`
 	Later      laterPart    `json:"later"`
+	// Shadow is set for a record of a proxy in shadow mode: every call
+	// went upstream as it came, and the record, as the journal, says
+	// what the proxy would have done. A replay or an attach was a call
+	// sent upstream again.
+	Shadow bool `json:"shadow"`
 }
 
 // sessionsPart: which sessions (agent runs) sent calls that map to the
@@ -202,6 +208,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 		return err
 	}
 	tl := &timeline{Record: r}
+	tl.Shadow = intercept.ShadowOwner(r.Owner)
 	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
 	tl.Authorized = authorizationOf(r)
 	tl.Dispatch = dispatchesOf(r, lines)

@@ -618,3 +618,46 @@ func TestShowKeepsOnlyTheExecutionsLines(t *testing.T) {
 		t.Errorf("readEntries kept %d entries (%d in seen); want 3: exe_7's line and the session's two", len(got), len(seen))
 	}
 }
+
+// TestShowSaysShadow: the record of a proxy in shadow mode is marked as
+// activity list marks it, and the timeline says that its callers' calls
+// all went upstream, rather than tell a replay that never was.
+func TestShowSaysShadow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp", Owner: "shadow-proxy-1",
+		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Completed, Result: json.RawMessage(`{"content":[]}`)}} {
+		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	out, _, err := run(t, "activity", "show", r.ID, "--store", "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^state +completed \(shadow\)$`).MatchString(out) {
+		t.Errorf("activity show printed:\n%s\nwant the state marked (shadow)", out)
+	}
+	sec := sections(t, out)
+	for _, h := range []string{headDispatch, headCallers} {
+		if !strings.Contains(sec[h], "shadow mode:") {
+			t.Errorf("section %q:\n%s\nwant it to say shadow mode sent every call upstream", h, sec[h])
+		}
+	}
+	out, _, err = run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--json")
+	var tl struct {
+		Timeline struct{ Shadow bool } `json:"timeline"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &tl) != nil || !tl.Timeline.Shadow {
+		t.Errorf("activity show --json = %v, %s; want timeline.shadow true", err, out)
+	}
+}

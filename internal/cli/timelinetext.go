@@ -22,6 +22,13 @@ const (
 	headLater    = "6. Later calls"
 )
 
+// The notes that head the sections a record of shadow mode would
+// otherwise misstate: no call was replayed or attached, each went upstream.
+const (
+	shadowDispatchNote = "shadow mode: these are the record's dispatches; each caller in section 5 sent its call upstream too"
+	shadowCallersNote  = "shadow mode: each caller got the upstream's own answer; a replay or an attach is what the proxy would have done"
+)
+
 // printTimeline prints tl for a person: the record's fields, then one
 // section per question.
 func printTimeline(w io.Writer, tl *timeline) {
@@ -31,10 +38,16 @@ func printTimeline(w io.Writer, tl *timeline) {
 	printSessions(w, &tl.Sessions)
 	fmt.Fprintf(w, "\n%s\n  %s\n", headAuth, tl.Authorized.Note)
 	fmt.Fprintf(w, "\n%s\n", headDispatch)
+	if tl.Shadow {
+		fmt.Fprintln(w, "  "+shadowDispatchNote)
+	}
 	printDispatch(w, &tl.Dispatch)
 	fmt.Fprintf(w, "\n%s\n", headAnswer)
 	printAnswer(w, &tl.Answer)
 	fmt.Fprintf(w, "\n%s\n", headCallers)
+	if tl.Shadow {
+		fmt.Fprintln(w, "  "+shadowCallersNote)
+	}
 	printCallers(w, &tl.Callers)
 	fmt.Fprintf(w, "\n%s\n", headLater)
 	printLater(w, &tl.Later)
