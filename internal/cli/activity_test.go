@@ -184,3 +184,36 @@ func TestActivityRefusesAnUnmadeSchema(t *testing.T) {
 		t.Fatalf("schema %s: %d found, %v; want none made", schema, n, err)
 	}
 }
+
+// TestShowTellsAResolution: an execution an operator resolved is not
+// shown as one whose upstream answered: nothing was observed, and a
+// result is the operator's text.
+func TestShowTellsAResolution(t *testing.T) {
+	for _, as := range []string{"completed", "failed"} {
+		store, id := unknownExecution(t)
+		out, _, err := run(t, "activity", "resolve", id, "--store", store, "--as", as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "by "+osUser()+" through operator") {
+			t.Errorf("--as %s: activity resolve printed:\n%s\nwant the resolution by %s through operator", as, out, osUser())
+		}
+		out, _, err = run(t, "activity", "show", id, "--store", store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer := sections(t, out)[headAnswer]
+		if !strings.Contains(answer, "nothing observed: an operator resolved it as "+as) || strings.Contains(answer, "result:") {
+			t.Errorf("--as %s: section %q:\n%s\nwant it to say an operator resolved it, and no result of the upstream's", as, headAnswer, answer)
+		}
+		out, _, err = run(t, "activity", "show", id, "--store", store, "--json")
+		var tl struct {
+			Timeline struct {
+				Answer struct{ Observed, Resolved bool }
+			} `json:"timeline"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &tl) != nil || tl.Timeline.Answer.Observed || !tl.Timeline.Answer.Resolved {
+			t.Errorf("--as %s: activity show --json = %v, answer %+v; want observed false, resolved true", as, err, tl.Timeline.Answer)
+		}
+	}
+}

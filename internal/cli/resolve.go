@@ -119,7 +119,9 @@ func resolveExecution(ctx context.Context, store record.Store, id, as, note stri
 	}
 	// Only from unknown: a proxy may re-dispatch it meanwhile, and that
 	// execution's outcome is then the proxy's to record.
-	c := record.Change{From: record.Unknown, Note: why}
+	// By and Via mark the transition as an operator's word, not an
+	// answer the upstream gave: activity show tells them apart.
+	c := record.Change{From: record.Unknown, Note: why, By: osUser(), Via: record.ApproverOperator}
 	switch record.State(as) {
 	case record.Failed:
 		c.To = record.Failed

@@ -135,8 +135,13 @@ type dispatch struct {
 // answerPart: what the upstream answered, or that nothing was observed.
 type answerPart struct {
 	State record.State `json:"state"`
-	// Observed is false while in flight and when the outcome is unknown.
+	// Observed is false while in flight, when the outcome is unknown,
+	// and when an operator resolved it.
 	Observed bool `json:"observed"`
+	// Resolved is set when an operator resolved the execution (activity
+	// resolve): its state is the operator's word, and a result the
+	// operator's text.
+	Resolved bool `json:"resolved,omitempty"`
 	// Settles are the transitions to completed, failed or unknown.
 	Settles []record.Transition `json:"settles"`
 	Result  string              `json:"result,omitempty"` // a summary
@@ -400,7 +405,10 @@ func answerOf(r *record.Record) answerPart {
 			p.Settles = append(p.Settles, h)
 		}
 	}
-	p.Observed = r.State.Settled() && r.State != record.Unknown
+	if n := len(p.Settles); n > 0 {
+		p.Resolved = p.Settles[n-1].Via == record.ApproverOperator
+	}
+	p.Observed = r.State.Settled() && r.State != record.Unknown && !p.Resolved
 	if r.Result != nil {
 		p.Result = resultSummary(r.Result)
 	}

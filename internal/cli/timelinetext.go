@@ -161,6 +161,8 @@ func printAnswer(w io.Writer, p *answerPart) {
 		fmt.Fprintf(w, "  no answer yet: it is %s\n", p.State)
 	case p.State == record.Unknown:
 		fmt.Fprintln(w, "  nothing observed: the outcome is unknown, and the action may have happened")
+	case p.Resolved:
+		fmt.Fprintf(w, "  nothing observed: an operator resolved it as %s (activity resolve)\n", p.Settles[len(p.Settles)-1].State)
 	case p.Error != nil:
 		fmt.Fprintf(w, "  JSON-RPC error %s\n", printable(strings.TrimSpace(string(p.Error))))
 	case p.Result != "":

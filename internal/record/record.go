@@ -339,6 +339,8 @@ type Change struct {
 	Note string
 	// By and Via, for a decision (Authorized, Refused), name who made it
 	// and through which channel (ApproverClient, ApproverOperator, ...).
+	// An operator's resolution of an unknown execution names the
+	// operator and ApproverOperator too.
 	By  string
 	Via string
 	// Result and Error are stored with the change when non-nil.
