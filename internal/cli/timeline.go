@@ -35,6 +35,9 @@ type Answers struct {
 	Answer     answerPart   `json:"answer"`
 	Callers    callersPart  `json:"callers"`
 	Later      laterPart    `json:"later"`
+	// FromJournal is set when the store no longer holds the execution
+	// (its retention passed): Record is what the journals' lines tell.
+	FromJournal bool `json:"from_journal,omitempty"`
 	// Shadow is set for a record of a proxy in shadow mode: every call
 	// went upstream as it came, and the record, as the journal, says
 	// what the proxy would have done. A replay or an attach was a call
@@ -200,19 +203,29 @@ const relatedBound = 1000
 
 // show prints the timeline of execution a.pos[0].
 func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.Writer) error {
-	r, err := store.Get(ctx, a.pos[0])
-	if errors.Is(err, record.ErrNotFound) {
+	id := a.pos[0]
+	r, err := store.Get(ctx, id)
+	// A record past its retention is gone from the store, and its
+	// journal lines are then all that tells of it.
+	gone := errors.Is(err, record.ErrNotFound) && len(a.journals) > 0
+	switch {
+	case errors.Is(err, record.ErrNotFound) && !gone:
 		// The store names the id; say which store was asked.
 		return fmt.Errorf("%w in --store %s", err, redact(a.store))
-	}
-	if err != nil {
+	case err != nil && !gone:
 		return err
 	}
-	lines, err := readJournals(a.journals, r.ID)
-	if err != nil {
-		return err
+	lines, jerr := readJournals(a.journals, id)
+	if jerr != nil {
+		return jerr
+	}
+	if gone {
+		if r = recordOfJournal(id, lines); r == nil {
+			return fmt.Errorf("%w in --store %s, and no line of the journals given names it", err, redact(a.store))
+		}
 	}
 	tl := &timeline{Record: r}
+	tl.FromJournal = gone
 	tl.Shadow = intercept.ShadowOwner(r.Owner)
 	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
 	tl.Authorized = authorizationOf(r)
@@ -227,6 +240,37 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 	}
 	printTimeline(stdout, tl)
 	return nil
+}
+
+// recordOfJournal is what the journal lines tell of execution id, for
+// one the store no longer holds: its identity, its transitions, who ran
+// it, and how many callers joined it. It is nil if no line names id.
+func recordOfJournal(id string, lines []journal.Entry) *record.Record {
+	var r *record.Record
+	for _, e := range lines {
+		if e.Execution != id {
+			continue
+		}
+		if r == nil {
+			r = &record.Record{ID: id}
+		}
+		r.Tool, r.Actor, r.Scope = cmp.Or(r.Tool, e.Tool), cmp.Or(r.Actor, e.Actor), cmp.Or(r.Scope, e.Scope)
+		r.Upstream, r.Fingerprint = cmp.Or(r.Upstream, e.Upstream), cmp.Or(r.Fingerprint, e.Fingerprint)
+		r.Attempts = max(r.Attempts, e.Attempt)
+		if e.Attach != nil {
+			r.Attached++
+		}
+		st := record.State(e.State)
+		if st == "" || st == record.Delivered && !r.At(record.Delivered).IsZero() {
+			continue // an attach, or a delivery after the first: not a transition
+		}
+		if st == record.Dispatched && r.Owner == "" {
+			r.Owner = e.Writer.Owner
+		}
+		r.State = st
+		r.History = append(r.History, record.Transition{State: st, At: e.Time, Note: e.Note, By: e.By, Via: e.Via})
+	}
+	return r
 }
 
 // readJournals checks the chain of each journal file and returns the

@@ -661,3 +661,44 @@ func TestShowSaysShadow(t *testing.T) {
 		t.Errorf("activity show --json = %v, %s; want timeline.shadow true", err, out)
 	}
 }
+
+// TestShowFromTheJournalAlone: an execution the store no longer holds,
+// past its retention, is told from the journals that name it, saying so;
+// one that neither holds is still an error.
+func TestShowFromTheJournalAlone(t *testing.T) {
+	in := newInvestigation(t)
+	path := filepath.Join(t.TempDir(), "other.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	in.store = "sqlite:" + path
+	out, _, err := run(t, in.showArgs()...)
+	if err != nil {
+		t.Fatalf("activity show of an execution only the journals hold: %v", err)
+	}
+	if !strings.HasPrefix(out, "the store no longer holds it") || !strings.Contains(out, "state             delivered") {
+		t.Errorf("activity show printed:\n%s\nwant it to say the store no longer holds it, and the state the journal tells", out)
+	}
+	sec := sections(t, out)
+	if !strings.Contains(sec[headSessions], in.s1+": request 7: accepted, dispatched, completed, delivered") ||
+		!strings.Contains(sec[headDispatch], "dispatched 1 time") || !strings.Contains(sec[headCallers], "replay") {
+		t.Errorf("activity show printed:\n%s\nwant the journal's story of it", out)
+	}
+	// The journal of a proxy that died with it dispatched: no answer
+	// is known, which is not "no answer yet".
+	cut := filepath.Join(t.TempDir(), "cut.jsonl")
+	writeEntries(t, cut, []journal.Entry{{Time: time.Now(), Execution: "exe_cut", Tool: "charge_card", State: "dispatched", Attempt: 1}})
+	out, _, err = run(t, "activity", "show", "exe_cut", "--store", in.store, "--journal", cut)
+	if a := sections(t, out)[headAnswer]; err != nil || strings.Contains(a, "no answer yet") || !strings.Contains(a, "no line of the journals given tells an answer") {
+		t.Errorf("activity show of a dispatch the journal tells no answer of = %v; section %q:\n%s\nwant it to say no line tells an answer", err, headAnswer, a)
+	}
+	if _, _, err := run(t, "activity", "show", "exe_none", "--store", in.store, "--journal", in.journals[0]); err == nil ||
+		!strings.Contains(err.Error(), "no line of the journals given names it") {
+		t.Errorf("activity show of an id no one holds = %v; want an error saying no journal line names it", err)
+	}
+	if _, _, err := run(t, "activity", "show", in.id, "--store", in.store); err == nil {
+		t.Errorf("activity show without a journal, of an id the store does not hold, succeeded")
+	}
+}

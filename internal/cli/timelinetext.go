@@ -33,6 +33,9 @@ const (
 // section per question.
 func printTimeline(w io.Writer, tl *timeline) {
 	makePrintable(reflect.ValueOf(tl))
+	if tl.FromJournal {
+		fmt.Fprint(w, "the store no longer holds it (its retention passed, or another store was given): told from the journals alone\n\n")
+	}
 	printFields(w, tl.Record)
 	fmt.Fprintf(w, "\n%s\n", headSessions)
 	printSessions(w, &tl.Sessions)
@@ -43,7 +46,7 @@ func printTimeline(w io.Writer, tl *timeline) {
 	}
 	printDispatch(w, &tl.Dispatch)
 	fmt.Fprintf(w, "\n%s\n", headAnswer)
-	printAnswer(w, &tl.Answer)
+	printAnswer(w, &tl.Answer, tl.FromJournal)
 	fmt.Fprintf(w, "\n%s\n", headCallers)
 	if tl.Shadow {
 		fmt.Fprintln(w, "  "+shadowCallersNote)
@@ -152,11 +155,16 @@ func printDispatch(w io.Writer, p *dispatchPart) {
 	tw.Flush()
 }
 
-func printAnswer(w io.Writer, p *answerPart) {
+// printAnswer prints p; fromJournal says the journals alone told it.
+func printAnswer(w io.Writer, p *answerPart, fromJournal bool) {
 	for _, h := range p.Settles {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %s %s %s", h.State, stamp(h.At), h.Note), " "))
 	}
 	switch {
+	case p.State.InFlight() && fromJournal:
+		// The journals end there: the process may have died, or the
+		// line of its answer be in a journal not given.
+		fmt.Fprintf(w, "  no line of the journals given tells an answer: the last tells it %s\n", p.State)
 	case p.State.InFlight():
 		fmt.Fprintf(w, "  no answer yet: it is %s\n", p.State)
 	case p.State == record.Unknown:
