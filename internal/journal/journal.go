@@ -185,6 +185,9 @@ type Writer struct {
 	every  time.Duration
 	most   int // lines a checkpoint may leave uncovered
 	self   Process
+	// links is set where the file system counts the file's names: a file
+	// just opened by its name has one, unless it reports none at all.
+	links bool
 
 	mu    sync.Mutex // guards the fields below
 	f     *os.File
@@ -236,7 +239,7 @@ func OpenWith(path string, opts Options) (*Writer, error) {
 		return nil, fmt.Errorf("opening journal %s: %w", path, err)
 	}
 	w := &Writer{path: path, f: f, prev: prev, lines: lines, unsigned: unsigned,
-		signer: opts.Signer, every: opts.CheckpointEvery, most: opts.CheckpointLines, self: opts.Writer}
+		signer: opts.Signer, every: opts.CheckpointEvery, most: opts.CheckpointLines, self: opts.Writer, links: !removed(f)}
 	if w.self.Host == "" {
 		w.self.Host, _ = os.Hostname() // a host without a name leaves it out
 	}
@@ -451,7 +454,7 @@ func (p *Process) fill(self Process) {
 // write writes lines, the last of which hashes to next, in one write
 // call, and counts added lines. w.mu is held.
 func (w *Writer) write(lines []byte, next string, added int) error {
-	if removed(w.f) {
+	if w.links && removed(w.f) {
 		// Written or not, the line would be lost without a word: say so,
 		// so that each transition is logged and counted.
 		return fmt.Errorf("writing journal %s: the file was removed while this process had it open, so no line reaches it: restart the process to start a new journal there", w.path)
