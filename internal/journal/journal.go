@@ -189,10 +189,14 @@ type Writer struct {
 	// just opened by its name has one, unless it reports none at all.
 	links bool
 
-	mu    sync.Mutex // guards the fields below
-	f     *os.File
-	prev  string // hex SHA-256 of the last line, or Genesis
-	lines int    // lines in the file
+	mu   sync.Mutex // guards the fields below
+	f    *os.File
+	prev string // hex SHA-256 of the last line, or Genesis
+	// looked is when write last looked whether the file was removed;
+	// gone, that it was, for good.
+	looked time.Time
+	gone   bool
+	lines  int // lines in the file
 	// unsigned counts the lines after the newest checkpoint.
 	unsigned int
 	// timer, while set, writes a checkpoint when it fires; it is set
@@ -451,10 +455,21 @@ func (p *Process) fill(self Process) {
 	}
 }
 
+// lookRemovedEvery is how often write looks whether the journal file was
+// removed: a look is a system call and an allocation, which on every line
+// more than doubled a write's cost. Lines written in between are lost all
+// the same, and said so once the look finds it.
+const lookRemovedEvery = time.Second
+
 // write writes lines, the last of which hashes to next, in one write
 // call, and counts added lines. w.mu is held.
 func (w *Writer) write(lines []byte, next string, added int) error {
-	if w.links && removed(w.f) {
+	if w.links && !w.gone {
+		if now := time.Now(); now.Sub(w.looked) >= lookRemovedEvery {
+			w.looked, w.gone = now, removed(w.f)
+		}
+	}
+	if w.gone {
 		// Written or not, the line would be lost without a word: say so,
 		// so that each transition is logged and counted.
 		return fmt.Errorf("writing journal %s: the file was removed while this process had it open, so no line reaches it: restart the process to start a new journal there", w.path)
