@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -102,9 +103,15 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 		sort.Strings(names)
 		cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String(), "query": u.RawQuery})
 		ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
-		if err != nil {
+		if errors.Is(err, fingerprint.ErrNoSecret) {
 			// Its identity is keyed by the secret, which a store that
-			// could not be reached has not given yet.
+			// could not be reached has not given yet. Say what to do:
+			// the store's error alone reads as one the proxy waits out.
+			return nil, "", errors.New("the upstream's identity, keyed by its credentials (--upstream-header, or the URL's user or query), " +
+				"needs the fingerprint secret the store keeps, and the store cannot be reached: " +
+				"set MCP_IDEMPOTENT_SECRET, or start again once the store answers")
+		}
+		if err != nil {
 			return nil, "", fmt.Errorf("the upstream's identity, keyed by its credentials: %w", err)
 		}
 		id += " credential:" + ref[:16]
