@@ -189,6 +189,11 @@ func (a *activityArgs) check() error {
 		if a.limit < 1 {
 			return usagef("--limit: %d; want 1 or more", a.limit)
 		}
+		if a.fingerprint != "" && !isFingerprint(a.fingerprint) {
+			// Logs print a fingerprint's first 12 digits: matched as a
+			// whole, that would list nothing, which reads as "no calls".
+			return usagef("--fingerprint: %q is not a whole fingerprint: give its 64 hex digits, as activity show prints them (logs print the first 12)", a.fingerprint)
+		}
 	}
 	switch {
 	case len(a.pos) == wantPos:
@@ -198,6 +203,20 @@ func (a *activityArgs) check() error {
 	default:
 		return usagef("activity %s: want one execution id, got %d arguments", a.verb, len(a.pos))
 	}
+}
+
+// isFingerprint reports whether s is a fingerprint as records hold it:
+// the 64 lower-case hex digits of an HMAC-SHA-256.
+func isFingerprint(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // list prints the executions a's filter selects.

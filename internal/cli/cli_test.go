@@ -126,6 +126,8 @@ func TestUsageErrors(t *testing.T) {
 		{"activity: resolve without --as", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0]}, []string{"--as is required"}},
 		{"activity: resolve as what no execution can be", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0], "--as", "maybe"}, []string{"--as", `"maybe"`}},
 		{"activity: list with an argument", []string{"activity", "list", "extra", "--store", "sqlite:" + os.Args[0]}, []string{"activity list takes no arguments", `"extra"`}},
+		// A fingerprint cut short, as logs print it, would list nothing.
+		{"activity: fingerprint as logs print it", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--fingerprint", "51f00353c84b"}, []string{"--fingerprint", `"51f00353c84b"`, "64 hex digits"}},
 		{"activity: bad limit", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--limit", "-1"}, []string{"--limit", "-1"}},
 	}
 	for _, tt := range tests {

@@ -289,14 +289,15 @@ func TestShowFindsTheFingerprintPastOthers(t *testing.T) {
 		}
 		return got.ID
 	}
-	earlier := reserve("k", "fp1")
+	fp1 := strings.Repeat("f1", 32) // whole, as activity list --fingerprint takes it
+	earlier := reserve("k", fp1)
 	if _, err := s.Update(t.Context(), earlier, record.Change{To: record.Failed, Note: "refused upstream"}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range relatedBound + 1 {
 		reserve(fmt.Sprint("other-", i), fmt.Sprint("fp-other-", i))
 	}
-	id := reserve("k", "fp1")
+	id := reserve("k", fp1)
 	out, _, err := run(t, "activity", "show", id, "--store", "sqlite:"+path, "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestShowFindsTheFingerprintPastOthers(t *testing.T) {
 		t.Errorf("%d related executions; want only %s, with %d calls of other arguments between",
 			len(tl.Later.Related), earlier, relatedBound+1)
 	}
-	out, _, err = run(t, "activity", "list", "--store", "sqlite:"+path, "--fingerprint", "fp1", "--json")
+	out, _, err = run(t, "activity", "list", "--store", "sqlite:"+path, "--fingerprint", fp1, "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
