@@ -121,14 +121,27 @@ func parseActivity(args []string) (*activityArgs, error) {
 		return nil, usagef("activity: say list, show, resolve, approve or deny")
 	}
 	a := &activityArgs{verb: args[0]}
+	fs, err := a.flags(io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	if a.pos, err = parseInterspersed(fs, args[1:], "store"); err != nil {
+		return nil, &usageError{msg: err.Error()}
+	}
+	return a, a.check()
+}
+
+// flags returns the flag set of a's verb, writing its defaults, when
+// asked, to out.
+func (a *activityArgs) flags(out io.Writer) (*flag.FlagSet, error) {
 	fs := flag.NewFlagSet("activity "+a.verb, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs.SetOutput(out)
 	fs.StringVar(&a.store, "store", "", "the store `URL`, as given to the proxy (sqlite:PATH, ...)")
 	fs.BoolVar(&a.json, "json", false, "print JSON for scripts")
 	switch a.verb {
 	case "list":
 		fs.StringVar(&a.tool, "tool", "", "only this tool's executions")
-		fs.StringVar(&a.fingerprint, "fingerprint", "", "only executions of this fingerprint, as activity show prints it")
+		fs.StringVar(&a.fingerprint, "fingerprint", "", "only executions of this fingerprint, whole (64 hex digits), as activity show prints it")
 		fs.StringVar(&a.state, "state", "", "only executions in this state")
 		fs.StringVar(&a.since, "since", "", "only executions accepted within this `duration` (such as 1h or 7d)")
 		fs.IntVar(&a.limit, "limit", 100, "at most this many")
@@ -150,11 +163,24 @@ func parseActivity(args []string) (*activityArgs, error) {
 	default:
 		return nil, usagef("activity: unknown subcommand %q", a.verb)
 	}
-	var err error
-	if a.pos, err = parseInterspersed(fs, args[1:], "store"); err != nil {
-		return nil, &usageError{msg: err.Error()}
+	return fs, nil
+}
+
+// activityHelp is activity's usage, then each verb's flags with their
+// meanings and defaults.
+func activityHelp() string {
+	var b strings.Builder
+	b.WriteString(activityUsage)
+	for _, verb := range []string{"list", "show", "resolve", "approve"} {
+		name := verb
+		if verb == "approve" {
+			name = "approve|deny"
+		}
+		fmt.Fprintf(&b, "\nFlags of activity %s:\n", name)
+		fs, _ := (&activityArgs{verb: verb}).flags(&b)
+		fs.PrintDefaults()
 	}
-	return a, a.check()
+	return b.String()
 }
 
 // check checks a's flags and arguments.

@@ -169,7 +169,7 @@ func commandUsage(cmd string) string {
 	case "policy":
 		b.WriteString(policyUsage)
 	case "activity":
-		b.WriteString(activityUsage)
+		b.WriteString(activityHelp())
 	case "audit":
 		b.WriteString(auditUsage)
 	case "demo":

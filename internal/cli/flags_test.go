@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"flag"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -138,5 +140,33 @@ func TestEmptySecret(t *testing.T) {
 	_, _, err := run(t, "--", "/bin/cat")
 	if err == nil || !strings.Contains(err.Error(), "MCP_IDEMPOTENT_SECRET is set but empty") {
 		t.Fatalf("Run with MCP_IDEMPOTENT_SECRET= = %v; want it refused as empty", err)
+	}
+}
+
+// TestActivityHelpShowsEachVerbsFlags: `activity -h` gives each verb's
+// flags with their meanings and defaults, as the proxy's -h does, so
+// that --limit's default or what --as takes is found without the docs.
+func TestActivityHelpShowsEachVerbsFlags(t *testing.T) {
+	help := commandUsage("activity")
+	if !strings.Contains(help, "(default 100)") {
+		t.Errorf("activity -h does not give --limit's default:\n%s", help)
+	}
+	for _, verb := range []string{"list", "show", "resolve", "approve|deny"} {
+		_, section, ok := strings.Cut(help, "Flags of activity "+verb+":\n")
+		if !ok {
+			t.Errorf("activity -h has no flags of %s:\n%s", verb, help)
+			continue
+		}
+		section, _, _ = strings.Cut(section, "\n\n")
+		first, _, _ := strings.Cut(verb, "|")
+		fs, err := (&activityArgs{verb: first}).flags(io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.VisitAll(func(f *flag.Flag) {
+			if !strings.Contains(section, "  -"+f.Name+" ") && !strings.Contains(section, "  -"+f.Name+"\n") {
+				t.Errorf("activity -h leaves out %s's --%s", verb, f.Name)
+			}
+		})
 	}
 }
