@@ -522,7 +522,7 @@ func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersP
 		// The caller that started it got an error, unknown, or nothing
 		// its transport took: no line says which.
 		p.Callers = slices.Insert(p.Callers, 0, caller{At: starter.Time, Session: starter.Session,
-			RequestID: starter.RequestID, How: "started", Got: notJournaled})
+			RequestID: requestOf(starter), How: "started", Got: notJournaled})
 	}
 	return p
 }

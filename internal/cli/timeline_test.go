@@ -703,3 +703,47 @@ func TestShowFromTheJournalAlone(t *testing.T) {
 		t.Errorf("activity show without a journal, of an id the store does not hold, succeeded")
 	}
 }
+
+// TestShowOlderStarterWithoutALine: a caller that started an execution
+// on an older journal's lines, which name its request only in request,
+// and got no delivered line, is still told by its request id.
+func TestShowOlderStarterWithoutALine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Failed, Error: json.RawMessage(`{"code":-32602,"message":"no"}`)}} {
+		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	var lines []string
+	for i, state := range []string{"accepted", "dispatched", "failed"} {
+		lines = append(lines, fmt.Sprintf(`"time":"%s","execution":"%s","tool":"charge_card","state":"%s","attempt":1,"request":"7"}`,
+			time.Now().Add(time.Duration(i-60)*time.Second).UTC().Format(time.RFC3339Nano), r.ID, state))
+	}
+	j := filepath.Join(dir, "old.jsonl")
+	writeChained(t, j, lines)
+	out, _, err := run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--journal", j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if callers := sections(t, out)[headCallers]; !regexp.MustCompile(`request 7 +started`).MatchString(callers) {
+		t.Errorf("section %q:\n%s\nwant the starter as request 7", headCallers, callers)
+	}
+	out, _, err = run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--journal", j, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`"request_id": *7\b`).MatchString(out) {
+		t.Errorf("--json:\n%s\nwant the starter's request_id 7", out)
+	}
+}
