@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -298,6 +299,11 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = s.reservedMessage()
 		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
 			why = unportableID
+		case m.IsRequest() && !negotiableDeclared(m):
+			// As for a request alone (fromClient): the upstream might
+			// know that version, and the proxy has not its rules.
+			why = fmt.Sprintf("mcp-idempotent: a request in the batch declares protocol version %q in its _meta, which the proxy does not know: it speaks %s",
+				declaredVersion(m), strings.Join(mcp.Versions, ", "))
 		default:
 			continue
 		}

@@ -71,3 +71,18 @@ func unsupportedVersion(id json.RawMessage, version string) []byte {
 // codeUnsupportedVersion is the JSON-RPC error code of
 // UnsupportedProtocolVersionError (spec 2026-07-28, SEP-2575).
 const codeUnsupportedVersion = -32022
+
+// declaredVersion returns the protocol version m's params' _meta
+// declares; "" when it declares none. A request alone has it read as its
+// frame is (mcp.ParamsReader.DeclaredVersion); one in a batch, here.
+func declaredVersion(m *jsonrpc.Message) string {
+	v, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(m.Params, "_meta"), mcp.MetaProtocolVersion))
+	return v
+}
+
+// negotiableDeclared reports whether m declares no protocol version, or
+// one the proxy may agree on.
+func negotiableDeclared(m *jsonrpc.Message) bool {
+	v := declaredVersion(m)
+	return v == "" || mcp.Negotiable(v)
+}

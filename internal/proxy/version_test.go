@@ -165,3 +165,29 @@ func TestRequestOfAnUnknownVersionRefused(t *testing.T) {
 	r.client.send(t, known)
 	nextIs(t, r.upstream, "upstream", known, "the request of a known version, and nothing before it")
 }
+
+// TestBatchOfAnUnknownVersionRefused: a request in a batch whose _meta
+// declares a protocol version the proxy does not know does not reach the
+// upstream either: the batch is refused whole, as for its other checks,
+// each request answered with an error naming the version. A batch of a
+// known version passes as it came.
+func TestBatchOfAnUnknownVersionRefused(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}]`)
+	got := r.client.next(t, "client")
+	var answers []struct {
+		ID    json.RawMessage
+		Error *struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(got), &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("the client got %s; want an array of two answers", got)
+	}
+	for _, a := range answers {
+		if a.Error == nil || !strings.Contains(a.Error.Message, `"2099-01-01"`) {
+			t.Fatalf("the client got %s; want each request refused, naming the version", got)
+		}
+	}
+	known := `[{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-03-26"}}}]`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the batch of a known version, and nothing before it")
+}
