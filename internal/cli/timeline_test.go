@@ -395,23 +395,7 @@ func TestShowReadsALineOnce(t *testing.T) {
 // failed has no line of what it got; show says so, and does not say its
 // transport did not take it.
 func TestShowStarterWithoutALine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "records.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
-		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Failed, Error: json.RawMessage(`{"code":-32602,"message":"no"}`)}} {
-		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Close()
+	dir, path, r := failedExecution(t)
 	t0 := time.Now().Add(-time.Minute)
 	var es []journal.Entry
 	for i, state := range []string{"accepted", "dispatched", "failed"} {
@@ -430,6 +414,31 @@ func TestShowStarterWithoutALine(t *testing.T) {
 	if strings.Contains(callers, "not taken") {
 		t.Errorf("section %q:\n%s\nwant no %q: no line says so", headCallers, callers, "not taken")
 	}
+}
+
+// failedExecution stores in a SQLite file of a new directory one
+// execution of charge_card, dispatched then failed, and returns the
+// directory, the file and the record.
+func failedExecution(t *testing.T) (dir, path string, r *record.Record) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, _, err = s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Failed, Error: json.RawMessage(`{"code":-32602,"message":"no"}`)}} {
+		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, path, r
 }
 
 // TestShowNamesTheZone: show and list print local times, and name their
@@ -708,23 +717,7 @@ func TestShowFromTheJournalAlone(t *testing.T) {
 // on an older journal's lines, which name its request only in request,
 // and got no delivered line, is still told by its request id.
 func TestShowOlderStarterWithoutALine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "records.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
-		Actor: "alice", Scope: "session:s1", Tool: "charge_card", Retention: time.Hour}, record.ReserveOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []record.Change{{To: record.Dispatched}, {To: record.Failed, Error: json.RawMessage(`{"code":-32602,"message":"no"}`)}} {
-		if _, err := s.Update(t.Context(), r.ID, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Close()
+	dir, path, r := failedExecution(t)
 	var lines []string
 	for i, state := range []string{"accepted", "dispatched", "failed"} {
 		lines = append(lines, fmt.Sprintf(`"time":"%s","execution":"%s","tool":"charge_card","state":"%s","attempt":1,"request":"7"}`,
