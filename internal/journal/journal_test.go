@@ -375,6 +375,9 @@ func TestVerify(t *testing.T) {
 		{"no prev", `{"time":"x"}` + "\n", 0, 1, "no prev member"},
 		{"prev in capitals", `{"prev":"` + strings.ToUpper(strings.Repeat("ab", 32)) + `"}` + "\n", 0, 1, "64 lowercase hex"},
 		{"prev twice", `{"prev":"` + Genesis + `","prev":"` + Genesis + `"}` + "\n", 0, 1, `"prev" appears twice`},
+		{"prev twice, once escaped", `{"prev":"` + Genesis + `","pr\u0065v":"` + Genesis + `"}` + "\n", 0, 1, `"prev" appears twice`},
+		{"another member twice", `{"tool":"a","prev":"` + Genesis + `","tool":"b"}` + "\n", 0, 1, `"tool" appears twice`},
+		{"prev not a string", `{"prev":0}` + "\n", 0, 1, "64 lowercase hex"},
 		{"trailing text", `{"prev":"` + Genesis + `"} x` + "\n", 0, 1, "not valid JSON"},
 	}
 	for _, tt := range tests {
