@@ -229,7 +229,11 @@ type chainRun struct {
 	lat                           []time.Duration
 	upstreamBefore, upstreamAfter int
 	replayed                      int
-	cpu                           time.Duration // of the whole chain, once closed; 0 if unknown
+	// faultsBefore and faultsAfter are the head process's minor page
+	// faults (minorFaults) before the first timed call and after the
+	// last, or -1.
+	faultsBefore, faultsAfter int64
+	cpu                       time.Duration // of the whole chain, once closed; 0 if unknown
 }
 
 // startChain starts c, makes the handshake and the untimed warm-up calls.
@@ -241,6 +245,7 @@ func startChain(b *testing.B, c chain) *chainRun {
 		r.upstreamBefore = max(r.upstreamBefore, res.upstreamCount)
 	}
 	r.upstreamAfter = r.upstreamBefore
+	r.faultsBefore = minorFaults(r.cl.cmd.Process.Pid)
 	return r
 }
 
@@ -275,6 +280,7 @@ func (r *chainRun) close() {
 		return
 	}
 	r.closed = true
+	r.faultsAfter = minorFaults(r.cl.cmd.Process.Pid)
 	if st := r.cl.close(); st != nil {
 		r.cpu = st.UserTime() + st.SystemTime()
 	}
@@ -303,6 +309,9 @@ func (r *chainRun) report(prefix string) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), prefix+"p99-ns")
 	b.ReportMetric(float64(r.upstreamAfter-r.upstreamBefore)/n, prefix+"upstream-calls/op")
 	b.ReportMetric(float64(r.replayed)/n, prefix+"replayed/op")
+	if r.faultsBefore >= 0 && r.faultsAfter >= 0 {
+		b.ReportMetric(float64(r.faultsAfter-r.faultsBefore)/n, prefix+"faults/op")
+	}
 }
 
 // windowP50s returns the p50 of each w latencies of lat in turn, in

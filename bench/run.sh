@@ -37,7 +37,8 @@ for ((round = 1; round <= count; round++)); do
 done
 
 echo
-echo "median over $count rounds (-benchtime $benchtime each); $(nproc) CPUs; cpu = CPU time of the whole chain per call"
+echo "median over $count rounds (-benchtime $benchtime each); $(nproc) CPUs; cpu = CPU time of the whole chain per call;"
+echo "faults = minor page faults of the chain's first process per timed call"
 awk '
 function median(list,    a, n, i, j, t) {
 	n = split(list, a, " ")
@@ -60,13 +61,14 @@ function us(x) { return x == "" ? "n/a" : sprintf("%.1f", x / 1000) }
 }
 END {
 	n = split("direct relay proxy proxy-replay", order, " ")
-	printf "%-14s %10s %10s %10s %10s %6s\n", "chain", "p50 us", "p99 us", "cpu us", "upstream", "runs"
+	printf "%-14s %10s %10s %10s %10s %10s %6s\n", "chain", "p50 us", "p99 us", "cpu us", "faults", "upstream", "runs"
 	for (k = 1; k <= n; k++) {
 		c = order[k]
 		p50[c] = median(vals[c, "p50-ns"]); p99[c] = median(vals[c, "p99-ns"])
 		up = median(vals[c, "upstream-calls/op"])
-		printf "%-14s %10s %10s %10s %10s %6d\n", c, us(p50[c]), us(p99[c]), us(median(vals[c, "cpu-ns/op"])),
-			up == "" ? "n/a" : sprintf("%.2f", up), runs[c]
+		f = median(vals[c, "faults/op"])
+		printf "%-14s %10s %10s %10s %10s %10s %6d\n", c, us(p50[c]), us(p99[c]), us(median(vals[c, "cpu-ns/op"])),
+			f == "" ? "n/a" : sprintf("%.2f", f), up == "" ? "n/a" : sprintf("%.2f", up), runs[c]
 	}
 	print ""
 	printf "%-20s %6s %6s\n", "ratio", "p50", "p99"
