@@ -65,7 +65,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -719,59 +718,16 @@ func prevOf(line []byte) (string, error) {
 	return prev, err
 }
 
-// parseLine is prevOf, returning also the line's checkpoint member, if it
-// has one.
-func parseLine(line []byte) (prev string, checkpoint json.RawMessage, err error) {
-	if len(line) == 0 {
-		return "", nil, errors.New("empty line")
+func isHash[T string | []byte](s T) bool {
+	if len(s) != 2*sha256.Size {
+		return false
 	}
-	if line[len(line)-1] == '\r' {
-		// JSON takes the \r as white space, and the chain does not: told
-		// apart, lest a copy whose line ends were converted read as lines
-		// changed or inserted.
-		return "", nil, errors.New("it ends in a carriage return (\\r\\n), which no writer of a journal writes: its line ends were converted, as by a copy through Windows or git; convert them back (dos2unix) and check it again")
-	}
-	if !json.Valid(line) {
-		return "", nil, errors.New("not valid JSON")
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if tok, _ := dec.Token(); tok != json.Delim('{') {
-		return "", nil, errors.New("not a JSON object")
-	}
-	seen := make(map[string]bool)
-	hasPrev := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", nil, errors.New("not valid JSON")
-		}
-		name, _ := tok.(string) // json.Valid said members have string names
-		if seen[name] {
-			return "", nil, fmt.Errorf("member %q appears twice", name)
-		}
-		seen[name] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return "", nil, errors.New("not valid JSON")
-		}
-		switch name {
-		case "prev":
-			if json.Unmarshal(v, &prev) != nil || !isHash(prev) {
-				return "", nil, errors.New("prev is not 64 lowercase hex digits")
-			}
-			hasPrev = true
-		case "checkpoint":
-			checkpoint = v
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
 		}
 	}
-	if !hasPrev {
-		return "", nil, errors.New("no prev member")
-	}
-	return prev, checkpoint, nil
-}
-
-func isHash(s string) bool {
-	return len(s) == 2*sha256.Size && strings.Trim(s, "0123456789abcdef") == ""
+	return true
 }
 
 // tornReason says what to do with a journal whose line after its first

@@ -379,6 +379,21 @@ func TestVerify(t *testing.T) {
 		{"another member twice", `{"tool":"a","prev":"` + Genesis + `","tool":"b"}` + "\n", 0, 1, `"tool" appears twice`},
 		{"prev not a string", `{"prev":0}` + "\n", 0, 1, "64 lowercase hex"},
 		{"trailing text", `{"prev":"` + Genesis + `"} x` + "\n", 0, 1, "not valid JSON"},
+		{"trailing bytes", `{"prev":"` + Genesis + `"}}` + "\n", 0, 1, "not valid JSON"},
+		{"white space around the object", " \t{ \"prev\" : \"" + Genesis + "\" } \r \n", 1, 0, ""},
+		{"a member twice, once as a surrogate pair", `{"prev":"` + Genesis + `","\ud83d\ude00":1,"😀":2}` + "\n", 0, 1, `"😀" appears twice`},
+		{"a member twice, spelled in bytes that are not UTF-8", `{"prev":"` + Genesis + `","a` + "\xff" + `":1,"a\ufffd":2}` + "\n", 0, 1, "\"a\ufffd\" appears twice"},
+		{"bytes that are not UTF-8 in a value", `{"prev":"` + Genesis + `","tool":"` + "\xff\xfe" + `"}` + "\n", 1, 0, ""},
+		{"prev spelled with an escape", `{"prev":"\u0030` + Genesis[1:] + `"}` + "\n", 1, 0, ""},
+		{"a control character in a string", `{"prev":"` + Genesis + `","tool":"a` + "\t" + `b"}` + "\n", 0, 1, "not valid JSON"},
+		{"a bad escape", `{"prev":"` + Genesis + `","tool":"\x41"}` + "\n", 0, 1, "not valid JSON"},
+		{"a number with a leading zero", `{"prev":"` + Genesis + `","attempt":01}` + "\n", 0, 1, "not valid JSON"},
+		{"a number without digits after its point", `{"prev":"` + Genesis + `","attempt":1.}` + "\n", 0, 1, "not valid JSON"},
+		{"a number with an empty exponent", `{"prev":"` + Genesis + `","attempt":1e+}` + "\n", 0, 1, "not valid JSON"},
+		{"a number of every part", `{"prev":"` + Genesis + `","attempt":-0.5E+10}` + "\n", 1, 0, ""},
+		{"nested as deep as JSON may", nested(maxDepth-1) + "\n", 1, 0, ""},
+		{"nested deeper", nested(maxDepth) + "\n", 0, 1, "not valid JSON"},
+		{"invalid JSON before a member twice", `{"prev":"` + Genesis + `","prev":1,"x":tru}` + "\n", 0, 1, "not valid JSON"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
