@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,7 +209,8 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	w.log.Info("serving MCP over Streamable HTTP", "url", "http://"+ln.Addr().String()+f.path, "auth", auth)
+	u, listen := servedURL(f.listen, ln.Addr(), f.path)
+	w.log.Info("serving MCP over Streamable HTTP", "url", u, "listen", listen, "auth", auth)
 	var err error
 	select {
 	case err = <-served:
@@ -228,6 +230,29 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 		err = nil
 	}
 	return err
+}
+
+// servedURL returns a URL a client on this host can paste to reach the
+// endpoint, and the --listen address with the port the listener got (the
+// one the OS chose for port 0). The URL keeps the --listen host, as the
+// Host check accepts it, except one that means every interface (none,
+// 0.0.0.0 or ::): that is no address to connect to, and the Host check
+// refuses it, so the URL names loopback instead. The listener's own
+// address will not do: Go reports 0.0.0.0 as [::], and a name as the
+// address it resolved to, which the Host check refuses.
+func servedURL(listenFlag string, addr net.Addr, path string) (u, listen string) {
+	host, port, _ := net.SplitHostPort(listenFlag)
+	if a, ok := addr.(*net.TCPAddr); ok {
+		port = strconv.Itoa(a.Port)
+	}
+	listen = net.JoinHostPort(host, port)
+	switch ip := net.ParseIP(host); {
+	case host == "", ip != nil && ip.Equal(net.IPv4zero):
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: path}).String(), listen
 }
 
 func isLoopbackHost(host string) bool {
