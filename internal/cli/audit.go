@@ -37,10 +37,11 @@ const auditUsage = `Usage:
 
 Flags:
   --key FILE     (verify) a file of verifier keys, one per line, as keygen
-                 prints them; a checkpoint of each journal must be signed
-                 by one of them
-  --since FILE   (verify) a checkpoint saved earlier with audit checkpoint;
-                 needs --key
+                 prints them; every checkpoint of each journal must be
+                 signed by one of them
+  --since FILE   (verify) a checkpoint saved earlier by audit checkpoint,
+                 or a checkpoint line of the journal: the journal must
+                 still hold the line it signs; needs --key, and one FILE
   --out FILE     (keygen) where the signer key goes
 `
 

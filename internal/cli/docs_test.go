@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"flag"
 	"io"
 	"os"
@@ -50,4 +51,43 @@ func TestCLIDocsNameEveryFlag(t *testing.T) {
 			t.Errorf("docs/cli.md has a row for --%s, which no command takes", name)
 		}
 	}
+}
+
+// TestAuditHelpSaysWhatDocsSay: what audit's flags take, as docs/cli.md
+// says it, -h says too.
+func TestAuditHelpSaysWhatDocsSay(t *testing.T) {
+	data, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var help bytes.Buffer
+	if err := Run(t.Context(), []string{"audit", "-h"}, strings.NewReader(""), &help, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		flag string
+		says []string
+	}{
+		{"--key FILE", []string{"every checkpoint"}},
+		{"--since FILE", []string{"audit checkpoint", "a checkpoint line of the journal", "still hold the line it signs", "needs --key", "one FILE"}},
+	} {
+		row := usageEntry(strings.ReplaceAll(string(data), "`", ""), "| "+tt.flag+" |", "\n")
+		entry := usageEntry(help.String(), "  "+tt.flag+" ", "\n  --")
+		for _, s := range tt.says {
+			if !strings.Contains(strings.ToLower(row), strings.ToLower(s)) {
+				t.Errorf("docs/cli.md's row for %s does not say %q: %q", tt.flag, s, row)
+			}
+			if !strings.Contains(strings.ToLower(entry), strings.ToLower(s)) {
+				t.Errorf("audit -h on %s does not say %q: %q", tt.flag, s, entry)
+			}
+		}
+	}
+}
+
+// usageEntry returns the text of s from start to the end mark after it,
+// with its runs of spaces and newlines made one space.
+func usageEntry(s, start, end string) string {
+	_, after, _ := strings.Cut(s, start)
+	entry, _, _ := strings.Cut(after, end)
+	return strings.Join(strings.Fields(entry), " ")
 }
