@@ -124,7 +124,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 
 // readSince reads the checkpoint saved in file for --since.
 func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, error) {
-	b, err := os.ReadFile(file)
+	b, err := readText(file)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %w", err)
 	}
@@ -288,7 +288,7 @@ func writeNewFile(path string, data []byte) error {
 
 // readVerifiers reads a file of verifier keys, one per line.
 func readVerifiers(path string) (note.Verifiers, error) {
-	b, err := os.ReadFile(path)
+	b, err := readText(path)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +322,7 @@ func readVerifiers(path string) (note.Verifiers, error) {
 // readSigner reads a signer key file that audit keygen wrote. Its errors
 // never show the key.
 func readSigner(path string) (note.Signer, error) {
-	b, err := os.ReadFile(path)
+	b, err := readText(path)
 	if err != nil {
 		return nil, err
 	}

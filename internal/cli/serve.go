@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -296,13 +296,12 @@ func checkOrigin(o string) error {
 // readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
 // and lines starting with # are skipped.
 func readTokens(path string) (map[string]string, error) {
-	file, err := os.Open(path)
+	b, err := readText(path)
 	if err != nil {
 		return nil, err
 	}
-	defer file.Close()
 	tokens := make(map[string]string)
-	sc := bufio.NewScanner(file)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
 		// A field that starts with # starts a comment, to the end of the

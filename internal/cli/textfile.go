@@ -1,0 +1,28 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+)
+
+// utf8BOM is the UTF-8 byte order mark, U+FEFF, that Notepad and Windows
+// PowerShell's Set-Content -Encoding utf8 write at the start of a file.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// readText reads a text file a flag names: a key, a token or a checkpoint
+// file. A leading UTF-8 byte order mark is taken out: it marks the
+// encoding, and is no part of any key, token or note, none of which can
+// start with one. Left in, it would make the first word another, so that
+// a first "# comment" line became a token. A file in UTF-16 (Windows
+// PowerShell's > writes it) is refused, naming the mark.
+func readText(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(b, []byte{0xFF, 0xFE}) || bytes.HasPrefix(b, []byte{0xFE, 0xFF}) {
+		return nil, fmt.Errorf("%s starts with a UTF-16 byte order mark: save it as UTF-8", path)
+	}
+	return bytes.TrimPrefix(b, utf8BOM), nil
+}
