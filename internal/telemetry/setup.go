@@ -34,6 +34,9 @@ const Name = "github.com/mcp-idempotent/mcp-idempotent"
 // OTEL_TRACES_EXPORTER is otlp, or unset while an OTLP endpoint is
 // (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
 // off, with a nil tracer, otherwise, and always with OTEL_SDK_DISABLED=true.
+// Off, no other variable is read, nor refused: the upstream inherits the
+// environment, and a value set for it (OTEL_EXPORTER_OTLP_PROTOCOL=http/json
+// for a Node server) must not stop a proxy that exports nothing.
 // The protocol is OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
 // OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default) or grpc. The
 // exporter reads the rest of its OTEL_EXPORTER_OTLP_* variables itself
