@@ -198,6 +198,7 @@ func (s *Session) refuseInUse(id json.RawMessage) {
 // until it is answered. s.mu must be held.
 func (s *Session) rememberLocked(key string, f forwardedRequest) {
 	s.forwarded[key] = f
+	s.dropCancelledLocked(key)
 	if !standing(f.method) {
 		s.awaited++
 	}

@@ -159,9 +159,14 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	}
 	pending := s.pending
 	s.pending = make(map[string]sent)
+	cancelled := s.cancelledShadows
+	s.cancelledShadows = nil
 	s.mu.Unlock()
 	for _, p := range pending {
 		s.answered(p, nil, err)
+	}
+	for _, sc := range cancelled {
+		sc.answered(nil, err)
 	}
 	var cause string
 	if explain && len(forwarded) > 0 {

@@ -463,10 +463,8 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		s.mu.Lock()
 		f := s.forwarded[string(jsonrpc.IDKey(id))]
 		s.forgetLocked(string(jsonrpc.IDKey(id)))
+		s.keepCancelledLocked(string(jsonrpc.IDKey(id)), f.shadow)
 		s.mu.Unlock()
-		if f.shadow != nil {
-			f.shadow.answered(nil, errShadowCancelled)
-		}
 	}
 	s.writeUpstream(msg.Raw)
 }
@@ -552,6 +550,9 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 		f := s.forwarded[key]
 		s.forgetLocked(key)
+		if f.shadow == nil {
+			f.shadow = s.takeCancelledLocked(key)
+		}
 		if refused := s.noteProtocolLocked(f, msg); refused != nil {
 			frame = refused
 		}

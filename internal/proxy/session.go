@@ -193,7 +193,11 @@ type Session struct {
 	forwarded   map[string]forwardedRequest
 	awaited     int
 	forwardIdle chan struct{}
-	batches     uint64 // the client's batches passed upstream, to number them
+	// cancelledShadows holds, in shadow mode, the tools/calls passed
+	// upstream that the client cancelled, by key as forwarded held them:
+	// the upstream's answer, if it comes, is their outcome (keepCancelled).
+	cancelledShadows map[string]*shadowCall
+	batches          uint64 // the client's batches passed upstream, to number them
 	// calls holds the client's tools/call requests being handled, by id.
 	calls map[string]*clientCall
 	// clientDeaf is closed once a write to the client failed, which

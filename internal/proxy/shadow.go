@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -24,17 +25,25 @@ type shadowCall struct {
 	pol  policy.Policy // its retry rule sends nothing more (shadowRetry)
 	req  intercept.Request
 
-	mu     sync.Mutex
-	got    bool               // the call's outcome came
-	result json.RawMessage    // the outcome: the result
-	err    error              // or the error
-	done   intercept.Answered // the interceptor's, once it "sent" the call
+	// ctx is the context the interceptor judges the call in: leave ends
+	// it when the client cancels the call, as the end of a caller's
+	// context detaches it in normal mode.
+	ctx   context.Context
+	leave context.CancelFunc
+
+	mu        sync.Mutex
+	got       bool               // the call's outcome came
+	result    json.RawMessage    // the outcome: the result
+	err       error              // or the error
+	done      intercept.Answered // the interceptor's, once it "sent" the call
+	cancelled bool               // the client cancelled the call (keepCancelledLocked)
 }
 
 // shadowToolCall passes c upstream as it came, and has the interceptor
 // judge it.
 func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	sc := &shadowCall{call: c.call, pol: *info.policy}
+	sc.ctx, sc.leave = context.WithCancel(context.Background())
 	sc.pol.Retry = shadowRetry(sc.pol.Retry)
 	sc.req = intercept.Request{
 		Call:           &sc.call,
@@ -53,7 +62,7 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	}
 	// Judged first: with a store in memory Handle reserves at once, so
 	// that the call is on record before its answer can come.
-	s.opts.Interceptor.Handle(context.Background(), &sc.req)
+	s.opts.Interceptor.Handle(sc.ctx, &sc.req)
 	c.mu.Lock()
 	c.passThrough = true
 	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc)
@@ -105,6 +114,9 @@ func (sc *shadowCall) answered(result json.RawMessage, err error) {
 		sc.mu.Unlock()
 		return
 	}
+	if sc.cancelled && err != nil {
+		err = cancelledOutcome(err)
+	}
 	sc.got, sc.result, sc.err = true, result, err
 	done := sc.done
 	sc.mu.Unlock()
@@ -124,9 +136,64 @@ func (sc *shadowCall) answeredFrame(frame []byte) {
 	sc.answered(outcomeOf("tools/call", &msg))
 }
 
-// errShadowCancelled is the outcome of a call in shadow mode that the
-// client cancelled: what the upstream then did is not observed.
-var errShadowCancelled = errors.New("the client cancelled the call as it passed through; its outcome was not observed")
+// keepCancelledLocked takes sc, if not nil, as cancelled by its client,
+// and keeps it under key until the upstream answers the request (taken
+// by takeCancelledLocked), its id is used again (dropCancelledLocked) or
+// the upstream is given up on (abandon). Normal mode keeps a caller's
+// cancellation from the upstream and records the outcome of the
+// execution all the same, for a retry to replay; here the cancellation
+// went upstream as it came, and the answer to the cancelled request, if
+// one comes, is the nearest to that outcome there is. s.mu must be held.
+func (s *Session) keepCancelledLocked(key string, sc *shadowCall) {
+	if sc == nil {
+		return
+	}
+	sc.mu.Lock()
+	sc.cancelled = true
+	sc.mu.Unlock()
+	sc.leave() // before the answer can come: it is not delivered
+	if s.cancelledShadows == nil {
+		s.cancelledShadows = make(map[string]*shadowCall)
+	}
+	s.cancelledShadows[key] = sc
+}
+
+// takeCancelledLocked returns the cancelled call kept under key, if
+// any, and forgets it. s.mu must be held.
+func (s *Session) takeCancelledLocked(key string) *shadowCall {
+	sc := s.cancelledShadows[key]
+	delete(s.cancelledShadows, key)
+	return sc
+}
+
+// dropCancelledLocked ends the cancelled call kept under key, if any,
+// whose id the client uses again: an answer under it may then be either
+// request's, so the cancelled one's outcome is not observed. s.mu must
+// be held; the outcome is recorded on a goroutine of its own, since
+// recording it must not hold s.mu.
+func (s *Session) dropCancelledLocked(key string) {
+	if sc := s.takeCancelledLocked(key); sc != nil {
+		go sc.answered(nil, errIDUsedAgain)
+	}
+}
+
+// errIDUsedAgain is the outcome of a cancelled call whose id the client
+// used again before the upstream answered it.
+var errIDUsedAgain = errors.New("the client used its id again before the upstream answered")
+
+// cancelledOutcome is the outcome of a call the client cancelled that
+// ended with err rather than a result. The upstream answered the
+// cancellation, which normal mode would not have passed on, or never
+// answered: either way the tool's own outcome, which normal mode would
+// have waited for, was not observed. Unknown then (no JSON-RPC error
+// survives, which would settle it failed), and its note keeps an
+// upstream error's code but not its message, as outcome does.
+func cancelledOutcome(err error) error {
+	if e, ok := errors.AsType[*jsonrpc.Error](err); ok {
+		return fmt.Errorf("the client cancelled the call, and the upstream answered it with error %d; the outcome without the cancellation was not observed", e.Code)
+	}
+	return fmt.Errorf("the client cancelled the call, and %v; the outcome without the cancellation was not observed", err)
+}
 
 // notSent tells sc, if any, that the call was not sent.
 func (sc *shadowCall) notSent(why error) {

@@ -25,6 +25,8 @@ import (
 type decisions struct {
 	mu             sync.Mutex
 	counted, shown map[string]int // Decision's, ShadowDecision's
+	// settled gets the state of each execution settled, as recorded.
+	settled chan record.State
 }
 
 func (d *decisions) Decision(_ intercept.Tool, _ policy.Class, decision string) {
@@ -40,8 +42,14 @@ func (d *decisions) ShadowDecision(_ intercept.Tool, _ policy.Class, decision st
 }
 
 func (*decisions) Attempt(intercept.Tool, int, string, time.Duration) {}
-func (*decisions) Transition(intercept.Tool, record.State)            {}
 func (*decisions) Upstream(intercept.Tool, time.Duration)             {}
+
+func (d *decisions) Transition(_ intercept.Tool, state record.State) {
+	switch state {
+	case record.Completed, record.Failed, record.Unknown:
+		d.settled <- state
+	}
+}
 
 // total is the decisions counted so far, shadow ones where there are.
 func (d *decisions) total() int {
@@ -63,15 +71,20 @@ func (d *decisions) total() int {
 // answers every tools/call with its charge, holds card C's until
 // released, exits in the first call of card D, to be started again, and
 // answers card T's with a 429, which the tool's retry rule marks
-// transient and leaves to the client after one attempt.
+// transient and leaves to the client after one attempt. It holds cards
+// E and N as C, but once the client has cancelled one, answers it with
+// an error (E) or not at all (N), as servers that honour a cancellation
+// do.
 type shadowRig struct {
 	t        *testing.T
 	r        *restartRig
 	d        *decisions
+	shadow   bool // the proxy is in shadow mode
 	mu       sync.Mutex
-	calls    []string // the tools/call frames the upstream got
-	got      []string // the client's answers to its tools/calls
-	gotC     chan struct{}
+	calls    []string            // the tools/call frames the upstream got
+	got      []string            // the client's answers to its tools/calls
+	dropped  map[string]struct{} // the ids of the calls the upstream was told were cancelled
+	gotC     chan struct{}       // the upstream got a call it holds
 	releaseC chan struct{}
 }
 
@@ -79,11 +92,17 @@ type shadowRig struct {
 // the decisions, the tools/call frames the upstream got, the journal's
 // lines and the store.
 func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decisions, *shadowRig, []journal.Entry, *memstore.Store) {
-	d := &decisions{counted: map[string]int{}, shown: map[string]int{}}
 	store := memstore.New(memstore.Options{})
+	d, s, j := runShadowScriptOn(t, store, shadow, script)
+	return d, s, j, store
+}
+
+// runShadowScriptOn is runShadowScript with the proxy's records in store.
+func runShadowScriptOn(t *testing.T, store record.Store, shadow bool, script func(*shadowRig)) (*decisions, *shadowRig, []journal.Entry) {
+	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 64)}
 	j := &entries{}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Journal: j, Shadow: shadow})
-	s := &shadowRig{t: t, d: d, gotC: make(chan struct{}, 2), releaseC: make(chan struct{})}
+	s := &shadowRig{t: t, d: d, shadow: shadow, dropped: map[string]struct{}{}, gotC: make(chan struct{}, 8), releaseC: make(chan struct{})}
 	rule := &policy.RetryRule{MaxAttempts: 1, Transient: []policy.ResultMatch{{Text: regexp.MustCompile(`\b429\b`), SafeToResend: true}}}
 	s.r = newRestartRig(t, 5, func(o *Options) {
 		o.Interceptor = in
@@ -118,7 +137,7 @@ func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decis
 	in.Wait(t.Context())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return d, s, j.all(), store
+	return d, s, j.all()
 }
 
 // serve is the upstream, across its restarts.
@@ -153,10 +172,17 @@ func (s *shadowRig) serveOne(up *upstreamEnd, died *bool, stop chan struct{}) bo
 		var m struct {
 			ID     json.RawMessage
 			Method string
-			Params struct{ Arguments struct{ Card string } }
+			Params struct {
+				Arguments struct{ Card string }
+				RequestID json.RawMessage
+			}
 		}
 		json.Unmarshal(f, &m)
 		switch m.Method {
+		case "notifications/cancelled":
+			s.mu.Lock()
+			s.dropped[string(m.Params.RequestID)] = struct{}{}
+			s.mu.Unlock()
 		case "initialize":
 			up.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`))
 		case "tools/list":
@@ -166,13 +192,10 @@ func (s *shadowRig) serveOne(up *upstreamEnd, died *bool, stop chan struct{}) bo
 			s.calls = append(s.calls, string(f))
 			s.mu.Unlock()
 			answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"charged ` + m.Params.Arguments.Card + `"}]}}`
-			switch {
-			case m.Params.Arguments.Card == "C":
+			switch card := m.Params.Arguments.Card; {
+			case card == "C" || card == "E" || card == "N":
 				s.gotC <- struct{}{}
-				go func() {
-					<-s.releaseC
-					up.conn.WriteFrame([]byte(answer))
-				}()
+				go s.release(up, m.ID, card, answer)
 				continue
 			case m.Params.Arguments.Card == "T":
 				answer = `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"429 busy"}],"isError":true}}`
@@ -183,6 +206,41 @@ func (s *shadowRig) serveOne(up *upstreamEnd, died *bool, stop chan struct{}) bo
 			}
 			up.conn.WriteFrame([]byte(answer))
 		}
+	}
+}
+
+// release answers call id to card, which the upstream holds, once the
+// test releases it: with answer, or as the card says for a call the
+// client cancelled.
+func (s *shadowRig) release(up *upstreamEnd, id json.RawMessage, card, answer string) {
+	<-s.releaseC
+	s.mu.Lock()
+	_, cancelled := s.dropped[string(id)]
+	s.mu.Unlock()
+	switch {
+	case cancelled && card == "E":
+		answer = `{"jsonrpc":"2.0","id":` + string(id) + `,"error":{"code":-32800,"message":"request cancelled"}}`
+	case cancelled && card == "N":
+		return
+	}
+	up.conn.WriteFrame([]byte(answer))
+}
+
+// cancel sends the client's notifications/cancelled of request id.
+func (s *shadowRig) cancel(id int) {
+	s.r.client.send(s.t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+strconv.Itoa(id)+`,"reason":"gave up"}}`)
+}
+
+// settled waits until one more execution is settled, and returns its
+// state.
+func (s *shadowRig) settled() record.State {
+	s.t.Helper()
+	select {
+	case state := <-s.d.settled:
+		return state
+	case <-time.After(5 * time.Second):
+		s.t.Fatal("no execution was settled within 5s")
+		return ""
 	}
 }
 
@@ -283,6 +341,23 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 			close(s.releaseC)
 			s.answers(2)
 		}, 6, 3, map[string]int{"new": 3, "replayed": 2, "attached": 1}},
+		{"cancelled", func(s *shadowRig) {
+			// The client gives up on a charge the upstream is running,
+			// which runs to its end, and sends it again.
+			s.charge(2, "C", "")
+			<-s.gotC
+			s.cancel(2)
+			s.charge(3, "A", "") // taken after the cancellation
+			s.answers(1)
+			s.settled() // A's
+			close(s.releaseC)
+			s.settled() // C's
+			if s.shadow {
+				s.answers(1) // C's, passed on for the client to ignore
+			}
+			s.charge(4, "C", "") // its answer, replayed
+			s.answers(1)
+		}, 3, 2, map[string]int{"new": 2, "replayed": 1}},
 		{"key reused", func(s *shadowRig) {
 			s.charge(2, "A", "k1")
 			s.answers(1)
