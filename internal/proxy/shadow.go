@@ -139,11 +139,12 @@ func (sc *shadowCall) answeredFrame(frame []byte) {
 // keepCancelledLocked takes sc, if not nil, as cancelled by its client,
 // and keeps it under key until the upstream answers the request (taken
 // by takeCancelledLocked), its id is used again (dropCancelledLocked) or
-// the upstream is given up on (abandon). Normal mode keeps a caller's
-// cancellation from the upstream and records the outcome of the
-// execution all the same, for a retry to replay; here the cancellation
-// went upstream as it came, and the answer to the cancelled request, if
-// one comes, is the nearest to that outcome there is. s.mu must be held.
+// the upstream is given up on (abandon); maxCancelledShadows at most.
+// Normal mode keeps a caller's cancellation from the upstream and
+// records the outcome of the execution all the same, for a retry to
+// replay; here the cancellation went upstream as it came, and the answer
+// to the cancelled request, if one comes, is the nearest to that outcome
+// there is. s.mu must be held.
 func (s *Session) keepCancelledLocked(key string, sc *shadowCall) {
 	if sc == nil {
 		return
@@ -152,6 +153,12 @@ func (s *Session) keepCancelledLocked(key string, sc *shadowCall) {
 	sc.cancelled = true
 	sc.mu.Unlock()
 	sc.leave() // before the answer can come: it is not delivered
+	if len(s.cancelledShadows) >= maxCancelledShadows {
+		// An upstream that never answers a cancelled call would keep
+		// each in flight, and here, until the session ends.
+		go sc.answered(nil, errTooManyCancelled)
+		return
+	}
 	if s.cancelledShadows == nil {
 		s.cancelledShadows = make(map[string]*shadowCall)
 	}
@@ -176,6 +183,13 @@ func (s *Session) dropCancelledLocked(key string) {
 		go sc.answered(nil, errIDUsedAgain)
 	}
 }
+
+// maxCancelledShadows bounds the cancelled calls a session keeps.
+const maxCancelledShadows = 1024
+
+// errTooManyCancelled is the outcome of a cancelled call that found
+// maxCancelledShadows kept already.
+var errTooManyCancelled = fmt.Errorf("%d cancelled calls already awaited an answer", maxCancelledShadows)
 
 // errIDUsedAgain is the outcome of a cancelled call whose id the client
 // used again before the upstream answered it.

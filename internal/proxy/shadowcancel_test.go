@@ -4,9 +4,14 @@ import (
 	"context"
 	"maps"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
@@ -77,11 +82,7 @@ func TestShadowCancelled(t *testing.T) {
 				if !maps.Equal(d.shown, tt.want) {
 					t.Errorf("shadow decisions %v; want %v", d.shown, tt.want)
 				}
-				// Call 2's is the first execution journaled.
-				rec, err := store.Get(context.Background(), lines[0].Execution)
-				if err != nil {
-					t.Fatal(err)
-				}
+				rec := firstJournaled(t, store, lines) // call 2's
 				last := rec.History[len(rec.History)-1]
 				if rec.State != tt.state || !strings.Contains(last.Note, tt.note) {
 					t.Errorf("the cancelled call's record is %s (%q); want %s (%q)", rec.State, last.Note, tt.state, tt.note)
@@ -116,12 +117,77 @@ func TestShadowCancelledIDUsedAgain(t *testing.T) {
 		s.call(2, "ping", `{}`)
 		state = s.settled()
 	})
-	rec, err := store.Get(context.Background(), lines[0].Execution)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := firstJournaled(t, store, lines)
 	last := rec.History[len(rec.History)-1]
 	if want := "the client used its id again"; state != record.Unknown || !strings.Contains(last.Note, want) {
 		t.Errorf("the cancelled call settled %s (%q); want unknown (%q)", state, last.Note, want)
+	}
+}
+
+// firstJournaled returns the record of the first execution lines name.
+func firstJournaled(t *testing.T, store record.Store, lines []journal.Entry) *record.Record {
+	t.Helper()
+	for _, e := range lines {
+		if e.Execution == "" {
+			continue
+		}
+		rec, err := store.Get(context.Background(), e.Execution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	t.Fatal("no execution was journaled")
+	return nil
+}
+
+// TestShadowCancelledBounded: an upstream that never answers the calls
+// it is told were cancelled does not leave them all in flight until the
+// session ends: past maxCancelledShadows, a cancelled call settles
+// unknown at once.
+func TestShadowCancelledBounded(t *testing.T) {
+	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 2*maxCancelledShadows)}
+	store := memstore.New(memstore.Options{})
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Shadow: true})
+	r := newRigOptions(t, 0, Options{Interceptor: in})
+	call := func(n int) string {
+		return `{"jsonrpc":"2.0","id":` + strconv.Itoa(n) + `,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":` + strconv.Itoa(n) + `}}}`
+	}
+	r.startCall(t, call(0))
+	go func() { // the upstream reads on, and answers nothing
+		for {
+			select {
+			case <-r.upstream.frames:
+			case <-r.upstream.closed:
+				return
+			}
+		}
+	}()
+	for n := range maxCancelledShadows + 1 {
+		if n > 0 {
+			r.client.send(t, call(n))
+		}
+		r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+strconv.Itoa(n)+`}}`)
+	}
+	select {
+	case state := <-d.settled:
+		if state != record.Unknown {
+			t.Fatalf("a cancelled call settled %s; want unknown", state)
+		}
+	case <-time.After(30 * time.Second): // a thousand calls, under -race
+		t.Fatalf("no call settled; want the one cancelled past the %d kept", maxCancelledShadows)
+	}
+	recs, err := store.List(t.Context(), record.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settled []string
+	for _, rec := range recs {
+		if rec.State != record.Dispatched {
+			settled = append(settled, string(rec.State)+": "+rec.History[len(rec.History)-1].Note)
+		}
+	}
+	if len(settled) != 1 || !strings.Contains(settled[0], "cancelled calls already awaited an answer") {
+		t.Errorf("of %d calls, settled %q; want the last alone, said why", len(recs), settled)
 	}
 }
