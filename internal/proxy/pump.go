@@ -706,12 +706,16 @@ func (s *Session) tooLargeFromUpstream(err error) {
 	delete(s.pending, key)
 	f, forwarded := s.forwarded[key]
 	s.forgetLocked(key)
+	kept := s.takeCancelledLocked(key)
 	s.mu.Unlock()
 	s.log.Error("dropped an answer from the upstream", "err", err, "id", key)
 	switch {
 	case own:
 		// Not a NotSent error: the upstream ran the request and answered.
 		s.answered(p, nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
+	case kept != nil:
+		// The client cancelled it and is owed nothing; its record is.
+		kept.answered(nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
 	case forwarded:
 		if f.shadow != nil {
 			f.shadow.answered(nil, fmt.Errorf("the upstream's answer was dropped: %w", err))
@@ -732,10 +736,14 @@ func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
 	delete(s.pending, key)
 	f, forwarded := s.forwarded[key]
 	s.forgetLocked(key)
+	kept := s.takeCancelledLocked(key)
 	s.mu.Unlock()
 	switch {
 	case own:
 		s.answered(p, nil, sendFailure(na))
+	case kept != nil:
+		// As an answer to it would: the client is owed nothing.
+		kept.answered(nil, sendFailure(na))
 	case forwarded:
 		if f.shadow != nil {
 			f.shadow.answered(nil, sendFailure(na))

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
@@ -189,5 +190,57 @@ func TestShadowCancelledBounded(t *testing.T) {
 	}
 	if len(settled) != 1 || !strings.Contains(settled[0], "cancelled calls already awaited an answer") {
 		t.Errorf("of %d calls, settled %q; want the last alone, said why", len(recs), settled)
+	}
+}
+
+// TestShadowCancelledUnanswered: a cancelled call whose answer is
+// accounted for without a frame, by the upstream's transport (an HTTP
+// response that ended without one, as a server that honours the
+// cancellation sends) or by the size limit (an answer dropped), settles
+// unknown then, as an answer in an error would: it does not stay in
+// flight, with later calls attached to it, until the session ends.
+func TestShadowCancelledUnanswered(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  func(r *rig, up *accountingConn)
+		note string
+	}{
+		{"no answer", func(_ *rig, up *accountingConn) {
+			up.account("1", jsonrpc.NoAnswer{Status: 200, Reason: "upstream response ended without an answer"})
+		}, "ended without an answer"},
+		{"too large", func(r *rig, _ *accountingConn) {
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"`+strings.Repeat("x", 300)+`"}]}}`)
+		}, "200-byte limit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 4)}
+			store := memstore.New(memstore.Options{})
+			in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Shadow: true})
+			var up *accountingConn
+			r := newRigUpstream(t, context.Background(), 200, Options{Interceptor: in}, func(c Conn) Conn {
+				up = newAccountingConn(c)
+				return up
+			})
+			r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+			r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+			r.upstream.next(t, "upstream") // the cancellation, passed on
+			tt.end(r, up)
+			select {
+			case state := <-d.settled:
+				if state != record.Unknown {
+					t.Fatalf("the cancelled call settled %s; want unknown", state)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the cancelled call did not settle; want unknown once its answer was accounted for")
+			}
+			recs, err := store.List(t.Context(), record.Filter{})
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("List = %v, %v; want one record", recs, err)
+			}
+			note := recs[0].History[len(recs[0].History)-1].Note
+			if !strings.Contains(note, "the client cancelled the call") || !strings.Contains(note, tt.note) {
+				t.Errorf("its note is %q; want the cancellation and %q", note, tt.note)
+			}
+		})
 	}
 }
