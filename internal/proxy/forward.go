@@ -169,6 +169,21 @@ func (s *Session) inUseLocked(key string, passing bool) bool {
 	return forwarded || called && !passing
 }
 
+// notSentLocked reports whether an answer from the upstream under key
+// answers nothing the upstream was sent under it while a call of the
+// client's holds it: that call went upstream under an id of the proxy's,
+// or the request passed on under key before it was cancelled and its id
+// reused. Passed on, the answer would be taken for the call's. An answer
+// under a key no one holds passes on, for the client to ignore. s.mu
+// must be held.
+func (s *Session) notSentLocked(key string) bool {
+	if _, ok := s.forwarded[key]; ok {
+		return false
+	}
+	_, held := s.calls[key]
+	return held
+}
+
 // answerID returns the id to refuse a request under: its own, or null
 // where that is no valid id, or another request of the client's still
 // being answered holds it (an answer under it would be taken for that

@@ -591,21 +591,6 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 	s.writeClient(frame)
 }
 
-// notSentLocked reports whether an answer from the upstream under key
-// answers nothing the upstream was sent under it while a call of the
-// client's holds it: that call went upstream under an id of the proxy's,
-// or the request passed on under key before it was cancelled and its id
-// reused. Passed on, the answer would be taken for the call's. An answer
-// under a key no one holds passes on, for the client to ignore. s.mu
-// must be held.
-func (s *Session) notSentLocked(key string) bool {
-	if _, ok := s.forwarded[key]; ok {
-		return false
-	}
-	_, held := s.calls[key]
-	return held
-}
-
 // fromUpstreamBatch handles a batch from the upstream: the answers to a
 // batch the client sent, which no request waits on any more, and which
 // pass on. An answer in it to one of the proxy's own requests (which the
@@ -622,6 +607,8 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	var rest [][]byte
 	var toolsChanged bool
 	var refused []json.RawMessage // requests under ids of the proxy's
+	var shadows []*shadowCall     // calls in shadow mode answered, and
+	var shadowAnswers [][]byte    // their answers
 	edited := false               // a message of rest is not as it came
 	s.mu.Lock()
 	late := closed(l.gone) // as in fromUpstream
@@ -660,8 +647,8 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
 			continue
 		}
-		raw := m.Raw
-		if refused := s.noteProtocolLocked(s.forwarded[key], m); refused != nil {
+		raw, f := m.Raw, s.forwarded[key]
+		if refused := s.noteProtocolLocked(f, m); refused != nil {
 			raw, edited = refused, true
 		}
 		s.forgetLocked(key)
@@ -669,9 +656,18 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 			s.droppedOwnLocked(key)
 			continue
 		}
+		if f.shadow == nil {
+			f.shadow = s.takeCancelledLocked(key)
+		}
+		if f.shadow != nil { // as in fromUpstream
+			shadows, shadowAnswers = append(shadows, f.shadow), append(shadowAnswers, raw)
+		}
 		rest = append(rest, raw)
 	}
 	s.mu.Unlock()
+	for i, sc := range shadows {
+		sc.answeredFrame(shadowAnswers[i])
+	}
 	if toolsChanged {
 		s.tools.invalidate()
 	}

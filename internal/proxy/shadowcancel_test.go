@@ -244,3 +244,31 @@ func TestShadowCancelledUnanswered(t *testing.T) {
 		})
 	}
 }
+
+// TestShadowAnsweredInBatch: an upstream may answer a call in a batch of
+// its own; the call's record takes that answer as it takes one alone,
+// cancelled or not, rather than stay in flight.
+func TestShadowAnsweredInBatch(t *testing.T) {
+	for _, cancel := range []bool{false, true} {
+		t.Run("cancelled="+strconv.FormatBool(cancel), func(t *testing.T) {
+			d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 4)}
+			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Observer: d, Shadow: true})
+			r := newRigOptions(t, 0, Options{Interceptor: in})
+			r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+			if cancel {
+				r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+				r.upstream.next(t, "upstream") // the cancellation, passed on
+			}
+			r.upstream.send(t, `[{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"charged"}]}}]`)
+			r.client.next(t, "client") // the batch, passed on
+			select {
+			case state := <-d.settled:
+				if state != record.Completed {
+					t.Fatalf("the call settled %s; want completed", state)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the call did not settle; want completed by the answer in the batch")
+			}
+		})
+	}
+}
