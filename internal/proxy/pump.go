@@ -544,8 +544,14 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 			return
 		}
 		if s.notSentLocked(key) {
+			// A cancelled call kept under key is the one request sent
+			// under it: the answer is its own, though not the client's.
+			kept := s.takeCancelledLocked(key)
 			s.mu.Unlock()
 			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(msg.ID))
+			if kept != nil {
+				kept.answeredFrame(frame)
+			}
 			return
 		}
 		f := s.forwarded[key]
@@ -645,6 +651,9 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		}
 		if s.notSentLocked(key) {
 			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
+			if sc := s.takeCancelledLocked(key); sc != nil { // as in fromUpstream
+				shadows, shadowAnswers = append(shadows, sc), append(shadowAnswers, m.Raw)
+			}
 			continue
 		}
 		raw, f := m.Raw, s.forwarded[key]

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"path/filepath"
 	"strconv"
@@ -270,5 +271,36 @@ func TestShadowAnsweredInBatch(t *testing.T) {
 				t.Fatal("the call did not settle; want completed by the answer in the batch")
 			}
 		})
+	}
+}
+
+// TestShadowCancelledAnsweredWhileIDWaits: the answer to a cancelled call
+// that comes while a later call under its id waits to be sent (here for
+// the tools' listing) is the cancelled call's, since nothing else went
+// upstream under that id: it settles the call, rather than being dropped
+// and the call settled unknown once the later one goes.
+func TestShadowCancelledAnsweredWhileIDWaits(t *testing.T) {
+	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 4)}
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Observer: d, Shadow: true})
+	r := newRigOptions(t, 0, Options{Interceptor: in})
+	r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.upstream.next(t, "upstream") // the cancellation, passed on
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+	r.client.next(t, "client") // passed on, once the listing is forgotten
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+	list := r.upstream.next(t, "upstream") // the later call waits for it
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(list), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the later call
+	select {
+	case state := <-d.settled:
+		if state != record.Completed {
+			t.Fatalf("the cancelled call settled %s; want completed by its answer", state)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled call did not settle")
 	}
 }
