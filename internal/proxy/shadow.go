@@ -114,7 +114,8 @@ func (sc *shadowCall) answered(result json.RawMessage, err error) {
 		sc.mu.Unlock()
 		return
 	}
-	if sc.cancelled && err != nil {
+	if sc.cancelled && err != nil && !retry.IsNotSent(err) {
+		// Not sent, nothing ran: failed, as in normal mode.
 		err = cancelledOutcome(err)
 	}
 	sc.got, sc.result, sc.err = true, result, err
