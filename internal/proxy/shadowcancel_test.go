@@ -156,20 +156,16 @@ func TestShadowCancelledBounded(t *testing.T) {
 		return `{"jsonrpc":"2.0","id":` + strconv.Itoa(n) + `,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":` + strconv.Itoa(n) + `}}}`
 	}
 	r.startCall(t, call(0))
-	go func() { // the upstream reads on, and answers nothing
-		for {
-			select {
-			case <-r.upstream.frames:
-			case <-r.upstream.closed:
-				return
-			}
-		}
-	}()
+	// Each call is cancelled once the upstream has it: one cancelled
+	// before, while it waits behind the listing of call 0's tool, is
+	// never sent, nor kept. The upstream answers nothing.
 	for n := range maxCancelledShadows + 1 {
 		if n > 0 {
 			r.client.send(t, call(n))
+			r.upstream.next(t, "upstream")
 		}
 		r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+strconv.Itoa(n)+`}}`)
+		r.upstream.next(t, "upstream")
 	}
 	select {
 	case state := <-d.settled:
