@@ -367,6 +367,7 @@ func TestVerify(t *testing.T) {
 		{"another journal joined on", strings.Join(ls[:3], "") + strings.Join(ls, ""), 3, 4, "it starts another journal, joined on after line 3, and line 5 names it"},
 		{"another journal's first line last", strings.Join(ls[:3], "") + ls[0], 3, 4, "it starts another journal, joined on after line 3"},
 		{"line ends converted to CRLF", strings.ReplaceAll(strings.Join(ls, ""), "\n", "\r\n"), 0, 1, "its line ends were converted"},
+		{"saved with a byte order mark", "\xef\xbb\xbf" + strings.Join(ls, ""), 0, 1, "it starts with a byte order mark"},
 		{"torn last line", strings.Join(ls, "") + `{"prev":`, 5, 6, "torn"},
 		{"last newline missing", strings.TrimSuffix(strings.Join(ls, ""), "\n"), 4, 5, "torn"},
 		{"bad JSON", ls[0] + "{\n", 1, 2, "not valid JSON"},

@@ -26,7 +26,12 @@ var (
 	errInvalid   = errors.New("not valid JSON")
 	errNotObject = errors.New("not a JSON object")
 	errPrev      = errors.New("prev is not 64 lowercase hex digits")
+	errBOM       = errors.New("it starts with a byte order mark (bytes EF BB BF), which no writer of a journal writes: a program saved the file with one; take it out and check the file again")
 )
+
+// utf8BOM is the byte order mark in UTF-8, which some editors write at
+// the start of a file they save.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // parseLine checks that line is one JSON object with no member twice and
 // a prev member of 64 lowercase hex digits, and returns that prev and the
@@ -41,6 +46,11 @@ func parseLine(line []byte) (prev string, checkpoint json.RawMessage, err error)
 		// apart, lest a copy whose line ends were converted read as lines
 		// changed or inserted.
 		return "", nil, errors.New("it ends in a carriage return (\\r\\n), which no writer of a journal writes: its line ends were converted, as by a copy through Windows or git; convert them back (dos2unix) and check it again")
+	}
+	if bytes.HasPrefix(line, utf8BOM) {
+		// JSON has no place for it: named, lest "not valid JSON" send
+		// the reader looking for what a program added unseen.
+		return "", nil, errBOM
 	}
 	s := scanner{b: line}
 	s.space()

@@ -19,6 +19,9 @@ func parseLineJSON(line []byte) (prev string, checkpoint json.RawMessage, err er
 	if line[len(line)-1] == '\r' {
 		return "", nil, errors.New("it ends in a carriage return (\\r\\n), which no writer of a journal writes: its line ends were converted, as by a copy through Windows or git; convert them back (dos2unix) and check it again")
 	}
+	if bytes.HasPrefix(line, []byte("\xef\xbb\xbf")) {
+		return "", nil, errors.New("it starts with a byte order mark (bytes EF BB BF), which no writer of a journal writes: a program saved the file with one; take it out and check the file again")
+	}
 	if !json.Valid(line) {
 		return "", nil, errors.New("not valid JSON")
 	}
