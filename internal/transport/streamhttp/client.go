@@ -117,6 +117,9 @@ type Client struct {
 	initID      string // IDKey of the initialize request's id, once written
 	handshake   bool   // an initialize request has been written
 	listening   bool   // the GET stream has been started
+	getServed   bool   // a GET was answered with a stream: a 404 to a later one means the session is gone
+	posts       int    // POSTs under way
+	gone        bool   // the GET stream met a 404 for the session: nothing more is POSTed
 	lastEventID string // the id of the last SSE event received, any stream
 	// era is that of the last request written, which notifications follow:
 	// they declare no version of their own.

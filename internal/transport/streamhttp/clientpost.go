@@ -17,6 +17,11 @@ import (
 // post sends one POST and relays what comes back.
 func (c *Client) post(req *http.Request, s sent) {
 	defer c.wg.Done()
+	defer func() { // last: after its requests are answered
+		c.mu.Lock()
+		c.posts--
+		c.mu.Unlock()
+	}()
 	if s.call != nil {
 		defer c.forget(s)
 	}
@@ -86,7 +91,7 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 		// Spec, "Session Management": a 404 to a request with a session
 		// id means the session is gone.
 		msg = "upstream session expired (HTTP 404)"
-		defer c.expiredOnce.Do(func() { close(c.expired) })
+		defer c.expire()
 	}
 	c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
 	c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, msg))
@@ -121,8 +126,13 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 			}
 		}
 	case "text/event-stream":
-		if c.relayStream(resp.Body, pending, !s.stateless) {
+		dropped, gone := c.relayStream(resp.Body, pending, !s.stateless)
+		if dropped {
 			reason += ", after a " + tooLarge(c.max) + " was dropped from it"
+		}
+		if gone {
+			reason += ", and the upstream session expired (HTTP 404) when it was resumed"
+			defer c.expire() // after pending is answered: ReadFrame reads that first
 		}
 	default:
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)

@@ -21,9 +21,11 @@ const maxResumes = 5
 // Redelivery"): losing the connection must not lose the answer. Only a
 // resumable stream is: 2026-07-28 has no GET and no resumption (spec
 // 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
-// It reports whether a message over the size limit was dropped. The
-// stream is resumed after one, since it may not have been the answer.
-func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) (dropped bool) {
+// It reports whether a message over the size limit was dropped (the
+// stream is resumed after one, since it may not have been the answer),
+// and whether a resumption met a 404 for the session: the caller then
+// answers pending, and ends the session (expire).
+func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) (dropped, gone bool) {
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
 	// failures counts the resumptions in a row that read no event;
@@ -49,25 +51,28 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			lastID, retry = r.lastID, r.retry
 		}
 		if len(pending) == 0 || c.ctx.Err() != nil || !resumable {
-			return dropped
+			return dropped, false
 		}
 		if lastID == "" {
 			c.log.Warn("the upstream's event stream ended before the answer and has no event id to resume from")
-			return dropped
+			return dropped, false
 		}
 		if failures++; failures > maxResumes {
 			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
-			return dropped
+			return dropped, false
 		}
 		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
-			return dropped
+			return dropped, false
 		}
 		resp, err := c.get(lastID)
 		var se *statusError
 		switch {
+		case c.sessionGone(err):
+			c.log.Warn("the upstream forgot the session (HTTP 404) when its event stream was resumed")
+			return dropped, true
 		case errors.As(err, &se) && !transient(se.status):
 			c.log.Warn("the upstream refused to resume its event stream", "err", err)
-			return dropped
+			return dropped, false
 		case err != nil:
 			// The server may not have seen the old stream go yet (the
 			// go-sdk answers 409 until then), or the network is down.
@@ -164,7 +169,43 @@ func (c *Client) get(lastID string) (*http.Response, error) {
 		resp.Body.Close()
 		return nil, &statusError{resp.StatusCode, ct}
 	}
+	c.mu.Lock()
+	c.getServed = true
+	c.mu.Unlock()
 	return resp, nil
+}
+
+// sessionGone reports whether err, from get, is a 404 for a session whose
+// GETs the server served before. Spec, "Session Management": a 404 to a
+// request with the session id means the session is gone. Without an
+// earlier GET served, a 404 may only say that GET is not routed.
+func (c *Client) sessionGone(err error) bool {
+	var se *statusError
+	if !errors.As(err, &se) || se.status != http.StatusNotFound {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.getServed && c.sessionID != ""
+}
+
+// expireIdle ends the session unless a POST is under way: that one meets
+// the 404 too, and ends it once its requests are answered, so that none is
+// taken for sent and unanswered. Nothing is POSTed after.
+func (c *Client) expireIdle() {
+	c.mu.Lock()
+	idle := c.posts == 0
+	c.gone = c.gone || idle
+	c.mu.Unlock()
+	if idle {
+		c.expire()
+	}
+}
+
+// expire makes ReadFrame report ErrSessionExpired once the frames already
+// queued are read, so that the proxy starts a new session.
+func (c *Client) expire() {
+	c.expiredOnce.Do(func() { close(c.expired) })
 }
 
 // A statusError is an answer to GET other than a 2xx event stream.
@@ -226,6 +267,12 @@ func (c *Client) listen() {
 		case errors.As(err, &se) && se.status == http.StatusMethodNotAllowed:
 			// Spec: the server offers no stream at this endpoint.
 			c.log.Debug("the upstream offers no GET stream")
+			return
+		case c.sessionGone(err):
+			// The server restarted and forgot the session: a new one now,
+			// rather than a call failing on it first.
+			c.log.Warn("the upstream forgot the session (HTTP 404) when its GET stream was opened again")
+			c.expireIdle()
 			return
 		case err != nil:
 			if c.ctx.Err() == nil {

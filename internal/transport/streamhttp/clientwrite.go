@@ -65,6 +65,9 @@ func (c *Client) WriteFrame(frame []byte) error {
 	if c.closed {
 		return ErrClosed
 	}
+	if c.gone {
+		return ErrSessionExpired
+	}
 	e := c.eraLocked(m)
 	if m.IsNotification() && m.Method == "notifications/cancelled" {
 		if c.cancelLocked(m) {
@@ -74,6 +77,7 @@ func (c *Client) WriteFrame(frame []byte) error {
 	}
 	req = c.prepareLocked(req, m, msgs, &s, e)
 	c.wg.Add(1) // under mu, so that Close's Wait cannot have started
+	c.posts++
 	go c.post(req, s)
 	return nil
 }

@@ -1,0 +1,231 @@
+package streamhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// A forgetfulUpstream is a 2025-11-25 server, answered in memory so that
+// a test runs in a synctest bubble, that restarts and forgets the session
+// while the Client uses it. gets answers the standing GET streams in
+// turn; the last answer repeats.
+type forgetfulUpstream struct {
+	mu       sync.Mutex
+	gets     []func(*http.Request) *http.Response
+	getsSeen int                                // the GETs without Last-Event-ID so far
+	call     func(*http.Request) *http.Response // answers the tools/call POST
+}
+
+func (u *forgetfulUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+	}
+	switch {
+	case req.Method == http.MethodGet && req.Header.Get(headerLastEventID) == "":
+		u.mu.Lock()
+		u.getsSeen++
+		next := u.gets[0]
+		if len(u.gets) > 1 {
+			u.gets = u.gets[1:]
+		}
+		u.mu.Unlock()
+		return next(req), nil
+	case req.Method == http.MethodGet:
+		return forgotten(req), nil
+	case strings.Contains(string(body), `"initialize"`):
+		resp := answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+		resp.Header.Set("Mcp-Session-Id", "s1")
+		return resp, nil
+	case strings.Contains(string(body), `"tools/call"`):
+		return u.call(req), nil
+	}
+	return answer(req, http.StatusAccepted, "", ""), nil
+}
+
+// forgotten is the answer of a server that does not know the session.
+func forgotten(req *http.Request) *http.Response {
+	return answer(req, http.StatusNotFound, "application/json", `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"unknown session"}}`)
+}
+
+func answer(req *http.Request, code int, contentType, body string) *http.Response {
+	h := http.Header{}
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader(body)), Request: req}
+}
+
+// quietStream is a GET stream that stays open, sending nothing, until the
+// Client goes.
+func quietStream(req *http.Request) *http.Response {
+	resp := answer(req, http.StatusOK, "text/event-stream", "")
+	resp.Body = ctxBody{req.Context()}
+	return resp
+}
+
+type ctxBody struct{ ctx context.Context }
+
+func (b ctxBody) Read([]byte) (int, error) { <-b.ctx.Done(); return 0, b.ctx.Err() }
+func (b ctxBody) Close() error             { return nil }
+
+func dialForgetful(t *testing.T, u *forgetfulUpstream) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), "http://upstream.test/mcp", Options{HTTPClient: &http.Client{Transport: u}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handshake(t, c)
+	return c
+}
+
+// TestResumeMeetsForgottenSession: a call's stream breaks, and the server,
+// restarted, answers the resumption 404. The call is answered, and the
+// session ends at once, so that the proxy starts a new one before the
+// next call meets the 404 too.
+func TestResumeMeetsForgottenSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &forgetfulUpstream{
+			gets: []func(*http.Request) *http.Response{quietStream},
+			// A priming event, then the connection breaks.
+			call: func(req *http.Request) *http.Response {
+				return answer(req, http.StatusOK, "text/event-stream", "id: 1-0\ndata: \n\n")
+			},
+		}
+		c := dialForgetful(t, u)
+		synctest.Wait() // the GET stream is open: the server serves GET
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
+		na := readNoAnswer(t, c)
+		if string(na.ID) != "3" || na.NotSent || !strings.Contains(na.Reason, "expired (HTTP 404)") {
+			t.Fatalf("got %+v; want id 3 unanswered, saying the session expired", *na)
+		}
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// TestGETStreamMeetsForgottenSession: the standing GET stream ends, and
+// the server, restarted, answers 404 for the session when it is opened
+// again: the session ends without a call having to fail on it first.
+func TestGETStreamMeetsForgottenSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
+			func(req *http.Request) *http.Response {
+				return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
+			},
+			forgotten,
+		}}
+		c := dialForgetful(t, u)
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// TestGETStreamNotRouted: a server that never served GET and answers it
+// 404 keeps its session: the 404 may say only that GET is not routed.
+func TestGETStreamNotRouted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
+			func(req *http.Request) *http.Response {
+				return answer(req, http.StatusNotFound, "text/plain", "404 page not found")
+			},
+		}, call: func(req *http.Request) *http.Response {
+			return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":4,"result":{"content":[]}}`)
+		}}
+		c := dialForgetful(t, u)
+		synctest.Wait()
+		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x"}}`)
+		if m := read(t, c); string(m.ID) != "4" || m.Error != nil {
+			t.Fatalf("got %s; want the call's answer", m.Raw)
+		}
+	})
+}
+
+// TestGETStreamForgottenDuringCall: the GET stream meets the 404 while a
+// call's POST is under way. The call is answered first, from its own 404,
+// as not run, and only then does the session end: ended first, the
+// call would be taken for sent and unanswered, its outcome unknown.
+func TestGETStreamForgottenDuringCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		endGET, release := make(chan struct{}), make(chan struct{})
+		u := &forgetfulUpstream{
+			gets: []func(*http.Request) *http.Response{
+				func(req *http.Request) *http.Response {
+					resp := answer(req, http.StatusOK, "text/event-stream", "")
+					resp.Body = io.NopCloser(io.MultiReader(strings.NewReader("retry: 10\n\n"), waitReader(endGET)))
+					return resp
+				},
+				forgotten,
+			},
+			call: func(req *http.Request) *http.Response {
+				<-release
+				return forgotten(req)
+			},
+		}
+		c := dialForgetful(t, u)
+		got := make(chan error, 2)
+		go func() {
+			for range 2 {
+				_, err := c.ReadFrame()
+				got <- err
+			}
+		}()
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
+		synctest.Wait()
+		close(endGET)
+		time.Sleep(time.Second) // fake time, past the retry: the GET stream meets the 404
+		synctest.Wait()
+		u.mu.Lock()
+		seen := u.getsSeen
+		u.mu.Unlock()
+		if seen != 2 {
+			t.Fatalf("%d GETs before the call's answer; want 2, the second meeting the 404", seen)
+		}
+		close(release)
+		synctest.Wait()
+		na, ok := errors.AsType[*jsonrpc.NoAnswer](<-got)
+		if !ok || string(na.ID) != "3" || na.Status != http.StatusNotFound {
+			t.Fatalf("first ReadFrame: %v; want id 3 answered from its own 404", na)
+		}
+		if err := <-got; !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("second ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// TestNothingPostedAfterForgotten: once the GET stream has ended the
+// session, a frame written is refused, and so not taken for sent.
+func TestNothingPostedAfterForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
+			func(req *http.Request) *http.Response {
+				return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
+			},
+			forgotten,
+		}}
+		c := dialForgetful(t, u)
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+		if err := c.WriteFrame([]byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("WriteFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// waitReader reads nothing until done is closed, then ends.
+type waitReader chan struct{}
+
+func (w waitReader) Read([]byte) (int, error) { <-w; return 0, io.EOF }
