@@ -254,16 +254,23 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (eve
 	}
 }
 
+// maxListenWait bounds the pause before opening the GET stream again
+// after a failure.
+const maxListenWait = 30 * time.Second
+
 // listen keeps the GET stream open for server-to-client messages until
 // Close, reconnecting, with Last-Event-ID once it has one, when the server
-// ends it.
+// ends it or it cannot be opened for a while (a network error, 409, 429 or
+// a 5xx).
 func (c *Client) listen() {
 	defer c.wg.Done()
 	lastID := ""
-	for {
+	for failures := 0; ; {
 		resp, err := c.get(lastID)
 		var se *statusError
 		switch {
+		case err != nil && c.ctx.Err() != nil:
+			return
 		case errors.As(err, &se) && se.status == http.StatusMethodNotAllowed:
 			// Spec: the server offers no stream at this endpoint.
 			c.log.Debug("the upstream offers no GET stream")
@@ -274,12 +281,24 @@ func (c *Client) listen() {
 			c.log.Warn("the upstream forgot the session (HTTP 404) when its GET stream was opened again")
 			c.expireIdle()
 			return
-		case err != nil:
-			if c.ctx.Err() == nil {
-				c.log.Warn("opening the upstream's GET stream", "err", err)
-			}
+		case errors.As(err, &se) && !transient(se.status):
+			c.log.Warn("opening the upstream's GET stream", "err", err)
 			return
+		case err != nil:
+			// The server may be restarting, or the network down: else
+			// the server's own messages stop for the session's life.
+			wait := min(time.Second<<min(failures, 5), maxListenWait)
+			if failures++; failures == 1 {
+				c.log.Warn("opening the upstream's GET stream; trying again", "err", err, "in", wait)
+			} else {
+				c.log.Debug("opening the upstream's GET stream; trying again", "err", err, "in", wait)
+			}
+			if !c.sleep(wait) {
+				return
+			}
+			continue
 		}
+		failures = 0
 		r := newSSEReader(resp.Body, c.max)
 		r.lastID = lastID
 		if _, _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,12 +18,13 @@ import (
 // A forgetfulUpstream is a 2025-11-25 server, answered in memory so that
 // a test runs in a synctest bubble, that restarts and forgets the session
 // while the Client uses it. gets answers the standing GET streams in
-// turn; the last answer repeats.
+// turn (nil: the connection is refused); the last answer repeats.
 type forgetfulUpstream struct {
 	mu       sync.Mutex
 	gets     []func(*http.Request) *http.Response
 	getsSeen int                                // the GETs without Last-Event-ID so far
 	call     func(*http.Request) *http.Response // answers the tools/call POST
+	lost     *atomic.Int32                      // counts the GETs a nil in gets refused
 }
 
 func (u *forgetfulUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -39,6 +41,10 @@ func (u *forgetfulUpstream) RoundTrip(req *http.Request) (*http.Response, error)
 			u.gets = u.gets[1:]
 		}
 		u.mu.Unlock()
+		if next == nil {
+			u.lost.Add(1)
+			return nil, errors.New("connection refused")
+		}
 		return next(req), nil
 	case req.Method == http.MethodGet:
 		return forgotten(req), nil
@@ -129,6 +135,34 @@ func TestGETStreamMeetsForgottenSession(t *testing.T) {
 		c := dialForgetful(t, u)
 		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
 			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// TestGETStreamOpenedAgain: the standing GET stream ends, and opening it
+// again fails a while, as while the server restarts (a refused
+// connection, 503): it is tried again, and so meets the restarted
+// server's 404, which ends the session.
+func TestGETStreamOpenedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var lost atomic.Int32
+		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
+			func(req *http.Request) *http.Response {
+				return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
+			},
+			nil, // no answer: the connection is refused
+			func(req *http.Request) *http.Response {
+				return answer(req, http.StatusServiceUnavailable, "text/plain", "restarting")
+			},
+			forgotten,
+		}}
+		u.lost = &lost
+		c := dialForgetful(t, u)
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+		if lost.Load() != 1 {
+			t.Errorf("%d refused connections; want 1", lost.Load())
 		}
 	})
 }
