@@ -283,6 +283,21 @@ func newLister(child *stdio.Child) *lister {
 	return l
 }
 
+// exitCause says how the child ended, its exit status and the end of its
+// stderr, as the proxy's own errors do ("" if it cannot tell within
+// exitCauseWait): a server that cannot start says why in its status too.
+func (l *lister) exitCause(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, exitCauseWait)
+	defer cancel()
+	if cause := l.child.ExitCause(ctx); cause != "" {
+		return ": it " + cause
+	}
+	return ""
+}
+
+// exitCauseWait bounds the wait for a child whose output closed to exit.
+const exitCauseWait = 500 * time.Millisecond
+
 // call sends a request and waits for its result.
 func (l *lister) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	l.next++
@@ -295,7 +310,7 @@ func (l *lister) call(ctx context.Context, method string, params any) (json.RawM
 		select {
 		case f, ok := <-l.frames:
 			if !ok {
-				return nil, fmt.Errorf("%s: the upstream closed before answering", method)
+				return nil, fmt.Errorf("%s: the upstream closed before answering%s", method, l.exitCause(ctx))
 			}
 			m, err := jsonrpc.Decode(f)
 			switch {

@@ -56,6 +56,17 @@ func TestPolicyShowSaysHowLongItWaited(t *testing.T) {
 	}
 }
 
+// TestPolicyShowSaysHowTheUpstreamEnded: an upstream that exits before
+// it answers (a missing variable, a bad flag) ends policy show with an
+// error naming its exit status and the end of its stderr.
+func TestPolicyShowSaysHowTheUpstreamEnded(t *testing.T) {
+	_, _, err := run(t, "policy", "show", "--", "/bin/sh", "-c", "echo 'API_KEY is not set' >&2; exit 7")
+	want := "initialize: the upstream closed before answering: it exited with status 7; its stderr ended: API_KEY is not set"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("policy show -- an upstream that exits at start = %v; want %q", err, want)
+	}
+}
+
 // oddNameServer lists one tool whose name holds a line break and a tab,
 // as an upstream may name it.
 var oddNameServer = []string{"/bin/sh", "-c", `while IFS= read -r l; do
