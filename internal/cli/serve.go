@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
 )
 
@@ -215,6 +216,8 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+		w.log.Info("stopping: calls under way have up to " + proxy.DefaultShutdownGrace.String() + " to finish; signal again to stop them now")
+		defer hurryOnSignal(front.Hurry)()
 	}
 	// End the sessions first: their open streams would keep Shutdown
 	// waiting. Each session's calls under way settle, and its upstream

@@ -74,6 +74,10 @@ func (e *RestartError) Error() string { return "starting it again failed: " + e.
 func (e *RestartError) Unwrap() error { return e.Err }
 
 // Options configures a Session.
+// DefaultShutdownGrace is how long a session waits, once its client has
+// gone, for calls under way to settle, unless Options say otherwise.
+const DefaultShutdownGrace = 10 * time.Second
+
 type Options struct {
 	Interceptor *intercept.Interceptor // required
 	// Actor and Scope are the session's part of every fingerprint.
@@ -98,7 +102,7 @@ type Options struct {
 	MaxRestarts   int
 	RestartWindow time.Duration
 	// ShutdownGrace bounds how long Run waits, once the client has gone,
-	// for calls under way to settle. Zero means 10 seconds.
+	// for calls under way to settle. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
 	// Instance sets the ids of the proxy's own requests upstream apart
 	// from another proxy's: they are "mcp-idempotent:INSTANCE:N", so one
@@ -250,7 +254,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if opts.ShutdownGrace == 0 {
-		opts.ShutdownGrace = 10 * time.Second
+		opts.ShutdownGrace = DefaultShutdownGrace
 	}
 	if opts.MaxRestarts == 0 {
 		opts.MaxRestarts = 5

@@ -200,6 +200,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Hurry ends the context every session was opened with: sessions that
+// Close is winding down stop waiting for their calls under way, and
+// answer them at once, as a session told to stop does.
+func (s *Server) Hurry() { s.cancel() }
+
 // ServeHTTP implements http.Handler for the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if herr := s.checkSource(r); herr != nil {
