@@ -80,7 +80,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
 			return
 		}
-		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		in.logUnknownAnswered(ctx, req, rec)
 		req.got = journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
@@ -88,6 +88,17 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
+}
+
+// logUnknownAnswered logs that req's caller is told rec's outcome is
+// unknown, unless the caller left first: reply writes it nothing then,
+// and its line in the journal says so.
+func (in *Interceptor) logUnknownAnswered(ctx context.Context, req *Request, rec *record.Record) {
+	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
+		in.log.Debug("outcome unknown; its caller had left", "execution", rec.ID, "request", req.Correlation)
+		return
+	}
+	in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
 }
 
 // replyResult writes rec's result to req's caller, marked as m says. A

@@ -1,11 +1,15 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -255,4 +259,56 @@ func TestSessionEndAnswersAStatusCheck(t *testing.T) {
 			t.Fatalf("upstream reached %d times; want the call and its status check", n)
 		}
 	})
+}
+
+// TestCallerThatLeftIsNotLoggedAnswered: the log does not say a caller
+// that cancelled its call was answered when the execution it left ends
+// unknown: nothing is written to it.
+func TestCallerThatLeftIsNotLoggedAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return nil, httpError(http.StatusGatewayTimeout, "") // sent, then no answer: unknown
+		})
+		var logs lockedBuffer
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(),
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan *answers)
+		go func() { done <- h.call(ctx, t, chargeCall) }()
+		synctest.Wait()
+		cancel()
+		if a := <-done; a.count() != 0 {
+			t.Fatalf("a caller that cancelled got %d answers; want none", a.count())
+		}
+		close(release)
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.onlyRecord(t); r.State != record.Unknown {
+			t.Fatalf("state %s; want unknown", r.State)
+		}
+		if out := logs.String(); strings.Contains(out, "answered outcome unknown") {
+			t.Errorf("the log says the caller that left was answered:\n%s", out)
+		}
+	})
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

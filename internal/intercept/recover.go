@@ -46,7 +46,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 			in.recover(ctx, rec, req)
 		}()
 	default:
-		in.log.Info("answered outcome unknown", "execution", rec.ID, "request", req.Correlation)
+		in.logUnknownAnswered(ctx, req, rec)
 		in.decided(req, rec.Tool, "unknown")
 		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
