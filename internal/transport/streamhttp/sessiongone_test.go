@@ -126,16 +126,7 @@ func TestResumeMeetsForgottenSession(t *testing.T) {
 // again: the session ends without a call having to fail on it first.
 func TestGETStreamMeetsForgottenSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
-			func(req *http.Request) *http.Response {
-				return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
-			},
-			forgotten,
-		}}
-		c := dialForgetful(t, u)
-		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
-			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
-		}
+		forgottenAfterAStream(t)
 	})
 }
 
@@ -239,20 +230,29 @@ func TestGETStreamForgottenDuringCall(t *testing.T) {
 	})
 }
 
+// forgottenAfterAStream dials an upstream whose GET stream ends at once
+// and which, restarted, answers 404 for the session when the stream is
+// opened again, and checks that the session ends.
+func forgottenAfterAStream(t *testing.T) *Client {
+	t.Helper()
+	u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
+		func(req *http.Request) *http.Response {
+			return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
+		},
+		forgotten,
+	}}
+	c := dialForgetful(t, u)
+	if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+		t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+	}
+	return c
+}
+
 // TestNothingPostedAfterForgotten: once the GET stream has ended the
 // session, a frame written is refused, and so not taken for sent.
 func TestNothingPostedAfterForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		u := &forgetfulUpstream{gets: []func(*http.Request) *http.Response{
-			func(req *http.Request) *http.Response {
-				return answer(req, http.StatusOK, "text/event-stream", "retry: 10\n\n")
-			},
-			forgotten,
-		}}
-		c := dialForgetful(t, u)
-		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
-			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
-		}
+		c := forgottenAfterAStream(t)
 		if err := c.WriteFrame([]byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)); !errors.Is(err, ErrSessionExpired) {
 			t.Fatalf("WriteFrame = %v; want ErrSessionExpired", err)
 		}
