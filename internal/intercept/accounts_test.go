@@ -86,6 +86,29 @@ func TestAccountWithoutRoomBeforeTheDeadlineRefuses(t *testing.T) {
 	})
 }
 
+// TestAccountWithoutRoomAfterApprovalSaysItIsAskedAgain: an approved
+// execution the account had no room for failed unsent, so a call again is
+// a new execution, asked about: the error must not promise it just runs.
+func TestAccountWithoutRoomAfterApprovalSaysItIsAskedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: 500 * time.Millisecond}
+		h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 1})
+		first := newAsker(elicited("accept", ""))
+		h.askingCall(t, first, "session:1", charge(1))
+		first.only(t)
+		second := newAsker(elicited("accept", ""))
+		h.askingCall(t, second, "session:1", charge(2))
+		e := jsonrpc.DecodeError(second.only(t).Error)
+		if e == nil || !strings.Contains(e.Message, "account bank has no room") || !strings.Contains(e.Message, "calling again later runs it once approved") {
+			t.Fatalf("an approved call with no room got %v; want an error saying a call again is asked about", e)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream saw %d calls; want 1", n)
+		}
+	})
+}
+
 func TestRetryBudgetStopsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(100))

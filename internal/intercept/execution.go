@@ -563,8 +563,14 @@ func (e *execution) notSent(why string) {
 		return
 	}
 	e.in.abandon(req, rec.ID, record.Change{To: record.Failed, Note: why})
+	again := "calling again later runs it"
+	if req.Policy.NeedsApproval() && !e.in.shadow {
+		// The approval went with the failed execution: a call again is
+		// a new one, asked about, as answer.go tells an attached caller.
+		again += " once approved"
+	}
 	e.in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-		"mcp-idempotent: %s: %s was not sent (nothing ran; calling again later runs it)", why, rec.Tool))
+		"mcp-idempotent: %s: %s was not sent (nothing ran; %s)", why, rec.Tool, again))
 }
 
 // notDispatched answers the caller of an execution whose dispatch the
