@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf16"
@@ -62,7 +63,11 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 	}
 	switch pol.Approver {
 	case policy.ApproverOperator:
-		go in.awaitOperator(ctx, req, rec)
+		// Kept before the wait begins, so that a session ending now
+		// ends it too.
+		wctx, cancel := context.WithCancel(req.bg)
+		w := in.waits.add(req.Session, cancel)
+		go in.awaitOperator(ctx, wctx, w, req, rec)
 	default:
 		in.askClient(ctx, req, rec)
 	}
@@ -217,7 +222,8 @@ func readApproval(result json.RawMessage) (action, note string, err error) {
 // awaitOperator waits, on its own goroutine, for an operator to approve
 // or deny rec (activity approve, deny) from any process that reaches the
 // store, until the approval's deadline, which refuses it.
-func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *record.Record) {
+func (in *Interceptor) awaitOperator(ctx, wctx context.Context, w *operatorWait, req *Request, rec *record.Record) {
+	defer in.waits.done(req.Session, w)
 	d, ok := in.store.(record.Decider)
 	if !ok {
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
@@ -233,7 +239,7 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	}
 	asked := in.now()
 	deadline := in.approvalDeadline(req, asked)
-	wctx, cancel := context.WithDeadline(req.bg, deadline)
+	wctx, cancel := context.WithDeadline(wctx, deadline)
 	defer cancel()
 	// The session's end ends the wait: nothing would be sent after it.
 	stopWatch := context.AfterFunc(ctx, func() {
@@ -260,7 +266,7 @@ func (in *Interceptor) awaitOperator(ctx context.Context, req *Request, rec *rec
 	case errors.Is(err, context.DeadlineExceeded):
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
 			Note: fmt.Sprintf("no decision from an operator within %s", deadline.Sub(asked))})
-	case errors.Is(ctx.Err(), ErrSessionEnded):
+	case errors.Is(ctx.Err(), ErrSessionEnded) || w.ended.Load():
 		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
 			Note: "the session ended before an operator's decision; nothing was sent"})
 	default:
@@ -428,14 +434,83 @@ func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
 }
 
 // EndSession drops the approvals that covered session (Request.Session)
-// once it has ended: a new session is asked again.
+// once it has ended: a new session is asked again. It ends the session's
+// waits for an operator, whose callers may have detached, and returns once
+// each has recorded its execution failed: nothing would send it now, and
+// the store may be closed next.
 func (in *Interceptor) EndSession(session string) {
 	in.grants.mu.Lock()
-	defer in.grants.mu.Unlock()
 	for k := range in.grants.m {
 		if k.session == session {
 			delete(in.grants.m, k)
 		}
+	}
+	in.grants.mu.Unlock()
+	in.waits.end(session)
+}
+
+// operatorWaits are the waits for an operator's decision under way, by
+// session. A caller that detached no longer sees its session end through
+// its context: EndSession ends its wait.
+type operatorWaits struct {
+	mu sync.Mutex
+	m  map[string]map[*operatorWait]struct{}
+}
+
+// An operatorWait is one wait: cancel ends it, ended says that the
+// session's end did, and done is closed once its outcome is recorded.
+type operatorWait struct {
+	ended  atomic.Bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// add keeps a wait of a call of session, which cancel ends. A call of no
+// session (2026-07-28) is not kept: no session's end concerns it.
+func (w *operatorWaits) add(session string, cancel context.CancelFunc) *operatorWait {
+	ow := &operatorWait{cancel: cancel, done: make(chan struct{})}
+	if session == "" {
+		return ow
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[string]map[*operatorWait]struct{})
+	}
+	if w.m[session] == nil {
+		w.m[session] = make(map[*operatorWait]struct{})
+	}
+	w.m[session][ow] = struct{}{}
+	return ow
+}
+
+// done forgets ow, a wait of session whose outcome is recorded.
+func (w *operatorWaits) done(session string, ow *operatorWait) {
+	ow.cancel()
+	w.mu.Lock()
+	delete(w.m[session], ow)
+	if len(w.m[session]) == 0 {
+		delete(w.m, session)
+	}
+	w.mu.Unlock()
+	close(ow.done)
+}
+
+// end ends the waits of session and waits for their outcomes to be
+// recorded.
+func (w *operatorWaits) end(session string) {
+	w.mu.Lock()
+	var ws []*operatorWait
+	for ow := range w.m[session] {
+		ws = append(ws, ow)
+	}
+	w.mu.Unlock()
+	for _, ow := range ws {
+		ow.ended.Store(true)
+		ow.cancel()
+	}
+	for _, ow := range ws {
+		<-ow.done
 	}
 }
 

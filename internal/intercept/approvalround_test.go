@@ -153,6 +153,25 @@ func TestApprovalOperatorWaitEndsWithTheSession(t *testing.T) {
 	}
 }
 
+// TestApprovalOperatorWaitOfADetachedCallerEndsWithTheSession: the
+// caller detached (cancelled its call) while the execution awaited an
+// operator, then the session ended: the execution fails, rather than
+// await, with no process left to send it, a decision that would be lost.
+func TestApprovalOperatorWaitOfADetachedCallerEndsWithTheSession(t *testing.T) {
+	h, _ := operatorHarness(t)
+	ctx := newEndable(t.Context())
+	req, _ := h.request(t, chargeCall)
+	req.Session = "session:1"
+	h.in.Handle(ctx, req)
+	rec := h.awaiting(t)
+	ctx.end(context.Canceled)
+	h.in.EndSession("session:1")
+	got, err := h.store.Get(t.Context(), rec.ID)
+	if err != nil || got.State != record.Failed || !strings.Contains(lastNote(got), "session ended") {
+		t.Fatalf("after the session's end the execution is %s (%v); want failed, the session's end its note", got.State, err)
+	}
+}
+
 // TestApprovalQuestionAgainJournaled: a caller asked the approval's
 // question again has its line: it joined the execution, and got the
 // question.

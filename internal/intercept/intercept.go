@@ -305,8 +305,9 @@ type Interceptor struct {
 	// own holds this process's outcomes still to record, and its own
 	// executions its calls settled as gone (owntakeover.go).
 	own        ownTakeovers
-	grants     grants    // the approvals that cover a session (approval: session)
-	questions  questions // approvals asked in a round whose question was taken
+	grants     grants        // the approvals that cover a session (approval: session)
+	waits      operatorWaits // the waits for an operator's decision, by session
+	questions  questions     // approvals asked in a round whose question was taken
 	storeWaits bool
 	shadow     bool         // Options.Shadow
 	tracer     trace.Tracer // Options.Tracer; nil when off

@@ -324,12 +324,13 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clientLeft := false
-	if in := s.opts.Interceptor; in != nil {
-		// The session's approvals (approval: session) end with it.
-		defer in.EndSession(s.opts.Scope)
-	}
 	if s.sessionLog != nil {
 		defer func() { s.sessionLog.end(s.endReason(err, clientLeft)) }()
+	}
+	if in := s.opts.Interceptor; in != nil {
+		// The session's approvals (approval: session) end with it, and
+		// its waits for an operator, journaled before its end.
+		defer in.EndSession(s.opts.Scope)
 	}
 
 	// No answer to a question of the proxy's comes once Run returns.
