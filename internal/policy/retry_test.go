@@ -138,4 +138,12 @@ func TestAccountNumbersMessages(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "needs a rate") || !strings.Contains(err.Error(), `"0/s" is not a rate`) {
 		t.Errorf("Parse of rate 0/s = %v; want only that it is not a rate", err)
 	}
+	// A tool naming an account written wrong is not told the account is
+	// undefined: the one error is the account's own.
+	for _, acct := range []string{"{rate: 0/s}", "{rate: 1/s, burst: 0}", "{burst: 3}", "{rate: 0.1/d, burst: 10000}"} {
+		_, err := Parse("p.yaml", []byte("accounts:\n  a: "+acct+"\ntools:\n  t:\n    retry: {account: a}\n"))
+		if err == nil || strings.Contains(err.Error(), "not an account defined") {
+			t.Errorf("Parse with account %s = %v; want the account's error alone", acct, err)
+		}
+	}
 }

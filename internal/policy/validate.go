@@ -30,12 +30,18 @@ func (v *validator) file(s *fileSpec) *File {
 	v.approvalScopes(s, f)
 	v.globStatusTools(s, f)
 	f.accounts = v.accounts(s.accounts)
+	// An account written wrong is defined all the same: its own error
+	// says what is wrong, and a second at each rule naming it would not.
+	defined := make(map[string]bool, len(s.accounts))
+	for _, a := range s.accounts {
+		defined[a.name] = true
+	}
 	// A retry rule may only name an account the file defines.
 	for i, r := range f.rules {
 		if r.retry == nil || r.retry.Account == "" {
 			continue
 		}
-		if _, ok := f.accounts[r.retry.Account]; !ok {
+		if !defined[r.retry.Account] {
 			// Found after every other problem, as at the end of the walk.
 			at := place{at: s.tools[i].rule.retry.account.at, step: math.MaxInt}
 			v.errorf(at, "tools."+fieldName(r.name)+".retry.account", "%q is not an account defined under accounts", r.retry.Account)
