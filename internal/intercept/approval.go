@@ -85,6 +85,13 @@ func (in *Interceptor) approvalDeadline(req *Request, now time.Time) time.Time {
 	return d
 }
 
+// allowed is the time a person had to decide, from asked to deadline, to
+// the millisecond: a client's deadline counts from the call's arrival, so
+// it is seldom a round number, and its nanoseconds say nothing.
+func allowed(asked, deadline time.Time) time.Duration {
+	return deadline.Sub(asked).Round(time.Millisecond)
+}
+
 // askClient asks the caller's user, through MCP elicitation, whether rec
 // may run.
 func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.Record) {
@@ -117,7 +124,7 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 		in.traceEvent(req, "approval wait", in.now().Sub(asked), telemetry.Approver.String(record.ApproverClient))
 		// A timeout says how long the user had: the approval's, or
 		// the client's own deadline.
-		c := in.clientDecision(req, result, err, deadline.Sub(asked))
+		c := in.clientDecision(req, result, err, allowed(asked, deadline))
 		endSpan(c)
 		in.decide(ctx, req, rec, c)
 	})
@@ -265,7 +272,7 @@ func (in *Interceptor) awaitOperator(ctx, wctx context.Context, w *operatorWait,
 		in.afterDecision(ctx, req, cur)
 	case errors.Is(err, context.DeadlineExceeded):
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
-			Note: fmt.Sprintf("no decision from an operator within %s", deadline.Sub(asked))})
+			Note: fmt.Sprintf("no decision from an operator within %s", allowed(asked, deadline))})
 	case errors.Is(ctx.Err(), ErrSessionEnded) || w.ended.Load():
 		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
 			Note: "the session ended before an operator's decision; nothing was sent"})

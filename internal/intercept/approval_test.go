@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -206,6 +207,30 @@ func TestApprovalTimesOut(t *testing.T) {
 	if d := decision(t, h.onlyRecord(t), record.Refused); d.Via != record.ViaTimeout {
 		t.Errorf("the refusal is recorded through %q; want timeout", d.Via)
 	}
+}
+
+// TestApprovalTimeoutOfAClientDeadlineIsRounded: a client's deadline,
+// counted from the call's arrival, leaves the user a time that is no
+// round number: the refusal gives it to the millisecond, not the
+// nanosecond.
+func TestApprovalTimeoutOfAClientDeadlineIsRounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		var ticks atomic.Int64
+		h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Now: func() time.Time {
+			// Each reading of the clock is a little later.
+			return time.Now().Add(time.Duration(ticks.Add(1)) * 1234567)
+		}})
+		a := newAsker(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		h.askingCall(t, a, "session:1", `{"name":"charge_card","arguments":{"card":"4242"},"_meta":{"mcp-idempotent/deadline_ms":1500}}`)
+		text := view(t, a.only(t)).Content[0].Text
+		if !strings.HasPrefix(text, "Refused:") || !regexp.MustCompile(`within 1\.49\ds `).MatchString(text) {
+			t.Fatalf("got %q; want a refusal giving the time the user had to the millisecond", text)
+		}
+	})
 }
 
 // TestApprovalSessionEndsUndecided: no decision came before the session
