@@ -503,8 +503,14 @@ func (w *operatorWaits) done(session string, ow *operatorWait) {
 	close(ow.done)
 }
 
-// end ends the waits of session and waits for their outcomes to be
-// recorded.
+// endWaitsFor bounds how long EndSession waits for the session's waits
+// for an operator to record their outcomes: a store that does not answer
+// must not hold up the session's end for ever. One not recorded by then
+// is failed once its lease lapses, as a crashed proxy's is.
+const endWaitsFor = 5 * time.Second
+
+// end ends the waits of session and waits, up to endWaitsFor, for their
+// outcomes to be recorded.
 func (w *operatorWaits) end(session string) {
 	w.mu.Lock()
 	var ws []*operatorWait
@@ -516,8 +522,17 @@ func (w *operatorWaits) end(session string) {
 		ow.ended.Store(true)
 		ow.cancel()
 	}
+	if len(ws) == 0 {
+		return
+	}
+	bound := time.NewTimer(endWaitsFor)
+	defer bound.Stop()
 	for _, ow := range ws {
-		<-ow.done
+		select {
+		case <-ow.done:
+		case <-bound.C:
+			return
+		}
 	}
 }
 
