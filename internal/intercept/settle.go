@@ -158,6 +158,18 @@ func (e *execution) recordOutcome() {
 		// did not take (the takeover stays noted for recordLater).
 		err = oerr
 	}
+	if errors.Is(err, record.ErrNotFound) {
+		// The store answered, and no longer holds the execution: it lost
+		// its data (a Redis restarted without persistence). No retry can
+		// attach to it, and an identical call would run it again, so the
+		// caller gets the outcome this process holds.
+		in.log.Error("the store no longer holds this execution, so its outcome was not recorded: an identical call runs it again; did the store lose its data?",
+			"execution", rec.ID, "tool", rec.Tool, "state", c.To)
+		lost := rec.Clone()
+		lost.Apply(c, in.now())
+		in.answer(ctx, req, lost, e.m)
+		return
+	}
 	if err != nil {
 		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
 		req.got = journal.GotNoOutcome
