@@ -88,6 +88,9 @@ var upgrades = map[int64]string{
 // It runs in one BEGIN IMMEDIATE transaction, so processes opening one
 // file at once upgrade it once.
 func (s *Store) migrate(ctx context.Context) error {
+	if s.current(ctx) {
+		return nil
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -130,6 +133,25 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// current reports whether the file's schema is already what migrate
+// makes, read without the write lock. A proxy that opens a file while
+// another process holds that lock then starts, and its side-effecting
+// calls fail closed until the lock is free, as with any store that does
+// not answer; BEGIN IMMEDIATE would fail its start after busyTimeout.
+func (s *Store) current(ctx context.Context) bool {
+	var v sql.NullInt64
+	if err := s.v.QueryRowContext(ctx, "SELECT max(version) FROM schema_version").Scan(&v); err != nil || v.Int64 != schemaVersion {
+		return false
+	}
+	var owner string
+	if err := s.v.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = 'records_owner'").Scan(&owner); err != nil || owner != ownerIndex {
+		return false
+	}
+	var n int
+	err := s.v.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'allowances'").Scan(&n)
+	return err == nil && n == 1
 }
 
 // syncOwnerIndex rebuilds records_owner if its predicate is not

@@ -588,6 +588,31 @@ func TestBusyWithAStuckPeerFails(t *testing.T) {
 	}
 }
 
+// TestOpenWhileAStuckPeerHoldsTheLock: a file whose schema is current
+// opens while another process holds its write lock, as a store that does
+// not answer lets the proxy start; its writes fail closed until the lock
+// is free.
+func TestOpenWhileAStuckPeerHoldsTheLock(t *testing.T) {
+	t.Cleanup(sqlitestore.SetBusyTimeout(200 * time.Millisecond))
+	path := dbPath(t)
+	first, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	stop := make(chan struct{})
+	done := hog(t, path, time.Minute, false, stop)
+	s := open(t, path, sqlitestore.Options{})
+	if _, _, err := s.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{}); err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+		t.Fatalf("Reserve while another process holds the lock: %v; want SQLITE_BUSY", err)
+	}
+	close(stop)
+	<-done
+	if _, _, err := s.Reserve(t.Context(), newRecord("k"), record.ReserveOptions{}); err != nil {
+		t.Fatalf("Reserve once the lock is free: %v", err)
+	}
+}
+
 // TestDecisions runs recordtest.RunDecisions on two Stores that share
 // one file, as two processes do.
 func TestDecisions(t *testing.T) {
