@@ -1,0 +1,209 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+)
+
+// takeOut removes from a batch, msgs read from frame, the messages that
+// take handles, which it reports true for, and returns the rest and their
+// frame; msgs and frame themselves when it takes none.
+func takeOut(msgs []*jsonrpc.Message, frame []byte, take func(*jsonrpc.Message) bool) ([]*jsonrpc.Message, []byte) {
+	var rest []*jsonrpc.Message
+	taken := false
+	for i, m := range msgs {
+		switch {
+		case take(m):
+			if !taken {
+				rest, taken = append(make([]*jsonrpc.Message, 0, len(msgs)), msgs[:i]...), true
+			}
+		case taken:
+			rest = append(rest, m)
+		}
+	}
+	if !taken {
+		return msgs, frame
+	}
+	raws := make([][]byte, len(rest))
+	for i, m := range rest {
+		raws[i] = m.Raw
+	}
+	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
+}
+
+// fromClientBatch passes a batch through unless it holds a tools/call:
+// splitting a batch would change what the client asked for, and passing
+// the call through would skip deduplication, so such a batch is refused.
+func (s *Session) fromClientBatch(frame []byte) {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		code := jsonrpc.CodeParseError
+		if errors.Is(err, jsonrpc.ErrAmbiguous) {
+			code = jsonrpc.CodeInvalidRequest // as for one message alone
+		}
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
+		return
+	}
+	if len(msgs) == 0 {
+		// JSON-RPC 2.0: an empty array is an invalid request, answered
+		// with one error.
+		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: an empty batch is not a request")))
+		return
+	}
+	if msgs, frame = s.askAnswers(msgs, frame); len(msgs) == 0 {
+		return // answers to the proxy's asks only
+	}
+	// An answer no server could read is dropped, as one alone is; the
+	// rest of the batch, the valid answers among it, goes on.
+	if msgs, frame = takeOut(msgs, frame, s.badAnswer); len(msgs) == 0 {
+		return
+	}
+	// A cancellation is the proxy's to act on, in a batch as alone: it
+	// detaches a caller, and never reaches an execution (DESIGN 5).
+	if msgs, frame = takeOut(msgs, frame, s.batchCancel); len(msgs) == 0 {
+		return
+	}
+	for _, m := range msgs {
+		var why string
+		if m.Method != "" {
+			why = jsonrpc.CheckRequest(m)
+		}
+		switch {
+		case why != "":
+			why = "mcp-idempotent: " + why
+		case m.Method == "tools/call":
+			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
+		case m.IsRequest() && s.reservedID(m.ID):
+			why = s.reservedMessage()
+		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
+			why = unportableID
+		case m.IsRequest() && !negotiableDeclared(m):
+			// As for a request alone (fromClient): the upstream might
+			// know that version, and the proxy has not its rules.
+			why = fmt.Sprintf("mcp-idempotent: a request in the batch declares protocol version %q in its _meta, which the proxy does not know: it speaks %s",
+				declaredVersion(m), strings.Join(mcp.Versions, ", "))
+		default:
+			continue
+		}
+		s.refuseBatch(msgs, why)
+		return
+	}
+	s.sendBatch(msgs, frame)
+}
+
+// sendBatch sends msgs, a checked batch of the client's in frame,
+// upstream. Its requests are remembered before it waits for a usable
+// link, so that an upstream that exits meanwhile, or a restart that
+// fails, answers them (abandon); a batch so answered is not sent. Its
+// answers are checked against the link it goes on, as answerServer
+// checks one.
+func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
+	s.mu.Lock()
+	keys := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		key := string(jsonrpc.IDKey(m.ID))
+		if keys[key] || s.inUseLocked(key, false) {
+			s.mu.Unlock()
+			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID))
+			return
+		}
+		keys[key] = true
+	}
+	s.batches++
+	batch := s.batches
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.rememberLocked(string(jsonrpc.IDKey(m.ID)), forwardedRequest{id: m.ID, method: m.Method, batch: batch})
+		}
+	}
+	s.mu.Unlock()
+	l := s.lockUsable()
+	if !s.sendingLocked(msgs, batch, l) {
+		s.mu.Unlock()
+		return // answered while it waited: the upstream it was for is gone
+	}
+	if msgs, frame = s.serverAnswersLocked(l, msgs, frame); len(msgs) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	id := strconv.FormatUint(batch, 10)
+	if closed(l.gone) {
+		s.batchNotSent(id, errors.New("the upstream is not running"))
+	} else {
+		sendForwarded(l, frame, id, s.batchNotSentFunc)
+	}
+}
+
+// sendingLocked notes that the requests of batch number batch, msgs, go
+// on the link l, and reports whether any is still to be sent: none is
+// when abandon answered them all while the batch waited. One the client
+// cancelled meanwhile is forgotten, and goes with the rest. A batch of no
+// requests is sent. s.mu must be held.
+func (s *Session) sendingLocked(msgs []*jsonrpc.Message, batch uint64, l *link) bool {
+	requests, remembered := 0, 0
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		requests++
+		key := string(jsonrpc.IDKey(m.ID))
+		if f, ok := s.forwarded[key]; ok && f.batch == batch {
+			f.link = l
+			s.forwarded[key] = f
+			remembered++
+		}
+	}
+	return requests == 0 || remembered > 0
+}
+
+// batchCancel handles m as cancelled does if it is a valid
+// notifications/cancelled, and reports whether it did.
+func (s *Session) batchCancel(m *jsonrpc.Message) bool {
+	if m.Method != "notifications/cancelled" || m.ID != nil || jsonrpc.CheckRequest(m) != "" {
+		return false
+	}
+	s.cancelled(m)
+	return true
+}
+
+// refuseBatch answers each request of msgs, a batch refused for why, in
+// one array: under its id, or under a null id where the id is not valid,
+// is held by a request still being answered (answerID) or is given twice
+// in the batch, since an answer under it would be taken for another's.
+// s.mu must not be held.
+func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
+	given := make(map[string]int, len(msgs))
+	for _, m := range msgs {
+		if m.IsRequest() {
+			given[string(jsonrpc.IDKey(m.ID))]++
+		}
+	}
+	var errs [][]byte
+	for _, m := range msgs {
+		if !m.IsRequest() {
+			continue
+		}
+		id := s.answerID(m.ID)
+		if given[string(jsonrpc.IDKey(m.ID))] > 1 {
+			id = nil
+		}
+		errs = append(errs, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", why)))
+	}
+	if len(errs) == 0 {
+		// Notifications only: JSON-RPC answers none, so the log says why
+		// they went nowhere.
+		s.log.Warn("dropped a batch of notifications", "why", why)
+		return
+	}
+	s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+}
