@@ -216,8 +216,10 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 	select {
 	case err = <-served:
 	case <-ctx.Done():
-		w.log.Info("stopping: calls under way have up to " + proxy.DefaultShutdownGrace.String() + " to finish; signal again to stop them now")
+		// Listen before saying so: a second signal sent on reading the
+		// line must find the listener in place.
 		defer hurryOnSignal(front.Hurry)()
+		w.log.Info("stopping: calls under way have up to " + proxy.DefaultShutdownGrace.String() + " to finish; signal again to stop them now")
 	}
 	// End the sessions first: their open streams would keep Shutdown
 	// waiting. Each session's calls under way settle, and its upstream
