@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -241,33 +240,6 @@ func TestOutcomeTakenThoughItsAnswerWasLost(t *testing.T) {
 			t.Fatalf("journal states %q; want %q", got, want)
 		}
 	})
-}
-
-// dataLost is a memory store that lost its records as a call ran, as a
-// Redis restarted without persistence: the outcome's write finds none.
-type dataLost struct{ record.Store }
-
-func (s dataLost) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
-	if c.To.Settled() {
-		return nil, fmt.Errorf("updating %s: %w", id, record.ErrNotFound)
-	}
-	return s.Store.Update(ctx, id, c)
-}
-
-// TestOutcomeOfARecordTheStoreLost: a store that answers and no longer
-// holds the execution cannot record its outcome later, and a retry
-// would run the call again: the caller gets the outcome the proxy holds,
-// not an error that tells it to call again.
-func TestOutcomeOfARecordTheStoreLost(t *testing.T) {
-	h := newHarness(charged)
-	h.in = New(Options{Store: dataLost{Store: h.store}, Hasher: fingerprint.NewRandom()})
-	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
-	if v.IsError || v.Content[0].Text != "charge #1" || v.Meta.Replayed {
-		t.Fatalf("got %+v; want the tool's own result", v)
-	}
-	if err := h.in.Wait(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // waitsFail is a memory store whose Wait fails while down is set, like a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -25,6 +26,8 @@ type ownTakeovers struct {
 	mu sync.Mutex
 	// kept holds the outcomes recordLater tries to record, by execution.
 	kept map[string]*keptOutcome
+	// keptN counts kept, so that a call finds none without the lock.
+	keptN atomic.Int32
 	// taken holds the executions this process settled as orphans while
 	// it still ran them, with their attempts then: their outcome, once
 	// known, is recorded over the unknown. Bounded: a process runs few.
@@ -36,8 +39,9 @@ const maxTaken = 1024
 
 // A keptOutcome is an outcome recordLater tries to record.
 type keptOutcome struct {
-	req *Request
-	c   record.Change
+	req  *Request
+	sent *record.Record // the execution as this process sent it
+	c    record.Change
 	// nudge wakes recordLater at once.
 	nudge chan struct{}
 	// finished is closed once recordLater is done with it.
@@ -47,21 +51,25 @@ type keptOutcome struct {
 	// rec is the record once the outcome is in it, written over this
 	// process's own takeover or not.
 	rec *record.Record
+	// over says that recordLater is to stop: the outcome is recorded, or
+	// never can be.
+	over bool
 	// conflicts counts the tries the store refused as a conflict that
 	// no takeover of this process's explained: the first may come just
 	// before the call that made the takeover notes it.
 	conflicts int
 }
 
-// keep registers the outcome c of execution id, which recordLater is to
-// record.
-func (o *ownTakeovers) keep(req *Request, id string, c record.Change) *keptOutcome {
-	k := &keptOutcome{req: req, c: c, nudge: make(chan struct{}, 1), finished: make(chan struct{})}
+// keep registers the outcome c of execution sent, which recordLater is
+// to record.
+func (o *ownTakeovers) keep(req *Request, sent *record.Record, c record.Change) *keptOutcome {
+	k := &keptOutcome{req: req, sent: sent, c: c, nudge: make(chan struct{}, 1), finished: make(chan struct{})}
 	o.mu.Lock()
 	if o.kept == nil {
 		o.kept = make(map[string]*keptOutcome)
 	}
-	o.kept[id] = k
+	o.kept[sent.ID] = k
+	o.keptN.Store(int32(len(o.kept)))
 	o.mu.Unlock()
 	return k
 }
@@ -72,7 +80,25 @@ func (o *ownTakeovers) forget(id string, k *keptOutcome) {
 	if o.kept[id] == k {
 		delete(o.kept, id)
 	}
+	o.keptN.Store(int32(len(o.kept)))
 	o.mu.Unlock()
+}
+
+// keptForCall returns the kept outcome of an execution matched on key
+// with fingerprint fp, if any: a call identical to one whose outcome
+// the store has not taken yet.
+func (o *ownTakeovers) keptForCall(key, fp string) *keptOutcome {
+	if o.keptN.Load() == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range o.kept {
+		if k.sent.Key == key && k.sent.Fingerprint == fp {
+			return k
+		}
+	}
+	return nil
 }
 
 // keptFor returns execution id's kept outcome, if any.
@@ -181,15 +207,21 @@ func (in *Interceptor) recordKept(ctx context.Context, id string, k *keptOutcome
 	return rec
 }
 
-// tryKept tries once to record k, execution id's outcome, and reports
-// whether that is over: recorded, or never to be.
-func (in *Interceptor) tryKept(req *Request, id string, k *keptOutcome) bool {
+// tryKept tries once to record k's outcome, and reports whether that is
+// over: recorded, or never to be.
+func (in *Interceptor) tryKept(k *keptOutcome) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.rec != nil {
-		return true // recorded over this process's own takeover
+	if k.rec != nil || k.over {
+		return true // recorded over this process's own takeover, or by a call
 	}
-	c := k.c
+	k.over = in.recordKeptOnce(k)
+	return k.over
+}
+
+// recordKeptOnce is tryKept's one try. k.mu must be held.
+func (in *Interceptor) recordKeptOnce(k *keptOutcome) bool {
+	req, id, c := k.req, k.sent.ID, k.c
 	rec, err := in.change(req.bg, req, id, c)
 	switch {
 	case err == nil:
@@ -218,9 +250,15 @@ func (in *Interceptor) tryKept(req *Request, id string, k *keptOutcome) bool {
 			k.conflicts++
 			return false // once more, after the takeover's call had time to note it
 		}
-		fallthrough
-	case errors.Is(err, record.ErrNotFound):
 		in.log.Error("an outcome the store had refused was not recorded", "execution", id, "state", c.To, "err", err)
+		return true
+	case errors.Is(err, record.ErrNotFound):
+		rec, err := in.restore(req, k.sent, c)
+		if err != nil {
+			in.log.Warn("writing again an execution the store lost; trying again later", "execution", id, "state", c.To, "err", err)
+			return false
+		}
+		k.rec = rec
 		return true
 	}
 	return false

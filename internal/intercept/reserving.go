@@ -122,6 +122,12 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 	// whose answer a cancellation cut off would stay reserved, never sent,
 	// and every retry would attach to it. Once asked for, it is seen
 	// through (the store bounds its own operations).
+	if k := in.own.keptForCall(fresh.Key, fresh.Fingerprint); k != nil && in.tryKept(k) {
+		// This process holds the outcome of an execution of this very
+		// call, which the store had not taken: it has now (or has it
+		// again, having lost it), and this call finds it.
+		k.wake()
+	}
 	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
 	if err != nil {
 		return nil, false, err

@@ -13,23 +13,32 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// recordLater keeps trying to record c, the outcome of execution id that
-// the store refused, waiting longer each time (up to recordRetryMax), until
-// the store takes it or has another answer for the record (a conflict: it
-// was settled otherwise). Callers attached to the execution are then woken
-// with it, and calls after it replay it.
-func (in *Interceptor) recordLater(req *Request, id string, c record.Change) {
+// recordLater keeps trying to record c, the outcome of execution sent
+// that the store refused, on a goroutine of its own, waiting longer each
+// time (up to recordRetryMax), until the store takes it or has another
+// answer for the record (a conflict: it was settled otherwise). Callers
+// attached to the execution are then woken with it, and calls after it
+// replay it. A store that lost the execution gets it again, with its
+// outcome (restore). The outcome is kept before recordLater returns, so a
+// retry its caller makes at once finds it (reserve).
+func (in *Interceptor) recordLater(req *Request, sent *record.Record, c record.Change) {
+	k := in.own.keep(req, sent, c)
+	in.work.Add(1)
+	go in.retryKept(k)
+}
+
+// retryKept is recordLater's goroutine.
+func (in *Interceptor) retryKept(k *keptOutcome) {
 	defer in.work.Done()
-	k := in.own.keep(req, id, c)
 	defer k.finish()
-	defer in.own.forget(id, k)
+	defer in.own.forget(k.sent.ID, k)
 	wait := recordRetryMin
 	for {
 		select {
 		case <-time.After(wait):
 		case <-k.nudge:
 		}
-		if in.tryKept(req, id, k) {
+		if in.tryKept(k) {
 			return
 		}
 		wait = min(2*wait, recordRetryMax)
@@ -160,26 +169,19 @@ func (e *execution) recordOutcome() {
 	}
 	if errors.Is(err, record.ErrNotFound) {
 		// The store answered, and no longer holds the execution: it lost
-		// its data (a Redis restarted without persistence). No retry can
-		// attach to it, and an identical call would run it again, so the
-		// caller gets the outcome this process holds.
-		in.log.Error("the store no longer holds this execution, so its outcome was not recorded: an identical call runs it again; did the store lose its data?",
-			"execution", rec.ID, "tool", rec.Tool, "state", c.To)
-		lost := rec.Clone()
-		lost.Apply(c, in.now())
-		in.answer(ctx, req, lost, e.m)
+		// its data (a Redis restarted without persistence).
+		in.outcomeOfLost(ctx, e, c)
 		return
 	}
 	if err != nil {
 		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
+		// The outcome is known, and the execution must not stay in flight
+		// (its lease renewed by this process) while callers wait on it.
+		in.recordLater(req, rec, c)
 		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
 			rec.ID, rec.Tool))
-		// The outcome is known, and the execution must not stay in flight
-		// (its lease renewed by this process) while callers wait on it.
-		in.work.Add(1)
-		go in.recordLater(req, rec.ID, c)
 		return
 	}
 	in.answer(ctx, req, settled, e.m)

@@ -1,0 +1,83 @@
+package intercept
+
+import (
+	"context"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A store that loses its data (a Redis restarted without persistence)
+// forgets the executions under way with it. This process still holds the
+// outcome of each of its own that it sent: written again, as the
+// execution it was, the outcome is replayed to a retry, or to an
+// identical call through any proxy, where a new reservation would run
+// the call a second time.
+
+// restoredNote is the note of a lost execution's dispatch, written again.
+const restoredNote = "written again: the store had lost this execution after it was sent"
+
+// restore writes sent, an execution this process sent and whose record
+// the store lost, again, with c, its outcome, and returns the record. It
+// returns nil and no error when the store holds another execution of the
+// call by now: that one stands, and the outcome is not recorded. An
+// error is the store's: calling again may do.
+func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Change) (*record.Record, error) {
+	again := &record.Record{
+		ID:          sent.ID,
+		Key:         sent.Key,
+		Fingerprint: sent.Fingerprint,
+		Actor:       sent.Actor,
+		Scope:       sent.Scope,
+		Upstream:    sent.Upstream,
+		Tool:        sent.Tool,
+		Retention:   sent.Retention,
+		Owner:       in.owner,
+		LeaseUntil:  in.now().Add(in.lease),
+	}
+	rec, won, err := in.store.Reserve(req.bg, again, record.ReserveOptions{Lease: in.lease})
+	if err != nil {
+		return nil, err
+	}
+	in.journalizeTakeover(req, rec)
+	if !won && rec.ID != sent.ID {
+		in.log.Error("the store lost this execution, and holds another of the same call by now: this outcome was not recorded",
+			"execution", sent.ID, "tool", sent.Tool, "state", c.To, "other", rec.ID)
+		return nil, nil
+	}
+	// Won, or written by an earlier try whose answer was lost.
+	if rec.State == record.Accepted {
+		d := record.Change{To: record.Dispatched, Holder: in.owner, Note: restoredNote}
+		if rec, err = in.store.Update(req.bg, sent.ID, d); err != nil {
+			return nil, err
+		}
+	}
+	if !rec.State.Settled() {
+		if rec, err = in.change(req.bg, req, sent.ID, c); err != nil {
+			return nil, err
+		}
+	}
+	in.log.Error("the store had lost this execution; it is written again, with its outcome: did the store lose its data?",
+		"execution", sent.ID, "tool", sent.Tool, "state", rec.State)
+	return rec, nil
+}
+
+// outcomeOfLost answers e's caller with c, e's outcome, which the store
+// could not record: it no longer holds the execution. Written again, the
+// record answers; otherwise the caller gets the outcome this process
+// holds, and a store that did not answer is tried again later.
+func (in *Interceptor) outcomeOfLost(ctx context.Context, e *execution, c record.Change) {
+	req, sent := e.req, e.rec
+	rec, err := in.restore(req, sent, c)
+	if rec != nil {
+		in.answer(ctx, req, rec, e.m)
+		return
+	}
+	lost := sent.Clone()
+	lost.Apply(c, in.now())
+	if err != nil {
+		in.log.Error("the store no longer holds this execution, and did not take it again: trying again later",
+			"execution", sent.ID, "tool", sent.Tool, "state", c.To, "err", err)
+		in.recordLater(req, sent, c)
+	}
+	in.answer(ctx, req, lost, e.m)
+}

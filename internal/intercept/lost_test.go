@@ -1,0 +1,144 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// amnesiac is a memory store that can lose every record it holds, as a
+// Redis restarted without persistence, and whose updates fail while it
+// is down.
+type amnesiac struct {
+	mu   sync.Mutex
+	s    *memstore.Store
+	down atomic.Bool
+	// loseAtOutcome makes the next outcome's write lose the store's
+	// records first, as a restart just before it would.
+	loseAtOutcome atomic.Bool
+}
+
+func newAmnesiac() *amnesiac { return &amnesiac{s: memstore.New(memstore.Options{})} }
+
+// lose forgets every record.
+func (a *amnesiac) lose() {
+	a.mu.Lock()
+	a.s = memstore.New(memstore.Options{})
+	a.mu.Unlock()
+}
+
+func (a *amnesiac) store() *memstore.Store {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.s
+}
+
+func (a *amnesiac) Reserve(ctx context.Context, r *record.Record, o record.ReserveOptions) (*record.Record, bool, error) {
+	return a.store().Reserve(ctx, r, o)
+}
+
+func (a *amnesiac) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if a.down.Load() {
+		return nil, errDown
+	}
+	if c.To.Settled() && a.loseAtOutcome.CompareAndSwap(true, false) {
+		a.lose()
+	}
+	return a.store().Update(ctx, id, c)
+}
+
+func (a *amnesiac) Get(ctx context.Context, id string) (*record.Record, error) {
+	return a.store().Get(ctx, id)
+}
+
+func (a *amnesiac) Wait(ctx context.Context, id string) (*record.Record, error) {
+	return a.store().Wait(ctx, id)
+}
+
+func (a *amnesiac) Renew(ctx context.Context, owner string, until time.Time) error {
+	return a.store().Renew(ctx, owner, until)
+}
+
+var errDown = errors.New("connection refused")
+
+// onlyLost returns the one record an amnesiac holds.
+func onlyLost(t *testing.T, a *amnesiac) *record.Record {
+	t.Helper()
+	recs := a.store().Records()
+	if len(recs) != 1 {
+		t.Fatalf("store holds %d records; want 1", len(recs))
+	}
+	return recs[0]
+}
+
+// TestOutcomeOfARecordTheStoreLost: a store that no longer holds an
+// execution as its outcome comes back has lost its data. The execution is
+// written again with its outcome: the caller gets it, and an identical
+// call replays it rather than running the call a second time.
+func TestOutcomeOfARecordTheStoreLost(t *testing.T) {
+	h := newHarness(charged)
+	store := newAmnesiac()
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+	store.loseAtOutcome.Store(true)
+	v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if v.IsError || v.Content[0].Text != "charge #1" || v.Meta.Replayed {
+		t.Fatalf("got %+v; want the tool's own result", v)
+	}
+	r := onlyLost(t, store)
+	if r.State != record.Delivered || r.History[1].Note != restoredNote {
+		t.Fatalf("store holds %s in %s, history %+v; want it written again and delivered", r.ID, r.State, r.History)
+	}
+	v = view(t, h.call(t.Context(), t, chargeCall).only(t))
+	if !v.Meta.Replayed || v.Content[0].Text != "charge #1" || v.Meta.Execution.ID != r.ID {
+		t.Fatalf("calling again got %+v; want %s's outcome replayed", v, r.ID)
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; want 1", n)
+	}
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetryAfterTheStoreLostAnOutcomeItHeld: the store stops answering
+// as a call runs, so its outcome is held, and the caller told that
+// calling again attaches to it; the store comes back empty. The retry
+// gets the held outcome, written again, without waiting for the next
+// try to record it; the upstream ran the call once.
+func TestRetryAfterTheStoreLostAnOutcomeItHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		store := newAmnesiac()
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		store.down.Store(true)
+		a := h.call(t.Context(), t, chargeCall).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "calling again attaches to it") {
+			t.Fatalf("got %+v; want an error saying calling again attaches", a)
+		}
+		store.lose()
+		store.down.Store(false)
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("calling again got %+v; want the held outcome replayed", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r := onlyLost(t, store); r.State != record.Delivered {
+			t.Fatalf("record %s; want delivered", r.State)
+		}
+	})
+}
