@@ -13,8 +13,9 @@ import (
 
 // TestRedisLostItsDataWhileACallRan: Redis loses the proxy's keys (as a
 // restart without persistence would) while a charge is under way. The
-// proxy writes the execution again with its outcome: the caller gets the
-// charge, a retry replays it, and the card is charged once.
+// proxy writes the execution again with its outcome, and the secret: the
+// caller gets the charge, a retry replays it, so does a proxy started
+// since, and the card is charged once.
 func TestRedisLostItsDataWhileACallRan(t *testing.T) {
 	if direct {
 		t.Skip("needs the proxy")
@@ -26,7 +27,7 @@ func TestRedisLostItsDataWhileACallRan(t *testing.T) {
 	prefix := "mcpi-e2e-lost-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	t.Cleanup(func() { servicetest.DropKeys(t, u, prefix) })
 	ctx := testContext(t)
-	flags := []string{"--store", withQuery(u, "prefix", prefix), "--log-level", "debug"}
+	flags := []string{"--store", withQuery(u, "prefix", prefix), "--scope", "actor", "--actor", "alice", "--log-level", "debug"}
 	p := connect(t, ctx, proxiedWith(t, flags, chargeServer("-gate")...))
 	if err := p.stderr.waitFor(ctx, `msg="upstream started"`); err != nil {
 		t.Fatal(err)
@@ -60,6 +61,16 @@ func TestRedisLostItsDataWhileACallRan(t *testing.T) {
 	}
 	if n := executions(t, ctx, p); n != 1 {
 		t.Fatalf("charge_card ran %d times; want 1", n)
+	}
+	// The proxy wrote the secret the store lost again: one started since
+	// signs as it does, and replays the charge too.
+	later := connect(t, ctx, proxiedWith(t, flags, chargeServer("-gate")...))
+	res, err = later.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: chargeArgs("4242", 100)})
+	if err != nil || firstText(res) != want {
+		t.Fatalf("a proxy started after the loss got %v, %v; want %q replayed", res, err, want)
+	}
+	if n := executions(t, ctx, later); n != 0 {
+		t.Fatalf("a proxy started after the loss ran charge_card %d times; want 0", n)
 	}
 	if !strings.Contains(p.stderr.String(), "it is written again, with its outcome") {
 		t.Errorf("the proxy did not say it wrote the lost execution again")

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 )
 
@@ -258,4 +260,52 @@ func TestHelperProcess(t *testing.T) {
 	}
 	wg.Wait()
 	fmt.Printf("wins=%d\n", wins.Load())
+}
+
+// TestSecretWrittenAgainAfterDataLoss: a Redis that loses its data loses
+// the secret. A process that holds it writes it again with its lease
+// renewals, so that a process started since signs as it does; and one
+// that finds another secret there, made before it looked, says so, once.
+func TestSecretWrittenAgainAfterDataLoss(t *testing.T) {
+	url := serverURL(t)
+	prefix := newPrefix(t, url)
+	ctx := t.Context()
+	clock := recordtest.NewClock(time.Now())
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	s := openWith(t, url, redisstore.Options{Now: clock.Now, Prefix: prefix,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	secret, err := s.Secret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteKeys(t, url, prefix)
+	if err := s.Renew(ctx, "proxy-a", clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := open(t, url, prefix, nil).Secret(ctx); err != nil || !bytes.Equal(b, secret) {
+		t.Fatalf("a process started after the loss has secret %x, %v; want the older process's %x", b, err, secret)
+	}
+	mu.Lock()
+	said := logs.String()
+	mu.Unlock()
+	if !strings.Contains(said, "wrote its own again") {
+		t.Errorf("the store did not say it wrote the secret again; its log:\n%s", said)
+	}
+
+	deleteKeys(t, url, prefix)
+	if b, err := open(t, url, prefix, nil).Secret(ctx); err != nil || bytes.Equal(b, secret) {
+		t.Fatalf("a process started before the check has secret %x, %v; want a new one", b, err)
+	}
+	for range 2 {
+		clock.Advance(time.Minute)
+		if err := s.Renew(ctx, "proxy-a", clock.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "holds another fingerprint secret"); n != 1 {
+		t.Errorf("the store said %d times that it holds another secret; want once. Its log:\n%s", n, logs.String())
+	}
 }

@@ -3,12 +3,10 @@ package redisstore
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -83,8 +81,12 @@ type Store struct {
 	wmu     sync.Mutex        // protects waiters
 	waiters map[string]*watch // id -> the channel its waiters share
 
-	smu    sync.Mutex // protects secret
+	smu    sync.Mutex // protects secret and its checks (secret.go)
 	secret []byte
+	// secretChecked is when keepSecret last looked for the secret, and
+	// secretOther that it found another there, said once.
+	secretChecked time.Time
+	secretOther   bool
 
 	ps         *redis.PubSub
 	subscribed chan struct{} // closed once the subscription is first confirmed
@@ -417,6 +419,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		s.tags.Drop(id)
 		s.known.Drop(id)
 		s.untrack(id)
+		s.keepSecret(ctx, true) // the store may have lost its data
 		if cached {
 			// The index just written points nowhere.
 			_ = s.rdb.Del(ctx, s.indexKey(id)).Err()
@@ -529,6 +532,7 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	s.keepSecret(ctx, false)
 	s.mu.Lock()
 	mine := make([]owned, 0, len(s.owned[owner]))
 	for _, o := range s.owned[owner] {
@@ -580,47 +584,6 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 		return s.fail(op, first)
 	}
 	return nil
-}
-
-// Secret returns the key every proxy sharing this store signs
-// fingerprints with: 32 random bytes, written once by whichever process
-// asks first.
-func (s *Store) Secret(ctx context.Context) ([]byte, error) {
-	s.smu.Lock()
-	defer s.smu.Unlock()
-	if s.secret != nil {
-		return append([]byte(nil), s.secret...), nil
-	}
-	b := make([]byte, 32)
-	if _, err := io.ReadFull(rand.Reader, b); err != nil {
-		return nil, fmt.Errorf("making the secret: %w", err)
-	}
-	key := s.prefix + "secret"
-	// One pipeline, so that a store that waits for its replicas
-	// (replicas.go) waits for the secret too: a failover that lost it
-	// would change every fingerprint.
-	var stored *redis.BoolCmd
-	var read *redis.StringCmd
-	var r replication
-	_, _ = s.rdb.Pipelined(withReplication(ctx, &r), func(p redis.Pipeliner) error {
-		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
-		return nil
-	})
-	if err := stored.Err(); err != nil {
-		return nil, refusal(s.fail("storing the secret", err))
-	}
-	if stored.Val() && r.err != nil {
-		return nil, s.fail("storing the secret", r.err) // stored, unconfirmed
-	}
-	got, err := read.Bytes()
-	if err != nil {
-		return nil, s.fail("reading the secret", err)
-	}
-	if len(got) != 32 {
-		return nil, fmt.Errorf("reading the secret: %s holds %d bytes under %s; want 32", s.name, len(got), key)
-	}
-	s.secret = got
-	return append([]byte(nil), got...), nil
 }
 
 // Check sends the server a PING within the dial and read timeouts, after

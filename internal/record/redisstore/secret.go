@@ -1,0 +1,105 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The secret lives under <prefix>secret. A Redis that loses its data (a
+// restart without persistence) loses it with the records, and the next
+// process to ask makes another: its calls then match none of the older
+// processes'. So a process that holds the secret writes it again once it
+// finds it gone: looked for with its lease renewals, at most once every
+// secretCheckEvery, and at once when a record is gone from under it. It
+// says so, and says when the store holds another secret than its own.
+
+// secretCheckEvery bounds how often Renew looks for the secret.
+const secretCheckEvery = time.Minute
+
+// Secret returns the key every proxy sharing this store signs
+// fingerprints with: 32 random bytes, written once by whichever process
+// asks first.
+func (s *Store) Secret(ctx context.Context) ([]byte, error) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.secret != nil {
+		return append([]byte(nil), s.secret...), nil
+	}
+	b := make([]byte, 32)
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		return nil, fmt.Errorf("making the secret: %w", err)
+	}
+	key := s.prefix + "secret"
+	// One pipeline, so that a store that waits for its replicas
+	// (replicas.go) waits for the secret too: a failover that lost it
+	// would change every fingerprint.
+	var stored *redis.BoolCmd
+	var read *redis.StringCmd
+	var r replication
+	_, _ = s.rdb.Pipelined(withReplication(ctx, &r), func(p redis.Pipeliner) error {
+		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
+		return nil
+	})
+	if err := stored.Err(); err != nil {
+		return nil, refusal(s.fail("storing the secret", err))
+	}
+	if stored.Val() && r.err != nil {
+		return nil, s.fail("storing the secret", r.err) // stored, unconfirmed
+	}
+	got, err := read.Bytes()
+	if err != nil {
+		return nil, s.fail("reading the secret", err)
+	}
+	if len(got) != 32 {
+		return nil, fmt.Errorf("reading the secret: %s holds %d bytes under %s; want 32", s.name, len(got), key)
+	}
+	s.secret = got
+	return append([]byte(nil), got...), nil
+}
+
+// keepSecret writes the secret this process holds again if the store no
+// longer has it, and says if the store holds another. Unless now is set,
+// it does so at most once every secretCheckEvery. A store that does not
+// answer is left for the next check: its failures are the callers' to
+// report.
+func (s *Store) keepSecret(ctx context.Context, now bool) {
+	s.smu.Lock()
+	secret, at := s.secret, s.now()
+	due := secret != nil && (now || at.Sub(s.secretChecked) >= secretCheckEvery)
+	if due {
+		s.secretChecked = at
+	}
+	s.smu.Unlock()
+	if !due {
+		return
+	}
+	key := s.prefix + "secret"
+	var stored *redis.BoolCmd
+	var read *redis.StringCmd
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		stored, read = p.SetNX(ctx, key, secret, 0), p.Get(ctx, key)
+		return nil
+	})
+	got, err := read.Bytes()
+	switch {
+	case stored.Err() != nil || err != nil:
+	case stored.Val():
+		s.log.Error("the store had lost the fingerprint secret, with its data: this process wrote its own again, so that processes started since match its calls",
+			"store", s.name, "key", key)
+	case !bytes.Equal(got, secret):
+		s.smu.Lock()
+		said := s.secretOther
+		s.secretOther = true
+		s.smu.Unlock()
+		if !said {
+			s.log.Error("the store holds another fingerprint secret than this process's: it lost its data, and a process started since made a new one; processes on different secrets never match each other's calls, so restart this one",
+				"store", s.name, "key", key)
+		}
+	}
+}
