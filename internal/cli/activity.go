@@ -292,9 +292,14 @@ func printList(w io.Writer, recs []*record.Record) {
 	makePrintable(reflect.ValueOf(recs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXECUTION\tTOOL\tSTATE\tACCEPTED\tATTEMPTS\tATTACHED\tACTOR")
+	now := time.Now()
 	for _, r := range recs {
 		state := string(r.State)
-		if r.Awaiting != "" {
+		switch {
+		case r.Awaiting != "" && r.Orphaned(now):
+			// Refused by approve: nothing would send it.
+			state += " (awaiting " + r.Awaiting + ", its proxy went away)"
+		case r.Awaiting != "":
 			state += " (awaiting " + r.Awaiting + ")"
 		}
 		if intercept.ShadowOwner(r.Owner) {

@@ -44,6 +44,22 @@ func TestListMarksShadowExecutions(t *testing.T) {
 	}
 }
 
+// TestListMarksAwaitingExecutionsWhoseProxyWentAway: an execution that
+// awaits an operator, whose proxy's lease lapsed, is listed as such:
+// approve refuses it, as nothing would send it.
+func TestListMarksAwaitingExecutionsWhoseProxyWentAway(t *testing.T) {
+	at := []record.Transition{{State: record.Accepted, At: time.Now()}}
+	var out strings.Builder
+	printList(&out, []*record.Record{
+		{ID: "exe_1", Tool: "charge_card", State: record.Accepted, Awaiting: record.ApproverOperator, LeaseUntil: time.Now().Add(-time.Minute), History: at},
+		{ID: "exe_2", Tool: "charge_card", State: record.Accepted, Awaiting: record.ApproverOperator, LeaseUntil: time.Now().Add(time.Minute), History: at},
+	})
+	lines := strings.Split(out.String(), "\n")
+	if !strings.Contains(lines[1], "accepted (awaiting operator, its proxy went away)") || !strings.Contains(lines[2], "accepted (awaiting operator) ") {
+		t.Fatalf("activity list printed:\n%s\nwant exe_1 marked as its proxy gone, and exe_2 awaiting", out.String())
+	}
+}
+
 // unknownExecution stores an execution sent and never answered in a new
 // SQLite store, and returns the store's URL and the execution's id.
 func unknownExecution(t *testing.T) (store, id string) {
