@@ -41,7 +41,7 @@ func TestSIGTERMWhileTheStoreReserves(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := filepath.Join(t.TempDir(), "records.db")
-			sigtermWhileReserving(t, "sqlite:"+db, func() func() { return holdWriteLock(t, db) }, releaseEarly)
+			sigtermWhileReserving(t, "sqlite:"+db, func() func() { return holdWriteLock(t, db) }, nil, releaseEarly)
 		})
 	}
 }
@@ -61,7 +61,34 @@ func TestSIGTERMWhilePostgreSQLReserves(t *testing.T) {
 	t.Parallel()
 	schema := "mcpi_e2e_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	t.Cleanup(func() { servicetest.DropSchema(t, u, schema) })
-	sigtermWhileReserving(t, withQuery(u, "schema", schema), func() func() { return holdTableLock(t, u, schema+".records") }, true)
+	table := schema + ".records"
+	sigtermWhileReserving(t, withQuery(u, "schema", schema), func() func() { return holdTableLock(t, u, table) },
+		func(ctx context.Context) { waitForLockWaiter(t, ctx, u, table) }, true)
+}
+
+// waitForLockWaiter returns once a session waits for a lock on table:
+// the proxy's reservation has reached the server.
+func waitForLockWaiter(t *testing.T, ctx context.Context, url, table string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass", table).Scan(&n); err != nil {
+			t.Fatalf("looking for a wait on %s: %v", table, err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the proxy's reservation never waited for %s", table)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // holdTableLock locks table in PostgreSQL, as another transaction's
@@ -92,8 +119,10 @@ func holdTableLock(t *testing.T, url, table string) (release func()) {
 
 // sigtermWhileReserving is TestSIGTERMWhileTheStoreReserves on store,
 // whose writes hold blocks until it releases them, released before the
-// proxy exits if releaseEarly.
-func sigtermWhileReserving(t *testing.T, store string, hold func() (release func()), releaseEarly bool) {
+// proxy exits if releaseEarly. If set, reserving returns once the
+// proxy's reservation waits in the store: the proxy reads the call
+// before its goroutine asks the store.
+func sigtermWhileReserving(t *testing.T, store string, hold func() (release func()), reserving func(context.Context), releaseEarly bool) {
 	// Longer than testContext's: the proxy's exit may wait for the
 	// store's busy timeout, and a second proxy follows.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -124,6 +153,9 @@ func sigtermWhileReserving(t *testing.T, store string, hold func() (release func
 	// for the store.
 	if got := c.ask(t, 4, "ping", `{}`); !strings.Contains(got, `"result"`) {
 		t.Fatalf("the ping got %s", got)
+	}
+	if reserving != nil {
+		reserving(ctx)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
