@@ -86,8 +86,14 @@ func TestBackoffPastTheDeadlineEndsTheCall(t *testing.T) {
 			t.Fatalf("got %+v; want the last 429 with a note that a wait would pass the deadline", v)
 		}
 		h.in.Wait(t.Context())
-		if rec := h.onlyRecord(t); rec.State != record.Failed || rec.Attempts != 2 {
+		rec := h.onlyRecord(t)
+		if rec.State != record.Failed || rec.Attempts != 2 {
 			t.Fatalf("record %s after %d attempts; want failed after 2 (a transient result is not replayed)", rec.State, rec.Attempts)
+		}
+		// The rule allowed 4 attempts: the record says what ended them at
+		// 2, as the caller was told, not that the last one was made.
+		if note := rec.History[len(rec.History)-1].Note; !strings.Contains(note, "would pass the call's deadline") {
+			t.Fatalf("the failure is noted %q; want the deadline that ended the attempts", note)
 		}
 	})
 }

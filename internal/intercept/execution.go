@@ -55,6 +55,10 @@ type execution struct {
 	// why is why the next attempt is sent: for the first, why it is
 	// dispatched ("" for a new execution); for a later one, resend.why.
 	why string
+	// stopped is why the last answer was not sent again though the rule
+	// would have (a deadline, the retry budget, the account, the
+	// session's end); "" if the rule itself ended the attempts.
+	stopped string
 	// result and err are the last attempt's answer.
 	result json.RawMessage
 	err    error
@@ -497,6 +501,7 @@ func (e *execution) decide() bool {
 	}
 	if !r.ok || e.rec == nil && e.ctx.Err() != nil {
 		if r.stop != "" {
+			e.stopped = r.stop
 			e.result, e.err = withNote(e.result, e.err, r.stop)
 		}
 		e.finish()
@@ -547,7 +552,8 @@ func (e *execution) notAgain(why string) {
 	} else {
 		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "why", why)
 	}
-	e.result, e.err = withNote(e.result, e.err, "not retried: "+why)
+	e.stopped = "not retried: " + why
+	e.result, e.err = withNote(e.result, e.err, e.stopped)
 	e.finish()
 }
 

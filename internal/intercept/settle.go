@@ -131,6 +131,10 @@ func (e *execution) recordOutcome() {
 			// happen, so it is not replayed (Stripe does not cache a 429
 			// either); the caller sees this last result.
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+			if e.stopped != "" {
+				// Attempts were left: the record says what ended them.
+				c.Note = "still transient: " + e.stopped
+			}
 			// A read-only or idempotent tool may run again whatever
 			// its earlier attempts did: the upstream answered, so this
 			// is no unknown outcome.
