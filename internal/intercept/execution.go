@@ -121,6 +121,16 @@ func (in *Interceptor) newExecution(ctx context.Context, req *Request, rec *reco
 // in a larger size class.
 func (e *execution) acct() *account { return e.in.accountOf(e.req) }
 
+// attempt numbers the next attempt as the record counts them: a
+// re-dispatch of an unknown execution goes on from the attempts the
+// record held, where e.n counts this run's sends alone.
+func (e *execution) attempt() int {
+	if e.m == resumed {
+		return e.rec.Attempts + e.n + 1
+	}
+	return e.n + 1
+}
+
 // tool names the tool the execution calls.
 func (e *execution) tool() string {
 	if e.rec != nil {
@@ -323,7 +333,7 @@ func (e *execution) claim() bool {
 		// it (DESIGN 8): one whose lease lapsed during the backoff may
 		// find it taken over and sent by another.
 		again := record.Change{To: record.Dispatched, From: record.Dispatched, Holder: e.in.owner,
-			Note: fmt.Sprintf("attempt %d: %s", e.n+1, e.why)}
+			Note: fmt.Sprintf("attempt %d: %s", e.attempt(), e.why)}
 		cur, err := e.in.store.Update(e.req.bg, e.rec.ID, again)
 		if err != nil {
 			e.acct().release()
@@ -510,7 +520,7 @@ func (e *execution) decide() bool {
 	if e.rec == nil {
 		in.log.Info("sending again", "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why, "request", e.req.Correlation)
 	} else {
-		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "after", r.wait, "why", r.why)
+		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "after", r.wait, "why", r.why)
 	}
 	in.obs.Attempt(e.observed(), e.n+1, r.why, r.wait)
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
@@ -550,7 +560,7 @@ func (e *execution) notAgain(why string) {
 	if e.rec == nil {
 		e.in.log.Info("not sending again", "tool", e.tool(), "attempt", e.n+1, "why", why, "request", e.req.Correlation)
 	} else {
-		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.n+1, "why", why)
+		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "why", why)
 	}
 	e.stopped = "not retried: " + why
 	e.result, e.err = withNote(e.result, e.err, e.stopped)

@@ -63,6 +63,41 @@ func TestRetriesLeaveTheRedispatch(t *testing.T) {
 	})
 }
 
+// TestRedispatchAttemptsAreNumberedAsTheRecordCounts: a retry of an
+// on_unknown re-send is noted with its number among the execution's
+// attempts, the one activity show and the journal print beside it, not
+// its number within the call that re-sent it.
+func TestRedispatchAttemptsAreNumberedAsTheRecordCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			switch n {
+			case 1:
+				return nil, errors.New("the upstream exited before answering")
+			case 2:
+				return busyThen(2)(ctx, n, p)
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.Retry = retryRule(true)
+		h.pol.OnUnknown = policy.Retry
+		h.call(t.Context(), t, chargeCall).only(t) // unknown after attempt 1
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #3" {
+			t.Fatalf("the re-send got %+v; want its retry's answer", v)
+		}
+		h.in.Wait(t.Context())
+		rec := h.onlyRecord(t)
+		var notes []string
+		for _, tr := range rec.History {
+			if tr.State == record.Dispatched {
+				notes = append(notes, tr.Note)
+			}
+		}
+		if rec.Attempts != 3 || len(notes) != 3 || !strings.HasPrefix(notes[2], "attempt 3: ") {
+			t.Fatalf("%d attempts noted %q; want the third noted as attempt 3", rec.Attempts, notes)
+		}
+	})
+}
+
 func TestTransientResultsAreSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(2))
