@@ -85,7 +85,11 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 			retryAfter = d
 		}
 	default:
-		why = "not sent: " + err.Error()
+		// The request never left (Classify): its error says so itself.
+		why = err.Error()
+		if ns, ok := errors.AsType[*retry.NotSentError](err); ok {
+			why = ns.Error()
+		}
 	}
 	now := in.now()
 	b := retry.Backoff{Base: rule.Base, Cap: rule.Cap, MaxAttempts: rule.MaxAttempts}

@@ -98,6 +98,33 @@ func TestRedispatchAttemptsAreNumberedAsTheRecordCounts(t *testing.T) {
 	})
 }
 
+// TestNotSentAttemptIsNotedOnce: an attempt sent again because the one
+// before it never left is noted "not sent: " and the transport's error,
+// once.
+func TestNotSentAttemptIsNotedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			if n == 1 {
+				return nil, retry.NotSent(errors.New("connection refused"))
+			}
+			return charged(ctx, n, p)
+		})
+		h.pol.Retry = retryRule(true)
+		h.call(t.Context(), t, chargeCall).only(t)
+		h.in.Wait(t.Context())
+		rec := h.onlyRecord(t)
+		var notes []string
+		for _, tr := range rec.History {
+			if tr.State == record.Dispatched {
+				notes = append(notes, tr.Note)
+			}
+		}
+		if len(notes) != 2 || notes[1] != "attempt 2: not sent: connection refused" {
+			t.Fatalf("attempts noted %q; want the second noted \"attempt 2: not sent: connection refused\"", notes)
+		}
+	})
+}
+
 func TestTransientResultsAreSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(busyThen(2))
