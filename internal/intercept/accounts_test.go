@@ -264,6 +264,29 @@ func TestSlotWaitEndsAtTheDeadline(t *testing.T) {
 	})
 }
 
+// TestSlotWaitTakesNoRoom: a call refused because the account's
+// concurrency cap stayed full until its deadline sent nothing, so it
+// spends none of the allowance: the next call, once a slot is free,
+// finds the room the refused one would have taken.
+func TestSlotWaitTakesNoRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: time.Second}
+		h.withAccount(policy.Account{Name: "bank", Rate: 1.0 / 60, Burst: 2, MaxConcurrency: 1})
+		first := h.call(t.Context(), t, charge(1))
+		if a := h.call(t.Context(), t, charge(2)).only(t); a.Error == nil {
+			t.Fatalf("the call waiting for a slot got %s; want refused at its deadline", a.Result)
+		}
+		close(release)
+		first.only(t)
+		a := h.call(t.Context(), t, charge(3)).only(t)
+		if e := jsonrpc.DecodeError(a.Error); a.Error != nil {
+			t.Fatalf("the third call got %q; want it sent: one send in the minute leaves room for another under a burst of 2", e.Message)
+		}
+		h.sentOnly(t, 2)
+	})
+}
+
 // TestSessionEndWhileWaitingForTheAccount: a call waiting for its
 // account's room when its session ends is not sent later, for no one: the
 // caller is told it was not sent, and the record says so.

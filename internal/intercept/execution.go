@@ -199,6 +199,11 @@ func (e *execution) stop() error {
 // has room (and, with a cap, a free slot); else the execution waits for
 // room, never holding a goroutine for longer than a store's answer
 // takes, up to the call's deadline.
+//
+// The slot comes first: room taken from the allowance is spent, and a
+// call that then found the cap full until its deadline would have spent
+// it on a send that never went, leaving the account's next send to wait
+// for room no send used.
 func (e *execution) admit() bool {
 	a := e.acct()
 	e.step = claiming
@@ -208,31 +213,41 @@ func (e *execution) admit() bool {
 	if err := e.stop(); err != nil {
 		return e.refuse(refusal{Gone: err}) // before taking room no one will use
 	}
+	if a.slots != nil {
+		select {
+		case a.slots <- struct{}{}:
+		default:
+			go e.waitSlot()
+			return false
+		}
+	}
+	return e.takeRoom()
+}
+
+// takeRoom takes room in the allowance for the next attempt, which holds
+// a slot of the account's cap if it has one. Without room, the slot goes
+// back while the execution waits: the calls the cap lets through may
+// send in the meantime.
+func (e *execution) takeRoom() bool {
+	a := e.acct()
 	now := e.in.now()
 	ok, wait, err := a.take(e.ctx, now)
-	switch {
-	case err != nil:
+	if ok && err == nil {
+		return true
+	}
+	a.release()
+	if err != nil {
 		return e.refuse(refusal{Err: err})
-	case !ok:
-		// As in retry.Backoff.Next, a wait that ends at the deadline
-		// leaves the call no time, and is not begun either.
-		if d := e.req.deadline; !d.IsZero() && !now.Add(wait).Before(d) {
-			return e.refuse(refusal{Wait: wait})
-		}
-		e.step = admitting
-		e.in.traceEvent(e.req, "account wait", wait, attribute.String("mcp_idempotent.account", a.name))
-		e.pause(wait, func(err error) { e.refuse(refusal{Gone: err}) })
-		return false
-	case a.slots == nil:
-		return true
 	}
-	select {
-	case a.slots <- struct{}{}:
-		return true
-	default:
-		go e.waitSlot()
-		return false
+	// As in retry.Backoff.Next, a wait that ends at the deadline
+	// leaves the call no time, and is not begun either.
+	if d := e.req.deadline; !d.IsZero() && !now.Add(wait).Before(d) {
+		return e.refuse(refusal{Wait: wait})
 	}
+	e.step = admitting
+	e.in.traceEvent(e.req, "account wait", wait, attribute.String("mcp_idempotent.account", a.name))
+	e.pause(wait, func(err error) { e.refuse(refusal{Gone: err}) })
+	return false
 }
 
 // waitSlot waits, on its own goroutine, for a slot of the account's
@@ -248,7 +263,9 @@ func (e *execution) waitSlot() {
 	for {
 		select {
 		case e.acct().slots <- struct{}{}:
-			e.run()
+			if e.takeRoom() {
+				e.run()
+			}
 			return
 		case <-expired:
 			e.refuse(refusal{Full: true})
