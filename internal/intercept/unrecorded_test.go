@@ -230,3 +230,26 @@ func TestUnrecordedNotSentWhenLeftWaitingForASlot(t *testing.T) {
 		unanswered(t, second)
 	})
 }
+
+// TestUnrecordedSessionEndWhileWaitingForTheAccount: an unrecorded call
+// waiting for its account's room when its session ends is told, as
+// docs/errors.md says, that the session ended before it ran; nothing is
+// sent later.
+func TestUnrecordedSessionEndWhileWaitingForTheAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Deadline: 5 * time.Minute}
+		h.withAccount(policy.Account{Name: "vendor", Rate: 1.0 / 60, Burst: 1})
+		h.readOnly()
+		h.callUnrecorded(t.Context(), t, charge(1)).only(t)
+		ctx := newEndable(t.Context())
+		a := h.callUnrecorded(ctx, t, charge(2))
+		synctest.Wait() // waiting a minute for room
+		ctx.end(ErrSessionEnded)
+		ans := a.only(t)
+		if e := jsonrpc.DecodeError(ans.Error); ans.Error == nil || e.Message != NotRunAtSessionEnd("charge_card").Message {
+			t.Fatalf("got %+v; want the error saying the session ended before it ran", ans)
+		}
+		h.sentOnly(t, 1)
+	})
+}
