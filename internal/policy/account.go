@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -133,8 +134,14 @@ func (v *validator) accounts(specs []*accountSpec) map[string]Account {
 			if s.burst.at != nil {
 				at, field = s.burst.place, s.field+".burst"
 			}
-			v.errorf(at, field, "a burst of %d at %s takes %.0f years to fill again; at most %.0f (a smaller burst, or a higher rate)",
-				burst, s.rate.at.Value, refill/(365*24*3600), maxRefill.Hours()/(365*24))
+			// Rounded down, with "over": rounded, a refill just past the
+			// limit would read as the limit itself.
+			years, over := refill/(365*24*3600), "over "
+			if years == math.Floor(years) {
+				over = ""
+			}
+			v.errorf(at, field, "a burst of %d at %s takes %s%.0f years to fill again; at most %.0f (a smaller burst, or a higher rate)",
+				burst, s.rate.at.Value, over, math.Floor(years), maxRefill.Hours()/(365*24))
 			continue
 		}
 		accounts[s.name] = Account{

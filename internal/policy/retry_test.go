@@ -125,8 +125,11 @@ func TestAccountNumbersMessages(t *testing.T) {
 		{"accounts:\n  a: {rate: 1/s, burst: 99999999999999999999}\n", `accounts.a.burst: "99999999999999999999": want a whole number from 1 to 1000000`},
 		// The stores keep when a burst is full again in unix nanoseconds,
 		// which end in 2262.
-		{"accounts:\n  a: {rate: 0.1/d, burst: 10000}\n", `accounts.a.burst: a burst of 10000 at 0.1/d takes 274 years to fill again; at most 100`},
-		{"accounts:\n  a: {rate: 0.00002/d}\n", `accounts.a.rate: a burst of 1 at 0.00002/d takes 137 years to fill again; at most 100`},
+		{"accounts:\n  a: {rate: 0.1/d, burst: 10000}\n", `accounts.a.burst: a burst of 10000 at 0.1/d takes over 273 years to fill again; at most 100`},
+		// Just past the limit, not rounded to it.
+		{"accounts:\n  a: {rate: 1/d, burst: 36600}\n", `accounts.a.burst: a burst of 36600 at 1/d takes over 100 years to fill again; at most 100`},
+		{"accounts:\n  a: {rate: 1/d, burst: 36865}\n", `accounts.a.burst: a burst of 36865 at 1/d takes 101 years to fill again; at most 100`},
+		{"accounts:\n  a: {rate: 0.00002/d}\n", `accounts.a.rate: a burst of 1 at 0.00002/d takes over 136 years to fill again; at most 100`},
 		// A tool whose name holds a dot is named quoted, as everywhere.
 		{"tools:\n  a.b:\n    retry:\n      account: nope\n", `tools."a.b".retry.account: "nope" is not an account defined under accounts`},
 	} {
