@@ -232,6 +232,13 @@ func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
 		// JSON never needs one outside strings, where it is escaped.
 		b = append(b[:start], bytes.ReplaceAll(b[start:], []byte("\n"), nil)...)
 	}
+	if f := bytes.Trim(b[start:], " \t\r"); len(f) < len(b)-start {
+		// White space around a message is no part of it, and a reader
+		// may take anything but a newline after one for more data: the
+		// go-sdk's stdio transport ends its connection on it. An HTTP
+		// body may end in a space.
+		b = append(b[:start], f...)
+	}
 	b = append(b, '\n')
 	if c.holding {
 		c.pending = b
