@@ -49,7 +49,7 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		if done {
 			if st.opens && opened {
 				// Only with an InitializeResult (awaitOpened).
-				w.Header().Set(headerSessionID, ss.id)
+				ss.nameTo(w)
 			}
 			ok := s.writeJSON(w, r, out, written, appended, st.isBatch)
 			ss.sent(taken, ok)

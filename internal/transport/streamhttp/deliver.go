@@ -43,6 +43,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 	frame, st, ids := s.registerLocked(r, ss, body, msgs)
 	ss.mu.Unlock()
 	if !s.pass(w, r, ss, frame, ids) {
+		s.endUnnamed(ss, st)
 		return
 	}
 	if st == nil {
@@ -50,6 +51,9 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		return
 	}
 	answered := s.answer(w, r, ss, st)
+	if !answered {
+		s.endUnnamed(ss, st)
+	}
 	if !answered && ss.stateless {
 		// A stateless request's client cannot come back for its answer:
 		// closing the request cancels it (SEP-2575). The proxy detaches

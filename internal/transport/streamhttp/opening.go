@@ -28,7 +28,7 @@ func (s *Server) awaitOpened(w http.ResponseWriter, r *http.Request, ss *ServerS
 		ss.mu.Unlock()
 		if known {
 			if open {
-				w.Header().Set(headerSessionID, ss.id)
+				ss.nameTo(w)
 			}
 			return true
 		}
@@ -60,4 +60,36 @@ func (ss *ServerSession) openedLocked(st *stream, seen *int64) (open, known bool
 		}
 	}
 	return false, false
+}
+
+// nameTo sets the session id on w, the response that opens the session,
+// and notes that a client can now name the session.
+func (ss *ServerSession) nameTo(w http.ResponseWriter) {
+	w.Header().Set(headerSessionID, ss.id)
+	ss.mu.Lock()
+	ss.named = true
+	ss.mu.Unlock()
+}
+
+// endUnnamed ends ss if st is the stream of the initialize that opened
+// it and no response has carried its id: the client went first, and no
+// client can name the session. Else it would hold its upstream, and a
+// place among MaxSessions, until the idle timeout; a client whose
+// initialize timed out and that tries again would find every place taken
+// by the sessions of its own earlier tries.
+func (s *Server) endUnnamed(ss *ServerSession, st *stream) {
+	if st == nil || !st.opens {
+		return
+	}
+	ss.mu.Lock()
+	named := ss.named
+	ss.mu.Unlock()
+	if named || ss.closed() {
+		return
+	}
+	s.log.Info("session ended: its client went before the answer to its initialize", "session", ss.id)
+	ss.closeFor(EndInitLeft)
+	s.mu.Lock()
+	delete(s.sessions, ss.id)
+	s.mu.Unlock()
 }

@@ -1,9 +1,13 @@
 package streamhttp
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestServerSessionIDOnlyWithResult: MCP gives a session id "on the HTTP
@@ -83,5 +87,48 @@ func TestServerSessionIDBeforeAServerRequest(t *testing.T) {
 	ev, err = r.next()
 	if err != nil || !strings.Contains(string(ev.Data), `"id":1,"result"`) {
 		t.Fatalf("next event %q, %v; want the InitializeResult", ev.Data, err)
+	}
+}
+
+// TestServerInitializeLeftEndsTheSession: a client that goes before the
+// answer to its initialize never learns the session id, so no client can
+// name the session. It ends at once, its upstream stopped and its place
+// among MaxSessions freed, rather than at the idle timeout: a client
+// whose initialize timed out and that tries again finds room.
+func TestServerInitializeLeftEndsTheSession(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
+			srv, p, hs := newTestServer(t, ServerOptions{MaxSessions: 1, JSONResponse: jsonResponse})
+			ctx, cancel := context.WithCancel(t.Context())
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","hold":true}}`
+				req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			ss := <-p.started
+			waitFor(t, func() bool { return p.seen(`"hold"`) == 1 })
+			cancel() // the client's timeout
+			<-sent
+			select {
+			case ended := <-p.ended:
+				if ended != ss || ended.EndReason() != EndInitLeft {
+					t.Fatalf("session %s ended (%q); want %s, %q", ended.ID(), ended.EndReason(), ss.ID(), EndInitLeft)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the session whose client went before its id was not ended")
+			}
+			waitFor(t, func() bool {
+				srv.mu.Lock()
+				defer srv.mu.Unlock()
+				return srv.running == 0
+			})
+			openSession(t, hs.URL) // the client's next try finds room
+		})
 	}
 }

@@ -171,13 +171,21 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 
 // beforeInitialized sends what the initialize m's params ask for before
 // its answer: "logs" notifications/message (data 0, 1...), then with
-// "ask" a ping of the server's, answered once the gate opens. It answers
+// "ask" a ping of the server's, answered once the gate opens; with "hold"
+// it answers only once the gate opens. It answers
 // with an error itself, and reports false, for an initialize without
 // params (as the go-sdk's server refuses it) or with "fail".
 func (p *fakeProxy) beforeInitialized(s *ServerSession, m *jsonrpc.Message) bool {
 	logs, _ := strconv.Atoi(string(jsonrpc.Member(m.Params, "logs")))
 	for i := range logs {
 		s.WriteFrame(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":%d}}`, i))
+	}
+	if jsonrpc.Member(m.Params, "hold") != nil {
+		select {
+		case <-p.gate:
+		case <-s.done:
+			return false
+		}
 	}
 	if jsonrpc.Member(m.Params, "ask") != nil {
 		s.WriteFrame([]byte(`{"jsonrpc":"2.0","id":"s1","method":"ping"}`))

@@ -34,7 +34,7 @@ type ServerSession struct {
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
 	// progress, held, heldBytes, active, lastActive, nextID, origIDs,
-	// origTokens, opening, opened and version, and every field of the
+	// origTokens, opening, opened, named and version, and every field of the
 	// streams and pendingRequests they hold but a stream's num, isJSON,
 	// isBatch and opens, set when the stream is made.
 	mu sync.Mutex
@@ -44,6 +44,9 @@ type ServerSession struct {
 	opening bool
 	opened  bool
 	version string
+	// named is set once a response has carried the session id to the
+	// client: before, no client can name the session.
+	named bool
 	// streams holds each SSE stream's events, by stream number.
 	streams    map[int64]*stream
 	nextStream int64
@@ -184,6 +187,7 @@ const (
 	EndEvicted    = "evicted"           // it sat idle, and a new session needed its room
 	EndStopped    = "proxy stopped"     // the Server was closed
 	EndInitFailed = "initialize failed" // its initialize was answered with an error
+	EndInitLeft   = "initialize left"   // its client went before the answer to its initialize
 )
 
 // closeFor closes the session, saying why.
@@ -195,7 +199,7 @@ func (ss *ServerSession) closeFor(why string) {
 }
 
 // EndReason says why the Server ended the session (EndDeleted, EndIdle,
-// EndEvicted, EndStopped, EndInitFailed), once ReadFrame has returned io.EOF; "" while
+// EndEvicted, EndStopped, EndInitFailed, EndInitLeft), once ReadFrame has returned io.EOF; "" while
 // it is open, or when its Close ended it.
 func (ss *ServerSession) EndReason() string {
 	if !ss.closed() {
