@@ -187,6 +187,12 @@ func (f *serveFlags) check(argv []string) error {
 		if h == "" || strings.ContainsAny(h, "/ \t@?#") {
 			return usagef("--allow-host: %q is not a host name, such as app.example.com", h)
 		}
+		if _, _, err := net.SplitHostPort(h); err == nil {
+			// The Host check compares names, whatever the port: one
+			// given with its port would never match, and refuse the
+			// very clients it was given for.
+			return usagef("--allow-host: %q has a port: give the host name alone, such as app.example.com; any port passes", h)
+		}
 	}
 	return nil
 }

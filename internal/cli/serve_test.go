@@ -43,6 +43,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"origin of another scheme", []string{"serve", "--allow-origin", "ftp://a.com", "--", "/bin/cat"}, []string{"--allow-origin"}},
 		{"empty host", []string{"serve", "--allow-host", "", "--", "/bin/cat"}, []string{"--allow-host", "empty value"}},
 		{"host with a scheme", []string{"serve", "--allow-host", "https://a.com", "--", "/bin/cat"}, []string{"--allow-host"}},
+		{"host with a port", []string{"serve", "--allow-host", "a.com:8080", "--", "/bin/cat"}, []string{"--allow-host", `"a.com:8080"`, "port"}},
+		{"IPv6 host with a port", []string{"serve", "--allow-host", "[fe80::1]:8080", "--", "/bin/cat"}, []string{"--allow-host", "port"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
