@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -137,21 +138,33 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 }
 
 // accepts reports whether the Accept header lists mediaType (or a range
-// covering it).
+// covering it). The most specific range that covers it decides, and one
+// of weight q=0 says the client cannot take it (RFC 9110, section 12.5.1).
 func accepts(r *http.Request, mediaType string) bool {
 	major, _, _ := strings.Cut(mediaType, "/")
+	best, ok := 0, false // how specific the deciding range is, and its say
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
-			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
 			if err != nil {
 				continue
 			}
-			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
-				return true
+			rank := 0
+			switch mt {
+			case mediaType:
+				rank = 3
+			case major + "/*":
+				rank = 2
+			case "*/*":
+				rank = 1
+			}
+			if rank > best {
+				q, err := strconv.ParseFloat(params["q"], 64)
+				best, ok = rank, err != nil || q > 0
 			}
 		}
 	}
-	return false
+	return ok
 }
 
 // sameOrigin reports whether origins a and b are one, a default port

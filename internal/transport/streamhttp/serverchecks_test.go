@@ -31,6 +31,8 @@ func TestServerBadInput(t *testing.T) {
 		{"content type", "POST", initBody, map[string]string{"Content-Type": "text/plain"}, 415, -32600},
 		{"no accept", "POST", initBody, map[string]string{"Accept": ""}, 406, -32600},
 		{"accept json only", "POST", initBody, map[string]string{"Accept": "application/json"}, 406, -32600},
+		{"accept refusing SSE", "POST", initBody, map[string]string{"Accept": "application/json, text/event-stream;q=0"}, 406, -32600},
+		{"accept refusing SSE past a range", "POST", initBody, map[string]string{"Accept": "*/*, text/event-stream; q=0.0"}, 406, -32600},
 		{"too large", "POST", `{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"` + strings.Repeat("a", 2000) + `"}}`, session(sid), 413, -32600},
 		{"not json", "POST", `{"jsonrpc":`, session(sid), 400, -32700},
 		{"not an object", "POST", `42`, session(sid), 400, -32600},
