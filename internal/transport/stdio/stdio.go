@@ -227,12 +227,16 @@ func (c *Conn) frameBuffer() []byte {
 // buffer for the next frame; or, while the Conn holds its writes, keeps it
 // with them, and h to be told when it is written. c.wmu must be held.
 func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
-	if bytes.IndexByte(b[start:], '\n') >= 0 {
-		// A newline inside a frame would split it in two for the reader.
-		// JSON never needs one outside strings, where it is escaped.
-		b = append(b[:start], bytes.ReplaceAll(b[start:], []byte("\n"), nil)...)
+	if bytes.ContainsAny(b[start:], "\r\n") {
+		// A newline inside a frame would split it in two for the reader,
+		// and so would a carriage return for one that reads lines with
+		// universal newlines, as the Python SDK's stdio server does (a
+		// body posted with CRLF line breaks holds them). JSON never needs
+		// either outside strings, where they are escaped.
+		f := bytes.ReplaceAll(b[start:], []byte("\n"), nil)
+		b = append(b[:start], bytes.ReplaceAll(f, []byte("\r"), nil)...)
 	}
-	if f := bytes.Trim(b[start:], " \t\r"); len(f) < len(b)-start {
+	if f := bytes.Trim(b[start:], " \t"); len(f) < len(b)-start {
 		// White space around a message is no part of it, and a reader
 		// may take anything but a newline after one for more data: the
 		// go-sdk's stdio transport ends its connection on it. An HTTP

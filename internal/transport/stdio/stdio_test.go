@@ -214,17 +214,17 @@ func TestLargestLimit(t *testing.T) {
 func TestWriteFrame(t *testing.T) {
 	var out bytes.Buffer
 	c := NewConn(strings.NewReader(""), &out, 0)
-	for _, f := range []string{`{"a":1}`, "{\n\"b\":\n2}\n", `{"c":"x\ny"}`, " \t{\"d\": 4} \t\r\n "} {
+	for _, f := range []string{`{"a":1}`, "{\n\"b\":\n2}\n", `{"c":"x\ny"}`, " \t{\"d\": 4} \t\r\n ", "{\r\n\"e\":\r5}\r\n"} {
 		if err := c.WriteFrame([]byte(f)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Raw newlines are JSON white space outside strings, and invalid inside
-	// them (where they are written \n): dropping them keeps one line per
-	// frame.
-	// White space around a frame goes too: the go-sdk's reader takes any
-	// but a newline after a message for trailing data, and stops.
-	want := "{\"a\":1}\n{\"b\":2}\n{\"c\":\"x\\ny\"}\n{\"d\": 4}\n"
+	// Raw newlines and carriage returns are JSON white space outside
+	// strings, and invalid inside them (where they are written \n and \r):
+	// dropping them keeps one line per frame, for a reader that ends lines
+	// at either. White space around a frame goes too: the go-sdk's reader
+	// takes any but a newline after a message for trailing data, and stops.
+	want := "{\"a\":1}\n{\"b\":2}\n{\"c\":\"x\\ny\"}\n{\"d\": 4}\n{\"e\":5}\n"
 	if got := out.String(); got != want {
 		t.Errorf("wrote %q, want %q", got, want)
 	}
