@@ -158,6 +158,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		done := st.done && from >= st.next
 		owed := st.want > 0
 		notify := st.notify
+		isGet := st == ss.get
 		ss.mu.Unlock()
 		wrote := len(b.buf) > 0
 		ok := b.send(w, r, flusher)
@@ -167,6 +168,11 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		}
 		if wrote {
 			keep.wrote()
+			if isGet {
+				ss.mu.Lock()
+				st.sent = max(st.sent, from)
+				ss.mu.Unlock()
+			}
 		}
 		if done {
 			return true

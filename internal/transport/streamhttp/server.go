@@ -352,12 +352,12 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	if last == "" {
 		ss.mu.Lock()
 		st := ss.getStreamLocked()
-		live := st.writer != 0
+		live, from := st.writer != 0, st.sent
 		ss.mu.Unlock()
 		if live {
 			return nil, 0, refuse(http.StatusConflict, "the session's GET stream is already open")
 		}
-		return st, 0, nil
+		return st, from, nil
 	}
 	num, seq, ok := parseEventID(last)
 	var st *stream

@@ -198,3 +198,40 @@ func TestServerEventBufferBound(t *testing.T) {
 		}
 	}
 }
+
+// TestServerGetAgainSendsOnlyWhatIsNew: a client that opens the GET
+// stream again without Last-Event-ID gets the messages held for it since
+// its last GET ended, then new ones; not again those its last GET was
+// sent, among which a request of the server's it would answer twice.
+func TestServerGetAgainSendsOnlyWhatIsNew(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ss := <-p.started
+	message := func(n int) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":` + strconv.Itoa(n) + `}}`)
+	}
+	ctx, cut := context.WithCancel(t.Context())
+	resp := do(t, ctx, "GET", hs.URL, "", session(sid))
+	ss.WriteFrame(message(1))
+	if ev, err := newSSEReader(resp.Body, 1<<20).next(); err != nil || !strings.Contains(string(ev.Data), `"data":1`) {
+		t.Fatalf("the GET stream sent %q, %v; want message 1", ev.Data, err)
+	}
+	cut() // the client closes its GET stream
+	resp.Body.Close()
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.get.writer == 0
+	})
+	ss.WriteFrame(message(2)) // held for the next GET
+
+	resp = do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	defer resp.Body.Close()
+	r := newSSEReader(resp.Body, 1<<20)
+	ss.WriteFrame(message(3))
+	for _, want := range []string{`"data":2`, `"data":3`} {
+		if ev, err := r.next(); err != nil || !strings.Contains(string(ev.Data), want) {
+			t.Fatalf("the GET stream opened again sent %q, %v; want the message with %s", ev.Data, err, want)
+		}
+	}
+}

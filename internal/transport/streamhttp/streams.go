@@ -13,6 +13,11 @@ type stream struct {
 	num    int64
 	events []sseEvent // held events, oldest first
 	next   int64      // sequence number of the next event
+	// sent, for the GET stream, is the sequence number after the last
+	// event written to a client: a GET without Last-Event-ID writes from
+	// there, what the client has not been sent, and not again what it
+	// has (a request of the server's twice would be answered twice).
+	sent int64
 	// want counts the answers still owed on the stream; it is done when
 	// they have all been appended (never, for the GET stream).
 	want int
