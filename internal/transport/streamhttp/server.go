@@ -339,6 +339,16 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
 		return
 	}
+	if r.Header.Get(headerLastEventID) == "" && r.Header.Get(headerProtocolVersion) >= primingVersion {
+		// The GET stream opens with a priming event too, as a POST's
+		// does: a quiet stream gives the client no other id. With it, a
+		// client whose connection died unseen (no FIN, so this server
+		// still writes to it) takes the stream over with Last-Event-ID,
+		// where a GET without one gets 409 until a write fails.
+		ss.mu.Lock()
+		ss.appendLocked(st, nil)
+		ss.mu.Unlock()
+	}
 	openStream(w)
 	s.pump(w, r, ss, st, from)
 }

@@ -3,6 +3,7 @@ package streamhttp
 import (
 	"context"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,7 +214,7 @@ func TestServerGetAgainSendsOnlyWhatIsNew(t *testing.T) {
 	ctx, cut := context.WithCancel(t.Context())
 	resp := do(t, ctx, "GET", hs.URL, "", session(sid))
 	ss.WriteFrame(message(1))
-	if ev, err := newSSEReader(resp.Body, 1<<20).next(); err != nil || !strings.Contains(string(ev.Data), `"data":1`) {
+	if ev, err := nextMessage(newSSEReader(resp.Body, 1<<20)); err != nil || !strings.Contains(string(ev.Data), `"data":1`) {
 		t.Fatalf("the GET stream sent %q, %v; want message 1", ev.Data, err)
 	}
 	cut() // the client closes its GET stream
@@ -230,8 +231,65 @@ func TestServerGetAgainSendsOnlyWhatIsNew(t *testing.T) {
 	r := newSSEReader(resp.Body, 1<<20)
 	ss.WriteFrame(message(3))
 	for _, want := range []string{`"data":2`, `"data":3`} {
-		if ev, err := r.next(); err != nil || !strings.Contains(string(ev.Data), want) {
+		if ev, err := nextMessage(r); err != nil || !strings.Contains(string(ev.Data), want) {
 			t.Fatalf("the GET stream opened again sent %q, %v; want the message with %s", ev.Data, err, want)
+		}
+	}
+}
+
+// nextMessage reads r's next event that carries a message, passing over
+// priming events.
+func nextMessage(r *sseReader) (event, error) {
+	for {
+		ev, err := r.next()
+		if err != nil || len(ev.Data) > 0 {
+			return ev, err
+		}
+	}
+}
+
+// TestServerGetStreamPrimed: the GET stream of a 2025-11-25 client opens
+// with a priming event, as a POST's stream does, though no message comes
+// on it. A client whose GET connection died without this server seeing it
+// (a network gone, no FIN) gets 409 for another GET, as the stream seems
+// open still; with the priming event's id it takes the stream over, and
+// the server's messages go to it.
+func TestServerGetStreamPrimed(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ss := <-p.started
+	message := func(data string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + data + `"}}`)
+	}
+	stale := do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	defer stale.Body.Close()
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.get != nil && ss.get.writer != 0
+	})
+	ss.WriteFrame(message("first"))
+	priming, err := newSSEReader(stale.Body, 1<<20).next()
+	if err != nil || len(priming.Data) != 0 || priming.ID == "" {
+		t.Fatalf("the GET stream opened with %+v, %v; want a priming event with an id and no data", priming, err)
+	}
+	again := do(t, t.Context(), "GET", hs.URL, "", session(sid))
+	again.Body.Close()
+	if again.StatusCode != http.StatusConflict {
+		t.Fatalf("a second GET without Last-Event-ID: %s; want 409", again.Status)
+	}
+	hdr := session(sid)
+	hdr[headerLastEventID] = priming.ID
+	resumed := do(t, t.Context(), "GET", hs.URL, "", hdr)
+	defer resumed.Body.Close()
+	if resumed.StatusCode != 200 {
+		t.Fatalf("a GET resuming from the priming event: %s; want 200", resumed.Status)
+	}
+	ss.WriteFrame(message("second"))
+	r := newSSEReader(resumed.Body, 1<<20)
+	for _, want := range []string{`"first"`, `"second"`} {
+		if ev, err := nextMessage(r); err != nil || !strings.Contains(string(ev.Data), want) {
+			t.Fatalf("the GET stream taken over sent %q, %v; want the message %s", ev.Data, err, want)
 		}
 	}
 }
