@@ -104,8 +104,10 @@ func (tc *ToolCall) Parse(params json.RawMessage) *jsonrpc.Error {
 // value is ready to use.
 type ParamsReader struct {
 	name, args, meta, task, inputResponses, requestState []byte
-	// repeated is the first member met twice, or in another case.
-	repeated []byte
+	// repeated is the first member met twice, or in another case;
+	// metaRepeated, the first such _meta, which every request's reader
+	// reads for its version (DeclaredVersion).
+	repeated, metaRepeated []byte
 }
 
 // Member notes one member of the params. It always returns true.
@@ -134,19 +136,21 @@ func (r *ParamsReader) Member(name, value []byte) bool {
 	if seen && r.repeated == nil {
 		r.repeated = name
 	}
+	if seen && r.metaRepeated == nil && bytes.EqualFold(name, []byte("_meta")) {
+		r.metaRepeated = name
+	}
 	return true
 }
 
 // DeclaredVersion returns the protocol version the params' _meta
-// declares, as a 2026-07-28 request does; "" when it declares none.
-func (r *ParamsReader) DeclaredVersion() string {
-	// A quick look at the bytes first, as for ToolCall.Stateless: most
-	// requests declare none. The key may be spelled with an escape.
-	if !bytes.Contains(r.meta, []byte("protocolVersion")) && bytes.IndexByte(r.meta, '\\') < 0 {
-		return ""
+// declares, as a 2026-07-28 request does; "" when it declares none. A
+// _meta, or a version in it, that an upstream could read otherwise is an
+// error, as for the package's DeclaredVersion.
+func (r *ParamsReader) DeclaredVersion() (string, error) {
+	if r.metaRepeated != nil {
+		return "", fmt.Errorf("params: %w", jsonrpc.Ambiguous(r.metaRepeated, []string{"_meta"}))
 	}
-	v, _ := jsonrpc.StringValue(jsonrpc.Member(r.meta, MetaProtocolVersion))
-	return v
+	return metaVersion(r.meta)
 }
 
 // ParseRead is Parse for params whose members r was handed, each of
@@ -200,10 +204,7 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		if tc.Elicits, err = declaresElicitation(tc.Meta); err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
 		}
-		// The name may be spelled with an escape, which the quick look
-		// at the bytes would miss.
-		tc.Stateless = (bytes.Contains(tc.Meta, []byte("protocolVersion")) || bytes.IndexByte(tc.Meta, '\\') >= 0) &&
-			jsonrpc.Member(tc.Meta, MetaProtocolVersion) != nil
+		tc.Stateless = m.version != nil
 	}
 	return nil
 }
@@ -225,18 +226,19 @@ func plainName(raw []byte) bool {
 var paramNames = []string{"name", "arguments", "_meta", "task", "inputResponses", "requestState"}
 
 // The members of a call's _meta the proxy reads, and their indexes there.
-var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaClientCapabilities}
+var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaProtocolVersion, MetaClientCapabilities}
 
 const (
 	metaKey = iota
 	metaKeyCommon
 	metaDeadline
+	metaProtocolVersion
 )
 
 // callMeta holds the raw values of the _meta members the proxy reads, nil
 // when absent.
 type callMeta struct {
-	key, keyCommon, deadline []byte
+	key, keyCommon, deadline, version []byte
 }
 
 // readMeta reads the members of meta, an object, that the proxy acts on,
@@ -252,6 +254,8 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 			m.keyCommon = value
 		case metaDeadline:
 			m.deadline = value
+		case metaProtocolVersion:
+			m.version = value
 		}
 		return true
 	})

@@ -1,8 +1,13 @@
 package mcp
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // Versions are the protocol versions the proxy knows, oldest first. It
@@ -39,3 +44,52 @@ func Negotiable(v string) bool {
 
 // firstVersion is the first protocol version MCP had, a pre-release.
 const firstVersion = "2024-10-07"
+
+// DeclaredVersion returns the protocol version that params, a request's,
+// declare in their _meta, as a 2026-07-28 request does; "" when they
+// declare none. The proxy decides on it, so a _meta, or a version in it,
+// that an upstream could read otherwise (given twice, or in another case)
+// is an error naming the member (jsonrpc.ErrAmbiguous), not a guess: one
+// reader would take the first, another the last (DESIGN section 10).
+func DeclaredVersion(params json.RawMessage) (string, error) {
+	meta, err := jsonrpc.MemberOnce(params, "_meta")
+	if err != nil {
+		return "", fmt.Errorf("params: %w", err)
+	}
+	return metaVersion(meta)
+}
+
+// metaVersion returns the protocol version meta, a request's _meta,
+// declares, as DeclaredVersion does.
+func metaVersion(meta json.RawMessage) (string, error) {
+	if !mayNameVersion(meta) {
+		return "", nil // the common case, without a walk
+	}
+	raw, err := jsonrpc.MemberOnce(meta, MetaProtocolVersion)
+	if err != nil {
+		return "", fmt.Errorf("params._meta: %w", err)
+	}
+	v, _ := jsonrpc.StringValue(raw)
+	return v, nil
+}
+
+// mayNameVersion reports whether meta may hold MetaProtocolVersion, or a
+// name that differs from it only in case: it holds an escape, which may
+// spell the name otherwise, or "modelcontextprotocol/" in any ASCII case.
+// No letter of that word folds to a rune outside ASCII (as k and s do),
+// so a name matching MetaProtocolVersion under case folding holds it so.
+func mayNameVersion(meta []byte) bool {
+	const word = "modelcontextprotocol"
+	if bytes.IndexByte(meta, '\\') >= 0 {
+		return true
+	}
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(meta[i:], '/')
+		if j < 0 {
+			return false
+		}
+		if i += j; i >= len(word) && bytes.EqualFold(meta[i-len(word):i], []byte(word)) {
+			return true
+		}
+	}
+}

@@ -70,9 +70,16 @@ func (s *Session) fromClientBatch(frame []byte) {
 		return
 	}
 	for _, m := range msgs {
-		var why string
+		var (
+			why     string
+			version string
+			verr    error
+		)
 		if m.Method != "" {
 			why = jsonrpc.CheckRequest(m)
+		}
+		if m.IsRequest() {
+			version, verr = declaredVersion(m)
 		}
 		switch {
 		case why != "":
@@ -83,11 +90,13 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = s.reservedMessage()
 		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
 			why = unportableID
-		case m.IsRequest() && !negotiableDeclared(m):
+		case verr != nil:
+			why = fmt.Sprintf("mcp-idempotent: request %s in the batch (%s): %v", m.ID, m.Method, verr)
+		case version != "" && !mcp.Negotiable(version):
 			// As for a request alone (fromClient): the upstream might
 			// know that version, and the proxy has not its rules.
 			why = fmt.Sprintf("mcp-idempotent: a request in the batch declares protocol version %q in its _meta, which the proxy does not know: it speaks %s",
-				declaredVersion(m), strings.Join(mcp.Versions, ", "))
+				version, strings.Join(mcp.Versions, ", "))
 		default:
 			continue
 		}

@@ -140,9 +140,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 			return
 		}
 	}
-	if v := params.DeclaredVersion(); v != "" && msg.IsRequest() && !mcp.Negotiable(v) {
-		s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
-		s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
+	if msg.IsRequest() && s.refuseVersion(msg, &params) {
 		return
 	}
 	if s.sessionLog != nil && msg.IsRequest() {
@@ -185,6 +183,25 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.notifyUpstream(msg)
 	}
+}
+
+// refuseVersion refuses msg, a request, if its _meta declares a protocol
+// version the proxy does not know, or one an upstream could read
+// otherwise, and reports whether it did. A notification's version is not
+// read: the proxy decides nothing on it, and passes it on as it came.
+func (s *Session) refuseVersion(msg *jsonrpc.Message, params *mcp.ParamsReader) bool {
+	v, err := params.DeclaredVersion()
+	switch {
+	case err != nil:
+		s.log.Warn("refused a request whose protocol version could be read two ways", "method", msg.Method, "err", err)
+		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "mcp-idempotent: %s: %v", msg.Method, err)))
+	case v != "" && !mcp.Negotiable(v):
+		s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
+		s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
+	default:
+		return false
+	}
+	return true
 }
 
 // notifyUpstream passes on msg, a notification of the client's.

@@ -73,16 +73,9 @@ func unsupportedVersion(id json.RawMessage, version string) []byte {
 const codeUnsupportedVersion = -32022
 
 // declaredVersion returns the protocol version m's params' _meta
-// declares; "" when it declares none. A request alone has it read as its
-// frame is (mcp.ParamsReader.DeclaredVersion); one in a batch, here.
-func declaredVersion(m *jsonrpc.Message) string {
-	v, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(m.Params, "_meta"), mcp.MetaProtocolVersion))
-	return v
-}
-
-// negotiableDeclared reports whether m declares no protocol version, or
-// one the proxy may agree on.
-func negotiableDeclared(m *jsonrpc.Message) bool {
-	v := declaredVersion(m)
-	return v == "" || mcp.Negotiable(v)
+// declares; "" when it declares none, and an error when an upstream could
+// read it otherwise (mcp.DeclaredVersion). A request alone has it read as
+// its frame is (mcp.ParamsReader.DeclaredVersion); one in a batch, here.
+func declaredVersion(m *jsonrpc.Message) (string, error) {
+	return mcp.DeclaredVersion(m.Params)
 }

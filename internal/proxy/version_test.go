@@ -191,3 +191,66 @@ func TestBatchOfAnUnknownVersionRefused(t *testing.T) {
 	r.client.send(t, known)
 	nextIs(t, r.upstream, "upstream", known, "the batch of a known version, and nothing before it")
 }
+
+// TestRequestOfAnAmbiguousVersionRefused: DESIGN section 10. A request
+// whose _meta, or the version in it, an upstream could read otherwise
+// (given twice, or in another case, which Go's encoding/json matches) is
+// refused as invalid params naming the member, not passed on under the
+// version the proxy took: one reader takes the first of two, another the
+// last. A notification so written is passed on as it came: the proxy
+// decides nothing on its version.
+func TestRequestOfAnAmbiguousVersionRefused(t *testing.T) {
+	const v = `"io.modelcontextprotocol/protocolVersion"`
+	r := newRig(t, 0)
+	for i, req := range []struct{ method, params, member string }{
+		{"ping", `{"_meta":{` + v + `:"2099-01-01"},"_meta":{` + v + `:"2025-11-25"}}`, `\"_meta\"`},
+		{"tools/list", `{"_META":{` + v + `:"2099-01-01"},"_meta":{` + v + `:"2026-07-28"}}`, `\"_META\"`},
+		{"ping", `{"_meta":{` + v + `:"2099-01-01",` + v + `:"2025-11-25"}}`, `\"io.modelcontextprotocol/protocolVersion\"`},
+		{"tools/list", `{"_meta":{"IO.modelcontextprotocol/protocolVersion":"2099-01-01",` + v + `:"2026-07-28"}}`, `\"IO.modelcontextprotocol/protocolVersion\"`},
+		{"tools/call", `{"name":"echo","_meta":{` + v + `:"2099-01-01",` + v + `:"2026-07-28"}}`, `\"io.modelcontextprotocol/protocolVersion\"`},
+	} {
+		r.client.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, i+1, req.method, req.params))
+		var answer struct {
+			ID    json.RawMessage
+			Error struct {
+				Code    int
+				Message string
+			}
+		}
+		got := r.client.next(t, "client")
+		if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != strconv.Itoa(i+1) ||
+			answer.Error.Code != -32602 || !strings.Contains(answer.Error.Message, "ambiguous") || !strings.Contains(got, req.member) {
+			t.Fatalf("%s %s: the client got %s; want -32602 under id %d naming %s", req.method, req.params, got, i+1, req.member)
+		}
+	}
+	note := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"_meta":{},"_meta":{` + v + `:"2099-01-01"}}}`
+	r.client.send(t, note)
+	nextIs(t, r.upstream, "upstream", note, "the notification as it came, and no refused request before it")
+	known := `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{` + v + `:"2025-11-25"}}}`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the request read one way")
+}
+
+// TestBatchOfAnAmbiguousVersionRefused: a request in a batch whose _meta
+// an upstream could read otherwise does not reach it either: the batch is
+// refused whole, each request answered with an error naming the member.
+func TestBatchOfAnAmbiguousVersionRefused(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"},"_meta":{}}}]`)
+	got := r.client.next(t, "client")
+	var answers []struct {
+		ID    json.RawMessage
+		Error *struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(got), &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("the client got %s; want an array of two answers", got)
+	}
+	for _, a := range answers {
+		if a.Error == nil || !strings.Contains(a.Error.Message, `ambiguous member: "_meta" is given twice`) {
+			t.Fatalf("the client got %s; want each request refused, naming the member", got)
+		}
+	}
+	known := `[{"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{}}}]`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
+}
