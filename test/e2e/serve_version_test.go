@@ -71,3 +71,35 @@ func TestServeUnknownVersionAgreedRefused(t *testing.T) {
 		t.Fatalf("initialize: session %q, body %s; want no session and a -32602 error naming 2027-01-01", rep.header.Get("Mcp-Session-Id"), rep.body)
 	}
 }
+
+// TestServeAmbiguousVersionRefused: a request whose _meta, or the version
+// in it, a server could read otherwise (given twice, or in another case)
+// is refused with invalid params naming the member, not routed or passed
+// on under the version serve took: without a session it would go to the
+// stateless lane on the last of two versions, and inside one a ping
+// declaring an unknown version first would reach the server.
+func TestServeAmbiguousVersionRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	s := startServe(t, append([]string{"--"}, versionServer...)...)
+	hc := httpClient(t)
+	const v = `"io.modelcontextprotocol/protocolVersion"`
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{` + v + `:"2099-01-01"},"_meta":{` + v + `:"2026-07-28"}}}`
+	rep := rawRequest(t, ctx, hc, http.MethodPost, s.url, postHeaders(map[string]string{"Mcp-Protocol-Version": "", "Mcp-Method": "tools/list"}), list)
+	if rep.status != http.StatusBadRequest || errorCode(rep.body) != -32602 || !strings.Contains(rep.body, `ambiguous member: \"_meta\" is given twice`) {
+		t.Fatalf("tools/list without a session, _meta twice: status %d, body %s; want 400 and -32602 naming _meta", rep.status, rep.body)
+	}
+	rs := openRawSession(t, ctx, hc, s.url)
+	for _, params := range []string{
+		`{"_meta":{` + v + `:"2099-01-01",` + v + `:"2025-11-25"}}`,
+		`{"_META":{` + v + `:"2099-01-01"},"_meta":{` + v + `:"2025-11-25"}}`,
+	} {
+		rep := rs.post(ctx, `{"jsonrpc":"2.0","id":2,"method":"ping","params":`+params+`}`)
+		if data := sseData(rep.body); errorCode(data) != -32602 || !strings.Contains(data, "ambiguous member") || !strings.Contains(data, `"id":2`) {
+			t.Fatalf("ping in the session, params %s: status %d, body %s; want -32602 for id 2 naming the member", params, rep.status, rep.body)
+		}
+	}
+	if rep := rs.post(ctx, `{"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{`+v+`:"2025-11-25"}}}`); !strings.Contains(rep.body, `"result":{}`) {
+		t.Fatalf("ping in the session, one version: status %d, body %s; want its result", rep.status, rep.body)
+	}
+}

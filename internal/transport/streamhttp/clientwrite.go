@@ -30,7 +30,8 @@ type sent struct {
 
 // WriteFrame POSTs frame to the server and returns without waiting for the
 // answer, which ReadFrame returns when it comes. It fails only for a frame
-// that is not JSON-RPC or after Close.
+// that is not JSON-RPC, a request whose _meta the server could read
+// otherwise than the transport (statelessVersion), or after Close.
 func (c *Client) WriteFrame(frame []byte) error {
 	// Our own copy: the caller may reuse frame, and the ids kept for
 	// answering on failure point into it.
@@ -58,6 +59,12 @@ func (c *Client) WriteFrame(frame []byte) error {
 	if !m.Batch && bytes.Contains(m.Params, []byte(headerTraceparent)) {
 		setTraceHeaders(req.Header, m.Params)
 	}
+	var own transportEra // what m, if a request, declares
+	if !m.Batch && m.IsRequest() {
+		if own.version, own.stateless, err = statelessVersion(m); err != nil {
+			return fmt.Errorf("writing to the upstream: %s: %w", m.Method, err)
+		}
+	}
 	s := sentOf(msgs)
 
 	c.mu.Lock()
@@ -68,7 +75,7 @@ func (c *Client) WriteFrame(frame []byte) error {
 	if c.gone {
 		return ErrSessionExpired
 	}
-	e := c.eraLocked(m)
+	e := c.eraLocked(m, own)
 	if m.IsNotification() && m.Method == "notifications/cancelled" {
 		if c.cancelLocked(m) {
 			return nil
@@ -158,20 +165,19 @@ func (c *Client) prepareLocked(req *http.Request, m *jsonrpc.Message, msgs []*js
 }
 
 // eraLocked decides which rules m follows, and notes the era of a request
-// for the notifications after it. A request says for itself (see
+// for the notifications after it. A request says for itself, in own (see
 // statelessVersion); a notification declares no version, so it follows the
 // last request; a response answers a server's request, which only the 2025
 // era has; and only a 2025-era peer sends a batch, since 2025-06-18 removed
 // them and 2026-07-28 allows one message a POST.
-func (c *Client) eraLocked(m *jsonrpc.Message) transportEra {
+func (c *Client) eraLocked(m *jsonrpc.Message, own transportEra) transportEra {
 	switch {
 	case m.Batch || m.IsResponse():
 		return transportEra{}
 	case m.IsNotification():
 		return c.era
 	}
-	var e transportEra
-	e.version, e.stateless = statelessVersion(m)
+	e := own
 	if !e.stateless {
 		e.version = ""
 	}

@@ -45,10 +45,13 @@ const (
 // if none. A message is stateless when it is server/discover or declares a
 // version from statelessSince on: "a request carrying modern per-request
 // _meta is served statelessly" (spec 2026-07-28, basic/versioning,
-// "Backward Compatibility with Initialization-Based Versions").
-func statelessVersion(m *jsonrpc.Message) (version string, stateless bool) {
-	version, _ = jsonrpc.StringValue(member(member(m.Params, "_meta"), mcp.MetaProtocolVersion))
-	return version, version >= statelessSince || m.Method == methodDiscover
+// "Backward Compatibility with Initialization-Based Versions"). A _meta,
+// or a version in it, that a server could read otherwise is an error
+// (mcp.DeclaredVersion): which lane and which headers the message gets
+// are decided on it.
+func statelessVersion(m *jsonrpc.Message) (version string, stateless bool, err error) {
+	version, err = mcp.DeclaredVersion(m.Params)
+	return version, version >= statelessSince || m.Method == methodDiscover, err
 }
 
 // setRequestMetadata sets the headers a stateless-era POST carries for m:

@@ -76,7 +76,10 @@ func TestSetRequestMetadata(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			version, stateless := statelessVersion(m)
+			version, stateless, err := statelessVersion(m)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if stateless != tc.stateless {
 				t.Fatalf("stateless = %v; want %v", stateless, tc.stateless)
 			}

@@ -289,25 +289,39 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 			writeRefusal(w, herr, jsonrpc.CodeInternalError)
 			return nil, false
 		}
-	case isStateless(r, msgs):
-		if len(msgs) != 1 || isBatch(body) {
-			writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
-			return nil, false
-		}
-		if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
-			writeRefusal(w, herr, codeHeaderMismatch)
-			return nil, false
-		}
-		if herr := checkStatelessVersion(msgs[0]); herr != nil {
-			writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
-			return nil, false
-		}
-		if ss, herr = s.lane(actor, r.RemoteAddr); herr != nil {
-			writeRefusal(w, herr, jsonrpc.CodeInternalError)
-			return nil, false
-		}
 	default:
+		return s.statelessLane(w, r, actor, body, msgs)
+	}
+	return ss, true
+}
+
+// statelessLane returns the actor's lane for a POST that names no session
+// and is no initialize, if it is a stateless request whose headers agree
+// with its body. It answers the refusal itself when it is not.
+func (s *Server) statelessLane(w http.ResponseWriter, r *http.Request, actor string, body []byte, msgs []*jsonrpc.Message) (*ServerSession, bool) {
+	stateless, herr := isStateless(r, msgs)
+	switch {
+	case herr != nil:
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return nil, false
+	case !stateless:
 		writeRefusal(w, refuse(http.StatusBadRequest, "Mcp-Session-Id is required: start a session with initialize"), jsonrpc.CodeInvalidRequest)
+		return nil, false
+	case len(msgs) != 1 || isBatch(body):
+		writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
+		return nil, false
+	}
+	if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
+		writeRefusal(w, herr, codeHeaderMismatch)
+		return nil, false
+	}
+	if herr := checkStatelessVersion(msgs[0]); herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return nil, false
+	}
+	ss, herr := s.lane(actor, r.RemoteAddr)
+	if herr != nil {
+		writeRefusal(w, herr, jsonrpc.CodeInternalError)
 		return nil, false
 	}
 	return ss, true

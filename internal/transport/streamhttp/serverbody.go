@@ -177,17 +177,34 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 
 // isStateless reports whether a request without a session id is a
 // 2026-07-28 one: the header says so, or the message is server/discover,
-// or its _meta names that protocol version.
-func isStateless(r *http.Request, msgs []*jsonrpc.Message) bool {
+// or its _meta names that protocol version. A message whose _meta could be
+// read otherwise is refused (ambiguousVersion).
+func isStateless(r *http.Request, msgs []*jsonrpc.Message) (bool, *httpError) {
 	if v := r.Header.Get(headerProtocolVersion); v != "" {
-		return v >= statelessSince
+		return v >= statelessSince, nil // the body is checked against it (checkStatelessHeaders)
 	}
 	for _, m := range msgs {
-		if _, ok := statelessVersion(m); ok {
-			return true
+		_, ok, err := statelessVersion(m)
+		if err != nil {
+			return false, ambiguousVersion(m, err, len(msgs) == 1)
+		}
+		if ok {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// ambiguousVersion is the refusal of m, whose _meta a server could read
+// otherwise (err, from statelessVersion): invalid params, under m's id
+// when m is alone in the body and has a valid one.
+func ambiguousVersion(m *jsonrpc.Message, err error, alone bool) *httpError {
+	e := refuse(http.StatusBadRequest, "%s: %v", m.Method, err)
+	e.code = jsonrpc.CodeInvalidParams
+	if alone && m.IsRequest() && jsonrpc.ValidID(m.ID) {
+		e.id = m.ID
+	}
+	return e
 }
 
 // checkStatelessHeaders checks that a stateless request's headers say
@@ -204,7 +221,11 @@ func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
 		e.id = m.ID
 		return e
 	}
-	if version, _ := statelessVersion(m); version != "" && r.Header.Get(headerProtocolVersion) != "" && r.Header.Get(headerProtocolVersion) != version {
+	version, _, err := statelessVersion(m)
+	if err != nil {
+		return ambiguousVersion(m, err, true)
+	}
+	if version != "" && r.Header.Get(headerProtocolVersion) != "" && r.Header.Get(headerProtocolVersion) != version {
 		return mismatch("header mismatch: MCP-Protocol-Version %q does not match the _meta version %q", r.Header.Get(headerProtocolVersion), version)
 	}
 	method := r.Header.Get(headerMcpMethod)
@@ -231,7 +252,7 @@ func checkStatelessHeaders(r *http.Request, m *jsonrpc.Message) *httpError {
 // one whose MCP-Protocol-Version does: the header may be left out, and
 // the body says the version all the same.
 func checkStatelessVersion(m *jsonrpc.Message) *httpError {
-	version, _ := statelessVersion(m)
+	version, _, _ := statelessVersion(m) // an ambiguous one is refused first (checkStatelessHeaders)
 	if version == "" || mcp.Negotiable(version) {
 		return nil
 	}
