@@ -94,6 +94,11 @@ func TestOutcomeOfARecordTheStoreLost(t *testing.T) {
 	if v.IsError || v.Content[0].Text != "charge #1" || v.Meta.Replayed {
 		t.Fatalf("got %+v; want the tool's own result", v)
 	}
+	// The delivery is recorded once the answer is written: after the
+	// caller has it.
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	r := onlyLost(t, store)
 	if r.State != record.Delivered || r.History[1].Note != restoredNote {
 		t.Fatalf("store holds %s in %s, history %+v; want it written again and delivered", r.ID, r.State, r.History)
