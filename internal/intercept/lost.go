@@ -45,9 +45,8 @@ func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Chang
 		return nil, nil
 	}
 	// Won, or written by an earlier try whose answer was lost.
-	if rec.State == record.Accepted {
-		d := record.Change{To: record.Dispatched, Holder: in.owner, Note: restoredNote}
-		if rec, err = in.store.Update(req.bg, sent.ID, d); err != nil {
+	if rec.State == record.Accepted || rec.State == record.Authorized {
+		if rec, err = in.redispatch(req, sent, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -59,6 +58,24 @@ func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Chang
 	in.log.Error("the store had lost this execution; it is written again, with its outcome: did the store lose its data?",
 		"execution", sent.ID, "tool", sent.Tool, "state", rec.State)
 	return rec, nil
+}
+
+// redispatch writes again the moves of sent, a lost execution that rec,
+// in flight, holds again, up to its dispatch: its approval, if it was
+// approved (who decided, through which channel, with what note), then
+// the dispatch.
+func (in *Interceptor) redispatch(req *Request, sent, rec *record.Record) (*record.Record, error) {
+	for _, d := range sent.History {
+		if d.State != record.Authorized || rec.State != record.Accepted {
+			continue
+		}
+		a := record.Change{To: record.Authorized, Holder: in.owner, Note: d.Note, By: d.By, Via: d.Via}
+		var err error
+		if rec, err = in.store.Update(req.bg, sent.ID, a); err != nil {
+			return nil, err
+		}
+	}
+	return in.store.Update(req.bg, sent.ID, record.Change{To: record.Dispatched, Holder: in.owner, Note: restoredNote})
 }
 
 // outcomeOfLost answers e's caller with c, e's outcome, which the store

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 )
@@ -146,4 +147,26 @@ func TestRetryAfterTheStoreLostAnOutcomeItHeld(t *testing.T) {
 			t.Fatalf("record %s; want delivered", r.State)
 		}
 	})
+}
+
+// TestRestoredExecutionKeepsItsApproval: an approved execution that the
+// store lost as it ran is written again with its approval: who decided,
+// and through which channel, as the record of any approved call says.
+func TestRestoredExecutionKeepsItsApproval(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	store := newAmnesiac()
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+	store.loseAtOutcome.Store(true)
+	a := newAsker(elicited("accept", "looks right"))
+	h.askingCall(t, a, "session:1", chargeCall)
+	if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" {
+		t.Fatalf("the approved call got %q; want the charge", v.Content[0].Text)
+	}
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := onlyLost(t, store)
+	if d := decision(t, r, record.Authorized); d.By != "alice" || d.Via != record.ApproverClient || d.Note != "looks right" {
+		t.Errorf("the approval is recorded again as %+v; want by alice, through client, with the note", d)
+	}
 }
