@@ -122,9 +122,18 @@ func (in *Interceptor) tellAttached(ctx context.Context, req *Request, rec *reco
 // store (a connection dropped, a server restarting) is not the waiter's
 // answer: it waits on, trying the store again after a backoff, so that
 // the caller gets the execution's answer, or is told it is still in
-// progress, rather than an error that says neither.
+// progress, rather than an error that says neither. So does a store that
+// lost the execution (a Redis restarted without persistence): the process
+// that sent it writes it again with its outcome (restore), and a caller
+// told to call again meanwhile would run the action a second time.
 func (in *Interceptor) wait(ctx context.Context, id string) (*record.Record, error) {
-	return in.waitOn(ctx, id, "waiting for an execution: the store failed; trying again", in.store.Wait)
+	return in.waitOn(ctx, id, "waiting for an execution: the store failed; trying again", func(ctx context.Context, id string) (*record.Record, error) {
+		rec, err := in.store.Wait(ctx, id)
+		if errors.Is(err, record.ErrNotFound) {
+			return nil, fmt.Errorf("the store no longer holds it, and its owner writes it again once it ends: %s", err)
+		}
+		return rec, err
+	})
 }
 
 // waitOn is wait with wait, a store's wait for execution id; warning

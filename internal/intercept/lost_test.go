@@ -62,8 +62,21 @@ func (a *amnesiac) Get(ctx context.Context, id string) (*record.Record, error) {
 	return a.store().Get(ctx, id)
 }
 
+// Wait waits in the store that holds the records now, and, as Redis's
+// does on its backoff, finds a record that store lost gone.
 func (a *amnesiac) Wait(ctx context.Context, id string) (*record.Record, error) {
-	return a.store().Wait(ctx, id)
+	for {
+		s := a.store()
+		if _, err := s.Get(ctx, id); err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		rec, err := s.Wait(wctx, id)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return rec, err
+		}
+	}
 }
 
 func (a *amnesiac) Renew(ctx context.Context, owner string, until time.Time) error {
@@ -169,4 +182,42 @@ func TestRestoredExecutionKeepsItsApproval(t *testing.T) {
 	if d := decision(t, r, record.Authorized); d.By != "alice" || d.Via != record.ApproverClient || d.Note != "looks right" {
 		t.Errorf("the approval is recorded again as %+v; want by alice, through client, with the note", d)
 	}
+}
+
+// TestCallerAttachedAsTheStoreLostTheExecution: a caller attached to an
+// execution under way as the store loses it waits on, as for a store that
+// failed, rather than being told to call again: a call made then would
+// run the action a second time. It gets the outcome once the process
+// that sent the execution writes it again.
+func TestCallerAttachedAsTheStoreLostTheExecution(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := newAmnesiac()
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		first, a := h.request(t, chargeCall)
+		h.in.Handle(t.Context(), first)
+		synctest.Wait()
+		second, b := h.request(t, chargeCall)
+		h.in.Handle(t.Context(), second)
+		synctest.Wait()
+		store.lose()
+		time.Sleep(time.Second)
+		close(release)
+		if v := view(t, a.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
+			t.Fatalf("the first caller got %+v; want the charge", v)
+		}
+		ans := b.only(t)
+		if ans.Error != nil {
+			t.Fatalf("the attached caller got %s; want the charge", ans.Error)
+		}
+		if v := view(t, ans); !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("the attached caller got %+v; want the charge replayed", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
