@@ -320,6 +320,9 @@ type Interceptor struct {
 	// late counts the calls EndReserving answered whose goroutines are
 	// not yet done with the store (WaitLate).
 	late lateCalls
+	// renewed is when the leases the store last renewed lapse, in Unix
+	// nanoseconds (KeepLeases): 0 until it has.
+	renewed atomic.Int64
 }
 
 // New returns an Interceptor.
@@ -427,7 +430,11 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := in.store.Renew(ctx, in.owner, in.now().Add(in.lease)); err != nil && ctx.Err() == nil {
+			until := in.now().Add(in.lease)
+			switch err := in.store.Renew(ctx, in.owner, until); {
+			case err == nil:
+				in.renewed.Store(until.UnixNano())
+			case ctx.Err() == nil:
 				in.log.Warn("renewing leases", "owner", in.owner, "err", err)
 			}
 			// After the renewal, which a slow store must not hold up:

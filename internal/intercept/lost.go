@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -22,6 +23,11 @@ const restoredNote = "written again: the store had lost this execution after it 
 // call by now: that one stands, and the outcome is not recorded. An
 // error is the store's: calling again may do.
 func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Change) (*record.Record, error) {
+	if in.mayHaveExpired(sent) {
+		in.log.Error("the store no longer holds this execution, and this process's lease on it lapsed longer ago than its retention: another process may have taken it over, and the store dropped it since; this outcome was not recorded",
+			"execution", sent.ID, "tool", sent.Tool, "state", c.To)
+		return nil, nil
+	}
 	again := &record.Record{
 		ID:          sent.ID,
 		Key:         sent.Key,
@@ -58,6 +64,21 @@ func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Chang
 	in.log.Error("the store had lost this execution; it is written again, with its outcome: did the store lose its data?",
 		"execution", sent.ID, "tool", sent.Tool, "state", rec.State)
 	return rec, nil
+}
+
+// mayHaveExpired reports whether the store may have dropped sent, an
+// execution of this process's, for its age rather than in a loss of its
+// data. Once this process's lease on it lapsed (a store it could not
+// reach kept it from renewing), another process may have taken it over
+// and settled it, and the store drops a settled record at the end of its
+// retention. Written again then, it would stand over that takeover
+// (DESIGN 8), and replay to calls its retention no longer covers.
+func (in *Interceptor) mayHaveExpired(sent *record.Record) bool {
+	lease := sent.LeaseUntil
+	if r := time.Unix(0, in.renewed.Load()); r.After(lease) {
+		lease = r
+	}
+	return !in.now().Before(lease.Add(sent.Retention))
 }
 
 // redispatch writes again the moves of sent, a lost execution that rec,

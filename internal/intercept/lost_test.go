@@ -221,3 +221,75 @@ func TestCallerAttachedAsTheStoreLostTheExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestExecutionTakenOverAndExpiredIsNotWrittenAgain: a process whose
+// store stopped answering for longer than its lease and an execution's
+// retention may find the execution gone for its age, not for a loss of
+// data: another process took it over, and the store dropped it once its
+// retention ended. Its outcome is not written again over that takeover,
+// and calls made after its retention are not answered with it.
+func TestExecutionTakenOverAndExpiredIsNotWrittenAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.Retention = time.Hour
+		store := newAmnesiac()
+		hasher := fingerprint.NewRandom()
+		a := New(Options{Store: store, Hasher: hasher, Owner: "proxy-a"})
+		b := New(Options{Store: store.store(), Hasher: hasher, Owner: "proxy-b"})
+		h.in = a
+		first := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		store.down.Store(true)
+		close(release)
+		if ans := first.only(t); ans.Error == nil {
+			t.Fatalf("proxy-a's caller got %s; want its outcome not recorded yet", ans.Result)
+		}
+		time.Sleep(time.Minute) // proxy-a's lease lapses
+		h.in = b
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Meta.Execution.State != record.Unknown {
+			t.Fatalf("proxy-b's call got %+v; want the execution taken over, unknown", v)
+		}
+		sent := onlyLost(t, store)
+		time.Sleep(2 * time.Hour)
+		h.call(t.Context(), t, `{"name":"charge_card","arguments":{"card":"1","amount":1}}`).only(t) // the store purges
+		store.down.Store(false)
+		time.Sleep(time.Minute) // proxy-a tries its outcome again
+		if err := a.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := store.Get(t.Context(), sent.ID); err == nil {
+			t.Fatalf("the store holds %s again, %s, history %+v; want it left dropped", r.ID, r.State, r.History)
+		}
+		if err := b.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestLongCallLostIsWrittenAgain: a call that runs for longer than its
+// lease and retention, its lease renewed all along, is written again
+// when the store loses it: the renewals say no other process took it.
+func TestLongCallLostIsWrittenAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.Retention = time.Minute
+		store := newAmnesiac()
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		ctx, stop := context.WithCancel(t.Context())
+		go h.in.KeepLeases(ctx)
+		first := h.call(t.Context(), t, chargeCall)
+		time.Sleep(10 * time.Minute)
+		store.loseAtOutcome.Store(true)
+		close(release)
+		if v := view(t, first.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
+			t.Fatalf("got %+v; want the charge", v)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if r := onlyLost(t, store); r.State != record.Delivered || r.History[1].Note != restoredNote {
+			t.Fatalf("store holds %s in %s, history %+v; want it written again and delivered", r.ID, r.State, r.History)
+		}
+	})
+}
