@@ -170,6 +170,9 @@ func (e *execution) run() {
 // (finish); and it releases the execution's count of work.
 func (e *execution) end(answer func()) {
 	defer e.in.work.Done()
+	if e.rec != nil {
+		defer e.in.sent.drop(e.rec.Key, e.rec.ID)
+	}
 	switch {
 	case answer != nil:
 		answer()
@@ -399,6 +402,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 	e.in.obs.Transition(e.observed(), record.Dispatched)
 	e.in.traceRecord(e.req, claimed)
 	e.in.journalize(e.req, claimed, *claim)
+	e.in.sent.add(claimed)
 	e.step = sending
 }
 

@@ -305,6 +305,7 @@ type Interceptor struct {
 	// own holds this process's outcomes still to record, and its own
 	// executions its calls settled as gone (owntakeover.go).
 	own        ownTakeovers
+	sent       sentCalls     // executions sent and not yet ended, by key (lost.go)
 	grants     grants        // the approvals that cover a session (approval: session)
 	waits      operatorWaits // the waits for an operator's decision, by session
 	questions  questions     // approvals asked in a round whose question was taken

@@ -2,6 +2,8 @@ package intercept
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -118,4 +120,71 @@ func (in *Interceptor) outcomeOfLost(ctx context.Context, e *execution, c record
 		in.recordLater(req, sent, c)
 	}
 	in.answer(ctx, req, lost, e.m)
+}
+
+// sentCalls holds this process's executions from their dispatch until
+// they end, by the key their calls are matched on: a call that wins a
+// reservation while one of them runs finds the store lost it (lostSent).
+type sentCalls struct {
+	mu sync.Mutex
+	m  map[string]*record.Record
+}
+
+// add notes rec, dispatched.
+func (s *sentCalls) add(rec *record.Record) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[string]*record.Record)
+	}
+	s.m[rec.Key] = rec
+	s.mu.Unlock()
+}
+
+// drop forgets execution id, matched on key, once it ended.
+func (s *sentCalls) drop(key, id string) {
+	s.mu.Lock()
+	if r := s.m[key]; r != nil && r.ID == id {
+		delete(s.m, key)
+	}
+	s.mu.Unlock()
+}
+
+// other returns the execution of won's call, other than won, that this
+// process runs, if any.
+func (s *sentCalls) other(won *record.Record) *record.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.m[won.Key]; r != nil && r.ID != won.ID && r.Fingerprint == won.Fingerprint {
+		return r
+	}
+	return nil
+}
+
+// runningNote is the note of a reservation failed because this process
+// runs an execution of the same call, which the store had lost.
+const runningNote = "failed before it was sent: this process runs an execution of the same call, which the store had lost"
+
+// lostSent returns, for req's call, which won the reservation won, the
+// execution of the same call this process sent and still runs, if the
+// store lost it (a Redis restarted without persistence): run, won would
+// do the action a second time. won is failed unsent, and the call
+// attaches to the execution under way, which this process writes again
+// with its outcome (restore).
+func (in *Interceptor) lostSent(req *Request, won *record.Record) *record.Record {
+	sent := in.sent.other(won)
+	if sent == nil {
+		return nil
+	}
+	if _, err := in.store.Get(req.bg, sent.ID); !errors.Is(err, record.ErrNotFound) {
+		return nil // held, or unknown: won is what the store made of it
+	}
+	in.log.Error("the store had lost an execution of this call that this process runs: the call waits for it rather than running the action again",
+		"execution", sent.ID, "tool", sent.Tool, "other", won.ID)
+	if won.State == record.Dispatched {
+		in.journalizeAccepted(req, won)
+	} else {
+		in.journalize(req, won, record.Change{To: record.Accepted})
+	}
+	in.abandon(req, won.ID, record.Change{To: record.Failed, From: won.State, Note: runningNote})
+	return sent
 }

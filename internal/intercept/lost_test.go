@@ -293,3 +293,43 @@ func TestLongCallLostIsWrittenAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryAsTheStoreLostTheExecutionItRuns: a call identical to one
+// this process runs, made once the store lost its record, wins a new
+// reservation, but is not sent: it would run the action a second time.
+// Its reservation is failed unsent, and it gets the outcome of the one
+// under way, written again.
+func TestRetryAsTheStoreLostTheExecutionItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := newAmnesiac()
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		first := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		store.lose()
+		retry := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		close(release)
+		if v := view(t, first.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
+			t.Fatalf("the first caller got %+v; want the charge", v)
+		}
+		ans := retry.only(t)
+		if ans.Error != nil {
+			t.Fatalf("the retry got %s; want the charge", ans.Error)
+		}
+		if v := view(t, ans); !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+			t.Fatalf("the retry got %+v; want the charge replayed", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range store.store().Records() {
+			if r.State == record.Failed && r.History[len(r.History)-1].Note != runningNote {
+				t.Errorf("the retry's reservation %s is failed with %+v; want the note that says why", r.ID, r.History)
+			}
+		}
+	})
+}

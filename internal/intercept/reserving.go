@@ -134,6 +134,9 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 	}
 	rec = in.takenOver(req, rec)
 	if won {
+		if sent := in.lostSent(req, rec); sent != nil {
+			return sent, false, nil
+		}
 		return rec, true, nil
 	}
 	if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
