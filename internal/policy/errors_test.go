@@ -460,3 +460,27 @@ func TestParseAliasExpansion(t *testing.T) {
 		t.Errorf("Parse = %v, want the file refused for its size", err)
 	}
 }
+
+// A list of result matches counts toward the values a file may hold, as
+// every list does: entries that are not matches, aliased by many rules,
+// would each cost an error, without bound.
+func TestParseAliasedMatchLists(t *testing.T) {
+	for _, key := range []string{"retry: {transient: *l}", "already_done: *l"} {
+		t.Run(key, func(t *testing.T) {
+			var b strings.Builder
+			// 95 rules of 10000 paths each: within the bound.
+			b.WriteString("tools:\n  a: {fingerprint: {ignore: &l [" + strings.Repeat("x,", 9999) + "x]}}\n")
+			for i := range 94 {
+				fmt.Fprintf(&b, "  t%d: {fingerprint: {ignore: *l}}\n", i)
+			}
+			// The same list ten times more, as matches: past it.
+			for i := range 10 {
+				fmt.Fprintf(&b, "  m%d: {%s}\n", i, key)
+			}
+			_, err := Parse("p.yaml", []byte(b.String()))
+			if err == nil || !strings.Contains(err.Error(), "the file holds more than 1000000 values") {
+				t.Errorf("Parse = %.300v, want the file refused for its size", err)
+			}
+		})
+	}
+}

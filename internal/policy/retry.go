@@ -59,6 +59,9 @@ func (d *decoder) transient(n *yaml.Node, field string) val[[]*matchSpec] {
 		d.errorf(n, field, "want a list of result matches, not %s", describe(n))
 		return failed[[]*matchSpec](d.place(n))
 	}
+	if !d.spend(len(n.Content), n) {
+		return failed[[]*matchSpec](d.place(n))
+	}
 	var matches []*matchSpec
 	for i, e := range n.Content {
 		matches = append(matches, d.match(e, indexField(field, i)))
@@ -70,6 +73,12 @@ func (d *decoder) transient(n *yaml.Node, field string) val[[]*matchSpec] {
 func (d *decoder) alreadyDone(n *yaml.Node, field string) []*matchSpec {
 	if n.Kind != yaml.SequenceNode {
 		return []*matchSpec{d.match(n, field)}
+	}
+	// Counted as it is walked, as every list is: an entry that is no
+	// mapping costs an error, and one list that a thousand rules alias
+	// would otherwise cost a thousand times its length in errors.
+	if !d.spend(len(n.Content), n) {
+		return nil
 	}
 	var matches []*matchSpec
 	for i, e := range n.Content {
