@@ -184,6 +184,17 @@ func TestParseValid(t *testing.T) {
 			},
 		},
 		{
+			// Only an approval that asks someone needs a record.
+			name:  "a read-only tool that asks no approval",
+			in:    "tools:\n  get: {class: read_only, approval: none}\n",
+			rules: []string{"get"},
+			check: func(t *testing.T, f *File) {
+				if p := f.Resolve("get", nil); p.Class != ReadOnly || p.NeedsApproval() {
+					t.Errorf("get: class %s, approval %s", p.Class, p.Approval)
+				}
+			},
+		},
+		{
 			name:  "empty ignore list clears the defaults' list",
 			in:    "defaults:\n  fingerprint: {ignore: [a]}\ntools:\n  t: {fingerprint: {ignore: []}}\n",
 			rules: []string{"t"},

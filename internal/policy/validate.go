@@ -63,7 +63,7 @@ func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
 	r.alreadyDone = v.alreadyDone(s.alreadyDone)
 	r.journal = JournalRule{Arguments: s.journalArgs.v, Result: s.journalResult.v}
 	r.approval, r.approver, r.approvalWait = s.approval.v, s.approver.v, s.approvalWait.v
-	if s.approval.ok && r.class == ReadOnly {
+	if (r.approval == ApprovalEach || r.approval == ApprovalSession) && r.class == ReadOnly {
 		v.errorf(s.approval.place, s.field+".approval", "a read_only tool passes through unrecorded, so it cannot wait for an approval: drop the class, or the approval")
 		r.approval = ""
 	}
