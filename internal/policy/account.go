@@ -62,7 +62,7 @@ func (d *decoder) accounts(n *yaml.Node) []*accountSpec {
 			"max_concurrency": into(d, &a.maxConcurrency, parseCount(0)), // 0: no cap
 			"retry_budget":    func(v *yaml.Node, f string) { d.retryBudget(v, f, a) },
 		}
-		a.block = d.fields(kv.val, "accounts."+a.name, "a mapping with rate, burst, max_concurrency and retry_budget", keysOf(accountKeys, read))
+		a.block = d.fields(kv.val, "accounts."+fieldName(a.name), "a mapping with rate, burst, max_concurrency and retry_budget", keysOf(accountKeys, read))
 		accounts = append(accounts, a)
 	}
 	return accounts
@@ -100,7 +100,7 @@ func (d *decoder) retryBudget(n *yaml.Node, field string, a *accountSpec) {
 		v := resolve(kv.val)
 		x, err := strconv.ParseFloat(v.Value, 64)
 		if v.Kind != yaml.ScalarNode || err != nil || !(x > 0) || x > maxBudgetNumber {
-			d.errorf(v, field+"."+kv.key.Value, "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)
+			d.errorf(v, field+"."+fieldName(kv.key.Value), "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)
 			continue
 		}
 		switch kv.key.Value {

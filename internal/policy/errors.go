@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -89,13 +90,17 @@ func quoted(n *yaml.Node) string {
 }
 
 // fieldName shows a tool name or key in a field path, quoting it when it
-// would not read as one path element.
+// would not read as one path element, or holds a character that is not
+// printable: a line break would start a line of the error's own, an
+// escape would drive the terminal.
 func fieldName(s string) string {
-	if s != "" && !strings.ContainsAny(s, ". \t\n\"[]") {
+	if s != "" && !strings.ContainsAny(s, ". \"[]") && !strings.ContainsFunc(s, notPrintable) {
 		return s
 	}
 	return strconv.Quote(s)
 }
+
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
 
 func orList(vs []string) string {
 	if len(vs) < 2 {

@@ -353,6 +353,18 @@ tools:
 			},
 		},
 		{
+			// A name is quoted where it holds a line break or a
+			// control character: it cannot write lines of its own,
+			// nor drive the terminal.
+			name: "names that are not printable",
+			in:   "accounts:\n  \"x\\ny\": {rate: 0/s, retry_budget: {\"a\\rb\": 0}}\ntools:\n  \"t\\u001bc\": {klass: x}\n",
+			want: []string{
+				`p.yaml:2:18: accounts."x\ny".rate: "0/s" is not a rate`,
+				`p.yaml:2:46: accounts."x\ny".retry_budget."a\rb": "0": want a number`,
+				`p.yaml:4:16: tools."t\x1bc": unknown key "klass"`,
+			},
+		},
+		{
 			name: "an account without a name",
 			in:   "accounts:\n  \"\": {rate: 1/s}\n",
 			want: []string{`p.yaml:2:3: accounts: an account needs a name`},
