@@ -88,29 +88,32 @@ func parseCount(lo int) parse[int] {
 	}
 }
 
-// retryBudget reads an account's retry_budget. Every value in it is a
-// number, read as one before its key is looked at: a key that is not
-// known is reported only once its value is a number.
+// retryBudget reads an account's retry_budget, whose values are numbers.
 func (d *decoder) retryBudget(n *yaml.Node, field string, a *accountSpec) {
 	fields, ok := d.mapping(n, field, "a mapping with max_tokens and token_ratio")
 	if !ok {
 		return
 	}
 	for _, kv := range fields {
+		var dst *val[float64]
+		switch kv.key.Value {
+		case "max_tokens":
+			dst = &a.maxTokens
+		case "token_ratio":
+			dst = &a.tokenRatio
+		default:
+			// Said before what its value is: "want a number" would
+			// not tell a misspelt key.
+			d.unknownKey(kv.key, field, budgetKeys)
+			continue
+		}
 		v := resolve(kv.val)
 		x, err := strconv.ParseFloat(v.Value, 64)
 		if v.Kind != yaml.ScalarNode || err != nil || !(x > 0) || x > maxBudgetNumber {
-			d.errorf(v, field+"."+fieldName(kv.key.Value), "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)
+			d.errorf(v, field+"."+kv.key.Value, "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)
 			continue
 		}
-		switch kv.key.Value {
-		case "max_tokens":
-			a.maxTokens = good(d.place(v), x)
-		case "token_ratio":
-			a.tokenRatio = good(d.place(v), x)
-		default:
-			d.unknownKey(kv.key, field, budgetKeys)
-		}
+		*dst = good(d.place(v), x)
 	}
 }
 

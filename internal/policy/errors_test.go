@@ -360,7 +360,7 @@ tools:
 			in:   "accounts:\n  \"x\\ny\": {rate: 0/s, retry_budget: {\"a\\rb\": 0}}\ntools:\n  \"t\\u001bc\": {klass: x}\n",
 			want: []string{
 				`p.yaml:2:18: accounts."x\ny".rate: "0/s" is not a rate`,
-				`p.yaml:2:46: accounts."x\ny".retry_budget."a\rb": "0": want a number`,
+				`p.yaml:2:38: accounts."x\ny".retry_budget: unknown key "a\rb"`,
 				`p.yaml:4:16: tools."t\x1bc": unknown key "klass"`,
 			},
 		},

@@ -108,6 +108,7 @@ tools:
 		{"accounts:\n  a: {rate: 1e-10/s}\n", `too low (less than one call in 292 years)`},
 		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
 		{"accounts:\n  a: {rate: 1/s, retry_budget: {token_ratio: 5000}}\n", `accounts.a.retry_budget.token_ratio: "5000": want a number more than 0 and at most 1000`},
+		{"accounts:\n  a: {rate: 1/s, retry_budget: {max_token: abc}}\n", `accounts.a.retry_budget: unknown key "max_token" (valid: max_tokens, token_ratio)`},
 		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: \"0\": want a whole number from 1 to 1000000"},
 		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},
 	} {
