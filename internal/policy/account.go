@@ -108,6 +108,9 @@ func (d *decoder) retryBudget(n *yaml.Node, field string, a *accountSpec) {
 			continue
 		}
 		v := resolve(kv.val)
+		if !d.readText(v.Value, v) {
+			continue
+		}
 		x, err := strconv.ParseFloat(v.Value, 64)
 		if v.Kind != yaml.ScalarNode || err != nil || !(x > 0) || x > maxBudgetNumber {
 			d.errorf(v, field+"."+kv.key.Value, "%s: want a number more than 0 and at most %d", quoted(v), maxBudgetNumber)

@@ -19,6 +19,8 @@ type decoder struct {
 	step      int  // values and blocks read so far: see place
 	work      int  // values walked, counting each alias followed
 	exhausted bool // work went over maxWork, and that was reported
+	text      int  // bytes of values read, counting each alias followed
+	wordy     bool // text went over maxText, and that was reported
 }
 
 func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -215,6 +217,28 @@ func (d *decoder) spend(n int, at *yaml.Node) bool {
 	if !d.exhausted {
 		d.exhausted = true
 		d.errorf(at, "", "through aliases (*name) and merges (<<), the file holds more than %d values", maxWork)
+	}
+	return false
+}
+
+// maxText bounds the bytes of the values read in the whole file, each
+// alias followed counted again: no more than the file itself may hold. A
+// regular expression or a status argument of a hundred kilobytes, used
+// by a thousand aliases, would otherwise be compiled, or copied, a
+// thousand times.
+const maxText = MaxFileSize
+
+// readText counts s, the text of a value about to be read at n, and
+// reports false once the file has cost more than maxText: the value is
+// then not read.
+func (d *decoder) readText(s string, n *yaml.Node) bool {
+	d.text += len(s)
+	if d.text <= maxText {
+		return true
+	}
+	if !d.wordy {
+		d.wordy = true
+		d.errorf(n, "", "through aliases (*name) and merges (<<), the file's values hold more than %d MiB of text", maxText>>20)
 	}
 	return false
 }

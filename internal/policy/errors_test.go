@@ -496,3 +496,29 @@ func TestParseAliasedMatchLists(t *testing.T) {
 		})
 	}
 }
+
+// A value read again through each alias counts its text again: a file
+// whose aliases read more text than a file may hold is refused, as a
+// regular expression compiled a thousand times would exhaust the proxy.
+func TestParseAliasedText(t *testing.T) {
+	big := strings.Repeat("x", 100_000)
+	for _, rule := range []string{
+		"{fingerprint: {ignore: [*s]}}",
+		"{already_done: {result_text: *s}}",
+		"{on_unknown: recover, recover: {tool: s, arguments: {a: *s}}}",
+		"{on_unknown: recover, recover: {tool: s, done: {in: [*s]}}}",
+	} {
+		t.Run(rule, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString("tools:\n  a: {fingerprint: {ignore: [&s " + big + "]}}\n")
+			// 50 reads of 100 kB: past the 4 MiB a file may hold.
+			for i := range 50 {
+				fmt.Fprintf(&b, "  t%d: %s\n", i, rule)
+			}
+			_, err := Parse("p.yaml", []byte(b.String()))
+			if err == nil || !strings.Contains(err.Error(), "the file's values hold more than 4 MiB of text") {
+				t.Errorf("Parse = %.300v, want the file refused for its size", err)
+			}
+		})
+	}
+}

@@ -49,6 +49,9 @@ func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int)
 			if i > 0 {
 				b.WriteByte(',')
 			}
+			if !c.d.readText(kv.key.Value, kv.key) {
+				return false
+			}
 			writeJSONString(b, kv.key.Value)
 			b.WriteByte(':')
 			if !c.value(b, kv.val, field+"."+fieldName(kv.key.Value), depth+1) {
@@ -68,7 +71,7 @@ func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int)
 		}
 		b.WriteByte(']')
 	case yaml.ScalarNode:
-		return c.scalar(b, n, field)
+		return c.d.readText(n.Value, n) && c.scalar(b, n, field)
 	default:
 		c.d.errorf(n, field, "cannot be converted to JSON")
 		return false

@@ -19,6 +19,9 @@ type parse[T any] func(n *yaml.Node) (T, string)
 
 // scalar reads n with parse, reporting what parse finds wrong.
 func scalar[T any](d *decoder, n *yaml.Node, field string, parse parse[T]) val[T] {
+	if !d.readText(n.Value, n) {
+		return failed[T](d.place(n))
+	}
 	v, problem := parse(n)
 	if problem != "" {
 		d.errorf(n, field, "%s", problem)
