@@ -39,10 +39,39 @@ func (e *fileError) Error() string {
 }
 
 func (p *problems) add(n *yaml.Node, step int, field, format string, args ...any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = brief(s)
+		}
+	}
 	p.errs = append(p.errs, &fileError{
 		name: p.name, line: n.Line, column: n.Column, step: step,
-		field: field, msg: fmt.Sprintf(format, args...),
+		field: brief(field), msg: fmt.Sprintf(format, args...),
 	})
+}
+
+// maxBrief is the longest text an error shows of a name, a value or a
+// field path; longer ones lose their middle.
+const maxBrief = 400
+
+// brief shortens s, if it is longer than maxBrief, to its start and its
+// end around an ellipsis: the quote that closes a quoted value, and the
+// last members of a field path, stay. Every error of a rule names its
+// tool, and an error may quote a value: a name or a value of a megabyte
+// would make each error a megabyte, and a file of a million errors a
+// terabyte.
+func brief(s string) string {
+	if len(s) <= maxBrief {
+		return s
+	}
+	head, tail := maxBrief*3/4, len(s)-maxBrief/4
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + "…" + s[tail:]
 }
 
 // syntaxError words the YAML parser's error in the file's terms, as

@@ -522,3 +522,30 @@ func TestParseAliasedText(t *testing.T) {
 		})
 	}
 }
+
+// An error shows a long name, value or field path shortened: a tool
+// name of 100 kB in each of a hundred errors would print 10 MB.
+func TestParseErrorsShortenLongText(t *testing.T) {
+	name := strings.Repeat("n", 100_000)
+	in := "tools:\n  ? " + name + "\n  : {fingerprint: {ignore: [" + strings.Repeat("~,", 99) + "~]}, class: " + name + "}\n"
+	_, err := Parse("p.yaml", []byte(in))
+	if err == nil {
+		t.Fatal("Parse = nil, want errors")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 101 {
+		t.Errorf("got %d errors, want 101", len(lines))
+	}
+	for _, l := range lines {
+		if len(l) > 1000 {
+			t.Fatalf("an error of %d bytes: %.200s...", len(l), l)
+		}
+	}
+	want := `p.yaml:3:29: tools.nnn`
+	if !strings.HasPrefix(lines[0], want) || !strings.HasSuffix(lines[0], `nnn.fingerprint.ignore[0]: want an argument path such as trace.id, not an empty value`) {
+		t.Errorf("first error = %q", lines[0])
+	}
+	if last := lines[100]; !strings.Contains(last, `.class: "nnn`) || !strings.HasSuffix(last, `nnn" is not a class (use read_only, idempotent or side_effect)`) {
+		t.Errorf("last error = %q", last)
+	}
+}
