@@ -50,6 +50,10 @@ func structuredValue(result json.RawMessage, path string) (json.RawMessage, bool
 
 // structuredIn reports whether structuredContent at path is one of values
 // (JSON text; a string also matches its unquoted form).
+//
+// Strings are compared as the text they hold, whatever the escapes that
+// spell it: a policy's "R&D" is JSON "R\u0026D" as Go writes it, and a
+// server may write either.
 func structuredIn(result json.RawMessage, path string, values []string) bool {
 	v, ok := structuredValue(result, path)
 	if !ok {
@@ -59,6 +63,9 @@ func structuredIn(result json.RawMessage, path string, values []string) bool {
 	str, isString := jsonrpc.StringValue(v)
 	for _, want := range values {
 		if text == want || isString && str == want {
+			return true
+		}
+		if w, ok := jsonrpc.StringValue([]byte(want)); ok && isString && str == w {
 			return true
 		}
 	}
