@@ -77,16 +77,31 @@ func brief(s string) string {
 // syntaxError words the YAML parser's error in the file's terms, as
 // "name:line: ...", the form of every other error. The parser names the
 // line of the block it was reading, which may be above the mistake.
-func syntaxError(name string, err error) error {
+func syntaxError(name string, data []byte, err error) error {
 	msg, _ := strings.CutPrefix(err.Error(), "yaml: ")
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if line, what, ok := strings.Cut(rest, ": "); ok {
-			if _, aerr := strconv.Atoi(line); aerr == nil {
+			if n, aerr := strconv.Atoi(line); aerr == nil {
+				if strings.Contains(what, "cannot start any token") && tabIndented(data, n) {
+					// The parser's words for a tab before a key.
+					what += ": the line is indented with a tab; YAML indents with spaces only"
+				}
 				return fmt.Errorf("%s:%s: YAML syntax error at or after this line: %s", name, line, what)
 			}
 		}
 	}
 	return fmt.Errorf("%s: YAML syntax error: %s", name, msg)
+}
+
+// tabIndented reports whether line n (from 1) of data begins with white
+// space that holds a tab.
+func tabIndented(data []byte, n int) bool {
+	lines := bytes.SplitN(data, []byte("\n"), n+1)
+	if n < 1 || n > len(lines) {
+		return false
+	}
+	indent := bytes.TrimLeft(lines[n-1], " \t")
+	return bytes.IndexByte(lines[n-1][:len(lines[n-1])-len(indent)], '\t') >= 0
 }
 
 // describe names a node's kind for a type error.

@@ -20,6 +20,11 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"p.yaml:2: YAML syntax error at or after this line: "},
 		},
 		{
+			name: "a tab before a key",
+			in:   "tools:\n  a:\n  \tclass: read_only\n",
+			want: []string{"p.yaml:3: YAML syntax error at or after this line: found character that cannot start any token: the line is indented with a tab; YAML indents with spaces only"},
+		},
+		{
 			name: "an alias to no anchor",
 			in:   "tools:\n  a: &x\n  b: *y\n",
 			want: []string{"p.yaml: YAML syntax error: unknown anchor 'y' referenced"},

@@ -120,7 +120,7 @@ func document(name string, data []byte) (*yaml.Node, error) {
 	case errors.Is(err, io.EOF):
 		return nil, nil
 	case err != nil:
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	for {
 		// A stray "---" at the end starts an empty document: allow it.
@@ -130,7 +130,7 @@ func document(name string, data []byte) (*yaml.Node, error) {
 			break
 		}
 		if err != nil {
-			return nil, syntaxError(name, err)
+			return nil, syntaxError(name, data, err)
 		}
 		if len(extra.Content) > 0 && !isNull(extra.Content[0]) {
 			return nil, fmt.Errorf("%s:%d: a policy file holds one YAML document; remove the second (from this ---)", name, extra.Line)
