@@ -105,10 +105,12 @@ tools:
 		},
 		{
 			name: "class and recover in defaults",
-			in:   "defaults:\n  class: side_effect\n  recover: {tool: s}\n",
+			in:   "defaults:\n  class: side_effect\n  recover: {tool: s}\n  retry: {max_attempts: 2}\n  already_done: {result_text: gone}\n",
 			want: []string{
 				"p.yaml:2:3: defaults.class: class can only be set per tool",
 				"p.yaml:3:3: defaults.recover: recover names a status tool, so it can only be set per tool",
+				"p.yaml:4:3: defaults.retry: retry can only be set per tool, under tools",
+				"p.yaml:5:3: defaults.already_done: already_done names a tool's results, so it can only be set per tool",
 			},
 		},
 		{

@@ -134,7 +134,9 @@ func (d *decoder) rule(n *yaml.Node, field string, tool bool) *ruleSpec {
 	keys := append(keysOf(defaultsKeys, read),
 		key{name: "class", refuse: "class can only be set per tool, under tools"},
 		key{name: "recover", refuse: "recover names a status tool, so it can only be set per tool, under tools"},
-		key{name: "approval", refuse: "approval names the tools a person approves, so it can only be set per tool, under tools (a glob covers many)"})
+		key{name: "approval", refuse: "approval names the tools a person approves, so it can only be set per tool, under tools (a glob covers many)"},
+		key{name: "retry", refuse: "retry can only be set per tool, under tools (a glob covers many)"},
+		key{name: "already_done", refuse: "already_done names a tool's results, so it can only be set per tool, under tools (a glob covers many)"})
 	s.block = d.fields(n, field, "a mapping of rule fields", keys)
 	return s
 }
