@@ -460,9 +460,18 @@ func (w *wiring) checkFlags() (err error) {
 		return usagef("--restart-window: %v must be positive", f.window)
 	case f.lease < time.Second:
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
+	case f.lease > maxLease:
+		return usagef("--lease: %v is too long; it must be at most %v (7 days)", f.lease, maxLease)
 	}
 	return f.checkJournalFlags()
 }
+
+// maxLease bounds --lease. The stores keep when a lease lapses in unix
+// nanoseconds, which end in 2262: past it, a lease would read as lapsed
+// long ago, and another process take over an execution still running.
+// A week is far above any use: a crashed proxy's calls stay in flight
+// that long.
+const maxLease = 7 * 24 * time.Hour
 
 // checkJournalFlags checks that the checkpoint flags come with what they
 // need and are in range.

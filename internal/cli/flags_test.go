@@ -132,6 +132,21 @@ func TestUnparsableFlagValues(t *testing.T) {
 	}
 }
 
+// A lease whose end the stores cannot hold is refused: it would read as
+// lapsed, and another process take over an execution still running.
+func TestLeaseBounds(t *testing.T) {
+	for _, tt := range []struct{ lease, want string }{
+		{"500ms", "--lease: 500ms is too short"},
+		{"169h", "--lease: 169h0m0s is too long; it must be at most 168h0m0s"},
+		{"2200000h", "--lease: 2200000h0m0s is too long"},
+	} {
+		_, _, err := run(t, "--lease", tt.lease, "--", "/bin/cat")
+		if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Run(--lease %s) = %v; want a usage error saying %q", tt.lease, err, tt.want)
+		}
+	}
+}
+
 // TestEmptySecret: MCP_IDEMPOTENT_SECRET set to "", as an unset shell
 // variable expands to, is refused like an empty flag value: taken for
 // unset, it would key this proxy otherwise than those sharing its store.
