@@ -3,6 +3,7 @@ package intercept
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -61,6 +62,7 @@ func structuredIn(result json.RawMessage, path string, values []string) bool {
 	}
 	text := string(bytes.TrimSpace(v))
 	str, isString := jsonrpc.StringValue(v)
+	num, isNumber := canonicalNumber(text)
 	for _, want := range values {
 		if text == want || isString && str == want {
 			return true
@@ -68,8 +70,55 @@ func structuredIn(result json.RawMessage, path string, values []string) bool {
 		if w, ok := jsonrpc.StringValue([]byte(want)); ok && isString && str == w {
 			return true
 		}
+		if w, ok := canonicalNumber(want); ok && isNumber && num == w {
+			return true
+		}
 	}
 	return false
+}
+
+// canonicalNumber spells the JSON number s as its sign, its significant
+// digits and a power of ten ("-0.0120" is "-12e-3", zero is "0"), so that
+// one number however spelt (429, 429.0, 4.29e2: a policy's YAML and a
+// server's JSON encoder may write any) has one spelling. False if s is no
+// JSON number, or its exponent is too large to compare. It takes time
+// linear in s: no number is computed.
+func canonicalNumber(s string) (string, bool) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, expText, hasExp := s, "", false
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, expText, hasExp = s[:i], s[i+1:], true
+	}
+	whole, frac, hasFrac := strings.Cut(mant, ".")
+	exp := 0
+	if hasExp {
+		e, err := strconv.Atoi(expText)
+		// 1e15 is far below overflow once the digits' count is added.
+		if err != nil || e > 1e15 || e < -1e15 {
+			return "", false
+		}
+		exp = e
+	}
+	if !digits(whole) || hasFrac && !digits(frac) || len(whole) > 1 && whole[0] == '0' {
+		return "", false
+	}
+	sig := strings.TrimLeft(whole+frac, "0")
+	exp -= len(frac)
+	trimmed := strings.TrimRight(sig, "0")
+	exp += len(sig) - len(trimmed)
+	if trimmed == "" {
+		return "0", true
+	}
+	if neg {
+		trimmed = "-" + trimmed
+	}
+	return trimmed + "e" + strconv.Itoa(exp), true
+}
+
+// digits reports whether s is one ASCII digit or more.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 func structuredNumber(result json.RawMessage, path string) (float64, bool) {

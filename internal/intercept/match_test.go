@@ -25,6 +25,20 @@ func TestStructuredIn(t *testing.T) {
 		{`{"team":"R\u0026D"}`, "team", []string{`"R&D"`}, true},
 		{`{"state":"d\u006fne"}`, "state", []string{`"done"`}, true},
 		{`{"state":"d\u006fne"}`, "state", []string{`"dome"`}, false},
+		// Numbers are one value however spelt.
+		{`{"status":429.0}`, "status", []string{`429`}, true},
+		{`{"status":4.29E+2}`, "status", []string{`429`}, true},
+		{`{"status":42900e-2}`, "status", []string{`429`}, true},
+		{`{"status":429}`, "status", []string{`429.00`}, true},
+		{`{"status":429.5}`, "status", []string{`429`}, false},
+		{`{"status":-429}`, "status", []string{`429`}, false},
+		{`{"status":0.1}`, "status", []string{`1e-1`}, true},
+		{`{"status":-0.0}`, "status", []string{`0`}, true},
+		{`{"status":1e400}`, "status", []string{`10e399`}, true},
+		{`{"status":9007199254740993}`, "status", []string{`9007199254740992`}, false},
+		{`{"status":1e99999999999999999999}`, "status", []string{`1e99999999999999999999`}, true},
+		{`{"status":1e99999999999999999999}`, "status", []string{`10e99999999999999999998`}, false},
+		{`{"status":"429.0"}`, "status", []string{`429`}, false},
 	}
 	for _, tt := range tests {
 		result := json.RawMessage(`{"content":[],"structuredContent":` + tt.content + `}`)
