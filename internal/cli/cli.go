@@ -27,6 +27,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/metrics"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
@@ -369,6 +370,10 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if tools := policyFile.OperatorApproved(); len(tools) > 0 && durable == nil && !f.shadow {
 		return nil, usagef("--policy: %s asks an operator for approval, and the memory store lives inside this process, "+
 			"where no operator reaches it: give a durable store (--store sqlite:PATH, redis://... or postgres://...)", strings.Join(tools, ", "))
+	}
+	if tools := policyFile.KeyScopedApprovals(policy.Scope(f.scope)); len(tools) > 0 && !f.shadow {
+		return nil, usagef("--scope key: %s asks for approval, and under scope key a call without a client key runs unrecorded, "+
+			"where no approval could be kept: give the tool scope session or actor in the policy file", strings.Join(tools, ", "))
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)

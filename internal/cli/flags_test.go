@@ -3,6 +3,8 @@ package cli
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -143,6 +145,38 @@ func TestLeaseBounds(t *testing.T) {
 		_, _, err := run(t, "--lease", tt.lease, "--", "/bin/cat")
 		if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Run(--lease %s) = %v; want a usage error saying %q", tt.lease, err, tt.want)
+		}
+	}
+}
+
+// A tool that asks for approval is refused at start when --scope key
+// gives it its scope, as the policy file's own scope key is: a call
+// without a client key would run unrecorded, where no approval is kept.
+func TestScopeKeyWithApproval(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	asks := write("asks.yaml", "tools:\n  charge: {approval: each}\n  \"send_*\": {approval: session}\n  read: {}\n")
+	_, _, err := run(t, "--policy", asks, "--scope", "key", "--", "/bin/cat")
+	if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), "--scope key: charge, send_* asks for approval") {
+		t.Errorf("Run = %v; want --scope key refused for the tools that ask", err)
+	}
+	// A scope the file gives wins over the flag's.
+	own := write("own.yaml", "defaults:\n  scope: actor\ntools:\n  charge: {approval: each}\n")
+	scoped := write("scoped.yaml", "tools:\n  charge: {approval: each, scope: session}\n")
+	for _, args := range [][]string{
+		{"--policy", own, "--scope", "key", "--", "/bin/cat"},
+		{"--policy", scoped, "--scope", "key", "--", "/bin/cat"},
+		{"--policy", asks, "--scope", "actor", "--", "/bin/cat"},
+		{"--policy", asks, "--scope", "key", "--shadow", "--", "/bin/cat"},
+	} {
+		if _, _, err := run(t, args...); err != nil {
+			t.Errorf("Run(%q) = %v; want it to start", args, err)
 		}
 	}
 }

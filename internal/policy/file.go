@@ -198,6 +198,24 @@ func (f *File) OperatorApproved() []string {
 	return names
 }
 
+// KeyScopedApprovals returns the tool names and patterns whose rules ask
+// for approval and take their scope from scope, the proxy's default,
+// when that is key: a call without a client key then runs unrecorded,
+// where no approval could be kept. Parse refuses such a rule when the
+// file itself gives it scope key.
+func (f *File) KeyScopedApprovals(scope Scope) []string {
+	if f == nil || scope != ScopeKey || f.defaults.scope != "" {
+		return nil
+	}
+	var names []string
+	for _, r := range f.rules {
+		if (r.approval == ApprovalEach || r.approval == ApprovalSession) && r.scope == "" {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
 // Accounts returns the accounts the file defines, by name.
 func (f *File) Accounts() map[string]Account {
 	if f == nil {
