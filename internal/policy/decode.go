@@ -216,7 +216,7 @@ func (d *decoder) spend(n int, at *yaml.Node) bool {
 	}
 	if !d.exhausted {
 		d.exhausted = true
-		d.errorf(at, "", "through aliases (*name) and merges (<<), the file holds more than %d values", maxWork)
+		d.addAlways(at, d.step, "", "through aliases (*name) and merges (<<), the file holds more than %d values", maxWork)
 	}
 	return false
 }
@@ -238,7 +238,7 @@ func (d *decoder) readText(s string, n *yaml.Node) bool {
 	}
 	if !d.wordy {
 		d.wordy = true
-		d.errorf(n, "", "through aliases (*name) and merges (<<), the file's values hold more than %d MiB of text", maxText>>20)
+		d.addAlways(n, d.step, "", "through aliases (*name) and merges (<<), the file's values hold more than %d MiB of text", maxText>>20)
 	}
 	return false
 }

@@ -13,11 +13,18 @@ import (
 
 // problems collects what is wrong with a policy file, each at a node.
 // The decoder and the validator add to one list, so that a file is
-// refused with every problem at once, in file order (see place).
+// refused with every problem at once, up to maxErrors, in file order
+// (see place).
 type problems struct {
-	name string // the file's name, which every error starts with
-	errs []error
+	name  string // the file's name, which every error starts with
+	errs  []error
+	found int // errors found: errs holds the first maxErrors
 }
+
+// maxErrors bounds the errors a file is refused with. A list of a
+// million entries each wrong is a million errors, which nobody reads,
+// and which would cost far more than the file to hold and print.
+const maxErrors = 1000
 
 // A fileError is one problem in a policy file, at a node.
 type fileError struct {
@@ -39,6 +46,19 @@ func (e *fileError) Error() string {
 }
 
 func (p *problems) add(n *yaml.Node, step int, field, format string, args ...any) {
+	if p.found++; p.found > maxErrors {
+		return
+	}
+	p.keep(n, step, field, format, args...)
+}
+
+// addAlways adds an error past maxErrors too: one about the file as a
+// whole, found once, that may explain the thousand before it.
+func (p *problems) addAlways(n *yaml.Node, step int, field, format string, args ...any) {
+	p.keep(n, step, field, format, args...)
+}
+
+func (p *problems) keep(n *yaml.Node, step int, field, format string, args ...any) {
 	for i, a := range args {
 		if s, ok := a.(string); ok {
 			args[i] = brief(s)

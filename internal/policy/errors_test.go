@@ -556,3 +556,24 @@ func TestParseErrorsShortenLongText(t *testing.T) {
 		t.Errorf("last error = %q", last)
 	}
 }
+
+// A file with more errors than anyone reads is refused with the first
+// thousand, and a count of the rest: each error costs far more to hold
+// and print than the two bytes of a null entry that makes it.
+func TestParseErrorsBounded(t *testing.T) {
+	in := "tools:\n  a:\n    fingerprint: {ignore: [" + strings.Repeat("~,", 2499) + "~]}\n"
+	_, err := Parse("p.yaml", []byte(in))
+	if err == nil {
+		t.Fatal("Parse = nil, want errors")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 1001 {
+		t.Errorf("got %d lines, want 1000 errors and a count of the rest", len(lines))
+	}
+	if !strings.HasPrefix(lines[0], "p.yaml:3:28: tools.a.fingerprint.ignore[0]: ") {
+		t.Errorf("first error = %q", lines[0])
+	}
+	if last := lines[len(lines)-1]; last != "p.yaml: and 1500 more errors, not shown" {
+		t.Errorf("last line = %q", last)
+	}
+}

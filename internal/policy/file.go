@@ -77,8 +77,8 @@ func readFile(path string) ([]byte, error) {
 // Parse parses a policy file's contents; name is used in errors (the path).
 // An empty file is valid: every tool keeps its annotation defaults. Every
 // problem found is reported, joined with errors.Join, each as
-// "name:line:column: field.path: what is wrong"; a file with any problem
-// is refused as a whole.
+// "name:line:column: field.path: what is wrong"; past maxErrors, a last
+// error counts the rest. A file with any problem is refused as a whole.
 //
 // The file is read in two steps: decoded into specs, each value checked
 // on its own (decode.go), then validated into rules, the values checked
@@ -103,6 +103,9 @@ func Parse(name string, data []byte) (*File, error) {
 			ea, eb := a.(*fileError), b.(*fileError)
 			return cmp.Or(cmp.Compare(ea.line, eb.line), cmp.Compare(ea.column, eb.column), cmp.Compare(ea.step, eb.step))
 		})
+		if more := p.found - min(p.found, maxErrors); more > 0 {
+			p.errs = append(p.errs, fmt.Errorf("%s: and %d more errors, not shown", name, more))
+		}
 		return nil, errors.Join(p.errs...)
 	}
 	return f, nil

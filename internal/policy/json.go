@@ -39,9 +39,9 @@ func (c *jsonConv) value(b *bytes.Buffer, n *yaml.Node, field string, depth int)
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		nerrs := len(c.d.errs)
+		nerrs := c.d.found
 		fields, _ := c.d.mapping(n, field, "a mapping")
-		if len(c.d.errs) > nerrs {
+		if c.d.found > nerrs {
 			return false // a duplicate key or a key that is not a name
 		}
 		b.WriteByte('{')
