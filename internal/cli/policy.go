@@ -57,6 +57,12 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() == 0 {
 		return usagef("policy show: no upstream command: put it after --")
 	}
+	// As the proxy warns: `policy show node srv.js --policy p.yaml` gives
+	// the file to the server, and shows every tool without it.
+	for _, name := range misplacedFlags(fs, args, fs.Args()) {
+		fmt.Fprintf(stderr, "mcp-idempotent: warning: %s after the upstream command goes to the upstream, not to policy show: "+
+			"put it before the command (a -- before the command says it is the upstream's)\n", name)
+	}
 	resolve, file, err := newResolver(ctx, *path, *scope)
 	if err != nil {
 		return err

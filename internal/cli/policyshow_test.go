@@ -44,6 +44,29 @@ func TestPolicyShowListsWhatACapableClientSees(t *testing.T) {
 	}
 }
 
+// TestPolicyShowWarnsOfItsFlagsAfterTheCommand: a --policy after an
+// upstream command given without -- goes to the server, and policy show
+// shows every tool without the file: it says so, as the proxy does.
+func TestPolicyShowWarnsOfItsFlagsAfterTheCommand(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(file, []byte("tools:\n  plain_tool: {class: read_only}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"policy", "show"}, capableServer...)
+	_, stderr, err := run(t, append(args, "sh", "--policy", file)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "warning: --policy after the upstream command goes to the upstream") {
+		t.Errorf("policy show gave no warning of --policy after the command; stderr:\n%s", stderr)
+	}
+	// After --, the flag is the server's: no warning.
+	args = append([]string{"policy", "show", "--"}, capableServer...)
+	if _, stderr, _ = run(t, append(args, "sh", "--policy", file)...); strings.Contains(stderr, "warning") {
+		t.Errorf("policy show warned of a flag after --:\n%s", stderr)
+	}
+}
+
 // TestPolicyShowSaysHowLongItWaited: an upstream that never answers ends
 // policy show with an error saying how long it waited, not "context
 // deadline exceeded".
