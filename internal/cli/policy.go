@@ -310,6 +310,12 @@ func (l *lister) call(ctx context.Context, method string, params any) (json.RawM
 	id := json.RawMessage(fmt.Sprint(l.next))
 	p, _ := json.Marshal(params)
 	if err := l.child.WriteFrame(jsonrpc.NewRequest(id, method, p)); err != nil {
+		// An upstream that exited at start closes its stdin before our
+		// first write as often as after: its exit says why, a broken
+		// pipe does not.
+		if cause := l.exitCause(ctx); cause != "" {
+			return nil, fmt.Errorf("%s: the upstream closed before answering%s", method, cause)
+		}
 		return nil, fmt.Errorf("%s: writing to the upstream: %w", method, err)
 	}
 	for {

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 )
 
 // capableServer is an upstream in sh that lists, besides plain_tool, a
@@ -87,6 +91,23 @@ func TestPolicyShowSaysHowTheUpstreamEnded(t *testing.T) {
 	want := "initialize: the upstream closed before answering: it exited with status 7; its stderr ended: API_KEY is not set"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("policy show -- an upstream that exits at start = %v; want %q", err, want)
+	}
+}
+
+// TestPolicyShowSaysHowTheUpstreamEndedBeforeItWasAsked: an upstream
+// that exited before policy show wrote to it fails the write with a
+// broken pipe; the error still names its exit status and stderr.
+func TestPolicyShowSaysHowTheUpstreamEndedBeforeItWasAsked(t *testing.T) {
+	child, err := stdio.Start([]string{"/bin/sh", "-c", "echo 'API_KEY is not set' >&2; exit 7"}, io.Discard, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopChild(context.Background(), child)
+	<-child.Done()
+	_, err = newLister(child).call(context.Background(), "initialize", map[string]any{})
+	want := "initialize: the upstream closed before answering: it exited with status 7; its stderr ended: API_KEY is not set"
+	if err == nil || err.Error() != want {
+		t.Fatalf("call to an upstream that exited = %v; want %q", err, want)
 	}
 }
 
