@@ -71,8 +71,11 @@ func (d *decoder) accounts(n *yaml.Node) []*accountSpec {
 // parseRate reads a rate in calls per second from its spelling per
 // unit, such as 500/h.
 func parseRate(n *yaml.Node) (float64, string) {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		return 0, fmt.Sprintf("want a rate such as 500/h, 10/s, 3/m or 1000/d, not %s", describe(n))
+	}
 	r, err := retry.ParseRate(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
+	if err != nil {
 		return 0, fmt.Sprintf("%q is not a rate such as 500/h, 10/s, 3/m or 1000/d (%v)", n.Value, err)
 	}
 	return r, ""
@@ -84,7 +87,7 @@ func parseCount(lo int) parse[int] {
 		if c, ok := wholeNumber(n, lo, maxAccountCount); ok {
 			return c, ""
 		}
-		return 0, fmt.Sprintf("%q: want a whole number from %d to %d", n.Value, lo, maxAccountCount)
+		return 0, fmt.Sprintf("%s: want a whole number from %d to %d", quoted(n), lo, maxAccountCount)
 	}
 }
 

@@ -109,6 +109,10 @@ tools:
 		{"accounts:\n  a: {burst: 3}\n", "accounts.a: an account needs a rate"},
 		{"accounts:\n  a: {rate: 1/s, retry_budget: {token_ratio: 5000}}\n", `accounts.a.retry_budget.token_ratio: "5000": want a number more than 0 and at most 1000`},
 		{"accounts:\n  a: {rate: 1/s, retry_budget: {max_token: abc}}\n", `accounts.a.retry_budget: unknown key "max_token" (valid: max_tokens, token_ratio)`},
+		{"accounts:\n  a: {rate: [5/s]}\n", `accounts.a.rate: want a rate such as 500/h, 10/s, 3/m or 1000/d, not a list`},
+		{"accounts:\n  a: {rate: ~}\n", `accounts.a.rate: want a rate such as 500/h, 10/s, 3/m or 1000/d, not an empty value`},
+		{"accounts:\n  a: {rate: 1/s, burst: [2], max_concurrency: {x: 1}}\n", `accounts.a.burst: a list: want a whole number from 1 to 1000000`},
+		{"accounts:\n  a: {rate: 1/s, max_concurrency: {x: 1}}\n", `accounts.a.max_concurrency: a mapping: want a whole number from 0 to 1000000`},
 		{"accounts:\n  a: {rate: 1/s, burst: 0}\n", "accounts.a.burst: \"0\": want a whole number from 1 to 1000000"},
 		{"tools:\n  t:\n    retry: {account: nope}\n", `p.yaml:3:22: tools.t.retry.account: "nope" is not an account defined under accounts`},
 	} {
