@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // A Child is an upstream MCP server running as a child process, spoken to
@@ -193,22 +195,34 @@ const HurriedGrace = 250 * time.Millisecond
 // command run in another project is another server. The environment is
 // not part of it.
 func Identity(dir string, argv []string) string {
-	return Describe(argv) + " (in " + dir + ")"
+	return Describe(argv) + " (in " + utf8Text(dir) + ")"
+}
+
+// utf8Text is s, quoted if it is not UTF-8. An identity enters the
+// fingerprint as JSON text, which holds UTF-8 only: each byte that is
+// not would become U+FFFD there, and two upstreams that differ only in
+// such bytes would share executions.
+func utf8Text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // Name is what may be shown of the upstream that argv starts in dir: its
 // program and the directory, without the arguments, which may hold a
 // credential (--api-key ...). Identity holds them.
 func Name(dir string, argv []string) string {
-	return Describe(argv[:min(len(argv), 1)]) + " (in " + dir + ")"
+	return Describe(argv[:min(len(argv), 1)]) + " (in " + utf8Text(dir) + ")"
 }
 
 // Describe normalises argv into the command's words joined by single
-// spaces, each quoted only where it must be.
+// spaces, each quoted only where it must be: where it holds white space,
+// a quote or a backslash, or is not UTF-8 (see utf8Text).
 func Describe(argv []string) string {
 	words := make([]string, len(argv))
 	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") || !utf8.ValidString(a) {
 			words[i] = fmt.Sprintf("%q", a)
 		} else {
 			words[i] = a
