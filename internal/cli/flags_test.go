@@ -181,6 +181,15 @@ func TestScopeKeyWithApproval(t *testing.T) {
 	}
 }
 
+// An actor that is not UTF-8 is refused: in the fingerprint, each byte
+// that is not would become U+FFFD, and two such actors share executions.
+func TestActorNotUTF8(t *testing.T) {
+	_, _, err := run(t, "--actor", "\xffalice", "--", "/bin/cat")
+	if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), `--actor: "\xffalice" is not UTF-8 text`) {
+		t.Errorf("Run(--actor \\xffalice) = %v; want a usage error naming --actor", err)
+	}
+}
+
 // TestEmptySecret: MCP_IDEMPOTENT_SECRET set to "", as an unset shell
 // variable expands to, is refused like an empty flag value: taken for
 // unset, it would key this proxy otherwise than those sharing its store.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
@@ -331,6 +332,10 @@ func readTokens(path string) (map[string]string, error) {
 		}
 		if _, dup := tokens[fields[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: the token is listed twice", path, n)
+		}
+		if !utf8.ValidString(fields[1]) {
+			// As --actor: two such actors would be one fingerprint's.
+			return nil, fmt.Errorf("%s:%d: the actor is not UTF-8 text", path, n)
 		}
 		tokens[fields[0]] = fields[1]
 	}

@@ -79,6 +79,7 @@ func TestReadTokens(t *testing.T) {
 		{"tok-a\n", ":1: want 'TOKEN ACTOR'"},
 		{"tok-a alice extra\n", ":1: want 'TOKEN ACTOR'"},
 		{"tok-a alice\ntok-a bob\n", ":2: the token is listed twice"},
+		{"tok-a alice\ntok-b \xffbob\n", ":2: the actor is not UTF-8 text"},
 		{"# nothing\n", "lists no token"},
 	} {
 		p := write("bad", tt.content)
