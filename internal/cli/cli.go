@@ -290,6 +290,11 @@ func (f *proxyFlags) checkUpstream(command string, argv []string) error {
 		if u, err := neturl.Parse(f.upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return usagef("--upstream: %q is not an http:// or https:// URL", redact(f.upstream))
 		}
+		if !utf8.ValidString(f.upstream) {
+			// As a header's value: its query enters the identity as
+			// JSON text. Not shown: it may hold a credential.
+			return usagef("--upstream: the URL is not UTF-8 text: percent-encode its bytes")
+		}
 	}
 	return f.headers.check()
 }

@@ -432,6 +432,10 @@ func TestUpstreamFlags(t *testing.T) {
 		{[]string{"--upstream-header", "Authorization: x", "--", "cat"}, "--upstream-header goes with --upstream"},
 		{[]string{"--upstream-header", "no colon", "--upstream", "http://h/"}, "want 'Name: value'"},
 		{[]string{"--upstream", "ftp://host/mcp"}, `--upstream: "ftp://host/mcp" is not an http:// or https:// URL`},
+		// Its identity is JSON text: bytes that are not UTF-8 would read
+		// as U+FFFD, and two credentials as one.
+		{[]string{"--upstream-header", "X-Key: \xff", "--upstream", "http://h/"}, "--upstream-header X-Key: the value is not UTF-8 text"},
+		{[]string{"--upstream", "http://h/mcp?key=\xff"}, "--upstream: the URL is not UTF-8 text"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := Run(context.Background(), tt.args, strings.NewReader(""), &stdout, &stderr)

@@ -10,6 +10,7 @@ import (
 	neturl "net/url"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/streamhttp"
@@ -41,6 +42,11 @@ func (h headerFlags) check() error {
 			return usagef("--upstream-header (number %d): want 'Name: value', Name a header name (letters, digits and !#$%%&'*+-.^_`|~, no spaces)", i+1)
 		case strings.ContainsFunc(strings.TrimSpace(value), func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
 			return usagef("--upstream-header %s: the value holds a control character (a line break?), which a header cannot", name)
+		case !utf8.ValidString(value):
+			// The upstream's identity holds its headers as JSON text,
+			// where each byte that is not UTF-8 becomes U+FFFD: two
+			// credentials that differ only there would be one upstream.
+			return usagef("--upstream-header %s: the value is not UTF-8 text", name)
 		}
 	}
 	return nil
