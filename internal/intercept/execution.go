@@ -170,7 +170,7 @@ func (e *execution) run() {
 // (finish); and it releases the execution's count of work.
 func (e *execution) end(answer func()) {
 	defer e.in.work.Done()
-	if e.rec != nil {
+	if e.rec != nil && e.in.storeWaits {
 		defer e.in.sent.drop(e.rec.Key, e.rec.ID)
 	}
 	switch {
@@ -402,7 +402,11 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 	e.in.obs.Transition(e.observed(), record.Dispatched)
 	e.in.traceRecord(e.req, claimed)
 	e.in.journalize(e.req, claimed, *claim)
-	e.in.sent.add(claimed)
+	if e.in.storeWaits {
+		// Only a store outside this process can lose a record while it
+		// runs (lostSent).
+		e.in.sent.add(claimed)
+	}
 	e.step = sending
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -126,6 +127,7 @@ func (in *Interceptor) outcomeOfLost(ctx context.Context, e *execution, c record
 // they end, by the key their calls are matched on: a call that wins a
 // reservation while one of them runs finds the store lost it (lostSent).
 type sentCalls struct {
+	n  atomic.Int32 // len(m), so that a call finds none without the lock
 	mu sync.Mutex
 	m  map[string]*record.Record
 }
@@ -137,6 +139,7 @@ func (s *sentCalls) add(rec *record.Record) {
 		s.m = make(map[string]*record.Record)
 	}
 	s.m[rec.Key] = rec
+	s.n.Store(int32(len(s.m)))
 	s.mu.Unlock()
 }
 
@@ -145,6 +148,7 @@ func (s *sentCalls) drop(key, id string) {
 	s.mu.Lock()
 	if r := s.m[key]; r != nil && r.ID == id {
 		delete(s.m, key)
+		s.n.Store(int32(len(s.m)))
 	}
 	s.mu.Unlock()
 }
@@ -152,6 +156,9 @@ func (s *sentCalls) drop(key, id string) {
 // other returns the execution of won's call, other than won, that this
 // process runs, if any.
 func (s *sentCalls) other(won *record.Record) *record.Record {
+	if s.n.Load() == 0 {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.m[won.Key]; r != nil && r.ID != won.ID && r.Fingerprint == won.Fingerprint {

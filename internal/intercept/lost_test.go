@@ -303,7 +303,8 @@ func TestRetryAsTheStoreLostTheExecutionItRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, release := newHeldHarness()
 		store := newAmnesiac()
-		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		// A store outside the process, as one that can lose a record is.
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
 		first := h.call(t.Context(), t, chargeCall)
 		synctest.Wait()
 		store.lose()
