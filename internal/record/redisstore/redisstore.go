@@ -532,7 +532,6 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.keepSecret(ctx, false)
 	s.mu.Lock()
 	mine := make([]owned, 0, len(s.owned[owner]))
 	for _, o := range s.owned[owner] {
@@ -540,6 +539,7 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	}
 	s.mu.Unlock()
 	if len(mine) == 0 {
+		s.keepSecret(ctx, false)
 		return nil
 	}
 	lease, now := encTime(until), s.clock()
@@ -583,6 +583,9 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	if first != nil {
 		return s.fail(op, first)
 	}
+	// After the renewal, which a store that stopped answering must not
+	// hold up longer than its own timeout.
+	s.keepSecret(ctx, false)
 	return nil
 }
 
