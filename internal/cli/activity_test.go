@@ -233,3 +233,18 @@ func TestShowTellsAResolution(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineQuotesTheActorOnce: activity show prints the actor and
+// scope quoted, their control characters escaped once, not the escapes
+// escaped again.
+func TestTimelineQuotesTheActorOnce(t *testing.T) {
+	rec := &record.Record{ID: "exe_1", Tool: "charge_card", State: record.Delivered, Actor: "a\nb", Scope: "actor:a\nb",
+		History: []record.Transition{{State: record.Accepted, At: time.Now()}}}
+	tl := &timeline{Record: rec}
+	tl.Sessions = sessionsPart{Actor: rec.Actor, Scope: rec.Scope}
+	var out strings.Builder
+	printTimeline(&out, tl)
+	if want := `the record names actor "a\nb", scope "actor:a\nb"`; !strings.Contains(out.String(), want) {
+		t.Fatalf("activity show printed:\n%s\nwant %s", out.String(), want)
+	}
+}

@@ -31,7 +31,9 @@ func printable(s string) string {
 // makePrintable applies printable to every string v holds, through its
 // pointers, exported struct fields and slices, in place. Byte slices are
 // left alone: they are JSON, which need not escape a bidi character or a
-// C1 control, so each is made printable where it is printed.
+// C1 control, so each is made printable where it is printed. So are
+// fields tagged print:"quoted", which are printed with %q: quoted twice,
+// they would show their escapes escaped.
 func makePrintable(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Pointer:
@@ -40,7 +42,7 @@ func makePrintable(v reflect.Value) {
 		}
 	case reflect.Struct:
 		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
+			if f := v.Type().Field(i); f.IsExported() && f.Tag.Get("print") != "quoted" {
 				makePrintable(v.Field(i))
 			}
 		}

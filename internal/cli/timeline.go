@@ -48,10 +48,12 @@ type Answers struct {
 // sessionsPart: which sessions (agent runs) sent calls that map to the
 // execution. Only a journal tells; the record names one actor and scope.
 type sessionsPart struct {
-	Journaled bool          `json:"journaled"` // a journal was given
-	Actor     string        `json:"actor"`
-	Scope     string        `json:"scope"`
-	Sessions  []sessionCall `json:"sessions"`
+	Journaled bool `json:"journaled"` // a journal was given
+	// Actor and Scope are printed quoted (%q), which escapes what a
+	// terminal would act on: makePrintable leaves them as they are.
+	Actor    string        `json:"actor" print:"quoted"`
+	Scope    string        `json:"scope" print:"quoted"`
+	Sessions []sessionCall `json:"sessions"`
 	// Outside are the journal's lines about the execution that no
 	// session made: an operator's resolution or decision, an orphan's
 	// takeover by another proxy or its store's purge.
