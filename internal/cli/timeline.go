@@ -141,7 +141,8 @@ type dispatch struct {
 type answerPart struct {
 	State record.State `json:"state"`
 	// Observed is false while in flight, when the outcome is unknown,
-	// and when an operator resolved it.
+	// when an operator resolved it, and when its approval was refused:
+	// nothing was sent.
 	Observed bool `json:"observed"`
 	// Resolved is set when an operator resolved the execution (activity
 	// resolve): its state is the operator's word, and a result the
@@ -454,7 +455,7 @@ func answerOf(r *record.Record) answerPart {
 	if n := len(p.Settles); n > 0 {
 		p.Resolved = p.Settles[n-1].Via == record.ApproverOperator
 	}
-	p.Observed = r.State.Settled() && r.State != record.Unknown && !p.Resolved
+	p.Observed = r.State.Settled() && r.State != record.Unknown && r.State != record.Refused && !p.Resolved
 	if r.Result != nil {
 		p.Result = resultSummary(r.Result)
 	}

@@ -740,3 +740,39 @@ func TestShowOlderStarterWithoutALine(t *testing.T) {
 		t.Errorf("--json:\n%s\nwant the starter's request_id 7", out)
 	}
 }
+
+// TestShowRefusedAnswer: an execution whose approval was refused was
+// never sent: section 4 says so rather than stay empty, and --json
+// does not claim an answer was observed.
+func TestShowRefusedAnswer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Reserve(t.Context(), &record.Record{ID: record.NewID(time.Now()), Key: "k", Fingerprint: "fp",
+		Actor: "alice", Scope: "session:s1", Tool: "create_vm", Retention: time.Hour}, record.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(t.Context(), r.ID, record.Change{To: record.Refused, By: "bob", Via: record.ApproverOperator, Note: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	out, _, err := run(t, "activity", "show", r.ID, "--store", "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := sections(t, out)[headAnswer]; !strings.Contains(a, "nothing was sent upstream") {
+		t.Errorf("section %q:\n%s\nwant it to say nothing was sent", headAnswer, a)
+	}
+	out, _, err = run(t, "activity", "show", r.ID, "--store", "sqlite:"+path, "--json")
+	var tl struct {
+		Timeline struct {
+			Answer struct{ Observed bool } `json:"answer"`
+		} `json:"timeline"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &tl) != nil || tl.Timeline.Answer.Observed {
+		t.Errorf("activity show --json = %v, %s; want timeline.answer.observed false", err, out)
+	}
+}

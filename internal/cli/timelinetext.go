@@ -169,6 +169,8 @@ func printAnswer(w io.Writer, p *answerPart, fromJournal bool) {
 		fmt.Fprintf(w, "  no answer yet: it is %s\n", p.State)
 	case p.State == record.Unknown:
 		fmt.Fprintln(w, "  nothing observed: the outcome is unknown, and the action may have happened")
+	case p.State == record.Refused:
+		fmt.Fprintln(w, "  nothing observed: its approval was refused, and nothing was sent upstream")
 	case p.Resolved:
 		fmt.Fprintf(w, "  nothing observed: an operator resolved it as %s (activity resolve)\n", p.Settles[len(p.Settles)-1].State)
 	case p.Error != nil:
