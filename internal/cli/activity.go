@@ -353,14 +353,14 @@ func printFields(w io.Writer, r *record.Record) {
 		}
 	}
 	if !r.ExpiresAt.IsZero() {
-		fmt.Fprintf(tw, "replays until\t%s\n", r.ExpiresAt.Local().Format(time.RFC3339))
+		fmt.Fprintf(tw, "replays until\t%s\n", stamp(r.ExpiresAt))
 	}
 	if r.State.InFlight() && !r.LeaseUntil.IsZero() {
 		lapsed := ""
 		if r.Orphaned(time.Now()) {
 			lapsed = " (lapsed: its owner stopped renewing it; the next call of it settles it)"
 		}
-		fmt.Fprintf(tw, "lease until\t%s%s\n", r.LeaseUntil.Local().Format(time.RFC3339), lapsed)
+		fmt.Fprintf(tw, "lease until\t%s%s\n", stamp(r.LeaseUntil), lapsed)
 	}
 	tw.Flush()
 }

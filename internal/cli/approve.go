@@ -54,7 +54,7 @@ func awaitsOperator(r *record.Record) error {
 		// No process would send it: the next call of it settles it, and
 		// is asked again.
 		return fmt.Errorf("execution %s awaits an operator, but its proxy went away (its lease lapsed at %s): nothing would send it; the next call of it asks again",
-			r.ID, r.LeaseUntil.Local().Format(time.RFC3339))
+			r.ID, stamp(r.LeaseUntil))
 	case r.State == record.Accepted && r.Awaiting == record.ApproverOperator:
 		return nil
 	case r.State == record.Accepted && r.Awaiting == record.ApproverClient:
@@ -65,7 +65,7 @@ func awaitsOperator(r *record.Record) error {
 	for i := len(r.History) - 1; i >= 0; i-- {
 		if t := r.History[i]; t.State == record.Authorized || t.State == record.Refused {
 			return fmt.Errorf("execution %s was already %s by %s through %s at %s; it is %s now",
-				r.ID, t.State, orNone(t.By), t.Via, t.At.Local().Format(time.RFC3339), r.State)
+				r.ID, t.State, orNone(t.By), t.Via, stamp(t.At), r.State)
 		}
 	}
 	return fmt.Errorf("execution %s is %s; only an execution that awaits an operator's approval is approved or denied", r.ID, r.State)

@@ -455,6 +455,9 @@ func TestShowNamesTheZone(t *testing.T) {
 	if accepted := sections(t, out)[headDispatch]; !regexp.MustCompile(`accepted \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} EST\n`).MatchString(accepted) {
 		t.Errorf("section %q:\n%s\nwant the time of acceptance with its zone, EST", headDispatch, accepted)
 	}
+	if !regexp.MustCompile(`(?m)^replays until +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} EST$`).MatchString(out) {
+		t.Errorf("activity show printed:\n%s\nwant until when it replays with its zone, EST, as the other times", out)
+	}
 	list, _, err := run(t, "activity", "list", "--store", in.store)
 	if err != nil || !regexp.MustCompile(`\d\d:\d\d:\d\d EST `).MatchString(list) {
 		t.Errorf("activity list = %v:\n%s\nwant times with their zone, EST", err, list)
