@@ -139,7 +139,12 @@ func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, erro
 		var line struct {
 			Checkpoint *string `json:"checkpoint"`
 		}
-		if json.Unmarshal(b, &line) != nil || line.Checkpoint == nil {
+		if err := json.Unmarshal(b, &line); err != nil {
+			// Not "no checkpoint member": several lines, each with one,
+			// or a line cut short, are not one JSON value.
+			return nil, fmt.Errorf("--since: %s: not one JSON line (%v): give one checkpoint line of the journal, or the note audit checkpoint printed", file, err)
+		}
+		if line.Checkpoint == nil {
 			return nil, fmt.Errorf("--since: %s: JSON with no checkpoint member: give a checkpoint line of the journal, or the note audit checkpoint printed", file)
 		}
 		b = []byte(*line.Checkpoint)

@@ -456,6 +456,14 @@ func TestAuditSinceJournalLine(t *testing.T) {
 	if want := plain + ": JSON with no checkpoint member"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
 		t.Errorf("audit verify --since a line with no checkpoint = %v; want exit 1 saying %q", err, want)
 	}
+	// Two checkpoint lines, as a shipper's batch holds them, have a
+	// checkpoint member each: not one line is what is wrong.
+	batch := filepath.Join(dir, "batch")
+	os.WriteFile(batch, []byte(ls[3]+ls[3]), 0o600)
+	_, _, err = run(t, "audit", "verify", "--key", verifier, "--since", batch, path)
+	if want := batch + ": not one JSON line"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("audit verify --since two checkpoint lines = %v; want exit 1 saying %q", err, want)
+	}
 }
 
 // TestAuditKeyFileComments: a key file may say whose each key is, in
