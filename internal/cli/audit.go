@@ -198,7 +198,7 @@ func reportCheckpoints(stdout, stderr io.Writer, path string, rep *journal.Repor
 	case c == nil && !keyed:
 		return // a journal kept without a key: the chain is all there is
 	case c == nil:
-		fmt.Fprintf(stderr, "%s: warning: no checkpoint: no signature covers its %d lines, which could have been rewritten unseen\n", path, rep.Lines)
+		fmt.Fprintf(stderr, "%s: warning: no checkpoint: no signature covers its %s, which could have been rewritten unseen\n", path, count(rep.Lines, "line"))
 		return
 	case !keyed:
 		fmt.Fprintf(stdout, "%s: %s, the newest at line %d; signatures not checked: give --key\n", path, count(rep.Checkpoints, "checkpoint"), c.Line)
@@ -228,7 +228,7 @@ func auditCheckpoint(args []string, stdout io.Writer) error {
 		return err
 	}
 	if rep.Newest == nil {
-		return fmt.Errorf("%s: no checkpoint in its %d lines: the proxy writes them when given --journal-key", path, rep.Lines)
+		return fmt.Errorf("%s: no checkpoint in its %s: the proxy writes them when given --journal-key", path, count(rep.Lines, "line"))
 	}
 	_, err = stdout.Write(rep.Newest.Note)
 	return err

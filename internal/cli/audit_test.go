@@ -355,6 +355,10 @@ func TestAuditVerifyWithoutKey(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "2 lines verify") || !strings.Contains(stderr, "warning: no checkpoint: no signature covers its 2 lines") {
 		t.Errorf("audit verify --key of an unsigned journal = %v; stdout %q, stderr %q; want a pass with a warning", err, stdout, stderr)
 	}
+	_, stderr, err = run(t, "audit", "verify", "--key", verifier, writeJournal(t, 1))
+	if err != nil || !strings.Contains(stderr, "no signature covers its 1 line,") {
+		t.Errorf("audit verify --key of an unsigned line = %v; stderr %q; want its 1 line counted as one", err, stderr)
+	}
 }
 
 // TestAuditCheckpointSince: a checkpoint printed by audit checkpoint and
@@ -517,6 +521,7 @@ func TestAuditKeyErrors(t *testing.T) {
 		{[]string{"verify", path, "--key", verifier, "--since", garbage}, 1, "--since: " + garbage + ": the saved checkpoint does not verify"},
 		{[]string{"verify", path, "--key", other, "--since", saved}, 1, "--since: " + saved + ": the saved checkpoint does not verify: it is not signed by the key given"},
 		{[]string{"checkpoint", writeJournal(t, 2)}, 1, "no checkpoint in its 2 lines"},
+		{[]string{"checkpoint", writeJournal(t, 1)}, 1, "no checkpoint in its 1 line:"},
 		{[]string{"checkpoint"}, 2, "audit checkpoint takes one FILE"},
 		{[]string{"checkpoint", "--key", verifier, path}, 2, "-key"},
 	}
