@@ -260,7 +260,9 @@ func recordOfJournal(id string, lines []journal.Entry) *record.Record {
 		r.Tool, r.Actor, r.Scope = cmp.Or(r.Tool, e.Tool), cmp.Or(r.Actor, e.Actor), cmp.Or(r.Scope, e.Scope)
 		r.Upstream, r.Fingerprint = cmp.Or(r.Upstream, e.Upstream), cmp.Or(r.Fingerprint, e.Fingerprint)
 		r.Attempts = max(r.Attempts, e.Attempt)
-		if e.Attach != nil {
+		if e.Attach != nil && e.Attach.How != journal.JoinedKey {
+			// A call refused for its client key did not join it: the
+			// store counts it nowhere.
 			r.Attached++
 		}
 		st := record.State(e.State)
