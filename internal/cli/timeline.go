@@ -269,6 +269,12 @@ func recordOfJournal(id string, lines []journal.Entry) *record.Record {
 		if st == "" || st == record.Delivered && !r.At(record.Delivered).IsZero() {
 			continue // an attach, or a delivery after the first: not a transition
 		}
+		if (st == record.Authorized || st == record.Refused) && !r.At(st).IsZero() {
+			// An operator's decision is journaled by activity approve
+			// or deny and again by the proxy that acts on it: the
+			// store took it once.
+			continue
+		}
 		if st == record.Dispatched && r.Owner == "" {
 			r.Owner = e.Writer.Owner
 		}

@@ -779,32 +779,3 @@ func TestShowRefusedAnswer(t *testing.T) {
 		t.Errorf("activity show --json = %v, %s; want timeline.answer.observed false", err, out)
 	}
 }
-
-// TestShowFromTheJournalAloneKeyRefused: told from the journal alone, a
-// call refused because its client key named the execution is not one
-// that attached to it, as the store does not count it either.
-func TestShowFromTheJournalAloneKeyRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "empty.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	exe := func(state string, req int) journal.Entry {
-		return journal.Entry{Time: time.Now(), Execution: "exe_k", Tool: "charge_card", State: state,
-			Session: "session:s1", RequestID: json.RawMessage(fmt.Sprint(req))}
-	}
-	refused := exe("", 5)
-	refused.Event = journal.Attached
-	refused.Attach = &journal.Attach{How: journal.JoinedKey, Got: journal.GotKeyRefused, Taken: true}
-	replay := exe("delivered", 6)
-	replay.Attach = &journal.Attach{How: journal.JoinedReplay, Got: journal.GotAnswer, Taken: true}
-	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), []journal.Entry{
-		exe("accepted", 4), exe("dispatched", 4), refused, exe("completed", 4), exe("delivered", 4), replay,
-	})
-	out, _, err := run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j, "--json")
-	var got struct{ Attached int }
-	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Attached != 1 {
-		t.Errorf("activity show --json = %v, %s; want attached 1: the replay, not the call its key refused", err, out)
-	}
-}

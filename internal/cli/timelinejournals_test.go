@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
+)
+
+// TestShowFromTheJournalsDecidedOnce: an operator's decision is in the
+// operator's journal and in the proxy's, which journals it as it acts on
+// it; told from both journals alone, the history holds it once, as the
+// store's would.
+func TestShowFromTheJournalsDecidedOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "empty.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	t0 := time.Now()
+	exe := func(ms int, state string) journal.Entry {
+		return journal.Entry{Time: t0.Add(time.Duration(ms) * time.Millisecond), Execution: "exe_d", Tool: "create_vm", State: state,
+			Session: "session:s1", RequestID: json.RawMessage("1")}
+	}
+	decided := func(e journal.Entry) journal.Entry {
+		e.By, e.Via, e.Note = "bob", record.ApproverOperator, "change 4711"
+		return e
+	}
+	byOperator := decided(journal.Entry{Time: t0.Add(10 * time.Millisecond), Execution: "exe_d", Tool: "create_vm", State: "refused"})
+	proxy := writeEntries(t, filepath.Join(dir, "proxy.jsonl"), []journal.Entry{exe(0, "accepted"), decided(exe(20, "refused"))})
+	operator := writeEntries(t, filepath.Join(dir, "operator.jsonl"), []journal.Entry{byOperator})
+	out, _, err := run(t, "activity", "show", "exe_d", "--store", "sqlite:"+path, "--journal", proxy, "--journal", operator, "--json")
+	var got struct{ History []record.Transition }
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("activity show --json = %v, %s", err, out)
+	}
+	var states []record.State
+	for _, h := range got.History {
+		states = append(states, h.State)
+	}
+	if !slices.Equal(states, []record.State{record.Accepted, record.Refused}) {
+		t.Errorf("history told from the journals = %v; want accepted, refused: the decision once", states)
+	}
+}
+
+// TestShowFromTheJournalAloneKeyRefused: told from the journal alone, a
+// call refused because its client key named the execution is not one
+// that attached to it, as the store does not count it either.
+func TestShowFromTheJournalAloneKeyRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	exe := func(state string, req int) journal.Entry {
+		return journal.Entry{Time: time.Now(), Execution: "exe_k", Tool: "charge_card", State: state,
+			Session: "session:s1", RequestID: json.RawMessage(fmt.Sprint(req))}
+	}
+	refused := exe("", 5)
+	refused.Event = journal.Attached
+	refused.Attach = &journal.Attach{How: journal.JoinedKey, Got: journal.GotKeyRefused, Taken: true}
+	replay := exe("delivered", 6)
+	replay.Attach = &journal.Attach{How: journal.JoinedReplay, Got: journal.GotAnswer, Taken: true}
+	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), []journal.Entry{
+		exe("accepted", 4), exe("dispatched", 4), refused, exe("completed", 4), exe("delivered", 4), replay,
+	})
+	out, _, err := run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j, "--json")
+	var got struct{ Attached int }
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Attached != 1 {
+		t.Errorf("activity show --json = %v, %s; want attached 1: the replay, not the call its key refused", err, out)
+	}
+}
