@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -542,7 +543,10 @@ func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersP
 // and the store's other executions of its fingerprint within its
 // retention either side of its acceptance.
 func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPart, error) {
-	p := laterPart{Attached: r.Attached, ClientKey: strings.HasPrefix(r.Key, "key:"), Related: []related{}}
+	// A record told from the journals alone has no key, but its scope
+	// is "key" exactly when its calls carried one.
+	clientKey := strings.HasPrefix(r.Key, "key:") || r.Scope == string(policy.ScopeKey)
+	p := laterPart{Attached: r.Attached, ClientKey: clientKey, Related: []related{}}
 	lister, ok := store.(record.Lister)
 	if !ok {
 		p.Searched = "nothing: the store cannot list its executions"

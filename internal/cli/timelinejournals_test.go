@@ -51,10 +51,11 @@ func TestShowFromTheJournalsDecidedOnce(t *testing.T) {
 	}
 }
 
-// TestShowFromTheJournalAloneKeyRefused: told from the journal alone, a
-// call refused because its client key named the execution is not one
-// that attached to it, as the store does not count it either.
-func TestShowFromTheJournalAloneKeyRefused(t *testing.T) {
+// TestShowFromTheJournalAloneKeyed: told from the journal alone, an
+// execution of a client key says it carried one, as its lines' scope
+// does; and a call refused because its key named the execution is not
+// one that attached to it, as the store does not count it either.
+func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "empty.db")
 	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
 	if err != nil {
@@ -62,7 +63,7 @@ func TestShowFromTheJournalAloneKeyRefused(t *testing.T) {
 	}
 	s.Close()
 	exe := func(state string, req int) journal.Entry {
-		return journal.Entry{Time: time.Now(), Execution: "exe_k", Tool: "charge_card", State: state,
+		return journal.Entry{Time: time.Now(), Execution: "exe_k", Tool: "charge_card", State: state, Scope: "key",
 			Session: "session:s1", RequestID: json.RawMessage(fmt.Sprint(req))}
 	}
 	refused := exe("", 5)
@@ -74,8 +75,18 @@ func TestShowFromTheJournalAloneKeyRefused(t *testing.T) {
 		exe("accepted", 4), exe("dispatched", 4), refused, exe("completed", 4), exe("delivered", 4), replay,
 	})
 	out, _, err := run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j, "--json")
-	var got struct{ Attached int }
+	var got struct {
+		Attached int
+		Timeline struct {
+			Later struct {
+				ClientKey bool `json:"client_key"`
+			} `json:"later"`
+		} `json:"timeline"`
+	}
 	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Attached != 1 {
 		t.Errorf("activity show --json = %v, %s; want attached 1: the replay, not the call its key refused", err, out)
+	}
+	if !got.Timeline.Later.ClientKey {
+		t.Errorf("activity show --json = %s; want timeline.later.client_key true: its lines' scope is key", out)
 	}
 }
