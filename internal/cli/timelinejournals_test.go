@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,9 @@ func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 	}
 	if !got.Timeline.Later.ClientKey {
 		t.Errorf("activity show --json = %s; want timeline.later.client_key true: its lines' scope is key", out)
+	}
+	out, _, err = run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j)
+	if later := sections(t, out)[headLater]; err != nil || !strings.Contains(later, "1 later call attached to it (the journals' count") {
+		t.Errorf("activity show = %v; section %q:\n%s\nwant the count said to be the journals'", err, headLater, later)
 	}
 }

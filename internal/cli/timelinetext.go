@@ -53,7 +53,7 @@ func printTimeline(w io.Writer, tl *timeline) {
 	}
 	printCallers(w, &tl.Callers)
 	fmt.Fprintf(w, "\n%s\n", headLater)
-	printLater(w, &tl.Later)
+	printLater(w, &tl.Later, tl.FromJournal)
 }
 
 func printSessions(w io.Writer, p *sessionsPart) {
@@ -210,8 +210,12 @@ func printCallers(w io.Writer, p *callersPart) {
 	tw.Flush()
 }
 
-func printLater(w io.Writer, p *laterPart) {
-	fmt.Fprintf(w, "  %s attached to it (the record's count)\n", count(p.Attached, "later call"))
+func printLater(w io.Writer, p *laterPart, fromJournal bool) {
+	whose := "the record's count"
+	if fromJournal {
+		whose = "the journals' count: the lines given that say a caller joined it"
+	}
+	fmt.Fprintf(w, "  %s attached to it (%s)\n", count(p.Attached, "later call"), whose)
 	if p.ClientKey {
 		fmt.Fprintln(w, "  it carried a client key: calls with the same key match it")
 	} else {
