@@ -348,7 +348,7 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 	case err != nil:
 		return "", 0, 0, &LineError{Line: lines, Reason: err.Error() + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	case got != before:
-		return "", 0, 0, &LineError{Line: lines, Reason: "its prev is not the SHA-256 of the line before it; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+		return "", 0, 0, &LineError{Line: lines, Reason: notChained(lines) + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	}
 	return prev, lines, unsigned, nil
 }
@@ -371,9 +371,18 @@ func chained(n int, last []byte, before string, torn []byte) error {
 	return nil
 }
 
+// notChained says why line n's prev is wrong. The first line has no
+// line before it: its prev must be Genesis.
+func notChained(n int) string {
+	if n == 1 {
+		return "its prev is not the genesis value (64 zeros), as a journal's first line's is: lines before it were removed"
+	}
+	return "its prev is not the SHA-256 of the line before it"
+}
+
 // notJournal is the error of a file whose line n is not a journal's.
 func notJournal(n int, err error) error {
-	why := "its prev is not the SHA-256 of the line before it"
+	why := notChained(n)
 	if err != nil {
 		why = err.Error()
 	}
