@@ -137,10 +137,17 @@ func (c *Checkpoint) parseText(text string) error {
 	return nil
 }
 
+// sigNames names the signers of sigs. A forger chooses the names of
+// signatures no key given checks: one that a terminal would act on (a
+// bidi control, a C1 control such as CSI) is quoted, not printed.
 func sigNames(sigs []note.Signature) string {
 	names := make([]string, len(sigs))
 	for i, s := range sigs {
-		names[i] = fmt.Sprintf("%s+%08x", s.Name, s.Hash)
+		name := s.Name
+		if q := strconv.Quote(name); q[1:len(q)-1] != name {
+			name = q
+		}
+		names[i] = fmt.Sprintf("%s+%08x", name, s.Hash)
 	}
 	return strings.Join(names, ", ")
 }

@@ -390,6 +390,16 @@ func TestParseCheckpointRefuses(t *testing.T) {
 		{"size with a leading zero", sign("proxy1.example\n03\n" + h + "\n"), "not a count of lines"},
 		{"short hash", sign("proxy1.example\n3\nAAAA\n"), "not a base64 SHA-256"},
 		{"origin not the signer's", sign("other.example\n3\n" + h + "\n"), `origin "other.example" is not the name`},
+		// A forger names its signature: one a terminal would act on is
+		// quoted in the error, not printed as it is.
+		{"forged by a name with controls", func() []byte {
+			forger, _ := newKey(t, "evil\u202e\u009b2J")
+			b, err := note.Sign(&note.Note{Text: "proxy1.example\n3\n" + h + "\n"}, forger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}(), `only by "evil\u202e\u009b2J"+`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
