@@ -352,7 +352,13 @@ func printFields(w io.Writer, r *record.Record) {
 			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 		}
 	}
-	if !r.ExpiresAt.IsZero() {
+	switch {
+	case r.ExpiresAt.IsZero():
+	case r.State == record.Failed:
+		// A store replaces a failed execution with the next identical
+		// call's: it is kept, and never replayed.
+		fmt.Fprintf(tw, "kept until\t%s (failed: the next identical call runs it again)\n", stamp(r.ExpiresAt))
+	default:
 		fmt.Fprintf(tw, "replays until\t%s\n", stamp(r.ExpiresAt))
 	}
 	if r.State.InFlight() && !r.LeaseUntil.IsZero() {

@@ -29,6 +29,26 @@ func TestShowsALapsedLease(t *testing.T) {
 	}
 }
 
+// TestShowFailedIsNotReplayed: a failed execution is kept for its
+// retention, but the next identical call runs it again: show does not
+// say it replays.
+func TestShowFailedIsNotReplayed(t *testing.T) {
+	for _, tt := range []struct {
+		state record.State
+		want  string
+	}{
+		{record.Failed, "kept until"},
+		{record.Completed, "replays until"},
+	} {
+		r := &record.Record{ID: "exe_1", Tool: "charge_card", State: tt.state, ExpiresAt: time.Now().Add(time.Hour)}
+		var out strings.Builder
+		printRecord(&out, r)
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("activity show of a %s execution printed:\n%s\nwant %q", tt.state, out.String(), tt.want)
+		}
+	}
+}
+
 // TestListMarksShadowExecutions: activity list tells what a proxy in
 // shadow mode recorded, what it would have done, from what ran for real.
 func TestListMarksShadowExecutions(t *testing.T) {
