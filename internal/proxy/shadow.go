@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 )
 
 // A shadowCall is a tools/call in shadow mode (intercept.Options.Shadow):
@@ -43,7 +46,7 @@ type shadowCall struct {
 // judge it.
 func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	sc := &shadowCall{call: c.call, pol: *info.policy}
-	sc.ctx, sc.leave = context.WithCancel(context.Background())
+	sc.ctx, sc.leave = context.WithCancel(s.shadowTrace(c))
 	sc.pol.Retry = shadowRetry(sc.pol.Retry)
 	sc.req = intercept.Request{
 		Call:           &sc.call,
@@ -68,6 +71,20 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc)
 	c.mu.Unlock()
 	c.finish()
+}
+
+// shadowTrace returns the context c is judged in: when traced, one whose
+// parent is c's span, so that the store's spans and the send's join the
+// client's trace under it. Only the span's context is passed: the span
+// says passed_through, what calls_total counts, and ends when c goes
+// upstream, while the judging may go on after that.
+func (s *Session) shadowTrace(c *clientCall) context.Context {
+	if s.opts.Tracer == nil {
+		return context.Background()
+	}
+	span := trace.SpanFromContext(c.ctx.Context)
+	span.SetAttributes(telemetry.Decision.String("passed_through"))
+	return trace.ContextWithSpanContext(context.Background(), span.SpanContext())
 }
 
 // shadowRetry returns the retry rule a call in shadow mode is judged

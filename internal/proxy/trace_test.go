@@ -26,9 +26,16 @@ const (
 // tracedRig is a rig whose proxy traces into the returned recorder.
 func tracedRig(t *testing.T) (*rig, *tracetest.SpanRecorder) {
 	t.Helper()
+	return tracedRigShadow(t, false)
+}
+
+// tracedRigShadow is tracedRig, its proxy in shadow mode if shadow.
+func tracedRigShadow(t *testing.T, shadow bool) (*rig, *tracetest.SpanRecorder) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Tracer: tracer})
+	store := telemetry.TraceStore(memstore.New(memstore.Options{}), tracer)
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Tracer: tracer, Shadow: shadow})
 	r := newRigOptions(t, 0, Options{Interceptor: in, Tracer: tracer})
 	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	r.upstream.next(t, "upstream")
@@ -135,6 +142,37 @@ func TestRecordedCallsAreTraced(t *testing.T) {
 	if call.Status().Code != codes.Error || send.Status().Code != codes.Error || attribute(call, "rpc.response.status_code") != "-32000" {
 		t.Errorf("call status %v (code %q), send status %v; want both errors, the call's code -32000",
 			call.Status(), attribute(call, "rpc.response.status_code"), send.Status())
+	}
+}
+
+// TestShadowCallsAreTraced: in shadow mode a recorded call's span says
+// passed_through, as calls_total does, and the spans of what the proxy
+// judged (the store's, the send's) are its children in the client's
+// trace, not a trace of their own.
+func TestShadowCallsAreTraced(t *testing.T) {
+	r, rec := tracedRigShadow(t, true)
+	r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"traceparent":"`+traceparent+`"}}}`)
+	got := r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":8,"result":{"content":[]}}`)
+	if answer := r.client.next(t, "client"); answer != `{"jsonrpc":"2.0","id":8,"result":{"content":[]}}` {
+		t.Fatalf("the client got %s; want the upstream's answer as it came", answer)
+	}
+	call := endedSpanOfKind(t, rec, "tools/call charge_card", "server")
+	if want := "00-" + clientTrace + "-" + call.SpanContext().SpanID().String() + "-01"; upstreamParent(t, got) != want {
+		t.Errorf("the upstream got traceparent %q; want the call's span, %s", upstreamParent(t, got), want)
+	}
+	if d := attribute(call, "mcp_idempotent.decision"); d != "passed_through" {
+		t.Errorf("decision %q; want passed_through", d)
+	}
+	for _, name := range []string{"store reserve", "store update"} {
+		s := endedSpanOfKind(t, rec, name, "internal")
+		if s.Parent().TraceID().String() != clientTrace || s.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("%s is under %v; want the call's span", name, s.Parent())
+		}
+	}
+	send := endedSpanOfKind(t, rec, "tools/call charge_card", "client")
+	if send.Parent().TraceID().String() != clientTrace || send.Parent().SpanID() != call.SpanContext().SpanID() {
+		t.Errorf("the send is under %v; want the call's span", send.Parent())
 	}
 }
 

@@ -59,9 +59,11 @@ type tracedLister struct {
 }
 
 // start starts the span of the store operation op, or returns a nil span
-// when ctx holds none to parent it.
+// when ctx holds no sampled span context to parent it. The parent need
+// not be recording: a call in shadow mode is judged under its span's
+// context alone, and on after the span ends.
 func (s *tracedStore) start(ctx context.Context, op string) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
 		return ctx, nil
 	}
 	return s.t.Start(ctx, "store "+op, trace.WithSpanKind(trace.SpanKindInternal))
