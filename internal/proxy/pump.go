@@ -386,7 +386,11 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 			return
 		}
 		if f.shadow != nil {
-			f.shadow.answeredFrame(frame)
+			// Delivered only once the client's transport took it, as a
+			// recorded call's answer is in normal mode.
+			f.shadow.answeredFrameFirst(frame)
+			s.writeShadowAnswer(frame, f.shadow)
+			return
 		}
 		if f.method == "tools/list" && msg.Result != nil {
 			if page, err := mcp.ParseListResult(msg.Result); err == nil {

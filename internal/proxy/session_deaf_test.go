@@ -62,6 +62,35 @@ func TestClientStopsReading(t *testing.T) {
 	}
 }
 
+// TestShadowClientStopsReading: in shadow mode too, an execution whose
+// answer the client's transport did not take is recorded completed, not
+// delivered, as in normal mode (TestClientStopsReading).
+func TestShadowClientStopsReading(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Shadow: true})
+	w := new(deafWriter)
+	r := newRigWriting(t, context.Background(), 0, Options{Interceptor: in}, func(c Conn) Conn { return c },
+		func(pw io.WriteCloser) io.WriteCloser { w.WriteCloser = pw; return w }, nil)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`)
+	r.upstream.next(t, "upstream") // the proxy's own tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	call := r.upstream.next(t, "upstream")
+
+	w.deaf.Store(true) // the client stops reading
+	r.upstream.answerCharged(t, call)
+	if err := r.wait(t); !errors.Is(err, ErrClientStoppedReading) {
+		t.Fatalf("Run = %v; want ErrClientStoppedReading", err)
+	}
+	in.Wait(context.Background())
+	recs, err := store.List(context.Background(), record.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].State != record.Completed {
+		t.Errorf("the store holds %d records (%v); want the one call, completed and not delivered", len(recs), recs)
+	}
+}
+
 // deafSink is a sink that reports its writes failed, as a stdio Conn
 // whose reader closed the pipe does, though it still keeps what it is
 // given.

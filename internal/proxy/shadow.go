@@ -40,6 +40,12 @@ type shadowCall struct {
 	err       error              // or the error
 	done      intercept.Answered // the interceptor's, once it "sent" the call
 	cancelled bool               // the client cancelled the call (keepCancelledLocked)
+
+	// What became of the answer's write to the client: the interceptor
+	// records the execution delivered only once it is written (ReplyThen).
+	wrote    bool        // told: the write is over, or there is none to wait for
+	writeErr error       // why the client did not get the answer
+	then     func(error) // the interceptor's, waiting to be told (ReplyThen)
 }
 
 // shadowToolCall passes c upstream as it came, and has the interceptor
@@ -124,8 +130,74 @@ func (sc *shadowCall) Send(_ context.Context, _ string, _ json.RawMessage, done 
 // answer, passed through.
 func (sc *shadowCall) Reply(intercept.Answer) error { return nil }
 
-// answered takes the outcome of the call as it passed through.
+// DeliversLater implements intercept.DeliveryReplier: whether the client
+// got the upstream's answer is known once the client's transport took it
+// (writeShadowAnswer).
+func (sc *shadowCall) DeliversLater() bool { return true }
+
+// ReplyThen implements intercept.DeliveryReplier: it writes nothing, and
+// tells written what became of the upstream's answer, now or once known.
+func (sc *shadowCall) ReplyThen(_ intercept.Answer, written func(error)) error {
+	sc.mu.Lock()
+	if !sc.wrote {
+		sc.then = written
+		sc.mu.Unlock()
+		return nil
+	}
+	err := sc.writeErr
+	sc.mu.Unlock()
+	written(err)
+	return nil
+}
+
+// written takes what became of the write of the call's answer to the
+// client: err nil once the transport took it.
+func (sc *shadowCall) written(err error) {
+	sc.mu.Lock()
+	if sc.wrote {
+		sc.mu.Unlock()
+		return
+	}
+	sc.wrote, sc.writeErr = true, err
+	then := sc.then
+	sc.then = nil
+	sc.mu.Unlock()
+	if then != nil {
+		then(err)
+	}
+}
+
+// writeShadowAnswer writes frame, the upstream's answer to sc's call, to
+// the client, and tells sc when the client's transport took it or why it
+// did not.
+func (s *Session) writeShadowAnswer(frame []byte, sc *shadowCall) {
+	if w := s.clientAnswers; w != nil {
+		if err := w.WriteAnswer(frame, sc.written); err != nil {
+			s.log.Debug("writing to the client", "err", err)
+			sc.written(err)
+		}
+		return
+	}
+	err := s.client.WriteFrame(frame)
+	if err != nil {
+		s.log.Debug("writing to the client", "err", err)
+	}
+	sc.written(err)
+}
+
+// answered takes the outcome of the call as it passed through: what the
+// client got, if anything, is written already.
 func (sc *shadowCall) answered(result json.RawMessage, err error) {
+	sc.settle(result, err, true)
+}
+
+// settle takes the outcome of the call; wrote says whether its write to
+// the client, if any, is over (written is not to be waited for).
+func (sc *shadowCall) settle(result json.RawMessage, err error, wrote bool) {
+	if wrote {
+		// Before the outcome: a reply it leads to is told at once.
+		sc.written(nil)
+	}
 	sc.mu.Lock()
 	if sc.got {
 		sc.mu.Unlock()
@@ -146,12 +218,25 @@ func (sc *shadowCall) answered(result json.RawMessage, err error) {
 // answeredFrame takes the upstream's answer frame to the call: its own
 // copy, since the frame's buffer is the reader's.
 func (sc *shadowCall) answeredFrame(frame []byte) {
+	result, err := sc.outcomeOfFrame(frame)
+	sc.settle(result, err, true)
+}
+
+// answeredFrameFirst is answeredFrame for an answer about to be written
+// to the client: the delivery waits for written.
+func (sc *shadowCall) answeredFrameFirst(frame []byte) {
+	result, err := sc.outcomeOfFrame(frame)
+	sc.settle(result, err, false)
+}
+
+// outcomeOfFrame returns the outcome frame, the upstream's answer,
+// holds.
+func (sc *shadowCall) outcomeOfFrame(frame []byte) (json.RawMessage, error) {
 	var msg jsonrpc.Message
 	if err := jsonrpc.DecodeInto(&msg, bytes.Clone(frame)); err != nil {
-		sc.answered(nil, retry.Malformed("an answer to tools/call that cannot be read", frame))
-		return
+		return nil, retry.Malformed("an answer to tools/call that cannot be read", frame)
 	}
-	sc.answered(outcomeOf("tools/call", &msg))
+	return outcomeOf("tools/call", &msg)
 }
 
 // keepCancelledLocked takes sc, if not nil, as cancelled by its client,
