@@ -112,6 +112,9 @@ func (in *Interceptor) newExecution(ctx context.Context, req *Request, rec *reco
 	in.work.Add(1)
 	e := &req.exec
 	e.in, e.ctx, e.req, e.rec = in, ctx, req, rec
+	if in.shadow && rec != nil {
+		in.shadowRuns.Store(rec.ID, req)
+	}
 	return e
 }
 
@@ -170,6 +173,9 @@ func (e *execution) run() {
 // (finish); and it releases the execution's count of work.
 func (e *execution) end(answer func()) {
 	defer e.in.work.Done()
+	if e.in.shadow && e.rec != nil {
+		defer e.in.shadowRuns.CompareAndDelete(e.rec.ID, e.req)
+	}
 	if e.rec != nil && e.in.storeWaits {
 		defer e.in.sent.drop(e.rec.Key, e.rec.ID)
 	}

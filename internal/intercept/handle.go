@@ -247,6 +247,17 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient && call.Elicits && !in.questions.out(rec.ID):
 		in.decided(req, call.Name, "attached")
 		in.askAgainInRound(ctx, req, rec)
+	case in.shadowReplay(rec):
+		// Waits for the recording, which the client did not, and is
+		// answered from it: a replay in normal mode, which records the
+		// answer before the client has it.
+		if in.debug {
+			in.log.Debug("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
+				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
+		}
+		in.decided(req, call.Name, "replayed")
+		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
+		in.goAttach(ctx, rec, req)
 	default:
 		if in.debug {
 			in.log.Debug("attached to an execution under way", "execution", rec.ID, "state", rec.State,
@@ -256,6 +267,19 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 		in.goAttach(ctx, rec, req)
 	}
+}
+
+// shadowReplay reports whether, in shadow mode, rec is an execution of
+// this process whose answer came, and went on to the client as it came,
+// but was not yet recorded when the call that matches it read rec: that
+// call may have been made after the client had the answer.
+func (in *Interceptor) shadowReplay(rec *record.Record) bool {
+	if !in.shadow || rec.State.Settled() || rec.Owner != in.owner {
+		return false
+	}
+	r, ok := in.shadowRuns.Load(rec.ID)
+	// Gone: its execution ended since, having recorded the answer.
+	return !ok || r.(*Request).answerCame.Load()
 }
 
 // sameBeforeTasksExtension reports whether rec, the record under a call's

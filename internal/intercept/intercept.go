@@ -190,7 +190,16 @@ type Request struct {
 	// one at most): kept here so that it shares the request's
 	// allocation, which the caller may share with its own.
 	exec execution
+	// answerCame is set in shadow mode once the upstream's answer to the
+	// call came, which the client gets as it came (ShadowAnswerCame).
+	answerCame atomic.Bool
 }
+
+// ShadowAnswerCame tells, in shadow mode, that the upstream's answer to
+// r's call came and goes on to the client, before the interceptor has
+// recorded it: a call that matches r's execution from now on is a replay
+// (shadowReplay).
+func (r *Request) ShadowAnswerCame() { r.answerCame.Store(true) }
 
 // A Tool names the tool a call called, as an Observer is told of it.
 type Tool struct {
@@ -310,7 +319,10 @@ type Interceptor struct {
 	waits      operatorWaits // the waits for an operator's decision, by session
 	questions  questions     // approvals asked in a round whose question was taken
 	storeWaits bool
-	shadow     bool         // Options.Shadow
+	shadow     bool // Options.Shadow
+	// shadowRuns holds, in shadow mode, the requests of the executions
+	// under way in this process, by execution id (shadowReplay).
+	shadowRuns sync.Map
 	tracer     trace.Tracer // Options.Tracer; nil when off
 
 	accounts map[string]*account // read-only after New

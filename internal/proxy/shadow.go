@@ -225,6 +225,7 @@ func (sc *shadowCall) answeredFrame(frame []byte) {
 // answeredFrameFirst is answeredFrame for an answer about to be written
 // to the client: the delivery waits for written.
 func (sc *shadowCall) answeredFrameFirst(frame []byte) {
+	sc.req.ShadowAnswerCame()
 	result, err := sc.outcomeOfFrame(frame)
 	sc.settle(result, err, false)
 }

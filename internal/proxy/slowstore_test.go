@@ -160,3 +160,38 @@ func TestSlowOutcomeHoldsOnlyItsCall(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowRetryAfterTheAnswerIsAReplay: in shadow mode the client has
+// the upstream's answer before the proxy has recorded it, which a store
+// that waits on I/O does after. A call the client makes once it has that
+// answer counts as the replay normal mode, which records the answer
+// before the client gets it, would have made, not as an attach.
+func TestShadowRetryAfterTheAnswerIsAReplay(t *testing.T) {
+	store := outcomeStuckStore{memstore.New(memstore.Options{}), make(chan struct{})}
+	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 8)}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Shadow: true, Observer: d})
+	r := newRigWith(t, 0, in)
+	closeGate := sync.OnceFunc(func() { close(store.gate) })
+	t.Cleanup(closeGate) // before the rig's: a failed test must not hang
+	listCharge(t, r)
+	const call = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`
+	r.client.send(t, fmt.Sprintf(call, 1))
+	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) {
+		t.Fatalf("the client got %s; want the answer to its call", got)
+	}
+	// The answer's write to the store hangs: the retry reads the record
+	// still dispatched.
+	r.client.send(t, fmt.Sprintf(call, 2))
+	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
+	for deadline := time.Now().Add(5 * time.Second); d.total() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	closeGate()
+	r.client.next(t, "client")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shown["replayed"] != 1 || d.shown["attached"] != 0 {
+		t.Errorf("shadow decisions %v; want the retry replayed", d.shown)
+	}
+}
