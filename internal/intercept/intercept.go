@@ -381,7 +381,11 @@ func New(opts Options) *Interceptor {
 type shadowObserver struct{ Observer }
 
 func (o shadowObserver) Decision(tool Tool, class policy.Class, decision string) {
-	o.Observer.Decision(tool, class, "passed_through")
+	if decision != "in_progress" {
+		// in_progress is counted in addition to the call's attached:
+		// the call passed through once.
+		o.Observer.Decision(tool, class, "passed_through")
+	}
 	if so, ok := o.Observer.(ShadowObserver); ok && decision != "passed_through" {
 		so.ShadowDecision(tool, class, decision)
 	}
