@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -66,8 +67,32 @@ func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer,
 	if err != nil {
 		return nil, nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	warnUnreadNumbers(log)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), tp.Shutdown, nil
+}
+
+// sdkNumbers are the whole-number variables the SDK's batching and span
+// limits read: the delay and timeout in milliseconds.
+var sdkNumbers = []string{
+	"OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT",
+	"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+	"OTEL_SPAN_EVENT_COUNT_LIMIT", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+	"OTEL_SPAN_LINK_COUNT_LIMIT", "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+}
+
+// warnUnreadNumbers logs each of sdkNumbers set to what is not a whole
+// number, as OTEL_BSP_EXPORT_TIMEOUT=1s. The SDK uses its default then,
+// and says so only at its info level, which the log drops with the rest
+// of its chatter (sdkHandler).
+func warnUnreadNumbers(log *slog.Logger) {
+	for _, name := range sdkNumbers {
+		v := os.Getenv(name)
+		if _, err := strconv.Atoi(v); v != "" && err != nil {
+			log.Warn("tracing", "err", fmt.Sprintf("%s=%s is not a whole number (of milliseconds, for a delay or timeout); the default is used", name, v))
+		}
+	}
 }
 
 // exporter returns the OTLP exporter the environment asks for, or nil

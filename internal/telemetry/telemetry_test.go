@@ -224,3 +224,27 @@ func TestSetupReportsInTheLog(t *testing.T) {
 		}
 	}
 }
+
+// A number the SDK cannot read, which it passes over at its info level,
+// is reported in the proxy's log too.
+func TestSetupReportsUnreadNumbers(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "1s")
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4096")
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, shutdown, err := Setup(context.Background(), "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = shutdown(ctx)
+	got := buf.String()
+	if !strings.Contains(got, "OTEL_BSP_EXPORT_TIMEOUT=1s") {
+		t.Errorf("the log lacks the unread OTEL_BSP_EXPORT_TIMEOUT:\n%s", got)
+	}
+	if strings.Contains(got, "OTEL_BSP_MAX_QUEUE_SIZE") {
+		t.Errorf("the log names a number that reads:\n%s", got)
+	}
+}
