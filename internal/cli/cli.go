@@ -383,7 +383,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)
-	if w.hasher, err = newHasher(secretCtx, durable, w.log.With("store", redact(f.store))); err != nil {
+	if w.hasher, err = newHasher(secretCtx, durable, w.log.With("store", redact(f.store)), f.shadow); err != nil {
 		return nil, err
 	}
 	// Last of the files: a start refused for a flag or the store leaves

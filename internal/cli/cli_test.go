@@ -508,3 +508,21 @@ func TestUnreachableStoreSaidOnce(t *testing.T) {
 		t.Errorf("%d errors and %d warnings; want one error:\n%s", errs, warns, stderr.String())
 	}
 }
+
+// TestUnreachableStoreInShadowMode: in shadow mode the line that says
+// the store cannot be reached does not say that calls fail closed:
+// every call still goes upstream.
+func TestUnreachableStoreInShadowMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	stdin, closeStdin := io.Pipe()
+	closeStdin.Close()
+	var stdout, stderr bytes.Buffer
+	if err := Run(ctx, []string{"--shadow", "--store", "redis://127.0.0.1:1/0", "--", "cat"}, stdin, &stdout, &stderr); err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	got := stderr.String()
+	if !strings.Contains(got, "cannot be reached: in shadow mode side-effecting calls still go upstream") || strings.Contains(got, "fail closed") {
+		t.Errorf("the log does not say that calls still go upstream:\n%s", got)
+	}
+}

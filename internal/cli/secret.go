@@ -22,7 +22,7 @@ import (
 // fingerprint, pass (DESIGN section 8).
 // A server that answers and refuses the URL (record.ErrStoreRefused)
 // stops the start instead: no wait ends that.
-func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fingerprint.Hasher, error) {
+func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shadow bool) (*fingerprint.Hasher, error) {
 	if s, set := os.LookupEnv("MCP_IDEMPOTENT_SECRET"); set {
 		if s == "" {
 			// As an empty flag value: `MCP_IDEMPOTENT_SECRET=$SECRET`
@@ -38,7 +38,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 		if c, ok := durable.(interface{ Check(context.Context) error }); ok {
 			// The secret needs no store: try it as a first call would.
 			if err := c.Check(ctx); err != nil {
-				return h, storeDown(log, err)
+				return h, storeDown(log, err, shadow)
 			}
 		}
 		return h, nil
@@ -50,7 +50,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 	if err == nil {
 		return fingerprint.New(secret)
 	}
-	if err := storeDown(log, err); err != nil {
+	if err := storeDown(log, err, shadow); err != nil {
 		return nil, err
 	}
 	h := fingerprint.Pending()
@@ -64,15 +64,19 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 			secret, err := durable.Secret(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					log.Debug("the store still cannot be reached; side-effecting calls fail closed", "err", err, "next_try_in", min(2*wait, secretRetryMax))
+					log.Debug("the store still cannot be reached; "+meanwhile(shadow), "err", err, "next_try_in", min(2*wait, secretRetryMax))
 				}
 				continue
 			}
 			if err := h.SetSecret(secret); err != nil {
-				log.Error("the store's fingerprint secret cannot be used; side-effecting calls keep failing", "err", err)
+				log.Error("the store's fingerprint secret cannot be used; "+meanwhile(shadow), "err", err)
 				return
 			}
-			log.Info("the store answers: side-effecting calls run")
+			if shadow {
+				log.Info("the store answers: calls are recorded")
+			} else {
+				log.Info("the store answers: side-effecting calls run")
+			}
 			return
 		}
 	}()
@@ -83,12 +87,22 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger) (*fi
 // server refuses its URL. Else the store cannot be reached, which is
 // said once, loudly: the proxy runs on, and nothing else shows that every
 // side effect will be refused until the store answers.
-func storeDown(log *slog.Logger, err error) error {
+func storeDown(log *slog.Logger, err error, shadow bool) error {
 	if errors.Is(err, record.ErrStoreRefused) {
 		return fmt.Errorf("--store: the server refuses the URL: %w", err)
 	}
-	log.Error("the store cannot be reached: side-effecting calls fail closed (nothing runs) until it answers; read-only calls pass", "err", err)
+	log.Error("the store cannot be reached: "+meanwhile(shadow)+" until it answers; read-only calls pass", "err", err)
 	return nil
+}
+
+// meanwhile says what becomes of side-effecting calls while the store
+// cannot be reached: they fail closed, but in shadow mode, where every
+// call goes upstream as it came.
+func meanwhile(shadow bool) string {
+	if shadow {
+		return "in shadow mode side-effecting calls still go upstream, unrecorded (store_unavailable),"
+	}
+	return "side-effecting calls fail closed (nothing runs)"
 }
 
 // secretRetryMax bounds the wait between two tries to read the secret
