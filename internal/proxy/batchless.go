@@ -85,7 +85,7 @@ func (s *Session) fromClientBatchless(ctx context.Context, frame []byte) bool {
 			s.badAnswer(m) // an array is no message, in a batch as today
 		case !requests || m.Method == "" || m.Method == "notifications/cancelled":
 			s.fromClient(ctx, m.Raw)
-		default:
+		case m.IsNotification():
 			dropped++
 		}
 	}

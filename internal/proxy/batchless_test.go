@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -100,6 +101,21 @@ func TestBatchOfASessionVersion(t *testing.T) {
 			r.client.send(t, marker)
 			nextIs(t, r.upstream, "upstream", marker, "the ping sent after the batch, and nothing of the batch")
 		})
+	}
+}
+
+// TestBatchlessLogCountsNotifications: the warning for a refused batch
+// counts the notifications that were not sent, not its requests, which
+// the client is answered for.
+func TestBatchlessLogCountsNotifications(t *testing.T) {
+	var log syncBuffer
+	r := newRigOptions(t, 0, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r.handshake(t, "2025-06-18", gives("2025-06-18"))
+	r.client.send(t, `[{"jsonrpc":"2.0","id":"b1","method":"ping"},{"jsonrpc":"2.0","id":"b2","method":"ping"},`+
+		`{"jsonrpc":"2.0","method":"notifications/x"}]`)
+	r.client.next(t, "client")
+	if got := log.String(); !strings.Contains(got, "notifications_dropped=1") {
+		t.Fatalf("the log says %q; want notifications_dropped=1 for a batch of two requests and a notification", got)
 	}
 }
 
