@@ -10,8 +10,9 @@
 //
 //   - records: one row per execution, keyed by id. The columns are the
 //     Record's fields; history is a jsonb array of transitions, result and
-//     error are json (kept byte for byte as they came), times are
-//     timestamptz, retention is an interval. holds_key marks the one record
+//     error are json (kept byte for byte as they came, but for bytes that
+//     are not UTF-8, kept as U+FFFD), times are timestamptz, retention is
+//     an interval. holds_key marks the one record
 //     that currently holds its key: a partial unique index on key where
 //     holds_key is what makes a reservation atomic. watched marks a
 //     record that a Wait or WaitDecided waits for. awaiting names who is

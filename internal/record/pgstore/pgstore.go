@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -601,12 +602,29 @@ func timestamp(t time.Time) any {
 	return t
 }
 
-// rawJSON is m for a json parameter, NULL when absent.
+// rawJSON is m for a json parameter, NULL when absent. PostgreSQL
+// refuses text that is not UTF-8, which an upstream's result or error may
+// hold in a string, and the outcome could then never be recorded: each
+// byte that is not part of a UTF-8 sequence is stored as U+FFFD, as a
+// JSON decoder reads it.
 func rawJSON(m json.RawMessage) any {
 	if len(m) == 0 {
 		return nil
 	}
-	return []byte(m)
+	if utf8.Valid(m) {
+		return []byte(m)
+	}
+	out := make([]byte, 0, len(m)+16)
+	for len(m) > 0 {
+		r, n := utf8.DecodeRune(m)
+		if r == utf8.RuneError && n == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, m[:n]...)
+		}
+		m = m[n:]
+	}
+	return out
 }
 
 func isUniqueViolation(err error) bool {

@@ -83,6 +83,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DispatchedReservationAwaitsNothing", testDispatchedReservationAwaitsNothing},
 		{"OrphanShowsPendingAttaches", testOrphanShowsPendingAttaches},
 		{"TakeoverOnKeyReuseIsReported", testTakeoverOnKeyReuseIsReported},
+		{"OutcomeNotUTF8", testOutcomeNotUTF8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
