@@ -399,6 +399,11 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 	} else if msg.IsRequest() {
 		s.mu.Lock()
+		if s.clientInputEnded {
+			s.mu.Unlock()
+			s.refuseServerRequest(l, msg.ID)
+			return
+		}
 		frame = s.openServerRequestLocked(l, msg)
 		s.mu.Unlock()
 	} else if msg.Method == "notifications/cancelled" {
@@ -435,6 +440,7 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	var rest [][]byte
 	var toolsChanged bool
 	var refused []json.RawMessage // requests under ids of the proxy's
+	var unasked []json.RawMessage // requests the client can no longer answer
 	var shadows []*shadowCall     // calls in shadow mode answered, and
 	var shadowAnswers [][]byte    // their answers
 	edited := false               // a message of rest is not as it came
@@ -443,6 +449,10 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	for _, m := range msgs {
 		if m.IsRequest() && s.clientSpaceID(m.ID) {
 			refused = append(refused, m.ID)
+			continue
+		}
+		if m.IsRequest() && s.clientInputEnded { // as in fromUpstream
+			unasked = append(unasked, m.ID)
 			continue
 		}
 		if !m.IsResponse() {
@@ -507,6 +517,9 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	}
 	for _, id := range refused {
 		s.refuseAskID(l, id)
+	}
+	for _, id := range unasked {
+		s.refuseServerRequest(l, id)
 	}
 	switch {
 	case len(rest) == len(msgs) && !edited:

@@ -206,3 +206,34 @@ func (s *Session) voidServerRequests(gone *link, reason string) {
 		s.writeClient(jsonrpc.NewRequest(nil, "notifications/cancelled", params))
 	}
 }
+
+// endServerRequests answers, with an error, each request the upstream
+// link l sent the client and it has not answered, now that the client's
+// input has ended, and makes the session answer so those that come
+// later. No answer can come from the client: a tools/call whose server
+// waits on one (sampling, elicitation) would hold on to the end of the
+// shutdown grace and be taken for an outcome unknown, where the error
+// lets the server answer the call, and its outcome be recorded.
+func (s *Session) endServerRequests(l *link) {
+	s.mu.Lock()
+	s.clientInputEnded = true
+	var ids []json.RawMessage
+	for key, r := range s.serverReqs {
+		if r.l == l {
+			s.closeServerRequestLocked(key)
+			ids = append(ids, r.id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.refuseServerRequest(l, id)
+	}
+}
+
+// refuseServerRequest answers the request under id, which the upstream
+// link l sent the client, with an error saying the client cannot answer.
+func (s *Session) refuseServerRequest(l *link, id json.RawMessage) {
+	s.log.Info("answered a request of the upstream's for the client, whose input has ended", "id", string(id))
+	s.writeLink(l, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: the client closed its input; no answer to this request can come")))
+}

@@ -175,8 +175,8 @@ type Session struct {
 
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
-	// protocol, elicitForm, asks, asksEnded, serverReqs, serverIDs, voided
-	// and relayed, and the conn and frames of a link being started again
+	// protocol, elicitForm, asks, asksEnded, serverReqs, serverIDs, voided,
+	// relayed and clientInputEnded, and the conn and frames of a link being started again
 	// (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
@@ -245,6 +245,9 @@ type Session struct {
 	serverIDs  map[string]string
 	voided     map[string]struct{}
 	relayed    int64
+	// clientInputEnded is set once the client's input has ended: no
+	// answer to a request of the upstream's can come (endServerRequests).
+	clientInputEnded bool
 }
 
 // New returns a Session between client and upstream.
@@ -358,6 +361,7 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			// Before shutdown waits for the calls: one may wait on a
 			// question to the client, which will never be answered now.
 			s.endAsks()
+			s.endServerRequests(s.current())
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		case <-s.clientDeaf:

@@ -404,3 +404,46 @@ func TestNoAnswerAfterGivingUp(t *testing.T) {
 		}
 	}
 }
+
+// TestClientEndAnswersTheUpstreamsRequests: once the client's input has
+// ended, no answer to a request of the upstream's can come. The proxy
+// answers the one open, and any the upstream sends later, with an error,
+// so that a tool call whose server asked the client (sampling,
+// elicitation) can finish and its outcome be recorded, rather than wait
+// for the end of the grace and be taken for an outcome unknown.
+func TestClientEndAnswersTheUpstreamsRequests(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	r := newRigOptions(t, 0, Options{Interceptor: in, ShutdownGrace: time.Minute})
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	const ask = `{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}`
+	r.upstream.send(t, ask)
+	if got := r.client.next(t, "client"); got != ask {
+		t.Fatalf("the client got %s; want the upstream's request as it came", got)
+	}
+	r.clientW.Close()
+	for _, id := range []string{"7", `"later"`} {
+		if id != "7" {
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":`+id+`,"method":"roots/list"}`)
+		}
+		got := r.upstream.next(t, "upstream")
+		if !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32603,`) || !strings.Contains(got, "the client closed its input") {
+			t.Fatalf("the upstream got %s; want an error under id %s saying the client closed its input", got, id)
+		}
+	}
+	// In a batch too: the rest of it goes on.
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":"b","method":"roots/list"},{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`)
+	if got := r.upstream.next(t, "upstream"); !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":"b","error":{"code":-32603,`) {
+		t.Fatalf("the upstream got %s; want an error under id \"b\"", got)
+	}
+	if got, want := r.client.next(t, "client"), `[{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`; got != want {
+		t.Fatalf("the client got %s; want the rest of the batch, %s", got, want)
+	}
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) || !strings.Contains(got, "charged") {
+		t.Fatalf("the client got %s; want the call's answer", got)
+	}
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run = %v; want nil", err)
+	}
+	r.client.nothingMore(t, "the upstream's later request is not the client's to see")
+}
