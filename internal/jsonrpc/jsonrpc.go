@@ -217,6 +217,10 @@ func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil && !m
 // neither an object nor an array.
 var ErrNotObject = errors.New("a JSON-RPC message must be a JSON object or array")
 
+// ErrNotObjectInBatch is returned by DecodeBatch for an element that is
+// valid JSON but neither an object nor an array.
+var ErrNotObjectInBatch = errors.New("a JSON-RPC message in a batch must be a JSON object")
+
 // Decode parses frame. The returned Message refers to frame's memory.
 func Decode(frame []byte) (*Message, error) {
 	m := new(Message)
@@ -358,6 +362,9 @@ func DecodeBatch(frame []byte) ([]*Message, error) {
 	msgs := make([]*Message, 0, len(elems))
 	for i, e := range elems {
 		m, err := Decode(e)
+		if errors.Is(err, ErrNotObject) {
+			return nil, fmt.Errorf("batch element %d: %w", i, ErrNotObjectInBatch)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("batch element %d: %w", i, err)
 		}

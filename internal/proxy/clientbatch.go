@@ -44,8 +44,10 @@ func (s *Session) fromClientBatch(frame []byte) {
 	msgs, err := jsonrpc.DecodeBatch(frame)
 	if err != nil {
 		code := jsonrpc.CodeParseError
-		if errors.Is(err, jsonrpc.ErrAmbiguous) {
-			code = jsonrpc.CodeInvalidRequest // as for one message alone
+		if errors.Is(err, jsonrpc.ErrAmbiguous) || errors.Is(err, jsonrpc.ErrNotObjectInBatch) {
+			// Valid JSON, but not messages: as for one message alone,
+			// and as JSON-RPC 2.0 answers the batch [1].
+			code = jsonrpc.CodeInvalidRequest
 		}
 		s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
 		return
