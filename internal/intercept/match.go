@@ -91,9 +91,9 @@ func canonicalNumber(s string) (string, bool) {
 		mant, expText, hasExp = s[:i], s[i+1:], true
 	}
 	whole, frac, hasFrac := strings.Cut(mant, ".")
-	exp := 0
+	var exp int64 // 64 bits where int has 32 too
 	if hasExp {
-		e, err := strconv.Atoi(expText)
+		e, err := strconv.ParseInt(expText, 10, 64)
 		// 1e15 is far below overflow once the digits' count is added.
 		if err != nil || e > 1e15 || e < -1e15 {
 			return "", false
@@ -104,16 +104,16 @@ func canonicalNumber(s string) (string, bool) {
 		return "", false
 	}
 	sig := strings.TrimLeft(whole+frac, "0")
-	exp -= len(frac)
+	exp -= int64(len(frac))
 	trimmed := strings.TrimRight(sig, "0")
-	exp += len(sig) - len(trimmed)
+	exp += int64(len(sig) - len(trimmed))
 	if trimmed == "" {
 		return "0", true
 	}
 	if neg {
 		trimmed = "-" + trimmed
 	}
-	return trimmed + "e" + strconv.Itoa(exp), true
+	return trimmed + "e" + strconv.FormatInt(exp, 10), true
 }
 
 // digits reports whether s is one ASCII digit or more.
