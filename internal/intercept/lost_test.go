@@ -203,22 +203,7 @@ func TestCallerAttachedAsTheStoreLostTheExecution(t *testing.T) {
 		store.lose()
 		time.Sleep(time.Second)
 		close(release)
-		if v := view(t, a.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
-			t.Fatalf("the first caller got %+v; want the charge", v)
-		}
-		ans := b.only(t)
-		if ans.Error != nil {
-			t.Fatalf("the attached caller got %s; want the charge", ans.Error)
-		}
-		if v := view(t, ans); !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
-			t.Fatalf("the attached caller got %+v; want the charge replayed", v)
-		}
-		if n := h.up.calls.Load(); n != 1 {
-			t.Fatalf("upstream reached %d times; want 1", n)
-		}
-		if err := h.in.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		wantOneCharge(t, h, a, b, "the attached caller")
 	})
 }
 
@@ -311,26 +296,34 @@ func TestRetryAsTheStoreLostTheExecutionItRuns(t *testing.T) {
 		retry := h.call(t.Context(), t, chargeCall)
 		synctest.Wait()
 		close(release)
-		if v := view(t, first.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
-			t.Fatalf("the first caller got %+v; want the charge", v)
-		}
-		ans := retry.only(t)
-		if ans.Error != nil {
-			t.Fatalf("the retry got %s; want the charge", ans.Error)
-		}
-		if v := view(t, ans); !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
-			t.Fatalf("the retry got %+v; want the charge replayed", v)
-		}
-		if n := h.up.calls.Load(); n != 1 {
-			t.Fatalf("upstream reached %d times; want 1", n)
-		}
-		if err := h.in.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		wantOneCharge(t, h, first, retry, "the retry")
 		for _, r := range store.store().Records() {
 			if r.State == record.Failed && r.History[len(r.History)-1].Note != runningNote {
 				t.Errorf("the retry's reservation %s is failed with %+v; want the note that says why", r.ID, r.History)
 			}
 		}
 	})
+}
+
+// wantOneCharge checks that the upstream ran the charge once: first, the
+// caller that started it, got it, and other, named who, got it replayed;
+// and that nothing is left under way.
+func wantOneCharge(t *testing.T, h *harness, first, other *answers, who string) {
+	t.Helper()
+	if v := view(t, first.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
+		t.Fatalf("the first caller got %+v; want the charge", v)
+	}
+	ans := other.only(t)
+	if ans.Error != nil {
+		t.Fatalf("%s got %s; want the charge", who, ans.Error)
+	}
+	if v := view(t, ans); !v.Meta.Replayed || v.Content[0].Text != "charge #1" {
+		t.Fatalf("%s got %+v; want the charge replayed", who, v)
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream reached %d times; want 1", n)
+	}
+	if err := h.in.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
