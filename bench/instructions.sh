@@ -7,11 +7,12 @@
 # round trip, in process, no pipes) twice, with N1 and with N2 calls; the
 # instructions of the larger run less those of the smaller, divided by
 # N2-N1, are what one call costs, the set-up left out. The collector's work
-# falls where its cycles fall, so the counts move by a few percent with N1
-# and N2: compare two builds with the same N1 and N2.
+# falls where its cycles fall, which moves a count by a few percent from run
+# to run and with N1 and N2: it counts RUNS times and prints the median and
+# the range, and two builds are compared with the same N1 and N2.
 #
 # Usage: bench/instructions.sh [mode ...]   (modes: new-execution replay read-only; default all)
-# Environment: N1 (default 500), N2 (default 1500); TREE, a checkout of
+# Environment: N1 (default 500), N2 (default 1500), RUNS (default 3); TREE, a checkout of
 # this repository to count instead of this one (to compare with another
 # commit: git worktree add /tmp/base COMMIT; TREE=/tmp/base bench/instructions.sh).
 # Needs valgrind (apt install valgrind).
@@ -21,6 +22,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 tree=${TREE:-$here}
 n1=${N1:-500}
 n2=${N2:-1500}
+runs=${RUNS:-3}
 modes=("$@")
 if ((${#modes[@]} == 0)); then
 	modes=(new-execution replay read-only)
@@ -61,14 +63,19 @@ goal() {
 # as the fingerprint's HMAC hashes them. A CPU with SHA-NI runs Go's
 # other one, whose loop is 155 instructions a block. The last column
 # counts the blocks that way: an estimate, which the goal is not judged on.
-printf '%-14s %12s %8s %-8s %9s %17s\n' mode instructions goal "" "in SHA-256" "with SHA-NI, est."
+printf '%-14s %12s %8s %-8s %15s %9s %17s\n' mode instructions goal "" range "in SHA-256" "with SHA-NI, est."
 for mode in "${modes[@]}"; do
-	read -r i1 s1 < <(count "$mode" "$n1")
-	read -r i2 s2 < <(count "$mode" "$n2")
-	awk -v m="$mode" -v i1="$i1" -v i2="$i2" -v s1="$s1" -v s2="$s2" -v n="$((n2 - n1))" -v g="$(goal "$mode")" 'BEGIN {
-		c = (i2 - i1) / n
-		sha = (s2 - s1) / n
-		printf "%-14s %12.0f %8d %-8s %9.0f %17.0f\n", m, c, g, c <= g ? "met" : "NOT met", sha, c - sha + sha / 2188 * 155
-	}'
+	# One line a run: its count a call, and its SHA-256 block count a call.
+	for ((run = 0; run < runs; run++)); do
+		read -r i1 s1 < <(count "$mode" "$n1")
+		read -r i2 s2 < <(count "$mode" "$n2")
+		echo "$(((i2 - i1) / (n2 - n1))) $(((s2 - s1) / (n2 - n1)))"
+	done | sort -n | awk -v m="$mode" -v g="$(goal "$mode")" '
+		{ c[NR] = $1; sha[NR] = $2 }
+		END {
+			k = int((NR + 1) / 2) # the median run (the lower of two middle ones)
+			printf "%-14s %12d %8d %-8s %15s %9d %17.0f\n", m, c[k], g, c[k] <= g ? "met" : "NOT met",
+				c[1] "-" c[NR], sha[k], c[k] - sha[k] + sha[k] / 2188 * 155
+		}'
 done
-echo "(per call, in $tree; from cachegrind with N1=$n1, N2=$n2)"
+echo "(per call, the median of $runs runs, in $tree; from cachegrind with N1=$n1, N2=$n2)"
