@@ -170,6 +170,15 @@ tools:
 			},
 		},
 		{
+			name: "reversed glob ranges",
+			in:   "tools:\n  \"deploy_[z-a]\": {}\n  \"x[^a-c9-0]\": {}\n  'y[\\~-a]': {}\n  'z[a-z]*[\\--\\-]': {}\n",
+			want: []string{
+				`p.yaml:2:3: tools."deploy_[z-a]": "deploy_[z-a]" has the range "z-a", high to low`,
+				`p.yaml:3:3: tools."x[^a-c9-0]": "x[^a-c9-0]" has the range "9-0", high to low`,
+				`p.yaml:4:3: tools."y[\\~-a]": "y[\\~-a]" has the range "\\~-a", high to low`,
+			},
+		},
+		{
 			name: "global outside an exact name",
 			in:   "defaults:\n  scope: global\ntools:\n  \"pay_*\": {scope: global}\n  pay_now: {scope: global}\n",
 			want: []string{

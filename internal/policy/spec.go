@@ -4,6 +4,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,6 +27,55 @@ type toolSpec struct {
 // isGlob reports whether a tools key is a pattern rather than a name:
 // whether it holds one of path.Match's special characters.
 func isGlob(name string) bool { return strings.ContainsAny(name, `*?[\`) }
+
+// reversedRange returns the first range in a character class of pattern,
+// a valid path.Match pattern, whose ends are high to low ("[z-a]"):
+// path.Match takes it, and the class then matches nothing by it, which is
+// never what its writer meant.
+func reversedRange(pattern string) (string, bool) {
+	inClass := false
+	for i := 0; i < len(pattern); {
+		switch c := pattern[i]; {
+		case !inClass && c == '\\':
+			_, n := classChar(pattern, i)
+			i += n
+		case !inClass && c == '[':
+			inClass = true
+			i++
+			if i < len(pattern) && pattern[i] == '^' {
+				i++
+			}
+		case !inClass:
+			i++
+		case c == ']':
+			inClass = false
+			i++
+		default:
+			lo, n := classChar(pattern, i)
+			end := i + n
+			if end < len(pattern) && pattern[end] == '-' {
+				hi, m := classChar(pattern, end+1)
+				if hi < lo {
+					return pattern[i : end+1+m], true
+				}
+				end += 1 + m
+			}
+			i = end
+		}
+	}
+	return "", false
+}
+
+// classChar returns the character at pattern[i], a backslash escaping
+// the one after it, and how many bytes it takes.
+func classChar(pattern string, i int) (rune, int) {
+	if pattern[i] == '\\' && i+1 < len(pattern) {
+		r, n := utf8.DecodeRuneInString(pattern[i+1:])
+		return r, 1 + n
+	}
+	r, n := utf8.DecodeRuneInString(pattern[i:])
+	return r, n
+}
 
 // A ruleSpec is a rule as written: the defaults, or one tool's entry.
 type ruleSpec struct {
@@ -98,6 +148,8 @@ func (d *decoder) tools(n *yaml.Node) []*toolSpec {
 		case t.glob:
 			if _, err := path.Match(t.name, ""); err != nil {
 				d.errorf(kv.key, field, "%q is not a valid glob pattern (path.Match syntax: * ? [a-z], \\ to escape)", t.name)
+			} else if r, ok := reversedRange(t.name); ok {
+				d.errorf(kv.key, field, "%q has the range %q, high to low, which matches no character (write it low to high)", t.name, r)
 			}
 		}
 		t.rule = d.rule(kv.val, field, true)
