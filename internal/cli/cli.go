@@ -76,6 +76,57 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
+// askedHelp reports whether args ask for help, and the command whose
+// usage answers ("" for the proxy's).
+func askedHelp(args []string) (cmd string, ok bool) {
+	if len(args) == 0 {
+		return "", false
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		ok := len(rest) == 1 && rest[0] == "help"
+		return cmd, ok || helpBeforeCommand(newServeFlags(io.Discard).fs, rest)
+	case "policy":
+		if len(rest) > 0 && rest[0] == "show" {
+			fs, _, _ := newPolicyShowFlags()
+			return cmd, helpBeforeCommand(fs, rest[1:])
+		}
+		return cmd, wantsHelp(rest)
+	case "demo", "activity", "audit", "version":
+		return cmd, wantsHelp(rest)
+	}
+	if len(args) == 1 && args[0] == "help" {
+		return "", true
+	}
+	return "", helpBeforeCommand(newProxyFlags(io.Discard).fs, args)
+}
+
+// helpBeforeCommand reports whether args ask for help among the flags
+// fs reads: -h, -help or --help before the upstream command. The flags
+// end, as for fs.Parse, at -- or at the first word that is neither a
+// flag nor a flag's value; the words after it are the command's, so
+// `mcp-idempotent srv -h 127.0.0.1` starts srv with its own -h.
+func helpBeforeCommand(fs *flag.FlagSet, args []string) bool {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return false
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if name == "h" || name == "help" {
+			return true
+		}
+		f := fs.Lookup(name)
+		if f == nil || hasValue {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			i++ // the flag's value, whatever it looks like
+		}
+	}
+	return false
+}
+
 // ExitCode maps an error from Run to the process exit status: 2 for a
 // command-line mistake, 1 otherwise.
 func ExitCode(err error) int {
@@ -120,12 +171,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 {
 		cmd = args[0]
 	}
-	switch cmd {
-	case "demo", "serve", "policy", "activity", "audit", "version":
-		if wantsHelp(args[1:]) {
-			fmt.Fprint(stdout, commandUsage(cmd))
-			return nil
-		}
+	if help, ok := askedHelp(args); ok {
+		fmt.Fprint(stdout, commandUsage(help))
+		return nil
 	}
 	switch cmd {
 	case "demo":
@@ -146,10 +194,6 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stdout, "mcp-idempotent", Version)
 	default:
 		cmd = ""
-		if wantsHelp(args) {
-			fmt.Fprint(stdout, commandUsage(cmd))
-			return nil
-		}
 		err = runProxy(ctx, args, stdin, stdout, stderr)
 	}
 	if u, ok := errors.AsType[*usageError](err); ok && u.cmd == "" {

@@ -330,6 +330,39 @@ func TestEveryCommandsHelp(t *testing.T) {
 	}
 }
 
+// TestHelpAfterTheCommandIsTheCommands: the words after an upstream
+// command given without -- are the command's, -h and --help too (a
+// server's -h may name a host). They start the command, here one that
+// does not exist, and never print the proxy's usage in its place.
+func TestHelpAfterTheCommandIsTheCommands(t *testing.T) {
+	const missing = "mcp-idempotent-no-such-server"
+	for _, args := range [][]string{
+		{missing, "-h", "127.0.0.1"},
+		{"--store", "memory", missing, "--help"},
+		{"--shadow", missing, "-help"},
+		{"serve", missing, "-h"},
+		{"serve", "--listen", "127.0.0.1:0", missing, "--help"},
+		{"policy", "show", "--scope", "actor", missing, "-h"},
+	} {
+		var stdout bytes.Buffer
+		err := Run(t.Context(), args, strings.NewReader(""), &stdout, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), missing) || stdout.Len() != 0 {
+			t.Errorf("Run(%q) = %v, stdout %q; want the command started (and not found), no usage", args, err, stdout.String())
+		}
+	}
+	for _, args := range [][]string{
+		{"--store", "memory", "-h", missing},
+		{"--shadow", "--help", "--", missing},
+		{"serve", "--json-response", "-h", missing},
+		{"policy", "show", "--policy", "p.yaml", "--help", missing},
+	} {
+		var stdout bytes.Buffer
+		if err := Run(t.Context(), args, strings.NewReader(""), &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "Usage:") {
+			t.Errorf("Run(%q) = %v, stdout %q; want the usage", args, err, stdout.String())
+		}
+	}
+}
+
 // TestMistakeComesFirst: a command-line mistake is one line naming it,
 // then one saying where the usage is, never the whole usage with the
 // error last.

@@ -46,11 +46,18 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return usagef("policy: unknown subcommand %q", args[0])
 }
 
-func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("policy show", flag.ContinueOnError)
+// newPolicyShowFlags returns the flags of policy show, and where they
+// put the policy file and the scope.
+func newPolicyShowFlags() (fs *flag.FlagSet, path, scope *string) {
+	fs = flag.NewFlagSet("policy show", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	path := fs.String("policy", "", "the policy `FILE` to merge with the annotations")
-	scope := fs.String("scope", "", "the default intent scope, as for the proxy")
+	path = fs.String("policy", "", "the policy `FILE` to merge with the annotations")
+	scope = fs.String("scope", "", "the default intent scope, as for the proxy")
+	return fs, path, scope
+}
+
+func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, path, scope := newPolicyShowFlags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
