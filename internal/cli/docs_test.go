@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docFlag matches the flag a row of docs/cli.md's tables is about.
@@ -90,4 +91,66 @@ func usageEntry(s, start, end string) string {
 	_, after, _ := strings.Cut(s, start)
 	entry, _, _ := strings.Cut(after, end)
 	return strings.Join(strings.Fields(entry), " ")
+}
+
+// TestCLIDocsGiveEveryDefault: the default column of docs/cli.md's
+// tables of the proxy's and serve's flags says what the flag set does
+// when the flag is left out.
+func TestCLIDocsGiveEveryDefault(t *testing.T) {
+	data, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]*flag.Flag{}
+	for _, fs := range []*flag.FlagSet{newProxyFlags(io.Discard).fs, newServeFlags(io.Discard).fs} {
+		fs.VisitAll(func(f *flag.Flag) { flags[f.Name] = f })
+	}
+	inDefaults, checked := false, 0
+	for _, line := range strings.Split(string(data), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			inDefaults = false
+			continue
+		}
+		if strings.TrimSpace(cells[1]) == "flag" {
+			inDefaults = strings.TrimSpace(cells[2]) == "default"
+			continue
+		}
+		m := docFlag.FindStringSubmatch(line)
+		if !inDefaults || m == nil {
+			continue
+		}
+		f := flags[m[1]]
+		if f == nil {
+			continue // TestCLIDocsNameEveryFlag names it
+		}
+		checked++
+		doc := strings.Trim(strings.TrimSpace(cells[2]), "`")
+		if !sameDefault(f, doc) {
+			t.Errorf("docs/cli.md gives --%s the default %q; the flag's is %q (%s)", f.Name, doc, f.DefValue, f.Usage)
+		}
+	}
+	if checked < len(flags) {
+		t.Errorf("checked the defaults of %d flags of %d; the tables' header moved?", checked, len(flags))
+	}
+}
+
+// sameDefault reports whether doc, a default column's text, says what
+// f does when it is left out.
+func sameDefault(f *flag.Flag, doc string) bool {
+	if _, single := f.Value.(flag.Getter); !single {
+		return doc == "none" // a repeatable flag: no values until given
+	}
+	switch f.DefValue {
+	case "", "false":
+		// Off, or a default the flag set cannot hold (the OS user),
+		// which its usage then names.
+		off := doc == "none" || doc == "off" || doc == "none (off)"
+		return off || strings.Contains(f.Usage, doc+" (default)") || strings.Contains(f.Usage, "(default: "+doc+")")
+	}
+	if d, err := time.ParseDuration(f.DefValue); err == nil {
+		dd, err := time.ParseDuration(doc)
+		return err == nil && d == dd
+	}
+	return doc == f.DefValue
 }
