@@ -45,7 +45,7 @@ func (s *Session) upstreamProgress(frame []byte, msg *jsonrpc.Message) []byte {
 // upstreamProgressLocked is upstreamProgress with s.mu held; frame is
 // msg's own, alone or in a batch.
 func (s *Session) upstreamProgressLocked(frame []byte, msg *jsonrpc.Message) []byte {
-	if len(s.ownProgress) == 0 || msg.Params == nil {
+	if len(s.ownProgress) == 0 && len(s.silenced) == 0 || msg.Params == nil {
 		return frame
 	}
 	var token []byte
@@ -57,6 +57,10 @@ func (s *Session) upstreamProgressLocked(frame []byte, msg *jsonrpc.Message) []b
 		return true
 	}) != nil || token == nil {
 		return frame
+	}
+	if s.silenced[string(jsonrpc.IDKey(token))] {
+		s.log.Debug("dropped the upstream's progress on a call its caller cancelled", "token", string(token))
+		return nil
 	}
 	n, ok := s.ownProgress[string(jsonrpc.IDKey(token))]
 	if !ok {
@@ -103,4 +107,71 @@ func raised(params json.RawMessage, n int64) json.RawMessage {
 		return nil
 	}
 	return append(out, '}')
+}
+
+// maxSilenced bounds the progress tokens of cancelled calls a session
+// keeps silencing; past it, the oldest is let go.
+const maxSilenced = 1024
+
+// silenceProgress stops the upstream's progress on token, the progress
+// token of a call whose caller cancelled it and was detached. The
+// execution goes on upstream, and its progress would name a request the
+// client ended: MCP lets progress name active requests only. The token
+// is let go once a new request of the client's carries it
+// (unsilenceProgress).
+func (s *Session) silenceProgress(token json.RawMessage) {
+	if token == nil {
+		return
+	}
+	key := string(jsonrpc.IDKey(token))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.silenced == nil {
+		s.silenced = make(map[string]bool)
+	}
+	if s.silenced[key] {
+		return
+	}
+	if len(s.silencedOrder) >= maxSilenced {
+		delete(s.silenced, s.silencedOrder[0])
+		s.silencedOrder = s.silencedOrder[1:]
+	}
+	s.silenced[key] = true
+	s.silencedOrder = append(s.silencedOrder, key)
+	s.silencing.Store(true)
+}
+
+// unsilenceProgress lets go of the progress token that params, a
+// request's of the client's, carries: a token of a cancelled call may be
+// used again, and the new request's progress is the client's to see.
+func (s *Session) unsilenceProgress(params json.RawMessage) {
+	if !s.silencing.Load() || params == nil {
+		return
+	}
+	var meta []byte
+	jsonrpc.EachMember(params, func(name, value []byte) bool {
+		if string(name) == "_meta" {
+			meta = value
+			return false
+		}
+		return true
+	})
+	token := progressToken(meta)
+	if token == nil {
+		return
+	}
+	key := string(jsonrpc.IDKey(token))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.silenced[key] {
+		return
+	}
+	delete(s.silenced, key)
+	for i, k := range s.silencedOrder {
+		if k == key {
+			s.silencedOrder = append(s.silencedOrder[:i], s.silencedOrder[i+1:]...)
+			break
+		}
+	}
+	s.silencing.Store(len(s.silenced) > 0)
 }

@@ -146,6 +146,9 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	if s.sessionLog != nil && msg.IsRequest() {
 		s.sessionLog.request(msg.Method, msg.Params)
 	}
+	if msg.IsRequest() {
+		s.unsilenceProgress(msg.Params)
+	}
 	// While a queue runs (order.go), what goes upstream waits in it;
 	// cancellations and answers to the upstream's requests do not.
 	switch {
@@ -271,6 +274,7 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 			defer c.mu.Unlock()
 			if !c.passThrough {
 				s.log.Info("client cancelled a tools/call; detaching it", "request", string(id))
+				s.silenceProgress(progressToken(c.call.Meta))
 				c.finish()
 				return
 			}

@@ -235,6 +235,13 @@ type Session struct {
 	// token, how many notifications/progress the proxy itself sent on
 	// it (clientCall.Progress); nil until the first.
 	ownProgress map[string]int64
+	// silenced holds the progress tokens of calls whose callers
+	// cancelled them and were detached, by jsonrpc.IDKey, oldest first
+	// in silencedOrder; silencing is set while it holds any
+	// (silenceProgress).
+	silenced      map[string]bool
+	silencedOrder []string
+	silencing     atomic.Bool
 	// serverReqs holds the upstreams' requests to the client not yet
 	// answered, by the jsonrpc.IDKey of the id the client knows;
 	// serverIDs maps the IDKey of each one's upstream id to that key.

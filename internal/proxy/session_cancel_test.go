@@ -188,3 +188,31 @@ func waitLog(t *testing.T, log *syncBuffer, s string) {
 		}
 	}
 }
+
+// TestCancelledCallsProgressStaysInTheProxy: a caller that cancels a call
+// the proxy records is detached, and the execution runs on upstream. Its
+// progress names a request the client has ended, so it is not passed on;
+// once a new request of the client's carries the token again, progress on
+// it is that request's, and passes.
+func TestCancelledCallsProgressStaysInTheProxy(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p7"}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
+	r.upstream.next(t, "upstream") // the cancel stayed in the proxy: this is the notification
+	progress := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":1}}`
+	r.upstream.send(t, progress)
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"after"}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, "notifications/message") {
+		t.Fatalf("the client got %s; want the progress of its cancelled call dropped", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{"progressToken":"p7"}}}`)
+	r.upstream.next(t, "upstream") // the ping
+	r.upstream.send(t, progress)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"progressToken":"p7"`) {
+		t.Fatalf("the client got %s; want the progress of its new request on the token", got)
+	}
+}
