@@ -141,7 +141,11 @@ func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err 
 		by = "the client's user"
 	}
 	var rpcErr *jsonrpc.Error
+	var malformed *MalformedAnswerError
 	switch {
+	case errors.As(err, &malformed):
+		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
+			Note: "the client's answer to the approval request could not be read: it was " + malformed.What}
 	case errors.Is(err, context.DeadlineExceeded):
 		return record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
 			Note: fmt.Sprintf("no decision from the client's user within %s", allowed)}

@@ -266,6 +266,25 @@ func TestApprovalClientErrorRefuses(t *testing.T) {
 	}
 }
 
+// TestApprovalMalformedAnswerRefuses: a client's answer that is no
+// JSON-RPC response refuses the execution, saying so of the client's
+// answer: the client answered, so it is neither asked again nor told it
+// failed before a decision.
+func TestApprovalMalformedAnswerRefuses(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return nil, &MalformedAnswerError{What: "a response to elicitation/create with both a result and an error"}
+	})
+	h.askingCall(t, a, "session:1", chargeCall)
+	v := view(t, a.only(t))
+	if !strings.HasPrefix(v.Content[0].Text, "Refused:") || !strings.Contains(v.Content[0].Text, "the client's answer to the approval request could not be read: it was a response to elicitation/create with both a result and an error") {
+		t.Fatalf("got %q; want a refusal saying the client's answer could not be read", v.Content[0].Text)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Errorf("the call was sent %d times; want none", n)
+	}
+}
+
 // TestApprovalSession: approval: session asks for the tool's first
 // execution in a session, covers its later ones there, and ends with it.
 func TestApprovalSession(t *testing.T) {

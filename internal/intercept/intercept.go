@@ -125,7 +125,8 @@ type Asker interface {
 	// Ask sends elicitation/create with params to the client, under an
 	// id of the proxy's, related to the caller's request, and calls done
 	// once: with the client's result; a *jsonrpc.Error when the client
-	// answered with one; or another error when no answer can come (ctx
+	// answered with one; a *MalformedAnswerError when its answer was no
+	// JSON-RPC response; or another error when no answer can come (ctx
 	// ended, the session ended, the transport refused the request).
 	// done may be called before Ask returns.
 	Ask(ctx context.Context, params json.RawMessage, done func(result json.RawMessage, err error))
@@ -133,6 +134,18 @@ type Asker interface {
 	// if the caller's request carried a progress token; else it does
 	// nothing. The values it sends increase from 0.
 	Progress(message string)
+}
+
+// A MalformedAnswerError is a client's answer to a request of the
+// proxy's (Asker.Ask) that is no JSON-RPC response: it gives both a
+// result and an error, or neither. The client answered: it is read as an
+// answer that could not be read, never as no answer at all.
+type MalformedAnswerError struct {
+	What string // what was wrong
+}
+
+func (e *MalformedAnswerError) Error() string {
+	return "malformed answer from the client: " + e.What
 }
 
 // A Request is one caller's tools/call. It is handed to Handle or

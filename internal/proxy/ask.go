@@ -3,12 +3,14 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // ask is one of the proxy's own requests to the client, waiting for its
@@ -163,7 +165,19 @@ func (s *Session) askAnswered(msg *jsonrpc.Message) {
 	if a.stop != nil {
 		a.stop()
 	}
-	a.done(outcomeOf("elicitation/create", msg))
+	a.done(clientOutcome(msg))
+}
+
+// clientOutcome is what the client's answer msg to elicitation/create
+// says, as outcomeOf reads an upstream's: its result, or an error. An
+// answer that is no response is the client's, never the upstream's.
+func clientOutcome(msg *jsonrpc.Message) (json.RawMessage, error) {
+	result, err := outcomeOf("elicitation/create", msg)
+	var m *retry.MalformedError
+	if errors.As(err, &m) {
+		return nil, &intercept.MalformedAnswerError{What: m.What}
+	}
+	return result, err
 }
 
 // askAnswers takes the answers to the proxy's asks out of a batch from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,6 +218,33 @@ func TestAsk(t *testing.T) {
 	passedUpstream(t, r, "the client's error answer to the proxy")
 	if n := o.calls.Load(); n != 2 {
 		t.Fatalf("done called %d times for two asks", n)
+	}
+	r.upstream.answerCharged(t, call)
+	r.client.next(t, "client")
+}
+
+// TestAskMalformedAnswer: a client's answer that is no response, with
+// both a result and an error or neither, is the client's: done gets an
+// intercept.MalformedAnswerError, never one that blames the upstream.
+func TestAskMalformedAnswer(t *testing.T) {
+	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, chargeParams)
+	o := newOutcomes()
+	for i, tc := range []struct{ answer, what string }{
+		{`"result":{"action":"accept"},"error":{"code":1,"message":"x"}`, "both a result and an error"},
+		{`"other":1`, "neither result nor error"},
+	} {
+		a.Ask(t.Context(), json.RawMessage(`{}`), o.done)
+		id := fmt.Sprintf(`"mcp-idempotent:ask:%d"`, i+1)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":`+id) {
+			t.Fatalf("the client got %s; want the question under %s", got, id)
+		}
+		r.client.send(t, `{"jsonrpc":"2.0","id":`+id+`,`+tc.answer+`}`)
+		got := o.next(t)
+		var m *intercept.MalformedAnswerError
+		if !errors.As(got.err, &m) || !strings.Contains(m.What, tc.what) || strings.Contains(got.err.Error(), "upstream") {
+			t.Fatalf("the answer %s: done got %s, %v; want an intercept.MalformedAnswerError saying %q", tc.answer, got.result, got.err, tc.what)
+		}
+		passedUpstream(t, r, "the client's answer to the proxy")
 	}
 	r.upstream.answerCharged(t, call)
 	r.client.next(t, "client")
