@@ -412,6 +412,14 @@ tools:
 			},
 		},
 		{
+			name: "approver and approval_timeout without an approval",
+			in:   "defaults:\n  approver: operator\ntools:\n  a: {approver: operator}\n  b: {approval: none, approval_timeout: 5m}\n  c: {approval: each, approver: operator, approval_timeout: 5m}\n",
+			want: []string{
+				"p.yaml:4:17: tools.a.approver: the rule's approval is none, so no one is asked and approver has no effect",
+				"p.yaml:5:41: tools.b.approval_timeout: the rule's approval is none, so no one is asked and approval_timeout has no effect",
+			},
+		},
+		{
 			name: "keys a read_only tool never uses",
 			in:   "tools:\n  a:\n    class: read_only\n    scope: global\n    replay: undelivered\n    on_unknown: retry\n    retry: {max_attempts: 2}\n",
 			want: []string{

@@ -92,6 +92,29 @@ func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
 	}
 	v.recoverBlock(s, r)
 	v.readOnlyKeys(s, r)
+	if !inDefaults {
+		v.approvalKeys(s)
+	}
+}
+
+// approvalKeys refuses the approver and approval_timeout of a tool's
+// rule that asks for no approval: no one is asked, and the keys, set
+// without approval by mistake, would read as a promise kept.
+func (v *validator) approvalKeys(s *ruleSpec) {
+	if s.approval.bad() || s.approval.v == ApprovalEach || s.approval.v == ApprovalSession {
+		return
+	}
+	for _, k := range []struct {
+		name string
+		at   place
+	}{
+		{"approver", s.approver.place},
+		{"approval_timeout", s.approvalWait.place},
+	} {
+		if k.at.at != nil {
+			v.errorf(k.at, s.field+"."+k.name, "the rule's approval is none, so no one is asked and %s has no effect: set approval: each or session, or drop the key", k.name)
+		}
+	}
 }
 
 // readOnlyKeys refuses the keys of a rule that sets class read_only
