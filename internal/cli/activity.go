@@ -222,6 +222,9 @@ func (a *activityArgs) check() error {
 		}
 	}
 	switch {
+	case len(a.pos) == 1 && wantPos == 1 && a.pos[0] == "":
+		// Looked up, it would read as an execution the store lacks.
+		return usagef("activity %s: the execution id is empty: give one as activity list prints it (exe_...)", a.verb)
 	case len(a.pos) == wantPos:
 		return nil
 	case wantPos == 0:

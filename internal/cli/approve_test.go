@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,23 @@ func TestRefusedChangeLeavesNoJournal(t *testing.T) {
 	run(t, "activity", "resolve", ids[0], "--store", store, "--as", "failed", "--journal", kept)
 	if _, err := os.Stat(kept); err != nil {
 		t.Errorf("a journal that was there is gone after a refusal: %v", err)
+	}
+}
+
+// TestActivityEmptyID: an empty execution id is a mistake on the command
+// line (exit 2) that says so, for each verb that takes one, before any
+// store is read: not an execution the store lacks.
+func TestActivityEmptyID(t *testing.T) {
+	store, _ := awaitingExecutions(t, record.ApproverOperator)
+	for _, args := range [][]string{
+		{"approve", "", "--store", store},
+		{"deny", "", "--store", store},
+		{"show", "", "--store", store},
+		{"resolve", "", "--as", "failed", "--store", store},
+	} {
+		_, _, err := run(t, append([]string{"activity"}, args...)...)
+		if _, ok := errors.AsType[*usageError](err); !ok || !strings.Contains(err.Error(), "the execution id is empty") {
+			t.Errorf("activity %s with an empty id = %v; want a usage error saying the id is empty", args[0], err)
+		}
 	}
 }
