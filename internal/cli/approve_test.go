@@ -180,3 +180,20 @@ func TestActivityEmptyID(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorChangeOfAnUnknownID: approve, deny and resolve of an id
+// the store lacks name the store read, as show does: with a Redis
+// prefix, which is not checked, it is the one thing to look at.
+func TestOperatorChangeOfAnUnknownID(t *testing.T) {
+	store, _ := awaitingExecutions(t, record.ApproverOperator)
+	for _, args := range [][]string{
+		{"approve", "exe_nope", "--store", store},
+		{"deny", "exe_nope", "--store", store},
+		{"resolve", "exe_nope", "--as", "failed", "--store", store},
+	} {
+		_, _, err := run(t, append([]string{"activity"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "no such execution in --store "+store) {
+			t.Errorf("activity %s of an unknown id = %v; want an error naming the store read", args[0], err)
+		}
+	}
+}

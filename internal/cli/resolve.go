@@ -44,6 +44,11 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 		defer jw.Close()
 	}
 	r, err := change()
+	if errors.Is(err, record.ErrNotFound) {
+		// A mistyped id, or the store of another proxy: a Redis
+		// prefix is not checked, so say which store was read.
+		err = fmt.Errorf("%w in --store %s", err, redact(a.store))
+	}
 	if err != nil {
 		if made {
 			// Refused: no empty journal is left behind.
