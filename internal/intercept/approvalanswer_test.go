@@ -81,6 +81,44 @@ func TestApprovalInRoundAmbiguousAnswer(t *testing.T) {
 	}
 }
 
+// TestApprovalInRoundUnreadableAnswer: a 2026-07-28 continuation whose
+// answer is no elicitation result is the client's mistake, not its
+// user's decision: refused with -32602 saying what to send, and the
+// question stays open for an answer that can be read.
+func TestApprovalInRoundUnreadableAnswer(t *testing.T) {
+	args := `{"card":"4242","amount":100}`
+	for name, raw := range map[string]string{
+		"a string":          `"accept"`,
+		"null":              `null`,
+		"no action":         `{}`,
+		"action a number":   `{"action":5}`,
+		"content an array":  `{"action":"accept","content":[1]}`,
+		"note a number":     `{"action":"accept","content":{"note":5}}`,
+		"a list of answers": `[{"action":"accept"}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := approving(policy.ApprovalEach, policy.ApproverClient)
+			round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+			good := roundCall(args, round, "accept")
+			const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
+			bad := strings.Replace(good, answer, `"inputResponses":{"mcp-idempotent/approval":`+raw+`}`, 1)
+			if bad == good {
+				t.Fatalf("the continuation %s holds no answer to replace", good)
+			}
+			a := h.call(t.Context(), t, bad).only(t)
+			if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "could not be read") {
+				t.Fatalf("the answer %s got %s %s; want -32602 saying it could not be read", raw, a.Result, a.Error)
+			}
+			if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
+				t.Fatalf("after the answer %s the execution is %s, sent %d times; want it still awaiting, never sent", raw, rec.State, h.up.calls.Load())
+			}
+			if v := view(t, h.call(t.Context(), t, good).only(t)); v.Content[0].Text != "charge #1" {
+				t.Errorf("a clear answer after it got %q; want the charge", v.Content[0].Text)
+			}
+		})
+	}
+}
+
 // TestApprovalQuestionLinesCannotBeForged: the tool name comes from the
 // upstream and the arguments from the client; neither can write a line
 // of its own into the question the user approves (a fake "Arguments:"

@@ -300,14 +300,20 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		_, _, aerr = readApproval(answer)
 		where = fmt.Sprintf("inputResponses[%q]", approvalInput)
 	}
-	if errors.Is(aerr, jsonrpc.ErrAmbiguous) {
+	switch {
+	case errors.Is(aerr, jsonrpc.ErrAmbiguous):
 		// Not guessed at, and not decided: the question stays open for
 		// an answer that reads one way.
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the answer to the approval of execution %s is ambiguous, so it was not taken and nothing was sent: %s: %v", call.Name, id, where, aerr))
 		return
-	}
-	if answer == nil {
+	case aerr != nil:
+		// A client's mistake, not its user's decision: the question
+		// stays open for an answer that can be read.
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the answer to the approval of execution %s could not be read, so it was not taken and nothing was sent: %s must be an elicitation result, such as {\"action\":\"accept\"}", call.Name, id, where))
+		return
+	case answer == nil:
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the call continues the approval of execution %s and has no inputResponses[%q]", call.Name, id, approvalInput))
 		return
