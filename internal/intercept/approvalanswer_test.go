@@ -187,6 +187,17 @@ func TestAttachedCallersDeadlineBoundsItsWait(t *testing.T) {
 	})
 }
 
+// TestInProgressSaysMilliseconds: the wait a "Still in progress" answer
+// names, which a client's deadline makes any length, is told to the
+// millisecond, not in nanoseconds.
+func TestInProgressSaysMilliseconds(t *testing.T) {
+	r := &record.Record{ID: "exe_1", Tool: "charge_card", State: record.Accepted, Awaiting: record.ApproverOperator}
+	v := view(t, Answer{Result: inProgressResult(r, 1499599799*time.Nanosecond)})
+	if !strings.Contains(v.Content[0].Text, "has not finished after 1.5s (state accepted") {
+		t.Fatalf("got %q; want the wait as 1.5s", v.Content[0].Text)
+	}
+}
+
 // TestApprovalRefusalReplaySaysWhose: a refusal kept for an actor, here
 // because the first client could not be asked, is replayed to a later
 // client that can be: it says it is an earlier call's stored outcome and

@@ -133,7 +133,11 @@ func refusedResult(r *record.Record, replay bool) json.RawMessage {
 	return toolResult(text, "refused", r)
 }
 
+// inProgressResult says that r is still under way after the caller
+// waited window, to the millisecond: a window a client's deadline
+// shortened is seldom a round number, and its nanoseconds say nothing.
 func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
+	window = window.Round(time.Millisecond)
 	state := string(r.State)
 	switch r.Awaiting {
 	case record.ApproverOperator:
