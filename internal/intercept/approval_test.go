@@ -565,6 +565,32 @@ func TestApprovalInRoundChecksTheState(t *testing.T) {
 	}
 }
 
+// TestApprovalInRoundFromAnotherScope: a continuation, its state good,
+// that comes from another session scope (another stdio process, or serve
+// since restarted) is refused saying so and what to do, never that its
+// arguments differ: they are the ones asked about. Sent again as it was
+// first sent, the call is asked about anew.
+func TestApprovalInRoundFromAnotherScope(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	req, a := h.request(t, roundCall(args, round, "accept"))
+	req.Scope = "session:2"
+	h.in.Handle(t.Context(), req)
+	ans := a.only(t)
+	if !strings.Contains(string(ans.Error), "-32602") || !strings.Contains(string(ans.Error), "asked about in another session scope") ||
+		strings.Contains(string(ans.Error), "session:1") {
+		t.Fatalf("a continuation from another scope got %s %s; want -32602 saying so, not naming the scope", ans.Result, ans.Error)
+	}
+	req, a = h.request(t, roundCall(args, nil, ""))
+	req.Scope = "session:2"
+	h.in.Handle(t.Context(), req)
+	asRound(t, a.only(t))
+	if h.up.calls.Load() != 0 {
+		t.Errorf("the upstream ran %d times; nothing may run", h.up.calls.Load())
+	}
+}
+
 // TestApprovalInRoundDeclined: a declined round refuses the execution.
 func TestApprovalInRoundDeclined(t *testing.T) {
 	h := approving(policy.ApprovalEach, policy.ApproverClient)

@@ -330,7 +330,18 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 			"mcp-idempotent: the approval of execution %s could not be read: %v; nothing was sent", id, err))
 		return
 	}
-	if fp, err := in.actionOf(req); err != nil || fp != rec.Fingerprint {
+	fp, err := in.actionOf(req)
+	if _, scope := matchScope(req); err == nil && fp != rec.Fingerprint && scope != rec.Scope {
+		// The state vouches for the tool and the arguments: the call is
+		// the one asked about, from a scope that cannot reach it (another
+		// stdio process, serve since restarted). The scopes are not
+		// named: an HTTP session's names its session id.
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the call continues the approval of execution %s, which was asked about in another session scope (another proxy process, or one since restarted), so it cannot be decided here and nothing was sent: send the call again as it was first sent, and it is asked about anew",
+			plain.Name, id))
+		return
+	}
+	if err != nil || fp != rec.Fingerprint {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the call continues the approval of execution %s of %s, but it is another call: send the arguments that were asked about", plain.Name, id, rec.Tool))
 		return
