@@ -142,7 +142,13 @@ func (s *Session) takeAsk(id string) (ask, bool) {
 // with err, and tells the client (notifications/cancelled), which may
 // then take its question away from the user.
 func (s *Session) cancelAsk(id string, err error) {
-	a, ok := s.takeAsk(id)
+	s.mu.Lock()
+	a, ok := s.asks[id]
+	delete(s.asks, id)
+	if ok {
+		s.giveUpLocked(id)
+	}
+	s.mu.Unlock()
 	if !ok {
 		return // answered meanwhile
 	}
@@ -159,6 +165,16 @@ func (s *Session) askAnswered(msg *jsonrpc.Message) {
 	key := string(jsonrpc.IDKey(msg.ID))
 	a, ok := s.takeAsk(key)
 	if !ok {
+		s.mu.Lock()
+		_, withdrawn := s.givenUp[key]
+		delete(s.givenUp, key)
+		s.mu.Unlock()
+		if withdrawn {
+			// The user answered after the proxy stopped waiting: its
+			// question was withdrawn, and the client told so.
+			s.log.Info("dropped the client's answer to a question the proxy withdrew: no answer came in time, or its call ended", "id", string(msg.ID))
+			return
+		}
 		s.log.Warn("dropped an answer from the client to no question of the proxy's", "id", string(msg.ID))
 		return
 	}

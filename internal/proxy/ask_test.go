@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -272,9 +273,11 @@ func TestAskIDsOfAnInstance(t *testing.T) {
 }
 
 // TestAskCancelled: when the asker's context ends, done gets its error
-// once, the client is told, and a late answer is dropped.
+// once, the client is told, and a late answer is dropped, logged as the
+// answer to a question withdrawn, not warned of as one to no question.
 func TestAskCancelled(t *testing.T) {
-	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, chargeParams)
+	var log syncBuffer
+	r, a, call := askRig(t, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}, `{"elicitation":{}}`, chargeParams)
 	o := newOutcomes()
 	ctx, cancel := context.WithCancel(t.Context())
 	a.Ask(ctx, json.RawMessage(`{}`), o.done)
@@ -291,6 +294,15 @@ func TestAskCancelled(t *testing.T) {
 	passedUpstream(t, r, "a late answer to the proxy")
 	if n := o.calls.Load(); n != 1 {
 		t.Fatalf("done called %d times; want once", n)
+	}
+	if got := log.String(); strings.Contains(got, "level=WARN") || !strings.Contains(got, "a question the proxy withdrew") {
+		t.Errorf("the log after a late answer:\n%s\nwant it told as the answer to a question withdrawn, with no warning", got)
+	}
+	// A second answer to it is one to no question.
+	r.client.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:ask:1","result":{"action":"accept"}}`)
+	passedUpstream(t, r, "a second late answer to the proxy")
+	if got := log.String(); !strings.Contains(got, "level=WARN msg=\"dropped an answer from the client to no question of the proxy's\"") {
+		t.Errorf("the log after a second late answer:\n%s\nwant a warning", got)
 	}
 	r.upstream.answerCharged(t, call)
 	r.client.next(t, "client")

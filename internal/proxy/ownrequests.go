@@ -151,10 +151,7 @@ func (s *Session) cancelSent(l *link, key string, err error) {
 	p, ok := s.pending[key]
 	delete(s.pending, key)
 	if ok {
-		if s.givenUp == nil || len(s.givenUp) >= maxGivenUp {
-			s.givenUp = make(map[string]struct{})
-		}
-		s.givenUp[key] = struct{}{}
+		s.giveUpLocked(key)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -184,6 +181,16 @@ func cancellation(key string, err error) []byte {
 
 // maxGivenUp bounds Session.givenUp.
 const maxGivenUp = 256
+
+// giveUpLocked notes key, the id of a request of the proxy's own that it
+// cancelled, so that an answer that comes anyway is dropped quietly.
+// s.mu must be held.
+func (s *Session) giveUpLocked(key string) {
+	if s.givenUp == nil || len(s.givenUp) >= maxGivenUp {
+		s.givenUp = make(map[string]struct{})
+	}
+	s.givenUp[key] = struct{}{}
+}
 
 // droppedOwn logs the drop of an answer under key, an id of the proxy's
 // own that no request waits on: quietly for a request it cancelled, whose

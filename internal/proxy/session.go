@@ -181,9 +181,10 @@ type Session struct {
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by id.
 	pending map[string]sent
-	// givenUp holds the ids of the proxy's own requests it cancelled
-	// (cancelSent), whose answer may still come and is then dropped
-	// quietly; at most maxGivenUp, since most never get one.
+	// givenUp holds the ids of the proxy's own requests it cancelled,
+	// upstream (cancelSent) or to the client (cancelAsk), whose answer
+	// may still come and is then dropped quietly; at most maxGivenUp,
+	// since most never get one.
 	givenUp map[string]struct{}
 	// sending counts the proxy's own requests not yet answered and acted
 	// on; idle, when not nil, is closed once it is zero: shutdown waits on
