@@ -37,6 +37,11 @@ const (
 // before it is refused.
 const DefaultApprovalTimeout = 10 * time.Minute
 
+// MinApprovalTimeout bounds approval_timeout from below: a person needs
+// that long at least to decide, and a shorter one (1ms written for 1m)
+// would refuse every call before anyone could answer.
+const MinApprovalTimeout = time.Second
+
 // MaxApprovalTimeout bounds approval_timeout: an execution awaiting its
 // approval holds its key, and its caller, that long.
 const MaxApprovalTimeout = 7 * 24 * time.Hour

@@ -92,6 +92,7 @@ tools:
   a: {approval: always, approval_timeout: 0s}
   b: {class: read_only, approval: each}
   c: {scope: key, approval: session, approval_timeout: 8d}
+  d: {approval: each, approval_timeout: 999ms}
 `,
 			want: []string{
 				"p.yaml:2:3: defaults.approval: approval names the tools a person approves, so it can only be set per tool",
@@ -101,6 +102,7 @@ tools:
 				"p.yaml:6:35: tools.b.approval: a read_only tool passes through unrecorded, so it cannot wait for an approval",
 				"p.yaml:7:29: tools.c.approval: scope key runs a call without a client key unrecorded",
 				`p.yaml:7:56: tools.c.approval_timeout: "8d" is longer than the most allowed, 7d`,
+				`p.yaml:8:41: tools.d.approval_timeout: "999ms" is shorter than the least allowed, 1s`,
 			},
 		},
 		{

@@ -97,14 +97,19 @@ func parseRetention(n *yaml.Node) (time.Duration, string) {
 	return d, problem
 }
 
-// parseApprovalTimeout reads approval_timeout: a duration of at most
-// MaxApprovalTimeout.
+// parseApprovalTimeout reads approval_timeout: a duration from
+// MinApprovalTimeout to MaxApprovalTimeout.
 func parseApprovalTimeout(n *yaml.Node) (time.Duration, string) {
 	d, problem := parseDuration(n)
-	if problem == "" && d > MaxApprovalTimeout {
+	switch {
+	case problem != "":
+		return 0, problem
+	case d < MinApprovalTimeout:
+		return 0, fmt.Sprintf("%q is shorter than the least allowed, 1s: no one could decide in time, and every call would be refused", n.Value)
+	case d > MaxApprovalTimeout:
 		return 0, fmt.Sprintf("%q is longer than the most allowed, 7d", n.Value)
 	}
-	return d, problem
+	return d, ""
 }
 
 // parsePath reads a dot path of object members, such as trace.id; want
