@@ -17,6 +17,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -205,6 +206,10 @@ func (a *activityArgs) check() error {
 		// Checked before the store is opened: the execution's own state
 		// is no answer to a mistyped flag.
 		return usagef("--as: %q is not failed or completed", a.as)
+	}
+	if n := utf8.RuneCountInString(a.note); n > record.MaxNote {
+		// Kept with the record and shown to every caller it has.
+		return usagef("--note: %d characters; at most %d", n, record.MaxNote)
 	}
 	wantPos := 1
 	if a.verb == "list" {

@@ -197,3 +197,25 @@ func TestOperatorChangeOfAnUnknownID(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorNoteTooLong: a note is kept with the record and shown to
+// every caller it has, so one over record.MaxNote characters is a
+// mistake on the command line, refused before the store is changed.
+func TestOperatorNoteTooLong(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator)
+	long := strings.Repeat("é", record.MaxNote+1)
+	for _, args := range [][]string{
+		{"approve", ids[0], "--note", long, "--store", store},
+		{"deny", ids[0], "--note", long, "--store", store},
+		{"resolve", ids[0], "--as", "failed", "--note", long, "--store", store},
+	} {
+		_, _, err := run(t, append([]string{"activity"}, args...)...)
+		if _, ok := errors.AsType[*usageError](err); !ok || !strings.Contains(err.Error(), "--note: 1001 characters; at most 1000") {
+			t.Errorf("activity %s with a note of 1,001 characters = %v; want a usage error naming --note", args[0], err)
+		}
+	}
+	// At the limit, it is taken.
+	if _, _, err := run(t, "activity", "deny", ids[0], "--note", long[:2*record.MaxNote], "--store", store); err != nil {
+		t.Errorf("activity deny with a note of 1,000 characters = %v; want it taken", err)
+	}
+}

@@ -165,7 +165,7 @@ func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err 
 		return record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
 			Note: "the client's answer to the approval request could not be read"}
 	}
-	c := record.Change{From: record.Accepted, By: by, Via: record.ApproverClient, Note: note}
+	c := record.Change{From: record.Accepted, By: by, Via: record.ApproverClient, Note: record.CutNote(note)}
 	switch action {
 	case "accept":
 		c.To = record.Authorized
@@ -574,6 +574,7 @@ func (in *Interceptor) elicitation(req *Request, rec *record.Record) (json.RawMe
 			"properties": map[string]any{
 				"note": map[string]any{
 					"type":        "string",
+					"maxLength":   record.MaxNote,
 					"title":       "Note",
 					"description": "Why you approve or decline; kept with the execution's record.",
 				},

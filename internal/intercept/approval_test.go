@@ -94,6 +94,24 @@ func decision(t *testing.T, rec *record.Record, st record.State) record.Transiti
 	return record.Transition{}
 }
 
+// TestApprovalLongNoteCut: a client's note is kept with the record and
+// shown to every caller for the record's retention; one over
+// record.MaxNote characters is cut there, and says so, rather than kept
+// whole or taken for no decision.
+func TestApprovalLongNoteCut(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	a := newAsker(elicited("decline", strings.Repeat("n", 3_000_000)))
+	h.askingCall(t, a, "session:1", chargeCall)
+	if v := view(t, a.only(t)); !strings.Contains(v.Content[0].Text, "… (cut: 3000000 characters in all)") {
+		t.Errorf("the declined call got a text of %d bytes; want the note cut, and saying so", len(v.Content[0].Text))
+	}
+	d := decision(t, h.onlyRecord(t), record.Refused)
+	if want := strings.Repeat("n", record.MaxNote) + "… (cut: 3000000 characters in all)"; d.Note != want || d.Via != record.ApproverClient {
+		t.Errorf("the refusal is recorded through %q with a note of %d bytes ending %q; want through client, cut to %d characters and saying so",
+			d.Via, len(d.Note), d.Note[max(0, len(d.Note)-40):], record.MaxNote)
+	}
+}
+
 func TestApprovalAcceptedRunsOnce(t *testing.T) {
 	h := approving(policy.ApprovalEach, policy.ApproverClient)
 	a := newAsker(elicited("accept", "looks right"))

@@ -20,12 +20,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -423,6 +425,27 @@ const (
 	// ViaProxy: the proxy refused, since no one could be asked.
 	ViaProxy = "proxy"
 )
+
+// MaxNote bounds, in characters, the note a person gives with a decision
+// (an approval, a refusal, a resolution): it is kept with the record and
+// shown to every caller for as long as the record is retained.
+const MaxNote = 1000
+
+// CutNote returns note cut to MaxNote characters, saying so at its end,
+// for a note that came from a client, which may send any length.
+func CutNote(note string) string {
+	if utf8.RuneCountInString(note) <= MaxNote {
+		return note
+	}
+	n := 0
+	for i := range note {
+		if n == MaxNote {
+			return fmt.Sprintf("%s… (cut: %d characters in all)", note[:i], utf8.RuneCountInString(note))
+		}
+		n++
+	}
+	return note
+}
 
 // Sentinel errors that callers branch on.
 var (
