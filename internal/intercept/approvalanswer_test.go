@@ -119,6 +119,26 @@ func TestApprovalInRoundUnreadableAnswer(t *testing.T) {
 	}
 }
 
+// TestApprovalInRoundResponsesNoObject: inputResponses that is no object
+// is refused with -32602 saying so, not as if it lacked the answer.
+func TestApprovalInRoundResponsesNoObject(t *testing.T) {
+	args := `{"card":"4242","amount":100}`
+	for _, raw := range []string{`"accept"`, `[{"action":"accept"}]`, `5`} {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+		good := roundCall(args, round, "accept")
+		const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
+		bad := strings.Replace(good, answer, `"inputResponses":`+raw, 1)
+		a := h.call(t.Context(), t, bad).only(t)
+		if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "inputResponses is no object") {
+			t.Errorf("inputResponses %s got %s %s; want -32602 saying it is no object", raw, a.Result, a.Error)
+		}
+		if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
+			t.Errorf("after inputResponses %s the execution is %s, sent %d times; want it still awaiting, never sent", raw, rec.State, h.up.calls.Load())
+		}
+	}
+}
+
 // TestApprovalQuestionLinesCannotBeForged: the tool name comes from the
 // upstream and the arguments from the client; neither can write a line
 // of its own into the question the user approves (a fake "Arguments:"

@@ -313,6 +313,10 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the answer to the approval of execution %s could not be read, so it was not taken and nothing was sent: %s must be an elicitation result, such as {\"action\":\"accept\"}", call.Name, id, where))
 		return
+	case answer == nil && call.InputResponses != nil && !isJSONObject(call.InputResponses):
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the call continues the approval of execution %s, and its inputResponses is no object: send {%q: {\"action\":\"accept\"}}, say; nothing was sent", call.Name, id, approvalInput))
+		return
 	case answer == nil:
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the call continues the approval of execution %s and has no inputResponses[%q]", call.Name, id, approvalInput))
@@ -405,4 +409,10 @@ func withMembers(obj, members json.RawMessage) json.RawMessage {
 		out = append(out, inner...)
 	}
 	return append(out, '}')
+}
+
+// isJSONObject reports whether v, valid JSON, is an object.
+func isJSONObject(v json.RawMessage) bool {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	return len(v) > 0 && v[0] == '{'
 }
