@@ -51,7 +51,8 @@ var ErrClosed = errors.New("streamhttp: client closed")
 
 // ErrSessionExpired is returned by ReadFrame, after the frames already
 // received, once the server has answered 404 to a request carrying the
-// session id: the session is gone, and a new Client must initialise anew.
+// session id and the POSTs under way are done: the session is gone, and a
+// new Client must initialise anew. WriteFrame returns it from the 404 on.
 var ErrSessionExpired = errors.New("streamhttp: the upstream session expired (HTTP 404)")
 
 // Options configures a Client. The zero value is usable.
@@ -119,7 +120,7 @@ type Client struct {
 	listening   bool   // the GET stream has been started
 	getServed   bool   // a GET was answered with a stream: a 404 to a later one means the session is gone
 	posts       int    // POSTs under way
-	gone        bool   // the GET stream met a 404 for the session: nothing more is POSTed
+	gone        bool   // the server forgot the session (a 404): nothing more is POSTed
 	lastEventID string // the id of the last SSE event received, any stream
 	// era is that of the last request written, which notifications follow:
 	// they declare no version of their own.

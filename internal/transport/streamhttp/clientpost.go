@@ -20,7 +20,11 @@ func (c *Client) post(req *http.Request, s sent) {
 	defer func() { // last: after its requests are answered
 		c.mu.Lock()
 		c.posts--
+		last := c.gone && c.posts == 0
 		c.mu.Unlock()
+		if last {
+			c.expire()
+		}
 	}()
 	if s.call != nil {
 		defer c.forget(s)
@@ -91,7 +95,7 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 		// Spec, "Session Management": a 404 to a request with a session
 		// id means the session is gone.
 		msg = "upstream session expired (HTTP 404)"
-		defer c.expire()
+		c.endSession()
 	}
 	c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
 	c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, msg))
@@ -132,7 +136,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		}
 		if gone {
 			reason += ", and the upstream session expired (HTTP 404) when it was resumed"
-			defer c.expire() // after pending is answered: ReadFrame reads that first
+			c.endSession()
 		}
 	default:
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)

@@ -202,6 +202,17 @@ func (c *Client) expireIdle() {
 	}
 }
 
+// endSession notes that the server forgot the session, as a POST under
+// way found: nothing more is POSTed, and the session ends once the last
+// POST under way is done. Each of those has its own outcome, an answer,
+// a 404 (it did not run) or a broken stream (it may have): ending the
+// session at once would have them all taken for sent and unanswered.
+func (c *Client) endSession() {
+	c.mu.Lock()
+	c.gone = true
+	c.mu.Unlock()
+}
+
 // expire makes ReadFrame report ErrSessionExpired once the frames already
 // queued are read, so that the proxy starts a new session.
 func (c *Client) expire() {

@@ -31,7 +31,9 @@ type sent struct {
 // WriteFrame POSTs frame to the server and returns without waiting for the
 // answer, which ReadFrame returns when it comes. It fails only for a frame
 // that is not JSON-RPC, a request whose _meta the server could read
-// otherwise than the transport (statelessVersion), or after Close.
+// otherwise than the transport (statelessVersion), once the server has
+// forgotten the session (ErrSessionExpired: the frame was not sent), or
+// after Close.
 func (c *Client) WriteFrame(frame []byte) error {
 	// Our own copy: the caller may reuse frame, and the ids kept for
 	// answering on failure point into it.

@@ -263,3 +263,49 @@ func TestNothingPostedAfterForgotten(t *testing.T) {
 type waitReader chan struct{}
 
 func (w waitReader) Read([]byte) (int, error) { <-w; return 0, io.EOF }
+
+// TestSessionForgottenWhileACallRuns: the server answers one call's POST
+// 404 for the session while another call's POST is under way. The call
+// under way keeps its own outcome, here its answer, and the session ends
+// only after it. A call written after the 404 is not POSTed into the
+// forgotten session: it would be taken for sent and unanswered when the
+// session ends, though it cannot have run.
+func TestSessionForgottenWhileACallRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var calls atomic.Int32
+		u := &forgetfulUpstream{
+			gets: []func(*http.Request) *http.Response{quietStream},
+			call: func(req *http.Request) *http.Response {
+				if calls.Add(1) == 1 {
+					select {
+					case <-release:
+					case <-req.Context().Done(): // the test failed, and closes the Client
+					}
+					return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":3,"result":{"content":[]}}`)
+				}
+				return forgotten(req)
+			},
+		}
+		c := dialForgetful(t, u)
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
+		synctest.Wait() // call 3 is under way
+		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"y"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "4" || !strings.Contains(na.Reason, "expired (HTTP 404)") {
+			t.Fatalf("got %+v; want id 4 unanswered, saying the session expired", *na)
+		}
+		if err := c.WriteFrame([]byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"z"}}`)); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("WriteFrame after the 404 = %v; want ErrSessionExpired", err)
+		}
+		close(release)
+		if m := read(t, c); string(m.ID) != "3" || m.Result == nil {
+			t.Fatalf("got %s; want call 3's answer before the session ends", m.Raw)
+		}
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+		if n := calls.Load(); n != 2 {
+			t.Errorf("the server got %d tools/call POSTs; want 2", n)
+		}
+	})
+}
