@@ -63,7 +63,10 @@ type Options struct {
 	// HTTPClient sends the requests; nil means a zero http.Client. It should
 	// have no overall Timeout: responses to long tool calls and the GET
 	// stream stay open for as long as the server needs. Its CheckRedirect
-	// is not used: redirects are followed within the origin only.
+	// is not used: redirects are followed within the origin only. A POST
+	// that an *http.Transport fails before it reports a connection to
+	// httptrace (GotConn) is taken for not sent: a protocol it registers
+	// (RegisterProtocol) must report one too.
 	HTTPClient *http.Client
 	// Logger receives transport events; nil discards them.
 	Logger *slog.Logger
@@ -101,6 +104,9 @@ type Client struct {
 	header http.Header
 	log    *slog.Logger
 	max    int
+	// tracesConns says that hc's transport is net/http's, which reports
+	// to an httptrace.ClientTrace the connection each request gets.
+	tracesConns bool
 
 	ctx    context.Context // parent of every request; cancelled by Close
 	cancel context.CancelFunc
@@ -210,6 +216,10 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	}
 	hc.CheckRedirect = sameOriginRedirect
 	c.hc = &hc
+	switch hc.Transport.(type) {
+	case nil, *http.Transport:
+		c.tracesConns = true
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

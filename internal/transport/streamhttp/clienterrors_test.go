@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -154,6 +156,59 @@ func TestUnreachable(t *testing.T) {
 		if strings.Contains(e.Reason, secret) || strings.Contains(log.String(), secret) {
 			t.Errorf("%q shown: message %q, log %q", secret, e.Reason, log.String())
 		}
+	}
+}
+
+// TestBadCertificateNotSent: a server whose certificate does not verify
+// fails the TLS handshake, before any byte of the POST is written. The
+// call did not run, so it is not sent, not of unknown outcome, which
+// would block its retries once the certificate is fixed.
+func TestBadCertificateNotSent(t *testing.T) {
+	var posts atomic.Int32
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes that fail
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	c := dial(t, ts.URL+"/mcp") // net/http's default transport, which does not trust the test certificate
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","_meta":{"mcp-idempotent/execution-id":"exe_1"}}}`)
+	na := readNoAnswer(t, c)
+	if string(na.ID) != "2" || !na.NotSent || !strings.Contains(na.Reason, "certificate") {
+		t.Fatalf("got %+v; want id 2 not sent, naming the certificate", *na)
+	}
+	if n := posts.Load(); n != 0 {
+		t.Errorf("the server got %d requests; want none", n)
+	}
+}
+
+// TestBrokenHTTP2CallSent: over HTTP/2, where net/http hands the
+// connection to its HTTP/2 side, a call whose stream the server resets
+// once it read the call may have run: its outcome is unknown, not "not
+// sent".
+func TestBrokenHTTP2CallSent(t *testing.T) {
+	var calls atomic.Int32
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(body), "tools/call") || r.ProtoMajor != 2 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		calls.Add(1)
+		panic(http.ErrAbortHandler) // resets the stream
+	}))
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	c, err := Dial(context.Background(), ts.URL, Options{HTTPClient: ts.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","_meta":{"mcp-idempotent/execution-id":"exe_1"}}}`)
+	if na := readNoAnswer(t, c); string(na.ID) != "2" || na.NotSent || na.Status != 0 {
+		t.Fatalf("got %+v; want id 2 sent and not answered", *na)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the server got the call %d times over HTTP/2; want once", n)
 	}
 }
 

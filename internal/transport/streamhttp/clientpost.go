@@ -9,7 +9,9 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -35,17 +37,18 @@ func (c *Client) post(req *http.Request, s sent) {
 		case <-c.ctx.Done(): // Do fails at once
 		}
 	}
+	var connected atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
 	resp, err := c.do(req)
 	if s.taken != nil {
 		close(s.taken)
 	}
 	if err != nil {
 		c.log.Warn("POST to the upstream failed", "err", err)
-		// A failed dial sent nothing; any other failure may have come
-		// after the upstream read the request.
-		var op *net.OpError
 		c.fail(s, s.ids, jsonrpc.NoAnswer{
-			NotSent: errors.As(err, &op) && op.Op == "dial",
+			NotSent: c.notSent(err, connected.Load()),
 			Reason:  "upstream unreachable: " + err.Error(),
 		})
 		return
@@ -77,6 +80,19 @@ func (c *Client) post(req *http.Request, s sent) {
 	default:
 		c.relayBody(resp, s, pending)
 	}
+}
+
+// notSent reports whether err, a POST's failure, says that no byte of
+// the POST left: a dial that failed, or, with a transport that reports
+// the connection it gets (net/http's does, once dialled and past the TLS
+// handshake), any failure before it got one, gotConn false. A bad
+// certificate fails the handshake, before the request could be written.
+// Any other failure may have come after the upstream read the request.
+func (c *Client) notSent(err error, gotConn bool) bool {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return true
+	}
+	return c.tracesConns && !gotConn
 }
 
 // refused answers the requests in pending of a POST the server answered
