@@ -51,9 +51,10 @@ var ErrClosed = errors.New("streamhttp: client closed")
 
 // ErrSessionExpired is returned by ReadFrame, after the frames already
 // received, once the server has answered 404 to a request carrying the
-// session id and the POSTs under way are done: the session is gone, and a
-// new Client must initialise anew. WriteFrame returns it from the 404 on.
-var ErrSessionExpired = errors.New("streamhttp: the upstream session expired (HTTP 404)")
+// session id (or 400 to it and to a ping in the session) and the POSTs
+// under way are done: the session is gone, and a new Client must
+// initialise anew. WriteFrame returns it from that answer on.
+var ErrSessionExpired = errors.New("streamhttp: the upstream session expired")
 
 // Options configures a Client. The zero value is usable.
 type Options struct {

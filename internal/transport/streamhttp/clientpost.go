@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -107,14 +110,57 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 		// comes here.
 		msg += ", a redirect to " + ShownURL(loc) + " that is not followed (another scheme, host or port, or another method): give --upstream the URL to use"
 	}
-	if resp.StatusCode == http.StatusNotFound && s.hasSID {
+	switch {
+	case resp.StatusCode == http.StatusNotFound && s.hasSID:
 		// Spec, "Session Management": a 404 to a request with a session
 		// id means the session is gone.
 		msg = "upstream session expired (HTTP 404)"
 		c.endSession()
+	case resp.StatusCode == http.StatusBadRequest && s.hasSID && c.sessionForgotten():
+		msg += ", and the upstream session expired: a ping in it was refused too"
+		c.endSession()
 	}
 	c.log.Warn("upstream refused a POST", "status", resp.StatusCode)
 	c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, msg))
+}
+
+// sessionPing is the request with which sessionForgotten asks the
+// server whether it knows the session. Its answer is read here, never
+// returned by ReadFrame.
+const sessionPing = `{"jsonrpc":"2.0","id":"mcp-idempotent/session-check","method":"ping"}`
+
+// sessionCheckTimeout bounds the wait for the answer to sessionPing; a
+// server that has not answered by then is taken to know the session.
+const sessionCheckTimeout = 10 * time.Second
+
+// sessionForgotten reports whether the server refuses a ping in the
+// session with 400 or 404: it no longer knows the session. Servers built
+// from the TypeScript SDK's examples answer 400, not the spec's 404, to
+// a session id they do not know, as after a restart; a 400 alone may be
+// the request's own fault, in a session still alive.
+func (c *Client) sessionForgotten() bool {
+	// Bounded: the 400 it explains waits for it.
+	ctx, cancel := context.WithTimeout(c.ctx, sessionCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(sessionPing))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	c.mu.Lock()
+	c.setHeadersLocked(req, false)
+	c.mu.Unlock()
+	resp, err := c.do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	forgotten := resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound
+	if forgotten {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	}
+	return forgotten
 }
 
 // relayBody delivers the answers in the body of resp, a JSON object or an

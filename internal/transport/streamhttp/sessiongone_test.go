@@ -309,3 +309,115 @@ func TestSessionForgottenWhileACallRuns(t *testing.T) {
 		}
 	})
 }
+
+// A badRequestUpstream answers 400, as servers built from the TypeScript
+// SDK's examples do, to a POST whose session it does not know: once
+// forgot is set, as after a restart. A tools/call named "bad" gets 400
+// in a session it knows too, as a request at fault does.
+type badRequestUpstream struct {
+	forgot atomic.Bool
+	pings  atomic.Int32
+	// hangPing makes pings go unanswered until the Client gives up.
+	hangPing bool
+}
+
+func (u *badRequestUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+	}
+	refused := answer(req, http.StatusBadRequest, "application/json", `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}`)
+	switch {
+	case req.Method == http.MethodGet:
+		return quietStream(req), nil
+	case strings.Contains(string(body), `"initialize"`):
+		resp := answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+		resp.Header.Set("Mcp-Session-Id", "s1")
+		return resp, nil
+	case strings.Contains(string(body), `"ping"`):
+		u.pings.Add(1)
+		if u.hangPing {
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		}
+		if u.forgot.Load() {
+			return refused, nil
+		}
+		return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":"mcp-idempotent/session-check","result":{}}`), nil
+	case u.forgot.Load() || strings.Contains(string(body), `"bad"`):
+		return refused, nil
+	case strings.Contains(string(body), `"tools/call"`):
+		m, _ := jsonrpc.Decode(body)
+		return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"content":[]}}`), nil
+	}
+	return answer(req, http.StatusAccepted, "", ""), nil
+}
+
+func dialBadRequest(t *testing.T, u *badRequestUpstream) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), "http://upstream.test/mcp", Options{HTTPClient: &http.Client{Transport: u}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handshake(t, c)
+	return c
+}
+
+// TestSessionForgottenWith400: a restarted server that answers 400, not
+// 404, to the session it forgot. The call gets the 400 (it did not run),
+// and the ping in the session that follows is refused too: the session
+// ends, so that the proxy starts a new one rather than see every later
+// request refused.
+func TestSessionForgottenWith400(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &badRequestUpstream{}
+		c := dialBadRequest(t, u)
+		u.forgot.Store(true)
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.NotSent || na.Status != http.StatusBadRequest || !strings.Contains(na.Reason, "session expired") {
+			t.Fatalf("got %+v; want id 3 refused with 400, saying the session expired", *na)
+		}
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// TestBadRequestInALiveSession: a 400 that is the request's own, in a
+// session the server still knows (it answers the ping), ends nothing.
+func TestBadRequestInALiveSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &badRequestUpstream{}
+		c := dialBadRequest(t, u)
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
+			t.Fatalf("got %+v; want id 3 refused with 400", *na)
+		}
+		if n := u.pings.Load(); n != 1 {
+			t.Errorf("the server got %d pings; want 1", n)
+		}
+		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
+		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
+			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
+		}
+	})
+}
+
+// TestSessionCheckBounded: a ping the server never answers does not hold
+// the 400 it would explain for ever: the call gets it, and the session
+// goes on.
+func TestSessionCheckBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &badRequestUpstream{hangPing: true}
+		c := dialBadRequest(t, u)
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
+			t.Fatalf("got %+v; want id 3 refused with 400", *na)
+		}
+		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
+		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
+			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
+		}
+	})
+}
