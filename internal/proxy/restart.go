@@ -2,8 +2,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // upstreamExited acts on the end of the upstream link in use: everyone
@@ -128,6 +132,14 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 		if err == nil && initialized {
 			err = conn.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
 		}
+		if err != nil && transportFailure(err) {
+			// An HTTP server that could not be reached, or whose gateway
+			// failed (a deploy under way): one more exit, counted as any
+			// other, rather than the end of the session.
+			s.log.Warn("replaying the client's handshake failed; starting the upstream again", "err", err)
+			conn.Close()
+			return done, nil
+		}
 		if err != nil {
 			conn.Close()
 			return fail(fmt.Errorf("replaying the client's handshake: %w", err))
@@ -136,6 +148,23 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	close(l.ready)
 	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
 	return done, nil
+}
+
+// transportFailure reports whether err, a request's failure, is the
+// transport's own account of an HTTP request that got no answer and may
+// get one if sent again: nothing was sent, the connection broke, or a
+// status that a server or gateway gives while it restarts (408, 429, 5xx).
+// The server's own refusal, such as a JSON-RPC error, is not.
+func transportFailure(err error) bool {
+	na, ok := errors.AsType[*jsonrpc.NoAnswer](err)
+	if !ok {
+		return false
+	}
+	switch s := na.Status; {
+	case na.NotSent, s == 0, s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
+		return true
+	}
+	return false
 }
 
 // restartBackoff is the wait before a restart: 100ms, doubling with each
