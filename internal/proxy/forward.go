@@ -227,12 +227,25 @@ func (s *Session) forgetLocked(key string) {
 		return
 	}
 	delete(s.forwarded, key)
+	s.releasePassedLocked(key, f)
 	if !standing(f.method) {
 		s.awaited--
 	}
 	if s.awaited == 0 && s.forwardIdle != nil {
 		close(s.forwardIdle)
 		s.forwardIdle = nil
+	}
+}
+
+// releasePassedLocked frees key, the id of f, a request forwarded and
+// now answered, cancelled or given up on, in calls too: a tools/call
+// passed upstream keeps its entry there until the goroutine that sent it
+// finishes it, which may come later than the answer the client acts on,
+// or than its own cancellation. While f held key, no other call could
+// take it, so the entry is f's. s.mu must be held.
+func (s *Session) releasePassedLocked(key string, f forwardedRequest) {
+	if f.method == "tools/call" && f.batch == 0 {
+		delete(s.calls, key)
 	}
 }
 

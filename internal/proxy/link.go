@@ -152,6 +152,9 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	}
 	forwarded := s.forwarded
 	s.forwarded = make(map[string]forwardedRequest)
+	for key, f := range forwarded {
+		s.releasePassedLocked(key, f)
+	}
 	s.awaited = 0
 	if s.forwardIdle != nil {
 		close(s.forwardIdle)

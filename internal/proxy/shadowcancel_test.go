@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,5 +307,70 @@ func TestShadowCancelledAnsweredWhileIDWaits(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the cancelled call did not settle")
+	}
+}
+
+// stallAfterCall passes the proxy's writes to the upstream on, and
+// holds the goroutine that writes the first tools/call, once the
+// upstream has it, until release: as a goroutine the scheduler runs late.
+type stallAfterCall struct {
+	io.WriteCloser
+	once    sync.Once
+	stalled chan struct{} // closed once the write is held
+	release chan struct{}
+}
+
+func (w *stallAfterCall) Write(p []byte) (int, error) {
+	n, err := w.WriteCloser.Write(p)
+	if bytes.Contains(p, []byte(`"method":"tools/call"`)) {
+		w.once.Do(func() {
+			close(w.stalled)
+			<-w.release
+		})
+	}
+	return n, err
+}
+
+// TestPassedCallFreesItsIDWhenAnswered: a tools/call the proxy passes
+// upstream (in shadow mode, or one that passes through) frees its id
+// once the client has the upstream's answer, though the goroutine that
+// sent it, after a listing, has not yet got to forget it: a client that
+// sends another request under the id at once has it sent, not refused
+// as "already in use".
+func TestPassedCallFreesItsIDWhenAnswered(t *testing.T) {
+	for _, tt := range []struct {
+		name, tools string
+		shadow      bool
+	}{
+		{"shadow", `[]`, true},
+		{"pass-through", `[{"name":"charge_card","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Shadow: tt.shadow})
+			w := &stallAfterCall{stalled: make(chan struct{}), release: make(chan struct{})}
+			r := newRigWriting(t, context.Background(), 0, Options{Interceptor: in}, func(c Conn) Conn { return c }, nil,
+				func(pw io.WriteCloser) io.WriteCloser { w.WriteCloser = pw; return w })
+			var once sync.Once
+			release := func() { once.Do(func() { close(w.release) }) }
+			t.Cleanup(release) // before the rig's, which waits for the session
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`)
+			r.upstream.next(t, "upstream") // tools/list
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":`+tt.tools+`}}`)
+			r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
+			<-w.stalled
+			r.client.next(t, "client") // the answer
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+			release()
+			select {
+			case got := <-r.upstream.frames:
+				if !strings.Contains(string(got), `"n":2`) {
+					t.Errorf("the upstream got %s; want the later call", got)
+				}
+			case got := <-r.client.frames:
+				t.Errorf("the client got %s; want its later call sent upstream", got)
+			case <-time.After(5 * time.Second):
+				t.Error("the later call was neither sent nor answered")
+			}
+		})
 	}
 }
