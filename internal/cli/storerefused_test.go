@@ -27,7 +27,8 @@ func serviceURL(t *testing.T, env string) *neturl.URL {
 }
 
 // TestStoreRefusedAtStart: a store whose server answers and refuses the
-// URL (a database that does not exist, an unknown role, a Redis database
+// URL (a database that does not exist, an unknown role, a run-time
+// parameter it does not know or a value it does not take, a Redis database
 // out of range, cluster=true for a server not in a Cluster) stops the
 // proxy at start, naming --store and what the server said, before the
 // upstream starts: no wait would end it, and the proxy would otherwise
@@ -36,9 +37,11 @@ func serviceURL(t *testing.T, env string) *neturl.URL {
 func TestStoreRefusedAtStart(t *testing.T) {
 	pg := serviceURL(t, "MCPI_POSTGRES_URL")
 	rd := serviceURL(t, "MCPI_REDIS_URL")
-	noDB, noRole, redisDB, cluster := *pg, *pg, *rd, *rd
+	noDB, noRole, noParam, badValue, redisDB, cluster := *pg, *pg, *pg, *pg, *rd, *rd
 	noDB.Path = "/mcpi_no_such_database"
 	noRole.User = neturl.User("mcpi_no_such_role")
+	noParam.RawQuery = addQuery(pg.RawQuery, "schem=x")                 // a mistyped schema=
+	badValue.RawQuery = addQuery(pg.RawQuery, "statement_timeout=soon") // not a duration PostgreSQL reads
 	redisDB.Path = "/987654"
 	cluster.Path, cluster.RawQuery = "/0", "cluster=true" // a server not in a Cluster
 	for _, tt := range []struct {
@@ -46,6 +49,8 @@ func TestStoreRefusedAtStart(t *testing.T) {
 	}{
 		{noDB.String(), `database "mcpi_no_such_database" does not exist`},
 		{noRole.String(), `role "mcpi_no_such_role" does not exist`},
+		{noParam.String(), `unrecognized configuration parameter "schem"`},
+		{badValue.String(), `invalid value for parameter "statement_timeout"`},
 		{redisDB.String(), "DB index is out of range"},
 		{cluster.String(), "cluster support disabled"},
 	} {
@@ -68,4 +73,13 @@ func TestStoreRefusedAtStart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// addQuery appends kv, escaped, to the URL query q.
+func addQuery(q, kv string) string {
+	k, v, _ := strings.Cut(kv, "=")
+	if q != "" {
+		q += "&"
+	}
+	return q + neturl.QueryEscape(k) + "=" + neturl.QueryEscape(v)
 }
