@@ -110,6 +110,9 @@ type Store struct {
 
 	path string      // the database file's absolute path
 	file os.FileInfo // the file at Open, to tell when it is removed or replaced
+	// wal and shm are the file's -wal and -shm once in WAL mode, nil if
+	// absent then: removing either also parts this process from others.
+	wal, shm os.FileInfo
 	// lost is set once the file is found removed or replaced: processes
 	// that open the path from then on have a store of their own, so
 	// reservations here fail closed rather than dedupe apart from theirs.
@@ -209,6 +212,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	// The writer's connection stays open, so SQLite keeps these files
+	// as they are until Close.
+	s.wal, _ = os.Stat(abs + "-wal")
+	s.shm, _ = os.Stat(abs + "-shm")
 	return s, nil
 }
 
@@ -361,29 +368,39 @@ func (s *Store) Close() error {
 // as it is stored.
 func (s *Store) clock() time.Time { return s.now().Round(0).UTC() }
 
-// ErrFileLost is the error of a Store whose database file was removed or
-// replaced while it was open. SQLite goes on with the file it has open,
-// but a process that opens the path now gets another database, which does
-// not share this one's records: from then on Reserve fails closed, until
-// the proxy is started again.
+// ErrFileLost is the error of a Store whose database file, or its -wal or
+// -shm file, was removed or replaced while it was open. SQLite goes on
+// with the files it has open, but a process that opens the path now gets
+// another database, or other locks on it, and does not share this one's
+// records: from then on Reserve fails closed, until the proxy is started
+// again.
 var ErrFileLost = errors.New("the database file was removed or replaced while in use; start the proxy again")
 
-// checkFile reports ErrFileLost once the file at the path is no longer the
-// one opened.
+// checkFile reports ErrFileLost once the file at the path, or its -wal or
+// -shm, is no longer the one opened.
 func (s *Store) checkFile() error {
 	if lost := s.lost.Load(); lost != nil {
 		return *lost
 	}
-	fi, err := os.Stat(s.path)
-	switch {
-	case err == nil && os.SameFile(fi, s.file):
-		return nil
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("checking the database file: %w", err) // no verdict
+	for _, f := range []struct {
+		path string
+		was  os.FileInfo
+	}{{s.path, s.file}, {s.path + "-wal", s.wal}, {s.path + "-shm", s.shm}} {
+		if f.was == nil {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		switch {
+		case err == nil && os.SameFile(fi, f.was):
+			continue
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("checking the database file: %w", err) // no verdict
+		}
+		lost := fmt.Errorf("%s: %w", f.path, ErrFileLost)
+		s.lost.Store(&lost)
+		return lost
 	}
-	lost := fmt.Errorf("%s: %w", s.path, ErrFileLost)
-	s.lost.Store(&lost)
-	return lost
+	return nil
 }
 
 // Secret returns the fingerprint secret that every proxy sharing this

@@ -438,29 +438,62 @@ func TestAllowancesInAnOlderFile(t *testing.T) {
 // open Store is found out at the next Renew, and reservations then fail
 // closed: a process opening the path now has a store of its own, and the
 // two would each run a call the other ran.
+//
+// So with the -wal or the -shm file removed: a process opening the path
+// then makes them anew, and shares neither this one's writes nor its
+// locks.
 func TestRemovedFileFailsClosed(t *testing.T) {
-	for _, how := range []string{"removed", "replaced"} {
-		t.Run(how, func(t *testing.T) {
+	for _, tt := range []struct{ how, suffix string }{
+		{"removed", ""}, {"replaced", ""}, {"removed", "-wal"}, {"removed", "-shm"}, {"replaced", "-shm"},
+	} {
+		t.Run(tt.how+tt.suffix, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "records.db")
 			s := open(t, path, sqlitestore.Options{})
 			ctx := context.Background()
 			if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); err != nil {
 				t.Fatalf("Renew of a file in place: %v", err)
 			}
-			if err := os.Remove(path); err != nil {
+			if err := os.Remove(path + tt.suffix); err != nil {
 				t.Fatal(err)
 			}
-			if how == "replaced" {
+			if tt.how == "replaced" {
 				open(t, path, sqlitestore.Options{}) // another process makes it anew
 			}
-			if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); !errors.Is(err, sqlitestore.ErrFileLost) || !strings.Contains(err.Error(), path) {
-				t.Fatalf("Renew after the file was %s: %v; want ErrFileLost naming the file", how, err)
+			if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); !errors.Is(err, sqlitestore.ErrFileLost) || !strings.Contains(err.Error(), path+tt.suffix) {
+				t.Fatalf("Renew after %s%s was %s: %v; want ErrFileLost naming it", path, tt.suffix, tt.how, err)
 			}
 			r := &record.Record{ID: record.NewID(time.Now()), Key: "k", Tool: "t"}
 			if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{}); !errors.Is(err, sqlitestore.ErrFileLost) {
-				t.Fatalf("Reserve after the file was %s: %v; want ErrFileLost", how, err)
+				t.Fatalf("Reserve after %s%s was %s: %v; want ErrFileLost", path, tt.suffix, tt.how, err)
 			}
 		})
+	}
+}
+
+// TestPeersClosingKeepTheFile: other stores on the file, a reader's
+// too, that close while this one is open leave its -wal and -shm in
+// place: the store does not take their close for a removal.
+func TestPeersClosingKeepTheFile(t *testing.T) {
+	ctx := t.Context()
+	path := dbPath(t)
+	s := open(t, path, sqlitestore.Options{})
+	for _, opts := range []sqlitestore.Options{{}, {ReadOnly: true}} {
+		peer, err := sqlitestore.Open(ctx, path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.List(ctx, record.Filter{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Renew(ctx, "p", time.Now().Add(time.Minute)); err != nil {
+		t.Fatalf("Renew once the peers closed: %v", err)
+	}
+	if _, _, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err != nil {
+		t.Fatalf("Reserve once the peers closed: %v", err)
 	}
 }
 
