@@ -117,6 +117,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad metrics address", []string{"--metrics", "bogus", "--", "/bin/cat"}, []string{"--metrics", `"bogus"`}},
 		{"metrics port out of range", []string{"--metrics", "127.0.0.1:99999", "--", "/bin/cat"}, []string{"--metrics", "99999"}},
 		{"sqlite store without a path", []string{"--store", "sqlite:", "--", "/bin/cat"}, []string{"--store", "no database path"}},
+		{"sqlite store at the root by a URL's //", []string{"--store", "sqlite://records.db", "--", "/bin/cat"}, []string{"--store", "/records.db, at the root"}},
 		{"sqlite store with a bad sync", []string{"--store", "sqlite:x.db?sync=bogus", "--", "/bin/cat"}, []string{"--store", `"bogus"`}},
 		// A mistyped store file would open as an empty new store, and the
 		// list read "no executions".

@@ -165,6 +165,11 @@ func ParseURL(rawURL string, opts Options) (string, Options, error) {
 	if path == "" {
 		return "", opts, errors.New("no database path; want sqlite:PATH")
 	}
+	if after, ok := strings.CutPrefix(path, "//"); ok && after != "" && after[0] != '/' {
+		// The system reads //x.db as /x.db, at the file system's root:
+		// most likely a path meant to be relative, read as another.
+		return "", opts, fmt.Errorf("the path %s is /%s, at the root; want sqlite:%s for a path in the current directory, or sqlite:/%s", path, after, after, after)
+	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return "", opts, fmt.Errorf("parsing the parameters: %w", err)

@@ -167,6 +167,7 @@ func TestOpenURL(t *testing.T) {
 		{"sqlite:" + filepath.Join(dir, "e.db") + "?cache=shared", `unknown parameter "cache"`},
 		{"sqlite:", "no database path"},
 		{"sqlite:?sync=full", "no database path"},
+		{"sqlite://records.db", "sqlite:records.db for a path in the current directory"},
 		{"postgres://localhost/db", "not a sqlite:PATH URL"},
 	} {
 		t.Run(tt.url, func(t *testing.T) {
