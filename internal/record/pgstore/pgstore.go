@@ -148,8 +148,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		// The parse error may quote the URL, password included.
-		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse", redact(rawURL))
+		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse%s", redact(rawURL), parseReason(rawURL, err))
 	}
 	if !strings.Contains(rawURL, "pool_max_conns=") {
 		cfg.MaxConns = max(cfg.MaxConns, minConns)
@@ -216,6 +215,33 @@ func redact(rawURL string) string {
 		return "postgres://(unparsable URL)"
 	}
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// parseReason is what pgx said of rawURL, such as "pool_max_conns too
+// small", after a colon; or nothing when that could quote a password of
+// the URL, or the URL itself.
+func parseReason(rawURL string, err error) string {
+	u, uerr := url.Parse(rawURL)
+	var pce *pgconn.ParseConfigError
+	if uerr != nil || !errors.As(err, &pce) {
+		return ""
+	}
+	bare := *pce
+	bare.ConnString = ""
+	reason := strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
+	secrets := append(u.Query()["password"], u.Query()["sslpassword"]...)
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	for _, secret := range secrets {
+		if secret != "" && strings.Contains(reason, secret) {
+			return ""
+		}
+	}
+	if strings.Contains(reason, "`") {
+		return ""
+	}
+	return ": " + reason
 }
 
 // String names the store: the server, database and schema.

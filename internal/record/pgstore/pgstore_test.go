@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,27 @@ func TestOpenRejectsOtherURLs(t *testing.T) {
 		if s, err := Open(context.Background(), u, Options{}); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", u)
+		}
+	}
+}
+
+// TestOpenSaysWhatDoesNotParse: a URL pgx does not take is refused
+// naming the parameter, and quoting none of its passwords.
+func TestOpenSaysWhatDoesNotParse(t *testing.T) {
+	for _, tt := range []struct{ url, want, secret string }{
+		{"postgres://bob:pw-one@db.example/app?pool_max_conns=0", "pool_max_conns too small", "pw-one"},
+		{"postgres://bob@db.example/app?connect_timeout=soon", `invalid connect_timeout (strconv.ParseInt: parsing "soon"`, ""},
+		{"postgres://bob:pw-two@db.example/app?pool_max_conn_lifetime=pw-two", "the URL does not parse", "pw-two"},
+		{"postgres://bob@db.example/app?password=pw-three&connect_timeout=pw-three", "the URL does not parse", "pw-three"},
+	} {
+		s, err := Open(context.Background(), tt.url, Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded", tt.url)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) || tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
+			t.Errorf("Open(%q): %v; want it to say %q and not quote the password", tt.url, err, tt.want)
 		}
 	}
 }
