@@ -271,6 +271,11 @@ func createFile(path string) (string, os.FileInfo, error) {
 	case !fi.IsDir():
 		return "", nil, fmt.Errorf("%s is not a directory", dir)
 	}
+	if fi, err := os.Stat(abs); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		// SQLite would write a journal beside a device or a pipe, then
+		// fail with "disk I/O error".
+		return "", nil, fmt.Errorf("%s is not a regular file", abs)
+	}
 	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return "", nil, err
