@@ -310,13 +310,15 @@ func (v newerSchemaError) Error() string {
 
 // refusal marks err record.ErrStoreRefused when the server answered and
 // refuses the URL's user, password or database (SQLSTATE class 28,
-// 3D000), a run-time parameter it names or that parameter's value (42704,
-// 22023, as the connection starts), the role's right to the schema
-// (42501), or the schema is of a newer build: none of which a retry ends.
+// 3D000), a run-time parameter it names (42704) or that parameter's value
+// (22023, as the connection starts), the role's right to the schema
+// (42501), or the schema's making (class 42: as 42P07, a table of
+// another application named as the store's), or the schema is of a newer
+// build: none of which a retry ends.
 func refusal(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501" ||
-		(pgErr.Code == "42704" || pgErr.Code == "22023") && errors.As(err, new(*pgconn.ConnectError))) ||
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "42") ||
+		pgErr.Code == "22023" && errors.As(err, new(*pgconn.ConnectError))) ||
 		errors.As(err, new(newerSchemaError)) {
 		return record.StoreRefused(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -338,4 +339,24 @@ func TestPurgeTellsOfOrphans(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
+}
+
+// TestSchemaOfAnotherApplication: a schema= that names one where another
+// application keeps a table named as the store's (such as public, with
+// its own records) stops the start: no wait makes the names free. Its
+// table is left as it was.
+func TestSchemaOfAnotherApplication(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t, nil)
+	if _, err := s.pool.Exec(ctx, s.sql("CREATE SCHEMA {schema}; CREATE TABLE {schema}.records (id integer PRIMARY KEY, name text); INSERT INTO {schema}.records VALUES (1, 'theirs')")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Check(ctx)
+	if !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), `"records" already exists`) {
+		t.Fatalf("Check on a schema holding another application's records: %v; want ErrStoreRefused saying records already exists", err)
+	}
+	var name string
+	if err := s.pool.QueryRow(ctx, s.sql("SELECT name FROM {schema}.records WHERE id = 1")).Scan(&name); err != nil || name != "theirs" {
+		t.Errorf("their row: %q, %v; want it as it was", name, err)
+	}
 }
