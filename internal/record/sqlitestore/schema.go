@@ -83,6 +83,29 @@ var upgrades = map[int64]string{
 	1: "ALTER TABLE records ADD COLUMN awaiting TEXT NOT NULL DEFAULT '';\n" + awaitingIndex,
 }
 
+// foreignTables returns the tables of a database file that the store
+// did not make: each of them, if none is its schema_version. A new file
+// has none.
+func foreignTables(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		if name == "schema_version" {
+			return nil, nil
+		}
+		names = append(names, name)
+	}
+	return names, rows.Err()
+}
+
 // migrate creates the schema in a new file, upgrades one written by an
 // older version of this code, and refuses one written by a newer one.
 // It runs in one BEGIN IMMEDIATE transaction, so processes opening one

@@ -317,6 +317,13 @@ func openHandles(dsn string) (w, r, l, v *sql.DB, err error) {
 
 // setup switches the file to WAL mode and creates or checks the schema.
 func (s *Store) setup(ctx context.Context) error {
+	// Before the switch to WAL, which would stay: a file of another
+	// application's is left as it is.
+	if tables, err := foreignTables(ctx, s.w); err != nil {
+		return fmt.Errorf("reading the schema: %w", err)
+	} else if len(tables) > 0 {
+		return fmt.Errorf("%s holds tables the store did not make (%s); give the store a file of its own", s.path, strings.Join(tables, ", "))
+	}
 	// The switch to WAL needs the file to itself for a moment, and
 	// SQLite may report a peer opening it at the same time as busy
 	// without waiting; it is a no-op once the file is in WAL mode.

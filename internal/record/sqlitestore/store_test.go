@@ -498,6 +498,37 @@ func TestPeersClosingKeepTheFile(t *testing.T) {
 	}
 }
 
+// TestAnotherApplicationsFile: a database file that another
+// application made is refused, naming the file and its tables, and left
+// as it was: not switched to WAL, no table added.
+func TestAnotherApplicationsFile(t *testing.T) {
+	path := dbPath(t)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'alice')"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of another application's database succeeded")
+	}
+	if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "(users)") {
+		t.Errorf("Open of another application's database: %v; want it to name the file and its tables", err)
+	}
+	var mode string
+	var tables int
+	if err := db.QueryRow("SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT count(*) FROM sqlite_master WHERE type = 'table')").Scan(&mode, &tables); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "delete" || tables != 1 {
+		t.Errorf("the file is in journal mode %q with %d tables; want delete and 1, as it was", mode, tables)
+	}
+}
+
 // TestRenewDoesNotQueueBehindWrites: the leases of a process's executions
 // are renewed while its writer is busy. Behind a long queue of writes the
 // renewal would come after the leases lapsed, and live executions would
