@@ -123,3 +123,24 @@ func TestServerStatelessProgress(t *testing.T) {
 		t.Fatalf("the stream carried %v; want the progress under the client's token, and the answer", msgs)
 	}
 }
+
+// TestServerStatelessServerRequests: a request of the server's on a
+// stateless lane, which no client can answer (it has no session to post
+// the answer to), is answered in the client's place: a ping with an empty
+// result, anything else with an error, so the call that waits on it ends.
+// The client is not sent it.
+func TestServerStatelessServerRequests(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "asks"}
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"asks","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	if got := nextEvent(t, newSSEReader(resp.Body, 1<<20)); !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":1,"result"`) {
+		t.Fatalf("the stream carried %s first; want the answer", got)
+	}
+	if n := p.seen(`{"jsonrpc":"2.0","id":"s1","result":{}}`); n != 1 {
+		t.Errorf("the ping was answered %d times with an empty result; want once", n)
+	}
+	if n := p.seen(`{"jsonrpc":"2.0","id":"s2","error":{"code":-32601`); n != 1 {
+		t.Errorf("roots/list was answered %d times with -32601; want once; the proxy read %q", n, p.frames)
+	}
+}

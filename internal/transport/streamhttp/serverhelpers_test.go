@@ -120,6 +120,19 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			case <-s.done:
 				return
 			}
+		case "asks":
+			// Requests of the server's about the call, then the answer
+			// once each was answered.
+			key := string(jsonrpc.IDKey(m.ID))
+			s.WriteRelated([]byte(`{"jsonrpc":"2.0","id":"s1","method":"ping"}`), key)
+			s.WriteRelated([]byte(`{"jsonrpc":"2.0","id":"s2","method":"roots/list"}`), key)
+			for p.seen(`"id":"s1"`) == 0 || p.seen(`"id":"s2"`) == 0 {
+				select {
+				case <-s.done:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))

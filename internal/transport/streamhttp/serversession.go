@@ -323,6 +323,10 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		}
 		return true
 	}
+	if ss.stateless && m.IsRequest() {
+		ss.answerServerRequest(m)
+		return true
+	}
 	if m.Method == "notifications/progress" {
 		token := progressTokenValue(m.Params)
 		if st := ss.progress[string(token)]; st != nil {
