@@ -156,6 +156,7 @@ func (e *execution) recordOutcome() {
 		switch {
 		case own != nil:
 			// A call of this process's own had taken it for gone.
+			e.outcomeStored()
 			in.answer(ctx, req, own, e.m)
 			return
 		case oerr == nil || errors.Is(oerr, record.ErrConflict):
@@ -188,5 +189,11 @@ func (e *execution) recordOutcome() {
 			rec.ID, rec.Tool))
 		return
 	}
+	e.outcomeStored()
 	in.answer(ctx, req, settled, e.m)
 }
+
+// outcomeStored notes that the store holds the execution's outcome: from
+// now on, a store without its record purged it once its retention ran
+// out, and an identical call runs again (lostSent looks no further).
+func (e *execution) outcomeStored() { e.in.sent.drop(e.rec.Key, e.rec.ID) }

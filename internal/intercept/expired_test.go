@@ -1,0 +1,65 @@
+package intercept
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// purgeAtDelivery is a store outside the process whose purge drops a
+// completed record, its retention run out, as its delivery is about to
+// be written: a tiny retention, and an identical call whose reservation
+// purges. The delivery's write waits until resume is closed.
+type purgeAtDelivery struct {
+	*amnesiac
+	done   atomic.Bool
+	purged chan struct{}
+	resume chan struct{}
+}
+
+func (p *purgeAtDelivery) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.To == record.Delivered && p.done.CompareAndSwap(false, true) {
+		p.lose()
+		close(p.purged)
+		<-p.resume
+	}
+	return p.amnesiac.Update(ctx, id, c)
+}
+
+// TestCallAfterTheRecordExpiredAsItWasDelivered: a record the store
+// purged once its retention ran out is not a record the store lost. An
+// identical call made after the first caller's answer, while its
+// delivery is written, runs a new execution, as after any expiry; it
+// does not wait for the ended one to be written again, which never
+// comes.
+func TestCallAfterTheRecordExpiredAsItWasDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		h.pol.Retention = time.Millisecond
+		store := &purgeAtDelivery{amnesiac: newAmnesiac(), purged: make(chan struct{}), resume: make(chan struct{})}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+		first := h.call(t.Context(), t, chargeCall)
+		<-store.purged
+		if v := view(t, first.only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the first caller got %+v; want the charge", v)
+		}
+		again := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		close(store.resume)
+		ans := again.only(t)
+		if ans.Error != nil {
+			t.Fatalf("the call after the expiry got %s; want a new charge", ans.Error)
+		}
+		if v := view(t, ans); v.Meta.Replayed || v.Content[0].Text != "charge #2" {
+			t.Fatalf("the call after the expiry got %+v; want a new charge", v)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
