@@ -313,6 +313,9 @@ func printList(w io.Writer, recs []*record.Record) {
 		if intercept.ShadowOwner(r.Owner) {
 			state += " (shadow)"
 		}
+		if expired(r, now) {
+			state += " (expired)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Tool, state,
 			r.At(record.Accepted).Local().Format(time.DateTime+" MST"), r.Attempts, r.Attached, r.Actor)
 	}
@@ -362,6 +365,8 @@ func printFields(w io.Writer, r *record.Record) {
 	}
 	switch {
 	case r.ExpiresAt.IsZero():
+	case expired(r, time.Now()):
+		fmt.Fprintf(tw, "expired\t%s (no call matches it: the next identical call runs again; a purge of the store drops it)\n", stamp(r.ExpiresAt))
 	case r.State == record.Failed:
 		// A store replaces a failed execution with the next identical
 		// call's: it is kept, and never replayed.
@@ -377,6 +382,12 @@ func printFields(w io.Writer, r *record.Record) {
 		fmt.Fprintf(tw, "lease until\t%s%s\n", stamp(r.LeaseUntil), lapsed)
 	}
 	tw.Flush()
+}
+
+// expired reports whether r is settled and its retention ran out by now:
+// the store holds it until its next purge, and no call matches it.
+func expired(r *record.Record, now time.Time) bool {
+	return r.State.Settled() && !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 }
 
 func resultSize(r *record.Record) string {

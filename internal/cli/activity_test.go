@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,26 @@ func TestShowFailedIsNotReplayed(t *testing.T) {
 		printRecord(&out, r)
 		if !strings.Contains(out.String(), tt.want) {
 			t.Errorf("activity show of a %s execution printed:\n%s\nwant %q", tt.state, out.String(), tt.want)
+		}
+	}
+}
+
+// TestExpiredExecutionIsSaidToBe: a record whose retention ran out stays
+// in a store until its next purge, but no call matches it any more:
+// list marks it, and show says it expired rather than that it replays
+// until a time already past.
+func TestExpiredExecutionIsSaidToBe(t *testing.T) {
+	at := []record.Transition{{State: record.Accepted, At: time.Now().Add(-time.Hour)}}
+	for _, st := range []record.State{record.Delivered, record.Unknown, record.Failed} {
+		r := &record.Record{ID: "exe_1", Tool: "charge_card", State: st, History: at, ExpiresAt: time.Now().Add(-time.Minute)}
+		var list, show strings.Builder
+		printList(&list, []*record.Record{r})
+		if !strings.Contains(list.String(), string(st)+" (expired)") {
+			t.Errorf("activity list of an expired %s execution printed:\n%s\nwant it marked (expired)", st, list.String())
+		}
+		printRecord(&show, r)
+		if out := show.String(); !regexp.MustCompile(`(?m)^expired +\d`).MatchString(out) || strings.Contains(out, "until") {
+			t.Errorf("activity show of an expired %s execution printed:\n%s\nwant it said to have expired", st, out)
 		}
 	}
 }
