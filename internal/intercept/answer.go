@@ -197,6 +197,11 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 		switch {
 		case errors.Is(err, record.ErrConflict):
 			in.journalize(req, rec, record.Change{To: record.Delivered})
+		case errors.Is(err, record.ErrNotFound) && !rec.ExpiresAt.IsZero() && !in.now().Before(rec.ExpiresAt):
+			// A short retention: the store purged it, as it should.
+			in.log.Info("the execution's retention ran out before its delivery was recorded; the store dropped it",
+				"execution", rec.ID, "retention", rec.Retention)
+			in.journalize(req, rec, record.Change{To: record.Delivered})
 		case err != nil:
 			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
 			// The caller took the answer all the same: its line says so.

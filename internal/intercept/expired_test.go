@@ -2,6 +2,8 @@ package intercept
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -24,6 +26,7 @@ type purgeAtDelivery struct {
 
 func (p *purgeAtDelivery) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
 	if c.To == record.Delivered && p.done.CompareAndSwap(false, true) {
+		time.Sleep(time.Millisecond) // the retention runs out
 		p.lose()
 		close(p.purged)
 		<-p.resume
@@ -60,6 +63,30 @@ func TestCallAfterTheRecordExpiredAsItWasDelivered(t *testing.T) {
 		}
 		if err := h.in.Wait(t.Context()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestDeliveryOfAnExpiredRecordIsNoError: a record whose retention ran
+// out before its delivery was written is gone as it should be. That is
+// no error for the log, as a store that lost its data would be.
+func TestDeliveryOfAnExpiredRecordIsNoError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(charged)
+		h.pol.Retention = time.Millisecond
+		store := &purgeAtDelivery{amnesiac: newAmnesiac(), purged: make(chan struct{}), resume: make(chan struct{})}
+		close(store.resume)
+		var logs lockedBuffer
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		if v := view(t, h.call(t.Context(), t, chargeCall).only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the caller got %+v; want the charge", v)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if out := logs.String(); strings.Contains(out, "level=ERROR") || !strings.Contains(out, "retention ran out") {
+			t.Fatalf("logged:\n%s\nwant the expiry said, and no error", out)
 		}
 	})
 }
