@@ -113,6 +113,14 @@ func (v *guarded) explain(s string, err error) error {
 	}
 	switch g.Get().(type) {
 	case time.Duration:
+		unsigned := s
+		if s != "" && (s[0] == '-' || s[0] == '+') {
+			unsigned = s[1:]
+		}
+		if durationSyntax.MatchString(unsigned) {
+			// Well formed, but more than a Duration holds.
+			return fmt.Errorf("%q is too long: at most 2562047h (about 292 years)", s)
+		}
 		return fmt.Errorf("%q is not a duration, such as 30s, 5m or 1h: a number needs a unit (ms, s, m, h)", s)
 	case int:
 		return fmt.Errorf("%q is not a whole number within range", s)

@@ -121,6 +121,7 @@ func TestUnparsableFlagValues(t *testing.T) {
 		want string
 	}{
 		{[]string{"--lease", "5", "--", "/bin/cat"}, `--lease: "5" is not a duration`},
+		{[]string{"--lease", "9999999h", "--", "/bin/cat"}, `--lease: "9999999h" is too long`},
 		{[]string{"serve", "--idle-timeout", "10", "--", "/bin/cat"}, `--idle-timeout: "10" is not a duration`},
 		{[]string{"--max-restarts", "many", "--", "/bin/cat"}, `--max-restarts: "many" is not a whole number`},
 		{[]string{"serve", "--json-response=maybe", "--", "/bin/cat"}, `--json-response: "maybe" is not true or false`},
