@@ -90,3 +90,33 @@ func TestDeliveryOfAnExpiredRecordIsNoError(t *testing.T) {
 		}
 	})
 }
+
+// purgeCounter is a memory store that drops expired records only when
+// asked, as SQLite and PostgreSQL do, and counts the times it is.
+type purgeCounter struct {
+	record.Store
+	purges atomic.Int32
+}
+
+func (p *purgeCounter) Purge(ctx context.Context, limit int) (int, error) {
+	p.purges.Add(1)
+	return 0, nil
+}
+
+// TestIdleStoreIsPurged: a store that purges only when asked is asked
+// at each lease renewal, so a proxy that no call reaches keeps no result
+// past its retention.
+func TestIdleStoreIsPurged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &purgeCounter{Store: newAmnesiac().store()}
+		in := New(Options{Store: store, Hasher: fingerprint.NewRandom(), Lease: 30 * time.Second})
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go in.KeepLeases(ctx)
+		time.Sleep(time.Minute + time.Second)
+		synctest.Wait()
+		if n := store.purges.Load(); n != 6 {
+			t.Fatalf("the store was asked to purge %d times in a minute of a 30s lease; want 6", n)
+		}
+	})
+}

@@ -471,8 +471,31 @@ func (in *Interceptor) KeepLeases(ctx context.Context) {
 			// the renewal keeps them too, until they are settled.
 			sweep, cancel := context.WithTimeout(ctx, in.lease/3)
 			in.settleAbandonedAll(sweep)
+			in.purge(sweep)
 			cancel()
 		}
+	}
+}
+
+// A Purger is a store that drops expired records only when asked: its
+// reservations ask now and then, so an idle one is asked at each lease
+// renewal, and keeps no result past its retention while no call comes.
+type Purger interface {
+	// Purge drops up to limit settled records whose retention ran out.
+	Purge(ctx context.Context, limit int) (int, error)
+}
+
+// idlePurge bounds the expired records one renewal's purge drops.
+const idlePurge = 1000
+
+// purge asks a Purger store to drop the records whose retention ran out.
+func (in *Interceptor) purge(ctx context.Context) {
+	p, ok := in.store.(Purger)
+	if !ok {
+		return
+	}
+	if _, err := p.Purge(ctx, idlePurge); err != nil && ctx.Err() == nil {
+		in.log.Warn("purging expired records", "err", err)
 	}
 }
 
