@@ -540,7 +540,7 @@ func callersOf(r *record.Record, lines []journal.Entry, journaled bool) callersP
 }
 
 // laterOf answers the sixth question: the record's attach count and key,
-// and the store's other executions of its fingerprint within its
+// and the store's other executions of its fingerprint within twice its
 // retention either side of its acceptance.
 func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPart, error) {
 	// A record told from the journals alone has no key, but its scope
@@ -555,8 +555,12 @@ func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPa
 	accepted := r.At(record.Accepted)
 	f := record.Filter{Tool: r.Tool, Fingerprint: r.Fingerprint, Limit: relatedBound}
 	var until time.Time
+	// Twice the retention: one accepted earlier replays for its
+	// retention from when it settled, and one that ran long replayed
+	// until close to this one's acceptance.
+	window := 2 * r.Retention
 	if r.Retention > 0 && !accepted.IsZero() {
-		f.Since, until = accepted.Add(-r.Retention), accepted.Add(r.Retention)
+		f.Since, until = accepted.Add(-window), accepted.Add(window)
 	}
 	recs, err := lister.List(ctx, f)
 	if err != nil {
@@ -565,8 +569,8 @@ func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPa
 	p.Truncated = len(recs) == relatedBound
 	p.Searched = "the store's executions of " + r.Tool
 	if !f.Since.IsZero() {
-		p.Searched += fmt.Sprintf(" accepted from %s to %s (its retention, %s, either side)",
-			stamp(f.Since), stamp(until), r.Retention)
+		p.Searched += fmt.Sprintf(" accepted from %s to %s (twice its retention, %s, either side)",
+			stamp(f.Since), stamp(until), window)
 	}
 	for _, o := range recs {
 		at := o.At(record.Accepted)
