@@ -56,28 +56,8 @@ func TestApprovalInRoundAmbiguousAnswer(t *testing.T) {
 	for name, raw := range ambiguousAnswers {
 		responses[name] = `{"mcp-idempotent/approval":` + raw + `}`
 	}
-	args := `{"card":"4242","amount":100}`
 	for name, ir := range responses {
-		t.Run(name, func(t *testing.T) {
-			h := approving(policy.ApprovalEach, policy.ApproverClient)
-			round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
-			good := roundCall(args, round, "accept")
-			const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
-			bad := strings.Replace(good, answer, `"inputResponses":`+ir, 1)
-			if bad == good {
-				t.Fatalf("the continuation %s holds no answer to replace", good)
-			}
-			a := h.call(t.Context(), t, bad).only(t)
-			if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "ambiguous") {
-				t.Fatalf("the answer %s got %s %s; want -32602 saying it is ambiguous", ir, a.Result, a.Error)
-			}
-			if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
-				t.Fatalf("after the answer %s the execution is %s, sent %d times; want it still awaiting, never sent", ir, rec.State, h.up.calls.Load())
-			}
-			if v := view(t, h.call(t.Context(), t, good).only(t)); v.Content[0].Text != "charge #1" {
-				t.Errorf("a clear answer after it got %q; want the charge", v.Content[0].Text)
-			}
-		})
+		t.Run(name, func(t *testing.T) { continuationRefused(t, ir, "ambiguous") })
 	}
 }
 
@@ -86,7 +66,6 @@ func TestApprovalInRoundAmbiguousAnswer(t *testing.T) {
 // user's decision: refused with -32602 saying what to send, and the
 // question stays open for an answer that can be read.
 func TestApprovalInRoundUnreadableAnswer(t *testing.T) {
-	args := `{"card":"4242","amount":100}`
 	for name, raw := range map[string]string{
 		"a string":          `"accept"`,
 		"null":              `null`,
@@ -97,24 +76,7 @@ func TestApprovalInRoundUnreadableAnswer(t *testing.T) {
 		"a list of answers": `[{"action":"accept"}]`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := approving(policy.ApprovalEach, policy.ApproverClient)
-			round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
-			good := roundCall(args, round, "accept")
-			const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
-			bad := strings.Replace(good, answer, `"inputResponses":{"mcp-idempotent/approval":`+raw+`}`, 1)
-			if bad == good {
-				t.Fatalf("the continuation %s holds no answer to replace", good)
-			}
-			a := h.call(t.Context(), t, bad).only(t)
-			if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "could not be read") {
-				t.Fatalf("the answer %s got %s %s; want -32602 saying it could not be read", raw, a.Result, a.Error)
-			}
-			if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
-				t.Fatalf("after the answer %s the execution is %s, sent %d times; want it still awaiting, never sent", raw, rec.State, h.up.calls.Load())
-			}
-			if v := view(t, h.call(t.Context(), t, good).only(t)); v.Content[0].Text != "charge #1" {
-				t.Errorf("a clear answer after it got %q; want the charge", v.Content[0].Text)
-			}
+			continuationRefused(t, `{"mcp-idempotent/approval":`+raw+`}`, "could not be read")
 		})
 	}
 }
@@ -122,20 +84,35 @@ func TestApprovalInRoundUnreadableAnswer(t *testing.T) {
 // TestApprovalInRoundResponsesNoObject: inputResponses that is no object
 // is refused with -32602 saying so, not as if it lacked the answer.
 func TestApprovalInRoundResponsesNoObject(t *testing.T) {
+	for _, ir := range []string{`"accept"`, `[{"action":"accept"}]`, `5`} {
+		t.Run(ir, func(t *testing.T) { continuationRefused(t, ir, "inputResponses is no object") })
+	}
+}
+
+// continuationRefused continues an approval round with ir for its
+// inputResponses, and checks that the continuation is refused with
+// -32602 saying want, that the execution still awaits its decision,
+// never sent, and that a clear answer after it decides it.
+func continuationRefused(t *testing.T, ir, want string) {
+	t.Helper()
 	args := `{"card":"4242","amount":100}`
-	for _, raw := range []string{`"accept"`, `[{"action":"accept"}]`, `5`} {
-		h := approving(policy.ApprovalEach, policy.ApproverClient)
-		round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
-		good := roundCall(args, round, "accept")
-		const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
-		bad := strings.Replace(good, answer, `"inputResponses":`+raw, 1)
-		a := h.call(t.Context(), t, bad).only(t)
-		if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), "inputResponses is no object") {
-			t.Errorf("inputResponses %s got %s %s; want -32602 saying it is no object", raw, a.Result, a.Error)
-		}
-		if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
-			t.Errorf("after inputResponses %s the execution is %s, sent %d times; want it still awaiting, never sent", raw, rec.State, h.up.calls.Load())
-		}
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+	good := roundCall(args, round, "accept")
+	const answer = `"inputResponses":{"mcp-idempotent/approval":{"action":"accept","content":{"note":"ok"}}}`
+	bad := strings.Replace(good, answer, `"inputResponses":`+ir, 1)
+	if bad == good {
+		t.Fatalf("the continuation %s holds no answer to replace", good)
+	}
+	a := h.call(t.Context(), t, bad).only(t)
+	if !strings.Contains(string(a.Error), "-32602") || !strings.Contains(string(a.Error), want) {
+		t.Fatalf("inputResponses %s got %s %s; want -32602 saying %q", ir, a.Result, a.Error, want)
+	}
+	if rec := h.onlyRecord(t); rec.State != record.Accepted || h.up.calls.Load() != 0 {
+		t.Fatalf("after inputResponses %s the execution is %s, sent %d times; want it still awaiting, never sent", ir, rec.State, h.up.calls.Load())
+	}
+	if v := view(t, h.call(t.Context(), t, good).only(t)); v.Content[0].Text != "charge #1" {
+		t.Errorf("a clear answer after it got %q; want the charge", v.Content[0].Text)
 	}
 }
 
