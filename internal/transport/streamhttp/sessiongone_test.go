@@ -84,7 +84,9 @@ type ctxBody struct{ ctx context.Context }
 func (b ctxBody) Read([]byte) (int, error) { <-b.ctx.Done(); return 0, b.ctx.Err() }
 func (b ctxBody) Close() error             { return nil }
 
-func dialForgetful(t *testing.T, u *forgetfulUpstream) *Client {
+// dialScripted returns a Client of an upstream that u plays, past the
+// handshake.
+func dialScripted(t *testing.T, u http.RoundTripper) *Client {
 	t.Helper()
 	c, err := Dial(context.Background(), "http://upstream.test/mcp", Options{HTTPClient: &http.Client{Transport: u}})
 	if err != nil {
@@ -108,7 +110,7 @@ func TestResumeMeetsForgottenSession(t *testing.T) {
 				return answer(req, http.StatusOK, "text/event-stream", "id: 1-0\ndata: \n\n")
 			},
 		}
-		c := dialForgetful(t, u)
+		c := dialScripted(t, u)
 		synctest.Wait() // the GET stream is open: the server serves GET
 		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
 		na := readNoAnswer(t, c)
@@ -148,7 +150,7 @@ func TestGETStreamOpenedAgain(t *testing.T) {
 			forgotten,
 		}}
 		u.lost = &lost
-		c := dialForgetful(t, u)
+		c := dialScripted(t, u)
 		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
 			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
 		}
@@ -169,7 +171,7 @@ func TestGETStreamNotRouted(t *testing.T) {
 		}, call: func(req *http.Request) *http.Response {
 			return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":4,"result":{"content":[]}}`)
 		}}
-		c := dialForgetful(t, u)
+		c := dialScripted(t, u)
 		synctest.Wait()
 		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x"}}`)
 		if m := read(t, c); string(m.ID) != "4" || m.Error != nil {
@@ -199,7 +201,7 @@ func TestGETStreamForgottenDuringCall(t *testing.T) {
 				return forgotten(req)
 			},
 		}
-		c := dialForgetful(t, u)
+		c := dialScripted(t, u)
 		got := make(chan error, 2)
 		go func() {
 			for range 2 {
@@ -241,7 +243,7 @@ func forgottenAfterAStream(t *testing.T) *Client {
 		},
 		forgotten,
 	}}
-	c := dialForgetful(t, u)
+	c := dialScripted(t, u)
 	if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
 		t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
 	}
@@ -287,7 +289,7 @@ func TestSessionForgottenWhileACallRuns(t *testing.T) {
 				return forgotten(req)
 			},
 		}
-		c := dialForgetful(t, u)
+		c := dialScripted(t, u)
 		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
 		synctest.Wait() // call 3 is under way
 		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"y"}}`)
@@ -353,17 +355,6 @@ func (u *badRequestUpstream) RoundTrip(req *http.Request) (*http.Response, error
 	return answer(req, http.StatusAccepted, "", ""), nil
 }
 
-func dialBadRequest(t *testing.T, u *badRequestUpstream) *Client {
-	t.Helper()
-	c, err := Dial(context.Background(), "http://upstream.test/mcp", Options{HTTPClient: &http.Client{Transport: u}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	handshake(t, c)
-	return c
-}
-
 // TestSessionForgottenWith400: a restarted server that answers 400, not
 // 404, to the session it forgot. The call gets the 400 (it did not run),
 // and the ping in the session that follows is refused too: the session
@@ -372,7 +363,7 @@ func dialBadRequest(t *testing.T, u *badRequestUpstream) *Client {
 func TestSessionForgottenWith400(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &badRequestUpstream{}
-		c := dialBadRequest(t, u)
+		c := dialScripted(t, u)
 		u.forgot.Store(true)
 		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
 		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.NotSent || na.Status != http.StatusBadRequest || !strings.Contains(na.Reason, "session expired") {
@@ -389,7 +380,7 @@ func TestSessionForgottenWith400(t *testing.T) {
 func TestBadRequestInALiveSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &badRequestUpstream{}
-		c := dialBadRequest(t, u)
+		c := dialScripted(t, u)
 		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
 		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
 			t.Fatalf("got %+v; want id 3 refused with 400", *na)
@@ -410,7 +401,7 @@ func TestBadRequestInALiveSession(t *testing.T) {
 func TestSessionCheckBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &badRequestUpstream{hangPing: true}
-		c := dialBadRequest(t, u)
+		c := dialScripted(t, u)
 		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
 		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
 			t.Fatalf("got %+v; want id 3 refused with 400", *na)
