@@ -209,7 +209,7 @@ func (c *Client) cancelLocked(m *jsonrpc.Message) bool {
 // set already, and, for a POST of the 2025 era, the session's headers.
 func (c *Client) setHeadersLocked(req *http.Request, stateless bool) {
 	for k, vs := range c.header {
-		k = http.CanonicalHeaderKey(k)
+		k = wireKey(k)
 		if _, ok := req.Header[k]; !ok {
 			req.Header[k] = slices.Clone(vs)
 		}
@@ -226,6 +226,21 @@ func (c *Client) setHeadersLocked(req *http.Request, stateless bool) {
 	if c.version != "" {
 		req.Header.Set(headerProtocolVersion, c.version)
 	}
+}
+
+// wireKey returns the key under which a configured header goes into a
+// request's Header: the canonical one, but for the names under which
+// net/http takes a POST for one it may send again itself, on a new
+// connection, when a reused one breaks before the answer starts
+// (Idempotency-Key, X-Idempotency-Key). Those go under a key it does not
+// look up, as the call's own key does: a call would otherwise run twice,
+// the proxy none the wiser.
+func wireKey(name string) string {
+	k := http.CanonicalHeaderKey(name)
+	if k == headerIdempotencyKey || k == "X-Idempotency-Key" {
+		return strings.ToLower(k)
+	}
+	return k
 }
 
 // idempotencyKey returns the Idempotency-Key header value for a tools/call
