@@ -67,7 +67,8 @@ type Options struct {
 	// is not used: redirects are followed within the origin only. A POST
 	// that an *http.Transport fails before it reports a connection to
 	// httptrace (GotConn) is taken for not sent: a protocol it registers
-	// (RegisterProtocol) must report one too.
+	// (RegisterProtocol) must report one too. Another transport's is
+	// only on a failed dial before any connection was reported.
 	HTTPClient *http.Client
 	// Logger receives transport events; nil discards them.
 	Logger *slog.Logger
@@ -217,10 +218,11 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	}
 	hc.CheckRedirect = sameOriginRedirect
 	c.hc = &hc
-	switch hc.Transport.(type) {
-	case nil, *http.Transport:
-		c.tracesConns = true
+	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport // which a program may have replaced
 	}
+	_, c.tracesConns = rt.(*http.Transport)
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -86,14 +86,19 @@ func (c *Client) post(req *http.Request, s sent) {
 }
 
 // notSent reports whether err, a POST's failure, says that no byte of
-// the POST left: a dial that failed, or, with a transport that reports
-// the connection it gets (net/http's does, once dialled and past the TLS
-// handshake), any failure before it got one, gotConn false. A bad
-// certificate fails the handshake, before the request could be written.
-// Any other failure may have come after the upstream read the request.
+// the POST left: with a transport that reports the connection it gets
+// (net/http's does, once dialled and past the TLS handshake), any
+// failure before it got one, gotConn false; a bad certificate fails the
+// handshake, before the request could be written. A dial that failed
+// says so too, but after a connection was reported only from net/http:
+// it sends a POST again on a new connection only where nothing of it was
+// written, or the server said it did not process it (the POST is not
+// replayable: see wireKey), while another transport may have retried one
+// the server read. Any other failure may have come after the upstream
+// read the request.
 func (c *Client) notSent(err error, gotConn bool) bool {
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
-		return true
+		return c.tracesConns || !gotConn
 	}
 	return c.tracesConns && !gotConn
 }
