@@ -105,6 +105,11 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.refuseBatch(msgs, why)
 		return
 	}
+	for _, m := range msgs {
+		if m.IsRequest() {
+			s.unsilenceProgress(m.Params) // as for a request alone
+		}
+	}
 	s.sendBatch(msgs, frame)
 }
 

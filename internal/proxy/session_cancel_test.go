@@ -216,3 +216,24 @@ func TestCancelledCallsProgressStaysInTheProxy(t *testing.T) {
 		t.Fatalf("the client got %s; want the progress of its new request on the token", got)
 	}
 }
+
+// TestCancelledCallsTokenFreedInABatch: a request in a batch that carries
+// the token of a cancelled call makes progress on it that request's, as
+// a request alone does.
+func TestCancelledCallsTokenFreedInABatch(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p7"}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{"progressToken":"p7"}}}]`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":9`) {
+		t.Fatalf("the upstream got %s; want the batch", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":1}}`)
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"after"}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"progressToken":"p7"`) {
+		t.Fatalf("the client got %s; want the progress of its new request on the token", got)
+	}
+}
