@@ -143,11 +143,8 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	if msg.IsRequest() && s.refuseVersion(msg, &params) {
 		return
 	}
-	if s.sessionLog != nil && msg.IsRequest() {
-		s.sessionLog.request(msg.Method, msg.Params)
-	}
 	if msg.IsRequest() {
-		s.unsilenceProgress(msg.Params)
+		s.tookRequest(msg)
 	}
 	// While a queue runs (order.go), what goes upstream waits in it;
 	// cancellations and answers to the upstream's requests do not.
@@ -186,6 +183,15 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.notifyUpstream(msg)
 	}
+}
+
+// tookRequest notes msg, a request of the client's about to be acted on:
+// in the session log, and as freeing a cancelled call's progress token.
+func (s *Session) tookRequest(msg *jsonrpc.Message) {
+	if s.sessionLog != nil {
+		s.sessionLog.request(msg.Method, msg.Params)
+	}
+	s.unsilenceProgress(msg.Params)
 }
 
 // refuseVersion refuses msg, a request, if its _meta declares a protocol
