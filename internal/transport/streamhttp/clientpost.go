@@ -132,14 +132,18 @@ func (c *Client) refused(resp *http.Response, s sent, pending map[string]json.Ra
 // sessionPing is the request with which sessionForgotten asks the
 // server whether it knows the session. Its answer is read here, never
 // returned by ReadFrame.
-const sessionPing = `{"jsonrpc":"2.0","id":"mcp-idempotent/session-check","method":"ping"}`
+const sessionPing = `{"jsonrpc":"2.0","id":"` + sessionPingID + `","method":"ping"}`
+
+// sessionPingID is the id of sessionPing.
+const sessionPingID = "mcp-idempotent/session-check"
 
 // sessionCheckTimeout bounds the wait for the answer to sessionPing; a
 // server that has not answered by then is taken to know the session.
 const sessionCheckTimeout = 10 * time.Second
 
 // sessionForgotten reports whether the server refuses a ping in the
-// session with 400 or 404: it no longer knows the session. Servers built
+// session with 400 or 404, but for a 400 that answers the ping itself:
+// it no longer knows the session. Servers built
 // from the TypeScript SDK's examples answer 400, not the spec's 404, to
 // a session id they do not know, as after a restart; a 400 alone may be
 // the request's own fault, in a session still alive.
@@ -161,11 +165,22 @@ func (c *Client) sessionForgotten() bool {
 		return false
 	}
 	defer resp.Body.Close()
-	forgotten := resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound
-	if forgotten {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return true
+	case http.StatusBadRequest:
+		// An answer under the ping's id, if an error, says the server
+		// read the ping in the session: one that gives its JSON-RPC
+		// errors that status, and takes no ping, knows the session.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		m, err := jsonrpc.Decode(body)
+		if err != nil || !m.IsResponse() {
+			return true
+		}
+		id, ok := jsonrpc.StringValue(m.ID)
+		return !ok || id != sessionPingID
 	}
-	return forgotten
+	return false
 }
 
 // relayBody delivers the answers in the body of resp, a JSON object or an

@@ -321,6 +321,10 @@ type badRequestUpstream struct {
 	pings  atomic.Int32
 	// hangPing makes pings go unanswered until the Client gives up.
 	hangPing bool
+	// pingRefused answers a ping in a session it knows with a JSON-RPC
+	// error under the ping's id, and status 400: a server that gives
+	// its JSON-RPC errors that status, and takes no ping.
+	pingRefused bool
 }
 
 func (u *badRequestUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -344,6 +348,9 @@ func (u *badRequestUpstream) RoundTrip(req *http.Request) (*http.Response, error
 		}
 		if u.forgot.Load() {
 			return refused, nil
+		}
+		if u.pingRefused {
+			return answer(req, http.StatusBadRequest, "application/json", `{"jsonrpc":"2.0","id":"mcp-idempotent/session-check","error":{"code":-32601,"message":"Method not found"}}`), nil
 		}
 		return answer(req, http.StatusOK, "application/json", `{"jsonrpc":"2.0","id":"mcp-idempotent/session-check","result":{}}`), nil
 	case u.forgot.Load() || strings.Contains(string(body), `"bad"`):
@@ -387,6 +394,24 @@ func TestBadRequestInALiveSession(t *testing.T) {
 		}
 		if n := u.pings.Load(); n != 1 {
 			t.Errorf("the server got %d pings; want 1", n)
+		}
+		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
+		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
+			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
+		}
+	})
+}
+
+// TestBadRequestPingAnswered: a server that answers the ping with a
+// JSON-RPC error under its id, though with status 400, read the ping in
+// the session: it knows the session, which goes on.
+func TestBadRequestPingAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &badRequestUpstream{pingRefused: true}
+		c := dialScripted(t, u)
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
+			t.Fatalf("got %+v; want id 3 refused with 400", *na)
 		}
 		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
 		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
