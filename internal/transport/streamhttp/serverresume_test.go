@@ -217,6 +217,13 @@ func TestServerGetAgainSendsOnlyWhatIsNew(t *testing.T) {
 	if ev, err := nextMessage(newSSEReader(resp.Body, 1<<20)); err != nil || !strings.Contains(string(ev.Data), `"data":1`) {
 		t.Fatalf("the GET stream sent %q, %v; want message 1", ev.Data, err)
 	}
+	// The server counts message 1 as sent once its write returned with
+	// the client still there; a client gone by then may not have had it.
+	waitFor(t, func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.get.sent == ss.get.next
+	})
 	cut() // the client closes its GET stream
 	resp.Body.Close()
 	waitFor(t, func() bool {
