@@ -113,9 +113,21 @@ func TestSilentServerFailsAtTheTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The schema is made first, without the short timeout under test:
+	// on a loaded machine its making takes longer.
+	schema := newSchema(t)
+	setup, err := Open(context.Background(), u.String(), Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = setup.Check(t.Context())
+	setup.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := newSilentProxy(t, u.Host)
 	u.Host = p.ln.Addr().String()
-	s, err := Open(context.Background(), u.String(), Options{Schema: newSchema(t), Timeout: 300 * time.Millisecond})
+	s, err := Open(context.Background(), u.String(), Options{Schema: schema, Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
