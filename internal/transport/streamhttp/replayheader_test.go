@@ -198,3 +198,25 @@ func TestStaleConnectionThenRefusedNotSent(t *testing.T) {
 		t.Errorf("the server got the call %d times after %d dials; want none after 2", n, dials.Load())
 	}
 }
+
+// TestCallKeyReplacesConfiguredKey: a call with an execution id sends
+// that id as its only Idempotency-Key, not beside one configured.
+func TestCallKeyReplacesConfiguredKey(t *testing.T) {
+	got := make(chan []string, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("Idempotency-Key")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":2,"result":{"content":[]}}`)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := Dial(context.Background(), ts.URL, Options{Header: http.Header{"Idempotency-Key": {"configured"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","_meta":{"mcp-idempotent/execution-id":"exe_1"}}}`)
+	read(t, c)
+	if v := <-got; len(v) != 1 || v[0] != `"exe_1"` {
+		t.Errorf("the server got Idempotency-Key %q; want only the call's", v)
+	}
+}
