@@ -136,8 +136,13 @@ func refusedResult(r *record.Record, replay bool) json.RawMessage {
 // inProgressResult says that r is still under way after the caller
 // waited window, to the millisecond: a window a client's deadline
 // shortened is seldom a round number, and its nanoseconds say nothing.
+// One under a millisecond is told to the microsecond, not as 0s.
 func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
-	window = window.Round(time.Millisecond)
+	if window >= time.Millisecond {
+		window = window.Round(time.Millisecond)
+	} else {
+		window = window.Round(time.Microsecond)
+	}
 	state := string(r.State)
 	switch r.Awaiting {
 	case record.ApproverOperator:
