@@ -309,3 +309,26 @@ func TestSecretWrittenAgainAfterDataLoss(t *testing.T) {
 		t.Errorf("the store said %d times that it holds another secret; want once. Its log:\n%s", n, logs.String())
 	}
 }
+
+// TestSecretReadFromAFullServer: a Redis at its maxmemory with
+// noeviction refuses every write, SETNX of a key it holds too. A proxy
+// that starts then reads the secret all the same, so that what only
+// reads (a replay) is answered; only new reservations fail.
+func TestSecretReadFromAFullServer(t *testing.T) {
+	srv := startServer(t, "--maxmemory-policy", "noeviction")
+	url := "redis://127.0.0.1:" + srv.port + "/0"
+	ctx := t.Context()
+	secret, err := open(t, url, "mcpi:", nil).Secret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.client(t).ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.client(t).Set(ctx, "other", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a write to the full server: %v; want OOM", err)
+	}
+	if b, err := open(t, url, "mcpi:", nil).Secret(ctx); err != nil || !bytes.Equal(b, secret) {
+		t.Fatalf("a process started on the full server has secret %x, %v; want %x", b, err, secret)
+	}
+}

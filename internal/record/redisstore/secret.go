@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
 		return nil
 	})
-	if err := stored.Err(); err != nil {
+	if err := stored.Err(); err != nil && !keptFromWrites(err, read) {
 		return nil, refusal(s.fail("storing the secret", err))
 	}
 	if stored.Val() && r.err != nil {
@@ -102,4 +103,14 @@ func (s *Store) keepSecret(ctx context.Context, now bool) {
 				"store", s.name, "key", key)
 		}
 	}
+}
+
+// keptFromWrites says if err, SETNX's, is a server that answered but
+// takes no writes (OOM at its maxmemory, READONLY a replica), while the
+// GET after it read the secret: it is known, and a process reads with it
+// what it may (a replay) while its writes fail closed. A refusal
+// (NOPERM) stays one.
+func keptFromWrites(err error, read *redis.StringCmd) bool {
+	msg := err.Error()
+	return (strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")) && read.Err() == nil
 }
