@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -330,5 +331,34 @@ func TestSecretReadFromAFullServer(t *testing.T) {
 	}
 	if b, err := open(t, url, "mcpi:", nil).Secret(ctx); err != nil || !bytes.Equal(b, secret) {
 		t.Fatalf("a process started on the full server has secret %x, %v; want %x", b, err, secret)
+	}
+}
+
+// TestUserThatMayNotPublishIsRefused: every transition's script
+// publishes on the store's channel, after its write. A user the ACL
+// keeps from the channel (Redis 7 gives new users none, with its
+// default acl-pubsub-default resetchannels) would have each call run
+// and then fail to record its outcome, so the start refuses it, naming
+// the channel; with MCP_IDEMPOTENT_SECRET set too (Check).
+func TestUserThatMayNotPublishIsRefused(t *testing.T) {
+	srv := startServer(t)
+	ctx := t.Context()
+	for user, rules := range map[string][]any{"app": {"~*", "+@all"}, "chan": {"~*", "&mcpi:settled", "+@all"}} {
+		args := append([]any{"acl", "setuser", user, "on", ">pw"}, rules...)
+		if err := srv.client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "redis://app:pw@127.0.0.1:" + srv.port + "/0"
+	_, err := open(t, url, "mcpi:", nil).Secret(ctx)
+	if !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), "mcpi:settled") {
+		t.Errorf("Secret for a user that may not publish: %v; want a refusal naming the channel", err)
+	}
+	if err := open(t, url, "mcpi:", nil).Check(ctx); !errors.Is(err, record.ErrStoreRefused) {
+		t.Errorf("Check for a user that may not publish: %v; want a refusal", err)
+	}
+	url = "redis://chan:pw@127.0.0.1:" + srv.port + "/0"
+	if _, err := open(t, url, "mcpi:", nil).Secret(ctx); err != nil {
+		t.Errorf("Secret for a user that may publish on the channel: %v", err)
 	}
 }

@@ -590,7 +590,8 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 }
 
 // Check sends the server a PING within the dial and read timeouts, after
-// the password and database a new connection sends. An error the server
+// the password and database a new connection sends, and a PUBLISH on the
+// store's channel, which the ACL may keep from its user. An error the server
 // gives that waiting does not end is marked record.ErrStoreRefused.
 func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout+ioTimeout)
@@ -598,7 +599,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return refusal(s.fail("connecting", err))
 	}
-	return nil
+	return s.publishRefused(s.rdb.Publish(ctx, s.channel, "").Err())
 }
 
 // refusal marks err record.ErrStoreRefused when the server answered and

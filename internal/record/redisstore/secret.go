@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // The secret lives under <prefix>secret. A Redis that loses its data (a
@@ -42,13 +45,17 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	// would change every fingerprint.
 	var stored *redis.BoolCmd
 	var read *redis.StringCmd
+	var pub *redis.IntCmd
 	var r replication
 	_, _ = s.rdb.Pipelined(withReplication(ctx, &r), func(p redis.Pipeliner) error {
-		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
+		stored, read, pub = p.SetNX(ctx, key, b, 0), p.Get(ctx, key), p.Publish(ctx, s.channel, "")
 		return nil
 	})
 	if err := stored.Err(); err != nil && !keptFromWrites(err, read) {
 		return nil, refusal(s.fail("storing the secret", err))
+	}
+	if err := s.publishRefused(pub.Err()); err != nil {
+		return nil, err
 	}
 	if stored.Val() && r.err != nil {
 		return nil, s.fail("storing the secret", r.err) // stored, unconfirmed
@@ -113,4 +120,19 @@ func (s *Store) keepSecret(ctx context.Context, now bool) {
 func keptFromWrites(err error, read *redis.StringCmd) bool {
 	msg := err.Error()
 	return (strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")) && read.Err() == nil
+}
+
+// publishRefused returns the refusal of a PUBLISH on the store's channel
+// (err, its result), or nil. Every transition's script publishes there
+// after its write: a user the ACL keeps from the channel (Redis 7 gives
+// new users none) would have each call run, then fail to record its
+// outcome. An empty id wakes no waiter.
+func (s *Store) publishRefused(err error) error {
+	if err == nil {
+		return nil
+	}
+	if err = refusal(s.fail("publishing on "+s.channel, err)); errors.Is(err, record.ErrStoreRefused) {
+		return fmt.Errorf("%w (the store's user needs the channel: ACL SETUSER ... &%s)", err, s.channel)
+	}
+	return nil // not a refusal: the calls report the server's state
 }
