@@ -105,14 +105,14 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 // eval queues sc on p: if full, the script in full, which no server can
 // have forgotten (a call sent again after it was); else a call of its
 // function if the server has the library, or the script by its hash.
-func (s *Store) eval(ctx context.Context, p redis.Pipeliner, sc *script, full bool, keys []string, args ...any) {
+func (s *Store) eval(ctx context.Context, p redis.Pipeliner, sc *script, full bool, keys []string, args ...any) *redis.Cmd {
 	switch {
 	case full:
-		sc.sc.Eval(ctx, p, keys, args...)
+		return sc.sc.Eval(ctx, p, keys, args...)
 	case s.functions.Load():
-		p.FCall(ctx, sc.fn, keys, args...)
+		return p.FCall(ctx, sc.fn, keys, args...)
 	default:
-		sc.sc.EvalSha(ctx, p, keys, args...)
+		return sc.sc.EvalSha(ctx, p, keys, args...)
 	}
 }
 

@@ -339,11 +339,13 @@ func TestSecretReadFromAFullServer(t *testing.T) {
 // keeps from the channel (Redis 7 gives new users none, with its
 // default acl-pubsub-default resetchannels) would have each call run
 // and then fail to record its outcome, so the start refuses it, naming
-// the channel; with MCP_IDEMPOTENT_SECRET set too (Check).
+// the channel; with MCP_IDEMPOTENT_SECRET set too (Check). So it does a
+// user that may not run the scripts, whose every call would fail.
 func TestUserThatMayNotPublishIsRefused(t *testing.T) {
 	srv := startServer(t)
 	ctx := t.Context()
-	for user, rules := range map[string][]any{"app": {"~*", "+@all"}, "chan": {"~*", "&mcpi:settled", "+@all"}} {
+	for user, rules := range map[string][]any{"app": {"~*", "+@all"}, "chan": {"~*", "&mcpi:settled", "+@all"},
+		"noscript": {"~*", "&*", "+@all", "-eval", "-evalsha", "-fcall", "-function"}} {
 		args := append([]any{"acl", "setuser", user, "on", ">pw"}, rules...)
 		if err := srv.client(t).Do(ctx, args...).Err(); err != nil {
 			t.Fatal(err)
@@ -356,6 +358,10 @@ func TestUserThatMayNotPublishIsRefused(t *testing.T) {
 	}
 	if err := open(t, url, "mcpi:", nil).Check(ctx); !errors.Is(err, record.ErrStoreRefused) {
 		t.Errorf("Check for a user that may not publish: %v; want a refusal", err)
+	}
+	url = "redis://noscript:pw@127.0.0.1:" + srv.port + "/0"
+	if _, err := open(t, url, "mcpi:", nil).Secret(ctx); !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), "scripts") {
+		t.Errorf("Secret for a user that may not run scripts: %v; want a refusal naming them", err)
 	}
 	url = "redis://chan:pw@127.0.0.1:" + srv.port + "/0"
 	if _, err := open(t, url, "mcpi:", nil).Secret(ctx); err != nil {

@@ -590,8 +590,8 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 }
 
 // Check sends the server a PING within the dial and read timeouts, after
-// the password and database a new connection sends, and a PUBLISH on the
-// store's channel, which the ACL may keep from its user. An error the server
+// the password and database a new connection sends, and the probes of
+// what the ACL may keep from the store's user (queueProbes). An error the server
 // gives that waiting does not end is marked record.ErrStoreRefused.
 func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout+ioTimeout)
@@ -599,7 +599,12 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return refusal(s.fail("connecting", err))
 	}
-	return s.publishRefused(s.rdb.Publish(ctx, s.channel, "").Err())
+	var probes []redis.Cmder
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		probes = s.queueProbes(ctx, p)
+		return nil
+	})
+	return s.probesRefused(probes)
 }
 
 // refusal marks err record.ErrStoreRefused when the server answered and

@@ -45,16 +45,17 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	// would change every fingerprint.
 	var stored *redis.BoolCmd
 	var read *redis.StringCmd
-	var pub *redis.IntCmd
+	var probes []redis.Cmder
 	var r replication
 	_, _ = s.rdb.Pipelined(withReplication(ctx, &r), func(p redis.Pipeliner) error {
-		stored, read, pub = p.SetNX(ctx, key, b, 0), p.Get(ctx, key), p.Publish(ctx, s.channel, "")
+		stored, read = p.SetNX(ctx, key, b, 0), p.Get(ctx, key)
+		probes = s.queueProbes(ctx, p)
 		return nil
 	})
 	if err := stored.Err(); err != nil && !keptFromWrites(err, read) {
 		return nil, refusal(s.fail("storing the secret", err))
 	}
-	if err := s.publishRefused(pub.Err()); err != nil {
+	if err := s.probesRefused(probes); err != nil {
 		return nil, err
 	}
 	if stored.Val() && r.err != nil {
@@ -122,17 +123,35 @@ func keptFromWrites(err error, read *redis.StringCmd) bool {
 	return (strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")) && read.Err() == nil
 }
 
-// publishRefused returns the refusal of a PUBLISH on the store's channel
-// (err, its result), or nil. Every transition's script publishes there
-// after its write: a user the ACL keeps from the channel (Redis 7 gives
-// new users none) would have each call run, then fail to record its
-// outcome. An empty id wakes no waiter.
-func (s *Store) publishRefused(err error) error {
-	if err == nil {
-		return nil
+// queueProbes queues on p what the ACL may keep from the store's user
+// although it takes the secret: a PUBLISH on the store's channel, where
+// every transition's script publishes after its write (Redis 7 gives new
+// users no channel), and a script that reads a record no one has. A
+// user kept from either would have each call fail, or run and then fail
+// to record its outcome. An empty id wakes no waiter.
+func (s *Store) queueProbes(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
+	return []redis.Cmder{
+		p.Publish(ctx, s.channel, ""),
+		s.eval(ctx, p, checkScript, false, []string{s.recordKey("probe", ""), s.holderKey("probe")}, s.clock(), s.channel, ""),
 	}
-	if err = refusal(s.fail("publishing on "+s.channel, err)); errors.Is(err, record.ErrStoreRefused) {
-		return fmt.Errorf("%w (the store's user needs the channel: ACL SETUSER ... &%s)", err, s.channel)
+}
+
+// probesRefused returns the first refusal among the probes' results, with
+// what the store's user needs, or nil: any other error, such as a
+// script the server forgot, is the calls' to report.
+func (s *Store) probesRefused(probes []redis.Cmder) error {
+	for _, c := range probes {
+		err := c.Err()
+		if err == nil {
+			continue
+		}
+		need := "the channel: ACL SETUSER ... &" + s.channel
+		if c.Name() != "publish" {
+			need = "the " + c.Name() + " command, to run the store's scripts"
+		}
+		if err = refusal(s.fail(c.Name(), err)); errors.Is(err, record.ErrStoreRefused) {
+			return fmt.Errorf("%w (the store's user needs %s)", err, need)
+		}
 	}
-	return nil // not a refusal: the calls report the server's state
+	return nil
 }
