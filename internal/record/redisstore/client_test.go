@@ -38,3 +38,21 @@ func TestProtocolRefused(t *testing.T) {
 		}
 	}
 }
+
+// A port no server can have is refused when the store opens, naming it,
+// rather than taken for a server that cannot be reached yet: no wait
+// ends it. So is one in an addr= of a Sentinel or a Cluster.
+func TestPortRefused(t *testing.T) {
+	for _, u := range []string{"redis://127.0.0.1:99999/0", "redis://127.0.0.1:0/0", "redis://127.0.0.1:1/0?master_name=m&addr=127.0.0.1:70000",
+		"redis://127.0.0.1:1?cluster=true&addr=127.0.0.1:x"} {
+		s, err := redisstore.Open(t.Context(), u, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", u)
+			continue
+		}
+		if !strings.Contains(err.Error(), "port") {
+			t.Errorf("%s: %v; want an error naming the port", u, err)
+		}
+	}
+}

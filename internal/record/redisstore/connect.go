@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ func newClient(rawURL string) (client, error) {
 		return client{}, errors.Unwrap(err)
 	}
 	q := u.Query()
+	if err := checkPorts(u.Port(), q["addr"]); err != nil {
+		return client{}, err
+	}
 	if n := len(q["master_name"]); n > 1 {
 		// go-redis would take the last; another reader, the first.
 		return client{}, fmt.Errorf("master_name= is given %d times; give it once", n)
@@ -172,6 +176,26 @@ func checkCluster(co *redis.ClusterOptions) error {
 	}
 	if len(set) > 0 {
 		return fmt.Errorf("%s: sends reads to replicas, which lag their master; the store reads and writes the masters only", strings.Join(set, ", "))
+	}
+	return nil
+}
+
+// checkPorts refuses a port no server can have, in the URL's host
+// (port, "" if it has none) or an addr=: go-redis takes it, and each
+// dial fails as if the server could not be reached yet.
+func checkPorts(port string, addrs []string) error {
+	ports := []string{port}
+	for _, a := range addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			continue // go-redis names it
+		}
+		ports = append(ports, p)
+	}
+	for _, p := range ports {
+		if n, err := strconv.Atoi(p); p != "" && (err != nil || n < 1 || n > 65535) {
+			return fmt.Errorf("port %q: want a number from 1 to 65535", p)
+		}
 	}
 	return nil
 }
