@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	neturl "net/url"
 	"strings"
@@ -151,5 +152,20 @@ func TestClientMessagesGoToTheLogger(t *testing.T) {
 			t.Fatalf("the logger got %q; want go-redis's message about the failed dial", got)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBadClientNameIsRefused: a client_name= the server will not take
+// (CLIENT SETNAME, sent on each new connection) fails every connection,
+// however long the proxy waits: it is a refusal, as a wrong password is.
+func TestBadClientNameIsRefused(t *testing.T) {
+	url := serverURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	s := open(t, url+sep+"client_name=two%20words", newPrefix(t, url), nil)
+	if err := s.Check(t.Context()); !errors.Is(err, record.ErrStoreRefused) {
+		t.Errorf("Check with client_name=two words: %v; want a refusal", err)
 	}
 }

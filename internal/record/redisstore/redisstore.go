@@ -608,15 +608,15 @@ func (s *Store) Check(ctx context.Context) error {
 }
 
 // refusal marks err record.ErrStoreRefused when the server answered and
-// refuses the URL: its password or user, its database number, or
-// cluster=true for a server that is not in a Cluster.
+// refuses the URL: its password or user, its database number, its
+// client_name=, or cluster=true for a server that is not in a Cluster.
 func refusal(err error) error {
 	var redisErr redis.Error
 	if !errors.As(err, &redisErr) {
 		return err
 	}
 	msg := redisErr.Error()
-	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR invalid password", "ERR DB index is out of range", "ERR invalid DB index", "ERR This instance has cluster support disabled"} {
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR invalid password", "ERR DB index is out of range", "ERR invalid DB index", "ERR This instance has cluster support disabled", "ERR Client names cannot contain"} {
 		if strings.HasPrefix(msg, p) {
 			return record.StoreRefused(err)
 		}
