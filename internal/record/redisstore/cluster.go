@@ -94,12 +94,13 @@ func (s *Store) indexWon(ctx context.Context, id, tag string) error {
 }
 
 // checkMasters warns, as checkServer does, of each master of a Cluster
-// with fewer than n replicas online.
+// that evicts keys, or has fewer than n replicas online.
 func (s *Store) checkMasters(ctx context.Context, n int) {
-	if n == 0 {
-		return
-	}
 	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		s.checkEviction(ctx, c)
+		if n == 0 {
+			return nil
+		}
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err

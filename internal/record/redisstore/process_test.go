@@ -368,3 +368,22 @@ func TestUserThatMayNotPublishIsRefused(t *testing.T) {
 		t.Errorf("Secret for a user that may publish on the channel: %v", err)
 	}
 }
+
+// TestEvictionWarnedAtOpen: a server that evicts keys when full may
+// evict a record, and its call then runs again: the store says so when
+// it opens. One that does not evict, or has no maxmemory, says nothing.
+func TestEvictionWarnedAtOpen(t *testing.T) {
+	for policy, warns := range map[string]bool{"volatile-lru": true, "allkeys-lru": true, "noeviction": false} {
+		srv := startServer(t, "--maxmemory", "100mb", "--maxmemory-policy", policy)
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+		openWith(t, "redis://127.0.0.1:"+srv.port+"/0", redisstore.Options{Logger: log})
+		mu.Lock()
+		got := buf.String()
+		mu.Unlock()
+		if said := strings.Contains(got, "evicts keys") && strings.Contains(got, "maxmemory_policy="+policy); said != warns {
+			t.Errorf("opening a store on a server with maxmemory-policy %s logged %q; want a warning: %v", policy, got, warns)
+		}
+	}
+}

@@ -137,6 +137,7 @@ func (s *Store) checkServer(ctx context.Context, n int) {
 		s.checkMasters(ctx, n)
 		return
 	}
+	s.checkEviction(ctx, s.rdb)
 	info, err := s.rdb.Info(ctx, "replication").Result()
 	if err != nil {
 		// An ACL may keep INFO from the store's user; the calls that
@@ -152,6 +153,23 @@ func (s *Store) checkServer(ctx context.Context, n int) {
 	if online := onlineReplicas(info); online < n {
 		s.log.Warn("fewer replicas online than wait_replicas asks for: until more link, every write fails after wait_timeout",
 			"store", s.name, "wait_replicas", n, "online", online)
+	}
+}
+
+// checkEviction warns when the server c evicts keys at its maxmemory:
+// the records in flight and the settled ones have TTLs, and an evicted
+// one lets its call run again, as data lost does. A full server that
+// does not evict (noeviction) fails new calls closed instead.
+func (s *Store) checkEviction(ctx context.Context, c redis.Cmdable) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		s.log.Debug("reading INFO memory", "store", s.name, "err", err)
+		return
+	}
+	limit, policy := infoField(info, "maxmemory"), infoField(info, "maxmemory_policy")
+	if limit != "" && limit != "0" && policy != "" && policy != "noeviction" {
+		s.log.Warn("the store's server evicts keys when full: a record it evicts lets its call run again; set maxmemory-policy noeviction",
+			"store", s.name, "maxmemory", limit, "maxmemory_policy", policy)
 	}
 }
 
