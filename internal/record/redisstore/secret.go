@@ -115,9 +115,9 @@ func (s *Store) keepSecret(ctx context.Context, now bool) {
 
 // keptFromWrites says if err, SETNX's, is a server that answered but
 // takes no writes (OOM at its maxmemory, READONLY a replica), while the
-// GET after it read the secret: it is known, and a process reads with it
-// what it may (a replay) while its writes fail closed. A refusal
-// (NOPERM) stays one.
+// GET after it read the secret: it is known, and the calls fail closed
+// naming the server's error, not the secret, or are answered where they
+// only read (a replay on a full server). A refusal (NOPERM) stays one.
 func keptFromWrites(err error, read *redis.StringCmd) bool {
 	msg := err.Error()
 	return (strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")) && read.Err() == nil
