@@ -55,6 +55,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 	}
 	h := fingerprint.Pending()
 	go func() {
+		refused := false
 		for wait := time.Second; ; wait = min(2*wait, secretRetryMax) {
 			select {
 			case <-ctx.Done():
@@ -62,7 +63,13 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 			case <-time.After(wait):
 			}
 			secret, err := durable.Secret(ctx)
-			if err != nil {
+			switch {
+			case err != nil && ctx.Err() == nil && errors.Is(err, record.ErrStoreRefused) && !refused:
+				// As at start, no wait ends this: said once, loudly.
+				refused = true
+				log.Error("the store's server answers now and refuses the URL: "+meanwhile(shadow)+"; fix the URL or the server", "err", err)
+				continue
+			case err != nil:
 				if ctx.Err() == nil {
 					log.Debug("the store still cannot be reached; "+meanwhile(shadow), "err", err, "next_try_in", min(2*wait, secretRetryMax))
 				}
