@@ -383,57 +383,33 @@ func TestSessionForgottenWith400(t *testing.T) {
 }
 
 // TestBadRequestInALiveSession: a 400 that is the request's own, in a
-// session the server still knows (it answers the ping), ends nothing.
+// session the server still knows, ends nothing: the call gets the 400,
+// and the next call is answered in the same session. The server knows
+// it when it answers the ping in it; when it answers the ping with a
+// JSON-RPC error under its id, though with status 400, as a server that
+// gives its errors that status and takes no ping does; and when it does
+// not answer the ping at all, whose wait is bounded.
 func TestBadRequestInALiveSession(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		u := &badRequestUpstream{}
-		c := dialScripted(t, u)
-		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
-		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
-			t.Fatalf("got %+v; want id 3 refused with 400", *na)
-		}
-		if n := u.pings.Load(); n != 1 {
-			t.Errorf("the server got %d pings; want 1", n)
-		}
-		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
-		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
-			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
-		}
-	})
-}
-
-// TestBadRequestPingAnswered: a server that answers the ping with a
-// JSON-RPC error under its id, though with status 400, read the ping in
-// the session: it knows the session, which goes on.
-func TestBadRequestPingAnswered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		u := &badRequestUpstream{pingRefused: true}
-		c := dialScripted(t, u)
-		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
-		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
-			t.Fatalf("got %+v; want id 3 refused with 400", *na)
-		}
-		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
-		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
-			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
-		}
-	})
-}
-
-// TestSessionCheckBounded: a ping the server never answers does not hold
-// the 400 it would explain for ever: the call gets it, and the session
-// goes on.
-func TestSessionCheckBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		u := &badRequestUpstream{hangPing: true}
-		c := dialScripted(t, u)
-		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
-		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
-			t.Fatalf("got %+v; want id 3 refused with 400", *na)
-		}
-		write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
-		if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
-			t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
-		}
-	})
+	for name, u := range map[string]*badRequestUpstream{
+		"ping answered":             {},
+		"ping refused under its id": {pingRefused: true},
+		"ping never answered":       {hangPing: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := dialScripted(t, u)
+				write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bad"}}`)
+				if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Reason != "upstream answered HTTP 400" {
+					t.Fatalf("got %+v; want id 3 refused with 400", *na)
+				}
+				if n := u.pings.Load(); n != 1 {
+					t.Errorf("the server got %d pings; want 1", n)
+				}
+				write(t, c, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"good"}}`)
+				if m := read(t, c); string(m.ID) != "4" || m.Result == nil {
+					t.Fatalf("got %s; want call 4 answered in the same session", m.Raw)
+				}
+			})
+		})
+	}
 }
