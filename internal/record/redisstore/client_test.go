@@ -39,6 +39,23 @@ func TestProtocolRefused(t *testing.T) {
 	}
 }
 
+// A timeout that is not above zero, which go-redis takes for none, is
+// refused when the store opens: a server that hangs would hold every
+// call for ever.
+func TestNoTimeoutRefused(t *testing.T) {
+	for _, q := range []string{"/0?read_timeout=-1", "/0?dial_timeout=0s", "/0?write_timeout=-2", "/0?master_name=m&read_timeout=-1", "?cluster=true&pool_timeout=0"} {
+		s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1"+q, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", q)
+			continue
+		}
+		if !strings.Contains(err.Error(), "want a duration above zero") {
+			t.Errorf("%s: %v; want an error naming the timeout and what it may be", q, err)
+		}
+	}
+}
+
 // A port no server can have is refused when the store opens, naming it,
 // rather than taken for a server that cannot be reached yet: no wait
 // ends it. So is one in an addr= of a Sentinel or a Cluster.

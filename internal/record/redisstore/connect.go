@@ -37,6 +37,9 @@ func newClient(rawURL string) (client, error) {
 	if err := checkPorts(u.Port(), q["addr"]); err != nil {
 		return client{}, err
 	}
+	if err := checkTimeouts(q); err != nil {
+		return client{}, err
+	}
 	if n := len(q["master_name"]); n > 1 {
 		// go-redis would take the last; another reader, the first.
 		return client{}, fmt.Errorf("master_name= is given %d times; give it once", n)
@@ -80,6 +83,25 @@ func newClient(rawURL string) (client, error) {
 	name := fmt.Sprintf("redis store %s (Sentinel %s)/%d", fo.MasterName, strings.Join(fo.SentinelAddrs, ","), fo.DB)
 	rdb := redis.NewFailoverClient(fo)
 	return client{rdb: rdb, name: name, read: rdb.Options().ReadTimeout}, nil
+}
+
+// checkTimeouts refuses a timeout of go-redis's that is not above zero:
+// it takes -1 for none, and a server that hangs would then hold every
+// call for ever, where the store promises an error in seconds. A value
+// that is no number is left for go-redis to name.
+func checkTimeouts(q url.Values) error {
+	for _, name := range []string{"dial_timeout", "read_timeout", "write_timeout", "pool_timeout"} {
+		for _, v := range q[name] {
+			d, err := time.ParseDuration(v)
+			if n, nerr := strconv.Atoi(v); nerr == nil {
+				d, err = time.Duration(n)*time.Second, nil // go-redis reads a number as seconds
+			}
+			if err == nil && d <= 0 {
+				return fmt.Errorf("%s=%s: want a duration above zero, such as 2s: with none, a server that hangs holds every call for ever", name, v)
+			}
+		}
+	}
+	return nil
 }
 
 // checkProtocol refuses a protocol= that no Redis speaks: go-redis would
