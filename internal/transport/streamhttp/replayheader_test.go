@@ -38,22 +38,9 @@ func TestUserIdempotencyHeaderNotReplayable(t *testing.T) {
 			// used, a reused one.
 			tr := &http.Transport{MaxConnsPerHost: 1}
 			t.Cleanup(tr.CloseIdleConnections)
-			c, err := Dial(context.Background(), ts.URL, Options{
-				HTTPClient: &http.Client{Transport: tr},
-				Header:     http.Header{name: {"k1"}},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
+			c := dialURL(t, ts.URL, Options{HTTPClient: &http.Client{Transport: tr}, Header: http.Header{name: {"k1"}}})
 			write(t, c, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge"}}`)
-			if na := readNoAnswer(t, c); string(na.ID) != "2" || na.NotSent {
-				t.Fatalf("got %+v; want id 2 sent and not answered", *na)
-			}
-			if n := calls.Load(); n != 1 {
-				t.Errorf("the server got the call %d times; want once", n)
-			}
+			callSentOnce(t, c, &calls)
 		})
 	}
 }
@@ -86,18 +73,8 @@ func TestDialFailureAfterSendSent(t *testing.T) {
 	t.Cleanup(ts.Close)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	c, err := Dial(context.Background(), ts.URL, Options{HTTPClient: &http.Client{Transport: retryingTransport{tr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge"}}`)
-	if na := readNoAnswer(t, c); string(na.ID) != "2" || na.NotSent {
-		t.Fatalf("got %+v; want id 2 sent and not answered", *na)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Errorf("the server got the call %d times; want once", n)
-	}
+	c := dialURL(t, ts.URL, Options{HTTPClient: &http.Client{Transport: retryingTransport{tr}}})
+	callSentOnce(t, c, &calls)
 }
 
 // untracedTransport sends each request on a context of its own, as a
@@ -127,18 +104,8 @@ func TestReplacedDefaultTransportSent(t *testing.T) {
 	saved := http.DefaultTransport
 	http.DefaultTransport = untracedTransport{tr}
 	t.Cleanup(func() { http.DefaultTransport = saved })
-	c, err := Dial(context.Background(), ts.URL, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge"}}`)
-	if na := readNoAnswer(t, c); string(na.ID) != "2" || na.NotSent {
-		t.Fatalf("got %+v; want id 2 sent and not answered", *na)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Errorf("the server got the call %d times; want once", n)
-	}
+	c := dialURL(t, ts.URL, Options{})
+	callSentOnce(t, c, &calls)
 }
 
 // writeOnce is a connection whose writes after the first fail with
@@ -184,11 +151,7 @@ func TestStaleConnectionThenRefusedNotSent(t *testing.T) {
 		},
 	}
 	t.Cleanup(tr.CloseIdleConnections)
-	c, err := Dial(context.Background(), ts.URL, Options{HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialURL(t, ts.URL, Options{HTTPClient: &http.Client{Transport: tr}})
 	write(t, c, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge"}}`)
 	if na := readNoAnswer(t, c); string(na.ID) != "2" || !na.NotSent {
@@ -218,5 +181,30 @@ func TestCallKeyReplacesConfiguredKey(t *testing.T) {
 	read(t, c)
 	if v := <-got; len(v) != 1 || v[0] != `"exe_1"` {
 		t.Errorf("the server got Idempotency-Key %q; want only the call's", v)
+	}
+}
+
+// dialURL returns a Client of the server at url, closed when t ends.
+func dialURL(t *testing.T, url string, opts Options) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// callSentOnce writes a tools/call to c and checks that it is answered as
+// sent and unanswered (its outcome unknown, never "not sent"), and that
+// the server, which counts calls, got it once.
+func callSentOnce(t *testing.T, c *Client, calls *atomic.Int32) {
+	t.Helper()
+	write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge"}}`)
+	if na := readNoAnswer(t, c); string(na.ID) != "2" || na.NotSent {
+		t.Fatalf("got %+v; want id 2 sent and not answered", *na)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the server got the call %d times; want once", n)
 	}
 }
