@@ -93,24 +93,27 @@ func TestServerResumePastTheEnd(t *testing.T) {
 // winds down with its calls under way, and a client whose stream broke can
 // still resume it and get its answer, rather than 404.
 func TestServerResumeWhileStopping(t *testing.T) {
-	srv, _, hs := newTestServer(t, ServerOptions{})
+	srv, p, hs := newTestServer(t, ServerOptions{})
 	sid := start(t, hs.URL, nil)
 	ctx, cut := context.WithCancel(t.Context())
-	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"drain"}`, session(sid))
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":7,"method":"linger"}`, session(sid))
 	priming, err := newSSEReader(resp.Body, 1<<20).next()
 	if err != nil || priming.ID == "" {
 		t.Fatalf("the stream opened with %+v, %v; want a priming event", priming, err)
 	}
 	cut() // the connection breaks
 	resp.Body.Close()
+	// The proxy has the call: one it never read is answered at once as the
+	// session ends, and the session goes with nothing left to resume.
+	waitFor(t, func() bool { return p.seen(`"linger"`) == 1 })
 
 	closed := make(chan struct{})
-	go func() { srv.Close(); close(closed) }() // serve stops; the call is answered in the wind-down
+	go func() { srv.Close(); close(closed) }() // serve stops
 	waitFor(t, func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		ss := srv.sessions[sid]
-		return ss == nil || ss.closed()
+		return ss != nil && ss.closed()
 	})
 	hdr := session(sid)
 	hdr[headerLastEventID] = priming.ID
@@ -119,6 +122,7 @@ func TestServerResumeWhileStopping(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("resuming while serve stops: %s; want 200", resp.Status)
 	}
+	close(p.gate) // the call is answered in the wind-down
 	if msgs := readEvents(t, resp.Body); len(msgs) != 1 || !strings.Contains(msgs[0].data, `"id":7`) {
 		t.Fatalf("the resumed stream held %v; want the answer to 7", msgs)
 	}
