@@ -350,64 +350,12 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		s.refuseAskID(l, msg.ID)
 		return
 	}
-	if msg.IsResponse() {
-		kb := jsonrpc.IDKey(msg.ID)
-		s.mu.Lock()
-		// Looked up with the bytes, and deleted with the key pending
-		// holds: an answer to the proxy's own request costs no copy of
-		// its id.
-		if p, ok := s.pending[string(kb)]; ok {
-			delete(s.pending, p.key)
-			s.mu.Unlock()
-			s.answered(p, msg, nil)
+	switch {
+	case msg.IsResponse():
+		if frame = s.upstreamAnswer(l, msg, frame); frame == nil {
 			return
 		}
-		key := string(kb)
-		if closed(l.gone) {
-			// Everyone who waited on l was answered when it was given up
-			// on (abandon): this answer came too late, and passed on it
-			// would be the client's second.
-			s.mu.Unlock()
-			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(msg.ID))
-			return
-		}
-		if s.notSentLocked(key) {
-			// A cancelled call kept under key is the one request sent
-			// under it: the answer is its own, though not the client's.
-			kept := s.takeCancelledLocked(key)
-			s.mu.Unlock()
-			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(msg.ID))
-			if kept != nil {
-				kept.answeredFrame(frame)
-			}
-			return
-		}
-		f := s.forwarded[key]
-		s.forgetLocked(key)
-		if f.shadow == nil {
-			f.shadow = s.takeCancelledLocked(key)
-		}
-		if refused := s.noteProtocolLocked(f, msg); refused != nil {
-			frame = refused
-		}
-		s.mu.Unlock()
-		if s.reservedID(msg.ID) {
-			s.droppedOwn(key)
-			return
-		}
-		if f.shadow != nil {
-			// Delivered only once the client's transport took it, as a
-			// recorded call's answer is in normal mode.
-			f.shadow.answeredFrameFirst(frame)
-			s.writeShadowAnswer(frame, f.shadow)
-			return
-		}
-		if f.method == "tools/list" && msg.Result != nil {
-			if page, err := mcp.ParseListResult(msg.Result); err == nil {
-				s.tools.learn(page)
-			}
-		}
-	} else if msg.IsRequest() {
+	case msg.IsRequest():
 		s.mu.Lock()
 		if s.clientInputEnded {
 			s.mu.Unlock()
@@ -416,7 +364,7 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 		frame = s.openServerRequestLocked(l, msg)
 		s.mu.Unlock()
-	} else if msg.Method == "notifications/cancelled" {
+	case msg.Method == "notifications/cancelled":
 		s.mu.Lock()
 		frame = s.serverCancelledLocked(l, msg)
 		s.mu.Unlock()
@@ -424,14 +372,78 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 			s.log.Debug("dropped the upstream's cancellation of no open request of its own", "size", len(msg.Raw))
 			return
 		}
-	} else if msg.Method == "notifications/tools/list_changed" {
+	case msg.Method == "notifications/tools/list_changed":
 		s.tools.invalidate()
-	} else if msg.Method == "notifications/progress" {
+	case msg.Method == "notifications/progress":
 		if frame = s.upstreamProgress(frame, msg); frame == nil {
 			return
 		}
 	}
 	s.writeClient(frame)
+}
+
+// upstreamAnswer handles msg, an answer from the upstream in frame: to a
+// request of the proxy's own, to a call it forwarded, or to one it never
+// sent. It returns the frame to pass to the client, or nil when the
+// answer is dealt with.
+func (s *Session) upstreamAnswer(l *link, msg *jsonrpc.Message, frame []byte) []byte {
+	kb := jsonrpc.IDKey(msg.ID)
+	s.mu.Lock()
+	// Looked up with the bytes, and deleted with the key pending
+	// holds: an answer to the proxy's own request costs no copy of
+	// its id.
+	if p, ok := s.pending[string(kb)]; ok {
+		delete(s.pending, p.key)
+		s.mu.Unlock()
+		s.answered(p, msg, nil)
+		return nil
+	}
+	key := string(kb)
+	if closed(l.gone) {
+		// Everyone who waited on l was answered when it was given up
+		// on (abandon): this answer came too late, and passed on it
+		// would be the client's second.
+		s.mu.Unlock()
+		s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(msg.ID))
+		return nil
+	}
+	if s.notSentLocked(key) {
+		// A cancelled call kept under key is the one request sent
+		// under it: the answer is its own, though not the client's.
+		kept := s.takeCancelledLocked(key)
+		s.mu.Unlock()
+		s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(msg.ID))
+		if kept != nil {
+			kept.answeredFrame(frame)
+		}
+		return nil
+	}
+	f := s.forwarded[key]
+	s.forgetLocked(key)
+	if f.shadow == nil {
+		f.shadow = s.takeCancelledLocked(key)
+	}
+	if refused := s.noteProtocolLocked(f, msg); refused != nil {
+		frame = refused
+	}
+	s.mu.Unlock()
+	if s.reservedID(msg.ID) {
+		s.droppedOwn(key)
+		return nil
+	}
+	if f.shadow != nil {
+		// Delivered only once the client's transport took it, as a
+		// recorded call's answer is in normal mode.
+		f.shadow.answeredFrameFirst(frame)
+		s.writeShadowAnswer(frame, f.shadow)
+		return nil
+	}
+	if f.method == "tools/list" && msg.Result != nil {
+		if page, err := mcp.ParseListResult(msg.Result); err == nil {
+			s.tools.learn(page)
+		}
+	}
+	return frame
 }
 
 // fromUpstreamBatch handles a batch from the upstream: the answers to a
@@ -445,98 +457,110 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 		s.writeClient(frame)
 		return
 	}
-	var own []sent
-	var ownMsgs []*jsonrpc.Message
-	var rest [][]byte
-	var toolsChanged bool
-	var refused []json.RawMessage // requests under ids of the proxy's
-	var unasked []json.RawMessage // requests the client can no longer answer
-	var shadows []*shadowCall     // calls in shadow mode answered, and
-	var shadowAnswers [][]byte    // their answers
-	edited := false               // a message of rest is not as it came
+	var b upstreamBatch
 	s.mu.Lock()
 	late := closed(l.gone) // as in fromUpstream
 	for _, m := range msgs {
-		if m.IsRequest() && s.clientSpaceID(m.ID) {
-			refused = append(refused, m.ID)
-			continue
-		}
-		if m.IsRequest() && s.clientInputEnded { // as in fromUpstream
-			unasked = append(unasked, m.ID)
-			continue
-		}
-		if !m.IsResponse() {
-			toolsChanged = toolsChanged || m.Method == "notifications/tools/list_changed"
-			raw := m.Raw
-			switch {
-			case m.IsRequest():
-				raw = s.openServerRequestLocked(l, m)
-			case m.Method == "notifications/cancelled":
-				raw = s.serverCancelledLocked(l, m)
-			case m.Method == "notifications/progress":
-				raw = s.upstreamProgressLocked(raw, m)
-			}
-			if edited = edited || !bytes.Equal(raw, m.Raw); raw != nil {
-				rest = append(rest, raw)
-			}
-			continue
-		}
-		key := string(jsonrpc.IDKey(m.ID))
-		if p, ok := s.pending[key]; ok {
-			delete(s.pending, key)
-			own, ownMsgs = append(own, p), append(ownMsgs, m)
-			continue
-		}
-		if late {
-			s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
-			continue
-		}
-		if s.notSentLocked(key) {
-			s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
-			if sc := s.takeCancelledLocked(key); sc != nil { // as in fromUpstream
-				shadows, shadowAnswers = append(shadows, sc), append(shadowAnswers, m.Raw)
-			}
-			continue
-		}
-		raw, f := m.Raw, s.forwarded[key]
-		if refused := s.noteProtocolLocked(f, m); refused != nil {
-			raw, edited = refused, true
-		}
-		s.forgetLocked(key)
-		if s.reservedID(m.ID) {
-			s.droppedOwnLocked(key)
-			continue
-		}
-		if f.shadow == nil {
-			f.shadow = s.takeCancelledLocked(key)
-		}
-		if f.shadow != nil { // as in fromUpstream
-			shadows, shadowAnswers = append(shadows, f.shadow), append(shadowAnswers, raw)
-		}
-		rest = append(rest, raw)
+		s.sortUpstreamLocked(&b, l, m, late)
 	}
 	s.mu.Unlock()
-	for i, sc := range shadows {
-		sc.answeredFrame(shadowAnswers[i])
+	for i, sc := range b.shadows {
+		sc.answeredFrame(b.shadowAnswers[i])
 	}
-	if toolsChanged {
+	if b.toolsChanged {
 		s.tools.invalidate()
 	}
-	for i, p := range own {
-		s.answered(p, ownMsgs[i], nil)
+	for i, p := range b.own {
+		s.answered(p, b.ownMsgs[i], nil)
 	}
-	for _, id := range refused {
+	for _, id := range b.refused {
 		s.refuseAskID(l, id)
 	}
-	for _, id := range unasked {
+	for _, id := range b.unasked {
 		s.refuseServerRequest(l, id)
 	}
 	switch {
-	case len(rest) == len(msgs) && !edited:
+	case len(b.rest) == len(msgs) && !b.edited:
 		s.writeClient(frame)
-	case len(rest) > 0:
-		s.writeClient(append(append([]byte("["), bytes.Join(rest, []byte(","))...), ']'))
+	case len(b.rest) > 0:
+		s.writeClient(append(append([]byte("["), bytes.Join(b.rest, []byte(","))...), ']'))
 	}
+}
+
+// upstreamBatch is a batch from the upstream sorted under s.mu into what
+// is done with it once s.mu is let go.
+type upstreamBatch struct {
+	own           []sent             // the proxy's own requests answered,
+	ownMsgs       []*jsonrpc.Message // and their answers
+	rest          [][]byte           // what passes on to the client
+	edited        bool               // a message of rest is not as it came
+	toolsChanged  bool
+	refused       []json.RawMessage // requests under ids of the proxy's
+	unasked       []json.RawMessage // requests the client can no longer answer
+	shadows       []*shadowCall     // calls in shadow mode answered, and
+	shadowAnswers [][]byte          // their answers
+}
+
+// sortUpstreamLocked sorts m, a message of a batch from the upstream,
+// into b; late says the session gave up on l. s.mu must be held.
+func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Message, late bool) {
+	if m.IsRequest() && s.clientSpaceID(m.ID) {
+		b.refused = append(b.refused, m.ID)
+		return
+	}
+	if m.IsRequest() && s.clientInputEnded { // as in fromUpstream
+		b.unasked = append(b.unasked, m.ID)
+		return
+	}
+	if !m.IsResponse() {
+		b.toolsChanged = b.toolsChanged || m.Method == "notifications/tools/list_changed"
+		raw := m.Raw
+		switch {
+		case m.IsRequest():
+			raw = s.openServerRequestLocked(l, m)
+		case m.Method == "notifications/cancelled":
+			raw = s.serverCancelledLocked(l, m)
+		case m.Method == "notifications/progress":
+			raw = s.upstreamProgressLocked(raw, m)
+		}
+		if b.edited = b.edited || !bytes.Equal(raw, m.Raw); raw != nil {
+			b.rest = append(b.rest, raw)
+		}
+		return
+	}
+	key := string(jsonrpc.IDKey(m.ID))
+	if p, ok := s.pending[key]; ok {
+		delete(s.pending, key)
+		b.own, b.ownMsgs = append(b.own, p), append(b.ownMsgs, m)
+		return
+	}
+	if late {
+		s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
+		return
+	}
+	if s.notSentLocked(key) {
+		s.log.Warn("dropped an answer from the upstream under the id of a call it was not sent", "id", string(m.ID))
+		if sc := s.takeCancelledLocked(key); sc != nil { // as in fromUpstream
+			b.shadows, b.shadowAnswers = append(b.shadows, sc), append(b.shadowAnswers, m.Raw)
+		}
+		return
+	}
+	raw, f := m.Raw, s.forwarded[key]
+	if refused := s.noteProtocolLocked(f, m); refused != nil {
+		raw, b.edited = refused, true
+	}
+	s.forgetLocked(key)
+	if s.reservedID(m.ID) {
+		s.droppedOwnLocked(key)
+		return
+	}
+	if f.shadow == nil {
+		f.shadow = s.takeCancelledLocked(key)
+	}
+	if f.shadow != nil { // as in fromUpstream
+		b.shadows, b.shadowAnswers = append(b.shadows, f.shadow), append(b.shadowAnswers, raw)
+	}
+	b.rest = append(b.rest, raw)
 }
 
 // tooLargeFromUpstream handles a message from the upstream over the size
