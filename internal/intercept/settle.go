@@ -102,51 +102,8 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 // recordOutcome settles a recorded execution from its last answer and
 // answers its caller.
 func (e *execution) recordOutcome() {
-	in, ctx, rec, req, result, err := e.in, e.ctx, e.rec, e.req, e.result, e.err
-	c := outcome(result, err)
-	if f, _ := failure(err); c.To == record.Failed && retry.StatusMayHaveRun(f.HTTPStatus) {
-		// The status may have come after the tool ran (a gateway gave up
-		// waiting, the server failed mid-call): nobody saw the outcome.
-		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
-	}
-	if malformed(result, err) {
-		// A bug upstream, not a passing failure: said loudly.
-		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
-	}
-	if resent := e.ranBefore || e.m == resumed; resent && err == nil && c.To == record.Completed {
-		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
-			// A re-send found the effect in place (a delete of something
-			// gone): a send before it did it, so the execution is done.
-			// Not after sends that did nothing (not sent, a 429): this
-			// one was the first that could.
-			in.log.Info("a re-send found the effect already done; completing as a success", "execution", rec.ID, "tool", rec.Tool)
-			c.Result = alreadyDoneResult(rec, result)
-			c.Note = "already done: the re-send found the effect in place"
-		}
-	}
-	rerunSafe := false
-	if err == nil && req.Policy.Retry != nil && c.To == record.Completed && c.Note == "" {
-		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
-			// Still transient after the last attempt: the effect did not
-			// happen, so it is not replayed (Stripe does not cache a 429
-			// either); the caller sees this last result.
-			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
-			if e.stopped != "" {
-				// Attempts were left: the record says what ended them.
-				c.Note = "still transient: " + e.stopped
-			}
-			// A read-only or idempotent tool may run again whatever
-			// its earlier attempts did: the upstream answered, so this
-			// is no unknown outcome.
-			rerunSafe = retry.SafeToResend(retry.Safety{ToolClass: string(req.Policy.Class), Sent: true})
-		}
-	}
-	if c.To == record.Failed && e.ranBefore && !rerunSafe {
-		// This attempt did not run, or was refused, but one before it
-		// may have run: failed would let the next identical call run
-		// the action again, under a new execution id.
-		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
-	}
+	in, ctx, rec, req := e.in, e.ctx, e.rec, e.req
+	c := e.outcomeChange()
 	// Fenced to this process (DESIGN 8): if its lease lapsed and another
 	// took the execution over, the store refuses this outcome.
 	c.Holder = in.owner
@@ -191,6 +148,58 @@ func (e *execution) recordOutcome() {
 	}
 	e.outcomeStored()
 	in.answer(ctx, req, settled, e.m)
+}
+
+// outcomeChange returns the change that settles the execution from its
+// last answer: what the answer says, read with the tool's policy and
+// with what the attempts before it may have done.
+func (e *execution) outcomeChange() record.Change {
+	in, rec, req, result, err := e.in, e.rec, e.req, e.result, e.err
+	c := outcome(result, err)
+	if f, _ := failure(err); c.To == record.Failed && retry.StatusMayHaveRun(f.HTTPStatus) {
+		// The status may have come after the tool ran (a gateway gave up
+		// waiting, the server failed mid-call): nobody saw the outcome.
+		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+	}
+	if malformed(result, err) {
+		// A bug upstream, not a passing failure: said loudly.
+		in.log.Error("the upstream sent a malformed answer", "execution", rec.ID, "tool", rec.Tool, "err", c.Note)
+	}
+	if resent := e.ranBefore || e.m == resumed; resent && err == nil && c.To == record.Completed {
+		if _, ok := firstMatch(result, req.Policy.AlreadyDone); ok {
+			// A re-send found the effect in place (a delete of something
+			// gone): a send before it did it, so the execution is done.
+			// Not after sends that did nothing (not sent, a 429): this
+			// one was the first that could.
+			in.log.Info("a re-send found the effect already done; completing as a success", "execution", rec.ID, "tool", rec.Tool)
+			c.Result = alreadyDoneResult(rec, result)
+			c.Note = "already done: the re-send found the effect in place"
+		}
+	}
+	rerunSafe := false
+	if err == nil && req.Policy.Retry != nil && c.To == record.Completed && c.Note == "" {
+		if match, ok := transient(result, req.Policy.Retry); ok && safeToResend(req.Policy, match) {
+			// Still transient after the last attempt: the effect did not
+			// happen, so it is not replayed (Stripe does not cache a 429
+			// either); the caller sees this last result.
+			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+			if e.stopped != "" {
+				// Attempts were left: the record says what ended them.
+				c.Note = "still transient: " + e.stopped
+			}
+			// A read-only or idempotent tool may run again whatever
+			// its earlier attempts did: the upstream answered, so this
+			// is no unknown outcome.
+			rerunSafe = retry.SafeToResend(retry.Safety{ToolClass: string(req.Policy.Class), Sent: true})
+		}
+	}
+	if c.To == record.Failed && e.ranBefore && !rerunSafe {
+		// This attempt did not run, or was refused, but one before it
+		// may have run: failed would let the next identical call run
+		// the action again, under a new execution id.
+		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
+	}
+	return c
 }
 
 // outcomeStored notes that the store holds the execution's outcome: from
