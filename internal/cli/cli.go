@@ -416,14 +416,8 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if durable != nil {
 		w.closers = append(w.closers, func() { durable.Close() })
 	}
-	// In shadow mode nobody is asked, so the file can be tried as it is.
-	if tools := policyFile.OperatorApproved(); len(tools) > 0 && durable == nil && !f.shadow {
-		return nil, usagef("--policy: %s asks an operator for approval, and the memory store lives inside this process, "+
-			"where no operator reaches it: give a durable store (--store sqlite:PATH, redis://... or postgres://...)", strings.Join(tools, ", "))
-	}
-	if tools := policyFile.KeyScopedApprovals(policy.Scope(f.scope)); len(tools) > 0 && !f.shadow {
-		return nil, usagef("--scope key: %s asks for approval, and under scope key a call without a client key runs unrecorded, "+
-			"where no approval could be kept: give the tool scope session or actor in the policy file", strings.Join(tools, ", "))
+	if err := f.checkApprovals(policyFile, durable != nil); err != nil {
+		return nil, err
 	}
 	secretCtx, stopSecret := context.WithCancel(ctx)
 	w.closers = append(w.closers, stopSecret)
@@ -436,8 +430,15 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: f.lease, Accounts: policyFile.Accounts(),
-		StoreWaits: durable != nil, Shadow: f.shadow}
+	w.startInterceptor(ctx, w.interceptOptions(store, durable != nil, policyFile, jw, obs), obs)
+	return w, nil
+}
+
+// interceptOptions returns the interceptor's options: store and journal
+// wrapped for the metrics and traces asked for.
+func (w *wiring) interceptOptions(store record.Store, durable bool, policyFile *policy.File, jw *journal.Writer, obs *metrics.Metrics) intercept.Options {
+	iopts := intercept.Options{Store: store, Hasher: w.hasher, Logger: w.log, Lease: w.f.lease, Accounts: policyFile.Accounts(),
+		StoreWaits: durable, Shadow: w.f.shadow}
 	if shared, ok := store.(intercept.Allowances); ok {
 		// Every proxy sharing the store takes from one allowance per
 		// account.
@@ -459,8 +460,26 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 		iopts.Store = telemetry.TraceStore(iopts.Store, w.tracer)
 		iopts.Tracer = w.tracer
 	}
-	w.startInterceptor(ctx, iopts, obs)
-	return w, nil
+	return iopts
+}
+
+// checkApprovals refuses a policy whose approvals could not be kept: an
+// operator's under the memory store, which no operator reaches, or any
+// under scope key. In shadow mode nobody is asked, so the file can be
+// tried as it is.
+func (f *proxyFlags) checkApprovals(policyFile *policy.File, durable bool) error {
+	if f.shadow {
+		return nil
+	}
+	if tools := policyFile.OperatorApproved(); len(tools) > 0 && !durable {
+		return usagef("--policy: %s asks an operator for approval, and the memory store lives inside this process, "+
+			"where no operator reaches it: give a durable store (--store sqlite:PATH, redis://... or postgres://...)", strings.Join(tools, ", "))
+	}
+	if tools := policyFile.KeyScopedApprovals(policy.Scope(f.scope)); len(tools) > 0 {
+		return usagef("--scope key: %s asks for approval, and under scope key a call without a client key runs unrecorded, "+
+			"where no approval could be kept: give the tool scope session or actor in the policy file", strings.Join(tools, ", "))
+	}
+	return nil
 }
 
 // startTracing starts the OpenTelemetry exporter that the OTEL_*
