@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -19,6 +21,9 @@ type client struct {
 	cluster *redis.ClusterClient // rdb, if it is a Cluster's; else nil
 	name    string               // the store's name for messages
 	read    time.Duration        // the read timeout
+	// tlsAddr is the server's address when the URL asks for TLS
+	// (rediss://) and names one server; else "".
+	tlsAddr string
 }
 
 // newClient returns a client of the server rawURL names. A URL with
@@ -64,7 +69,11 @@ func newClient(rawURL string) (client, error) {
 		}
 		setDefaults(o)
 		rdb := redis.NewClient(o)
-		return client{rdb: rdb, name: "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), read: rdb.Options().ReadTimeout}, nil
+		c := client{rdb: rdb, name: "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), read: rdb.Options().ReadTimeout}
+		if o.TLSConfig != nil {
+			c.tlsAddr = o.Addr
+		}
+		return c, nil
 	}
 	fo, err := redis.ParseFailoverURL(rawURL)
 	if err != nil {
@@ -250,4 +259,28 @@ func setDefaults(o *redis.Options) {
 		// its own, and no other connection gets any.
 		o.Protocol = 2
 	}
+}
+
+// plainTextServer reports whether a Redis server that speaks no TLS
+// answers at addr: a PING sent in plain text gets a RESP reply, where a
+// server that serves TLS answers with an alert or nothing.
+func plainTextServer(addr string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return false
+	}
+	return b[0] == '+' || b[0] == '-'
 }

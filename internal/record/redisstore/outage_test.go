@@ -169,3 +169,27 @@ func TestBadClientNameIsRefused(t *testing.T) {
 		t.Errorf("Check with client_name=two words: %v; want a refusal", err)
 	}
 }
+
+// TestTLSURLToPlainServerIsRefused: rediss:// naming a server that
+// serves no TLS is a refusal that says so, not a store that cannot be
+// reached yet: the handshake would wait out its timeout on every try, for
+// as long as the proxy runs.
+func TestTLSURLToPlainServerIsRefused(t *testing.T) {
+	url := serverURL(t)
+	if !strings.HasPrefix(url, "redis://") {
+		t.Skipf("MCPI_REDIS_URL %s is not redis://", url)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	// Short timeouts: the handshake waits them out.
+	tlsURL := "rediss://" + strings.TrimPrefix(url, "redis://") + sep + "dial_timeout=300ms&read_timeout=300ms"
+	s := open(t, tlsURL, newPrefix(t, url), nil)
+	if _, err := s.Secret(t.Context()); !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), "answers without TLS") {
+		t.Errorf("Secret with %s: %v; want a refusal saying the server answers without TLS", tlsURL, err)
+	}
+	if err := s.Check(t.Context()); !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), "give redis://") {
+		t.Errorf("Check with %s: %v; want a refusal naming redis://", tlsURL, err)
+	}
+}

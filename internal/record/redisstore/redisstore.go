@@ -63,6 +63,7 @@ type Store struct {
 	prefix  string
 	channel string // where settles are published
 	name    string // "redis store <addr>/<db>", for errors
+	tlsAddr string // client.tlsAddr
 	log     *slog.Logger
 
 	pollMin, pollMax time.Duration // Wait's backoff; tests change them
@@ -141,6 +142,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		prefix:     prefix,
 		channel:    prefix + "settled",
 		name:       c.name,
+		tlsAddr:    c.tlsAddr,
 		log:        opts.Logger,
 		evalOnly:   opts.Eval,
 		pollMin:    pollMin,
@@ -597,7 +599,7 @@ func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout+ioTimeout)
 	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		return refusal(s.fail("connecting", err))
+		return s.refusal(s.fail("connecting", err))
 	}
 	var probes []redis.Cmder
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -609,10 +611,15 @@ func (s *Store) Check(ctx context.Context) error {
 
 // refusal marks err record.ErrStoreRefused when the server answered and
 // refuses the URL: its password or user, its database number, its
-// client_name=, or cluster=true for a server that is not in a Cluster.
-func refusal(err error) error {
+// client_name=, or cluster=true for a server that is not in a Cluster;
+// or when a rediss:// URL names a server that answers without TLS, where
+// the handshake waits out the timeout as if the server were down.
+func (s *Store) refusal(err error) error {
 	var redisErr redis.Error
 	if !errors.As(err, &redisErr) {
+		if s.tlsAddr != "" && plainTextServer(s.tlsAddr) {
+			return record.StoreRefused(fmt.Errorf("%w: the server at %s answers without TLS; rediss:// is for a server that serves TLS, give redis:// for this one", err, s.tlsAddr))
+		}
 		return err
 	}
 	msg := redisErr.Error()

@@ -53,7 +53,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err := stored.Err(); err != nil && !keptFromWrites(err, read) {
-		return nil, refusal(s.fail("storing the secret", err))
+		return nil, s.refusal(s.fail("storing the secret", err))
 	}
 	if err := s.probesRefused(probes); err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func (s *Store) probesRefused(probes []redis.Cmder) error {
 		if c.Name() != "publish" {
 			need = "the " + c.Name() + " command, to run the store's scripts"
 		}
-		if err = refusal(s.fail(c.Name(), err)); errors.Is(err, record.ErrStoreRefused) {
+		if err = s.refusal(s.fail(c.Name(), err)); errors.Is(err, record.ErrStoreRefused) {
 			return fmt.Errorf("%w (the store's user needs %s)", err, need)
 		}
 	}
