@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -112,17 +113,32 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte,
 	// as written: a body left in net/http's buffer goes only when
 	// the handler returns.
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	// Whether the client is still there is asked before the write, not
+	// after: its Content-Length tells the client the body is whole, and
+	// a client that closes its connection as soon as it has read it
+	// (Connection: close) cancels the request while the handler still
+	// runs. Asked after, an answer the client read would be told lost.
+	open := r.Context().Err() == nil
 	_, err := w.Write(body)
-	if f, ok := w.(http.Flusher); ok && err == nil {
-		f.Flush()
+	if err == nil {
+		err = flush(w)
 	}
-	if err == nil && r.Context().Err() == nil {
+	if err == nil && open {
 		for _, f := range written {
 			f()
 		}
 		return true
 	}
 	return false
+}
+
+// flush sends what w holds to the client, and reports a failure to.
+func flush(w http.ResponseWriter) error {
+	err := http.NewResponseController(w).Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
 }
 
 func joinFrames(frames [][]byte) []byte {

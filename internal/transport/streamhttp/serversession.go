@@ -238,9 +238,10 @@ func (ss *ServerSession) WriteFrame(frame []byte) error {
 // went (it dropped the request and did not resume it, or the answer came
 // after the session ended); with
 // another error at once if no request of the session awaits it. "Written" means the
-// write and its flush succeeded while the client's request was still
-// open: bytes handed to a connection the client closes at that instant
-// may still count. An answer a writer was writing as the session went
+// write and its flush succeeded, begun while the client's request was
+// still open: a client that closes its connection as soon as it has
+// read the answer has it, and bytes handed to a connection the client
+// closes at that instant may still count. An answer a writer was writing as the session went
 // is not reported at all. A batch frame never calls written.
 func (ss *ServerSession) WriteAnswer(frame []byte, written func(error)) error {
 	return ss.write(frame, written, "")
