@@ -177,7 +177,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		isGet := st == ss.get
 		ss.mu.Unlock()
 		wrote := len(b.buf) > 0
-		ok := b.send(w, r, flusher)
+		ok := b.send(w, r)
 		ss.sent(b.taken, ok)
 		if !ok {
 			return false
@@ -274,19 +274,20 @@ func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch)
 
 // send writes b to the client, if it holds anything, and then calls its
 // written callbacks. It reports false when the client has gone.
-func (b *batch) send(w http.ResponseWriter, r *http.Request, flusher http.Flusher) bool {
+func (b *batch) send(w http.ResponseWriter, r *http.Request) bool {
 	if len(b.buf) == 0 {
 		return true
+	}
+	// Whether the client is still there is asked before the write, as
+	// writeJSON does: a client may close its connection as soon as it
+	// has read its answer's event, before the flush returns here.
+	if r.Context().Err() != nil {
+		return false
 	}
 	if _, err := w.Write(b.buf); err != nil {
 		return false
 	}
-	if flusher != nil {
-		flusher.Flush()
-	}
-	if r.Context().Err() != nil {
-		// The client went: a flush reports nothing, and the write
-		// may have gone into a connection already closed.
+	if flush(w) != nil {
 		return false
 	}
 	for _, f := range b.written {

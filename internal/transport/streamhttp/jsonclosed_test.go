@@ -52,3 +52,28 @@ func TestJSONAnswerClientGoneIsNotWritten(t *testing.T) {
 		t.Fatal("an answer written after its client went was counted as written")
 	}
 }
+
+// An answer's event written on an SSE stream is written, even if the
+// client closes its connection the moment it has read it.
+func TestSSEAnswerReadThenClosedIsWritten(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, "POST", "/mcp", http.NoBody)
+	written := false
+	b := batch{buf: appendEvent(nil, "1-1", []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)), written: []func(){func() { written = true }}}
+	if !b.send(closingWriter{httptest.NewRecorder(), cancel}, r) || !written {
+		t.Fatal("the event the client read was not counted as written")
+	}
+}
+
+// An event whose client went before it was written is not counted.
+func TestSSEAnswerClientGoneIsNotWritten(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, "POST", "/mcp", http.NoBody)
+	written := false
+	b := batch{buf: appendEvent(nil, "1-1", []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)), written: []func(){func() { written = true }}}
+	if b.send(httptest.NewRecorder(), r) || written {
+		t.Fatal("an event written after its client went was counted as written")
+	}
+}
