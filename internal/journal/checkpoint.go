@@ -226,14 +226,20 @@ func checkLine(l *verifiedLine, verifiers note.Verifiers) (*Checkpoint, error) {
 		return nil, err
 	}
 	c.Line = l.num
+	// Unsigned, the checkpoint's own text may be what changed: only a
+	// signature that verifies says the lines moved, not its count.
+	var orText string
+	if verifiers == nil {
+		orText = ", or its own text was changed (--key tells which)"
+	}
 	switch {
 	case c.Size > l.num-1:
-		return nil, fmt.Errorf("it counts %d lines, more than the %d before it: lines were removed before it", c.Size, l.num-1)
+		return nil, fmt.Errorf("it counts %d lines, more than the %d before it: lines were removed before it%s", c.Size, l.num-1, orText)
 	case c.Size < l.num-1:
-		return nil, fmt.Errorf("it counts %d lines, fewer than the %d before it: lines were inserted before it", c.Size, l.num-1)
+		return nil, fmt.Errorf("it counts %d lines, fewer than the %d before it: lines were inserted before it%s", c.Size, l.num-1, orText)
 	case hex.EncodeToString(c.Hash[:]) != l.prev:
-		return nil, fmt.Errorf("it signs a line %d whose SHA-256 is %s, and line %d's is %s: line %d or a line before it was changed, and the chain written again",
-			c.Size, short(hex.EncodeToString(c.Hash[:])), c.Size, short(l.prev), c.Size)
+		return nil, fmt.Errorf("it signs a line %d whose SHA-256 is %s, and line %d's is %s: line %d or a line before it was changed, and the chain written again%s",
+			c.Size, short(hex.EncodeToString(c.Hash[:])), c.Size, short(l.prev), c.Size, orText)
 	case !bytes.Equal(l.text, checkpointLine(l.prev, []byte(signed))):
 		return nil, errors.New("the line is not spelled as the proxy writes it (members added, or the note's JSON spelled otherwise): it was changed")
 	}

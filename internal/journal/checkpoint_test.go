@@ -259,6 +259,7 @@ func TestCheck(t *testing.T) {
 	forged, _ := signCheckpoint(other, hash(ls[9]), 10)
 	tooMany, _ := signCheckpoint(s, hash(ls[9]), 11)
 	respelled := strings.Replace(ls[9], "—", `\u2014`, 1)
+	hashAt := strings.Index(ls[9], `\n9\n`) + len(`\n9\n`) // its hash's first byte
 
 	tests := []struct {
 		name      string
@@ -285,6 +286,11 @@ func TestCheck(t *testing.T) {
 		{"a checkpoint forged with another key", all + string(forged) + "\n", vs, 11, "not signed by the key given", 0},
 		{"a forged checkpoint, no key", all + string(forged) + "\n", nil, 0, "", 11},
 		{"a checkpoint counting more lines than come before it", all + string(tooMany) + "\n", vs, 11, "counts 11 lines, more than the 10 before it", 0},
+		// Unsigned, a count or hash that does not match may be the
+		// checkpoint's own text changed: the error must not blame
+		// the lines alone.
+		{"a byte of the last checkpoint's size, no key", strings.Replace(all, `\n9\n`, `\n8\n`, 1), nil, 10, "lines were inserted before it, or its own text was changed", 0},
+		{"a byte of the last checkpoint's hash, no key", tamper(ls, 10, hashAt, otherBase64(ls[9][hashAt])), nil, 10, "and the chain written again, or its own text was changed", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,6 +314,9 @@ func TestCheck(t *testing.T) {
 			var le *LineError
 			if !errors.As(err, &le) || le.Line != tt.wantLine || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Check: %v; want a LineError for line %d saying %q", err, tt.wantLine, tt.want)
+			}
+			if tt.verifiers != nil && strings.Contains(err.Error(), "its own text") {
+				t.Errorf("Check: %v; a signature that verifies vouches for the checkpoint's text", err)
 			}
 			if rep.Lines != tt.wantLine-1 {
 				t.Errorf("Check: %d lines verify; want %d", rep.Lines, tt.wantLine-1)
