@@ -85,7 +85,7 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "list":
 		return a.list(ctx, store, stdout)
 	case "show":
-		return a.show(ctx, store, stdout)
+		return a.show(ctx, store, stdout, stderr)
 	case "approve", "deny":
 		return a.decide(ctx, store, stdout)
 	}

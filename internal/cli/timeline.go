@@ -206,7 +206,7 @@ type related struct {
 const relatedBound = 1000
 
 // show prints the timeline of execution a.pos[0].
-func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.Writer) error {
+func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, stderr io.Writer) error {
 	id := a.pos[0]
 	r, err := store.Get(ctx, id)
 	// A record past its retention is gone from the store, and its
@@ -219,9 +219,14 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout io.W
 	case err != nil && !gone:
 		return err
 	}
-	lines, jerr := readJournals(a.journals, id)
+	lines, torn, jerr := readJournals(a.journals, id)
 	if jerr != nil {
 		return jerr
+	}
+	for _, path := range torn {
+		// Left out without a word, a line cut short by a crash would
+		// pass for one never written.
+		fmt.Fprintf(stderr, "%s: warning: its last line is torn (it does not end in a newline) and was left out: a proxy is writing it, or its write was cut short, as by a crash or a full disk (audit verify %s names it)\n", path, path)
 	}
 	if gone {
 		if r = recordOfJournal(id, lines); r == nil {
@@ -288,21 +293,25 @@ func recordOfJournal(id string, lines []journal.Entry) *record.Record {
 // readJournals checks the chain of each journal file and returns the
 // lines of all of them that name execution id, and the session lines of
 // the sessions those name, merged by time. A proxy may be writing a
-// file: its torn last line, being written, is left out. A line in more
-// than one file (a journal given twice, or a copy of it beside it) is
-// read once: each line holds the hash of the one before it, so two
-// journals share a line only if one is a copy of the other.
-func readJournals(paths []string, id string) ([]journal.Entry, error) {
+// file: its torn last line, being written, is left out, and the file
+// named in torn. A line in more than one file (a journal given twice,
+// or a copy of it beside it) is read once: each line holds the hash of
+// the one before it, so two journals share a line only if one is a
+// copy of the other.
+func readJournals(paths []string, id string) (_ []journal.Entry, torn []string, _ error) {
 	var files [][]journal.Entry
 	seen := make(map[[sha256.Size]byte]bool)
 	for _, path := range paths {
 		rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
 		if err != nil {
-			return nil, fmt.Errorf("--journal: %w", err)
+			return nil, nil, fmt.Errorf("--journal: %w", err)
 		}
-		es, err := readEntries(path, rep.Lines, id, seen)
+		es, tornTail, err := readEntries(path, rep.Lines, id, seen)
 		if err != nil {
-			return nil, fmt.Errorf("--journal: %w", err)
+			return nil, nil, fmt.Errorf("--journal: %w", err)
+		}
+		if tornTail {
+			torn = append(torn, path)
 		}
 		files = append(files, es)
 	}
@@ -320,7 +329,7 @@ func readJournals(paths []string, id string) ([]journal.Entry, error) {
 				e.Event != journal.SessionStart && e.Event != journal.SessionEnd)
 		})
 	}
-	return mergeByTime(files), nil
+	return mergeByTime(files), torn, nil
 }
 
 // mergeByTime merges the lines of several journals by time, keeping each
@@ -348,11 +357,13 @@ func mergeByTime(files [][]journal.Entry) []journal.Entry {
 // verified, and returns as entries those that name execution id, and the
 // session lines, but for the lines in seen, to which it adds those it
 // returns. The rest are not kept: a journal of a year holds millions of
-// lines, and an execution a few.
-func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool) ([]journal.Entry, error) {
+// lines, and an execution a few. torn reports that the file goes on
+// past them with a torn line: bytes with no newline after them. Whole
+// lines a proxy added since the check are not read, and not torn.
+func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
 	f, err := journal.OpenRead(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading journal: %w", err)
+		return nil, false, fmt.Errorf("reading journal: %w", err)
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
@@ -360,11 +371,11 @@ func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool)
 	for i := 1; i <= n; i++ {
 		line, err := br.ReadBytes('\n')
 		if err != nil {
-			return nil, fmt.Errorf("reading journal %s: line %d: %w", path, i, err)
+			return nil, false, fmt.Errorf("reading journal %s: line %d: %w", path, i, err)
 		}
 		var e journal.Entry
 		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
+			return nil, false, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
 		}
 		if e.Execution != id && (e.Execution != "" || e.Event != journal.SessionStart && e.Event != journal.SessionEnd) {
 			continue
@@ -376,7 +387,8 @@ func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool)
 		seen[sum] = true
 		es = append(es, e)
 	}
-	return es, nil
+	rest, err := br.ReadBytes('\n')
+	return es, errors.Is(err, io.EOF) && len(rest) > 0, nil
 }
 
 // sessionsOf answers the first question from the journal lines: the

@@ -623,7 +623,7 @@ func TestShowKeepsOnlyTheExecutionsLines(t *testing.T) {
 	es = append(es, journal.Entry{Time: t0.Add(time.Second), Session: "session:s1", Event: journal.SessionEnd})
 	path := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
 	seen := make(map[[sha256.Size]byte]bool)
-	got, err := readEntries(path, len(es), "exe_7", seen)
+	got, _, err := readEntries(path, len(es), "exe_7", seen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -93,5 +94,41 @@ func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 	out, _, err = run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j)
 	if later := sections(t, out)[headLater]; err != nil || !strings.Contains(later, "1 later call attached to it (the journals' count") {
 		t.Errorf("activity show = %v; section %q:\n%s\nwant the count said to be the journals'", err, headLater, later)
+	}
+}
+
+// TestShowWarnsOfATornLine: a journal whose last line is torn, as a crash
+// mid-write leaves it, is read without that line, and show says so on
+// stderr rather than tell the execution as if the line were never
+// written. A whole journal gets no warning.
+func TestShowWarnsOfATornLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "empty.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	exe := func(state string) journal.Entry {
+		return journal.Entry{Time: time.Now(), Execution: "exe_t", Tool: "charge_card", State: state,
+			Session: "session:s1", RequestID: json.RawMessage("1")}
+	}
+	j := writeEntries(t, filepath.Join(dir, "j.jsonl"), []journal.Entry{exe("accepted"), exe("dispatched")})
+	_, stderr, err := run(t, "activity", "show", "exe_t", "--store", "sqlite:"+path, "--journal", j)
+	if err != nil || stderr != "" {
+		t.Fatalf("activity show of a whole journal = %v, stderr %q; want no warning", err, stderr)
+	}
+	f, err := os.OpenFile(j, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"prev":"`) // a write cut short
+	f.Close()
+	out, stderr, err := run(t, "activity", "show", "exe_t", "--store", "sqlite:"+path, "--journal", j, "--json")
+	if err != nil || !json.Valid([]byte(out)) {
+		t.Fatalf("activity show of a journal with a torn last line = %v, %s; want the timeline of the lines before it", err, out)
+	}
+	if want := j + ": warning: its last line is torn"; !strings.Contains(stderr, want) {
+		t.Errorf("activity show stderr = %q; want %q", stderr, want)
 	}
 }
