@@ -118,6 +118,10 @@ func TestTimelineTellsTheDecision(t *testing.T) {
 			{State: record.Refused, At: at, By: "bob", Via: record.ApproverOperator, Note: "freeze"}}}, "refused by bob through operator: freeze"},
 		{record.Record{State: record.Refused, History: []record.Transition{{State: record.Refused, At: at, Via: record.ViaTimeout}}}, "refused by no one through timeout"},
 		{record.Record{State: record.Accepted, Awaiting: record.ApproverOperator, History: []record.Transition{{State: record.Accepted, At: at}}}, "awaiting approval from the operator since"},
+		// Its proxy went away: approve refuses it, so the timeline must
+		// not leave it as one awaiting the operator's word.
+		{record.Record{State: record.Accepted, Awaiting: record.ApproverOperator, LeaseUntil: at.Add(-time.Minute), History: []record.Transition{{State: record.Accepted, At: at}}},
+			"awaiting approval from the operator since " + stamp(at) + ", but its proxy went away"},
 		{record.Record{State: record.Delivered, History: []record.Transition{{State: record.Accepted, At: at}}}, noApproval},
 	} {
 		got := authorizationOf(&c.r)

@@ -115,9 +115,14 @@ func authorizationOf(r *record.Record) authPart {
 		return authPart{Required: true, Decision: &t, Note: note + " (at " + stamp(t.At) + ")"}
 	}
 	if r.State == record.Accepted && r.Awaiting != "" {
-		return authPart{Required: true, Awaiting: r.Awaiting,
-			Note: "awaiting approval from the " + map[string]string{record.ApproverOperator: "operator", record.ApproverClient: "client's user"}[r.Awaiting] +
-				" since " + stamp(r.At(record.Accepted))}
+		note := "awaiting approval from the " + map[string]string{record.ApproverOperator: "operator", record.ApproverClient: "client's user"}[r.Awaiting] +
+			" since " + stamp(r.At(record.Accepted))
+		if r.Orphaned(time.Now()) {
+			// As activity list marks it, and approve refuses it: a
+			// decision now would reach no process.
+			note += ", but its proxy went away (its lease lapsed at " + stamp(r.LeaseUntil) + "): nothing would send it, and no one can decide it; the next call of it asks again"
+		}
+		return authPart{Required: true, Awaiting: r.Awaiting, Note: note}
 	}
 	return authPart{Note: noApproval}
 }
