@@ -69,7 +69,12 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if durable == nil {
-		return usagef("--store: the memory store lives inside a proxy process; give the durable store the proxy used")
+		if a.verb == "show" && len(a.journals) > 0 {
+			// Its records went with the proxy: the journals are all
+			// that tells of them.
+			return a.show(ctx, nil, stdout, stderr)
+		}
+		return usagef("--store: the memory store lives inside a proxy process; give the durable store the proxy used, or, to show an execution, the proxy's --journal")
 	}
 	defer durable.Close()
 	if pg, ok := durable.(*pgstore.Store); ok {

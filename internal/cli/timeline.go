@@ -39,6 +39,7 @@ type Answers struct {
 	// FromJournal is set when the store no longer holds the execution
 	// (its retention passed): Record is what the journals' lines tell.
 	FromJournal bool `json:"from_journal,omitempty"`
+	memory      bool // the store was the memory store, gone with its proxy
 	// Shadow is set for a record of a proxy in shadow mode: every call
 	// went upstream as it came, and the record, as the journal, says
 	// what the proxy would have done. A replay or an attach was a call
@@ -210,10 +211,14 @@ type related struct {
 // show reads at most.
 const relatedBound = 1000
 
-// show prints the timeline of execution a.pos[0].
+// show prints the timeline of execution a.pos[0]; with a nil store (the
+// memory store, gone with its proxy), from the journals alone.
 func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, stderr io.Writer) error {
 	id := a.pos[0]
-	r, err := store.Get(ctx, id)
+	r, err := (*record.Record)(nil), fmt.Errorf("%s: %w", id, record.ErrNotFound)
+	if store != nil {
+		r, err = store.Get(ctx, id)
+	}
 	// A record past its retention is gone from the store, and its
 	// journal lines are then all that tells of it.
 	gone := errors.Is(err, record.ErrNotFound) && len(a.journals) > 0
@@ -234,11 +239,14 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 		fmt.Fprintf(stderr, "%s: warning: its last line is torn (it does not end in a newline) and was left out: a proxy is writing it, or its write was cut short, as by a crash or a full disk (audit verify %s names it)\n", path, path)
 	}
 	if gone {
-		if r = recordOfJournal(id, lines); r == nil {
+		if r = recordOfJournal(id, lines); r == nil && store == nil {
+			return fmt.Errorf("%w: no line of the journals given names it", err)
+		} else if r == nil {
 			return fmt.Errorf("%w in --store %s, and no line of the journals given names it", err, redact(a.store))
 		}
 	}
 	tl := &timeline{Record: r}
+	tl.memory = store == nil
 	tl.FromJournal = gone
 	tl.Shadow = intercept.ShadowOwner(r.Owner)
 	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
@@ -565,7 +573,11 @@ func laterOf(ctx context.Context, store record.Store, r *record.Record) (laterPa
 	clientKey := strings.HasPrefix(r.Key, "key:") || r.Scope == string(policy.ScopeKey)
 	p := laterPart{Attached: r.Attached, ClientKey: clientKey, Related: []related{}}
 	lister, ok := store.(record.Lister)
-	if !ok {
+	switch {
+	case store == nil:
+		p.Searched = "nothing: the memory store kept them inside the proxy's process"
+		return p, nil
+	case !ok:
 		p.Searched = "nothing: the store cannot list its executions"
 		return p, nil
 	}

@@ -132,3 +132,37 @@ func TestShowWarnsOfATornLine(t *testing.T) {
 		t.Errorf("activity show stderr = %q; want %q", stderr, want)
 	}
 }
+
+// TestShowMemoryStoreFromTheJournals: the memory store's records go with
+// its proxy, and its journal is then all that tells of an execution:
+// show tells it from the journals, saying so, and finds no other
+// executions of it, where no store is left to look in.
+func TestShowMemoryStoreFromTheJournals(t *testing.T) {
+	in := newInvestigation(t)
+	in.store = "memory"
+	out, _, err := run(t, in.showArgs()...)
+	if err != nil {
+		t.Fatalf("activity show --store memory with the journals: %v", err)
+	}
+	if !strings.HasPrefix(out, "the memory store kept it inside the proxy's process: told from the journals alone") ||
+		!strings.Contains(out, "state             delivered") {
+		t.Errorf("activity show printed:\n%s\nwant it told from the journals, saying the memory store kept it", out)
+	}
+	sec := sections(t, out)
+	if !strings.Contains(sec[headSessions], in.s1+": request 7: accepted, dispatched, completed, delivered") ||
+		!strings.Contains(sec[headLater], "nothing: the memory store kept them inside the proxy's process") {
+		t.Errorf("activity show printed:\n%s\nwant the journal's story, and no store searched", out)
+	}
+	if _, _, err := run(t, "activity", "show", "exe_none", "--store", "memory", "--journal", in.journals[0]); err == nil ||
+		!strings.Contains(err.Error(), "no line of the journals given names it") {
+		t.Errorf("activity show --store memory of an id no journal names = %v; want an error saying so", err)
+	}
+	for _, args := range [][]string{
+		{"activity", "show", in.id, "--store", "memory"},
+		{"activity", "list", "--store", "memory"},
+	} {
+		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "the memory store lives inside a proxy process") {
+			t.Errorf("%v = %v; want a usage error naming the memory store", args, err)
+		}
+	}
+}

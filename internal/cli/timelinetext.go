@@ -33,7 +33,10 @@ const (
 // section per question.
 func printTimeline(w io.Writer, tl *timeline) {
 	makePrintable(reflect.ValueOf(tl))
-	if tl.FromJournal {
+	switch {
+	case tl.memory:
+		fmt.Fprint(w, "the memory store kept it inside the proxy's process: told from the journals alone\n\n")
+	case tl.FromJournal:
 		fmt.Fprint(w, "the store no longer holds it (its retention passed, or another store was given): told from the journals alone\n\n")
 	}
 	printFields(w, tl.Record)
