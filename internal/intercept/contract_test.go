@@ -140,6 +140,8 @@ func TestNoReadingOtherwise(t *testing.T) {
 		`{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/key":"a","mcp-idempotent/key":"b"}}`,
 		`{"name":"charge_card","arguments":{},"_meta":{"idempotencyKey":"a","IdempotencyKey":"b"}}`,
 		`{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/deadline_ms":5,"mcp-idempotent/deadline_ms":9}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{"progressToken":"first","progressToken":"last"}}`,
+		`{"name":"charge_card","arguments":{},"_meta":{"progressToken":1,"ProgressToken":2}}`,
 	} {
 		if _, err := mcp.ParseToolCall(json.RawMessage(params)); err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, "ambiguous") {
 			t.Errorf("mcp.ParseToolCall(%s) = %v; want -32602 saying the member is ambiguous", params, err)

@@ -226,7 +226,12 @@ func plainName(raw []byte) bool {
 var paramNames = []string{"name", "arguments", "_meta", "task", "inputResponses", "requestState"}
 
 // The members of a call's _meta the proxy reads, and their indexes there.
-var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaProtocolVersion, MetaClientCapabilities}
+// The progress token is read elsewhere (the proxy's own progress to an
+// attached caller, and the silencing of a cancelled call's progress), but
+// is checked here: an upstream that reads the other of two tokens sends
+// its progress on one the proxy does not watch, which then reaches a
+// caller that cancelled the call.
+var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaProtocolVersion, MetaClientCapabilities, MetaProgressToken}
 
 const (
 	metaKey = iota
