@@ -295,6 +295,16 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 	return ss, true
 }
 
+// holdsInitialize reports whether msgs hold an initialize request.
+func holdsInitialize(msgs []*jsonrpc.Message) bool {
+	for _, m := range msgs {
+		if m.IsRequest() && m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
+}
+
 // statelessLane returns the actor's lane for a POST that names no session
 // and is no initialize, if it is a stateless request whose headers agree
 // with its body. It answers the refusal itself when it is not.
@@ -303,6 +313,12 @@ func (s *Server) statelessLane(w http.ResponseWriter, r *http.Request, actor str
 	switch {
 	case herr != nil:
 		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
+		return nil, false
+	case !stateless && holdsInitialize(msgs):
+		// MCP 2025-03-26, lifecycle: the initialize request must not be
+		// part of a batch. Saying a session is required would send the
+		// client to the initialize it just sent.
+		writeRefusal(w, refuse(http.StatusBadRequest, "initialize starts a session alone: send it in a POST of its own, not in a batch"), jsonrpc.CodeInvalidRequest)
 		return nil, false
 	case !stateless:
 		writeRefusal(w, refuse(http.StatusBadRequest, "Mcp-Session-Id is required: start a session with initialize"), jsonrpc.CodeInvalidRequest)

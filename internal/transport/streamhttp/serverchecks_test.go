@@ -447,6 +447,27 @@ func TestServerBatchInALaterSession(t *testing.T) {
 	}
 }
 
+// TestServerInitializeInABatch: an initialize sent in a batch with other
+// messages starts no session, and the refusal says why: MCP 2025-03-26
+// forbids it, and "Mcp-Session-Id is required: start a session with
+// initialize" would send the client back to what it sent.
+func TestServerInitializeInABatch(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	resp := do(t, t.Context(), "POST", hs.URL, "["+batchInitBody+`,{"jsonrpc":"2.0","id":9,"method":"ping"}]`, nil)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m, err := jsonrpc.Decode(b)
+	if resp.StatusCode != 400 || err != nil || m.Error == nil || resp.Header.Get(headerSessionID) != "" {
+		t.Fatalf("%s %s; want 400 with a JSON-RPC error and no session", resp.Status, b)
+	}
+	if e := jsonrpc.DecodeError(m.Error); e.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(e.Message, "initialize starts a session alone") {
+		t.Errorf("refused with %+v; want -32600 saying initialize goes alone", e)
+	}
+	if p.seen(`"id":9`) != 0 {
+		t.Error("the batch reached the proxy")
+	}
+}
+
 // TestHandlerOtherPaths: a path other than the endpoint's gets 404 at
 // once, its body unread, and the connection closes rather than wait for
 // the body; the endpoint is served.
