@@ -13,8 +13,12 @@ import (
 // So the call goes to a queue run on a goroutine of its own, and the
 // messages that come after it for the upstream join the queue, in order,
 // until it is empty. Answers to the upstream's requests and cancellations
-// never wait in it. While no call waits for a listing, which is the common
-// case, messages are handled as they are read, with no queue.
+// never wait in it, nor do pings: a ping changes nothing, so has no order
+// to keep, and MCP asks for a prompt answer to it (basic/utilities/ping).
+// A client may end the session on a late one: the Go SDK's keep-alive
+// waits half its interval, and a listing may take ten seconds. While no
+// call waits for a listing, which is the common case, messages are
+// handled as they are read, with no queue.
 
 // A queued message waits for those before it: a tools/call, taken and
 // registered already (startToolCall), or another message for the upstream.

@@ -147,7 +147,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		s.tookRequest(msg)
 	}
 	// While a queue runs (order.go), what goes upstream waits in it;
-	// cancellations and answers to the upstream's requests do not.
+	// cancellations, answers to the upstream's requests and pings do not.
 	switch {
 	case msg.Batch:
 		if s.fromClientBatchless(ctx, frame) {
@@ -162,7 +162,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg, &params)
 	case msg.IsRequest():
-		if s.queueing.Load() && s.enqueueMessage(msg) {
+		if msg.Method != "ping" && s.queueing.Load() && s.enqueueMessage(msg) {
 			return
 		}
 		s.forward(msg, nil)

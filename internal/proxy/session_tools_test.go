@@ -228,8 +228,8 @@ func TestCallsWaitingForTheListingKeepTheirOrder(t *testing.T) {
 	for i, v := range []string{"a", "b", "c", "d", "e", "f"} {
 		r.client.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"append","arguments":{"v":%q}}}`, i+1, v))
 	}
-	r.client.send(t, `{"jsonrpc":"2.0","id":"p","method":"ping"}`)
-	r.client.send(t, `{"jsonrpc":"2.0","id":"q","method":"ping"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"p","method":"resources/list"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"q","method":"resources/list"}`)
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`)
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q"}}`)
@@ -245,7 +245,7 @@ func TestCallsWaitingForTheListingKeepTheirOrder(t *testing.T) {
 		t.Fatalf("upstream got %s; want the client's answer, which waits for nothing", got)
 	}
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
-	for _, want := range []string{`"v":"a"`, `"v":"b"`, `"v":"d"`, `"v":"e"`, `"v":"f"`, `"id":"p","method":"ping"`, `"method":"notifications/roots/list_changed"`} {
+	for _, want := range []string{`"v":"a"`, `"v":"b"`, `"v":"d"`, `"v":"e"`, `"v":"f"`, `"id":"p","method":"resources/list"`, `"method":"notifications/roots/list_changed"`} {
 		got := r.upstream.next(t, "upstream")
 		if !strings.Contains(got, want) {
 			t.Fatalf("upstream got %s; want %s next", got, want)
@@ -258,6 +258,36 @@ func TestCallsWaitingForTheListingKeepTheirOrder(t *testing.T) {
 	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"append","arguments":{"v":"g"}}}`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"g"`) {
 		t.Fatalf("upstream got %s; want the next call", got)
+	}
+}
+
+// TestPingsDoNotWaitForTheListing: a client's ping goes upstream as it
+// comes, while a call waits for the proxy's listing: it changes nothing,
+// so has no order to keep, and MCP asks for a prompt answer. Before, it
+// waited behind the call for up to listTimeout (10 s), and a client that
+// ends a session on a late ping (the Go SDK's keep-alive) ended it.
+func TestPingsDoNotWaitForTheListing(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append","arguments":{"v":"a"}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":"later","method":"resources/list"}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"p","method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"p","method":"ping"}` {
+		t.Fatalf("upstream got %s; want the ping, while the listing is unanswered", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"p","result":{}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":"p","result":{}}` {
+		t.Fatalf("client got %s; want the ping's answer", got)
+	}
+	// The rest keeps its order once the listing is answered.
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"a"`) {
+		t.Fatalf("upstream got %s; want the call", got)
+	}
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"later","method":"resources/list"`) {
+		t.Fatalf("upstream got %s; want the request sent after the call", got)
 	}
 }
 
