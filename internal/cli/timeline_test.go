@@ -680,13 +680,7 @@ func TestShowSaysShadow(t *testing.T) {
 // one that neither holds is still an error.
 func TestShowFromTheJournalAlone(t *testing.T) {
 	in := newInvestigation(t)
-	path := filepath.Join(t.TempDir(), "other.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	in.store = "sqlite:" + path
+	in.store = emptyStore(t)
 	out, _, err := run(t, in.showArgs()...)
 	if err != nil {
 		t.Fatalf("activity show of an execution only the journals hold: %v", err)

@@ -15,18 +15,26 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/sqlitestore"
 )
 
+// emptyStore returns the --store URL of a SQLite store a proxy made and
+// that holds no record: one that tells an execution from its journals.
+func emptyStore(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "empty.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	return "sqlite:" + path
+}
+
 // TestShowFromTheJournalsDecidedOnce: an operator's decision is in the
 // operator's journal and in the proxy's, which journals it as it acts on
 // it; told from both journals alone, the history holds it once, as the
 // store's would.
 func TestShowFromTheJournalsDecidedOnce(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "empty.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	store := emptyStore(t)
 	t0 := time.Now()
 	exe := func(ms int, state string) journal.Entry {
 		return journal.Entry{Time: t0.Add(time.Duration(ms) * time.Millisecond), Execution: "exe_d", Tool: "create_vm", State: state,
@@ -39,7 +47,7 @@ func TestShowFromTheJournalsDecidedOnce(t *testing.T) {
 	byOperator := decided(journal.Entry{Time: t0.Add(10 * time.Millisecond), Execution: "exe_d", Tool: "create_vm", State: "refused"})
 	proxy := writeEntries(t, filepath.Join(dir, "proxy.jsonl"), []journal.Entry{exe(0, "accepted"), decided(exe(20, "refused"))})
 	operator := writeEntries(t, filepath.Join(dir, "operator.jsonl"), []journal.Entry{byOperator})
-	out, _, err := run(t, "activity", "show", "exe_d", "--store", "sqlite:"+path, "--journal", proxy, "--journal", operator, "--json")
+	out, _, err := run(t, "activity", "show", "exe_d", "--store", store, "--journal", proxy, "--journal", operator, "--json")
 	var got struct{ History []record.Transition }
 	if err != nil || json.Unmarshal([]byte(out), &got) != nil {
 		t.Fatalf("activity show --json = %v, %s", err, out)
@@ -58,12 +66,7 @@ func TestShowFromTheJournalsDecidedOnce(t *testing.T) {
 // does; and a call refused because its key named the execution is not
 // one that attached to it, as the store does not count it either.
 func TestShowFromTheJournalAloneKeyed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "empty.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	store := emptyStore(t)
 	exe := func(state string, req int) journal.Entry {
 		return journal.Entry{Time: time.Now(), Execution: "exe_k", Tool: "charge_card", State: state, Scope: "key",
 			Session: "session:s1", RequestID: json.RawMessage(fmt.Sprint(req))}
@@ -76,7 +79,7 @@ func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), []journal.Entry{
 		exe("accepted", 4), exe("dispatched", 4), refused, exe("completed", 4), exe("delivered", 4), replay,
 	})
-	out, _, err := run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j, "--json")
+	out, _, err := run(t, "activity", "show", "exe_k", "--store", store, "--journal", j, "--json")
 	var got struct {
 		Attached int
 		Timeline struct {
@@ -91,7 +94,7 @@ func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 	if !got.Timeline.Later.ClientKey {
 		t.Errorf("activity show --json = %s; want timeline.later.client_key true: its lines' scope is key", out)
 	}
-	out, _, err = run(t, "activity", "show", "exe_k", "--store", "sqlite:"+path, "--journal", j)
+	out, _, err = run(t, "activity", "show", "exe_k", "--store", store, "--journal", j)
 	if later := sections(t, out)[headLater]; err != nil || !strings.Contains(later, "1 later call attached to it (the journals' count") {
 		t.Errorf("activity show = %v; section %q:\n%s\nwant the count said to be the journals'", err, headLater, later)
 	}
@@ -103,18 +106,13 @@ func TestShowFromTheJournalAloneKeyed(t *testing.T) {
 // written. A whole journal gets no warning.
 func TestShowWarnsOfATornLine(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "empty.db")
-	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	store := emptyStore(t)
 	exe := func(state string) journal.Entry {
 		return journal.Entry{Time: time.Now(), Execution: "exe_t", Tool: "charge_card", State: state,
 			Session: "session:s1", RequestID: json.RawMessage("1")}
 	}
 	j := writeEntries(t, filepath.Join(dir, "j.jsonl"), []journal.Entry{exe("accepted"), exe("dispatched")})
-	_, stderr, err := run(t, "activity", "show", "exe_t", "--store", "sqlite:"+path, "--journal", j)
+	_, stderr, err := run(t, "activity", "show", "exe_t", "--store", store, "--journal", j)
 	if err != nil || stderr != "" {
 		t.Fatalf("activity show of a whole journal = %v, stderr %q; want no warning", err, stderr)
 	}
@@ -124,7 +122,7 @@ func TestShowWarnsOfATornLine(t *testing.T) {
 	}
 	f.WriteString(`{"prev":"`) // a write cut short
 	f.Close()
-	out, stderr, err := run(t, "activity", "show", "exe_t", "--store", "sqlite:"+path, "--journal", j, "--json")
+	out, stderr, err := run(t, "activity", "show", "exe_t", "--store", store, "--journal", j, "--json")
 	if err != nil || !json.Valid([]byte(out)) {
 		t.Fatalf("activity show of a journal with a torn last line = %v, %s; want the timeline of the lines before it", err, out)
 	}
