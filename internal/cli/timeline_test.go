@@ -172,7 +172,8 @@ func TestShowTellsTheStoryInOrder(t *testing.T) {
 	}{
 		{headSessions, []string{in.s1 + ": request 7: accepted, dispatched, completed, delivered",
 			"claude-code 2.1.3 over stdio, parent pid 17133 (bash)", "(client closed)",
-			in.s2 + ": request 3, 4: delivered (replay), attached (waited)", "cursor 1.7.0 over http from 127.0.0.1:34674"}, []string{in.stranger}},
+			in.s2 + ": request 3, 4: delivered (replay), attached (waited)", "cursor 1.7.0 over http from 127.0.0.1:34674",
+			"no line of the journals given ends it: still open, or its proxy stopped without ending it"}, []string{in.stranger}},
 		{headAuth, []string{noApproval}, nil},
 		{headDispatch, []string{"dispatched 1 time", "attempt 1", "first send", "by "}, nil},
 		{headAnswer, []string{"completed", fmt.Sprintf("result: %d bytes, isError false", in.resultLen)}, []string{"unknown"}},

@@ -84,8 +84,12 @@ func printSessions(w io.Writer, p *sessionsPart) {
 		if !s.Started.IsZero() {
 			fmt.Fprintf(w, "    started %s\n", stamp(s.Started))
 		}
-		if !s.Ended.IsZero() {
+		switch {
+		case !s.Ended.IsZero():
 			fmt.Fprintf(w, "    ended %s (%s)\n", stamp(s.Ended), s.EndNote)
+		case !s.Started.IsZero():
+			// A proxy killed (kill -9, a crash) writes no end line.
+			fmt.Fprintln(w, "    no line of the journals given ends it: still open, or its proxy stopped without ending it, as when killed")
 		}
 	}
 }
