@@ -210,7 +210,12 @@ func reportCheckpoints(stdout, stderr io.Writer, path string, rep *journal.Repor
 	}
 	fmt.Fprintf(stdout, "%s: %s %s; the newest, at line %d, signed by %s, covers %s\n", path, count(rep.Checkpoints, "checkpoint"), verb, c.Line, c.Signer, lineSpan(1, c.Size))
 	if tail := rep.Lines - c.Line; tail > 0 {
-		fmt.Fprintf(stderr, "%s: warning: %s after the newest checkpoint (%s): no signature covers them, and they could have been cut or changed unseen\n", path, count(tail, "line"), lineSpan(c.Line+1, rep.Lines))
+		them, they := "them", "they"
+		if tail == 1 {
+			them, they = "it", "it"
+		}
+		fmt.Fprintf(stderr, "%s: warning: %s after the newest checkpoint (%s): no signature covers %s, and %s could have been cut or changed unseen\n",
+			path, count(tail, "line"), lineSpan(c.Line+1, rep.Lines), them, they)
 	}
 }
 

@@ -295,11 +295,11 @@ func TestAuditVerifyKey(t *testing.T) {
 		forged string   // a key that signs more lines after in
 	}{
 		{"intact", string(b), 0, []string{"10 lines verify", "3 checkpoints verify; the newest, at line 10, signed by proxy1.example.com+", "covers lines 1-9"}, "", ""},
-		{"last 3 lines removed", strings.Join(ls[:7], ""), 0, []string{"7 lines verify", "the newest, at line 4"}, "3 lines after the newest checkpoint (lines 5-7)", ""},
+		{"last 3 lines removed", strings.Join(ls[:7], ""), 0, []string{"7 lines verify", "the newest, at line 4"}, "3 lines after the newest checkpoint (lines 5-7): no signature covers them, and they could", ""},
 		{"a byte changed in the last line a checkpoint covers", strings.Replace(string(b), "exe_6", "exe_Y", 1), 1, []string{":10: does not verify", "line 9 or line 10 was changed"}, "", ""},
 		{"rewritten after a change, without the key", rechain(changed, 3), 1, []string{":4: does not verify", "line 3 or a line before it was changed"}, "", ""},
 		{"a checkpoint forged with another key", string(b), 1, []string{":12: does not verify", "not signed by the key given, only by other.example.com+"}, "", otherSigner},
-		{"an unsigned tail", string(b), 0, []string{"11 lines verify"}, "1 line after the newest checkpoint (line 11)", "-"},
+		{"an unsigned tail", string(b), 0, []string{"11 lines verify"}, "1 line after the newest checkpoint (line 11): no signature covers it, and it could", "-"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
