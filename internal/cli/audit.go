@@ -133,6 +133,9 @@ func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, erro
 	// note holds no \r, so taking them out changes nothing signed.
 	b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
 	b = append(bytes.TrimRight(b, "\r\n"), '\n')
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("--since: %s is empty: give the note audit checkpoint printed, or a checkpoint line of the journal", file)
+	}
 	if bytes.HasPrefix(b, []byte("{")) {
 		// A journal line, as a log shipper keeps it: its checkpoint
 		// member is the note.

@@ -468,6 +468,14 @@ func TestAuditSinceJournalLine(t *testing.T) {
 	if want := batch + ": not one JSON line"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
 		t.Errorf("audit verify --since two checkpoint lines = %v; want exit 1 saying %q", err, want)
 	}
+	// An empty file, as a failed copy leaves, is said to be empty, not
+	// a note that does not verify.
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	_, _, err = run(t, "audit", "verify", "--key", verifier, "--since", empty, path)
+	if want := empty + " is empty"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("audit verify --since an empty file = %v; want exit 1 saying %q", err, want)
+	}
 }
 
 // TestAuditKeyFileComments: a key file may say whose each key is, in
