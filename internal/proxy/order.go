@@ -126,8 +126,11 @@ func (s *Session) unqueue(key string) bool {
 	return false
 }
 
-// enqueueBatch is enqueue for a batch, frame, unless it holds an answer to
-// a request of the upstream's or a cancellation, which must not wait.
+// enqueueBatch is enqueue for a batch, frame. Its answers to requests of
+// the upstream's and its cancellations must not wait: they are handled at
+// once, and the rest of the batch waits, as a batch of its own. Neither
+// is answered (JSON-RPC 2.0, batch), so the client still gets one array
+// for the batch's requests.
 func (s *Session) enqueueBatch(frame []byte) bool {
 	if !s.queueing.Load() {
 		return false
@@ -136,10 +139,24 @@ func (s *Session) enqueueBatch(frame []byte) bool {
 	if err != nil {
 		return false // refused at once, as it would be in its turn
 	}
-	for _, m := range msgs {
-		if m.Method == "" || m.Method == "notifications/cancelled" {
-			return false
-		}
+	rest, restFrame := takeOut(msgs, frame, waitsForNothing)
+	switch {
+	case len(rest) == 0:
+		return false
+	case len(rest) < len(msgs):
+		_, now := takeOut(msgs, frame, func(m *jsonrpc.Message) bool { return !waitsForNothing(m) })
+		s.fromClientBatch(now)
 	}
-	return s.enqueue(queued{msg: &jsonrpc.Message{Raw: frame, Batch: true}})
+	if !s.enqueue(queued{msg: &jsonrpc.Message{Raw: restFrame, Batch: true}}) {
+		s.fromClientBatch(restFrame) // the queue has just ended
+	}
+	return true
+}
+
+// waitsForNothing reports whether m, a message of a batch of the
+// client's, goes at once while a queue runs: an answer to a request of
+// the upstream's, which it may need before it answers the listing, or a
+// cancellation.
+func waitsForNothing(m *jsonrpc.Message) bool {
+	return m.Method == "" || m.Method == "notifications/cancelled"
 }

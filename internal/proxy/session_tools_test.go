@@ -291,6 +291,38 @@ func TestPingsDoNotWaitForTheListing(t *testing.T) {
 	}
 }
 
+// TestBatchesWaitingForTheListingKeepTheirOrder: a batch (MCP 2025-03-26)
+// holding an answer to the upstream's request or a cancellation, sent
+// while a call waits for the listing, has those go at once, and its
+// requests wait in the queue, in the order they came. Before, the whole
+// batch went at once, its requests ahead of the call sent before them.
+func TestBatchesWaitingForTheListingKeepTheirOrder(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append","arguments":{"v":"a"}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`)
+	r.client.next(t, "client")
+	r.client.send(t, `[{"jsonrpc":"2.0","id":"r","result":{"roots":[]}},{"jsonrpc":"2.0","id":"later","method":"resources/list"},`+
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"gone"}}]`)
+	for _, want := range []string{
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"gone"}}`,
+		`[{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}]`,
+	} {
+		if got := r.upstream.next(t, "upstream"); got != want {
+			t.Fatalf("upstream got %s; want %s, which waits for nothing", got, want)
+		}
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"a"`) {
+		t.Fatalf("upstream got %s; want the call, sent before the batch", got)
+	}
+	if got := r.upstream.next(t, "upstream"); got != `[{"jsonrpc":"2.0","id":"later","method":"resources/list"}]` {
+		t.Fatalf("upstream got %s; want the batch's request, after the call", got)
+	}
+}
+
 // TestFirstOfTwoIdenticalCallsIsSent: of two identical calls of a tool not
 // listed yet, the first to come is the one sent, and the second attaches
 // to it: the first's progress token goes upstream with it.
