@@ -37,6 +37,20 @@ func takeOut(msgs []*jsonrpc.Message, frame []byte, take func(*jsonrpc.Message) 
 	return rest, append(append([]byte("["), bytes.Join(raws, []byte(","))...), ']')
 }
 
+// notAnswer reports whether m is not an answer to a request.
+func notAnswer(m *jsonrpc.Message) bool { return !m.IsResponse() }
+
+// countOf counts the messages of msgs that f reports true for.
+func countOf(msgs []*jsonrpc.Message, f func(*jsonrpc.Message) bool) int {
+	n := 0
+	for _, m := range msgs {
+		if f(m) {
+			n++
+		}
+	}
+	return n
+}
+
 // fromClientBatch passes a batch through unless it holds a tools/call:
 // splitting a batch would change what the client asked for, and passing
 // the call through would skip deduplication, so such a batch is refused.
@@ -101,6 +115,14 @@ func (s *Session) fromClientBatch(frame []byte) {
 				version, strings.Join(mcp.Versions, ", "))
 		default:
 			continue
+		}
+		// The batch's answers to the server's requests go on all the
+		// same: refused with it, they would leave the server waiting.
+		if answers, f := takeOut(msgs, frame, notAnswer); len(answers) > 0 {
+			s.sendBatch(answers, f)
+		}
+		if n := countOf(msgs, (*jsonrpc.Message).IsNotification); n > 0 {
+			s.log.Warn("refused a batch from the client; its notifications were not sent", "why", why, "notifications_dropped", n)
 		}
 		s.refuseBatch(msgs, why)
 		return
