@@ -566,8 +566,9 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 // tooLargeFromUpstream handles a message from the upstream over the size
 // limit, which was dropped: if it was the answer to a request still
 // waiting, that request is answered now, or it would wait for ever. The
-// answer's id is read from the frame's first bytes, where encoders put it
-// before a large result.
+// answer's id is read from the frame's first bytes, where most encoders
+// put it before a large result; a transport that finds it only after
+// them reports the frame again, once it has ended, with that id alone.
 func (s *Session) tooLargeFromUpstream(err error) {
 	id, isResponse := jsonrpc.HeadID(frameHead(err))
 	if !isResponse {

@@ -31,6 +31,9 @@ type heldFrame struct {
 // that the next ReadFrame returns without reading. Like ReadFrame, it must
 // be called from the goroutine that reads.
 func (c *Conn) FrameWaiting() bool {
+	if c.late != nil {
+		return true
+	}
 	n := c.r.Buffered()
 	if n == 0 {
 		return false

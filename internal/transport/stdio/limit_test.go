@@ -2,6 +2,7 @@ package stdio
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -36,5 +37,52 @@ func TestReadFrameTooLargeBeforeEnd(t *testing.T) {
 	frame, err := c.ReadFrame()
 	if err != nil || string(frame) != `{"next":1}` {
 		t.Errorf("after the dropped line: %q, %v; want the next frame", frame, err)
+	}
+}
+
+// TestReadFrameTooLargeLateID checks that an answer over the limit whose
+// id comes after its first bytes (JSON objects are unordered) is reported
+// a second time once its end has come, with that id: else the request it
+// answers would wait until its session ended. Frames whose id the head
+// held, requests, and frames that are not one object get no second report.
+func TestReadFrameTooLargeLateID(t *testing.T) {
+	const limit = 2048
+	// Frames shorter than the read buffer are reported whole; longer ones
+	// before their end, the rest read past.
+	for _, size := range []int{3 * limit, 200 << 10} {
+		big := strings.Repeat("x", size)
+		cases := []struct {
+			name, frame, wantID string
+		}{
+			{"id after the result", `{"jsonrpc":"2.0","result":{"text":"` + big + `"},"id":"mcp-idempotent:a:3"}`, `"mcp-idempotent:a:3"`},
+			{"number id, spaces", `{"result":"` + big + `" , "id" : 17 }`, `17`},
+			{"escaped name", `{"result":"` + big + `","\u0069d":4}`, `4`},
+			{"quotes and brackets in strings", `{"result":"\"}]` + big + `","x":{"id":1},"id":5}`, `5`},
+			{"id in the head", `{"id":6,"result":"` + big + `"}`, ""},
+			{"a request", `{"params":"` + big + `","id":7,"method":"x"}`, ""},
+			{"a batch", `[{"result":"` + big + `","id":8}]`, ""},
+			{"broken", `{"result":"` + big + `"]],"id":9}`, ""},
+			{"brackets that do not match", `{"result":["` + big + `"},"id":10]}`, ""},
+		}
+		for _, tc := range cases {
+			t.Run(fmt.Sprint(tc.name, size), func(t *testing.T) {
+				c := NewConn(strings.NewReader(tc.frame+"\r\n"+`{"next":1}`+"\n"), io.Discard, limit)
+				c.lateIDs = true
+				var big *FrameTooLargeError
+				if _, err := c.ReadFrame(); !errors.As(err, &big) || big.Late {
+					t.Fatalf("first read: %v; want a FrameTooLargeError", err)
+				}
+				frame, err := c.ReadFrame()
+				if tc.wantID != "" {
+					if !errors.As(err, &big) || !big.Late || string(big.Head) != `{"id":`+tc.wantID+`}` {
+						t.Fatalf("second read: %q, %v; want a late report of id %s", frame, err, tc.wantID)
+					}
+					frame, err = c.ReadFrame()
+				}
+				if err != nil || string(frame) != `{"next":1}` {
+					t.Errorf("after the dropped frame: %q, %v; want the next frame", frame, err)
+				}
+			})
+		}
 	}
 }

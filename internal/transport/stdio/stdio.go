@@ -28,6 +28,10 @@ type FrameTooLargeError struct {
 	// Head is the frame's first bytes (at most headSize), from which a
 	// reader can tell which request the dropped answer was for.
 	Head []byte
+	// Late marks a second report of a frame already reported: its end has
+	// come, and Head is {"id":ID}, the id of an answer whose first bytes
+	// did not hold it. Only a Conn reading an upstream makes one.
+	Late bool
 }
 
 // headSize bounds FrameTooLargeError.Head: enough for the members a
@@ -53,6 +57,13 @@ type Conn struct {
 	// skipping: the line being read was reported too large before its
 	// end, which the next read drops.
 	skipping bool
+	// lateIDs is set for a Conn reading an upstream: a frame too large
+	// whose head holds no id is followed to its end by tail, and late,
+	// the report of the id found there, is the next read's error.
+	lateIDs bool
+	tail    *idScan
+	headLen int
+	late    error
 
 	wmu  sync.Mutex // serializes writes so frames never interleave
 	w    io.Writer
@@ -115,6 +126,10 @@ func (c *Conn) readLine() ([]byte, error) {
 			return nil, err
 		}
 	}
+	if err := c.late; err != nil {
+		c.late = nil
+		return nil, err
+	}
 	// A whole line holds the frame, a CR and the LF; the sum stays in
 	// range where int has 32 bits.
 	limit := c.max + min(2, math.MaxInt-c.max)
@@ -126,6 +141,7 @@ func (c *Conn) readLine() ([]byte, error) {
 			n := min(len(buf), headSize)
 			head := append(bytes.Clone(buf[:n]), chunk[:min(len(chunk), headSize-n)]...)
 			c.skipping = full
+			c.followTail(buf, chunk, len(head))
 			return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 		} else if buf == nil && err == nil {
 			// The common case: the whole line was in the buffer.
@@ -155,15 +171,47 @@ func (c *Conn) readLine() ([]byte, error) {
 // including its newline.
 func (c *Conn) skipLine() error {
 	for {
-		_, err := c.r.ReadSlice('\n')
+		chunk, err := c.r.ReadSlice('\n')
+		if c.tail != nil {
+			c.tail.scan(chunk)
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		if err == nil {
 			c.skipping = false
+			c.endTail()
 		}
 		return err
 	}
+}
+
+// followTail starts following a frame too large, whose first bytes so far
+// are buf and chunk and whose reported head is headLen bytes long, for an
+// id after its head; the frame may end in chunk.
+func (c *Conn) followTail(buf, chunk []byte, headLen int) {
+	if !c.lateIDs {
+		return
+	}
+	c.tail, c.headLen = &idScan{}, headLen
+	c.tail.scan(buf)
+	c.tail.scan(chunk)
+	if !c.skipping {
+		c.endTail()
+	}
+}
+
+// endTail ends the following of a frame too large at its end: an id found
+// after its head is reported by the next read.
+func (c *Conn) endTail() {
+	if c.tail == nil {
+		return
+	}
+	if id := c.tail.lateID(c.headLen); id != nil {
+		head := append(append([]byte(`{"id":`), id...), '}')
+		c.late = &FrameTooLargeError{Limit: c.max, Head: head, Late: true}
+	}
+	c.tail = nil
 }
 
 // endLine strips line's ending and checks what is left against the limit.
@@ -171,7 +219,9 @@ func (c *Conn) endLine(line []byte) ([]byte, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
 	line = bytes.TrimSuffix(line, []byte("\r"))
 	if len(line) > c.max {
-		return nil, &FrameTooLargeError{Limit: c.max, Head: bytes.Clone(line[:min(len(line), headSize)])}
+		head := bytes.Clone(line[:min(len(line), headSize)])
+		c.followTail(nil, line, len(head))
+		return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 	}
 	return line, nil
 }

@@ -1,0 +1,177 @@
+package stdio
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+)
+
+// An idScan follows the top level of one frame too large to keep, a chunk
+// at a time, for an "id" member its head did not hold. JSON objects are
+// unordered, and an encoder may write the id after a large result (Rust's
+// jsonrpc-core does): without it, the request such an answer was for would
+// wait until its session ended. It tracks only nesting and strings, not
+// the grammar: the frame is the upstream's, which can name any id in an
+// answer anyway. Brackets must match, so that a stray one cannot pass
+// off an "id" nested in the result as the message's.
+type idScan struct {
+	off int // bytes of the frame scanned
+	// open holds the brackets open, up to jsonrpc.MaxDepth of them.
+	open []byte
+	// inStr and esc: inside a string, and just after its backslash.
+	inStr, esc bool
+	// wantKey: the next string at the top level names a member; key
+	// collects it, up to maxScanKey bytes.
+	wantKey bool
+	key     []byte
+	inKey   bool
+	// val collects the value of a top-level "id" member while inID, up
+	// to headSize bytes; valEnd is the offset after its last byte.
+	inID   bool
+	val    []byte
+	valEnd int
+	// id is the last top-level "id" read whole, idEnd the offset after
+	// it; method is set once a top-level "method" member is seen, and
+	// broken once the frame cannot be followed.
+	id     []byte
+	idEnd  int
+	method bool
+	broken bool
+}
+
+// maxScanKey bounds the member names an idScan keeps: it looks only for
+// "id" and "method", though either may be written with escapes.
+const maxScanKey = 64
+
+// scan follows b, the frame's next bytes.
+func (s *idScan) scan(b []byte) {
+	for _, c := range b {
+		if s.broken {
+			return
+		}
+		s.step(c)
+		s.off++
+	}
+}
+
+// step follows one byte.
+func (s *idScan) step(c byte) {
+	if s.inStr {
+		s.stringByte(c)
+		return
+	}
+	switch c {
+	case ' ', '\t', '\r', '\n':
+		return
+	case '"':
+		s.inStr = true
+		s.inKey = len(s.open) == 1 && s.wantKey
+		if s.inKey {
+			s.key = s.key[:0]
+			return
+		}
+	case '{', '[':
+		s.open = append(s.open, c)
+		if len(s.open) == 1 {
+			s.wantKey = c == '{'
+			s.broken = c != '{'
+		}
+		s.broken = s.broken || len(s.open) > jsonrpc.MaxDepth
+	case '}', ']':
+		n := len(s.open)
+		if n == 0 || s.open[n-1] != c-2 { // '{'+2 is '}', '['+2 is ']'
+			s.broken = true
+			return
+		}
+		if n == 1 {
+			s.endID()
+		}
+		s.open = s.open[:n-1]
+		return
+	case ':':
+		if len(s.open) == 1 && !s.wantKey {
+			s.member()
+			return
+		}
+	case ',':
+		if len(s.open) == 1 {
+			s.endID()
+			s.wantKey = true
+			return
+		}
+	}
+	s.keep(c)
+}
+
+// stringByte follows a byte inside a string.
+func (s *idScan) stringByte(c byte) {
+	switch {
+	case s.esc:
+		s.esc = false
+	case c == '\\':
+		s.esc = true
+	case c == '"':
+		s.inStr = false
+		if s.inKey {
+			s.inKey, s.wantKey = false, false
+			return
+		}
+	}
+	if s.inKey {
+		if len(s.key) < maxScanKey {
+			s.key = append(s.key, c)
+		}
+		return
+	}
+	s.keep(c)
+}
+
+// keep adds c to the id being read, if one is.
+func (s *idScan) keep(c byte) {
+	if !s.inID {
+		return
+	}
+	if len(s.val) >= headSize {
+		s.inID = false // no id of this size is one of the proxy's
+		return
+	}
+	s.val = append(s.val, c)
+	s.valEnd = s.off + 1
+}
+
+// member starts the value of the top-level member just named.
+func (s *idScan) member() {
+	name := s.key
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var n string
+		if json.Unmarshal(append(append([]byte{'"'}, name...), '"'), &n) != nil {
+			return
+		}
+		name = []byte(n)
+	}
+	switch string(name) {
+	case "id":
+		s.inID, s.val = true, s.val[:0]
+	case "method":
+		s.method = true
+	}
+}
+
+// endID ends the value of a top-level "id" member, if one was being read.
+func (s *idScan) endID() {
+	if s.inID && len(s.val) > 0 {
+		s.id, s.idEnd = bytes.Clone(s.val), s.valEnd
+	}
+	s.inID = false
+}
+
+// lateID returns the id an answer gave after its first headLen bytes, or
+// nil: the frame's head held its id or its method, or the frame is no
+// answer that could be followed to its end.
+func (s *idScan) lateID(headLen int) []byte {
+	if s.broken || s.method || len(s.open) != 0 || s.id == nil || s.idEnd < headLen {
+		return nil
+	}
+	return s.id
+}
