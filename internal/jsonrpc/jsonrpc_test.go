@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -576,6 +577,29 @@ func TestHeadRequest(t *testing.T) {
 		id, method := HeadRequest([]byte(tt.head))
 		if string(id) != tt.id || method != tt.method {
 			t.Errorf("HeadRequest(%s) = %s, %q; want %s, %q", tt.head, id, method, tt.id, tt.method)
+		}
+	}
+}
+
+func TestHeadIDs(t *testing.T) {
+	for _, tt := range []struct {
+		head     string
+		ids      []string
+		response bool
+	}{
+		{`{"jsonrpc":"2.0","id":1,"id":"zz","result":{}}`, []string{"1", `"zz"`}, true},
+		{`{"id":1,"result":{"text":"xx`, []string{"1"}, true},
+		{`{"id":1,"id":2`, []string{"1"}, true}, // the second may go on past the head
+		{`{"result":{},"id":3}`, []string{"3"}, true},
+		{`{"id":1,"method":"x","id":2}`, []string{"1"}, false},
+	} {
+		ids, response := HeadIDs([]byte(tt.head))
+		var got []string
+		for _, id := range ids {
+			got = append(got, string(id))
+		}
+		if !slices.Equal(got, tt.ids) || response != tt.response {
+			t.Errorf("HeadIDs(%s) = %q, %v; want %q, %v", tt.head, got, response, tt.ids, tt.response)
 		}
 	}
 }

@@ -251,12 +251,25 @@ func HeadRequest(head []byte) (id json.RawMessage, method string) {
 // HeadID returns the id of the message whose first bytes are head, the
 // part of a frame too large, or too broken, to read whole: the value of a
 // top-level "id" member that ends inside head, among the valid members
-// that head holds whole before anything that is not JSON. isResponse is
-// false when one of those is "method": the message is then a request or
-// notification, not an answer. The members are validated as they are
-// read, so that a stray bracket inside one cannot end it early and pass
-// off what follows, an "id" nested inside it, as a member of the message.
+// that head holds whole before anything that is not JSON; the last, if it
+// gives several. isResponse is false when one of those is "method": the
+// message is then a request or notification, not an answer. The members
+// are validated as they are read, so that a stray bracket inside one
+// cannot end it early and pass off what follows, an "id" nested inside
+// it, as a member of the message.
 func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
+	ids, isResponse := HeadIDs(head)
+	if len(ids) == 0 {
+		return nil, false
+	}
+	return ids[len(ids)-1], isResponse
+}
+
+// HeadIDs is HeadID for a head that may give "id" more than once: every
+// such id, in order. Readers disagree on which of them a message has, as
+// on any member given twice (ErrAmbiguous), so each names a request the
+// message may answer.
+func HeadIDs(head []byte) (ids []json.RawMessage, isResponse bool) {
 	isResponse = true
 	walkObject(head, skipSpace(head, 0), true, func(name, value []byte) bool {
 		switch string(name) {
@@ -267,15 +280,15 @@ func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
 			// value points into head: the id was read whole if head goes
 			// on after it (a number cut short would read as another).
 			if end := cap(head) - cap(value) + len(value); end < len(head) {
-				id = value
+				ids = append(ids, value)
 			}
 		}
 		return true
 	}, nil)
-	if id == nil {
+	if len(ids) == 0 {
 		return nil, false
 	}
-	return id, isResponse
+	return ids, isResponse
 }
 
 // ErrAmbiguous is the error for an object that gives a member its reader

@@ -569,13 +569,22 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 // answer's id is read from the frame's first bytes, where most encoders
 // put it before a large result; a transport that finds it only after
 // them reports the frame again, once it has ended, with that id alone.
+// A head giving "id" twice drops the answer to each request it names, as
+// unreadableAnswer does.
 func (s *Session) tooLargeFromUpstream(err error) {
-	id, isResponse := jsonrpc.HeadID(frameHead(err))
+	ids, isResponse := jsonrpc.HeadIDs(frameHead(err))
 	if !isResponse {
 		s.log.Error("dropped a message from the upstream", "err", err)
 		return
 	}
-	key := string(jsonrpc.IDKey(id))
+	for _, id := range ids {
+		s.droppedAnswer(string(jsonrpc.IDKey(id)), err)
+	}
+}
+
+// droppedAnswer answers the request under key, if one waits, for an answer
+// to it from the upstream that was dropped for err.
+func (s *Session) droppedAnswer(key string, err error) {
 	s.mu.Lock()
 	p, own := s.pending[key]
 	delete(s.pending, key)
@@ -653,20 +662,28 @@ func sendFailure(na *jsonrpc.NoAnswer) error {
 // an answer. Any other frame passes on as it came; a client's request it
 // may answer stays remembered, since the frame may as well be a request
 // of the upstream's whose "method" comes after the broken member.
+//
+// A frame giving "id" twice answers each of the proxy's requests it names:
+// readers disagree on which id it has, and the request one of them names
+// would otherwise wait while the client got a frame under its id.
 func (s *Session) unreadableAnswer(frame []byte, err error) bool {
-	id, isResponse := jsonrpc.HeadID(frame)
+	ids, isResponse := jsonrpc.HeadIDs(frame)
 	if !isResponse {
 		return false
 	}
-	key := string(jsonrpc.IDKey(id))
-	s.mu.Lock()
-	p, own := s.pending[key]
-	delete(s.pending, key)
-	s.mu.Unlock()
-	if !own {
-		return false
+	answered := false
+	for _, id := range ids {
+		key := string(jsonrpc.IDKey(id))
+		s.mu.Lock()
+		p, own := s.pending[key]
+		delete(s.pending, key)
+		s.mu.Unlock()
+		if !own {
+			continue
+		}
+		s.log.Error("an answer from the upstream is not JSON", "err", err, "id", key, "size", len(frame))
+		s.answered(p, nil, fmt.Errorf("the upstream's answer could not be read: %w", err))
+		answered = true
 	}
-	s.log.Error("an answer from the upstream is not JSON", "err", err, "id", key, "size", len(frame))
-	s.answered(p, nil, fmt.Errorf("the upstream's answer could not be read: %w", err))
-	return true
+	return answered
 }

@@ -93,6 +93,32 @@ func TestUnreadableAnswer(t *testing.T) {
 	}
 }
 
+// TestAnswerGivingTwoIDs: an answer from the upstream that gives "id"
+// twice, the first one of the proxy's, answers the proxy's request
+// (outcome unknown: readers disagree on which id it has), whole or too
+// large to read, rather than reaching the client under the proxy's id
+// while the call waits until the session ends.
+func TestAnswerGivingTwoIDs(t *testing.T) {
+	const limit = 4096
+	for _, tt := range []struct{ name, answer string }{
+		{"whole", `{"jsonrpc":"2.0","id":"mcp-idempotent:2","id":"zz","result":{"content":[]}}`},
+		{"too large", `{"jsonrpc":"2.0","id":"mcp-idempotent:2","id":"zz","result":{"content":[{"type":"text","text":"` + strings.Repeat("x", 2*limit) + `"}]}}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, limit)
+			r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card"}}`) // as mcp-idempotent:2
+			r.upstream.send(t, tt.answer)
+			got := r.client.next(t, "client")
+			if !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Outcome unknown:") {
+				t.Fatalf("the tools/call got %.300s; want outcome unknown under its own id", got)
+			}
+			if strings.Contains(got, "mcp-idempotent:2") {
+				t.Errorf("client got %.300s, which holds one of the proxy's ids", got)
+			}
+		})
+	}
+}
+
 // TestAnswersBeyondTheRules: an answer with "error": null beside its
 // result (JSON-RPC 1.0 style) is the result; one with both a result and
 // an error is malformed, and its call's outcome unknown. Neither runs
