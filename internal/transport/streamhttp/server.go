@@ -256,6 +256,13 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, herr, code)
 		return
 	}
+	if n := countRequests(msgs); n > s.opts.EventBuffer {
+		// Its answers come at once, and a session holds its last
+		// EventBuffer events: the answers pushed out before the client
+		// read them would be lost to it, after the requests ran.
+		writeRefusal(w, refuse(http.StatusBadRequest, "the batch holds %d requests, more than the %d answers a session holds for its streams: send at most %d in one batch", n, s.opts.EventBuffer, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
+		return
+	}
 	ss, ok := s.postSession(w, r, actor, body, msgs)
 	if !ok {
 		return

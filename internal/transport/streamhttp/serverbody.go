@@ -175,6 +175,17 @@ func decodeBody(body []byte) ([]*jsonrpc.Message, *httpError, int) {
 	return msgs, nil, 0
 }
 
+// countRequests returns how many of msgs are requests, each owed an answer.
+func countRequests(msgs []*jsonrpc.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.IsRequest() {
+			n++
+		}
+	}
+	return n
+}
+
 // isStateless reports whether a request without a session id is a
 // 2026-07-28 one: the header says so, or the message is server/discover,
 // or its _meta names that protocol version. A message whose _meta could be

@@ -324,6 +324,36 @@ func TestServerBatchOfASessionVersion(t *testing.T) {
 	}
 }
 
+// TestServerBatchBeyondTheEventBuffer: the answers to a batch come at
+// once, and a session holds its last EventBuffer events, so a batch of
+// more requests would lose some of its answers after they ran. It is
+// refused before the proxy reads it; one that fits is answered whole.
+func TestServerBatchBeyondTheEventBuffer(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{EventBuffer: 4})
+	bsid := startWith(t, hs.URL, batchInitBody, nil)
+	batch := func(requests int) string {
+		msgs := []string{`{"jsonrpc":"2.0","method":"notifications/batched"}`}
+		for i := range requests {
+			msgs = append(msgs, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"batched"}`, i))
+		}
+		return "[" + strings.Join(msgs, ",") + "]"
+	}
+	resp := do(t, t.Context(), "POST", hs.URL, batch(5), batchSession(bsid))
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), `"code":-32600`) || !strings.Contains(string(b), "at most 4 in one batch") {
+		t.Fatalf("a batch of 5 requests: %s %s; want 400, -32600, at most 4", resp.Status, b)
+	}
+	if n := p.seen(`batched"`); n != 0 {
+		t.Fatalf("the proxy read %d messages of the refused batch", n)
+	}
+	resp = do(t, t.Context(), "POST", hs.URL, batch(4), batchSession(bsid))
+	defer resp.Body.Close()
+	if msgs := readEvents(t, resp.Body); resp.StatusCode != 200 || len(msgs) != 4 {
+		t.Fatalf("a batch of 4 requests: %s, answers %v; want all 4 answered", resp.Status, msgs)
+	}
+}
+
 // TestServerStatelessHeaders: a stateless request whose headers disagree
 // with its body is refused before it reaches the proxy.
 func TestServerStatelessHeaders(t *testing.T) {
