@@ -214,6 +214,12 @@ func (s *Session) voidServerRequests(gone *link, reason string) {
 // waits on one (sampling, elicitation) would hold on to the end of the
 // shutdown grace and be taken for an outcome unknown, where the error
 // lets the server answer the call, and its outcome be recorded.
+//
+// The errors are written from a goroutine of its own: an upstream that
+// reads none of them (busy in a call, or writing more requests) could
+// hold more than its input's pipe takes, and the session's end would wait
+// for it for ever, before the shutdown that closes that input and so ends
+// such a write.
 func (s *Session) endServerRequests(l *link) {
 	s.mu.Lock()
 	s.clientInputEnded = true
@@ -225,9 +231,14 @@ func (s *Session) endServerRequests(l *link) {
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range ids {
-		s.refuseServerRequest(l, id)
+	if len(ids) == 0 {
+		return
 	}
+	go func() {
+		for _, id := range ids {
+			s.refuseServerRequest(l, id)
+		}
+	}()
 }
 
 // refuseServerRequest answers the request under id, which the upstream

@@ -447,3 +447,21 @@ func TestClientEndAnswersTheUpstreamsRequests(t *testing.T) {
 	}
 	r.client.nothingMore(t, "the upstream's later request is not the client's to see")
 }
+
+// TestEndWithServerRequestsTheUpstreamDoesNotRead: when the client's
+// input ends with more of the upstream's requests unanswered than the
+// upstream's input holds the errors of, and the upstream reads none of
+// them (busy in a call), the session still ends: the errors do not hold
+// up the shutdown that closes the upstream's input.
+func TestEndWithServerRequestsTheUpstreamDoesNotRead(t *testing.T) {
+	r := newRig(t, 0)
+	for i := range 200 { // more than the test's reader of the upstream holds
+		ask := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"roots/list"}`, i)
+		r.upstream.send(t, ask)
+		if got := r.client.next(t, "client"); got != ask {
+			t.Fatalf("the client got %s; want %s", got, ask)
+		}
+	}
+	r.clientW.Close()
+	r.wait(t)
+}
