@@ -357,9 +357,9 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 	case msg.IsRequest():
 		s.mu.Lock()
-		if s.clientInputEnded {
+		if why, full := s.askRefusalLocked(msg.ID); why != "" {
 			s.mu.Unlock()
-			s.refuseServerRequest(l, msg.ID)
+			s.refuseUnasked(l, unaskedRequest{msg.ID, why, full})
 			return
 		}
 		frame = s.openServerRequestLocked(l, msg)
@@ -476,8 +476,8 @@ func (s *Session) fromUpstreamBatch(l *link, frame []byte) {
 	for _, id := range b.refused {
 		s.refuseAskID(l, id)
 	}
-	for _, id := range b.unasked {
-		s.refuseServerRequest(l, id)
+	for _, u := range b.unasked {
+		s.refuseUnasked(l, u)
 	}
 	switch {
 	case len(b.rest) == len(msgs) && !b.edited:
@@ -496,7 +496,7 @@ type upstreamBatch struct {
 	edited        bool               // a message of rest is not as it came
 	toolsChanged  bool
 	refused       []json.RawMessage // requests under ids of the proxy's
-	unasked       []json.RawMessage // requests the client can no longer answer
+	unasked       []unaskedRequest  // requests not passed to the client
 	shadows       []*shadowCall     // calls in shadow mode answered, and
 	shadowAnswers [][]byte          // their answers
 }
@@ -508,9 +508,11 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 		b.refused = append(b.refused, m.ID)
 		return
 	}
-	if m.IsRequest() && s.clientInputEnded { // as in fromUpstream
-		b.unasked = append(b.unasked, m.ID)
-		return
+	if m.IsRequest() {
+		if why, full := s.askRefusalLocked(m.ID); why != "" { // as in fromUpstream
+			b.unasked = append(b.unasked, unaskedRequest{m.ID, why, full})
+			return
+		}
 	}
 	if !m.IsResponse() {
 		b.toolsChanged = b.toolsChanged || m.Method == "notifications/tools/list_changed"

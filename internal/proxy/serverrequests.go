@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -23,6 +24,66 @@ type serverRequest struct {
 
 // renamed reports whether the client knows r under an id of the proxy's.
 func (r serverRequest) renamed() bool { return r.l.gen > 1 }
+
+// maxServerRequests bounds the upstream's requests a session holds open
+// for the client's answer. A client that answers none of them (one that
+// ignores roots/list, say) would otherwise make the session keep every
+// one for as long as it lasts, as many as the upstream sends.
+const maxServerRequests = 1024
+
+// maxRefusing bounds the refusals of requests past maxServerRequests
+// being written to the upstream at once. An upstream that sends requests
+// faster than the client answers them may not read its input while it
+// writes: a refusal written by the goroutine reading it would wait for
+// it, and it for that goroutine. One past the bound is dropped, and
+// logged: the upstream gets no answer to it, as from such a client.
+const maxRefusing = 64
+
+// askRefusalLocked returns why a request of the upstream's under id is
+// not to be passed on to the client, or "": the client's input has
+// ended, so no answer can come; or the client has maxServerRequests of
+// them open (one under the id of an open one replaces it), which full
+// reports. s.mu must be held.
+func (s *Session) askRefusalLocked(id json.RawMessage) (why string, full bool) {
+	if s.clientInputEnded {
+		return inputEnded, false
+	}
+	if _, open := s.serverIDs[string(jsonrpc.IDKey(id))]; len(s.serverReqs) >= maxServerRequests && !open {
+		return fmt.Sprintf("the client has not answered %d requests of the server's; this one was not passed on to it", maxServerRequests), true
+	}
+	return "", false
+}
+
+// refuseUnasked answers u, a request the upstream link l sent that is not
+// passed on to the client: at once if the client's input has ended, else
+// from a goroutine of its own, up to maxRefusing of them.
+func (s *Session) refuseUnasked(l *link, u unaskedRequest) {
+	if !u.full {
+		s.refuseServerRequest(l, u.id, u.why)
+		return
+	}
+	if s.refusing.Add(1) > maxRefusing {
+		s.refusing.Add(-1)
+		s.log.Warn("dropped a request of the upstream's for the client, which has too many unanswered, and as many refusals not yet read", "id", string(u.id))
+		return
+	}
+	go func() {
+		defer s.refusing.Add(-1)
+		s.refuseServerRequest(l, u.id, u.why)
+	}()
+}
+
+// inputEnded says why a request of the upstream's gets no answer from the
+// client once its input has ended.
+const inputEnded = "the client closed its input; no answer to this request can come"
+
+// An unaskedRequest is a request of the upstream's not passed on to the
+// client, and why.
+type unaskedRequest struct {
+	id   json.RawMessage
+	why  string
+	full bool // refused for maxServerRequests
+}
 
 // maxVoided bounds Session.voided: it serves the log only, since an
 // answer to no open request is dropped once the upstream has restarted.
@@ -236,15 +297,15 @@ func (s *Session) endServerRequests(l *link) {
 	}
 	go func() {
 		for _, id := range ids {
-			s.refuseServerRequest(l, id)
+			s.refuseServerRequest(l, id, inputEnded)
 		}
 	}()
 }
 
 // refuseServerRequest answers the request under id, which the upstream
-// link l sent the client, with an error saying the client cannot answer.
-func (s *Session) refuseServerRequest(l *link, id json.RawMessage) {
-	s.log.Info("answered a request of the upstream's for the client, whose input has ended", "id", string(id))
-	s.writeLink(l, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-		"mcp-idempotent: the client closed its input; no answer to this request can come")))
+// link l sent the client, with an error saying why it was not passed on
+// (askRefusalLocked).
+func (s *Session) refuseServerRequest(l *link, id json.RawMessage, why string) {
+	s.log.Info("answered a request of the upstream's for the client", "id", string(id), "why", why)
+	s.writeLink(l, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: %s", why)))
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -199,5 +200,97 @@ func TestUpstreamRequestUnderTheRestartedIDsIsRefused(t *testing.T) {
 	up.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:server:2:1","method":"roots/list"}`)
 	if got := up.next(t, "upstream"); !strings.Contains(got, `"id":"mcp-idempotent:server:2:1","error"`) {
 		t.Fatalf("the upstream got %s; want its request refused", got)
+	}
+}
+
+// TestServerRequestsOpenAreBounded: a session holds at most
+// maxServerRequests of the upstream's requests open for a client that
+// answers none of them. One more, alone or in a batch, is answered to the
+// upstream with an error and not passed on; one under the id of an open
+// request still passes; and once the client answers one, the next passes.
+func TestServerRequestsOpenAreBounded(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initializeAt(t, up, "2025-03-26")
+	ask := func(id int) string { return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"roots/list"}`, id) }
+	for i := range maxServerRequests {
+		up.send(t, ask(i))
+		if got := r.client.next(t, "client"); got != ask(i) {
+			t.Fatalf("the client got %s; want %s", got, ask(i))
+		}
+	}
+	up.send(t, ask(maxServerRequests))
+	if got := up.next(t, "upstream"); !strings.Contains(got, fmt.Sprintf(`"id":%d,"error":{"code":-32603`, maxServerRequests)) || !strings.Contains(got, "has not answered") {
+		t.Fatalf("the upstream got %s; want an error for the request past the bound", got)
+	}
+	up.send(t, `[`+ask(maxServerRequests+1)+`,`+ask(0)+`]`)
+	if got := up.next(t, "upstream"); !strings.Contains(got, fmt.Sprintf(`"id":%d,"error"`, maxServerRequests+1)) {
+		t.Fatalf("the upstream got %s; want an error for the batch's request past the bound", got)
+	}
+	if got := r.client.next(t, "client"); got != `[`+ask(0)+`]` {
+		t.Fatalf("the client got %s; want the batch's request under an open id", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"result":{"roots":[]}}`)
+	up.next(t, "upstream")
+	up.send(t, ask(maxServerRequests+2))
+	if got := r.client.next(t, "client"); got != ask(maxServerRequests+2) {
+		t.Fatalf("the client got %s; want the request, one having been answered", got)
+	}
+	r.client.nothingMore(t, "the requests past the bound are not passed on")
+	// Answered, the requests leave nothing for the session's end to
+	// answer, which the test would have to read.
+	for i := range maxServerRequests + 3 {
+		if i == 1 || i == maxServerRequests || i == maxServerRequests+1 {
+			continue
+		}
+		r.client.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"roots":[]}}`, i))
+		up.next(t, "upstream")
+	}
+}
+
+// TestServerRequestsPastTheBoundDoNotStall: an upstream that sends its
+// requests without reading its input (a server that writes them all
+// first) does not stall the session on the refusals of those past
+// maxServerRequests: what it sends next still reaches the client.
+func TestServerRequestsPastTheBoundDoNotStall(t *testing.T) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) }) // after the rig's own clean-up
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initializeAt(t, up, "2025-06-18")
+	ask := func(id int) string { return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"roots/list"}`, id) }
+	for i := range maxServerRequests {
+		up.send(t, ask(i))
+		r.client.next(t, "client")
+	}
+	const note = `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"after"}}`
+	sent := make(chan error, 1)
+	go func() {
+		// Unread by the test, the refusals back up into this upstream.
+		for i := range 4 * maxRefusing {
+			if err := up.conn.WriteFrame([]byte(ask(maxServerRequests + i))); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- up.conn.WriteFrame([]byte(note))
+	}()
+	if got := r.client.next(t, "client"); got != note {
+		t.Fatalf("the client got %s; want %s", got, note)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	// The session's end answers what is open; nothing reads it now.
+	for _, p := range []*peer{up.peer, r.client} {
+		go func() {
+			for {
+				select {
+				case <-p.frames:
+				case <-done:
+					return
+				}
+			}
+		}()
 	}
 }

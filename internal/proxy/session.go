@@ -243,6 +243,9 @@ type Session struct {
 	silenced      map[string]bool
 	silencedOrder []string
 	silencing     atomic.Bool
+	// refusing counts the refusals of requests past maxServerRequests
+	// being written to the upstream (refuseServerRequestLater).
+	refusing atomic.Int32
 	// serverReqs holds the upstreams' requests to the client not yet
 	// answered, by the jsonrpc.IDKey of the id the client knows;
 	// serverIDs maps the IDKey of each one's upstream id to that key.
