@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -22,8 +23,18 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 func refuse(status int, format string, args ...any) *httpError {
+	for i, a := range args {
+		// Most are what the client sent (a session id, a header):
+		// a megabyte of it is not echoed back.
+		if s, ok := a.(string); ok && len(s) > maxEchoed {
+			args[i] = fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:maxEchoed], ""), len(s))
+		}
+	}
 	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
 }
+
+// maxEchoed bounds the bytes of a string a refusal quotes.
+const maxEchoed = 200
 
 // writeRefusal answers with status and a JSON-RPC error body, which every
 // MCP client can show; code is the JSON-RPC code (-32600 unless told),

@@ -589,3 +589,17 @@ func TestServerRefusesALongBodyAtOnce(t *testing.T) {
 		t.Error("the body reached the proxy")
 	}
 }
+
+// TestServerRefusalEchoesLittle: a refusal quotes what the client sent
+// (here a session id of half a megabyte) cut short, saying how long it
+// was, rather than echo it whole.
+func TestServerRefusalEchoesLittle(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	id := strings.Repeat("x", 500_000)
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, session(id))
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || len(b) > 1000 || !strings.Contains(string(b), "(500000 bytes)") {
+		t.Fatalf("an unknown session id of 500,000 bytes: %s with %d bytes %.300q; want 404, under 1,000 bytes, giving its length", resp.Status, len(b), b)
+	}
+}
