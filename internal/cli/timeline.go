@@ -37,7 +37,8 @@ type Answers struct {
 	Callers    callersPart  `json:"callers"`
 	Later      laterPart    `json:"later"`
 	// FromJournal is set when the store no longer holds the execution
-	// (its retention passed): Record is what the journals' lines tell.
+	// (its retention passed), or with the memory store, which went with
+	// its proxy: Record is what the journals' lines tell.
 	FromJournal bool `json:"from_journal,omitempty"`
 	memory      bool // the store was the memory store, gone with its proxy
 	// Shadow is set for a record of a proxy in shadow mode: every call
