@@ -7,6 +7,7 @@
 "use strict";
 
 const { spawn } = require("node:child_process");
+const { constants } = require("node:os");
 
 const packages = {
   "linux x64": "@mcp-idempotent/linux-x64",
@@ -44,9 +45,14 @@ child.on("error", (err) => fail(`running ${bin}: ${err.message}`));
 child.on("exit", (code, signal) => {
   if (signal) {
     // Die of the same signal, so that the caller sees what the proxy saw.
-    process.removeAllListeners(signal);
-    process.kill(process.pid, signal);
-    return;
+    // Node ignores SIGPIPE, and SIGUSR1 starts its inspector: for those,
+    // or any other this process outlives, exit 128 plus the signal's
+    // number, as a shell reports a death by signal.
+    if (signal !== "SIGPIPE" && signal !== "SIGUSR1") {
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+    }
+    process.exit(128 + (constants.signals[signal] ?? 0));
   }
   process.exit(code ?? 1);
 });

@@ -1,0 +1,79 @@
+//go:build unix
+
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/skipnote"
+)
+
+// TestNpmLauncherSignal: the npm launcher ends as its binary ended. A
+// binary killed by a signal Node can die of kills the launcher with it;
+// one killed by SIGPIPE (which Node ignores) or SIGUSR1 (which starts
+// Node's inspector) makes the launcher exit 128 plus the signal's number,
+// never 0. The binary is a script that kills itself, under the launcher
+// as npm lays both out.
+func TestNpmLauncherSignal(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skipnote.Unavailable(t, "npm peer", "node not found in PATH")
+	}
+	platform, ok := npmPlatforms[runtime.GOOS+"/"+runtime.GOARCH]
+	if !ok || runtime.GOOS == "windows" {
+		t.Skipf("npm/build.sh builds no unix package for %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	modules := filepath.Join(t.TempDir(), "node_modules")
+	launcherSrc, err := os.ReadFile(filepath.Join(moduleRoot, "npm", "mcp-idempotent", "bin", "mcp-idempotent.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcher := filepath.Join(modules, "mcp-idempotent", "bin", "mcp-idempotent.js")
+	binary := filepath.Join(modules, "@mcp-idempotent", platform, "bin", "mcp-idempotent")
+	for path, body := range map[string]string{
+		launcher: string(launcherSrc),
+		binary:   "#!/bin/sh\nkill -s \"$1\" $$\n",
+		filepath.Join(modules, "@mcp-idempotent", platform, "package.json"): `{"name": "@mcp-idempotent/` + platform + `", "version": "0.0.0"}`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		sig      syscall.Signal
+		name     string
+		killed   bool // the launcher dies of sig, rather than exiting 128+sig
+		exitCode int
+	}{
+		{sig: syscall.SIGTERM, name: "TERM", killed: true},
+		{sig: syscall.SIGHUP, name: "HUP", killed: true},
+		{sig: syscall.SIGPIPE, name: "PIPE", exitCode: 128 + int(syscall.SIGPIPE)},
+		{sig: syscall.SIGUSR1, name: "USR1", exitCode: 128 + int(syscall.SIGUSR1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.CommandContext(testContext(t), node, launcher, tc.name)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the launcher of a binary killed by SIG%s: %v, want it to fail\n%s", tc.name, err, out)
+			}
+			ws := exit.Sys().(syscall.WaitStatus)
+			switch {
+			case tc.killed && !(ws.Signaled() && ws.Signal() == tc.sig):
+				t.Errorf("the launcher of a binary killed by SIG%s ended %v; want killed by SIG%s\n%s", tc.name, err, tc.name, out)
+			case !tc.killed && exit.ExitCode() != tc.exitCode:
+				t.Errorf("the launcher of a binary killed by SIG%s ended %v; want exit status %d\n%s", tc.name, err, tc.exitCode, out)
+			}
+		})
+	}
+}
