@@ -101,7 +101,8 @@ func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
 	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
 		return nil, nil
 	}
-	switch name := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); name {
+	// The specification reads enum values in any case: OTLP is otlp.
+	switch name := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); strings.ToLower(name) {
 	case "none":
 		return nil, nil
 	case "":
@@ -121,7 +122,7 @@ func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
 	}
 	var exp *otlptrace.Exporter
 	var err error
-	switch protocol {
+	switch strings.ToLower(strings.TrimSpace(protocol)) {
 	case "", "http/protobuf":
 		exp, err = otlptracehttp.New(ctx)
 	case "grpc":

@@ -94,6 +94,11 @@ func TestSetup(t *testing.T) {
 		{"a traces endpoint over grpc", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, true, ""},
 		{"otlp named", map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true, ""},
 		{"none", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
+		// The specification reads enum values in any case.
+		{"OTLP in capitals", map[string]string{"OTEL_TRACES_EXPORTER": "OTLP"}, true, ""},
+		{"None in capitals", map[string]string{"OTEL_TRACES_EXPORTER": "None", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
+		{"GRPC in capitals", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "GRPC"}, true, ""},
+		{"HTTP/Protobuf in capitals", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "HTTP/Protobuf"}, true, ""},
 		{"disabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, false, ""},
 		{"zipkin", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false, "OTEL_TRACES_EXPORTER=zipkin"},
 		{"an endpoint that is no URL", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "::bad"}, false, "OTEL_EXPORTER_OTLP_ENDPOINT=::bad"},
