@@ -40,6 +40,14 @@ fi
 all=(linux-x64 linux-arm64 darwin-x64 darwin-arm64 win32-x64)
 platforms=("$@")
 [ ${#platforms[@]} -gt 0 ] || platforms=("${all[@]}")
+# Every PLATFORM is checked before any is built: a typo in the last one
+# must not cost the builds of the others, nor leave them half made.
+for p in "${platforms[@]}"; do
+  if [[ " ${all[*]} " != *" $p "* ]]; then
+    echo "npm/build.sh: unknown PLATFORM $p; want one of ${all[*]}" >&2
+    exit 2
+  fi
+done
 
 # goarch maps an npm cpu to a GOARCH.
 goarch() {
@@ -58,10 +66,6 @@ repo='"repository": {"type": "git", "url": "git+https://github.com/mcp-idempoten
 for p in "${platforms[@]}"; do
   os=${p%-*}
   cpu=${p#*-}
-  if [[ " ${all[*]} " != *" $p "* ]]; then
-    echo "npm/build.sh: unknown PLATFORM $p; want one of ${all[*]}" >&2
-    exit 2
-  fi
   goos=$os
   exe=mcp-idempotent
   if [ "$os" = win32 ]; then

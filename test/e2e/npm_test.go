@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,4 +116,31 @@ func text(r *mcp.CallToolResult) string {
 		return c.Text
 	}
 	return ""
+}
+
+// TestNpmBuildChecksPlatformsFirst: npm/build.sh refuses an unknown
+// PLATFORM before it builds any, so a typo at the end of the list costs
+// no build and leaves no package behind.
+func TestNpmBuildChecksPlatformsFirst(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skipf("bash not found in PATH: %v", err)
+	}
+	platform, ok := npmPlatforms[runtime.GOOS+"/"+runtime.GOARCH]
+	if !ok {
+		platform = "linux-x64"
+	}
+	dist := filepath.Join(t.TempDir(), "dist")
+	cmd := exec.CommandContext(testContext(t), bash, filepath.Join(moduleRoot, "npm", "build.sh"), "-o", dist, "0.0.0-test", platform, "linux-amd64")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "unknown PLATFORM linux-amd64") {
+		t.Fatalf("%s: %v\n%s\nwant exit status 2 naming the unknown PLATFORM linux-amd64", cmd, err, out)
+	}
+	if strings.Contains(string(out), "building") {
+		t.Errorf("%s built a package before refusing the unknown PLATFORM:\n%s", cmd, out)
+	}
+	if entries, err := os.ReadDir(dist); err == nil && len(entries) > 0 {
+		t.Errorf("%s left %d files in %s; want none", cmd, len(entries), dist)
+	}
 }
