@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,5 +77,79 @@ func TestNpmLauncherSignal(t *testing.T) {
 				t.Errorf("the launcher of a binary killed by SIG%s ended %v; want exit status %d\n%s", tc.name, err, tc.exitCode, out)
 			}
 		})
+	}
+}
+
+// TestNpmLauncherWindowsForwardsNoSignal: on Windows the console sends
+// its Ctrl-C to the binary itself, and Node's child.kill would terminate
+// the binary rather than signal it. So there the launcher, told SIGINT,
+// sends the binary nothing and waits for its exit. Windows is played by
+// a preload that sets process.platform; the preload also says on stderr
+// when the launcher's SIGINT listener has run, so the test closes the
+// binary's stdin only after it.
+func TestNpmLauncherWindowsForwardsNoSignal(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skipnote.Unavailable(t, "npm peer", "node not found in PATH")
+	}
+	dir := t.TempDir()
+	modules := filepath.Join(dir, "node_modules")
+	launcherSrc, err := os.ReadFile(filepath.Join(moduleRoot, "npm", "mcp-idempotent", "bin", "mcp-idempotent.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcher := filepath.Join(modules, "mcp-idempotent", "bin", "mcp-idempotent.js")
+	preload := filepath.Join(dir, "win32.js")
+	for path, body := range map[string]string{
+		launcher: string(launcherSrc),
+		preload: `Object.defineProperty(process, "platform", {value: "win32"});
+Object.defineProperty(process, "arch", {value: "x64"});
+const on = process.on.bind(process);
+process.on = (ev, fn) => ev !== "SIGINT" ? on(ev, fn) :
+  on(ev, (...a) => { fn(...a); require("node:fs").writeSync(2, "handled SIGINT\n"); });
+`,
+		// The binary: says it started, and exits once its stdin closes;
+		// a SIGINT makes it say so and exit 130.
+		filepath.Join(modules, "@mcp-idempotent", "win32-x64", "bin", "mcp-idempotent.exe"): "#!/bin/sh\ntrap 'echo INT; exit 130' INT\necho started\ncat >/dev/null\necho done\n",
+		filepath.Join(modules, "@mcp-idempotent", "win32-x64", "package.json"):              `{"name": "@mcp-idempotent/win32-x64", "version": "0.0.0"}`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cmd := exec.CommandContext(testContext(t), node, "--require", preload, launcher)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr := bufio.NewReader(stdoutPipe), bufio.NewReader(stderrPipe)
+	if line, err := stdout.ReadString('\n'); line != "started\n" {
+		t.Fatalf("the binary printed %q (%v); want started", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := stderr.ReadString('\n'); line != "handled SIGINT\n" {
+		t.Fatalf("the launcher printed %q (%v) on stderr; want the preload's handled SIGINT", line, err)
+	}
+	stdin.Close()
+	rest, _ := io.ReadAll(stdout)
+	if err := cmd.Wait(); err != nil || string(rest) != "done\n" {
+		t.Errorf("told SIGINT as on Windows, the launcher ended %v, the binary printing %q; want the binary left to run to its end (done), and status 0", err, rest)
 	}
 }

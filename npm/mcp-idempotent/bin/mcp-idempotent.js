@@ -37,9 +37,14 @@ try {
 
 const child = spawn(bin, process.argv.slice(2), { stdio: "inherit", windowsHide: true });
 // A signal for this process is for the proxy: it stops its upstream and
-// finishes what it can before it exits.
+// finishes what it can before it exits. On Windows the console sends its
+// Ctrl-C or close to the proxy itself, and child.kill would not signal
+// but terminate it, with calls under way unrecorded: there the launcher
+// only waits for the proxy's exit, to pass on its status.
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
-  process.on(sig, () => child.kill(sig));
+  process.on(sig, () => {
+    if (process.platform !== "win32") child.kill(sig);
+  });
 }
 child.on("error", (err) => fail(`running ${bin}: ${err.message}`));
 child.on("exit", (code, signal) => {
