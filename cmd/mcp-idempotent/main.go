@@ -23,19 +23,13 @@ func main() {
 	// EPIPE and the proxy winds down as at the end of its input.
 	// (signal.Ignore would leave the upstream ignoring it too.)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	stops := []os.Signal{syscall.SIGTERM}
 	// A hangup (the terminal or ssh session that ran the proxy closed)
 	// would kill it outright, calls in flight unanswered and the journal
-	// unsealed: it stops the proxy as SIGTERM does. Unless nohup ignores
-	// it: Notify would undo that. Likewise SIGINT, which a shell ignores
+	// unsealed: it stops the proxy as SIGTERM does. A shell ignores SIGINT
 	// for a job it starts in the background (`mcp-idempotent ... &` in a
-	// script): a Ctrl-C meant for the script must not stop the proxy.
-	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGHUP} {
-		if !signal.Ignored(sig) {
-			stops = append(stops, sig)
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), stops...)
+	// script): a Ctrl-C meant for the script must not stop the proxy, so
+	// an ignored signal stays ignored (cli.StopContext).
+	ctx, stop := cli.StopContext(context.Background())
 	err := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {

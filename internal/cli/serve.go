@@ -225,7 +225,7 @@ func (f *serveFlags) serve(ctx context.Context, w *wiring, ln net.Listener, fron
 	case <-ctx.Done():
 		// Listen before saying so: a second signal sent on reading the
 		// line must find the listener in place.
-		defer hurryOnSignal(front.Hurry)()
+		defer hurryOnSignal(ctx, front.Hurry)()
 		w.log.Info("stopping: calls under way have up to " + proxy.DefaultShutdownGrace.String() + " to finish; signal again to stop them now")
 	}
 	// End the sessions first: their open streams would keep Shutdown
