@@ -180,6 +180,12 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
+	if tc.Task != nil && tc.Task[0] != '{' {
+		// MCP's task is an object (TaskMetadata). The fingerprint keeps
+		// only whether a call asks for a task, so two other values would
+		// be one action here and two to the server.
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params.task must be an object, got %s", name, kind(tc.Task))
+	}
 	if tc.Meta != nil && tc.Meta[0] != '{' {
 		// MCP's _meta is an object; the proxy's own member could not be
 		// added to anything else without dropping what the client sent.

@@ -95,6 +95,13 @@ func TestParseToolCall(t *testing.T) {
 		{`{"name":"x","arguments":"a"}`, "arguments must be an object, got a string"},
 		{`{"name":"x","_meta":[1,2]}`, "params._meta must be an object, got an array"},
 		{`{"name":"x","_meta":"str"}`, "params._meta must be an object, got a string"},
+		{`{"name":"x","task":{"ttl":60000}}`, ""},
+		{`{"name":"x","task":{}}`, ""},
+		{`{"name":"x","task":null}`, ""},
+		{`{"name":"x","task":5}`, "params.task must be an object, got the number 5"},
+		{`{"name":"x","task":"a"}`, "params.task must be an object, got a string"},
+		{`{"name":"x","task":[{}]}`, "params.task must be an object, got an array"},
+		{`{"name":"x","task":true}`, "params.task must be an object, got a boolean"},
 		{`[1]`, "params must be an object"},
 		{``, "params must be an object"},
 	} {
