@@ -84,7 +84,9 @@ func TestReplayedHandshakeMeetsAGateway(t *testing.T) {
 		if r, _ := exchange(id, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id)); r != nil {
 			break
 		}
-		if id > 50 {
+		if ctx.Err() != nil {
+			// Not a count of pings: under load the session is replaced
+			// after more of them are refused.
 			t.Fatal("no ping answered after the session was lost")
 		}
 	}
