@@ -570,7 +570,7 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 // waiting, that request is answered now, or it would wait for ever. The
 // answer's id is read from the frame's first bytes, where most encoders
 // put it before a large result; a transport that finds it only after
-// them reports the frame again, once it has ended, with that id alone.
+// them reports the frame again, once it has ended, with those ids alone.
 // A head giving "id" twice drops the answer to each request it names, as
 // unreadableAnswer does.
 func (s *Session) tooLargeFromUpstream(err error) {

@@ -31,14 +31,27 @@ type idScan struct {
 	inID   bool
 	val    []byte
 	valEnd int
-	// id is the last top-level "id" read whole, idEnd the offset after
-	// it; method is set once a top-level "method" member is seen, and
-	// broken once the frame cannot be followed.
-	id     []byte
-	idEnd  int
+	// ids holds the top-level "id" members read whole, up to maxScanIDs
+	// of them, each with the offset after it; method is set once a
+	// top-level "method" member is seen, and broken once the frame cannot
+	// be followed.
+	ids    []scannedID
 	method bool
 	broken bool
 }
+
+// A scannedID is the value of a top-level "id" member and the offset in
+// the frame just after it.
+type scannedID struct {
+	val []byte
+	end int
+}
+
+// maxScanIDs bounds the ids an idScan keeps, as headSize bounds each. An
+// answer giving "id" more than once may answer the request any of them
+// names (readers disagree on which id it has), so each is reported, as
+// jsonrpc.HeadIDs reads a head.
+const maxScanIDs = 8
 
 // maxScanKey bounds the member names an idScan keeps: it looks only for
 // "id" and "method", though either may be written with escapes.
@@ -160,18 +173,24 @@ func (s *idScan) member() {
 
 // endID ends the value of a top-level "id" member, if one was being read.
 func (s *idScan) endID() {
-	if s.inID && len(s.val) > 0 {
-		s.id, s.idEnd = bytes.Clone(s.val), s.valEnd
+	if s.inID && len(s.val) > 0 && len(s.ids) < maxScanIDs {
+		s.ids = append(s.ids, scannedID{bytes.Clone(s.val), s.valEnd})
 	}
 	s.inID = false
 }
 
-// lateID returns the id an answer gave after its first headLen bytes, or
-// nil: the frame's head held its id or its method, or the frame is no
-// answer that could be followed to its end.
-func (s *idScan) lateID(headLen int) []byte {
-	if s.broken || s.method || len(s.open) != 0 || s.id == nil || s.idEnd < headLen {
+// lateIDs returns the ids an answer gave after its first headLen bytes,
+// in order, or none: the frame's head held its ids or its method, or the
+// frame is no answer that could be followed to its end.
+func (s *idScan) lateIDs(headLen int) [][]byte {
+	if s.broken || s.method || len(s.open) != 0 {
 		return nil
 	}
-	return s.id
+	var ids [][]byte
+	for _, id := range s.ids {
+		if id.end >= headLen { // one that ends before, the head held
+			ids = append(ids, id.val)
+		}
+	}
+	return ids
 }

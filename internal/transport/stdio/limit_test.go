@@ -56,6 +56,7 @@ func TestReadFrameTooLargeLateID(t *testing.T) {
 		}{
 			{"id after the result", `{"jsonrpc":"2.0","result":{"text":"` + big + `"},"id":"mcp-idempotent:a:3"}`, `"mcp-idempotent:a:3"`},
 			{"number id, spaces", `{"result":"` + big + `" , "id" : 17 }`, `17`},
+			{"id given twice", `{"result":"` + big + `","id":"mcp-idempotent:a:3","id":"zz"}`, `"mcp-idempotent:a:3","id":"zz"`},
 			{"escaped name", `{"result":"` + big + `","\u0069d":4}`, `4`},
 			{"quotes and brackets in strings", `{"result":"\"}]` + big + `","x":{"id":1},"id":5}`, `5`},
 			{"id in the head", `{"id":6,"result":"` + big + `"}`, ""},

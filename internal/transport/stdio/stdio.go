@@ -30,7 +30,8 @@ type FrameTooLargeError struct {
 	Head []byte
 	// Late marks a second report of a frame already reported: its end has
 	// come, and Head is {"id":ID}, the id of an answer whose first bytes
-	// did not hold it. Only a Conn reading an upstream makes one.
+	// did not hold it, or {"id":ID,"id":ID2} for an answer giving several
+	// there. Only a Conn reading an upstream makes one.
 	Late bool
 }
 
@@ -207,9 +208,15 @@ func (c *Conn) endTail() {
 	if c.tail == nil {
 		return
 	}
-	if id := c.tail.lateID(c.headLen); id != nil {
-		head := append(append([]byte(`{"id":`), id...), '}')
-		c.late = &FrameTooLargeError{Limit: c.max, Head: head, Late: true}
+	if ids := c.tail.lateIDs(c.headLen); len(ids) > 0 {
+		head := []byte{'{'}
+		for i, id := range ids {
+			if i > 0 {
+				head = append(head, ',')
+			}
+			head = append(append(head, `"id":`...), id...)
+		}
+		c.late = &FrameTooLargeError{Limit: c.max, Head: append(head, '}'), Late: true}
 	}
 	c.tail = nil
 }
