@@ -24,13 +24,24 @@ func (e *httpError) Error() string { return e.msg }
 
 func refuse(status int, format string, args ...any) *httpError {
 	for i, a := range args {
-		// Most are what the client sent (a session id, a header):
-		// a megabyte of it is not echoed back.
-		if s, ok := a.(string); ok && len(s) > maxEchoed {
-			args[i] = fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:maxEchoed], ""), len(s))
+		// Most are what the client sent (a session id, a header, a
+		// request's id): a megabyte of it is not echoed back.
+		switch v := a.(type) {
+		case string:
+			args[i] = echoed(v)
+		case json.RawMessage:
+			args[i] = echoed(string(v))
 		}
 	}
 	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// echoed returns s, cut at maxEchoed bytes with its length if longer.
+func echoed(s string) string {
+	if len(s) <= maxEchoed {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:maxEchoed], ""), len(s))
 }
 
 // maxEchoed bounds the bytes of a string a refusal quotes.

@@ -603,3 +603,16 @@ func TestServerRefusalEchoesLittle(t *testing.T) {
 		t.Fatalf("an unknown session id of 500,000 bytes: %s with %d bytes %.300q; want 404, under 1,000 bytes, giving its length", resp.Status, len(b), b)
 	}
 }
+
+// TestServerRefusalEchoesLittleOfAnID: a refusal quoting a request's id
+// (here a batch giving one id of 300,000 bytes twice) cuts it short too.
+func TestServerRefusalEchoesLittleOfAnID(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	req := `{"jsonrpc":"2.0","id":"` + strings.Repeat("x", 300_000) + `","method":"ping"}`
+	resp := do(t, t.Context(), "POST", hs.URL, "["+req+","+req+"]", nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || len(b) > 1000 || !strings.Contains(string(b), "(300002 bytes)") {
+		t.Fatalf("a batch giving an id of 300,000 bytes twice: %s with %d bytes %.300q; want 400, under 1,000 bytes, giving its length", resp.Status, len(b), b)
+	}
+}
