@@ -357,9 +357,9 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 		}
 	case msg.IsRequest():
 		s.mu.Lock()
-		if why, full := s.askRefusalLocked(msg.ID); why != "" {
+		if why := s.askRefusalLocked(msg.ID); why != "" {
 			s.mu.Unlock()
-			s.refuseUnasked(l, unaskedRequest{msg.ID, why, full})
+			s.refuseUnasked(l, unaskedRequest{msg.ID, why})
 			return
 		}
 		frame = s.openServerRequestLocked(l, msg)
@@ -509,8 +509,8 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 		return
 	}
 	if m.IsRequest() {
-		if why, full := s.askRefusalLocked(m.ID); why != "" { // as in fromUpstream
-			b.unasked = append(b.unasked, unaskedRequest{m.ID, why, full})
+		if why := s.askRefusalLocked(m.ID); why != "" { // as in fromUpstream
+			b.unasked = append(b.unasked, unaskedRequest{m.ID, why})
 			return
 		}
 	}

@@ -31,9 +31,10 @@ func (r serverRequest) renamed() bool { return r.l.gen > 1 }
 // one for as long as it lasts, as many as the upstream sends.
 const maxServerRequests = 1024
 
-// maxRefusing bounds the refusals of requests past maxServerRequests
-// being written to the upstream at once. An upstream that sends requests
-// faster than the client answers them may not read its input while it
+// maxRefusing bounds the refusals of the upstream's requests not passed
+// on to the client (askRefusalLocked) being written to it at once. An
+// upstream that sends requests faster than the client answers them, or
+// after the client's input has ended, may not read its input while it
 // writes: a refusal written by the goroutine reading it would wait for
 // it, and it for that goroutine. One past the bound is dropped, and
 // logged: the upstream gets no answer to it, as from such a client.
@@ -42,29 +43,25 @@ const maxRefusing = 64
 // askRefusalLocked returns why a request of the upstream's under id is
 // not to be passed on to the client, or "": the client's input has
 // ended, so no answer can come; or the client has maxServerRequests of
-// them open (one under the id of an open one replaces it), which full
-// reports. s.mu must be held.
-func (s *Session) askRefusalLocked(id json.RawMessage) (why string, full bool) {
+// them open (one under the id of an open one replaces it). s.mu must be
+// held.
+func (s *Session) askRefusalLocked(id json.RawMessage) (why string) {
 	if s.clientInputEnded {
-		return inputEnded, false
+		return inputEnded
 	}
 	if _, open := s.serverIDs[string(jsonrpc.IDKey(id))]; len(s.serverReqs) >= maxServerRequests && !open {
-		return fmt.Sprintf("the client has not answered %d requests of the server's; this one was not passed on to it", maxServerRequests), true
+		return fmt.Sprintf("the client has not answered %d requests of the server's; this one was not passed on to it", maxServerRequests)
 	}
-	return "", false
+	return ""
 }
 
 // refuseUnasked answers u, a request the upstream link l sent that is not
-// passed on to the client: at once if the client's input has ended, else
-// from a goroutine of its own, up to maxRefusing of them.
+// passed on to the client, from a goroutine of its own, up to
+// maxRefusing of them.
 func (s *Session) refuseUnasked(l *link, u unaskedRequest) {
-	if !u.full {
-		s.refuseServerRequest(l, u.id, u.why)
-		return
-	}
 	if s.refusing.Add(1) > maxRefusing {
 		s.refusing.Add(-1)
-		s.log.Warn("dropped a request of the upstream's for the client, which has too many unanswered, and as many refusals not yet read", "id", string(u.id))
+		s.log.Warn("dropped a request of the upstream's for the client, with as many refusals not yet read by the upstream", "id", string(u.id), "why", u.why)
 		return
 	}
 	go func() {
@@ -80,9 +77,8 @@ const inputEnded = "the client closed its input; no answer to this request can c
 // An unaskedRequest is a request of the upstream's not passed on to the
 // client, and why.
 type unaskedRequest struct {
-	id   json.RawMessage
-	why  string
-	full bool // refused for maxServerRequests
+	id  json.RawMessage
+	why string
 }
 
 // maxVoided bounds Session.voided: it serves the log only, since an

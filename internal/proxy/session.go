@@ -243,8 +243,8 @@ type Session struct {
 	silenced      map[string]bool
 	silencedOrder []string
 	silencing     atomic.Bool
-	// refusing counts the refusals of requests past maxServerRequests
-	// being written to the upstream (refuseServerRequestLater).
+	// refusing counts the refusals of the upstream's requests being
+	// written to it (refuseUnasked).
 	refusing atomic.Int32
 	// serverReqs holds the upstreams' requests to the client not yet
 	// answered, by the jsonrpc.IDKey of the id the client knows;

@@ -465,3 +465,52 @@ func TestEndWithServerRequestsTheUpstreamDoesNotRead(t *testing.T) {
 	r.clientW.Close()
 	r.wait(t)
 }
+
+// TestClientEndRefusalsDoNotStall: once the client's input has ended, an
+// upstream that sends requests without reading its input (a server that
+// writes them all first) does not stall the session on their refusals:
+// the answer to the call under way, written after them, still reaches
+// the client, rather than an outcome unknown at the end of the grace.
+func TestClientEndRefusalsDoNotStall(t *testing.T) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) }) // after the rig's own clean-up
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	r := newRigOptions(t, 0, Options{Interceptor: in, ShutdownGrace: time.Minute})
+	call := r.startCall(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+	const ask = `{"jsonrpc":"2.0","id":"first","method":"roots/list"}`
+	r.upstream.send(t, ask)
+	r.client.next(t, "client")
+	r.clientW.Close()
+	// Its refusal shows the session has seen the client's input end.
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"first","error"`) {
+		t.Fatalf("the upstream got %s; want the refusal of its open request", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	sent := make(chan error, 1)
+	go func() {
+		// Unread by the test, the refusals back up into this upstream.
+		for i := range 4 * maxRefusing {
+			if err := r.upstream.conn.WriteFrame(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"roots/list"}`, i)); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- r.upstream.conn.WriteFrame([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"charged"}]}}`))
+	}()
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) || !strings.Contains(got, "charged") {
+		t.Fatalf("the client got %s; want the call's answer", got)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			select {
+			case <-r.upstream.frames:
+			case <-done:
+				return
+			}
+		}
+	}()
+}
