@@ -99,6 +99,8 @@ func (s *idScan) step(c byte) {
 		}
 		if n == 1 {
 			s.endID()
+		} else {
+			s.keep(c) // the end of an id that is an array or object
 		}
 		s.open = s.open[:n-1]
 		return
