@@ -256,3 +256,23 @@ func TestRefusedBatchAnswersGoOn(t *testing.T) {
 		t.Fatalf("%d requests of the server's are still open; want roots/list answered", open)
 	}
 }
+
+// TestBatchRefusedForItsIDsAnswersGoOn: a batch refused for giving a
+// request id twice still delivers its answers to the server's requests,
+// as one refused for what a request asks does.
+func TestBatchRefusedForItsIDsAnswersGoOn(t *testing.T) {
+	r := newRig(t, 0)
+	r.handshake(t, "2025-03-26", gives("2025-03-26"))
+	const (
+		roots    = `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`
+		rootsAns = `{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}`
+		ping     = `{"jsonrpc":"2.0","id":5,"method":"ping"}`
+	)
+	r.upstream.send(t, roots)
+	nextIs(t, r.client, "client", roots, "the server's request as it sent it")
+	r.client.send(t, `[`+rootsAns+`,`+ping+`,`+ping+`]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"error"`) || !strings.Contains(got, "twice in the batch") {
+		t.Fatalf("the client got %s; want its requests refused", got)
+	}
+	nextIs(t, r.upstream, "upstream", `[`+rootsAns+`]`, "the batch's answer to the server's request")
+}

@@ -116,15 +116,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 		default:
 			continue
 		}
-		// The batch's answers to the server's requests go on all the
-		// same: refused with it, they would leave the server waiting.
-		if answers, f := takeOut(msgs, frame, notAnswer); len(answers) > 0 {
-			s.sendBatch(answers, f)
-		}
-		if n := countOf(msgs, (*jsonrpc.Message).IsNotification); n > 0 {
-			s.log.Warn("refused a batch from the client; its notifications were not sent", "why", why, "notifications_dropped", n)
-		}
-		s.refuseBatch(msgs, why)
+		s.refuseRequests(msgs, frame, why)
 		return
 	}
 	for _, m := range msgs {
@@ -133,6 +125,20 @@ func (s *Session) fromClientBatch(frame []byte) {
 		}
 	}
 	s.sendBatch(msgs, frame)
+}
+
+// refuseRequests refuses the requests of msgs, a batch of the client's in
+// frame, for why. Its answers to the server's requests go on all the
+// same: refused with it, they would leave the server waiting. Its
+// notifications are dropped, and counted in the log.
+func (s *Session) refuseRequests(msgs []*jsonrpc.Message, frame []byte, why string) {
+	if answers, f := takeOut(msgs, frame, notAnswer); len(answers) > 0 {
+		s.sendBatch(answers, f) // no request in it: not refused again
+	}
+	if n := countOf(msgs, (*jsonrpc.Message).IsNotification); n > 0 {
+		s.log.Warn("refused a batch from the client; its notifications were not sent", "why", why, "notifications_dropped", n)
+	}
+	s.refuseBatch(msgs, why)
 }
 
 // sendBatch sends msgs, a checked batch of the client's in frame,
@@ -151,7 +157,7 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		key := string(jsonrpc.IDKey(m.ID))
 		if keys[key] || s.inUseLocked(key, false) {
 			s.mu.Unlock()
-			s.refuseBatch(msgs, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch was not sent", m.ID))
+			s.refuseRequests(msgs, frame, fmt.Sprintf("mcp-idempotent: request id %s is already in use by a request still being answered, or twice in the batch; the batch's requests were not sent", m.ID))
 			return
 		}
 		keys[key] = true
