@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -28,6 +29,7 @@ type RedisNode struct {
 	Port   string
 	bus    string // its cluster bus port
 	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has exited
 	client *redis.Client
 }
 
@@ -46,46 +48,13 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 	}
 	dir := t.TempDir()
 	c := &RedisCluster{}
-	start := func() *RedisNode {
-		// The bus port is given: the default, 10000 past the port, may
-		// be taken, or past 65535.
-		n := &RedisNode{Port: FreePort(t), bus: FreePort(t)}
-		n.cmd = exec.Command(bin, "--port", n.Port, "--cluster-port", n.bus, "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+n.Port+".conf"),
-			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
-			// A replica is listed for its slots once it has a
-			// replication offset, which a master with no writes moves
-			// only with its pings to the replicas (10 s by default).
-			"--repl-ping-replica-period", "1",
-			"--dir", dir, "--logfile", filepath.Join(dir, n.Port+".log"))
-		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		n.client = redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialerRetries: 1})
-		t.Cleanup(func() {
-			n.Stop()
-			n.client.Close()
-		})
-		return n
-	}
 	for range masters {
-		c.Masters = append(c.Masters, start())
+		c.Masters = append(c.Masters, startNode(t, bin, dir))
 	}
 	for range masters * replicas {
-		c.Replicas = append(c.Replicas, start())
+		c.Replicas = append(c.Replicas, startNode(t, bin, dir))
 	}
 	all := append(append([]*RedisNode(nil), c.Masters...), c.Replicas...)
-	for _, n := range all {
-		Eventually(t, "redis-server on port "+n.Port, func() error {
-			// A dial first: go-redis would log each refused one.
-			conn, err := net.Dial("tcp", n.Addr())
-			if err != nil {
-				return err
-			}
-			conn.Close()
-			return n.Client().Ping(t.Context()).Err()
-		})
-	}
 	ctx := t.Context()
 	per := 16384 / masters
 	for i, m := range c.Masters {
@@ -142,6 +111,76 @@ func StartRedisCluster(t *testing.T, masters, replicas int) *RedisCluster {
 	return c
 }
 
+// startNode starts a cluster-enabled redis-server on free ports, stopped
+// when the test ends, and returns once it answers. One that exits first,
+// as when another process took a port between FreePort and its bind, is
+// started again on others.
+func startNode(t *testing.T, bin, dir string) *RedisNode {
+	t.Helper()
+	for try := 1; ; try++ {
+		// The bus port is given: the default, 10000 past the port, may
+		// be taken, or past 65535.
+		n := &RedisNode{Port: FreePort(t), bus: FreePort(t), exited: make(chan struct{})}
+		if n.Port == n.bus {
+			continue
+		}
+		log := filepath.Join(dir, n.Port+".log")
+		n.cmd = exec.Command(bin, "--port", n.Port, "--cluster-port", n.bus, "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+n.Port+".conf"),
+			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
+			// A replica is listed for its slots once it has a
+			// replication offset, which a master with no writes moves
+			// only with its pings to the replicas (10 s by default).
+			"--repl-ping-replica-period", "1",
+			"--dir", dir, "--logfile", log)
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			n.cmd.Wait()
+			close(n.exited)
+		}()
+		n.client = redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() {
+			n.Stop()
+			n.client.Close()
+		})
+		var gone bool
+		Eventually(t, "redis-server on port "+n.Port, func() error {
+			select {
+			case <-n.exited:
+				gone = true
+				return nil
+			default:
+			}
+			// A dial first: go-redis would log each refused one.
+			conn, err := net.Dial("tcp", n.Addr())
+			if err != nil {
+				return err
+			}
+			conn.Close()
+			// Its own, not another process's that holds the port.
+			info, err := n.Client().Info(t.Context(), "server").Result()
+			if err != nil {
+				return err
+			}
+			if pid := "process_id:" + strconv.Itoa(n.cmd.Process.Pid) + "\r\n"; !strings.Contains(info, pid) {
+				return fmt.Errorf("another server answers on port %s", n.Port)
+			}
+			return nil
+		})
+		if !gone {
+			return n
+		}
+		b, _ := os.ReadFile(log)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if try == 5 {
+			t.Fatalf("redis-server on port %s exited at start, %d times: %s", n.Port, try, lines[len(lines)-1])
+		}
+		t.Logf("redis-server on port %s exited at start; starting it on other ports: %s", n.Port, lines[len(lines)-1])
+	}
+}
+
 // URL returns the store URL of the cluster, naming its first master.
 func (c *RedisCluster) URL() string {
 	return "redis://" + c.Masters[0].Addr() + "?cluster=true"
@@ -150,11 +189,11 @@ func (c *RedisCluster) URL() string {
 // Client returns a client of the node alone, closed when the test ends.
 func (n *RedisNode) Client() *redis.Client { return n.client }
 
-// Stop kills the node.
+// Stop kills the node, and returns once it has exited.
 func (n *RedisNode) Stop() {
 	if n.cmd != nil && n.cmd.Process != nil {
 		_ = n.cmd.Process.Kill()
-		_ = n.cmd.Wait()
+		<-n.exited
 		n.cmd = nil
 	}
 }
