@@ -233,46 +233,38 @@ func TestBatchlessAfterABatchedInitialize(t *testing.T) {
 }
 
 // TestRefusedBatchAnswersGoOn: a batch refused for a request in it (a
-// tools/call) still delivers its answers to the server's requests, which
-// would otherwise wait for ever; its requests get the refusal.
+// tools/call) or for its ids (one given twice) still delivers its answers
+// to the server's requests, which would otherwise wait for ever; its
+// requests get the refusal.
 func TestRefusedBatchAnswersGoOn(t *testing.T) {
-	r := newRig(t, 0)
-	r.handshake(t, "2025-03-26", gives("2025-03-26"))
-	const (
-		roots    = `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`
-		rootsAns = `{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}`
-	)
-	r.upstream.send(t, roots)
-	nextIs(t, r.client, "client", roots, "the server's request as it sent it")
-	r.client.send(t, `[`+rootsAns+`,{"jsonrpc":"2.0","method":"notifications/roots/list_changed"},{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}]`)
-	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5,"error"`) || !strings.Contains(got, "tools/call cannot be sent in a batch") {
-		t.Fatalf("the client got %s; want its tools/call refused", got)
-	}
-	nextIs(t, r.upstream, "upstream", `[`+rootsAns+`]`, "the batch's answer to the server's request")
-	r.s.mu.Lock()
-	open := len(r.s.serverReqs)
-	r.s.mu.Unlock()
-	if open != 0 {
-		t.Fatalf("%d requests of the server's are still open; want roots/list answered", open)
-	}
-}
-
-// TestBatchRefusedForItsIDsAnswersGoOn: a batch refused for giving a
-// request id twice still delivers its answers to the server's requests,
-// as one refused for what a request asks does.
-func TestBatchRefusedForItsIDsAnswersGoOn(t *testing.T) {
-	r := newRig(t, 0)
-	r.handshake(t, "2025-03-26", gives("2025-03-26"))
 	const (
 		roots    = `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`
 		rootsAns = `{"jsonrpc":"2.0","id":"r","result":{"roots":[]}}`
 		ping     = `{"jsonrpc":"2.0","id":5,"method":"ping"}`
 	)
-	r.upstream.send(t, roots)
-	nextIs(t, r.client, "client", roots, "the server's request as it sent it")
-	r.client.send(t, `[`+rootsAns+`,`+ping+`,`+ping+`]`)
-	if got := r.client.next(t, "client"); !strings.Contains(got, `"error"`) || !strings.Contains(got, "twice in the batch") {
-		t.Fatalf("the client got %s; want its requests refused", got)
+	for _, tt := range []struct {
+		name, rest, refusal string
+	}{
+		{"a tools/call", `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"},{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`,
+			"tools/call cannot be sent in a batch"},
+		{"an id twice", ping + `,` + ping, "twice in the batch"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 0)
+			r.handshake(t, "2025-03-26", gives("2025-03-26"))
+			r.upstream.send(t, roots)
+			nextIs(t, r.client, "client", roots, "the server's request as it sent it")
+			r.client.send(t, `[`+rootsAns+`,`+tt.rest+`]`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5,"error"`) && !strings.Contains(got, `"id":null,"error"`) || !strings.Contains(got, tt.refusal) {
+				t.Fatalf("the client got %s; want its requests refused, saying %q", got, tt.refusal)
+			}
+			nextIs(t, r.upstream, "upstream", `[`+rootsAns+`]`, "the batch's answer to the server's request")
+			r.s.mu.Lock()
+			open := len(r.s.serverReqs)
+			r.s.mu.Unlock()
+			if open != 0 {
+				t.Fatalf("%d requests of the server's are still open; want roots/list answered", open)
+			}
+		})
 	}
-	nextIs(t, r.upstream, "upstream", `[`+rootsAns+`]`, "the batch's answer to the server's request")
 }

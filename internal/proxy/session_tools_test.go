@@ -268,10 +268,7 @@ func TestCallsWaitingForTheListingKeepTheirOrder(t *testing.T) {
 // ends a session on a late ping (the Go SDK's keep-alive) ended it.
 func TestPingsDoNotWaitForTheListing(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append","arguments":{"v":"a"}}}`)
-	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
-		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
-	}
+	callAwaitingTheListing(t, r)
 	r.client.send(t, `{"jsonrpc":"2.0","id":"later","method":"resources/list"}`)
 	r.client.send(t, `{"jsonrpc":"2.0","id":"p","method":"ping"}`)
 	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"p","method":"ping"}` {
@@ -282,10 +279,7 @@ func TestPingsDoNotWaitForTheListing(t *testing.T) {
 		t.Fatalf("client got %s; want the ping's answer", got)
 	}
 	// The rest keeps its order once the listing is answered.
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
-	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"a"`) {
-		t.Fatalf("upstream got %s; want the call", got)
-	}
+	answerTheListing(t, r)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":"later","method":"resources/list"`) {
 		t.Fatalf("upstream got %s; want the request sent after the call", got)
 	}
@@ -298,10 +292,7 @@ func TestPingsDoNotWaitForTheListing(t *testing.T) {
 // batch went at once, its requests ahead of the call sent before them.
 func TestBatchesWaitingForTheListingKeepTheirOrder(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append","arguments":{"v":"a"}}}`)
-	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
-		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
-	}
+	callAwaitingTheListing(t, r)
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`)
 	r.client.next(t, "client")
 	r.client.send(t, `[{"jsonrpc":"2.0","id":"r","result":{"roots":[]}},{"jsonrpc":"2.0","id":"later","method":"resources/list"},`+
@@ -314,10 +305,7 @@ func TestBatchesWaitingForTheListingKeepTheirOrder(t *testing.T) {
 			t.Fatalf("upstream got %s; want %s, which waits for nothing", got, want)
 		}
 	}
-	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
-	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"a"`) {
-		t.Fatalf("upstream got %s; want the call, sent before the batch", got)
-	}
+	answerTheListing(t, r)
 	if got := r.upstream.next(t, "upstream"); got != `[{"jsonrpc":"2.0","id":"later","method":"resources/list"}]` {
 		t.Fatalf("upstream got %s; want the batch's request, after the call", got)
 	}
@@ -335,5 +323,26 @@ func TestFirstOfTwoIdenticalCallsIsSent(t *testing.T) {
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge","inputSchema":{"type":"object"}}]}}`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"progressToken":"tok"`) {
 		t.Fatalf("upstream got %s; want the first call, with its progress token", got)
+	}
+}
+
+// callAwaitingTheListing sends a call of a tool the proxy has not seen
+// listed, and waits for the proxy's own tools/list, which the call then
+// waits for.
+func callAwaitingTheListing(t *testing.T, r *rig) {
+	t.Helper()
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append","arguments":{"v":"a"}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's tools/list", got)
+	}
+}
+
+// answerTheListing answers callAwaitingTheListing's listing, and waits for
+// the call it held.
+func answerTheListing(t *testing.T, r *rig) {
+	t.Helper()
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"append","inputSchema":{"type":"object"}}]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"v":"a"`) {
+		t.Fatalf("upstream got %s; want the call that waited for the listing", got)
 	}
 }
