@@ -105,8 +105,13 @@ func TestNpmLauncherWindowsForwardsNoSignal(t *testing.T) {
 		preload: `Object.defineProperty(process, "platform", {value: "win32"});
 Object.defineProperty(process, "arch", {value: "x64"});
 const on = process.on.bind(process);
-process.on = (ev, fn) => ev !== "SIGINT" ? on(ev, fn) :
-  on(ev, (...a) => { fn(...a); require("node:fs").writeSync(2, "handled SIGINT\n"); });
+const say = (line) => require("node:fs").writeSync(2, line + "\n");
+process.on = (ev, fn) => {
+  if (ev !== "SIGINT") return on(ev, fn);
+  const r = on(ev, (...a) => { fn(...a); say("handled SIGINT"); });
+  say("listening SIGINT");
+  return r;
+};
 `,
 		// The binary: says it started, and exits once its stdin closes;
 		// a SIGINT makes it say so and exit 130.
@@ -140,6 +145,10 @@ process.on = (ev, fn) => ev !== "SIGINT" ? on(ev, fn) :
 	stdout, stderr := bufio.NewReader(stdoutPipe), bufio.NewReader(stderrPipe)
 	if line, err := stdout.ReadString('\n'); line != "started\n" {
 		t.Fatalf("the binary printed %q (%v); want started", line, err)
+	}
+	// Sent before the launcher listens, a SIGINT would end Node itself.
+	if line, err := stderr.ReadString('\n'); line != "listening SIGINT\n" {
+		t.Fatalf("the launcher printed %q (%v) on stderr; want the preload's listening SIGINT", line, err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

@@ -35,17 +35,21 @@ try {
     "npm installs it as an optional dependency: install mcp-idempotent again without --omit=optional or --no-optional.");
 }
 
-const child = spawn(bin, process.argv.slice(2), { stdio: "inherit", windowsHide: true });
 // A signal for this process is for the proxy: it stops its upstream and
 // finishes what it can before it exits. On Windows the console sends its
 // Ctrl-C or close to the proxy itself, and child.kill would not signal
 // but terminate it, with calls under way unrecorded: there the launcher
-// only waits for the proxy's exit, to pass on its status.
+// only waits for the proxy's exit, to pass on its status. The listeners
+// come first: a signal before them would end Node and leave the proxy
+// running, and one after runs them once child is set, as they run
+// between events.
+let child;
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.on(sig, () => {
     if (process.platform !== "win32") child.kill(sig);
   });
 }
+child = spawn(bin, process.argv.slice(2), { stdio: "inherit", windowsHide: true });
 child.on("error", (err) => fail(`running ${bin}: ${err.message}`));
 child.on("exit", (code, signal) => {
   if (signal) {
