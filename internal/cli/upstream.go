@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	neturl "net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -80,11 +82,8 @@ var upstreamClient = &http.Client{Transport: func() http.RoundTripper {
 	return t
 }()}
 
-// dialUpstream connects to a Streamable HTTP upstream. Its identity, which
-// enters every fingerprint, is the URL without credentials, plus a keyed
-// hash of the headers given (which carry the credential): the same call
-// made with two credentials is two executions, and no credential is ever
-// stored or logged in clear.
+// dialUpstream connects to a Streamable HTTP upstream, and returns it
+// with its identity (upstreamIdentity).
 func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fingerprint.Hasher, log *slog.Logger, maxMessage int) (*streamhttp.Client, string, error) {
 	u, err := neturl.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -95,32 +94,9 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 		name, value, _ := strings.Cut(v, ":")
 		hdr.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
-	// The URL's user and query may carry a credential (a token as the
-	// user name, an api_key parameter): they enter the id only through the
-	// keyed hash below.
-	id := "http:" + (&neturl.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
-	if len(hdr) > 0 || u.User != nil || u.RawQuery != "" {
-		// A keyed hash, so the reference tells credentials apart without
-		// being a guessable digest of them.
-		names := make([]string, 0, len(hdr))
-		for n := range hdr {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String(), "query": u.RawQuery})
-		ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
-		if errors.Is(err, fingerprint.ErrNoSecret) {
-			// Its identity is keyed by the secret, which a store that
-			// could not be reached has not given yet. Say what to do:
-			// the store's error alone reads as one the proxy waits out.
-			return nil, "", errors.New("the upstream's identity, keyed by its credentials (--upstream-header, or the URL's user or query), " +
-				"needs the fingerprint secret the store keeps, and the store cannot be reached: " +
-				"set MCP_IDEMPOTENT_SECRET, or start again once the store answers")
-		}
-		if err != nil {
-			return nil, "", fmt.Errorf("the upstream's identity, keyed by its credentials: %w", err)
-		}
-		id += " credential:" + ref[:16]
+	id, err := upstreamIdentity(u, hdr, h)
+	if err != nil {
+		return nil, "", err
 	}
 	c, err := streamhttp.Dial(ctx, rawURL, streamhttp.Options{Header: hdr, Logger: log, MaxMessage: maxMessage, HTTPClient: upstreamClient})
 	if err != nil {
@@ -128,4 +104,86 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 	}
 	log.Debug("upstream", "upstream", id)
 	return c, id, nil
+}
+
+// upstreamIdentity returns the identity of the upstream at u, which
+// enters every fingerprint: the URL without credentials, normalised, plus
+// a keyed hash of the headers given, the URL's user and its query (which
+// may carry a credential). The same call made with two credentials is then
+// two executions, and no credential is ever stored or logged in clear.
+func upstreamIdentity(u *neturl.URL, hdr http.Header, h *fingerprint.Hasher) (string, error) {
+	id := "http:" + normalURL(u)
+	if len(hdr) == 0 && u.User == nil && u.RawQuery == "" {
+		return id, nil
+	}
+	// A keyed hash, so the reference tells credentials apart without
+	// being a guessable digest of them.
+	names := make([]string, 0, len(hdr))
+	for n := range hdr {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	cred, _ := json.Marshal(map[string]any{"headers": hdr, "order": names, "userinfo": u.User.String(), "query": u.RawQuery})
+	ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
+	if errors.Is(err, fingerprint.ErrNoSecret) {
+		// Its identity is keyed by the secret, which a store that
+		// could not be reached has not given yet. Say what to do:
+		// the store's error alone reads as one the proxy waits out.
+		return "", errors.New("the upstream's identity, keyed by its credentials (--upstream-header, or the URL's user or query), " +
+			"needs the fingerprint secret the store keeps, and the store cannot be reached: " +
+			"set MCP_IDEMPOTENT_SECRET, or start again once the store answers")
+	}
+	if err != nil {
+		return "", fmt.Errorf("the upstream's identity, keyed by its credentials: %w", err)
+	}
+	return id + " credential:" + ref[:16], nil
+}
+
+// normalURL returns u's scheme, host and path, spelt as RFC 3986
+// (6.2.2, 6.2.3) says the same resource may be: the host in lower case,
+// an IP address in its shortest form, no port where it is the scheme's
+// own, "/" for an empty path, and percent-encoding as normalPath writes
+// it. (url.Parse has put the scheme in lower case.) Proxies that share a
+// store then share executions however each was given the URL.
+func normalURL(u *neturl.URL) string {
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.String()
+		if ip.Is6() {
+			host = "[" + host + "]"
+		}
+	}
+	if port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
+		host += ":" + port
+	}
+	return u.Scheme + "://" + host + normalPath(u.EscapedPath())
+}
+
+// normalPath returns an escaped URL path with each percent-encoded
+// unreserved character decoded and every other escape in upper case, or
+// "/" for an empty one. Other escapes stay: "/a%2Fb" and "/a/b" may be
+// two resources.
+func normalPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] != '%' || i+2 >= len(p) {
+			b.WriteByte(p[i])
+			continue
+		}
+		v, err := strconv.ParseUint(p[i+1:i+3], 16, 8)
+		switch c := byte(v); {
+		case err != nil:
+			b.WriteByte(p[i])
+			continue
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("-._~", c) >= 0:
+			b.WriteByte(c)
+		default:
+			b.WriteString(strings.ToUpper(p[i : i+3]))
+		}
+		i += 2
+	}
+	return b.String()
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
 
@@ -34,5 +36,56 @@ func TestUpstreamCredentialsWithoutSecret(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("dialUpstream(%q): %v; want no credential in it", c.url, err)
 		}
+	}
+}
+
+// TestUpstreamIdentityNormalised: URLs that RFC 3986 reads as one
+// resource give one upstream identity, so that proxies sharing a store
+// share its executions however each was given the URL (DESIGN.md:
+// "its command line or URL, normalised"); URLs that may differ do not.
+func TestUpstreamIdentityNormalised(t *testing.T) {
+	secret, err := fingerprint.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	identity := func(raw string) string {
+		t.Helper()
+		u, err := neturl.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := upstreamIdentity(u, http.Header{}, secret)
+		if err != nil {
+			t.Fatalf("upstreamIdentity(%q): %v", raw, err)
+		}
+		return id
+	}
+	for _, same := range [][]string{
+		{"http://example.com/mcp", "HTTP://Example.COM/mcp", "http://example.com:80/mcp", "http://example.com:/mcp", "http://example.com/m%63p"},
+		{"https://example.com/", "https://EXAMPLE.com:443", "https://example.com"},
+		{"http://[::1]:8080/mcp", "http://[0:0::1]:8080/mcp"},
+		{"http://127.0.0.1:8080/mcp", "http://127.0.0.1:8080/mcp#part"},
+		{"http://example.com/a%2Fb%C3%A9", "http://example.com/a%2fb%c3%a9", "http://example.com/a%2F%62%C3%A9"},
+	} {
+		want := identity(same[0])
+		for _, raw := range same[1:] {
+			if got := identity(raw); got != want {
+				t.Errorf("identity of %q is %q; want %q, as for %q", raw, got, want, same[0])
+			}
+		}
+	}
+	distinct := []string{
+		"http://example.com/mcp", "https://example.com/mcp", "http://example.com:8080/mcp",
+		"https://example.com:80/mcp", "http://example.com/MCP", "http://example.com/mcp/",
+		"http://example.com/a%2Fb", "http://example.com/a/b",
+		"http://example.org/mcp", "http://example.com/mcp?k=1", "http://u@example.com/mcp",
+	}
+	seen := map[string]string{}
+	for _, raw := range distinct {
+		id := identity(raw)
+		if other, ok := seen[id]; ok {
+			t.Errorf("%q and %q share the identity %q", raw, other, id)
+		}
+		seen[id] = raw
 	}
 }
