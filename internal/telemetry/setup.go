@@ -113,16 +113,18 @@ func exporter(ctx context.Context) (*otlptrace.Exporter, error) {
 	default:
 		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: mcp-idempotent exports traces with otlp only (or none)", name)
 	}
-	variable, protocol := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	// A value of white space alone counts as unset, as an empty one does:
+	// it does not hide the general protocol.
+	variable, protocol := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
 	if protocol == "" {
-		variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	}
 	if err := checkEndpoints(); err != nil {
 		return nil, err
 	}
 	var exp *otlptrace.Exporter
 	var err error
-	switch strings.ToLower(strings.TrimSpace(protocol)) {
+	switch strings.ToLower(protocol) {
 	case "", "http/protobuf":
 		exp, err = otlptracehttp.New(ctx)
 	case "grpc":
