@@ -42,8 +42,13 @@ platforms=("$@")
 [ ${#platforms[@]} -gt 0 ] || platforms=("${all[@]}")
 # Every PLATFORM is checked before any is built: a typo in the last one
 # must not cost the builds of the others, nor leave them half made.
+# A PLATFORM is one of them exactly, not two in one quoted argument.
 for p in "${platforms[@]}"; do
-  if [[ " ${all[*]} " != *" $p "* ]]; then
+  known=
+  for a in "${all[@]}"; do
+    [ "$p" != "$a" ] || known=1
+  done
+  if [ -z "$known" ]; then
     echo "npm/build.sh: unknown PLATFORM $p; want one of ${all[*]}" >&2
     exit 2
   fi

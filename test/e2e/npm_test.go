@@ -120,7 +120,9 @@ func text(r *mcp.CallToolResult) string {
 
 // TestNpmBuildChecksPlatformsFirst: npm/build.sh refuses an unknown
 // PLATFORM before it builds any, so a typo at the end of the list costs
-// no build and leaves no package behind.
+// no build and leaves no package behind. A PLATFORM is one word of the
+// list exactly: two given as one quoted argument, or a part of one, is
+// unknown too.
 func TestNpmBuildChecksPlatformsFirst(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -130,17 +132,19 @@ func TestNpmBuildChecksPlatformsFirst(t *testing.T) {
 	if !ok {
 		platform = "linux-x64"
 	}
-	dist := filepath.Join(t.TempDir(), "dist")
-	cmd := exec.CommandContext(testContext(t), bash, filepath.Join(moduleRoot, "npm", "build.sh"), "-o", dist, "0.0.0-test", platform, "linux-amd64")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "unknown PLATFORM linux-amd64") {
-		t.Fatalf("%s: %v\n%s\nwant exit status 2 naming the unknown PLATFORM linux-amd64", cmd, err, out)
-	}
-	if strings.Contains(string(out), "building") {
-		t.Errorf("%s built a package before refusing the unknown PLATFORM:\n%s", cmd, out)
-	}
-	if entries, err := os.ReadDir(dist); err == nil && len(entries) > 0 {
-		t.Errorf("%s left %d files in %s; want none", cmd, len(entries), dist)
+	for _, bad := range []string{"linux-amd64", "linux-x64 linux-arm64", "x64", ""} {
+		dist := filepath.Join(t.TempDir(), "dist")
+		cmd := exec.CommandContext(testContext(t), bash, filepath.Join(moduleRoot, "npm", "build.sh"), "-o", dist, "0.0.0-test", platform, bad)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "unknown PLATFORM "+bad+";") {
+			t.Fatalf("%q: %v\n%s\nwant exit status 2 naming the unknown PLATFORM %q", cmd.Args, err, out, bad)
+		}
+		if strings.Contains(string(out), "building") {
+			t.Errorf("%q built a package before refusing the unknown PLATFORM:\n%s", cmd.Args, out)
+		}
+		if entries, err := os.ReadDir(dist); err == nil && len(entries) > 0 {
+			t.Errorf("%q left %d files in %s; want none", cmd.Args, len(entries), dist)
+		}
 	}
 }
