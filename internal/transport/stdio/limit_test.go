@@ -68,7 +68,7 @@ func TestReadFrameTooLargeLateID(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(fmt.Sprint(tc.name, size), func(t *testing.T) {
 				c := NewConn(strings.NewReader(tc.frame+"\r\n"+`{"next":1}`+"\n"), io.Discard, limit)
-				c.lateIDs = true
+				c.FollowLateIDs()
 				var big *FrameTooLargeError
 				if _, err := c.ReadFrame(); !errors.As(err, &big) || big.Late {
 					t.Fatalf("first read: %v; want a FrameTooLargeError", err)

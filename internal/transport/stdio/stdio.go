@@ -31,7 +31,7 @@ type FrameTooLargeError struct {
 	// Late marks a second report of a frame already reported: its end has
 	// come, and Head is {"id":ID}, the id of an answer whose first bytes
 	// did not hold it, or {"id":ID,"id":ID2} for an answer giving several
-	// there. Only a Conn reading an upstream makes one.
+	// there. Only a Conn that follows late ids (FollowLateIDs) makes one.
 	Late bool
 }
 
@@ -58,9 +58,10 @@ type Conn struct {
 	// skipping: the line being read was reported too large before its
 	// end, which the next read drops.
 	skipping bool
-	// lateIDs is set for a Conn reading an upstream: a frame too large
-	// whose head holds no id is followed to its end by tail, and late,
-	// the report of the id found there, is the next read's error.
+	// lateIDs is set for a Conn reading an upstream (FollowLateIDs): a
+	// frame too large whose head holds no id is followed to its end by
+	// tail, and late, the report of the id found there, is the next
+	// read's error.
 	lateIDs bool
 	tail    *idScan
 	headLen int
@@ -186,6 +187,14 @@ func (c *Conn) skipLine() error {
 		return err
 	}
 }
+
+// FollowLateIDs makes c, reading an upstream, follow each frame too large
+// to its end, and report it a second time (FrameTooLargeError.Late) with
+// the ids its head did not hold: JSON objects are unordered, and the
+// request such a frame answers would otherwise wait for ever. Call it
+// before the first read. A Conn reading a client needs none: a request
+// too large whose id comes late is answered under a null id at once.
+func (c *Conn) FollowLateIDs() { c.lateIDs = true }
 
 // followTail starts following a frame too large, whose first bytes so far
 // are buf and chunk and whose reported head is headLen bytes long, for an
