@@ -604,13 +604,59 @@ func TestHeadIDs(t *testing.T) {
 	}
 }
 
+func TestHeadMessage(t *testing.T) {
+	for _, tt := range []struct {
+		head string
+		ids  []string
+		kind HeadKind
+	}{
+		{`{"jsonrpc":"2.0","id":1,"result":{"text":"xx`, []string{"1"}, HeadOfAnswer},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"xx`, []string{"1"}, HeadOfAnswer},
+		{`{"jsonrpc":"2.0","result":{"text":"xx`, nil, HeadOfAnswer}, // the id comes later
+		{`{"jsonrpc":"2.0","id":9,"method":"roots/list","params":{"x":"xx`, []string{"9"}, HeadOfRequest},
+		{`{"jsonrpc":"2.0","method":"x","id":9,"params":"xx`, []string{"9"}, HeadOfRequest},
+		{`{"id":1,"method":"x","id":2}`, []string{"1", "2"}, HeadOfRequest},
+		{`{"jsonrpc":"2.0","method":"x","params":"xx`, nil, HeadOfRequest}, // a notification, or an id later
+		{`{"\u006dethod":"x","id":3,"p":1`, []string{"3"}, HeadOfRequest},
+		{`{"id":1,"result":{},"method":"x"}`, []string{"1"}, HeadOfRequest},
+		// Neither a method nor a result or an error: a request's method
+		// may come later.
+		{`{"jsonrpc":"2.0","id":7,"params":{"x":"xx`, []string{"7"}, HeadUndecided},
+		{`{"id":7,"result"`, []string{"7"}, HeadUndecided}, // no colon: a string, maybe
+		{`{"id":7,"resu`, []string{"7"}, HeadUndecided},
+		{`{"id":7`, nil, HeadUndecided}, // the id may go on past the head
+		{`{"params":{"method":"x","result":1,"id":2},"id":`, nil, HeadUndecided},
+		// A stray bracket ends the walk: nothing nested passes for the
+		// message's own.
+		{`{"x":{"a":],"method":"x","id":3}`, nil, HeadUndecided},
+		{`[{"id":1,"result":{}}]`, nil, HeadUndecided},
+		{``, nil, HeadUndecided},
+	} {
+		ids, kind := HeadMessage([]byte(tt.head))
+		var got []string
+		for _, id := range ids {
+			got = append(got, string(id))
+		}
+		if !slices.Equal(got, tt.ids) || kind != tt.kind {
+			t.Errorf("HeadMessage(%s) = %q, %v; want %q, %v", tt.head, got, kind, tt.ids, tt.kind)
+		}
+	}
+}
+
 func FuzzHeadID(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":12,"result":{"content":[{"text":"xx`))
 	f.Add([]byte(`{"id":"a\"b","method":"x"`))
+	f.Add([]byte(`{"id":1,"\u0072esult" :{"x":"`))
 	f.Fuzz(func(t *testing.T, head []byte) {
 		id, _ := HeadID(head)
 		if id != nil && !bytes.Contains(head, id) {
 			t.Fatalf("HeadID(%q) = %q, not from head", head, id)
+		}
+		ids, _ := HeadMessage(head)
+		for _, id := range ids {
+			if !Valid(id) || !bytes.Contains(head, id) {
+				t.Fatalf("HeadMessage(%q) gives id %q, not JSON from head", head, id)
+			}
 		}
 	})
 }

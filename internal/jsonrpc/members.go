@@ -291,6 +291,94 @@ func HeadIDs(head []byte) (ids []json.RawMessage, isResponse bool) {
 	return ids, isResponse
 }
 
+// A HeadKind says what the first bytes of a message too large to read
+// whole tell of it: a request (or notification), an answer, or neither.
+type HeadKind int
+
+const (
+	// HeadUndecided: the head names neither "method" nor "result" nor
+	// "error"; only the rest of the message can tell.
+	HeadUndecided HeadKind = iota
+	// HeadOfRequest: the head names "method", as a request or notification.
+	HeadOfRequest
+	// HeadOfAnswer: the head names "result" or "error", and not "method".
+	HeadOfAnswer
+)
+
+// HeadMessage returns what head, the first bytes of a message too large
+// to read whole, tells of it: its ids, as HeadIDs reads them (every
+// top-level "id" read whole, without stopping at "method"), and its kind.
+// A member counts for the kind once its name and colon are in head, its
+// value whole or not: an answer's result is what makes it too large. The
+// kind is only decided by "method" (JSON-RPC's request) or "result" or
+// "error" (its answer): an id alone, with a large member in between, may
+// be a request's whose "method" comes later, and taken for an answer it
+// would answer another request that holds the same id.
+func HeadMessage(head []byte) (ids []json.RawMessage, kind HeadKind) {
+	var method, answer bool
+	name := func(n []byte) {
+		switch string(n) {
+		case "method":
+			method = true
+		case "result", "error":
+			answer = true
+		}
+	}
+	start := skipSpace(head, 0)
+	next := start + 1 // where the member after the last one read begins
+	walkObject(head, start, true, func(n, value []byte) bool {
+		name(n)
+		end := cap(head) - cap(value) + len(value)
+		if string(n) == "id" && end < len(head) { // as in HeadIDs
+			ids = append(ids, value)
+		}
+		next = end
+		return true
+	}, nil)
+	if n := cutMemberName(head, start, next); n != nil {
+		name(n)
+	}
+	switch {
+	case method:
+		kind = HeadOfRequest
+	case answer:
+		kind = HeadOfAnswer
+	}
+	return ids, kind
+}
+
+// cutMemberName returns the name of the member of the object at
+// head[start] that begins at head[i], after the members walkObject read
+// whole: the one head cuts off, if its name and colon are in head.
+func cutMemberName(head []byte, start, i int) []byte {
+	if start >= len(head) || head[start] != '{' {
+		return nil
+	}
+	i = skipSpace(head, i)
+	if i < len(head) && head[i] == ',' && i > start+1 {
+		i = skipSpace(head, i+1)
+	}
+	if i >= len(head) || head[i] != '"' {
+		return nil
+	}
+	end, escaped := scanEscapedString(head, i)
+	if end < 0 {
+		return nil
+	}
+	n := head[i+1 : end-1]
+	if escaped {
+		var s string
+		if json.Unmarshal(head[i:end], &s) != nil {
+			return nil
+		}
+		n = []byte(s)
+	}
+	if c := skipSpace(head, end); c >= len(head) || head[c] != ':' {
+		return nil
+	}
+	return n
+}
+
 // ErrAmbiguous is the error for an object that gives a member its reader
 // looks for twice, or once more under a name that differs only in case.
 // Readers disagree on such an object: JSON.parse keeps the last of two

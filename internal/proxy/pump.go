@@ -317,7 +317,7 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 		case err == nil:
 			s.fromUpstream(l, frame)
 		case isFrameTooLarge(err):
-			s.tooLargeFromUpstream(err)
+			s.tooLargeFromUpstream(l, err)
 		case noAnswer:
 			s.noAnswer(na)
 		case errors.Is(err, io.EOF):
@@ -565,22 +565,33 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 	b.rest = append(b.rest, raw)
 }
 
-// tooLargeFromUpstream handles a message from the upstream over the size
-// limit, which was dropped: if it was the answer to a request still
-// waiting, that request is answered now, or it would wait for ever. The
-// answer's id is read from the frame's first bytes, where most encoders
-// put it before a large result; a transport that finds it only after
-// them reports the frame again, once it has ended, with those ids alone.
-// A head giving "id" twice drops the answer to each request it names, as
-// unreadableAnswer does.
-func (s *Session) tooLargeFromUpstream(err error) {
-	ids, isResponse := jsonrpc.HeadIDs(frameHead(err))
-	if !isResponse {
+// tooLargeFromUpstream handles a message from the upstream link l over
+// the size limit, which was dropped, so that no one waits for ever on it.
+// An answer answers the request still waiting on it now; a request (a
+// sampling/createMessage, say) is not passed on to the client, and the
+// upstream is answered with the error under its id. A notification is
+// only logged. What the message is, and its ids, are read from its first
+// bytes, where most encoders put them; a transport that finds them only
+// after those reports the frame again, once it has ended, with what its
+// first report left out (jsonrpc.HeadMessage reads both). A head giving
+// "id" twice stands for a message under each, as in unreadableAnswer.
+func (s *Session) tooLargeFromUpstream(l *link, err error) {
+	head := frameHead(err)
+	ids, kind := jsonrpc.HeadMessage(head)
+	switch {
+	case len(ids) == 0 || kind == jsonrpc.HeadUndecided:
+		// A notification, or a message whose ids or kind come later.
 		s.log.Error("dropped a message from the upstream", "err", err)
-		return
-	}
-	for _, id := range ids {
-		s.droppedAnswer(string(jsonrpc.IDKey(id)), err)
+	case kind == jsonrpc.HeadOfAnswer:
+		for _, id := range ids {
+			s.droppedAnswer(string(jsonrpc.IDKey(id)), err)
+		}
+	default:
+		_, method := jsonrpc.HeadRequest(head)
+		for _, id := range ids {
+			s.log.Error("dropped a request from the upstream", "err", err, "id", string(id), "method", method)
+			s.refuseUnasked(l, unaskedRequest{bytes.Clone(id), "the request was not passed on to the client: " + err.Error()})
+		}
 	}
 }
 

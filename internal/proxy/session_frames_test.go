@@ -34,7 +34,8 @@ func TestOversizedFrameIsRefusedAndTheSessionGoesOn(t *testing.T) {
 // TestOversizedAnswerIsAnswered: an answer from the upstream over the
 // size limit is dropped, and the request it answered is answered at once:
 // a tools/call with an unknown outcome (it ran; its result is lost), a
-// pass-through request with an error. Neither waits for ever.
+// pass-through request with an error. Neither waits for ever, nor does a
+// request of the upstream's over the limit.
 func TestOversizedAnswerIsAnswered(t *testing.T) {
 	r := newRig(t, 200)
 	big := `"` + strings.Repeat("x", 300) + `"`
@@ -54,8 +55,12 @@ func TestOversizedAnswerIsAnswered(t *testing.T) {
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2`) || !strings.Contains(got, "Outcome unknown:") || !strings.Contains(got, "200-byte limit") {
 		t.Fatalf("the tools/call got %s; want outcome unknown, naming the limit", got)
 	}
-	// A request from the server too large to read is only logged.
+	// A request from the server too large to read is not passed on: the
+	// server is answered (TestOversizedRequestFromUpstreamIsAnswered).
 	r.upstream.send(t, `{"jsonrpc":"2.0","method":"sampling/createMessage","id":9,"params":{"p":`+big+`}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":9,"error"`) || !strings.Contains(got, "200-byte limit") {
+		t.Fatalf("upstream got %s; want an error under id 9, naming the limit", got)
+	}
 	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":3`) {
 		t.Fatalf("the session did not go on: upstream got %s", got)

@@ -8,10 +8,12 @@ import (
 )
 
 // An idScan follows the top level of one frame too large to keep, a chunk
-// at a time, for an "id" member its head did not hold. JSON objects are
-// unordered, and an encoder may write the id after a large result (Rust's
-// jsonrpc-core does): without it, the request such an answer was for would
-// wait until its session ended. It tracks only nesting and strings, not
+// at a time, for an "id" member its head did not hold, and a "method". JSON
+// objects are unordered, and an encoder may write the id after a large
+// result (Rust's jsonrpc-core does): without it, the request such an
+// answer was for would wait until its session ended, and the upstream
+// that sent such a request would wait for an answer. It tracks only
+// nesting and strings, not
 // the grammar: the frame is the upstream's, which can name any id in an
 // answer anyway. Brackets must match, so that a stray one cannot pass
 // off an "id" nested in the result as the message's.
@@ -181,18 +183,24 @@ func (s *idScan) endID() {
 	s.inID = false
 }
 
-// lateIDs returns the ids an answer gave after its first headLen bytes,
-// in order, or none: the frame's head held its ids or its method, or the
-// frame is no answer that could be followed to its end.
-func (s *idScan) lateIDs(headLen int) [][]byte {
-	if s.broken || s.method || len(s.open) != 0 {
-		return nil
+// lateIDs returns the ids the frame gives that its first headLen bytes,
+// of the kind head tells (jsonrpc.HeadMessage), left unanswered, and
+// whether they are a request's: for a head that tells, the ids after it,
+// of the kind it tells; for one that does not, every id, of the kind the
+// whole frame tells ("method" makes a request). None for a frame that is
+// not one object that could be followed to its end.
+func (s *idScan) lateIDs(headLen int, head jsonrpc.HeadKind) (ids [][]byte, request bool) {
+	if s.broken || len(s.open) != 0 {
+		return nil, false
 	}
-	var ids [][]byte
 	for _, id := range s.ids {
-		if id.end >= headLen { // one that ends before, the head held
+		// One that ends before headLen, a head that tells read.
+		if id.end >= headLen || head == jsonrpc.HeadUndecided {
 			ids = append(ids, id.val)
 		}
 	}
-	return ids
+	if head == jsonrpc.HeadUndecided {
+		return ids, s.method
+	}
+	return ids, head == jsonrpc.HeadOfRequest
 }

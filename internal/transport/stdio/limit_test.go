@@ -40,11 +40,15 @@ func TestReadFrameTooLargeBeforeEnd(t *testing.T) {
 	}
 }
 
-// TestReadFrameTooLargeLateID checks that an answer over the limit whose
-// id comes after its first bytes (JSON objects are unordered) is reported
-// a second time once its end has come, with that id: else the request it
-// answers would wait until its session ended. Frames whose id the head
-// held, requests, and frames that are not one object get no second report.
+// TestReadFrameTooLargeLateID checks that a frame over the limit is
+// reported a second time once its end has come, with the ids its first
+// bytes did not answer for (JSON objects are unordered), and whether it
+// is a request or an answer: else the request it answers, or the upstream
+// that sent it, would wait for ever. A head that names "method", or
+// "result" or "error", tells which it is, and the second report gives
+// only the ids after it; one that names none of them gives every id, the
+// kind the whole frame's. Frames whose head held all there was to tell,
+// notifications, and frames that are not one object get no second report.
 func TestReadFrameTooLargeLateID(t *testing.T) {
 	const limit = 2048
 	// Frames shorter than the read buffer are reported whole; longer ones
@@ -52,15 +56,22 @@ func TestReadFrameTooLargeLateID(t *testing.T) {
 	for _, size := range []int{3 * limit, 200 << 10} {
 		big := strings.Repeat("x", size)
 		cases := []struct {
-			name, frame, wantID string
+			name, frame, want string
 		}{
-			{"id after the result", `{"jsonrpc":"2.0","result":{"text":"` + big + `"},"id":"mcp-idempotent:a:3"}`, `"mcp-idempotent:a:3"`},
-			{"number id, spaces", `{"result":"` + big + `" , "id" : 17 }`, `17`},
-			{"id given twice", `{"result":"` + big + `","id":"mcp-idempotent:a:3","id":"zz"}`, `"mcp-idempotent:a:3","id":"zz"`},
-			{"escaped name", `{"result":"` + big + `","\u0069d":4}`, `4`},
-			{"quotes and brackets in strings", `{"result":"\"}]` + big + `","x":{"id":1},"id":5}`, `5`},
+			{"id after the result", `{"jsonrpc":"2.0","result":{"text":"` + big + `"},"id":"mcp-idempotent:a:3"}`, `{"id":"mcp-idempotent:a:3","result":null}`},
+			{"number id, spaces", `{"result":"` + big + `" , "id" : 17 }`, `{"id":17,"result":null}`},
+			{"id given twice", `{"result":"` + big + `","id":"mcp-idempotent:a:3","id":"zz"}`, `{"id":"mcp-idempotent:a:3","id":"zz","result":null}`},
+			{"escaped name", `{"result":"` + big + `","\u0069d":4}`, `{"id":4,"result":null}`},
+			{"quotes and brackets in strings", `{"result":"\"}]` + big + `","x":{"id":1},"id":5}`, `{"id":5,"result":null}`},
+			{"an error", `{"error":{"code":1,"message":"` + big + `"},"id":6}`, `{"id":6,"result":null}`},
 			{"id in the head", `{"id":6,"result":"` + big + `"}`, ""},
-			{"a request", `{"params":"` + big + `","id":7,"method":"x"}`, ""},
+			{"a request, id after its method", `{"method":"roots/list","params":"` + big + `","id":7}`, `{"id":7,"method":null}`},
+			{"a request, id after its head", `{"params":"` + big + `","id":7,"method":"x"}`, `{"id":7,"method":null}`},
+			{"a request, method after its head", `{"id":7,"params":"` + big + `","method":"x"}`, `{"id":7,"method":null}`},
+			{"an answer, result after its head", `{"id":7,"_meta":"` + big + `","result":{}}`, `{"id":7,"result":null}`},
+			{"a request whose head holds all", `{"id":7,"method":"x","params":"` + big + `"}`, ""},
+			{"a notification", `{"method":"x","params":"` + big + `"}`, ""},
+			{"a notification, method after its head", `{"params":"` + big + `","method":"x"}`, ""},
 			{"a batch", `[{"result":"` + big + `","id":8}]`, ""},
 			{"broken", `{"result":"` + big + `"]],"id":9}`, ""},
 			{"brackets that do not match", `{"result":["` + big + `"},"id":10]}`, ""},
@@ -74,9 +85,9 @@ func TestReadFrameTooLargeLateID(t *testing.T) {
 					t.Fatalf("first read: %v; want a FrameTooLargeError", err)
 				}
 				frame, err := c.ReadFrame()
-				if tc.wantID != "" {
-					if !errors.As(err, &big) || !big.Late || string(big.Head) != `{"id":`+tc.wantID+`}` {
-						t.Fatalf("second read: %q, %v; want a late report of id %s", frame, err, tc.wantID)
+				if tc.want != "" {
+					if !errors.As(err, &big) || !big.Late || string(big.Head) != tc.want {
+						t.Fatalf("second read: %q, %v; want a late report %s", frame, err, tc.want)
 					}
 					frame, err = c.ReadFrame()
 				}

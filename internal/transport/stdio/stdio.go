@@ -26,12 +26,16 @@ const DefaultMaxFrame = 16 << 20
 type FrameTooLargeError struct {
 	Limit int
 	// Head is the frame's first bytes (at most headSize), from which a
-	// reader can tell which request the dropped answer was for.
+	// reader can tell what the dropped message was, and its id.
 	Head []byte
 	// Late marks a second report of a frame already reported: its end has
-	// come, and Head is {"id":ID}, the id of an answer whose first bytes
-	// did not hold it, or {"id":ID,"id":ID2} for an answer giving several
-	// there. Only a Conn that follows late ids (FollowLateIDs) makes one.
+	// come, and Head stands for what the first report's head left out,
+	// the ids found after it: {"id":ID,"result":null} for an answer,
+	// {"id":ID,"method":null} for a request, with "id" given once for each
+	// id (jsonrpc.HeadMessage reads it). Where the first report's head did
+	// not tell a request from an answer, every id is given, and the kind
+	// is the whole frame's. Only a Conn that follows late ids
+	// (FollowLateIDs) makes one.
 	Late bool
 }
 
@@ -59,13 +63,14 @@ type Conn struct {
 	// end, which the next read drops.
 	skipping bool
 	// lateIDs is set for a Conn reading an upstream (FollowLateIDs): a
-	// frame too large whose head holds no id is followed to its end by
-	// tail, and late, the report of the id found there, is the next
-	// read's error.
-	lateIDs bool
-	tail    *idScan
-	headLen int
-	late    error
+	// frame too large is followed to its end by tail, and late, the report
+	// of the ids found there that its head, of kind headKind, did not
+	// answer for, is the next read's error.
+	lateIDs  bool
+	tail     *idScan
+	headLen  int
+	headKind jsonrpc.HeadKind
+	late     error
 
 	wmu  sync.Mutex // serializes writes so frames never interleave
 	w    io.Writer
@@ -143,7 +148,7 @@ func (c *Conn) readLine() ([]byte, error) {
 			n := min(len(buf), headSize)
 			head := append(bytes.Clone(buf[:n]), chunk[:min(len(chunk), headSize-n)]...)
 			c.skipping = full
-			c.followTail(buf, chunk, len(head))
+			c.followTail(buf, chunk, head)
 			return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 		} else if buf == nil && err == nil {
 			// The common case: the whole line was in the buffer.
@@ -191,19 +196,21 @@ func (c *Conn) skipLine() error {
 // FollowLateIDs makes c, reading an upstream, follow each frame too large
 // to its end, and report it a second time (FrameTooLargeError.Late) with
 // the ids its head did not hold: JSON objects are unordered, and the
-// request such a frame answers would otherwise wait for ever. Call it
+// request such a frame answers, or the upstream that sent such a request,
+// would otherwise wait for ever. Call it
 // before the first read. A Conn reading a client needs none: a request
 // too large whose id comes late is answered under a null id at once.
 func (c *Conn) FollowLateIDs() { c.lateIDs = true }
 
 // followTail starts following a frame too large, whose first bytes so far
-// are buf and chunk and whose reported head is headLen bytes long, for an
-// id after its head; the frame may end in chunk.
-func (c *Conn) followTail(buf, chunk []byte, headLen int) {
+// are buf and chunk and whose reported head is head, for the ids its head
+// did not answer for; the frame may end in chunk.
+func (c *Conn) followTail(buf, chunk, head []byte) {
 	if !c.lateIDs {
 		return
 	}
-	c.tail, c.headLen = &idScan{}, headLen
+	c.tail, c.headLen = &idScan{}, len(head)
+	_, c.headKind = jsonrpc.HeadMessage(head)
 	c.tail.scan(buf)
 	c.tail.scan(chunk)
 	if !c.skipping {
@@ -217,15 +224,17 @@ func (c *Conn) endTail() {
 	if c.tail == nil {
 		return
 	}
-	if ids := c.tail.lateIDs(c.headLen); len(ids) > 0 {
-		head := []byte{'{'}
-		for i, id := range ids {
-			if i > 0 {
-				head = append(head, ',')
-			}
-			head = append(append(head, `"id":`...), id...)
+	if ids, request := c.tail.lateIDs(c.headLen, c.headKind); len(ids) > 0 {
+		var head []byte
+		for _, id := range ids {
+			head = append(append(head, `,"id":`...), id...)
 		}
-		c.late = &FrameTooLargeError{Limit: c.max, Head: append(head, '}'), Late: true}
+		head[0] = '{'
+		kind := `,"result":null}`
+		if request {
+			kind = `,"method":null}`
+		}
+		c.late = &FrameTooLargeError{Limit: c.max, Head: append(head, kind...), Late: true}
 	}
 	c.tail = nil
 }
@@ -236,7 +245,7 @@ func (c *Conn) endLine(line []byte) ([]byte, error) {
 	line = bytes.TrimSuffix(line, []byte("\r"))
 	if len(line) > c.max {
 		head := bytes.Clone(line[:min(len(line), headSize)])
-		c.followTail(nil, line, len(head))
+		c.followTail(nil, line, head)
 		return nil, &FrameTooLargeError{Limit: c.max, Head: head}
 	}
 	return line, nil
