@@ -256,13 +256,6 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, actor string) {
 		writeRefusal(w, herr, code)
 		return
 	}
-	if n := countRequests(msgs); n > s.opts.EventBuffer {
-		// Its answers come at once, and a session holds its last
-		// EventBuffer events: the answers pushed out before the client
-		// read them would be lost to it, after the requests ran.
-		writeRefusal(w, refuse(http.StatusBadRequest, "the batch holds %d requests, more than the %d answers a session holds for its streams: send at most %d in one batch", n, s.opts.EventBuffer, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
-		return
-	}
 	ss, ok := s.postSession(w, r, actor, body, msgs)
 	if !ok {
 		return
@@ -287,6 +280,15 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 		}
 		if v := ss.batchVersion(r); isBatch(body) && v >= batchlessSince {
 			writeRefusal(w, refuse(http.StatusBadRequest, "a session of protocol %s takes one message per POST, not a batch", v), jsonrpc.CodeInvalidRequest)
+			return nil, false
+		}
+		if n := countRequests(msgs); n > s.opts.EventBuffer {
+			// After the lookup: a client of an unknown session is told
+			// so, not to send a smaller batch there. Its answers come at
+			// once, and a session holds its last EventBuffer events: the
+			// answers pushed out before the client read them would be
+			// lost to it, after the requests ran.
+			writeRefusal(w, refuse(http.StatusBadRequest, "the batch holds %d requests, more than the %d answers a session holds for its streams: send at most %d in one batch", n, s.opts.EventBuffer, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
 	case isInit:

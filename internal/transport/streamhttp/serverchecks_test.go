@@ -354,6 +354,23 @@ func TestServerBatchBeyondTheEventBuffer(t *testing.T) {
 	}
 }
 
+// TestServerBatchTooLargeForAnUnknownSession: a batch too large for any
+// session, sent to one that does not exist, is told the session is
+// unknown (404), which is what the client must act on first.
+func TestServerBatchTooLargeForAnUnknownSession(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{EventBuffer: 4})
+	var msgs []string
+	for i := range 5 {
+		msgs = append(msgs, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"batched"}`, i))
+	}
+	resp := do(t, t.Context(), "POST", hs.URL, "["+strings.Join(msgs, ",")+"]", batchSession("no-such-session"))
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("a batch of 5 to an unknown session: %s %s; want 404", resp.Status, b)
+	}
+}
+
 // TestServerStatelessHeaders: a stateless request whose headers disagree
 // with its body is refused before it reaches the proxy.
 func TestServerStatelessHeaders(t *testing.T) {
