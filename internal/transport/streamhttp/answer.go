@@ -45,7 +45,7 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		if done {
 			out, written, taken = st.answersLocked()
 		}
-		appended, opened := st.next > 0, ss.opened
+		appended, opened := st.next, ss.opened
 		ss.mu.Unlock()
 		if done {
 			if st.opens && opened {
@@ -86,16 +86,17 @@ func (st *stream) answersLocked() (out [][]byte, written []func(), taken []*unre
 
 // writeJSON writes the answers out of a stream that is done as one JSON
 // body, an array if the POST was a batch, and then calls written. A
-// stream that holds no answer is a 503 if answers were appended to it
-// (appended) and evicted since, else a 202.
-func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended, batch bool) bool {
+// stream that holds fewer answers than were appended to it (appended)
+// is a 503, a stream that never had one a 202.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte, written []func(), appended int64, batch bool) bool {
 	switch {
-	case len(out) == 0 && appended:
-		// Its answers were evicted from the session's buffer before
-		// they could be written: the client must ask again (a
-		// tools/call attaches to its execution, or gets its replay).
+	case int64(len(out)) < appended:
+		// Answers were evicted from the session's buffer before they
+		// could be written. A shorter array would lose them without a
+		// word: the client must ask again (a tools/call attaches to its
+		// execution, or gets its replay).
 		writeRefusal(w, refuse(http.StatusServiceUnavailable,
-			"the answer was dropped from the session's buffer (it holds the last %d events) before it could be written: send the request again", s.opts.EventBuffer), jsonrpc.CodeInternalError)
+			"the session's buffer dropped %d of the %d answers before they could be written: send the request again", appended-int64(len(out)), appended), jsonrpc.CodeInternalError)
 		return false
 	case len(out) == 0:
 		// Its one request was cancelled: nothing to answer.

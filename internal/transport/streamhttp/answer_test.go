@@ -233,7 +233,8 @@ func TestServerJSONBatchIsAnArray(t *testing.T) {
 
 // TestServerJSONBatchWithAnEvictedAnswer: a batch of two requests, one of
 // whose answers was evicted from the session's buffer before the other
-// came, gets an array of the answer it has.
+// came, gets a 503 saying so, not an array of the answer it has, which
+// the client could not tell from a whole one.
 func TestServerJSONBatchWithAnEvictedAnswer(t *testing.T) {
 	_, p, hs := newTestServer(t, ServerOptions{JSONResponse: true, EventBuffer: 2})
 	sid := openSessionWith(t, hs.URL, batchInitBody)
@@ -263,7 +264,9 @@ func TestServerJSONBatchWithAnEvictedAnswer(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	close(p.gate)
-	checkBatchAnswer(t, <-answered, []string{`"s"`})
+	if b := <-answered; !strings.Contains(string(b), "dropped 1 of the 2 answers") {
+		t.Fatalf("answered %s; want an error saying 1 of the 2 answers was dropped", b)
+	}
 }
 
 // checkBatchAnswer checks that body is a JSON array of answers to the
@@ -425,5 +428,31 @@ func TestEvictedBeforeWrittenEndsTheStream(t *testing.T) {
 		if json && (rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "send the request again")) {
 			t.Fatalf("json: %d %s; want 503 saying to send the request again", rec.Code, rec.Body)
 		}
+	}
+}
+
+// TestJSONBatchShortOfAnAnswerIsRefused: a batch answered with one JSON
+// body, one of whose answers the session's bound evicted before it was
+// written, gets a 503 saying to send the request again, not an array
+// short of that answer, which the client could not tell from a whole one.
+func TestJSONBatchShortOfAnAnswerIsRefused(t *testing.T) {
+	srv := NewServer(ServerOptions{EventBuffer: 2, Actor: "alice", Open: func(context.Context, *ServerSession) error { return nil }})
+	ss := newServerSession(srv, "s", "alice", "", false)
+	ss.mu.Lock()
+	call := ss.newStreamLocked()
+	call.isJSON, call.isBatch = true, true
+	ss.appendLocked(call, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+	ss.appendLocked(call, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`))
+	ss.endLocked(call)
+	ss.appendLocked(ss.getStreamLocked(), []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`))
+	held := len(call.events)
+	ss.mu.Unlock()
+	if held != 1 {
+		t.Fatalf("the stream holds %d answers; the test needs one of the two evicted", held)
+	}
+	rec := httptest.NewRecorder()
+	srv.answerJSON(rec, httptest.NewRequest(http.MethodPost, "/mcp", nil), ss, call)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "1 of the 2 answers") || !strings.Contains(rec.Body.String(), "send the request again") {
+		t.Fatalf("%d %s; want 503 saying 1 of the 2 answers was dropped", rec.Code, rec.Body)
 	}
 }

@@ -31,7 +31,7 @@ func TestJSONAnswerReadThenClosedIsWritten(t *testing.T) {
 	w := closingWriter{httptest.NewRecorder(), cancel}
 	written := false
 	frames := [][]byte{[]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)}
-	ok := s.writeJSON(w, r, frames, []func(){func() { written = true }}, true, false)
+	ok := s.writeJSON(w, r, frames, []func(){func() { written = true }}, 1, false)
 	if !ok || !written {
 		t.Fatalf("writeJSON = %v, written %v; want the answer the client read counted as written", ok, written)
 	}
@@ -48,7 +48,7 @@ func TestJSONAnswerClientGoneIsNotWritten(t *testing.T) {
 	r := httptest.NewRequestWithContext(ctx, "POST", "/mcp", http.NoBody)
 	written := false
 	frames := [][]byte{[]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)}
-	if s.writeJSON(httptest.NewRecorder(), r, frames, []func(){func() { written = true }}, true, false) || written {
+	if s.writeJSON(httptest.NewRecorder(), r, frames, []func(){func() { written = true }}, 1, false) || written {
 		t.Fatal("an answer written after its client went was counted as written")
 	}
 }
