@@ -43,7 +43,7 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		var written []func()
 		var taken []*unreadAnswer
 		if done {
-			out, written, taken = st.answersLocked()
+			out, written, taken = ss.answersLocked(st)
 		}
 		appended, opened := st.next, ss.opened
 		ss.mu.Unlock()
@@ -69,9 +69,14 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 }
 
 // answersLocked returns the answers st holds, and the written callbacks
-// of those that have one.
-func (st *stream) answersLocked() (out [][]byte, written []func(), taken []*unreadAnswer) {
-	for _, ev := range st.events {
+// of those that have one. They are no longer pinned: the caller writes
+// them, or its client has gone.
+func (ss *ServerSession) answersLocked(st *stream) (out [][]byte, written []func(), taken []*unreadAnswer) {
+	for i := range st.events {
+		ev := &st.events[i]
+		if ev.pinned {
+			ss.unpinLocked(st, i)
+		}
 		out = append(out, ev.data)
 		if ev.written != nil {
 			written = append(written, ev.written)
@@ -81,6 +86,7 @@ func (st *stream) answersLocked() (out [][]byte, written []func(), taken []*unre
 			taken = append(taken, ev.answer)
 		}
 	}
+	ss.evictLocked() // after the loop: eviction changes st.events
 	return out, written, taken
 }
 
@@ -92,9 +98,10 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, out [][]byte,
 	switch {
 	case int64(len(out)) < appended:
 		// Answers were evicted from the session's buffer before they
-		// could be written. A shorter array would lose them without a
-		// word: the client must ask again (a tools/call attaches to its
-		// execution, or gets its replay).
+		// could be written, which pinning them should prevent. A
+		// shorter array would lose them without a word: the client
+		// must ask again (a tools/call attaches to its execution, or
+		// gets its replay).
 		writeRefusal(w, refuse(http.StatusServiceUnavailable,
 			"the session's buffer dropped %d of the %d answers before they could be written: send the request again", appended-int64(len(out)), appended), jsonrpc.CodeInternalError)
 		return false
@@ -222,6 +229,9 @@ func (ss *ServerSession) claim(st *stream) int64 {
 	defer ss.mu.Unlock()
 	ss.writers++
 	st.writer = ss.writers
+	// A client that resumes a request's stream has its later answers
+	// pinned while it writes; the GET stream carries none.
+	st.attended = st != ss.get
 	return st.writer
 }
 
@@ -231,6 +241,7 @@ func (ss *ServerSession) release(st *stream, gen int64) {
 	defer ss.mu.Unlock()
 	if st.writer == gen {
 		st.writer = 0
+		ss.unattendLocked(st)
 	}
 }
 
@@ -242,24 +253,21 @@ type batch struct {
 }
 
 // takeLocked fills b with the events of st from sequence number from on,
-// and returns the sequence number that follows the last one taken.
+// and returns the sequence number that follows the last one taken. The
+// answers it takes are no longer pinned: this writer writes them, or its
+// client has gone.
 func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch) int64 {
 	b.buf, b.written, b.taken = b.buf[:0], b.written[:0], b.taken[:0]
-	if len(st.events) == 0 && from < st.next || len(st.events) > 0 && st.events[0].seq > from {
-		// The session's bound evicted events before this writer took
-		// them: lost to this stream, which goes on (and ends) without
-		// them rather than wait for them for ever.
-		s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
-			"session", ss.id, "held_at_most", s.opts.EventBuffer)
-		from = st.next
-		if len(st.events) > 0 {
-			from = st.events[0].seq
-		}
-	}
-	for _, ev := range st.events {
+	lost := false
+	for i := range st.events {
+		ev := &st.events[i]
 		if ev.seq < from {
 			continue
 		}
+		// The session's bound evicted events before this writer took
+		// them: lost to this stream, which goes on (and ends) without
+		// them rather than wait for them for ever.
+		lost = lost || ev.seq > from
 		b.buf = appendEvent(b.buf, eventID(st.num, ev.seq), ev.data)
 		if ev.written != nil {
 			b.written = append(b.written, ev.written)
@@ -268,8 +276,20 @@ func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch)
 			ev.answer.sending++
 			b.taken = append(b.taken, ev.answer)
 		}
+		if ev.pinned {
+			ss.unpinLocked(st, i)
+		}
 		from = ev.seq + 1
 	}
+	if from < st.gone {
+		lost, from = true, st.gone
+	}
+	if lost {
+		s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
+			"session", ss.id, "held_at_most", s.opts.EventBuffer)
+	}
+	// After the loop: eviction changes st.events.
+	ss.evictLocked()
 	return from
 }
 

@@ -27,6 +27,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		if m, p := ss.pendingAmongLocked(msgs); p != nil {
 			st := s.attachLocked(r, ss, body, msgs, p)
 			ss.mu.Unlock()
+			defer ss.leave(st)
 			s.answerResent(w, r, ss, m, st)
 			return
 		}
@@ -40,8 +41,14 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	if herr := s.admitLocked(ss, msgs); herr != nil {
+		ss.mu.Unlock()
+		writeRefusal(w, herr, jsonrpc.CodeInternalError)
+		return
+	}
 	frame, st, ids := s.registerLocked(r, ss, body, msgs)
 	ss.mu.Unlock()
+	defer ss.leave(st)
 	if !s.pass(w, r, ss, frame, ids) {
 		s.endUnnamed(ss, st)
 		return
@@ -61,6 +68,44 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		// same call sent again attaches to it.
 		ss.cancel(ids)
 	}
+}
+
+// admitLocked refuses msgs, before anything in them is sent, when the
+// session could not hold all the answers it would then owe: those of its
+// requests under way, those pinned until their streams are written
+// (appendAnswerLocked), and one for each request of msgs. Unbounded,
+// pinned answers would fill memory; evicted, they would be lost. Pinned
+// answers past EventBufferBytes refuse every request until they are
+// written. A stateless lane is not bounded so: each of its requests has
+// a POST of its own, which pins at most its one answer.
+func (s *Server) admitLocked(ss *ServerSession, msgs []*jsonrpc.Message) *httpError {
+	n := countRequests(msgs)
+	if ss.stateless || n == 0 {
+		return nil
+	}
+	owed := len(ss.pending) + ss.pinned
+	var e *httpError
+	switch {
+	case owed+n > s.opts.EventBuffer:
+		e = refuse(http.StatusServiceUnavailable, "the session owes %d answers not yet read, and a session owes at most %d at once: these %d requests were not sent; read the answers under way, then send them again", owed, s.opts.EventBuffer, n)
+	case ss.pinnedBytes > s.opts.EventBufferBytes:
+		e = refuse(http.StatusServiceUnavailable, "the answers the session holds not yet read come to %d bytes, more than %d: these requests were not sent; read the answers under way, then send them again", ss.pinnedBytes, s.opts.EventBufferBytes)
+	default:
+		return nil
+	}
+	e.header = http.Header{"Retry-After": {"1"}}
+	return e
+}
+
+// leave marks st, the stream of a POST whose handler returns, as no
+// longer attended unless a client resumed it (unattendLocked).
+func (ss *ServerSession) leave(st *stream) {
+	if st == nil {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.unattendLocked(st)
 }
 
 // isCancelNotice reports whether msgs are one notifications/cancelled.
@@ -203,6 +248,7 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 // to the proxy, so it comes first.
 func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession, body []byte) *stream {
 	st := ss.newStreamLocked()
+	st.attended = true // until its handler returns (leave)
 	st.isJSON = s.opts.JSONResponse
 	st.isBatch = isBatch(body)
 	if v := r.Header.Get(headerProtocolVersion); !st.isJSON && !ss.stateless && v >= primingVersion {

@@ -284,11 +284,10 @@ func (s *Server) postSession(w http.ResponseWriter, r *http.Request, actor strin
 		}
 		if n := countRequests(msgs); n > s.opts.EventBuffer {
 			// After the lookup: a client of an unknown session is told
-			// so, not to send a smaller batch there. Its answers come at
-			// once, and a session holds its last EventBuffer events: the
-			// answers pushed out before the client read them would be
-			// lost to it, after the requests ran.
-			writeRefusal(w, refuse(http.StatusBadRequest, "the batch holds %d requests, more than the %d answers a session holds for its streams: send at most %d in one batch", n, s.opts.EventBuffer, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
+			// so, not to send a smaller batch there. A session owes at
+			// most EventBuffer answers at once (admitLocked), so this
+			// one would never fit.
+			writeRefusal(w, refuse(http.StatusBadRequest, "the batch holds %d requests, more than the %d answers a session owes at once: send at most %d in one batch", n, s.opts.EventBuffer, s.opts.EventBuffer), jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
 	case isInit:
@@ -417,7 +416,7 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	// The event must be one the stream has had (an id past its end would
 	// make the resumed stream skip every later event), and the events
 	// after it must all be held still, or be none.
-	held := st != nil && seq < st.next && (seq+1 == st.next || len(st.events) > 0 && st.events[0].seq <= seq+1)
+	held := st != nil && seq < st.next && seq+1 >= st.gone
 	// One it never sent is told so: "not held any more" would send the
 	// client looking for a buffer it overran.
 	sent := ok && num >= 1 && num <= ss.nextStream && (st == nil || seq < st.next)

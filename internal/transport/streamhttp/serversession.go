@@ -33,10 +33,10 @@ type ServerSession struct {
 	why       string // why it was closed (EndDeleted...); set before done is closed
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
-	// progress, held, heldBytes, active, lastActive, nextID, origIDs,
-	// origTokens, opening, opened, named and version, and every field of the
-	// streams and pendingRequests they hold but a stream's num, isJSON,
-	// isBatch and opens, set when the stream is made.
+	// progress, held, heldBytes, pinned, pinnedBytes, active, lastActive,
+	// nextID, origIDs, origTokens, opening, opened, named and version, and
+	// every field of the streams and pendingRequests they hold but a
+	// stream's num, isJSON, isBatch and opens, set when the stream is made.
 	mu sync.Mutex
 	// opening is set until the initialize that opens the session is
 	// registered; opened once the proxy has passed on its answer and that
@@ -64,9 +64,12 @@ type ServerSession struct {
 	// progress maps a progress token (raw JSON) to the stream of the
 	// request that asked for progress.
 	progress map[string]*stream
-	// held lists every event held, oldest first, for eviction.
-	held      []heldEvent
-	heldBytes int
+	// held lists every event held, oldest first, for eviction; but the
+	// pinned answers, which pinned and pinnedBytes count.
+	held        []heldEvent
+	heldBytes   int
+	pinned      int
+	pinnedBytes int
 	// active counts HTTP requests under way; lastActive is when the last
 	// one ended. The idle reaper reads both.
 	active     int

@@ -1,6 +1,8 @@
 package streamhttp
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,6 +24,13 @@ type stream struct {
 	// they have all been appended (never, for the GET stream).
 	want int
 	done bool
+	// gone is the sequence number after the last event evicted, 0 if
+	// none: a writer or a resume from before it has lost events.
+	gone int64
+	// attended is set while the request that made the stream, or a
+	// client that resumed it, may still write it: its answers are then
+	// pinned until a writer takes them.
+	attended bool
 	// notify is closed, and replaced, whenever events are appended or the
 	// stream ends, to wake its writer.
 	notify chan struct{}
@@ -49,6 +58,9 @@ type sseEvent struct {
 	// the answer it carries, for the eviction to count.
 	written func()
 	answer  *unreadAnswer
+	// pinned is set for an answer held out of the session's bounds, for
+	// the writer of its attended stream (appendAnswerLocked).
+	pinned bool
 }
 
 // A heldEvent names an event in the session's order of eviction.
@@ -132,40 +144,97 @@ func (ss *ServerSession) relatedStreamLocked(key string) *stream {
 // appendLocked holds one event on st and wakes its writer, evicting the
 // oldest events of the session beyond its bounds.
 func (ss *ServerSession) appendLocked(st *stream, data []byte) {
-	ss.appendAnswerLocked(st, data, nil)
+	ss.appendEventLocked(st, data, nil, false)
 }
 
-// appendAnswerLocked is appendLocked for an event carrying u, an answer
-// whose writing is to be reported (nil for none).
+// appendAnswerLocked is appendLocked for an answer to a client's request,
+// carrying u, an answer whose writing is to be reported (nil for none).
+// On a stream that is attended it is pinned: held out of the bounds, and
+// never evicted, until a writer takes it.
 func (ss *ServerSession) appendAnswerLocked(st *stream, data []byte, u *unreadAnswer) {
-	ev := sseEvent{seq: st.next, data: data}
+	ss.appendEventLocked(st, data, u, true)
+}
+
+func (ss *ServerSession) appendEventLocked(st *stream, data []byte, u *unreadAnswer, isAnswer bool) {
+	ev := sseEvent{seq: st.next, data: data, pinned: isAnswer && st.attended}
 	if u != nil {
 		ev.written, ev.answer = u.wrote, u
 		u.held++
 	}
 	st.next++
 	st.events = append(st.events, ev)
+	ss.wakeLocked(st)
+	if ev.pinned {
+		ss.pinned++
+		ss.pinnedBytes += len(data)
+		return
+	}
 	ss.held = append(ss.held, heldEvent{st: st, seq: ev.seq})
 	ss.heldBytes += len(data)
-	ss.wakeLocked(st)
+	ss.evictLocked()
+}
+
+// unpinLocked puts event i of st, pinned, among those the bounds hold, as
+// the newest; the caller evicts (evictLocked) once it may.
+func (ss *ServerSession) unpinLocked(st *stream, i int) {
+	ev := &st.events[i]
+	ev.pinned = false
+	ss.pinned--
+	ss.pinnedBytes -= len(ev.data)
+	ss.held = append(ss.held, heldEvent{st: st, seq: ev.seq})
+	ss.heldBytes += len(ev.data)
+}
+
+// unattendLocked marks st as no longer attended, once no request writes
+// it: the client went, and may resume it or not. Its answers are no longer
+// pinned, and are held as any event is, within the bounds.
+func (ss *ServerSession) unattendLocked(st *stream) {
+	if !st.attended || st.writer != 0 {
+		return
+	}
+	st.attended = false
+	for i := range st.events {
+		if st.events[i].pinned {
+			ss.unpinLocked(st, i)
+		}
+	}
+	ss.evictLocked()
+}
+
+// evictLocked evicts the oldest events the session holds beyond its
+// bounds. A pinned answer is not among them: a later event of its stream
+// may go before it.
+func (ss *ServerSession) evictLocked() {
 	opts := &ss.srv.opts
 	for len(ss.held) > 1 && (len(ss.held) > opts.EventBuffer || ss.heldBytes > opts.EventBufferBytes) {
 		old := ss.held[0]
 		ss.held[0] = heldEvent{}
 		ss.held = ss.held[1:]
-		// Events leave a stream oldest first, as they entered it.
-		if len(old.st.events) > 0 && old.st.events[0].seq == old.seq {
-			ss.heldBytes -= len(old.st.events[0].data)
-			if u := old.st.events[0].answer; u != nil {
+		st := old.st
+		if i, ok := slices.BinarySearchFunc(st.events, old.seq, func(ev sseEvent, seq int64) int {
+			return cmp.Compare(ev.seq, seq)
+		}); ok {
+			ss.heldBytes -= len(st.events[i].data)
+			if u := st.events[i].answer; u != nil {
 				ss.evictedLocked(u)
 			}
-			old.st.events[0] = sseEvent{}
-			old.st.events = old.st.events[1:]
+			st.removeEvent(i)
+			st.gone = max(st.gone, old.seq+1)
 		}
-		if old.st.done && len(old.st.events) == 0 {
-			delete(ss.streams, old.st.num)
+		if st.done && len(st.events) == 0 {
+			delete(ss.streams, st.num)
 		}
 	}
+}
+
+// removeEvent removes event i of st, keeping the others in order.
+func (st *stream) removeEvent(i int) {
+	if i == 0 {
+		st.events[0] = sseEvent{}
+		st.events = st.events[1:]
+		return
+	}
+	st.events = slices.Delete(st.events, i, i+1)
 }
 
 // wakeLocked wakes the writer of st, if any.
