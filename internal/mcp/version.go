@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -50,7 +51,8 @@ const firstVersion = "2024-10-07"
 // declare none. The proxy decides on it, so a _meta, or a version in it,
 // that an upstream could read otherwise (given twice, or in another case)
 // is an error naming the member (jsonrpc.ErrAmbiguous), not a guess: one
-// reader would take the first, another the last (DESIGN section 10).
+// reader would take the first, another the last (DESIGN section 10). So
+// is a progress token so given (metaVersion).
 func DeclaredVersion(params json.RawMessage) (string, error) {
 	meta, err := jsonrpc.MemberOnce(params, "_meta")
 	if err != nil {
@@ -60,8 +62,16 @@ func DeclaredVersion(params json.RawMessage) (string, error) {
 }
 
 // metaVersion returns the protocol version meta, a request's _meta,
-// declares, as DeclaredVersion does.
+// declares, as DeclaredVersion does. A progress token given twice, or in
+// another case, is an error too: every request's, whatever its method.
+// The upstream would send progress on one token and the proxy, which
+// silences that of the calls it detaches, watch the other.
 func metaVersion(meta json.RawMessage) (string, error) {
+	if mayNameProgress(meta) {
+		if _, err := jsonrpc.MemberOnce(meta, MetaProgressToken); err != nil {
+			return "", fmt.Errorf("params._meta: %w", err)
+		}
+	}
 	if !mayNameVersion(meta) {
 		return "", nil // the common case, without a walk
 	}
@@ -71,6 +81,23 @@ func metaVersion(meta json.RawMessage) (string, error) {
 	}
 	v, _ := jsonrpc.StringValue(raw)
 	return v, nil
+}
+
+// mayNameProgress reports whether meta may hold MetaProgressToken twice,
+// or a name that differs from it only in case: it holds an escape, or a
+// byte past ASCII (the Kelvin sign folds to k, the long s to s), or
+// "progress" in any ASCII case.
+func mayNameProgress(meta []byte) bool {
+	const word = "progress"
+	for i, b := range meta {
+		switch {
+		case b == '\\' || b >= utf8.RuneSelf:
+			return true
+		case b|0x20 == 'p' && i+len(word) <= len(meta) && bytes.EqualFold(meta[i:i+len(word)], []byte(word)):
+			return true
+		}
+	}
+	return false
 }
 
 // mayNameVersion reports whether meta may hold MetaProtocolVersion, or a

@@ -41,6 +41,13 @@ func TestDeclaredVersion(t *testing.T) {
 		{"the version in another case alone", `{"_meta":{"io.modelcontextprotocol/PROTOCOLVERSION":"2099-01-01"}}`, `"io.modelcontextprotocol/PROTOCOLVERSION"`, true},
 		{"the version twice, once escaped", `{"_meta":{` + v + `:"2099-01-01","io.modelcontextprotocol/protocol\u0056ersion":"2025-11-25"}}`, v, true},
 		{"the version with a long s", `{"_meta":{"io.modelcontextprotocol/protocolVer\u017fion":"2099-01-01"}}`, `ſ`, true},
+		{"a progress token", `{"_meta":{"progressToken":"a","progress":1}}`, "", false},
+		{"the progress token twice", `{"_meta":{"progressToken":"a","progressToken":"b"}}`, `"progressToken" is given twice`, true},
+		{"the progress token twice beside a version", `{"_meta":{` + v + `:"2026-07-28","progressToken":1,"progressToken":2}}`, `"progressToken" is given twice`, true},
+		{"the progress token in another case", `{"_meta":{"progressToken":"a","PROGRESSTOKEN":"b"}}`, `"PROGRESSTOKEN"`, true},
+		{"the progress token twice, once escaped", `{"_meta":{"progressToken":"a","progress\u0054oken":"b"}}`, `"progressToken" is given twice`, true},
+		{"the progress token with a Kelvin sign", `{"_meta":{"progressTo\u212aen":"a"}}`, "\u212a", true},
+		{"the progress token with a long s", `{"_meta":{"progre\u017fsToken":"a","progressToken":"b"}}`, `ſ`, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			check := func(how string, got string, err error) {

@@ -195,14 +195,14 @@ func (s *Session) tookRequest(msg *jsonrpc.Message) {
 }
 
 // refuseVersion refuses msg, a request, if its _meta declares a protocol
-// version the proxy does not know, or one an upstream could read
-// otherwise, and reports whether it did. A notification's version is not
+// version the proxy does not know, or gives one, or a progress token,
+// that an upstream could read otherwise, and reports whether it did. A notification's version is not
 // read: the proxy decides nothing on it, and passes it on as it came.
 func (s *Session) refuseVersion(msg *jsonrpc.Message, params *mcp.ParamsReader) bool {
 	v, err := params.DeclaredVersion()
 	switch {
 	case err != nil:
-		s.log.Warn("refused a request whose protocol version could be read two ways", "method", msg.Method, "err", err)
+		s.log.Warn("refused a request whose _meta could be read two ways", "method", msg.Method, "err", err)
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "mcp-idempotent: %s: %v", msg.Method, err)))
 	case v != "" && !mcp.Negotiable(v):
 		s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)

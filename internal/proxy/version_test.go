@@ -254,3 +254,65 @@ func TestBatchOfAnAmbiguousVersionRefused(t *testing.T) {
 	r.client.send(t, known)
 	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
 }
+
+// TestRequestOfAnAmbiguousProgressTokenRefused: a request of any method
+// whose _meta gives the progress token twice, or in another case, is
+// refused as invalid params naming the member, in either protocol era:
+// the upstream would read one token and the proxy, which watches the
+// progress of the calls it detaches, the other.
+func TestRequestOfAnAmbiguousProgressTokenRefused(t *testing.T) {
+	const v = `"io.modelcontextprotocol/protocolVersion":"2026-07-28",`
+	r := newRig(t, 0)
+	for i, req := range []struct{ method, params, member string }{
+		{"resources/read", `{"uri":"file:///a","_meta":{"progressToken":"a","progressToken":"b"}}`, `\"progressToken\" is given twice`},
+		{"prompts/get", `{"name":"p","_meta":{"progressToken":1,"ProgressToken":2}}`, `\"ProgressToken\"`},
+		{"completion/complete", `{"ref":{"type":"ref/prompt","name":"p"},"argument":{"name":"a","value":""},"_meta":{"progresstoken":1,"progressToken":2}}`, `\"progresstoken\"`},
+		{"tools/list", `{"_meta":{` + v + `"progressToken":"a","progressToken":"b"}}`, `\"progressToken\" is given twice`},
+		// The Kelvin sign folds to k, as Go's encoding/json matches names.
+		{"resources/read", `{"uri":"file:///a","_meta":{` + v + "\"progressTo\u212aen\":\"a\",\"progressToken\":\"b\"}}", "progressTo\u212aen"},
+		{"ping", `{"_meta":{"progress\u0054oken":"a","progressToken":"b"}}`, `\"progressToken\" is given twice`},
+		{"tools/call", `{"name":"echo","_meta":{"progressToken":"a","progressToken":"b"}}`, `\"progressToken\" is given twice`},
+	} {
+		r.client.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, i+1, req.method, req.params))
+		var answer struct {
+			ID    json.RawMessage
+			Error struct {
+				Code    int
+				Message string
+			}
+		}
+		got := r.client.next(t, "client")
+		if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != strconv.Itoa(i+1) ||
+			answer.Error.Code != -32602 || !strings.Contains(answer.Error.Message, "ambiguous") ||
+			!strings.Contains(answer.Error.Message, req.method) || !strings.Contains(got, req.member) {
+			t.Fatalf("%s %s: the client got %s; want -32602 under id %d naming the method and %s", req.method, req.params, got, i+1, req.member)
+		}
+	}
+	known := `{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a","progress":"b"}}}`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the request read one way, and no refused request before it")
+}
+
+// TestBatchOfAnAmbiguousProgressTokenRefused: a request in a batch whose
+// _meta gives the progress token twice does not reach the upstream
+// either: the batch is refused whole, as for an ambiguous version.
+func TestBatchOfAnAmbiguousProgressTokenRefused(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a","progressToken":"b"}}}]`)
+	got := r.client.next(t, "client")
+	var answers []struct {
+		ID    json.RawMessage
+		Error *struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(got), &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("the client got %s; want an array of two answers", got)
+	}
+	for _, a := range answers {
+		if a.Error == nil || !strings.Contains(a.Error.Message, `ambiguous member: "progressToken" is given twice`) {
+			t.Fatalf("the client got %s; want each request refused, naming the member", got)
+		}
+	}
+	known := `[{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a"}}}]`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
+}

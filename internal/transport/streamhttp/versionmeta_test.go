@@ -109,6 +109,7 @@ func TestServerStatelessAmbiguousVersion(t *testing.T) {
 		{"the version twice", list(`{"_meta":{` + v + `:"2099-01-01",` + v + `:"2026-07-28"}}`), method, v},
 		{"the version twice, the header set", list(`{"_meta":{` + v + `:"2026-07-28",` + v + `:"2099-01-01"}}`), both, v},
 		{"the version in another case", list(`{"_meta":{` + v + `:"2026-07-28","io.modelcontextprotocol/protocolversion":"2099-01-01"}}`), method, `"io.modelcontextprotocol/protocolversion"`},
+		{"the progress token twice", list(`{"_meta":{` + v + `:"2026-07-28","progressToken":"a","progressToken":"b"}}`), both, `"progressToken"`},
 		{"a notification", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":{},"_meta":{` + v + `:"2026-07-28"}}}`,
 			map[string]string{headerMcpMethod: "notifications/progress"}, `"_meta"`},
 	} {
