@@ -233,10 +233,10 @@ var paramNames = []string{"name", "arguments", "_meta", "task", "inputResponses"
 
 // The members of a call's _meta the proxy reads, and their indexes there.
 // The progress token is read elsewhere (the proxy's own progress to an
-// attached caller, and the silencing of a cancelled call's progress), but
-// is checked here: an upstream that reads the other of two tokens sends
-// its progress on one the proxy does not watch, which then reaches a
-// caller that cancelled the call.
+// attached caller, and the token of its own the call goes upstream
+// with), but is checked here: an upstream that reads the other of two
+// tokens sends its progress on the client's, which then reaches a caller
+// that cancelled the call.
 var metaNames = []string{MetaKey, MetaKeyCommon, MetaDeadline, MetaProtocolVersion, MetaClientCapabilities, MetaProgressToken}
 
 const (

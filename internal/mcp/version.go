@@ -65,7 +65,7 @@ func DeclaredVersion(params json.RawMessage) (string, error) {
 // declares, as DeclaredVersion does. A progress token given twice, or in
 // another case, is an error too: every request's, whatever its method.
 // The upstream would send progress on one token and the proxy, which
-// silences that of the calls it detaches, watch the other.
+// routes progress by the token it read, watch the other.
 func metaVersion(meta json.RawMessage) (string, error) {
 	if mayNameProgress(meta) {
 		if _, err := jsonrpc.MemberOnce(meta, MetaProgressToken); err != nil {

@@ -119,11 +119,6 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.refuseRequests(msgs, frame, why)
 		return
 	}
-	for _, m := range msgs {
-		if m.IsRequest() {
-			s.unsilenceProgress(m.Params) // as for a request alone
-		}
-	}
 	s.sendBatch(msgs, frame)
 }
 

@@ -30,7 +30,8 @@ type clientCall struct {
 	// mu guards passThrough. It is held while the request is forwarded,
 	// so that a cancellation of it finds it forwarded (see cancelled).
 	mu          sync.Mutex
-	passThrough bool // the request went upstream as it came
+	passThrough bool        // the request went upstream as it came
+	detached    atomic.Bool // its caller cancelled it (progresstoken.go)
 
 	progress atomic.Int64 // the notifications/progress sent (Progress)
 }
@@ -249,7 +250,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	r.Call, r.Policy, r.SchemaDefaults = call, pol, info.defaults
 	r.Actor, r.Scope, r.Session = s.opts.Actor, s.opts.Scope, s.opts.Scope
 	r.UpstreamID, r.UpstreamName = s.opts.UpstreamID, s.opts.UpstreamName
-	r.Upstream, r.Reply, r.Listed = s, c, info.listed
+	r.Upstream, r.Reply, r.Listed = c, c, info.listed
 	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)
 		s.opts.Interceptor.Unrecorded(&c.ctx, &c.req)

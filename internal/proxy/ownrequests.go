@@ -53,6 +53,7 @@ type sent struct {
 	key    string // its id's JSON text, its key in pending
 	method string
 	done   intercept.Answered
+	token  bool // its progress token is the proxy's (ownTokenLocked)
 	// stop stops the cancellation of the request when its sender's
 	// context ends (see Send); nil if there is none.
 	stop func() bool
@@ -67,6 +68,13 @@ func (s *Session) CopiesParams() bool { return true }
 // outcome from the goroutine that reads the upstream (or, for a held
 // request whose write failed, the one that wrote it: notWritten).
 func (s *Session) Send(ctx context.Context, method string, params json.RawMessage, done intercept.Answered) {
+	s.send(ctx, method, params, done, nil)
+}
+
+// send is Send for c, the caller the request is sent for, or nil: the
+// request's progress token goes upstream as one of the proxy's
+// (progresstoken.go).
+func (s *Session) send(ctx context.Context, method string, params json.RawMessage, done intercept.Answered, c *clientCall) {
 	// The id's JSON text, which is also its key in pending.
 	var buf [64]byte
 	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
@@ -90,7 +98,9 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 		return
 	}
 	s.sending++
-	s.pending[key] = sent{key: key, method: method, done: done}
+	var token bool
+	params, token = s.ownTokenLocked(key, params, c)
+	s.pending[key] = sent{key: key, method: method, done: done, token: token}
 	s.mu.Unlock()
 
 	var err error
@@ -223,6 +233,9 @@ func (s *Session) droppedOwnLocked(key string) {
 // sender: the answer msg, or err when none came.
 func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	defer s.acted()
+	if p.token {
+		s.tokenAnswered(p.key, err != nil)
+	}
 	if p.stop != nil {
 		p.stop()
 	}

@@ -1,18 +1,27 @@
 package proxy
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestUpstreamProgressAfterTheProxys: once the proxy has told progress 0
 // and 1 on a call's token (an approval's wait), the upstream's progress on
-// that token, counted from its own start, reaches the client raised past
-// them, its total with it, alone or in a batch; progress on another token
-// passes as it came.
+// the call, counted from its own start, reaches the client on that token
+// raised past them, its total with it, alone or in a batch; progress on
+// another token passes as it came.
 func TestUpstreamProgressAfterTheProxys(t *testing.T) {
 	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, `{"name":"charge_card","arguments":{"n":1},"_meta":{"progressToken":"p7"}}`)
 	a.Progress("waiting for approval")
 	a.Progress("still waiting")
 	r.client.next(t, "client")
 	r.client.next(t, "client")
+	// The upstream got the call on a token of the proxy's, told on the
+	// client's.
+	up := upstreamToken(t, call)
+	if up == "" || up == `"p7"` {
+		t.Fatalf("the upstream got %s; want the call on a token of the proxy's", call)
+	}
 	for _, c := range []struct{ upstream, client string }{
 		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":0,"total":2,"message":"half"}}`,
 			`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":2,"total":4,"message":"half"}}`},
@@ -21,13 +30,13 @@ func TestUpstreamProgressAfterTheProxys(t *testing.T) {
 		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p8","progress":0}}`,
 			`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p8","progress":0}}`},
 	} {
-		r.upstream.send(t, c.upstream)
+		r.upstream.send(t, strings.Replace(c.upstream, `"progressToken":"p7"`, `"progressToken":`+up, 1))
 		if got := r.client.next(t, "client"); got != c.client {
 			t.Errorf("the upstream sent %s; the client got %s, want %s", c.upstream, got, c.client)
 		}
 	}
 	// Readers would take it for two values, one of them going back.
-	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":9,"Progress":0}}`)
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":`+up+`,"progress":9,"Progress":0}}`)
 	passedToClient(t, r, "ambiguous progress on the proxy's token")
 	r.upstream.answerCharged(t, call)
 	r.client.next(t, "client")

@@ -185,13 +185,12 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	}
 }
 
-// tookRequest notes msg, a request of the client's about to be acted on:
-// in the session log, and as freeing a cancelled call's progress token.
+// tookRequest notes msg, a request of the client's about to be acted on,
+// in the session log.
 func (s *Session) tookRequest(msg *jsonrpc.Message) {
 	if s.sessionLog != nil {
 		s.sessionLog.request(msg.Method, msg.Params)
 	}
-	s.unsilenceProgress(msg.Params)
 }
 
 // refuseVersion refuses msg, a request, if its _meta declares a protocol
@@ -280,7 +279,7 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 			defer c.mu.Unlock()
 			if !c.passThrough {
 				s.log.Info("client cancelled a tools/call; detaching it", "request", string(id))
-				s.silenceProgress(progressToken(c.call.Meta))
+				c.markDetached()
 				c.finish()
 				return
 			}

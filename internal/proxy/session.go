@@ -236,13 +236,11 @@ type Session struct {
 	// token, how many notifications/progress the proxy itself sent on
 	// it (clientCall.Progress); nil until the first.
 	ownProgress map[string]int64
-	// silenced holds the progress tokens of calls whose callers
-	// cancelled them and were detached, by jsonrpc.IDKey, oldest first
-	// in silencedOrder; silencing is set while it holds any
-	// (silenceProgress).
-	silenced      map[string]bool
-	silencedOrder []string
-	silencing     atomic.Bool
+	// tokens holds the progress tokens the proxy gave its own requests
+	// upstream in place of the client's, by the key of the request's id,
+	// which is the token; oldest first in tokenOrder (progresstoken.go).
+	tokens     map[string]upToken
+	tokenOrder []string
 	// refusing counts the refusals of the upstream's requests being
 	// written to it (refuseUnasked).
 	refusing atomic.Int32

@@ -195,41 +195,41 @@ func waitLog(t *testing.T, log *syncBuffer, s string) {
 // once a new request of the client's carries the token again, progress on
 // it is that request's, and passes.
 func TestCancelledCallsProgressStaysInTheProxy(t *testing.T) {
-	r := cancelledWithToken(t)
+	r, call := cancelledWithToken(t)
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
 	r.upstream.next(t, "upstream") // the cancel stayed in the proxy: this is the notification
-	progress := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p7","progress":1}}`
-	r.upstream.send(t, progress)
+	r.upstream.send(t, progressOn(upstreamToken(t, call), "1"))
 	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"after"}}`)
 	if got := r.client.next(t, "client"); !strings.Contains(got, "notifications/message") {
 		t.Fatalf("the client got %s; want the progress of its cancelled call dropped", got)
 	}
 	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{"progressToken":"p7"}}}`)
 	r.upstream.next(t, "upstream") // the ping
-	r.upstream.send(t, progress)
+	r.upstream.send(t, progressOn(`"p7"`, "1"))
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"progressToken":"p7"`) {
 		t.Fatalf("the client got %s; want the progress of its new request on the token", got)
 	}
 }
 
 // cancelledWithToken returns a rig whose client sent a recorded call
-// with progress token p7, sent upstream, and then cancelled it.
-func cancelledWithToken(t *testing.T) *rig {
+// with progress token p7, sent upstream, and then cancelled it; and the
+// call as the upstream got it.
+func cancelledWithToken(t *testing.T) (*rig, string) {
 	t.Helper()
 	r := newRig(t, 0)
 	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p7"}}}`)
 	r.upstream.next(t, "upstream") // tools/list
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
-	r.upstream.next(t, "upstream") // the call
+	call := r.upstream.next(t, "upstream")
 	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
-	return r
+	return r, call
 }
 
 // TestCancelledCallsTokenFreedInABatch: a request in a batch that carries
 // the token of a cancelled call makes progress on it that request's, as
 // a request alone does.
 func TestCancelledCallsTokenFreedInABatch(t *testing.T) {
-	r := cancelledWithToken(t)
+	r, _ := cancelledWithToken(t)
 	r.client.send(t, `[{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{"progressToken":"p7"}}}]`)
 	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"id":9`) {
 		t.Fatalf("the upstream got %s; want the batch", got)

@@ -313,7 +313,7 @@ func TestBatchesWaitingForTheListingKeepTheirOrder(t *testing.T) {
 
 // TestFirstOfTwoIdenticalCallsIsSent: of two identical calls of a tool not
 // listed yet, the first to come is the one sent, and the second attaches
-// to it: the first's progress token goes upstream with it.
+// to it: the upstream's progress on it goes to the first's token.
 func TestFirstOfTwoIdenticalCallsIsSent(t *testing.T) {
 	r := newRig(t, 0)
 	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge","arguments":{"n":1},"_meta":{"progressToken":"tok"}}}`)
@@ -321,8 +321,13 @@ func TestFirstOfTwoIdenticalCallsIsSent(t *testing.T) {
 	processed(t, r)
 	r.upstream.next(t, "upstream") // tools/list
 	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge","inputSchema":{"type":"object"}}]}}`)
-	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"progressToken":"tok"`) {
-		t.Fatalf("upstream got %s; want the first call, with its progress token", got)
+	got := r.upstream.next(t, "upstream")
+	if upstreamToken(t, got) == "" {
+		t.Fatalf("upstream got %s; want the first call, with a progress token", got)
+	}
+	r.upstream.send(t, progressOn(upstreamToken(t, got), "1"))
+	if got := r.client.next(t, "client"); got != progressOn(`"tok"`, "1") {
+		t.Fatalf("the client got %s; want the progress of the first call on its token", got)
 	}
 }
 

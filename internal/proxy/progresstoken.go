@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+)
+
+// A call's progress token goes upstream as one of the proxy's own: the
+// key of the id the proxy sends the call under. A caller that cancels is
+// detached, and the execution runs on upstream, so for the upstream the
+// request is under way while for the client it has ended: MCP lets the
+// client use its token again at once, and the upstream, which must see
+// one token on one request under way, never sees that token twice. The
+// upstream's progress on the proxy's token goes to the client on the
+// client's own, and none of it once the caller has detached.
+
+// maxTokens bounds the tokens a session keeps; past it, the oldest is
+// let go, and the upstream's progress on it dropped.
+const maxTokens = 1024
+
+// upToken is a progress token the proxy gave a request of its own.
+type upToken struct {
+	client json.RawMessage // the client's token, as it came
+	// call is the caller, until the request is answered: whether it has
+	// detached is read from it. nil once answered, or for none.
+	call *clientCall
+	// dead says the upstream's progress on it goes nowhere: its caller
+	// detached before the answer came, or no answer came.
+	dead bool
+}
+
+// detached reports whether the upstream's progress on t goes nowhere.
+func (t upToken) detached() bool {
+	return t.dead || t.call != nil && t.call.detached.Load()
+}
+
+// Send implements intercept.Upstream: it is the session's Send, whose
+// progress on the call goes to c, unless c has detached.
+func (c *clientCall) Send(ctx context.Context, method string, params json.RawMessage, done intercept.Answered) {
+	c.s.send(ctx, method, params, done, c)
+}
+
+// CopiesParams implements intercept.CopyingUpstream, as the session does.
+func (c *clientCall) CopiesParams() bool { return true }
+
+// ownTokenLocked returns params, a request's of the proxy's own that
+// goes upstream under the id whose key is key, with the progress token
+// of its _meta, if any, made key, noting whose it was; ok reports whether
+// there was one. c is the caller the request is sent for, or nil. s.mu
+// must be held.
+func (s *Session) ownTokenLocked(key string, params json.RawMessage, c *clientCall) (json.RawMessage, bool) {
+	if !bytes.Contains(params, []byte(mcp.MetaProgressToken)) && !bytes.Contains(params, []byte(`\u`)) {
+		return params, false // the common case, without a walk; an escape may spell it otherwise
+	}
+	meta, _ := jsonrpc.MemberOnce(params, "_meta")
+	token := progressToken(meta)
+	if token == nil {
+		return params, false
+	}
+	if s.tokens == nil {
+		s.tokens = make(map[string]upToken)
+	}
+	if len(s.tokenOrder) >= maxTokens {
+		delete(s.tokens, s.tokenOrder[0])
+		s.tokenOrder = s.tokenOrder[1:]
+	}
+	s.tokens[key] = upToken{client: bytes.Clone(token), call: c}
+	s.tokenOrder = append(s.tokenOrder, key)
+	return jsonrpc.Replace(params, token, []byte(key)), true
+}
+
+// tokenAnswered notes that the request under key, given a token of the
+// proxy's, has ended: answered, or not (unanswered). A task's progress
+// goes on past the answer, on the same token.
+func (s *Session) tokenAnswered(key string, unanswered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tokens[key]
+	if !ok {
+		return
+	}
+	t.dead, t.call = t.detached() || unanswered, nil
+	s.tokens[key] = t
+}
+
+// markDetached notes that c's caller cancelled it and was detached: the
+// upstream's progress on it no longer reaches the client.
+func (c *clientCall) markDetached() { c.detached.Store(true) }

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// upstreamToken returns the progress token of frame, a request the
+// upstream got, as JSON text; "" for none.
+func upstreamToken(t *testing.T, frame string) string {
+	t.Helper()
+	var m struct {
+		Params struct {
+			Meta struct {
+				ProgressToken json.RawMessage `json:"progressToken"`
+			} `json:"_meta"`
+		}
+	}
+	if err := json.Unmarshal([]byte(frame), &m); err != nil {
+		t.Fatalf("the upstream got %s: %v", frame, err)
+	}
+	return string(m.Params.Meta.ProgressToken)
+}
+
+// progressOn is the upstream's notifications/progress n on token, JSON
+// text.
+func progressOn(token, n string) string {
+	return `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + token + `,"progress":` + n + `}}`
+}
+
+// TestReusedTokenGetsNoneOfTheCancelledCallsProgress: MCP lets a client
+// use a progress token again once the request that had it has ended, as
+// a cancelled call has for the client; but the execution goes on
+// upstream, and may still tell progress. The upstream never sees one
+// token on two requests under way, and the progress of the cancelled
+// call never reaches the client as the new request's, whether the new
+// one passes through or is recorded.
+func TestReusedTokenGetsNoneOfTheCancelledCallsProgress(t *testing.T) {
+	for _, again := range []struct{ name, request string }{
+		{"passed through", `{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"p7"}}}`},
+		{"recorded", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2},"_meta":{"progressToken":"p7"}}}`},
+	} {
+		t.Run(again.name, func(t *testing.T) {
+			r := newRig(t, 0)
+			r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1},"_meta":{"progressToken":"p7"}}}`)
+			r.upstream.next(t, "upstream") // tools/list
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+			first := r.upstream.next(t, "upstream")
+			r.upstream.send(t, progressOn(upstreamToken(t, first), "1"))
+			if got := r.client.next(t, "client"); got != progressOn(`"p7"`, "1") {
+				t.Fatalf("the client got %s; want the progress of its call on its own token", got)
+			}
+			r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+			r.client.send(t, again.request)
+			second := r.upstream.next(t, "upstream")
+			if upstreamToken(t, second) == upstreamToken(t, first) {
+				t.Fatalf("the upstream got %s while the cancelled call, %s, runs on: two requests under way on one progress token", second, first)
+			}
+			r.upstream.send(t, progressOn(upstreamToken(t, first), "2"))
+			passedToClient(t, r, "the cancelled call's progress")
+			r.upstream.send(t, progressOn(upstreamToken(t, second), "1"))
+			if got := r.client.next(t, "client"); got != progressOn(`"p7"`, "1") {
+				t.Fatalf("the client got %s; want the progress of its new request on the token", got)
+			}
+			r.upstream.answerCharged(t, second)
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"id":9`) {
+				t.Fatalf("the client got %s; want the answer to its new request", got)
+			}
+		})
+	}
+}
+
+// TestProgressAfterTheAnswerKeepsItsToken: a task's progress goes on
+// past the answer that gave its handle, on the call's token; the
+// upstream's progress on the token the proxy gave the call still reaches
+// the client on its own.
+func TestProgressAfterTheAnswerKeepsItsToken(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"task":{"ttl":60000},"_meta":{"progressToken":7}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"task":{"taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","ttl":60000}}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"taskId":"t1"`) {
+		t.Fatalf("the client got %s; want the task's handle", got)
+	}
+	r.upstream.send(t, progressOn(upstreamToken(t, call), "1"))
+	if got := r.client.next(t, "client"); got != progressOn("7", "1") {
+		t.Fatalf("the client got %s; want the task's progress on the call's token", got)
+	}
+}
