@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 )
 
 // upstreamToken returns the progress token of frame, a request the
@@ -90,5 +94,35 @@ func TestProgressAfterTheAnswerKeepsItsToken(t *testing.T) {
 	r.upstream.send(t, progressOn(upstreamToken(t, call), "1"))
 	if got := r.client.next(t, "client"); got != progressOn("7", "1") {
 		t.Fatalf("the client got %s; want the task's progress on the call's token", got)
+	}
+}
+
+// TestProgressOfACallSentAfterItsCallerLeft: a call whose caller cancels
+// before it is sent is sent all the same, for the caller attached to it;
+// its progress reaches no one, as it belongs to the caller that left, and
+// the token that caller gave may be used again.
+func TestProgressOfACallSentAfterItsCallerLeft(t *testing.T) {
+	store := &replyLostStore{Store: memstore.New(memstore.Options{}), reserved: make(chan struct{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+	r := newRigWith(t, 0, in)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1},"_meta":{"progressToken":"p1"}}}`)
+	<-store.reserved
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	call := r.upstream.next(t, "upstream")
+	if upstreamToken(t, call) == `"p1"` {
+		t.Fatalf("the upstream got %s; want it on a token of the proxy's", call)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{"progressToken":"p1"}}}`)
+	r.upstream.next(t, "upstream") // the ping
+	r.upstream.send(t, progressOn(upstreamToken(t, call), "1"))
+	passedToClient(t, r, "the progress of a call whose caller left")
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":2,"result"`) || !strings.Contains(got, "charged") {
+		t.Fatalf("the attached call got %s; want the answer", got)
 	}
 }
