@@ -106,6 +106,8 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = s.reservedMessage()
 		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
 			why = unportableID
+		case m.IsRequest() && s.reservedToken(m.Params):
+			why = s.reservedTokenMessage()
 		case verr != nil:
 			why = fmt.Sprintf("mcp-idempotent: request %s in the batch (%s): %v", m.ID, m.Method, verr)
 		case version != "" && !mcp.Negotiable(version):

@@ -91,3 +91,21 @@ func (s *Session) tokenAnswered(key string, unanswered bool) {
 // markDetached notes that c's caller cancelled it and was detached: the
 // upstream's progress on it no longer reaches the client.
 func (c *clientCall) markDetached() { c.detached.Store(true) }
+
+// reservedToken reports whether params, a request's of the client's,
+// give a progress token in the proxy's own space (its ids, which are its
+// tokens upstream), however spelled. Passed on, such a request's progress
+// would be taken for the proxy's call's.
+func (s *Session) reservedToken(params json.RawMessage) bool {
+	if !bytes.Contains(params, []byte(s.idPrefix[1:])) && !bytes.Contains(params, []byte(`\u`)) {
+		return false // the common case, without a walk; an escape may spell it otherwise
+	}
+	meta, _ := jsonrpc.MemberOnce(params, "_meta")
+	token := progressToken(meta)
+	return token != nil && idHasPrefix(token, s.idPrefix)
+}
+
+// reservedTokenMessage is the error a request on a reserved token gets.
+func (s *Session) reservedTokenMessage() string {
+	return "mcp-idempotent: progress tokens starting with " + s.idPrefix[1:] + " are reserved for the proxy's own requests"
+}

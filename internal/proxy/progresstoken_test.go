@@ -126,3 +126,44 @@ func TestProgressOfACallSentAfterItsCallerLeft(t *testing.T) {
 		t.Fatalf("the attached call got %s; want the answer", got)
 	}
 }
+
+// TestReservedProgressTokenRefused: the proxy's calls go upstream on
+// tokens of its own, its ids, so a request of the client's on such a
+// token is refused, as one under such an id is: passed through, its
+// progress would be taken for the proxy's call's, and the upstream
+// would see one token on two requests. However spelled, alone or in a
+// batch; other tokens pass.
+func TestReservedProgressTokenRefused(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progressToken":"p7"}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	up := upstreamToken(t, call)
+	for i, token := range []string{up, strings.Replace(up, "-", `\u002d`, 1)} {
+		r.client.send(t, `{"jsonrpc":"2.0","id":`+string(rune('1'+i))+`,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":`+token+`}}}`)
+		var answer struct {
+			ID    json.RawMessage
+			Error struct {
+				Code    int
+				Message string
+			}
+		}
+		got := r.client.next(t, "client")
+		if err := json.Unmarshal([]byte(got), &answer); err != nil || string(answer.ID) != string(rune('1'+i)) ||
+			answer.Error.Code != -32602 || !strings.Contains(answer.Error.Message, "reserved") {
+			t.Fatalf("a request on token %s: the client got %s; want -32602 saying the token is reserved", token, got)
+		}
+	}
+	r.client.send(t, `[{"jsonrpc":"2.0","id":5,"method":"ping","params":{"_meta":{"progressToken":`+up+`}}}]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5`) || !strings.Contains(got, "reserved") {
+		t.Fatalf("a batch on token %s: the client got %s; want it refused, saying the token is reserved", up, got)
+	}
+	other := `{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"mcp-idempotent/1"}}}`
+	r.client.send(t, other)
+	nextIs(t, r.upstream, "upstream", other, "the request on a token of the client's, and nothing before it")
+	r.upstream.answerCharged(t, call)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":7`) {
+		t.Fatalf("the client got %s; want the call's answer", got)
+	}
+}
