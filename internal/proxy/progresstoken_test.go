@@ -167,3 +167,22 @@ func TestReservedProgressTokenRefused(t *testing.T) {
 		t.Fatalf("the client got %s; want the call's answer", got)
 	}
 }
+
+// TestEscapedProgressTokenGoesAsTheProxys: a progress token whose name
+// is spelled with an escape is the progress token all the same: it goes
+// upstream as the proxy's, and the progress on it comes back on the
+// client's.
+func TestEscapedProgressTokenGoesAsTheProxys(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progress\u0054oken":"p7"}}}`)
+	r.upstream.next(t, "upstream") // tools/list
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[]}}`)
+	call := r.upstream.next(t, "upstream")
+	if up := upstreamToken(t, call); up == "" || up == `"p7"` {
+		t.Fatalf("the upstream got %s; want the call on a token of the proxy's", call)
+	}
+	r.upstream.send(t, progressOn(upstreamToken(t, call), "1"))
+	if got := r.client.next(t, "client"); got != progressOn(`"p7"`, "1") {
+		t.Fatalf("the client got %s; want the progress on its token", got)
+	}
+}
