@@ -110,6 +110,9 @@ type ParamsReader struct {
 	repeated, metaRepeated []byte
 }
 
+// Meta returns the params' _meta as read, or nil.
+func (r *ParamsReader) Meta() json.RawMessage { return r.meta }
+
 // Member notes one member of the params. It always returns true.
 func (r *ParamsReader) Member(name, value []byte) bool {
 	// Members are read exactly as the upstream will read them; see

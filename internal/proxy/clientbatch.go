@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -106,7 +107,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 			why = s.reservedMessage()
 		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
 			why = unportableID
-		case m.IsRequest() && s.reservedToken(m.Params):
+		case m.IsRequest() && s.reservedToken(requestMeta(m.Params)):
 			why = s.reservedTokenMessage()
 		case verr != nil:
 			why = fmt.Sprintf("mcp-idempotent: request %s in the batch (%s): %v", m.ID, m.Method, verr)
@@ -247,4 +248,10 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
 		return
 	}
 	s.writeClient(append(append([]byte("["), bytes.Join(errs, []byte(","))...), ']'))
+}
+
+// requestMeta returns the _meta of a request's params, or nil.
+func requestMeta(params json.RawMessage) json.RawMessage {
+	meta, _ := jsonrpc.MemberOnce(params, "_meta")
+	return meta
 }

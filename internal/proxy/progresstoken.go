@@ -54,8 +54,13 @@ func (c *clientCall) CopiesParams() bool { return true }
 // there was one. c is the caller the request is sent for, or nil. s.mu
 // must be held.
 func (s *Session) ownTokenLocked(key string, params json.RawMessage, c *clientCall) (json.RawMessage, bool) {
+	if c != nil && progressToken(c.call.Meta) == nil {
+		// The common case: the caller gave no token, and the proxy
+		// adds none. Its _meta alone is read, not all the params.
+		return params, false
+	}
 	if !bytes.Contains(params, []byte(mcp.MetaProgressToken)) && !bytes.Contains(params, []byte(`\u`)) {
-		return params, false // the common case, without a walk; an escape may spell it otherwise
+		return params, false // without a walk; an escape may spell it otherwise
 	}
 	meta, _ := jsonrpc.MemberOnce(params, "_meta")
 	token := progressToken(meta)
@@ -92,15 +97,14 @@ func (s *Session) tokenAnswered(key string, unanswered bool) {
 // upstream's progress on it no longer reaches the client.
 func (c *clientCall) markDetached() { c.detached.Store(true) }
 
-// reservedToken reports whether params, a request's of the client's,
-// give a progress token in the proxy's own space (its ids, which are its
-// tokens upstream), however spelled. Passed on, such a request's progress
-// would be taken for the proxy's call's.
-func (s *Session) reservedToken(params json.RawMessage) bool {
-	if !bytes.Contains(params, []byte(s.idPrefix[1:])) && !bytes.Contains(params, []byte(`\u`)) {
+// reservedToken reports whether meta, the _meta of a request of the
+// client's, gives a progress token in the proxy's own space (its ids,
+// which are its tokens upstream), however spelled. Passed on, such a
+// request's progress would be taken for the proxy's call's.
+func (s *Session) reservedToken(meta json.RawMessage) bool {
+	if len(meta) == 0 || !bytes.Contains(meta, []byte(s.idPrefix[1:])) && !bytes.Contains(meta, []byte(`\u`)) {
 		return false // the common case, without a walk; an escape may spell it otherwise
 	}
-	meta, _ := jsonrpc.MemberOnce(params, "_meta")
 	token := progressToken(meta)
 	return token != nil && idHasPrefix(token, s.idPrefix)
 }

@@ -143,7 +143,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	if msg.IsRequest() && s.refuseVersion(msg, &params) {
 		return
 	}
-	if msg.IsRequest() && !msg.Batch && s.reservedToken(msg.Params) {
+	if msg.IsRequest() && !msg.Batch && s.reservedToken(params.Meta()) {
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s", s.reservedTokenMessage())))
 		return
 	}
