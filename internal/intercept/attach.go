@@ -97,6 +97,13 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
+	case settled.SettledAsOrphan() && settled.Owner != in.owner:
+		// Its process went away before any caller was told: this
+		// caller is the next to meet the unknown outcome, and the
+		// tool's on_unknown decides, as for a call made after it. (An
+		// orphan of this process's own is still under way here, and
+		// its outcome is recorded over it: takenOver.)
+		in.unknown(ctx, settled, req)
 	default:
 		in.answer(ctx, req, settled, replayed)
 	}

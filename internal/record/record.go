@@ -225,8 +225,20 @@ func OrphanChange(r *Record) Change {
 	}
 	// The dispatch is recorded before the bytes go, the first often with
 	// the reservation itself: an owner gone since may not have sent them.
-	return Change{To: Unknown, Note: "owner " + r.Owner + " went away after recording its dispatch, " +
-		"before any answer: it may or may not have sent it"}
+	return Change{To: Unknown, Note: "owner " + r.Owner + orphanSent}
+}
+
+const orphanSent = " went away after recording its dispatch, before any answer: it may or may not have sent it"
+
+// SettledAsOrphan reports whether r is unknown because its owner went
+// away with it dispatched (OrphanChange), rather than by the word of the
+// process that sent it: no caller was told of that outcome yet.
+func (r *Record) SettledAsOrphan() bool {
+	if r.State != Unknown || len(r.History) == 0 {
+		return false
+	}
+	last := r.History[len(r.History)-1]
+	return last.State == Unknown && last.Note == "owner "+r.Owner+orphanSent
 }
 
 // WithOrphan returns r, or a copy of it whose Orphan is orphan if that
