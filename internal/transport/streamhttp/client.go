@@ -299,14 +299,39 @@ func (c *Client) ReadFrame() ([]byte, error) {
 type inbound struct {
 	frame    []byte
 	noAnswer *jsonrpc.NoAnswer
+	tooLarge *MessageTooLargeError
 }
 
 func (in inbound) read() ([]byte, error) {
-	if in.noAnswer != nil {
+	switch {
+	case in.noAnswer != nil:
 		return nil, in.noAnswer
+	case in.tooLarge != nil:
+		return nil, in.tooLarge
 	}
 	return in.frame, nil
 }
+
+// A MessageTooLargeError is what ReadFrame returns, in its place, for a
+// message from the server over the size limit that it dropped, other than
+// the answer to a request of a POST under way (that request is answered
+// with a *jsonrpc.NoAnswer): a request of the server's, which the caller
+// is to answer, a notification, or a message whose head does not tell.
+// Reading goes on after it.
+type MessageTooLargeError struct {
+	Limit int
+	// Head is the message's first bytes (at most 1024), from which the
+	// caller can tell what it was, and its id (jsonrpc.HeadMessage).
+	Head []byte
+}
+
+// FrameTooLarge marks the error as one after which reading goes on.
+func (e *MessageTooLargeError) FrameTooLarge() bool { return true }
+
+// FrameHead returns the dropped message's first bytes.
+func (e *MessageTooLargeError) FrameHead() []byte { return e.Head }
+
+func (e *MessageTooLargeError) Error() string { return tooLarge(e.Limit) }
 
 // Close ends the session: it aborts the requests and the GET stream still
 // open, sends DELETE for the session if the server assigned one, and makes

@@ -21,11 +21,11 @@ const maxResumes = 5
 // Redelivery"): losing the connection must not lose the answer. Only a
 // resumable stream is: 2026-07-28 has no GET and no resumption (spec
 // 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
-// It reports whether a message over the size limit was dropped (the
-// stream is resumed after one, since it may not have been the answer),
-// and whether a resumption met a 404 for the session: the caller then
-// answers pending, and ends the session (expire).
+// It reports whether a message over the size limit was dropped, and
+// whether a resumption met a 404 for the session: the caller then answers
+// pending, and ends the session (expire).
 func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) (dropped, gone bool) {
+	var st dropState
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
 	// failures counts the resumptions in a row that read no event;
@@ -35,9 +35,8 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 	// up on, but it is not asked again at once either.
 	for failures, quiet := 0, 0; ; {
 		if r != nil {
-			events, messages, err := c.relaySSE(r, pending)
+			events, messages, err := c.relaySSE(r, pending, &st)
 			body.Close()
-			dropped = dropped || errors.Is(err, errLineTooLong)
 			if err != nil {
 				c.log.Debug("the upstream's event stream broke", "err", err)
 			}
@@ -50,29 +49,29 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			}
 			lastID, retry = r.lastID, r.retry
 		}
-		if len(pending) == 0 || c.ctx.Err() != nil || !resumable {
-			return dropped, false
+		if len(pending) == 0 || c.ctx.Err() != nil || !resumable || st.lost {
+			return st.dropped, false
 		}
 		if lastID == "" {
 			c.log.Warn("the upstream's event stream ended before the answer and has no event id to resume from")
-			return dropped, false
+			return st.dropped, false
 		}
 		if failures++; failures > maxResumes {
 			c.log.Warn("giving up resuming the upstream's event stream", "attempts", maxResumes)
-			return dropped, false
+			return st.dropped, false
 		}
 		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
-			return dropped, false
+			return st.dropped, false
 		}
 		resp, err := c.get(lastID)
 		var se *statusError
 		switch {
 		case c.sessionGone(err):
 			c.log.Warn("the upstream forgot the session (HTTP 404) when its event stream was resumed")
-			return dropped, true
+			return st.dropped, true
 		case errors.As(err, &se) && !transient(se.status):
 			c.log.Warn("the upstream refused to resume its event stream", "err", err)
-			return dropped, false
+			return st.dropped, false
 		case err != nil:
 			// The server may not have seen the old stream go yet (the
 			// go-sdk answers 409 until then), or the network is down.
@@ -231,15 +230,18 @@ func (e *statusError) Error() string {
 
 // relaySSE delivers the message events of r until it ends, returning how
 // many events it read and how many of them were messages. pending may be
-// nil. The error is nil at a clean end of stream.
-func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (events, messages int, err error) {
+// nil. A message over the size limit is dropped (dropTooLarge), and noted
+// in st. The error is nil at a clean end of stream.
+func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *dropState) (events, messages int, err error) {
 	for ; ; events++ {
 		ev, err := r.next()
 		if err == io.EOF {
 			return events, messages, nil
 		}
 		if errors.Is(err, errLineTooLong) {
-			c.log.Error("dropped a message from the upstream over the size limit", "limit", c.max)
+			// A line other than data: the stream cannot be followed.
+			c.log.Error("dropped the upstream's event stream at a line over the size limit", "limit", c.max)
+			st.dropped = true
 		}
 		if err != nil {
 			return events, messages, err
@@ -259,6 +261,12 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage) (eve
 			continue
 		}
 		messages++
+		if ev.TooLarge {
+			if !c.dropTooLarge(ev.Data, pending, st) {
+				return events, messages, nil
+			}
+			continue
+		}
 		if !c.deliver(ev.Data, pending) {
 			return events, messages, nil
 		}
@@ -312,7 +320,7 @@ func (c *Client) listen() {
 		failures = 0
 		r := newSSEReader(resp.Body, c.max)
 		r.lastID = lastID
-		if _, _, err := c.relaySSE(r, nil); err != nil && c.ctx.Err() == nil {
+		if _, _, err := c.relaySSE(r, nil, &dropState{}); err != nil && c.ctx.Err() == nil {
 			c.log.Debug("the upstream's GET stream broke", "err", err)
 		}
 		resp.Body.Close()

@@ -19,7 +19,16 @@ type event struct {
 	// Retry is the reconnection delay the server asked for, in milliseconds,
 	// or -1 if it sent none in this event.
 	Retry int
+	// TooLarge marks an event whose data was over the limit: Data holds
+	// only its first headSize bytes, from which a reader can tell what
+	// the message was, and its id.
+	TooLarge bool
 }
+
+// headSize bounds the head kept of an event's data over the limit: enough
+// for the members a JSON-RPC encoder writes before a large result, as the
+// stdio transport keeps of a frame.
+const headSize = 1024
 
 // errLineTooLong is returned by an sseReader for a line longer than its limit.
 var errLineTooLong = errors.New("server-sent event line too long")
@@ -31,6 +40,9 @@ type sseReader struct {
 	lastID string // the last event id seen on this stream
 	retry  int    // the last reconnection delay asked for, in ms; -1 if none
 	start  bool   // the first line has been read (a BOM may lead it)
+	// cut: the line just read was a data line over the limit, and only
+	// its first bytes were returned; the rest was dropped.
+	cut bool
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -39,9 +51,13 @@ func newSSEReader(r io.Reader, max int) *sseReader {
 
 // line returns the next line without its terminator, which is CRLF, LF or a
 // lone CR, and whether it had one. At the end of input it returns io.EOF,
-// after returning a last unterminated line, if any.
+// after returning a last unterminated line, if any. A data line over the
+// limit is read to its end and returned cut to its first bytes, with
+// s.cut set: its event is dropped, but the stream, and the answers after
+// it, go on. Any other line over the limit is an error.
 func (s *sseReader) line() ([]byte, bool, error) {
 	var buf []byte
+	s.cut = false
 	for {
 		b, err := s.r.ReadByte()
 		if err != nil {
@@ -60,9 +76,33 @@ func (s *sseReader) line() ([]byte, bool, error) {
 			return buf, true, nil
 		}
 		if len(buf) >= s.max {
-			return nil, false, errLineTooLong
+			if !bytes.HasPrefix(bytes.TrimPrefix(buf, bom), []byte("data:")) {
+				return nil, false, errLineTooLong
+			}
+			s.cut = true
+			return buf, true, s.skipLine()
 		}
 		buf = append(buf, b)
+	}
+}
+
+// skipLine drops the rest of a line, up to and including its terminator.
+func (s *sseReader) skipLine() error {
+	for {
+		b, err := s.r.ReadByte()
+		switch {
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF // an event cut off is not dispatched
+		case err != nil:
+			return err
+		case b == '\n':
+			return nil
+		case b == '\r':
+			if nb, err := s.r.Peek(1); err == nil && nb[0] == '\n' {
+				s.r.ReadByte()
+			}
+			return nil
+		}
 	}
 }
 
@@ -73,6 +113,7 @@ func (s *sseReader) next() (event, error) {
 	var (
 		data    []byte
 		hasData bool
+		large   bool // the data is over the limit: data is its head
 		typ     string
 		retry   = -1
 	)
@@ -83,7 +124,7 @@ func (s *sseReader) next() (event, error) {
 		}
 		if !s.start {
 			s.start = true
-			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+			line = bytes.TrimPrefix(line, bom)
 		}
 		if !terminated {
 			// An event cut off by the end of the stream is not dispatched.
@@ -97,7 +138,7 @@ func (s *sseReader) next() (event, error) {
 			if typ == "" {
 				typ = "message"
 			}
-			return event{Type: typ, Data: data, ID: s.lastID, Retry: retry}, nil
+			return event{Type: typ, Data: data, ID: s.lastID, Retry: retry, TooLarge: large}, nil
 		}
 		if line[0] == ':' {
 			continue // a comment, often a keep-alive
@@ -113,11 +154,14 @@ func (s *sseReader) next() (event, error) {
 			if hasData {
 				data = append(data, '\n')
 			}
-			if len(data)+len(value) > s.max {
-				return event{}, errLineTooLong
-			}
-			data = append(data, value...)
 			hasData = true
+			// The event is read to its end all the same, keeping only
+			// its head: the stream goes on after it.
+			large = large || s.cut || len(data)+len(value) > s.max
+			data = append(data, value...)
+			if large {
+				data = data[:min(len(data), headSize)]
+			}
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				s.lastID = string(value)
@@ -130,6 +174,9 @@ func (s *sseReader) next() (event, error) {
 		}
 	}
 }
+
+// bom is the byte order mark that may lead a stream.
+var bom = []byte("\xef\xbb\xbf")
 
 func isDigits(b []byte) bool {
 	for _, c := range b {
