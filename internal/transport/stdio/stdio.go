@@ -67,7 +67,7 @@ type Conn struct {
 	// of the ids found there that its head, of kind headKind, did not
 	// answer for, is the next read's error.
 	lateIDs  bool
-	tail     *idScan
+	tail     *jsonrpc.TailScan
 	headLen  int
 	headKind jsonrpc.HeadKind
 	late     error
@@ -180,7 +180,7 @@ func (c *Conn) skipLine() error {
 	for {
 		chunk, err := c.r.ReadSlice('\n')
 		if c.tail != nil {
-			c.tail.scan(chunk)
+			c.tail.Scan(chunk)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
@@ -209,10 +209,10 @@ func (c *Conn) followTail(buf, chunk, head []byte) {
 	if !c.lateIDs {
 		return
 	}
-	c.tail, c.headLen = &idScan{}, len(head)
+	c.tail, c.headLen = &jsonrpc.TailScan{}, len(head)
 	_, c.headKind = jsonrpc.HeadMessage(head)
-	c.tail.scan(buf)
-	c.tail.scan(chunk)
+	c.tail.Scan(buf)
+	c.tail.Scan(chunk)
 	if !c.skipping {
 		c.endTail()
 	}
@@ -224,17 +224,8 @@ func (c *Conn) endTail() {
 	if c.tail == nil {
 		return
 	}
-	if ids, request := c.tail.lateIDs(c.headLen, c.headKind); len(ids) > 0 {
-		var head []byte
-		for _, id := range ids {
-			head = append(append(head, `,"id":`...), id...)
-		}
-		head[0] = '{'
-		kind := `,"result":null}`
-		if request {
-			kind = `,"method":null}`
-		}
-		c.late = &FrameTooLargeError{Limit: c.max, Head: append(head, kind...), Late: true}
+	if head := jsonrpc.LateHead(c.tail.LateIDs(c.headLen, c.headKind)); head != nil {
+		c.late = &FrameTooLargeError{Limit: c.max, Head: head, Late: true}
 	}
 	c.tail = nil
 }

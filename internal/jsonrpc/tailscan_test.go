@@ -1,4 +1,4 @@
-package stdio
+package jsonrpc
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// FuzzIDScan checks an idScan against encoding/json on every object it
+// FuzzTailScan checks a TailScan against encoding/json on every object it
 // takes whole, fed in two parts split anywhere (a string, an escape or a
 // member name may cross a read): it follows the object to its end, and
 // finds each top-level "id" (compacted, up to maxScanIDs of up to
-// headSize bytes) and "method" that encoding/json reads.
-func FuzzIDScan(f *testing.F) {
+// maxTailID bytes) and "method" that encoding/json reads.
+func FuzzTailScan(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","result":{"id":1,"t":"x\"}"},"id":"a\\"}`), uint16(20))
 	f.Add([]byte(`{"\u0069d" : [ 1, {"a" : 2} ] , "id":3}`), uint16(3))
 	f.Add([]byte(`{"params":[[[]]],"method":"x","id":null}`), uint16(9))
@@ -25,10 +25,10 @@ func FuzzIDScan(f *testing.F) {
 		if !ok {
 			return // not an object
 		}
-		var s idScan
+		var s TailScan
 		cut := int(at) % (len(frame) + 1)
-		s.scan(frame[:cut])
-		s.scan(frame[cut:])
+		s.Scan(frame[:cut])
+		s.Scan(frame[cut:])
 		if s.broken || len(s.open) != 0 {
 			t.Fatalf("%q: broken %v, %d brackets open; want it followed to its end", frame, s.broken, len(s.open))
 		}
@@ -42,7 +42,7 @@ func FuzzIDScan(f *testing.F) {
 	})
 }
 
-// topMembers returns, as an idScan keeps them, the "id" members of the
+// topMembers returns, as a TailScan keeps them, the "id" members of the
 // object frame, and whether it has a "method"; ok is false if frame is
 // not an object.
 func topMembers(frame []byte) (ids [][]byte, method, ok bool) {
@@ -70,7 +70,7 @@ func topMembers(frame []byte) (ids [][]byte, method, ok bool) {
 		case `"id"`:
 			var b bytes.Buffer
 			json.Compact(&b, m[1])
-			if b.Len() <= headSize && len(ids) < maxScanIDs {
+			if b.Len() <= maxTailID && len(ids) < maxScanIDs {
 				ids = append(ids, b.Bytes())
 			}
 		}

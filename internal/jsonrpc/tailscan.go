@@ -1,13 +1,11 @@
-package stdio
+package jsonrpc
 
 import (
 	"bytes"
 	"encoding/json"
-
-	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
-// An idScan follows the top level of one frame too large to keep, a chunk
+// A TailScan follows the top level of one frame too large to keep, a chunk
 // at a time, for an "id" member its head did not hold, and a "method". JSON
 // objects are unordered, and an encoder may write the id after a large
 // result (Rust's jsonrpc-core does): without it, the request such an
@@ -17,9 +15,9 @@ import (
 // the grammar: the frame is the upstream's, which can name any id in an
 // answer anyway. Brackets must match, so that a stray one cannot pass
 // off an "id" nested in the result as the message's.
-type idScan struct {
+type TailScan struct {
 	off int // bytes of the frame scanned
-	// open holds the brackets open, up to jsonrpc.MaxDepth of them.
+	// open holds the brackets open, up to MaxDepth of them.
 	open []byte
 	// inStr and esc: inside a string, and just after its backslash.
 	inStr, esc bool
@@ -29,7 +27,7 @@ type idScan struct {
 	key     []byte
 	inKey   bool
 	// val collects the value of a top-level "id" member while inID, up
-	// to headSize bytes; valEnd is the offset after its last byte.
+	// to maxTailID bytes; valEnd is the offset after its last byte.
 	inID   bool
 	val    []byte
 	valEnd int
@@ -49,18 +47,22 @@ type scannedID struct {
 	end int
 }
 
-// maxScanIDs bounds the ids an idScan keeps, as headSize bounds each. An
+// maxScanIDs bounds the ids a TailScan keeps, as maxTailID bounds each. An
 // answer giving "id" more than once may answer the request any of them
 // names (readers disagree on which id it has), so each is reported, as
-// jsonrpc.HeadIDs reads a head.
+// HeadIDs reads a head.
 const maxScanIDs = 8
 
-// maxScanKey bounds the member names an idScan keeps: it looks only for
+// maxTailID bounds each id a TailScan keeps, as the transports bound the
+// head they keep of a message too large: no id of the proxy's is larger.
+const maxTailID = 1024
+
+// maxScanKey bounds the member names a TailScan keeps: it looks only for
 // "id" and "method", though either may be written with escapes.
 const maxScanKey = 64
 
-// scan follows b, the frame's next bytes.
-func (s *idScan) scan(b []byte) {
+// Scan follows b, the frame's next bytes.
+func (s *TailScan) Scan(b []byte) {
 	for _, c := range b {
 		if s.broken {
 			return
@@ -71,7 +73,7 @@ func (s *idScan) scan(b []byte) {
 }
 
 // step follows one byte.
-func (s *idScan) step(c byte) {
+func (s *TailScan) step(c byte) {
 	if s.inStr {
 		s.stringByte(c)
 		return
@@ -92,7 +94,7 @@ func (s *idScan) step(c byte) {
 			s.wantKey = c == '{'
 			s.broken = c != '{'
 		}
-		s.broken = s.broken || len(s.open) > jsonrpc.MaxDepth
+		s.broken = s.broken || len(s.open) > MaxDepth
 	case '}', ']':
 		n := len(s.open)
 		if n == 0 || s.open[n-1] != c-2 { // '{'+2 is '}', '['+2 is ']'
@@ -122,7 +124,7 @@ func (s *idScan) step(c byte) {
 }
 
 // stringByte follows a byte inside a string.
-func (s *idScan) stringByte(c byte) {
+func (s *TailScan) stringByte(c byte) {
 	switch {
 	case s.esc:
 		s.esc = false
@@ -145,11 +147,11 @@ func (s *idScan) stringByte(c byte) {
 }
 
 // keep adds c to the id being read, if one is.
-func (s *idScan) keep(c byte) {
+func (s *TailScan) keep(c byte) {
 	if !s.inID {
 		return
 	}
-	if len(s.val) >= headSize {
+	if len(s.val) >= maxTailID {
 		s.inID = false // no id of this size is one of the proxy's
 		return
 	}
@@ -158,7 +160,7 @@ func (s *idScan) keep(c byte) {
 }
 
 // member starts the value of the top-level member just named.
-func (s *idScan) member() {
+func (s *TailScan) member() {
 	name := s.key
 	if bytes.IndexByte(name, '\\') >= 0 {
 		var n string
@@ -176,31 +178,50 @@ func (s *idScan) member() {
 }
 
 // endID ends the value of a top-level "id" member, if one was being read.
-func (s *idScan) endID() {
+func (s *TailScan) endID() {
 	if s.inID && len(s.val) > 0 && len(s.ids) < maxScanIDs {
 		s.ids = append(s.ids, scannedID{bytes.Clone(s.val), s.valEnd})
 	}
 	s.inID = false
 }
 
-// lateIDs returns the ids the frame gives that its first headLen bytes,
-// of the kind head tells (jsonrpc.HeadMessage), left unanswered, and
+// LateIDs returns the ids the frame gives that its first headLen bytes,
+// of the kind head tells (HeadMessage), left unanswered, and
 // whether they are a request's: for a head that tells, the ids after it,
 // of the kind it tells; for one that does not, every id, of the kind the
 // whole frame tells ("method" makes a request). None for a frame that is
 // not one object that could be followed to its end.
-func (s *idScan) lateIDs(headLen int, head jsonrpc.HeadKind) (ids [][]byte, request bool) {
+func (s *TailScan) LateIDs(headLen int, head HeadKind) (ids [][]byte, request bool) {
 	if s.broken || len(s.open) != 0 {
 		return nil, false
 	}
 	for _, id := range s.ids {
 		// One that ends before headLen, a head that tells read.
-		if id.end >= headLen || head == jsonrpc.HeadUndecided {
+		if id.end >= headLen || head == HeadUndecided {
 			ids = append(ids, id.val)
 		}
 	}
-	if head == jsonrpc.HeadUndecided {
+	if head == HeadUndecided {
 		return ids, s.method
 	}
-	return ids, head == jsonrpc.HeadOfRequest
+	return ids, head == HeadOfRequest
+}
+
+// LateHead returns what stands for ids, found by LateIDs, as the head of
+// a message too large (HeadMessage reads it): {"id":ID,"result":null} for
+// an answer, {"id":ID,"method":null} for a request, with "id" given once
+// for each id. None for no ids.
+func LateHead(ids [][]byte, request bool) []byte {
+	if len(ids) == 0 {
+		return nil
+	}
+	var head []byte
+	for _, id := range ids {
+		head = append(append(head, `,"id":`...), id...)
+	}
+	head[0] = '{'
+	if request {
+		return append(head, `,"method":null}`...)
+	}
+	return append(head, `,"result":null}`...)
 }
