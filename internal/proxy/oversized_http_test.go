@@ -139,69 +139,75 @@ func (u *sseUpstream) nextAnswer(t *testing.T) string {
 
 // TestOversizedRequestFromHTTPUpstreamIsAnswered: a request of the
 // server's over the limit (a sampling/createMessage, say) on the event
-// stream of a tools/call, or as its JSON body, is not passed on to the
-// client, and the server is POSTed an error naming the limit under the
-// request's id as it was written, as over stdio: else it would wait for
-// ever. A notification over the limit is only dropped; the stream goes on
-// and the call gets its answer.
+// stream of a tools/call, on the GET stream, or as a JSON body, is not
+// passed on to the client, and the server is POSTed an error naming the
+// limit under the request's id as it was written, wherever the id comes,
+// as over stdio: else it would wait for ever. A notification over the
+// limit is only dropped; the stream goes on and the call gets its answer.
 func TestOversizedRequestFromHTTPUpstreamIsAnswered(t *testing.T) {
 	const limit = 1500
 	big := `"` + strings.Repeat("x", 2*limit) + `"`
-	request := `{"jsonrpc":"2.0","id":"s\u00e9-9","method":"sampling/createMessage","params":{"p":` + big + `}}`
-	want := `{"jsonrpc":"2.0","id":"s\u00e9-9","error":{"code":-32603,"message":"mcp-idempotent: the request was not passed on to the client: message larger than the 1500-byte limit (--max-message-size)"}}`
-	t.Run("event stream", func(t *testing.T) {
-		u := newSSEUpstream(func(u *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			sseEvent(w, "", `{"jsonrpc":"2.0","method":"notifications/message","params":{"p":`+big+`}}`)
-			sseEvent(w, "", request)
-			select { // the answer comes on a POST of its own
-			case <-u.answered:
-			case <-r.Context().Done():
-				return
+	for _, tt := range []struct{ name, frame, id string }{
+		{"id in the head", `{"jsonrpc":"2.0","id":"s\u00e9-9","method":"sampling/createMessage","params":{"p":` + big + `}}`, `"s\u00e9-9"`},
+		{"id after the params", `{"jsonrpc":"2.0","method":"roots/list","params":{"p":` + big + `},"id":"r\u00e9-7"}`, `"r\u00e9-7"`},
+		{"method after the params", `{"jsonrpc":"2.0","id":1.0,"params":{"p":` + big + `},"method":"roots/list"}`, `1.0`},
+	} {
+		want := `{"jsonrpc":"2.0","id":` + tt.id + `,"error":{"code":-32603,"message":"mcp-idempotent: the request was not passed on to the client: message larger than the 1500-byte limit (--max-message-size)"}}`
+		t.Run(tt.name+", event stream", func(t *testing.T) {
+			u := newSSEUpstream(func(u *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				sseEvent(w, "", `{"jsonrpc":"2.0","method":"notifications/message","params":{"p":`+big+`}}`)
+				sseEvent(w, "", tt.frame)
+				select { // the answer comes on a POST of its own
+				case <-u.answered:
+				case <-r.Context().Done():
+					return
+				}
+				sseEvent(w, "", `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+			})
+			client := newHTTPUpstreamRig(t, limit, u)
+			client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+			if got := u.nextAnswer(t); got != want {
+				t.Fatalf("upstream got %.400s; want %s", got, want)
 			}
-			sseEvent(w, "", `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+			if got := client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) || !strings.Contains(got, "charged") {
+				t.Fatalf("client got %.400s; want the call's result, and nothing for the server's messages", got)
+			}
 		})
-		client := newHTTPUpstreamRig(t, limit, u)
-		client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
-		if got := u.nextAnswer(t); got != want {
-			t.Fatalf("upstream got %.400s; want %s", got, want)
-		}
-		if got := client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) || !strings.Contains(got, "charged") {
-			t.Fatalf("client got %.400s; want the call's result, and nothing for the server's messages", got)
-		}
-	})
-	t.Run("GET stream", func(t *testing.T) {
-		u := newSSEUpstream(nil)
-		u.get = func(w http.ResponseWriter) { sseEvent(w, "", request) }
-		client := newHTTPUpstreamRig(t, limit, u)
-		client.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		client.next(t, "client") // which opens the GET stream
-		if got := u.nextAnswer(t); got != want {
-			t.Fatalf("upstream got %.400s; want %s", got, want)
-		}
-	})
-	t.Run("JSON body", func(t *testing.T) {
-		u := newSSEUpstream(func(_ *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, request)
+		t.Run(tt.name+", GET stream", func(t *testing.T) {
+			u := newSSEUpstream(nil)
+			u.get = func(w http.ResponseWriter) { sseEvent(w, "", tt.frame) }
+			client := newHTTPUpstreamRig(t, limit, u)
+			client.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+			client.next(t, "client") // which opens the GET stream
+			if got := u.nextAnswer(t); got != want {
+				t.Fatalf("upstream got %.400s; want %s", got, want)
+			}
 		})
-		client := newHTTPUpstreamRig(t, limit, u)
-		client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
-		if got := u.nextAnswer(t); got != want {
-			t.Fatalf("upstream got %.400s; want %s", got, want)
-		}
-		if got := client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Outcome unknown:") {
-			t.Fatalf("client got %.400s; want outcome unknown for the call", got)
-		}
-	})
+		t.Run(tt.name+", JSON body", func(t *testing.T) {
+			u := newSSEUpstream(func(_ *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, tt.frame)
+			})
+			client := newHTTPUpstreamRig(t, limit, u)
+			client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+			if got := u.nextAnswer(t); got != want {
+				t.Fatalf("upstream got %.400s; want %s", got, want)
+			}
+			if got := client.next(t, "client"); !strings.Contains(got, `"id":1,`) || !strings.Contains(got, "Outcome unknown:") {
+				t.Fatalf("client got %.400s; want outcome unknown for the call", got)
+			}
+		})
+	}
 }
 
 // TestOversizedAnswerOnHTTPStreamIsAnswered: the answer to a tools/call
-// over the limit, on its event stream, answers the call at once: outcome
-// unknown, naming the limit. The stream is not resumed after it, from an
-// event id the answer's event gave: the server, which sent the answer,
-// may hold a resumed stream open with nothing on it, and the call would
-// wait for ever. So too for an answer whose id comes after its result.
+// over the limit, on its event stream, answers the call once its event
+// has ended, wherever its id comes, though the server holds the stream
+// open: outcome unknown, naming the limit. The stream is not resumed
+// from the event id the answer's event gave: the server, which sent the
+// answer, may hold a resumed stream open with nothing on it, and the call
+// would wait for ever.
 func TestOversizedAnswerOnHTTPStreamIsAnswered(t *testing.T) {
 	const limit = 1500
 	big := `{"content":[{"type":"text","text":"` + strings.Repeat("x", 2*limit) + `"}]}`
@@ -216,6 +222,7 @@ func TestOversizedAnswerOnHTTPStreamIsAnswered(t *testing.T) {
 			u := newSSEUpstream(func(_ *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				sseEvent(w, "ev-1", tt.answer(id))
+				<-r.Context().Done()
 			})
 			client := newHTTPUpstreamRig(t, limit, u)
 			client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)

@@ -317,7 +317,9 @@ func (in inbound) read() ([]byte, error) {
 // the answer to a request of a POST under way (that request is answered
 // with a *jsonrpc.NoAnswer): a request of the server's, which the caller
 // is to answer, a notification, or a message whose head does not tell.
-// Reading goes on after it.
+// Where the rest of the message gave ids its head did not, a second one
+// follows, its Head standing for them (jsonrpc.LateHead). Reading goes on
+// after it.
 type MessageTooLargeError struct {
 	Limit int
 	// Head is the message's first bytes (at most 1024), from which the

@@ -199,15 +199,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		case len(body) > c.max:
 			// As over stdio: the caller is told of the limit, which it
 			// may raise, rather than of an answer that never came.
-			head := body[:min(len(body), headSize)]
-			if _, kind := jsonrpc.HeadMessage(head); kind == jsonrpc.HeadOfRequest {
-				// The server's own request, which waits for an answer.
-				c.dropTooLarge(head, pending, &dropState{})
-				reason += ", after a " + tooLarge(c.max) + " was dropped from it"
-				break
-			}
-			c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
-			reason = "the upstream's answer was dropped: " + tooLarge(c.max)
+			reason = c.dropBody(body, resp.Body, pending)
 		default:
 			c.deliver(body, pending)
 			// Checked only for a body that answered nothing, as deliver

@@ -262,7 +262,7 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *
 		}
 		messages++
 		if ev.TooLarge {
-			if !c.dropTooLarge(ev.Data, pending, st) {
+			if !c.dropTooLarge(ev.Data, ev.Late, pending, st) {
 				return events, messages, nil
 			}
 			continue

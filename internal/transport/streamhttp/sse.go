@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"strconv"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // An event is one server-sent event (WHATWG HTML, "Server-sent events",
@@ -21,8 +23,11 @@ type event struct {
 	Retry int
 	// TooLarge marks an event whose data was over the limit: Data holds
 	// only its first headSize bytes, from which a reader can tell what
-	// the message was, and its id.
+	// the message was, and its id. Late then stands for the ids the rest
+	// of the data gave that those bytes left unanswered for
+	// (jsonrpc.LateHead), or is nil.
 	TooLarge bool
+	Late     []byte
 }
 
 // headSize bounds the head kept of an event's data over the limit: enough
@@ -41,8 +46,13 @@ type sseReader struct {
 	retry  int    // the last reconnection delay asked for, in ms; -1 if none
 	start  bool   // the first line has been read (a BOM may lead it)
 	// cut: the line just read was a data line over the limit, and only
-	// its first bytes were returned; the rest was dropped.
+	// its first bytes were returned; the rest is for skipLine to drop.
 	cut bool
+	// tail follows the data of an event over the limit, for the ids
+	// after its head; nil until the event's data passes the limit.
+	tail *jsonrpc.TailScan
+	// headCut: the head kept of such data ends where a line was cut.
+	headCut bool
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -52,9 +62,9 @@ func newSSEReader(r io.Reader, max int) *sseReader {
 // line returns the next line without its terminator, which is CRLF, LF or a
 // lone CR, and whether it had one. At the end of input it returns io.EOF,
 // after returning a last unterminated line, if any. A data line over the
-// limit is read to its end and returned cut to its first bytes, with
-// s.cut set: its event is dropped, but the stream, and the answers after
-// it, go on. Any other line over the limit is an error.
+// limit is returned cut to its first bytes, with s.cut set, for skipLine
+// to drop the rest: its event is dropped, but the stream, and the answers
+// after it, go on. Any other line over the limit is an error.
 func (s *sseReader) line() ([]byte, bool, error) {
 	var buf []byte
 	s.cut = false
@@ -80,16 +90,34 @@ func (s *sseReader) line() ([]byte, bool, error) {
 				return nil, false, errLineTooLong
 			}
 			s.cut = true
-			return buf, true, s.skipLine()
+			return buf, true, nil
 		}
 		buf = append(buf, b)
 	}
 }
 
-// skipLine drops the rest of a line, up to and including its terminator.
-func (s *sseReader) skipLine() error {
+// skipLine drops the rest of a line cut, up to and including its
+// terminator, following it with s.tail if it is data.
+func (s *sseReader) skipLine(data bool) error {
+	s.cut = false
+	var buf [512]byte
+	rest := buf[:0] // for s.tail, a chunk at a time
+	follow := func() {
+		if data {
+			s.tail.Scan(rest)
+		}
+		rest = rest[:0]
+	}
+	defer follow()
 	for {
 		b, err := s.r.ReadByte()
+		if err == nil && b != '\n' && b != '\r' {
+			if len(rest) == cap(rest) {
+				follow()
+			}
+			rest = append(rest, b)
+			continue
+		}
 		switch {
 		case err == io.EOF:
 			return io.ErrUnexpectedEOF // an event cut off is not dispatched
@@ -117,6 +145,7 @@ func (s *sseReader) next() (event, error) {
 		typ     string
 		retry   = -1
 	)
+	s.tail, s.headCut = nil, false
 	for {
 		line, terminated, err := s.line()
 		if err != nil {
@@ -138,7 +167,12 @@ func (s *sseReader) next() (event, error) {
 			if typ == "" {
 				typ = "message"
 			}
-			return event{Type: typ, Data: data, ID: s.lastID, Retry: retry, TooLarge: large}, nil
+			ev := event{Type: typ, Data: data, ID: s.lastID, Retry: retry, TooLarge: large}
+			if large {
+				_, kind := jsonrpc.HeadMessage(data)
+				ev.Late = jsonrpc.LateHead(s.tail.LateIDs(len(data), kind))
+			}
+			return ev, nil
 		}
 		if line[0] == ':' {
 			continue // a comment, often a keep-alive
@@ -151,17 +185,10 @@ func (s *sseReader) next() (event, error) {
 		case "event":
 			typ = string(value)
 		case "data":
-			if hasData {
-				data = append(data, '\n')
+			if err := s.data(&data, &large, hasData, value); err != nil {
+				return event{}, err
 			}
 			hasData = true
-			// The event is read to its end all the same, keeping only
-			// its head: the stream goes on after it.
-			large = large || s.cut || len(data)+len(value) > s.max
-			data = append(data, value...)
-			if large {
-				data = data[:min(len(data), headSize)]
-			}
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				s.lastID = string(value)
@@ -172,7 +199,45 @@ func (s *sseReader) next() (event, error) {
 				s.retry = n
 			}
 		}
+		if s.cut { // the cut line of a field other than data
+			if err := s.skipLine(false); err != nil {
+				return event{}, err
+			}
+		}
 	}
+}
+
+// data adds value, the next data line of an event, to its data, after a
+// newline if more is true. Data over the limit is read to the event's end
+// all the same, so that the stream goes on: only its head is kept, and
+// the rest followed by s.tail for the ids after it.
+func (s *sseReader) data(data *[]byte, large *bool, more bool, value []byte) error {
+	var sep []byte
+	if more {
+		sep = []byte("\n")
+	}
+	if !*large && !s.cut && len(*data)+len(sep)+len(value) <= s.max {
+		*data = append(append(*data, sep...), value...)
+		return nil
+	}
+	if !*large {
+		*large = true
+		s.tail = &jsonrpc.TailScan{}
+		s.tail.Scan(*data)
+	}
+	s.tail.Scan(sep)
+	s.tail.Scan(value)
+	if len(*data) < headSize && !s.headCut {
+		*data = append(append(*data, sep...), value[:min(len(value), headSize)]...)
+		*data = (*data)[:min(len(*data), headSize)]
+		// The head ends where a line was cut: it is the data's first
+		// bytes, with nothing left out.
+		s.headCut = s.cut
+	}
+	if s.cut {
+		return s.skipLine(true)
+	}
+	return nil
 }
 
 // bom is the byte order mark that may lead a stream.

@@ -27,27 +27,30 @@ func TestSSEReader(t *testing.T) {
 		want     []event
 		err      error
 	}{
-		{"one", "data: {}\n\n", []event{{"message", []byte("{}"), "", -1, false}}, io.EOF},
-		{"multiline data", "data: a\ndata:b\ndata:  c\n\n", []event{{"message", []byte("a\nb\n c"), "", -1, false}}, io.EOF},
-		{"crlf and cr", "event: message\r\nid: 7\rdata: x\r\n\r\n", []event{{"message", []byte("x"), "7", -1, false}}, io.EOF},
+		{"one", "data: {}\n\n", []event{{"message", []byte("{}"), "", -1, false, nil}}, io.EOF},
+		{"multiline data", "data: a\ndata:b\ndata:  c\n\n", []event{{"message", []byte("a\nb\n c"), "", -1, false, nil}}, io.EOF},
+		{"crlf and cr", "event: message\r\nid: 7\rdata: x\r\n\r\n", []event{{"message", []byte("x"), "7", -1, false, nil}}, io.EOF},
 		{"type, id, retry", "event: ping\nid: s1_0\nretry: 500\ndata: 1\n\nid: s1_1\ndata: 2\n\n", []event{
-			{"ping", []byte("1"), "s1_0", 500, false},
-			{"message", []byte("2"), "s1_1", -1, false},
+			{"ping", []byte("1"), "s1_0", 500, false, nil},
+			{"message", []byte("2"), "s1_1", -1, false, nil},
 		}, io.EOF},
-		{"comments and no data", ": keep-alive\n\nid: 3\n\ndata: y\n\n", []event{{"message", []byte("y"), "3", -1, false}}, io.EOF},
-		{"bom", "\xef\xbb\xbfdata: z\n\n", []event{{"message", []byte("z"), "", -1, false}}, io.EOF},
-		{"field without colon", "data\n\n", []event{{"message", nil, "", -1, false}}, io.EOF},
-		{"bad retry and id with NUL", "retry: 1x\nid: a\x00b\ndata: q\n\n", []event{{"message", []byte("q"), "", -1, false}}, io.EOF},
-		{"cut off", "data: {}\n\ndata: {\"par", []event{{"message", []byte("{}"), "", -1, false}}, io.ErrUnexpectedEOF},
+		{"comments and no data", ": keep-alive\n\nid: 3\n\ndata: y\n\n", []event{{"message", []byte("y"), "3", -1, false, nil}}, io.EOF},
+		{"bom", "\xef\xbb\xbfdata: z\n\n", []event{{"message", []byte("z"), "", -1, false, nil}}, io.EOF},
+		{"field without colon", "data\n\n", []event{{"message", nil, "", -1, false, nil}}, io.EOF},
+		{"bad retry and id with NUL", "retry: 1x\nid: a\x00b\ndata: q\n\n", []event{{"message", []byte("q"), "", -1, false, nil}}, io.EOF},
+		{"cut off", "data: {}\n\ndata: {\"par", []event{{"message", []byte("{}"), "", -1, false, nil}}, io.ErrUnexpectedEOF},
 		{"cut off before the blank line", "data: {}\n", nil, io.EOF},
 		// Data over the limit is read to the end of its event, which
 		// comes with its head; the stream goes on.
 		{"data too long", "data: " + strings.Repeat("x", 100) + "\r\nid: 4\n\ndata: y\n\n", []event{
-			{"message", []byte(strings.Repeat("x", 58)), "4", -1, true},
-			{"message", []byte("y"), "4", -1, false},
+			{"message", []byte(strings.Repeat("x", 58)), "4", -1, true, nil},
+			{"message", []byte("y"), "4", -1, false, nil},
 		}, io.EOF},
 		{"data lines too long together", "data: " + strings.Repeat("x", 40) + "\ndata: " + strings.Repeat("y", 40) + "\rdata: z\n\n", []event{
-			{"message", []byte(strings.Repeat("x", 40) + "\n" + strings.Repeat("y", 40) + "\nz"), "", -1, true},
+			{"message", []byte(strings.Repeat("x", 40) + "\n" + strings.Repeat("y", 40) + "\nz"), "", -1, true, nil},
+		}, io.EOF},
+		{"data too long, its id after", "data: {\"result\":\"" + strings.Repeat("x", 100) + "\",\n" + "data: \"id\":5}\n\n", []event{
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
 		{"data too long, cut off", "data: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
 		{"other line too long", "id: " + strings.Repeat("x", 100) + "\ndata: y\n\n", nil, errLineTooLong},

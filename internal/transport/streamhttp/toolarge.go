@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"encoding/json"
+	"io"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -11,22 +12,38 @@ import (
 type dropState struct {
 	dropped bool // one was dropped
 	// lost: one may have been the answer to a request still waiting,
-	// though its first bytes do not say which. The stream is not resumed
-	// for it: the server, which sent that answer, may hold a resumed
-	// stream open with nothing more to send.
+	// though it does not say which. The stream is not resumed for it:
+	// the server, which sent that answer, may hold a resumed stream open
+	// with nothing more to send.
 	lost bool
 }
 
 // dropTooLarge handles a message from the server over the size limit,
-// of which head holds the first bytes, dropped from a stream: on a POST's,
-// whose requests still waiting are pending, an answer to one of them
-// answers it now, with the limit named, as over stdio: a tools/call's
-// outcome is unknown. Anything else, and anything on the GET stream
-// (pending nil), is the caller's to handle (a request of the server's
-// waits for an answer), as a MessageTooLargeError from ReadFrame. It
-// reports false once the Client is closed.
-func (c *Client) dropTooLarge(head []byte, pending map[string]json.RawMessage, st *dropState) bool {
+// dropped from a stream. head holds its first bytes, and late, if not
+// nil, stands for the ids the rest gave that head left unanswered for
+// (jsonrpc.LateHead). On a POST's stream, whose requests still waiting
+// are pending, an answer to one of them answers it now, with the limit
+// named, as over stdio: a tools/call's outcome is unknown. Anything else,
+// and anything on the GET stream (pending nil), is the caller's to handle
+// (a request of the server's waits for an answer), as a
+// MessageTooLargeError from ReadFrame, a second one for late. It reports
+// false once the Client is closed.
+func (c *Client) dropTooLarge(head, late []byte, pending map[string]json.RawMessage, st *dropState) bool {
 	st.dropped = true
+	ok, told := c.dropHead(head, pending)
+	if late != nil {
+		var lateTold bool
+		ok, lateTold = c.dropHead(late, pending)
+		told = told || lateTold
+	}
+	st.lost = st.lost || !told
+	return ok
+}
+
+// dropHead is dropTooLarge for one head. told says that pending is left
+// with no request the message may have answered: it was a request or a
+// notification, or named its ids.
+func (c *Client) dropHead(head []byte, pending map[string]json.RawMessage) (ok, told bool) {
 	ids, kind := jsonrpc.HeadMessage(head)
 	if pending != nil && kind == jsonrpc.HeadOfAnswer {
 		c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
@@ -38,27 +55,24 @@ func (c *Client) dropTooLarge(head []byte, pending map[string]json.RawMessage, s
 			}
 		}
 		// An answer to no request of the POST is dropped, as deliver
-		// drops one; one without an id in its head may be any's.
-		st.lost = st.lost || len(ids) == 0
+		// drops one.
 		c.answer(answered, jsonrpc.NoAnswer{Reason: "the upstream's answer was dropped: " + tooLarge(c.max)})
-		return true
+		return true, len(ids) > 0
 	}
-	if pending != nil && kind == jsonrpc.HeadUndecided {
-		// A request of the server's, or an answer whose "result" comes
-		// after its first bytes.
-		st.lost = st.lost || len(ids) == 0 || anyPending(ids, pending)
-	}
+	// A request of the server's, or, undecided, an answer whose "result"
+	// comes after its first bytes.
+	told = pending == nil || kind == jsonrpc.HeadOfRequest || len(ids) > 0 && !anyPending(ids, pending)
 	e := &MessageTooLargeError{Limit: c.max, Head: head}
 	select {
 	case <-c.done:
-		return false
+		return false, told
 	default:
 	}
 	select {
 	case c.frames <- inbound{tooLarge: e}:
-		return true
+		return true, told
 	case <-c.done:
-		return false
+		return false, told
 	}
 }
 
@@ -70,4 +84,37 @@ func anyPending(ids []json.RawMessage, pending map[string]json.RawMessage) bool 
 		}
 	}
 	return false
+}
+
+// dropBody handles body, the first bytes of a JSON body over the size
+// limit, of which rest holds what is left, as dropTooLarge does an
+// event's, and returns why pending's requests are left unanswered. The
+// answer they wait for, if its first bytes say so and name its ids, is
+// the caller's to answer at once. Else the rest is followed to its end
+// for the ids after them.
+func (c *Client) dropBody(body []byte, rest io.Reader, pending map[string]json.RawMessage) string {
+	const dropped = "the upstream's answer was dropped: "
+	head := body[:min(len(body), headSize)]
+	ids, kind := jsonrpc.HeadMessage(head)
+	if kind == jsonrpc.HeadOfAnswer && len(ids) > 0 {
+		c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
+		return dropped + tooLarge(c.max)
+	}
+	var tail jsonrpc.TailScan
+	tail.Scan(body)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := rest.Read(buf)
+		tail.Scan(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	late := jsonrpc.LateHead(tail.LateIDs(len(head), kind))
+	var st dropState
+	c.dropTooLarge(head, late, pending, &st)
+	if st.lost {
+		return dropped + tooLarge(c.max)
+	}
+	return "upstream response ended without an answer, after a " + tooLarge(c.max) + " was dropped from it"
 }
