@@ -224,6 +224,7 @@ func (s *sseReader) data(data *[]byte, large *bool, more bool, value []byte) err
 		*large = true
 		s.tail = &jsonrpc.TailScan{}
 		s.tail.Scan(*data)
+		*data = (*data)[:min(len(*data), headSize)]
 	}
 	s.tail.Scan(sep)
 	s.tail.Scan(value)

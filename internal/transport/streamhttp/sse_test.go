@@ -105,3 +105,18 @@ func TestServerRetryIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestSSEReaderKeepsTheHeadOnly: data that passes the limit at a line of
+// its own, after lines longer than the head, comes as its first headSize
+// bytes only.
+func TestSSEReaderKeepsTheHeadOnly(t *testing.T) {
+	first, second := strings.Repeat("a", 1500), strings.Repeat("b", 1000)
+	r := newSSEReader(strings.NewReader("data: "+first+"\ndata: "+second+"\n\n"), 2000)
+	ev, err := r.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.TooLarge || string(ev.Data) != first[:headSize] {
+		t.Fatalf("got %d bytes, too large %v; want the first %d bytes of the data, too large", len(ev.Data), ev.TooLarge, headSize)
+	}
+}
