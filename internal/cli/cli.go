@@ -512,6 +512,10 @@ func (w *wiring) checkFlags() (err error) {
 	if w.maxMessage, err = parseSize(f.maxMessage); err != nil {
 		return usagef("--max-message-size: %v", err)
 	}
+	if w.maxMessage < minMessage {
+		// Below it, every initialize is refused as too large.
+		return usagef("--max-message-size: %q is under the smallest size, %d bytes: a client's initialize alone takes some hundreds", f.maxMessage, minMessage)
+	}
 	w.actor = f.actor
 	if w.actor == "" {
 		w.actor = osUser()
@@ -731,6 +735,9 @@ func parseSize(s string) (int, error) {
 	}
 	return n * mult, nil
 }
+
+// minMessage is the smallest --max-message-size taken.
+const minMessage = 1 << 10
 
 // maxSize is the largest size parseSize accepts: 2GiB, or the largest int
 // where int has 32 bits.

@@ -83,6 +83,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad log level", []string{"--log-level", "nope", "--", "/bin/cat"}, []string{"--log-level", `"nope"`}},
 		{"bad log format", []string{"--log-format", "xml", "--", "/bin/cat"}, []string{"--log-format", `"xml"`}},
 		{"zero message size", []string{"--max-message-size", "0", "--", "/bin/cat"}, []string{"--max-message-size", `"0"`}},
+		{"message size too small", []string{"--max-message-size", "1023B", "--", "/bin/cat"}, []string{"--max-message-size", `"1023B"`, "smallest size, 1024 bytes"}},
 		{"bad message size", []string{"--max-message-size=3TB", "--", "/bin/cat"}, []string{"--max-message-size", `"3TB"`}},
 		{"message size too large", []string{"--max-message-size", "4GiB", "--", "/bin/cat"}, []string{"--max-message-size", `"4GiB"`}},
 		{"unknown flag", []string{"--nope", "--", "/bin/cat"}, []string{"nope"}},
