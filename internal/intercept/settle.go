@@ -120,7 +120,8 @@ func (e *execution) recordOutcome() {
 			// Settled otherwise while this send ran: this process's
 			// lease lapsed and another took the execution over. The
 			// caller gets what the record says, as any caller now would.
-			in.log.Warn("the store holds another outcome for this execution; answering from it", "execution", rec.ID, "state", c.To, "err", err)
+			in.log.Warn("the store holds another outcome for this execution, and refused this one; answering from the store's",
+				"execution", rec.ID, "refused", c.To, "err", err)
 			in.answerFromRecord(ctx, req, rec.ID)
 			return
 		}
