@@ -144,7 +144,9 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
-		if err := dr.ReplyThen(a, func(err error) { in.deliveredLater(req, rec, err) }); err != nil {
+		release := in.holdDelivery(dr, rec)
+		if err := dr.ReplyThen(a, func(err error) { in.deliveredLater(req, rec, err); release() }); err != nil {
+			release()
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
 			in.journalizeAttach(req, err)
 		}
@@ -160,6 +162,21 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return
 	}
 	in.journalizeAttach(req, nil)
+}
+
+// holdDelivery holds back the calls that match rec, a completed
+// execution whose answer dr is to write, until the returned func is
+// called: once written is told, and its delivery recorded. A transport
+// that writes in order tells written after the write, and its caller
+// may read the answer and ask again in between; a replay: undelivered
+// tool then runs again, not replays. Another transport may never tell
+// written: only delivered holds them back.
+func (in *Interceptor) holdDelivery(dr DeliveryReplier, rec *record.Record) (release func()) {
+	o, ok := dr.(OrderedReplier)
+	if !ok || !o.WritesInOrder() || rec.State != record.Completed {
+		return func() {}
+	}
+	return sync.OnceFunc(in.delivering.hold(rec.Key))
 }
 
 // deliveredLater records what became of rec's answer to req's caller, which
@@ -189,6 +206,7 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	}
 	switch rec.State {
 	case record.Completed:
+		defer in.delivering.hold(rec.Key)()
 		// Conditional: of two callers handed the completed record at
 		// once (its first caller and a replay), one records the delivery
 		// and the other finds it done, so it is counted once; both have

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -311,4 +312,119 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// slowDelivery is a store whose first "delivered" update says so on
+// entered, then waits for release.
+type slowDelivery struct {
+	*memstore.Store
+	entered, release chan struct{}
+	enter            sync.Once
+}
+
+func (s *slowDelivery) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if c.To == record.Delivered {
+		first := false
+		s.enter.Do(func() { first = true; close(s.entered) })
+		if first {
+			<-s.release
+		}
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// waitingForDelivery reports whether a goroutine reserving a call waits
+// for a delivery to be recorded.
+func waitingForDelivery() bool {
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "(*journalGates).wait") && strings.Contains(g, "(*Interceptor).reserve") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestUndeliveredAfterItsDelivery: with replay: undelivered, a call made
+// once the caller got the answer runs again, even while the store is
+// still recording that delivery: the caller already has the answer, so
+// asking again is a new intent, not a retry.
+func TestUndeliveredAfterItsDelivery(t *testing.T) {
+	h := newHarness(charged)
+	store := &slowDelivery{Store: h.store, entered: make(chan struct{}), release: make(chan struct{})}
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+	h.pol.Replay = policy.ReplayUndelivered
+	tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
+	a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
+	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+	a.only(t)
+	written := <-a.written
+	go written(nil) // the caller read it; the store records that slowly
+	<-store.entered
+	again := make(chan *answers, 1)
+	go func() { again <- h.call(t.Context(), t, chargeCall) }()
+	var got *answers
+	for got == nil {
+		select {
+		case got = <-again: // answered while the delivery was unrecorded
+			close(store.release)
+		default:
+			if waitingForDelivery() {
+				close(store.release)
+				got = <-again
+			} else {
+				runtime.Gosched()
+			}
+		}
+	}
+	v := view(t, got.only(t))
+	if v.Content[0].Text != "charge #2" || v.Meta.Replayed {
+		t.Fatalf("a call after the answer was delivered got %+v; want it run again", v)
+	}
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream reached %d times; want 2", n)
+	}
+}
+
+// orderedAnswers is laterAnswers over a transport that writes in order,
+// as stdio does.
+type orderedAnswers struct{ *laterAnswers }
+
+func (orderedAnswers) WritesInOrder() bool { return true }
+
+// TestUndeliveredBeforeWrittenIsTold: over a transport that writes in
+// order, the caller may read its answer and ask again before the
+// transport tells the proxy it wrote it. With replay: undelivered, that
+// call runs again: the caller has the answer.
+func TestUndeliveredBeforeWrittenIsTold(t *testing.T) {
+	h := newHarness(charged)
+	h.pol.Replay = policy.ReplayUndelivered
+	tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
+	a := orderedAnswers{&laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}}
+	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
+		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+	a.only(t) // the caller read it; written is not told yet
+	written := <-a.written
+	again := make(chan *answers, 1)
+	go func() { again <- h.call(t.Context(), t, chargeCall) }()
+	var got *answers
+	for got == nil {
+		select {
+		case got = <-again: // answered before written was told
+			written(nil)
+		default:
+			if waitingForDelivery() {
+				written(nil)
+				got = <-again
+			} else {
+				runtime.Gosched()
+			}
+		}
+	}
+	v := view(t, got.only(t))
+	if v.Content[0].Text != "charge #2" || v.Meta.Replayed {
+		t.Fatalf("a call after the answer was read got %+v; want it run again", v)
+	}
 }

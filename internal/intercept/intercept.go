@@ -320,6 +320,9 @@ type Interceptor struct {
 	// journal is nil when no journal is kept.
 	journal  Journal
 	settling journalGates // executions whose settling line is not yet journaled
+	// delivering holds, by key, the executions whose caller got the
+	// answer while the store records the delivery (reserve).
+	delivering journalGates
 	// shown caches, by UpstreamID, what records show of an upstream
 	// (upstreamShown): a keyed hash per new execution is not free.
 	shown     sync.Map

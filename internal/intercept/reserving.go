@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -127,6 +128,12 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		// call, which the store had not taken: it has now (or has it
 		// again, having lost it), and this call finds it.
 		k.wake()
+	}
+	if slices.Contains(opts.Replace, record.Delivered) {
+		// A caller that got the answer of an execution of this call may
+		// ask again before the store has recorded that it got it: once
+		// recorded, this call replaces it rather than replaying it.
+		in.delivering.wait(fresh.Key)
 	}
 	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
 	if err != nil {
