@@ -462,17 +462,29 @@ func (r *Reading) Err() error { return r.err }
 // it has none or obj is no object. A member given twice, or in another
 // case, is an error (Reading): readers would take it for two.
 func MemberOnce(obj json.RawMessage, name string) (json.RawMessage, error) {
+	// As a Reading of name would, but without one: its Names escape
+	// with its error, which costs every request an allocation here.
 	var v json.RawMessage
-	read := Reading{Names: []string{name}}
+	var seen bool
+	var bad []byte // the first name given again, or in another case
 	if EachMember(obj, func(n, value []byte) bool {
-		if read.Note(n) == 0 {
-			v = value
+		switch {
+		case string(n) == name:
+			if seen && bad == nil {
+				bad = n
+			}
+			seen, v = true, value
+		case bad == nil && bytes.EqualFold(n, []byte(name)):
+			bad = n
 		}
 		return true
 	}) != nil {
 		return nil, nil // not an object: nothing in it
 	}
-	return v, read.Err()
+	if bad != nil {
+		return v, Ambiguous(bad, []string{name})
+	}
+	return v, nil
 }
 
 // CancelledID returns the requestId of notifications/cancelled params, or

@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +98,32 @@ func TestDecodeStringMember(t *testing.T) {
 		return true
 	}); err != nil || string(m.ID) != `"a\"b"` || string(name) != `"c\u0064\\"` {
 		t.Errorf("DecodeParamsInto(%q) = %v, id %s, name %s", frame, err, m.ID, name)
+	}
+}
+
+// TestMemberOnce: the member is read as JSON.parse reads it, and one
+// given twice, or in another case, is an error naming it.
+func TestMemberOnce(t *testing.T) {
+	for _, tt := range []struct {
+		obj, want, err string
+	}{
+		{`{"a":1,"progressToken":"p","b":2}`, `"p"`, ""},
+		{`{"a":1}`, ``, ""},
+		{`[1]`, ``, ""},
+		{`{"progressToken":1,"progressToken":2}`, `2`, `"progressToken" is given twice`},
+		{`{"progressToken":1,"progress\u0054oken":2}`, `2`, `"progressToken" is given twice`},
+		{`{"PROGRESSTOKEN":1,"progressToken":2}`, `2`, `"PROGRESSTOKEN" differs from "progressToken" only in case`},
+		{`{"progressToken":1,"progresstoken":2,"progressToken":3}`, `3`, `"progresstoken" differs`},
+	} {
+		got, err := MemberOnce(json.RawMessage(tt.obj), "progressToken")
+		if string(got) != tt.want || (err == nil) != (tt.err == "") || err != nil && (!errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("MemberOnce(%s) = %s, %v; want %s, %q", tt.obj, got, err, tt.want, tt.err)
+		}
+	}
+	// Every request with a _meta is read so, some twice: reading
+	// allocates nothing.
+	obj := json.RawMessage(`{"name":"charge_card","arguments":{"card":"4242"},"_meta":{"progressToken":"p1"}}`)
+	if allocs := testing.AllocsPerRun(100, func() { MemberOnce(obj, "_meta") }); allocs != 0 {
+		t.Errorf("MemberOnce allocates %v times; want 0", allocs)
 	}
 }
