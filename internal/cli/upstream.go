@@ -141,8 +141,8 @@ func upstreamIdentity(u *neturl.URL, hdr http.Header, h *fingerprint.Hasher) (st
 
 // normalURL returns u's scheme, host and path, spelt as RFC 3986
 // (6.2.2, 6.2.3) says the same resource may be: the host in lower case,
-// an IP address in its shortest form, no port where it is the scheme's
-// own, "/" for an empty path, and percent-encoding as normalPath writes
+// an IP address in its shortest form, the port without leading zeros and
+// none where it is the scheme's own, "/" for an empty path, and percent-encoding as normalPath writes
 // it. (url.Parse has put the scheme in lower case.) Proxies that share a
 // store then share executions however each was given the URL.
 func normalURL(u *neturl.URL) string {
@@ -152,6 +152,9 @@ func normalURL(u *neturl.URL) string {
 		if ip.Is6() {
 			host = "[" + host + "]"
 		}
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(n, 10) // ":080" is port 80, as dialled
 	}
 	if port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
 		host += ":" + port

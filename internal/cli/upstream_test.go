@@ -61,7 +61,8 @@ func TestUpstreamIdentityNormalised(t *testing.T) {
 		return id
 	}
 	for _, same := range [][]string{
-		{"http://example.com/mcp", "HTTP://Example.COM/mcp", "http://example.com:80/mcp", "http://example.com:/mcp", "http://example.com/m%63p"},
+		{"http://example.com/mcp", "HTTP://Example.COM/mcp", "http://example.com:80/mcp", "http://example.com:/mcp", "http://example.com/m%63p", "http://example.com:080/mcp"},
+		{"http://example.com:8080/mcp", "http://example.com:08080/mcp"},
 		{"https://example.com/", "https://EXAMPLE.com:443", "https://example.com"},
 		{"http://[::1]:8080/mcp", "http://[0:0::1]:8080/mcp"},
 		{"http://127.0.0.1:8080/mcp", "http://127.0.0.1:8080/mcp#part"},
