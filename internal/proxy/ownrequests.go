@@ -143,6 +143,9 @@ func (s *Session) notWritten(key string, err error) {
 	if !still {
 		return // given up on, or answered with the upstream gone
 	}
+	if p.token {
+		s.tokenAnswered(p.key, true) // as answered does: the call is over
+	}
 	if p.stop != nil {
 		p.stop()
 	}
