@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -144,7 +145,7 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
-		release := in.holdDelivery(dr, rec)
+		release := in.holdDelivery(req, dr, rec)
 		if err := dr.ReplyThen(a, func(err error) { in.deliveredLater(req, rec, err); release() }); err != nil {
 			release()
 			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
@@ -171,12 +172,20 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 // may read the answer and ask again in between; a replay: undelivered
 // tool then runs again, not replays. Another transport may never tell
 // written: only delivered holds them back.
-func (in *Interceptor) holdDelivery(dr DeliveryReplier, rec *record.Record) (release func()) {
+func (in *Interceptor) holdDelivery(req *Request, dr DeliveryReplier, rec *record.Record) (release func()) {
 	o, ok := dr.(OrderedReplier)
-	if !ok || !o.WritesInOrder() || rec.State != record.Completed {
+	if !holdsDelivery(req) || !ok || !o.WritesInOrder() || rec.State != record.Completed {
 		return func() {}
 	}
 	return sync.OnceFunc(in.delivering.hold(rec.Key))
+}
+
+// holdsDelivery reports whether req's delivery holds back the calls that
+// match its execution: only a tool that replays undelivered executions
+// alone has calls that wait for it (reserve). Its policy is the one every
+// call of the tool in this process reads.
+func holdsDelivery(req *Request) bool {
+	return req.Policy != nil && req.Policy.Replay == policy.ReplayUndelivered
 }
 
 // deliveredLater records what became of rec's answer to req's caller, which
@@ -206,7 +215,9 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 	}
 	switch rec.State {
 	case record.Completed:
-		defer in.delivering.hold(rec.Key)()
+		if holdsDelivery(req) {
+			defer in.delivering.hold(rec.Key)()
+		}
 		// Conditional: of two callers handed the completed record at
 		// once (its first caller and a replay), one records the delivery
 		// and the other finds it done, so it is counted once; both have
