@@ -53,7 +53,7 @@ type sent struct {
 	key    string // its id's JSON text, its key in pending
 	method string
 	done   intercept.Answered
-	token  bool // its progress token is the proxy's (ownTokenLocked)
+	token  bool // its progress token is the proxy's (ownToken)
 	// stop stops the cancellation of the request when its sender's
 	// context ends (see Send); nil if there is none.
 	stop func() bool
@@ -91,6 +91,7 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 		done.Answered(nil, retry.NotSent(err))
 		return
 	}
+	params, clientToken := ownToken(key, params, c)
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
 		s.mu.Unlock()
@@ -98,9 +99,10 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 		return
 	}
 	s.sending++
-	var token bool
-	params, token = s.ownTokenLocked(key, params, c)
-	s.pending[key] = sent{key: key, method: method, done: done, token: token}
+	if clientToken != nil {
+		s.keepTokenLocked(key, clientToken, c)
+	}
+	s.pending[key] = sent{key: key, method: method, done: done, token: clientToken != nil}
 	s.mu.Unlock()
 
 	var err error

@@ -48,25 +48,33 @@ func (c *clientCall) Send(ctx context.Context, method string, params json.RawMes
 // CopiesParams implements intercept.CopyingUpstream, as the session does.
 func (c *clientCall) CopiesParams() bool { return true }
 
-// ownTokenLocked returns params, a request's of the proxy's own that
-// goes upstream under the id whose key is key, with the progress token
-// of its _meta, if any, made key, noting whose it was; ok reports whether
-// there was one. c is the caller the request is sent for, or nil. s.mu
-// must be held.
-func (s *Session) ownTokenLocked(key string, params json.RawMessage, c *clientCall) (json.RawMessage, bool) {
+// ownToken returns params, a request's of the proxy's own that goes
+// upstream under the id whose key is key, with the progress token of its
+// _meta, if any, made key, and the token it replaced (nil for none). c is
+// the caller the request is sent for, or nil. It reads and copies the
+// params without the session's lock; keepTokenLocked then notes whose
+// the token was.
+func ownToken(key string, params json.RawMessage, c *clientCall) (out, client json.RawMessage) {
 	if c != nil && progressToken(c.call.Meta) == nil {
 		// The common case: the caller gave no token, and the proxy
 		// adds none. Its _meta alone is read, not all the params.
-		return params, false
+		return params, nil
 	}
 	if !bytes.Contains(params, []byte(mcp.MetaProgressToken)) && !bytes.Contains(params, []byte(`\u`)) {
-		return params, false // without a walk; an escape may spell it otherwise
+		return params, nil // without a walk; an escape may spell it otherwise
 	}
 	meta, _ := jsonrpc.MemberOnce(params, "_meta")
 	token := progressToken(meta)
 	if token == nil {
-		return params, false
+		return params, nil
 	}
+	return jsonrpc.Replace(params, token, []byte(key)), bytes.Clone(token)
+}
+
+// keepTokenLocked notes that the request under key carries the proxy's
+// token in place of client, the token of c's caller (ownToken). s.mu must
+// be held.
+func (s *Session) keepTokenLocked(key string, client json.RawMessage, c *clientCall) {
 	if s.tokens == nil {
 		s.tokens = make(map[string]upToken)
 	}
@@ -74,9 +82,8 @@ func (s *Session) ownTokenLocked(key string, params json.RawMessage, c *clientCa
 		delete(s.tokens, s.tokenOrder[0])
 		s.tokenOrder = s.tokenOrder[1:]
 	}
-	s.tokens[key] = upToken{client: bytes.Clone(token), call: c}
+	s.tokens[key] = upToken{client: client, call: c}
 	s.tokenOrder = append(s.tokenOrder, key)
-	return jsonrpc.Replace(params, token, []byte(key)), true
 }
 
 // tokenAnswered notes that the request under key, given a token of the
