@@ -236,3 +236,36 @@ func TestOversizedAnswerOnHTTPStreamIsAnswered(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlongSSELineFromHTTPUpstreamIsDropped: a line over the limit
+// on a tools/call's event stream other than data (a comment, an event
+// type, an id) is read to its end and dropped, and the stream goes on
+// to the call's answer. Breaking the stream there would resume it from
+// the priming event's id, and a server that holds the resumed stream
+// open would leave the call waiting for ever.
+func TestOverlongSSELineFromHTTPUpstreamIsDropped(t *testing.T) {
+	const limit = 1500
+	long := strings.Repeat("x", 2*limit)
+	for name, line := range map[string]string{
+		"comment":    ":" + long + "\n",
+		"event type": "event: " + long + "\ndata: {}\n\n",
+		"id":         "id: " + long + "\ndata: {}\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := newSSEUpstream(func(_ *sseUpstream, w http.ResponseWriter, r *http.Request, id string) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, "id: ev-0\ndata:\n\n"+line)
+				sseEvent(w, "", `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":"charged"}]}}`)
+				<-r.Context().Done()
+			})
+			client := newHTTPUpstreamRig(t, limit, u)
+			client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
+			if got := client.next(t, "client"); !strings.Contains(got, `"id":1,"result"`) || !strings.Contains(got, "charged") {
+				t.Fatalf("client got %.400s; want the call's result", got)
+			}
+			if n := u.resumed.Load(); n != 0 {
+				t.Fatalf("the stream was resumed %d times", n)
+			}
+		})
+	}
+}

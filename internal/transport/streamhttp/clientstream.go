@@ -238,11 +238,6 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *
 		if err == io.EOF {
 			return events, messages, nil
 		}
-		if errors.Is(err, errLineTooLong) {
-			// A line other than data: the stream cannot be followed.
-			c.log.Error("dropped the upstream's event stream at a line over the size limit", "limit", c.max)
-			st.dropped = true
-		}
 		if err != nil {
 			return events, messages, err
 		}

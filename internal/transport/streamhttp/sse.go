@@ -3,7 +3,6 @@ package streamhttp
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"strconv"
 
@@ -35,9 +34,6 @@ type event struct {
 // stdio transport keeps of a frame.
 const headSize = 1024
 
-// errLineTooLong is returned by an sseReader for a line longer than its limit.
-var errLineTooLong = errors.New("server-sent event line too long")
-
 // An sseReader reads events from a text/event-stream body.
 type sseReader struct {
 	r      *bufio.Reader
@@ -61,10 +57,9 @@ func newSSEReader(r io.Reader, max int) *sseReader {
 
 // line returns the next line without its terminator, which is CRLF, LF or a
 // lone CR, and whether it had one. At the end of input it returns io.EOF,
-// after returning a last unterminated line, if any. A data line over the
+// after returning a last unterminated line, if any. A line over the
 // limit is returned cut to its first bytes, with s.cut set, for skipLine
-// to drop the rest: its event is dropped, but the stream, and the answers
-// after it, go on. Any other line over the limit is an error.
+// to drop the rest: the stream, and the answers after it, go on.
 func (s *sseReader) line() ([]byte, bool, error) {
 	var buf []byte
 	s.cut = false
@@ -86,9 +81,6 @@ func (s *sseReader) line() ([]byte, bool, error) {
 			return buf, true, nil
 		}
 		if len(buf) >= s.max {
-			if !bytes.HasPrefix(bytes.TrimPrefix(buf, bom), []byte("data:")) {
-				return nil, false, errLineTooLong
-			}
 			s.cut = true
 			return buf, true, nil
 		}
@@ -174,37 +166,47 @@ func (s *sseReader) next() (event, error) {
 			}
 			return ev, nil
 		}
-		if line[0] == ':' {
-			continue // a comment, often a keep-alive
+		if err := s.field(line, &data, &large, &hasData, &typ, &retry); err != nil {
+			return event{}, err
 		}
+	}
+}
+
+// field takes in line, a field of the event next is reading. A line over
+// the limit other than data is read to its end and dropped: a comment
+// or an unknown field means nothing; an event type cut is not "message";
+// an id or retry cut is not known, so the event counts as having none,
+// and the stream is not resumed past it.
+func (s *sseReader) field(line []byte, data *[]byte, large, hasData *bool, typ *string, retry *int) error {
+	if line[0] == ':' {
+		// A comment, often a keep-alive.
+	} else {
 		name, value, found := bytes.Cut(line, []byte(":"))
 		if found {
 			value = bytes.TrimPrefix(value, []byte(" "))
 		}
 		switch string(name) {
 		case "event":
-			typ = string(value)
+			*typ = string(value)
 		case "data":
-			if err := s.data(&data, &large, hasData, value); err != nil {
-				return event{}, err
-			}
-			hasData = true
+			err := s.data(data, large, *hasData, value)
+			*hasData = true
+			return err
 		case "id":
-			if bytes.IndexByte(value, 0) < 0 {
+			if !s.cut && bytes.IndexByte(value, 0) < 0 {
 				s.lastID = string(value)
 			}
 		case "retry":
-			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 && isDigits(value) {
-				retry = n
+			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 && isDigits(value) && !s.cut {
+				*retry = n
 				s.retry = n
 			}
 		}
-		if s.cut { // the cut line of a field other than data
-			if err := s.skipLine(false); err != nil {
-				return event{}, err
-			}
-		}
 	}
+	if s.cut { // the cut line of a field other than data
+		return s.skipLine(false)
+	}
+	return nil
 }
 
 // data adds value, the next data line of an event, to its data, after a

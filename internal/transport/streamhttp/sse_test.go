@@ -53,7 +53,17 @@ func TestSSEReader(t *testing.T) {
 			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
 		{"data too long, cut off", "data: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
-		{"other line too long", "id: " + strings.Repeat("x", 100) + "\ndata: y\n\n", nil, errLineTooLong},
+		// Any other line over the limit is read to its end and dropped;
+		// an id cut is no id: the one before it stands.
+		{"id too long", "id: 1\ndata: a\n\nid: " + strings.Repeat("x", 100) + "\r\ndata: y\n\n", []event{
+			{"message", []byte("a"), "1", -1, false, nil},
+			{"message", []byte("y"), "1", -1, false, nil},
+		}, io.EOF},
+		{"comment too long", ":" + strings.Repeat("x", 100) + "\rdata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"event type too long", "event: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{strings.Repeat("x", 57), []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"retry too long", "retry: 5\nretry: " + strings.Repeat("0", 100) + "\ndata: y\n\n", []event{{"message", []byte("y"), "", 5, false, nil}}, io.EOF},
+		{"field name too long", strings.Repeat("x", 100) + ": 1\ndata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"id too long, cut off", "id: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			evs, err := readAll(newSSEReader(strings.NewReader(tc.in), 64))
@@ -82,7 +92,7 @@ func FuzzSSEReader(f *testing.F) {
 		for range len(in) + 1 {
 			ev, err := r.next()
 			if err != nil {
-				if err != io.EOF && err != io.ErrUnexpectedEOF && err != errLineTooLong {
+				if err != io.EOF && err != io.ErrUnexpectedEOF {
 					t.Fatalf("unexpected error %v", err)
 				}
 				return
