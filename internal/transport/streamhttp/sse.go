@@ -81,6 +81,9 @@ func (s *sseReader) line() ([]byte, bool, error) {
 			return buf, true, nil
 		}
 		if len(buf) >= s.max {
+			// b is the rest's first byte, for skipLine: the ids after
+			// the head are read from it.
+			s.r.UnreadByte()
 			s.cut = true
 			return buf, true, nil
 		}

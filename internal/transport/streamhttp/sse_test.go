@@ -52,6 +52,14 @@ func TestSSEReader(t *testing.T) {
 		{"data too long, its id after", "data: {\"result\":\"" + strings.Repeat("x", 100) + "\",\n" + "data: \"id\":5}\n\n", []event{
 			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
+		// The byte past the limit, here a quote and a comma, is read
+		// for the ids after the head.
+		{"data too long, a quote at the limit", "data: {\"result\":\"" + strings.Repeat("x", 47) + "\",\"id\":5}\n\n", []event{
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
+		}, io.EOF},
+		{"data too long, a comma at the limit", "data: {\"result\":\"" + strings.Repeat("x", 46) + "\",\"id\":5}\n\n", []event{
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 46) + "\""), "", -1, true, []byte(`{"id":5,"result":null}`)},
+		}, io.EOF},
 		{"data too long, cut off", "data: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
 		// Any other line over the limit is read to its end and dropped;
 		// an id cut is no id: the one before it stands.
