@@ -420,6 +420,13 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	// One it never sent is told so: "not held any more" would send the
 	// client looking for a buffer it overran.
 	sent := ok && num >= 1 && num <= ss.nextStream && (st == nil || seq < st.next)
+	if sent && held && st != ss.get {
+		// Its answers are pinned from now, as claim would have them,
+		// not only from the first write: one that came before that
+		// could be evicted, and lost to the client resuming for it.
+		// The writer's release lets go of them.
+		st.attended = true
+	}
 	ss.mu.Unlock()
 	switch {
 	case !sent:
