@@ -164,7 +164,11 @@ func joinFrames(frames [][]byte) []byte {
 // until the stream is done, the client goes, the session ends, or another
 // request takes the stream over. It reports whether it wrote the end.
 func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream, from int64) bool {
-	gen := ss.claim(st)
+	return s.pumpAs(w, r, ss, st, from, ss.claim(st))
+}
+
+// pumpAs is pump for the writer of generation gen, which has claimed st.
+func (s *Server) pumpAs(w http.ResponseWriter, r *http.Request, ss *ServerSession, st *stream, from, gen int64) bool {
 	defer ss.release(st, gen)
 	flusher, _ := w.(http.Flusher)
 	var b batch
@@ -227,6 +231,10 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 func (ss *ServerSession) claim(st *stream) int64 {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	return ss.claimLocked(st)
+}
+
+func (ss *ServerSession) claimLocked(st *stream) int64 {
 	ss.writers++
 	st.writer = ss.writers
 	// A client that resumes a request's stream has its later answers

@@ -372,7 +372,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
 	ss.begin()
 	defer ss.end()
 
-	st, from, herr := s.getStream(r, ss)
+	st, from, gen, herr := s.getStream(r, ss)
 	if herr != nil {
 		writeRefusal(w, herr, jsonrpc.CodeInvalidRequest)
 		return
@@ -388,14 +388,19 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
 		ss.mu.Unlock()
 	}
 	openStream(w)
-	s.pump(w, r, ss, st, from)
+	if gen != 0 {
+		s.pumpAs(w, r, ss, st, from, gen)
+	} else {
+		s.pump(w, r, ss, st, from)
+	}
 }
 
 // getStream returns the stream a GET writes, and the sequence number it
 // writes from: with Last-Event-ID, the stream that event belongs to, from
-// the event after it; else the standing GET stream, unless another GET
-// writes it already.
-func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, *httpError) {
+// the event after it, and the generation of the writer it makes for it
+// (claimLocked); else the standing GET stream, unless another GET writes
+// it already, and 0 for the writer, which pump claims.
+func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, int64, *httpError) {
 	last := r.Header.Get(headerLastEventID)
 	if last == "" {
 		ss.mu.Lock()
@@ -403,9 +408,9 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 		live, from := st.writer != 0, st.sent
 		ss.mu.Unlock()
 		if live {
-			return nil, 0, refuse(http.StatusConflict, "the session's GET stream is already open")
+			return nil, 0, 0, refuse(http.StatusConflict, "the session's GET stream is already open")
 		}
-		return st, from, nil
+		return st, from, 0, nil
 	}
 	num, seq, ok := parseEventID(last)
 	var st *stream
@@ -420,22 +425,24 @@ func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, 
 	// One it never sent is told so: "not held any more" would send the
 	// client looking for a buffer it overran.
 	sent := ok && num >= 1 && num <= ss.nextStream && (st == nil || seq < st.next)
-	if sent && held && st != ss.get {
-		// Its answers are pinned from now, as claim would have them,
-		// not only from the first write: one that came before that
-		// could be evicted, and lost to the client resuming for it.
-		// The writer's release lets go of them.
-		st.attended = true
+	var gen int64
+	if sent && held {
+		// The resume takes the stream over now, not at its first
+		// write: its answers are pinned from here, and a writer before
+		// it that lets go meanwhile does not unpin them; else one that
+		// came in between could be evicted, and lost to the client
+		// resuming for it. pumpAs releases the stream.
+		gen = ss.claimLocked(st)
 	}
 	ss.mu.Unlock()
 	switch {
 	case !sent:
-		return nil, 0, refuse(http.StatusBadRequest, "event %q is not one this session sent: resume from the id of an event it did, or send the request again", last)
+		return nil, 0, 0, refuse(http.StatusBadRequest, "event %q is not one this session sent: resume from the id of an event it did, or send the request again", last)
 	case !held:
-		return nil, 0, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer)
+		return nil, 0, 0, refuse(http.StatusBadRequest, "event %q is not held any more (a session holds its last %d events): send the request again", last, s.opts.EventBuffer)
 	}
 	s.log.Debug("client resumes a stream", "session", ss.id, "last_event_id", last)
-	return st, seq + 1, nil
+	return st, seq + 1, gen, nil
 }
 
 // delete handles a DELETE: the client ends its session.
