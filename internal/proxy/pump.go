@@ -110,18 +110,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 	// a tools/call need no second walk (startToolCall).
 	var params mcp.ParamsReader
 	if err := jsonrpc.DecodeParamsInto(msg, frame, params.Member); err != nil {
-		s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
-		code := jsonrpc.CodeParseError
-		var id json.RawMessage // JSON-RPC's for a message not parsed
-		switch {
-		case errors.Is(err, jsonrpc.ErrAmbiguous):
-			code = jsonrpc.CodeInvalidRequest // JSON, but not one message
-		case jsonrpc.TooDeep(err):
-			// JSON all the same, which the upstream may read: the id
-			// its head holds is the one the client waits on.
-			id = s.brokenRequestID(frame)
-		}
-		s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
+		s.refuseUnparseable(frame, err)
 		return
 	}
 	if msg.Method == "" && msg.ID == nil && !msg.Batch {
@@ -187,6 +176,23 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.notifyUpstream(msg)
 	}
+}
+
+// refuseUnparseable answers the client's frame that could not be read as
+// a message, err saying why.
+func (s *Session) refuseUnparseable(frame []byte, err error) {
+	s.log.Warn("unparseable message from the client", "err", err, "size", len(frame))
+	code := jsonrpc.CodeParseError
+	var id json.RawMessage // JSON-RPC's for a message not parsed
+	switch {
+	case errors.Is(err, jsonrpc.ErrAmbiguous):
+		code = jsonrpc.CodeInvalidRequest // JSON, but not one message
+	case jsonrpc.TooDeep(err):
+		// JSON all the same, which the upstream may read: the id
+		// its head holds is the one the client waits on.
+		id = s.brokenRequestID(frame)
+	}
+	s.writeClient(jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(code, "mcp-idempotent: %v", err)))
 }
 
 // tookRequest notes msg, a request of the client's about to be acted on,
