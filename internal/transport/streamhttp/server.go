@@ -388,29 +388,27 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, actor string) {
 		ss.mu.Unlock()
 	}
 	openStream(w)
-	if gen != 0 {
-		s.pumpAs(w, r, ss, st, from, gen)
-	} else {
-		s.pump(w, r, ss, st, from)
-	}
+	s.pumpAs(w, r, ss, st, from, gen)
 }
 
-// getStream returns the stream a GET writes, and the sequence number it
-// writes from: with Last-Event-ID, the stream that event belongs to, from
-// the event after it, and the generation of the writer it makes for it
-// (claimLocked); else the standing GET stream, unless another GET writes
-// it already, and 0 for the writer, which pump claims.
+// getStream returns the stream a GET writes, the sequence number it
+// writes from, and the generation of the writer it makes for it
+// (claimLocked), which pumpAs releases: with Last-Event-ID, the stream
+// that event belongs to, from the event after it; else the standing GET
+// stream, unless another GET writes it already.
 func (s *Server) getStream(r *http.Request, ss *ServerSession) (*stream, int64, int64, *httpError) {
 	last := r.Header.Get(headerLastEventID)
 	if last == "" {
 		ss.mu.Lock()
+		defer ss.mu.Unlock()
 		st := ss.getStreamLocked()
-		live, from := st.writer != 0, st.sent
-		ss.mu.Unlock()
-		if live {
+		if st.writer != 0 {
 			return nil, 0, 0, refuse(http.StatusConflict, "the session's GET stream is already open")
 		}
-		return st, from, 0, nil
+		// Claimed under the lock that saw it free: two GETs that come at
+		// once would both find it so, and the later take it over from
+		// the earlier, which the client had been told was open.
+		return st, st.sent, ss.claimLocked(st), nil
 	}
 	num, seq, ok := parseEventID(last)
 	var st *stream

@@ -304,3 +304,54 @@ func TestServerGetStreamPrimed(t *testing.T) {
 		}
 	}
 }
+
+// TestServerGetStreamOnce: two GETs without Last-Event-ID that come at
+// once open the session's GET stream once between them. One gets it; the
+// other is refused with 409, as a GET that comes while it is open is,
+// rather than both getting 200 and the later taking the stream over.
+func TestServerGetStreamOnce(t *testing.T) {
+	srv, _, hs := newTestServer(t, ServerOptions{})
+	sid := start(t, hs.URL, nil)
+	ss := srv.sessions[sid]
+	for round := range 20 {
+		ready := make(chan struct{})
+		got := make(chan *http.Response, 2)
+		for range 2 {
+			req, err := http.NewRequestWithContext(t.Context(), "GET", hs.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", "text/event-stream")
+			for k, v := range session(sid) {
+				req.Header.Set(k, v)
+			}
+			go func() {
+				<-ready
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- resp
+			}()
+		}
+		close(ready)
+		a, b := <-got, <-got
+		if a == nil || b == nil {
+			t.FailNow()
+		}
+		if a.StatusCode != 200 {
+			a, b = b, a
+		}
+		b.Body.Close()
+		if a.StatusCode != 200 || b.StatusCode != http.StatusConflict {
+			a.Body.Close()
+			t.Fatalf("round %d: two GETs at once got %s and %s; want 200 and 409", round, a.Status, b.Status)
+		}
+		a.Body.Close()
+		waitFor(t, func() bool {
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			return ss.get.writer == 0
+		})
+	}
+}
