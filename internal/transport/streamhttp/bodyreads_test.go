@@ -2,10 +2,12 @@ package streamhttp
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +126,53 @@ func TestServerBodyReadWaits(t *testing.T) {
 	defer resp.Body.Close()
 	if events := readEvents(t, resp.Body); resp.StatusCode != 200 || len(events) != 1 || !strings.Contains(events[0].data, `"id":3`) {
 		t.Fatalf("a request that waited for a place: %s %v; want its answer", resp.Status, events)
+	}
+}
+
+// endlessBody opens a connection to url and sends a request of method in
+// the session sid, with a chunked body whose first chunk is n bytes and
+// whose end never comes. It returns the response, and a reader of what
+// the connection carries after it.
+func endlessBody(t *testing.T, url, method, sid string, n int) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "%s / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"%s: %s\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", method, headerSessionID, sid, headerProtocolVersion, version, n, strings.Repeat(" ", n))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer 10s after the headers, the body still coming: %v", err)
+	}
+	return resp, br
+}
+
+// closes reports whether the server closes the connection br reads
+// within the 10s endlessBody gave it: only a server that waits for the
+// rest of the body leaves it open that long.
+func closes(br *bufio.Reader) bool {
+	_, err := br.ReadByte()
+	return !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// TestServerEndlessBodyOverTheLimit: a body of unknown length that passes
+// MaxMessage and never ends gets 413 at once, and its connection closes
+// soon after, rather than once BodyTimeout has passed or net/http has
+// read 256 KiB more of it.
+func TestServerEndlessBodyOverTheLimit(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{MaxMessage: 1024, BodyTimeout: time.Hour})
+	sid := start(t, hs.URL, nil)
+	resp, br := endlessBody(t, hs.URL, "POST", sid, 4096)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close || !strings.Contains(string(b), "--max-message-size") {
+		t.Errorf("answered %s, closing %v, %s; want 413 naming the limit, and the connection closed", resp.Status, resp.Close, b)
+	}
+	if !closes(br) {
+		t.Error("the connection is still open 10s after the headers, the body still coming")
 	}
 }

@@ -79,7 +79,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeRefusal(w, tooLargeBody(s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
+			// The rest is not read either: net/http would read up to
+			// 256 KiB more of it once answered, for as long as
+			// BodyTimeout lets a client that sends it slowly, or never.
+			refuseUnread(w, r, tooLargeBody(s.opts.MaxMessage), jsonrpc.CodeInvalidRequest)
 			return nil, false
 		}
 		s.log.Debug("reading a request body failed", "err", err)
