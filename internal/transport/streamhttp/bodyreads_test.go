@@ -176,3 +176,33 @@ func TestServerEndlessBodyOverTheLimit(t *testing.T) {
 		t.Error("the connection is still open 10s after the headers, the body still coming")
 	}
 }
+
+// TestServerEndlessBodyOfAGet: the body of a GET or DELETE, which the
+// server never reads, does not hold back the answer, however long it
+// goes on: net/http would read up to 256 KiB of it first, with no time
+// limit. The connection closes after the answer.
+func TestServerEndlessBodyOfAGet(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{BodyTimeout: time.Hour})
+	sid := start(t, hs.URL, nil)
+	for _, tt := range []struct {
+		method string
+		status int
+	}{
+		{"GET", http.StatusOK},
+		{"GET", http.StatusConflict}, // the first holds the stream
+		{"DELETE", http.StatusNoContent},
+	} {
+		resp, br := endlessBody(t, hs.URL, tt.method, sid, 16)
+		if resp.StatusCode != tt.status || !resp.Close {
+			t.Errorf("%s: answered %s, closing %v; want %d, and the connection closed", tt.method, resp.Status, resp.Close, tt.status)
+		}
+		if tt.status == http.StatusOK {
+			continue // a stream: it stays open
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if !closes(br) {
+			t.Errorf("%s: the connection is still open 10s after the headers, the body still coming", tt.method)
+		}
+	}
+}

@@ -67,18 +67,24 @@ func writeRefusal(w http.ResponseWriter, e *httpError, code int) {
 // answer before the connection closes, which could otherwise reset it.
 const unreadGrace = time.Second
 
-// refuseUnread is writeRefusal for a request whose body is not read, and
-// will not be. net/http reads what is left of a body, up to 256 KiB,
+// leaveUnread readies the answer to a request whose body is not read,
+// and will not be. net/http reads what is left of a body, up to 256 KiB,
 // before it writes the answer (unless told the connection closes) and
 // again once the handler returns, with no time limit: a client sending it
 // slowly would hold the connection, answered or not, for as long as it
 // likes. So the connection closes, after the answer, and the rest of the
 // body is waited for only unreadGrace.
-func refuseUnread(w http.ResponseWriter, r *http.Request, e *httpError, code int) {
+func leaveUnread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 { // -1: of unknown length
 		w.Header().Set("Connection", "close")
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(unreadGrace))
 	}
+}
+
+// refuseUnread is writeRefusal for a request whose body is not read
+// (leaveUnread).
+func refuseUnread(w http.ResponseWriter, r *http.Request, e *httpError, code int) {
+	leaveUnread(w, r)
 	writeRefusal(w, e, code)
 }
 

@@ -207,6 +207,11 @@ func (s *Server) Hurry() { s.cancel() }
 
 // ServeHTTP implements http.Handler for the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		// Only a POST's body is read: one a GET or DELETE comes with
+		// would else hold back its answer, the GET stream included.
+		leaveUnread(w, r)
+	}
 	if herr := s.checkSource(r); herr != nil {
 		refuseUnread(w, r, herr, jsonrpc.CodeInvalidRequest)
 		return
