@@ -126,11 +126,18 @@ passes:
 		conn.Release() // a count read again takes a connection of its own
 		conn = nil
 	}
-	// The orphan this call settled is reported whoever holds the key.
+	return s.lost(ctx, reading, rec, orphan, r.Fingerprint, op)
+}
+
+// lost ends a reservation that found rec holding its key: the call is
+// matched against it by fingerprint, and the orphan this call settled,
+// if any, is reported whoever holds the key.
+func (s *Store) lost(ctx context.Context, reading record.Reading, rec, orphan *record.Record, fingerprint, op string) (*record.Record, bool, error) {
 	if err := s.showOrphan(ctx, reading, rec, orphan); err != nil {
 		return nil, false, s.wrap(op, err)
 	}
-	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
+	rec, err := reading.Match(ctx, rec, fingerprint, s.storedAttached)
+	if err != nil {
 		return nil, false, s.wrap(op, err)
 	}
 	return rec, false, nil

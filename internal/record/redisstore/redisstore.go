@@ -283,36 +283,49 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	switch won {
 	case 1:
-		rec := reserved(r, now, opts.Dispatch)
-		s.remember(rec, hist)
-		s.tags.Put(rec.ID, loc{tag, rec.Retention})
-		s.track(rec, loc{tag, rec.Retention})
-		if s.cluster != nil {
-			if err := s.indexWon(ctx, rec.ID, tag); err != nil {
-				return nil, false, s.fail(op, err)
-			}
-		}
-		if oid != "" && len(v) > 3 {
-			rec = rec.WithOrphan(s.settledOrphan(ctx, reading, v[3], tag, oid))
-		}
-		return rec, true, nil
+		return s.won(ctx, reading, reserved(r, now, opts.Dispatch), hist, tag, oid, v)
 	case -1:
 		return nil, false, fmt.Errorf("%s: execution id already used", op)
 	}
 	if len(v) < 4 {
 		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
 	}
-	rec, err := s.decodeReply(v[3], tag)
+	return s.lost(ctx, reading, v[3], tag, oid, r.Fingerprint, op)
+}
+
+// won ends a reservation the script won with rec, the record it wrote
+// (reserved), and v, the script's reply: rec is remembered and tracked,
+// and carries the orphan the script settled, oid, if any.
+func (s *Store) won(ctx context.Context, reading record.Reading, rec *record.Record, hist int, tag, oid string, v []any) (*record.Record, bool, error) {
+	s.remember(rec, hist)
+	s.tags.Put(rec.ID, loc{tag, rec.Retention})
+	s.track(rec, loc{tag, rec.Retention})
+	if s.cluster != nil {
+		if err := s.indexWon(ctx, rec.ID, tag); err != nil {
+			return nil, false, s.fail("reserving "+rec.ID, err)
+		}
+	}
+	if oid != "" && len(v) > 3 {
+		rec = rec.WithOrphan(s.settledOrphan(ctx, reading, v[3], tag, oid))
+	}
+	return rec, true, nil
+}
+
+// lost ends a reservation the script did not win: reply is the key's
+// holder, which the call is matched against by fingerprint, and which
+// shows itself as it was before this attach counts if it is the orphan
+// this call settled (oid).
+func (s *Store) lost(ctx context.Context, reading record.Reading, reply any, tag, oid, fingerprint, op string) (*record.Record, bool, error) {
+	rec, err := s.decodeReply(reply, tag)
 	if err != nil {
 		return nil, false, s.fail(op, err)
 	}
 	if oid != "" {
-		// Settled by this call, as it was before this attach counts.
 		if rec.Orphan, err = reading.Show(ctx, rec.Clone(), s.storedAttached); err != nil {
 			return nil, false, s.wrap(op, err)
 		}
 	}
-	if rec, err = reading.Match(ctx, rec, r.Fingerprint, s.storedAttached); err != nil {
+	if rec, err = reading.Match(ctx, rec, fingerprint, s.storedAttached); err != nil {
 		return nil, false, s.wrap(op, err)
 	}
 	return rec, false, nil
