@@ -37,7 +37,7 @@ const headSize = 1024
 // An sseReader reads events from a text/event-stream body.
 type sseReader struct {
 	r      *bufio.Reader
-	max    int    // longest line and longest data, in bytes
+	max    int    // longest data, in bytes: the limit on a message
 	lastID string // the last event id seen on this stream
 	retry  int    // the last reconnection delay asked for, in ms; -1 if none
 	start  bool   // the first line has been read (a BOM may lead it)
@@ -55,11 +55,16 @@ func newSSEReader(r io.Reader, max int) *sseReader {
 	return &sseReader{r: bufio.NewReader(r), max: max, retry: -1}
 }
 
+// dataField leads a data line. The limit is on the message a line's
+// value carries, as on a JSON body, so a line may be this much longer.
+const dataField = "data: "
+
 // line returns the next line without its terminator, which is CRLF, LF or a
 // lone CR, and whether it had one. At the end of input it returns io.EOF,
 // after returning a last unterminated line, if any. A line over the
-// limit is returned cut to its first bytes, with s.cut set, for skipLine
-// to drop the rest: the stream, and the answers after it, go on.
+// limit, and the field name before it, is returned cut to its first
+// bytes, with s.cut set, for skipLine to drop the rest: the stream, and
+// the answers after it, go on.
 func (s *sseReader) line() ([]byte, bool, error) {
 	var buf []byte
 	s.cut = false
@@ -80,7 +85,8 @@ func (s *sseReader) line() ([]byte, bool, error) {
 			}
 			return buf, true, nil
 		}
-		if len(buf) >= s.max {
+		// Subtracted, not added to s.max: that may be math.MaxInt.
+		if len(buf)-len(dataField) >= s.max {
 			// b is the rest's first byte, for skipLine: the ids after
 			// the head are read from it.
 			s.r.UnreadByte()

@@ -43,22 +43,22 @@ func TestSSEReader(t *testing.T) {
 		// Data over the limit is read to the end of its event, which
 		// comes with its head; the stream goes on.
 		{"data too long", "data: " + strings.Repeat("x", 100) + "\r\nid: 4\n\ndata: y\n\n", []event{
-			{"message", []byte(strings.Repeat("x", 58)), "4", -1, true, nil},
+			{"message", []byte(strings.Repeat("x", 64)), "4", -1, true, nil},
 			{"message", []byte("y"), "4", -1, false, nil},
 		}, io.EOF},
 		{"data lines too long together", "data: " + strings.Repeat("x", 40) + "\ndata: " + strings.Repeat("y", 40) + "\rdata: z\n\n", []event{
 			{"message", []byte(strings.Repeat("x", 40) + "\n" + strings.Repeat("y", 40) + "\nz"), "", -1, true, nil},
 		}, io.EOF},
 		{"data too long, its id after", "data: {\"result\":\"" + strings.Repeat("x", 100) + "\",\n" + "data: \"id\":5}\n\n", []event{
-			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 53)), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
 		// The byte past the limit, here a quote and a comma, is read
 		// for the ids after the head.
-		{"data too long, a quote at the limit", "data: {\"result\":\"" + strings.Repeat("x", 47) + "\",\"id\":5}\n\n", []event{
-			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 47)), "", -1, true, []byte(`{"id":5,"result":null}`)},
+		{"data too long, a quote at the limit", "data: {\"result\":\"" + strings.Repeat("x", 53) + "\",\"id\":5}\n\n", []event{
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 53)), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
-		{"data too long, a comma at the limit", "data: {\"result\":\"" + strings.Repeat("x", 46) + "\",\"id\":5}\n\n", []event{
-			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 46) + "\""), "", -1, true, []byte(`{"id":5,"result":null}`)},
+		{"data too long, a comma at the limit", "data: {\"result\":\"" + strings.Repeat("x", 52) + "\",\"id\":5}\n\n", []event{
+			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 52) + "\""), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
 		{"data too long, cut off", "data: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
 		// Any other line over the limit is read to its end and dropped;
@@ -68,7 +68,7 @@ func TestSSEReader(t *testing.T) {
 			{"message", []byte("y"), "1", -1, false, nil},
 		}, io.EOF},
 		{"comment too long", ":" + strings.Repeat("x", 100) + "\rdata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
-		{"event type too long", "event: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{strings.Repeat("x", 57), []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"event type too long", "event: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{strings.Repeat("x", 63), []byte("y"), "", -1, false, nil}}, io.EOF},
 		{"retry too long", "retry: 5\nretry: " + strings.Repeat("0", 100) + "\ndata: y\n\n", []event{{"message", []byte("y"), "", 5, false, nil}}, io.EOF},
 		{"field name too long", strings.Repeat("x", 100) + ": 1\ndata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
 		{"id too long, cut off", "id: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},

@@ -1,0 +1,65 @@
+package streamhttp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// limitTestMax is the MaxMessage of the tests in this file.
+const limitTestMax = 1000
+
+// dialBody dials a server that answers every POST with body under the
+// Content-Type ct, with a Client whose MaxMessage is limitTestMax.
+func dialBody(t *testing.T, ct, body string) *Client {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", ct)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := Dial(context.Background(), ts.URL, Options{MaxMessage: limitTestMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// answerOfSize is an answer to the request with id 2 of n bytes.
+func answerOfSize(n int) string {
+	const head, tail = `{"jsonrpc":"2.0","id":2,"result":{"text":"`, `"}}`
+	return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
+}
+
+// TestAnswerAtTheLimit: the limit bounds the message, so an answer of
+// exactly MaxMessage bytes comes through in an event stream as in a JSON
+// body: the "data: " before it in its event is not counted.
+func TestAnswerAtTheLimit(t *testing.T) {
+	answer := answerOfSize(limitTestMax)
+	// Two data lines are one message, joined with a newline.
+	short := answerOfSize(limitTestMax - 1)
+	i := strings.Index(short, `"result"`)
+	for _, tc := range []struct{ name, ct, body string }{
+		{"json", "application/json", answer},
+		{"sse", "text/event-stream", "data: " + answer + "\n\n"},
+		{"sse without a space", "text/event-stream", "data:" + answer + "\n\n"},
+		{"sse over two lines", "text/event-stream", "data: " + short[:i] + "\ndata: " + short[i:] + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialBody(t, tc.ct, tc.body)
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)
+			if m := read(t, c); string(m.ID) != "2" || m.Result == nil {
+				t.Errorf("got %.80s; want the answer", m.Raw)
+			}
+		})
+	}
+}
