@@ -182,10 +182,11 @@ func (s *sseReader) next() (event, error) {
 }
 
 // field takes in line, a field of the event next is reading. A line over
-// the limit other than data is read to its end and dropped: a comment
-// or an unknown field means nothing; an event type cut is not "message";
-// an id or retry cut is not known, so the event counts as having none,
-// and the stream is not resumed past it.
+// the limit other than data is read to its end and dropped, and its
+// event, whose data may answer a request, goes on: a comment or an
+// unknown field means nothing; an event type, id or retry cut is not
+// known, so the event counts as having none (a message, then), and the
+// stream is not resumed past it.
 func (s *sseReader) field(line []byte, data *[]byte, large, hasData *bool, typ *string, retry *int) error {
 	if line[0] == ':' {
 		// A comment, often a keep-alive.
@@ -196,7 +197,9 @@ func (s *sseReader) field(line []byte, data *[]byte, large, hasData *bool, typ *
 		}
 		switch string(name) {
 		case "event":
-			*typ = string(value)
+			if !s.cut {
+				*typ = string(value)
+			}
 		case "data":
 			err := s.data(data, large, *hasData, value)
 			*hasData = true

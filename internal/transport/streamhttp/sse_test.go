@@ -61,14 +61,15 @@ func TestSSEReader(t *testing.T) {
 			{"message", []byte("{\"result\":\"" + strings.Repeat("x", 52) + "\""), "", -1, true, []byte(`{"id":5,"result":null}`)},
 		}, io.EOF},
 		{"data too long, cut off", "data: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},
-		// Any other line over the limit is read to its end and dropped;
-		// an id cut is no id: the one before it stands.
+		// Any other line over the limit is read to its end and dropped,
+		// not its event; an id cut is no id: the one before it stands.
 		{"id too long", "id: 1\ndata: a\n\nid: " + strings.Repeat("x", 100) + "\r\ndata: y\n\n", []event{
 			{"message", []byte("a"), "1", -1, false, nil},
 			{"message", []byte("y"), "1", -1, false, nil},
 		}, io.EOF},
 		{"comment too long", ":" + strings.Repeat("x", 100) + "\rdata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
-		{"event type too long", "event: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{strings.Repeat("x", 63), []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"event type too long", "event: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
+		{"event type too long after one", "event: ping\nevent: " + strings.Repeat("x", 100) + "\ndata: y\n\n", []event{{"ping", []byte("y"), "", -1, false, nil}}, io.EOF},
 		{"retry too long", "retry: 5\nretry: " + strings.Repeat("0", 100) + "\ndata: y\n\n", []event{{"message", []byte("y"), "", 5, false, nil}}, io.EOF},
 		{"field name too long", strings.Repeat("x", 100) + ": 1\ndata: y\n\n", []event{{"message", []byte("y"), "", -1, false, nil}}, io.EOF},
 		{"id too long, cut off", "id: " + strings.Repeat("x", 100), nil, io.ErrUnexpectedEOF},

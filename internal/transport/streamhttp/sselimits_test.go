@@ -63,3 +63,26 @@ func TestAnswerAtTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestLongFieldKeepsItsEvent: a line of an event other than data over
+// the limit is dropped, not the event: the answer in its data reaches
+// its caller at once.
+func TestLongFieldKeepsItsEvent(t *testing.T) {
+	long := strings.Repeat("x", 2*limitTestMax)
+	answer := `{"jsonrpc":"2.0","id":2,"result":{}}`
+	for _, tc := range []struct{ name, body string }{
+		{"event type", "event: " + long + "\ndata: " + answer + "\n\n"},
+		{"event type after the data", "data: " + answer + "\nevent: " + long + "\n\n"},
+		{"id", "id: " + long + "\ndata: " + answer + "\n\n"},
+		{"retry", "retry: " + long + "\ndata: " + answer + "\n\n"},
+		{"comment", ":" + long + "\ndata: " + answer + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialBody(t, "text/event-stream", tc.body)
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)
+			if m := read(t, c); string(m.ID) != "2" || m.Result == nil {
+				t.Errorf("got %s; want the answer", m.Raw)
+			}
+		})
+	}
+}
