@@ -199,7 +199,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		case len(body) > c.max:
 			// As over stdio: the caller is told of the limit, which it
 			// may raise, rather than of an answer that never came.
-			reason = c.dropBody(body, resp.Body, pending)
+			reason = c.dropBody(resp, body, pending)
 		default:
 			c.deliver(body, pending)
 			// Checked only for a body that answered nothing, as deliver
@@ -211,7 +211,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 			}
 		}
 	case "text/event-stream":
-		dropped, gone := c.relayStream(resp.Body, pending, !s.stateless)
+		dropped, gone := c.relayStream(resp, pending, !s.stateless)
 		if dropped {
 			reason += ", after a " + tooLarge(c.max) + " was dropped from it"
 		}

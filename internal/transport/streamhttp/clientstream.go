@@ -15,8 +15,8 @@ import (
 // bring no new event.
 const maxResumes = 5
 
-// relayStream delivers the message events of the SSE body answering a POST
-// until every request in pending is answered. A stream that ends first is
+// relayStream delivers the message events of resp, the SSE stream
+// answering a POST, until every request in pending is answered. A stream that ends first is
 // resumed with GET and Last-Event-ID (spec 2025-11-25, "Resumability and
 // Redelivery"): losing the connection must not lose the answer. Only a
 // resumable stream is: 2026-07-28 has no GET and no resumption (spec
@@ -24,8 +24,9 @@ const maxResumes = 5
 // It reports whether a message over the size limit was dropped, and
 // whether a resumption met a 404 for the session: the caller then answers
 // pending, and ends the session (expire).
-func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMessage, resumable bool) (dropped, gone bool) {
-	var st dropState
+func (c *Client) relayStream(resp *http.Response, pending map[string]json.RawMessage, resumable bool) (dropped, gone bool) {
+	st := dropState{resp: resp}
+	body := resp.Body
 	r := newSSEReader(body, c.max)
 	lastID, retry := "", -1
 	// failures counts the resumptions in a row that read no event;
@@ -63,7 +64,7 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 		if wait := resumeWait(failures, quiet, retry); wait > 0 && !c.sleep(wait) {
 			return st.dropped, false
 		}
-		resp, err := c.get(lastID)
+		got, err := c.get(lastID)
 		var se *statusError
 		switch {
 		case c.sessionGone(err):
@@ -79,7 +80,7 @@ func (c *Client) relayStream(body io.ReadCloser, pending map[string]json.RawMess
 			r = nil
 			continue
 		}
-		body = resp.Body
+		body = got.Body
 		r = newSSEReader(body, c.max)
 		r.lastID, r.retry = lastID, retry
 	}

@@ -86,3 +86,26 @@ func TestLongFieldKeepsItsEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestDroppedAnswerStatus: an answer over the limit leaves its request
+// answered with the HTTP status that came with it, in an event stream as
+// in a JSON body, whether its id comes before the large result or after.
+func TestDroppedAnswerStatus(t *testing.T) {
+	over := answerOfSize(limitTestMax + 1)
+	late := `{"jsonrpc":"2.0","result":{"text":"` + strings.Repeat("x", 2*headSize) + `"},"id":2}`
+	for _, tc := range []struct{ name, ct, body string }{
+		{"json", "application/json", over},
+		{"json, id after", "application/json", late},
+		{"sse", "text/event-stream", "data: " + over + "\n\n"},
+		{"sse, id after", "text/event-stream", "data: " + late + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialBody(t, tc.ct, tc.body)
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)
+			na := readNoAnswer(t, c)
+			if want := tooLarge(limitTestMax); string(na.ID) != "2" || !strings.Contains(na.Reason, want) || na.Status != http.StatusOK {
+				t.Errorf("got %+v; want HTTP 200 and a reason saying %q", *na, want)
+			}
+		})
+	}
+}

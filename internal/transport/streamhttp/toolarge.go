@@ -2,7 +2,7 @@ package streamhttp
 
 import (
 	"encoding/json"
-	"io"
+	"net/http"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -16,6 +16,10 @@ type dropState struct {
 	// the server, which sent that answer, may hold a resumed stream open
 	// with nothing more to send.
 	lost bool
+	// resp is the answer to the POST, whose status goes with the
+	// account of an answer dropped, as when it is dropped from a JSON
+	// body; nil on the GET stream, which answers no request.
+	resp *http.Response
 }
 
 // dropTooLarge handles a message from the server over the size limit,
@@ -30,10 +34,10 @@ type dropState struct {
 // false once the Client is closed.
 func (c *Client) dropTooLarge(head, late []byte, pending map[string]json.RawMessage, st *dropState) bool {
 	st.dropped = true
-	ok, told := c.dropHead(head, pending)
+	ok, told := c.dropHead(head, pending, st.resp)
 	if late != nil {
 		var lateTold bool
-		ok, lateTold = c.dropHead(late, pending)
+		ok, lateTold = c.dropHead(late, pending, st.resp)
 		told = told || lateTold
 	}
 	st.lost = st.lost || !told
@@ -42,8 +46,9 @@ func (c *Client) dropTooLarge(head, late []byte, pending map[string]json.RawMess
 
 // dropHead is dropTooLarge for one head. told says that pending is left
 // with no request the message may have answered: it was a request or a
-// notification, or named its ids.
-func (c *Client) dropHead(head []byte, pending map[string]json.RawMessage) (ok, told bool) {
+// notification, or named its ids. resp is the POST's answer, if pending
+// is not nil.
+func (c *Client) dropHead(head []byte, pending map[string]json.RawMessage, resp *http.Response) (ok, told bool) {
 	ids, kind := jsonrpc.HeadMessage(head)
 	if pending != nil && kind == jsonrpc.HeadOfAnswer {
 		c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
@@ -56,7 +61,7 @@ func (c *Client) dropHead(head []byte, pending map[string]json.RawMessage) (ok, 
 		}
 		// An answer to no request of the POST is dropped, as deliver
 		// drops one.
-		c.answer(answered, jsonrpc.NoAnswer{Reason: "the upstream's answer was dropped: " + tooLarge(c.max)})
+		c.answer(answered, noAnswer(resp, "the upstream's answer was dropped: "+tooLarge(c.max)))
 		return true, len(ids) > 0
 	}
 	// A request of the server's, or, undecided, an answer whose "result"
@@ -87,12 +92,12 @@ func anyPending(ids []json.RawMessage, pending map[string]json.RawMessage) bool 
 }
 
 // dropBody handles body, the first bytes of a JSON body over the size
-// limit, of which rest holds what is left, as dropTooLarge does an
+// limit, of which resp.Body holds what is left, as dropTooLarge does an
 // event's, and returns why pending's requests are left unanswered. The
 // answer they wait for, if its first bytes say so and name its ids, is
 // the caller's to answer at once. Else the rest is followed to its end
 // for the ids after them.
-func (c *Client) dropBody(body []byte, rest io.Reader, pending map[string]json.RawMessage) string {
+func (c *Client) dropBody(resp *http.Response, body []byte, pending map[string]json.RawMessage) string {
 	const dropped = "the upstream's answer was dropped: "
 	head := body[:min(len(body), headSize)]
 	ids, kind := jsonrpc.HeadMessage(head)
@@ -104,14 +109,14 @@ func (c *Client) dropBody(body []byte, rest io.Reader, pending map[string]json.R
 	tail.Scan(body)
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := rest.Read(buf)
+		n, err := resp.Body.Read(buf)
 		tail.Scan(buf[:n])
 		if err != nil {
 			break
 		}
 	}
 	late := jsonrpc.LateHead(tail.LateIDs(len(head), kind))
-	var st dropState
+	st := dropState{resp: resp}
 	c.dropTooLarge(head, late, pending, &st)
 	if st.lost {
 		return dropped + tooLarge(c.max)
