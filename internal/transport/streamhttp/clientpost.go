@@ -189,6 +189,7 @@ func (c *Client) sessionForgotten() bool {
 func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.RawMessage) {
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	reason := "upstream response ended without an answer"
+	came := false // the answer came, and was dropped over the limit
 	switch ct {
 	case "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
@@ -199,7 +200,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		case len(body) > c.max:
 			// As over stdio: the caller is told of the limit, which it
 			// may raise, rather than of an answer that never came.
-			reason = c.dropBody(resp, body, pending)
+			reason, came = c.dropBody(resp, body, pending)
 		default:
 			c.deliver(body, pending)
 			// Checked only for a body that answered nothing, as deliver
@@ -223,9 +224,18 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 		c.log.Warn("the upstream answered with an unexpected Content-Type", "content_type", ct)
 		reason = fmt.Sprintf("the upstream answered with Content-Type %q, not JSON or an event stream", ct)
 	}
-	if len(pending) > 0 {
-		c.fail(s, unansweredIDs(s.ids, pending), noAnswer(resp, reason))
+	if len(pending) == 0 {
+		return
 	}
+	ids, na := unansweredIDs(s.ids, pending), noAnswer(resp, reason)
+	if came {
+		// The server's answer, not the end of a POST that a
+		// cancellation cut short: a request cancelled meanwhile is
+		// told of it, as from an event stream (dropTooLarge).
+		c.answer(ids, na)
+		return
+	}
+	c.fail(s, ids, na)
 }
 
 // tooLarge says that a message from the upstream was over the limit max,

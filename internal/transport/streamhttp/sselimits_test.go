@@ -2,11 +2,14 @@ package streamhttp
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // limitTestMax is the MaxMessage of the tests in this file.
@@ -105,6 +108,33 @@ func TestDroppedAnswerStatus(t *testing.T) {
 			na := readNoAnswer(t, c)
 			if want := tooLarge(limitTestMax); string(na.ID) != "2" || !strings.Contains(na.Reason, want) || na.Status != http.StatusOK {
 				t.Errorf("got %+v; want HTTP 200 and a reason saying %q", *na, want)
+			}
+		})
+	}
+}
+
+// TestCancelledCallToldOfDroppedAnswer: an answer over the limit that
+// came to a stateless request cancelled meanwhile is the server's own
+// answer, not the end of the stream that the cancellation closed: the
+// request is told of it, from a JSON body as from an event stream, so
+// that a record kept for it learns that its outcome was not observed.
+func TestCancelledCallToldOfDroppedAnswer(t *testing.T) {
+	over := answerOfSize(limitTestMax + 1)
+	for _, tc := range []struct{ name, ct, body string }{
+		{"json", "application/json", over},
+		{"sse", "text/event-stream", "data: " + over + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialBody(t, tc.ct, "") // its server is not asked
+			id := json.RawMessage("2")
+			// The body came whole, and then the client cancelled.
+			s := sent{ids: []json.RawMessage{id}, stateless: true, call: &statelessCall{method: "tools/call", cancel: func() {}, cancelled: true}}
+			resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {tc.ct}}, Body: io.NopCloser(strings.NewReader(tc.body))}
+			c.relayBody(resp, s, map[string]json.RawMessage{string(jsonrpc.IDKey(id)): id})
+			c.expire() // ReadFrame returns what is queued, then no more
+			na := readNoAnswer(t, c)
+			if want := tooLarge(limitTestMax); string(na.ID) != "2" || !strings.Contains(na.Reason, want) {
+				t.Errorf("got %+v; want a reason saying %q", *na, want)
 			}
 		})
 	}

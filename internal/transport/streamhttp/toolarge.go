@@ -93,17 +93,18 @@ func anyPending(ids []json.RawMessage, pending map[string]json.RawMessage) bool 
 
 // dropBody handles body, the first bytes of a JSON body over the size
 // limit, of which resp.Body holds what is left, as dropTooLarge does an
-// event's, and returns why pending's requests are left unanswered. The
-// answer they wait for, if its first bytes say so and name its ids, is
-// the caller's to answer at once. Else the rest is followed to its end
-// for the ids after them.
-func (c *Client) dropBody(resp *http.Response, body []byte, pending map[string]json.RawMessage) string {
+// event's. It returns why pending's requests are left unanswered, and
+// whether the body may have been their answer (answer): the answer they
+// wait for, if its first bytes say so and name its ids, is the caller's
+// to answer at once. Else the rest is followed to its end for the ids
+// after them.
+func (c *Client) dropBody(resp *http.Response, body []byte, pending map[string]json.RawMessage) (reason string, answer bool) {
 	const dropped = "the upstream's answer was dropped: "
 	head := body[:min(len(body), headSize)]
 	ids, kind := jsonrpc.HeadMessage(head)
 	if kind == jsonrpc.HeadOfAnswer && len(ids) > 0 {
 		c.log.Error("dropped an answer from the upstream over the size limit", "limit", c.max)
-		return dropped + tooLarge(c.max)
+		return dropped + tooLarge(c.max), true
 	}
 	var tail jsonrpc.TailScan
 	tail.Scan(body)
@@ -119,7 +120,7 @@ func (c *Client) dropBody(resp *http.Response, body []byte, pending map[string]j
 	st := dropState{resp: resp}
 	c.dropTooLarge(head, late, pending, &st)
 	if st.lost {
-		return dropped + tooLarge(c.max)
+		return dropped + tooLarge(c.max), true
 	}
-	return "upstream response ended without an answer, after a " + tooLarge(c.max) + " was dropped from it"
+	return "upstream response ended without an answer, after a " + tooLarge(c.max) + " was dropped from it", false
 }
