@@ -149,10 +149,26 @@ func (q *questions) arm(id string, t *time.Timer) {
 	q.at(id).timer = t
 }
 
+// taken notes that a caller's transport took the question of execution
+// id, if it is still asked here: one forgotten meanwhile is not kept
+// again, with nothing left to forget it.
 func (q *questions) taken(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.at(id).taken = true
+	if qq := q.m[id]; qq != nil {
+		qq.taken = true
+	}
+}
+
+// expire keeps execution id, asked about here again, until after d, when
+// its approval's time is out, unless a timer that refuses it is armed
+// here: a decision made in another process is not told to this one.
+func (q *questions) expire(id string, d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if qq := q.at(id); qq.timer == nil {
+		qq.timer = time.AfterFunc(max(d, 0), func() { q.forget(id) })
+	}
 }
 
 // untaken notes that the question of execution id did not reach its
@@ -378,6 +394,9 @@ func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *r
 		in.goAttach(ctx, rec, req)
 		return
 	}
+	// The process that asked first refuses it when its time is out, and
+	// any process may decide it: this one may never hear of it.
+	in.questions.expire(rec.ID, rec.At(record.Accepted).Add(req.Policy.ApprovalTimeout).Sub(in.now()))
 	in.putQuestion(ctx, req, rec.ID, result)
 }
 

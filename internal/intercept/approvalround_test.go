@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -237,4 +238,27 @@ func TestApprovalRetryRacesTheQuestion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestApprovalQuestionAskedAgainIsForgotten: a process that asked again
+// for an execution that another process then decides is never told of
+// the decision. It forgets the question once the approval's time is out,
+// rather than keep it for as long as it runs.
+func TestApprovalQuestionAskedAgainIsForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		other := &harness{in: New(Options{Store: h.store, Hasher: h.in.hasher}), store: h.store, up: h.up, pol: h.pol}
+		args := `{"card":"4242","amount":100}`
+		round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+		asRound(t, other.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+		view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t))
+		time.Sleep(h.pol.ApprovalTimeout + time.Second)
+		synctest.Wait()
+		other.in.questions.mu.Lock()
+		n := len(other.in.questions.m)
+		other.in.questions.mu.Unlock()
+		if n != 0 || h.up.calls.Load() != 1 {
+			t.Fatalf("the process that asked again holds %d questions after the approval's time, with %d runs; want none, one run", n, h.up.calls.Load())
+		}
+	})
 }
