@@ -212,6 +212,11 @@ func (a *activityArgs) check() error {
 		// is no answer to a mistyped flag.
 		return usagef("--as: %q is not failed or completed", a.as)
 	}
+	if !utf8.ValidString(a.note) {
+		// Kept as JSON text, where each byte that is not UTF-8 becomes
+		// U+FFFD: every caller would be shown another note.
+		return usagef("--note: %q is not UTF-8 text", a.note)
+	}
 	if n := utf8.RuneCountInString(a.note); n > record.MaxNote {
 		// Kept with the record and shown to every caller it has.
 		return usagef("--note: %d characters; at most %d", n, record.MaxNote)

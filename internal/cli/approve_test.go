@@ -223,3 +223,25 @@ func TestOperatorNoteTooLong(t *testing.T) {
 		t.Errorf("activity deny with a note of 1,000 characters = %v; want it taken", err)
 	}
 }
+
+// TestOperatorNoteNotUTF8: a note that is not UTF-8 (typed in a Latin-1
+// terminal, say) would be kept with each such byte turned into U+FFFD,
+// and shown so to every caller: it is refused, naming --note, and the
+// execution still awaits its decision.
+func TestOperatorNoteNotUTF8(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator)
+	for _, args := range [][]string{
+		{"approve", ids[0], "--note", "ok \xe9", "--store", store},
+		{"deny", ids[0], "--note", "non \xe9", "--store", store},
+		{"resolve", ids[0], "--as", "failed", "--note", "\xff", "--store", store},
+	} {
+		_, _, err := run(t, append([]string{"activity"}, args...)...)
+		if _, ok := errors.AsType[*usageError](err); !ok || !strings.Contains(err.Error(), "--note") || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("activity %s with a note that is not UTF-8 = %v; want a usage error naming --note", args[0], err)
+		}
+	}
+	stdout, _, err := run(t, "activity", "list", "--store", store, "--awaiting")
+	if err != nil || !strings.Contains(stdout, ids[0]) {
+		t.Errorf("after the refused notes, list --awaiting = %q, %v; want the execution still awaiting", stdout, err)
+	}
+}
