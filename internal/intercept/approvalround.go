@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -352,13 +353,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 	}
 	fp, err := in.actionOf(req)
 	if _, scope := matchScope(req); err == nil && fp != rec.Fingerprint && scope != rec.Scope {
-		// The state vouches for the tool and the arguments: the call is
-		// the one asked about, from a scope that cannot reach it (another
-		// stdio process, serve since restarted). The scopes are not
-		// named: an HTTP session's names its session id.
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
-			"tools/call %s: the call continues the approval of execution %s, which was asked about in another session scope (another proxy process, or one since restarted), so it cannot be decided here and nothing was sent: send the call again as it was first sent, and it is asked about anew",
-			plain.Name, id))
+		in.replyError(req, otherScope(plain.Name, id, scope, rec.Scope))
 		return
 	}
 	if err != nil || fp != rec.Fingerprint {
@@ -380,6 +375,29 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 		in.goAttach(ctx, rec, req)
 	}
+}
+
+// otherScope is the error of a continuation of the approval of execution
+// id, of tool, that the state vouches for (the tool and the arguments
+// are the ones asked about) but that is matched in scope, not asked, the
+// execution's. The scopes are not named: an HTTP session's names its
+// session id.
+func otherScope(tool, id, scope, asked string) *jsonrpc.Error {
+	key := string(policy.ScopeKey)
+	if scope == key || asked == key {
+		// A client key added or dropped: not another process.
+		how, send := "without", "without one"
+		if asked == key {
+			how, send = "with", "with that key"
+		}
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the call continues the approval of execution %s, which was asked about for a call %s a client key (_meta %q), so it cannot be decided here and nothing was sent: send the continuation %s",
+			tool, id, how, mcp.MetaKey, send)
+	}
+	// Another stdio process, or serve since restarted.
+	return jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+		"tools/call %s: the call continues the approval of execution %s, which was asked about in another session scope (another proxy process, or one since restarted), so it cannot be decided here and nothing was sent: send the call again as it was first sent, and it is asked about anew",
+		tool, id)
 }
 
 // askAgainInRound answers a call that maps to rec, which awaits its

@@ -262,3 +262,29 @@ func TestApprovalQuestionAskedAgainIsForgotten(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalInRoundKeyDropped: a continuation that drops the client key
+// the call asked about was sent with is told so, not that it comes from
+// another proxy process.
+func TestApprovalInRoundKeyDropped(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	keyed := func(call string) string {
+		return strings.Replace(call, `"_meta":{`, `"_meta":{"mcp-idempotent/key":"k1",`, 1)
+	}
+	round := asRound(t, h.call(t.Context(), t, keyed(roundCall(args, nil, ""))).only(t))
+	ans := h.call(t.Context(), t, roundCall(args, round, "accept")).only(t)
+	if e := string(ans.Error); !strings.Contains(e, "-32602") || !strings.Contains(e, "mcp-idempotent/key") || strings.Contains(e, "another proxy process") {
+		t.Fatalf("a continuation without the call's client key got %s %s; want -32602 naming the key", ans.Result, ans.Error)
+	}
+	if v := view(t, h.call(t.Context(), t, keyed(roundCall(args, round, "accept"))).only(t)); v.IsError || h.up.calls.Load() != 1 {
+		t.Fatalf("the continuation with its key got %q, %d runs; want one run", v.Content[0].Text, h.up.calls.Load())
+	}
+	// And one that adds a key the call did not have.
+	other := `{"card":"1111","amount":5}`
+	round = asRound(t, h.call(t.Context(), t, roundCall(other, nil, "")).only(t))
+	ans = h.call(t.Context(), t, keyed(roundCall(other, round, "accept"))).only(t)
+	if e := string(ans.Error); !strings.Contains(e, "without a client key") || h.up.calls.Load() != 1 {
+		t.Fatalf("a continuation that adds a client key got %s %s, %d runs; want -32602 naming the key, nothing run", ans.Result, ans.Error, h.up.calls.Load())
+	}
+}
