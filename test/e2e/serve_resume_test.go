@@ -217,6 +217,7 @@ func testResume(t *testing.T, client string, whileAway bool) {
 	card := "4242"
 	var call func() *mcp.CallToolResult
 	var p *peer
+	primed := func() error { return nil } // the client holds an event id
 	switch client {
 	case "go-sdk":
 		p = connectHTTP(t, ctx, s, url, "2025-11-25", nil, nil)
@@ -238,7 +239,8 @@ func testResume(t *testing.T, client string, whileAway bool) {
 		}
 	case "typescript":
 		card = "5555"
-		_, _, wait := tsClient(t, ctx, "resume", url)
+		_, stderr, wait := tsClient(t, ctx, "resume", url)
+		primed = func() error { return stderr.waitFor(ctx, "primed") }
 		call = func() *mcp.CallToolResult {
 			out := wait()
 			if out.Charges != 1 {
@@ -259,6 +261,13 @@ func testResume(t *testing.T, client string, whileAway bool) {
 	// stream could not be resumed.
 	if err := r.toClient.waitUntil(ctx, "the call's priming event", awaitingAnswer); err != nil {
 		t.Fatal(err)
+	}
+	// Written to the client's connection is not yet read by it: the
+	// TypeScript client, a process of its own, may not have read the
+	// event when the cut resets the connection, and would then hold no
+	// event id to resume from.
+	if err := primed(); err != nil {
+		t.Fatalf("the client never read the priming event: %v", err)
 	}
 	m := upstreamPID.FindStringSubmatch(s.stderr.String())
 	if m == nil {

@@ -76,18 +76,25 @@ func tsClient(t *testing.T, ctx context.Context, mode, url string) (stdin io.Wri
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", cmd, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// exited is closed once the script has exited, and waitErr is then
+	// how: both the cleanup and wait read it, in either order, any
+	// number of times.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		<-exited
 	})
 	return stdin, stderr, func() *tsClientOut {
 		t.Helper()
-		if err := <-done; err != nil {
-			t.Fatalf("%s: %v\nstderr:\n%s\nstdout:\n%s", cmd, err, stderr.tail(transcriptTail), stdout.String())
+		<-exited
+		if waitErr != nil {
+			t.Fatalf("%s: %v\nstderr:\n%s\nstdout:\n%s", cmd, waitErr, stderr.tail(transcriptTail), stdout.String())
 		}
-		done <- nil
 		var out tsClientOut
 		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 			t.Fatalf("%s printed %q: %v\nstderr:\n%s", cmd, stdout.String(), err, stderr.tail(transcriptTail))

@@ -11,7 +11,8 @@
 //     retries); then the charges count.
 //   node serve-client.mjs resume URL
 //     one charge_card call; the Go test cuts the connections while it is
-//     under way. Prints "calling" on stderr when the request has gone.
+//     under way. Prints "calling" on stderr when the request has gone,
+//     and "primed" when its stream has given it an event id.
 //   node serve-client.mjs keepalive URL
 //     one charge_card call, whose stream is watched on its way to the
 //     client's parser: prints "kept alive" on stderr once a keep-alive
@@ -95,7 +96,12 @@ if (mode === "basic") {
 } else {
   out.resumptionTokens = [];
   const pending = client.callTool(charge, undefined, {
-    onresumptiontoken: (token) => out.resumptionTokens.push(token),
+    onresumptiontoken: (token) => {
+      // Said once, on the first: the Go test cuts the connection only
+      // once the client holds an event id to resume from.
+      if (out.resumptionTokens.length === 0) console.error("primed");
+      out.resumptionTokens.push(token);
+    },
   });
   console.error("calling");
   out.result = await pending;
