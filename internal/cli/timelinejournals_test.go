@@ -164,3 +164,37 @@ func TestShowMemoryStoreFromTheJournals(t *testing.T) {
 		}
 	}
 }
+
+// TestShowFromAJournalThatOnlyJoined: told from the journal of a proxy
+// that only joined an execution (its starter's journal not given), the
+// timeline says the journals given do not tell its dispatch or answer,
+// not that it was never sent upstream: a caller got its answer.
+func TestShowFromAJournalThatOnlyJoined(t *testing.T) {
+	joined := journal.Entry{Time: time.Now(), Execution: "exe_j", Tool: "charge_card", Event: journal.Attached,
+		Session: "session:s2", RequestID: json.RawMessage("7"),
+		Attach: &journal.Attach{How: journal.JoinedReplay, Got: journal.GotAnswer, Taken: true}}
+	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), []journal.Entry{joined})
+	for _, store := range []string{emptyStore(t), "memory"} {
+		out, _, err := run(t, "activity", "show", "exe_j", "--store", store, "--journal", j)
+		if err != nil {
+			t.Fatalf("activity show --store %s: %v", store, err)
+		}
+		sec := sections(t, out)
+		if d := sec[headDispatch]; strings.Contains(d, "never dispatched") || !strings.Contains(d, "no line of the journals given tells it was dispatched") {
+			t.Errorf("--store %s: section %q:\n%s\nwant it to say the journals given do not tell it", store, headDispatch, d)
+		}
+		if a := sec[headAnswer]; !strings.Contains(a, "no line of the journals given tells a state of it") {
+			t.Errorf("--store %s: section %q:\n%s\nwant it to say the journals given tell no state", store, headAnswer, a)
+		}
+	}
+	// A refusal is never sent upstream, whoever's journal tells it.
+	refused := filepath.Join(t.TempDir(), "refused.jsonl")
+	writeEntries(t, refused, []journal.Entry{
+		{Time: time.Now(), Execution: "exe_r", Tool: "charge_card", State: "accepted"},
+		{Time: time.Now(), Execution: "exe_r", Tool: "charge_card", State: "refused", By: "bob", Via: record.ApproverOperator},
+	})
+	out, _, err := run(t, "activity", "show", "exe_r", "--store", "memory", "--journal", refused)
+	if d := sections(t, out)[headDispatch]; err != nil || !strings.Contains(d, "never dispatched") {
+		t.Errorf("activity show of a refused execution = %v; section %q:\n%s\nwant never dispatched", err, headDispatch, d)
+	}
+}

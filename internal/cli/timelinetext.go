@@ -47,7 +47,7 @@ func printTimeline(w io.Writer, tl *timeline) {
 	if tl.Shadow {
 		fmt.Fprintln(w, "  "+shadowDispatchNote)
 	}
-	printDispatch(w, &tl.Dispatch)
+	printDispatch(w, &tl.Dispatch, tl.FromJournal && tl.State != record.Refused)
 	fmt.Fprintf(w, "\n%s\n", headAnswer)
 	printAnswer(w, &tl.Answer, tl.FromJournal)
 	fmt.Fprintf(w, "\n%s\n", headCallers)
@@ -144,9 +144,17 @@ func clientText(c *journal.SessionClient) string {
 	return s
 }
 
-func printDispatch(w io.Writer, p *dispatchPart) {
+// printDispatch prints p; partial says the journals alone told it, and
+// may lack the lines of its dispatches.
+func printDispatch(w io.Writer, p *dispatchPart, partial bool) {
 	fmt.Fprintf(w, "  accepted %s\n", stamp(p.Accepted))
-	if p.Count == 0 {
+	switch {
+	case p.Count == 0 && partial:
+		// The journal of the proxy that sent it may not be among them,
+		// as when the one given only joined it.
+		fmt.Fprintln(w, "  no line of the journals given tells it was dispatched: the line of its dispatch may be in a journal not given")
+		return
+	case p.Count == 0:
 		fmt.Fprintln(w, "  never dispatched: nothing was sent upstream")
 		return
 	}
@@ -168,6 +176,9 @@ func printAnswer(w io.Writer, p *answerPart, fromJournal bool) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %s %s %s", h.State, stamp(h.At), h.Note), " "))
 	}
 	switch {
+	case p.State == "" && fromJournal:
+		// Its lines in the journals given only say callers joined it.
+		fmt.Fprintln(w, "  no line of the journals given tells a state of it: they tell only callers that joined it")
 	case p.State.InFlight() && fromJournal:
 		// The journals end there: the process may have died, or the
 		// line of its answer be in a journal not given.
