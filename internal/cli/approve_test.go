@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -150,7 +151,8 @@ func TestOperatorChangesSigned(t *testing.T) {
 }
 
 // TestRefusedChangeLeavesNoJournal: a journal file made for a change
-// that is refused is not left behind, empty; one that was there stays.
+// that is refused is not left behind, empty; one that was there stays
+// as it was, with --journal-key too: nothing happened to sign for.
 func TestRefusedChangeLeavesNoJournal(t *testing.T) {
 	store, ids := awaitingExecutions(t, "")
 	file := filepath.Join(t.TempDir(), "operator.jsonl")
@@ -164,6 +166,24 @@ func TestRefusedChangeLeavesNoJournal(t *testing.T) {
 	run(t, "activity", "resolve", ids[0], "--store", store, "--as", "failed", "--journal", kept)
 	if _, err := os.Stat(kept); err != nil {
 		t.Errorf("a journal that was there is gone after a refusal: %v", err)
+	}
+	before, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := keygen(t, t.TempDir(), "ops.example.com")
+	for _, args := range [][]string{
+		{"resolve", ids[0], "--as", "failed"},
+		{"approve", ids[0]},
+		{"deny", "exe_nope"},
+	} {
+		args = append(append([]string{"activity"}, args...), "--store", store, "--journal", kept, "--journal-key", signer)
+		if _, _, err := run(t, args...); err == nil {
+			t.Fatalf("%v succeeded; want it refused", args)
+		}
+		if after, _ := os.ReadFile(kept); !bytes.Equal(after, before) {
+			t.Errorf("%v, refused, changed the journal:\n%s\nwant it as it was:\n%s", args, after, before)
+		}
 	}
 }
 

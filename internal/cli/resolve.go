@@ -49,12 +49,15 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 		// prefix is not checked, so say which store was read.
 		err = fmt.Errorf("%w in --store %s", err, redact(a.store))
 	}
-	if err != nil {
+	if err != nil && jw != nil {
+		// Refused: the journal is left as it was, with no checkpoint
+		// signed for a change that did not happen, and no empty file.
+		jw.Abandon()
 		if made {
-			// Refused: no empty journal is left behind.
-			jw.Close()
 			os.Remove(a.journal)
 		}
+	}
+	if err != nil {
 		return err
 	}
 	if err := a.print(stdout, r); err != nil {

@@ -178,6 +178,29 @@ func TestReopenSigns(t *testing.T) {
 	}
 }
 
+// TestAbandonSignsNothing: Abandon closes a journal with lines no
+// checkpoint covers without appending one, and Record fails after it.
+func TestAbandonSignsNothing(t *testing.T) {
+	s, _ := newKey(t, "proxy1.example")
+	path := write(t, 3)
+	w, err := OpenWith(path, Options{Signer: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Abandon(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lines(t, path)); n != 3 {
+		t.Errorf("after Abandon the journal has %d lines; want the 3 it had", n)
+	}
+	if err := w.Record(entry(3)); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Record after Abandon = %v; want os.ErrClosed", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("Close after Abandon = %v; want nil", err)
+	}
+}
+
 // TestCheckpointFormat: a checkpoint is a signed note that the public
 // sumdb/note package opens, with a C2SP tlog-checkpoint body: origin (the
 // key's name), line count, base64 SHA-256 of the last line it covers.

@@ -565,12 +565,26 @@ func (w *Writer) tick(gen int) {
 // first appends a checkpoint covering every line, unless one does. Record
 // fails after it.
 func (w *Writer) Close() error {
+	return w.close(true)
+}
+
+// Abandon closes the journal file as Close does, but appends no
+// checkpoint: for a command whose change did not happen, which leaves
+// the journal as it found it.
+func (w *Writer) Abandon() error {
+	return w.close(false)
+}
+
+func (w *Writer) close(sign bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if errors.Is(w.err, os.ErrClosed) {
 		return nil
 	}
-	signErr := w.signCovered()
+	var signErr error
+	if sign {
+		signErr = w.signCovered()
+	}
 	w.disarm()
 	w.err = fmt.Errorf("writing journal %s: %w", w.path, os.ErrClosed)
 	return errors.Join(signErr, w.f.Close())
