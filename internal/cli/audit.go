@@ -235,7 +235,13 @@ func auditCheckpoint(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if rep.Newest == nil {
+	switch {
+	case rep.Newest == nil && rep.Torn:
+		// A checkpoint is often the last line, written at a stop: the
+		// torn line may be the one asked for, cut short by a crash.
+		return fmt.Errorf("%s: no checkpoint in its %s; its torn last line (line %d) was left out: a proxy is writing it (try again), or a crash cut it short (audit verify %s names it)",
+			path, count(rep.Lines, "line"), rep.Lines+1, path)
+	case rep.Newest == nil:
 		return fmt.Errorf("%s: no checkpoint in its %s: the proxy writes them when given --journal-key", path, count(rep.Lines, "line"))
 	}
 	_, err = stdout.Write(rep.Newest.Note)

@@ -438,6 +438,31 @@ func TestAuditCheckpointSince(t *testing.T) {
 	}
 }
 
+// TestAuditCheckpointTornOnly: a journal whose one checkpoint was cut
+// short, as a crash at the proxy's stop leaves it, has no checkpoint to
+// print; audit checkpoint says its torn last line was left out, rather
+// than that the proxy was given no key.
+func TestAuditCheckpointTornOnly(t *testing.T) {
+	dir := t.TempDir()
+	signer, _ := keygen(t, dir, "proxy1.example.com")
+	path := filepath.Join(dir, "j")
+	writeSignedJournal(t, path, signer, 0, 3, 1000) // 3 lines, C4
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()-20); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = run(t, "audit", "checkpoint", path)
+	if err == nil || !strings.Contains(err.Error(), "no checkpoint in its 3 lines") || !strings.Contains(err.Error(), "its torn last line (line 4) was left out") {
+		t.Errorf("audit checkpoint of a journal whose checkpoint is torn = %v; want it to say the torn line 4 was left out", err)
+	}
+	if _, _, err = run(t, "audit", "checkpoint", writeJournal(t, 2)); err == nil || strings.Contains(err.Error(), "torn") {
+		t.Errorf("audit checkpoint of a whole journal with no checkpoint = %v; want an error that speaks of no torn line", err)
+	}
+}
+
 // TestAuditSinceJournalLine: a checkpoint line of the journal, as a log
 // shipper keeps it, is a saved checkpoint too; a line with none is named.
 func TestAuditSinceJournalLine(t *testing.T) {

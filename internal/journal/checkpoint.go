@@ -169,6 +169,8 @@ type Report struct {
 	Lines       int // lines that verify
 	Checkpoints int
 	Newest      *Checkpoint // nil without one
+	// Torn says a torn last line was left out (CheckOptions.StopAtTorn).
+	Torn bool
 }
 
 // Check checks a journal as Verify does, and every checkpoint in it: its
@@ -202,7 +204,7 @@ func Check(r io.Reader, opts CheckOptions) (*Report, error) {
 		rep.Checkpoints++
 		rep.Newest = c
 		return nil
-	}, opts.StopAtTorn)
+	}, opts.StopAtTorn, &rep.Torn)
 	rep.Lines = n
 	if err != nil {
 		return rep, err

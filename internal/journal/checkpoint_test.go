@@ -396,8 +396,12 @@ func TestCheckStopAtTorn(t *testing.T) {
 		t.Fatal("Check of a torn journal passed")
 	}
 	rep, err := Check(strings.NewReader(in), CheckOptions{StopAtTorn: true})
-	if err != nil || rep.Lines != 3 || rep.Newest == nil || rep.Newest.Line != 3 {
-		t.Fatalf("Check = %+v, %v; want 3 lines, the checkpoint at line 3", rep, err)
+	if err != nil || rep.Lines != 3 || rep.Newest == nil || rep.Newest.Line != 3 || !rep.Torn {
+		t.Fatalf("Check = %+v, %v; want 3 lines, the checkpoint at line 3, the torn line said left out", rep, err)
+	}
+	whole := strings.TrimSuffix(in, `{"prev":"ab`)
+	if rep, err := Check(strings.NewReader(whole), CheckOptions{StopAtTorn: true}); err != nil || rep.Torn {
+		t.Fatalf("Check of a whole journal = %+v, %v; want no torn line", rep, err)
 	}
 }
 

@@ -612,7 +612,7 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 // next link is broken too, the later line is named. A change to the last
 // line's body cannot be seen: no line names it.
 func Verify(r io.Reader) (int, error) {
-	return verify(r, nil, false)
+	return verify(r, nil, false, nil)
 }
 
 // A verifiedLine is a line whose link to the line before it holds.
@@ -626,8 +626,9 @@ type verifiedLine struct {
 
 // verify is Verify, calling visit (if not nil) on each line whose link
 // holds, in order; an error from visit stops it. With stopAtTorn, a torn
-// last line ends the journal instead of failing it: a proxy is writing it.
-func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int, error) {
+// last line ends the journal instead of failing it (a proxy is writing
+// it), and sets *leftOut.
+func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool, leftOut *bool) (int, error) {
 	lr := newLineReader(r)
 	want := Genesis
 	n := 0
@@ -638,7 +639,11 @@ func verify(r io.Reader, visit func(*verifiedLine) error, stopAtTorn bool) (int,
 	brokenGenesis := false // its prev is Genesis, past line 1
 	for {
 		line, torn, err := lr.next()
-		if errors.Is(err, io.EOF) || torn && stopAtTorn && broken == nil {
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if torn && stopAtTorn && broken == nil {
+			*leftOut = true
 			break
 		}
 		num := n + 1
