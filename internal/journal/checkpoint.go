@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -188,33 +190,69 @@ func Check(r io.Reader, opts CheckOptions) (*Report, error) {
 	if opts.Since != nil {
 		since = hex.EncodeToString(opts.Since.Hash[:])
 	}
+	// mismatch is the saved checkpoint's line, found changed; signers,
+	// those of the journal's checkpoints.
+	var mismatch *LineError
+	signers := make(map[string]bool)
 	n, err := verify(r, func(l *verifiedLine) error {
 		if opts.Since != nil && l.num == opts.Since.Size && l.sum != since {
-			return &LineError{Line: l.num, Reason: fmt.Sprintf(
-				"its SHA-256 %s is not %s, which the saved checkpoint signs: the journal was changed at or before line %d after the checkpoint was saved, and the chain written again (or the checkpoint is another journal's, signed with the same key)",
-				short(l.sum), short(since), l.num)}
+			// Read on: the journal's own checkpoints tell whether the
+			// saved one is another journal's.
+			mismatch = &LineError{Line: l.num, Reason: fmt.Sprintf("its SHA-256 %s is not %s, which the saved checkpoint signs", short(l.sum), short(since))}
 		}
 		if l.checkpoint == nil {
 			return nil
 		}
 		c, err := checkLine(l, opts.Verifiers)
-		if err != nil {
+		switch {
+		case err != nil && mismatch != nil:
+			return mismatch
+		case err != nil:
 			return &LineError{Line: l.num, Reason: "checkpoint: " + err.Error()}
 		}
-		rep.Checkpoints++
-		rep.Newest = c
+		signers[c.Signer] = true
+		if mismatch == nil {
+			rep.Checkpoints++
+			rep.Newest = c
+		}
 		return nil
 	}, opts.StopAtTorn, &rep.Torn)
 	rep.Lines = n
+	if mismatch != nil {
+		rep.Lines = mismatch.Line - 1
+		if why, ok := foreign(opts.Since, signers); ok {
+			mismatch.Reason += fmt.Sprintf("; %s, or else the journal was changed at or before line %d and signed again with another key", why, mismatch.Line)
+		} else {
+			mismatch.Reason += fmt.Sprintf(": the journal was changed at or before line %d after the checkpoint was saved, and the chain written again (or the checkpoint is another journal's, signed with the same key)", mismatch.Line)
+		}
+		return rep, mismatch
+	}
 	if err != nil {
 		return rep, err
 	}
 	if opts.Since != nil && n < opts.Since.Size {
-		return rep, &LineError{Line: n + 1, Reason: fmt.Sprintf(
-			"missing: the saved checkpoint counts %d lines, and the journal holds %d: lines were cut from its end (or it is another journal)",
-			opts.Since.Size, n)}
+		why := fmt.Sprintf("missing: the saved checkpoint counts %d lines, and the journal holds %d", opts.Since.Size, n)
+		if other, ok := foreign(opts.Since, signers); ok {
+			why += fmt.Sprintf("; %s, or else lines were cut from its end and the rest signed again with another key", other)
+		} else {
+			why += ": lines were cut from its end (or it is another journal)"
+		}
+		return rep, &LineError{Line: n + 1, Reason: why}
 	}
 	return rep, nil
+}
+
+// foreign says, of a saved checkpoint that a journal does not extend,
+// that it is likely another journal's, if its key signed none of the
+// journal's checkpoints (signers) and some key did: a checkpoint picked
+// from another proxy's, not a journal rewritten.
+func foreign(saved *Checkpoint, signers map[string]bool) (string, bool) {
+	if saved.Signer == "" || len(signers) == 0 || signers[saved.Signer] {
+		return "", false
+	}
+	names := slices.Sorted(maps.Keys(signers))
+	return fmt.Sprintf("the saved checkpoint is signed by %s, and none of the journal's checkpoints is (they are by %s): it is likely another journal's",
+		saved.Signer, strings.Join(names, ", ")), true
 }
 
 // checkLine checks the checkpoint that line l holds.

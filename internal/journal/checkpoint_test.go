@@ -387,6 +387,56 @@ func TestCheckSince(t *testing.T) {
 	}
 }
 
+// TestCheckSinceOfAnotherJournal: a saved checkpoint of another proxy's
+// journal, signed by another key than every checkpoint of the journal
+// checked, is said to be likely another journal's, not only a rewrite.
+func TestCheckSinceOfAnotherJournal(t *testing.T) {
+	var signers [2]note.Signer
+	var verifiers [2]note.Verifier
+	for i, name := range []string{"proxy1.example", "proxy2.example"} {
+		skey, vkey, err := note.GenerateKey(rand.Reader, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if signers[i], err = note.NewSigner(skey); err != nil {
+			t.Fatal(err)
+		}
+		if verifiers[i], err = note.NewVerifier(vkey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := note.VerifierList(verifiers[:]...)
+	// The newest checkpoint of a journal of proxy2's: 9 lines.
+	other := strings.Join(lines(t, writeSigned(t, signers[1], 7, 3)), "")
+	rep, err := Check(strings.NewReader(other), CheckOptions{Verifiers: both})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := ParseCheckpoint(rep.Newest.Note, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		entries  int
+		wantLine int
+		want     string
+	}{
+		{"longer", 9, 9, "it is likely another journal's, or else the journal was changed at or before line 9"},
+		{"shorter", 3, 5, "the journal holds 4; the saved checkpoint is signed by proxy2.example+"},
+	} {
+		journal := strings.Join(lines(t, writeSigned(t, signers[0], tt.entries, 3)), "")
+		_, err := Check(strings.NewReader(journal), CheckOptions{Verifiers: both, Since: saved})
+		checkLineError(t, tt.name, err, tt.wantLine, tt.want)
+		if err != nil && !strings.Contains(err.Error(), "none of the journal's checkpoints is (they are by proxy1.example+") {
+			t.Errorf("%s: %v; want it to name the journal's own signer", tt.name, err)
+		}
+	}
+	// A journal with no checkpoint tells nothing of its signer.
+	_, err = Check(strings.NewReader(strings.Join(lines(t, write(t, 9)), "")), CheckOptions{Verifiers: both, Since: saved})
+	checkLineError(t, "unsigned", err, 9, "the journal was changed at or before line 9 after")
+}
+
 // TestCheckStopAtTorn: a reader of a journal being written stops before a
 // half-written last line.
 func TestCheckStopAtTorn(t *testing.T) {
