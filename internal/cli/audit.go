@@ -181,6 +181,11 @@ func checkJournal(path string, opts journal.CheckOptions) (*journal.Report, erro
 		return nil, fmt.Errorf("verifying journal: %w", err)
 	}
 	defer f.Close()
+	return checkFile(f, path, opts)
+}
+
+// checkFile runs journal.Check on f, the file at path.
+func checkFile(f io.Reader, path string, opts journal.CheckOptions) (*journal.Report, error) {
 	rep, err := journal.Check(f, opts)
 	if le, ok := errors.AsType[*journal.LineError](err); ok {
 		// FILE:LINE: as compilers write it, so an editor jumps there.

@@ -316,11 +316,7 @@ func readJournals(paths []string, id string) (_ []journal.Entry, torn []string, 
 	var files [][]journal.Entry
 	seen := make(map[[sha256.Size]byte]bool)
 	for _, path := range paths {
-		rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--journal: %w", err)
-		}
-		es, tornTail, err := readEntries(path, rep.Lines, id, seen)
+		es, tornTail, err := readCheckedJournal(path, id, seen)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--journal: %w", err)
 		}
@@ -367,20 +363,39 @@ func mergeByTime(files [][]journal.Entry) []journal.Entry {
 	}
 }
 
-// readEntries reads the first n lines of the journal at path, which
+// journalChecked is called between the check of a journal and its
+// read; tests replace the file there.
+var journalChecked = func(path string) {}
+
+// readCheckedJournal checks the journal at path and reads its lines as
+// readEntries does, from the file it checked: one renamed over it
+// meanwhile, as a rotation does, holds lines that did not verify.
+func readCheckedJournal(path, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
+	f, err := journal.OpenRead(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("verifying journal: %w", err)
+	}
+	defer f.Close()
+	rep, err := checkFile(f, path, journal.CheckOptions{StopAtTorn: true})
+	if err != nil {
+		return nil, false, err
+	}
+	journalChecked(path)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, false, fmt.Errorf("reading journal %s: %w", path, err)
+	}
+	return readEntries(f, path, rep.Lines, id, seen)
+}
+
+// readEntries reads the first n lines of r, the journal at path, which
 // verified, and returns as entries those that name execution id, and the
 // session lines, but for the lines in seen, to which it adds those it
 // returns. The rest are not kept: a journal of a year holds millions of
 // lines, and an execution a few. torn reports that the file goes on
 // past them with a torn line: bytes with no newline after them. Whole
 // lines a proxy added since the check are not read, and not torn.
-func readEntries(path string, n int, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
-	f, err := journal.OpenRead(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("reading journal: %w", err)
-	}
-	defer f.Close()
-	br := bufio.NewReader(f)
+func readEntries(r io.Reader, path string, n int, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
+	br := bufio.NewReader(r)
 	var es []journal.Entry
 	for i := 1; i <= n; i++ {
 		line, err := br.ReadBytes('\n')

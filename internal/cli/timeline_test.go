@@ -624,7 +624,12 @@ func TestShowKeepsOnlyTheExecutionsLines(t *testing.T) {
 	es = append(es, journal.Entry{Time: t0.Add(time.Second), Session: "session:s1", Event: journal.SessionEnd})
 	path := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
 	seen := make(map[[sha256.Size]byte]bool)
-	got, _, err := readEntries(path, len(es), "exe_7", seen)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, _, err := readEntries(f, path, len(es), "exe_7", seen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,3 +198,25 @@ func TestShowFromAJournalThatOnlyJoined(t *testing.T) {
 		t.Errorf("activity show of a refused execution = %v; section %q:\n%s\nwant never dispatched", err, headDispatch, d)
 	}
 }
+
+// TestShowReadsTheJournalItChecked: a journal file replaced after show
+// checked it, as a rotation does, is not read in its place: the lines
+// told are those that verified.
+func TestShowReadsTheJournalItChecked(t *testing.T) {
+	dir := t.TempDir()
+	exe := func(tool, state string) journal.Entry {
+		return journal.Entry{Time: time.Now(), Execution: "exe_c", Tool: tool, State: state}
+	}
+	path := writeEntries(t, filepath.Join(dir, "j.jsonl"), []journal.Entry{exe("charge_card", "accepted"), exe("charge_card", "dispatched")})
+	other := writeEntries(t, filepath.Join(dir, "other.jsonl"), []journal.Entry{exe("refund_card", "accepted"), exe("refund_card", "dispatched")})
+	journalChecked = func(p string) {
+		if p == path {
+			os.Rename(other, path)
+		}
+	}
+	t.Cleanup(func() { journalChecked = func(string) {} })
+	out, _, err := run(t, "activity", "show", "exe_c", "--store", "memory", "--journal", path)
+	if err != nil || !strings.Contains(out, "tool              charge_card") {
+		t.Errorf("activity show of a journal replaced after its check = %v:\n%s\nwant the lines checked: tool charge_card", err, out)
+	}
+}
