@@ -152,6 +152,12 @@ func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, erro
 		}
 		b = []byte(*line.Checkpoint)
 	}
+	if n := bytes.Count(b, []byte("\n\n")); n > 1 {
+		// A note has one blank line, before its signatures: more are
+		// notes appended one after another (audit checkpoint >> FILE),
+		// which read as one would read as forged.
+		return nil, fmt.Errorf("--since: %s holds %d notes, one after another: give one, as audit checkpoint printed it, in a file of its own", file, n)
+	}
 	c, err := journal.ParseCheckpoint(b, verifiers)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %s: the saved checkpoint does not verify: %w", file, err)

@@ -3,6 +3,7 @@ package cli
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -492,6 +493,16 @@ func TestAuditSinceJournalLine(t *testing.T) {
 	_, _, err = run(t, "audit", "verify", "--key", verifier, "--since", batch, path)
 	if want := batch + ": not one JSON line"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) {
 		t.Errorf("audit verify --since two checkpoint lines = %v; want exit 1 saying %q", err, want)
+	}
+	// Notes appended to one file (audit checkpoint >> FILE) are said to
+	// be several, not a note whose signature was forged.
+	var note struct{ Checkpoint string }
+	json.Unmarshal([]byte(ls[3]), &note)
+	appended := filepath.Join(dir, "appended")
+	os.WriteFile(appended, []byte(note.Checkpoint+note.Checkpoint), 0o600)
+	_, _, err = run(t, "audit", "verify", "--key", verifier, "--since", appended, path)
+	if want := appended + " holds 2 notes"; ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), want) || strings.Contains(fmt.Sprint(err), "forged") {
+		t.Errorf("audit verify --since two notes appended = %v; want exit 1 saying %q", err, want)
 	}
 	// An empty file, as a failed copy leaves, is said to be empty, not
 	// a note that does not verify.
