@@ -103,6 +103,10 @@ type authPart struct {
 // says of authorization: nothing was asked, so nothing was granted.
 const noApproval = "no approval asked for: the record holds no decision"
 
+// noDecisionJournaled is what the journals alone say of authorization,
+// with no decision line and no dispatch: no line records one awaited.
+const noDecisionJournaled = "the journals given tell no decision, nor whether one was asked for: no line records an approval awaited"
+
 // authorizationOf tells whether r was approved, by whom, through what
 // and why, or that it awaits a decision, or that it needed none.
 func authorizationOf(r *record.Record) authPart {
@@ -253,6 +257,11 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 	tl.Sessions = sessionsOf(r, lines, len(a.journals) > 0)
 	tl.Authorized = authorizationOf(r)
 	tl.Dispatch = dispatchesOf(r, lines)
+	if gone && tl.Authorized.Decision == nil && tl.Dispatch.Count == 0 && (r.State == "" || r.State == record.Accepted) {
+		// No line records an approval awaited: one told from the
+		// journals before its dispatch may await one all the same.
+		tl.Authorized.Note = noDecisionJournaled
+	}
 	tl.Answer = answerOf(r)
 	tl.Callers = callersOf(r, lines, len(a.journals) > 0)
 	if tl.Later, err = laterOf(ctx, store, r); err != nil {

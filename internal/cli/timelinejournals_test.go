@@ -220,3 +220,16 @@ func TestShowReadsTheJournalItChecked(t *testing.T) {
 		t.Errorf("activity show of a journal replaced after its check = %v:\n%s\nwant the lines checked: tool charge_card", err, out)
 	}
 }
+
+// TestShowFromTheJournalsAwaiting: an execution the journals given tell
+// only as accepted may await an approval, which no line records: the
+// timeline says the journals do not tell, not that none was asked for.
+func TestShowFromTheJournalsAwaiting(t *testing.T) {
+	j := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), []journal.Entry{
+		{Time: time.Now(), Execution: "exe_w", Tool: "delete_repo", State: "accepted", Session: "session:s1", RequestID: json.RawMessage("1")},
+	})
+	out, _, err := run(t, "activity", "show", "exe_w", "--store", "memory", "--journal", j)
+	if a := sections(t, out)[headAuth]; err != nil || strings.Contains(a, "no approval asked for") || !strings.Contains(a, "nor whether one was asked for") {
+		t.Errorf("activity show of an execution the journal tells only accepted = %v; section %q:\n%s\nwant it to say the journals do not tell", err, headAuth, a)
+	}
+}
