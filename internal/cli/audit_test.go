@@ -439,6 +439,23 @@ func TestAuditCheckpointSince(t *testing.T) {
 	}
 }
 
+// TestAuditVerifyEmpty: an empty journal passes, as a proxy that took
+// no call leaves one, but not silently: one cut to nothing looks the
+// same, with a key or without.
+func TestAuditVerifyEmpty(t *testing.T) {
+	dir := t.TempDir()
+	_, verifier := keygen(t, dir, "proxy1.example.com")
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, nil, 0o600)
+	for _, args := range [][]string{{empty}, {"--key", verifier, empty}} {
+		stdout, stderr, err := run(t, append([]string{"audit", "verify"}, args...)...)
+		if err != nil || !strings.Contains(stdout, empty+": 0 lines verify") ||
+			!strings.Contains(stderr, empty+": warning: empty: no line to verify") || strings.Contains(stderr, "its 0 lines") {
+			t.Errorf("audit verify %v = %v; stdout %q, stderr %q; want a pass with one warning that it is empty", args, err, stdout, stderr)
+		}
+	}
+}
+
 // TestAuditCheckpointTornOnly: a journal whose one checkpoint was cut
 // short, as a crash at the proxy's stop leaves it, has no checkpoint to
 // print; audit checkpoint says its torn last line was left out, rather
