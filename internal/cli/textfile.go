@@ -3,12 +3,17 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 )
 
 // utf8BOM is the UTF-8 byte order mark, U+FEFF, that Notepad and Windows
 // PowerShell's Set-Content -Encoding utf8 write at the start of a file.
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// maxTextFile is the size of the largest key, token or checkpoint file
+// readText reads: thousands of lines.
+const maxTextFile = 1 << 20
 
 // readText reads a text file a flag names: a key, a token or a checkpoint
 // file. A leading UTF-8 byte order mark is taken out: it marks the
@@ -17,9 +22,19 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // a first "# comment" line became a token. A file in UTF-16 (Windows
 // PowerShell's > writes it) is refused, naming the mark.
 func readText(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	// Bounded: a journal given for a key by mistake, or a device such
+	// as /dev/zero, would otherwise be read whole into memory.
+	b, err := io.ReadAll(io.LimitReader(f, maxTextFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTextFile {
+		return nil, fmt.Errorf("%s is larger than 1MiB, which no key, token or checkpoint file is: is it the file meant?", path)
 	}
 	if bytes.HasPrefix(b, []byte{0xFF, 0xFE}) || bytes.HasPrefix(b, []byte{0xFE, 0xFF}) {
 		return nil, fmt.Errorf("%s starts with a UTF-16 byte order mark: save it as UTF-8", path)

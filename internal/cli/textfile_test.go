@@ -62,3 +62,20 @@ func TestTextFilesTakeAByteOrderMark(t *testing.T) {
 		}
 	}
 }
+
+// TestTextFilesAreSmall: a key, token or checkpoint file is a few lines;
+// a file past maxTextFile, such as a journal given as --key by mistake,
+// or an endless device, is refused naming it, not read into memory.
+func TestTextFilesAreSmall(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "journal.jsonl")
+	os.WriteFile(big, bytes.Repeat([]byte("{}\n"), maxTextFile/3+1), 0o600)
+	for _, path := range []string{big, "/dev/zero"} {
+		if _, err := os.Stat(path); err != nil {
+			continue // no /dev/zero here
+		}
+		_, _, err := run(t, "audit", "verify", "--key", path, big)
+		if want := "--key: " + path + " is larger than 1MiB"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("audit verify --key %s = %v; want an error saying %q", path, err, want)
+		}
+	}
+}
