@@ -292,7 +292,13 @@ func auditKeygen(args []string, stdout, stderr io.Writer) error {
 	if err := writeNewFile(*out, []byte(skey+"\n")); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, vkey)
+	if _, err := fmt.Fprintln(stdout, vkey); err != nil {
+		// The verifier key is printed nowhere else: a signer key kept
+		// without it signs what nothing at hand checks, and keeps
+		// keygen from making the pair again.
+		os.Remove(*out)
+		return fmt.Errorf("printing the verifier key: %w; %s was removed: run keygen again", err, *out)
+	}
 	fmt.Fprintf(stderr, "wrote the signer key to %s (mode 0600): give it to the proxy as --journal-key %s, and to no one else.\n"+
 		"The verifier key (on stdout) checks its checkpoints: keep it where the journal's host cannot change it, and give it to audit verify --key.\n",
 		*out, *out)

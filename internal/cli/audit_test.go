@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,6 +260,29 @@ func TestAuditKeygen(t *testing.T) {
 	}
 	if again, _ := os.ReadFile("proxy1.example.com.key"); string(again) != string(key) {
 		t.Error("a refused keygen changed the existing key")
+	}
+}
+
+// failingWriter fails every write, as stdout redirected to a full disk.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestAuditKeygenStdoutFails: a verifier key that cannot be printed is an
+// error, and the signer key is not left behind: it would sign checkpoints
+// that no key at hand checks, and keep keygen from making the pair again.
+func TestAuditKeygenStdoutFails(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var stderr bytes.Buffer
+	err := Run(t.Context(), []string{"audit", "keygen", "proxy1"}, strings.NewReader(""), failingWriter{}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "printing the verifier key") || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("audit keygen with stdout failing = %v; want an error saying the verifier key was not printed", err)
+	}
+	if _, serr := os.Stat("proxy1.key"); !os.IsNotExist(serr) {
+		t.Errorf("after the verifier key failed to print, proxy1.key is there (%v); want it removed", serr)
+	}
+	if strings.Contains(stderr.String(), "wrote the signer key") {
+		t.Errorf("keygen said %q; want no word of a key written", stderr.String())
 	}
 }
 
