@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -667,6 +668,22 @@ func TestJournalKeyFlag(t *testing.T) {
 		}
 		if _, err := os.Stat(journal); err == nil {
 			t.Errorf("--journal-key %s: the journal was created", tt.key)
+		}
+	}
+}
+
+// TestOutputThatFails: audit verify and activity show whose output
+// cannot be written (stdout on a full disk) fail, rather than exit 0
+// with their output cut short.
+func TestOutputThatFails(t *testing.T) {
+	j := writeJournal(t, 2)
+	for _, args := range [][]string{
+		{"audit", "verify", j},
+		{"activity", "show", "exe_1", "--store", "memory", "--journal", j},
+	} {
+		err := Run(t.Context(), args, strings.NewReader(""), failingWriter{}, io.Discard)
+		if ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "writing the output: no space left on device") {
+			t.Errorf("%v with stdout failing = %v; want exit 1 saying the output was not written", args, err)
 		}
 	}
 }

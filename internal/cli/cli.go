@@ -183,9 +183,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "policy":
 		err = runPolicy(ctx, args[1:], stdout, stderr)
 	case "activity":
-		err = runActivity(ctx, args[1:], stdout, stderr)
+		err = runOutput(stdout, func(stdout io.Writer) error { return runActivity(ctx, args[1:], stdout, stderr) })
 	case "audit":
-		err = runAudit(args[1:], stdout, stderr)
+		err = runOutput(stdout, func(stdout io.Writer) error { return runAudit(args[1:], stdout, stderr) })
 	case "version":
 		if len(args) > 1 {
 			err = usagef("version takes no arguments; got %q", args[1])
