@@ -687,3 +687,21 @@ func TestOutputThatFails(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveJournalsWhenOutputFails: a resolution the store took is
+// journaled even when it cannot be printed: the journal line is not
+// lost with the output.
+func TestResolveJournalsWhenOutputFails(t *testing.T) {
+	for _, format := range []string{"--json", "--note=text"} {
+		store, id := unknownExecution(t)
+		file := writeJournal(t, 2)
+		args := []string{"activity", "resolve", id, "--store", store, "--as", "failed", "--journal", file, format}
+		err := Run(t.Context(), args, strings.NewReader(""), failingWriter{}, io.Discard)
+		if ExitCode(err) != 1 {
+			t.Errorf("%v with stdout failing = %v; want exit 1", args, err)
+		}
+		if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
+			t.Errorf("%s: the journal after a resolution whose output failed: %v, %q; want its line written", format, err, stdout)
+		}
+	}
+}

@@ -60,18 +60,21 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 	if err != nil {
 		return err
 	}
-	if err := a.print(stdout, r); err != nil {
-		return err
+	// Printed first, but journaled whether or not it printed: the
+	// store took the change, and its line must not be lost with the
+	// output (stdout on a full disk).
+	printErr := a.print(stdout, r)
+	if jw != nil {
+		err = jw.Record(operatorEntry(r))
+		if err == nil {
+			err = jw.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("execution %s was %s (%s), but its journal line may not have been written: %w", r.ID, done, r.State, err)
+		}
 	}
-	if jw == nil {
-		return nil
-	}
-	err = jw.Record(operatorEntry(r))
-	if err == nil {
-		err = jw.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("execution %s was %s (%s), but its journal line may not have been written: %w", r.ID, done, r.State, err)
+	if printErr != nil {
+		return fmt.Errorf("execution %s was %s (%s), but printing it failed: %w", r.ID, done, r.State, printErr)
 	}
 	return nil
 }
