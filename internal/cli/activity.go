@@ -56,6 +56,10 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if mode, open := readableByOthers(a.journalKey); a.journalKey != "" && open {
+		// As the proxy warns: the key is an operator's to keep.
+		fmt.Fprintf(stderr, "warning: --journal-key %s is readable by others than its owner (mode %s): whoever reads it can sign checkpoints for a journal they rewrote; chmod 600 it\n", a.journalKey, mode)
+	}
 	// The store's warnings, for a command whose output is for a person.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// A command that only reads opens the store to read only: it may be

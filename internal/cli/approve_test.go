@@ -150,6 +150,18 @@ func TestOperatorChangesSigned(t *testing.T) {
 	}
 }
 
+// TestOperatorSignerKeyReadableByOthers: an operator's command given a
+// signer key that others may read warns, as the proxy does.
+func TestOperatorSignerKeyReadableByOthers(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator)
+	signer, _ := keygen(t, t.TempDir(), "ops.example.com")
+	os.Chmod(signer, 0o644)
+	_, stderr, err := run(t, "activity", "approve", ids[0], "--store", store, "--journal", writeJournal(t, 2), "--journal-key", signer)
+	if err != nil || !strings.Contains(stderr, "readable by others than its owner") || !strings.Contains(stderr, "chmod 600") || !strings.Contains(stderr, signer) {
+		t.Errorf("activity approve with a signer key of mode 0644 = %v; stderr %q; want a warning naming it", err, stderr)
+	}
+}
+
 // TestRefusedChangeLeavesNoJournal: a journal file made for a change
 // that is refused is not left behind, empty; one that was there stays
 // as it was, with --journal-key too: nothing happened to sign for.
