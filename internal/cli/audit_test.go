@@ -685,8 +685,17 @@ func TestOutputThatFails(t *testing.T) {
 		if ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "writing the output: no space left on device") {
 			t.Errorf("%v with stdout failing = %v; want exit 1 saying the output was not written", args, err)
 		}
+		// A reader that stopped reading (| head) is no failure.
+		if err := Run(t.Context(), args, strings.NewReader(""), closedPipe{}, io.Discard); err != nil {
+			t.Errorf("%v with stdout a closed pipe = %v; want no error", args, err)
+		}
 	}
 }
+
+// closedPipe fails every write as a pipe whose reader went away does.
+type closedPipe struct{}
+
+func (closedPipe) Write([]byte) (int, error) { return 0, syscall.EPIPE }
 
 // TestResolveJournalsWhenOutputFails: a resolution the store took is
 // journaled even when it cannot be printed: the journal line is not

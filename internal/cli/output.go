@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"syscall"
 )
 
 // An outputWriter keeps the first error a write to w returned, and
@@ -30,7 +32,8 @@ func (o *outputWriter) Write(p []byte) (int, error) {
 func runOutput(stdout io.Writer, cmd func(stdout io.Writer) error) error {
 	o := &outputWriter{w: stdout}
 	err := cmd(o)
-	if err == nil && o.err != nil {
+	// A reader that went away (| head) took all it wanted: no error.
+	if err == nil && o.err != nil && !errors.Is(o.err, syscall.EPIPE) {
 		return fmt.Errorf("writing the output: %w", o.err)
 	}
 	return err
