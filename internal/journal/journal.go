@@ -318,6 +318,10 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 	prev = Genesis
 	var before string // the hash of the line before the last
 	var last []byte
+	// filled and end count the lines up to the last that is not empty,
+	// and the bytes they take.
+	var filled int
+	var end int64
 	for {
 		line, torn, err := r.next()
 		if errors.Is(err, io.EOF) {
@@ -336,12 +340,25 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 		last = append(last[:0], line...)
 		lines++
 		unsigned++
+		if len(line) > 0 {
+			filled, end = lines, r.offset
+		}
 		if isCheckpointLine(line) {
 			unsigned = 0
 		}
 	}
 	if lines == 0 {
 		return Genesis, 0, 0, nil
+	}
+	if len(last) == 0 && filled > 0 {
+		// Added after the journal's lines, as by echo >> FILE: say how
+		// to take them off, as for a torn line.
+		keep := fmt.Sprintf("its first %d lines", filled)
+		if filled == 1 {
+			keep = "its first line"
+		}
+		return "", 0, 0, &LineError{Line: lines, Reason: fmt.Sprintf(
+			"empty line, which no writer of a journal writes: cut the file to %s (truncate -s %d FILE), then check it with `mcp-idempotent audit verify`", keep, end)}
 	}
 	got, err := prevOf(last)
 	switch {

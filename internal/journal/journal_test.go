@@ -188,6 +188,28 @@ func TestOpenRefusesABadTail(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesBlankLinesAtTheEnd: blank lines added after a journal's
+// last line (echo >> FILE) are refused, as no writer writes one, with the
+// truncate command that takes them off; after it, Open continues.
+func TestOpenRefusesBlankLinesAtTheEnd(t *testing.T) {
+	for _, blank := range []string{"\n", "\n\n"} {
+		path := write(t, 2)
+		whole, _ := os.ReadFile(path)
+		os.WriteFile(path, append(whole, blank...), 0o600)
+		_, err := Open(path)
+		want := fmt.Sprintf("line %d: empty line, which no writer of a journal writes: cut the file to its first 2 lines (truncate -s %d FILE)", 2+len(blank), len(whole))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Open of a journal and %q = %v; want it to say %q", blank, err, want)
+		}
+		os.Truncate(path, int64(len(whole)))
+		w, err := Open(path)
+		if err != nil {
+			t.Fatalf("after the advised truncate: %v", err)
+		}
+		w.Close()
+	}
+}
+
 func TestOpenEmptyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j")
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
