@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -84,7 +85,7 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	// l is in use already, not ready: the client's traffic waits for it
 	// instead of meeting the connection that is gone.
 	s.mu.Lock()
-	handshake, initialized := s.handshake, s.initialized
+	handshake, initialized, protocol := s.handshake, s.initialized, s.protocol
 	s.mu.Unlock()
 	s.tools.invalidate()
 	fail := func(err error) (<-chan error, error) {
@@ -111,7 +112,10 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		answered := make(chan error, 1)
 		go func() {
-			_, err := s.call(hctx, "initialize", handshake)
+			result, err := s.call(hctx, "initialize", handshake)
+			if err == nil {
+				err = sameProtocol(result, protocol)
+			}
 			answered <- err
 		}()
 		var err error
@@ -148,6 +152,20 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	close(l.ready)
 	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
 	return done, nil
+}
+
+// sameProtocol checks that result, the restarted upstream's answer to
+// the replayed initialize, agrees on protocol, the version the session
+// speaks ("" when it is not known). A command started again may run
+// another server (a newer package, a downgrade), which may agree on
+// another version: the client would go on speaking its own to a server
+// that speaks another, so the restart fails instead.
+func sameProtocol(result json.RawMessage, protocol string) error {
+	got, _ := jsonrpc.StringValue(jsonrpc.Member(result, "protocolVersion"))
+	if protocol == "" || got == protocol {
+		return nil
+	}
+	return fmt.Errorf("the MCP server started again agreed on protocol version %q, not %q that the client speaks", got, protocol)
 }
 
 // transportFailure reports whether err, a request's failure, is the

@@ -357,3 +357,27 @@ func TestBatchWithAMemberCancelledWhileItWaits(t *testing.T) {
 		t.Error("a batch whose requests were all answered was sent")
 	}
 }
+
+// TestRestartAgreesOnAnotherVersion: an upstream started again (its
+// command may now run a newer or older server) that answers the replayed
+// initialize with a protocol version other than the session's would speak
+// one protocol to a client that speaks another. The session ends instead,
+// saying why, and the upstream gets nothing more.
+func TestRestartAgreesOnAnotherVersion(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initializeAt(t, up, "2025-11-25")
+	up2 := r.exitAndRestart(t, up)
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"2"}}}`)
+	select {
+	case <-r.stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session went on with an upstream that speaks another protocol version")
+	}
+	var re *RestartError
+	if !errors.As(r.err, &re) || !strings.Contains(r.err.Error(), `"2025-06-18"`) || !strings.Contains(r.err.Error(), `"2025-11-25"`) {
+		t.Fatalf("Run = %v; want a RestartError naming both versions", r.err)
+	}
+	<-up2.closed
+	up2.nothingMore(t, "the session had ended")
+}
