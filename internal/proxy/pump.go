@@ -331,6 +331,12 @@ func (s *Session) pumpUpstream(ctx context.Context, l *link) error {
 			s.noAnswer(na)
 		case errors.Is(err, io.EOF):
 			return nil
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			// Exited while writing: what it wrote of its last message
+			// is no message. Those it would have answered are told it
+			// exited, as by an exit between messages.
+			s.log.Warn("the upstream's output ended in the middle of a message; its start was dropped", "err", err)
+			return nil
 		default:
 			return err
 		}

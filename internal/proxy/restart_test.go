@@ -39,7 +39,9 @@ type restartRig struct {
 func pipeEnds() (proxySide *stdio.Conn, testSide *upstreamEnd) {
 	ur, uw := io.Pipe() // upstream -> proxy
 	qr, qw := io.Pipe() // proxy -> upstream
-	return stdio.NewConn(ur, qw, 0), &upstreamEnd{peer: newPeer(stdio.NewConn(qr, uw, 0)), w: uw}
+	proxySide = stdio.NewConn(ur, qw, 0)
+	proxySide.ReportCutFrames() // as stdio.Child does
+	return proxySide, &upstreamEnd{peer: newPeer(stdio.NewConn(qr, uw, 0)), w: uw}
 }
 
 func newRestartRig(t *testing.T, maxRestarts int, configure ...func(*Options)) *restartRig {
@@ -380,4 +382,33 @@ func TestRestartAgreesOnAnotherVersion(t *testing.T) {
 	}
 	<-up2.closed
 	up2.nothingMore(t, "the session had ended")
+}
+
+// TestExitInTheMiddleOfAMessage: an upstream that exits while writing a
+// message leaves its start, a line without its end, on its output. That
+// is no message: the client is not handed it (a client's reader may end
+// the session on a line that is not JSON), and the request it would have
+// answered is told the upstream exited.
+func TestExitInTheMiddleOfAMessage(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a"}}`)
+	up.next(t, "upstream")
+	if _, err := up.w.(io.Writer).Write([]byte(`{"jsonrpc":"2.0","id":2,"result":{"contents":[{"uri":"fi`)); err != nil {
+		t.Fatal(err)
+	}
+	up.w.Close()
+	got := r.client.next(t, "client")
+	if !json.Valid([]byte(got)) || !strings.Contains(got, `"id":2,"error"`) || !strings.Contains(got, "closed before answering") {
+		t.Fatalf("the client got %s; want an error saying the upstream closed before answering", got)
+	}
+	up2 := r.exitAndRestart(t, up) // the session goes on
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	up2.next(t, "restarted upstream")
+	up2.send(t, `{"jsonrpc":"2.0","id":3,"result":{}}`)
+	if got := r.client.next(t, "client"); got != `{"jsonrpc":"2.0","id":3,"result":{}}` {
+		t.Fatalf("the client got %s; want the ping's answer, and nothing of the cut message", got)
+	}
 }

@@ -82,6 +82,7 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	in := Raw(inW)
 	c := &Child{Conn: NewConn(stdout{Raw(out)}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	c.Conn.FollowLateIDs()
+	c.Conn.ReportCutFrames()
 	c.stderr.done = make(chan struct{})
 	go c.stderr.copyStderr(errOut, stderr)
 	go func() {

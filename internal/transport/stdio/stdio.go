@@ -54,6 +54,19 @@ func (e *FrameTooLargeError) Error() string {
 	return fmt.Sprintf("message larger than the %d-byte limit (--max-message-size)", e.Limit)
 }
 
+// A CutFrameError is the last line of a peer's output, ended by the end
+// of the output rather than a newline, that is not JSON: the start of a
+// message the peer was writing when it exited. Only a Conn that reports
+// cut frames (ReportCutFrames) makes one.
+type CutFrameError struct{ Size int }
+
+func (e *CutFrameError) Error() string {
+	return fmt.Sprintf("the output ended in the middle of a message (%d bytes of it)", e.Size)
+}
+
+// Unwrap makes a cut frame an io.ErrUnexpectedEOF: nothing follows it.
+func (e *CutFrameError) Unwrap() error { return io.ErrUnexpectedEOF }
+
 // A Conn reads and writes newline-delimited frames. ReadFrame must be called
 // from one goroutine at a time; WriteFrame is safe for concurrent use.
 type Conn struct {
@@ -66,11 +79,12 @@ type Conn struct {
 	// frame too large is followed to its end by tail, and late, the report
 	// of the ids found there that its head, of kind headKind, did not
 	// answer for, is the next read's error.
-	lateIDs  bool
-	tail     *jsonrpc.TailScan
-	headLen  int
-	headKind jsonrpc.HeadKind
-	late     error
+	lateIDs   bool
+	cutFrames bool // ReportCutFrames
+	tail      *jsonrpc.TailScan
+	headLen   int
+	headKind  jsonrpc.HeadKind
+	late      error
 
 	wmu  sync.Mutex // serializes writes so frames never interleave
 	w    io.Writer
@@ -165,7 +179,7 @@ func (c *Conn) readLine() ([]byte, error) {
 			if len(buf) > 0 {
 				// A final frame without a newline: the limit still
 				// applies to all of it.
-				return c.endLine(buf)
+				return c.endFinal(buf)
 			}
 			return nil, io.EOF
 		default:
@@ -201,6 +215,24 @@ func (c *Conn) skipLine() error {
 // before the first read. A Conn reading a client needs none: a request
 // too large whose id comes late is answered under a null id at once.
 func (c *Conn) FollowLateIDs() { c.lateIDs = true }
+
+// ReportCutFrames makes c, reading an upstream, report a final line that
+// has no newline and is not JSON as a CutFrameError, not as a frame: it
+// is what an upstream that exited in the middle of a message had written
+// of it, which passed on would reach the client as a line that is not
+// JSON. Call it before the first read. One that is JSON is a whole
+// message, and is returned. A Conn reading a client needs none: what it
+// reads is answered, not passed on.
+func (c *Conn) ReportCutFrames() { c.cutFrames = true }
+
+// endFinal is endLine for line, ended by the end of the input.
+func (c *Conn) endFinal(line []byte) ([]byte, error) {
+	frame, err := c.endLine(line)
+	if err != nil || !c.cutFrames || json.Valid(frame) || len(bytes.TrimSpace(frame)) == 0 {
+		return frame, err
+	}
+	return nil, &CutFrameError{Size: len(frame)}
+}
 
 // followTail starts following a frame too large, whose first bytes so far
 // are buf and chunk and whose reported head is head, for the ids its head
