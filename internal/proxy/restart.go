@@ -49,7 +49,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	if err != nil {
 		s.endCallIntake()
 		s.inflight.Wait()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errClientLeft) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("%w: %w", ErrUpstreamClosed, &RestartError{Err: err})
@@ -63,6 +63,10 @@ const (
 	serverExited    = "mcp-idempotent: the MCP server exited before this request was answered"
 	serverRestarted = "mcp-idempotent: the MCP server that sent this request exited and is being restarted; an answer to it would be dropped"
 )
+
+// errClientLeft is why a restart stopped: the client's input ended
+// meanwhile, which ends the session as it would have without the restart.
+var errClientLeft = errors.New("the client has gone")
 
 // An exitLog holds the upstream's recent exits, for the crash-loop limit.
 type exitLog []time.Time
@@ -99,6 +103,8 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	case <-time.After(wait):
 	case <-ctx.Done():
 		return fail(ctx.Err())
+	case <-s.clientEnded:
+		return fail(errClientLeft)
 	}
 	conn, err := s.opts.Restart(ctx)
 	if err != nil {
@@ -131,6 +137,13 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 			exited := make(chan error, 1)
 			exited <- perr
 			return exited, nil
+		case <-s.clientEnded:
+			// No one is left to use the upstream: the session ends
+			// now, not once a handshake that hangs times out.
+			cancel()
+			<-answered
+			conn.Close()
+			return fail(errClientLeft)
 		}
 		cancel()
 		if err == nil && initialized {

@@ -412,3 +412,24 @@ func TestExitInTheMiddleOfAMessage(t *testing.T) {
 		t.Fatalf("the client got %s; want the ping's answer, and nothing of the cut message", got)
 	}
 }
+
+// TestClientLeavesDuringTheReplayedHandshake: a client that goes while
+// the upstream started again has not answered the replayed handshake
+// ends the session as a client going does, without waiting for that
+// answer (up to 30 s) nor calling it a failed restart.
+func TestClientLeavesDuringTheReplayedHandshake(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	up2 := r.exitAndRestart(t, up) // which never answers the handshake
+	r.clientW.Close()
+	select {
+	case <-r.stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session waited on the replayed handshake after the client had gone")
+	}
+	if r.err != nil {
+		t.Fatalf("Run = %v; want nil, as when the client goes", r.err)
+	}
+	<-up2.closed // the upstream was stopped
+}

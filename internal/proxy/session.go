@@ -209,7 +209,10 @@ type Session struct {
 	// deaf then tells (writeFailer); both nil when the client's Conn does
 	// not tell.
 	clientDeaf <-chan struct{}
-	deaf       writeFailer
+	// clientEnded is closed once the client's input has ended: a
+	// restart under way stops waiting on the upstream then (restart).
+	clientEnded chan struct{}
+	deaf        writeFailer
 	// callsEnded is set once the session is ending and takes no more of
 	// the client's tools/calls (endCallIntake).
 	callsEnded bool
@@ -349,7 +352,12 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	defer s.endAsks()
 
 	clientDone := make(chan error, 1)
-	go func() { clientDone <- s.pumpClient(ctx) }()
+	s.clientEnded = make(chan struct{})
+	go func() {
+		err := s.pumpClient(ctx)
+		close(s.clientEnded)
+		clientDone <- err
+	}()
 	upstreamDone := s.startPump(ctx, s.current())
 	var exits exitLog
 
@@ -360,6 +368,8 @@ func (s *Session) Run(ctx context.Context) (err error) {
 				s.log.Warn("reading from the upstream", "err", err)
 			}
 			if upstreamDone, err = s.upstreamExited(ctx, &exits); upstreamDone == nil {
+				// A restart ends so when the client goes, not when told to stop.
+				clientLeft = err == nil && ctx.Err() == nil && closed(s.clientEnded)
 				return err
 			}
 		case err := <-clientDone:
