@@ -70,6 +70,21 @@ func (s *Session) usable() *link {
 	return l
 }
 
+// nextUsable is usable, but a link that a restart replaced while it was
+// waited for is not returned: the wait goes on for the new one, as
+// lockUsable's does. The link it returns is gone only when no restart
+// follows; it takes no lock when the link is usable.
+func (s *Session) nextUsable() *link {
+	for {
+		l := s.usable()
+		// A restart puts the new link in use before the one it replaces
+		// is gone: once that is, s.up is the one to wait for.
+		if !closed(l.gone) || s.current() == l {
+			return l
+		}
+	}
+}
+
 // lockUsable returns the upstream link in use once it is usable, as
 // usable does, with s.mu held. A link waited for that a restart replaced
 // before it could be used is not returned: it waits for the new one, as

@@ -84,7 +84,7 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	} else {
 		// While the upstream is being started again, only the replayed
 		// handshake goes first; everything else waits for it.
-		l = s.usable()
+		l = s.nextUsable()
 	}
 	if err := ctx.Err(); err != nil {
 		// Given up on while it waited for the upstream: never sent.

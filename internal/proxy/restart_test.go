@@ -433,3 +433,53 @@ func TestClientLeavesDuringTheReplayedHandshake(t *testing.T) {
 	}
 	<-up2.closed // the upstream was stopped
 }
+
+// TestCallWaitsThroughAFailedHandshake: a call that waits for the
+// upstream being started again, which then exits during the replayed
+// handshake, waits for the start after it, as a request passed on does;
+// it is not told it failed while the upstream is started once more.
+func TestCallWaitsThroughAFailedHandshake(t *testing.T) {
+	r := newRestartRig(t, 5)
+	up := r.upstream(t)
+	r.initialize(t, up)
+	up2 := r.exitAndRestart(t, up)
+	r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
+	for { // its listing of the tools waits for the upstream
+		r.s.tools.mu.Lock()
+		listing := r.s.tools.inFlight != nil
+		r.s.tools.mu.Unlock()
+		if listing {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	up2.w.Close() // exits during the handshake
+	up3 := r.upstream(t)
+	results := map[string]string{
+		"initialize": `{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}`,
+		"tools/list": `{"tools":[{"name":"quote","inputSchema":{"type":"object"}}]}`,
+		"tools/call": `{"content":[{"type":"text","text":"42"}]}`,
+	}
+	// The listing may be made twice: the second start invalidated what
+	// the first, begun before it, would learn.
+	var listed bool
+	for method := ""; method != "tools/call"; {
+		got := up3.next(t, "upstream started a third time")
+		var m struct {
+			ID     json.RawMessage
+			Method string
+		}
+		json.Unmarshal([]byte(got), &m)
+		if method = m.Method; results[method] == "" {
+			t.Fatalf("the third upstream got %s", got)
+		}
+		listed = listed || method == "tools/list"
+		up3.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+results[method]+`}`)
+	}
+	if !listed {
+		t.Fatal("the tools were not listed on the upstream started again: the call went by no listing")
+	}
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":5,"result"`) || !strings.Contains(got, `"42"`) {
+		t.Fatalf("the client got %s; want the call's result from the third upstream", got)
+	}
+}
