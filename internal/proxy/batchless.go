@@ -47,6 +47,7 @@ func (s *Session) noteProtocolLocked(f forwardedRequest, m *jsonrpc.Message) []b
 		return unknownAgreed(m.ID, version)
 	}
 	s.protocol = version
+	s.toolsChange = string(jsonrpc.Member(jsonrpc.Member(jsonrpc.Member(m.Result, "capabilities"), "tools"), "listChanged")) == "true"
 	if f.handshake != nil {
 		s.handshake = f.handshake
 	}

@@ -89,7 +89,7 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	// l is in use already, not ready: the client's traffic waits for it
 	// instead of meeting the connection that is gone.
 	s.mu.Lock()
-	handshake, initialized, protocol := s.handshake, s.initialized, s.protocol
+	handshake, initialized, protocol, toolsChange := s.handshake, s.initialized, s.protocol, s.toolsChange
 	s.mu.Unlock()
 	s.tools.invalidate()
 	fail := func(err error) (<-chan error, error) {
@@ -161,6 +161,13 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 			conn.Close()
 			return fail(fmt.Errorf("replaying the client's handshake: %w", err))
 		}
+	}
+	if toolsChange {
+		// The new upstream may list other tools (another version of
+		// its command, tools that depend on its state). Told before
+		// the client's requests go to it: a tools/list the client
+		// sends on this waits for it, and is answered by it.
+		s.writeClient([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 	}
 	close(l.ready)
 	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)

@@ -483,3 +483,42 @@ func TestCallWaitsThroughAFailedHandshake(t *testing.T) {
 		t.Fatalf("the client got %s; want the call's result from the third upstream", got)
 	}
 }
+
+// TestRestartTellsTheToolsMayHaveChanged: the upstream started again may
+// list other tools (its command now runs another version, or its tools
+// depend on its state). A client told at initialize that the tool list
+// can change is told it may have: it lists the tools again. One not told
+// so gets no such notification, which it would not expect.
+func TestRestartTellsTheToolsMayHaveChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name, capabilities string
+		told               bool
+	}{
+		{"listChanged", `{"tools":{"listChanged":true}}`, true},
+		{"no listChanged", `{"tools":{}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRestartRig(t, 5)
+			up := r.upstream(t)
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+			up.next(t, "upstream")
+			up.send(t, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":`+tc.capabilities+`,"serverInfo":{"name":"s","version":"1"}}}`)
+			r.client.next(t, "client")
+			up2 := r.exitAndRestart(t, up)
+			up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-06-18","capabilities":`+tc.capabilities+`,"serverInfo":{"name":"s","version":"2"}}}`)
+			r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+			up2.next(t, "restarted upstream")
+			up2.send(t, `{"jsonrpc":"2.0","id":2,"result":{}}`)
+			got := r.client.next(t, "client")
+			if told := got == `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`; told != tc.told {
+				t.Fatalf("the client got %s first; told of a change: %v, want %v", got, told, tc.told)
+			}
+			if tc.told {
+				got = r.client.next(t, "client")
+			}
+			if got != `{"jsonrpc":"2.0","id":2,"result":{}}` {
+				t.Fatalf("the client got %s; want the ping's answer", got)
+			}
+		})
+	}
+}

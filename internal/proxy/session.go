@@ -227,6 +227,10 @@ type Session struct {
 	// protocol is the protocolVersion of the upstream's result to the
 	// client's initialize, as the client got it; "" before one.
 	protocol string
+	// toolsChange is set when the upstream's result to the client's
+	// initialize declared tools.listChanged: the client may be told the
+	// tools changed (a restart tells it so).
+	toolsChange bool
 	// elicitForm is set when the handshake declared elicitation in form
 	// mode (elicitsForm), read from it once.
 	elicitForm bool
