@@ -115,37 +115,20 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	s.mu.Unlock()
 	done := s.startPump(ctx, l)
 	if handshake != nil {
-		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		answered := make(chan error, 1)
-		go func() {
-			result, err := s.call(hctx, "initialize", handshake)
-			if err == nil {
-				err = sameProtocol(result, protocol)
-			}
-			answered <- err
-		}()
-		var err error
-		select {
-		case err = <-answered:
-		case perr := <-done:
-			// The upstream exited during the handshake: one more exit,
-			// which Run counts and acts on as any other. Its callers,
-			// the handshake among them, are answered then.
-			cancel()
-			<-answered
+		exited, err := s.awaitHandshake(ctx, done, handshake, protocol)
+		switch {
+		case exited:
+			// One more exit, which Run counts and acts on as any
+			// other. Its callers, the handshake among them, are
+			// answered then.
 			s.log.Warn("the upstream exited during the replayed handshake")
-			exited := make(chan error, 1)
-			exited <- perr
-			return exited, nil
-		case <-s.clientEnded:
-			// No one is left to use the upstream: the session ends
-			// now, not once a handshake that hangs times out.
-			cancel()
-			<-answered
+			again := make(chan error, 1)
+			again <- err
+			return again, nil
+		case errors.Is(err, errClientLeft):
 			conn.Close()
-			return fail(errClientLeft)
+			return fail(err)
 		}
-		cancel()
 		if err == nil && initialized {
 			err = conn.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
 		}
@@ -172,6 +155,37 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	close(l.ready)
 	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
 	return done, nil
+}
+
+// awaitHandshake replays handshake, the client's initialize params, on
+// the upstream started again, whose pump channel is done, and waits for
+// its answer, whose error it returns (sameProtocol's too). With exited
+// set, the upstream exited first, and err is its pump's. Once the client
+// has gone it returns errClientLeft: no one is left to use the upstream,
+// and the session ends now, not once a handshake that hangs times out.
+func (s *Session) awaitHandshake(ctx context.Context, done <-chan error, handshake json.RawMessage, protocol string) (exited bool, err error) {
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		result, err := s.call(hctx, "initialize", handshake)
+		if err == nil {
+			err = sameProtocol(result, protocol)
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		return false, err
+	case perr := <-done:
+		cancel()
+		<-answered
+		return true, perr
+	case <-s.clientEnded:
+		cancel()
+		<-answered
+		return false, errClientLeft
+	}
 }
 
 // sameProtocol checks that result, the restarted upstream's answer to
