@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
@@ -101,6 +103,8 @@ func (s *Session) handleQueued(q queued) {
 		s.resumeToolCall(c, info)
 	case m.Batch:
 		s.fromClientBatch(m.Raw)
+	case m.Method == "notifications/cancelled":
+		s.cancelled(m) // in shadow mode, behind the request it names (cancelInTurn)
 	case m.IsRequest():
 		s.forward(m, nil)
 	default:
@@ -120,6 +124,43 @@ func (s *Session) unqueue(key string) bool {
 	for i, q := range s.queue {
 		if q.call == nil && q.key == key {
 			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// cancelInTurn queues msg, the client's cancellation of request id, behind
+// that request if it still waits to be sent, in shadow mode, and reports
+// whether it did. Normal mode drops such a request, or detaches its
+// caller, and the cancellation with it; shadow mode sends what the
+// client sent, as it would reach the upstream without the proxy.
+func (s *Session) cancelInTurn(msg *jsonrpc.Message, id json.RawMessage) bool {
+	if !s.queueing.Load() || s.opts.Interceptor == nil || !s.opts.Interceptor.Shadow() {
+		return false
+	}
+	key := string(jsonrpc.IDKey(id))
+	s.mu.Lock()
+	c := s.calls[key]
+	s.mu.Unlock()
+	waits := false
+	if c != nil {
+		c.mu.Lock()
+		waits = !c.passThrough
+		c.mu.Unlock()
+	}
+	// If the queue ends meanwhile, the request was handled: the
+	// cancellation goes as for one sent (cancelled).
+	return (waits || s.queued(key)) && s.enqueueMessage(msg)
+}
+
+// queued reports whether the client's request under key, not a
+// tools/call, waits in the queue.
+func (s *Session) queued(key string) bool {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	for _, q := range s.queue {
+		if q.call == nil && q.key == key {
 			return true
 		}
 	}

@@ -277,6 +277,8 @@ func (s *Session) cancelled(msg *jsonrpc.Message) {
 		// (DESIGN section 5).
 		s.log.Warn("dropped a cancellation from the client of a request of the proxy's own", "id", string(id))
 		return
+	case id != nil && s.cancelInTurn(msg, id):
+		return
 	case id != nil && s.unqueue(string(jsonrpc.IDKey(id))):
 		s.log.Info("client cancelled a request before it was sent; dropping it", "request", string(id))
 		return
