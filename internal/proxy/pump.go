@@ -709,6 +709,7 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 		delete(s.pending, key)
 		s.mu.Unlock()
 		if !own {
+			s.unreadableShadow(key, err)
 			continue
 		}
 		s.log.Error("an answer from the upstream is not JSON", "err", err, "id", key, "size", len(frame))

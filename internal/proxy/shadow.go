@@ -313,6 +313,23 @@ func cancelledOutcome(err error) error {
 	return fmt.Errorf("the client cancelled the call, and %v; the outcome without the cancellation was not observed", err)
 }
 
+// unreadableShadow settles the call in shadow mode under key, if any,
+// whose answer from the upstream is not JSON: the outcome was not
+// observed, as normal mode takes its own request's unreadable answer. The
+// frame passes on to the client as it came; the request stays remembered
+// (unreadableAnswer).
+func (s *Session) unreadableShadow(key string, err error) {
+	s.mu.Lock()
+	sc := s.forwarded[key].shadow
+	if sc == nil {
+		sc = s.takeCancelledLocked(key)
+	}
+	s.mu.Unlock()
+	if sc != nil {
+		sc.answered(nil, fmt.Errorf("the upstream's answer could not be read: %w", err))
+	}
+}
+
 // notSent tells sc, if any, that the call was not sent.
 func (sc *shadowCall) notSent(why error) {
 	if sc != nil {
