@@ -438,13 +438,13 @@ func (in *Interceptor) PassedThrough(ctx context.Context, tool Tool, class polic
 }
 
 // Refused tells the observer, and the call's span that ctx holds, that
-// RouteCall refused a call, which route says: it counts as invalid. A
-// call the proxy cannot read safely is refused in shadow mode too, and
-// counted so; one refused for its approval alone (RouteUnapproved)
-// passes through there, and invalid is what it would have become.
+// RouteCall refused a call, which route says: it counts as invalid. In
+// shadow mode one that passes through there (Route.PassesInShadow)
+// counts invalid as what it would have become; any other is refused
+// there too, and counted so.
 func (in *Interceptor) Refused(ctx context.Context, tool Tool, class policy.Class, route Route) {
 	obs := in.obs
-	if so, ok := obs.(shadowObserver); ok && route != RouteUnapproved {
+	if so, ok := obs.(shadowObserver); ok && !route.PassesInShadow() {
 		obs = so.Observer
 	}
 	obs.Decision(tool, class, "invalid")

@@ -24,7 +24,18 @@ const (
 	// would run unrecorded cannot keep: refused, with the error RouteCall
 	// returns. In shadow mode, which asks nobody, it passes through.
 	RouteUnapproved
+	// RouteUnreadable: the call's client key or deadline cannot be read:
+	// refused, with the error RouteCall returns. In shadow mode, which
+	// neither keys nor times it, it passes through unrecorded.
+	RouteUnreadable
 )
+
+// PassesInShadow reports whether a call refused under r goes upstream as
+// it came in shadow mode: a refusal for what only the proxy would have
+// done with it, not for params it cannot read as the upstream does.
+func (r Route) PassesInShadow() bool {
+	return r == RouteUnapproved || r == RouteUnreadable
+}
 
 // RouteCall says what becomes of call under pol, or returns the error
 // that refuses it. It is the one place that decides: the session that
@@ -34,7 +45,7 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	// tool's, whose calls are never matched by key: taken for a call
 	// without one, it would go unrecorded to a tool matched by key only.
 	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
-		return 0, call.KeyErr
+		return RouteUnreadable, call.KeyErr
 	}
 	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
 	switch {
@@ -50,7 +61,7 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	case call.DeadlineErr != nil:
 		// Anything else the proxy sends itself, within the client's
 		// deadline.
-		return 0, call.DeadlineErr
+		return RouteUnreadable, call.DeadlineErr
 	case unrecorded:
 		return RouteUnrecorded, nil
 	}

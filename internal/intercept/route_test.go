@@ -49,10 +49,10 @@ func TestRouteCall(t *testing.T) {
 		// refuse it, nor does a deadline it has no use for.
 		{"read only, bad key", badKey, readOnly, RoutePassThrough, ""},
 		{"read only, bad deadline", badDeadline, readOnly, RoutePassThrough, ""},
-		{"read only with a retry rule, bad deadline", badDeadline, readOnlyRetried, 0, "deadline_ms"},
-		{"side effect, bad key", badKey, sideEffect, 0, "mcp-idempotent/key"},
-		{"side effect, bad key and deadline", badBoth, sideEffect, 0, "mcp-idempotent/key"},
-		{"side effect, bad deadline", badDeadline, sideEffect, 0, "deadline_ms"},
+		{"read only with a retry rule, bad deadline", badDeadline, readOnlyRetried, RouteUnreadable, "deadline_ms"},
+		{"side effect, bad key", badKey, sideEffect, RouteUnreadable, "mcp-idempotent/key"},
+		{"side effect, bad key and deadline", badBoth, sideEffect, RouteUnreadable, "mcp-idempotent/key"},
+		{"side effect, bad deadline", badDeadline, sideEffect, RouteUnreadable, "deadline_ms"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var call mcp.ToolCall
@@ -67,7 +67,7 @@ func TestRouteCall(t *testing.T) {
 				t.Fatalf("route %d, want %d", route, tt.want)
 			case tt.refused != "" && (refusal == nil || !strings.Contains(refusal.Message, tt.refused)):
 				t.Fatalf("refusal %v; want one naming %s", refusal, tt.refused)
-			case tt.refused != "" && (route == RouteUnapproved) != (tt.want == RouteUnapproved):
+			case tt.refused != "" && route != tt.want:
 				t.Fatalf("refused with route %d, want %d", route, tt.want)
 			}
 		})

@@ -223,8 +223,10 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	route, refusal := intercept.RouteCall(call, pol)
 	if refusal != nil {
 		s.opts.Interceptor.Refused(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class, route)
-		if route == intercept.RouteUnapproved && s.opts.Interceptor.Shadow() {
-			// Shadow mode asks nobody, so it keeps no approval either.
+		if route.PassesInShadow() && s.opts.Interceptor.Shadow() {
+			// Shadow mode asks nobody, so it keeps no approval either,
+			// nor a deadline; a key it cannot read, it records nothing
+			// under.
 			s.passThrough(c, call)
 			return
 		}

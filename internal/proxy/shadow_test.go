@@ -438,19 +438,32 @@ func TestShadowDecidesAsNormalMode(t *testing.T) {
 	}
 }
 
-// TestShadowRefusesUnreadableKey: a call whose client key cannot be read
-// is refused in both modes, and counted so, not as passed through.
-func TestShadowRefusesUnreadableKey(t *testing.T) {
-	for _, shadow := range []bool{false, true} {
-		d, s, _, _ := runShadowScript(t, shadow, func(s *shadowRig) {
-			s.call(2, "tools/call", `{"name":"charge_card","arguments":{"card":"A"},"_meta":{"mcp-idempotent/key":5}}`)
-			s.answers(1)
-		})
-		if len(s.calls) != 0 || !strings.Contains(s.got[0], `"error"`) {
-			t.Errorf("shadow %v: %d calls upstream, the client got %s; want it refused", shadow, len(s.calls), s.got[0])
-		}
-		if !maps.Equal(d.counted, map[string]int{"invalid": 1}) || len(d.shown) != 0 {
-			t.Errorf("shadow %v: decisions %v, shadow decisions %v; want it counted invalid", shadow, d.counted, d.shown)
+// TestShadowUnreadableKeyOrDeadline: a call whose client key or
+// deadline cannot be read is refused in normal mode, and counted
+// invalid. Shadow mode neither keys nor times a call: it goes upstream
+// as it came, unrecorded, counted passed through with the shadow
+// decision invalid.
+func TestShadowUnreadableKeyOrDeadline(t *testing.T) {
+	for _, meta := range []string{`{"mcp-idempotent/key":5}`, `{"mcp-idempotent/deadline_ms":-1}`} {
+		for _, shadow := range []bool{false, true} {
+			d, s, lines, _ := runShadowScript(t, shadow, func(s *shadowRig) {
+				s.call(2, "tools/call", `{"name":"charge_card","arguments":{"card":"A"},"_meta":`+meta+`}`)
+				s.answers(1)
+			})
+			refused := strings.Contains(s.got[0], `"error"`)
+			if refused == shadow || len(s.calls) != map[bool]int{false: 0, true: 1}[shadow] {
+				t.Errorf("%s, shadow %v: %d calls upstream, the client got %s", meta, shadow, len(s.calls), s.got[0])
+			}
+			want, wantShown := map[string]int{"invalid": 1}, map[string]int{}
+			if shadow {
+				want, wantShown = map[string]int{"passed_through": 1}, map[string]int{"invalid": 1}
+			}
+			if !maps.Equal(d.counted, want) || !maps.Equal(d.shown, wantShown) {
+				t.Errorf("%s, shadow %v: decisions %v, shadow decisions %v; want %v, %v", meta, shadow, d.counted, d.shown, want, wantShown)
+			}
+			if n := len(journaled(lines)); n != 0 {
+				t.Errorf("%s, shadow %v: %d executions journaled; want none", meta, shadow, n)
+			}
 		}
 	}
 }
