@@ -24,9 +24,10 @@ const (
 	// would run unrecorded cannot keep: refused, with the error RouteCall
 	// returns. In shadow mode, which asks nobody, it passes through.
 	RouteUnapproved
-	// RouteUnreadable: the call's client key or deadline cannot be read:
-	// refused, with the error RouteCall returns. In shadow mode, which
-	// neither keys nor times it, it passes through unrecorded.
+	// RouteUnreadable: the call's client key or deadline cannot be read,
+	// or a member of its params is not as MCP allows: refused, with the
+	// error RouteCall (or the call's parse) returns. In shadow mode,
+	// which keeps no record of it, it passes through unrecorded.
 	RouteUnreadable
 )
 

@@ -47,6 +47,11 @@ type ToolCall struct {
 	// that the call may be answered with an input_required result that
 	// asks the user.
 	Elicits bool
+	// Malformed reports, with an error of Parse's, that the error is a
+	// member MCP does not allow as it is (arguments, task or _meta not an
+	// object) in params otherwise read, Name among them: the call can
+	// still go upstream as it came, unrecorded.
+	Malformed bool
 	// InputResponses and RequestState continue a multi-round request
 	// (MCP 2026-07-28); nil when absent.
 	InputResponses json.RawMessage
@@ -180,6 +185,7 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name is not UTF-8 (or holds a lone surrogate or U+FFFD)")
 	}
 	tc.Name = name
+	tc.Malformed = true // until the members' kinds are checked
 	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
@@ -194,6 +200,7 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		// added to anything else without dropping what the client sent.
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta must be an object, got %s", name, kind(tc.Meta))
 	}
+	tc.Malformed = false
 	if tc.Meta != nil {
 		m, err := readMeta(tc.Meta)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 // clientCall is one tools/call of the client's while it is handled.
@@ -148,6 +149,10 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.ParseRead(in.Params, params); perr != nil {
+		if call.Malformed && s.opts.Interceptor != nil && s.opts.Interceptor.Shadow() {
+			s.passMalformed(ctx, in, call)
+			return
+		}
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(in.ID), perr))
 		return
 	}
@@ -259,4 +264,29 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		return
 	}
 	s.opts.Interceptor.Handle(&c.ctx, &c.req)
+}
+
+// passMalformed passes on in, a tools/call in shadow mode whose call
+// (parsed as far as it could be) has a member MCP does not allow as it is
+// (mcp.ToolCall.Malformed): normal mode refuses it; here it goes upstream
+// as it came, in its turn, unrecorded, and the refusal is counted as the
+// shadow decision invalid.
+func (s *Session) passMalformed(ctx context.Context, in *jsonrpc.Message, call *mcp.ToolCall) {
+	tool := intercept.Tool{Name: call.Name}
+	class := policy.SideEffect // as for a tool not listed
+	if info, ok := s.tools.cached(call.Name); ok {
+		tool.Listed, class = info.listed, info.policy.Class
+	}
+	s.opts.Interceptor.Refused(ctx, tool, class, intercept.RouteUnreadable)
+	s.mu.Lock()
+	inUse := s.inUseLocked(string(jsonrpc.IDKey(in.ID)), false)
+	s.mu.Unlock()
+	if inUse {
+		s.refuseInUse(in.ID)
+		return
+	}
+	if s.queueing.Load() && s.enqueueMessage(in) {
+		return
+	}
+	s.forward(in, nil)
 }

@@ -467,3 +467,40 @@ func TestShadowUnreadableKeyOrDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowMalformedMember: a call whose arguments, task or _meta is not
+// an object is refused in normal mode, counted nowhere. In shadow mode
+// it goes upstream as it came, unrecorded, counted passed through with
+// the shadow decision invalid. Params given twice are refused in both.
+func TestShadowMalformedMember(t *testing.T) {
+	for _, tt := range []struct{ params, refusedIn string }{
+		{`{"name":"charge_card","arguments":[1]}`, "normal"},
+		{`{"name":"charge_card","arguments":{"card":"A"},"task":5}`, "normal"},
+		{`{"name":"charge_card","arguments":{"card":"A"},"_meta":"x"}`, "normal"},
+		{`{"name":"charge_card","arguments":{"card":"A"},"arguments":[1]}`, "both"},
+	} {
+		for _, shadow := range []bool{false, true} {
+			d, s, lines, _ := runShadowScript(t, shadow, func(s *shadowRig) {
+				s.call(2, "tools/call", tt.params)
+				s.answers(1)
+			})
+			refused := !shadow || tt.refusedIn == "both"
+			if got := strings.Contains(s.got[0], `"error"`); got != refused || len(s.calls) != map[bool]int{true: 0, false: 1}[refused] {
+				t.Errorf("%s, shadow %v: %d calls upstream, the client got %s", tt.params, shadow, len(s.calls), s.got[0])
+			}
+			if len(s.calls) == 1 && !strings.Contains(s.calls[0], tt.params) {
+				t.Errorf("%s, shadow %v: the upstream got %s", tt.params, shadow, s.calls[0])
+			}
+			want, wantShown := map[string]int{}, map[string]int{}
+			if !refused {
+				want, wantShown = map[string]int{"passed_through": 1}, map[string]int{"invalid": 1}
+			}
+			if !maps.Equal(d.counted, want) || !maps.Equal(d.shown, wantShown) {
+				t.Errorf("%s, shadow %v: decisions %v, shadow decisions %v; want %v, %v", tt.params, shadow, d.counted, d.shown, want, wantShown)
+			}
+			if n := len(journaled(lines)); n != 0 {
+				t.Errorf("%s, shadow %v: %d executions journaled; want none", tt.params, shadow, n)
+			}
+		}
+	}
+}
