@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 	if msgs, frame = takeOut(msgs, frame, s.batchCancel); len(msgs) == 0 {
 		return
 	}
+	var calls []mcp.ToolCall // in shadow mode, the batch's tools/calls
 	for _, m := range msgs {
 		var (
 			why     string
@@ -101,6 +103,12 @@ func (s *Session) fromClientBatch(frame []byte) {
 		switch {
 		case why != "":
 			why = "mcp-idempotent: " + why
+		case m.Method == "tools/call" && s.shadowing():
+			var call mcp.ToolCall
+			if call, why = shadowBatchCall(m); why == "" {
+				calls = append(calls, call)
+				continue
+			}
 		case m.Method == "tools/call":
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
 		case m.IsRequest() && s.reservedID(m.ID):
@@ -122,7 +130,20 @@ func (s *Session) fromClientBatch(frame []byte) {
 		s.refuseRequests(msgs, frame, why)
 		return
 	}
+	for i := range calls {
+		s.passedRefused(context.Background(), &calls[i])
+	}
 	s.sendBatch(msgs, frame)
+}
+
+// shadowBatchCall reads m, a tools/call in a batch in shadow mode, as one
+// alone is read: what normal mode refuses for its own judgement alone
+// passes upstream, unrecorded; why, if not "", refuses the batch.
+func shadowBatchCall(m *jsonrpc.Message) (call mcp.ToolCall, why string) {
+	if perr := call.Parse(m.Params); perr != nil && !call.Malformed {
+		return call, fmt.Sprintf("mcp-idempotent: request %s in the batch: %s", m.ID, perr.Message)
+	}
+	return call, ""
 }
 
 // refuseRequests refuses the requests of msgs, a batch of the client's in

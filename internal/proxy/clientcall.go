@@ -149,7 +149,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.ParseRead(in.Params, params); perr != nil {
-		if call.Malformed && s.opts.Interceptor != nil && s.opts.Interceptor.Shadow() {
+		if call.Malformed && s.shadowing() {
 			s.passMalformed(ctx, in, call)
 			return
 		}
@@ -272,12 +272,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 // as it came, in its turn, unrecorded, and the refusal is counted as the
 // shadow decision invalid.
 func (s *Session) passMalformed(ctx context.Context, in *jsonrpc.Message, call *mcp.ToolCall) {
-	tool := intercept.Tool{Name: call.Name}
-	class := policy.SideEffect // as for a tool not listed
-	if info, ok := s.tools.cached(call.Name); ok {
-		tool.Listed, class = info.listed, info.policy.Class
-	}
-	s.opts.Interceptor.Refused(ctx, tool, class, intercept.RouteUnreadable)
+	s.passedRefused(ctx, call)
 	s.mu.Lock()
 	inUse := s.inUseLocked(string(jsonrpc.IDKey(in.ID)), false)
 	s.mu.Unlock()
@@ -289,4 +284,21 @@ func (s *Session) passMalformed(ctx context.Context, in *jsonrpc.Message, call *
 		return
 	}
 	s.forward(in, nil)
+}
+
+// shadowing reports whether the session's proxy is in shadow mode.
+func (s *Session) shadowing() bool {
+	return s.opts.Interceptor != nil && s.opts.Interceptor.Shadow()
+}
+
+// passedRefused counts call, which normal mode refuses and shadow mode
+// passes upstream as it came, unrecorded: invalid is what it would have
+// become.
+func (s *Session) passedRefused(ctx context.Context, call *mcp.ToolCall) {
+	tool := intercept.Tool{Name: call.Name}
+	class := policy.SideEffect // as for a tool not listed
+	if info, ok := s.tools.cached(call.Name); ok {
+		tool.Listed, class = info.listed, info.policy.Class
+	}
+	s.opts.Interceptor.Refused(ctx, tool, class, intercept.RouteUnreadable)
 }

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"encoding/json"
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 )
 
@@ -38,5 +41,42 @@ func TestShadowCancelledWhileQueued(t *testing.T) {
 		if got := r.upstream.next(t, "upstream"); got != want {
 			t.Errorf("the upstream got %s; want %s", got, want)
 		}
+	}
+}
+
+// TestShadowBatchWithToolCall: in a session whose protocol has batches,
+// a batch holding a tools/call is refused in normal mode. In shadow mode
+// it goes upstream as it came, its calls unrecorded and counted as the
+// shadow decision invalid, and the client gets the upstream's answer.
+func TestShadowBatchWithToolCall(t *testing.T) {
+	batch := `[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"card":"4242"}}},` +
+		`{"jsonrpc":"2.0","id":3,"method":"ping"}]`
+	for _, shadow := range []bool{false, true} {
+		d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 64)}
+		in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Observer: d, Shadow: shadow})
+		r := newRigOptions(t, 0, Options{Interceptor: in})
+		r.handshake(t, "2025-03-26", gives("2025-03-26"))
+		r.client.send(t, batch)
+		if !shadow {
+			if got := r.client.next(t, "client"); !strings.Contains(got, "cannot be sent in a batch") {
+				t.Errorf("normal mode: the client got %s; want the batch refused", got)
+			}
+			continue
+		}
+		// A call whose params could be read two ways refuses the batch
+		// in shadow mode too.
+		r.client.send(t, `[{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge","name":"refund"}}]`)
+		if got := r.client.next(t, "client"); !strings.Contains(got, `"name\" is given twice`) {
+			t.Errorf("the client got %s; want the ambiguous batch refused", got)
+		}
+		nextIs(t, r.upstream, "upstream", batch, "the batch as it came")
+		answer := `[{"jsonrpc":"2.0","id":2,"result":{"content":[]}},{"jsonrpc":"2.0","id":3,"result":{}}]`
+		r.upstream.send(t, answer)
+		nextIs(t, r.client, "client", answer, "the upstream's answer")
+		d.mu.Lock()
+		if !maps.Equal(d.counted, map[string]int{"passed_through": 1}) || !maps.Equal(d.shown, map[string]int{"invalid": 1}) {
+			t.Errorf("decisions %v, shadow decisions %v; want passed_through, and invalid", d.counted, d.shown)
+		}
+		d.mu.Unlock()
 	}
 }
