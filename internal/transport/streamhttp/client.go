@@ -39,8 +39,8 @@ const (
 	headerTracestate  = "tracestate"
 )
 
-// DefaultMaxMessage is the largest frame or SSE line accepted when
-// Options.MaxMessage is zero.
+// DefaultMaxMessage is the largest message, a JSON body or an SSE
+// event's data, accepted when Options.MaxMessage is zero.
 const DefaultMaxMessage = 16 << 20
 
 // deleteTimeout bounds the DELETE that Close sends.
@@ -72,8 +72,8 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger receives transport events; nil discards them.
 	Logger *slog.Logger
-	// MaxMessage bounds one frame, and one SSE line, in bytes; zero means
-	// DefaultMaxMessage.
+	// MaxMessage bounds one message, a JSON body or an SSE event's data,
+	// in bytes; zero means DefaultMaxMessage.
 	MaxMessage int
 }
 

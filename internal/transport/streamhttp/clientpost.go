@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -192,7 +193,7 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 	came := false // the answer came, and was dropped over the limit
 	switch ct {
 	case "application/json":
-		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, pastLimit(c.max)))
 		switch {
 		case err != nil:
 			c.log.Warn("reading the upstream's answer", "err", err)
@@ -238,6 +239,16 @@ func (c *Client) relayBody(resp *http.Response, s sent, pending map[string]json.
 	c.fail(s, ids, na)
 }
 
+// pastLimit is how much of a body is read to tell whether it is over
+// max: a byte more, but for a max of math.MaxInt64, where the sum would
+// wrap to a negative count, which reads nothing.
+func pastLimit(max int) int64 {
+	if int64(max) == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(max) + 1
+}
+
 // tooLarge says that a message from the upstream was over the limit max,
 // in the words the stdio transport uses.
 func tooLarge(max int) string {
@@ -255,7 +266,7 @@ func (c *Client) relayErrorBody(resp *http.Response, pending map[string]json.Raw
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.max)+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, pastLimit(c.max)))
 	if err != nil || len(body) > c.max {
 		return
 	}

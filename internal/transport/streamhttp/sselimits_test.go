@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,8 +17,9 @@ import (
 const limitTestMax = 1000
 
 // dialBody dials a server that answers every POST with body under the
-// Content-Type ct, with a Client whose MaxMessage is limitTestMax.
-func dialBody(t *testing.T, ct, body string) *Client {
+// Content-Type ct, with a Client whose MaxMessage is max, if given, else
+// limitTestMax.
+func dialBody(t *testing.T, ct, body string, max ...int) *Client {
 	t.Helper()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -29,7 +31,11 @@ func dialBody(t *testing.T, ct, body string) *Client {
 		io.WriteString(w, body)
 	}))
 	t.Cleanup(ts.Close)
-	c, err := Dial(context.Background(), ts.URL, Options{MaxMessage: limitTestMax})
+	opts := Options{MaxMessage: limitTestMax}
+	if len(max) > 0 {
+		opts.MaxMessage = max[0]
+	}
+	c, err := Dial(context.Background(), ts.URL, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +141,25 @@ func TestCancelledCallToldOfDroppedAnswer(t *testing.T) {
 			na := readNoAnswer(t, c)
 			if want := tooLarge(limitTestMax); string(na.ID) != "2" || !strings.Contains(na.Reason, want) {
 				t.Errorf("got %+v; want a reason saying %q", *na, want)
+			}
+		})
+	}
+}
+
+// TestAnswerUnderAnUnboundedLimit: a MaxMessage of math.MaxInt, no
+// bound at all, lets an answer through in a JSON body as in an event
+// stream, rather than read no byte of the body.
+func TestAnswerUnderAnUnboundedLimit(t *testing.T) {
+	answer := `{"jsonrpc":"2.0","id":2,"result":{}}`
+	for _, tc := range []struct{ name, ct, body string }{
+		{"json", "application/json", answer},
+		{"sse", "text/event-stream", "data: " + answer + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialBody(t, tc.ct, tc.body, math.MaxInt)
+			write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)
+			if m := read(t, c); string(m.ID) != "2" || m.Result == nil {
+				t.Errorf("got %s; want the answer", m.Raw)
 			}
 		})
 	}
