@@ -249,15 +249,30 @@ func TestApprovalQuestionAskedAgainIsForgotten(t *testing.T) {
 		h := approving(policy.ApprovalEach, policy.ApproverClient)
 		other := &harness{in: New(Options{Store: h.store, Hasher: h.in.hasher}), store: h.store, up: h.up, pol: h.pol}
 		args := `{"card":"4242","amount":100}`
+		// held counts the questions the other process holds, and those
+		// of them out with a caller.
+		held := func() (n, out int) {
+			other.in.questions.mu.Lock()
+			defer other.in.questions.mu.Unlock()
+			for _, q := range other.in.questions.m {
+				n++
+				if q.taken {
+					out++
+				}
+			}
+			return n, out
+		}
 		round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
 		asRound(t, other.call(t.Context(), t, roundCall(args, nil, "")).only(t))
+		// Out with its caller until then: the call sent again waits for
+		// the answer, rather than ask the user once more.
+		if n, out := held(); n != 1 || out != 1 {
+			t.Fatalf("the process that asked again holds %d questions, %d out; want the one, out", n, out)
+		}
 		view(t, h.call(t.Context(), t, roundCall(args, round, "accept")).only(t))
 		time.Sleep(h.pol.ApprovalTimeout + time.Second)
 		synctest.Wait()
-		other.in.questions.mu.Lock()
-		n := len(other.in.questions.m)
-		other.in.questions.mu.Unlock()
-		if n != 0 || h.up.calls.Load() != 1 {
+		if n, _ := held(); n != 0 || h.up.calls.Load() != 1 {
 			t.Fatalf("the process that asked again holds %d questions after the approval's time, with %d runs; want none, one run", n, h.up.calls.Load())
 		}
 	})
