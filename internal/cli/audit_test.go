@@ -677,8 +677,12 @@ func TestJournalKeyFlag(t *testing.T) {
 // with their output cut short.
 func TestOutputThatFails(t *testing.T) {
 	j := writeJournal(t, 2)
+	signer, _ := keygen(t, t.TempDir(), "proxy1.example.com")
+	signed := filepath.Join(t.TempDir(), "signed.jsonl")
+	writeSignedJournal(t, signed, signer, 0, 2, 0)
 	for _, args := range [][]string{
 		{"audit", "verify", j},
+		{"audit", "checkpoint", signed},
 		{"activity", "show", "exe_1", "--store", "memory", "--journal", j},
 	} {
 		err := Run(t.Context(), args, strings.NewReader(""), failingWriter{}, io.Discard)
