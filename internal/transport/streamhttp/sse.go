@@ -185,8 +185,8 @@ func (s *sseReader) next() (event, error) {
 // the limit other than data is read to its end and dropped, and its
 // event, whose data may answer a request, goes on: a comment or an
 // unknown field means nothing; an event type, id or retry cut is not
-// known, so the event counts as having none (a message, then), and the
-// stream is not resumed past it.
+// known, so the one before it stands (with no type before it, the event
+// is a message), and the stream is not resumed past it.
 func (s *sseReader) field(line []byte, data *[]byte, large, hasData *bool, typ *string, retry *int) error {
 	if line[0] == ':' {
 		// A comment, often a keep-alive.
