@@ -155,12 +155,27 @@ func (s *Session) cancelInTurn(msg *jsonrpc.Message, id json.RawMessage) bool {
 }
 
 // queued reports whether the client's request under key, not a
-// tools/call, waits in the queue.
+// tools/call, waits in the queue, alone or in a batch.
 func (s *Session) queued(key string) bool {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	for _, q := range s.queue {
-		if q.call == nil && q.key == key {
+		if q.call == nil && (q.key == key || q.msg.Batch && batchHolds(q.msg.Raw, key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// batchHolds reports whether frame, a batch of the client's, holds a
+// request under key. Only a cancellation while a queue runs asks it.
+func batchHolds(frame []byte, key string) bool {
+	msgs, err := jsonrpc.DecodeBatch(frame)
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.IsRequest() && string(jsonrpc.IDKey(m.ID)) == key {
 			return true
 		}
 	}

@@ -80,3 +80,33 @@ func TestShadowBatchWithToolCall(t *testing.T) {
 		d.mu.Unlock()
 	}
 }
+
+// TestShadowCancelledInQueuedBatch: a request in a batch that waits in
+// the queue, cancelled meanwhile, reaches the upstream before its
+// cancellation in shadow mode, as one sent alone does.
+func TestShadowCancelledInQueuedBatch(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Shadow: true})
+	r := newRigOptions(t, 0, Options{Interceptor: in})
+	sent := []string{
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"card":"4242"}}}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"resources/list"},{"jsonrpc":"2.0","id":5,"method":"prompts/list"}]`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`,
+	}
+	r.client.send(t, sent[0])
+	list := r.upstream.next(t, "upstream") // the proxy's tools/list
+	for _, f := range sent[1:] {
+		r.client.send(t, f)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":4,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want the ping", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(list), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"tools":[]}}`)
+	for _, want := range sent {
+		if got := r.upstream.next(t, "upstream"); got != want {
+			t.Errorf("the upstream got %s; want %s", got, want)
+		}
+	}
+}
