@@ -113,8 +113,9 @@ func (s *Session) handleQueued(q queued) {
 }
 
 // unqueue drops the client's request under key, which it cancelled, if it
-// still waits in the queue: never sent, it is owed nothing. A tools/call
-// is not here: it is registered, and its cancellation finds it there.
+// still waits in the queue, alone or in a batch: never sent, it is owed
+// nothing. A tools/call is not here: it is registered, and its
+// cancellation finds it there.
 func (s *Session) unqueue(key string) bool {
 	if !s.queueing.Load() {
 		return false
@@ -122,8 +123,27 @@ func (s *Session) unqueue(key string) bool {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	for i, q := range s.queue {
-		if q.call == nil && q.key == key {
+		switch {
+		case q.call != nil:
+		case q.key == key:
 			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			return true
+		case q.msg.Batch:
+			msgs, err := jsonrpc.DecodeBatch(q.msg.Raw)
+			if err != nil {
+				continue
+			}
+			rest, frame := takeOut(msgs, q.msg.Raw, func(m *jsonrpc.Message) bool {
+				return m.IsRequest() && string(jsonrpc.IDKey(m.ID)) == key
+			})
+			switch {
+			case len(rest) == len(msgs):
+				continue
+			case len(rest) == 0:
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			default:
+				s.queue[i].msg = &jsonrpc.Message{Raw: frame, Batch: true}
+			}
 			return true
 		}
 	}

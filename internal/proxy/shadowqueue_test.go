@@ -110,3 +110,25 @@ func TestShadowCancelledInQueuedBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledInQueuedBatch: in normal mode a request in a batch that
+// waits in the queue, cancelled meanwhile, is not sent, and its
+// cancellation neither, as for one that waits alone.
+func TestCancelledInQueuedBatch(t *testing.T) {
+	r := newRigOptions(t, 0, Options{Interceptor: intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})})
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"card":"4242"}}}`)
+	list := r.upstream.next(t, "upstream") // the proxy's tools/list
+	r.client.send(t, `[{"jsonrpc":"2.0","id":3,"method":"resources/list"},{"jsonrpc":"2.0","id":5,"method":"prompts/list"}]`)
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`)
+	r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":4,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want the ping", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(list), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"tools":[]}}`)
+	r.upstream.next(t, "upstream") // the call
+	if got := r.upstream.next(t, "upstream"); got != `[{"jsonrpc":"2.0","id":5,"method":"prompts/list"}]` {
+		t.Errorf("the upstream got %s; want the batch without the cancelled request", got)
+	}
+}
