@@ -100,16 +100,20 @@ func (s *Session) fromClientBatch(frame []byte) {
 		if m.IsRequest() {
 			version, verr = declaredVersion(m)
 		}
+		var callWhy string
+		if why == "" && m.Method == "tools/call" && s.shadowing() {
+			// It passes, but for its id and token (below).
+			var call mcp.ToolCall
+			if call, callWhy = shadowBatchCall(m); callWhy == "" {
+				calls = append(calls, call)
+			}
+		}
 		switch {
 		case why != "":
 			why = "mcp-idempotent: " + why
-		case m.Method == "tools/call" && s.shadowing():
-			var call mcp.ToolCall
-			if call, why = shadowBatchCall(m); why == "" {
-				calls = append(calls, call)
-				continue
-			}
-		case m.Method == "tools/call":
+		case callWhy != "":
+			why = callWhy
+		case m.Method == "tools/call" && !s.shadowing():
 			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
 		case m.IsRequest() && s.reservedID(m.ID):
 			why = s.reservedMessage()

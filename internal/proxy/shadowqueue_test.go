@@ -132,3 +132,20 @@ func TestCancelledInQueuedBatch(t *testing.T) {
 		t.Errorf("the upstream got %s; want the batch without the cancelled request", got)
 	}
 }
+
+// TestShadowBatchToolCallReservedID: a tools/call in a batch passes in
+// shadow mode, but not under an id the proxy keeps for its own requests
+// or one not every SDK can read: the batch is refused, as in normal mode
+// and as such a call alone is.
+func TestShadowBatchToolCallReservedID(t *testing.T) {
+	for _, id := range []string{`"mcp-idempotent:1"`, `9007199254740993`} {
+		in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Shadow: true})
+		r := newRigOptions(t, 0, Options{Interceptor: in})
+		r.handshake(t, "2025-03-26", gives("2025-03-26"))
+		r.client.send(t, `[{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"charge","arguments":{}}}]`)
+		r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+		if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":9,"method":"ping"}` {
+			t.Errorf("id %s: the upstream got %s; want the batch refused", id, got)
+		}
+	}
+}
