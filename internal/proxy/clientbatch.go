@@ -89,55 +89,67 @@ func (s *Session) fromClientBatch(frame []byte) {
 	}
 	var calls []mcp.ToolCall // in shadow mode, the batch's tools/calls
 	for _, m := range msgs {
-		var (
-			why     string
-			version string
-			verr    error
-		)
-		if m.Method != "" {
-			why = jsonrpc.CheckRequest(m)
+		why, call := s.batchRefusal(m)
+		if why != "" {
+			s.refuseRequests(msgs, frame, why)
+			return
 		}
-		if m.IsRequest() {
-			version, verr = declaredVersion(m)
+		if call != nil {
+			calls = append(calls, *call)
 		}
-		var callWhy string
-		if why == "" && m.Method == "tools/call" && s.shadowing() {
-			// It passes, but for its id and token (below).
-			var call mcp.ToolCall
-			if call, callWhy = shadowBatchCall(m); callWhy == "" {
-				calls = append(calls, call)
-			}
-		}
-		switch {
-		case why != "":
-			why = "mcp-idempotent: " + why
-		case callWhy != "":
-			why = callWhy
-		case m.Method == "tools/call" && !s.shadowing():
-			why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
-		case m.IsRequest() && s.reservedID(m.ID):
-			why = s.reservedMessage()
-		case m.IsRequest() && !jsonrpc.PortableID(m.ID):
-			why = unportableID
-		case m.IsRequest() && s.reservedToken(requestMeta(m.Params)):
-			why = s.reservedTokenMessage()
-		case verr != nil:
-			why = fmt.Sprintf("mcp-idempotent: request %s in the batch (%s): %v", m.ID, m.Method, verr)
-		case version != "" && !mcp.Negotiable(version):
-			// As for a request alone (fromClient): the upstream might
-			// know that version, and the proxy has not its rules.
-			why = fmt.Sprintf("mcp-idempotent: a request in the batch declares protocol version %q in its _meta, which the proxy does not know: it speaks %s",
-				version, strings.Join(mcp.Versions, ", "))
-		default:
-			continue
-		}
-		s.refuseRequests(msgs, frame, why)
-		return
 	}
 	for i := range calls {
 		s.passedRefused(context.Background(), &calls[i])
 	}
 	s.sendBatch(msgs, frame)
+}
+
+// batchRefusal returns why m, a message of a batch from the client,
+// refuses the whole batch, or "" if it passes; and, in shadow mode, m
+// read as a tools/call, if it is one that passes.
+func (s *Session) batchRefusal(m *jsonrpc.Message) (why string, call *mcp.ToolCall) {
+	var (
+		version string
+		verr    error
+	)
+	if m.Method != "" {
+		why = jsonrpc.CheckRequest(m)
+	}
+	if m.IsRequest() {
+		version, verr = declaredVersion(m)
+	}
+	var callWhy string
+	if why == "" && m.Method == "tools/call" && s.shadowing() {
+		// It passes, but for its id and token (below).
+		var c mcp.ToolCall
+		if c, callWhy = shadowBatchCall(m); callWhy == "" {
+			call = &c
+		}
+	}
+	switch {
+	case why != "":
+		why = "mcp-idempotent: " + why
+	case callWhy != "":
+		why = callWhy
+	case m.Method == "tools/call" && !s.shadowing():
+		why = "mcp-idempotent: tools/call cannot be sent in a batch; send each request on its own"
+	case m.IsRequest() && s.reservedID(m.ID):
+		why = s.reservedMessage()
+	case m.IsRequest() && !jsonrpc.PortableID(m.ID):
+		why = unportableID
+	case m.IsRequest() && s.reservedToken(requestMeta(m.Params)):
+		why = s.reservedTokenMessage()
+	case verr != nil:
+		why = fmt.Sprintf("mcp-idempotent: request %s in the batch (%s): %v", m.ID, m.Method, verr)
+	case version != "" && !mcp.Negotiable(version):
+		// As for a request alone (fromClient): the upstream might
+		// know that version, and the proxy has not its rules.
+		why = fmt.Sprintf("mcp-idempotent: a request in the batch declares protocol version %q in its _meta, which the proxy does not know: it speaks %s",
+			version, strings.Join(mcp.Versions, ", "))
+	default:
+		return "", call
+	}
+	return why, nil
 }
 
 // shadowBatchCall reads m, a tools/call in a batch in shadow mode, as one
