@@ -716,5 +716,15 @@ func TestResolveJournalsWhenOutputFails(t *testing.T) {
 		if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
 			t.Errorf("%s: the journal after a resolution whose output failed: %v, %q; want its line written", format, err, stdout)
 		}
+		// A reader that stopped reading (| head) is no failure: the
+		// change was made, and journaled.
+		store, id = unknownExecution(t)
+		args = []string{"activity", "resolve", id, "--store", store, "--as", "failed", "--journal", file, format}
+		if err := Run(t.Context(), args, strings.NewReader(""), closedPipe{}, io.Discard); err != nil {
+			t.Errorf("%v with stdout a closed pipe = %v; want no error", args, err)
+		}
+		if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "4 lines verify") {
+			t.Errorf("%s: the journal after a resolution printed to a closed pipe: %v, %q; want its line written", format, err, stdout)
+		}
 	}
 }

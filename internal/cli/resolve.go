@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -73,7 +74,9 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 			return fmt.Errorf("execution %s was %s (%s), but its journal line may not have been written: %w", r.ID, done, r.State, err)
 		}
 	}
-	if printErr != nil {
+	// A reader that stopped reading (| head) is no error, as for any
+	// output (runOutput): the change was made, and journaled.
+	if printErr != nil && !errors.Is(printErr, syscall.EPIPE) {
 		return fmt.Errorf("execution %s was %s (%s), but printing it failed: %w", r.ID, done, r.State, printErr)
 	}
 	return nil
