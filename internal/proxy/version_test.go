@@ -173,20 +173,7 @@ func TestRequestOfAnUnknownVersionRefused(t *testing.T) {
 // known version passes as it came.
 func TestBatchOfAnUnknownVersionRefused(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}]`)
-	got := r.client.next(t, "client")
-	var answers []struct {
-		ID    json.RawMessage
-		Error *struct{ Message string }
-	}
-	if err := json.Unmarshal([]byte(got), &answers); err != nil || len(answers) != 2 {
-		t.Fatalf("the client got %s; want an array of two answers", got)
-	}
-	for _, a := range answers {
-		if a.Error == nil || !strings.Contains(a.Error.Message, `"2099-01-01"`) {
-			t.Fatalf("the client got %s; want each request refused, naming the version", got)
-		}
-	}
+	refusedWhole(t, r, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}]`, `"2099-01-01"`, "version")
 	known := `[{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-03-26"}}}]`
 	r.client.send(t, known)
 	nextIs(t, r.upstream, "upstream", known, "the batch of a known version, and nothing before it")
@@ -236,20 +223,7 @@ func TestRequestOfAnAmbiguousVersionRefused(t *testing.T) {
 // refused whole, each request answered with an error naming the member.
 func TestBatchOfAnAmbiguousVersionRefused(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"},"_meta":{}}}]`)
-	got := r.client.next(t, "client")
-	var answers []struct {
-		ID    json.RawMessage
-		Error *struct{ Message string }
-	}
-	if err := json.Unmarshal([]byte(got), &answers); err != nil || len(answers) != 2 {
-		t.Fatalf("the client got %s; want an array of two answers", got)
-	}
-	for _, a := range answers {
-		if a.Error == nil || !strings.Contains(a.Error.Message, `ambiguous member: "_meta" is given twice`) {
-			t.Fatalf("the client got %s; want each request refused, naming the member", got)
-		}
-	}
+	refusedWhole(t, r, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"},"_meta":{}}}]`, `ambiguous member: "_meta" is given twice`, "member")
 	known := `[{"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{}}}]`
 	r.client.send(t, known)
 	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
@@ -298,7 +272,18 @@ func TestRequestOfAnAmbiguousProgressTokenRefused(t *testing.T) {
 // either: the batch is refused whole, as for an ambiguous version.
 func TestBatchOfAnAmbiguousProgressTokenRefused(t *testing.T) {
 	r := newRig(t, 0)
-	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a","progressToken":"b"}}}]`)
+	refusedWhole(t, r, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a","progressToken":"b"}}}]`, `ambiguous member: "progressToken" is given twice`, "member")
+	known := `[{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a"}}}]`
+	r.client.send(t, known)
+	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
+}
+
+// refusedWhole sends the client's batch of two requests and checks that
+// the client gets both refused, each error holding naming: that of the
+// batch's own check, which what names.
+func refusedWhole(t *testing.T, r *rig, batch, naming, what string) {
+	t.Helper()
+	r.client.send(t, batch)
 	got := r.client.next(t, "client")
 	var answers []struct {
 		ID    json.RawMessage
@@ -308,11 +293,8 @@ func TestBatchOfAnAmbiguousProgressTokenRefused(t *testing.T) {
 		t.Fatalf("the client got %s; want an array of two answers", got)
 	}
 	for _, a := range answers {
-		if a.Error == nil || !strings.Contains(a.Error.Message, `ambiguous member: "progressToken" is given twice`) {
-			t.Fatalf("the client got %s; want each request refused, naming the member", got)
+		if a.Error == nil || !strings.Contains(a.Error.Message, naming) {
+			t.Fatalf("the client got %s; want each request refused, naming the %s", got, what)
 		}
 	}
-	known := `[{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":"a"}}}]`
-	r.client.send(t, known)
-	nextIs(t, r.upstream, "upstream", known, "the batch read one way, and nothing before it")
 }
