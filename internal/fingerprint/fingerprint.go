@@ -137,7 +137,7 @@ func appendCanonical(out []byte, a Action) ([]byte, error) {
 		out = append(out, `,"arguments":`...)
 		var err error
 		if out, err = appendCanonicalValue(out, args); err != nil {
-			return nil, err
+			return nil, &MemberError{Member: "arguments", Err: err}
 		}
 		out = append(out, `,"scope":`...)
 		out = appendJCSString(out, a.Scope)
@@ -149,7 +149,7 @@ func appendCanonical(out []byte, a Action) ([]byte, error) {
 	}
 	args, err := canonicalValue(args)
 	if err != nil {
-		return nil, err
+		return nil, &MemberError{Member: "arguments", Err: err}
 	}
 	members := make([]member, 0, 5+len(a.Extra))
 	members = append(members,
@@ -174,7 +174,7 @@ func appendCanonical(out []byte, a Action) ([]byte, error) {
 		// inputResponses may carry amounts.
 		cv, err := canonicalValue(v)
 		if err != nil {
-			return nil, fmt.Errorf("extra member %q: %w", k, err)
+			return nil, &MemberError{Member: k, Err: err}
 		}
 		members = append(members, member{k, cv})
 	}
@@ -192,6 +192,18 @@ func appendCanonical(out []byte, a Action) ([]byte, error) {
 	}
 	return append(out, '}'), nil
 }
+
+// A MemberError is Sum's error for a value that cannot be fingerprinted:
+// it names the member of the action record that holds it, the arguments
+// or one of Extra, so that a caller can say which part of a call to fix.
+type MemberError struct {
+	Member string // "arguments", or a name in Extra
+	Err    error
+}
+
+func (e *MemberError) Error() string { return e.Member + ": " + e.Err.Error() }
+
+func (e *MemberError) Unwrap() error { return e.Err }
 
 type member struct {
 	name  string
@@ -471,7 +483,7 @@ const maxNumberLength = 2048
 
 // ErrNumber is returned for a number literal too long, or with too large
 // an exponent, to fingerprint: 1e-5000 as much as 1e5000.
-var ErrNumber = errors.New("a number in the arguments is past what the fingerprint reads")
+var ErrNumber = errors.New("a number in it is past what the fingerprint reads")
 
 // checkNumbers returns ErrNumber, saying why, for the first number in v
 // whose exponent or length is past its bound.

@@ -130,6 +130,13 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 // count is all that says the proxy would have refused it.
 func (in *Interceptor) refuseUnreadable(req *Request, err error) {
 	in.decided(req, req.Call.Name, "invalid")
+	var me *fingerprint.MemberError
+	if errors.As(err, &me) {
+		// The action record's members bear the names of the params
+		// they come from (extra): the message says which to fix.
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params.%s cannot be fingerprinted: %v", req.Call.Name, me.Member, me.Err))
+		return
+	}
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", req.Call.Name, err))
 }
 

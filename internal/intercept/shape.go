@@ -23,7 +23,7 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 	obj := map[string]json.RawMessage{}
 	if args != nil {
 		if err := fingerprint.CheckValue(args); err != nil {
-			return nil, err
+			return nil, &fingerprint.MemberError{Member: "arguments", Err: err}
 		}
 		if err := json.Unmarshal(args, &obj); err != nil {
 			return nil, fmt.Errorf("reading arguments: %w", err)
