@@ -22,7 +22,11 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	arrived := in.now()
 	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
 	req.bg = context.WithoutCancel(ctx)
-	if id, carried, ok, err := in.ownContinuation(req); ok {
+	id, carried, own, err := in.ownContinuation(req)
+	if own && errors.Is(err, errBadState) && !asksInRound(pol) {
+		own = false // an upstream proxy's question (asksInRound)
+	}
+	if own {
 		if err != nil {
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
 			return
@@ -76,6 +80,15 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		return
 	}
 	in.resolve(ctx, req, rec, won, a.fp, a.args)
+}
+
+// asksInRound reports whether a call under pol may have been asked, in
+// its answer, for its approval by this proxy. A requestState in the form
+// of the proxy's that does not check, on a tool it asks nobody about, is
+// not its own: another mcp-idempotent behind it minted it, and the
+// continuation goes upstream to it as any other does.
+func asksInRound(pol *policy.Policy) bool {
+	return pol.NeedsApproval() && pol.Approver != policy.ApproverOperator
 }
 
 // An action is what identify makes of a call.
