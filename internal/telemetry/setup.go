@@ -158,28 +158,3 @@ func checkEndpoints() error {
 	}
 	return nil
 }
-
-// sdkHandler passes on the SDK's errors and warnings, and drops its info
-// and debug lines (a dump of its configuration, each tracer made): the
-// proxy's log at debug has the proxy's lines. The SDK logs a warning at
-// logr's V(1), which reaches slog as level -1: it is raised to Warn.
-type sdkHandler struct{ slog.Handler }
-
-func (h sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= -1 && h.Handler.Enabled(ctx, max(l, slog.LevelWarn))
-}
-
-func (h sdkHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn {
-		r.Level = slog.LevelWarn
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h sdkHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return sdkHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h sdkHandler) WithGroup(name string) slog.Handler {
-	return sdkHandler{h.Handler.WithGroup(name)}
-}

@@ -255,3 +255,36 @@ func TestSetupReportsUnreadNumbers(t *testing.T) {
 		t.Errorf("the log names a number that reads:\n%s", got)
 	}
 }
+
+// A header of OTEL_EXPORTER_OTLP_HEADERS the exporter cannot read is
+// reported naming the variable, never quoting the header: it is most
+// often a credential.
+func TestSetupHidesUnreadHeaders(t *testing.T) {
+	for _, tt := range []struct{ variable, value string }{
+		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer sk-SECRET"},        // HTTP's form, no '='
+		{"OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer sk-SECRET%zz"},      // a bad escape
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=sk-SECRET%zz,x=1"},        // the traces one
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Authorization: Bearer sk-SECRET"}, // likewise
+	} {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+			t.Setenv(tt.variable, tt.value)
+			var buf strings.Builder
+			log := slog.New(slog.NewJSONHandler(&buf, nil))
+			_, shutdown, err := Setup(context.Background(), "test", log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = shutdown(ctx)
+			got := buf.String()
+			if strings.Contains(got, "SECRET") {
+				t.Errorf("the log quotes the header:\n%s", got)
+			}
+			if !strings.Contains(got, `"variable":"`+tt.variable+`"`) {
+				t.Errorf("the log does not name %s:\n%s", tt.variable, got)
+			}
+		})
+	}
+}
