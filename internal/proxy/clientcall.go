@@ -166,11 +166,14 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 		// nothing is reserved for this one, nor counted in inflight. A
 		// client that stopped reading could not be answered (clientDeaf).
 		s.mu.Unlock()
-		s.writeClient(jsonrpc.NewErrorResponse(in.ID, intercept.NotRunAtSessionEnd(call.Name)))
+		e := intercept.NotRunAtSessionEnd(call.Name)
+		c.endRefused(e)
+		s.writeClient(jsonrpc.NewErrorResponse(in.ID, e))
 		return
 	}
 	if s.inUseLocked(c.key(), false) {
 		s.mu.Unlock()
+		c.endRefused(inUseError(in.ID))
 		s.refuseInUse(in.ID)
 		return
 	}

@@ -205,8 +205,13 @@ func (s *Session) answerID(id json.RawMessage) json.RawMessage {
 // this one would be taken for the other request's.
 func (s *Session) refuseInUse(id json.RawMessage) {
 	s.log.Warn("refused a request whose id is in use", "id", string(id))
-	s.writeClient(jsonrpc.NewErrorResponse(nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
-		"mcp-idempotent: request id %s is already in use by a request still being answered; send it under another id", id)))
+	s.writeClient(jsonrpc.NewErrorResponse(nil, inUseError(id)))
+}
+
+// inUseError is the refusal of a request under id, which is in use.
+func inUseError(id json.RawMessage) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInvalidRequest,
+		"mcp-idempotent: request id %s is already in use by a request still being answered; send it under another id", id)
 }
 
 // rememberLocked remembers f, the client's request key passed upstream,

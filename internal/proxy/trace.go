@@ -45,6 +45,14 @@ func (c *clientCall) endSpan() {
 	}
 }
 
+// endRefused ends the span of c, a call refused with e before it was
+// taken in (finish never runs for it), marked with e: a span left open is
+// never exported.
+func (c *clientCall) endRefused(e *jsonrpc.Error) {
+	c.traceAnswer(intercept.Answer{Error: e.Object()})
+	c.endSpan()
+}
+
 // traceAnswer marks c's span with a, the answer it gets, if it is an
 // error.
 func (c *clientCall) traceAnswer(a intercept.Answer) {
