@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -168,12 +169,25 @@ type AccountLevel struct {
 }
 
 // AccountLevels returns every account's level. With shared Allowances it
-// asks the store, one account at a time.
+// asks the store for every account at once: a scrape then waits for the
+// slowest read, not their sum, which from a store that stopped answering
+// is allowanceTimeout per account, past a scraper's own timeout.
 func (in *Interceptor) AccountLevels() []AccountLevel {
 	now := in.now()
 	levels := make([]AccountLevel, 0, len(in.accounts))
 	for name, a := range in.accounts {
-		levels = append(levels, AccountLevel{Name: name, Tokens: a.tokens(now), RetryBudget: a.budget.Level()})
+		levels = append(levels, AccountLevel{Name: name, RetryBudget: a.budget.Level()})
 	}
+	var wg sync.WaitGroup
+	for i := range levels {
+		l := &levels[i]
+		a := in.accounts[l.Name]
+		if a.shared == nil {
+			l.Tokens = a.tokens(now)
+			continue
+		}
+		wg.Go(func() { l.Tokens = a.tokens(now) })
+	}
+	wg.Wait()
 	return levels
 }
