@@ -84,7 +84,7 @@ func New() *Metrics {
 		}, []string{"tool", "class", "decision"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcp_idempotent_transitions_total",
-			Help: "Executions that moved to state (dispatched, completed, delivered, failed, unknown).",
+			Help: "Executions that moved to state (dispatched, completed, delivered, failed, unknown; an approval's authorized or refused).",
 		}, []string{"tool", "state"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcp_idempotent_attempts_total",

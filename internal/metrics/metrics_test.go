@@ -361,3 +361,34 @@ func TestTimeStoreKeepsDecider(t *testing.T) {
 		t.Fatal("TimeStore of a record.Decider and Lister is no record.Lister")
 	}
 }
+
+// The help of each series names every value its labels take, as the
+// operations guide lists them: a reader of the exposition alone sees
+// them all.
+func TestHelpNamesEveryValue(t *testing.T) {
+	m := metrics.New()
+	m.Decision(listed("t"), policy.SideEffect, "new")
+	m.Transition(listed("t"), record.Dispatched)
+	got := scrape(t, m)
+	help := func(name string) string {
+		for line := range strings.Lines(got) {
+			if strings.HasPrefix(line, "# HELP "+name+" ") {
+				return line
+			}
+		}
+		t.Fatalf("no help for %s", name)
+		return ""
+	}
+	for name, values := range map[string][]string{
+		"mcp_idempotent_calls_total": {"new", "attached", "replayed", "passed_through", "key_refused", "invalid",
+			"store_unavailable", "session_ended", "unknown", "in_progress", "redispatched", "recovered"},
+		"mcp_idempotent_transitions_total": {"dispatched", "completed", "delivered", "failed", "unknown", "authorized", "refused"},
+	} {
+		h := help(name)
+		for _, v := range values {
+			if !strings.Contains(h, v) {
+				t.Errorf("the help of %s lacks %s: %s", name, v, h)
+			}
+		}
+	}
+}
