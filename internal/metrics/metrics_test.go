@@ -392,3 +392,46 @@ func TestHelpNamesEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// purgingStore is a store that drops expired records when asked, as
+// SQLite and PostgreSQL do; purged counts the asks.
+type purgingStore struct {
+	record.Store
+	purged *int
+}
+
+func (s purgingStore) Purge(context.Context, int) (int, error) {
+	*s.purged++
+	return 0, nil
+}
+
+// purgingDecider is a purgingStore an operator decides in, as both
+// durable stores are.
+type purgingDecider struct {
+	deciderStore
+	purged *int
+}
+
+func (s purgingDecider) Purge(context.Context, int) (int, error) {
+	*s.purged++
+	return 0, nil
+}
+
+// TestTimeStoreKeepsPurger: the interceptor asks the store it is given
+// to purge at each lease renewal; through the wrapper the store still
+// gets the ask, or an idle proxy serving metrics keeps expired records.
+func TestTimeStoreKeepsPurger(t *testing.T) {
+	var purged int
+	mem := memstore.New(memstore.Options{})
+	plain := purgingStore{mem, &purged}
+	for _, s := range []record.Store{plain, purgingDecider{deciderStore{mem}, &purged}} {
+		p, ok := metrics.New().TimeStore(s).(intercept.Purger)
+		if !ok {
+			t.Fatalf("TimeStore of %T is no intercept.Purger", s)
+		}
+		before := purged
+		if _, err := p.Purge(t.Context(), 10); err != nil || purged != before+1 {
+			t.Fatalf("Purge through the wrapper of %T: %v, the store asked %d times; want once", s, err, purged-before)
+		}
+	}
+}

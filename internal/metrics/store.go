@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -90,4 +91,16 @@ func (t *timedStore) Renew(ctx context.Context, owner string, until time.Time) e
 	err := t.Store.Renew(ctx, owner, until)
 	t.observe("renew", start, err)
 	return err
+}
+
+// Purge passes a purge through, untimed, to a store that drops expired
+// records when asked (intercept.Purger), and does nothing for one that
+// does not. The interceptor asks through this wrapper at each lease
+// renewal: without Purge here, an idle proxy serving metrics would keep
+// expired records past their retention, and lapsed orphans unsettled.
+func (t *timedStore) Purge(ctx context.Context, limit int) (int, error) {
+	if p, ok := t.Store.(intercept.Purger); ok {
+		return p.Purge(ctx, limit)
+	}
+	return 0, nil
 }

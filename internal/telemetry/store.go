@@ -135,3 +135,21 @@ func (s *tracedStore) Wait(ctx context.Context, id string) (*record.Record, erro
 
 // wonKey says whether a reservation won: the call starts a new execution.
 const wonKey = attribute.Key("mcp_idempotent.won")
+
+// purger is intercept.Purger, which this package cannot import: a store
+// that drops expired records when asked.
+type purger interface {
+	Purge(ctx context.Context, limit int) (int, error)
+}
+
+// Purge passes a purge through, untraced (background work makes no
+// spans), to a store that is a purger, and does nothing for one that is
+// not. The interceptor asks through this wrapper at each lease renewal:
+// without Purge here, an idle traced proxy would keep expired records
+// past their retention, and lapsed orphans unsettled.
+func (s *tracedStore) Purge(ctx context.Context, limit int) (int, error) {
+	if p, ok := s.Store.(purger); ok {
+		return p.Purge(ctx, limit)
+	}
+	return 0, nil
+}

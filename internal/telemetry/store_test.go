@@ -63,3 +63,33 @@ func TestStoreSpanOfACancelledWait(t *testing.T) {
 		t.Errorf("a store error: status %v; want Error", st)
 	}
 }
+
+// purgingDecider is a store that drops expired records when asked, and
+// that an operator decides in, as SQLite and PostgreSQL are; purged
+// counts the asks.
+type purgingDecider struct {
+	deciderStore
+	purged *int
+}
+
+func (s purgingDecider) Purge(context.Context, int) (int, error) {
+	*s.purged++
+	return 0, nil
+}
+
+// TestTraceStoreKeepsPurger: the interceptor asks the store it is given
+// to purge at each lease renewal; through the wrapper the store still
+// gets the ask, or an idle traced proxy keeps expired records.
+func TestTraceStoreKeepsPurger(t *testing.T) {
+	var purged int
+	s := TraceStore(purgingDecider{deciderStore{memstore.New(memstore.Options{})}, &purged}, noop.NewTracerProvider().Tracer("test"))
+	p, ok := s.(interface { // intercept.Purger
+		Purge(context.Context, int) (int, error)
+	})
+	if !ok {
+		t.Fatal("TraceStore of a store that purges does not")
+	}
+	if _, err := p.Purge(t.Context(), 10); err != nil || purged != 1 {
+		t.Fatalf("Purge through the wrapper: %v, the store asked %d times; want once", err, purged)
+	}
+}
