@@ -86,14 +86,19 @@ func (c *clientCall) Ask(ctx context.Context, params json.RawMessage, done func(
 	}
 }
 
-// Progress implements intercept.Asker.
+// Progress implements intercept.Asker. A call already answered or
+// detached gets none: its caller may have cancelled it before the proxy
+// came to tell it (an attach made after the cancel), and its token is
+// the client's again.
 func (c *clientCall) Progress(message string) {
 	token := progressToken(c.call.Meta)
 	if token == nil {
 		return
 	}
-	n := c.progress.Add(1)
-	c.s.noteOwnProgress(token, n)
+	n, ok := c.s.noteOwnProgress(c, token)
+	if !ok {
+		return
+	}
 	b := append([]byte(`{"progressToken":`), token...)
 	b = append(strconv.AppendInt(append(b, `,"progress":`...), n-1, 10), `,"message":`...)
 	b = append(jsonrpc.AppendString(b, message), '}')

@@ -34,8 +34,14 @@ type clientCall struct {
 	passThrough bool        // the request went upstream as it came
 	detached    atomic.Bool // its caller cancelled it (progresstoken.go)
 
-	progress atomic.Int64 // the notifications/progress sent (Progress)
+	// progress counts the notifications/progress sent (Progress), or is
+	// progressEnded once the call is answered or detached. s.mu guards it.
+	progress int64
 }
+
+// progressEnded is a call's progress count once it has ended: its token
+// is the client's again, and the proxy tells no more on it.
+const progressEnded = -1
 
 // id returns the request's id as it came.
 func (c *clientCall) id() json.RawMessage { return c.req.ID }
@@ -47,9 +53,6 @@ func (c *clientCall) key() string { return c.req.Correlation }
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
 	c.once.Do(func() {
-		if c.progress.Load() > 0 {
-			c.s.forgetOwnProgress(progressToken(c.call.Meta))
-		}
 		c.release()
 		c.endSpan()
 		c.ctx.end()
@@ -58,12 +61,17 @@ func (c *clientCall) finish() {
 }
 
 // release frees the call's id, before its answer is written: a client that
-// has its answer may send another request under the same id at once.
+// has its answer may send another request under the same id at once. Its
+// progress token is freed with it: the client may use it again as soon.
 func (c *clientCall) release() {
 	c.s.mu.Lock()
 	if c.s.calls[c.key()] == c {
 		delete(c.s.calls, c.key())
 	}
+	if c.progress > 0 {
+		delete(c.s.ownProgress, string(jsonrpc.IDKey(progressToken(c.call.Meta))))
+	}
+	c.progress = progressEnded
 	c.s.mu.Unlock()
 }
 

@@ -15,22 +15,24 @@ import (
 // the proxy told n notifications on goes to the client raised by n, and
 // its total with it.
 
-// noteOwnProgress notes that the proxy has sent n notifications/progress
-// on token.
-func (s *Session) noteOwnProgress(token json.RawMessage, n int64) {
+// noteOwnProgress counts one more notifications/progress of the proxy's
+// on token, c's, and returns how many that makes; false, and none
+// counted, once c has ended (release), which forgets the count: one
+// noted after it would raise the progress of a later request on the
+// token.
+func (s *Session) noteOwnProgress(c *clientCall, token json.RawMessage) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.progress == progressEnded {
+		return 0, false
+	}
+	c.progress++
+	n := c.progress
 	if s.ownProgress == nil {
 		s.ownProgress = make(map[string]int64)
 	}
 	s.ownProgress[string(jsonrpc.IDKey(token))] = n
-}
-
-// forgetOwnProgress drops token, whose call has been answered.
-func (s *Session) forgetOwnProgress(token json.RawMessage) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.ownProgress, string(jsonrpc.IDKey(token)))
+	return n, true
 }
 
 // upstreamProgress returns frame, the upstream's notifications/progress

@@ -240,3 +240,57 @@ func TestCancelledCallsTokenFreedInABatch(t *testing.T) {
 		t.Fatalf("the client got %s; want the progress of its new request on the token", got)
 	}
 }
+
+// secondHeld is a store whose second reservation waits until release is
+// closed, having closed arrived.
+type secondHeld struct {
+	record.Store
+	n                atomic.Int32
+	arrived, release chan struct{}
+}
+
+func (s *secondHeld) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	if s.n.Add(1) == 2 {
+		close(s.arrived)
+		<-s.release
+	}
+	return s.Store.Reserve(ctx, r, opts)
+}
+
+// TestNoProgressToACallerThatCancelled: a caller that cancels while its
+// reservation is made is attached to the execution under way after the
+// cancel. It is told no progress then: the client has ended the request,
+// and its token is the client's again. A new call on that token gets the
+// upstream's progress as sent, not raised past a count the cancelled
+// call left behind.
+func TestNoProgressToACallerThatCancelled(t *testing.T) {
+	var log syncBuffer
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	store := &secondHeld{Store: memstore.New(memstore.Options{}), arrived: make(chan struct{}), release: make(chan struct{})}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Logger: logger})
+	r := newRigOptions(t, 0, Options{Interceptor: in, Logger: logger})
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+	r.client.next(t, "client")
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`)
+	first := r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1},"_meta":{"progressToken":"p2"}}}`)
+	<-store.arrived
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	passedUpstream(t, r, "the cancellation")
+	close(store.release)
+	waitLog(t, &log, "caller cancelled; detached")
+
+	r.client.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":3},"_meta":{"progressToken":"p2"}}}`)
+	third := r.upstream.next(t, "upstream")
+	r.upstream.send(t, progressOn(upstreamToken(t, third), "0"))
+	if got := r.client.next(t, "client"); got != progressOn(`"p2"`, "0") {
+		t.Fatalf("the client got %s; want the new call's progress 0 on p2, and nothing for the call it cancelled", got)
+	}
+	r.upstream.answerCharged(t, first)
+	r.upstream.answerCharged(t, third)
+	if got := r.client.byID(t, 2); len(got) != 2 || got["1"] == "" || got["3"] == "" {
+		t.Fatalf("the client got %v; want the answers to calls 1 and 3", got)
+	}
+}
