@@ -120,7 +120,7 @@ func helpBeforeCommand(fs *flag.FlagSet, args []string) bool {
 		if f == nil || hasValue {
 			continue
 		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		if !isBoolFlag(f) {
 			i++ // the flag's value, whatever it looks like
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,7 +24,50 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return usageOf(err, *refused)
 	}
+	if name, word := boolValueApart(fs, args); name != "" {
+		return usagef("--%s takes its value after =, as --%s=%s: %q apart from it would run as the upstream command", name, name, word, word)
+	}
 	return nil
+}
+
+// boolValueApart returns the name of the boolean flag that ends the
+// flags of args, parsed into fs, given without =, and the word after
+// it, if that word is a boolean: `--shadow false -- node server.js`.
+// The flag package takes a boolean's value only after = (a boolean
+// needs none), so the flags end at "false", which would run as the
+// upstream command, with shadow mode on. Past a --, the word is the
+// command's.
+func boolValueApart(fs *flag.FlagSet, args []string) (name, word string) {
+	rest := fs.Args()
+	n := len(args) - len(rest)
+	if n == 0 || len(rest) == 0 {
+		return "", ""
+	}
+	if _, err := strconv.ParseBool(rest[0]); err != nil {
+		return "", ""
+	}
+	for i := 0; i < n; i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 {
+			return "", ""
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		switch {
+		case f == nil || hasValue:
+		case isBoolFlag(f) && i == n-1:
+			return name, rest[0]
+		case !isBoolFlag(f):
+			i++ // the flag's value, whatever it looks like
+		}
+	}
+	return "", ""
+}
+
+// isBoolFlag reports whether f is a boolean flag, which needs no value.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // A refusal is why a guarded flag refused a value: the flag's name and

@@ -229,3 +229,34 @@ func TestActivityHelpShowsEachVerbsFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestBooleanFlagGivenAValueApart: a boolean flag takes its value only
+// after =: in `--shadow false -- node server.js` the flags end at
+// "false", which the proxy would run as the upstream command, with
+// shadow mode on. Refused, naming the flag; after a --, or with =, the
+// word is the command's.
+func TestBooleanFlagGivenAValueApart(t *testing.T) {
+	for _, args := range [][]string{
+		{"--shadow", "false", "--", "/bin/cat"},
+		{"--store", "memory", "-shadow", "true", "/bin/cat"},
+		{"serve", "--json-response", "false", "--", "/bin/cat"},
+		{"serve", "--shadow", "0", "--upstream", "http://127.0.0.1:1/mcp"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			_, _, err := run(t, args...)
+			if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), "takes its value after =, as --") {
+				t.Fatalf("Run(%q) = %v; want a usage error (exit 2) naming the flag and the = it needs", args, err)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"--shadow", "--", "false"},
+		{"--shadow=false", "--", "false"},
+		{"--actor", "--shadow", "false"},
+	} {
+		_, _, err := run(t, args...)
+		if err != nil && strings.Contains(err.Error(), "takes its value after =") {
+			t.Errorf("Run(%q) = %v; want the word taken as the command", args, err)
+		}
+	}
+}
