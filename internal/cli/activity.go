@@ -41,7 +41,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, required ...string) ([]s
 	refused := guardFlags(fs)
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, usageOf(err, *refused, required...)
+			return nil, usageOf(withMeantFlag(err, fs, args), *refused, required...)
 		}
 		if fs.NArg() == 0 {
 			return pos, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ import (
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	refused := guardFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return usageOf(err, *refused)
+		return usageOf(withMeantFlag(err, fs, args), *refused)
 	}
 	if name, word := boolValueApart(fs, args); name != "" {
 		return usagef("--%s takes its value after =, as --%s=%s: %q apart from it would run as the upstream command", name, name, word, word)
@@ -189,4 +190,55 @@ func (v *guarded) String() string {
 		return ""
 	}
 	return v.Value.String()
+}
+
+// withMeantFlag adds to err, fs's error parsing args, the flag likely
+// meant when the first flag of args that fs does not define is a typo
+// away from one it does (--leas for --lease), or is one of serve's given
+// to the stdio proxy (--listen): the flag package says only that it is
+// not defined.
+func withMeantFlag(err error, fs *flag.FlagSet, args []string) error {
+	name := unknownFlag(fs, args)
+	switch {
+	case name == "":
+		return err
+	case fs.Name() == "mcp-idempotent" && newServeFlags(io.Discard).fs.Lookup(name) != nil:
+		return fmt.Errorf("%w; --%s is a flag of serve: mcp-idempotent serve --%s ... -- COMMAND", err, name, name)
+	}
+	meant, least := "", 3
+	fs.VisitAll(func(f *flag.Flag) {
+		// As for command names: one letter off for a short name, two
+		// for a longer one.
+		if d := editDistance(name, f.Name); d < least && (d == 1 || len(f.Name) > 4) {
+			meant, least = f.Name, d
+		}
+	})
+	if meant == "" {
+		return err
+	}
+	return fmt.Errorf("%w; did you mean --%s?", err, meant)
+}
+
+// unknownFlag returns the name of the first flag of args, up to the
+// words that are no flags, that fs does not define; "" for none, or for
+// a word the flag package refuses as no flag at all (---x).
+func unknownFlag(fs *flag.FlagSet, args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return ""
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if name == "" || name[0] == '-' || name[0] == '=' || name == "h" || name == "help" {
+			return ""
+		}
+		f := fs.Lookup(name)
+		switch {
+		case f == nil:
+			return name
+		case !hasValue && !isBoolFlag(f):
+			i++ // the flag's value, whatever it looks like
+		}
+	}
+	return ""
 }

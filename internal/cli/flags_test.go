@@ -260,3 +260,29 @@ func TestBooleanFlagGivenAValueApart(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFlagNamesTheOneMeant: a flag a typo away from one the
+// command takes is refused with that one named, as is one of serve's
+// given to the stdio proxy; a flag near none is refused alone.
+func TestUnknownFlagNamesTheOneMeant(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leas", "1s", "--", "/bin/cat"}, "-leas; did you mean --lease?"},
+		{[]string{"--store", "memory", "-polcy=p.yaml", "--", "/bin/cat"}, "did you mean --policy?"},
+		{[]string{"--listen", "127.0.0.1:0", "--", "/bin/cat"}, "--listen is a flag of serve: mcp-idempotent serve --listen"},
+		{[]string{"serve", "--lisen", "127.0.0.1:0", "--", "/bin/cat"}, "did you mean --listen?"},
+		{[]string{"activity", "list", "--stor", "sqlite:x.db"}, "did you mean --store?"},
+		{[]string{"activity", "show", "exe_1", "--jsn"}, "did you mean --json?"},
+	} {
+		_, _, err := run(t, tt.args...)
+		if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Run(%q) = %v; want a usage error saying %q", tt.args, err, tt.want)
+		}
+	}
+	_, _, err := run(t, "--bogus", "--", "/bin/cat")
+	if err == nil || ExitCode(err) != 2 || strings.Contains(err.Error(), "did you mean") || strings.Contains(err.Error(), "serve") {
+		t.Errorf("Run(--bogus) = %v; want a usage error naming no other flag", err)
+	}
+}
