@@ -97,6 +97,13 @@ func TestUsageErrors(t *testing.T) {
 		{"header name with a space", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X Token: a"}, []string{"--upstream-header (number 1)", "header name"}},
 		{"header name with a non-token", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: a", "--upstream-header", "X(Token): a"}, []string{"--upstream-header (number 2)", "header name"}},
 		{"header value with a line break", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: secret\nb"}, []string{"--upstream-header X-A", "control character"}},
+		// net/http drops a Host header, and the proxy's own headers win:
+		// given, they would start a proxy that ignores them, or send a
+		// session id on the initialize.
+		{"host header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "Host: api.example.com"}, []string{"--upstream-header Host", "the --upstream URL"}},
+		{"length header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "content-length: 5"}, []string{"--upstream-header content-length", "net/http"}},
+		{"content type header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "Content-Type: text/plain"}, []string{"--upstream-header Content-Type", "sets it itself"}},
+		{"session header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "mcp-session-id: abc"}, []string{"--upstream-header mcp-session-id", "sets it itself"}},
 		// A prefix or schema cut short unseen would share one deployment's
 		// records and key with another's.
 		{"redis prefix with a semicolon", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant;B:", "--", "/bin/cat"}, []string{"--store", "semicolon", "%3B"}},

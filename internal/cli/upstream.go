@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	neturl "net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,8 @@ func (h headerFlags) check() error {
 			return usagef("--upstream-header (number %d): want 'Name: value'", i+1)
 		case !isToken(name):
 			return usagef("--upstream-header (number %d): want 'Name: value', Name a header name (letters, digits and !#$%%&'*+-.^_`|~, no spaces)", i+1)
+		case ownHeader(name) != "":
+			return usagef("--upstream-header %s: %s", name, ownHeader(name))
 		case strings.ContainsFunc(strings.TrimSpace(value), func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
 			return usagef("--upstream-header %s: the value holds a control character (a line break?), which a header cannot", name)
 		case !utf8.ValidString(value):
@@ -53,6 +56,28 @@ func (h headerFlags) check() error {
 	}
 	return nil
 }
+
+// ownHeader says why a header named name cannot be given with
+// --upstream-header, or "" if it can. net/http writes some from the
+// request and drops a value given for them; the proxy sets others as
+// MCP's transport asks, and its own value wins, or the one given goes
+// where it must not (a session id on the initialize). Taken, the flag
+// would be ignored: `Host: api.example.com` still sent the URL's host.
+func ownHeader(name string) string {
+	switch k := http.CanonicalHeaderKey(name); {
+	case k == "Host":
+		return "net/http sends the host of the --upstream URL, and drops this header: give the host in the URL"
+	case k == "Content-Length" || k == "Transfer-Encoding" || k == "Trailer":
+		return "net/http writes it from the request's body, and drops this header"
+	case slices.Contains(transportHeaders, k) || strings.HasPrefix(k, "Mcp-Param-"):
+		return "a header of MCP's HTTP transport: the proxy sets it itself"
+	}
+	return ""
+}
+
+// transportHeaders are the headers MCP's Streamable HTTP transport
+// defines, or the proxy sets for it, canonical (http.CanonicalHeaderKey).
+var transportHeaders = []string{"Content-Type", "Accept", "Last-Event-Id", "Mcp-Session-Id", "Mcp-Protocol-Version", "Mcp-Method", "Mcp-Name"}
 
 // isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2),
 // as a header name must be.
