@@ -302,6 +302,13 @@ func checkOrigin(o string) error {
 		u.Path != "", u.RawQuery != "", u.Fragment != "", strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#"):
 		return errors.New("is not an origin such as https://app.example.com or http://localhost:3000, or *")
 	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits: a port no browser could be on
+		// would match no Origin, and the flag pass nothing.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("has port %s: a port is from 1 to 65535", p)
+		}
+	}
 	return nil
 }
 

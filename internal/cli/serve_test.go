@@ -41,6 +41,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{"origin without a scheme", []string{"serve", "--allow-origin", "bogus", "--", "/bin/cat"}, []string{"--allow-origin", `"bogus"`}},
 		{"origin with a path", []string{"serve", "--allow-origin", "http://a.com/path", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com/path"`}},
 		{"origin of another scheme", []string{"serve", "--allow-origin", "ftp://a.com", "--", "/bin/cat"}, []string{"--allow-origin"}},
+		// No browser sends such an origin: the flag would pass none.
+		{"origin port out of range", []string{"serve", "--allow-origin", "https://a.com:99999", "--", "/bin/cat"}, []string{"--allow-origin", `"https://a.com:99999"`, "port"}},
+		{"origin port zero", []string{"serve", "--allow-origin", "http://a.com:0", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com:0"`, "port"}},
 		{"empty host", []string{"serve", "--allow-host", "", "--", "/bin/cat"}, []string{"--allow-host", "empty value"}},
 		{"host with a scheme", []string{"serve", "--allow-host", "https://a.com", "--", "/bin/cat"}, []string{"--allow-host"}},
 		{"host with a port", []string{"serve", "--allow-host", "a.com:8080", "--", "/bin/cat"}, []string{"--allow-host", `"a.com:8080"`, "port"}},
