@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"time"
 
@@ -224,4 +225,24 @@ func transportFailure(err error) bool {
 func restartBackoff(exits int) time.Duration {
 	d := 100 * time.Millisecond << min(exits-1, 6)
 	return min(d, 5*time.Second)
+}
+
+// CrashLoopSpan is the least time from the first to the last of
+// maxRestarts+1 exits of the upstream: the waits before the restarts
+// between them (restartBackoff). A RestartWindow shorter than it never
+// holds that many exits, so a crash loop is never seen, and the upstream
+// is started again for ever.
+func CrashLoopSpan(maxRestarts int) time.Duration {
+	const capped = 7 // restartBackoff(k) is its most, 5s, from k = 7 on
+	var d time.Duration
+	for k := 1; k <= min(maxRestarts, capped-1); k++ {
+		d += restartBackoff(k)
+	}
+	if n := maxRestarts - (capped - 1); n > 0 {
+		if int64(n) > (math.MaxInt64-int64(d))/int64(restartBackoff(capped)) {
+			return math.MaxInt64
+		}
+		d += time.Duration(n) * restartBackoff(capped)
+	}
+	return d
 }
