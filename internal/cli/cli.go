@@ -327,6 +327,8 @@ func (f *proxyFlags) checkUpstream(command string, argv []string) error {
 		return usagef("--upstream and a command after -- both name the upstream: give one")
 	case f.upstream == "" && len(argv) == 0:
 		return usagef("no upstream command: put it after --, as in: %s -- node server.js, or give --upstream URL", command)
+	case f.upstream == "" && emptyCommand(argv):
+		return errEmptyCommand()
 	case f.upstream == "" && len(f.headers) > 0:
 		return usagef("--upstream-header goes with --upstream")
 	case f.upstream != "":
@@ -341,6 +343,19 @@ func (f *proxyFlags) checkUpstream(command string, argv []string) error {
 		}
 	}
 	return f.headers.check()
+}
+
+// emptyCommand reports whether argv, an upstream command, names no
+// program: `-- "$SERVER"` with SERVER not set. Run, it would fail as a
+// program "" not found, which says nothing of the variable.
+func emptyCommand(argv []string) bool {
+	return len(argv) > 0 && strings.TrimSpace(argv[0]) == ""
+}
+
+// errEmptyCommand is the usage error of an empty upstream command; a
+// new one each time, as Run names its command in it.
+func errEmptyCommand() error {
+	return usagef("the upstream command is empty, as an unset shell variable after -- gives: give the command")
 }
 
 // A wiring is what every session of one proxy process shares: the logger,

@@ -102,6 +102,10 @@ func TestUsageErrors(t *testing.T) {
 		{"restart window too short for a crash loop", []string{"--restart-window", "2s", "--", "/bin/cat"}, []string{"--restart-window 2s", "3.1s", "--max-restarts 5"}},
 		{"more restarts than the window holds", []string{"--max-restarts", "17", "--", "/bin/cat"}, []string{"--restart-window 1m0s", "1m1.3s", "--max-restarts 17"}},
 		{"more restarts than any window holds", []string{"--max-restarts", "9223372036854775807", "--", "/bin/cat"}, []string{"--max-restarts 9223372036854775807", "any --restart-window"}},
+		// As `-- "$SERVER"` gives when SERVER is not set.
+		{"empty upstream command", []string{"--", ""}, []string{"upstream command is empty"}},
+		{"serve: empty upstream command", []string{"serve", "--", " "}, []string{"upstream command is empty"}},
+		{"policy show: empty upstream command", []string{"policy", "show", "--", "", "x"}, []string{"upstream command is empty"}},
 		{"header value with a line break", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "X-A: secret\nb"}, []string{"--upstream-header X-A", "control character"}},
 		// net/http drops a Host header, and the proxy's own headers win:
 		// given, they would start a proxy that ignores them, or send a

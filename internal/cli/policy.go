@@ -64,6 +64,9 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() == 0 {
 		return usagef("policy show: no upstream command: put it after --")
 	}
+	if emptyCommand(fs.Args()) {
+		return errEmptyCommand()
+	}
 	// As the proxy warns: `policy show node srv.js --policy p.yaml` gives
 	// the file to the server, and shows every tool without it.
 	for _, name := range misplacedFlags(fs, args, fs.Args()) {
