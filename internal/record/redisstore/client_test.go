@@ -56,6 +56,23 @@ func TestNoTimeoutRefused(t *testing.T) {
 	}
 }
 
+// A count of connections go-redis cannot make a pool of is refused when
+// the store opens, naming it, rather than a panic of go-redis's.
+func TestPoolSizeRefused(t *testing.T) {
+	for _, q := range []string{"/0?pool_size=-1", "/0?min_idle_conns=5000000000", "/0?max_idle_conns=-3", "/0?max_active_conns=2147483648",
+		"/0?pipeline_pool_size=5000000000", "/0?master_name=m&pool_size=-1", "?cluster=true&pool_size=-1"} {
+		s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1"+q, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", q)
+			continue
+		}
+		if !strings.Contains(err.Error(), "want a number of connections") {
+			t.Errorf("%s: %v; want an error naming the count and what it may be", q, err)
+		}
+	}
+}
+
 // A port no server can have is refused when the store opens, naming it,
 // rather than taken for a server that cannot be reached yet: no wait
 // ends it. So is one in an addr= of a Sentinel or a Cluster.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -43,6 +44,9 @@ func newClient(rawURL string) (client, error) {
 		return client{}, err
 	}
 	if err := checkTimeouts(q); err != nil {
+		return client{}, err
+	}
+	if err := checkSizes(q); err != nil {
 		return client{}, err
 	}
 	if n := len(q["master_name"]); n > 1 {
@@ -107,6 +111,22 @@ func checkTimeouts(q url.Values) error {
 			}
 			if err == nil && d <= 0 {
 				return fmt.Errorf("%s=%s: want a duration above zero, such as 2s: with none, a server that hangs holds every call for ever", name, v)
+			}
+		}
+	}
+	return nil
+}
+
+// checkSizes refuses a count of connections go-redis cannot make a pool
+// of: it panics, at start, on a pool_size below zero or any count past
+// 2^31-1. Zero is go-redis's default. A value that is no number is left
+// for go-redis to name.
+func checkSizes(q url.Values) error {
+	for _, name := range []string{"pool_size", "pipeline_pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns"} {
+		for _, v := range q[name] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil && (n < 0 || n > math.MaxInt32) {
+				return fmt.Errorf("%s=%s: want a number of connections from 0 (the default) to %d", name, v, math.MaxInt32)
 			}
 		}
 	}
