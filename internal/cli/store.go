@@ -49,6 +49,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool,
 		s   durableStore
 		err error
 	)
+	url = lowerScheme(url)
 	switch {
 	case url == "" || url == "memory":
 		return memstore.New(memstore.Options{}), nil, nil
@@ -88,6 +89,21 @@ func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool,
 		return nil, nil, fmt.Errorf("--store: opening %s: %w", redact(url), err)
 	}
 	return s, s, nil
+}
+
+// lowerScheme writes the scheme of a --store URL in lower case. A scheme
+// is read whatever its case (RFC 3986), but the drivers know theirs in
+// lower case only: "Redis://..." was refused as not redis://.
+func lowerScheme(url string) string {
+	scheme, rest, ok := strings.Cut(url, ":")
+	if !ok {
+		return url
+	}
+	switch lower := strings.ToLower(scheme); lower {
+	case "sqlite", "redis", "rediss", "postgres", "postgresql":
+		return lower + ":" + rest
+	}
+	return url
 }
 
 // redact returns a URL fit for a message or a log: its scheme, host and
