@@ -163,6 +163,32 @@ func TestExitWaitsNotForRefusedConnections(t *testing.T) {
 	}
 }
 
+// unsentStore fails every reservation before it reaches the server, as
+// a store does whose connection could not be set up (a handshake that
+// timed out), and every read.
+type unsentStore struct{ *memstore.Store }
+
+func (unsentStore) Reserve(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, error) {
+	return nil, false, fmt.Errorf("reserving: %w", record.NotSent(errStalled))
+}
+
+func (unsentStore) Get(context.Context, string) (*record.Record, error) {
+	return nil, errStalled
+}
+
+// TestExitWaitsNotForUnsentReservations: a reservation the store says
+// it never sent made nothing, so a proxy whose client leaves has nothing
+// to settle, and does not wait for a store that may stay down.
+func TestExitWaitsNotForUnsentReservations(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: unsentStore{memstore.New(memstore.Options{})}, Hasher: fingerprint.NewRandom()})
+	charge(t, in, neverSent{t})
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := in.SettleAbandoned(done); err != nil {
+		t.Fatalf("SettleAbandoned = %v; want nothing to settle: the reservation never reached the store", err)
+	}
+}
+
 // TestRestartFailureSaid: an upstream that exits and then cannot be
 // started again (its command is gone) ends the proxy with an error that
 // says so and why, not only that it exited: with --max-restarts 2 the

@@ -191,7 +191,7 @@ const endedNote = "failed before it was sent: the session ended while the store 
 // store refused or did not answer, to be failed once the store answers:
 // it may have made it all the same (abandoned).
 func (in *Interceptor) mayHaveReserved(req *Request, id string, err error) {
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, record.ErrNotSent) {
 		// It never reached the store: nothing to fail later, nor for
 		// an exiting proxy to wait for.
 		return

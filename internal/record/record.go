@@ -469,7 +469,17 @@ var (
 	// asks (a database that does not exist, a user or password it does
 	// not take). Waiting does not end it; changing the URL does.
 	ErrStoreRefused = errors.New("the store's server refuses its URL")
+	// ErrNotSent: an operation never reached the store's server (no
+	// connection could be had or set up for it), so it wrote nothing.
+	ErrNotSent = errors.New("the operation never reached the store's server")
 )
+
+// NotSent marks err as ErrNotSent, its message unchanged.
+func NotSent(err error) error { return notSentError{err} }
+
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() []error { return []error{e.error, ErrNotSent} }
 
 // StoreRefused marks err as ErrStoreRefused, its message unchanged.
 func StoreRefused(err error) error { return refusedError{err} }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/batch"
 )
 
@@ -211,14 +212,18 @@ type link struct {
 	now  time.Time // when the connection was taken: the writes' time
 }
 
-// get makes l's connection ready.
+// get makes l's connection ready. Its error is marked
+// record.ErrNotSent: a statement without a connection was not sent, and
+// one sent before in a batch that rolled back left nothing either.
 func (l *link) get(ctx context.Context) (err error) {
 	if l.conn != nil && !l.conn.Conn().IsClosed() {
 		return nil
 	}
 	l.release()
-	l.conn, l.now, err = l.s.acquire(ctx)
-	return err
+	if l.conn, l.now, err = l.s.acquire(ctx); err != nil {
+		return record.NotSent(err)
+	}
+	return nil
 }
 
 func (l *link) release() {

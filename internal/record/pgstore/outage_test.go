@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -46,6 +47,7 @@ func TestUnreachableServerFailsPromptly(t *testing.T) {
 type silentProxy struct {
 	ln     net.Listener
 	silent atomic.Bool
+	muted  atomic.Bool // the server's bytes are dropped, the client's passed on
 	mu     sync.Mutex
 	conns  []net.Conn
 }
@@ -71,14 +73,18 @@ func newSilentProxy(t *testing.T, addr string) *silentProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go io.Copy(p.writer(u), c)
-			go io.Copy(p.writer(c), u)
+			go io.Copy(p.writer(u, &p.silent), c)
+			go io.Copy(p.writer(c, &p.muted), u)
 		}
 	}()
 	return p
 }
 
 func (p *silentProxy) silence() { p.silent.Store(true) }
+
+// mute passes on what the client sends, and drops the server's answers:
+// a server that runs what it gets, and whose answers are lost.
+func (p *silentProxy) mute() { p.muted.Store(true) }
 
 // cut closes every connection, as a network that fails for good does.
 func (p *silentProxy) cut() {
@@ -91,14 +97,17 @@ func (p *silentProxy) cut() {
 }
 
 type silencing struct {
-	p *silentProxy
-	w io.Writer
+	p    *silentProxy
+	w    io.Writer
+	drop *atomic.Bool // set, this direction too is dropped
 }
 
-func (p *silentProxy) writer(w io.Writer) io.Writer { return silencing{p, w} }
+func (p *silentProxy) writer(w io.Writer, drop *atomic.Bool) io.Writer {
+	return silencing{p, w, drop}
+}
 
 func (s silencing) Write(b []byte) (int, error) {
-	if s.p.silent.Load() {
+	if s.p.silent.Load() || s.drop.Load() {
 		return len(b), nil
 	}
 	return s.w.Write(b)
@@ -175,6 +184,88 @@ func TestSilentServerFailsAtTheTimeout(t *testing.T) {
 		if !strings.Contains(err.Error(), "postgres store") {
 			t.Errorf("%s: error %q does not name the store", name, err)
 		}
+	}
+}
+
+// TestLostAnswerIsNotMarkedUnsent: a reservation that reached the
+// server, which made it and whose answer was lost, is not marked as
+// never sent (record.ErrNotSent): its caller must fail it later.
+func TestLostAnswerIsNotMarkedUnsent(t *testing.T) {
+	u, err := url.Parse(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := newSchema(t)
+	direct, err := Open(context.Background(), u.String(), Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	ctx := t.Context()
+	if err := direct.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := newSilentProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	s, err := Open(context.Background(), u.String(), Options{Schema: schema, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		p.cut() // as in TestSilentServerFailsAtTheTimeout
+		s.Close()
+	}()
+	for try := 1; ; try++ {
+		_, _, err := s.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{})
+		if err == nil {
+			break
+		}
+		if try == 10 {
+			t.Fatal(err)
+		}
+	}
+	p.mute()
+	r := newRecord("k2", time.Now())
+	_, _, err = s.Reserve(ctx, r, record.ReserveOptions{})
+	if err == nil {
+		t.Fatal("Reserve whose answer was lost succeeded")
+	}
+	// The pool may have found its connection dead first (a ping of an
+	// idle one), and the reservation then got none: not sent, not made.
+	_, gerr := direct.Get(ctx, r.ID)
+	if made := gerr == nil; made && errors.Is(err, record.ErrNotSent) {
+		t.Fatalf("Reserve = %v, marked not sent; but the server made it", err)
+	} else if !made && !errors.Is(gerr, record.ErrNotFound) {
+		t.Fatal(gerr)
+	}
+}
+
+// TestUnsentReservationIsMarked: a reservation that got no connection
+// (the server closed each as it was set up) was never sent, and says so
+// (record.ErrNotSent): its caller has nothing to fail later.
+func TestUnsentReservationIsMarked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	s, err := Open(context.Background(), "postgres://postgres@"+ln.Addr().String()+"/test?sslmode=disable", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, _, err = s.Reserve(t.Context(), newRecord("k", time.Now()), record.ReserveOptions{})
+	if err == nil || !errors.Is(err, record.ErrNotSent) {
+		t.Fatalf("Reserve with no connection = %v; want an error marked not sent", err)
 	}
 }
 

@@ -104,7 +104,8 @@ passes:
 		if conn == nil {
 			var cancel context.CancelFunc
 			if conn, _, err = s.acquire(ctx); err != nil {
-				return nil, false, s.fail(op, err)
+				// No pass won: nothing is reserved.
+				return nil, false, s.fail(op, record.NotSent(err))
 			}
 			ctx, cancel = s.bounded(ctx)
 			defer cancel()

@@ -265,7 +265,9 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	}
 	v, err := cmds[0].(*redis.Cmd).Slice()
 	if err != nil {
-		return nil, false, s.fail(op, err)
+		// A script never sent reserved nothing: the caller need not
+		// fail it later.
+		return nil, false, s.fail(op, notSent(err))
 	}
 	if len(v) < 3 {
 		return nil, false, s.fail(op, fmt.Errorf("unexpected reply %v", v))
