@@ -126,6 +126,7 @@ func TestUsageErrors(t *testing.T) {
 		{"redis prefix twice", []string{"--store", "redis://127.0.0.1:1/0?prefix=tenant-a:&prefix=tenant-b:", "--", "/bin/cat"}, []string{"--store", "prefix= is given 2 times"}},
 		{"postgres schema twice", []string{"--store", "postgres://127.0.0.1:1/db?schema=a&schema=b", "--", "/bin/cat"}, []string{"--store", "schema= is given 2 times"}},
 		{"empty postgres schema", []string{"--store", "postgres://127.0.0.1:1/db?schema=", "--", "/bin/cat"}, []string{"--store", "schema= is empty"}},
+		{"postgres schema with a NUL", []string{"--store", "postgres://127.0.0.1:1/db?schema=a%00b", "--", "/bin/cat"}, []string{"--store", "NUL byte"}},
 		{"postgres schema too long", []string{"--store", "postgres://127.0.0.1:1/db?schema=" + strings.Repeat("s", 64), "--", "/bin/cat"}, []string{"--store", "64 bytes", "63"}},
 		{"journal key without a journal", []string{"--journal-key", "k", "--", "/bin/cat"}, []string{"--journal-key", "needs --journal"}},
 		{"checkpoint lines without a key", []string{"--journal", "j", "--journal-checkpoint-lines", "10", "--", "/bin/cat"}, []string{"--journal-checkpoint-lines goes with --journal-key"}},

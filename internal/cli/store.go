@@ -76,6 +76,10 @@ func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool,
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
+		if strings.ContainsRune(schema, 0) {
+			// pgx would drop it, and name another deployment's schema.
+			return nil, nil, usagef("--store: schema= holds a NUL byte (%%00), which a PostgreSQL name cannot")
+		}
 		if len(schema) > maxIdentifier {
 			// PostgreSQL would cut it short, to a name another
 			// deployment's may share.
