@@ -150,6 +150,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening postgres store %s: the URL does not parse%s", redact(rawURL), parseReason(rawURL, err))
 	}
+	if cfg.HealthCheckPeriod <= 0 {
+		// pgxpool would panic making its ticker.
+		return nil, fmt.Errorf("opening postgres store %s: pool_health_check_period=%s: want a duration above zero, such as 1m", redact(rawURL), cfg.HealthCheckPeriod)
+	}
 	if !strings.Contains(rawURL, "pool_max_conns=") {
 		cfg.MaxConns = max(cfg.MaxConns, minConns)
 	}

@@ -45,6 +45,9 @@ func TestOpenSaysWhatDoesNotParse(t *testing.T) {
 		{"postgres://bob@db.example/app?connect_timeout=soon", `invalid connect_timeout (strconv.ParseInt: parsing "soon"`, ""},
 		{"postgres://bob:pw-two@db.example/app?pool_max_conn_lifetime=pw-two", "the URL does not parse", "pw-two"},
 		{"postgres://bob@db.example/app?password=pw-three&connect_timeout=pw-three", "the URL does not parse", "pw-three"},
+		// pgxpool would panic.
+		{"postgres://bob@db.example/app?pool_health_check_period=0s", "pool_health_check_period=0s: want a duration above zero", ""},
+		{"postgres://bob:pw-four@db.example/app?pool_health_check_period=-1m", "pool_health_check_period=-1m0s: want a duration above zero", "pw-four"},
 	} {
 		s, err := Open(context.Background(), tt.url, Options{})
 		if err == nil {
