@@ -150,7 +150,10 @@ func cutParam(rawURL, name string) (string, string, error) {
 		return "", "", fmt.Errorf("%s= is empty; leave it out for the default", name)
 	}
 	q.Del(name)
-	u.RawQuery = q.Encode()
+	// A space as %20, not Encode's "+": pgx reads the query as libpq
+	// does, a "+" as itself, so a password or options= with a space
+	// would reach the server changed. Encode writes a "+" as %2B.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), v, nil
 }
 

@@ -1,0 +1,31 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestCutParamKeepsSpaces: the URL left once schema= is taken out gives
+// pgx the values it was given, a space included: pgx reads a "+" as
+// itself, as libpq does, so a password or an options= with a space
+// written back as "+" reached the server changed.
+func TestCutParamKeepsSpaces(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://bob@db.example/app?password=a%20b%2Bc&application_name=my%20app&options=-c%20search_path%3Dx&schema=s",
+		"postgres://bob@db.example/app?password=a%20b%2Bc&application_name=my%20app&options=-c%20search_path%3Dx",
+	} {
+		u, _, err := cutParam(raw, "schema")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgconn.ParseConfig(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Password != "a b+c" || cfg.RuntimeParams["application_name"] != "my app" || cfg.RuntimeParams["options"] != "-c search_path=x" {
+			t.Errorf("cutParam(%q) gives pgx password %q, application_name %q, options %q; want them as given",
+				raw, cfg.Password, cfg.RuntimeParams["application_name"], cfg.RuntimeParams["options"])
+		}
+	}
+}
