@@ -73,6 +73,22 @@ func TestPoolSizeRefused(t *testing.T) {
 	}
 }
 
+// A database number below zero, which go-redis would take for database
+// 0, is refused when the store opens, naming it.
+func TestNegativeDatabaseRefused(t *testing.T) {
+	for _, q := range []string{"/-1", "/-2?master_name=m"} {
+		s, err := redisstore.Open(t.Context(), "redis://127.0.0.1:1"+q, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened; want it refused", q)
+			continue
+		}
+		if !strings.Contains(err.Error(), "want a number from 0") {
+			t.Errorf("%s: %v; want an error naming the database and what it may be", q, err)
+		}
+	}
+}
+
 // A port no server can have is refused when the store opens, naming it,
 // rather than taken for a server that cannot be reached yet: no wait
 // ends it. So is one in an addr= of a Sentinel or a Cluster.

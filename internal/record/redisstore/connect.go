@@ -71,6 +71,9 @@ func newClient(rawURL string) (client, error) {
 		if err := checkProtocol(o.Protocol); err != nil {
 			return client{}, err
 		}
+		if err := checkDB(o.DB); err != nil {
+			return client{}, err
+		}
 		setDefaults(o)
 		rdb := redis.NewClient(o)
 		c := client{rdb: rdb, name: "redis store " + o.Addr + "/" + strconv.Itoa(o.DB), read: rdb.Options().ReadTimeout}
@@ -87,6 +90,9 @@ func newClient(rawURL string) (client, error) {
 		return client{}, err
 	}
 	if err := checkProtocol(fo.Protocol); err != nil {
+		return client{}, err
+	}
+	if err := checkDB(fo.DB); err != nil {
 		return client{}, err
 	}
 	o := &redis.Options{DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, DialerRetries: fo.DialerRetries, Protocol: fo.Protocol}
@@ -129,6 +135,15 @@ func checkSizes(q url.Values) error {
 				return fmt.Errorf("%s=%s: want a number of connections from 0 (the default) to %d", name, v, math.MaxInt32)
 			}
 		}
+	}
+	return nil
+}
+
+// checkDB refuses a database number below zero: go-redis selects none
+// then, and the store would share database 0 with whoever uses it.
+func checkDB(db int) error {
+	if db < 0 {
+		return fmt.Errorf("database /%d: want a number from 0", db)
 	}
 	return nil
 }
