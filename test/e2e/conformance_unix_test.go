@@ -38,13 +38,8 @@ func conformanceBinaries(t *testing.T) (server, client string) {
 	t.Helper()
 	p := &conformancePeers
 	p.once.Do(func() {
-		dir, err := os.MkdirTemp("", "mcpi-e2e-conformance-")
-		if err != nil {
-			p.err = err
-			return
-		}
-		p.server = filepath.Join(dir, "everything-server")
-		p.client = filepath.Join(dir, "everything-client")
+		p.server = filepath.Join(buildDir, "everything-server")
+		p.client = filepath.Join(buildDir, "everything-client")
 		if p.err = goBuild(p.server, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"); p.err == nil {
 			p.err = goBuild(p.client, "github.com/modelcontextprotocol/go-sdk/conformance/everything-client")
 		}

@@ -41,6 +41,7 @@ var (
 	proxyBin      string
 	proxyBuildErr error // non-nil when ./cmd/mcp-idempotent did not build
 	chargeBin     string
+	buildDir      string // where the binaries are built, removed at the end
 
 	// direct is MCPI_E2E_DIRECT=1: "through the proxy" means straight to
 	// the upstream, and tests expect no dedupe.
@@ -64,6 +65,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	buildDir = dir
 
 	chargeBin = filepath.Join(dir, "chargeserver")
 	if err := goBuild(chargeBin, "./test/e2e/chargeserver"); err != nil {
