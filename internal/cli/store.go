@@ -149,12 +149,24 @@ func cutParam(rawURL, name string) (string, string, error) {
 		// Left empty, it would mean the default: another deployment's.
 		return "", "", fmt.Errorf("%s= is empty; leave it out for the default", name)
 	}
-	q.Del(name)
-	// A space as %20, not Encode's "+": pgx reads the query as libpq
-	// does, a "+" as itself, so a password or options= with a space
-	// would reach the server changed. Encode writes a "+" as %2B.
-	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	u.RawQuery = dropParam(u.RawQuery, name)
 	return u.String(), v, nil
+}
+
+// dropParam returns rawQuery without its name= pairs, the others as they
+// were written. Not written back from url.Values: pgx reads a query as
+// libpq does, a "+" as itself, where url reads a space, so either way a
+// password or an options= would reach the server changed.
+func dropParam(rawQuery, name string) string {
+	var kept []string
+	for pair := range strings.SplitSeq(rawQuery, "&") {
+		key, _, _ := strings.Cut(pair, "=")
+		if k, err := neturl.QueryUnescape(key); pair == "" || err == nil && k == name {
+			continue
+		}
+		kept = append(kept, pair)
+	}
+	return strings.Join(kept, "&")
 }
 
 // cutReplicas takes wait_replicas= and wait_timeout= from a Redis URL

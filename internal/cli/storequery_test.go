@@ -29,3 +29,25 @@ func TestCutParamKeepsSpaces(t *testing.T) {
 		}
 	}
 }
+
+// TestCutParamKeepsPlus: a "+" in a PostgreSQL URL's query is itself to
+// pgx, as to libpq; once schema= is taken out, it still is, not a space.
+func TestCutParamKeepsPlus(t *testing.T) {
+	const raw = "postgres://bob@db.example/app?password=a+b&application_name=my+app"
+	want, err := pgconn.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _, err := cutParam(raw+"&schema=s", "schema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgconn.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Password != want.Password || got.RuntimeParams["application_name"] != want.RuntimeParams["application_name"] {
+		t.Errorf("cutParam gives pgx password %q, application_name %q; want %q, %q as given",
+			got.Password, got.RuntimeParams["application_name"], want.Password, want.RuntimeParams["application_name"])
+	}
+}
