@@ -556,13 +556,13 @@ func (w *wiring) checkFlags() (err error) {
 		return usagef("--max-restarts: %d is negative", f.restarts)
 	case f.window <= 0:
 		return usagef("--restart-window: %v must be positive", f.window)
-	case f.restarts > 0 && proxy.CrashLoopSpan(f.restarts) == math.MaxInt64:
-		return usagef("--max-restarts %d: more exits than any --restart-window can hold, with the waits before the restarts between them; no crash loop could be seen: give a smaller --max-restarts", f.restarts)
 	case f.restarts > 0 && f.window < proxy.CrashLoopSpan(f.restarts):
 		// The waits before restarts spread the exits out: a window
-		// shorter than they take never holds a crash loop.
-		return usagef("--restart-window %v is shorter than %v, the least time in which more than --max-restarts %d exits can come, with the waits before the restarts between them: no crash loop could be seen; give a longer --restart-window or a smaller --max-restarts",
-			f.window, proxy.CrashLoopSpan(f.restarts), f.restarts)
+		// shorter than they take never holds a crash loop. Said, not
+		// refused: a large --max-restarts is how one asks for restarts
+		// without end, and worked so before.
+		w.log.Warn("--restart-window cannot hold more than --max-restarts exits, with the waits before the restarts between them: the upstream is started again after every exit, never stopped as a crash loop",
+			"restart_window", f.window, "max_restarts", f.restarts)
 	case f.lease < time.Second:
 		return usagef("--lease: %v is too short; it must be at least 1s", f.lease)
 	case f.lease > maxLease:

@@ -286,3 +286,26 @@ func TestUnknownFlagNamesTheOneMeant(t *testing.T) {
 		t.Errorf("Run(--bogus) = %v; want a usage error naming no other flag", err)
 	}
 }
+
+// TestRestartsWithoutEndStart: a --max-restarts that no --restart-window
+// can see exceeded, with the waits before restarts, asks for restarts
+// without end. It starts, as it did, and says that no crash loop will
+// stop the upstream.
+func TestRestartsWithoutEndStart(t *testing.T) {
+	for _, args := range [][]string{
+		{"--max-restarts", "20"},
+		{"--max-restarts", "9223372036854775807"},
+		{"--restart-window", "2s"},
+	} {
+		_, stderr, err := run(t, append(args, "--", "/bin/cat")...)
+		if err != nil {
+			t.Errorf("%v: %v; want it to start", args, err)
+		}
+		if !strings.Contains(stderr, "never stopped as a crash loop") {
+			t.Errorf("%v: stderr %q; want a warning that no crash loop is seen", args, stderr)
+		}
+	}
+	if _, stderr, err := run(t, "--", "/bin/cat"); err != nil || strings.Contains(stderr, "crash loop") {
+		t.Errorf("the defaults: %v, stderr %q; want no warning", err, stderr)
+	}
+}
