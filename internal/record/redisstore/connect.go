@@ -125,13 +125,14 @@ func checkTimeouts(q url.Values) error {
 
 // checkSizes refuses a count of connections go-redis cannot make a pool
 // of: it panics, at start, on a pool_size below zero or any count past
-// 2^31-1. Zero is go-redis's default. A value that is no number is left
-// for go-redis to name.
+// 2^31-1. Zero is go-redis's default. A negative pipeline_pool_size is
+// no count: it runs pipelines on the main pool. A value that is no
+// number is left for go-redis to name.
 func checkSizes(q url.Values) error {
 	for _, name := range []string{"pool_size", "pipeline_pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns"} {
 		for _, v := range q[name] {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err == nil && (n < 0 || n > math.MaxInt32) {
+			if err == nil && ((n < 0 && name != "pipeline_pool_size") || n > math.MaxInt32) {
 				return fmt.Errorf("%s=%s: want a number of connections from 0 (the default) to %d", name, v, math.MaxInt32)
 			}
 		}
