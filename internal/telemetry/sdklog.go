@@ -46,13 +46,14 @@ var headerLines = map[string]bool{"parse headers": true, "escape header value": 
 var headerVariables = []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}
 
 // withoutHeaderText returns r without the attributes that quote the
-// header (input, value), naming instead the variable that holds it. A
-// header's name (key) is kept: it is no secret, and says which one. The
-// exporter leaves such a header out and goes on.
+// header (input, value, key), naming instead the variable that holds it.
+// The key goes too: the exporter quotes it only when it is no header
+// name, as "Authorization: Basic dXNlcjpw" is, cut at a base64 value's
+// padding. The exporter leaves such a header out and goes on.
 func withoutHeaderText(r slog.Record) slog.Record {
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key != "input" && a.Key != "value" {
+		if a.Key != "input" && a.Key != "value" && a.Key != "key" {
 			out.AddAttrs(a)
 		}
 		return true
