@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -178,9 +179,7 @@ func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
 			continue
 		}
 		delete(ss.pending, key)
-		if p.token != "" {
-			delete(ss.progress, p.token)
-		}
+		ss.dropTokenLocked(p)
 		for _, st := range p.streams {
 			if st.want--; st.want == 0 {
 				ss.endLocked(st)
@@ -215,8 +214,11 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 		st.opens = st.opens || p.opens
 		p.traceparent, p.tracestate = traceHeaders(r.Header)
 		if token != "" && !st.isJSON {
-			p.token = token
-			ss.progress[token] = st
+			p.token = string(jsonrpc.IDKey([]byte(token)))
+			ss.progress[p.token] = st
+			if !ss.stateless { // renameLocked kept the client's
+				ss.origTokens[p.token] = json.RawMessage(token)
+			}
 		}
 		ss.pending[key] = p
 		ids = append(ids, key)
@@ -266,10 +268,7 @@ func (ss *ServerSession) forget(ids []string) {
 	defer ss.mu.Unlock()
 	for _, id := range ids {
 		if p := ss.pending[id]; p != nil {
-			if p.token != "" {
-				delete(ss.progress, p.token)
-				delete(ss.origTokens, p.token)
-			}
+			ss.dropTokenLocked(p)
 			for _, st := range p.streams {
 				if st.want--; st.want == 0 {
 					ss.endLocked(st)

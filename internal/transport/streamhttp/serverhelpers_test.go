@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
@@ -136,6 +137,16 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
+		case "respell":
+			// An upstream that decodes the token and writes it its own way.
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + respell(progressToken(m.Params)) + `,"progress":1}}`))
+			if jsonrpc.Member(m.Params, "hold") != nil {
+				select {
+				case <-p.gate:
+				case <-s.done:
+					return
+				}
+			}
 		}
 		if m.Method == "initialize" && !p.beforeInitialized(s, m) {
 			return
@@ -364,4 +375,23 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// respell returns the JSON token spelled another way, as the same value:
+// a string with each character escaped, a number with a fraction as an
+// integer and an integer with a fraction.
+func respell(token string) string {
+	var s string
+	if json.Unmarshal([]byte(token), &s) == nil {
+		var b strings.Builder
+		for _, u := range utf16.Encode([]rune(s)) {
+			fmt.Fprintf(&b, `\u%04x`, u)
+		}
+		return `"` + b.String() + `"`
+	}
+	if strings.ContainsAny(token, ".eE") {
+		f, _ := strconv.ParseFloat(token, 64)
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return token + ".0"
 }

@@ -61,9 +61,13 @@ type ServerSession struct {
 	// ended is set once endPending has run: the session takes no more
 	// requests, since nothing would answer them.
 	ended bool
-	// progress maps a progress token (raw JSON) to the stream of the
-	// request that asked for progress.
-	progress map[string]*stream
+	// progress maps the key of a progress token (jsonrpc.IDKey) to the
+	// stream of the request that asked for progress, and origTokens that
+	// key to the token as the client wrote it. An upstream may write the
+	// token another way (1.0 as 1, "a" as "\u0061"), as it may an id; on
+	// a stateless lane it goes upstream renamed (renameLocked).
+	progress   map[string]*stream
+	origTokens map[string]json.RawMessage
 	// held lists every event held, oldest first, for eviction; but the
 	// pinned answers, which pinned and pinnedBytes count.
 	held        []heldEvent
@@ -75,10 +79,9 @@ type ServerSession struct {
 	active     int
 	lastActive time.Time
 	// For a stateless lane: the next id to give a client request, and the
-	// client's own id (and progress token) for each one given.
-	nextID     int64
-	origIDs    map[string]json.RawMessage
-	origTokens map[string]json.RawMessage
+	// client's own id for each one given.
+	nextID  int64
+	origIDs map[string]json.RawMessage
 	// unread holds the answers whose writing WriteAnswer is to report,
 	// until it is.
 	unread map[*unreadAnswer]struct{}
@@ -92,7 +95,7 @@ type pendingRequest struct {
 	streams []*stream
 	frame   []byte          // the request as the client sent it, to tell a re-send
 	id      json.RawMessage // its id as the client spelled it, for an answer of the session's own
-	token   string          // its progress token, if any
+	token   string          // the key of its progress token, if any
 	opens   bool            // it is the initialize that opened the session
 	// traceparent and tracestate are the W3C trace context headers of
 	// the POST that carried it, if any (TraceHeaders).
@@ -309,10 +312,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		// The idle timeout counts from here: a client whose stream broke
 		// while it waited has all of it to come back for the answer.
 		ss.lastActive = ss.srv.now()
-		if p.token != "" {
-			delete(ss.progress, p.token)
-			delete(ss.origTokens, p.token)
-		}
+		ss.dropTokenLocked(p)
 		if ss.stateless {
 			// Give the client its own id back.
 			frame = jsonrpc.Replace(frame, m.ID, ss.origIDs[key])
@@ -333,8 +333,9 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 	}
 	if m.Method == "notifications/progress" {
 		token := progressTokenValue(m.Params)
-		if st := ss.progress[string(token)]; st != nil {
-			if orig, ok := ss.origTokens[string(token)]; ok {
+		key := string(jsonrpc.IDKey(token))
+		if st := ss.progress[key]; st != nil {
+			if orig := ss.origTokens[key]; orig != nil && !bytes.Equal(orig, token) {
 				frame = jsonrpc.Replace(frame, token, orig)
 			}
 			ss.appendLocked(st, frame)
@@ -399,6 +400,15 @@ func (ss *ServerSession) unreadRequests() map[string]bool {
 		default:
 			return keys
 		}
+	}
+}
+
+// dropTokenLocked forgets the progress token of p, which is answered,
+// cancelled or given up on.
+func (ss *ServerSession) dropTokenLocked(p *pendingRequest) {
+	if p.token != "" {
+		delete(ss.progress, p.token)
+		delete(ss.origTokens, p.token)
 	}
 }
 

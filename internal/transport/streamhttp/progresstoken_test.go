@@ -1,0 +1,95 @@
+package streamhttp
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// progressOn returns the progress tokens of the notifications/progress
+// among msgs, as written.
+func progressOn(msgs []testEvent) []string {
+	var tokens []string
+	for _, m := range msgs {
+		if strings.Contains(m.data, `"method":"notifications/progress"`) {
+			tokens = append(tokens, progressToken([]byte(strings.TrimPrefix(m.data[strings.Index(m.data, `"params":`):], `"params":`))))
+		}
+	}
+	return tokens
+}
+
+// openGet opens the session's GET stream and waits until the server
+// writes to it: a message that goes nowhere else goes there then.
+func openGet(t *testing.T, srv *Server, url, sid string) io.Closer {
+	t.Helper()
+	get := do(t, t.Context(), "GET", url, "", session(sid))
+	if get.StatusCode != 200 {
+		t.Fatalf("GET: %s", get.Status)
+	}
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		ss := srv.sessions[sid]
+		srv.mu.Unlock()
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.get != nil && ss.get.writer != 0
+	})
+	return get.Body
+}
+
+// TestServerProgressRespelled: an upstream may write a request's progress
+// token another way, as the same value (1.0 as 1, "a" as "\u0061"): the
+// progress still goes on the request's own stream, under the token as
+// the client wrote it, in a session with its GET stream open and on a
+// stateless lane, which renames tokens.
+func TestServerProgressRespelled(t *testing.T) {
+	for _, token := range []string{`1.0`, `1`, `2e0`, `"a"`, `"a<b"`, `"é"`} {
+		t.Run("session "+token, func(t *testing.T) {
+			srv, _, hs := newTestServer(t, ServerOptions{})
+			sid := openSession(t, hs.URL)
+			defer openGet(t, srv, hs.URL, sid).Close()
+			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"respell","params":{"_meta":{"progressToken":`+token+`}}}`, session(sid))
+			defer resp.Body.Close()
+			msgs := readEvents(t, resp.Body)
+			if got := progressOn(msgs); len(got) != 1 || got[0] != token {
+				t.Fatalf("the request's stream carried %v; want the progress under %s, and the answer", msgs, token)
+			}
+		})
+		t.Run("stateless "+token, func(t *testing.T) {
+			_, _, hs := newTestServer(t, ServerOptions{})
+			hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "respell"}
+			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"respell","params":{"_meta":{"progressToken":`+token+`,"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+			defer resp.Body.Close()
+			msgs := readEvents(t, resp.Body)
+			if got := progressOn(msgs); len(got) != 1 || got[0] != token {
+				t.Fatalf("the request's stream carried %v; want the progress under %s, and the answer", msgs, token)
+			}
+		})
+	}
+}
+
+// TestServerProgressNumberAndString: requests under way at once with the
+// tokens 1 and "1", two tokens, each get their own progress.
+func TestServerProgressNumberAndString(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{})
+	sid := openSession(t, hs.URL)
+	defer openGet(t, srv, hs.URL, sid).Close()
+	got := make(map[string]chan []string)
+	for i, token := range []string{`1`, `"1"`} {
+		ch := make(chan []string, 1)
+		got[token] = ch
+		go func() {
+			resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":`+strconv.Itoa(2+i)+`,"method":"respell","params":{"hold":true,"_meta":{"progressToken":`+token+`}}}`, session(sid))
+			defer resp.Body.Close()
+			ch <- progressOn(readEvents(t, resp.Body))
+		}()
+	}
+	waitFor(t, func() bool { return p.seen(`"respell"`) == 2 })
+	close(p.gate)
+	for token, ch := range got {
+		if tokens := <-ch; len(tokens) != 1 || tokens[0] != token {
+			t.Errorf("the request on token %s was told progress on %v; want its own, once", token, tokens)
+		}
+	}
+}
