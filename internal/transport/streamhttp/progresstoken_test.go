@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,5 +92,36 @@ func TestServerProgressNumberAndString(t *testing.T) {
 		if tokens := <-ch; len(tokens) != 1 || tokens[0] != token {
 			t.Errorf("the request on token %s was told progress on %v; want its own, once", token, tokens)
 		}
+	}
+}
+
+// TestServerStatelessLateProgress: on a stateless lane, progress on a
+// request already answered reaches no client: not another client's
+// request stream, under a token the lane gave, which that client could
+// take for its own.
+func TestServerStatelessLateProgress(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	post := func(id, method, token string) *http.Response {
+		hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: method}
+		return do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":`+id+`,"method":"`+method+`","params":{"_meta":{"progressToken":`+token+`,"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	}
+	other := make(chan []testEvent, 1)
+	go func() {
+		resp := post("1", "slow", `"p2"`)
+		defer resp.Body.Close()
+		other <- readEvents(t, resp.Body)
+	}()
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+	resp := post("1", "late", `"tok"`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for id := range p.routed {
+		if id == "late progress" {
+			break
+		}
+	}
+	close(p.gate)
+	if msgs := <-other; len(progressOn(msgs)) != 0 {
+		t.Fatalf("another client's request stream carried %v; want its answer alone", msgs)
 	}
 }

@@ -137,6 +137,12 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
+		case "late":
+			// Progress after the answer, as a task's goes on.
+			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":2}}`))
+			note(p.routed, "late progress")
+			return
 		case "respell":
 			// An upstream that decodes the token and writes it its own way.
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + respell(progressToken(m.Params)) + `,"progress":1}}`))

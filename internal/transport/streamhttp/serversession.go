@@ -229,7 +229,8 @@ func (ss *ServerSession) closed() bool {
 
 // WriteFrame sends frame to the client: an answer on the stream of the
 // request it answers, a progress notification on the stream of the
-// request that asked for it, and any other message the server starts on
+// request that asked for it (on a stateless lane, nowhere once that is
+// answered), and any other message the server starts on
 // the GET stream if the client has one open, else on the newest POST
 // stream still owed an answer, else held on the GET stream for when it opens.
 func (ss *ServerSession) WriteFrame(frame []byte) error {
@@ -339,6 +340,13 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 				frame = jsonrpc.Replace(frame, token, orig)
 			}
 			ss.appendLocked(st, frame)
+			return true
+		}
+		if ss.stateless {
+			// Its request is answered, and its token is the lane's: on
+			// another client's stream, that client could take it for
+			// its own. No client of the lane has a stream for it.
+			ss.srv.log.Debug("progress on a request answered was dropped: a stateless lane has no stream for it", "lane", ss.id)
 			return true
 		}
 	}
