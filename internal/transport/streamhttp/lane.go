@@ -23,7 +23,7 @@ func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage
 		if rm, err := jsonrpc.Decode(body); err == nil {
 			newToken := strconv.Quote("p" + n)
 			ss.origTokens[newToken] = json.RawMessage(token)
-			body = jsonrpc.Replace(body, progressTokenValue(rm.Params), json.RawMessage(newToken))
+			body = jsonrpc.Replace(body, requestTokenValue(rm.Params), json.RawMessage(newToken))
 			token = newToken
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 )
 
 // progressOn returns the progress tokens of the notifications/progress
@@ -14,7 +16,7 @@ func progressOn(msgs []testEvent) []string {
 	var tokens []string
 	for _, m := range msgs {
 		if strings.Contains(m.data, `"method":"notifications/progress"`) {
-			tokens = append(tokens, progressToken([]byte(strings.TrimPrefix(m.data[strings.Index(m.data, `"params":`):], `"params":`))))
+			tokens = append(tokens, string(progressTokenValue(jsonrpc.Member([]byte(m.data), "params"))))
 		}
 	}
 	return tokens
@@ -123,5 +125,34 @@ func TestServerStatelessLateProgress(t *testing.T) {
 	close(p.gate)
 	if msgs := <-other; len(progressOn(msgs)) != 0 {
 		t.Fatalf("another client's request stream carried %v; want its answer alone", msgs)
+	}
+}
+
+// TestServerTokenOnlyInMeta: a request's progress token is the one in its
+// _meta. A member "progressToken" of its params is the request's own: on
+// a stateless lane, which renames tokens, it goes upstream as it came.
+func TestServerTokenOnlyInMeta(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "echo"}
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"echo","params":{"progressToken":"mine","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if p.seen(`"params":{"progressToken":"mine"`) != 1 {
+		t.Errorf("the proxy read %q; want the params as the client sent them", p.frames)
+	}
+}
+
+// TestServerProgressMetaFirst: a notifications/progress whose params give
+// _meta before the token (as the go-sdk writes them) goes on the stream
+// of the request whose token it names.
+func TestServerProgressMetaFirst(t *testing.T) {
+	srv, _, hs := newTestServer(t, ServerOptions{})
+	sid := openSession(t, hs.URL)
+	defer openGet(t, srv, hs.URL, sid).Close()
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"metafirst","params":{"_meta":{"progressToken":"tok"}}}`, session(sid))
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if got := progressOn(msgs); len(got) != 1 || got[0] != `"tok"` {
+		t.Fatalf("the request's stream carried %v; want the progress, and the answer", msgs)
 	}
 }

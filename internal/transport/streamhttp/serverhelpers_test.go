@@ -137,6 +137,8 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		case "progress":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
+		case "metafirst":
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"}},"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
 		case "late":
 			// Progress after the answer, as a task's goes on.
 			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))

@@ -420,32 +420,36 @@ func (ss *ServerSession) dropTokenLocked(p *pendingRequest) {
 	}
 }
 
-// progressToken returns params._meta.progressToken as raw JSON, or "".
+// progressToken returns the progress token of a request whose params are
+// params, as raw JSON, or "".
 func progressToken(params json.RawMessage) string {
-	return string(progressTokenValue(params))
+	return string(requestTokenValue(params))
 }
 
-// progressTokenValue returns params._meta.progressToken (or, in a
-// notifications/progress, params.progressToken) as the subslice of params
-// that holds it, or nil.
+// requestTokenValue returns the progress token of a request whose params
+// are params, params._meta.progressToken, as the subslice of params that
+// holds it, or nil. A member progressToken of params is the request's own.
+func requestTokenValue(params json.RawMessage) []byte {
+	return progressTokenValue(firstMember(params, "_meta"))
+}
+
+// progressTokenValue returns the token of a notifications/progress whose
+// params are params, params.progressToken, as the subslice of params that
+// holds it, or nil. Its params may give _meta too, first.
 func progressTokenValue(params json.RawMessage) []byte {
-	var token []byte
-	jsonrpc.EachMember(params, func(name, value []byte) bool {
-		switch string(name) {
-		case "_meta":
-			jsonrpc.EachMember(value, func(name, value []byte) bool {
-				if string(name) == mcp.MetaProgressToken {
-					token = value
-					return false
-				}
-				return true
-			})
-			return false
-		case mcp.MetaProgressToken: // in a notifications/progress
-			token = value
+	return firstMember(params, mcp.MetaProgressToken)
+}
+
+// firstMember returns the value of the first member of obj named name, as
+// the subslice of obj that holds it, or nil.
+func firstMember(obj []byte, name string) []byte {
+	var v []byte
+	jsonrpc.EachMember(obj, func(n, value []byte) bool {
+		if string(n) == name {
+			v = value
 			return false
 		}
 		return true
 	})
-	return token
+	return v
 }
