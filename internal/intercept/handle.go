@@ -76,6 +76,11 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		return
 	}
 	if err != nil {
+		if own := in.ownExecution(fresh); own != nil {
+			in.attachOwn(ctx, req, own, err)
+			in.mayHaveReserved(req, fresh.ID, err)
+			return
+		}
 		in.storeRefused(req, fresh.ID, err)
 		return
 	}

@@ -167,6 +167,20 @@ func (s *sentCalls) other(won *record.Record) *record.Record {
 	return nil
 }
 
+// of returns a copy of the execution matched on key, with fingerprint
+// fp, that this process runs, if any.
+func (s *sentCalls) of(key, fp string) *record.Record {
+	if s.n.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.m[key]; r != nil && r.Fingerprint == fp {
+		return r.Clone()
+	}
+	return nil
+}
+
 // runningNote is the note of a reservation failed because this process
 // runs an execution of the same call, which the store had lost.
 const runningNote = "failed before it was sent: this process runs an execution of the same call, which the store had lost"

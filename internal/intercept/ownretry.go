@@ -1,0 +1,41 @@
+package intercept
+
+import (
+	"context"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+)
+
+// A store that went away after a call was dispatched cannot match a
+// retry of it to its execution, nor reserve the retry: the retry would
+// be told the call was not executed, though it ran, or runs, in this very
+// process, which holds its outcome or will. A model told so may do the
+// action another way. This process matches the retry itself, as the
+// store would have: to its execution under way (sentCalls), or to one
+// whose outcome it keeps trying to record (recordLater). The retry
+// attaches to it, and gets its outcome once the store takes it, or is
+// told it is still in progress at the end of its wait.
+
+// ownExecution returns a copy of the execution of fresh's call (same key
+// and fingerprint) that this process sent and holds: under way, or ended
+// with an outcome the store has not taken yet. Nil if there is none.
+func (in *Interceptor) ownExecution(fresh *record.Record) *record.Record {
+	if r := in.sent.of(fresh.Key, fresh.Fingerprint); r != nil {
+		return r
+	}
+	if k := in.own.keptForCall(fresh.Key, fresh.Fingerprint); k != nil {
+		return k.sent.Clone()
+	}
+	return nil
+}
+
+// attachOwn attaches req, whose reservation the store refused (err), to
+// own, this process's execution of the same call.
+func (in *Interceptor) attachOwn(ctx context.Context, req *Request, own *record.Record, err error) {
+	in.log.Warn("the store refused the reservation of a call this process runs or ran; attached to its execution",
+		"execution", own.ID, "tool", own.Tool, "request", req.Correlation, "err", err)
+	in.decided(req, own.Tool, "attached")
+	req.joined, req.joinedHow = own.ID, journal.JoinedWaited
+	in.goAttach(ctx, own, req)
+}

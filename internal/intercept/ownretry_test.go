@@ -1,0 +1,116 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
+)
+
+// allDown is a memory store that fails every operation while down is
+// set, as a Redis or PostgreSQL server the proxy lost its connection to.
+type allDown struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+var errAllDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection reset by peer")
+
+func (s *allDown) Reserve(ctx context.Context, r *record.Record, o record.ReserveOptions) (*record.Record, bool, error) {
+	if s.down.Load() {
+		return nil, false, errAllDown
+	}
+	return s.Store.Reserve(ctx, r, o)
+}
+
+func (s *allDown) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errAllDown
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+func (s *allDown) Get(ctx context.Context, id string) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errAllDown
+	}
+	return s.Store.Get(ctx, id)
+}
+
+func (s *allDown) Wait(ctx context.Context, id string) (*record.Record, error) {
+	if s.down.Load() {
+		return nil, errAllDown
+	}
+	return s.Store.Wait(ctx, id)
+}
+
+// TestRetryInOutageAttachesToItsOwnExecution: a retry made while the
+// store is down, of a call this process sent and still runs, or whose
+// outcome it holds and could not record, is not told that the call was
+// not executed: it ran, or runs. The retry attaches to the execution,
+// and gets its outcome once the store takes it; the tool ran once.
+func TestRetryInOutageAttachesToItsOwnExecution(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running bool // the retry comes while the execution still runs
+	}{{"running", true}, {"outcome kept", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					<-release
+					return charged(ctx, n, p)
+				})
+				store := &allDown{Store: h.store}
+				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				releaseOnce := sync.OnceFunc(func() { close(release) })
+				defer func() {
+					// On a failure, too: nothing is left blocked.
+					releaseOnce()
+					store.down.Store(false)
+					h.in.Wait(context.Background())
+				}()
+				first := h.call(t.Context(), t, chargeCall)
+				synctest.Wait() // dispatched: the upstream holds it
+				store.down.Store(true)
+				if !tc.running {
+					releaseOnce()
+					a := first.only(t)
+					if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "could not be recorded yet") {
+						t.Fatalf("first call got %+v; want its outcome not recorded yet", a)
+					}
+				}
+				retry := h.call(t.Context(), t, chargeCall)
+				synctest.Wait()
+				if retry.count() != 0 {
+					a := <-retry.got
+					t.Fatalf("retry while the store is down got %s %s; want it attached to the execution this process holds", a.Error, a.Result)
+				}
+				if tc.running {
+					releaseOnce()
+					first.only(t)
+				}
+				store.down.Store(false)
+				v := view(t, retry.only(t))
+				if v.Content[0].Text != "charge #1" {
+					t.Fatalf("retry got %+v; want the execution's outcome, charge #1", v)
+				}
+				if err := h.in.Wait(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if n := h.up.calls.Load(); n != 1 {
+					t.Fatalf("upstream reached %d times; want 1", n)
+				}
+			})
+		})
+	}
+}
