@@ -97,7 +97,7 @@ passes:
 			// the primary key.
 			return nil, false, fmt.Errorf("%s: execution id already used", op)
 		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, false, s.fail(op, err)
+			return nil, false, s.fail(op, unsentIfRefused(err))
 		case pass == maxPasses:
 			return nil, false, fmt.Errorf("%s: the holder of its key changed %d times in a row", op, maxPasses)
 		}
@@ -128,6 +128,26 @@ passes:
 		conn = nil
 	}
 	return s.lost(ctx, reading, rec, orphan, r.Fingerprint, op)
+}
+
+// unsentIfRefused marks err, a reservation's when no pass won, as
+// record.ErrNotSent if the server refused the statement (a schema
+// dropped under the proxy, a database made read-only): an ERROR ended
+// its transaction, and nothing is reserved. Not the FATAL of a session
+// the server ended, after which a commit may have happened all the same.
+func unsentIfRefused(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity // a server before 9.6
+	}
+	if severity != "ERROR" {
+		return err
+	}
+	return record.NotSent(err)
 }
 
 // lost ends a reservation that found rec holding its key: the call is
