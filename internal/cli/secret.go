@@ -71,7 +71,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 				continue
 			case err != nil:
 				if ctx.Err() == nil {
-					log.Debug("the store still cannot be reached; "+meanwhile(shadow), "err", err, "next_try_in", min(2*wait, secretRetryMax))
+					log.Debug(stillDown(err)+meanwhile(shadow), "err", err, "next_try_in", min(2*wait, secretRetryMax))
 				}
 				continue
 			}
@@ -91,15 +91,30 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 }
 
 // storeDown returns the error that stops the start when the store's
-// server refuses its URL. Else the store cannot be reached, which is
-// said once, loudly: the proxy runs on, and nothing else shows that every
+// server refuses its URL. Else the store takes no writes, or cannot be
+// reached, which is said once, loudly: the proxy runs on, and nothing else shows that every
 // side effect will be refused until the store answers.
 func storeDown(log *slog.Logger, err error, shadow bool) error {
 	if errors.Is(err, record.ErrStoreRefused) {
 		return fmt.Errorf("--store: the server refuses the URL: %w", err)
 	}
+	if errors.Is(err, record.ErrWritesRefused) {
+		// It answered: "cannot be reached" would send the operator
+		// to look at the network.
+		log.Error("the store's server answers and takes no writes (a replica, or a server read-only or full): "+meanwhile(shadow)+" until it takes them; read-only calls pass", "err", err)
+		return nil
+	}
 	log.Error("the store cannot be reached: "+meanwhile(shadow)+" until it answers; read-only calls pass", "err", err)
 	return nil
+}
+
+// stillDown begins the line that says a later try to read the secret
+// failed with err.
+func stillDown(err error) string {
+	if errors.Is(err, record.ErrWritesRefused) {
+		return "the store's server still takes no writes; "
+	}
+	return "the store still cannot be reached; "
 }
 
 // meanwhile says what becomes of side-effecting calls while the store

@@ -152,10 +152,10 @@ func upstreamIdentity(u *neturl.URL, hdr http.Header, h *fingerprint.Hasher) (st
 	ref, err := h.Sum(fingerprint.Action{Tool: "upstream credential", Extra: map[string]json.RawMessage{"credential": cred}})
 	if errors.Is(err, fingerprint.ErrNoSecret) {
 		// Its identity is keyed by the secret, which a store that
-		// could not be reached has not given yet. Say what to do:
+		// could not be reached, or could not store it, has not given yet. Say what to do:
 		// the store's error alone reads as one the proxy waits out.
 		return "", errors.New("the upstream's identity, keyed by its credentials (--upstream-header, or the URL's user or query), " +
-			"needs the fingerprint secret the store keeps, and the store cannot be reached: " +
+			"needs the fingerprint secret the store keeps, and the store cannot be reached or takes no writes: " +
 			"set MCP_IDEMPOTENT_SECRET, or start again once the store answers")
 	}
 	if err != nil {

@@ -472,7 +472,19 @@ var (
 	// ErrNotSent: an operation never reached the store's server (no
 	// connection could be had or set up for it), so it wrote nothing.
 	ErrNotSent = errors.New("the operation never reached the store's server")
+	// ErrWritesRefused: a store's server answered and takes no writes (a
+	// Redis replica or one full at its maxmemory, a PostgreSQL standby or
+	// one in read-only mode). Unlike ErrStoreRefused, waiting may end it:
+	// a failover, memory freed.
+	ErrWritesRefused = errors.New("the store's server takes no writes")
 )
+
+// WritesRefused marks err as ErrWritesRefused, its message unchanged.
+func WritesRefused(err error) error { return writesRefusedError{err} }
+
+type writesRefusedError struct{ error }
+
+func (e writesRefusedError) Unwrap() []error { return []error{e.error, ErrWritesRefused} }
 
 // NotSent marks err as ErrNotSent, its message unchanged.
 func NotSent(err error) error { return notSentError{err} }

@@ -563,6 +563,9 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	fresh := make([]byte, 32)
 	rand.Read(fresh)
 	if _, err := s.pool.Exec(ctx, s.q.secretInsert, fresh); err != nil {
+		if readOnly(err) {
+			return nil, record.WritesRefused(s.fail(op, err))
+		}
 		return nil, s.fail(op, err)
 	}
 	if err := s.pool.QueryRow(ctx, s.q.secretSelect).Scan(&secret); err != nil {

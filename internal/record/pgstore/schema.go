@@ -314,15 +314,27 @@ func (v newerSchemaError) Error() string {
 // (22023, as the connection starts), the role's right to the schema
 // (42501), or the schema's making (class 42: as 42P07, a table of
 // another application named as the store's), or the schema is of a newer
-// build: none of which a retry ends.
+// build: none of which a retry ends. A server that takes no writes
+// (25006) is marked record.ErrWritesRefused instead: a failover may end
+// that.
 func refusal(err error) error {
 	var pgErr *pgconn.PgError
+	if readOnly(err) {
+		return record.WritesRefused(err)
+	}
 	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "42") ||
 		pgErr.Code == "22023" && errors.As(err, new(*pgconn.ConnectError))) ||
 		errors.As(err, new(newerSchemaError)) {
 		return record.StoreRefused(err)
 	}
 	return err
+}
+
+// readOnly reports whether err is a server's that takes no writes: a
+// standby, or one in read-only mode (default_transaction_read_only).
+func readOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006" // read_only_sql_transaction
 }
 
 // undefined reports whether err says the schema or the version table does

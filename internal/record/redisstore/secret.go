@@ -53,6 +53,10 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err := stored.Err(); err != nil && !keptFromWrites(err, read) {
+		if takesNoWrites(err) {
+			// It answered: not a store that cannot be reached.
+			return nil, record.WritesRefused(s.fail("storing the secret", err))
+		}
 		return nil, s.refusal(s.fail("storing the secret", err))
 	}
 	if err := s.probesRefused(probes); err != nil {
@@ -119,8 +123,14 @@ func (s *Store) keepSecret(ctx context.Context, now bool) {
 // naming the server's error, not the secret, or are answered where they
 // only read (a replay on a full server). A refusal (NOPERM) stays one.
 func keptFromWrites(err error, read *redis.StringCmd) bool {
+	return takesNoWrites(err) && read.Err() == nil
+}
+
+// takesNoWrites says if err is a server's that answered but takes no
+// writes: OOM at its maxmemory, READONLY a replica.
+func takesNoWrites(err error) bool {
 	msg := err.Error()
-	return (strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")) && read.Err() == nil
+	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "READONLY ")
 }
 
 // queueProbes queues on p what the ACL may keep from the store's user
