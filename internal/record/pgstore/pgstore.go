@@ -562,13 +562,17 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	}
 	fresh := make([]byte, 32)
 	rand.Read(fresh)
-	if _, err := s.pool.Exec(ctx, s.q.secretInsert, fresh); err != nil {
-		if readOnly(err) {
-			return nil, record.WritesRefused(s.fail(op, err))
-		}
-		return nil, s.fail(op, err)
+	_, ierr := s.pool.Exec(ctx, s.q.secretInsert, fresh)
+	if ierr != nil && !readOnly(ierr) {
+		return nil, s.fail(op, ierr)
 	}
+	// A server that takes no writes refuses the insert even of a secret
+	// it holds: read, the secret is known, as on a Redis replica, and
+	// the calls fail closed naming the server's error, not the secret.
 	if err := s.pool.QueryRow(ctx, s.q.secretSelect).Scan(&secret); err != nil {
+		if ierr != nil {
+			return nil, record.WritesRefused(s.fail(op, ierr))
+		}
 		return nil, s.fail(op, err)
 	}
 	if len(secret) != 32 {
