@@ -58,7 +58,11 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			in.reply(ctx, req, Answer{Error: rec.Error}, nil)
 		case rec.Result != nil:
 			// A result that is not a completion, such as input_required:
-			// the caller needs it, and the next call runs anew.
+			// the caller needs it, and the next call runs anew. It is a
+			// question to the caller's user, not an error.
+			if inputRequired(rec.Result) {
+				req.got = journal.GotInputRequired
+			}
 			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
 		default:
 			again := "calling again runs it"

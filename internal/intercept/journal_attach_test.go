@@ -376,3 +376,34 @@ func TestJournalRecordsAQuestionCallerThatLeft(t *testing.T) {
 		t.Errorf("callers' lines %q; want [%q]", got, want)
 	}
 }
+
+// TestJournalRecordsAnAttachToAQuestion: a caller that waited for a
+// round (2026-07-28 multi-round request) that ended in input_required
+// got the tool's question, not an error, and its line says so.
+func TestJournalRecordsAnAttachToAQuestion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}},"requestState":"s1"}`), nil
+		})
+		j := &memJournal{}
+		h.withJournal(j, nil)
+		first := h.call(t.Context(), t, chargeCall) // the upstream holds it
+		synctest.Wait()
+		second := h.call(t.Context(), t, chargeCall)
+		synctest.Wait()
+		close(release)
+		for _, a := range []*answers{first, second} {
+			if got := a.only(t); !strings.Contains(string(got.Result), "input_required") {
+				t.Fatalf("a caller got %s %s; want the round's input_required", got.Result, got.Error)
+			}
+		}
+		h.settle(t)
+		rec := h.onlyRecord(t)
+		want := rec.ID + " " + journal.Attached + " " + journal.JoinedWaited + "/" + journal.GotInputRequired + " taken"
+		if got := callerLines(j); len(got) != 1 || got[0] != want {
+			t.Errorf("callers' lines %q; want [%q]", got, want)
+		}
+	})
+}

@@ -27,7 +27,10 @@ const (
 	GotInProgress = "in_progress" // still in progress: the wait ended first
 	GotRefused    = "refused"     // the refusal of its approval
 	GotQuestion   = "question"    // the approval's question again (2026-07-28), its user not yet asked
-	GotKeyRefused = "key_refused" // an error: its client key was used for another action
+	// GotInputRequired: the round's input_required result (2026-07-28
+	// multi-round request): the tool's question to the client's user.
+	GotInputRequired = "input_required"
+	GotKeyRefused    = "key_refused" // an error: its client key was used for another action
 	// GotNoOutcome: an error of the proxy's, without the outcome: the
 	// store could not give it (the record was gone or unreadable) or
 	// take it.
