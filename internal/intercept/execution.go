@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 )
 
 // An execution is one call's run from the account's admission to its
@@ -449,12 +450,15 @@ func (e *execution) send() bool {
 		members = append(append(append(members, `"`+mcp.MetaExecutionID+`":"`...), e.rec.ID...), '"')
 	}
 	if e.in.tracer != nil {
-		var carrier []byte
+		var carrier telemetry.Carrier
 		ctx, carrier, done = e.traceSend(ctx, done)
-		if len(members) > 0 && len(carrier) > 0 {
-			members = append(members, ',')
+		if traced := carrier.MetaMembers(); len(traced) > 0 {
+			params, meta = carrier.WithoutStaleState(params, meta)
+			if len(members) > 0 {
+				members = append(members, ',')
+			}
+			members = append(members, traced...)
 		}
-		members = append(members, carrier...)
 	}
 	var pooled *[]byte
 	if len(members) > 0 {

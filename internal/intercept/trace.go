@@ -73,12 +73,13 @@ func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration,
 }
 
 // traceSend starts the span of the execution's next send, under its
-// call's, and returns the context to send in, the members that carry the
-// span upstream in the call's _meta, and done wrapped to end the span.
-func (e *execution) traceSend(ctx context.Context, done Answered) (context.Context, []byte, Answered) {
+// call's, and returns the context to send in, the trace context that
+// carries the span upstream in the call's _meta, and done wrapped to end
+// the span.
+func (e *execution) traceSend(ctx context.Context, done Answered) (context.Context, telemetry.Carrier, Answered) {
 	ctx, span := telemetry.StartSend(ctx, e.in.tracer, e.tool(), e.n+1)
 	trace.SpanFromContext(e.req.bg).SetAttributes(telemetry.Attempts.Int(e.n + 1))
-	return ctx, telemetry.Inject(ctx).MetaMembers(), AnsweredFunc(func(result json.RawMessage, err error) {
+	return ctx, telemetry.Inject(ctx), AnsweredFunc(func(result json.RawMessage, err error) {
 		telemetry.EndSend(span, err)
 		done.Answered(result, err)
 	})

@@ -69,10 +69,12 @@ func (s *Session) upstreamFrame(c *clientCall) []byte {
 	if s.opts.Tracer == nil {
 		return c.raw
 	}
-	members := telemetry.Inject(c.ctx.Context).MetaMembers()
+	carrier := telemetry.Inject(c.ctx.Context)
+	members := carrier.MetaMembers()
 	if members == nil {
 		return c.raw
 	}
-	params := jsonrpc.InsertMeta(c.call.Params, c.call.MetaAsSent, false, members)
+	params, meta := carrier.WithoutStaleState(c.call.Params, c.call.MetaAsSent)
+	params = jsonrpc.InsertMeta(params, meta, false, members)
 	return jsonrpc.Replace(c.raw, c.call.Params, params)
 }

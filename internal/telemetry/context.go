@@ -105,3 +105,16 @@ func (c Carrier) MetaMembers() []byte {
 	}
 	return b
 }
+
+// WithoutStaleState returns params, whose _meta is meta (a slice of
+// them, or nil), less the client's tracestate when c, the proxy's span
+// that goes upstream in its place, has none: a tracestate belongs to the
+// traceparent it came with (W3C trace context), and c's span has one of
+// the client's only when the client's traceparent is its parent. The new
+// _meta is returned too, for jsonrpc.InsertMeta.
+func (c Carrier) WithoutStaleState(params, meta json.RawMessage) (json.RawMessage, json.RawMessage) {
+	if c.State != "" {
+		return params, meta // c's own replaces the client's
+	}
+	return jsonrpc.WithoutMetaMember(params, meta, Tracestate)
+}
