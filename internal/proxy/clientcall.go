@@ -156,14 +156,12 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c := &clientCall{s: s, raw: in.Raw, ctx: callContext{Context: ctx}}
 	c.req.ID = in.ID
 	call := &c.call
-	if perr := call.ParseRead(in.Params, params); perr != nil {
-		if call.Malformed && s.shadowing() {
-			s.passMalformed(ctx, in, call)
-			return
-		}
+	if perr := call.ParseRead(in.Params, params); perr != nil && !call.Malformed {
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(in.ID), perr))
 		return
 	}
+	// A malformed call goes on as any: it is counted under its tool,
+	// which may wait for a listing (malformedCall).
 	c.req.Correlation = string(jsonrpc.IDKey(in.ID))
 	if s.opts.Tracer != nil {
 		s.startSpan(c)
@@ -235,6 +233,10 @@ func (s *Session) passThrough(c *clientCall, call *mcp.ToolCall) {
 }
 
 func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {
+	if call.Malformed {
+		s.malformedCall(c, call, info)
+		return
+	}
 	pol := info.policy
 	route, refusal := intercept.RouteCall(call, pol)
 	if refusal != nil {
@@ -277,24 +279,19 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	s.opts.Interceptor.Handle(&c.ctx, &c.req)
 }
 
-// passMalformed passes on in, a tools/call in shadow mode whose call
-// (parsed as far as it could be) has a member MCP does not allow as it is
-// (mcp.ToolCall.Malformed): normal mode refuses it; here it goes upstream
-// as it came, in its turn, unrecorded, and the refusal is counted as the
-// shadow decision invalid.
-func (s *Session) passMalformed(ctx context.Context, in *jsonrpc.Message, call *mcp.ToolCall) {
-	s.passedRefused(ctx, call)
-	s.mu.Lock()
-	inUse := s.inUseLocked(string(jsonrpc.IDKey(in.ID)), false)
-	s.mu.Unlock()
-	if inUse {
-		s.refuseInUse(in.ID)
+// malformedCall handles c, whose call has a member MCP does not allow as
+// it is (mcp.ToolCall.Malformed), now that its tool is known: normal
+// mode refuses it; shadow mode passes it upstream as it came, unrecorded.
+// Either way it counts as invalid, in shadow mode as what it would have
+// become.
+func (s *Session) malformedCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {
+	s.opts.Interceptor.Refused(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, info.policy.Class, intercept.RouteUnreadable)
+	if s.shadowing() {
+		s.passThrough(c, call)
 		return
 	}
-	if s.queueing.Load() && s.enqueueMessage(in) {
-		return
-	}
-	s.forward(in, nil)
+	var again mcp.ToolCall // the parse's error, which only this call needs
+	c.refuse(again.Parse(call.Params))
 }
 
 // shadowing reports whether the session's proxy is in shadow mode.

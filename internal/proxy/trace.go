@@ -64,9 +64,10 @@ func (c *clientCall) traceAnswer(a intercept.Answer) {
 // upstreamFrame returns the frame that passes c upstream as it came: the
 // client's own, or, when traced, the client's with the call's span in
 // place of the client's as the parent in _meta, so that the server's
-// spans are the proxy's children.
+// spans are the proxy's children. A malformed call goes as it came: its
+// _meta may be no object to add to.
 func (s *Session) upstreamFrame(c *clientCall) []byte {
-	if s.opts.Tracer == nil {
+	if s.opts.Tracer == nil || c.call.Malformed {
 		return c.raw
 	}
 	carrier := telemetry.Inject(c.ctx.Context)
