@@ -453,6 +453,23 @@ func (in *Interceptor) Refused(ctx context.Context, tool Tool, class policy.Clas
 	}
 }
 
+// Unsent tells the observer, and the call's span that ctx holds, that
+// the proxy answered a call itself, with decision, before any policy
+// routed it: invalid for one refused as it came (in a batch), or
+// session_ended for one that came as its session ended. Nothing went
+// upstream, in shadow mode either, so it counts there as it does in
+// normal mode, not as a shadow decision.
+func (in *Interceptor) Unsent(ctx context.Context, tool Tool, class policy.Class, decision string) {
+	obs := in.obs
+	if so, ok := obs.(shadowObserver); ok {
+		obs = so.Observer
+	}
+	obs.Decision(tool, class, decision)
+	if in.tracer != nil {
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String(decision))
+	}
+}
+
 // KeepLeases renews this process's claim on the executions it runs, three
 // times per lease, until ctx is done.
 func (in *Interceptor) KeepLeases(ctx context.Context) {

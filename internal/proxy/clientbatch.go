@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
@@ -98,10 +99,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 			calls = append(calls, *call)
 		}
 	}
-	for i := range calls {
-		s.passedRefused(context.Background(), &calls[i])
-	}
-	s.sendBatch(msgs, frame)
+	s.sendBatch(msgs, frame, calls)
 }
 
 // batchRefusal returns why m, a message of a batch from the client,
@@ -168,7 +166,7 @@ func shadowBatchCall(m *jsonrpc.Message) (call mcp.ToolCall, why string) {
 // notifications are dropped, and counted in the log.
 func (s *Session) refuseRequests(msgs []*jsonrpc.Message, frame []byte, why string) {
 	if answers, f := takeOut(msgs, frame, notAnswer); len(answers) > 0 {
-		s.sendBatch(answers, f) // no request in it: not refused again
+		s.sendBatch(answers, f, nil) // no request in it: not refused again
 	}
 	if n := countOf(msgs, (*jsonrpc.Message).IsNotification); n > 0 {
 		s.log.Warn("refused a batch from the client; its notifications were not sent", "why", why, "notifications_dropped", n)
@@ -181,8 +179,9 @@ func (s *Session) refuseRequests(msgs []*jsonrpc.Message, frame []byte, why stri
 // link, so that an upstream that exits meanwhile, or a restart that
 // fails, answers them (abandon); a batch so answered is not sent. Its
 // answers are checked against the link it goes on, as answerServer
-// checks one.
-func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
+// checks one. calls are its tools/calls in shadow mode, counted once it
+// is taken (passedRefused).
+func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []mcp.ToolCall) {
 	s.mu.Lock()
 	keys := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
@@ -205,6 +204,9 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte) {
 		}
 	}
 	s.mu.Unlock()
+	for i := range calls {
+		s.passedRefused(&calls[i])
+	}
 	l := s.lockUsable()
 	if !s.sendingLocked(msgs, batch, l) {
 		s.mu.Unlock()
@@ -265,6 +267,7 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
 	for _, m := range msgs {
 		if m.IsRequest() {
 			given[string(jsonrpc.IDKey(m.ID))]++
+			s.countRefused(m)
 		}
 	}
 	var errs [][]byte
@@ -291,4 +294,29 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
 func requestMeta(params json.RawMessage) json.RawMessage {
 	meta, _ := jsonrpc.MemberOnce(params, "_meta")
 	return meta
+}
+
+// countRefused counts m, a request of a batch refused, as invalid if it
+// is a tools/call that names its tool: in shadow mode too, since it went
+// nowhere. The batch is answered at once, so the tool is labelled by
+// what is known of it then.
+func (s *Session) countRefused(m *jsonrpc.Message) {
+	if m.Method != "tools/call" || s.opts.Interceptor == nil {
+		return
+	}
+	var call mcp.ToolCall
+	if call.Parse(m.Params); call.Name == "" {
+		return
+	}
+	info := s.knownTool(call.Name)
+	s.opts.Interceptor.Unsent(context.Background(), intercept.Tool{Name: call.Name, Listed: info.listed}, info.policy.Class, "invalid")
+}
+
+// passedRefused counts call, a tools/call of a batch that normal mode
+// refuses and shadow mode passes upstream as it came, unrecorded: invalid
+// is what it would have become. The batch goes at once, so the tool is
+// labelled by what is known of it then.
+func (s *Session) passedRefused(call *mcp.ToolCall) {
+	info := s.knownTool(call.Name)
+	s.opts.Interceptor.Refused(context.Background(), intercept.Tool{Name: call.Name, Listed: info.listed}, info.policy.Class, intercept.RouteUnreadable)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 // clientCall is one tools/call of the client's while it is handled.
@@ -173,6 +172,8 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 		// client that stopped reading could not be answered (clientDeaf).
 		s.mu.Unlock()
 		e := intercept.NotRunAtSessionEnd(call.Name)
+		info := s.knownTool(call.Name) // no listing now
+		s.opts.Interceptor.Unsent(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, info.policy.Class, "session_ended")
 		c.endRefused(e)
 		s.writeClient(jsonrpc.NewErrorResponse(in.ID, e))
 		return
@@ -212,6 +213,7 @@ func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
 	switch err := c.ctx.Err(); {
 	case errors.Is(err, intercept.ErrSessionEnded):
 		// Not the caller leaving: it is told that nothing ran.
+		s.opts.Interceptor.Unsent(&c.ctx, intercept.Tool{Name: c.call.Name, Listed: info.listed}, info.policy.Class, "session_ended")
 		if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(c.call.Name).Object()}); err != nil {
 			s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
 		}
@@ -299,14 +301,11 @@ func (s *Session) shadowing() bool {
 	return s.opts.Interceptor != nil && s.opts.Interceptor.Shadow()
 }
 
-// passedRefused counts call, which normal mode refuses and shadow mode
-// passes upstream as it came, unrecorded: invalid is what it would have
-// become.
-func (s *Session) passedRefused(ctx context.Context, call *mcp.ToolCall) {
-	tool := intercept.Tool{Name: call.Name}
-	class := policy.SideEffect // as for a tool not listed
-	if info, ok := s.tools.cached(call.Name); ok {
-		tool.Listed, class = info.listed, info.policy.Class
+// knownTool returns what is known of the tool name without a listing:
+// a tool not seen yet is taken for one the upstream does not list.
+func (s *Session) knownTool(name string) toolInfo {
+	if info, ok := s.tools.cached(name); ok {
+		return info
 	}
-	s.opts.Interceptor.Refused(ctx, tool, class, intercept.RouteUnreadable)
+	return s.tools.unlisted(name)
 }

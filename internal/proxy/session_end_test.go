@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +112,8 @@ func TestSessionEndDuringToolLookup(t *testing.T) {
 // suite's mutated input (the upstream in a crash loop).
 func TestNoCallAfterTheUpstreamIsGone(t *testing.T) {
 	store := memstore.New(memstore.Options{})
-	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom()})
+	l := &labels{}
+	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: l})
 	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`
 	other := newRigWith(t, 0, in)
 	held := other.startCall(t, call) // under way, its answer held
@@ -134,6 +136,10 @@ func TestNoCallAfterTheUpstreamIsGone(t *testing.T) {
 	}
 	if n := store.Len(); n != 1 {
 		t.Errorf("the store holds %d records; want the held call's only", n)
+	}
+	// Counted, under the tool as listed then: none is.
+	if c := l.all(); !slices.Contains(c, "charge_card false side_effect session_ended") {
+		t.Errorf("counted %q; want the call told it did not run counted session_ended", c)
 	}
 
 	other.upstream.answerCharged(t, held)
