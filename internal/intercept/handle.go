@@ -76,7 +76,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		return
 	}
 	if err != nil {
-		if own := in.ownExecution(fresh); own != nil {
+		if own := in.ownExecution(fresh, opts.Replace); own != nil {
 			in.attachOwn(ctx, req, own, err)
 			in.mayHaveReserved(req, fresh.ID, err)
 			return

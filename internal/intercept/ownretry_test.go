@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 )
@@ -109,6 +110,51 @@ func TestRetryInOutageAttachesToItsOwnExecution(t *testing.T) {
 				}
 				if n := h.up.calls.Load(); n != 1 {
 					t.Fatalf("upstream reached %d times; want 1", n)
+				}
+			})
+		})
+	}
+}
+
+// TestRetryInOutageRunsAgainByPolicy: an outcome this process holds is
+// given to a retry in a store outage only as the store would give it. A
+// tool whose policy runs a settled call again (idempotent, or replay:
+// undelivered) is not replayed a kept outcome: the retry is told the
+// store is down, as before, and the tool ran once.
+func TestRetryInOutageRunsAgainByPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pol  func(*policy.Policy)
+	}{
+		{"idempotent", func(p *policy.Policy) { p.Class = policy.Idempotent }},
+		{"replay undelivered", func(p *policy.Policy) { p.Replay = policy.ReplayUndelivered }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					<-release
+					return charged(ctx, n, p)
+				})
+				tc.pol(&h.pol)
+				store := &allDown{Store: h.store}
+				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				defer func() {
+					store.down.Store(false)
+					h.in.Wait(context.Background())
+				}()
+				first := h.call(t.Context(), t, chargeCall)
+				synctest.Wait() // dispatched: the upstream holds it
+				store.down.Store(true)
+				close(release)
+				if a := first.only(t); a.Error == nil {
+					t.Fatalf("first call got %s; want its outcome not recorded yet", a.Result)
+				}
+				retry := h.call(t.Context(), t, chargeCall)
+				synctest.Wait()
+				a := retry.only(t)
+				if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "not executed") {
+					t.Fatalf("retry got %s %s; want the store's refusal", a.Error, a.Result)
 				}
 			})
 		})
