@@ -156,3 +156,29 @@ func TestServerProgressMetaFirst(t *testing.T) {
 		t.Fatalf("the request's stream carried %v; want the progress, and the answer", msgs)
 	}
 }
+
+// TestServerProgressTokenTwice: progress whose params give progressToken
+// twice goes nowhere. Routed by the first, the request's, it would reach
+// a client whose parser reads the last and files it under another
+// request, or none.
+func TestServerProgressTokenTwice(t *testing.T) {
+	t.Run("session", func(t *testing.T) {
+		srv, _, hs := newTestServer(t, ServerOptions{})
+		sid := openSession(t, hs.URL)
+		defer openGet(t, srv, hs.URL, sid).Close()
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"twotokens","params":{"_meta":{"progressToken":"tok"}}}`, session(sid))
+		defer resp.Body.Close()
+		if msgs := readEvents(t, resp.Body); len(progressOn(msgs)) != 0 {
+			t.Fatalf("the request's stream carried %v; want the answer alone", msgs)
+		}
+	})
+	t.Run("stateless", func(t *testing.T) {
+		_, _, hs := newTestServer(t, ServerOptions{})
+		hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "twotokens"}
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":2,"method":"twotokens","params":{"_meta":{"progressToken":"tok","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+		defer resp.Body.Close()
+		if msgs := readEvents(t, resp.Body); len(progressOn(msgs)) != 0 {
+			t.Fatalf("the request's stream carried %v; want the answer alone", msgs)
+		}
+	})
+}

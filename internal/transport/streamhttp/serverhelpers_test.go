@@ -139,6 +139,10 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}`))
 		case "metafirst":
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"}},"progressToken":` + progressToken(m.Params) + `,"progress":1}}`))
+		case "twotokens":
+			// Progress that gives its token twice: the request's, then
+			// another, which most clients' parsers would read.
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1,"progressToken":"other"}}`))
 		case "late":
 			// Progress after the answer, as a task's goes on.
 			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))

@@ -333,7 +333,14 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		return true
 	}
 	if m.Method == "notifications/progress" {
-		token := progressTokenValue(m.Params)
+		token, err := jsonrpc.MemberOnce(m.Params, mcp.MetaProgressToken)
+		if err != nil {
+			// Routed by one token, it would be read by the other: most
+			// JSON parsers keep the last of a repeated member, Go's
+			// takes "ProgressToken" too. Refused, not guessed at.
+			ss.srv.log.Warn("dropped the server's progress: its params are ambiguous", "session", ss.id, "err", err)
+			return true
+		}
 		key := string(jsonrpc.IDKey(token))
 		if st := ss.progress[key]; st != nil {
 			if orig := ss.origTokens[key]; orig != nil && !bytes.Equal(orig, token) {
