@@ -44,6 +44,9 @@ const (
 	// under "extensions".
 	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
 	TasksExtension         = "io.modelcontextprotocol/tasks"
+	// MetaSubscriptionID ties a notification to the subscriptions/listen
+	// request whose id it holds (2026-07-28, basic/patterns/subscriptions).
+	MetaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
 	// MetaRelatedTask ties a message to a task (2025-11-25).
 	MetaRelatedTask = "io.modelcontextprotocol/related-task"
 )

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
 
 // renameLocked gives a request of a stateless lane, whose id is id in
@@ -74,4 +75,27 @@ func (ss *ServerSession) answerServerRequest(m *jsonrpc.Message) {
 		case <-ss.done:
 		}
 	}()
+}
+
+// laneStreamLocked returns the stream for m, a notification the server
+// starts on a stateless lane, and its frame for that stream; or nil. It
+// goes on the stream of the request it relates to: the one the proxy
+// names (related), or the subscriptions/listen whose id its
+// _meta.subscriptionId holds, given back as the client wrote it. Else it
+// goes nowhere. The lane's requests are those of many clients, each of
+// which may read only what relates to its own (spec 2026-07-28): the
+// newest stream open may be another client's, and a lane has no GET
+// stream.
+func (ss *ServerSession) laneStreamLocked(m *jsonrpc.Message, related string) (*stream, []byte) {
+	if st := ss.relatedStreamLocked(related); st != nil {
+		return st, m.Raw
+	}
+	id, err := jsonrpc.MemberOnce(firstMember(m.Params, "_meta"), mcp.MetaSubscriptionID)
+	key := string(jsonrpc.IDKey(id))
+	st := ss.relatedStreamLocked(key)
+	if err != nil || id == nil || st == nil || ss.origIDs[key] == nil {
+		ss.srv.log.Debug("a notification of the server's that names no request under way was dropped: a stateless lane has no stream for it", "lane", ss.id, "method", m.Method)
+		return nil, nil
+	}
+	return st, jsonrpc.Replace(m.Raw, id, ss.origIDs[key])
 }

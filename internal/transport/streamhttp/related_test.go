@@ -144,3 +144,41 @@ func TestServerStatelessServerRequests(t *testing.T) {
 		t.Errorf("roots/list was answered %d times with -32601; want once; the proxy read %q", n, p.frames)
 	}
 }
+
+// TestServerStatelessUnrelated: on a stateless lane, a notification of the
+// server's that names no request (a log line, a list change) reaches no
+// client: the stream open may be another client's, which did not ask.
+func TestServerStatelessUnrelated(t *testing.T) {
+	_, p, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "slow"}
+	other := make(chan []testEvent, 1)
+	go func() {
+		resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":1,"method":"slow","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+		defer resp.Body.Close()
+		other <- readEvents(t, resp.Body)
+	}()
+	lane := <-p.started
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 1 })
+	if err := lane.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"not yours"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	close(p.gate)
+	if msgs := <-other; len(msgs) != 1 || !strings.HasPrefix(msgs[0].data, `{"jsonrpc":"2.0","id":1,"result"`) {
+		t.Fatalf("the request's stream carried %v; want its answer alone", msgs)
+	}
+}
+
+// TestServerStatelessSubscription: on a stateless lane, a notification
+// that names its subscription (_meta.subscriptionId, the id of the
+// subscriptions/listen) goes on that request's stream, under the id as
+// the client wrote it, not as the lane renamed it.
+func TestServerStatelessSubscription(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "listen"}
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"sub-1","method":"listen","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 2 || !strings.Contains(msgs[0].data, `{"io.modelcontextprotocol/subscriptionId":"sub-1"}`) {
+		t.Fatalf("the stream carried %v; want the acknowledgement naming sub-1, and the answer", msgs)
+	}
+}

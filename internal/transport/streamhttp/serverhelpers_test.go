@@ -143,6 +143,9 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			// Progress that gives its token twice: the request's, then
 			// another, which most clients' parsers would read.
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + progressToken(m.Params) + `,"progress":1,"progressToken":"other"}}`))
+		case "listen":
+			// A subscription's first notification, which names it.
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":` + string(m.ID) + `},"notifications":{}}}`))
 		case "late":
 			// Progress after the answer, as a task's goes on.
 			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))

@@ -232,7 +232,9 @@ func (ss *ServerSession) closed() bool {
 // request that asked for it (on a stateless lane, nowhere once that is
 // answered), and any other message the server starts on
 // the GET stream if the client has one open, else on the newest POST
-// stream still owed an answer, else held on the GET stream for when it opens.
+// stream still owed an answer, else held on the GET stream for when it
+// opens; on a stateless lane, only on the stream of the request it names
+// (laneStreamLocked).
 func (ss *ServerSession) WriteFrame(frame []byte) error {
 	return ss.WriteAnswer(frame, nil)
 }
@@ -356,6 +358,12 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 			ss.srv.log.Debug("progress on a request answered was dropped: a stateless lane has no stream for it", "lane", ss.id)
 			return true
 		}
+	}
+	if ss.stateless {
+		if st, frame := ss.laneStreamLocked(m, related); st != nil {
+			ss.appendLocked(st, frame)
+		}
+		return true
 	}
 	st := ss.relatedStreamLocked(related)
 	if st == nil {
