@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -98,4 +99,24 @@ func (ss *ServerSession) laneStreamLocked(m *jsonrpc.Message, related string) (*
 		return nil, nil
 	}
 	return st, jsonrpc.Replace(m.Raw, id, ss.origIDs[key])
+}
+
+// laneAnswerLocked returns m, the answer to the lane's request under key,
+// under the client's own id. A subscriptions/listen's result names its
+// request in _meta too (subscriptionId): that is given back as well.
+func (ss *ServerSession) laneAnswerLocked(m *jsonrpc.Message, key string) []byte {
+	orig := ss.origIDs[key]
+	frame := jsonrpc.Replace(m.Raw, m.ID, orig)
+	if m.Result == nil || !bytes.Contains(m.Result, []byte(mcp.MetaSubscriptionID)) {
+		return frame // the common case, with no decoding again
+	}
+	a, err := jsonrpc.Decode(frame)
+	if err != nil {
+		return frame
+	}
+	id, err := jsonrpc.MemberOnce(firstMember(a.Result, "_meta"), mcp.MetaSubscriptionID)
+	if err != nil || id == nil || string(jsonrpc.IDKey(id)) != key {
+		return frame
+	}
+	return jsonrpc.Replace(frame, id, orig)
 }

@@ -171,7 +171,8 @@ func TestServerStatelessUnrelated(t *testing.T) {
 // TestServerStatelessSubscription: on a stateless lane, a notification
 // that names its subscription (_meta.subscriptionId, the id of the
 // subscriptions/listen) goes on that request's stream, under the id as
-// the client wrote it, not as the lane renamed it.
+// the client wrote it, not as the lane renamed it; so does the result
+// that ends the subscription, which names it too.
 func TestServerStatelessSubscription(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{})
 	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "listen"}
@@ -180,5 +181,8 @@ func TestServerStatelessSubscription(t *testing.T) {
 	msgs := readEvents(t, resp.Body)
 	if len(msgs) != 2 || !strings.Contains(msgs[0].data, `{"io.modelcontextprotocol/subscriptionId":"sub-1"}`) {
 		t.Fatalf("the stream carried %v; want the acknowledgement naming sub-1, and the answer", msgs)
+	}
+	if !strings.Contains(msgs[1].data, `"_meta":{"io.modelcontextprotocol/subscriptionId":"sub-1"}`) {
+		t.Fatalf("the subscription ended with %s; want its _meta to name sub-1", msgs[1].data)
 	}
 }

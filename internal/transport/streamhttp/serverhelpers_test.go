@@ -175,6 +175,10 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			// it answers.
 			answer["protocolVersion"] = json.RawMessage(jsonrpc.Member(m.Params, "protocolVersion"))
 		}
+		if m.Method == "listen" {
+			// A subscription's end names it, as its notifications do.
+			answer["_meta"] = map[string]any{"io.modelcontextprotocol/subscriptionId": m.ID}
+		}
 		result, _ := json.Marshal(answer)
 		if m.Method == "asint" {
 			// An upstream that decodes the id and writes it its own way.

@@ -317,8 +317,7 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		ss.lastActive = ss.srv.now()
 		ss.dropTokenLocked(p)
 		if ss.stateless {
-			// Give the client its own id back.
-			frame = jsonrpc.Replace(frame, m.ID, ss.origIDs[key])
+			frame = ss.laneAnswerLocked(m, key)
 			delete(ss.origIDs, key)
 		}
 		ss.answerLocked(p, frame, written)
