@@ -91,7 +91,7 @@ func (ss *ServerSession) laneStreamLocked(m *jsonrpc.Message, related string) (*
 	if st := ss.relatedStreamLocked(related); st != nil {
 		return st, m.Raw
 	}
-	id, err := jsonrpc.MemberOnce(firstMember(m.Params, "_meta"), mcp.MetaSubscriptionID)
+	id, err := subscriptionID(m.Params)
 	key := string(jsonrpc.IDKey(id))
 	st := ss.relatedStreamLocked(key)
 	if err != nil || id == nil || st == nil || ss.origIDs[key] == nil {
@@ -114,9 +114,19 @@ func (ss *ServerSession) laneAnswerLocked(m *jsonrpc.Message, key string) []byte
 	if err != nil {
 		return frame
 	}
-	id, err := jsonrpc.MemberOnce(firstMember(a.Result, "_meta"), mcp.MetaSubscriptionID)
+	id, err := subscriptionID(a.Result)
 	if err != nil || id == nil || string(jsonrpc.IDKey(id)) != key {
 		return frame
 	}
 	return jsonrpc.Replace(frame, id, orig)
+}
+
+// subscriptionID returns obj._meta.subscriptionId, or nil. Either given
+// twice, or in another case, is an error: a client may read the other.
+func subscriptionID(obj json.RawMessage) (json.RawMessage, error) {
+	meta, err := jsonrpc.MemberOnce(obj, "_meta")
+	if err != nil {
+		return nil, err
+	}
+	return jsonrpc.MemberOnce(meta, mcp.MetaSubscriptionID)
 }

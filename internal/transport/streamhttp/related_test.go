@@ -186,3 +186,17 @@ func TestServerStatelessSubscription(t *testing.T) {
 		t.Fatalf("the subscription ended with %s; want its _meta to name sub-1", msgs[1].data)
 	}
 }
+
+// TestServerStatelessSubscriptionMetaTwice: a notification whose params
+// give _meta twice names two subscriptions, one for each way of reading
+// it: it goes to neither.
+func TestServerStatelessSubscriptionMetaTwice(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "listen"}
+	resp := do(t, t.Context(), "POST", hs.URL, `{"jsonrpc":"2.0","id":"sub-1","method":"listen","params":{"twice":true,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if len(msgs) != 2 || strings.Contains(msgs[1].data, "list_changed") {
+		t.Fatalf("the stream carried %v; want the acknowledgement and the answer", msgs)
+	}
+}

@@ -146,6 +146,11 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 		case "listen":
 			// A subscription's first notification, which names it.
 			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":` + string(m.ID) + `},"notifications":{}}}`))
+			// Then, with "twice", one whose _meta is given twice, the
+			// last naming no subscription of this client's.
+			if jsonrpc.Member(m.Params, "twice") != nil {
+				s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":` + string(m.ID) + `},"_meta":{"io.modelcontextprotocol/subscriptionId":"h0"}}}`))
+			}
 		case "late":
 			// Progress after the answer, as a task's goes on.
 			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))
