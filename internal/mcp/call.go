@@ -214,13 +214,22 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
 			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
-		if tc.TasksExtension, err = declaresTasks(tc.Meta); err != nil {
-			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
-		}
 		if tc.Elicits, err = declaresElicitation(tc.Meta); err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
 		}
 		tc.Stateless = m.version != nil
+		ext, err := tasksDeclaration(tc.Meta)
+		if err != nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
+		}
+		if ext != nil && ext[0] != '{' {
+			// An extension's settings are an object. The fingerprint
+			// keeps only whether a call declares the extension, and a
+			// server may read false or 1 either way, as params.task.
+			tc.Malformed = true
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: the %s extension's settings must be an object, got %s", name, TasksExtension, kind(ext))
+		}
+		tc.TasksExtension = ext != nil
 	}
 	return nil
 }
@@ -283,22 +292,26 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 	return m, read.Err()
 }
 
-// declaresTasks reports whether a call's _meta declares the tasks
-// extension among its client capabilities. A member on the way given
+// tasksDeclaration returns the settings with which a call's _meta
+// declares the tasks extension among its client capabilities, or nil
+// where it does not (null is taken for absent). A member on the way given
 // twice, or in another case, is an error: it changes the fingerprint, and
 // an upstream reading the other one would answer another action.
-func declaresTasks(meta json.RawMessage) (bool, error) {
+func tasksDeclaration(meta json.RawMessage) (json.RawMessage, error) {
 	if !bytes.Contains(meta, []byte("tasks")) && bytes.IndexByte(meta, '\\') < 0 {
-		return false, nil // the common case, without a walk; an escape may spell it otherwise
+		return nil, nil // the common case, without a walk; an escape may spell it otherwise
 	}
 	ext, err := path(meta, MetaClientCapabilities, "extensions", TasksExtension)
-	return ext != nil && string(ext) != "null", err
+	if err != nil || string(ext) == "null" {
+		return nil, err
+	}
+	return ext, nil
 }
 
 // declaresElicitation reports whether a call's _meta declares, among its
 // client capabilities, elicitation in form mode: {} (form, as before
 // modes) or a form member. Ambiguous members are errors, as for
-// declaresTasks.
+// tasksDeclaration.
 func declaresElicitation(meta json.RawMessage) (bool, error) {
 	if !bytes.Contains(meta, []byte("elicitation")) && bytes.IndexByte(meta, '\\') < 0 {
 		return false, nil // the common case, without a walk

@@ -249,3 +249,29 @@ func TestCapabilitiesAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksExtensionSettings: an extension is declared with its settings,
+// an object (MCP 2026-07-28, SEP-2133); null is taken for absent. Another
+// value is refused as params.task's is: the fingerprint keeps only
+// whether the extension is declared, and a server may read false either
+// way.
+func TestTasksExtensionSettings(t *testing.T) {
+	for value, declared := range map[string]bool{`{}`: true, `{"x":1}`: true, `null`: false} {
+		var tc ToolCall
+		err := tc.Parse(json.RawMessage(tasksCall(value)))
+		if err != nil || tc.TasksExtension != declared {
+			t.Errorf("settings %s: TasksExtension = %v, error %v; want %v, no error", value, tc.TasksExtension, err, declared)
+		}
+	}
+	for _, value := range []string{`false`, `true`, `0`, `""`, `[]`} {
+		var tc ToolCall
+		err := tc.Parse(json.RawMessage(tasksCall(value)))
+		if err == nil || err.Code != jsonrpc.CodeInvalidParams || !tc.Malformed || !strings.Contains(err.Message, "must be an object") {
+			t.Errorf("settings %s: error %v (Malformed=%v, TasksExtension=%v); want -32602, malformed", value, err, tc.Malformed, tc.TasksExtension)
+		}
+	}
+}
+
+func tasksCall(settings string) string {
+	return `{"name":"t","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":` + settings + `}}}}`
+}
