@@ -19,8 +19,12 @@ import (
 // upstream's progress on the proxy's token goes to the client on the
 // client's own, and none of it once the caller has detached.
 
-// maxTokens bounds the tokens a session keeps; past it, the oldest is
-// let go, and the upstream's progress on it dropped.
+// maxTokens bounds the tokens a session keeps: those of its requests
+// under way, and of its calls answered with a task, whose progress goes
+// on past the answer (MCP: a task's token stays valid for its lifetime).
+// Past it, the oldest is let go, and the upstream's progress on it
+// dropped. A call answered otherwise lets its token go at once, so a
+// session's later calls do not push a task's token out.
 const maxTokens = 1024
 
 // upToken is a progress token the proxy gave a request of its own.
@@ -29,14 +33,11 @@ type upToken struct {
 	// call is the caller, until the request is answered: whether it has
 	// detached is read from it. nil once answered, or for none.
 	call *clientCall
-	// dead says the upstream's progress on it goes nowhere: its caller
-	// detached before the answer came, or no answer came.
-	dead bool
 }
 
 // detached reports whether the upstream's progress on t goes nowhere.
 func (t upToken) detached() bool {
-	return t.dead || t.call != nil && t.call.detached.Load()
+	return t.call != nil && t.call.detached.Load()
 }
 
 // Send implements intercept.Upstream: it is the session's Send, whose
@@ -78,9 +79,22 @@ func (s *Session) keepTokenLocked(key string, client json.RawMessage, c *clientC
 	if s.tokens == nil {
 		s.tokens = make(map[string]upToken)
 	}
-	if len(s.tokenOrder) >= maxTokens {
+	for len(s.tokens) >= maxTokens {
+		// tokenOrder holds every key in tokens, and keys let go
+		// already, which are no longer there.
 		delete(s.tokens, s.tokenOrder[0])
 		s.tokenOrder = s.tokenOrder[1:]
+	}
+	if len(s.tokenOrder) >= 2*maxTokens {
+		// Mostly keys let go: only those still held are kept, so the
+		// order stays within twice the bound.
+		kept := make([]string, 0, len(s.tokens)+1)
+		for _, k := range s.tokenOrder {
+			if _, ok := s.tokens[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		s.tokenOrder = kept
 	}
 	s.tokens[key] = upToken{client: client, call: c}
 	s.tokenOrder = append(s.tokenOrder, key)
@@ -88,7 +102,9 @@ func (s *Session) keepTokenLocked(key string, client json.RawMessage, c *clientC
 
 // tokenAnswered notes that the request under key, given a token of the
 // proxy's, has ended: answered, or not (unanswered). A task's progress
-// goes on past the answer, on the same token.
+// goes on past the answer, on the same token, so the token of a call
+// that may be answered with a task is kept; any other is let go, and
+// the upstream's progress on it dropped (upstreamProgressLocked).
 func (s *Session) tokenAnswered(key string, unanswered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,8 +112,18 @@ func (s *Session) tokenAnswered(key string, unanswered bool) {
 	if !ok {
 		return
 	}
-	t.dead, t.call = t.detached() || unanswered, nil
+	if unanswered || t.detached() || t.call != nil && !t.call.mayBeTask() {
+		delete(s.tokens, key)
+		return
+	}
+	t.call = nil
 	s.tokens[key] = t
+}
+
+// mayBeTask reports whether c's call may be answered with a task: it
+// asks for one, or declares the tasks extension.
+func (c *clientCall) mayBeTask() bool {
+	return c.call.Task != nil || c.call.TasksExtension
 }
 
 // markDetached notes that c's caller cancelled it and was detached: the

@@ -40,8 +40,6 @@ func TestUnsentCallLeavesNoProgressToken(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, tok := range s.tokens {
-		if tok.call != nil || !tok.dead {
-			t.Errorf("the session holds the token %s of a call never sent, for its caller %v (dead %v)", key, tok.call != nil, tok.dead)
-		}
+		t.Errorf("the session holds the token %s of a call never sent (for its caller: %v)", key, tok.call != nil)
 	}
 }

@@ -245,7 +245,8 @@ type Session struct {
 	ownProgress map[string]int64
 	// tokens holds the progress tokens the proxy gave its own requests
 	// upstream in place of the client's, by the key of the request's id,
-	// which is the token; oldest first in tokenOrder (progresstoken.go).
+	// which is the token; oldest first in tokenOrder, which may also
+	// hold keys let go already (progresstoken.go).
 	tokens     map[string]upToken
 	tokenOrder []string
 	// refusing counts the refusals of the upstream's requests being
