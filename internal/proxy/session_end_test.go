@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -519,4 +520,20 @@ func TestClientEndRefusalsDoNotStall(t *testing.T) {
 			}
 		}
 	}()
+}
+
+// TestShutdownSaysWhatItWaitedFor: a tasks/result passed through waits
+// for its task, and holds the end for the grace as any request does; the
+// warning at the grace's end names it, not calls the client never made.
+func TestShutdownSaysWhatItWaitedFor(t *testing.T) {
+	var log syncBuffer
+	r := newRigOptions(t, 0, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":"t1"}}`)
+	r.upstream.next(t, "upstream")
+	r.clientW.Close()
+	waitLog(t, &log, `msg="requests still under way at shutdown" grace=1s calls=0 sent=0 requests=[tasks/result]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,"error"`) {
+		t.Errorf("the tasks/result got %s; want an error saying the session ended", got)
+	}
+	r.wait(t)
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -29,14 +31,14 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 	select {
 	case <-settled:
 	case <-deadline.C:
-		s.log.Warn("calls still under way at shutdown", "grace", s.opts.ShutdownGrace)
+		s.log.Warn("requests still under way at shutdown", s.stillWaiting(slog.Duration("grace", s.opts.ShutdownGrace))...)
 	case <-ctx.Done():
 		// Told to stop (SIGTERM, SIGINT): no grace. What is under way
 		// is answered below, as at the end of the grace.
 		select {
 		case <-settled:
 		default:
-			s.log.Warn("told to stop; calls still under way are answered now")
+			s.log.Warn("told to stop; calls still under way are answered now", s.stillWaiting()...)
 		}
 	case <-upstreamDone:
 		s.upstreamGone(s.current())
@@ -74,6 +76,23 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 	// request is left without an answer.
 	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s", false)
 	s.endCalls()
+}
+
+// stillWaiting returns, after attrs, what shutdown waits for: the
+// client's tools/calls, the proxy's own requests (executions whose
+// callers left among them), and the methods of the client's requests
+// passed through, such as a tasks/result that waits for its task.
+func (s *Session) stillWaiting(attrs ...any) []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var methods []string
+	for _, f := range s.forwarded {
+		if !standing(f.method) && !slices.Contains(methods, f.method) {
+			methods = append(methods, f.method)
+		}
+	}
+	slices.Sort(methods)
+	return append(attrs, "calls", len(s.calls), "sent", s.sending, "requests", methods)
 }
 
 // endCalls ends, with intercept.ErrSessionEnded, the calls still waiting

@@ -39,7 +39,7 @@ func TestServeSecondSignalStopsNow(t *testing.T) {
 		t.Fatalf("a second signal did not end the wait: %v", err)
 	}
 	<-called // answered (outcome unknown) or cut off as serve exits
-	if out := s.stderr.String(); strings.Contains(out, "calls still under way at shutdown") {
+	if out := s.stderr.String(); strings.Contains(out, "requests still under way at shutdown") {
 		t.Errorf("serve waited out the grace after a second signal:\n%s", out)
 	}
 }
