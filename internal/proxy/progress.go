@@ -83,7 +83,10 @@ func (s *Session) upstreamProgressLocked(frame []byte, msg *jsonrpc.Message) []b
 	if !within(frame, msg.Params) {
 		return nil // not a part of frame, as decoded messages' params are: not reached
 	}
-	n := s.ownProgress[string(jsonrpc.IDKey(t.client))]
+	n := t.told
+	if t.call != nil {
+		n = s.ownProgress[string(jsonrpc.IDKey(t.client))]
+	}
 	if n == 0 {
 		return jsonrpc.Replace(frame, token, t.client)
 	}

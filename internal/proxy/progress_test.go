@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -40,4 +41,31 @@ func TestUpstreamProgressAfterTheProxys(t *testing.T) {
 	passedToClient(t, r, "ambiguous progress on the proxy's token")
 	r.upstream.answerCharged(t, call)
 	r.client.next(t, "client")
+}
+
+// TestTaskProgressStaysRaised: a task's progress after its handle is
+// still raised past the proxy's own progress on the call's token (its
+// approval's wait), as before the answer: MCP asks progress on a token
+// to increase, and the token is the task's for its lifetime.
+func TestTaskProgressStaysRaised(t *testing.T) {
+	r, a, call := askRig(t, Options{}, `{"elicitation":{}}`, `{"name":"charge_card","arguments":{"n":1},"task":{"ttl":60000},"_meta":{"progressToken":"p7"}}`)
+	a.Progress("waiting for approval")
+	a.Progress("still waiting")
+	r.client.next(t, "client")
+	r.client.next(t, "client")
+	up := upstreamToken(t, call)
+	r.upstream.send(t, progressOn(up, "1"))
+	if got := r.client.next(t, "client"); got != progressOn(`"p7"`, "3") {
+		t.Fatalf("before the handle, the client got %s; want progress 3", got)
+	}
+	var m struct{ ID json.RawMessage }
+	json.Unmarshal([]byte(call), &m)
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"task":{"taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","ttl":60000}}}`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, `"taskId":"t1"`) {
+		t.Fatalf("the client got %s; want the task's handle", got)
+	}
+	r.upstream.send(t, progressOn(up, "2"))
+	if got := r.client.next(t, "client"); got != progressOn(`"p7"`, "4") {
+		t.Errorf("after the handle, the client got %s; want progress 4, raised as before", got)
+	}
 }

@@ -33,6 +33,11 @@ type upToken struct {
 	// call is the caller, until the request is answered: whether it has
 	// detached is read from it. nil once answered, or for none.
 	call *clientCall
+	// told is how many notifications/progress the proxy itself sent on
+	// the client's token, kept once the request is answered, when the
+	// caller's count is forgotten: a task's progress after its handle
+	// is raised past them as before (progress.go).
+	told int64
 }
 
 // detached reports whether the upstream's progress on t goes nowhere.
@@ -115,6 +120,9 @@ func (s *Session) tokenAnswered(key string, unanswered bool) {
 	if unanswered || t.detached() || t.call != nil && !t.call.mayBeTask() {
 		delete(s.tokens, key)
 		return
+	}
+	if t.call != nil && t.call.progress > 0 {
+		t.told = t.call.progress
 	}
 	t.call = nil
 	s.tokens[key] = t
