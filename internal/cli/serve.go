@@ -167,8 +167,11 @@ func (f *serveFlags) check(argv []string) error {
 		return usagef("--max-sessions: %d must be positive", f.maxSessions)
 	case f.maxBodyReads <= 0:
 		return usagef("--max-body-reads: %d must be positive", f.maxBodyReads)
-	case f.idleTimeout <= 0:
-		return usagef("--idle-timeout: %v must be positive", f.idleTimeout)
+	case f.idleTimeout < time.Second:
+		// The reaper looks each second at best, so a shorter timeout
+		// would not be kept; and one that short ends a session between
+		// its client's requests, the initialize and the next.
+		return usagef("--idle-timeout: %v is too short; it must be at least 1s", f.idleTimeout)
 	case f.keepAlive < 0:
 		return usagef("--keep-alive: %v must not be negative; 0 sends no keep-alive", f.keepAlive)
 	case f.keepAlive > 0 && f.keepAlive < time.Second:

@@ -34,6 +34,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no body reads", []string{"serve", "--max-body-reads", "0", "--", "/bin/cat"}, []string{"--max-body-reads", "must be positive"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
+		{"idle timeout too short", []string{"serve", "--idle-timeout", "1ns", "--", "/bin/cat"}, []string{"--idle-timeout", "1ns", "at least 1s"}},
+		{"negative idle timeout", []string{"serve", "--idle-timeout", "-1m", "--", "/bin/cat"}, []string{"--idle-timeout", "-1m", "at least 1s"}},
 		{"negative keep-alive", []string{"serve", "--keep-alive", "-5s", "--", "/bin/cat"}, []string{"--keep-alive", "-5s", "must not be negative"}},
 		{"keep-alive too short", []string{"serve", "--keep-alive", "10ms", "--", "/bin/cat"}, []string{"--keep-alive", "10ms", "at least 1s"}},
 		{"keep-alive without a unit", []string{"serve", "--keep-alive", "30", "--", "/bin/cat"}, []string{"--keep-alive", `"30"`}},
