@@ -742,9 +742,11 @@ func parseSize(s string) (int, error) {
 			break
 		}
 	}
-	digits := strings.TrimSpace(num)
-	n, err := strconv.Atoi(digits)
-	if errors.Is(err, strconv.ErrRange) && n > 0 && strings.Trim(digits, "0123456789") == "" {
+	// No space is passed over, before the number or after the unit,
+	// as none is in a duration or a whole number: " 16MiB" and
+	// "16MiB " are both refused.
+	n, err := strconv.Atoi(num)
+	if errors.Is(err, strconv.ErrRange) && n > 0 && strings.Trim(num, "0123456789") == "" {
 		// Digits too many for an int (Atoi returns the largest): over
 		// the limit. Atoi reports the range before a stray character.
 		return 0, fmt.Errorf("%q is over the largest size, %d bytes", s, maxSize)

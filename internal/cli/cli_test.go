@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,14 +52,14 @@ func TestParseSize(t *testing.T) {
 	if _, err := parseSize("99999999999999999999x"); err == nil || !strings.Contains(err.Error(), "not a positive size") {
 		t.Errorf(`parseSize("99999999999999999999x") = %v; want an error saying it is not a size`, err)
 	}
-	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "99999999999999999999", "-99999999999999999999", "99999999999999999999x", "99999999999999999999TB", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10"}
+	invalid := []string{"0", "-1", "abc", "3TB", "4GiB", "3GiB", "2147483649", "99999999999999999999", "-99999999999999999999", "99999999999999999999x", "99999999999999999999TB", "", "1.5MiB", "KiB", "0KiB", "-5MiB", "16mib", "16 MB", "0x10", " 16MiB", "16MiB ", "16 MiB", "\t1024", "1024\n"}
 	for _, in := range invalid {
 		got, err := parseSize(in)
 		if err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", in, got)
 			continue
 		}
-		if !strings.Contains(err.Error(), `"`+in+`"`) {
+		if !strings.Contains(err.Error(), strconv.Quote(in)) {
 			t.Errorf("parseSize(%q) = %q, want an error naming the value", in, err)
 		}
 	}
@@ -85,6 +86,8 @@ func TestUsageErrors(t *testing.T) {
 		{"zero message size", []string{"--max-message-size", "0", "--", "/bin/cat"}, []string{"--max-message-size", `"0"`}},
 		{"message size too small", []string{"--max-message-size", "1023B", "--", "/bin/cat"}, []string{"--max-message-size", `"1023B"`, "smallest size, 1024 bytes"}},
 		{"bad message size", []string{"--max-message-size=3TB", "--", "/bin/cat"}, []string{"--max-message-size", `"3TB"`}},
+		{"message size with a space before", []string{"--max-message-size", " 16MiB", "--", "/bin/cat"}, []string{"--max-message-size", `" 16MiB"`}},
+		{"message size with a space after", []string{"--max-message-size", "16MiB ", "--", "/bin/cat"}, []string{"--max-message-size", `"16MiB "`}},
 		{"message size too large", []string{"--max-message-size", "4GiB", "--", "/bin/cat"}, []string{"--max-message-size", `"4GiB"`}},
 		{"unknown flag", []string{"--nope", "--", "/bin/cat"}, []string{"nope"}},
 		{"flag without value", []string{"--log-level"}, []string{"log-level"}},
