@@ -534,11 +534,8 @@ func (w *wiring) checkFlags() (err error) {
 	w.actor = f.actor
 	if w.actor == "" {
 		w.actor = osUser()
-	}
-	if !utf8.ValidString(w.actor) {
-		// The fingerprint takes it as JSON text, where each byte that
-		// is not UTF-8 becomes U+FFFD: two such actors would be one.
-		return usagef("--actor: %q is not UTF-8 text", w.actor)
+	} else if err := checkActor(w.actor); err != nil {
+		return usagef("--actor: %q %v", w.actor, err)
 	}
 	if len(w.argv) > 0 {
 		if w.dir, err = os.Getwd(); err != nil {

@@ -89,6 +89,13 @@ func TestUsageErrors(t *testing.T) {
 		{"message size with a space before", []string{"--max-message-size", " 16MiB", "--", "/bin/cat"}, []string{"--max-message-size", `" 16MiB"`}},
 		{"message size with a space after", []string{"--max-message-size", "16MiB ", "--", "/bin/cat"}, []string{"--max-message-size", `"16MiB "`}},
 		{"message size too large", []string{"--max-message-size", "4GiB", "--", "/bin/cat"}, []string{"--max-message-size", `"4GiB"`}},
+		// The actor is logged, journaled and in every fingerprint.
+		{"actor with a line break", []string{"--actor", "alice\nbob", "--", "/bin/cat"}, []string{"--actor", `"alice\nbob"`, "control character"}},
+		{"actor with an escape", []string{"--actor", "al\x1b[2Jice", "--", "/bin/cat"}, []string{"--actor", "control character"}},
+		{"actor with a bidi control", []string{"--actor", "\u202eecila", "--", "/bin/cat"}, []string{"--actor", "control character"}},
+		{"actor all space", []string{"--actor", "   ", "--", "/bin/cat"}, []string{"--actor", `"   "`, "all space"}},
+		{"actor with space at an end", []string{"--actor", "alice ", "--", "/bin/cat"}, []string{"--actor", `"alice "`, "space at an end"}},
+		{"serve: actor with a tab", []string{"serve", "--actor", "a\tb", "--", "/bin/cat"}, []string{"--actor", "control character"}},
 		{"unknown flag", []string{"--nope", "--", "/bin/cat"}, []string{"nope"}},
 		{"flag without value", []string{"--log-level"}, []string{"log-level"}},
 		{"nothing after --", []string{"--"}, []string{"no upstream command", "--"}},

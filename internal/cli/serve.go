@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
@@ -343,9 +342,10 @@ func readTokens(path string) (map[string]string, error) {
 		if _, dup := tokens[fields[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: the token is listed twice", path, n)
 		}
-		if !utf8.ValidString(fields[1]) {
-			// As --actor: two such actors would be one fingerprint's.
-			return nil, fmt.Errorf("%s:%d: the actor is not UTF-8 text", path, n)
+		if err := checkActor(fields[1]); err != nil {
+			// Not shown: in a line with its fields swapped, it
+			// would be the token.
+			return nil, fmt.Errorf("%s:%d: the actor %v", path, n, err)
 		}
 		tokens[fields[0]] = fields[1]
 	}

@@ -85,6 +85,9 @@ func TestReadTokens(t *testing.T) {
 		{"tok-a alice extra\n", ":1: want 'TOKEN ACTOR'"},
 		{"tok-a alice\ntok-a bob\n", ":2: the token is listed twice"},
 		{"tok-a alice\ntok-b \xffbob\n", ":2: the actor is not UTF-8 text"},
+		{"tok-a al\x1bice\n", ":1: the actor holds a control character"},
+		{"tok-a \u202eecila\n", ":1: the actor holds a control character"},
+		{"tok-a al\x00ice\n", ":1: the actor holds a control character"},
 		{"# nothing\n", "lists no token"},
 	} {
 		p := write("bad", tt.content)
