@@ -46,6 +46,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string, required ...string) ([]s
 		if fs.NArg() == 0 {
 			return pos, nil
 		}
+		if name, word := boolValueApart(fs, args); name != "" {
+			// `activity list --json false` would be refused only as
+			// an argument too many, naming no flag; `activity show
+			// --json false` would look up an execution "false".
+			return nil, errBoolValueApart(name, word, "would be taken as an argument")
+		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}

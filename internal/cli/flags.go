@@ -26,9 +26,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageOf(withMeantFlag(err, fs, args), *refused)
 	}
 	if name, word := boolValueApart(fs, args); name != "" {
-		return usagef("--%s takes its value after =, as --%s=%s: %q apart from it would run as the upstream command", name, name, word, word)
+		return errBoolValueApart(name, word, "would run as the upstream command")
 	}
 	return nil
+}
+
+// errBoolValueApart is the usage error of a boolean flag given its value
+// word apart from it, which is taken as what fate says.
+func errBoolValueApart(name, word, fate string) error {
+	return usagef("--%s takes its value after =, as --%s=%s: %q apart from it %s", name, name, word, word, fate)
 }
 
 // boolValueApart returns the name of the boolean flag that ends the

@@ -241,6 +241,11 @@ func TestBooleanFlagGivenAValueApart(t *testing.T) {
 		{"--store", "memory", "-shadow", "true", "/bin/cat"},
 		{"serve", "--json-response", "false", "--", "/bin/cat"},
 		{"serve", "--shadow", "0", "--upstream", "http://127.0.0.1:1/mcp"},
+		// Flags and arguments mix here: the word would be an argument.
+		{"activity", "list", "--store", "sqlite:x.db", "--json", "false"},
+		{"activity", "list", "--awaiting", "False", "--store", "sqlite:x.db"},
+		{"activity", "show", "exe_1", "--json", "true", "--store", "sqlite:x.db"},
+		{"activity", "approve", "--store", "sqlite:x.db", "--json", "0"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			_, _, err := run(t, args...)
@@ -253,10 +258,12 @@ func TestBooleanFlagGivenAValueApart(t *testing.T) {
 		{"--shadow", "--", "false"},
 		{"--shadow=false", "--", "false"},
 		{"--actor", "--shadow", "false"},
+		{"activity", "show", "--json", "exe_1", "--store", "sqlite:x.db"},
+		{"activity", "show", "--json=false", "true", "--store", "sqlite:x.db"},
 	} {
 		_, _, err := run(t, args...)
 		if err != nil && strings.Contains(err.Error(), "takes its value after =") {
-			t.Errorf("Run(%q) = %v; want the word taken as the command", args, err)
+			t.Errorf("Run(%q) = %v; want the word taken as the command, or an argument", args, err)
 		}
 	}
 }
