@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -115,9 +116,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		// Host check does not stop it: only a token would.
 		w.log.Warn("--allow-origin * without --auth-token-file: any web page opened in a browser that can reach serve can call the upstream's tools")
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := f.listenOn()
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		return err
 	}
 	front := streamhttp.NewServer(streamhttp.ServerOptions{
 		Open: func(ctx context.Context, s *streamhttp.ServerSession) error {
@@ -181,6 +182,11 @@ func (f *serveFlags) check(argv []string) error {
 	if err := checkAddr("--listen", f.listen); err != nil {
 		return err
 	}
+	if f.metrics != "" && sameBind(f.metrics, f.listen) {
+		// --metrics listens first: --listen alone would be named, as
+		// if another program held its port.
+		return usagef("--listen %s and --metrics %s are on the same port: give each its own", f.listen, f.metrics)
+	}
 	for _, o := range f.origins {
 		if err := checkOrigin(o); err != nil {
 			return usagef("--allow-origin: %q %v", o, err)
@@ -198,6 +204,20 @@ func (f *serveFlags) check(argv []string) error {
 		}
 	}
 	return nil
+}
+
+// listenOn listens on --listen.
+func (f *serveFlags) listenOn() (net.Listener, error) {
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil && errors.Is(err, syscall.EADDRINUSE) && samePort(f.listen, f.metrics) {
+		// The same address by a name, which sameBind does not resolve:
+		// localhost and 127.0.0.1.
+		return nil, fmt.Errorf("--listen: %w; --metrics %s is on the same port: give each its own", err, f.metrics)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	return ln, nil
 }
 
 // keepAliveOption is --keep-alive as ServerOptions.KeepAlive takes it,

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,10 @@ func TestServeUsageErrors(t *testing.T) {
 		{"keep-alive too short", []string{"serve", "--keep-alive", "10ms", "--", "/bin/cat"}, []string{"--keep-alive", "10ms", "at least 1s"}},
 		{"keep-alive without a unit", []string{"serve", "--keep-alive", "30", "--", "/bin/cat"}, []string{"--keep-alive", `"30"`}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
+		// --metrics listens first, and --listen alone would be named.
+		{"metrics on the listen address", []string{"serve", "--listen", "127.0.0.1:18555", "--metrics", "127.0.0.1:18555", "--", "/bin/cat"}, []string{"--listen 127.0.0.1:18555", "--metrics 127.0.0.1:18555", "same port"}},
+		{"metrics on every address", []string{"serve", "--listen", "127.0.0.1:18555", "--metrics", ":18555", "--", "/bin/cat"}, []string{"--listen", "--metrics", "same port"}},
+		{"metrics on the listen port by name", []string{"serve", "--listen", "[::]:http", "--metrics", "127.0.0.1:80", "--", "/bin/cat"}, []string{"--listen", "--metrics", "same port"}},
 		{"origin without a scheme", []string{"serve", "--allow-origin", "bogus", "--", "/bin/cat"}, []string{"--allow-origin", `"bogus"`}},
 		{"origin with a path", []string{"serve", "--allow-origin", "http://a.com/path", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com/path"`}},
 		{"origin of another scheme", []string{"serve", "--allow-origin", "ftp://a.com", "--", "/bin/cat"}, []string{"--allow-origin"}},
@@ -266,5 +272,43 @@ func TestServeKeepAliveOption(t *testing.T) {
 		if got := f.keepAliveOption(); got != tt.want {
 			t.Errorf("%q: the front's KeepAlive is %v; want %v", args, got, tt.want)
 		}
+	}
+}
+
+// TestSameBind: two addresses whose second listener would find its port
+// taken by the first.
+func TestSameBind(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"0.0.0.0:8080", "127.0.0.1:8080", true},
+		{"[::1]:8080", ":8080", true},
+		{"LOCALHOST:8080", "localhost:8080", true},
+		{"127.0.0.1:http", "127.0.0.1:80", true},
+		{"127.0.0.1:0", "127.0.0.1:0", false},
+		{"127.0.0.1:8080", "127.0.0.1:8081", false},
+		{"127.0.0.1:8080", "127.0.0.2:8080", false},
+		{"bogus", "bogus", false},
+	} {
+		if got := sameBind(tt.a, tt.b); got != tt.want {
+			t.Errorf("sameBind(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// TestListenOnTheMetricsPortByName: the same address by a name and a
+// number, which only listening tells, names --metrics too.
+func TestListenOnTheMetricsPortByName(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	_, _, err = run(t, "serve", "--metrics", "localhost:"+port, "--listen", "127.0.0.1:"+port, "--", "/bin/cat")
+	if err == nil || !strings.Contains(err.Error(), "--metrics localhost:"+port+" is on the same port") {
+		t.Fatalf("serve with --metrics localhost:%s and --listen 127.0.0.1:%s = %v; want an error naming both", port, port, err)
 	}
 }
