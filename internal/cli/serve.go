@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/proxy"
@@ -163,6 +164,10 @@ func (f *serveFlags) check(argv []string) error {
 		// A request's query and fragment never reach its path, so the
 		// endpoint could not be reached.
 		return usagef("--path: %q is a URL path: it cannot hold ? or #", f.path)
+	case strings.ContainsFunc(f.path, unicode.IsControl):
+		// A line break or a tab from a quoting slip: only a client that
+		// percent-encodes it could reach the endpoint.
+		return usagef("--path: %q holds a control character", f.path)
 	case f.maxSessions <= 0:
 		return usagef("--max-sessions: %d must be positive", f.maxSessions)
 	case f.maxBodyReads <= 0:

@@ -33,6 +33,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"relative path", []string{"serve", "--path", "mcp", "--", "/bin/cat"}, []string{"--path", `"mcp"`}},
 		{"path with a query", []string{"serve", "--path", "/a?b", "--", "/bin/cat"}, []string{"--path", `"/a?b"`}},
 		{"path with a fragment", []string{"serve", "--path", "/a#b", "--", "/bin/cat"}, []string{"--path", `"/a#b"`}},
+		{"path with a line break", []string{"serve", "--path", "/mcp\n", "--", "/bin/cat"}, []string{"--path", `"/mcp\n"`, "control character"}},
+		{"path with a tab", []string{"serve", "--path", "/m\tcp", "--", "/bin/cat"}, []string{"--path", "control character"}},
 		{"no sessions", []string{"serve", "--max-sessions", "0", "--", "/bin/cat"}, []string{"--max-sessions"}},
 		{"no body reads", []string{"serve", "--max-body-reads", "0", "--", "/bin/cat"}, []string{"--max-body-reads", "must be positive"}},
 		{"no idle timeout", []string{"serve", "--idle-timeout", "0s", "--", "/bin/cat"}, []string{"--idle-timeout"}},
