@@ -2,6 +2,7 @@ package cli
 
 import (
 	"net"
+	"net/url"
 	"strings"
 )
 
@@ -41,4 +42,25 @@ func samePort(a, b string) bool {
 	pa, errA := net.LookupPort("tcp", portA)
 	pb, errB := net.LookupPort("tcp", portB)
 	return errA == nil && errB == nil && pa != 0 && pa == pb
+}
+
+// servesItself reports whether upstream, serve's --upstream URL, is
+// serve's own endpoint, at listen and path: each session would open
+// another of serve's as its upstream, until --max-sessions is reached.
+func servesItself(listen, path, upstream string) bool {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Scheme != "http" || u.Path != path {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	if !samePort(listen, net.JoinHostPort(u.Hostname(), port)) {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	ipL, ipU := net.ParseIP(host), net.ParseIP(u.Hostname())
+	return strings.EqualFold(host, u.Hostname()) || (ipL != nil && ipL.Equal(ipU)) ||
+		(everyAddress(host) && isLoopbackHost(u.Hostname()))
 }

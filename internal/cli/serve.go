@@ -187,6 +187,9 @@ func (f *serveFlags) check(argv []string) error {
 	if err := checkAddr("--listen", f.listen); err != nil {
 		return err
 	}
+	if f.upstream != "" && servesItself(f.listen, f.path, f.upstream) {
+		return usagef("--upstream %s is serve's own endpoint, at --listen %s and --path %s: each session would open another as its upstream", redact(f.upstream), f.listen, f.path)
+	}
 	if f.metrics != "" && sameBind(f.metrics, f.listen) {
 		// --metrics listens first: --listen alone would be named, as
 		// if another program held its port.

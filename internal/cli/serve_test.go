@@ -44,6 +44,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"keep-alive too short", []string{"serve", "--keep-alive", "10ms", "--", "/bin/cat"}, []string{"--keep-alive", "10ms", "at least 1s"}},
 		{"keep-alive without a unit", []string{"serve", "--keep-alive", "30", "--", "/bin/cat"}, []string{"--keep-alive", `"30"`}},
 		{"unknown flag", []string{"serve", "--nope", "--", "/bin/cat"}, []string{"nope"}},
+		{"upstream is serve itself", []string{"serve", "--listen", "127.0.0.1:18556", "--upstream", "http://127.0.0.1:18556/mcp"}, []string{"--upstream http://127.0.0.1:18556/mcp", "own endpoint", "--listen 127.0.0.1:18556"}},
+		{"upstream is serve itself on every address", []string{"serve", "--listen", ":18556", "--path", "/x", "--upstream", "http://localhost:18556/x"}, []string{"--upstream", "own endpoint"}},
 		// --metrics listens first, and --listen alone would be named.
 		{"metrics on the listen address", []string{"serve", "--listen", "127.0.0.1:18555", "--metrics", "127.0.0.1:18555", "--", "/bin/cat"}, []string{"--listen 127.0.0.1:18555", "--metrics 127.0.0.1:18555", "same port"}},
 		{"metrics on every address", []string{"serve", "--listen", "127.0.0.1:18555", "--metrics", ":18555", "--", "/bin/cat"}, []string{"--listen", "--metrics", "same port"}},
@@ -296,6 +298,27 @@ func TestSameBind(t *testing.T) {
 	} {
 		if got := sameBind(tt.a, tt.b); got != tt.want {
 			t.Errorf("sameBind(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// TestServesItself: only serve's own endpoint is refused as its
+// upstream.
+func TestServesItself(t *testing.T) {
+	for _, tt := range []struct {
+		listen, path, upstream string
+		want                   bool
+	}{
+		{"127.0.0.1:8080", "/mcp", "http://127.0.0.1:8080/mcp", true},
+		{"0.0.0.0:80", "/mcp", "http://localhost/mcp", true},
+		{"127.0.0.1:8080", "/mcp", "http://127.0.0.1:8080/other", false},
+		{"127.0.0.1:8080", "/mcp", "https://127.0.0.1:8080/mcp", false},
+		{"127.0.0.1:8080", "/mcp", "http://127.0.0.1:8081/mcp", false},
+		{"0.0.0.0:8080", "/mcp", "http://10.0.0.5:8080/mcp", false},
+		{"127.0.0.1:0", "/mcp", "http://127.0.0.1:0/mcp", false},
+	} {
+		if got := servesItself(tt.listen, tt.path, tt.upstream); got != tt.want {
+			t.Errorf("servesItself(%q, %q, %q) = %v, want %v", tt.listen, tt.path, tt.upstream, got, tt.want)
 		}
 	}
 }
