@@ -33,6 +33,10 @@ type clientCall struct {
 	passThrough bool        // the request went upstream as it came
 	detached    atomic.Bool // its caller cancelled it (progresstoken.go)
 
+	// spanForwarded is set once the request passing the call upstream as
+	// it came took its span, to end with its answer (callSpan).
+	spanForwarded atomic.Bool
+
 	// progress counts the notifications/progress sent (Progress), or is
 	// progressEnded once the call is answered or detached. s.mu guards it.
 	progress int64
@@ -229,7 +233,7 @@ func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
 func (s *Session) passThrough(c *clientCall, call *mcp.ToolCall) {
 	c.mu.Lock()
 	c.passThrough = true
-	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil)
+	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil, c.callSpan())
 	c.mu.Unlock()
 	c.finish()
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 )
@@ -30,17 +32,24 @@ type forwardedRequest struct {
 	// handshake is an initialize's params: the handshake a restarted
 	// upstream is given once this request has a result (noteProtocolLocked).
 	handshake json.RawMessage
+	// span is the span of a tools/call passed upstream as it came, nil
+	// if untraced: it lasts until the request is forgotten (forgetLocked),
+	// and takes the status of the answer (traceError).
+	span trace.Span
 }
 
 // forward passes a client's request upstream, remembering it until it is
 // answered. While the upstream is being restarted it waits for it; if the
 // upstream is gone for good it is answered with an error at once. sc, if
-// not nil, is told the outcome.
-func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
+// not nil, is told the outcome. span, if not nil, is the span of the
+// tools/call msg is: it is ended with the request's answer.
+func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall, span trace.Span) {
 	if !jsonrpc.PortableID(msg.ID) {
 		// It goes upstream under the client's own id, and would come back
 		// under another: the client would wait for ever.
-		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", unportableID)))
+		e := jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", unportableID)
+		endSpanWith(span, e.Object())
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, e))
 		sc.notSent(errors.New(unportableID))
 		return
 	}
@@ -57,19 +66,21 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall) {
 	if closed(l.gone) {
 		conn := l.conn // nil if the upstream could not be started again
 		s.mu.Unlock()
-		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, exitCause(conn))))
+		e := jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, exitCause(conn))
+		endSpanWith(span, e.Object())
+		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, e))
 		sc.notSent(errors.New("the upstream is not running"))
 		return
 	}
 	key := string(jsonrpc.IDKey(msg.ID))
 	if s.inUseLocked(key, msg.Method == "tools/call") {
 		s.mu.Unlock()
+		endSpanWith(span, inUseError(msg.ID).Object())
 		s.refuseInUse(msg.ID)
 		sc.notSent(errors.New("its request id was in use"))
 		return
 	}
-	f := forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l}
+	f := forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l, span: span}
 	if msg.Method == "initialize" && msg.Params != nil {
 		f.handshake = msg.Params
 		s.elicitForm = elicitForm
@@ -100,6 +111,7 @@ func sendForwarded(l *link, frame []byte, id string, failed func(id string, err 
 func (s *Session) notForwarded(key string, err error) {
 	s.mu.Lock()
 	f, ok := s.forwarded[key]
+	f.traceError(internalError)
 	s.forgetLocked(key)
 	s.mu.Unlock()
 	if !ok {
@@ -225,7 +237,7 @@ func (s *Session) rememberLocked(key string, f forwardedRequest) {
 }
 
 // forgetLocked forgets the client's request key, forwarded and now
-// answered. s.mu must be held.
+// answered, and ends its span. s.mu must be held.
 func (s *Session) forgetLocked(key string) {
 	f, ok := s.forwarded[key]
 	if !ok {
@@ -233,6 +245,7 @@ func (s *Session) forgetLocked(key string) {
 	}
 	delete(s.forwarded, key)
 	s.releasePassedLocked(key, f)
+	f.endSpan()
 	if !standing(f.method) {
 		s.awaited--
 	}

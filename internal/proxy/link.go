@@ -169,6 +169,8 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	s.forwarded = make(map[string]forwardedRequest)
 	for key, f := range forwarded {
 		s.releasePassedLocked(key, f)
+		f.traceError(internalError)
+		f.endSpan()
 	}
 	s.awaited = 0
 	if s.forwardIdle != nil {

@@ -106,7 +106,7 @@ func (s *Session) handleQueued(q queued) {
 	case m.Method == "notifications/cancelled":
 		s.cancelled(m) // in shadow mode, behind the request it names (cancelInTurn)
 	case m.IsRequest():
-		s.forward(m, nil)
+		s.forward(m, nil, nil)
 	default:
 		s.notifyUpstream(m)
 	}

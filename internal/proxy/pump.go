@@ -158,7 +158,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		if msg.Method != "ping" && s.queueing.Load() && s.enqueueMessage(msg) {
 			return
 		}
-		s.forward(msg, nil)
+		s.forward(msg, nil, nil)
 	case msg.Method == "notifications/cancelled":
 		s.cancelled(msg)
 	case msg.IsResponse() && idHasPrefix(msg.ID, s.askPrefix):
@@ -436,6 +436,7 @@ func (s *Session) upstreamAnswer(l *link, msg *jsonrpc.Message, frame []byte) []
 		return nil
 	}
 	f := s.forwarded[key]
+	f.traceError(msg.Error)
 	s.forgetLocked(key)
 	if f.shadow == nil {
 		f.shadow = s.takeCancelledLocked(key)
@@ -568,6 +569,7 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 	if refused := s.noteProtocolLocked(f, m); refused != nil {
 		raw, b.edited = refused, true
 	}
+	f.traceError(m.Error)
 	s.forgetLocked(key)
 	if s.reservedID(m.ID) {
 		s.droppedOwnLocked(key)
@@ -619,6 +621,7 @@ func (s *Session) droppedAnswer(key string, err error) {
 	p, own := s.pending[key]
 	delete(s.pending, key)
 	f, forwarded := s.forwarded[key]
+	f.traceError(internalError)
 	s.forgetLocked(key)
 	kept := s.takeCancelledLocked(key)
 	s.mu.Unlock()
@@ -649,6 +652,7 @@ func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
 	p, own := s.pending[key]
 	delete(s.pending, key)
 	f, forwarded := s.forwarded[key]
+	f.traceError(na.Object().Object())
 	s.forgetLocked(key)
 	kept := s.takeCancelledLocked(key)
 	s.mu.Unlock()

@@ -74,7 +74,7 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	s.opts.Interceptor.Handle(sc.ctx, &sc.req)
 	c.mu.Lock()
 	c.passThrough = true
-	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc)
+	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: c.call.Params}, sc, c.callSpan())
 	c.mu.Unlock()
 	c.finish()
 }
@@ -82,8 +82,8 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 // shadowTrace returns the context c is judged in: when traced, one whose
 // parent is c's span, so that the store's spans and the send's join the
 // client's trace under it. Only the span's context is passed: the span
-// says passed_through, what calls_total counts, and ends when c goes
-// upstream, while the judging may go on after that.
+// says passed_through, what calls_total counts, and ends with the
+// answer c gets, while the judging may go on after that.
 func (s *Session) shadowTrace(c *clientCall) context.Context {
 	if s.opts.Tracer == nil {
 		return context.Background()

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
@@ -25,7 +27,8 @@ type sessionConn interface {
 // startSpan starts the span of the client's call c, parented to the
 // trace context that came with it: in its _meta, else in the headers of
 // the HTTP request that carried it. The call's context holds the span
-// from here on, and finish ends it.
+// from here on, and finish ends it, unless a request passing the call
+// upstream as it came took it (callSpan).
 func (s *Session) startSpan(c *clientCall) {
 	parent := telemetry.FromMeta(c.call.Meta)
 	if hc, ok := s.client.(traceHeaderConn); ok && parent.Parent == "" {
@@ -38,9 +41,10 @@ func (s *Session) startSpan(c *clientCall) {
 	c.ctx.Context, _ = telemetry.StartCall(c.ctx.Context, s.opts.Tracer, parent, c.call.Name, c.id(), session)
 }
 
-// endSpan ends the span of c, if it is traced.
+// endSpan ends the span of c, if it is traced and no request passing it
+// upstream took the span (callSpan).
 func (c *clientCall) endSpan() {
-	if c.s.opts.Tracer != nil {
+	if c.s.opts.Tracer != nil && !c.spanForwarded.Load() {
 		trace.SpanFromContext(c.ctx.Context).End()
 	}
 }
@@ -79,3 +83,42 @@ func (s *Session) upstreamFrame(c *clientCall) []byte {
 	params = jsonrpc.InsertMeta(params, meta, false, members)
 	return jsonrpc.Replace(c.raw, c.call.Params, params)
 }
+
+// callSpan returns the span of c for a request that passes it upstream
+// as it came to end (forward), nil if untraced: c's own ending (finish)
+// leaves it open from here on.
+func (c *clientCall) callSpan() trace.Span {
+	if c.s.opts.Tracer == nil {
+		return nil
+	}
+	c.spanForwarded.Store(true)
+	return trace.SpanFromContext(c.ctx.Context)
+}
+
+// endSpanWith ends span, if not nil, marked with e, an error answer.
+func endSpanWith(span trace.Span, e json.RawMessage) {
+	if span != nil {
+		telemetry.AnswerError(span, e)
+		span.End()
+	}
+}
+
+// traceError marks f's span, if any, with e, the error answer the client
+// gets for it, if not nil.
+func (f *forwardedRequest) traceError(e json.RawMessage) {
+	if f.span != nil && e != nil {
+		telemetry.AnswerError(f.span, e)
+	}
+}
+
+// endSpan ends f's span, if any: f is forgotten.
+func (f *forwardedRequest) endSpan() {
+	if f.span != nil {
+		f.span.End()
+	}
+}
+
+// internalError is the error object a request is answered with when the
+// proxy answers it itself for the upstream (-32603): what traceError
+// reads of it is its code.
+var internalError = jsonrpc.Errorf(jsonrpc.CodeInternalError, "").Object()

@@ -58,8 +58,7 @@ func upstreamParent(t *testing.T, frame string) string {
 }
 
 // endedSpan returns the one ended span called name, waiting a moment for
-// it: a call passed through ends its span after the upstream may have
-// read it.
+// it: a span may end after the client got the answer.
 func endedSpan(t *testing.T, rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
 	t.Helper()
 	var found []sdktrace.ReadOnlySpan
@@ -93,6 +92,8 @@ func TestPassedThroughCallsAreTraced(t *testing.T) {
 	r, rec := tracedRig(t)
 	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"a":1},"_meta":{"traceparent":"`+traceparent+`","progressToken":"p"}},"extra":true}`)
 	got := r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`)
+	r.client.next(t, "client")
 	span := endedSpan(t, rec, "tools/call echo")
 	if sc := span.Parent(); sc.TraceID().String() != clientTrace || sc.SpanID().String() != clientSpan {
 		t.Errorf("the call's span is under %v; want the client's span %s", sc, traceparent)

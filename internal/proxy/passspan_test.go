@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// passedCalls are the calls that go upstream as they came: a read-only
+// tool's, and in shadow mode every call.
+var passedCalls = []struct {
+	shadow bool
+	tool   string
+}{{false, "echo"}, {true, "echo"}, {true, "charge_card"}}
+
+// endedCallSpans returns the ended server spans of tools/calls of tool.
+func endedCallSpans(rec *tracetest.SpanRecorder, tool string) []sdktrace.ReadOnlySpan {
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "tools/call "+tool && s.SpanKind().String() == "server" {
+			found = append(found, s)
+		}
+	}
+	return found
+}
+
+// TestPassedCallSpanTakesTheAnswer: the span of a call passed upstream
+// as it came lasts until its answer, and an error answer sets its
+// status, as for any other call.
+func TestPassedCallSpanTakesTheAnswer(t *testing.T) {
+	for _, pc := range passedCalls {
+		t.Run(fmt.Sprint("shadow=", pc.shadow, "/", pc.tool), func(t *testing.T) {
+			r, rec := tracedRigShadow(t, pc.shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+pc.tool+`","arguments":{}}}`)
+			r.upstream.next(t, "upstream")
+			// The next frame is read only once the call was forwarded and
+			// the reading goroutine is done with it.
+			r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"ping"}`)
+			r.upstream.next(t, "upstream")
+			if n := len(endedCallSpans(rec, pc.tool)); n != 0 {
+				t.Fatalf("%d call spans ended before the answer came; want 0", n)
+			}
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"no"}}`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, "-32001") {
+				t.Fatalf("the client got %s; want the upstream's error", got)
+			}
+			s := endedCallSpanOf(t, rec, pc.tool)
+			if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32001" {
+				t.Errorf("span status %v, code %q; want an error, -32001", s.Status(), attribute(s, "rpc.response.status_code"))
+			}
+		})
+	}
+}
+
+// TestPassedCallSpanEndsWithTheUpstream: a call passed as it came whose
+// upstream exits before answering ends its span with the error the
+// client is told.
+func TestPassedCallSpanEndsWithTheUpstream(t *testing.T) {
+	for _, pc := range passedCalls {
+		t.Run(fmt.Sprint("shadow=", pc.shadow, "/", pc.tool), func(t *testing.T) {
+			r, rec := tracedRigShadow(t, pc.shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+pc.tool+`","arguments":{}}}`)
+			r.upstream.next(t, "upstream")
+			r.upstreamW.Close()
+			if got := r.client.next(t, "client"); !strings.Contains(got, "-32603") {
+				t.Fatalf("the client got %s; want the call answered with an error", got)
+			}
+			s := endedCallSpanOf(t, rec, pc.tool)
+			if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32603" {
+				t.Errorf("span status %v, code %q; want an error, -32603", s.Status(), attribute(s, "rpc.response.status_code"))
+			}
+		})
+	}
+}
+
+// TestPassedCallSpanEndsOnCancel: a call passed as it came that its
+// client cancels ends its span then, once; an answer that comes after
+// ends nothing more.
+func TestPassedCallSpanEndsOnCancel(t *testing.T) {
+	for _, pc := range passedCalls {
+		t.Run(fmt.Sprint("shadow=", pc.shadow, "/", pc.tool), func(t *testing.T) {
+			r, rec := tracedRigShadow(t, pc.shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+pc.tool+`","arguments":{}}}`)
+			r.upstream.next(t, "upstream")
+			r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+			r.upstream.next(t, "upstream") // the cancellation, passed on
+			s := endedCallSpanOf(t, rec, pc.tool)
+			if s.Status().Code == codes.Error {
+				t.Errorf("span status %v; want none: the caller left", s.Status())
+			}
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"cancelled"}}`)
+			r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+			r.upstream.next(t, "upstream")
+			if n := len(endedCallSpans(rec, pc.tool)); n != 1 {
+				t.Errorf("%d call spans ended; want 1", n)
+			}
+		})
+	}
+}
+
+// TestPassedCallSpanEndsWithTheSession: a call passed as it came still
+// unanswered when the session ends ends its span with the error the
+// client is told.
+func TestPassedCallSpanEndsWithTheSession(t *testing.T) {
+	r, rec := tracedRigShadow(t, false)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{}}}`)
+	r.upstream.next(t, "upstream")
+	r.clientW.Close()
+	if got := r.client.next(t, "client"); !strings.Contains(got, "-32603") {
+		t.Fatalf("the client got %s; want the call answered with an error", got)
+	}
+	s := endedCallSpanOf(t, rec, "echo")
+	if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32603" {
+		t.Errorf("span status %v, code %q; want an error, -32603", s.Status(), attribute(s, "rpc.response.status_code"))
+	}
+}
+
+// endedCallSpanOf returns the one ended server span of a tools/call of
+// tool, waiting for it: it may end on another goroutine than the one
+// that answered.
+func endedCallSpanOf(t *testing.T, rec *tracetest.SpanRecorder, tool string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	return endedSpanOfKind(t, rec, "tools/call "+tool, "server")
+}
