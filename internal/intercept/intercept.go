@@ -440,16 +440,21 @@ func (in *Interceptor) PassedThrough(ctx context.Context, tool Tool, class polic
 // Refused tells the observer, and the call's span that ctx holds, that
 // RouteCall refused a call, which route says: it counts as invalid. In
 // shadow mode one that passes through there (Route.PassesInShadow)
-// counts invalid as what it would have become; any other is refused
-// there too, and counted so.
+// counts invalid as what it would have become, and its span says
+// passed_through, as calls_total counts it; any other is refused there
+// too, and counted so.
 func (in *Interceptor) Refused(ctx context.Context, tool Tool, class policy.Class, route Route) {
-	obs := in.obs
-	if so, ok := obs.(shadowObserver); ok && !route.PassesInShadow() {
-		obs = so.Observer
+	obs, decision := in.obs, "invalid"
+	if so, ok := obs.(shadowObserver); ok {
+		if route.PassesInShadow() {
+			decision = "passed_through"
+		} else {
+			obs = so.Observer
+		}
 	}
 	obs.Decision(tool, class, "invalid")
 	if in.tracer != nil {
-		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String("invalid"))
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.Decision.String(decision))
 	}
 }
 

@@ -68,10 +68,11 @@ func (c *clientCall) traceAnswer(a intercept.Answer) {
 // upstreamFrame returns the frame that passes c upstream as it came: the
 // client's own, or, when traced, the client's with the call's span in
 // place of the client's as the parent in _meta, so that the server's
-// spans are the proxy's children. A malformed call goes as it came: its
-// _meta may be no object to add to.
+// spans are the proxy's children. A call whose _meta is no object goes
+// as it came: there is nothing to add to, and replacing it would change
+// what the client sent.
 func (s *Session) upstreamFrame(c *clientCall) []byte {
-	if s.opts.Tracer == nil || c.call.Malformed {
+	if s.opts.Tracer == nil || c.call.Malformed && c.call.Meta != nil && c.call.Meta[0] != '{' {
 		return c.raw
 	}
 	carrier := telemetry.Inject(c.ctx.Context)
