@@ -296,22 +296,6 @@ func requestMeta(params json.RawMessage) json.RawMessage {
 	return meta
 }
 
-// countRefused counts m, a request of a batch refused, as invalid if it
-// is a tools/call that names its tool: in shadow mode too, since it went
-// nowhere. The batch is answered at once, so the tool is labelled by
-// what is known of it then.
-func (s *Session) countRefused(m *jsonrpc.Message) {
-	if m.Method != "tools/call" || s.opts.Interceptor == nil {
-		return
-	}
-	var call mcp.ToolCall
-	if call.Parse(m.Params); call.Name == "" {
-		return
-	}
-	info := s.knownTool(call.Name)
-	s.opts.Interceptor.Unsent(context.Background(), intercept.Tool{Name: call.Name, Listed: info.listed}, info.policy.Class, "invalid")
-}
-
 // passedRefused counts call, a tools/call of a batch that normal mode
 // refuses and shadow mode passes upstream as it came, unrecorded: invalid
 // is what it would have become. The batch goes at once, so the tool is

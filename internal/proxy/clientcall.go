@@ -160,6 +160,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.ParseRead(in.Params, params); perr != nil && !call.Malformed {
+		s.countInvalid(context.Background(), call.Name) // its _meta could not be read
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(in.ID), perr))
 		return
 	}
@@ -184,6 +185,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	}
 	if s.inUseLocked(c.key(), false) {
 		s.mu.Unlock()
+		s.countInvalid(&c.ctx, call.Name)
 		c.endRefused(inUseError(in.ID))
 		s.refuseInUse(in.ID)
 		return
@@ -312,4 +314,28 @@ func (s *Session) knownTool(name string) toolInfo {
 		return info
 	}
 	return s.tools.unlisted(name)
+}
+
+// countRefused counts m, a request refused as it came (in a batch, or
+// for its envelope, id or _meta), as invalid if it is a tools/call that
+// names its tool.
+func (s *Session) countRefused(m *jsonrpc.Message) {
+	if m.Method != "tools/call" || m.ID == nil {
+		return
+	}
+	var call mcp.ToolCall
+	call.Parse(m.Params)
+	s.countInvalid(context.Background(), call.Name)
+}
+
+// countInvalid counts a tools/call of the tool name, if named, refused
+// before any policy routed it, as invalid: in shadow mode too, since it
+// went nowhere. It is answered at once, so the tool is labelled by what
+// is known of it then. ctx holds the call's span, if it has one.
+func (s *Session) countInvalid(ctx context.Context, name string) {
+	if s.opts.Interceptor == nil || name == "" {
+		return
+	}
+	info := s.knownTool(name)
+	s.opts.Interceptor.Unsent(ctx, intercept.Tool{Name: name, Listed: info.listed}, info.policy.Class, "invalid")
 }

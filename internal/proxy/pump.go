@@ -125,6 +125,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		if why := jsonrpc.CheckRequest(msg); why != "" {
 			// Not passed on: a server may end the session on it.
 			s.log.Warn("refused a message from the client", "method", msg.Method, "why", why)
+			s.countRefused(msg)
 			s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
 			return
 		}
@@ -133,6 +134,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		return
 	}
 	if msg.IsRequest() && !msg.Batch && s.reservedToken(params.Meta()) {
+		s.countRefused(msg)
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s", s.reservedTokenMessage())))
 		return
 	}
@@ -151,6 +153,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.fromClientBatch(frame)
 	case msg.IsRequest() && s.reservedID(msg.ID):
+		s.countRefused(msg)
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg, &params)
@@ -209,16 +212,17 @@ func (s *Session) tookRequest(msg *jsonrpc.Message) {
 // read: the proxy decides nothing on it, and passes it on as it came.
 func (s *Session) refuseVersion(msg *jsonrpc.Message, params *mcp.ParamsReader) bool {
 	v, err := params.DeclaredVersion()
-	switch {
-	case err != nil:
-		s.log.Warn("refused a request whose _meta could be read two ways", "method", msg.Method, "err", err)
-		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "mcp-idempotent: %s: %v", msg.Method, err)))
-	case v != "" && !mcp.Negotiable(v):
-		s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
-		s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
-	default:
+	if err == nil && (v == "" || mcp.Negotiable(v)) {
 		return false
 	}
+	s.countRefused(msg) // before the answer: a client that has it may read the count
+	if err != nil {
+		s.log.Warn("refused a request whose _meta could be read two ways", "method", msg.Method, "err", err)
+		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "mcp-idempotent: %s: %v", msg.Method, err)))
+		return true
+	}
+	s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
+	s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
 	return true
 }
 

@@ -152,3 +152,55 @@ func TestSessionEndDuringToolLookupCounted(t *testing.T) {
 		t.Errorf("counted %q; want %q", c, want)
 	}
 }
+
+// TestRefusedAsItCameCounted: a tools/call refused as it came, for its
+// envelope, its id or its _meta, is counted invalid under its tool, in
+// shadow mode too, where it went nowhere either.
+func TestRefusedAsItCameCounted(t *testing.T) {
+	refused := []struct{ name, frame, answer string }{
+		{"version", `{"jsonrpc":"1.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`, "-32600"},
+		{"protocol", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"1999-01-01"}}}`, "1999-01-01"},
+		{"token", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"progressToken":"mcp-idempotent:p"}}}`, "reserved"},
+		{"id", `{"jsonrpc":"2.0","id":"mcp-idempotent:5","method":"tools/call","params":{"name":"charge_card","arguments":{}}}`, "reserved"},
+		{"meta", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},"_meta":{"mcp-idempotent/key":"a","mcp-idempotent/key":"b"}}}`, "-32602"},
+	}
+	for _, shadow := range []bool{false, true} {
+		for _, rc := range refused {
+			t.Run(fmt.Sprint("shadow=", shadow, "/", rc.name), func(t *testing.T) {
+				r, l := labelledRig(t, shadow)
+				r.client.send(t, rc.frame)
+				if got := r.client.next(t, "client"); !strings.Contains(got, `"error"`) || !strings.Contains(got, rc.answer) {
+					t.Fatalf("the client got %s; want the call refused (%s)", got, rc.answer)
+				}
+				want := []string{"charge_card false side_effect invalid"}
+				if c := l.all(); !slices.Equal(c, want) {
+					t.Errorf("counted %q; want %q", c, want)
+				}
+			})
+		}
+	}
+}
+
+// TestInUseCallCounted: a tools/call refused because another call still
+// under way holds its id is counted invalid under its tool.
+func TestInUseCallCounted(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		t.Run(fmt.Sprint("shadow=", shadow), func(t *testing.T) {
+			r, l := labelledRig(t, shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+			r.upstream.next(t, "upstream")
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
+			r.client.next(t, "client")
+			r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":1}}}`)
+			r.upstream.next(t, "upstream") // under way, not answered
+			r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge_card","arguments":{"n":2}}}`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, "already in use") {
+				t.Fatalf("the client got %s; want the id refused as in use", got)
+			}
+			c := l.all()
+			if n := slices.Index(c, "charge_card true side_effect invalid"); n < 0 || slices.Contains(c[n+1:], c[n]) {
+				t.Errorf("counted %q; want the refused call counted invalid once", c)
+			}
+		})
+	}
+}
