@@ -267,7 +267,7 @@ func (s *Session) refuseBatch(msgs []*jsonrpc.Message, why string) {
 	for _, m := range msgs {
 		if m.IsRequest() {
 			given[string(jsonrpc.IDKey(m.ID))]++
-			s.countRefused(m)
+			s.countRefused(m, jsonrpc.CodeInvalidRequest)
 		}
 	}
 	var errs [][]byte

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
@@ -160,7 +162,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	c.req.ID = in.ID
 	call := &c.call
 	if perr := call.ParseRead(in.Params, params); perr != nil && !call.Malformed {
-		s.countInvalid(context.Background(), call.Name) // its _meta could not be read
+		s.refusedCall(call, in.ID, perr.Code) // its _meta could not be read
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(in.ID), perr))
 		return
 	}
@@ -316,24 +318,40 @@ func (s *Session) knownTool(name string) toolInfo {
 	return s.tools.unlisted(name)
 }
 
-// countRefused counts m, a request refused as it came (in a batch, or
-// for its envelope, id or _meta), as invalid if it is a tools/call that
-// names its tool.
-func (s *Session) countRefused(m *jsonrpc.Message) {
+// countRefused counts m, a request refused as it came with an error of
+// code (in a batch, or for its envelope, id or _meta), as invalid if it
+// is a tools/call that names its tool, and traces it.
+func (s *Session) countRefused(m *jsonrpc.Message, code int) {
 	if m.Method != "tools/call" || m.ID == nil {
 		return
 	}
 	var call mcp.ToolCall
 	call.Parse(m.Params)
-	s.countInvalid(context.Background(), call.Name)
+	s.refusedCall(&call, m.ID, code)
 }
 
-// countInvalid counts a tools/call of the tool name, if named, refused
-// before any policy routed it, as invalid: in shadow mode too, since it
-// went nowhere. It is answered at once, so the tool is labelled by what
-// is known of it then. ctx holds the call's span, if it has one.
+// refusedCall counts call, the tools/call under id refused as it came
+// with an error of code, if it names its tool, and traces it: a span
+// that ends at once, marked with code.
+func (s *Session) refusedCall(call *mcp.ToolCall, id json.RawMessage, code int) {
+	if s.opts.Interceptor == nil || call.Name == "" {
+		return
+	}
+	ctx := context.Background()
+	var span trace.Span
+	if s.opts.Tracer != nil {
+		ctx, span = s.startCallSpan(ctx, call.Meta, call.Name, id)
+	}
+	s.countInvalid(ctx, call.Name)
+	endSpanWith(span, jsonrpc.Errorf(code, "").Object())
+}
+
+// countInvalid counts a tools/call of the tool name refused before any
+// policy routed it, as invalid: in shadow mode too, since it went
+// nowhere. It is answered at once, so the tool is labelled by what is
+// known of it then. ctx holds the call's span, if it has one.
 func (s *Session) countInvalid(ctx context.Context, name string) {
-	if s.opts.Interceptor == nil || name == "" {
+	if s.opts.Interceptor == nil {
 		return
 	}
 	info := s.knownTool(name)

@@ -125,7 +125,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		if why := jsonrpc.CheckRequest(msg); why != "" {
 			// Not passed on: a server may end the session on it.
 			s.log.Warn("refused a message from the client", "method", msg.Method, "why", why)
-			s.countRefused(msg)
+			s.countRefused(msg, jsonrpc.CodeInvalidRequest)
 			s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "mcp-idempotent: %s", why)))
 			return
 		}
@@ -134,7 +134,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		return
 	}
 	if msg.IsRequest() && !msg.Batch && s.reservedToken(params.Meta()) {
-		s.countRefused(msg)
+		s.countRefused(msg, jsonrpc.CodeInvalidParams)
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s", s.reservedTokenMessage())))
 		return
 	}
@@ -153,7 +153,7 @@ func (s *Session) fromClient(ctx context.Context, frame []byte) {
 		}
 		s.fromClientBatch(frame)
 	case msg.IsRequest() && s.reservedID(msg.ID):
-		s.countRefused(msg)
+		s.countRefused(msg, jsonrpc.CodeInvalidRequest)
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", s.reservedMessage())))
 	case msg.IsRequest() && msg.Method == "tools/call":
 		s.startToolCall(ctx, msg, &params)
@@ -215,12 +215,14 @@ func (s *Session) refuseVersion(msg *jsonrpc.Message, params *mcp.ParamsReader) 
 	if err == nil && (v == "" || mcp.Negotiable(v)) {
 		return false
 	}
-	s.countRefused(msg) // before the answer: a client that has it may read the count
 	if err != nil {
+		// Counted before the answer: a client that has it may read the count.
+		s.countRefused(msg, jsonrpc.CodeInvalidParams)
 		s.log.Warn("refused a request whose _meta could be read two ways", "method", msg.Method, "err", err)
 		s.writeClient(jsonrpc.NewErrorResponse(s.answerID(msg.ID), jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "mcp-idempotent: %s: %v", msg.Method, err)))
 		return true
 	}
+	s.countRefused(msg, codeUnsupportedVersion)
 	s.log.Warn("refused a request of a protocol version the proxy does not know", "method", msg.Method, "version", v)
 	s.writeClient(unsupportedVersion(s.answerID(msg.ID), v))
 	return true

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 
 	"go.opentelemetry.io/otel/trace"
@@ -30,15 +31,21 @@ type sessionConn interface {
 // from here on, and finish ends it, unless a request passing the call
 // upstream as it came took it (callSpan).
 func (s *Session) startSpan(c *clientCall) {
-	parent := telemetry.FromMeta(c.call.Meta)
+	c.ctx.Context, _ = s.startCallSpan(c.ctx.Context, c.call.Meta, c.call.Name, c.id())
+}
+
+// startCallSpan starts the span of the client's call of tool under id,
+// whose _meta is meta, in ctx: parented as startSpan says.
+func (s *Session) startCallSpan(ctx context.Context, meta json.RawMessage, tool string, id json.RawMessage) (context.Context, trace.Span) {
+	parent := telemetry.FromMeta(meta)
 	if hc, ok := s.client.(traceHeaderConn); ok && parent.Parent == "" {
-		parent.Parent, parent.State = hc.TraceHeaders(c.key())
+		parent.Parent, parent.State = hc.TraceHeaders(string(jsonrpc.IDKey(id)))
 	}
 	var session string
 	if sc, ok := s.client.(sessionConn); ok && !sc.Stateless() {
 		session = sc.ID()
 	}
-	c.ctx.Context, _ = telemetry.StartCall(c.ctx.Context, s.opts.Tracer, parent, c.call.Name, c.id(), session)
+	return telemetry.StartCall(ctx, s.opts.Tracer, parent, tool, id, session)
 }
 
 // endSpan ends the span of c, if it is traced and no request passing it

@@ -64,3 +64,36 @@ func TestNotRunCallIsTraced(t *testing.T) {
 		t.Fatalf("ended spans %v of %d started; want the call's, marked an error", ended, len(rec.Started()))
 	}
 }
+
+// TestRefusedAsItCameCallIsTraced: a tools/call refused as it came, for
+// its envelope, id or _meta, or in a refused batch, is a span of the
+// client's trace too, ended at once, marked with the refusal and the
+// decision calls_total counts it under.
+func TestRefusedAsItCameCallIsTraced(t *testing.T) {
+	meta := `"_meta":{"traceparent":"` + traceparent + `"`
+	refused := []struct{ name, frame, code string }{
+		{"version", `{"jsonrpc":"1.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `}}}`, "-32600"},
+		{"protocol", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `,"io.modelcontextprotocol/protocolVersion":"1999-01-01"}}}`, "-32022"},
+		{"token", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `,"progressToken":"mcp-idempotent:p"}}}`, "-32602"},
+		{"id", `{"jsonrpc":"2.0","id":"mcp-idempotent:5","method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `}}}`, "-32600"},
+		{"meta", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `,"mcp-idempotent/key":"a","mcp-idempotent/key":"b"}}}`, "-32602"},
+		{"batch", `[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge_card","arguments":{},` + meta + `}}}]`, "-32600"},
+	}
+	for _, rc := range refused {
+		t.Run(rc.name, func(t *testing.T) {
+			r, rec := tracedRig(t)
+			r.client.send(t, rc.frame)
+			if got := r.client.next(t, "client"); !strings.Contains(got, `"error"`) {
+				t.Fatalf("the client got %s; want the call refused", got)
+			}
+			s := endedCallSpanOf(t, rec, "charge_card")
+			if s.Parent().SpanID().String() != clientSpan {
+				t.Errorf("the span is under %v; want the client's", s.Parent())
+			}
+			if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != rc.code || attribute(s, "mcp_idempotent.decision") != "invalid" {
+				t.Errorf("span status %v, code %q, decision %q; want an error, %s, invalid",
+					s.Status(), attribute(s, "rpc.response.status_code"), attribute(s, "mcp_idempotent.decision"), rc.code)
+			}
+		})
+	}
+}
