@@ -243,6 +243,12 @@ func (s *Session) passThrough(c *clientCall, call *mcp.ToolCall) {
 }
 
 func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInfo) {
+	if !jsonrpc.PortableID(c.id()) && s.passesAsItCame(call, info) {
+		// Refused before it is counted as passed: forward would refuse it.
+		s.countInvalid(&c.ctx, call.Name)
+		c.refuse(jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", unportableID))
+		return
+	}
 	if call.Malformed {
 		s.malformedCall(c, call, info)
 		return
@@ -287,6 +293,20 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 		return
 	}
 	s.opts.Interceptor.Handle(&c.ctx, &c.req)
+}
+
+// passesAsItCame reports whether call, of the tool info says, goes
+// upstream as it came, under the client's own id: every call in shadow
+// mode, and one passed through unrecorded without a retry rule.
+func (s *Session) passesAsItCame(call *mcp.ToolCall, info toolInfo) bool {
+	if s.shadowing() {
+		return true
+	}
+	if call.Malformed {
+		return false
+	}
+	route, refusal := intercept.RouteCall(call, info.policy)
+	return refusal == nil && route == intercept.RoutePassThrough
 }
 
 // malformedCall handles c, whose call has a member MCP does not allow as

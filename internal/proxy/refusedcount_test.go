@@ -204,3 +204,26 @@ func TestInUseCallCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestUnportableIDCallCounted: a call that would go upstream under the
+// client's own id, which a server could read as another, is refused and
+// counted invalid, not passed_through: nothing went upstream.
+func TestUnportableIDCallCounted(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		t.Run(fmt.Sprint("shadow=", shadow), func(t *testing.T) {
+			r, l := labelledRig(t, shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+			r.upstream.next(t, "upstream")
+			r.upstream.send(t, `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+			r.client.next(t, "client")
+			r.client.send(t, `{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"echo","arguments":{}}}`)
+			if got := r.client.next(t, "client"); !strings.Contains(got, "-32600") {
+				t.Fatalf("the client got %s; want the call refused", got)
+			}
+			want := []string{"echo true read_only invalid"}
+			if c := l.all(); !slices.Equal(c, want) {
+				t.Errorf("counted %q; want %q", c, want)
+			}
+		})
+	}
+}
