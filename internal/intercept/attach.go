@@ -73,6 +73,9 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 			in.answer(ctx, req, cur, replayed)
 			return
 		}
+		if in.toldNotRecorded(req, cur) {
+			return
+		}
 		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
 		req.got = journal.GotInProgress
@@ -86,6 +89,9 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		cur, gerr := in.store.Get(ctx, rec.ID)
 		if gerr != nil {
 			cur = rec
+		}
+		if in.toldNotRecorded(req, cur) {
+			return
 		}
 		in.decided(req, rec.Tool, "in_progress")
 		req.got = journal.GotInProgress
@@ -107,6 +113,22 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	default:
 		in.answer(ctx, req, settled, replayed)
 	}
+}
+
+// toldNotRecorded tells req's caller, whose wait for cur, not settled in
+// the store, ended, that cur ran and its outcome could not be recorded
+// yet, if this process holds that outcome (recordLater), and reports
+// whether it did. "Still in progress" would be untrue: the first caller
+// was told so, and a retry matched by this process in a store outage
+// (attachOwn) gets what the first caller got.
+func (in *Interceptor) toldNotRecorded(req *Request, cur *record.Record) bool {
+	if in.own.keptFor(cur.ID) == nil {
+		return false
+	}
+	in.log.Info("the wait ended; told the caller the outcome ran and is not recorded yet", "execution", cur.ID, "request", req.Correlation)
+	req.got = journal.GotNoOutcome
+	in.replyError(req, notRecordedYet(cur))
+	return true
 }
 
 // tellAttached tells req's caller, if it asked for progress, that it is

@@ -160,3 +160,58 @@ func TestRetryInOutageRunsAgainByPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryInOutageToldOutcomeNotRecorded: a retry attached to an
+// execution of this process whose outcome it holds and could not record
+// is not told at the end of its wait, the store still down, that the
+// execution is still in progress: it ran. It is told what its first
+// caller was, that the outcome could not be recorded yet.
+func TestRetryInOutageToldOutcomeNotRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running bool // the retry comes while the execution still runs
+	}{{"running", true}, {"outcome kept", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+					<-release
+					return charged(ctx, n, p)
+				})
+				store := &allDown{Store: h.store}
+				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				releaseOnce := sync.OnceFunc(func() { close(release) })
+				defer func() {
+					releaseOnce()
+					store.down.Store(false)
+					h.in.Wait(context.Background())
+				}()
+				first := h.call(t.Context(), t, chargeCall)
+				synctest.Wait() // dispatched: the upstream holds it
+				store.down.Store(true)
+				if !tc.running {
+					releaseOnce()
+					first.only(t)
+				}
+				retry := h.call(t.Context(), t, chargeCall)
+				synctest.Wait()
+				if tc.running {
+					releaseOnce()
+					first.only(t)
+				}
+				// The attach window passes, the store still down.
+				a := <-retry.got
+				if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "ran, but its outcome could not be recorded yet") {
+					t.Fatalf("retry got %s %s; want its outcome not recorded yet", a.Error, a.Result)
+				}
+				store.down.Store(false)
+				if err := h.in.Wait(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if n := h.up.calls.Load(); n != 1 {
+					t.Fatalf("upstream reached %d times; want 1", n)
+				}
+			})
+		})
+	}
+}

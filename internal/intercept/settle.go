@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
@@ -142,9 +141,7 @@ func (e *execution) recordOutcome() {
 		// (its lease renewed by this process) while callers wait on it.
 		in.recordLater(req, rec, c)
 		req.got = journal.GotNoOutcome
-		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-			"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
-			rec.ID, rec.Tool))
+		in.replyError(req, notRecordedYet(rec))
 		return
 	}
 	e.outcomeStored()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -154,4 +155,12 @@ func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
 		"Still in progress: execution %s of %s has not finished after %s (state %s). "+
 			"Do not retry: the same call attaches to this execution and returns its answer once it is done.",
 		r.ID, r.Tool, window, state), "in_progress", r)
+}
+
+// notRecordedYet is the answer of a caller of execution r, whose outcome
+// this process holds and the store has not taken yet.
+func notRecordedYet(r *record.Record) *jsonrpc.Error {
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError,
+		"mcp-idempotent: execution %s of %s ran, but its outcome could not be recorded yet; calling again attaches to it and gets the outcome once it is",
+		r.ID, r.Tool)
 }
