@@ -22,14 +22,15 @@ import (
 // with an outcome the store has not taken yet. Nil if there is none.
 //
 // An execution under way is joined whatever the tool's policy, as the
-// store joins one. An outcome is, as the store would replay it, only when
+// store joins one. One with a kept outcome is not under way, though it
+// is still among sentCalls while it ends: its caller is told first. An outcome is, as the store would replay it, only when
 // it is a completion and replace (the reservation's Replace) takes no
 // settled record: a failure runs again, and a tool whose policy runs a
 // delivered call again (idempotent, or replay: undelivered) would run
 // this one again, if its first caller got the answer, which this process
 // does not keep count of.
 func (in *Interceptor) ownExecution(fresh *record.Record, replace []record.State) *record.Record {
-	if r := in.sent.of(fresh.Key, fresh.Fingerprint); r != nil {
+	if r := in.sent.of(fresh.Key, fresh.Fingerprint); r != nil && in.own.keptFor(r.ID) == nil {
 		return r
 	}
 	if k := in.own.keptForCall(fresh.Key, fresh.Fingerprint); k != nil && k.c.To == record.Completed && len(replace) == 0 {

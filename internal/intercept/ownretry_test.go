@@ -215,3 +215,55 @@ func TestRetryInOutageToldOutcomeNotRecorded(t *testing.T) {
 		})
 	}
 }
+
+// onReply is a Replier that calls then, once it has the answer, before
+// it returns: what the caller does at once, before the proxy goes on.
+type onReply struct {
+	*answers
+	then func()
+}
+
+func (r onReply) Reply(a Answer) error {
+	err := r.answers.Reply(a)
+	r.then()
+	return err
+}
+
+// TestRetryInOutageAtTheFirstAnswer: a retry made the moment its first
+// caller is told the outcome could not be recorded, while the execution
+// that got it is still ending, meets that outcome, not an execution under
+// way: a tool that replays only undelivered answers is not attached to
+// it, and the retry gets the store's refusal, as one made a moment later.
+func TestRetryInOutageAtTheFirstAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+			<-release
+			return charged(ctx, n, p)
+		})
+		h.pol.Replay = policy.ReplayUndelivered
+		store := &allDown{Store: h.store}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+		defer func() {
+			store.down.Store(false)
+			h.in.Wait(context.Background())
+		}()
+		req, first := h.request(t, chargeCall)
+		retryReq, retry := h.request(t, chargeCall)
+		req.Reply = onReply{first, func() {
+			h.in.Handle(t.Context(), retryReq)
+			synctest.Wait() // the retry answered, or attached
+		}}
+		h.in.Handle(t.Context(), req)
+		synctest.Wait() // dispatched: the upstream holds it
+		store.down.Store(true)
+		close(release)
+		if a := <-first.got; a.Error == nil {
+			t.Fatalf("first call got %s; want its outcome not recorded yet", a.Result)
+		}
+		a := <-retry.got
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "not executed") {
+			t.Fatalf("retry got %s %s; want the store's refusal", a.Error, a.Result)
+		}
+	})
+}
