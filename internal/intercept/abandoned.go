@@ -85,6 +85,17 @@ func (l *abandoned) take(id string) (a abandonment, ok bool) {
 	return a, ok
 }
 
+// has returns id's abandonment, if id is abandoned.
+func (l *abandoned) has(id string) (a abandonment, ok bool) {
+	if l.n.Load() == 0 {
+		return abandonment{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok = l.m[id]
+	return a, ok
+}
+
 // ids returns the abandoned executions' ids.
 func (l *abandoned) ids() []string {
 	if l.n.Load() == 0 {

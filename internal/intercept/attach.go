@@ -116,18 +116,29 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 }
 
 // toldNotRecorded tells req's caller, whose wait for cur, not settled in
-// the store, ended, that cur ran and its outcome could not be recorded
-// yet, if this process holds that outcome (recordLater), and reports
-// whether it did. "Still in progress" would be untrue: the first caller
-// was told so, and a retry matched by this process in a store outage
-// (attachOwn) gets what the first caller got.
+// the store, ended, what this process knows and the store does not yet,
+// and reports whether it did: that cur ran, and its outcome, which this
+// process holds (recordLater), could not be recorded yet; or that it was
+// not executed, its dispatch refused (abandoned). "Still in progress"
+// would be untrue. Its first caller was told the same, and a retry
+// matched by this process in a store outage (attachOwn) gets it too.
 func (in *Interceptor) toldNotRecorded(req *Request, cur *record.Record) bool {
-	if in.own.keptFor(cur.ID) == nil {
+	var e *jsonrpc.Error
+	if in.own.keptFor(cur.ID) != nil {
+		e = notRecordedYet(cur)
+	} else if a, ok := in.abandoned.has(cur.ID); ok && a.c.To == record.Failed {
+		again := "calling again runs it"
+		if req.Policy.NeedsApproval() && !in.shadow {
+			again += " once approved"
+		}
+		e = jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s of %s was not sent: %s (nothing ran; %s)", cur.ID, cur.Tool, a.c.Note, again)
+	} else {
 		return false
 	}
-	in.log.Info("the wait ended; told the caller the outcome ran and is not recorded yet", "execution", cur.ID, "request", req.Correlation)
+	in.log.Info("the wait ended; told the caller what the store has not recorded yet", "execution", cur.ID, "request", req.Correlation)
 	req.got = journal.GotNoOutcome
-	in.replyError(req, notRecordedYet(cur))
+	in.replyError(req, e)
 	return true
 }
 

@@ -87,6 +87,9 @@ const (
 func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Request, note string) {
 	e := in.newExecution(ctx, req, rec)
 	e.why = note
+	if in.storeWaits && (rec.State == record.Accepted || rec.State == record.Authorized) {
+		in.unsent.add(rec) // until its dispatch, or its end (ownExecution)
+	}
 	if rec.State == record.Unknown {
 		e.m = resumed
 		// Its first send may have run, unless the status tool said it
@@ -179,6 +182,7 @@ func (e *execution) end(answer func()) {
 	}
 	if e.rec != nil && e.in.storeWaits {
 		defer e.in.sent.drop(e.rec.Key, e.rec.ID)
+		defer e.in.unsent.drop(e.rec.Key, e.rec.ID)
 	}
 	switch {
 	case answer != nil:
@@ -413,6 +417,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 		// Only a store outside this process can lose a record while it
 		// runs (lostSent).
 		e.in.sent.add(claimed)
+		e.in.unsent.drop(claimed.Key, claimed.ID)
 	}
 	e.step = sending
 }

@@ -331,6 +331,7 @@ type Interceptor struct {
 	// executions its calls settled as gone (owntakeover.go).
 	own        ownTakeovers
 	sent       sentCalls     // executions sent and not yet ended, by key (lost.go)
+	unsent     sentCalls     // executions waiting for their account, by key (ownretry.go)
 	grants     grants        // the approvals that cover a session (approval: session)
 	waits      operatorWaits // the waits for an operator's decision, by session
 	questions  questions     // approvals asked in a round whose question was taken

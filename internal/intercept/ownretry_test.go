@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
@@ -264,6 +265,94 @@ func TestRetryInOutageAtTheFirstAnswer(t *testing.T) {
 		a := <-retry.got
 		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "not executed") {
 			t.Fatalf("retry got %s %s; want the store's refusal", a.Error, a.Result)
+		}
+	})
+}
+
+// TestRetryInOutageAttachesToAnExecutionWaitingForItsAccount: a retry
+// made while the store is down, of a call this process reserved and
+// holds until its account has room, is not told that the call was not
+// executed: it runs once the account lets it. The retry attaches to it,
+// as the store would have, and gets its outcome; the tool ran once.
+func TestRetryInOutageAttachesToAnExecutionWaitingForItsAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := &allDown{Store: h.store}
+		a := policy.Account{Name: "bank", Rate: 100, Burst: 100, MaxConcurrency: 1}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Accounts: map[string]policy.Account{a.Name: a}})
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Base: time.Millisecond, Cap: time.Millisecond, Account: a.Name}
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		defer func() {
+			releaseOnce()
+			store.down.Store(false)
+			h.in.Wait(context.Background())
+		}()
+		first := h.call(t.Context(), t, charge(1))
+		synctest.Wait() // charge(1) holds the account's one slot
+		second := h.call(t.Context(), t, charge(2))
+		synctest.Wait() // charge(2) reserved, waiting for the slot
+		store.down.Store(true)
+		retry := h.call(t.Context(), t, charge(2))
+		synctest.Wait()
+		if retry.count() != 0 {
+			a := <-retry.got
+			t.Fatalf("retry while the store is down got %s %s; want it attached to the execution waiting for its account", a.Error, a.Result)
+		}
+		store.down.Store(false)
+		releaseOnce()
+		first.only(t)
+		if v := view(t, second.only(t)); v.Content[0].Text != "charge #2" {
+			t.Fatalf("second call got %+v; want charge #2", v)
+		}
+		if v := view(t, retry.only(t)); v.Content[0].Text != "charge #2" {
+			t.Fatalf("retry got %+v; want the execution's outcome, charge #2", v)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.up.calls.Load(); n != 2 {
+			t.Fatalf("upstream reached %d times; want 2", n)
+		}
+	})
+}
+
+// TestRetryInOutageToldItsExecutionWasNotSent: a retry attached in a
+// store outage to an execution waiting for its account, whose dispatch
+// the store, still down, then refused, is told at the end of its wait
+// what the first caller was: the call was not executed. Not "still in
+// progress": nothing will send it.
+func TestRetryInOutageToldItsExecutionWasNotSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := &allDown{Store: h.store}
+		acct := policy.Account{Name: "bank", Rate: 100, Burst: 100, MaxConcurrency: 1}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Accounts: map[string]policy.Account{acct.Name: acct}})
+		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Base: time.Millisecond, Cap: time.Millisecond, Account: acct.Name}
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		defer func() {
+			releaseOnce()
+			store.down.Store(false)
+			h.in.Wait(context.Background())
+		}()
+		first := h.call(t.Context(), t, charge(1))
+		synctest.Wait() // charge(1) holds the account's one slot
+		second := h.call(t.Context(), t, charge(2))
+		synctest.Wait() // charge(2) reserved, waiting for the slot
+		store.down.Store(true)
+		retry := h.call(t.Context(), t, charge(2))
+		synctest.Wait() // attached
+		releaseOnce()
+		first.only(t)
+		if a := second.only(t); a.Error == nil || !strings.Contains(jsonrpc.DecodeError(a.Error).Message, "not executed") {
+			t.Fatalf("second call got %s %s; want not executed", a.Error, a.Result)
+		}
+		// The attach window passes, the store still down.
+		a := <-retry.got
+		if e := jsonrpc.DecodeError(a.Error); a.Error == nil || !strings.Contains(e.Message, "was not sent: the store refused the dispatch") {
+			t.Fatalf("retry got %s %s; want not sent, as the first caller was told", a.Error, a.Result)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
 		}
 	})
 }
