@@ -212,7 +212,8 @@ func (s *Session) serverAnswersLocked(l *link, msgs []*jsonrpc.Message, frame []
 // the client is to get it: naming the request by the id the client knows,
 // and the request forgotten; nil to drop it, when it names no open
 // request of a restarted upstream's (the client may hold an exited one's
-// under that id). s.mu must be held.
+// under that id). It may instead end a standing request of the client's
+// that l was sent (listenEndedLocked). s.mu must be held.
 func (s *Session) serverCancelledLocked(l *link, m *jsonrpc.Message) []byte {
 	id, err := jsonrpc.CancelledID(m.Params)
 	if err != nil || id == nil {
@@ -223,6 +224,9 @@ func (s *Session) serverCancelledLocked(l *link, m *jsonrpc.Message) []byte {
 	}
 	key, ok := s.serverIDs[string(jsonrpc.IDKey(id))]
 	r := s.serverReqs[key]
+	if (!ok || r.l != l) && s.listenEndedLocked(l, id) {
+		return m.Raw
+	}
 	if !ok || r.l != l {
 		if l.gen > 1 {
 			return nil
@@ -304,4 +308,20 @@ func (s *Session) endServerRequests(l *link) {
 func (s *Session) refuseServerRequest(l *link, id json.RawMessage, why string) {
 	s.log.Info("answered a request of the upstream's for the client", "id", string(id), "why", why)
 	s.writeLink(l, jsonrpc.NewErrorResponse(id, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: %s", why)))
+}
+
+// listenEndedLocked reports whether id names a standing request of the
+// client's (subscriptions/listen) that l was sent, and if so forgets it:
+// on stdio a 2026-07-28 server ends a subscription by cancelling its
+// listen request, and answers it no more. The request went upstream
+// under the client's own id, so the cancellation passes on as it came.
+// s.mu must be held.
+func (s *Session) listenEndedLocked(l *link, id []byte) bool {
+	key := string(jsonrpc.IDKey(id))
+	f, ok := s.forwarded[key]
+	if !ok || !standing(f.method) || f.link != l {
+		return false
+	}
+	s.forgetLocked(key)
+	return true
 }
