@@ -218,20 +218,50 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
 		}
 		tc.Stateless = m.version != nil
-		ext, err := tasksDeclaration(tc.Meta)
-		if err != nil {
-			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
-		}
-		if ext != nil && ext[0] != '{' {
-			// An extension's settings are an object. The fingerprint
-			// keeps only whether a call declares the extension, and a
-			// server may read false or 1 either way, as params.task.
-			tc.Malformed = true
-			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: the %s extension's settings must be an object, got %s", name, TasksExtension, kind(ext))
-		}
-		tc.TasksExtension = ext != nil
+		return tc.readTasksExtension(name, m.caps)
 	}
 	return nil
+}
+
+// readTasksExtension sets TasksExtension from the call's _meta, whose
+// client capabilities are caps, for the tools/call of tool name. The
+// capabilities, the extensions in them and the tasks extension's
+// settings are objects (null is taken for absent): the fingerprint keeps
+// only whether a call declares the extension, and a server may read
+// false or 1 at any of them either way, as params.task.
+func (tc *ToolCall) readTasksExtension(name string, caps []byte) *jsonrpc.Error {
+	what, value, err := capabilitiesNotObject(caps)
+	if err == nil && what == "" {
+		value, err = tasksDeclaration(tc.Meta)
+		what = "the " + TasksExtension + " extension's settings"
+	}
+	if err != nil {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
+	}
+	if value != nil && value[0] != '{' {
+		tc.Malformed = true
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %s must be an object, got %s", name, what, kind(value))
+	}
+	tc.TasksExtension = value != nil
+	return nil
+}
+
+// capabilitiesNotObject returns which of caps, a call's client
+// capabilities, and the extensions in them is neither an object nor
+// null, and its value; "" where neither is. Extensions given twice, or in
+// another case, are an error, as for tasksDeclaration.
+func capabilitiesNotObject(caps []byte) (string, json.RawMessage, error) {
+	if caps == nil || string(caps) == "null" {
+		return "", nil, nil
+	}
+	if caps[0] != '{' {
+		return MetaClientCapabilities, caps, nil
+	}
+	ext, err := jsonrpc.MemberOnce(caps, "extensions")
+	if err != nil || ext == nil || string(ext) == "null" || ext[0] == '{' {
+		return "", nil, err
+	}
+	return MetaClientCapabilities + ".extensions", ext, nil
 }
 
 // plainName reports whether raw, a JSON string, is ASCII without an
@@ -263,12 +293,13 @@ const (
 	metaKeyCommon
 	metaDeadline
 	metaProtocolVersion
+	metaClientCapabilities
 )
 
 // callMeta holds the raw values of the _meta members the proxy reads, nil
 // when absent.
 type callMeta struct {
-	key, keyCommon, deadline, version []byte
+	key, keyCommon, deadline, version, caps []byte
 }
 
 // readMeta reads the members of meta, an object, that the proxy acts on,
@@ -286,6 +317,8 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 			m.deadline = value
 		case metaProtocolVersion:
 			m.version = value
+		case metaClientCapabilities:
+			m.caps = value
 		}
 		return true
 	})

@@ -275,3 +275,34 @@ func TestTasksExtensionSettings(t *testing.T) {
 func tasksCall(settings string) string {
 	return `{"name":"t","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":` + settings + `}}}}`
 }
+
+// TestCapabilitiesNotObjects: a 2026-07-28 call's client capabilities,
+// and the extensions among them, are objects; null is taken for absent.
+// Another value is refused as tasks extension settings that are not an
+// object are: a server may read "extensions": false as declaring none,
+// or as declaring them, so the proxy could not tell which action the
+// call is.
+func TestCapabilitiesNotObjects(t *testing.T) {
+	for _, meta := range []string{
+		`{"io.modelcontextprotocol/clientCapabilities":null}`,
+		`{"io.modelcontextprotocol/clientCapabilities":{"extensions":null}}`,
+		`{"io.modelcontextprotocol/clientCapabilities":{}}`,
+	} {
+		var tc ToolCall
+		if err := tc.Parse(json.RawMessage(`{"name":"t","_meta":` + meta + `}`)); err != nil || tc.TasksExtension {
+			t.Errorf("_meta %s: error %v, TasksExtension %v; want neither", meta, err, tc.TasksExtension)
+		}
+	}
+	for _, value := range []string{`false`, `true`, `0`, `"tasks"`, `[]`} {
+		for _, meta := range []string{
+			`{"io.modelcontextprotocol/clientCapabilities":` + value + `}`,
+			`{"io.modelcontextprotocol/clientCapabilities":{"extensions":` + value + `}}`,
+		} {
+			var tc ToolCall
+			err := tc.Parse(json.RawMessage(`{"name":"t","_meta":` + meta + `}`))
+			if err == nil || err.Code != jsonrpc.CodeInvalidParams || !tc.Malformed || !strings.Contains(err.Message, "must be an object") {
+				t.Errorf("_meta %s: error %v (Malformed=%v); want -32602, malformed", meta, err, tc.Malformed)
+			}
+		}
+	}
+}
