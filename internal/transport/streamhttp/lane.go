@@ -101,6 +101,36 @@ func (ss *ServerSession) laneStreamLocked(m *jsonrpc.Message, related string) (*
 	return st, jsonrpc.Replace(m.Raw, id, ss.origIDs[key])
 }
 
+// laneCancelledLocked carries m, a notifications/cancelled of the
+// server's on a stateless lane, to the lane's request it names, and
+// reports whether one was named. A stdio server so ends a 2026-07-28
+// subscriptions/listen: the client reads it on that request's stream,
+// under its own id, and the stream ends, as no answer is coming. The
+// lane answers the server's own requests itself, so the id can name no
+// request of the server's.
+func (ss *ServerSession) laneCancelledLocked(m *jsonrpc.Message) bool {
+	id, err := jsonrpc.CancelledID(m.Params)
+	if err != nil || id == nil {
+		return false
+	}
+	key := string(jsonrpc.IDKey(id))
+	p := ss.pending[key]
+	if p == nil || ss.origIDs[key] == nil {
+		return false
+	}
+	frame := jsonrpc.Replace(m.Raw, id, ss.origIDs[key])
+	delete(ss.pending, key)
+	delete(ss.origIDs, key)
+	ss.dropTokenLocked(p)
+	for _, st := range p.streams {
+		ss.appendLocked(st, frame)
+		if st.want--; st.want == 0 {
+			ss.endLocked(st)
+		}
+	}
+	return true
+}
+
 // laneAnswerLocked returns m, the answer to the lane's request under key,
 // under the client's own id. A subscriptions/listen's result names its
 // request in _meta too (subscriptionId): that is given back as well.

@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -198,5 +199,25 @@ func TestServerStatelessSubscriptionMetaTwice(t *testing.T) {
 	msgs := readEvents(t, resp.Body)
 	if len(msgs) != 2 || strings.Contains(msgs[1].data, "list_changed") {
 		t.Fatalf("the stream carried %v; want the acknowledgement and the answer", msgs)
+	}
+}
+
+// TestServerStatelessSubscriptionCancelled: a stdio server ends a
+// subscription by cancelling its subscriptions/listen. On a stateless
+// lane the cancellation goes on that request's stream, under the id as
+// the client wrote it, and the stream ends: no answer is coming.
+func TestServerStatelessSubscriptionCancelled(t *testing.T) {
+	_, _, hs := newTestServer(t, ServerOptions{})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "endlisten"}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp := do(t, ctx, "POST", hs.URL, `{"jsonrpc":"2.0","id":"sub-1","method":"endlisten","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, hdr)
+	defer resp.Body.Close()
+	msgs := readEvents(t, resp.Body)
+	if ctx.Err() != nil {
+		t.Fatalf("the stream did not end; it carried %v", msgs)
+	}
+	if len(msgs) != 1 || !strings.Contains(msgs[0].data, `"notifications/cancelled"`) || !strings.Contains(msgs[0].data, `"requestId":"sub-1"`) {
+		t.Fatalf("the stream carried %v; want the cancellation of sub-1", msgs)
 	}
 }

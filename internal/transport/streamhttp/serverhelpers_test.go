@@ -151,6 +151,11 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 			if jsonrpc.Member(m.Params, "twice") != nil {
 				s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":` + string(m.ID) + `},"_meta":{"io.modelcontextprotocol/subscriptionId":"h0"}}}`))
 			}
+		case "endlisten":
+			// A stdio server ending its subscription: it cancels the
+			// listen, and answers it no more.
+			s.WriteFrame([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(m.ID) + `,"reason":"shutting down"}}`))
+			return
 		case "late":
 			// Progress after the answer, as a task's goes on.
 			s.WriteFrame(jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`)))

@@ -358,6 +358,9 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 			return true
 		}
 	}
+	if ss.stateless && m.Method == "notifications/cancelled" && ss.laneCancelledLocked(m) {
+		return true
+	}
 	if ss.stateless {
 		if st, frame := ss.laneStreamLocked(m, related); st != nil {
 			ss.appendLocked(st, frame)
