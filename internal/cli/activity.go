@@ -240,7 +240,11 @@ func (a *activityArgs) check() error {
 		if a.limit < 1 {
 			return usagef("--limit: %d; want 1 or more", a.limit)
 		}
-		if a.fingerprint != "" && !isFingerprint(a.fingerprint) {
+		// Records hold lower-case hex; a fingerprint copied from a tool
+		// that prints upper case is the same one.
+		if fp := strings.ToLower(a.fingerprint); isFingerprint(fp) {
+			a.fingerprint = fp
+		} else if a.fingerprint != "" {
 			// Logs print a fingerprint's first 12 digits: matched as a
 			// whole, that would list nothing, which reads as "no calls".
 			return usagef("--fingerprint: %q is not a whole fingerprint: give its 64 hex digits, as activity show prints them (logs print the first 12)", a.fingerprint)

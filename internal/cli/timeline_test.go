@@ -311,16 +311,19 @@ func TestShowFindsTheFingerprintPastOthers(t *testing.T) {
 		t.Errorf("%d related executions; want only %s, with %d calls of other arguments between",
 			len(tl.Later.Related), earlier, relatedBound+1)
 	}
-	out, _, err = run(t, "activity", "list", "--store", "sqlite:"+path, "--fingerprint", fp1, "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []*record.Record
-	if err := json.Unmarshal([]byte(out), &recs); err != nil {
-		t.Fatal(err)
-	}
-	if len(recs) != 2 || recs[0].ID != id || recs[1].ID != earlier {
-		t.Errorf("activity list --fingerprint fp1 gave %d executions; want %s and %s", len(recs), id, earlier)
+	// Upper case is the same fingerprint, not one the store lacks.
+	for _, fp := range []string{fp1, strings.ToUpper(fp1)} {
+		out, _, err = run(t, "activity", "list", "--store", "sqlite:"+path, "--fingerprint", fp, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []*record.Record
+		if err := json.Unmarshal([]byte(out), &recs); err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 2 || recs[0].ID != id || recs[1].ID != earlier {
+			t.Errorf("activity list --fingerprint %s gave %d executions; want %s and %s", fp, len(recs), id, earlier)
+		}
 	}
 }
 
