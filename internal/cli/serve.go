@@ -201,7 +201,7 @@ func (f *serveFlags) check(argv []string) error {
 		}
 	}
 	for _, h := range f.hosts {
-		if h == "" || strings.ContainsAny(h, "/ \t@?#") {
+		if strings.Trim(h, ".") == "" || strings.ContainsAny(h, "/ \t@?#") {
 			return usagef("--allow-host: %q is not a host name, such as app.example.com", h)
 		}
 		if _, _, err := net.SplitHostPort(h); err == nil {

@@ -57,6 +57,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"origin port out of range", []string{"serve", "--allow-origin", "https://a.com:99999", "--", "/bin/cat"}, []string{"--allow-origin", `"https://a.com:99999"`, "port"}},
 		{"origin port zero", []string{"serve", "--allow-origin", "http://a.com:0", "--", "/bin/cat"}, []string{"--allow-origin", `"http://a.com:0"`, "port"}},
 		{"empty host", []string{"serve", "--allow-host", "", "--", "/bin/cat"}, []string{"--allow-host", "empty value"}},
+		{"host of a final dot alone", []string{"serve", "--allow-host", ".", "--", "/bin/cat"}, []string{"--allow-host", `"."`, "not a host name"}},
 		{"host with a scheme", []string{"serve", "--allow-host", "https://a.com", "--", "/bin/cat"}, []string{"--allow-host"}},
 		{"host with a port", []string{"serve", "--allow-host", "a.com:8080", "--", "/bin/cat"}, []string{"--allow-host", `"a.com:8080"`, "port"}},
 		{"IPv6 host with a port", []string{"serve", "--allow-host", "[fe80::1]:8080", "--", "/bin/cat"}, []string{"--allow-host", "port"}},

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,7 +152,7 @@ func NewServer(opts ServerOptions) *Server {
 	// an IPv6 address without its brackets.
 	hosts := make([]string, len(opts.AllowHosts))
 	for i, h := range opts.AllowHosts {
-		hosts[i] = strings.Trim(strings.ToLower(h), "[]")
+		hosts[i] = hostName(h)
 	}
 	opts.AllowHosts = hosts
 	s := &Server{

@@ -42,7 +42,7 @@ func (s *Server) checkSource(r *http.Request) *httpError {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if !s.hostAllowed(strings.Trim(strings.ToLower(host), "[]")) {
+	if !s.hostAllowed(hostName(host)) {
 		return refuse(http.StatusForbidden, "Host %q is not allowed: the proxy answers loopback names and the hosts given with --allow-host or --allow-origin", r.Host)
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
@@ -90,6 +90,13 @@ func unsupportedVersion(where, v string) *httpError {
 	return e
 }
 
+// hostName is host as the Host and Origin checks compare it: lower case,
+// without IPv6 brackets, and without a DNS name's final dot, for
+// "a.example." and "a.example" are one host.
+func hostName(host string) string {
+	return strings.TrimSuffix(strings.Trim(strings.ToLower(host), "[]"), ".")
+}
+
 func isLoopbackName(host string) bool {
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
@@ -99,11 +106,14 @@ func isLoopbackName(host string) bool {
 }
 
 func (s *Server) hostAllowed(host string) bool {
+	if host == "" {
+		return false // an --allow-host of "." must not admit a request without a Host
+	}
 	if isLoopbackName(host) || slices.Contains(s.opts.AllowHosts, host) {
 		return true
 	}
 	for _, o := range s.opts.AllowOrigins {
-		if u, err := url.Parse(o); err == nil && strings.EqualFold(u.Hostname(), host) {
+		if u, err := url.Parse(o); err == nil && hostName(u.Hostname()) == host {
 			return true
 		}
 	}
@@ -117,7 +127,7 @@ func (s *Server) originAllowed(origin string) bool {
 		}
 	}
 	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(strings.ToLower(u.Hostname()))
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(hostName(u.Hostname()))
 }
 
 // authenticate finds the actor of the request's bearer token, comparing
@@ -182,5 +192,5 @@ func sameOrigin(a, b string) bool {
 		}
 		return map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
 	}
-	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Hostname(), ub.Hostname()) && port(ua) == port(ub)
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && hostName(ua.Hostname()) == hostName(ub.Hostname()) && port(ua) == port(ub)
 }

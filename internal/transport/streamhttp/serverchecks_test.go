@@ -98,7 +98,7 @@ func TestServerTooDeep(t *testing.T) {
 
 func TestServerOriginAndHost(t *testing.T) {
 	_, _, hs := newTestServer(t, ServerOptions{AllowOrigins: []string{"https://app.example.com", "https://ports.example.com:443"},
-		AllowHosts: []string{"MCP.Example.org", "[fd00::1]"}})
+		AllowHosts: []string{"MCP.Example.org", "[fd00::1]", "fqdn.example.net."}})
 	tests := []struct {
 		name   string
 		hdr    map[string]string
@@ -117,6 +117,15 @@ func TestServerOriginAndHost(t *testing.T) {
 		{"allowed origin's host", map[string]string{"Host": "app.example.com"}, 200},
 		{"allowed host in another case", map[string]string{"Host": "mcp.EXAMPLE.org:8080"}, 200},
 		{"allowed IPv6 host", map[string]string{"Host": "[fd00::1]:8080"}, 200},
+		// A DNS name with its final dot is the same host.
+		{"allowed host with a final dot", map[string]string{"Host": "mcp.example.org.:8080"}, 200},
+		{"host allowed with a final dot", map[string]string{"Host": "fqdn.example.net"}, 200},
+		{"host allowed with a final dot, given so", map[string]string{"Host": "fqdn.example.net."}, 200},
+		{"allowed origin's host with a final dot", map[string]string{"Host": "app.example.com."}, 200},
+		{"allowed origin with a final dot", map[string]string{"Origin": "https://app.example.com."}, 200},
+		{"loopback host with a final dot", map[string]string{"Host": "localhost.:8080"}, 200},
+		{"final dot alone", map[string]string{"Host": "."}, 403},
+		{"foreign host with a final dot", map[string]string{"Host": "evil.example."}, 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
