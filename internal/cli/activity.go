@@ -254,6 +254,10 @@ func (a *activityArgs) check() error {
 	case len(a.pos) == 1 && wantPos == 1 && a.pos[0] == "":
 		// Looked up, it would read as an execution the store lacks.
 		return usagef("activity %s: the execution id is empty: give one as activity list prints it (exe_...)", a.verb)
+	case len(a.pos) == 1 && wantPos == 1 && printable(a.pos[0]) != a.pos[0]:
+		// No id holds one, and the store's "no such execution" would
+		// echo it raw: a line break or an escape acting on the terminal.
+		return usagef("activity %s: %q is not an execution id: give one as activity list prints it (exe_...)", a.verb, a.pos[0])
 	case len(a.pos) == wantPos:
 		return nil
 	case wantPos == 0:

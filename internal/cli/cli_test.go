@@ -149,6 +149,9 @@ func TestUsageErrors(t *testing.T) {
 		{"activity: state in capitals", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--state", "Unknown"}, []string{"--state", `"Unknown"`}},
 		{"activity: resolve without --as", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0]}, []string{"--as is required"}},
 		{"activity: resolve as what no execution can be", []string{"activity", "resolve", "exe_nope", "--store", "sqlite:" + os.Args[0], "--as", "maybe"}, []string{"--as", `"maybe"`}},
+		// Echoed raw, a control character would act on the terminal.
+		{"activity: id with a line break", []string{"activity", "show", "exe_1\n", "--store", "sqlite:" + os.Args[0]}, []string{"activity show", `"exe_1\n"`, "not an execution id"}},
+		{"activity: id with an escape", []string{"activity", "approve", "exe_1\x1b[31m", "--store", "sqlite:" + os.Args[0]}, []string{"activity approve", `"exe_1\x1b[31m"`}},
 		{"activity: list with an argument", []string{"activity", "list", "extra", "--store", "sqlite:" + os.Args[0]}, []string{"activity list takes no arguments", `"extra"`}},
 		// A fingerprint cut short, as logs print it, would list nothing.
 		{"activity: fingerprint as logs print it", []string{"activity", "list", "--store", "sqlite:" + os.Args[0], "--fingerprint", "51f00353c84b"}, []string{"--fingerprint", `"51f00353c84b"`, "64 hex digits"}},
@@ -167,6 +170,9 @@ func TestUsageErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("Run(%q) = %q, want it to name %s", tt.args, err, w)
 				}
+			}
+			if printable(err.Error()) != err.Error() {
+				t.Errorf("Run(%q) = %q: a control character is printed raw", tt.args, err)
 			}
 			if stdout != "" {
 				t.Errorf("Run(%q) wrote %q to stdout, which belongs to the client", tt.args, stdout)
