@@ -214,6 +214,9 @@ func (a *activityArgs) check() error {
 	if a.journalKey != "" && a.journal == "" {
 		return usagef("--journal-key: it signs the --journal, and none is given")
 	}
+	if err := sameJournalKey(a.journal, a.journalKey); err != nil {
+		return err
+	}
 	if a.verb == "resolve" && a.as == "" {
 		return usagef("activity resolve: --as is required: failed (it did not happen) or completed (it did)")
 	}

@@ -150,6 +150,29 @@ func TestOperatorChangesSigned(t *testing.T) {
 	}
 }
 
+// TestOperatorJournalKeyIsTheJournal: a --journal-key that is the
+// --journal, by a link, is refused naming both flags, and the journal
+// is left as it was.
+func TestOperatorJournalKeyIsTheJournal(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator)
+	file := writeJournal(t, 2)
+	before, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "key")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = run(t, "activity", "approve", ids[0], "--store", store, "--journal", file, "--journal-key", link)
+	if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), "same file") || !strings.Contains(err.Error(), "--journal ") {
+		t.Errorf("--journal-key linked to the --journal = %v (exit %d); want a usage error saying they are the same file", err, ExitCode(err))
+	}
+	if after, _ := os.ReadFile(file); !bytes.Equal(after, before) {
+		t.Errorf("the journal changed:\n%s\nwant it as it was:\n%s", after, before)
+	}
+}
+
 // TestOperatorSignerKeyReadableByOthers: an operator's command given a
 // signer key that others may read warns, as the proxy does.
 func TestOperatorSignerKeyReadableByOthers(t *testing.T) {

@@ -585,6 +585,9 @@ func (f *proxyFlags) checkJournalFlags() error {
 			return usagef("--%s goes with --journal-key: without a key there are no checkpoints", name)
 		}
 	}
+	if err := sameJournalKey(f.journal, f.journalKey); err != nil {
+		return err
+	}
 	switch {
 	case f.journalKey != "" && f.journal == "":
 		return usagef("--journal-key signs the journal's checkpoints: it needs --journal FILE")

@@ -133,6 +133,8 @@ func TestUsageErrors(t *testing.T) {
 		{"postgres schema with a NUL", []string{"--store", "postgres://127.0.0.1:1/db?schema=a%00b", "--", "/bin/cat"}, []string{"--store", "NUL byte"}},
 		{"postgres schema too long", []string{"--store", "postgres://127.0.0.1:1/db?schema=" + strings.Repeat("s", 64), "--", "/bin/cat"}, []string{"--store", "64 bytes", "63"}},
 		{"journal key without a journal", []string{"--journal-key", "k", "--", "/bin/cat"}, []string{"--journal-key", "needs --journal"}},
+		// Either read as the other fails naming neither mistake.
+		{"journal key is the journal", []string{"--journal", "j.jsonl", "--journal-key", "./j.jsonl", "--", "/bin/cat"}, []string{"--journal-key", "--journal", "same file"}},
 		{"checkpoint lines without a key", []string{"--journal", "j", "--journal-checkpoint-lines", "10", "--", "/bin/cat"}, []string{"--journal-checkpoint-lines goes with --journal-key"}},
 		{"checkpoint interval without a key", []string{"--journal", "j", "--journal-checkpoint-every", "10s", "--", "/bin/cat"}, []string{"--journal-checkpoint-every goes with --journal-key"}},
 		{"no checkpoint lines", []string{"--journal", "j", "--journal-key", "k", "--journal-checkpoint-lines", "0", "--", "/bin/cat"}, []string{"--journal-checkpoint-lines", "at least 1"}},
