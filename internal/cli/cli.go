@@ -199,6 +199,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if u, ok := errors.AsType[*usageError](err); ok && u.cmd == "" {
 		u.cmd = cmd
 	}
+	if err != nil && printable(err.Error()) != err.Error() {
+		err = &printableError{err}
+	}
 	return err
 }
 

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -58,4 +60,34 @@ func makePrintable(v reflect.Value) {
 			v.SetString(printable(v.String()))
 		}
 	}
+}
+
+// printableError is an error whose message is made printable: a file
+// name or argument it echoes may hold a line break or an escape, which
+// printed raw would forge a line of output or act on the terminal.
+type printableError struct{ err error }
+
+func (e *printableError) Error() string { return escapeControls(e.err.Error()) }
+func (e *printableError) Unwrap() error { return e.err }
+
+// escapeControls writes each control or bidi character of s, and each
+// byte that is not UTF-8, as Go escapes it (\n, \x1b, \u202e), and leaves
+// the rest, quotes included, as it is: the message stays readable.
+func escapeControls(s string) string {
+	if printable(s) == s {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestErrorsEchoNoControlCharacter: a file name or argument that holds
+// a line break or an escape is echoed escaped in the error, which names
+// it still, for audit and activity alike.
+func TestErrorsEchoNoControlCharacter(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "a\nb\x1b[31m")
+	in := newInvestigation(t)
+	for _, args := range [][]string{
+		{"audit", "verify", name},
+		{"audit", "checkpoint", name},
+		{"audit", "verify", "--key", name, in.journals[0]},
+		{"activity", "show", in.id, "--store", in.store, "--journal", name},
+		{"activity", "approve", in.id, "--store", in.store, "--journal", filepath.Join(dir, "j"), "--journal-key", name},
+	} {
+		_, _, err := run(t, args...)
+		if err == nil {
+			t.Fatalf("%q succeeded", args)
+		}
+		if msg := err.Error(); printable(msg) != msg || !strings.Contains(msg, `a\nb\x1b[31m`) {
+			t.Errorf("%q = %q; want the file name escaped, no control character raw", args, msg)
+		}
+	}
+}
+
+func TestEscapeControls(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain \"quoted\" text":      "plain \"quoted\" text",
+		"line\nbreak\ttab":           `line\nbreak\ttab`,
+		"esc\x1b[0m bidi\u202e":      `esc\x1b[0m bidi\u202e`,
+		"not utf-8 \xff, but \ufffd": `not utf-8 \xff, but ` + "\ufffd",
+	} {
+		if got := escapeControls(in); got != want {
+			t.Errorf("escapeControls(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
