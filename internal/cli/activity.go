@@ -64,7 +64,7 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if mode, open := readableByOthers(a.journalKey); a.journalKey != "" && open {
 		// As the proxy warns: the key is an operator's to keep.
-		fmt.Fprintf(stderr, "warning: --journal-key %s is readable by others than its owner (mode %s): whoever reads it can sign checkpoints for a journal they rewrote; chmod 600 it\n", a.journalKey, mode)
+		fmt.Fprintf(stderr, "warning: --journal-key %s is readable by others than its owner (mode %s): whoever reads it can sign checkpoints for a journal they rewrote; chmod 600 it\n", escapeControls(a.journalKey), mode)
 	}
 	// The store's warnings, for a command whose output is for a person.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -172,6 +172,7 @@ func verifyOne(path string, opts journal.CheckOptions, sinceFile string, stdout,
 	if err != nil {
 		return err
 	}
+	path = escapeControls(path) // from here on only printed
 	fmt.Fprintf(stdout, "%s: %s\n", path, linesVerify(rep.Lines))
 	if rep.Lines == 0 {
 		// A proxy that took no call leaves it so, and so does a cut of

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,6 +40,24 @@ func TestEscapeControls(t *testing.T) {
 	} {
 		if got := escapeControls(in); got != want {
 			t.Errorf("escapeControls(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+// TestAuditPrintsNoControlCharacter: audit verify names the file it
+// verified, escaped, in its report and its warnings.
+func TestAuditPrintsNoControlCharacter(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "a\nb\x1b[31m")
+	if err := os.WriteFile(name, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, "audit", "verify", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{stdout, stderr} {
+		if strings.TrimSuffix(out, "\n") == "" || printable(strings.TrimSuffix(out, "\n")) != strings.TrimSuffix(out, "\n") || !strings.Contains(out, `a\nb\x1b[31m`) {
+			t.Errorf("audit verify printed %q; want one line naming the file escaped", out)
 		}
 	}
 }

@@ -241,7 +241,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 	for _, path := range torn {
 		// Left out without a word, a line cut short by a crash would
 		// pass for one never written.
-		fmt.Fprintf(stderr, "%s: warning: its last line is torn (it does not end in a newline) and was left out: a proxy is writing it, or its write was cut short, as by a crash or a full disk (audit verify %s names it)\n", path, path)
+		fmt.Fprintf(stderr, "%s: warning: its last line is torn (it does not end in a newline) and was left out: a proxy is writing it, or its write was cut short, as by a crash or a full disk (audit verify %s names it)\n", escapeControls(path), escapeControls(path))
 	}
 	if gone {
 		if r = recordOfJournal(id, lines); r == nil && store == nil {
