@@ -71,6 +71,11 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// A command that only reads opens the store to read only: it may be
 	// a copy, kept where nothing may write.
 	readOnly := a.verb == "list" || a.verb == "show"
+	if !readOnly {
+		if err := sqliteMade(ctx, a.store, log); err != nil {
+			return err
+		}
+	}
 	store, durable, err := openStore(ctx, a.store, log, readOnly, nil)
 	if errors.Is(err, sqlitestore.ErrNoSchema) {
 		return usagef("%v: give the file the proxy used", err)
@@ -105,6 +110,23 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return a.decide(ctx, store, stdout)
 	}
 	return a.resolve(ctx, store, stdout)
+}
+
+// sqliteMade refuses a SQLite --store file that holds no store, before
+// a command that writes opens it: opened to write, it would be made an
+// empty store, and the command refused as "no such execution" in it.
+func sqliteMade(ctx context.Context, url string, log *slog.Logger) error {
+	if !strings.HasPrefix(lowerScheme(url), "sqlite:") {
+		return nil
+	}
+	_, durable, err := openStore(ctx, url, log, true, nil)
+	if errors.Is(err, sqlitestore.ErrNoSchema) {
+		return usagef("%v: give the file the proxy used", err)
+	}
+	if err == nil {
+		durable.Close()
+	}
+	return nil // any other failure, the open to write names
 }
 
 // print prints r as a asks.

@@ -300,3 +300,29 @@ func TestOperatorNoteNotUTF8(t *testing.T) {
 		t.Errorf("after the refused notes, list --awaiting = %q, %v; want the execution still awaiting", stdout, err)
 	}
 }
+
+// TestWritingCommandsMakeNoStore: resolve, approve and deny given a file
+// that holds no store (a mistyped path to an empty file) refuse it as
+// list and show do, and leave it as it was, not made a store.
+func TestWritingCommandsMakeNoStore(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "empty.db")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"resolve", "exe_1", "--as", "failed"},
+		{"approve", "exe_1"},
+		{"deny", "exe_1"},
+	} {
+		args = append(append([]string{"activity"}, args...), "--store", "sqlite:"+file)
+		_, _, err := run(t, args...)
+		if err == nil || ExitCode(err) != 2 || !strings.Contains(err.Error(), "holds no mcp-idempotent store") {
+			t.Errorf("%q = %v (exit %d); want a usage error saying the file holds no store", args, err, ExitCode(err))
+		}
+		if fi, err := os.Stat(file); err != nil {
+			t.Fatal(err)
+		} else if fi.Size() != 0 {
+			t.Fatalf("after %q the file holds %d bytes; want it empty, as it was", args, fi.Size())
+		}
+	}
+}
