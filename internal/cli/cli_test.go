@@ -76,6 +76,10 @@ func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -135,6 +139,7 @@ func TestUsageErrors(t *testing.T) {
 		{"journal key without a journal", []string{"--journal-key", "k", "--", "/bin/cat"}, []string{"--journal-key", "needs --journal"}},
 		// Either read as the other fails naming neither mistake.
 		{"journal key is the journal", []string{"--journal", "j.jsonl", "--journal-key", "./j.jsonl", "--", "/bin/cat"}, []string{"--journal-key", "--journal", "same file"}},
+		{"journal key is the journal by its absolute path", []string{"--journal", "j.jsonl", "--journal-key", filepath.Join(wd, "j.jsonl"), "--", "/bin/cat"}, []string{"--journal-key", "same file"}},
 		{"checkpoint lines without a key", []string{"--journal", "j", "--journal-checkpoint-lines", "10", "--", "/bin/cat"}, []string{"--journal-checkpoint-lines goes with --journal-key"}},
 		{"checkpoint interval without a key", []string{"--journal", "j", "--journal-checkpoint-every", "10s", "--", "/bin/cat"}, []string{"--journal-checkpoint-every goes with --journal-key"}},
 		{"no checkpoint lines", []string{"--journal", "j", "--journal-key", "k", "--journal-checkpoint-lines", "0", "--", "/bin/cat"}, []string{"--journal-checkpoint-lines", "at least 1"}},

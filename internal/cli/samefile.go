@@ -6,11 +6,13 @@ import (
 )
 
 // sameFile reports whether paths a and b name one file: the same path,
-// or, both there, one file by two names (a link, a "./"). The journal
-// and its key given as one file would fail as a journal that is not
-// JSON, or a key that is not a key, naming neither mistake.
+// relative or absolute, or, both there, one file by two names (a link).
+// The journal and its key given as one file would fail as a journal that
+// is not JSON, or a key that is not a key, naming neither mistake.
 func sameFile(a, b string) bool {
-	if filepath.Clean(a) == filepath.Clean(b) {
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	if filepath.Clean(a) == filepath.Clean(b) || errA == nil && errB == nil && absA == absB {
 		return true
 	}
 	sa, errA := os.Stat(a)
