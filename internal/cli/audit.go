@@ -112,7 +112,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		// A file that does not verify is named and the others are
 		// still checked: each journal is its own evidence.
 		if err := verifyOne(path, opts, "", stdout, stderr); err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, escapeControls(err.Error()))
 			failed++
 		}
 	}
@@ -304,7 +304,7 @@ func auditKeygen(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "wrote the signer key to %s (mode 0600): give it to the proxy as --journal-key %s, and to no one else.\n"+
 		"The verifier key (on stdout) checks its checkpoints: keep it where the journal's host cannot change it, and give it to audit verify --key.\n",
-		*out, *out)
+		escapeControls(*out), escapeControls(*out))
 	return nil
 }
 

@@ -61,3 +61,21 @@ func TestAuditPrintsNoControlCharacter(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditStderrEchoesNoControlCharacter: the error of each journal
+// audit verify names among several, and keygen's note of the file it
+// wrote, print a file name escaped.
+func TestAuditStderrEchoesNoControlCharacter(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "a\nb\x1b[31m")
+	in := newInvestigation(t)
+	for _, args := range [][]string{
+		{"audit", "verify", name, in.journals[0]},
+		{"audit", "keygen", "ops.example.com", "--out", name},
+	} {
+		_, stderr, _ := run(t, args...)
+		if !strings.Contains(stderr, `a\nb\x1b[31m`) || strings.Contains(stderr, "\x1b") {
+			t.Errorf("%q printed %q; want the file name escaped, no control character raw", args, stderr)
+		}
+	}
+}
