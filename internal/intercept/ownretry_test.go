@@ -2,7 +2,6 @@ package intercept
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -55,6 +54,19 @@ func (s *allDown) Wait(ctx context.Context, id string) (*record.Record, error) {
 	return s.Store.Wait(ctx, id)
 }
 
+// downable puts h's interceptor over h's store made able to go down, with
+// accounts. When the test ends, after its deferred calls, the store comes
+// back and the interceptor is waited for.
+func downable(t *testing.T, h *harness, accounts map[string]policy.Account) *allDown {
+	store := &allDown{Store: h.store}
+	h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Accounts: accounts})
+	t.Cleanup(func() {
+		store.down.Store(false)
+		h.in.Wait(context.Background())
+	})
+	return store
+}
+
 // TestRetryInOutageAttachesToItsOwnExecution: a retry made while the
 // store is down, of a call this process sent and still runs, or whose
 // outcome it holds and could not record, is not told that the call was
@@ -67,20 +79,10 @@ func TestRetryInOutageAttachesToItsOwnExecution(t *testing.T) {
 	}{{"running", true}, {"outcome kept", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				release := make(chan struct{})
-				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-					<-release
-					return charged(ctx, n, p)
-				})
-				store := &allDown{Store: h.store}
-				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				h, release := newHeldHarness()
+				store := downable(t, h, nil)
 				releaseOnce := sync.OnceFunc(func() { close(release) })
-				defer func() {
-					// On a failure, too: nothing is left blocked.
-					releaseOnce()
-					store.down.Store(false)
-					h.in.Wait(context.Background())
-				}()
+				defer releaseOnce() // on a failure, too: nothing is left blocked
 				first := h.call(t.Context(), t, chargeCall)
 				synctest.Wait() // dispatched: the upstream holds it
 				store.down.Store(true)
@@ -132,18 +134,9 @@ func TestRetryInOutageRunsAgainByPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				release := make(chan struct{})
-				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-					<-release
-					return charged(ctx, n, p)
-				})
+				h, release := newHeldHarness()
 				tc.pol(&h.pol)
-				store := &allDown{Store: h.store}
-				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
-				defer func() {
-					store.down.Store(false)
-					h.in.Wait(context.Background())
-				}()
+				store := downable(t, h, nil)
 				first := h.call(t.Context(), t, chargeCall)
 				synctest.Wait() // dispatched: the upstream holds it
 				store.down.Store(true)
@@ -174,19 +167,10 @@ func TestRetryInOutageToldOutcomeNotRecorded(t *testing.T) {
 	}{{"running", true}, {"outcome kept", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				release := make(chan struct{})
-				h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-					<-release
-					return charged(ctx, n, p)
-				})
-				store := &allDown{Store: h.store}
-				h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				h, release := newHeldHarness()
+				store := downable(t, h, nil)
 				releaseOnce := sync.OnceFunc(func() { close(release) })
-				defer func() {
-					releaseOnce()
-					store.down.Store(false)
-					h.in.Wait(context.Background())
-				}()
+				defer releaseOnce() // on a failure, too: nothing is left blocked
 				first := h.call(t.Context(), t, chargeCall)
 				synctest.Wait() // dispatched: the upstream holds it
 				store.down.Store(true)
@@ -237,18 +221,9 @@ func (r onReply) Reply(a Answer) error {
 // it, and the retry gets the store's refusal, as one made a moment later.
 func TestRetryInOutageAtTheFirstAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
-			<-release
-			return charged(ctx, n, p)
-		})
+		h, release := newHeldHarness()
 		h.pol.Replay = policy.ReplayUndelivered
-		store := &allDown{Store: h.store}
-		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
-		defer func() {
-			store.down.Store(false)
-			h.in.Wait(context.Background())
-		}()
+		store := downable(t, h, nil)
 		req, first := h.request(t, chargeCall)
 		retryReq, retry := h.request(t, chargeCall)
 		req.Reply = onReply{first, func() {
@@ -277,16 +252,11 @@ func TestRetryInOutageAtTheFirstAnswer(t *testing.T) {
 func TestRetryInOutageAttachesToAnExecutionWaitingForItsAccount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, release := newHeldHarness()
-		store := &allDown{Store: h.store}
 		a := policy.Account{Name: "bank", Rate: 100, Burst: 100, MaxConcurrency: 1}
-		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Accounts: map[string]policy.Account{a.Name: a}})
+		store := downable(t, h, map[string]policy.Account{a.Name: a})
 		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Base: time.Millisecond, Cap: time.Millisecond, Account: a.Name}
 		releaseOnce := sync.OnceFunc(func() { close(release) })
-		defer func() {
-			releaseOnce()
-			store.down.Store(false)
-			h.in.Wait(context.Background())
-		}()
+		defer releaseOnce() // on a failure, too: nothing is left blocked
 		first := h.call(t.Context(), t, charge(1))
 		synctest.Wait() // charge(1) holds the account's one slot
 		second := h.call(t.Context(), t, charge(2))
@@ -324,16 +294,11 @@ func TestRetryInOutageAttachesToAnExecutionWaitingForItsAccount(t *testing.T) {
 func TestRetryInOutageToldItsExecutionWasNotSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, release := newHeldHarness()
-		store := &allDown{Store: h.store}
 		acct := policy.Account{Name: "bank", Rate: 100, Burst: 100, MaxConcurrency: 1}
-		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Accounts: map[string]policy.Account{acct.Name: acct}})
+		store := downable(t, h, map[string]policy.Account{acct.Name: acct})
 		h.pol.Retry = &policy.RetryRule{MaxAttempts: 1, Base: time.Millisecond, Cap: time.Millisecond, Account: acct.Name}
 		releaseOnce := sync.OnceFunc(func() { close(release) })
-		defer func() {
-			releaseOnce()
-			store.down.Store(false)
-			h.in.Wait(context.Background())
-		}()
+		defer releaseOnce() // on a failure, too: nothing is left blocked
 		first := h.call(t.Context(), t, charge(1))
 		synctest.Wait() // charge(1) holds the account's one slot
 		second := h.call(t.Context(), t, charge(2))
