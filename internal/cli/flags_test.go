@@ -202,6 +202,29 @@ func TestEmptySecret(t *testing.T) {
 	}
 }
 
+// TestSecretWhiteSpaceWarned: an MCP_IDEMPOTENT_SECRET that begins or
+// ends with white space (a newline an env file kept) is used as is, and
+// said at start: a proxy given it without the newline would match none
+// of this one's calls. One without is not warned of.
+func TestSecretWhiteSpaceWarned(t *testing.T) {
+	const secret = "0123456789abcdef"
+	for _, s := range []string{secret + "\n", secret + "\r\n", " " + secret, "\t" + secret, secret} {
+		t.Setenv("MCP_IDEMPOTENT_SECRET", s)
+		_, stderr, err := run(t, "--", "/bin/cat")
+		if err != nil {
+			t.Fatalf("Run with MCP_IDEMPOTENT_SECRET=%q = %v; want it to start\n%s", s, err, stderr)
+		}
+		warned := strings.Contains(stderr, "level=WARN") &&
+			strings.Contains(stderr, "MCP_IDEMPOTENT_SECRET begins or ends with white space")
+		if want := s != secret; warned != want {
+			t.Errorf("MCP_IDEMPOTENT_SECRET=%q: warned %v, want %v; stderr:\n%s", s, warned, want, stderr)
+		}
+		if strings.Contains(stderr, secret) {
+			t.Errorf("MCP_IDEMPOTENT_SECRET=%q: the log shows the secret:\n%s", s, stderr)
+		}
+	}
+}
+
 // TestActivityHelpShowsEachVerbsFlags: `activity -h` gives each verb's
 // flags with their meanings and defaults, as the proxy's -h does, so
 // that --limit's default or what --as takes is found without the docs.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -35,6 +36,7 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 		if err != nil {
 			return nil, fmt.Errorf("MCP_IDEMPOTENT_SECRET: %w", err)
 		}
+		warnSecretSpace(log, s)
 		if c, ok := durable.(interface{ Check(context.Context) error }); ok {
 			// The secret needs no store: try it as a first call would.
 			if err := c.Check(ctx); err != nil {
@@ -88,6 +90,18 @@ func newHasher(ctx context.Context, durable durableStore, log *slog.Logger, shad
 		}
 	}()
 	return h, nil
+}
+
+// warnSecretSpace warns when secret, MCP_IDEMPOTENT_SECRET, begins or
+// ends with white space. A newline from `echo` into a file, kept by an
+// env file or a Kubernetes secret, is part of the key. Trimming it would
+// change the fingerprints of deployments that use it, so it is kept, and
+// said: a proxy given the secret without it would match none of this
+// one's calls, silently.
+func warnSecretSpace(log *slog.Logger, secret string) {
+	if strings.Trim(secret, " \t\r\n") != secret {
+		log.Warn("MCP_IDEMPOTENT_SECRET begins or ends with white space (space, tab, CR or LF), which is part of the key: proxies given the same secret without it match none of this one's calls")
+	}
 }
 
 // storeDown returns the error that stops the start when the store's
