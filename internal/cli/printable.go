@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -67,7 +68,33 @@ func makePrintable(v reflect.Value) {
 // printed raw would forge a line of output or act on the terminal.
 type printableError struct{ err error }
 
-func (e *printableError) Error() string { return escapeControls(e.err.Error()) }
+func (e *printableError) Error() string {
+	s := e.err.Error()
+	var joined interface {
+		error
+		Unwrap() []error
+	}
+	if !errors.As(e.err, &joined) {
+		return escapeControls(s)
+	}
+	// Errors joined one a line, such as a policy file's problems, stay
+	// one a line: each is escaped on its own.
+	parts := make([]string, 0, len(joined.Unwrap()))
+	for _, p := range joined.Unwrap() {
+		if p != nil {
+			parts = append(parts, p.Error())
+		}
+	}
+	j := joined.Error()
+	i := strings.Index(s, j)
+	if i < 0 || j != strings.Join(parts, "\n") {
+		return escapeControls(s)
+	}
+	for k, p := range parts {
+		parts[k] = escapeControls(p)
+	}
+	return escapeControls(s[:i]) + strings.Join(parts, "\n") + escapeControls(s[i+len(j):])
+}
 func (e *printableError) Unwrap() error { return e.err }
 
 // escapeControls writes each control or bidi character of s, and each

@@ -79,3 +79,25 @@ func TestAuditStderrEchoesNoControlCharacter(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinedErrorsStayOneALine: the problems of a policy file, joined
+// one a line, are printed one a line still, each escaped on its own.
+func TestJoinedErrorsStayOneALine(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "p\x1b.yaml")
+	if err := os.WriteFile(name, []byte("tools:\n  a:\n    class: bogus\n  b:\n    class: nope\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "policy", "check", name)
+	if err == nil {
+		t.Fatal("policy check succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "tools.a.class") || !strings.Contains(lines[1], "tools.b.class") {
+		t.Fatalf("policy check = %q; want one problem a line", err.Error())
+	}
+	for _, l := range lines {
+		if printable(l) != l || !strings.Contains(l, `p\x1b.yaml`) {
+			t.Errorf("line %q; want the file name escaped, no control character raw", l)
+		}
+	}
+}
