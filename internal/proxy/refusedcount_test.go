@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,6 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 )
 
 // labels is an observer that keeps each decision with its labels, as
@@ -110,46 +107,6 @@ func TestBatchedCallCounted(t *testing.T) {
 				t.Errorf("counted %q; want %q", c, want)
 			}
 		})
-	}
-}
-
-// TestSessionEndDuringToolLookupCounted: a call waiting for the proxy's
-// own listing when the session ends is told it did not run, and counted
-// session_ended, under the label known then.
-func TestSessionEndDuringToolLookupCounted(t *testing.T) {
-	l := &labels{}
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Observer: l})
-	cr, cw := io.Pipe()
-	pr, pw := io.Pipe()
-	ur, uw := io.Pipe()
-	qr, qw := io.Pipe()
-	s := New(stdio.NewConn(cr, pw, 0), stdio.NewConn(ur, qw, 0), Options{
-		Interceptor: in, Actor: "alice", Scope: "session:test", UpstreamID: "stdio:test", ShutdownGrace: time.Second,
-	})
-	client := newPeer(stdio.NewConn(pr, cw, 0))
-	upstream := newPeer(stdio.NewConn(qr, uw, 0))
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		s.Run(ctx)
-		pw.Close()
-		qw.Close()
-		close(stopped)
-	}()
-	t.Cleanup(func() {
-		cw.Close()
-		uw.Close()
-		<-stopped
-	})
-	client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}`)
-	upstream.next(t, "upstream") // the proxy's tools/list, never answered
-	cancel()
-	if got := client.next(t, "client"); !strings.Contains(got, "it did not run") {
-		t.Fatalf("the client got %s; want an error saying the call did not run", got)
-	}
-	want := []string{"charge_card false side_effect session_ended"}
-	if c := l.all(); !slices.Equal(c, want) {
-		t.Errorf("counted %q; want %q", c, want)
 	}
 }
 

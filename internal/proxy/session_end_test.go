@@ -70,9 +70,10 @@ func TestRunReturnsWhenEitherSideCloses(t *testing.T) {
 
 // TestSessionEndDuringToolLookup: a call waiting for the proxy's own
 // listing of its tool when the session ends (as on SIGTERM) is told that
-// it did not run.
+// it did not run, and counted session_ended, under the label known then.
 func TestSessionEndDuringToolLookup(t *testing.T) {
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	l := &labels{}
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Observer: l})
 	cr, cw := io.Pipe()
 	pr, pw := io.Pipe()
 	ur, uw := io.Pipe()
@@ -100,6 +101,10 @@ func TestSessionEndDuringToolLookup(t *testing.T) {
 	cancel()
 	if got := client.next(t, "client"); !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, "session ended before charge_card was executed; it did not run") {
 		t.Fatalf("the client got %s; want an error saying the call did not run", got)
+	}
+	want := []string{"charge_card false side_effect session_ended"}
+	if c := l.all(); !slices.Equal(c, want) {
+		t.Errorf("counted %q; want %q", c, want)
 	}
 }
 
