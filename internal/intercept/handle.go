@@ -69,7 +69,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		}
 		return
 	}
-	rec, won, err := in.reserve(req, fresh, opts)
+	rec, won, err := in.reserveAction(req, fresh, opts, a)
 	if !in.keepsCall(req) {
 		in.reservedAfterEnd(req, fresh.ID, rec, won, err)
 		in.late.done()
@@ -85,6 +85,21 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		return
 	}
 	in.resolve(ctx, req, rec, won, a.fp, a.args)
+}
+
+// reserveAction reserves fresh, the execution of req's action a. A
+// client key whose record has the fingerprint the call had before the
+// tasks extension counted (sameBeforeTasksExtension) is reserved again
+// under that fingerprint: the store replaces a record of the same action
+// only, and would otherwise keep that record's failure, or an answer
+// replay: undelivered has delivered, as the answer to every retry.
+func (in *Interceptor) reserveAction(req *Request, fresh *record.Record, opts record.ReserveOptions, a action) (*record.Record, bool, error) {
+	rec, won, err := in.reserve(req, fresh, opts)
+	if err != nil || won || rec.Fingerprint == a.fp || !in.sameBeforeTasksExtension(rec, req, a.args) {
+		return rec, won, err
+	}
+	fresh.Fingerprint = rec.Fingerprint
+	return in.reserve(req, fresh, opts)
 }
 
 // asksInRound reports whether a call under pol may have been asked, in

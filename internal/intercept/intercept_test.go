@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 func TestSequentialRetriesReplay(t *testing.T) {
@@ -280,6 +282,45 @@ func TestKeyedTasksExtensionMatchesOlderRecords(t *testing.T) {
 	h.call(t.Context(), t, before).only(t) // as the earlier version fingerprinted it
 	if v := view(t, h.call(t.Context(), t, after).only(t)); v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
 		t.Fatalf("the same keyed call, declaring tasks, got %+v; want the earlier record replayed", v)
+	}
+}
+
+// TestKeyedTasksExtensionRunsWhereTheOlderRecordIsReplaced: the same
+// keyed call declaring tasks, which matches the record of the call
+// without it, runs anew where that record would be replaced: after its
+// failure, and after its delivery under replay: undelivered.
+func TestKeyedTasksExtensionRunsWhereTheOlderRecordIsReplaced(t *testing.T) {
+	const (
+		caps   = `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+		before = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K3"}}`
+		after  = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"mcp-idempotent/key":"K3",` + caps + `}}`
+	)
+	for _, tc := range []struct {
+		name string
+		fail bool
+		pol  func(*policy.Policy)
+	}{
+		{"failed", true, func(*policy.Policy) {}},
+		{"delivered, replay undelivered", false, func(p *policy.Policy) { p.Replay = policy.ReplayUndelivered }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(func(ctx context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+				if tc.fail && n == 1 {
+					return nil, retry.NotSent(errors.New("refused"))
+				}
+				return charged(ctx, n, p)
+			})
+			tc.pol(&h.pol)
+			h.call(t.Context(), t, before).only(t)
+			h.in.Wait(t.Context())
+			a := h.call(t.Context(), t, after).only(t)
+			if a.Error != nil || view(t, a).Content[0].Text != "charge #2" {
+				t.Fatalf("the keyed call declaring tasks got %s %s; want a new execution, charge #2", a.Result, a.Error)
+			}
+			if n := h.up.calls.Load(); n != 2 {
+				t.Fatalf("upstream reached %d times; want 2", n)
+			}
+		})
 	}
 }
 
