@@ -190,7 +190,7 @@ func TestAttachedCallersDeadlineBoundsItsWait(t *testing.T) {
 func TestInProgressSaysMilliseconds(t *testing.T) {
 	r := &record.Record{ID: "exe_1", Tool: "charge_card", State: record.Accepted, Awaiting: record.ApproverOperator}
 	for wait, want := range map[time.Duration]string{1499599799 * time.Nanosecond: "1.5s", 400123 * time.Nanosecond: "400µs"} {
-		v := view(t, Answer{Result: inProgressResult(r, wait)})
+		v := view(t, Answer{Result: inProgressResult(r, wait, false)})
 		if !strings.Contains(v.Content[0].Text, "has not finished after "+want+" (state accepted") {
 			t.Errorf("after %v got %q; want the wait as %s", wait, v.Content[0].Text, want)
 		}

@@ -79,7 +79,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
 		req.got = journal.GotInProgress
-		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond))}, nil)
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond), holdsDelivery(req))}, nil)
 	case ctx.Err() != nil:
 		// The session has said so at info, for starters and attached callers alike.
 		in.log.Debug("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
@@ -97,7 +97,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		req.got = journal.GotInProgress
 		in.log.Info("attach window passed; told the caller it is still in progress",
 			"execution", rec.ID, "window", window, "request", req.Correlation)
-		in.reply(ctx, req, Answer{Result: inProgressResult(cur, window)}, nil)
+		in.reply(ctx, req, Answer{Result: inProgressResult(cur, window, holdsDelivery(req))}, nil)
 	case err != nil:
 		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
 		req.got = journal.GotNoOutcome

@@ -428,3 +428,23 @@ func TestUndeliveredBeforeWrittenIsTold(t *testing.T) {
 		t.Fatalf("a call after the answer was read got %+v; want it run again", v)
 	}
 }
+
+// TestStillInProgressUnderReplayUndelivered: under replay: undelivered, a
+// caller told "Still in progress" is not promised the answer on a retry:
+// once the first caller has it, the same call runs again.
+func TestStillInProgressUnderReplayUndelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		h.pol.Replay = policy.ReplayUndelivered
+		h.pol.AttachWindow = 5 * time.Second
+		first := h.call(t.Context(), t, chargeCall)
+		text := view(t, h.call(t.Context(), t, chargeCall).only(t)).Content[0].Text
+		close(release)
+		first.only(t)
+		h.in.Wait(t.Context())
+		again := view(t, h.call(t.Context(), t, chargeCall).only(t)).Content[0].Text
+		if again != "charge #2" || !strings.Contains(text, "the same call runs again") || strings.Contains(text, "returns its answer once it is done") {
+			t.Fatalf("told %q, and the retry got %q; want the retry run again, as the caller was told", text, again)
+		}
+	})
+}

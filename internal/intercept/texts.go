@@ -138,7 +138,10 @@ func refusedResult(r *record.Record, replay bool) json.RawMessage {
 // waited window, to the millisecond: a window a client's deadline
 // shortened is seldom a round number, and its nanoseconds say nothing.
 // One under a millisecond is told to the microsecond, not as 0s.
-func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
+// Under replay: undelivered (undelivered set) a retry gets the answer
+// only until it reaches a caller, the first one most often: after that
+// the same call runs again, and the caller must not be told otherwise.
+func inProgressResult(r *record.Record, window time.Duration, undelivered bool) json.RawMessage {
 	if window >= time.Millisecond {
 		window = window.Round(time.Millisecond)
 	} else {
@@ -151,10 +154,13 @@ func inProgressResult(r *record.Record, window time.Duration) json.RawMessage {
 	case record.ApproverClient:
 		state += ", awaiting approval from the client's user"
 	}
-	return toolResult(fmt.Sprintf(
-		"Still in progress: execution %s of %s has not finished after %s (state %s). "+
-			"Do not retry: the same call attaches to this execution and returns its answer once it is done.",
-		r.ID, r.Tool, window, state), "in_progress", r)
+	advice := "Do not retry: the same call attaches to this execution and returns its answer once it is done."
+	if undelivered {
+		advice = "Do not retry blindly: the same call attaches to this execution while it runs, but once its answer has reached a caller, " +
+			"the same call runs again (replay: undelivered). Check whether it happened first."
+	}
+	return toolResult(fmt.Sprintf("Still in progress: execution %s of %s has not finished after %s (state %s). %s",
+		r.ID, r.Tool, window, state, advice), "in_progress", r)
 }
 
 // notRecordedYet is the answer of a caller of execution r, whose outcome
