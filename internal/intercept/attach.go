@@ -86,33 +86,55 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		req.got = journal.GotInProgress
 		in.journalizeAttach(req, errCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):
-		cur, gerr := in.store.Get(ctx, rec.ID)
-		if gerr != nil {
-			cur = rec
-		}
-		if in.toldNotRecorded(req, cur) {
-			return
-		}
-		in.decided(req, rec.Tool, "in_progress")
-		req.got = journal.GotInProgress
-		in.log.Info("attach window passed; told the caller it is still in progress",
-			"execution", rec.ID, "window", window, "request", req.Correlation)
-		in.reply(ctx, req, Answer{Result: inProgressResult(cur, window, holdsDelivery(req))}, nil)
+		in.windowPassed(ctx, req, rec, window)
 	case err != nil:
 		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
 		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
-	case settled.SettledAsOrphan() && settled.Owner != in.owner:
+	default:
+		in.answerSettled(ctx, req, settled)
+	}
+}
+
+// answerSettled answers req's caller, attached to an execution, with
+// settled, the execution as it settled.
+func (in *Interceptor) answerSettled(ctx context.Context, req *Request, settled *record.Record) {
+	if settled.SettledAsOrphan() && settled.Owner != in.owner {
 		// Its process went away before any caller was told: this
 		// caller is the next to meet the unknown outcome, and the
 		// tool's on_unknown decides, as for a call made after it. (An
 		// orphan of this process's own is still under way here, and
 		// its outcome is recorded over it: takenOver.)
 		in.unknown(ctx, settled, req)
-	default:
-		in.answer(ctx, req, settled, replayed)
+		return
 	}
+	in.answer(ctx, req, settled, replayed)
+}
+
+// windowPassed answers req's caller, whose attach window passed while
+// it waited for rec: "still in progress", unless the execution settled
+// between the end of the wait and the read of its record. The caller
+// then gets its outcome: told "in progress" of a finished execution, it
+// would call again for an answer it could have had, and under replay:
+// undelivered that call runs the action again.
+func (in *Interceptor) windowPassed(ctx context.Context, req *Request, rec *record.Record, window time.Duration) {
+	cur, gerr := in.store.Get(ctx, rec.ID)
+	if gerr != nil {
+		cur = rec
+	}
+	if cur.State.Settled() {
+		in.answerSettled(ctx, req, in.takenOver(req, cur))
+		return
+	}
+	if in.toldNotRecorded(req, cur) {
+		return
+	}
+	in.decided(req, rec.Tool, "in_progress")
+	req.got = journal.GotInProgress
+	in.log.Info("attach window passed; told the caller it is still in progress",
+		"execution", rec.ID, "window", window, "request", req.Correlation)
+	in.reply(ctx, req, Answer{Result: inProgressResult(cur, window, holdsDelivery(req))}, nil)
 }
 
 // toldNotRecorded tells req's caller, whose wait for cur, not settled in

@@ -448,3 +448,41 @@ func TestStillInProgressUnderReplayUndelivered(t *testing.T) {
 		}
 	})
 }
+
+// settlesAsWaitEnds is a store whose Wait, once a caller's wait ends
+// unanswered, runs settle and waits for the execution to settle before
+// it returns: the execution ends between the wait and the next read.
+type settlesAsWaitEnds struct {
+	*memstore.Store
+	settle func()
+	once   sync.Once
+}
+
+func (s *settlesAsWaitEnds) Wait(ctx context.Context, id string) (*record.Record, error) {
+	rec, err := s.Store.Wait(ctx, id)
+	if err != nil && ctx.Err() != nil {
+		s.once.Do(func() {
+			s.settle()
+			s.Store.Wait(context.Background(), id)
+		})
+	}
+	return rec, err
+}
+
+// TestSettledAsTheAttachWindowEnds: an execution that settles as a
+// caller's attach window ends gives that caller its answer, not "Still
+// in progress" of an execution that is over.
+func TestSettledAsTheAttachWindowEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := &settlesAsWaitEnds{Store: h.store, settle: func() { close(release) }}
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom()})
+		h.pol.AttachWindow = 5 * time.Second
+		first := h.call(t.Context(), t, chargeCall)
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if v.Content[0].Text != "charge #1" || !v.Meta.Replayed {
+			t.Fatalf("the attached caller got %q; want the execution's answer replayed", v.Content[0].Text)
+		}
+		first.only(t)
+	})
+}
