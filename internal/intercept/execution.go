@@ -65,7 +65,10 @@ type execution struct {
 	err    error
 	// sent is when the last attempt was sent, if an Observer times it,
 	// since the Interceptor's epoch: a Duration, not a Time, to keep
-	// the Request within its size class (see acct).
+	// the Request within its size class (see acct). From a decision to
+	// send again to that send, it holds the backoff instead, which the
+	// Observer is told of only if the send goes: one field, not two,
+	// for the same reason.
 	sent time.Duration
 }
 
@@ -469,6 +472,12 @@ func (e *execution) send() bool {
 	if len(members) > 0 {
 		params, pooled = paramsWithMeta(req.Upstream, params, meta, members)
 	}
+	if e.n > 0 {
+		// Counted as it goes, not when decided: a session that ends
+		// during the backoff, or an account with no room after it,
+		// stops a retry that would otherwise count as made.
+		e.in.obs.Attempt(e.observed(), e.n+1, e.why, e.sent)
+	}
 	if e.in.timed && e.rec != nil {
 		e.sent = e.in.now().Sub(e.in.epoch)
 	}
@@ -562,9 +571,9 @@ func (e *execution) decide() bool {
 	} else {
 		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "after", r.wait, "why", r.why)
 	}
-	in.obs.Attempt(e.observed(), e.n+1, r.why, r.wait)
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
 	e.why = r.why
+	e.sent = r.wait // for the Observer, when the attempt goes (send)
 	if e.rec != nil && mayHaveRun(e.result, e.err, e.req.Policy.Retry) {
 		e.ranBefore = true
 	}

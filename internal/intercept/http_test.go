@@ -168,10 +168,15 @@ type countingObserver struct {
 	mu       sync.Mutex
 	n        map[record.State]int
 	upstream []time.Duration
+	retries  []time.Duration // the backoff of each retry told
 }
 
-func (o *countingObserver) Decision(Tool, policy.Class, string)      {}
-func (o *countingObserver) Attempt(Tool, int, string, time.Duration) {}
+func (o *countingObserver) Decision(Tool, policy.Class, string) {}
+func (o *countingObserver) Attempt(_ Tool, _ int, _ string, wait time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.retries = append(o.retries, wait)
+}
 func (o *countingObserver) Upstream(_ Tool, d time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -262,4 +267,51 @@ func TestUpstreamTimeIsObserved(t *testing.T) {
 			t.Fatalf("observed upstream times %v; want one of 250ms", obs.upstream)
 		}
 	})
+}
+
+// TestOnlyRetriesSentAreObserved: the metrics count a retry, and its
+// backoff, when it goes upstream, not when it is decided: one that the
+// session's end or the account stops is not counted as made.
+func TestOnlyRetriesSentAreObserved(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		account bool // a second call waits a minute for room
+		end     bool // the session ends during the backoff
+		sends   int32
+	}{
+		{"sent again", false, false, 2},
+		{"the session ends during the backoff", false, true, 1},
+		{"no room after the backoff", true, false, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				obs := &countingObserver{n: map[record.State]int{}}
+				h := newHarness(busyThen(1))
+				h.pol.Retry = retryRule(true)
+				h.pol.Retry.Base, h.pol.Retry.Cap = time.Second, time.Second
+				accounts := map[string]policy.Account{}
+				if tt.account {
+					accounts["vendor"] = policy.Account{Name: "vendor", Rate: 1.0 / 60, Burst: 1}
+					h.pol.Retry.Account = "vendor"
+				}
+				h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(), Observer: obs, Accounts: accounts})
+				ctx := newEndable(t.Context())
+				a := h.call(ctx, t, chargeCall)
+				synctest.Wait() // the first answer was transient: a backoff
+				if tt.end {
+					ctx.end(ErrSessionEnded)
+				}
+				a.only(t)
+				h.in.Wait(t.Context())
+				obs.mu.Lock()
+				defer obs.mu.Unlock()
+				if n := h.up.calls.Load(); n != tt.sends || len(obs.retries) != int(n)-1 {
+					t.Fatalf("upstream saw %d calls, %d retries observed; want %d calls, each after the first observed", n, len(obs.retries), tt.sends)
+				}
+				if len(obs.retries) == 1 && (obs.retries[0] < 0 || obs.retries[0] > time.Second) {
+					t.Fatalf("the retry was observed after a backoff of %v; want one in [0, 1s]", obs.retries[0])
+				}
+			})
+		})
+	}
 }

@@ -232,8 +232,9 @@ type Observer interface {
 	// unknown (answered outcome unknown), in_progress, redispatched,
 	// recovered.
 	Decision(tool Tool, class policy.Class, decision string)
-	// Attempt: a call is sent again after wait, for why (transient, not
-	// sent).
+	// Attempt: a call is sent again, as its attempt n, after a backoff
+	// of wait, for why (transient, not sent). A retry that the session's
+	// end, the account or the store stops before it goes is not told.
 	Attempt(tool Tool, n int, why string, wait time.Duration)
 	// Transition: an execution moved to state.
 	Transition(tool Tool, state record.State)
