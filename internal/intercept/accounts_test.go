@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
@@ -123,6 +125,40 @@ func TestRetryBudgetStopsRetries(t *testing.T) {
 			t.Fatalf("upstream saw %d calls; the empty budget allows no retry", n)
 		}
 	})
+}
+
+// TestUnknownOutcomeSaysWhatStoppedItsRetry: an idempotent tool's 503,
+// which the rule would send again, ends unknown when the retry budget or
+// the deadline stops the retry; the caller, told the outcome is unknown,
+// is told what stopped it too.
+func TestUnknownOutcomeSaysWhatStoppedItsRetry(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		retryAfter string
+		budget     float64
+		want       string
+	}{
+		{"the retry budget", "", 2, "the retry budget of account vendor is exhausted"},
+		{"the deadline", "120", 10, "would pass the call's deadline"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) {
+					return nil, httpError(http.StatusServiceUnavailable, tt.retryAfter)
+				})
+				h.pol = policy.FromAnnotations(&mcp.Annotations{IdempotentHint: ptr(true)})
+				h.pol.Retry = retryRule(false)
+				h.withAccount(policy.Account{Name: "vendor", Rate: 100, Burst: 100, MaxTokens: tt.budget, TokenRatio: 0.1})
+				v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+				if text := v.Content[0].Text; !strings.HasPrefix(text, "Outcome unknown:") || !strings.Contains(text, "HTTP 503") || !strings.Contains(text, tt.want) {
+					t.Fatalf("got %q; want outcome unknown after the 503, saying %q", text, tt.want)
+				}
+				if n := h.up.calls.Load(); n != 1 {
+					t.Fatalf("upstream saw %d calls; want 1", n)
+				}
+			})
+		})
+	}
 }
 
 func TestAccountConcurrencyCap(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -196,6 +197,12 @@ func (e *execution) outcomeChange() record.Change {
 		// may have run: failed would let the next identical call run
 		// the action again, under a new execution id.
 		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
+	}
+	if c.To == record.Unknown && e.stopped != "" && !strings.HasSuffix(c.Note, e.stopped) {
+		// The rule would have sent it again: the caller, told only the
+		// note of an unknown outcome, learns what stopped that (the
+		// retry budget, the deadline), as the last answer would say.
+		c.Note += "; " + e.stopped
 	}
 	return c
 }
