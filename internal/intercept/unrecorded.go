@@ -57,6 +57,11 @@ func (e *execution) unrecordedNotSent(why string, gone error) {
 // an error saying whether the call was sent.
 func (in *Interceptor) answerUnrecorded(ctx context.Context, req *Request, result json.RawMessage, err error) {
 	tool := req.Call.Name
+	if malformed(result, err) {
+		// A bug upstream, said loudly as for a recorded call
+		// (outcomeChange); the caller still gets the answer as it came.
+		in.log.Error("the upstream sent a malformed answer", "tool", tool, "request", req.Correlation, "err", outcome(result, err).Note)
+	}
 	switch rpcErr, isRPC := rpcError(err); {
 	case err == nil:
 		in.reply(ctx, req, Answer{Result: result}, nil)

@@ -3,15 +3,18 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // readOnly makes h's tool read-only, as its annotations would.
@@ -252,4 +255,34 @@ func TestUnrecordedSessionEndWhileWaitingForTheAccount(t *testing.T) {
 		}
 		h.sentOnly(t, 1)
 	})
+}
+
+// TestUnrecordedMalformedAnswerIsLoud: a malformed answer to an
+// unrecorded call is a bug upstream, as it is for a recorded one: it is
+// not sent again, and it is logged at error level.
+func TestUnrecordedMalformedAnswerIsLoud(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		result json.RawMessage
+		err    error
+	}{
+		{"a result that is not an object", json.RawMessage(`[1,2]`), nil},
+		{"an answer with neither result nor error", nil, retry.Malformed("a response with neither result nor error", []byte(`{"jsonrpc":"2.0","id":1}`))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(func(context.Context, int, json.RawMessage) (json.RawMessage, error) { return tt.result, tt.err })
+				var logs lockedBuffer
+				h.in = New(Options{Store: h.store, Hasher: fingerprint.NewRandom(),
+					Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+				h.pol.Retry = retryRule(true)
+				h.readOnly()
+				h.callUnrecorded(t.Context(), t, chargeCall).only(t)
+				h.sentOnly(t, 1)
+				if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "malformed") {
+					t.Fatalf("logs %q; want the malformed answer at error level", out)
+				}
+			})
+		})
+	}
 }
