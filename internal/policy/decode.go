@@ -171,9 +171,17 @@ func (d *decoder) mappingIn(n *yaml.Node, fieldPath, want string, merging []*yam
 	}
 	var own, merged []field
 	seen := map[string]*yaml.Node{}
+	var mergeKey *yaml.Node // the first <<
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if isMergeKey(k) {
+			if mergeKey != nil {
+				// YAML loaders differ on which of two wins (go-yaml
+				// and PyYAML take the last), so neither is guessed.
+				d.errorf(k, fieldPath, "<< appears twice (first at line %d): merge several mappings with one << and a list, such as <<: [*a, *b]", mergeKey.Line)
+				continue
+			}
+			mergeKey = k
 			srcs := []*yaml.Node{resolve(v)}
 			if srcs[0].Kind == yaml.SequenceNode {
 				srcs = srcs[0].Content

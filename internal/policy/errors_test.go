@@ -297,10 +297,16 @@ tools:
   refund: {}
   charge_card:
     scope: actor
+  get: &get {class: read_only}
+  pay:
+    <<: *get
+    <<: {class: side_effect}
 `,
 			want: []string{
 				`p.yaml:4:5: tools.charge_card: "retention" appears twice (first at line 3)`,
 				`p.yaml:6:3: tools: "charge_card" appears twice (first at line 2)`,
+				// Loaders differ on which of two merges wins.
+				`p.yaml:11:5: tools.pay: << appears twice (first at line 10): merge several mappings with one << and a list, such as <<: [*a, *b]`,
 			},
 		},
 		{
