@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -321,34 +322,46 @@ func recordOfJournal(id string, lines []journal.Entry) *record.Record {
 // or a copy of it beside it) is read once: each line holds the hash of
 // the one before it, so two journals share a line only if one is a
 // copy of the other.
+//
+// Each file is read twice: first for the sessions that name id, then for
+// the lines kept. A session's start comes before its calls, so one pass
+// would keep the lines of every session, as many as a busy proxy's
+// journal holds clients, to find the few it needs.
 func readJournals(paths []string, id string) (_ []journal.Entry, torn []string, _ error) {
-	var files [][]journal.Entry
-	seen := make(map[[sha256.Size]byte]bool)
+	files := make([]*checkedJournal, 0, len(paths))
+	defer func() {
+		for _, j := range files {
+			j.f.Close()
+		}
+	}()
+	named := make(map[string]bool)
 	for _, path := range paths {
-		es, tornTail, err := readCheckedJournal(path, id, seen)
+		j, err := openCheckedJournal(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--journal: %w", err)
+		}
+		files = append(files, j)
+		if err := j.sessionsNaming(id, named); err != nil {
+			return nil, nil, fmt.Errorf("--journal: %w", err)
+		}
+	}
+	delete(named, "") // lines that name no session
+	entries := make([][]journal.Entry, len(files))
+	seen := make(map[[sha256.Size]byte]bool)
+	for i, j := range files {
+		if _, err := j.f.Seek(0, io.SeekStart); err != nil {
+			return nil, nil, fmt.Errorf("--journal: reading journal %s: %w", j.path, err)
+		}
+		es, tornTail, err := readEntries(j.f, j.path, j.lines, id, named, seen)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--journal: %w", err)
 		}
 		if tornTail {
-			torn = append(torn, path)
+			torn = append(torn, j.path)
 		}
-		files = append(files, es)
+		entries[i] = es
 	}
-	named := make(map[string]bool)
-	for _, es := range files {
-		for _, e := range es {
-			if e.Execution == id {
-				named[e.Session] = true
-			}
-		}
-	}
-	for i, es := range files {
-		files[i] = slices.DeleteFunc(es, func(e journal.Entry) bool {
-			return e.Execution != id && (e.Execution != "" || e.Session == "" || !named[e.Session] ||
-				e.Event != journal.SessionStart && e.Event != journal.SessionEnd)
-		})
-	}
-	return mergeByTime(files), torn, nil
+	return mergeByTime(entries), torn, nil
 }
 
 // mergeByTime merges the lines of several journals by time, keeping each
@@ -376,34 +389,62 @@ func mergeByTime(files [][]journal.Entry) []journal.Entry {
 // read; tests replace the file there.
 var journalChecked = func(path string) {}
 
-// readCheckedJournal checks the journal at path and reads its lines as
-// readEntries does, from the file it checked: one renamed over it
-// meanwhile, as a rotation does, holds lines that did not verify.
-func readCheckedJournal(path, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
+// A checkedJournal is a journal file whose first lines verified. It is
+// read from the file checked: one renamed over it meanwhile, as a
+// rotation does, holds lines that did not verify.
+type checkedJournal struct {
+	path  string
+	f     *os.File
+	lines int // lines that verify
+}
+
+// openCheckedJournal opens and checks the journal at path.
+func openCheckedJournal(path string) (*checkedJournal, error) {
 	f, err := journal.OpenRead(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("verifying journal: %w", err)
+		return nil, fmt.Errorf("verifying journal: %w", err)
 	}
-	defer f.Close()
 	rep, err := checkFile(f, path, journal.CheckOptions{StopAtTorn: true})
 	if err != nil {
-		return nil, false, err
+		f.Close()
+		return nil, err
 	}
 	journalChecked(path)
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, false, fmt.Errorf("reading journal %s: %w", path, err)
+	return &checkedJournal{path: path, f: f, lines: rep.Lines}, nil
+}
+
+// sessionsNaming adds to named the sessions of j's lines that name
+// execution id.
+func (j *checkedJournal) sessionsNaming(id string, named map[string]bool) error {
+	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("reading journal %s: %w", j.path, err)
 	}
-	return readEntries(f, path, rep.Lines, id, seen)
+	br := bufio.NewReader(j.f)
+	for i := 1; i <= j.lines; i++ {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("reading journal %s: line %d: %w", j.path, i, err)
+		}
+		var e struct{ Execution, Session string }
+		if err := json.Unmarshal(line, &e); err != nil {
+			return fmt.Errorf("%s:%d: not a journal line: %w", j.path, i, err)
+		}
+		if e.Execution == id {
+			named[e.Session] = true
+		}
+	}
+	return nil
 }
 
 // readEntries reads the first n lines of r, the journal at path, which
 // verified, and returns as entries those that name execution id, and the
-// session lines, but for the lines in seen, to which it adds those it
-// returns. The rest are not kept: a journal of a year holds millions of
-// lines, and an execution a few. torn reports that the file goes on
-// past them with a torn line: bytes with no newline after them. Whole
-// lines a proxy added since the check are not read, and not torn.
-func readEntries(r io.Reader, path string, n int, id string, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
+// session lines of the sessions in named, but for the lines in seen, to
+// which it adds those it returns. The rest are not kept: a journal of a
+// year holds millions of lines, and an execution a few. torn reports
+// that the file goes on past them with a torn line: bytes with no
+// newline after them. Whole lines a proxy added since the check are not
+// read, and not torn.
+func readEntries(r io.Reader, path string, n int, id string, named map[string]bool, seen map[[sha256.Size]byte]bool) (_ []journal.Entry, torn bool, _ error) {
 	br := bufio.NewReader(r)
 	var es []journal.Entry
 	for i := 1; i <= n; i++ {
@@ -415,7 +456,7 @@ func readEntries(r io.Reader, path string, n int, id string, seen map[[sha256.Si
 		if err := json.Unmarshal(line, &e); err != nil {
 			return nil, false, fmt.Errorf("%s:%d: not a journal line: %w", path, i, err)
 		}
-		if e.Execution != id && (e.Execution != "" || e.Event != journal.SessionStart && e.Event != journal.SessionEnd) {
+		if e.Execution != id && (e.Execution != "" || !named[e.Session] || e.Event != journal.SessionStart && e.Event != journal.SessionEnd) {
 			continue
 		}
 		sum := sha256.Sum256(line)

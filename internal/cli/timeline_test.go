@@ -632,12 +632,45 @@ func TestShowKeepsOnlyTheExecutionsLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	got, _, err := readEntries(f, path, len(es), "exe_7", seen)
+	got, _, err := readEntries(f, path, len(es), "exe_7", map[string]bool{"session:s1": true}, seen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 3 || got[1].Execution != "exe_7" || len(seen) != 3 {
 		t.Errorf("readEntries kept %d entries (%d in seen); want 3: exe_7's line and the session's two", len(got), len(seen))
+	}
+}
+
+// TestShowKeepsOnlyItsSessionsLines: of a journal of many sessions, as
+// a busy proxy's is, activity show keeps the session lines of the
+// session that sent the execution's call, not those of every client.
+func TestShowKeepsOnlyItsSessionsLines(t *testing.T) {
+	t0 := time.Now().Add(-time.Hour)
+	var es []journal.Entry
+	for i := range 200 {
+		s := fmt.Sprintf("session:s%d", i)
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		es = append(es, journal.Entry{Time: at, Session: s, Event: journal.SessionStart},
+			journal.Entry{Time: at, Execution: fmt.Sprintf("exe_%d", i), Tool: "charge_card", State: "accepted", Session: s},
+			journal.Entry{Time: at, Session: s, Event: journal.SessionEnd})
+	}
+	path := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
+	got, torn, err := readJournals([]string{path}, "exe_7")
+	if err != nil || len(torn) > 0 {
+		t.Fatalf("readJournals = %v, torn %v", err, torn)
+	}
+	if len(got) != 3 || got[1].Execution != "exe_7" || got[0].Session != "session:s7" || got[2].Session != "session:s7" {
+		t.Errorf("readJournals kept %d lines; want 3: exe_7's line and its session's two", len(got))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := make(map[[sha256.Size]byte]bool)
+	kept, _, err := readEntries(f, path, len(es), "exe_7", map[string]bool{"session:s7": true}, seen)
+	if err != nil || len(kept) != 3 {
+		t.Errorf("readEntries kept %d lines (%v); want 3, not the session lines of the %d sessions that did not send exe_7", len(kept), err, len(es)/3-1)
 	}
 }
 
