@@ -334,7 +334,7 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 			if err := chained(lines, last, before, line); err != nil {
 				return "", 0, 0, err
 			}
-			return "", 0, 0, &LineError{Line: lines + 1, Reason: tornReason(lines, r.offset-int64(len(line)))}
+			return "", 0, 0, &LineError{Line: lines + 1, Reason: tornReason(lines, r.start)}
 		}
 		before, prev = prev, sum(line)
 		last = append(last[:0], line...)

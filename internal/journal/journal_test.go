@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -457,6 +458,78 @@ func TestVerifyLongLines(t *testing.T) {
 	defer f.Close()
 	if n, err := Verify(f); n != 3 || err != nil {
 		t.Errorf("Verify = %d, %v; want 3, nil", n, err)
+	}
+}
+
+// TestLongTornTailNotKept: a journal whose tail is tens of megabytes
+// with no newline, as zeros a machine crash leaves, or a file that is no
+// journal, is found torn by Open and Verify without being held in
+// memory, and Open still names the offset to cut it at.
+func TestLongTornTailNotKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Record(entry(0)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tornSize = 64 << 20
+	if err := os.Truncate(path, fi.Size()+tornSize); err != nil { // sparse: no disk taken
+		t.Fatal(err)
+	}
+	var err1, err2 error
+	var n int
+	allocated := allocatedBy(func() {
+		_, err1 = Open(path)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		n, err2 = Verify(f)
+	})
+	if want := fmt.Sprintf("truncate -s %d FILE", fi.Size()); err1 == nil || !strings.Contains(err1.Error(), want) {
+		t.Errorf("Open = %v; want it to say %q", err1, want)
+	}
+	checkLineError(t, "Verify", err2, 2, "torn")
+	if n != 1 {
+		t.Errorf("Verify = %d lines; want 1", n)
+	}
+	if allocated > tornSize/4 {
+		t.Errorf("Open and Verify allocated %d MB for a torn line of %d MB; want it not kept", allocated>>20, tornSize>>20)
+	}
+}
+
+// allocatedBy returns the bytes f allocates on the heap.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestVerifyLongLinesUnseekable: a long line of an input that cannot
+// seek, such as a pipe, is read whole in one pass.
+func TestVerifyLongLinesUnseekable(t *testing.T) {
+	var b bytes.Buffer
+	prev := Genesis
+	for i := range 3 {
+		line := fmt.Sprintf(`{"prev":"%s","n":%d,"blob":"%s"}`, prev, i, strings.Repeat("y", 200<<10))
+		b.WriteString(line + "\n")
+		prev = hash(line)
+	}
+	b.WriteString(`{"prev":"` + prev + `","torn":"` + strings.Repeat("z", 200<<10))
+	n, err := Verify(&b)
+	checkLineError(t, "Verify", err, 4, "torn")
+	if n != 3 {
+		t.Errorf("Verify = %d lines; want 3", n)
 	}
 }
 
