@@ -466,8 +466,21 @@ func readEntries(r io.Reader, path string, n int, id string, named map[string]bo
 		seen[sum] = true
 		es = append(es, e)
 	}
-	rest, err := br.ReadBytes('\n')
-	return es, errors.Is(err, io.EOF) && len(rest) > 0, nil
+	return es, tornAfter(br), nil
+}
+
+// tornAfter reports whether br holds bytes with no newline after them,
+// looking no further than its first line. The bytes are not kept: the
+// tail a crash left may be hundreds of megabytes.
+func tornAfter(br *bufio.Reader) bool {
+	some := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		some = some || len(chunk) > 0
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return errors.Is(err, io.EOF) && some
+		}
+	}
 }
 
 // sessionsOf answers the first question from the journal lines: the

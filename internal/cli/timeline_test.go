@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -671,6 +672,40 @@ func TestShowKeepsOnlyItsSessionsLines(t *testing.T) {
 	kept, _, err := readEntries(f, path, len(es), "exe_7", map[string]bool{"session:s7": true}, seen)
 	if err != nil || len(kept) != 3 {
 		t.Errorf("readEntries kept %d lines (%v); want 3, not the session lines of the %d sessions that did not send exe_7", len(kept), err, len(es)/3-1)
+	}
+}
+
+// TestShowDoesNotKeepATornTail: a journal whose torn tail is tens of
+// megabytes, as zeros a machine crash leaves, is read by activity show
+// without that tail held in memory, and the tail is still found torn.
+func TestShowDoesNotKeepATornTail(t *testing.T) {
+	t0 := time.Now().Add(-time.Hour)
+	es := []journal.Entry{{Time: t0, Execution: "exe_7", Tool: "charge_card", State: "accepted"}}
+	path := writeEntries(t, filepath.Join(t.TempDir(), "j.jsonl"), es)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tornSize = 64 << 20
+	if err := os.Truncate(path, fi.Size()+tornSize); err != nil { // sparse: no disk taken
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []journal.Entry
+	var torn bool
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, torn, err = readEntries(f, path, len(es), "exe_7", nil, make(map[[sha256.Size]byte]bool))
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != 1 || !torn {
+		t.Errorf("readEntries = %d lines, torn %v, %v; want 1, torn", len(got), torn, err)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > tornSize/4 {
+		t.Errorf("readEntries allocated %d MB for a torn tail of %d MB; want it not kept", allocated>>20, tornSize>>20)
 	}
 }
 
