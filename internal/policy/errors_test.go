@@ -369,6 +369,28 @@ tools:
 			},
 		},
 		{
+			// Copied from JSONPath, these name no member: the trace id
+			// they mean to ignore would still tell retries apart.
+			name: "JSONPath in ignore paths",
+			in:   "defaults:\n  fingerprint:\n    ignore: [$.trace_id, $, \"items[0].id\", \"*\", meta.*, \"a['b']\", \"$.a[*]\", \"filter[status]\"]\n",
+			want: []string{
+				`p.yaml:3:14: defaults.fingerprint.ignore[0]: "$.trace_id" is JSONPath: write trace_id`,
+				`p.yaml:3:26: defaults.fingerprint.ignore[1]: "$" is JSONPath's root`,
+				`p.yaml:3:29: defaults.fingerprint.ignore[2]: "items[0].id" names an array's member: paths reach into objects only`,
+				`p.yaml:3:44: defaults.fingerprint.ignore[3]: "*" has a wildcard: wildcards are not supported`,
+				`p.yaml:3:49: defaults.fingerprint.ignore[4]: "meta.*" has a wildcard`,
+				`p.yaml:3:57: defaults.fingerprint.ignore[5]: "a['b']" uses brackets: join member names with dots`,
+				`p.yaml:3:67: defaults.fingerprint.ignore[6]: "$.a[*]" has a wildcard`,
+			},
+		},
+		{
+			name: "JSONPath in a status path",
+			in:   "tools:\n  a:\n    on_unknown: recover\n    recover: {tool: s, done: {path: $.status, in: [done]}}\n",
+			want: []string{
+				`p.yaml:4:37: tools.a.recover.done.path: "$.status" is JSONPath: write status`,
+			},
+		},
+		{
 			name: "a rate that is no rate is one error",
 			in:   "accounts:\n  x: {rate: 0/s}\n  y: {rate: 5/w, burst: 3}\n",
 			want: []string{

@@ -127,14 +127,50 @@ func parsePath(want string) parse[string] {
 }
 
 // checkDotPath returns what is wrong with a dot path of object members, or "".
+//
+// Spellings copied from JSONPath and its kin ($.a, a[0].b, a.*) are
+// refused rather than read as member names: they would name no member, so
+// an ignored trace id would still tell retries apart, silently. A member
+// literally named $, *, or x[0] is far less likely than the mistake.
 func checkDotPath(s string) string {
 	switch {
 	case s == "":
 		return "is empty: want a dot path of argument members such as trace.id"
+	case s == "$":
+		return "is JSONPath's root: name a member, such as trace.id"
+	case strings.HasPrefix(s, "$."):
+		rest := s[2:]
+		if problem := checkDotPath(rest); problem != "" {
+			return problem
+		}
+		return fmt.Sprintf("is JSONPath: write %s", rest)
 	case s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, ".."):
 		return "has an empty member name: want a dot path such as trace.id, without leading, trailing or doubled dots"
 	}
+	for m := range strings.SplitSeq(s, ".") {
+		sub, ok := subscript(m)
+		switch {
+		case strings.Contains(m, "*"):
+			return "has a wildcard: wildcards are not supported; name each member"
+		case !ok:
+		case strings.Trim(sub, "-0123456789") == "" && sub != "":
+			return "names an array's member: paths reach into objects only"
+		case len(sub) >= 2 && (sub[0] == '\'' || sub[0] == '"') && sub[len(sub)-1] == sub[0]:
+			return "uses brackets: join member names with dots, such as trace.id"
+		}
+	}
 	return ""
+}
+
+// subscript returns what the brackets that end member m hold: "0" of
+// items[0]. A name such as filter[status], which some APIs use, is a
+// member name, not a subscript: the caller decides by what it holds.
+func subscript(m string) (string, bool) {
+	i := strings.LastIndexByte(m, '[')
+	if i < 0 || !strings.HasSuffix(m, "]") {
+		return "", false
+	}
+	return m[i+1 : len(m)-1], true
 }
 
 // wholeNumber reads an integer from lo to hi; the caller words the error.
