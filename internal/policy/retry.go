@@ -200,7 +200,8 @@ func (v *validator) match(s *matchSpec, done bool) (ResultMatch, bool) {
 	if st := s.structured; st != nil {
 		// Unlike a recover block's, this status has no defaults.
 		path, values := st.path.or(""), st.in.v
-		if path == "" || len(values) == 0 {
+		// Only for a part left out: one written wrong has its own error.
+		if path == "" && !st.path.bad() || len(values) == 0 && !st.in.bad() {
 			v.errorf(st.place, st.field, "want {path: FIELD, in: [VALUES...]}")
 		}
 		if !st.ok() || path == "" || len(values) == 0 {
