@@ -395,7 +395,7 @@ tools:
 			in:   "tools:\n  a:\n    already_done:\n      - structured: {path: $.status, in: [done]}\n      - structured: {path: status, in: []}\n      - structured: {in: [done]}\n",
 			want: []string{
 				`p.yaml:4:28: tools.a.already_done[0].structured.path: "$.status" is JSONPath: write status`,
-				`p.yaml:5:40: tools.a.already_done[1].structured.in: want a non-empty list of the values that mean `,
+				`p.yaml:5:40: tools.a.already_done[1].structured.in: want a non-empty list of the values that mean already done, such as [already_exists], not a list`,
 				`p.yaml:6:21: tools.a.already_done[2].structured: want {path: FIELD, in: [VALUES...]}`,
 			},
 		},

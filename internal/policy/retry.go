@@ -64,7 +64,7 @@ func (d *decoder) transient(n *yaml.Node, field string) val[[]*matchSpec] {
 	}
 	var matches []*matchSpec
 	for i, e := range n.Content {
-		matches = append(matches, d.match(e, indexField(field, i)))
+		matches = append(matches, d.match(e, indexField(field, i), transientValues))
 	}
 	return good(d.place(n), matches)
 }
@@ -72,7 +72,7 @@ func (d *decoder) transient(n *yaml.Node, field string) val[[]*matchSpec] {
 // alreadyDone reads an already_done block: one result match, or a list.
 func (d *decoder) alreadyDone(n *yaml.Node, field string) []*matchSpec {
 	if n.Kind != yaml.SequenceNode {
-		return []*matchSpec{d.match(n, field)}
+		return []*matchSpec{d.match(n, field, doneValues)}
 	}
 	// Counted as it is walked, as every list is: an entry that is no
 	// mapping costs an error, and one list that a thousand rules alias
@@ -82,17 +82,25 @@ func (d *decoder) alreadyDone(n *yaml.Node, field string) []*matchSpec {
 	}
 	var matches []*matchSpec
 	for i, e := range n.Content {
-		matches = append(matches, d.match(e, indexField(field, i)))
+		matches = append(matches, d.match(e, indexField(field, i), doneValues))
 	}
 	return matches
 }
 
-func (d *decoder) match(n *yaml.Node, field string) *matchSpec {
+// What the values of a transient and of an already_done match mean, for
+// the error that they are missing.
+const (
+	transientValues = "transient, such as [rate_limited]"
+	doneValues      = "already done, such as [already_exists]"
+)
+
+// match reads a result match; what says what its values mean.
+func (d *decoder) match(n *yaml.Node, field, what string) *matchSpec {
 	s := &matchSpec{}
 	s.block = d.fields(n, field, "a mapping with result_text or structured, and safe_to_resend", []key{
 		{name: "result_text", read: into(d, &s.text, parseResultText)},
 		{name: "structured", read: func(v *yaml.Node, f string) {
-			s.structured = d.status(v, f, "transient, such as [rate_limited]")
+			s.structured = d.status(v, f, what)
 		}},
 		{name: "safe_to_resend", read: into(d, &s.safeToResend, parseBool)},
 	})
