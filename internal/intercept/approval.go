@@ -61,6 +61,15 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 		}
 		// The grant ended with its session since the reservation: asked.
 	}
+	inRound := pol.Approver != policy.ApproverOperator && req.Call.Elicits // not bounded by it
+	if d := clientDeadline(req); !d.IsZero() && !inRound && !in.now().Before(d) {
+		// The client's deadline passed before anyone could be asked (a
+		// slow reservation): no decision, so not a refusal, which the
+		// same call would meet for the record's retention.
+		in.decide(ctx, req, rec, record.Change{To: record.Failed, From: record.Accepted,
+			Note: "the call's deadline passed before its approval could be asked; nothing was sent"})
+		return
+	}
 	switch pol.Approver {
 	case policy.ApproverOperator:
 		// Kept before the wait begins, so that a session ending now

@@ -3,11 +3,13 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -221,5 +223,73 @@ func TestApprovalRefusalReplaySaysWhose(t *testing.T) {
 	}
 	if later.questions() != 0 || h.up.calls.Load() != 0 {
 		t.Errorf("%d questions, %d runs; want the kept refusal, nothing asked or sent", later.questions(), h.up.calls.Load())
+	}
+}
+
+// slowReserving is a deciding store whose reservations take a second,
+// as a store under load does.
+type slowReserving struct{ *decidingStore }
+
+func (s slowReserving) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	time.Sleep(time.Second)
+	return s.decidingStore.Reserve(ctx, r, opts)
+}
+
+// TestApprovalDeadlinePassedBeforeAsked: a call whose client deadline
+// passed while its reservation was made leaves no time to ask anyone.
+// Its execution fails unsent, rather than be refused "within -0.5s" and
+// that refusal kept from the call sent again: no one decided it, and the
+// call again is asked.
+func TestApprovalDeadlinePassedBeforeAsked(t *testing.T) {
+	// A 2026-07-28 call declares elicitation: an operator's approval of
+	// it is bounded by its deadline all the same.
+	const round = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},` +
+		`"mcp-idempotent/deadline_ms":500}}`
+	for name, c := range map[string]struct {
+		approver policy.Approver
+		call     string
+	}{
+		"client":              {policy.ApproverClient, withDeadline(chargeCall, 500)},
+		"operator":            {policy.ApproverOperator, withDeadline(chargeCall, 500)},
+		"operator 2026-07-28": {policy.ApproverOperator, round},
+	} {
+		approver := c.approver
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newDecidingStore()
+				h := approving(policy.ApprovalEach, approver)
+				h.in = New(Options{Store: slowReserving{s}, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+				h.store = s.Store
+				first := newAsker(elicited("accept", ""))
+				h.askingCall(t, first, "session:1", c.call)
+				first.only(t)
+				if recs := h.store.Records(); recs[0].State != record.Failed || !strings.Contains(lastNote(recs[0]), "deadline passed") {
+					t.Fatalf("the execution is %s (%q); want it failed, its note the deadline", recs[0].State, lastNote(recs[0]))
+				}
+				if first.questions() != 0 || h.up.calls.Load() != 0 {
+					t.Fatalf("%d questions, %d runs; want none", first.questions(), h.up.calls.Load())
+				}
+				again := newAsker(elicited("accept", ""))
+				h.askingCall(t, again, "session:1", chargeCall)
+				if approver == policy.ApproverOperator {
+					time.Sleep(2 * time.Second) // past the reservation
+					synctest.Wait()
+					recs := h.store.Records()
+					i := slices.IndexFunc(recs, func(r *record.Record) bool {
+						return r.Awaiting == record.ApproverOperator && r.State == record.Accepted
+					})
+					if i < 0 {
+						t.Fatalf("no execution awaits an operator: %+v", recs)
+					}
+					if _, err := s.Update(t.Context(), recs[i].ID, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if v := view(t, again.only(t)); v.IsError || h.up.calls.Load() != 1 {
+					t.Errorf("the call again got %q, %d runs; want it asked, approved and run once", v.Content[0].Text, h.up.calls.Load())
+				}
+			})
+		})
 	}
 }
