@@ -454,10 +454,12 @@ func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
 }
 
 // EndSession drops the approvals that covered session (Request.Session)
-// once it has ended: a new session is asked again. It ends the session's
-// waits for an operator, whose callers may have detached, and returns once
-// each has recorded its execution failed: nothing would send it now, and
-// the store may be closed next.
+// once it has ended: a new session is asked again. It ends the
+// reservations under way of its calls that ask for approval, whose
+// callers may have detached (askingCalls; WaitLate waits for them). It
+// ends the session's waits for an operator, whose callers may have
+// detached, and returns once each has recorded its execution failed:
+// nothing would send it now, and the store may be closed next.
 func (in *Interceptor) EndSession(session string) {
 	in.grants.mu.Lock()
 	for k := range in.grants.m {
@@ -466,6 +468,9 @@ func (in *Interceptor) EndSession(session string) {
 		}
 	}
 	in.grants.mu.Unlock()
+	for _, req := range in.asking.take(session) {
+		in.EndReserving(req) // one the session ended already is left as it is
+	}
 	in.waits.end(session)
 }
 

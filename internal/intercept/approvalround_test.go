@@ -173,6 +173,45 @@ func TestApprovalOperatorWaitOfADetachedCallerEndsWithTheSession(t *testing.T) {
 	}
 }
 
+// gatedReserving is a deciding store whose reservations wait for gate.
+type gatedReserving struct {
+	*decidingStore
+	gate chan struct{}
+}
+
+func (s gatedReserving) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	<-s.gate
+	return s.decidingStore.Reserve(ctx, r, opts)
+}
+
+// TestApprovalDetachedWhileReservedEndsWithTheSession: the caller
+// detached while a slow store reserved its call, then the session ended,
+// then the store made the reservation. The execution fails unsent, as
+// one whose session ended while reserving does, rather than await after
+// the session an operator whose approval nothing would send.
+func TestApprovalDetachedWhileReservedEndsWithTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := gatedReserving{newDecidingStore(), make(chan struct{})}
+		h := approving(policy.ApprovalEach, policy.ApproverOperator)
+		h.in = New(Options{Store: s, Hasher: h.in.hasher, StoreWaits: true})
+		ctx := newEndable(t.Context())
+		req, _ := h.request(t, chargeCall)
+		req.Session = "session:1"
+		h.in.Handle(ctx, req)
+		synctest.Wait()
+		ctx.end(context.Canceled)
+		h.in.EndSession("session:1")
+		close(s.gate)
+		synctest.Wait()
+		h.settle(t)
+		recs := s.Records()
+		if len(recs) != 1 || recs[0].State != record.Failed || lastNote(recs[0]) != endedNote {
+			t.Errorf("after the session's end the execution is %s (%q); want failed, the session's end its note", recs[0].State, lastNote(recs[0]))
+		}
+		time.Sleep(2 * time.Minute) // past the approval's timeout, were it awaited
+	})
+}
+
 // TestApprovalQuestionAgainJournaled: a caller asked the approval's
 // question again has its line: it joined the execution, and got the
 // question.

@@ -335,6 +335,7 @@ type Interceptor struct {
 	unsent     sentCalls     // executions waiting for their account, by key (ownretry.go)
 	grants     grants        // the approvals that cover a session (approval: session)
 	waits      operatorWaits // the waits for an operator's decision, by session
+	asking     askingCalls   // calls that ask for approval, being reserved, by session
 	questions  questions     // approvals asked in a round whose question was taken
 	storeWaits bool
 	shadow     bool // Options.Shadow

@@ -37,13 +37,74 @@ const (
 func (in *Interceptor) startReserving(req *Request) {
 	if in.storeWaits {
 		req.stage.Store(stageReserving)
+		in.asking.add(req)
 	}
 }
 
 // keepsCall reports whether the call's goroutine still answers req, once
 // it stops reserving: it does unless the session's end answered it.
 func (in *Interceptor) keepsCall(req *Request) bool {
-	return !in.storeWaits || req.stage.CompareAndSwap(stageReserving, stageReserved)
+	if !in.storeWaits {
+		return true
+	}
+	in.asking.drop(req)
+	return req.stage.CompareAndSwap(stageReserving, stageReserved)
+}
+
+// askingCalls are the calls of a tool that asks for approval that a
+// store that waits is reserving, by session. A caller that detached
+// while its call was reserved is no longer among the calls its session
+// ends (EndReserving), and its context does not end with the session:
+// its execution would then await, after the session, a decision that
+// nothing could act on, or be refused for a client no longer there.
+// EndSession ends their reservations instead. Other calls are not kept:
+// their sends fail with the session's upstream, and say so.
+type askingCalls struct {
+	mu sync.Mutex
+	m  map[string]map[*Request]struct{}
+}
+
+func asks(req *Request) bool {
+	return req.Session != "" && req.Policy.NeedsApproval()
+}
+
+func (a *askingCalls) add(req *Request) {
+	if !asks(req) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = make(map[string]map[*Request]struct{})
+	}
+	if a.m[req.Session] == nil {
+		a.m[req.Session] = make(map[*Request]struct{})
+	}
+	a.m[req.Session][req] = struct{}{}
+}
+
+func (a *askingCalls) drop(req *Request) {
+	if !asks(req) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m[req.Session], req)
+	if len(a.m[req.Session]) == 0 {
+		delete(a.m, req.Session)
+	}
+}
+
+// take forgets and returns the calls of session still reserving.
+func (a *askingCalls) take(session string) []*Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var reqs []*Request
+	for req := range a.m[session] {
+		reqs = append(reqs, req)
+	}
+	delete(a.m, session)
+	return reqs
 }
 
 // EndReserving answers req, a call whose session is ending, if a store
