@@ -461,6 +461,12 @@ func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
 // detached, and returns once each has recorded its execution failed:
 // nothing would send it now, and the store may be closed next.
 func (in *Interceptor) EndSession(session string) {
+	for _, req := range in.asking.take(session) {
+		in.EndReserving(req) // one the session ended already is left as it is
+	}
+	in.waits.end(session)
+	// After the waits: a decision that lands as one ends is kept as a
+	// grant, which would outlive the session.
 	in.grants.mu.Lock()
 	for k := range in.grants.m {
 		if k.session == session {
@@ -468,10 +474,6 @@ func (in *Interceptor) EndSession(session string) {
 		}
 	}
 	in.grants.mu.Unlock()
-	for _, req := range in.asking.take(session) {
-		in.EndReserving(req) // one the session ended already is left as it is
-	}
-	in.waits.end(session)
 }
 
 // operatorWaits are the waits for an operator's decision under way, by

@@ -342,3 +342,34 @@ func TestApprovalInRoundKeyDropped(t *testing.T) {
 		t.Fatalf("a continuation that adds a client key got %s %s, %d runs; want -32602 naming the key, nothing run", ans.Result, ans.Error, h.up.calls.Load())
 	}
 }
+
+// approvedAtTheEnd is a deciding store whose operator approves an
+// execution just as the wait for it ends.
+type approvedAtTheEnd struct{ *decidingStore }
+
+func (s approvedAtTheEnd) WaitDecided(ctx context.Context, id string) (*record.Record, error) {
+	<-ctx.Done()
+	s.Update(context.Background(), id, record.Change{To: record.Authorized, From: record.Accepted, By: "bob", Via: record.ApproverOperator})
+	return nil, ctx.Err()
+}
+
+// TestApprovalGrantNotKeptPastTheSession: an operator's approval under
+// approval: session that lands as the session ends is no grant of it
+// once EndSession returns: the session is gone, and so are its grants.
+func TestApprovalGrantNotKeptPastTheSession(t *testing.T) {
+	s := approvedAtTheEnd{newDecidingStore()}
+	h := approving(policy.ApprovalSession, policy.ApproverOperator)
+	h.in = New(Options{Store: s, Hasher: h.in.hasher})
+	h.store = s.Store
+	ctx := newEndable(t.Context())
+	req, _ := h.request(t, chargeCall)
+	req.Session = "session:1"
+	h.in.Handle(ctx, req)
+	h.awaiting(t)
+	ctx.end(ErrSessionEnded)
+	h.in.EndSession("session:1")
+	h.settle(t)
+	if _, ok := h.in.grants.get(req, req.Policy); ok {
+		t.Error("the session's grant is kept after its end")
+	}
+}
