@@ -172,6 +172,18 @@ type Policy struct {
 	Written bool
 	// Explicit reports whether the policy file names the tool exactly.
 	Explicit bool
+	// NoEffect, if not nil, says that the rule naming the tool exactly
+	// sets keys that need a record, which the tool, read_only, never
+	// has: whoever wrote them believes its calls are recorded.
+	NoEffect *NoEffect
+}
+
+// NoEffect names the keys of a policy file's rule that have no effect on
+// the read_only tool it names. A glob, or the defaults, set such keys for
+// every tool they cover, read_only or not: they are not named here.
+type NoEffect struct {
+	File string // the policy file's path
+	Keys []string
 }
 
 // A RetryRule says when a call is sent again, and how soon.

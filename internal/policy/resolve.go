@@ -79,6 +79,11 @@ func (f *File) ResolveScoped(tool string, ann *mcp.Annotations, scope Scope) Pol
 		// server's hint.
 		p.Class, p.Source = SideEffect, "policy file ("+r.name+"): approval needs a record"
 	}
+	if explicit && p.Class == ReadOnly {
+		if keys := r.recordedKeys(); keys != nil {
+			p.NoEffect = &NoEffect{File: f.path, Keys: keys}
+		}
+	}
 	if !onUnknownSet && p.Class != annotated {
 		p.OnUnknown = classOnUnknown(p.Class)
 	}
@@ -109,6 +114,33 @@ func (f *File) lookup(tool string) (*rule, bool) {
 		}
 	}
 	return nil, false
+}
+
+// recordedKeys returns the keys r sets whose effect needs a record, in
+// the file's spelling: a read_only tool, never recorded, ignores them.
+func (r *rule) recordedKeys() []string {
+	var keys []string
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{
+		{"scope", r.scope != ""},
+		{"retention", r.retention != 0},
+		{"replay", r.replay != ""},
+		{"attach_window", r.attachWindow != 0},
+		{"on_unknown", r.onUnknown != ""},
+		{"fingerprint.ignore", r.ignoreSet},
+		{"fingerprint.defaults", r.defaults != nil},
+		{"forward_key", r.forwardKey != nil},
+		{"already_done", r.alreadyDone != nil},
+		{"journal.arguments", r.journal.Arguments != ""},
+		{"journal.result", r.journal.Result != ""},
+	} {
+		if k.set {
+			keys = append(keys, k.name)
+		}
+	}
+	return keys
 }
 
 // apply lays r over p and reports whether r sets on_unknown.

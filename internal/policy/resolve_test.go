@@ -211,6 +211,37 @@ tools:
 				p.Scope = ScopeGlobal
 				p.Defaults = false
 				p.Written, p.Explicit = true, true
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"scope", "fingerprint.defaults"}}
+			},
+		},
+		{
+			// The rule was written to protect the tool, and does not.
+			name: "exact rule without class on a read-only tool",
+			file: "tools:\n  charge_card: {on_unknown: block, retry: {max_attempts: 2}}\n", tool: "charge_card", ann: readOnly,
+			want: func(p *Policy) {
+				p.Retry = &RetryRule{MaxAttempts: 2, Base: defaultRetryBase, Cap: defaultRetryCap, Deadline: DefaultDeadline}
+				p.Written, p.Explicit = true, true
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"on_unknown"}}
+			},
+		},
+		{
+			name: "exact rule of class read_only",
+			file: "tools:\n  get: {class: read_only, journal: {arguments: clear}}\n", tool: "get", ann: nil,
+			want: func(p *Policy) {
+				p.Class, p.Source = ReadOnly, "policy file (get)"
+				p.Journal.Arguments = JournalClear
+				p.Written, p.Explicit = true, true
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"journal.arguments"}}
+			},
+		},
+		{
+			// A default for every tool the glob covers: not a promise
+			// about this one.
+			name: "glob rule on a read-only tool",
+			file: "tools:\n  '*': {retention: 1h}\n", tool: "get", ann: readOnly,
+			want: func(p *Policy) {
+				p.Retention = time.Hour
+				p.Written = true
 			},
 		},
 		{

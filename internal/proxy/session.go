@@ -308,7 +308,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		opts:            opts,
 		log:             log,
 		debug:           log.Enabled(context.Background(), slog.LevelDebug),
-		tools:           newToolTable(opts.Resolve),
+		tools:           newToolTable(opts.Resolve, log),
 		pending:         make(map[string]sent),
 		forwarded:       make(map[string]forwardedRequest),
 		calls:           make(map[string]*clientCall),

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,8 +32,9 @@ type toolInfo struct {
 // listing the proxy asks for itself.
 type toolTable struct {
 	resolve Resolver
+	log     *slog.Logger
 
-	mu       sync.Mutex // guards tools, fetched, inFlight and gen
+	mu       sync.Mutex // guards tools, fetched, inFlight, gen and warned
 	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
 	inFlight chan struct{} // closed when the proxy's own listing finishes; nil if none
@@ -40,13 +43,18 @@ type toolTable struct {
 	// page read before one may be merged after it: pages carry the
 	// generation their listing began in, and a stale one is dropped.
 	gen uint64
+	// warned holds, for each tool whose policy has keys without effect
+	// (policy.NoEffect), what the log last said of it: a listing that
+	// comes again says it again only of a tool that changed. It outlives
+	// invalidate.
+	warned map[string]string
 }
 
-func newToolTable(resolve Resolver) *toolTable {
+func newToolTable(resolve Resolver, log *slog.Logger) *toolTable {
 	if resolve == nil {
 		resolve = func(_ string, ann *mcp.Annotations) policy.Policy { return policy.FromAnnotations(ann) }
 	}
-	return &toolTable{resolve: resolve, tools: make(map[string]toolInfo)}
+	return &toolTable{resolve: resolve, log: log, tools: make(map[string]toolInfo), warned: make(map[string]string)}
 }
 
 // learn merges one page of a tools/list result read now.
@@ -58,8 +66,8 @@ func (t *toolTable) learn(page mcp.ListPage) {
 }
 
 // learnAt merges one page of a listing that began in generation gen,
-// unless the upstream announced a change since. It reports whether it
-// merged the page.
+// unless the upstream announced a change since, and warns of keys without
+// effect on a tool it merges. It reports whether it merged the page.
 func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	infos := make(map[string]toolInfo, len(page.Tools))
 	for _, tool := range page.Tools {
@@ -72,14 +80,41 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 		pol := t.resolve(tool.Name, ann)
 		infos[tool.Name] = toolInfo{policy: &pol, defaults: mcp.SchemaDefaults(tool.InputSchema), listed: true}
 	}
+	var warn []string
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if gen != t.gen {
+		t.mu.Unlock()
 		return false
 	}
 	for name, info := range infos {
 		t.tools[name] = info
+		if t.noteNoEffect(name, info.policy) {
+			warn = append(warn, name)
+		}
 	}
+	t.mu.Unlock()
+	slices.Sort(warn)
+	for _, name := range warn {
+		p := infos[name].policy
+		t.log.Warn("the policy file's rule for a read_only tool sets keys that need a record, so they have no effect: "+
+			"its calls pass through unrecorded, and identical calls all run; set class: side_effect or idempotent in the rule to record them",
+			"tool", name, "policy", p.NoEffect.File, "rule", name, "keys", strings.Join(p.NoEffect.Keys, ", "), "class_from", p.Source)
+	}
+	return true
+}
+
+// noteNoEffect reports whether the log has yet to say that some keys of
+// p have no effect on the tool, and notes that it will. t.mu is held.
+func (t *toolTable) noteNoEffect(name string, p *policy.Policy) bool {
+	if p.NoEffect == nil {
+		delete(t.warned, name)
+		return false
+	}
+	said := p.NoEffect.File + "\x00" + strings.Join(p.NoEffect.Keys, ",") + "\x00" + p.Source
+	if t.warned[name] == said {
+		return false
+	}
+	t.warned[name] = said
 	return true
 }
 
