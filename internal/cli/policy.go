@@ -39,6 +39,13 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		n := len(f.Rules())
 		fmt.Fprintf(stdout, "%s: valid, %d tool rule%s\n", args[1], n, plural(n))
+		for _, r := range f.Rules() {
+			// Without the upstream's annotations, only a rule's own
+			// class is known: policy show sees the rest.
+			if p := f.Resolve(r, nil); p.Explicit && p.NoEffect != nil {
+				io.WriteString(stdout, noEffectNote(r, &p))
+			}
+		}
 		return nil
 	case "show":
 		return runPolicyShow(ctx, args[1:], stdout, stderr)
@@ -89,7 +96,7 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tAPPROVAL\tFROM\tCONTRACT")
 	unwritten := 0
-	var noStatus []string // notes on status tools the upstream does not list
+	var notes []string // on status tools the upstream does not list, on keys without effect
 	for _, t := range tools {
 		ann := t.Annotations
 		if ann == nil {
@@ -110,9 +117,12 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if !listed[p.Recover.Tool] {
 				// Its status call would fail, and an unknown outcome
 				// stay unknown.
-				noStatus = append(noStatus, fmt.Sprintf("note: the status tool of %q, %q, is not one the upstream lists: "+
+				notes = append(notes, fmt.Sprintf("note: the status tool of %q, %q, is not one the upstream lists: "+
 					"on_unknown: recover cannot settle it\n", t.Name, p.Recover.Tool))
 			}
+		}
+		if p.NoEffect != nil {
+			notes = append(notes, noEffectNote(t.Name, &p))
 		}
 		// Names come from the upstream and the file: a line break or a
 		// tab in one would print a row of the table it made up.
@@ -128,11 +138,19 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
 			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
 	}
-	for _, note := range noStatus {
+	for _, note := range notes {
 		io.WriteString(stdout, note)
 	}
 	notUsed(stdout, file, tools, listed)
 	return nil
+}
+
+// noEffectNote says that keys of the rule naming a read_only tool have no
+// effect, as the proxy's log does when the tool is listed.
+func noEffectNote(tool string, p *policy.Policy) string {
+	return fmt.Sprintf("note: %s: the rule %q sets %s, which need a record; the tool is read_only (%s), so its calls pass through unrecorded "+
+		"and the keys have no effect: set class: side_effect or idempotent in the rule to record them\n",
+		p.NoEffect.File, tool, strings.Join(p.NoEffect.Keys, ", "), printable(p.Source))
 }
 
 // notUsed notes each rule of the file that governs none of the tools the

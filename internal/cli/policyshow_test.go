@@ -189,3 +189,45 @@ func TestPolicyShowNotesPatternsThatGovernNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyShowNotesKeysWithoutEffect: a rule naming a read_only tool
+// that sets keys needing a record reads as a promise the proxy does not
+// keep: the tool's calls pass through unrecorded. policy show says so; a
+// glob's keys, a default for the tools it covers, are not noted.
+func TestPolicyShowNotesKeysWithoutEffect(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	rules := "tools:\n" +
+		"  plain_tool: {class: read_only, journal: {arguments: clear}}\n" +
+		"  needs_*: {class: read_only, forward_key: false}\n"
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--policy", file, "--"}, capableServer...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	want := `note: ` + file + `: the rule "plain_tool" sets journal.arguments, which need a record; the tool is read_only (policy file (plain_tool))`
+	if !strings.Contains(stdout, want) {
+		t.Errorf("policy show does not note the keys without effect; want %s in:\n%s", want, stdout)
+	}
+	if strings.Contains(stdout, "forward_key") {
+		t.Errorf("policy show notes a glob's keys:\n%s", stdout)
+	}
+}
+
+// TestPolicyCheckNotesKeysWithoutEffect: policy check, which sees no
+// annotations, notes a rule whose own class is read_only and that sets
+// keys needing a record.
+func TestPolicyCheckNotesKeysWithoutEffect(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("tools:\n  get: {class: read_only, fingerprint: {ignore: [a]}}\n  put: {journal: {arguments: clear}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, "policy", "check", file)
+	if err != nil {
+		t.Fatalf("policy check: %v\n%s", err, stderr)
+	}
+	if want := `the rule "get" sets fingerprint.ignore, which need a record`; !strings.Contains(stdout, want) || strings.Count(stdout, "note:") != 1 {
+		t.Errorf("policy check does not note get's keys alone; want %s in:\n%s", want, stdout)
+	}
+}
