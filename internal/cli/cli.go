@@ -381,7 +381,9 @@ type wiring struct {
 	// instance sets this process's own request ids upstream apart from
 	// those of another mcp-idempotent before or behind it.
 	instance string
-	closers  []func()
+	// toolWarnings has a warning of a tool's policy said once a process.
+	toolWarnings *proxy.ToolWarnings
+	closers      []func()
 }
 
 // close releases what wire opened, in reverse order.
@@ -396,7 +398,7 @@ func (w *wiring) close() {
 func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) (w *wiring, err error) {
 	// Eight base32 letters and digits: a proxy before this one would need
 	// luck of one in 2^40 to use the same.
-	w = &wiring{f: f, argv: argv, stderr: stderr, instance: strings.ToLower(rand.Text()[:8])}
+	w = &wiring{f: f, argv: argv, stderr: stderr, instance: strings.ToLower(rand.Text()[:8]), toolWarnings: proxy.NewToolWarnings()}
 	built := w // what to release on failure, once w is nil
 	defer func() {
 		if err != nil {

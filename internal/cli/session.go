@@ -59,6 +59,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		Tracer:        w.tracer,
 		Client:        &who.client,
 		EndReason:     who.endReason,
+		ToolWarnings:  w.toolWarnings,
 	}
 	if f.restarts > 0 && httpUp != nil {
 		// The session expired (404): a new session, into which the proxy

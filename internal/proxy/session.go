@@ -122,6 +122,10 @@ type Options struct {
 	// EndReason, if set, says why the client's Conn closed (deleted,
 	// idle), for the session's end line; "" means the client closed it.
 	EndReason func() string
+	// ToolWarnings, shared by the sessions of a process, has each
+	// warning of a tool's policy logged once, not once a session; nil:
+	// the session's own.
+	ToolWarnings *ToolWarnings
 }
 
 // A Session relays one client connection to one upstream connection.
@@ -308,7 +312,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		opts:            opts,
 		log:             log,
 		debug:           log.Enabled(context.Background(), slog.LevelDebug),
-		tools:           newToolTable(opts.Resolve, log),
+		tools:           newToolTable(opts.Resolve, log, opts.ToolWarnings),
 		pending:         make(map[string]sent),
 		forwarded:       make(map[string]forwardedRequest),
 		calls:           make(map[string]*clientCall),

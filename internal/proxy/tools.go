@@ -34,7 +34,7 @@ type toolTable struct {
 	resolve Resolver
 	log     *slog.Logger
 
-	mu       sync.Mutex // guards tools, fetched, inFlight, gen and warned
+	mu       sync.Mutex // guards tools, fetched, inFlight and gen
 	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
 	inFlight chan struct{} // closed when the proxy's own listing finishes; nil if none
@@ -43,18 +43,20 @@ type toolTable struct {
 	// page read before one may be merged after it: pages carry the
 	// generation their listing began in, and a stale one is dropped.
 	gen uint64
-	// warned holds, for each tool whose policy has keys without effect
-	// (policy.NoEffect), what the log last said of it: a listing that
-	// comes again says it again only of a tool that changed. It outlives
-	// invalidate.
-	warned map[string]string
+	// warned is what the log said of tools whose policy has keys
+	// without effect: the process's, shared by its sessions, or the
+	// table's own (Options.ToolWarnings).
+	warned *ToolWarnings
 }
 
-func newToolTable(resolve Resolver, log *slog.Logger) *toolTable {
+func newToolTable(resolve Resolver, log *slog.Logger, warned *ToolWarnings) *toolTable {
 	if resolve == nil {
 		resolve = func(_ string, ann *mcp.Annotations) policy.Policy { return policy.FromAnnotations(ann) }
 	}
-	return &toolTable{resolve: resolve, log: log, tools: make(map[string]toolInfo), warned: make(map[string]string)}
+	if warned == nil {
+		warned = NewToolWarnings()
+	}
+	return &toolTable{resolve: resolve, log: log, tools: make(map[string]toolInfo), warned: warned}
 }
 
 // learn merges one page of a tools/list result read now.
@@ -88,7 +90,7 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	}
 	for name, info := range infos {
 		t.tools[name] = info
-		if t.noteNoEffect(name, info.policy) {
+		if t.warned.note(name, info.policy) {
 			warn = append(warn, name)
 		}
 	}
@@ -100,21 +102,6 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 			"its calls pass through unrecorded, and identical calls all run; set class: side_effect or idempotent in the rule to record them",
 			"tool", name, "policy", p.NoEffect.File, "rule", name, "keys", strings.Join(p.NoEffect.Keys, ", "), "class_from", p.Source)
 	}
-	return true
-}
-
-// noteNoEffect reports whether the log has yet to say that some keys of
-// p have no effect on the tool, and notes that it will. t.mu is held.
-func (t *toolTable) noteNoEffect(name string, p *policy.Policy) bool {
-	if p.NoEffect == nil {
-		delete(t.warned, name)
-		return false
-	}
-	said := p.NoEffect.File + "\x00" + strings.Join(p.NoEffect.Keys, ",") + "\x00" + p.Source
-	if t.warned[name] == said {
-		return false
-	}
-	t.warned[name] = said
 	return true
 }
 
