@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -82,6 +83,10 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 			return
 		}
 		in.storeRefused(req, fresh.ID, err)
+		return
+	}
+	if !won && rec.Fingerprint == fresh.Fingerprint && in.shadowReplay(rec) {
+		in.goReserveRecorded(ctx, req, rec, fresh, opts, a)
 		return
 	}
 	in.resolve(ctx, req, rec, won, a.fp, a.args)
@@ -288,9 +293,9 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		in.decided(req, call.Name, "attached")
 		in.askAgainInRound(ctx, req, rec)
 	case in.shadowReplay(rec):
-		// Waits for the recording, which the client did not, and is
-		// answered from it: a replay in normal mode, which records the
-		// answer before the client has it.
+		// Not recorded within the attach window (goReserveRecorded):
+		// it waits on for the recording, which the client did not, and
+		// is answered from it, as the replay normal mode would make.
 		if in.debug {
 			in.log.Debug("replayed an execution's answer", "execution", rec.ID, "state", rec.State,
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
@@ -307,6 +312,37 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
 		in.goAttach(ctx, rec, req)
 	}
+}
+
+// goReserveRecorded reserves req's call again, on a goroutine counted in
+// in.work, once rec, the execution of this process it matched, has
+// recorded the answer the client already has (shadowReplay). Normal mode
+// records an answer before the client gets it, so the call is judged on
+// the record as it settled: replayed, or run anew where the tool's
+// policy replaces it (a failure, an idempotent tool's result). If it is
+// not recorded within the tool's attach window, the call attaches to it.
+func (in *Interceptor) goReserveRecorded(ctx context.Context, req *Request, rec, fresh *record.Record, opts record.ReserveOptions, a action) {
+	in.work.Add(1)
+	go func() {
+		defer in.work.Done()
+		wctx, cancel := context.WithTimeout(req.bg, req.Policy.AttachWindow)
+		settled, err := in.wait(wctx, rec.ID)
+		cancel()
+		won := false
+		switch {
+		case err != nil:
+		case settled.State == record.Failed || slices.Contains(opts.Replace, settled.State):
+			// The store replaces it: reserved again, the call wins.
+			if rec, won, err = in.reserveAction(req, fresh, opts, a); err != nil {
+				in.storeRefused(req, fresh.ID, err)
+				return
+			}
+		default:
+			// The first reservation counted the call as attached.
+			rec = settled
+		}
+		in.resolve(ctx, req, rec, won, a.fp, a.args)
+	}()
 }
 
 // shadowReplay reports whether, in shadow mode, rec is an execution of

@@ -167,7 +167,7 @@ func TestSlowOutcomeHoldsOnlyItsCall(t *testing.T) {
 // answer counts as the replay normal mode, which records the answer
 // before the client gets it, would have made, not as an attach.
 func TestShadowRetryAfterTheAnswerIsAReplay(t *testing.T) {
-	store := outcomeStuckStore{memstore.New(memstore.Options{}), make(chan struct{})}
+	store := newSettleStuckStore()
 	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 8)}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true, Shadow: true, Observer: d})
 	r := newRigWith(t, 0, in)
@@ -176,6 +176,7 @@ func TestShadowRetryAfterTheAnswerIsAReplay(t *testing.T) {
 	listCharge(t, r)
 	const call = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":1}}}`
 	r.client.send(t, fmt.Sprintf(call, 1))
+	store.reservations(t, 1)
 	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
 	if got := r.client.next(t, "client"); !strings.Contains(got, `"id":1,`) {
 		t.Fatalf("the client got %s; want the answer to its call", got)
@@ -183,12 +184,11 @@ func TestShadowRetryAfterTheAnswerIsAReplay(t *testing.T) {
 	// The answer's write to the store hangs: the retry reads the record
 	// still dispatched.
 	r.client.send(t, fmt.Sprintf(call, 2))
+	store.reservations(t, 1)
 	r.upstream.answerCharged(t, r.upstream.next(t, "upstream"))
-	for deadline := time.Now().Add(5 * time.Second); d.total() < 2 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	closeGate()
 	r.client.next(t, "client")
+	closeGate()
+	d.decided(t, 2)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.shown["replayed"] != 1 || d.shown["attached"] != 0 {
