@@ -84,8 +84,27 @@ func (s *Session) fromClientBatch(frame []byte) {
 		return
 	}
 	// A cancellation is the proxy's to act on, in a batch as alone: it
-	// detaches a caller, and never reaches an execution (DESIGN 5).
-	if msgs, frame = takeOut(msgs, frame, s.batchCancel); len(msgs) == 0 {
+	// detaches a caller, and never reaches an execution (DESIGN 5). One
+	// of a request of the batch is acted on once the batch is sent: sent
+	// before it, it would name no request, and the request would run on.
+	var after []*jsonrpc.Message
+	defer func() {
+		for _, m := range after {
+			s.cancelled(m)
+		}
+	}()
+	all := msgs
+	if msgs, frame = takeOut(msgs, frame, func(m *jsonrpc.Message) bool {
+		if !isCancel(m) {
+			return false
+		}
+		if cancelsOneOf(m, all) {
+			after = append(after, m)
+		} else {
+			s.cancelled(m)
+		}
+		return true
+	}); len(msgs) == 0 {
 		return
 	}
 	var calls []mcp.ToolCall // in shadow mode, the batch's tools/calls
@@ -247,14 +266,25 @@ func (s *Session) sendingLocked(msgs []*jsonrpc.Message, batch uint64, l *link) 
 	return requests == 0 || remembered > 0
 }
 
-// batchCancel handles m as cancelled does if it is a valid
-// notifications/cancelled, and reports whether it did.
-func (s *Session) batchCancel(m *jsonrpc.Message) bool {
-	if m.Method != "notifications/cancelled" || m.ID != nil || jsonrpc.CheckRequest(m) != "" {
+// isCancel reports whether m is a valid notifications/cancelled.
+func isCancel(m *jsonrpc.Message) bool {
+	return m.Method == "notifications/cancelled" && m.ID == nil && jsonrpc.CheckRequest(m) == ""
+}
+
+// cancelsOneOf reports whether m, a cancellation, names a request of
+// msgs.
+func cancelsOneOf(m *jsonrpc.Message, msgs []*jsonrpc.Message) bool {
+	id, err := jsonrpc.CancelledID(m.Params)
+	if err != nil || id == nil {
 		return false
 	}
-	s.cancelled(m)
-	return true
+	key := string(jsonrpc.IDKey(id))
+	for _, r := range msgs {
+		if r.IsRequest() && string(jsonrpc.IDKey(r.ID)) == key {
+			return true
+		}
+	}
+	return false
 }
 
 // refuseBatch answers each request of msgs, a batch refused for why, in

@@ -206,7 +206,8 @@ func batchHolds(frame []byte, key string) bool {
 // the upstream's and its cancellations must not wait: they are handled at
 // once, and the rest of the batch waits, as a batch of its own. Neither
 // is answered (JSON-RPC 2.0, batch), so the client still gets one array
-// for the batch's requests.
+// for the batch's requests. The rest is queued first: a cancellation of
+// one of its requests finds it waiting (unqueue, cancelInTurn).
 func (s *Session) enqueueBatch(frame []byte) bool {
 	if !s.queueing.Load() {
 		return false
@@ -216,15 +217,12 @@ func (s *Session) enqueueBatch(frame []byte) bool {
 		return false // refused at once, as it would be in its turn
 	}
 	rest, restFrame := takeOut(msgs, frame, waitsForNothing)
-	switch {
-	case len(rest) == 0:
-		return false
-	case len(rest) < len(msgs):
+	if len(rest) == 0 || !s.enqueue(queued{msg: &jsonrpc.Message{Raw: restFrame, Batch: true}}) {
+		return false // handled whole at once: the queue may have just ended
+	}
+	if len(rest) < len(msgs) {
 		_, now := takeOut(msgs, frame, func(m *jsonrpc.Message) bool { return !waitsForNothing(m) })
 		s.fromClientBatch(now)
-	}
-	if !s.enqueue(queued{msg: &jsonrpc.Message{Raw: restFrame, Batch: true}}) {
-		s.fromClientBatch(restFrame) // the queue has just ended
 	}
 	return true
 }

@@ -149,3 +149,50 @@ func TestShadowBatchToolCallReservedID(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowBatchCancelsItsOwnCall: a batch that holds a tools/call and
+// its cancellation goes upstream with the call before the cancellation
+// in shadow mode, as without the proxy: sent first, the cancellation
+// would name no request, and the call would run on.
+func TestShadowBatchCancelsItsOwnCall(t *testing.T) {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Shadow: true})
+	r := newRigOptions(t, 0, Options{Interceptor: in})
+	r.handshake(t, "2025-03-26", gives("2025-03-26"))
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"card":"4242"}}}`
+	cancel := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`
+	r.client.send(t, `[`+call+`,`+cancel+`]`)
+	nextIs(t, r.upstream, "upstream", `[`+call+`]`, "the batch's call")
+	nextIs(t, r.upstream, "upstream", cancel, "its cancellation, after it")
+}
+
+// TestCancelInQueuedBatch: a batch that waits in the queue with a
+// request and its cancellation is, in normal mode, a request cancelled
+// while it waits: neither is sent. In shadow mode both go upstream, the
+// request first, as without the proxy.
+func TestCancelInQueuedBatch(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Shadow: shadow})
+		r := newRigOptions(t, 0, Options{Interceptor: in})
+		call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"card":"4242"}}}`
+		request := `{"jsonrpc":"2.0","id":3,"method":"resources/list"}`
+		cancel := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`
+		r.client.send(t, call)
+		list := r.upstream.next(t, "upstream") // the proxy's tools/list
+		r.client.send(t, `[`+request+`,`+cancel+`]`)
+		r.client.send(t, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+		nextIs(t, r.upstream, "upstream", `{"jsonrpc":"2.0","id":4,"method":"ping"}`, "the ping, which waits for nothing")
+		var m struct{ ID json.RawMessage }
+		json.Unmarshal([]byte(list), &m)
+		r.upstream.send(t, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"tools":[]}}`)
+		if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"tools/call"`) {
+			t.Fatalf("the upstream got %s; want the call", got)
+		}
+		if shadow {
+			nextIs(t, r.upstream, "upstream", `[`+request+`]`, "shadow mode: the batch's request")
+			nextIs(t, r.upstream, "upstream", cancel, "shadow mode: its cancellation, after it")
+			continue
+		}
+		r.client.send(t, `{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+		nextIs(t, r.upstream, "upstream", `{"jsonrpc":"2.0","id":5,"method":"ping"}`, "normal mode: neither the request nor its cancellation")
+	}
+}
