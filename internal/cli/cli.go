@@ -411,6 +411,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	if err := w.checkFlags(); err != nil {
 		return nil, err
 	}
+	f.headers.warnSentAnyway(w.log)
 	if err := w.startTracing(ctx); err != nil {
 		return nil, err
 	}

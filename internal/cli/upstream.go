@@ -43,6 +43,8 @@ func (h headerFlags) check() error {
 			return usagef("--upstream-header (number %d): want 'Name: value'", i+1)
 		case !isToken(name):
 			return usagef("--upstream-header (number %d): want 'Name: value', Name a header name (letters, digits and !#$%%&'*+-.^_`|~, no spaces)", i+1)
+		case sentAnyway(name, value):
+			// Copied from a curl example: what the proxy sends.
 		case ownHeader(name) != "":
 			return usagef("--upstream-header %s: %s", name, ownHeader(name))
 		case strings.ContainsFunc(strings.TrimSpace(value), func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
@@ -69,10 +71,46 @@ func ownHeader(name string) string {
 		return "net/http sends the host of the --upstream URL, and drops this header: give the host in the URL"
 	case k == "Content-Length" || k == "Transfer-Encoding" || k == "Trailer":
 		return "net/http writes it from the request's body, and drops this header"
+	case sentValues[k] != "":
+		return "a header of MCP's HTTP transport: the proxy sets it itself, to " + strings.ReplaceAll(sentValues[k], ",", ", ")
 	case slices.Contains(transportHeaders, k) || strings.HasPrefix(k, "Mcp-Param-"):
 		return "a header of MCP's HTTP transport: the proxy sets it itself"
 	}
 	return ""
+}
+
+// sentValues are the values the proxy sends for the transport's headers
+// that have one on every POST, canonical: media types in lower case,
+// sorted.
+var sentValues = map[string]string{
+	"Content-Type": "application/json",
+	"Accept":       "application/json,text/event-stream",
+}
+
+// sentAnyway reports whether the header name: value asks for what the
+// proxy sends anyway, as curl examples of MCP servers give it: media
+// types compared in any case, and Accept's list in any order and spacing.
+func sentAnyway(name, value string) bool {
+	want, ok := sentValues[http.CanonicalHeaderKey(name)]
+	if !ok {
+		return false
+	}
+	types := strings.Split(strings.ToLower(value), ",")
+	for i, t := range types {
+		types[i] = strings.TrimSpace(t)
+	}
+	slices.Sort(types)
+	return strings.Join(slices.Compact(types), ",") == want
+}
+
+// warnSentAnyway says, at start, which headers given are ignored because
+// the proxy sends them with that value anyway.
+func (h headerFlags) warnSentAnyway(log *slog.Logger) {
+	for _, v := range h {
+		if name, value, _ := strings.Cut(v, ":"); sentAnyway(name, value) {
+			log.Warn("--upstream-header " + name + ": ignored: the proxy sets this header itself, to this value")
+		}
+	}
 }
 
 // transportHeaders are the headers MCP's Streamable HTTP transport
@@ -117,6 +155,11 @@ func dialUpstream(ctx context.Context, rawURL string, headers headerFlags, h *fi
 	hdr := http.Header{}
 	for _, v := range headers {
 		name, value, _ := strings.Cut(v, ":")
+		if sentAnyway(name, value) {
+			// Ignored, as warnSentAnyway said: sent twice otherwise, and
+			// part of the identity, which it does not change.
+			continue
+		}
 		hdr.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	id, err := upstreamIdentity(u, hdr, h)

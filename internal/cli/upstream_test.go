@@ -90,3 +90,62 @@ func TestUpstreamIdentityNormalised(t *testing.T) {
 		seen[id] = raw
 	}
 }
+
+// TestUpstreamHeaderSentAnyway: an Accept or Content-Type header copied
+// from a curl example of an MCP server, asking for what the proxy sends
+// anyway, starts the proxy with a warning that it is ignored, and leaves
+// the upstream's identity as without it; one asking for something else
+// is refused, naming the flag and what the proxy sends.
+func TestUpstreamHeaderSentAnyway(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   []string // each in the error; none: it starts, with a warning
+	}{
+		{"Accept: application/json, text/event-stream", nil},
+		{"accept:text/event-stream,Application/JSON", nil},
+		{"Accept:  application/json ,  text/event-stream ", nil},
+		{"Content-Type: application/json", nil},
+		{"content-type: APPLICATION/JSON", nil},
+		{"Accept: text/html", []string{"--upstream-header Accept", "the proxy sets it itself", "application/json, text/event-stream"}},
+		{"Accept: text/event-stream", []string{"--upstream-header Accept", "the proxy sets it itself"}},
+		{"Accept: application/json, text/event-stream, text/html", []string{"--upstream-header Accept", "the proxy sets it itself"}},
+		{"Content-Type: text/plain", []string{"--upstream-header Content-Type", "the proxy sets it itself", "application/json"}},
+		{"Content-Type: application/json; charset=utf-8", []string{"--upstream-header Content-Type", "the proxy sets it itself"}},
+	} {
+		t.Run(tt.header, func(t *testing.T) {
+			_, stderr, err := run(t, "--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", tt.header)
+			if tt.want == nil {
+				name, _, _ := strings.Cut(tt.header, ":")
+				if err != nil || !strings.Contains(stderr, "--upstream-header "+name+": ignored") {
+					t.Errorf("Run = %v, stderr %q; want a start, warning that --upstream-header %s is ignored", err, stderr, name)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Run: no error; want one saying %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Run = %v; want it to say %q", err, w)
+				}
+			}
+		})
+	}
+	// Ignored: the same upstream, and the same executions, as without it.
+	secret, err := fingerprint.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard := slog.New(slog.DiscardHandler)
+	id := func(h headerFlags) string {
+		c, id, err := dialUpstream(t.Context(), "http://127.0.0.1:1/mcp", h, secret, discard, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		return id
+	}
+	if with, without := id(headerFlags{"Accept: application/json, text/event-stream", "X-A: b"}), id(headerFlags{"X-A: b"}); with != without {
+		t.Errorf("identity with the Accept the proxy sends: %q; want %q, as without it", with, without)
+	}
+}
