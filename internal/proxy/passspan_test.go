@@ -126,3 +126,25 @@ func endedCallSpanOf(t *testing.T, rec *tracetest.SpanRecorder, tool string) sdk
 	t.Helper()
 	return endedSpanOfKind(t, rec, "tools/call "+tool, "server")
 }
+
+// TestPassedCallSpanEndsWithAnUnreadableAnswer: a call passed as it came
+// whose answer is not JSON gets that frame as it came, and its span ends
+// then, with the parse error the frame is, not when the session ends.
+func TestPassedCallSpanEndsWithAnUnreadableAnswer(t *testing.T) {
+	for _, pc := range passedCalls {
+		t.Run(fmt.Sprint("shadow=", pc.shadow, "/", pc.tool), func(t *testing.T) {
+			r, rec := tracedRigShadow(t, pc.shadow)
+			r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+pc.tool+`","arguments":{}}}`)
+			r.upstream.next(t, "upstream")
+			const broken = `{"jsonrpc":"2.0","id":7,"result":{"content":[}}`
+			r.upstream.send(t, broken)
+			if got := r.client.next(t, "client"); got != broken {
+				t.Fatalf("the client got %s; want the upstream's frame as it came", got)
+			}
+			s := endedCallSpanOf(t, rec, pc.tool)
+			if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32700" {
+				t.Errorf("span status %v, code %q; want an error, -32700", s.Status(), attribute(s, "rpc.response.status_code"))
+			}
+		})
+	}
+}

@@ -719,6 +719,7 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 		delete(s.pending, key)
 		s.mu.Unlock()
 		if !own {
+			s.endUnreadSpan(key)
 			s.unreadableShadow(key, err)
 			continue
 		}

@@ -126,6 +126,26 @@ func (f *forwardedRequest) endSpan() {
 	}
 }
 
+// endUnreadSpan ends the span of the client's request under key, if it
+// has one, whose answer from the upstream is not JSON: the frame passes
+// on as it came and the request stays remembered (unreadableAnswer), but
+// no outcome will be read of it, and its span would stay open until the
+// session ends. It takes the parse error the frame is to a reader.
+func (s *Session) endUnreadSpan(key string) {
+	s.mu.Lock()
+	f, ok := s.forwarded[key]
+	span := f.span
+	if ok && span != nil {
+		f.span = nil
+		s.forwarded[key] = f
+	}
+	s.mu.Unlock()
+	endSpanWith(span, unreadError)
+}
+
+// unreadError is the error object of an answer that is not JSON.
+var unreadError = jsonrpc.Errorf(jsonrpc.CodeParseError, "").Object()
+
 // internalError is the error object a request is answered with when the
 // proxy answers it itself for the upstream (-32603): what traceError
 // reads of it is its code.
