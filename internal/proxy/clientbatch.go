@@ -107,7 +107,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 	}); len(msgs) == 0 {
 		return
 	}
-	var calls []mcp.ToolCall // in shadow mode, the batch's tools/calls
+	var calls []batchCall // in shadow mode, the batch's tools/calls
 	for _, m := range msgs {
 		why, call := s.batchRefusal(m)
 		if why != "" {
@@ -115,7 +115,7 @@ func (s *Session) fromClientBatch(frame []byte) {
 			return
 		}
 		if call != nil {
-			calls = append(calls, *call)
+			calls = append(calls, batchCall{call: *call, id: m.ID})
 		}
 	}
 	s.sendBatch(msgs, frame, calls)
@@ -199,8 +199,14 @@ func (s *Session) refuseRequests(msgs []*jsonrpc.Message, frame []byte, why stri
 // fails, answers them (abandon); a batch so answered is not sent. Its
 // answers are checked against the link it goes on, as answerServer
 // checks one. calls are its tools/calls in shadow mode, counted once it
-// is taken (passedRefused).
-func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []mcp.ToolCall) {
+// is taken (passedRefused), and traced, each ending its span with its
+// answer.
+func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []batchCall) {
+	if s.opts.Tracer != nil {
+		for i := range calls {
+			calls[i].parent, calls[i].session = s.callParent(calls[i].call.Meta, calls[i].id)
+		}
+	}
 	s.mu.Lock()
 	keys := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
@@ -217,14 +223,16 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []mcp.T
 	}
 	s.batches++
 	batch := s.batches
+	spans := s.startBatchSpansLocked(calls)
 	for _, m := range msgs {
 		if m.IsRequest() {
-			s.rememberLocked(string(jsonrpc.IDKey(m.ID)), forwardedRequest{id: m.ID, method: m.Method, batch: batch})
+			key := string(jsonrpc.IDKey(m.ID))
+			s.rememberLocked(key, forwardedRequest{id: m.ID, method: m.Method, batch: batch, span: spans[key]})
 		}
 	}
 	s.mu.Unlock()
 	for i := range calls {
-		s.passedRefused(&calls[i])
+		s.passedRefused(&calls[i].call)
 	}
 	l := s.lockUsable()
 	if !s.sendingLocked(msgs, batch, l) {

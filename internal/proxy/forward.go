@@ -130,6 +130,7 @@ func (s *Session) batchNotSent(batch string, err error) {
 	s.mu.Lock()
 	for key, f := range s.forwarded {
 		if f.batch == n {
+			f.traceError(internalError)
 			s.forgetLocked(key)
 			taken = append(taken, f)
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 )
 
 // passedCalls are the calls that go upstream as they came: a read-only
@@ -146,5 +151,75 @@ func TestPassedCallSpanEndsWithAnUnreadableAnswer(t *testing.T) {
 				t.Errorf("span status %v, code %q; want an error, -32700", s.Status(), attribute(s, "rpc.response.status_code"))
 			}
 		})
+	}
+}
+
+// TestShadowBatchCallSpans: in shadow mode each tools/call of a batch,
+// passed upstream as it came, gets its call span, as one alone does:
+// under the client's span, passed_through, lasting until its answer,
+// which sets its status.
+func TestShadowBatchCallSpans(t *testing.T) {
+	r, rec := tracedRigShadow(t, true)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"traceparent":"`+traceparent+`"}}},`+
+		`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge_card","arguments":{}}}]`)
+	r.upstream.next(t, "upstream")
+	r.client.send(t, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	r.upstream.next(t, "upstream")
+	if n := len(endedCallSpans(rec, "echo")) + len(endedCallSpans(rec, "charge_card")); n != 0 {
+		t.Fatalf("%d call spans ended before the answers came; want 0", n)
+	}
+	r.upstream.send(t, `[{"jsonrpc":"2.0","id":7,"result":{"content":[]}},{"jsonrpc":"2.0","id":8,"error":{"code":-32001,"message":"no"}}]`)
+	r.client.next(t, "client")
+	echo, charge := endedCallSpanOf(t, rec, "echo"), endedCallSpanOf(t, rec, "charge_card")
+	if echo.Status().Code == codes.Error || attribute(echo, "jsonrpc.request.id") != "7" {
+		t.Errorf("echo's span: status %v, id %q; want no error, 7", echo.Status(), attribute(echo, "jsonrpc.request.id"))
+	}
+	if charge.Status().Code != codes.Error || attribute(charge, "rpc.response.status_code") != "-32001" {
+		t.Errorf("charge_card's span: status %v, code %q; want an error, -32001", charge.Status(), attribute(charge, "rpc.response.status_code"))
+	}
+	if p := echo.Parent(); p.TraceID().String() != clientTrace || p.SpanID().String() != clientSpan {
+		t.Errorf("echo's span is under %v; want the client's span %s", p, traceparent)
+	}
+	for _, s := range []sdktrace.ReadOnlySpan{echo, charge} {
+		if d := attribute(s, "mcp_idempotent.decision"); d != "passed_through" {
+			t.Errorf("%s: decision %q; want passed_through", s.Name(), d)
+		}
+	}
+}
+
+// TestShadowBatchCallSpansEndWithTheUpstream: the spans of a batch's
+// calls in shadow mode that the upstream leaves unanswered end with the
+// error the client is told.
+func TestShadowBatchCallSpansEndWithTheUpstream(t *testing.T) {
+	r, rec := tracedRigShadow(t, true)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{}}}]`)
+	r.upstream.next(t, "upstream")
+	r.upstreamW.Close()
+	if got := r.client.next(t, "client"); !strings.Contains(got, "-32603") {
+		t.Fatalf("the client got %s; want the call answered with an error", got)
+	}
+	s := endedCallSpanOf(t, rec, "echo")
+	if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32603" {
+		t.Errorf("span status %v, code %q; want an error, -32603", s.Status(), attribute(s, "rpc.response.status_code"))
+	}
+}
+
+// TestShadowBatchCallSpansEndWhenNotWritten: the spans of a batch's
+// calls in shadow mode whose write upstream fails end with the error the
+// client is told, that they were not sent.
+func TestShadowBatchCallSpansEndWhenNotWritten(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom(), Tracer: tracer, Shadow: true})
+	toClient, toUpstream := newCountedWriter(), newCountedWriter()
+	r := newRigWriting(t, context.Background(), 0, Options{Interceptor: in, Tracer: tracer}, func(c Conn) Conn { return c }, toClient.wrap, toUpstream.wrap)
+	toUpstream.fail.Store(true)
+	r.client.send(t, `[{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{}}}]`)
+	if got := r.client.next(t, "client"); !strings.Contains(got, "was not sent") {
+		t.Fatalf("the client got %s; want the call answered that it was not sent", got)
+	}
+	s := endedCallSpanOf(t, rec, "echo")
+	if s.Status().Code != codes.Error || attribute(s, "rpc.response.status_code") != "-32603" {
+		t.Errorf("span status %v, code %q; want an error, -32603", s.Status(), attribute(s, "rpc.response.status_code"))
 	}
 }

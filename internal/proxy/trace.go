@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 )
 
@@ -37,15 +38,54 @@ func (s *Session) startSpan(c *clientCall) {
 // startCallSpan starts the span of the client's call of tool under id,
 // whose _meta is meta, in ctx: parented as startSpan says.
 func (s *Session) startCallSpan(ctx context.Context, meta json.RawMessage, tool string, id json.RawMessage) (context.Context, trace.Span) {
-	parent := telemetry.FromMeta(meta)
+	parent, session := s.callParent(meta, id)
+	return telemetry.StartCall(ctx, s.opts.Tracer, parent, tool, id, session)
+}
+
+// callParent returns the trace context the client's call under id, whose
+// _meta is meta, came with, and the id of its session: what its span is
+// started with (startCallSpan). It asks the client's transport, so s.mu
+// must not be held.
+func (s *Session) callParent(meta json.RawMessage, id json.RawMessage) (parent telemetry.Carrier, session string) {
+	parent = telemetry.FromMeta(meta)
 	if hc, ok := s.client.(traceHeaderConn); ok && parent.Parent == "" {
 		parent.Parent, parent.State = hc.TraceHeaders(string(jsonrpc.IDKey(id)))
 	}
-	var session string
 	if sc, ok := s.client.(sessionConn); ok && !sc.Stateless() {
 		session = sc.ID()
 	}
-	return telemetry.StartCall(ctx, s.opts.Tracer, parent, tool, id, session)
+	return parent, session
+}
+
+// A batchCall is a tools/call of a client's batch in shadow mode, passed
+// upstream as it came.
+type batchCall struct {
+	call mcp.ToolCall
+	id   json.RawMessage
+	// parent and session are what its span is started with (callParent),
+	// read before s.mu is held; the span starts once the batch is taken.
+	parent  telemetry.Carrier
+	session string
+}
+
+// startBatchSpansLocked starts the span of each of calls, the tools/calls
+// of a batch now taken, and returns them by request key, nil if untraced:
+// each ends with its request's answer (forgetLocked), as a call's passed
+// alone does. Started under s.mu, once no refusal can come, which would
+// trace the calls itself (refuseBatch). s.mu must be held.
+func (s *Session) startBatchSpansLocked(calls []batchCall) map[string]trace.Span {
+	if s.opts.Tracer == nil || len(calls) == 0 {
+		return nil
+	}
+	spans := make(map[string]trace.Span, len(calls))
+	for _, c := range calls {
+		_, span := telemetry.StartCall(context.Background(), s.opts.Tracer, c.parent, c.call.Name, c.id, c.session)
+		// As shadowTrace marks a call alone: passedRefused counts it
+		// once the lock is let go, when its answer may have ended it.
+		span.SetAttributes(telemetry.Decision.String("passed_through"))
+		spans[string(jsonrpc.IDKey(c.id))] = span
+	}
+	return spans
 }
 
 // endSpan ends the span of c, if it is traced and no request passing it
