@@ -9,14 +9,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/cli"
+	_ "github.com/mcp-idempotent/mcp-idempotent/internal/quietinit"
 )
 
 func main() {
+	// Silenced while the packages initialized (internal/quietinit).
+	log.SetOutput(os.Stderr)
 	// A client that goes away closes the pipe the proxy answers on. Left
 	// to the runtime, the first write to it kills the process (SIGPIPE),
 	// with calls in flight unrecorded; noticed, the write fails with
