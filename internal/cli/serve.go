@@ -109,6 +109,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer w.close()
 	warnMisplacedFlags(w.log, f.fs, args, argv)
+	if mode, open := readableByOthers(f.tokenFile); f.tokenFile != "" && open {
+		// As for a signer key: the tokens are the clients' credentials.
+		w.log.Warn("--auth-token-file: the token file is readable by others than its owner: whoever reads it can act for any actor it lists; chmod 600 it", "file", f.tokenFile, "mode", mode.String())
+	}
 	if !isLoopbackHost(host) && tokens == nil {
 		w.log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
 	}

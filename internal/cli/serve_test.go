@@ -338,3 +338,45 @@ func TestListenOnTheMetricsPortByName(t *testing.T) {
 		t.Fatalf("serve with --metrics localhost:%s and --listen 127.0.0.1:%s = %v; want an error naming both", port, port, err)
 	}
 }
+
+// TestServeWarnsOfAnOpenTokenFile: a token file others than its owner may
+// read is served from, with a warning, as an open signer key is; one
+// kept to its owner is not warned of.
+func TestServeWarnsOfAnOpenTokenFile(t *testing.T) {
+	for _, tt := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o644, true}, {0o600, false}} {
+		tokens := filepath.Join(t.TempDir(), "tokens")
+		if err := os.WriteFile(tokens, []byte("s3cret alice\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(tokens, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--auth-token-file", tokens, "--", "/bin/sh", "-c", "exec cat"}, strings.NewReader(""), io.Discard, pw)
+			pw.Close()
+		}()
+		// The warning comes before serve says where it listens.
+		var log strings.Builder
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() && !strings.Contains(sc.Text(), "serving MCP") {
+			log.WriteString(sc.Text() + "\n")
+		}
+		go io.Copy(io.Discard, pr)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("serve returned %v after its context ended; want nil", err)
+		}
+		if got := strings.Contains(log.String(), "readable by others"); got != tt.warn {
+			t.Errorf("token file of mode %v: warned %v, want %v; log:\n%s", tt.mode, got, tt.warn, log.String())
+		}
+		if strings.Contains(log.String(), "s3cret") {
+			t.Errorf("the log shows a token:\n%s", log.String())
+		}
+	}
+}
