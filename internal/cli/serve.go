@@ -355,6 +355,9 @@ func readTokens(path string) (map[string]string, error) {
 	}
 	tokens := make(map[string]string)
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	// Any line of a file readText takes: the default bound, 64KiB, made
+	// a long token fail as "bufio.Scanner: token too long", naming no line.
+	sc.Buffer(nil, maxTextFile+1)
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
 		// A field that starts with # starts a comment, to the end of the

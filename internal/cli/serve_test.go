@@ -106,6 +106,11 @@ func TestReadTokens(t *testing.T) {
 			t.Errorf("readTokens(%q) = %v; want an error naming the file and %q", tt.content, err, tt.want)
 		}
 	}
+	// A file of at most 1MiB is read whatever its lines' length.
+	long := strings.Repeat("t", 70_000)
+	if tokens, err := readTokens(write("long", long+" alice\n")); err != nil || tokens[long] != "alice" {
+		t.Errorf("readTokens of a 70KB token = %d tokens, %v; want it read", len(tokens), err)
+	}
 	if _, err := readTokens(filepath.Join(dir, "missing")); err == nil {
 		t.Error("readTokens of a missing file succeeded")
 	}
