@@ -173,7 +173,8 @@ type Request struct {
 	// JSON-RPC id. It is evidence, never part of matching.
 	Correlation string
 	// Session and ID name the caller's request apart in the journal: the
-	// session's scope (session:...) and the JSON-RPC id as it came.
+	// session's scope (session:...) and the JSON-RPC id as its client
+	// sent it, not as a transport that renamed it passed it on.
 	Session string
 	ID      json.RawMessage
 

@@ -204,7 +204,7 @@ func (s *Session) refuseRequests(msgs []*jsonrpc.Message, frame []byte, why stri
 func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []batchCall) {
 	if s.opts.Tracer != nil {
 		for i := range calls {
-			calls[i].parent, calls[i].session = s.callParent(calls[i].call.Meta, calls[i].id)
+			calls[i].parent, calls[i].session = s.callParent(calls[i].call.Meta, string(jsonrpc.IDKey(calls[i].id)))
 		}
 	}
 	s.mu.Lock()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,11 +24,16 @@ type clientCall struct {
 	// raw, call and req are the request as it came, the call as parsed
 	// and as handed to the interceptor, kept here so that a call is one
 	// allocation. The request's id and its key (jsonrpc.IDKey) are kept
-	// in req alone, set from the start (req.ID, req.Correlation): a copy
-	// here put the call in the next size class, 128 bytes more a call.
+	// in req alone, set from the start (req.ID, req.Correlation), but
+	// for a renamed request (lane): a copy here took more room.
 	raw  []byte
 	call mcp.ToolCall
 	req  intercept.Request
+	// lane is the id the request came under when the client's Conn gave
+	// it one of its own (renamingConn), which the answer and matching
+	// use; req then holds the client's, for the evidence. "" if it came
+	// under the client's.
+	lane string
 
 	// mu guards passThrough. It is held while the request is forwarded,
 	// so that a cancellation of it finds it forwarded (see cancelled).
@@ -48,12 +54,17 @@ type clientCall struct {
 // is the client's again, and the proxy tells no more on it.
 const progressEnded = -1
 
-// id returns the request's id as it came.
-func (c *clientCall) id() json.RawMessage { return c.req.ID }
+// id returns the request's id as it came, which its answer carries.
+func (c *clientCall) id() json.RawMessage {
+	if c.lane != "" {
+		return json.RawMessage(c.lane) // a lane's id is its own key
+	}
+	return c.req.ID
+}
 
 // key returns the request's id as a key (jsonrpc.IDKey), as s.calls
 // holds it.
-func (c *clientCall) key() string { return c.req.Correlation }
+func (c *clientCall) key() string { return cmp.Or(c.lane, c.req.Correlation) }
 
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
@@ -101,7 +112,7 @@ func (c *clientCall) CopiesAnswer() bool { return true }
 // refuse answers the call with e: it was not sent, nor recorded.
 func (c *clientCall) refuse(e *jsonrpc.Error) {
 	if err := c.Reply(intercept.Answer{Error: e.Object()}); err != nil {
-		c.s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
+		c.s.log.Warn("writing the answer failed", "request", c.req.Correlation, "err", err)
 	}
 }
 
@@ -169,6 +180,10 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 	// A malformed call goes on as any: it is counted under its tool,
 	// which may wait for a listing (malformedCall).
 	c.req.Correlation = string(jsonrpc.IDKey(in.ID))
+	if id, renamed := s.clientID(in.ID, c.req.Correlation); renamed {
+		c.lane = c.req.Correlation
+		c.req.ID, c.req.Correlation = id, string(jsonrpc.IDKey(id))
+	}
 	if s.opts.Tracer != nil {
 		s.startSpan(c)
 	}
@@ -223,7 +238,7 @@ func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
 		// Not the caller leaving: it is told that nothing ran.
 		s.opts.Interceptor.Unsent(&c.ctx, intercept.Tool{Name: c.call.Name, Listed: info.listed}, info.policy.Class, "session_ended")
 		if err := c.Reply(intercept.Answer{Error: intercept.NotRunAtSessionEnd(c.call.Name).Object()}); err != nil {
-			s.log.Warn("writing the answer failed", "request", c.key(), "err", err)
+			s.log.Warn("writing the answer failed", "request", c.req.Correlation, "err", err)
 		}
 		return
 	case err != nil:
@@ -273,7 +288,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	}
 	if route == intercept.RoutePassThrough || s.opts.Interceptor.Shadow() {
 		if s.debug {
-			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.key())
+			s.log.Debug("passes through", "tool", call.Name, "class", pol.Class, "scope", pol.Scope, "request", c.req.Correlation)
 		}
 		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)
 		s.passThrough(c, call)
@@ -360,7 +375,9 @@ func (s *Session) refusedCall(call *mcp.ToolCall, id json.RawMessage, code int) 
 	ctx := context.Background()
 	var span trace.Span
 	if s.opts.Tracer != nil {
-		ctx, span = s.startCallSpan(ctx, call.Meta, call.Name, id)
+		key := string(jsonrpc.IDKey(id))
+		cid, _ := s.clientID(id, key)
+		ctx, span = s.startCallSpan(ctx, call.Meta, call.Name, cid, key)
 	}
 	s.countInvalid(ctx, call.Name)
 	endSpanWith(span, jsonrpc.Errorf(code, "").Object())

@@ -58,6 +58,28 @@ type relatedWriter interface {
 	WriteRelated(frame []byte, key string) error
 }
 
+// A renamingConn is a client Conn that may pass a request on under an id
+// of its own (streamhttp.ServerSession: a stateless lane's, so that the
+// ids of the clients sharing it cannot clash). ClientID returns the id
+// the client sent for the request passed under key, or nil if it kept
+// the client's.
+type renamingConn interface {
+	ClientID(key string) json.RawMessage
+}
+
+// clientID returns the id the client sent for the request that came
+// under id, whose key is key: what the journal, logs and traces name it
+// by, and whether the client Conn renamed it (renamingConn): if not, it
+// is id itself. The answer and matching keep to id.
+func (s *Session) clientID(id json.RawMessage, key string) (json.RawMessage, bool) {
+	if rc, ok := s.client.(renamingConn); ok {
+		if orig := rc.ClientID(key); orig != nil {
+			return orig, true
+		}
+	}
+	return id, false
+}
+
 // ErrUpstreamClosed is returned by Run when the upstream closed its side
 // while the client was still there.
 var ErrUpstreamClosed = errors.New("upstream closed the connection")

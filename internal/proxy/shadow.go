@@ -64,9 +64,9 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 		UpstreamName:   s.opts.UpstreamName,
 		Upstream:       sc,
 		Reply:          sc,
-		Correlation:    c.key(),
+		Correlation:    c.req.Correlation,
 		Session:        s.opts.Scope,
-		ID:             c.id(),
+		ID:             c.req.ID,
 		Listed:         info.listed,
 	}
 	// Judged first: with a store in memory Handle reserves at once, so

@@ -32,24 +32,26 @@ type sessionConn interface {
 // from here on, and finish ends it, unless a request passing the call
 // upstream as it came took it (callSpan).
 func (s *Session) startSpan(c *clientCall) {
-	c.ctx.Context, _ = s.startCallSpan(c.ctx.Context, c.call.Meta, c.call.Name, c.id())
+	c.ctx.Context, _ = s.startCallSpan(c.ctx.Context, c.call.Meta, c.call.Name, c.req.ID, c.key())
 }
 
-// startCallSpan starts the span of the client's call of tool under id,
-// whose _meta is meta, in ctx: parented as startSpan says.
-func (s *Session) startCallSpan(ctx context.Context, meta json.RawMessage, tool string, id json.RawMessage) (context.Context, trace.Span) {
-	parent, session := s.callParent(meta, id)
+// startCallSpan starts the span of the client's call of tool, whose id is
+// id as the client sent it and key as the client Conn passed it
+// (clientID), and whose _meta is meta, in ctx: parented as startSpan
+// says.
+func (s *Session) startCallSpan(ctx context.Context, meta json.RawMessage, tool string, id json.RawMessage, key string) (context.Context, trace.Span) {
+	parent, session := s.callParent(meta, key)
 	return telemetry.StartCall(ctx, s.opts.Tracer, parent, tool, id, session)
 }
 
-// callParent returns the trace context the client's call under id, whose
-// _meta is meta, came with, and the id of its session: what its span is
-// started with (startCallSpan). It asks the client's transport, so s.mu
-// must not be held.
-func (s *Session) callParent(meta json.RawMessage, id json.RawMessage) (parent telemetry.Carrier, session string) {
+// callParent returns the trace context the client's call passed under
+// key, whose _meta is meta, came with, and the id of its session: what
+// its span is started with (startCallSpan). It asks the client's
+// transport, so s.mu must not be held.
+func (s *Session) callParent(meta json.RawMessage, key string) (parent telemetry.Carrier, session string) {
 	parent = telemetry.FromMeta(meta)
 	if hc, ok := s.client.(traceHeaderConn); ok && parent.Parent == "" {
-		parent.Parent, parent.State = hc.TraceHeaders(string(jsonrpc.IDKey(id)))
+		parent.Parent, parent.State = hc.TraceHeaders(key)
 	}
 	if sc, ok := s.client.(sessionConn); ok && !sc.Stateless() {
 		session = sc.ID()

@@ -19,7 +19,7 @@ func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage
 	ss.nextID++
 	n := strconv.FormatInt(ss.nextID, 10)
 	newID := json.RawMessage(strconv.Quote("h" + n))
-	ss.origIDs[string(newID)] = id
+	ss.origIDs[string(newID)] = bytes.Clone(id) // the client's body need not live as long
 	body = jsonrpc.Replace(body, id, newID)
 	if token != "" && !s.opts.JSONResponse {
 		if rm, err := jsonrpc.Decode(body); err == nil {
@@ -30,6 +30,20 @@ func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage
 		}
 	}
 	return body, string(newID), token
+}
+
+// ClientID returns the id the client sent for the request the proxy
+// reads under key (its jsonrpc.IDKey), if the lane renamed it and it is
+// still owed an answer; else nil. The lane's id is unique on the lane
+// but means nothing to the client, so evidence (the journal, logs,
+// traces) names the request by this one.
+func (ss *ServerSession) ClientID(key string) json.RawMessage {
+	if !ss.stateless {
+		return nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.origIDs[key]
 }
 
 // cancel tells the proxy the client of a stateless lane gave up on ids.
