@@ -80,13 +80,17 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 		return nil, fmt.Errorf("starting upstream %q: %w", argv[0], err)
 	}
 	in := Raw(inW)
-	c := &Child{Conn: NewConn(stdout{Raw(out)}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
+	c := &Child{Conn: NewConn(stdout{Raw(out), out}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	c.Conn.FollowLateIDs()
 	c.Conn.ReportCutFrames()
 	c.stderr.done = make(chan struct{})
 	go c.stderr.copyStderr(errOut, stderr)
 	go func() {
 		c.err = cmd.Wait()
+		// A process the child started may hold its stdout open, and
+		// would keep a read waiting for ever: past this deadline a read
+		// takes what the child wrote, then reports the end (stdout.Read).
+		_ = out.SetReadDeadline(time.Now())
 		// As cmd.StdinPipe's would be: writes after the exit fail.
 		in.Close()
 		// What the child wrote to stderr before it exited is passed on
@@ -105,11 +109,19 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 }
 
 // stdout is the read end of a child's stdout, which reads as at its end
-// once Stop has closed it.
-type stdout struct{ io.Reader }
+// once Stop has closed it, or once the child has exited and what it wrote
+// is read.
+type stdout struct {
+	io.Reader
+	f *os.File // the file Reader reads
+}
 
 func (r stdout) Read(p []byte) (int, error) {
 	n, err := r.Reader.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The child has exited: its writes are all in the pipe.
+		n, err = readNow(r.f, p)
+	}
 	if errors.Is(err, os.ErrClosed) {
 		err = io.EOF
 	}

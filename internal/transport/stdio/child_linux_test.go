@@ -3,6 +3,7 @@ package stdio
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -68,4 +69,31 @@ func zombie(pid int) bool {
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// TestChildExitWithStdoutHeld: a child that exits while a process it
+// started still holds its stdout is read to its end: what it wrote, then
+// io.EOF. The proxy learns of an upstream's exit so, and a read that
+// waited for the process it started left its calls in flight unanswered
+// and its restart undone.
+func TestChildExitWithStdoutHeld(t *testing.T) {
+	c, _ := startChild(t, "sh", "-c", `sleep 3600 & echo $!; echo '{"jsonrpc":"2.0","id":1,"result":{}}'; kill -9 $$`)
+	line, err := c.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(line))
+	if err != nil {
+		t.Fatalf("the pid of the process the child started: %q: %v", line, err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if got, err := c.ReadFrame(); err != nil || string(got) != `{"jsonrpc":"2.0","id":1,"result":{}}` {
+		t.Errorf("ReadFrame = %q, %v; want the child's last answer", got, err)
+	}
+	if _, err := c.ReadFrame(); err != io.EOF {
+		t.Errorf("ReadFrame after the child's exit = %v, want io.EOF", err)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("the process the child started has gone (%v): the test holds nothing", err)
+	}
 }

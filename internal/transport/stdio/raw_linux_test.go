@@ -103,7 +103,7 @@ func TestRawNotPolled(t *testing.T) {
 		fcntl(int(fd), syscall.F_SETFL, flags|syscall.O_NONBLOCK)
 	})
 	defer w.Close()
-	_, err = stdout{raw}.Read(make([]byte, 10))
+	_, err = stdout{raw, r}.Read(make([]byte, 10))
 	if err == nil || errors.Is(err, os.ErrClosed) || err == io.EOF {
 		t.Fatalf("a read that could not wait returned %v; want the wait's error", err)
 	}
