@@ -24,6 +24,9 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		// hold a credential, --api-key ...: intercept.Request has them
 		// as a keyed hash), and shown what logs show of the upstream.
 		name, shown string
+		// exited is the upstream that exited last, which child replaced:
+		// a restart that fails names how it ended, not how child did.
+		exited *stdio.Child
 	)
 	var httpUp *streamhttp.Client // the upstream, when it is a URL
 	if f.upstream != "" {
@@ -77,6 +80,7 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 	if f.restarts > 0 && child != nil {
 		opts.Restart = func(context.Context) (proxy.Conn, error) {
 			stopChild(ctx, child) // reap the one that exited
+			exited = child
 			next, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
 			if err != nil {
 				return nil, err
@@ -90,13 +94,14 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 	if child == nil {
 		return runErr
 	}
-	return stopped(ctx, child, shown, runErr)
+	return stopped(ctx, child, exited, shown, runErr)
 }
 
 // stopped stops child, the upstream a session ran with until Run returned
 // runErr, and returns the session's error: why the upstream exited, if it
-// did while the client was connected.
-func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error) error {
+// did while the client was connected. exited is the upstream that exited
+// before child was started in its place, or nil.
+func stopped(ctx context.Context, child, exited *stdio.Child, shown string, runErr error) error {
 	if errors.Is(runErr, proxy.ErrUpstreamClosed) {
 		// Give the exit status a moment to arrive so the message names it.
 		select {
@@ -107,11 +112,16 @@ func stopped(ctx context.Context, child *stdio.Child, shown string, runErr error
 		if errors.Is(runErr, proxy.ErrCrashLoop) {
 			return fmt.Errorf("%v; the last exit: %v. Calls in flight were answered as outcome unknown or failed", runErr, exitStatus(child))
 		}
-		why := ""
+		why, status := "", exitStatus(child)
 		if re, ok := errors.AsType[*proxy.RestartError](runErr); ok {
 			why = "; " + re.Error()
+			if exited != nil {
+				// child is the one started again, refused, and
+				// stopped by the proxy: its end says nothing.
+				status = exitStatus(exited)
+			}
 		}
-		return fmt.Errorf("the upstream %s exited while the client was connected (%v)%s; calls in flight were answered as outcome unknown or failed", shown, exitStatus(child), why)
+		return fmt.Errorf("the upstream %s exited while the client was connected (%v)%s; calls in flight were answered as outcome unknown or failed", shown, status, why)
 	}
 	stopChild(ctx, child)
 	return runErr

@@ -208,3 +208,29 @@ func TestRestartFailureSaid(t *testing.T) {
 		t.Errorf("Run = %v\nwant an error saying the upstream could not be started again, and why (no such file)\nstderr:\n%s", err, stderr.String())
 	}
 }
+
+// TestRestartFailureNamesTheExit: when the upstream started again is
+// refused (here it agrees on another protocol version), the error names
+// how the upstream that exited ended, not how the one started again did
+// once the proxy closed its stdin (exit status 0).
+func TestRestartFailureNamesTheExit(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "server.sh")
+	const answer = `read line; id=$(printf '%s' "$line" | sed 's/.*"id":\([^,}]*\).*/\1/'); ` +
+		`echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"$1\",\"capabilities\":{},\"serverInfo\":{\"name\":\"s\",\"version\":\"1\"}}}"`
+	body := "#!/bin/sh\nanswer() { " + answer + "; }\n" +
+		"if [ -e \"$0.started\" ]; then answer 2024-11-05; cat >/dev/null; exit 0; fi\n" +
+		": > \"$0.started\"\nanswer 2025-06-18\nexit 7\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	stdinR, stdinW := io.Pipe() // the client stays connected
+	defer stdinW.Close()
+	go stdinW.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}` + "\n"))
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, []string{"--max-restarts", "2", "--", script}, stdinR, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "2024-11-05") || !strings.Contains(err.Error(), "exit status 7") {
+		t.Errorf("Run = %v\nwant the restart's failure and the exit that came before it (exit status 7)\nstderr:\n%s", err, stderr.String())
+	}
+}
