@@ -72,8 +72,8 @@ type renamingConn interface {
 // by, and whether the client Conn renamed it (renamingConn): if not, it
 // is id itself. The answer and matching keep to id.
 func (s *Session) clientID(id json.RawMessage, key string) (json.RawMessage, bool) {
-	if rc, ok := s.client.(renamingConn); ok {
-		if orig := rc.ClientID(key); orig != nil {
+	if s.clientRenaming != nil {
+		if orig := s.clientRenaming.ClientID(key); orig != nil {
 			return orig, true
 		}
 	}
@@ -163,11 +163,15 @@ type Session struct {
 	// that belong to no session (a 2026-07-28 lane): nothing there reads
 	// a request of the proxy's.
 	clientStateless bool
-	opts            Options
-	log             *slog.Logger
-	debug           bool // log takes debug records; read once
-	tools           *toolTable
-	sessionLog      *sessionLog // nil: no journal, or no Options.Client
+	// clientRenaming is the client's Conn, if it passes requests on
+	// under ids of its own (renamingConn): asked once, not on every call.
+	clientRenaming renamingConn
+
+	opts       Options
+	log        *slog.Logger
+	debug      bool // log takes debug records; read once
+	tools      *toolTable
+	sessionLog *sessionLog // nil: no journal, or no Options.Client
 
 	// idPrefix starts the JSON text of the ids of the proxy's own
 	// requests: ownIDs, and the Instance.
@@ -316,6 +320,7 @@ func New(client, upstream Conn, opts Options) *Session {
 	clientRelated, _ := client.(relatedWriter)
 	st, ok := client.(interface{ Stateless() bool })
 	clientStateless := ok && st.Stateless()
+	clientRenaming, _ := client.(renamingConn)
 	idPrefix := ownIDs
 	if opts.Instance != "" {
 		idPrefix += opts.Instance + ":"
@@ -330,6 +335,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		clientResponses: clientResponses,
 		clientRelated:   clientRelated,
 		clientStateless: clientStateless,
+		clientRenaming:  clientRenaming,
 		up:              up,
 		opts:            opts,
 		log:             log,
