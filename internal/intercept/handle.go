@@ -85,7 +85,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		in.storeRefused(req, fresh.ID, err)
 		return
 	}
-	if !won && rec.Fingerprint == fresh.Fingerprint && in.shadowReplay(rec) {
+	if !won && in.shadowReplay(rec) && rec.Fingerprint == fresh.Fingerprint {
 		in.goReserveRecorded(ctx, req, rec, fresh, opts, a)
 		return
 	}
@@ -100,7 +100,9 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 // replay: undelivered has delivered, as the answer to every retry.
 func (in *Interceptor) reserveAction(req *Request, fresh *record.Record, opts record.ReserveOptions, a action) (*record.Record, bool, error) {
 	rec, won, err := in.reserve(req, fresh, opts)
-	if err != nil || won || rec.Fingerprint == a.fp || !in.sameBeforeTasksExtension(rec, req, a.args) {
+	// TasksExtension first: it is a bool, where the fingerprints are 64
+	// bytes to compare on every replay.
+	if err != nil || won || !req.Call.TasksExtension || rec.Fingerprint == a.fp || !in.sameBeforeTasksExtension(rec, req, a.args) {
 		return rec, won, err
 	}
 	fresh.Fingerprint = rec.Fingerprint
