@@ -260,13 +260,14 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 			in.approve(ctx, req, rec)
 			return
 		}
+		note := in.shadowApproval(req, rec)
 		if rec.State == record.Dispatched {
 			// Reserved and dispatched in one step (opts.Dispatch).
-			in.journalizeAccepted(req, rec)
+			in.journalizeAccepted(req, rec, note)
 			in.executeDispatched(ctx, rec, req)
 			return
 		}
-		in.journalize(req, rec, record.Change{To: record.Accepted})
+		in.journalize(req, rec, record.Change{To: record.Accepted, Note: note})
 		in.execute(ctx, rec, req, "")
 	case rec.Fingerprint != fp && !in.sameBeforeTasksExtension(rec, req, args):
 		// Only a client key can match a record of another action: the

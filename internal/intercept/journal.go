@@ -34,14 +34,15 @@ type Journal interface {
 }
 
 // journalizeAccepted journals the acceptance of rec, which the store has
-// already recorded as dispatched too: as the record stood when accepted.
-func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record) {
+// already recorded as dispatched too: as the record stood when accepted,
+// with note.
+func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record, note string) {
 	if in.journal == nil {
 		return
 	}
 	accepted := *rec
 	accepted.State, accepted.Attempts, accepted.History = record.Accepted, 0, rec.History[:1]
-	in.journalize(req, &accepted, record.Change{To: record.Accepted})
+	in.journalize(req, &accepted, record.Change{To: record.Accepted, Note: note})
 }
 
 // journalizeTakeover journals the orphan that rec says this process

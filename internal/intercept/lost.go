@@ -202,7 +202,7 @@ func (in *Interceptor) lostSent(req *Request, won *record.Record) *record.Record
 	in.log.Error("the store had lost an execution of this call that this process runs: the call waits for it rather than running the action again",
 		"execution", sent.ID, "tool", sent.Tool, "other", won.ID)
 	if won.State == record.Dispatched {
-		in.journalizeAccepted(req, won)
+		in.journalizeAccepted(req, won, "")
 	} else {
 		in.journalize(req, won, record.Change{To: record.Accepted})
 	}

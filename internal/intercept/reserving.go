@@ -233,7 +233,7 @@ func (in *Interceptor) reservedAfterEnd(req *Request, id string, rec *record.Rec
 		in.mayHaveReserved(req, id, err)
 	case won:
 		if rec.State == record.Dispatched {
-			in.journalizeAccepted(req, rec)
+			in.journalizeAccepted(req, rec, "")
 		} else {
 			in.journalize(req, rec, record.Change{To: record.Accepted})
 		}

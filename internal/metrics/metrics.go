@@ -54,6 +54,7 @@ type Metrics struct {
 
 	calls       *prometheus.CounterVec   // tool, class, decision
 	shadow      *prometheus.CounterVec   // tool, class, decision: in shadow mode, what it would have been
+	shadowAsks  *prometheus.CounterVec   // tool, approver, outcome: in shadow mode, the approvals it would have needed
 	transitions *prometheus.CounterVec   // tool, state
 	attempts    *prometheus.CounterVec   // tool, why
 	retryWait   *prometheus.HistogramVec // tool
@@ -118,7 +119,11 @@ func New() *Metrics {
 		Name: "mcp_idempotent_shadow_decisions_total",
 		Help: "In shadow mode (--shadow), where every call goes upstream as it came: what each recorded tool call would have become, decision as in mcp_idempotent_calls_total.",
 	}, []string{"tool", "class", "decision"})
-	m.reg.MustRegister(m.shadow, m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors, m.journalErrs)
+	m.shadowAsks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcp_idempotent_shadow_approvals_total",
+		Help: "In shadow mode (--shadow): the new executions normal mode would have held for approval, by approver (client, operator) and outcome: asked, or refused because nobody could be asked.",
+	}, []string{"tool", "approver", "outcome"})
+	m.reg.MustRegister(m.shadow, m.shadowAsks, m.calls, m.transitions, m.attempts, m.retryWait, m.upstream, m.store, m.storeErrors, m.journalErrs)
 	return m
 }
 
@@ -153,6 +158,11 @@ func (m *Metrics) Decision(tool intercept.Tool, class policy.Class, decision str
 // ShadowDecision implements intercept.ShadowObserver.
 func (m *Metrics) ShadowDecision(tool intercept.Tool, class policy.Class, decision string) {
 	m.shadow.WithLabelValues(m.tool(tool), string(class), decision).Inc()
+}
+
+// ShadowApproval implements intercept.ShadowApprovalObserver.
+func (m *Metrics) ShadowApproval(tool intercept.Tool, approver policy.Approver, outcome string) {
+	m.shadowAsks.WithLabelValues(m.tool(tool), string(approver), outcome).Inc()
 }
 
 // Attempt implements intercept.Observer.

@@ -58,6 +58,7 @@ func TestObserverExposition(t *testing.T) {
 	m.Attempt(listed("upload"), 3, "not sent: dial tcp 10.0.0.1:80: connection refused", time.Second)
 	m.Attempt(listed("upload"), 4, "HTTP 503", 0)
 	m.Upstream(listed("create_issue"), 1500*time.Millisecond)
+	m.ShadowApproval(listed("create_issue"), policy.ApproverClient, "refused")
 
 	got := scrape(t, m)
 	for _, want := range []string{
@@ -76,6 +77,7 @@ func TestObserverExposition(t *testing.T) {
 		`mcp_idempotent_upstream_seconds_bucket{tool="create_issue",le="1"} 0`,
 		`mcp_idempotent_upstream_seconds_bucket{tool="create_issue",le="2.5"} 1`,
 		`# TYPE mcp_idempotent_upstream_seconds histogram`,
+		`mcp_idempotent_shadow_approvals_total{approver="client",outcome="refused",tool="create_issue"} 1`,
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("the exposition lacks %s", want)

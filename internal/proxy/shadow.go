@@ -27,6 +27,10 @@ type shadowCall struct {
 	call mcp.ToolCall
 	pol  policy.Policy // its retry rule sends nothing more (shadowRetry)
 	req  intercept.Request
+	// canAsk is whether the client could have been asked for an
+	// approval when the call came: shadow mode asks nobody, but reports
+	// what normal mode would have done (CanAsk).
+	canAsk bool
 
 	// ctx is the context the interceptor judges the call in: leave ends
 	// it when the client cancels the call, as the end of a caller's
@@ -51,7 +55,7 @@ type shadowCall struct {
 // shadowToolCall passes c upstream as it came, and has the interceptor
 // judge it.
 func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
-	sc := &shadowCall{call: c.call, pol: *info.policy}
+	sc := &shadowCall{call: c.call, pol: *info.policy, canAsk: c.CanAsk()}
 	sc.ctx, sc.leave = context.WithCancel(s.shadowTrace(c))
 	sc.pol.Retry = shadowRetry(sc.pol.Retry)
 	sc.req = intercept.Request{
@@ -125,6 +129,10 @@ func (sc *shadowCall) Send(_ context.Context, _ string, _ json.RawMessage, done 
 	sc.done = done
 	sc.mu.Unlock()
 }
+
+// CanAsk tells the interceptor whether the client could have been asked
+// for an approval; nothing asks it.
+func (sc *shadowCall) CanAsk() bool { return sc.canAsk }
 
 // Reply implements intercept.Replier: the client got the upstream's own
 // answer, passed through.

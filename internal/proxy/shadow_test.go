@@ -99,6 +99,12 @@ func runShadowScript(t *testing.T, shadow bool, script func(*shadowRig)) (*decis
 
 // runShadowScriptOn is runShadowScript with the proxy's records in store.
 func runShadowScriptOn(t *testing.T, store record.Store, shadow bool, script func(*shadowRig)) (*decisions, *shadowRig, []journal.Entry) {
+	return runShadowScriptAs(t, store, shadow, `{}`, script)
+}
+
+// runShadowScriptAs is runShadowScriptOn from a client that declares
+// capabilities.
+func runShadowScriptAs(t *testing.T, store record.Store, shadow bool, capabilities string, script func(*shadowRig)) (*decisions, *shadowRig, []journal.Entry) {
 	d := &decisions{counted: map[string]int{}, shown: map[string]int{}, settled: make(chan record.State, 64)}
 	j := &entries{}
 	in := intercept.New(intercept.Options{Store: store, Hasher: fingerprint.NewRandom(), Observer: d, Journal: j, Shadow: shadow})
@@ -123,7 +129,7 @@ func runShadowScriptOn(t *testing.T, store record.Store, shadow bool, script fun
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.serve(stop)
-	s.call(1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}`)
+	s.call(1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":`+capabilities+`,"clientInfo":{"name":"c","version":"1"}}`)
 	s.r.client.next(t, "client")
 	script(s)
 	// The session's end: every call is handled, and its lines written,
