@@ -7,6 +7,7 @@
 "use strict";
 
 const { spawn } = require("node:child_process");
+const { writeSync } = require("node:fs");
 const { constants } = require("node:os");
 
 const packages = {
@@ -17,8 +18,11 @@ const packages = {
   "win32 x64": "@mcp-idempotent/win32-x64",
 };
 
+// fail writes msg to stderr at once: a write to process.stderr may be
+// asynchronous where stderr is a pipe, as an MCP client's is, and
+// process.exit would then drop it.
 function fail(msg) {
-  process.stderr.write(`mcp-idempotent: ${msg}\n`);
+  writeSync(2, `mcp-idempotent: ${msg}\n`);
   process.exit(1);
 }
 
