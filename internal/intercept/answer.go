@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -46,6 +48,14 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		// The record as the caller gets it: an attached caller found
 		// it under way.
 		in.traceRecord(req, rec)
+	}
+	if what := damaged(rec); what != "" {
+		in.log.Error("cannot answer from the record the store holds; not running it again",
+			"execution", rec.ID, "tool", rec.Tool, "state", rec.State, "damage", what)
+		req.got = journal.GotNoOutcome
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
+			"mcp-idempotent: execution %s of %s cannot be answered from the record store: %s; it was not run again", rec.ID, rec.Tool, what))
+		return
 	}
 	switch rec.State {
 	case record.Completed, record.Delivered:
@@ -93,6 +103,24 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		req.got = journal.GotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
+}
+
+// damaged says what makes rec unfit to answer from, or "" if nothing
+// does. Only a store that something else wrote to holds such a record:
+// its answer is not the upstream's, and taking it for no record would run
+// the call again.
+func damaged(rec *record.Record) string {
+	switch {
+	case !slices.Contains(record.States, rec.State):
+		return fmt.Sprintf("its state %q is not one this build knows", rec.State)
+	case rec.Result != nil && !jsonrpc.Valid(rec.Result):
+		return "its result is not JSON"
+	case rec.Error != nil && (!jsonrpc.Valid(rec.Error) || jsonrpc.EachMember(rec.Error, func(_, _ []byte) bool { return true }) != nil):
+		return "its error is not a JSON object"
+	case (rec.State == record.Completed || rec.State == record.Delivered) && rec.Result == nil:
+		return "it is " + string(rec.State) + " without a result"
+	}
+	return ""
 }
 
 // logUnknownAnswered logs that req's caller is told rec's outcome is
