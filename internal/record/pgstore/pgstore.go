@@ -608,12 +608,17 @@ func scanRecord(row pgx.Row, head ...any) (*record.Record, error) {
 		&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &state, &history,
 		&r.Attempts, &r.Attached, &result, &errJSON, &r.Retention, &expires, &r.Owner, &leaseEnd, &r.Awaiting)
 	if err := row.Scan(dest...); err != nil {
+		if r.ID != "" {
+			// Scan fills the columns in order up to the one it cannot
+			// read, the id first: the error names the record.
+			return nil, fmt.Errorf("reading record %s: %w", r.ID, err)
+		}
 		return nil, err
 	}
 	r.State = record.State(state)
 	h, err := decodeHistory(history)
 	if err != nil {
-		return nil, fmt.Errorf("scanning column history: %w", err)
+		return nil, fmt.Errorf("reading record %s: scanning column history: %w", r.ID, err)
 	}
 	r.History = h
 	if result != nil {

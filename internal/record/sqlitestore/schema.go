@@ -285,6 +285,11 @@ func scanRecord(row scanner) (*record.Record, error) {
 	err := row.Scan(&r.ID, &r.Key, &r.Fingerprint, &r.Actor, &r.Scope, &r.Upstream, &r.Tool, &r.State,
 		&history, &r.Attempts, &r.Attached, &result, &rpcErr, &retention, &expiresAt, &r.Owner, &leaseUntil, &r.Awaiting)
 	if err != nil {
+		if r.ID != "" {
+			// Scan fills the columns in order up to the one it cannot
+			// read, the id first: the error names the record.
+			return nil, fmt.Errorf("reading record %s: %w", r.ID, err)
+		}
 		return nil, err
 	}
 	if err := json.Unmarshal(history, &r.History); err != nil {
