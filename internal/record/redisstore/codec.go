@@ -142,8 +142,11 @@ func decode(m map[string]string) (*record.Record, error) {
 		Owner:       m["owner"],
 		Awaiting:    m["awaiting"],
 	}
-	if r.ID == "" || r.State == "" {
-		return nil, fmt.Errorf("record has no id or state")
+	if r.ID == "" {
+		return nil, fmt.Errorf("record has no id")
+	}
+	if r.State == "" {
+		return nil, fmt.Errorf("record %s has no state", r.ID)
 	}
 	var err error
 	if r.History, err = decHistory(m["history"]); err != nil {

@@ -56,6 +56,10 @@ if hid then
       -- A match: the caller counts its attach (attach.go).
       return {0, oid, ottl, redis.call('HGETALL', rk)}
     end
+  elseif redis.call('EXISTS', rk) == 1 then
+    -- A record without a state, which no proxy writes: the caller
+    -- refuses it, where taking it for none would run its call again.
+    return {0, oid, ottl, redis.call('HGETALL', rk)}
   end
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
