@@ -132,6 +132,9 @@ func sqliteMade(ctx context.Context, url string, log *slog.Logger) error {
 // print prints r as a asks.
 func (a *activityArgs) print(stdout io.Writer, r *record.Record) error {
 	if a.json {
+		if err := notJSON(r); err != nil {
+			return err
+		}
 		return writeJSON(stdout, r)
 	}
 	printRecord(stdout, r)
@@ -328,6 +331,11 @@ func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.W
 		if recs == nil {
 			recs = []*record.Record{} // [] for none, not null
 		}
+		for _, r := range recs {
+			if err := notJSON(r); err != nil {
+				return err
+			}
+		}
 		return writeJSON(stdout, recs)
 	}
 	printList(stdout, recs)
@@ -341,6 +349,21 @@ func stateNames() string {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")
+}
+
+// notJSON says which of r's result and error is not JSON, for --json,
+// which encoding/json would refuse without naming r. Only a store that
+// something else wrote to holds such a record.
+func notJSON(r *record.Record) error {
+	for _, m := range []struct {
+		name string
+		v    json.RawMessage
+	}{{"result", r.Result}, {"error", r.Error}} {
+		if m.v != nil && !json.Valid(m.v) {
+			return fmt.Errorf("execution %s: the store holds its %s as what is not JSON, which --json cannot print", r.ID, m.name)
+		}
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -269,6 +269,9 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 		return err
 	}
 	if a.json {
+		if err := notJSON(r); err != nil {
+			return err
+		}
 		return writeJSON(stdout, tl)
 	}
 	printTimeline(stdout, tl)
