@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -66,5 +67,30 @@ func TestDamagedRecordNotAnswered(t *testing.T) {
 				t.Fatalf("upstream reached %d times; want 1", n)
 			}
 		})
+	}
+}
+
+// unreadableStore refuses every reservation as a store does whose record
+// of the call's key cannot be read.
+type unreadableStore struct{ record.Store }
+
+func (unreadableStore) Reserve(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, error) {
+	return nil, false, fmt.Errorf("reading record exe_0: %w: attempts: invalid syntax", record.ErrUnreadable)
+}
+
+// TestUnreadableRecordNotCalledUnavailable: a reservation refused for a
+// record the store cannot read is not said to be the store's being
+// unavailable, which invites calling again: the store answered, and
+// calling again reads the same record.
+func TestUnreadableRecordNotCalledUnavailable(t *testing.T) {
+	h := newHarness(charged)
+	h.in = New(Options{Store: unreadableStore{h.store}, Hasher: fingerprint.NewRandom()})
+	a := h.call(t.Context(), t, chargeCall).only(t)
+	e := jsonrpc.DecodeError(a.Error)
+	if e == nil || strings.Contains(e.Message, "unavailable") || !strings.Contains(e.Message, "cannot read") || !strings.Contains(e.Message, "exe_0") {
+		t.Fatalf("got %s; want an error saying the store holds a record it cannot read, exe_0", a.Error)
+	}
+	if n := h.up.calls.Load(); n != 0 {
+		t.Fatalf("upstream reached %d times; want 0", n)
 	}
 }

@@ -188,8 +188,13 @@ func (in *Interceptor) storeRefused(req *Request, id string, err error) {
 	tool := req.Call.Name
 	in.log.Error("store refused the reservation", "tool", tool, "request", req.Correlation, "err", err)
 	in.decided(req, tool, "store_unavailable")
+	why := "is unavailable"
+	if errors.Is(err, record.ErrUnreadable) {
+		// The store answered: calling again reads the same record.
+		why = "holds a record of this call that it cannot read"
+	}
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
-		"mcp-idempotent: the record store is unavailable, so %s was not executed: %v", tool, err))
+		"mcp-idempotent: the record store %s, so %s was not executed: %v", why, tool, err))
 	in.mayHaveReserved(req, id, err)
 }
 

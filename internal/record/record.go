@@ -465,6 +465,10 @@ var (
 	ErrNotFound = errors.New("no such execution")
 	// ErrConflict: the record is not in a state that allows the change.
 	ErrConflict = errors.New("execution is not in a state that allows this change")
+	// ErrUnreadable: the store holds a record it cannot read, which no
+	// proxy wrote so. Calling again does not end it; fixing or deleting
+	// the record does.
+	ErrUnreadable = errors.New("the store holds it as no proxy writes it")
 	// ErrStoreRefused: a store's server answered and refuses what its URL
 	// asks (a database that does not exist, a user or password it does
 	// not take). Waiting does not end it; changing the URL does.

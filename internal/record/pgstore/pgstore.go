@@ -611,14 +611,14 @@ func scanRecord(row pgx.Row, head ...any) (*record.Record, error) {
 		if r.ID != "" {
 			// Scan fills the columns in order up to the one it cannot
 			// read, the id first: the error names the record.
-			return nil, fmt.Errorf("reading record %s: %w", r.ID, err)
+			return nil, fmt.Errorf("reading record %s: %w: %w", r.ID, record.ErrUnreadable, err)
 		}
 		return nil, err
 	}
 	r.State = record.State(state)
 	h, err := decodeHistory(history)
 	if err != nil {
-		return nil, fmt.Errorf("reading record %s: scanning column history: %w", r.ID, err)
+		return nil, fmt.Errorf("reading record %s: %w: scanning column history: %w", r.ID, record.ErrUnreadable, err)
 	}
 	r.History = h
 	if result != nil {

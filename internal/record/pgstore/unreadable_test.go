@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestUnreadableRecordNamed(t *testing.T) {
 			}
 
 			other := open(t, u, schema, nil) // no record of its own in memory
-			if got, won, err := other.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), tt.column) {
+			if got, won, err := other.Reserve(ctx, newRecord("k", time.Now()), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), tt.column) || !errors.Is(err, record.ErrUnreadable) {
 				t.Errorf("Reserve = %v won=%v %v; want an error naming %s and %s", got, won, err, r.ID, tt.column)
 			}
 		})

@@ -130,6 +130,14 @@ func fields(v any) (map[string]string, error) {
 
 // decode builds a record from its hash fields.
 func decode(m map[string]string) (*record.Record, error) {
+	r, err := decodeHash(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", record.ErrUnreadable, err)
+	}
+	return r, nil
+}
+
+func decodeHash(m map[string]string) (*record.Record, error) {
 	r := &record.Record{
 		ID:          m["id"],
 		Key:         m["key"],

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ func TestRecordWithoutStateNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := open(t, url, prefix, nil) // no record of its own in memory
-	if got, won, err := other.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), "no state") {
+	if got, won, err := other.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), "no state") || !errors.Is(err, record.ErrUnreadable) {
 		t.Errorf("Reserve = %v won=%v %v; want an error naming %s and saying it has no state", got, won, err, r.ID)
 	}
 }

@@ -288,12 +288,12 @@ func scanRecord(row scanner) (*record.Record, error) {
 		if r.ID != "" {
 			// Scan fills the columns in order up to the one it cannot
 			// read, the id first: the error names the record.
-			return nil, fmt.Errorf("reading record %s: %w", r.ID, err)
+			return nil, fmt.Errorf("reading record %s: %w: %w", r.ID, record.ErrUnreadable, err)
 		}
 		return nil, err
 	}
 	if err := json.Unmarshal(history, &r.History); err != nil {
-		return nil, fmt.Errorf("reading the history of %s: %w", r.ID, err)
+		return nil, fmt.Errorf("reading the history of %s: %w: %w", r.ID, record.ErrUnreadable, err)
 	}
 	r.Result, r.Error = result, rpcErr
 	r.Retention = time.Duration(retention)

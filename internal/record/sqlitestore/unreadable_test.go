@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -47,7 +48,7 @@ func TestUnreadableRecordNamed(t *testing.T) {
 			if _, err := s.Get(ctx, r.ID); err == nil || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), column) {
 				t.Errorf("Get = %v; want an error naming %s and %s", err, r.ID, column)
 			}
-			if got, won, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), column) {
+			if got, won, err := s.Reserve(ctx, newRecord("k"), record.ReserveOptions{}); err == nil || won || !strings.Contains(err.Error(), r.ID) || !strings.Contains(err.Error(), column) || !errors.Is(err, record.ErrUnreadable) {
 				t.Errorf("Reserve = %v won=%v %v; want an error naming %s and %s", got, won, err, r.ID, column)
 			}
 		})
