@@ -50,7 +50,8 @@ func TestDamagedRecordNotAnswered(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(charged)
-			h.in = New(Options{Store: editedStore{Store: h.store, edit: tt.edit}, Hasher: fingerprint.NewRandom()})
+			// StoreWaits: a durable store, which another program may write to.
+			h.in = New(Options{Store: editedStore{Store: h.store, edit: tt.edit}, Hasher: fingerprint.NewRandom(), StoreWaits: true})
 			if a := h.call(t.Context(), t, chargeCall).only(t); a.Error != nil {
 				t.Fatalf("first call got %s", a.Error)
 			}
