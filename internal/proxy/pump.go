@@ -27,17 +27,20 @@ func (s *Session) pumpClient(ctx context.Context) error {
 	for {
 		frame, err := s.client.ReadFrame()
 		more := b.hold()
-		switch {
-		case err == nil:
-			s.fromClient(ctx, frame)
-		case isFrameTooLarge(err):
-			s.tooLargeFromClient(err)
-		case errors.Is(err, io.EOF):
-			return nil
-		default:
+		if err != nil && !isFrameTooLarge(err) {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return err
 		}
+		s.handling.Lock()
+		if err == nil {
+			s.fromClient(ctx, frame)
+		} else {
+			s.tooLargeFromClient(err)
+		}
 		b.flush(more)
+		s.handling.Unlock()
 	}
 }
 

@@ -23,7 +23,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 		s.voidServerRequests(gone, serverExited)
 		s.endCallIntake()
 		s.upstreamGone(gone)
-		s.inflight.Wait() // every caller is answered at once: the upstream is gone
+		s.clientAnswered(ctx) // every caller is answered at once: the upstream is gone
 		return nil, ErrUpstreamClosed
 	}
 	n := exits.add(time.Now(), s.opts.RestartWindow)
@@ -32,7 +32,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 		s.endCallIntake()
 		s.upstreamGone(gone)
 		s.log.Error("the upstream keeps exiting; giving up", "exits", n, "window", s.opts.RestartWindow)
-		s.inflight.Wait()
+		s.clientAnswered(ctx)
 		return nil, fmt.Errorf("%w: %w (%d exits within %v)", ErrUpstreamClosed, ErrCrashLoop, n, s.opts.RestartWindow)
 	}
 	// The next link is in use before the callers of the one that is
@@ -49,7 +49,7 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	next, err := s.restart(ctx, l, n)
 	if err != nil {
 		s.endCallIntake()
-		s.inflight.Wait()
+		s.clientAnswered(ctx)
 		if ctx.Err() != nil || errors.Is(err, errClientLeft) {
 			return nil, nil
 		}
@@ -64,6 +64,30 @@ const (
 	serverExited    = "mcp-idempotent: the MCP server exited before this request was answered"
 	serverRestarted = "mcp-idempotent: the MCP server that sent this request exited and is being restarted; an answer to it would be dropped"
 )
+
+// clientAnswered waits until what the client sent before the session
+// ends this way is answered: the calls under way, and the message its
+// pump is handling (a request that waited for the upstream, answered
+// once it is gone), which must reach the client before Run returns and
+// its connection closes. A client that does not read its answers holds
+// the end for the shutdown grace at most.
+func (s *Session) clientAnswered(ctx context.Context) {
+	handled := make(chan struct{})
+	go func() {
+		s.handling.Lock()
+		s.handling.Unlock()
+		close(handled)
+	}()
+	grace := time.NewTimer(s.opts.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-handled:
+	case <-grace.C:
+		s.log.Warn("a message of the client's was still being handled as the session ended", "grace", s.opts.ShutdownGrace)
+	case <-ctx.Done():
+	}
+	s.inflight.Wait()
+}
 
 // errClientLeft is why a restart stopped: the client's input ended
 // meanwhile, which ends the session as it would have without the restart.

@@ -192,6 +192,11 @@ type Session struct {
 	// serverPrefix starts the JSON text of the ids the client gets the
 	// requests of a restarted upstream under: idPrefix and "server:".
 	serverPrefix string
+	// handling is held while the client's pump handles a message it
+	// read: a session that ends with the upstream waits for it
+	// (clientAnswered), since a request may wait there for the upstream,
+	// and is answered once that is gone.
+	handling sync.Mutex
 	// inflight counts the client's tools/call requests not yet answered
 	// or detached, and the queue while it runs (order.go).
 	inflight sync.WaitGroup
