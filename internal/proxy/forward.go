@@ -64,9 +64,12 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall, span trace.Span)
 	}
 	l := s.lockUsable()
 	if closed(l.gone) {
-		conn := l.conn // nil if the upstream could not be started again
+		conn, cause := l.conn, l.unstarted // conn is nil if the upstream could not be started again
 		s.mu.Unlock()
-		e := jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, exitCause(conn))
+		if cause == "" {
+			cause = exitCause(conn)
+		}
+		e := jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: the upstream is not running; %s was not sent%s", msg.Method, cause)
 		endSpanWith(span, e.Object())
 		s.writeClient(jsonrpc.NewErrorResponse(msg.ID, e))
 		sc.notSent(errors.New("the upstream is not running"))

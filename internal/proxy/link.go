@@ -23,6 +23,14 @@ type link struct {
 	// gen counts the upstream's starts: 1 for the first, one more for
 	// each restart.
 	gen int
+	// failed, set under Session.mu before gone is closed when the
+	// upstream could not be started again on the link, is why (a
+	// *RestartError); unstarted is how the one before it ended, and
+	// failed: what the client's requests that waited for it are told
+	// (forward, abandon). The proxy's own are told failed alone, which
+	// records keep (send): unstarted may hold the upstream's stderr.
+	failed    error
+	unstarted string
 }
 
 func newLink(conn Conn) *link {
@@ -155,6 +163,7 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 	}
 	close(l.gone)
 	conn := l.conn // nil while a restart has not started the upstream yet
+	unstarted := l.unstarted
 	if h, ok := conn.(holder); ok {
 		// What a burst still holds for l never left: it is not written
 		// now (no answer to it could be read), and its writers learn so
@@ -189,7 +198,10 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 		sc.answered(nil, err)
 	}
 	var cause string
-	if explain && len(forwarded) > 0 {
+	if unstarted != "" {
+		// None of them was sent: they waited for the upstream.
+		why, cause = "the upstream is not running; %s was not sent", unstarted
+	} else if explain && len(forwarded) > 0 {
 		// Only the client's own requests are told: the cause holds
 		// the upstream's stderr, which records and journals, where
 		// err goes, must not keep.

@@ -94,8 +94,12 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	params, clientToken := ownToken(key, params, c)
 	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
+		why := errors.New("the upstream has closed")
+		if l.failed != nil {
+			why = fmt.Errorf("the upstream exited, and %w", l.failed)
+		}
 		s.mu.Unlock()
-		done.Answered(nil, retry.NotSent(errors.New("the upstream has closed")))
+		done.Answered(nil, retry.NotSent(why))
 		return
 	}
 	s.sending++

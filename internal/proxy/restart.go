@@ -46,7 +46,10 @@ func (s *Session) upstreamExited(ctx context.Context, exits *exitLog) (<-chan er
 	// 1 again, and the client must not take them for the exited one's.
 	s.voidServerRequests(gone, serverRestarted)
 	s.upstreamGone(gone)
-	next, err := s.restart(ctx, l, n)
+	s.mu.Lock()
+	exited := gone.conn
+	s.mu.Unlock()
+	next, err := s.restart(ctx, l, exited, n)
 	if err != nil {
 		s.endCallIntake()
 		s.clientAnswered(ctx)
@@ -109,8 +112,8 @@ func (e *exitLog) add(now time.Time, window time.Duration) int {
 // restart starts the upstream again on l, the link already in use, after
 // a backoff that grows with the number of recent exits, replays the
 // client's handshake on it, and makes it ready. It returns l's pump
-// channel.
-func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error, error) {
+// channel. exited is the Conn of the upstream that exited.
+func (s *Session) restart(ctx context.Context, l *link, exited Conn, exits int) (<-chan error, error) {
 	// l is in use already, not ready: the client's traffic waits for it
 	// instead of meeting the connection that is gone.
 	s.mu.Lock()
@@ -118,6 +121,16 @@ func (s *Session) restart(ctx context.Context, l *link, exits int) (<-chan error
 	s.mu.Unlock()
 	s.tools.invalidate()
 	fail := func(err error) (<-chan error, error) {
+		if ctx.Err() == nil && !errors.Is(err, errClientLeft) {
+			// What waited is told why it was not sent: how the upstream
+			// exited, and why the one in its place was refused, not how
+			// that one ended once the proxy closed it.
+			failed := &RestartError{Err: err}
+			why := exitCause(exited) + "; " + failed.Error()
+			s.mu.Lock()
+			l.failed, l.unstarted = failed, why
+			s.mu.Unlock()
+		}
 		s.upstreamGone(l) // wakes the traffic that waited, with errors
 		return nil, err
 	}

@@ -315,7 +315,7 @@ func TestBurstWhileTheUpstreamRestarts(t *testing.T) {
 
 // TestBatchDuringAFailedRestart: a batch that waits for an upstream being
 // started again, whose start then fails, is answered: each request is
-// told it was not sent.
+// told it was not sent, and why the start failed.
 func TestBatchDuringAFailedRestart(t *testing.T) {
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
@@ -330,6 +330,9 @@ func TestBatchDuringAFailedRestart(t *testing.T) {
 		if !strings.Contains(got, id) || !strings.Contains(got, `"error"`) {
 			t.Fatalf("the client got %s; want an error for each request of its batch", got)
 		}
+	}
+	if strings.Count(got, "ping was not sent; starting it again failed") != 2 {
+		t.Fatalf("the client got %s; want each request told it was not sent, and why the upstream could not be started again", got)
 	}
 }
 

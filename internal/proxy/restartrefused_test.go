@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func refuseReplay(t *testing.T, up *upstreamEnd, id string) {
 // TestRequestDuringARefusedRestart: a request the client sends while the
 // upstream is being started again, whose replayed handshake is then
 // refused, is answered before the session ends: an error saying it was
-// not sent.
+// not sent, and why the upstream could not be started again.
 func TestRequestDuringARefusedRestart(t *testing.T) {
 	r := newRestartRig(t, 5)
 	up := r.upstream(t)
@@ -48,8 +49,8 @@ func TestRequestDuringARefusedRestart(t *testing.T) {
 	r.waitHandling(t)
 	refuseReplay(t, up2, "mcp-idempotent:1")
 	got := r.client.next(t, "client")
-	if !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, "resources/list was not sent") {
-		t.Fatalf("the client got %s; want an error for request 7 saying it was not sent", got)
+	if !strings.Contains(got, `"id":7,"error"`) || !strings.Contains(got, "resources/list was not sent") || !strings.Contains(got, `2025-06-18`) {
+		t.Fatalf("the client got %s; want an error for request 7 saying it was not sent, and why the upstream could not be started again", got)
 	}
 }
 
@@ -77,10 +78,46 @@ func TestCallDuringARefusedRestart(t *testing.T) {
 	}
 	refuseReplay(t, up2, "mcp-idempotent:1")
 	got := r.client.next(t, "client")
-	if !strings.Contains(got, `"id":8,"error"`) || !strings.Contains(got, "failed before it was sent") {
-		t.Fatalf("the client got %s; want the call to fail before it was sent", got)
+	if !strings.Contains(got, `"id":8,"error"`) || !strings.Contains(got, "failed before it was sent") || !strings.Contains(got, "2025-06-18") {
+		t.Fatalf("the client got %s; want the call to fail before it was sent, saying why the upstream could not be started again", got)
 	}
 	if recs := store.Records(); len(recs) != 1 || recs[0].State != record.Failed {
 		t.Fatalf("records %v; want the call's, failed", recs)
+	}
+}
+
+// explained is a Conn that says how it ended, as stdio.Child does.
+type explained struct {
+	Conn
+	cause string
+}
+
+func (e explained) ExitCause(context.Context) string { return e.cause }
+
+// TestRefusedRestartNamesTheExit: a request told that the upstream could
+// not be started again is told how the upstream that exited ended, not
+// how the one started in its place did once the proxy closed it.
+func TestRefusedRestartNamesTheExit(t *testing.T) {
+	causes := []string{"exited with status 139", "exited with status 0"}
+	r := newRestartRig(t, 5, func(o *Options) {
+		restart := o.Restart
+		o.Restart = func(ctx context.Context) (Conn, error) {
+			conn, err := restart(ctx)
+			cause := causes[0]
+			causes = causes[1:]
+			return explained{conn, cause}, err
+		}
+	})
+	up := r.upstream(t)
+	r.initializeAt(t, up, "2025-11-25")
+	up2 := r.exitAndRestart(t, up)
+	up2.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+	up3 := r.exitAndRestart(t, up2) // status 139
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"resources/list"}`)
+	r.waitHandling(t)
+	refuseReplay(t, up3, "mcp-idempotent:2") // then stopped by the proxy: status 0
+	got := r.client.next(t, "client")
+	if !strings.Contains(got, "status 139") || strings.Contains(got, "status 0") || !strings.Contains(got, "2025-06-18") {
+		t.Fatalf("the client got %s; want the exit that came first (status 139) and why the upstream in its place was refused", got)
 	}
 }
