@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,7 +63,12 @@ func (c *clientCall) id() json.RawMessage {
 
 // key returns the request's id as a key (jsonrpc.IDKey), as s.calls
 // holds it.
-func (c *clientCall) key() string { return cmp.Or(c.lane, c.req.Correlation) }
+func (c *clientCall) key() string {
+	if c.lane != "" {
+		return c.lane
+	}
+	return c.req.Correlation
+}
 
 // finish forgets the call: it was answered, passed through or detached.
 func (c *clientCall) finish() {
@@ -80,9 +84,10 @@ func (c *clientCall) finish() {
 // has its answer may send another request under the same id at once. Its
 // progress token is freed with it: the client may use it again as soon.
 func (c *clientCall) release() {
+	k := c.key()
 	c.s.mu.Lock()
-	if c.s.calls[c.key()] == c {
-		delete(c.s.calls, c.key())
+	if c.s.calls[k] == c {
+		delete(c.s.calls, k)
 	}
 	if c.progress > 0 {
 		delete(c.s.ownProgress, string(jsonrpc.IDKey(progressToken(c.call.Meta))))
