@@ -112,8 +112,8 @@ func (e *exitLog) add(now time.Time, window time.Duration) int {
 // restart starts the upstream again on l, the link already in use, after
 // a backoff that grows with the number of recent exits, replays the
 // client's handshake on it, and makes it ready. It returns l's pump
-// channel. exited is the Conn of the upstream that exited.
-func (s *Session) restart(ctx context.Context, l *link, exited Conn, exits int) (<-chan error, error) {
+// channel. previous is the Conn of the upstream that exited.
+func (s *Session) restart(ctx context.Context, l *link, previous Conn, exits int) (<-chan error, error) {
 	// l is in use already, not ready: the client's traffic waits for it
 	// instead of meeting the connection that is gone.
 	s.mu.Lock()
@@ -121,17 +121,7 @@ func (s *Session) restart(ctx context.Context, l *link, exited Conn, exits int) 
 	s.mu.Unlock()
 	s.tools.invalidate()
 	fail := func(err error) (<-chan error, error) {
-		if ctx.Err() == nil && !errors.Is(err, errClientLeft) {
-			// What waited is told why it was not sent: how the upstream
-			// exited, and why the one in its place was refused, not how
-			// that one ended once the proxy closed it.
-			failed := &RestartError{Err: err}
-			why := exitCause(exited) + "; " + failed.Error()
-			s.mu.Lock()
-			l.failed, l.unstarted = failed, why
-			s.mu.Unlock()
-		}
-		s.upstreamGone(l) // wakes the traffic that waited, with errors
+		s.restartFailed(ctx, l, previous, err)
 		return nil, err
 	}
 
@@ -193,6 +183,22 @@ func (s *Session) restart(ctx context.Context, l *link, exited Conn, exits int) 
 	close(l.ready)
 	s.log.Info("the upstream was started again", "handshake_replayed", handshake != nil)
 	return done, nil
+}
+
+// restartFailed ends l, on which the upstream could not be started again
+// for err, and wakes the traffic that waited for it, with errors.
+func (s *Session) restartFailed(ctx context.Context, l *link, previous Conn, err error) {
+	if ctx.Err() == nil && !errors.Is(err, errClientLeft) {
+		// What waited is told why it was not sent: how the upstream
+		// exited, and why the one in its place was refused, not how
+		// that one ended once the proxy closed it.
+		failed := &RestartError{Err: err}
+		why := exitCause(previous) + "; " + failed.Error()
+		s.mu.Lock()
+		l.failed, l.unstarted = failed, why
+		s.mu.Unlock()
+	}
+	s.upstreamGone(l)
 }
 
 // awaitHandshake replays handshake, the client's initialize params, on
