@@ -49,9 +49,11 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		// it under way.
 		in.traceRecord(req, rec)
 	}
-	// Only a durable store can hold a record that something else wrote:
-	// the memory store's come from this process, checked as they came.
-	if in.storeWaits {
+	// Only a durable store can hold a record that something else wrote,
+	// and only a replay reads one: the memory store's records, and a
+	// live or resumed answer, come from this process, checked as they
+	// came.
+	if m == replayed && in.storeWaits {
 		if what := damaged(rec); what != "" {
 			in.log.Error("cannot answer from the record the store holds; not running it again",
 				"execution", rec.ID, "tool", rec.Tool, "state", rec.State, "damage", what)
