@@ -93,10 +93,30 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	for _, t := range tools {
 		listed[t.Name] = true
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	unwritten, notes := showTools(stdout, tools, resolve, listed)
+	if unwritten > 0 {
+		verb := "run"
+		if unwritten == 1 {
+			verb = "runs"
+		}
+		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
+			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
+	}
+	for _, note := range notes {
+		io.WriteString(stdout, note)
+	}
+	notUsed(stdout, file, tools, listed)
+	return nil
+}
+
+// showTools prints policy show's table: a row for each of tools, its
+// policy as resolve gives it. It returns how many tools with effects run
+// on annotation defaults alone, and the notes to print after the table:
+// on status tools the upstream does not list (listed), and on keys
+// without effect.
+func showTools(w io.Writer, tools []mcp.Tool, resolve proxy.Resolver, listed map[string]bool) (unwritten int, notes []string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tCLASS\tSCOPE\tRETENTION\tREPLAY\tATTACH\tON_UNKNOWN\tAPPROVAL\tFROM\tCONTRACT")
-	unwritten := 0
-	var notes []string // on status tools the upstream does not list, on keys without effect
 	for _, t := range tools {
 		ann := t.Annotations
 		if ann == nil {
@@ -130,19 +150,7 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 			p.Replay, duration(p.AttachWindow), onUnknown, approval(&p), printable(p.Source), contract)
 	}
 	tw.Flush()
-	if unwritten > 0 {
-		verb := "run"
-		if unwritten == 1 {
-			verb = "runs"
-		}
-		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
-			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
-	}
-	for _, note := range notes {
-		io.WriteString(stdout, note)
-	}
-	notUsed(stdout, file, tools, listed)
-	return nil
+	return unwritten, notes
 }
 
 // noEffectNote says that keys of the rule naming a read_only tool have no

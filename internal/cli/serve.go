@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -109,18 +110,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer w.close()
 	warnMisplacedFlags(w.log, f.fs, args, argv)
-	if mode, open := readableByOthers(f.tokenFile); f.tokenFile != "" && open {
-		// As for a signer key: the tokens are the clients' credentials.
-		w.log.Warn("--auth-token-file: the token file is readable by others than its owner: whoever reads it can act for any actor it lists; chmod 600 it", "file", f.tokenFile, "mode", mode.String())
-	}
-	if !isLoopbackHost(host) && tokens == nil {
-		w.log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
-	}
-	if slices.Contains(f.origins, "*") && tokens == nil {
-		// The browser reaches a loopback address for the page, so the
-		// Host check does not stop it: only a token would.
-		w.log.Warn("--allow-origin * without --auth-token-file: any web page opened in a browser that can reach serve can call the upstream's tools")
-	}
+	f.warnExposed(w.log, host, tokens != nil)
 	ln, err := f.listenOn()
 	if err != nil {
 		return err
@@ -154,6 +144,24 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Logger:       w.log,
 	})
 	return f.serve(ctx, w, ln, front, tokens != nil)
+}
+
+// warnExposed warns of what lets others call the upstream's tools: a
+// token file others can read, or no tokens where others can reach serve
+// (host, the address it listens on).
+func (f *serveFlags) warnExposed(log *slog.Logger, host string, authenticated bool) {
+	if mode, open := readableByOthers(f.tokenFile); f.tokenFile != "" && open {
+		// As for a signer key: the tokens are the clients' credentials.
+		log.Warn("--auth-token-file: the token file is readable by others than its owner: whoever reads it can act for any actor it lists; chmod 600 it", "file", f.tokenFile, "mode", mode.String())
+	}
+	if !isLoopbackHost(host) && !authenticated {
+		log.Warn("serving on a non-loopback address without --auth-token-file: anyone who can reach it can call the upstream's tools", "listen", f.listen)
+	}
+	if slices.Contains(f.origins, "*") && !authenticated {
+		// The browser reaches a loopback address for the page, so the
+		// Host check does not stop it: only a token would.
+		log.Warn("--allow-origin * without --auth-token-file: any web page opened in a browser that can reach serve can call the upstream's tools")
+	}
 }
 
 // check checks serve's own flags and the upstream.

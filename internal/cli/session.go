@@ -17,35 +17,30 @@ import (
 func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope string, who clientEnd) error {
 	f, log := w.f, w.log
 	var (
-		child      *stdio.Child // the upstream, when it is a command
+		u          = &sessionUpstream{w: w, ctx: ctx}
 		upstream   proxy.Conn
 		upstreamID string
 		// name is what records show of a command (its arguments may
 		// hold a credential, --api-key ...: intercept.Request has them
-		// as a keyed hash), and shown what logs show of the upstream.
-		name, shown string
-		// exited is the upstream that exited last, which child replaced:
-		// a restart that fails names how it ended, not how child did.
-		exited *stdio.Child
+		// as a keyed hash).
+		name string
 	)
-	var httpUp *streamhttp.Client // the upstream, when it is a URL
 	if f.upstream != "" {
 		c, id, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
 		if err != nil {
 			return err
 		}
-		defer func() { httpUp.Close() }()
-		httpUp, upstream, upstreamID, shown = c, c, id, id
+		defer func() { u.http.Close() }()
+		u.http, upstream, upstreamID, u.shown = c, c, id, id
 	} else {
-		var err error
-		child, err = stdio.Start(w.argv, w.stderr, w.maxMessage)
+		child, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
 		if err != nil {
 			return err
 		}
-		upstream, upstreamID = child, stdio.Identity(w.dir, w.argv)
+		u.child, upstream, upstreamID = child, child, stdio.Identity(w.dir, w.argv)
 		name = stdio.Name(w.dir, w.argv)
-		shown = name
-		log.Debug("upstream started", "upstream", shown, "pid", child.Pid())
+		u.shown = name
+		log.Debug("upstream started", "upstream", u.shown, "pid", child.Pid())
 	}
 
 	opts := proxy.Options{
@@ -64,37 +59,55 @@ func (w *wiring) session(ctx context.Context, client proxy.Conn, actor, scope st
 		EndReason:     who.endReason,
 		ToolWarnings:  w.toolWarnings,
 	}
-	if f.restarts > 0 && httpUp != nil {
-		// The session expired (404): a new session, into which the proxy
-		// replays the client's handshake.
-		opts.Restart = func(ctx context.Context) (proxy.Conn, error) {
-			httpUp.Close()
-			c, _, err := dialUpstream(ctx, f.upstream, f.headers, w.hasher, log, w.maxMessage)
-			if err != nil {
-				return nil, err
-			}
-			httpUp = c
-			return c, nil
-		}
-	}
-	if f.restarts > 0 && child != nil {
-		opts.Restart = func(context.Context) (proxy.Conn, error) {
-			stopChild(ctx, child) // reap the one that exited
-			exited = child
-			next, err := stdio.Start(w.argv, w.stderr, w.maxMessage)
-			if err != nil {
-				return nil, err
-			}
-			child = next
-			log.Debug("upstream started again", "upstream", shown, "pid", child.Pid())
-			return child, nil
-		}
+	switch {
+	case f.restarts > 0 && u.http != nil:
+		opts.Restart = u.redial
+	case f.restarts > 0 && u.child != nil:
+		opts.Restart = u.startAgain
 	}
 	runErr := proxy.New(client, upstream, opts).Run(ctx)
-	if child == nil {
+	if u.child == nil {
 		return runErr
 	}
-	return stopped(ctx, child, exited, shown, runErr)
+	return stopped(ctx, u.child, u.exited, u.shown, runErr)
+}
+
+// A sessionUpstream is the upstream of one client session as it is
+// started again: a child process, or a session with the HTTP server.
+type sessionUpstream struct {
+	w     *wiring
+	ctx   context.Context    // the client session's
+	shown string             // what logs show of the upstream
+	child *stdio.Child       // the upstream, when it is a command
+	http  *streamhttp.Client // the upstream, when it is a URL
+	// exited is the upstream that exited last, which child replaced:
+	// a restart that fails names how it ended, not how child did.
+	exited *stdio.Child
+}
+
+// redial opens a new session with the HTTP server, the last having
+// expired (404); the proxy replays the client's handshake into it.
+func (u *sessionUpstream) redial(ctx context.Context) (proxy.Conn, error) {
+	u.http.Close()
+	c, _, err := dialUpstream(ctx, u.w.f.upstream, u.w.f.headers, u.w.hasher, u.w.log, u.w.maxMessage)
+	if err != nil {
+		return nil, err
+	}
+	u.http = c
+	return c, nil
+}
+
+// startAgain starts the command again, its process having exited.
+func (u *sessionUpstream) startAgain(context.Context) (proxy.Conn, error) {
+	stopChild(u.ctx, u.child) // reap the one that exited
+	u.exited = u.child
+	next, err := stdio.Start(u.w.argv, u.w.stderr, u.w.maxMessage)
+	if err != nil {
+		return nil, err
+	}
+	u.child = next
+	u.w.log.Debug("upstream started again", "upstream", u.shown, "pid", next.Pid())
+	return next, nil
 }
 
 // stopped stops child, the upstream a session ran with until Run returned
