@@ -67,14 +67,17 @@ func TestCallDuringARefusedRestart(t *testing.T) {
 	r.initializeAt(t, up, "2025-11-25")
 	up2 := r.exitAndRestart(t, up)
 	r.client.send(t, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"quote","arguments":{}}}`)
-	for { // its listing of the tools waits for the upstream
+	// Its listing of the tools waits for the upstream.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		r.s.tools.mu.Lock()
 		listing := r.s.tools.inFlight != nil
 		r.s.tools.mu.Unlock()
 		if listing {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the call's listing of the tools did not begin")
+		}
 	}
 	refuseReplay(t, up2, "mcp-idempotent:1")
 	got := r.client.next(t, "client")
