@@ -156,9 +156,13 @@ func showTools(w io.Writer, tools []mcp.Tool, resolve proxy.Resolver, listed map
 // noEffectNote says that keys of the rule naming a read_only tool have no
 // effect, as the proxy's log does when the tool is listed.
 func noEffectNote(tool string, p *policy.Policy) string {
-	return fmt.Sprintf("note: %s: the rule %q sets %s, which need a record; the tool is read_only (%s), so its calls pass through unrecorded "+
-		"and the keys have no effect: set class: side_effect or idempotent in the rule to record them\n",
-		p.NoEffect.File, tool, strings.Join(p.NoEffect.Keys, ", "), printable(p.Source))
+	needs, effect := "need", "they have"
+	if len(p.NoEffect.Keys) == 1 {
+		needs, effect = "needs", "it has"
+	}
+	return fmt.Sprintf("note: %s: the rule %q sets %s, which %s a record; the tool is read_only, from the %s, so its calls pass through unrecorded "+
+		"and %s no effect: set class: side_effect or idempotent in the rule to record them\n",
+		p.NoEffect.File, tool, strings.Join(p.NoEffect.Keys, ", "), needs, printable(p.Source), effect)
 }
 
 // notUsed notes each rule of the file that governs none of the tools the

@@ -206,7 +206,7 @@ func TestPolicyShowNotesKeysWithoutEffect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("policy show: %v\n%s", err, stderr)
 	}
-	want := `note: ` + file + `: the rule "plain_tool" sets journal.arguments, which need a record; the tool is read_only (policy file (plain_tool))`
+	want := `note: ` + file + `: the rule "plain_tool" sets journal.arguments, which needs a record; the tool is read_only, from the policy file (plain_tool)`
 	if !strings.Contains(stdout, want) {
 		t.Errorf("policy show does not note the keys without effect; want %s in:\n%s", want, stdout)
 	}
@@ -227,7 +227,7 @@ func TestPolicyCheckNotesKeysWithoutEffect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("policy check: %v\n%s", err, stderr)
 	}
-	if want := `the rule "get" sets fingerprint.ignore, which need a record`; !strings.Contains(stdout, want) || strings.Count(stdout, "note:") != 1 {
+	if want := `the rule "get" sets fingerprint.ignore, which needs a record`; !strings.Contains(stdout, want) || strings.Count(stdout, "note:") != 1 {
 		t.Errorf("policy check does not note get's keys alone; want %s in:\n%s", want, stdout)
 	}
 }

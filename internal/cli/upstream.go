@@ -108,7 +108,7 @@ func sentAnyway(name, value string) bool {
 func (h headerFlags) warnSentAnyway(log *slog.Logger) {
 	for _, v := range h {
 		if name, value, _ := strings.Cut(v, ":"); sentAnyway(name, value) {
-			log.Warn("--upstream-header " + name + ": ignored: the proxy sets this header itself, to this value")
+			log.Warn("--upstream-header " + strings.TrimSpace(name) + ": ignored: the proxy sets this header itself, to this value")
 		}
 	}
 }
