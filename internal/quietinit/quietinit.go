@@ -12,6 +12,9 @@
 // imports have: this one, which imports only io and log, sorts before
 // go.opentelemetry.io/... and so initializes first. main imports it for
 // that effect alone.
+//
+// The price: a package whose init called log.Fatal would end the program
+// with status 1 and say nothing. A panic in an init still prints.
 package quietinit
 
 import (
