@@ -49,6 +49,11 @@ type sseReader struct {
 	tail *jsonrpc.TailScan
 	// headCut: the head kept of such data ends where a line was cut.
 	headCut bool
+	// afterCR: the last line ended with a CR, which an LF may follow as
+	// part of the same terminator. Noted rather than peeked at: a stream
+	// whose lines end with a lone CR may send nothing more until the
+	// event it ends is answered.
+	afterCR bool
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -76,13 +81,14 @@ func (s *sseReader) line() ([]byte, bool, error) {
 			}
 			return nil, false, err
 		}
+		if s.skipLF(b) {
+			continue
+		}
 		switch b {
 		case '\n':
 			return buf, true, nil
 		case '\r':
-			if nb, err := s.r.Peek(1); err == nil && nb[0] == '\n' {
-				s.r.ReadByte()
-			}
+			s.afterCR = true
 			return buf, true, nil
 		}
 		// Subtracted, not added to s.max: that may be math.MaxInt.
@@ -112,6 +118,9 @@ func (s *sseReader) skipLine(data bool) error {
 	defer follow()
 	for {
 		b, err := s.r.ReadByte()
+		if err == nil && s.skipLF(b) {
+			continue
+		}
 		if err == nil && b != '\n' && b != '\r' {
 			if len(rest) == cap(rest) {
 				follow()
@@ -127,12 +136,18 @@ func (s *sseReader) skipLine(data bool) error {
 		case b == '\n':
 			return nil
 		case b == '\r':
-			if nb, err := s.r.Peek(1); err == nil && nb[0] == '\n' {
-				s.r.ReadByte()
-			}
+			s.afterCR = true
 			return nil
 		}
 	}
+}
+
+// skipLF reports whether b, the byte just read, is the LF of a CRLF
+// whose CR ended the last line.
+func (s *sseReader) skipLF(b byte) bool {
+	after := s.afterCR
+	s.afterCR = false
+	return after && b == '\n'
 }
 
 // next returns the next event that has data. Events with no data are not

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -137,5 +138,43 @@ func TestSSEReaderKeepsTheHeadOnly(t *testing.T) {
 	}
 	if !ev.TooLarge || string(ev.Data) != first[:headSize] {
 		t.Fatalf("got %d bytes, too large %v; want the first %d bytes of the data, too large", len(ev.Data), ev.TooLarge, headSize)
+	}
+}
+
+// eventThenStall gives its event, then stands for a server that sends
+// nothing more until the event is acted on: a read past it fails t.
+type eventThenStall struct {
+	t    *testing.T
+	data string
+}
+
+func (r *eventThenStall) Read(p []byte) (int, error) {
+	if r.data == "" {
+		r.t.Error("read past the end of the event before returning it")
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// TestSSEReaderLoneCR: an event whose lines end with a lone CR comes
+// as soon as its blank line is read, not when more bytes follow: the
+// server may be waiting for the answer to a request it holds.
+func TestSSEReaderLoneCR(t *testing.T) {
+	r := newSSEReader(&eventThenStall{t: t, data: "id: 1\rdata: {}\r\r"}, 64)
+	ev, err := r.next()
+	if err != nil || string(ev.Data) != "{}" || ev.ID != "1" {
+		t.Fatalf("next() = %+v, %v; want the event", ev, err)
+	}
+}
+
+// TestSSEReaderCRLFByteByByte: the LF of a CRLF that comes in a read
+// of its own is still part of the line ending, after a line cut too.
+func TestSSEReaderCRLFByteByByte(t *testing.T) {
+	in := "data: a\r\ndata: " + strings.Repeat("x", 100) + "\r\n: c\r\n\r\ndata: b\r\n\r\n"
+	evs, err := readAll(newSSEReader(iotest.OneByteReader(strings.NewReader(in)), 64))
+	if err != io.EOF || len(evs) != 2 || !evs[0].TooLarge || string(evs[1].Data) != "b" {
+		t.Fatalf("events = %+v, %v; want one too large, then b", evs, err)
 	}
 }
