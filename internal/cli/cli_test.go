@@ -120,6 +120,7 @@ func TestUsageErrors(t *testing.T) {
 		// session id on the initialize.
 		{"host header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "Host: api.example.com"}, []string{"--upstream-header Host", "the --upstream URL"}},
 		{"length header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "content-length: 5"}, []string{"--upstream-header content-length", "net/http"}},
+		{"accept encoding header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "Accept-Encoding: gzip, br"}, []string{"--upstream-header Accept-Encoding", "decodes"}},
 		{"content type header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "Content-Type: text/plain"}, []string{"--upstream-header Content-Type", "sets it itself"}},
 		{"session header", []string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-header", "mcp-session-id: abc"}, []string{"--upstream-header mcp-session-id", "sets it itself"}},
 		// A prefix or schema cut short unseen would share one deployment's

@@ -71,6 +71,10 @@ func ownHeader(name string) string {
 		return "net/http sends the host of the --upstream URL, and drops this header: give the host in the URL"
 	case k == "Content-Length" || k == "Transfer-Encoding" || k == "Trailer":
 		return "net/http writes it from the request's body, and drops this header"
+	case k == "Accept-Encoding":
+		// Given, net/http leaves the answers encoded: each would be
+		// taken for one that is not JSON, after the call ran.
+		return "net/http asks for gzip itself and decodes it; with this header it decodes nothing, and the proxy cannot read the answers"
 	case sentValues[k] != "":
 		return "a header of MCP's HTTP transport: the proxy sets it itself, to " + strings.ReplaceAll(sentValues[k], ",", ", ")
 	case slices.Contains(transportHeaders, k) || strings.HasPrefix(k, "Mcp-Param-"):
