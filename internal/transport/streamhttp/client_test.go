@@ -366,3 +366,36 @@ func TestClientRespelledIDReachesItsCaller(t *testing.T) {
 		}
 	}
 }
+
+// TestGETStreamRetryOfZeroIsPaced: a server whose GET stream asks for no
+// pause (retry: 0) and ends at once is not asked again in a tight loop.
+func TestGETStreamRetryOfZeroIsPaced(t *testing.T) {
+	gets := make(chan time.Time, 64)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		switch r.Method {
+		case http.MethodGet:
+			select {
+			case gets <- time.Now():
+			default:
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "retry: 0\n\n")
+		case http.MethodPost:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+		}
+	}))
+	defer ts.Close()
+	c := dial(t, ts.URL)
+	defer c.Close()
+	write(t, c, initialize)
+	last := <-gets
+	for i := range 2 {
+		next := <-gets
+		if gap := next.Sub(last); gap < minQuietWait {
+			t.Fatalf("GET %d came %v after the one before; want at least %v", i+2, gap, minQuietWait)
+		}
+		last = next
+	}
+}

@@ -323,7 +323,9 @@ func (c *Client) listen() {
 		lastID = r.lastID
 		wait := time.Second
 		if r.retry >= 0 {
-			wait = serverRetry(r.retry)
+			// At least minQuietWait: a server asking for no pause, whose
+			// stream ends at once, would have the Client spin.
+			wait = max(serverRetry(r.retry), minQuietWait)
 		}
 		if !c.sleep(wait) {
 			return
