@@ -407,7 +407,7 @@ func printRecord(w io.Writer, r *record.Record) {
 	for _, h := range r.History {
 		note := h.Note
 		if h.By != "" || h.Via != "" {
-			note = strings.TrimSuffix(fmt.Sprintf("by %s through %s: %s", orNone(h.By), h.Via, h.Note), ": ")
+			note = byWhom(h)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", stamp(h.At), h.State, note)
 	}

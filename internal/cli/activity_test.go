@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -287,5 +288,38 @@ func TestTimelineQuotesTheActorOnce(t *testing.T) {
 	printTimeline(&out, tl)
 	if want := `the record names actor "a\nb", scope "actor:a\nb"`; !strings.Contains(out.String(), want) {
 		t.Fatalf("activity show printed:\n%s\nwant %s", out.String(), want)
+	}
+}
+
+// settledFirst is a store in which another operator's resolution lands
+// between resolve's read of an execution and its change.
+type settledFirst struct {
+	record.Store
+	other record.Change
+}
+
+func (s *settledFirst) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	if _, err := s.Store.Update(ctx, id, s.other); err != nil {
+		return nil, err
+	}
+	return s.Store.Update(ctx, id, c)
+}
+
+// TestResolveRacedSaysWhoSettledIt: of two resolutions at once, the one
+// that loses says what the execution is now and who made it so, not the
+// store's "from completed to failed", which reads as a move it made.
+func TestResolveRacedSaysWhoSettledIt(t *testing.T) {
+	store, id := unknownExecution(t)
+	s, err := sqlitestore.Open(t.Context(), strings.TrimPrefix(store, "sqlite:"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other := record.Change{From: record.Unknown, To: record.Completed, Result: json.RawMessage(`{"content":[]}`),
+		By: "bob", Via: record.ApproverOperator, Note: "resolved by bob: the bank says yes"}
+	_, err = resolveExecution(t.Context(), &settledFirst{Store: s, other: other}, id, "failed", "")
+	want := "is completed (by bob through operator: resolved by bob: the bank says yes)"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "to failed") {
+		t.Fatalf("resolve that lost to another = %v; want it to say %q", err, want)
 	}
 }

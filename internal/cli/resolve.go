@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
@@ -150,7 +151,30 @@ func resolveExecution(ctx context.Context, store record.Store, id, as, note stri
 	}
 	r, err := store.Update(ctx, id, c)
 	if errors.Is(err, record.ErrConflict) {
+		// The store's message names the change refused ("from failed
+		// to completed"), which reads as a move the execution made:
+		// say what it is now, and who made it so.
+		if now, gerr := store.Get(ctx, id); gerr == nil && now.State != record.Unknown {
+			return nil, fmt.Errorf("execution %s was settled meanwhile: it is %s%s; only an unknown execution is resolved by hand", id, now.State, lastBy(now))
+		}
 		return nil, fmt.Errorf("execution %s changed while it was being resolved: %w", id, err)
 	}
 	return r, err
+}
+
+// lastBy says who made r's last transition, and why, when its history
+// names them: " (by bob through operator: ...)".
+func lastBy(r *record.Record) string {
+	if len(r.History) == 0 {
+		return ""
+	}
+	if h := r.History[len(r.History)-1]; h.By != "" || h.Via != "" {
+		return " (" + byWhom(h) + ")"
+	}
+	return ""
+}
+
+// byWhom says who made h, through which channel, and why.
+func byWhom(h record.Transition) string {
+	return strings.TrimSuffix(fmt.Sprintf("by %s through %s: %s", orNone(h.By), h.Via, h.Note), ": ")
 }
