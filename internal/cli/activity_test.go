@@ -323,3 +323,32 @@ func TestResolveRacedSaysWhoSettledIt(t *testing.T) {
 		t.Fatalf("resolve that lost to another = %v; want it to say %q", err, want)
 	}
 }
+
+// TestUnknownIDNamesTheRedisPrefix: a Redis prefix is not checked, so of
+// an id the store lacks, the prefix read is the one thing to look at:
+// the message names it, though the URL's query is otherwise hidden.
+func TestUnknownIDNamesTheRedisPrefix(t *testing.T) {
+	u := os.Getenv("MCPI_REDIS_URL")
+	if u == "" {
+		if os.Getenv("MCPI_REQUIRE_SERVICES") != "" {
+			t.Fatal("MCPI_REDIS_URL is not set, and MCPI_REQUIRE_SERVICES is")
+		}
+		t.Skip("MCPI_REDIS_URL is not set")
+	}
+	prefix := fmt.Sprintf("cli_nope_%d:", time.Now().UnixNano()) // reading makes no key
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	store := u + sep + "prefix=" + prefix
+	for _, args := range [][]string{
+		{"show", "exe_nope", "--store", store},
+		{"resolve", "exe_nope", "--as", "failed", "--store", store},
+		{"approve", "exe_nope", "--store", store},
+	} {
+		_, _, err := run(t, append([]string{"activity"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "no such execution") || !strings.Contains(err.Error(), `prefix "`+prefix+`"`) {
+			t.Errorf("activity %s of an unknown id = %v; want it to name the prefix %q", args[0], err, prefix)
+		}
+	}
+}

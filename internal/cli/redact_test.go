@@ -44,3 +44,23 @@ func TestNoCredentialInMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreShownNamesPrefixAndSchema: of an execution the store lacks,
+// a Redis prefix or PostgreSQL schema mistyped, or another deployment's,
+// is the likely cause: the message names it, the default included,
+// though redact hides the rest of the query.
+func TestStoreShownNamesPrefixAndSchema(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://:s3cret@127.0.0.1:6379/0?prefix=ops:":                 `(prefix "ops:")`,
+		"Redis://127.0.0.1:6379/0":                                     `(prefix "mcpi:")`,
+		"postgres://bob@db.example/app?password=s3cret&schema=billing": `(schema "billing")`,
+		"postgresql://bob@db.example/app?sslmode=disable":              `(schema "mcp_idempotent")`,
+		"sqlite:/var/lib/x.db":                                         "sqlite:/var/lib/x.db",
+		"postgres://bob@db.example/app?password=s3cret;x":              "postgres://***@db.example/app?***",
+	} {
+		got := storeShown(raw)
+		if !strings.HasSuffix(got, want) || strings.Contains(got, "s3cr") {
+			t.Errorf("storeShown(%q) = %q; want it to end in %q, and no credential", raw, got, want)
+		}
+	}
+}

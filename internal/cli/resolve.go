@@ -49,7 +49,7 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 	if errors.Is(err, record.ErrNotFound) {
 		// A mistyped id, or the store of another proxy: a Redis
 		// prefix is not checked, so say which store was read.
-		err = fmt.Errorf("%w in --store %s", err, redact(a.store))
+		err = fmt.Errorf("%w in --store %s", err, storeShown(a.store))
 	}
 	if err != nil && jw != nil {
 		// Refused: the journal is left as it was, with no checkpoint

@@ -125,6 +125,31 @@ func redact(raw string) string {
 	return streamhttp.ShownURL(u)
 }
 
+// storeShown is redact(raw) and, for a Redis or PostgreSQL URL, the key
+// prefix or schema it reads, which redact hides with the rest of the
+// query: of an execution the store lacks, a prefix or schema mistyped,
+// or another deployment's, is the likely cause.
+func storeShown(raw string) string {
+	url := lowerScheme(raw)
+	name, dflt := "", ""
+	switch {
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
+		name, dflt = "prefix", redisstore.DefaultPrefix
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		name, dflt = "schema", pgstore.DefaultSchema
+	default:
+		return redact(raw)
+	}
+	_, v, err := cutParam(url, name)
+	if err != nil {
+		return redact(raw)
+	}
+	if v == "" {
+		v = dflt
+	}
+	return fmt.Sprintf("%s (%s %s)", redact(raw), name, strconv.Quote(v))
+}
+
 // cutParam removes the query parameter name from rawURL and returns its
 // value.
 func cutParam(rawURL, name string) (string, string, error) {

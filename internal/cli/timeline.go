@@ -231,7 +231,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 	switch {
 	case errors.Is(err, record.ErrNotFound) && !gone:
 		// The store names the id; say which store was asked.
-		return fmt.Errorf("%w in --store %s", err, redact(a.store))
+		return fmt.Errorf("%w in --store %s", err, storeShown(a.store))
 	case err != nil && !gone:
 		return err
 	}
@@ -248,7 +248,7 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 		if r = recordOfJournal(id, lines); r == nil && store == nil {
 			return fmt.Errorf("%w: no line of the journals given names it", err)
 		} else if r == nil {
-			return fmt.Errorf("%w in --store %s, and no line of the journals given names it", err, redact(a.store))
+			return fmt.Errorf("%w in --store %s, and no line of the journals given names it", err, storeShown(a.store))
 		}
 	}
 	tl := &timeline{Record: r}

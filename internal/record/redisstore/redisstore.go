@@ -20,12 +20,15 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/idcache"
 )
 
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "mcpi:"
+
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Now returns the current time; nil means time.Now. Every time the
 	// store writes or compares comes from it, never from the server.
 	Now func() time.Time
-	// Prefix begins every key and channel name; "" means "mcpi:". Stores
+	// Prefix begins every key and channel name; "" means DefaultPrefix. Stores
 	// that share records must share it. It may not contain braces, which
 	// would change the keys' hash tags.
 	Prefix string
@@ -121,7 +124,7 @@ var (
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
-		prefix = "mcpi:"
+		prefix = DefaultPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("opening redis store: prefix %q contains a brace", prefix)
