@@ -674,16 +674,20 @@ func TestJournalKeyFlag(t *testing.T) {
 
 // TestOutputThatFails: audit verify and activity show whose output
 // cannot be written (stdout on a full disk) fail, rather than exit 0
-// with their output cut short.
+// with their output cut short; --json's output to a reader that
+// stopped reading is no failure either.
 func TestOutputThatFails(t *testing.T) {
 	j := writeJournal(t, 2)
 	signer, _ := keygen(t, t.TempDir(), "proxy1.example.com")
 	signed := filepath.Join(t.TempDir(), "signed.jsonl")
 	writeSignedJournal(t, signed, signer, 0, 2, 0)
+	store, _ := unknownExecution(t)
 	for _, args := range [][]string{
 		{"audit", "verify", j},
 		{"audit", "checkpoint", signed},
 		{"activity", "show", "exe_1", "--store", "memory", "--journal", j},
+		{"activity", "show", "exe_1", "--store", "memory", "--journal", j, "--json"},
+		{"activity", "list", "--store", store, "--json"},
 	} {
 		err := Run(t.Context(), args, strings.NewReader(""), failingWriter{}, io.Discard)
 		if ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "writing the output: no space left on device") {

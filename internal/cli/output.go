@@ -32,9 +32,14 @@ func (o *outputWriter) Write(p []byte) (int, error) {
 func runOutput(stdout io.Writer, cmd func(stdout io.Writer) error) error {
 	o := &outputWriter{w: stdout}
 	err := cmd(o)
-	// A reader that went away (| head) took all it wanted: no error.
-	if err == nil && o.err != nil && !errors.Is(o.err, syscall.EPIPE) {
-		return fmt.Errorf("writing the output: %w", o.err)
+	if o.err == nil || (err != nil && err != o.err) {
+		return err
 	}
-	return err
+	// The output failed: cmd gave no error, or the write's own, as
+	// --json's encoder does.
+	if errors.Is(o.err, syscall.EPIPE) {
+		// A reader that went away (| head) took all it wanted.
+		return nil
+	}
+	return fmt.Errorf("writing the output: %w", o.err)
 }
