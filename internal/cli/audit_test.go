@@ -714,8 +714,8 @@ func TestResolveJournalsWhenOutputFails(t *testing.T) {
 		file := writeJournal(t, 2)
 		args := []string{"activity", "resolve", id, "--store", store, "--as", "failed", "--journal", file, format}
 		err := Run(t.Context(), args, strings.NewReader(""), failingWriter{}, io.Discard)
-		if ExitCode(err) != 1 {
-			t.Errorf("%v with stdout failing = %v; want exit 1", args, err)
+		if ExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "was resolved (failed), but printing it failed") {
+			t.Errorf("%v with stdout failing = %v; want exit 1 saying it was resolved", args, err)
 		}
 		if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "3 lines verify") {
 			t.Errorf("%s: the journal after a resolution whose output failed: %v, %q; want its line written", format, err, stdout)

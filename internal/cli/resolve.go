@@ -65,7 +65,11 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 	// Printed first, but journaled whether or not it printed: the
 	// store took the change, and its line must not be lost with the
 	// output (stdout on a full disk).
-	printErr := a.print(stdout, r)
+	out := &outputWriter{w: stdout} // the text's writes go unchecked
+	printErr := a.print(out, r)
+	if printErr == nil {
+		printErr = out.err
+	}
 	if jw != nil {
 		err = jw.Record(operatorEntry(r))
 		if err == nil {
