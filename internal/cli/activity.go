@@ -103,7 +103,7 @@ func runActivity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	switch a.verb {
 	case "list":
-		return a.list(ctx, store, stdout)
+		return a.list(ctx, store, stdout, stderr)
 	case "show":
 		return a.show(ctx, store, stdout, stderr)
 	case "approve", "deny":
@@ -309,13 +309,19 @@ func isFingerprint(s string) bool {
 	return true
 }
 
-// list prints the executions a's filter selects.
-func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.Writer) error {
+// list prints the executions a's filter selects, and says on stderr when
+// --limit left some out.
+func (a *activityArgs) list(ctx context.Context, store record.Store, stdout, stderr io.Writer) error {
 	lister, ok := store.(record.Lister)
 	if !ok {
 		return fmt.Errorf("the store %s cannot list its executions", redact(a.store))
 	}
+	// One more than asked, to tell a list cut short from a whole one:
+	// the oldest left out could be the one an operator looks for.
 	f := record.Filter{Tool: a.tool, Fingerprint: a.fingerprint, State: record.State(a.state), Awaiting: a.awaiting, Limit: a.limit}
+	if f.Limit < math.MaxInt {
+		f.Limit++
+	}
 	if a.since != "" {
 		d, err := parseDays(a.since)
 		if err != nil {
@@ -326,6 +332,10 @@ func (a *activityArgs) list(ctx context.Context, store record.Store, stdout io.W
 	recs, err := lister.List(ctx, f)
 	if err != nil {
 		return err
+	}
+	if len(recs) > a.limit {
+		recs = recs[:a.limit]
+		fmt.Fprintf(stderr, "the newest %d executions only: --limit %d left older ones out\n", a.limit, a.limit)
 	}
 	if a.json {
 		if recs == nil {

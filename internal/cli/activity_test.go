@@ -352,3 +352,23 @@ func TestUnknownIDNamesTheRedisPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestListSaysWhenLimitLeftSomeOut: a list cut short at --limit says so
+// on stderr, or an operator would take the newest N for all there are;
+// a list that holds them all says nothing.
+func TestListSaysWhenLimitLeftSomeOut(t *testing.T) {
+	store, ids := awaitingExecutions(t, record.ApproverOperator, record.ApproverOperator, record.ApproverOperator)
+	for _, format := range []string{"--json=false", "--json"} {
+		out, errOut, err := run(t, "activity", "list", "--store", store, "--limit", "2", format)
+		if err != nil || strings.Contains(out, ids[0]) || !strings.Contains(out, ids[1]) || !strings.Contains(out, ids[2]) {
+			t.Errorf("%s: list --limit 2 of 3 = %v:\n%s\nwant the newest 2", format, err, out)
+		}
+		if !strings.Contains(errOut, "--limit 2 left older ones out") {
+			t.Errorf("%s: list --limit 2 of 3 said on stderr %q; want it to say --limit left some out", format, errOut)
+		}
+		out, errOut, err = run(t, "activity", "list", "--store", store, "--limit", "3", format)
+		if err != nil || !strings.Contains(out, ids[0]) || errOut != "" {
+			t.Errorf("%s: list --limit 3 of 3 = %v:\n%s\nstderr %q; want all 3, and nothing on stderr", format, err, out, errOut)
+		}
+	}
+}
