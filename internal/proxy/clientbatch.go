@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -243,6 +244,10 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []batch
 		s.mu.Unlock()
 		return
 	}
+	// As notifyUpstream notes one alone: a restarted upstream is given it.
+	if slices.ContainsFunc(msgs, isInitialized) {
+		s.initialized = true
+	}
 	s.mu.Unlock()
 	id := strconv.FormatUint(batch, 10)
 	if closed(l.gone) {
@@ -272,6 +277,11 @@ func (s *Session) sendingLocked(msgs []*jsonrpc.Message, batch uint64, l *link) 
 		}
 	}
 	return requests == 0 || remembered > 0
+}
+
+// isInitialized reports whether m is notifications/initialized.
+func isInitialized(m *jsonrpc.Message) bool {
+	return m.IsNotification() && m.Method == "notifications/initialized"
 }
 
 // isCancel reports whether m is a valid notifications/cancelled.
