@@ -119,11 +119,14 @@ type Client struct {
 	expiredOnce sync.Once
 	wg          sync.WaitGroup
 
-	mu          sync.Mutex // guards closed through initialized below, and each statelessCall.cancelled
-	closed      bool
-	sessionID   string // from the initialize response's Mcp-Session-Id
-	version     string // the protocolVersion the server chose
-	initID      string // IDKey of the initialize request's id, once written
+	mu        sync.Mutex // guards closed through initialized below, and each statelessCall.cancelled
+	closed    bool
+	sessionID string // from the initialize response's Mcp-Session-Id
+	version   string // the protocolVersion the server chose
+	initID    string // IDKey of the initialize request's id, once written
+	// initHeaders is closed once the headers of the answer to the last
+	// initialize written are read (sent.headers); nil before one.
+	initHeaders chan struct{}
 	handshake   bool   // an initialize request has been written
 	listening   bool   // the GET stream has been started
 	getServed   bool   // a GET was answered with a stream: a 404 to a later one means the session is gone

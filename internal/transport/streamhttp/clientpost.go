@@ -41,6 +41,18 @@ func (c *Client) post(req *http.Request, s sent) {
 		case <-c.ctx.Done(): // Do fails at once
 		}
 	}
+	if s.sessionWait != nil {
+		select {
+		case <-s.sessionWait:
+		case <-c.ctx.Done():
+		}
+		c.mu.Lock()
+		if c.sessionID != "" {
+			req.Header.Set(headerSessionID, c.sessionID)
+			s.hasSID = true
+		}
+		c.mu.Unlock()
+	}
 	var connected atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
@@ -48,6 +60,16 @@ func (c *Client) post(req *http.Request, s sent) {
 	resp, err := c.do(req)
 	if s.taken != nil {
 		close(s.taken)
+	}
+	if err == nil && s.isInit && resp.StatusCode/100 == 2 {
+		if sid := resp.Header.Get(headerSessionID); sid != "" {
+			c.mu.Lock()
+			c.sessionID = sid
+			c.mu.Unlock()
+		}
+	}
+	if s.headers != nil {
+		close(s.headers)
 	}
 	if err != nil {
 		c.log.Warn("POST to the upstream failed", "err", err)
@@ -58,13 +80,6 @@ func (c *Client) post(req *http.Request, s sent) {
 		return
 	}
 	defer resp.Body.Close()
-	if s.isInit && resp.StatusCode/100 == 2 {
-		if sid := resp.Header.Get(headerSessionID); sid != "" {
-			c.mu.Lock()
-			c.sessionID = sid
-			c.mu.Unlock()
-		}
-	}
 	// Keyed by IDKey: a server that decodes an id and encodes it again
 	// answers 2.0 as 2, "<p>" as "\u003cp\u003e" (the go-sdk does).
 	pending := make(map[string]json.RawMessage, len(s.ids))

@@ -26,6 +26,10 @@ type sent struct {
 	// after, if not nil, is to be closed before the POST goes; taken, if
 	// not nil, is closed once the server has taken it.
 	after, taken chan struct{}
+	// headers, for the initialize POST, is closed once its answer's
+	// headers, which carry the session id, are read; a POST written
+	// before then waits for it in sessionWait (nil for none).
+	headers, sessionWait chan struct{}
 }
 
 // WriteFrame POSTs frame to the server and returns without waiting for the
@@ -151,6 +155,12 @@ func (c *Client) prepareLocked(req *http.Request, m *jsonrpc.Message, msgs []*js
 				c.initID = string(jsonrpc.IDKey(m.ID))
 			}
 		}
+		s.headers = make(chan struct{})
+		c.initHeaders = s.headers
+	} else if !s.stateless && c.sessionID == "" && c.initHeaders != nil {
+		// Written before the initialize answer came (a ping may be):
+		// sent without the session id, a server refuses it.
+		s.sessionWait = c.initHeaders
 	}
 	c.setHeadersLocked(req, s.stateless)
 	s.hasSID = !s.stateless && c.sessionID != ""
