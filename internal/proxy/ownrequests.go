@@ -150,7 +150,7 @@ func (s *Session) notWritten(key string, err error) {
 		return // given up on, or answered with the upstream gone
 	}
 	if p.token {
-		s.tokenAnswered(p.key, true) // as answered does: the call is over
+		s.tokenAnswered(p.key, false) // as answered does: the call is over
 	}
 	if p.stop != nil {
 		p.stop()
@@ -242,17 +242,17 @@ func (s *Session) droppedOwnLocked(key string) {
 // sender: the answer msg, or err when none came.
 func (s *Session) answered(p sent, msg *jsonrpc.Message, err error) {
 	defer s.acted()
+	var result json.RawMessage
+	if err == nil {
+		result, err = outcomeOf(p.method, msg)
+	}
 	if p.token {
-		s.tokenAnswered(p.key, err != nil)
+		s.tokenAnswered(p.key, err == nil && taskHandle(result))
 	}
 	if p.stop != nil {
 		p.stop()
 	}
-	if err != nil {
-		p.done.Answered(nil, err)
-		return
-	}
-	p.done.Answered(outcomeOf(p.method, msg))
+	p.done.Answered(result, err)
 }
 
 // outcomeOf is what the answer msg to a request for method says, as

@@ -106,18 +106,21 @@ func (s *Session) keepTokenLocked(key string, client json.RawMessage, c *clientC
 }
 
 // tokenAnswered notes that the request under key, given a token of the
-// proxy's, has ended: answered, or not (unanswered). A task's progress
-// goes on past the answer, on the same token, so the token of a call
-// that may be answered with a task is kept; any other is let go, and
-// the upstream's progress on it dropped (upstreamProgressLocked).
-func (s *Session) tokenAnswered(key string, unanswered bool) {
+// proxy's, has ended, answered with a task handle (task) or not. A
+// task's progress goes on past the answer, on the same token, so the
+// token of a call answered with a task is kept; any other is let go, and
+// the upstream's progress on it dropped (upstreamProgressLocked). A call
+// that may be answered with a task but is answered otherwise lets its
+// token go too, or a client declaring the tasks extension on every call
+// would push its real tasks' tokens out.
+func (s *Session) tokenAnswered(key string, task bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.tokens[key]
 	if !ok {
 		return
 	}
-	if unanswered || t.detached() || t.call != nil && !t.call.mayBeTask() {
+	if !task || t.detached() || t.call != nil && !t.call.mayBeTask() {
 		delete(s.tokens, key)
 		return
 	}
@@ -126,6 +129,16 @@ func (s *Session) tokenAnswered(key string, unanswered bool) {
 	}
 	t.call = nil
 	s.tokens[key] = t
+}
+
+// taskHandle reports whether result, a tools/call's, is a task handle:
+// a 2025-11-25 CreateTaskResult, or a 2026-07-28 result of type "task".
+func taskHandle(result json.RawMessage) bool {
+	if jsonrpc.Member(result, "task") != nil {
+		return true
+	}
+	resultType, _ := jsonrpc.StringValue(jsonrpc.Member(result, "resultType"))
+	return resultType == "task"
 }
 
 // mayBeTask reports whether c's call may be answered with a task: it

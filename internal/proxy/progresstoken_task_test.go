@@ -53,3 +53,46 @@ func TestTaskProgressOutlivesLaterCalls(t *testing.T) {
 		t.Errorf("the session holds %d tokens, %d in order; want the task's alone, the order within %d", len(s.tokens), len(s.tokenOrder), 2*maxTokens)
 	}
 }
+
+// TestOnlyATaskHandleKeepsItsToken: a call that may be answered with a
+// task (2026-07-28: it declares the tasks extension, as a client may on
+// every call) but is answered otherwise, with a result or an error, has
+// no progress past its answer, so it lets its token go: as many of them
+// as the session keeps tokens for do not push a real task's token out.
+func TestOnlyATaskHandleKeepsItsToken(t *testing.T) {
+	for _, answer := range []string{`"result":{"content":[]}`, `"result":{"resultType":"complete","content":[]}`, `"error":{"code":-32000,"message":"no"}`} {
+		t.Run(answer, func(t *testing.T) {
+			client, upstream := &sink{}, &sink{}
+			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+			s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+			ctx := context.Background()
+			s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`))
+			s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`))
+			client.take()
+			upstream.take()
+			const caps = `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+			call := func(id, args, answer string) []byte {
+				t.Helper()
+				s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"charge_card","arguments":`+args+`,"_meta":{"progressToken":"p`+id+`",`+caps+`}}}`))
+				sent := bytes.Clone(sentID(upstream.take()))
+				if sent == nil {
+					t.Fatalf("call %s: nothing went upstream", id)
+				}
+				s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":`+string(sent)+`,`+answer+`}`))
+				if client.take() == nil {
+					t.Fatalf("call %s: no answer", id)
+				}
+				return sent
+			}
+			task := call("0", `{}`, `"result":{"resultType":"task","taskId":"t1","status":"working"}`)
+			for i := 1; i <= maxTokens; i++ {
+				n := strconv.Itoa(i)
+				call(n, `{"n":`+n+`}`, answer)
+			}
+			s.fromUpstream(s.up, []byte(progressOn(string(task), "1")))
+			if got := client.take(); !bytes.Equal(got, []byte(progressOn(`"p0"`, "1"))) {
+				t.Fatalf("the client got %s; want the task's progress on its call's token", got)
+			}
+		})
+	}
+}
