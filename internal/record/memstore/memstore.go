@@ -300,6 +300,9 @@ func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.
 	wasInFlight := r.State.InFlight()
 	r.Apply(c, now)
 	if wasInFlight && r.State.Settled() && e.fl.settled != nil {
+		// The waiters hold the flight: one woken after a short
+		// retention ran out and the record was purged reads it there.
+		e.fl.rec = r
 		close(e.fl.settled)
 		e.fl.settled = nil // waiters hold it; a later Wait finds the record settled
 	}
@@ -417,12 +420,20 @@ func (s *Store) Get(ctx context.Context, id string) (*record.Record, error) {
 
 // Wait implements record.Store.
 func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
+	var held *flight // the flight waited on, once
 	for {
 		now := s.now()
 		s.mu.Lock()
 		i, e, ok := s.lookup(id)
 		if !ok {
+			var r *record.Record
+			if held != nil && held.rec.State.Settled() {
+				r = held.rec // settled as this waited, then purged
+			}
 			s.mu.Unlock()
+			if r != nil {
+				return r, nil
+			}
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
 		}
 		var orphan *record.Record // settled here
@@ -437,6 +448,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 		if e.fl.settled == nil {
 			e.fl.settled = make(chan struct{})
 		}
+		held = e.fl
 		settled := e.fl.settled
 		lease := e.fl.rec.LeaseUntil
 		s.mu.Unlock()
