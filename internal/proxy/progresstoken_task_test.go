@@ -18,13 +18,8 @@ import (
 // not push the task's out: its progress still reaches the client.
 func TestTaskProgressOutlivesLaterCalls(t *testing.T) {
 	client, upstream := &sink{}, &sink{}
-	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+	s := listedSession(client, upstream)
 	ctx := context.Background()
-	s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`))
-	s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`))
-	client.take()
-	upstream.take()
 	call := func(id, args, extra, result string) []byte {
 		t.Helper()
 		s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"charge_card","arguments":`+args+extra+`,"_meta":{"progressToken":"p`+id+`"}}}`))
@@ -63,13 +58,8 @@ func TestOnlyATaskHandleKeepsItsToken(t *testing.T) {
 	for _, answer := range []string{`"result":{"content":[]}`, `"result":{"resultType":"complete","content":[]}`, `"error":{"code":-32000,"message":"no"}`} {
 		t.Run(answer, func(t *testing.T) {
 			client, upstream := &sink{}, &sink{}
-			in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
-			s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+			s := listedSession(client, upstream)
 			ctx := context.Background()
-			s.fromClient(ctx, []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`))
-			s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`))
-			client.take()
-			upstream.take()
 			const caps = `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
 			call := func(id, args, answer string) []byte {
 				t.Helper()
@@ -95,4 +85,17 @@ func TestOnlyATaskHandleKeepsItsToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listedSession returns a session between client and upstream, on the
+// memory store, that has listed one tool, charge_card; what the listing
+// wrote to either side is taken.
+func listedSession(client, upstream *sink) *Session {
+	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
+	s := New(client, upstream, Options{Interceptor: in, Actor: "a", Scope: "s", UpstreamID: "u"})
+	s.fromClient(context.Background(), []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`))
+	s.fromUpstream(s.up, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge_card","inputSchema":{"type":"object"}}]}}`))
+	client.take()
+	upstream.take()
+	return s
 }
