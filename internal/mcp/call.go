@@ -174,11 +174,17 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	}
 	tc.Arguments, tc.Meta, tc.Task = nullToNil(args), nullToNil(tc.MetaAsSent), nullToNil(task)
 	tc.InputResponses, tc.RequestState = nullToNil(inputResponses), nullToNil(requestState)
-	name, ok := jsonrpc.StringValue(nameRaw)
+	// A plain name, the common case, is its own bytes: no second look
+	// for escapes, nor one for UTF-8.
+	name, plain := plainName(nameRaw)
+	ok := plain
+	if !plain {
+		name, ok = jsonrpc.StringValue(nameRaw)
+	}
 	if !ok || name == "" {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params.name must be a non-empty string")
 	}
-	if !plainName(nameRaw) && (!utf8.Valid(nameRaw) || strings.ContainsRune(name, utf8.RuneError)) {
+	if !plain && (!utf8.Valid(nameRaw) || strings.ContainsRune(name, utf8.RuneError)) {
 		// Invalid UTF-8 and lone surrogates (\ud800) decode as U+FFFD,
 		// so two such names would be one tool here, and two to a server
 		// that keeps them apart. U+FFFD itself names no tool anyone made.
@@ -264,17 +270,22 @@ func capabilitiesNotObject(caps []byte) (string, json.RawMessage, error) {
 	return MetaClientCapabilities + ".extensions", ext, nil
 }
 
-// plainName reports whether raw, a JSON string, is ASCII without an
-// escape: then it is UTF-8 and decodes to its own bytes, which hold no
-// U+FFFD, and the checks for those need not run on every call. An
-// escape, ASCII as it is, may spell a lone surrogate.
-func plainName(raw []byte) bool {
-	for _, c := range raw {
+// plainName returns the string raw, a valid JSON value, holds, if it is
+// a string of ASCII without an escape: then it is UTF-8 and decodes to
+// its own bytes, which hold no U+FFFD, and the checks for those need not
+// run on every call. An escape, ASCII as it is, may spell a lone
+// surrogate. Else it returns false.
+func plainName(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
 		if c >= utf8.RuneSelf || c == '\\' {
-			return false
+			return "", false
 		}
 	}
-	return true
+	return string(inner), true
 }
 
 // paramNames are the members of tools/call params the proxy reads.
