@@ -279,7 +279,7 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 		methodRaw []byte
 		repeated  []byte // the first member met twice, or in another case
 	)
-	end := walkObject(frame, start, true, func(name, value []byte) bool {
+	end := walkObject(frame, start, func(name, value []byte) bool {
 		// A value is never empty, so a member already set was met.
 		var seen bool
 		switch string(name) {

@@ -25,7 +25,7 @@ var errMalformed = errors.New("malformed JSON object")
 // obj must be valid JSON (json.Valid); EachMember checks only as much as it
 // needs to never read out of bounds.
 func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
-	if walkObject(obj, skipSpace(obj, 0), false, fn, nil) < 0 {
+	if skimObject(obj, skipSpace(obj, 0), fn) < 0 {
 		return errMalformed
 	}
 	return nil
@@ -33,22 +33,23 @@ func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
 
 // walkObject calls fn with each member of the object that starts at
 // obj[i], as EachMember does, and returns the index just past the object,
-// or -1 if it is malformed. With validate set, names and values are
-// checked to be valid JSON as they are passed (the object being at the top
-// level, for the nesting limit), so that a caller needs no other pass over
-// them; without it, they are only checked enough never to read out of
-// bounds. If fn stops the walk, the index returned is 0.
+// or -1 if it is malformed. Names and values are checked to be valid JSON
+// as they are passed (the object being at the top level, for the nesting
+// limit), so that a caller needs no other pass over them. If fn stops the
+// walk, the index returned is 0.
 //
-// With validate set and params not nil, a member named "params" whose
-// value is an object is validated by a walk of its own, which hands each
-// of its members to params, which must return true: a message's params
-// are then read as they are validated (DecodeParamsInto).
-func walkObject(obj []byte, i int, validate bool, fn, params func(name, value []byte) bool) int {
-	return walkObjectIn(obj, i, 0, validate, fn, params)
+// With params not nil, a member named "params" whose value is an object
+// is validated by a walk of its own, which hands each of its members to
+// params, which must return true: a message's params are then read as
+// they are validated (DecodeParamsInto).
+func walkObject(obj []byte, i int, fn, params func(name, value []byte) bool) int {
+	return walkObjectIn(obj, i, 0, fn, params)
 }
 
-// walkObjectIn is walkObject for an object inside depth containers.
-func walkObjectIn(obj []byte, i, depth int, validate bool, fn, params func(name, value []byte) bool) int {
+// walkObjectIn is walkObject for an object inside depth containers. It
+// is apart from skimObject, which does not validate, so that the walk
+// every frame takes keeps its variables in registers.
+func walkObjectIn(obj []byte, i, depth int, fn, params func(name, value []byte) bool) int {
 	if i >= len(obj) || obj[i] != '{' {
 		return -1
 	}
@@ -60,44 +61,36 @@ func walkObjectIn(obj []byte, i, depth int, validate bool, fn, params func(name,
 		if i >= len(obj) || obj[i] != '"' {
 			return -1
 		}
-		var (
-			end     int
-			escaped bool
-		)
-		if validate {
-			end, escaped = scanEscapedString(obj, i)
-		} else {
-			end = skipString(obj, i)
-			escaped = end >= 0 && bytes.IndexByte(obj[i:end], '\\') >= 0
-		}
+		end, escaped := scanEscapedString(obj, i)
 		if end < 0 {
 			return -1
 		}
 		name := obj[i+1 : end-1]
 		if escaped {
-			var s string
-			if json.Unmarshal(obj[i:end], &s) != nil {
+			var ok bool
+			if name, ok = unescapeName(obj[i:end]); !ok {
 				return -1
 			}
-			name = []byte(s)
 		}
 		i = skipSpace(obj, end)
 		if i >= len(obj) || obj[i] != ':' {
 			return -1
 		}
-		i = skipSpace(obj, i+1)
+		if i = skipSpace(obj, i+1); i >= len(obj) {
+			return -1
+		}
 		var vend int
-		switch {
-		case validate && params != nil && i < len(obj) && obj[i] == '{' && string(name) == "params":
-			vend = walkObjectIn(obj, i, depth+1, true, params, nil)
-		case validate && i < len(obj) && obj[i] == '"':
+		switch c := obj[i]; {
+		case c == '"':
 			// What validValue would do for a string, without its set-up:
 			// most members of a message's envelope are strings.
 			vend = scanString(obj, i)
-		case validate:
-			vend = validValue(obj, i, depth+1)
+		case c == '-' || '0' <= c && c <= '9':
+			vend = scanNumber(obj, i) // as for a string: ids are numbers
+		case c == '{' && params != nil && string(name) == "params":
+			vend = walkObjectIn(obj, i, depth+1, params, nil)
 		default:
-			vend = skipValue(obj, i)
+			vend = validValue(obj, i, depth+1)
 		}
 		if vend < 0 {
 			return -1
@@ -115,6 +108,65 @@ func walkObjectIn(obj []byte, i, depth int, validate bool, fn, params func(name,
 			return -1
 		}
 	}
+}
+
+// skimObject is walkObject without validation, for EachMember: it checks
+// the object only enough never to read out of bounds.
+func skimObject(obj []byte, i int, fn func(name, value []byte) bool) int {
+	if i >= len(obj) || obj[i] != '{' {
+		return -1
+	}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return -1
+		}
+		end := skipString(obj, i)
+		if end < 0 {
+			return -1
+		}
+		name := obj[i+1 : end-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var ok bool
+			if name, ok = unescapeName(obj[i:end]); !ok {
+				return -1
+			}
+		}
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return -1
+		}
+		i = skipSpace(obj, i+1)
+		vend := skipValue(obj, i)
+		if vend < 0 {
+			return -1
+		}
+		if !fn(name, obj[i:vend]) {
+			return 0
+		}
+		i = skipSpace(obj, vend)
+		switch {
+		case i < len(obj) && obj[i] == ',':
+			i = skipSpace(obj, i+1)
+		case i < len(obj) && obj[i] == '}':
+			return i + 1
+		default:
+			return -1
+		}
+	}
+}
+
+// unescapeName returns the name a member's raw name, quotes included,
+// spells when it holds an escape, or false if it does not decode.
+func unescapeName(raw []byte) ([]byte, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, false
+	}
+	return []byte(s), true
 }
 
 // StringValue returns the string a raw JSON value holds.
@@ -148,7 +200,7 @@ func skipString(b []byte, i int) int {
 	// most strings end with it, and a call per string cost more than
 	// the scan.
 	for i++; i+8 <= len(b); i += 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		if m := specialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			i += bits.TrailingZeros64(m) / 8
 			goto special
 		}
@@ -234,7 +286,7 @@ func Member(obj []byte, name string) json.RawMessage {
 // among the valid members that head holds whole. A message with a method
 // and no id may be a notification, or a request whose id comes later.
 func HeadRequest(head []byte) (id json.RawMessage, method string) {
-	walkObject(head, skipSpace(head, 0), true, func(name, value []byte) bool {
+	walkObject(head, skipSpace(head, 0), func(name, value []byte) bool {
 		switch string(name) {
 		case "method":
 			method, _ = StringValue(value)
@@ -271,7 +323,7 @@ func HeadID(head []byte) (id json.RawMessage, isResponse bool) {
 // message may answer.
 func HeadIDs(head []byte) (ids []json.RawMessage, isResponse bool) {
 	isResponse = true
-	walkObject(head, skipSpace(head, 0), true, func(name, value []byte) bool {
+	walkObject(head, skipSpace(head, 0), func(name, value []byte) bool {
 		switch string(name) {
 		case "method":
 			isResponse = false
@@ -326,7 +378,7 @@ func HeadMessage(head []byte) (ids []json.RawMessage, kind HeadKind) {
 	}
 	start := skipSpace(head, 0)
 	next := start + 1 // where the member after the last one read begins
-	walkObject(head, start, true, func(n, value []byte) bool {
+	walkObject(head, start, func(n, value []byte) bool {
 		name(n)
 		end := cap(head) - cap(value) + len(value)
 		if string(n) == "id" && end < len(head) { // as in HeadIDs

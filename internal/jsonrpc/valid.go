@@ -138,7 +138,7 @@ func scanEscapedString(data []byte, i int) (end int, escaped bool) {
 		// skipPlain, by hand: most strings are short, and a call per
 		// string cost more than the scan.
 		for ; i+8 <= len(data); i += 8 {
-			if m := specialBytes(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+			if m := specialBytes(binary.LittleEndian.Uint64(data[i : i+8])); m != 0 {
 				i += bits.TrailingZeros64(m) / 8
 				goto special
 			}
@@ -187,7 +187,7 @@ func scanEscapedString(data []byte, i int) (end int, escaped bool) {
 // costs a branch per byte that a cold predictor gets wrong.
 func skipPlain(data []byte, i int) int {
 	for ; i+8 <= len(data); i += 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+		if m := specialBytes(binary.LittleEndian.Uint64(data[i : i+8])); m != 0 {
 			// The lowest flagged byte is a special one: a false flag
 			// comes only from a borrow out of a lower flagged byte.
 			return i + bits.TrailingZeros64(m)/8
