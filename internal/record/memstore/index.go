@@ -30,18 +30,28 @@ func bucketOf(tag uint64, i slot) uint64 { return tag<<32 | (uint64(i) + 1) }
 func tagOf(b uint64) uint64              { return b >> 32 }
 func slotOf(b uint64) slot               { return slot(uint32(b) - 1) }
 
-// find returns the position of key's bucket, or of the empty bucket
-// where it would go, and whether key is there.
-func (x *index) find(key string) (pos int, tag uint64, found bool) {
-	tag = x.tag(key)
+// A place is where find left a string: its bucket, or the empty one
+// where it would go.
+type place struct {
+	pos   int
+	tag   uint64
+	found bool
+}
+
+// find returns key's place.
+func (x *index) find(key string) place {
+	tag := x.tag(key)
+	if len(x.buckets) == 0 {
+		return place{tag: tag}
+	}
 	mask := uint64(len(x.buckets) - 1)
 	for p := tag & mask; ; p = (p + 1) & mask {
 		b := x.buckets[p]
 		if b == 0 {
-			return int(p), tag, false
+			return place{pos: int(p), tag: tag}
 		}
 		if tagOf(b) == tag && x.matches(slotOf(b), key) {
-			return int(p), tag, true
+			return place{pos: int(p), tag: tag, found: true}
 		}
 	}
 }
@@ -57,23 +67,32 @@ func (x *index) get(key string) (slot, bool) {
 	if x.n == 0 {
 		return 0, false
 	}
-	p, _, found := x.find(key)
-	if !found {
+	return x.slotAt(x.find(key))
+}
+
+// slotAt returns the slot at pl, a place find returned, if it found one.
+func (x *index) slotAt(pl place) (slot, bool) {
+	if !pl.found {
 		return 0, false
 	}
-	return slotOf(x.buckets[p]), true
+	return slotOf(x.buckets[pl.pos]), true
 }
 
 // set points key at slot i, whose record must have key as its string.
-func (x *index) set(key string, i slot) {
-	if (x.n+1)*4 > len(x.buckets)*3 {
-		x.grow()
-	}
-	p, tag, found := x.find(key)
-	if !found {
+func (x *index) set(key string, i slot) { x.put(key, x.find(key), i) }
+
+// put points key at slot i, as set does, given key's place, which find
+// returned with x unchanged since: a reservation looks its strings up
+// and then adds them, and hashes and probes each once.
+func (x *index) put(key string, pl place, i slot) {
+	if !pl.found {
+		if (x.n+1)*4 > len(x.buckets)*3 {
+			x.grow()
+			pl = x.find(key)
+		}
 		x.n++
 	}
-	x.buckets[p] = bucketOf(tag, i)
+	x.buckets[pl.pos] = bucketOf(pl.tag, i)
 }
 
 // remove drops the string whose tag is tag if it points at slot i. It

@@ -199,7 +199,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	s.purge(now, purgeBatch)
 
 	var orphan *record.Record // settled here
-	if i, ok := s.byKey.get(r.Key); ok {
+	// Each string's place is found once, for the look-up and the add:
+	// nothing changes the indexes in between.
+	key := s.byKey.find(r.Key)
+	if i, ok := s.byKey.slotAt(key); ok {
 		e := s.at(i)
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
 			orphan = s.apply(i, e, record.OrphanChange(e.fl.rec), now)
@@ -211,7 +214,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 			return cur.WithOrphan(orphan), false, nil
 		}
 	}
-	if _, dup := s.byID.get(r.ID); dup {
+	id := s.byID.find(r.ID)
+	if id.found {
 		return nil, false, fmt.Errorf("reserving %s: execution id already used", r.ID)
 	}
 	rec := r // the store's now (record.Store)
@@ -226,8 +230,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	fl := &flight{rec: rec}
 	rec.History = append(fl.history[:0], record.Transition{State: record.Accepted, At: now})
 	*e = entry{fl: fl, index: -1}
-	s.byID.set(rec.ID, i)
-	s.byKey.set(rec.Key, i)
+	s.byID.put(rec.ID, id, i)
+	s.byKey.put(rec.Key, key, i)
 	s.live[rec.ID] = i
 	if opts.Dispatch {
 		// No one has this version yet: it may change in place.
