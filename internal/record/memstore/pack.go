@@ -352,14 +352,20 @@ func timeOf(zone byte, ns int64) time.Time {
 }
 
 // appendTime appends t's zone and, unless t is zero, its difference from
-// base in nanoseconds; it returns t in Unix nanoseconds too (0 for the
-// zero time), the base of the next, read once.
+// base in nanoseconds, or with no base (0) t in Unix nanoseconds, in
+// eight bytes: fewer than its varint's nine, and one store. It returns t
+// in Unix nanoseconds too (0 for the zero time), the base of the next,
+// read once.
 func appendTime(b []byte, t time.Time, base int64) ([]byte, int64) {
-	b = append(b, zoneOf(t))
-	if t.IsZero() {
+	zone := zoneOf(t)
+	b = append(b, zone)
+	if zone == zoneZero {
 		return b, 0
 	}
 	ns := t.UnixNano()
+	if base == 0 {
+		return binary.LittleEndian.AppendUint64(b, uint64(ns)), ns
+	}
 	return binary.AppendVarint(b, ns-base), ns
 }
 
@@ -450,6 +456,12 @@ func (d *decoder) time(base int64) (time.Time, int64) {
 	if zone == zoneZero {
 		return time.Time{}, 0
 	}
-	ns := base + d.varint()
+	var ns int64
+	if base == 0 {
+		ns = int64(binary.LittleEndian.Uint64(d.p[d.off:]))
+		d.off += 8
+	} else {
+		ns = base + d.varint()
+	}
 	return timeOf(zone, ns), ns
 }
