@@ -13,8 +13,9 @@ import (
 
 // TestPackRoundTrip checks that a packed record decodes to what it was:
 // every field, nil told from empty, UTC told from local time, a state
-// outside the list, a history longer than the common life, and the
-// decisions of an approval.
+// outside the list, a history longer than the common life, times after
+// a zero one and after the Unix epoch's, and the decisions of an
+// approval.
 func TestPackRoundTrip(t *testing.T) {
 	at := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
 	full := record.Record{
@@ -33,13 +34,13 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 	local := record.Record{
 		ID: "exe_local", Key: "k", Fingerprint: "k", State: record.Failed,
-		History:   []record.Transition{{State: record.Accepted, At: time.Unix(1, 5)}, {State: record.Failed, At: time.Unix(0, 0)}},
+		History:   []record.Transition{{State: record.Accepted, At: time.Unix(1, 5)}, {State: record.Failed, At: time.Unix(0, 0)}, {State: record.Failed, At: time.Unix(7, 9)}},
 		ExpiresAt: time.Unix(3600, 0), LeaseUntil: time.Unix(2, 0), Retention: -1,
 	}
 	fp := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	hexed := record.Record{ID: "exe_hex", Key: fp, Fingerprint: fp, State: record.Unknown, History: []record.Transition{{State: record.Unknown, At: at}}}
 	upper := record.Record{ID: "exe_upper", Key: "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08", Fingerprint: fp}
-	odd := record.Record{ID: "exe_odd", State: "paused", History: []record.Transition{{State: "paused"}, {State: "held", By: "bob", Via: "chat"}}}
+	odd := record.Record{ID: "exe_odd", State: "paused", History: []record.Transition{{State: "paused"}, {State: "held", By: "bob", Via: "chat"}, {State: "paused", At: at.Local()}}}
 	refused := record.Record{ID: "exe_refused", Key: "k", Fingerprint: "k", State: record.Refused, History: []record.Transition{
 		{State: record.Accepted, At: at},
 		{State: record.Authorized, At: at, Note: "looks right", By: "bob", Via: record.ApproverOperator},
