@@ -20,6 +20,9 @@ import (
 // every string through a builder: for the small objects of a tool call it
 // was the largest allocation of the fingerprint.
 func appendSimple(out, src []byte) (_ []byte, ok bool) {
+	if len(out) > maxSimpleSize || len(src) > maxSimpleSize {
+		return nil, false
+	}
 	p := simpleParser{src: src}
 	out, ok = p.value(out, 0)
 	if !ok {
@@ -31,6 +34,11 @@ func appendSimple(out, src []byte) (_ []byte, ok bool) {
 	}
 	return out, true
 }
+
+// maxSimpleSize bounds the input and output appendSimple works on, so
+// that offsets into them fit the int32 of a simpleMember: an object may be
+// written twice, so out grows to at most three times that.
+const maxSimpleSize = 1 << 28
 
 // maxSimpleDepth bounds the nesting appendSimple handles itself; deeper
 // values take the general path.
@@ -188,28 +196,31 @@ func (p *simpleParser) array(out []byte, depth int) ([]byte, bool) {
 // maxSimpleMembers bounds the members of an object appendSimple sorts.
 const maxSimpleMembers = 64
 
-// simpleMember is one member of an object being canonicalised: its name,
-// and where its canonical value was written in the output.
+// simpleMember is one member of an object being canonicalised: where its
+// name is in the input, and where the member ("name":value) was written
+// in the output. Offsets without a pointer keep an object's array of them
+// small and cheap to clear.
 type simpleMember struct {
-	name       []byte
-	start, end int
+	nameStart, nameEnd int32
+	start, end         int32
 }
 
-// object writes each member's canonical value to out in the order they
-// come, then the object itself with its members sorted by name after them,
-// and moves that over the values.
+// object writes the object's members to out in the order they come, which
+// is the canonical form when they come sorted by name; otherwise
+// sortMembers puts them in order.
 func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 	p.i++ // {
 	p.space()
+	base := len(out)
+	out = append(out, '{')
 	if p.i < len(p.src) && p.src[p.i] == '}' {
 		p.i++
-		return append(out, '{', '}'), true
+		return append(out, '}'), true
 	}
-	base := len(out)
 	var buf [16]simpleMember
 	members := buf[:0]
+	inOrder := true
 	for {
-		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != '"' {
 			return nil, false
 		}
@@ -217,12 +228,19 @@ func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 		if !ok {
 			return nil, false
 		}
+		nameEnd := p.i - 1 // before the closing quote
 		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != ':' {
 			return nil, false
 		}
 		p.i++
+		if len(members) > 0 {
+			out = append(out, ',')
+		}
 		start := len(out)
+		out = append(out, '"')
+		out = append(out, name...)
+		out = append(out, '"', ':')
 		if out, ok = p.value(out, depth+1); !ok {
 			return nil, false
 		}
@@ -232,14 +250,15 @@ func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 		if len(members) == maxSimpleMembers {
 			return nil, false
 		}
-		m := simpleMember{name: name, start: start, end: len(out)}
+		m := simpleMember{int32(nameEnd - len(name)), int32(nameEnd), int32(start), int32(len(out))}
 		k := len(members)
 		members = append(members, m)
-		for ; k > 0 && string(members[k-1].name) > string(name); k-- {
+		for ; k > 0 && string(p.name(members[k-1])) > string(name); k-- {
 			members[k] = members[k-1]
+			inOrder = false
 		}
 		members[k] = m
-		if k > 0 && string(members[k-1].name) == string(name) {
+		if k > 0 && string(p.name(members[k-1])) == string(name) {
 			return nil, false // a duplicate name: the general path decides
 		}
 		p.space()
@@ -248,6 +267,7 @@ func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 		}
 		if p.src[p.i] == ',' {
 			p.i++
+			p.space()
 			continue
 		}
 		if p.src[p.i] != '}' {
@@ -256,18 +276,28 @@ func (p *simpleParser) object(out []byte, depth int) ([]byte, bool) {
 		p.i++
 		break
 	}
+	out = append(out, '}')
+	if inOrder {
+		return out, true
+	}
+	return sortMembers(out, base, members), true
+}
+
+// sortMembers rewrites the object written from out[base:] with its
+// members in the order of members: it writes it again after it, then
+// moves that over it.
+func sortMembers(out []byte, base int, members []simpleMember) []byte {
 	sorted := len(out)
 	out = append(out, '{')
 	for k, m := range members {
 		if k > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, '"')
-		out = append(out, m.name...)
-		out = append(out, '"', ':')
 		out = append(out, out[m.start:m.end]...)
 	}
 	out = append(out, '}')
 	n := copy(out[base:], out[sorted:])
-	return out[:base+n], true
+	return out[:base+n]
 }
+
+func (p *simpleParser) name(m simpleMember) []byte { return p.src[m.nameStart:m.nameEnd] }
