@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -84,4 +85,23 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("Sum = %s, %v; want the HMAC of Canonical %s", s, err, hex.EncodeToString(mac.Sum(nil)))
 		}
 	})
+}
+
+// TestSumIsHexOfHMAC checks Sum's hex digits against encoding/hex over
+// enough fingerprints that every byte value comes at every place of the
+// four-byte groups Sum writes at once.
+func TestSumIsHexOfHMAC(t *testing.T) {
+	for i := range 300 {
+		a := Action{Actor: "alice", Tool: fmt.Sprint("tool", i), Arguments: json.RawMessage(`{"n":1}`)}
+		canon, err := Canonical(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mac := hmac.New(sha256.New, fuzzKey)
+		mac.Write(canon)
+		want := hex.EncodeToString(mac.Sum(nil))
+		if got, err := fuzzHasher.Sum(a); err != nil || got != want {
+			t.Fatalf("Sum = %s, %v; want %s", got, err, want)
+		}
+	}
 }
