@@ -132,21 +132,22 @@ func appendCanonical(out []byte, a *Action) ([]byte, error) {
 	}
 	if len(a.Extra) == 0 {
 		// The common case: the record's own members only, whose names
-		// are already in RFC 8785 order, written straight out.
-		out = append(out, `{"actor":`...)
-		out = appendJCSString(out, a.Actor)
-		out = append(out, `,"arguments":`...)
+		// are already in RFC 8785 order, written straight out, each
+		// string's quotes with the text around it.
+		out = append(out, `{"actor":"`...)
+		out = appendJCSChars(out, a.Actor)
+		out = append(out, `","arguments":`...)
 		var err error
 		if out, err = appendCanonicalValue(out, args); err != nil {
 			return nil, &MemberError{Member: "arguments", Err: err}
 		}
-		out = append(out, `,"scope":`...)
-		out = appendJCSString(out, a.Scope)
-		out = append(out, `,"tool":`...)
-		out = appendJCSString(out, a.Tool)
-		out = append(out, `,"upstream":`...)
-		out = appendJCSString(out, a.Upstream)
-		return append(out, '}'), nil
+		out = append(out, `,"scope":"`...)
+		out = appendJCSChars(out, a.Scope)
+		out = append(out, `","tool":"`...)
+		out = appendJCSChars(out, a.Tool)
+		out = append(out, `","upstream":"`...)
+		out = appendJCSChars(out, a.Upstream)
+		return append(out, '"', '}'), nil
 	}
 	args, err := canonicalValue(args)
 	if err != nil {
@@ -257,12 +258,17 @@ func appendCanonicalValue(out []byte, v json.RawMessage) ([]byte, error) {
 // case; everything else as it is. Each byte of invalid UTF-8 becomes
 // U+FFFD, as when encoding/json writes a string.
 func appendJCSString(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = appendJCSChars(b, s)
+	return append(b, '"')
+}
+
+// appendJCSChars is appendJCSString without the quotes.
+func appendJCSChars(b []byte, s string) []byte {
 	if plainASCII(s) {
 		// The common case, for names, scopes and most arguments: the
-		// string as it is, between quotes.
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
+		// string as it is.
+		return append(b, s...)
 	}
 	if !utf8.ValidString(s) {
 		var v strings.Builder
@@ -273,7 +279,6 @@ func appendJCSString(b []byte, s string) []byte {
 		}
 		s = v.String()
 	}
-	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -296,7 +301,7 @@ func appendJCSString(b []byte, s string) []byte {
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
 	}
-	return append(b, '"')
+	return b
 }
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785
