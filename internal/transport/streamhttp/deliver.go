@@ -32,7 +32,6 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 			s.answerResent(w, r, ss, m, st)
 			return
 		}
-		ss.dropCancelledLocked(msgs)
 	} else if isCancelNotice(msgs) {
 		// A stateless client cancels by closing its request. Its own
 		// ids were renamed, so a notice names no request of its; one
@@ -48,6 +47,10 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 		return
 	}
 	frame, st, ids := s.registerLocked(r, ss, body, msgs)
+	if !ss.stateless {
+		// Once msgs' own requests are owed: a batch may cancel one.
+		ss.dropCancelledLocked(msgs)
+	}
 	ss.mu.Unlock()
 	defer ss.leave(st)
 	if !s.pass(w, r, ss, frame, ids) {
@@ -158,11 +161,27 @@ func (s *Server) answerResent(w http.ResponseWriter, r *http.Request, ss *Server
 }
 
 // dropCancelledLocked forgets the requests that the
-// notifications/cancelled among msgs name. No answer comes to a
+// notifications/cancelled among msgs name: those of earlier POSTs, and
+// those msgs hold before the cancellation. No answer comes to a
 // cancelled request: its streams owe one less, and end if that was the
-// last.
+// last. One that msgs hold after the cancellation is not cancelled: the
+// upstream reads the cancellation first, when no such request is under
+// way, and answers the request.
 func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
+	var ahead map[string]bool // ids of msgs' requests not yet reached
 	for _, m := range msgs {
+		if m.IsRequest() && len(msgs) > 1 {
+			if ahead == nil {
+				ahead = make(map[string]bool)
+			}
+			ahead[string(jsonrpc.IDKey(m.ID))] = true
+		}
+	}
+	for _, m := range msgs {
+		if m.IsRequest() {
+			delete(ahead, string(jsonrpc.IDKey(m.ID)))
+			continue
+		}
 		if m.Method != "notifications/cancelled" {
 			continue
 		}
@@ -175,7 +194,7 @@ func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
 		}
 		key := string(jsonrpc.IDKey(id))
 		p := ss.pending[key]
-		if p == nil {
+		if p == nil || ahead[key] {
 			continue
 		}
 		delete(ss.pending, key)
