@@ -257,9 +257,35 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 		writeRefusal(w, refuse(http.StatusNotFound, "session %q has ended: initialize a new one", ss.id), jsonrpc.CodeInvalidRequest)
 		return false
 	case <-r.Context().Done():
+		if ss.forgetUnlessResent(ids) {
+			return false
+		}
+	}
+	// A client sent a request of frame again meanwhile, and waits on the
+	// one answer (attachLocked): the frame still goes to the proxy, for
+	// it.
+	select {
+	case ss.in <- frame:
+		return true
+	case <-ss.done:
 		ss.forget(ids)
 		return false
 	}
+}
+
+// forgetUnlessResent forgets ids, as forget does, unless a request of
+// them has a stream besides that of the POST that holds it: the same
+// request sent again. It reports whether it forgot them.
+func (ss *ServerSession) forgetUnlessResent(ids []string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, id := range ids {
+		if p := ss.pending[id]; p != nil && len(p.streams) > 1 {
+			return false
+		}
+	}
+	ss.forgetLocked(ids)
+	return true
 }
 
 // newPostStreamLocked makes the stream that answers a POST of body. An
@@ -285,6 +311,10 @@ func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession, body []
 func (ss *ServerSession) forget(ids []string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.forgetLocked(ids)
+}
+
+func (ss *ServerSession) forgetLocked(ids []string) {
 	for _, id := range ids {
 		if p := ss.pending[id]; p != nil {
 			ss.dropTokenLocked(p)
