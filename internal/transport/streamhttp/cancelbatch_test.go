@@ -67,3 +67,44 @@ func TestServerCancelInTheRequestsBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestServerCancelledStreamsGo: the stream of a request cancelled before
+// anything was written on it holds no event a client could resume from;
+// the session lets it go, so a client that cancels request after request
+// does not grow it for as long as it lasts.
+func TestServerCancelledStreamsGo(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonResponse), func(t *testing.T) {
+			srv, p, hs := newTestServer(t, ServerOptions{JSONResponse: jsonResponse})
+			resp := do(t, t.Context(), "POST", hs.URL, batchInitBody, nil)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			sid := resp.Header.Get(headerSessionID)
+			srv.mu.Lock()
+			ss := srv.sessions[sid]
+			srv.mu.Unlock()
+			streams := func() int {
+				ss.mu.Lock()
+				defer ss.mu.Unlock()
+				return len(ss.streams)
+			}
+			before := streams()
+			for i := range 5 {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					resp := do(t, t.Context(), "POST", hs.URL, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"slow"}`, i), batchSession(sid))
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}()
+				waitFor(t, func() bool { return p.seen(fmt.Sprintf(`"id":%d,"method":"slow"`, i)) == 1 })
+				resp := do(t, t.Context(), "POST", hs.URL, fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, i), batchSession(sid))
+				resp.Body.Close()
+				<-done
+			}
+			if n := streams(); n != before {
+				t.Errorf("the session holds %d streams after 5 cancelled requests, %d before", n, before)
+			}
+		})
+	}
+}

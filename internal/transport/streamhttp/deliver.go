@@ -200,9 +200,7 @@ func (ss *ServerSession) dropCancelledLocked(msgs []*jsonrpc.Message) {
 		delete(ss.pending, key)
 		ss.dropTokenLocked(p)
 		for _, st := range p.streams {
-			if st.want--; st.want == 0 {
-				ss.endLocked(st)
-			}
+			ss.oweOneLessLocked(st)
 		}
 	}
 }
@@ -305,9 +303,7 @@ func (s *Server) newPostStreamLocked(r *http.Request, ss *ServerSession, body []
 }
 
 // forget drops requests that never reached the proxy, or whose client
-// gave up on them; a stream left owed nothing ends, and goes at once if it
-// holds no event (a stateless lane lives as long as the proxy: its streams
-// must not).
+// gave up on them (oweOneLessLocked).
 func (ss *ServerSession) forget(ids []string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -319,15 +315,26 @@ func (ss *ServerSession) forgetLocked(ids []string) {
 		if p := ss.pending[id]; p != nil {
 			ss.dropTokenLocked(p)
 			for _, st := range p.streams {
-				if st.want--; st.want == 0 {
-					ss.endLocked(st)
-					if len(st.events) == 0 && st != ss.get {
-						delete(ss.streams, st.num)
-					}
-				}
+				ss.oweOneLessLocked(st)
 			}
 		}
 		delete(ss.pending, id)
 		delete(ss.origIDs, id)
+	}
+}
+
+// oweOneLessLocked takes one request off those st owes an answer to. A
+// stream owed nothing more ends, and goes at once if it holds no event:
+// no client has an id of it to resume from, and eviction, which lets go
+// of the others, never comes to it. Else a session would keep one for
+// each request cancelled, or given up, for as long as it lasts (a
+// stateless lane as long as the proxy).
+func (ss *ServerSession) oweOneLessLocked(st *stream) {
+	if st.want--; st.want != 0 {
+		return
+	}
+	ss.endLocked(st)
+	if len(st.events) == 0 && st != ss.get {
+		delete(ss.streams, st.num)
 	}
 }
