@@ -263,22 +263,22 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 		_, err := in.change(req.bg, req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
 		switch {
 		case errors.Is(err, record.ErrConflict):
-			in.journalize(req, rec, record.Change{To: record.Delivered})
+			in.journalize(req, rec, &record.Change{To: record.Delivered})
 		case errors.Is(err, record.ErrNotFound) && !rec.ExpiresAt.IsZero() && !in.now().Before(rec.ExpiresAt):
 			// A short retention: the store purged it, as it should.
 			in.log.Info("the execution's retention ran out before its delivery was recorded; the store dropped it",
 				"execution", rec.ID, "retention", rec.Retention)
-			in.journalize(req, rec, record.Change{To: record.Delivered})
+			in.journalize(req, rec, &record.Change{To: record.Delivered})
 		case err != nil:
 			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
 			// The caller took the answer all the same: its line says so.
-			in.journalize(req, rec, record.Change{To: record.Delivered})
+			in.journalize(req, rec, &record.Change{To: record.Delivered})
 		}
 	case record.Delivered:
 		// Delivered to another caller before: nothing for the store to
 		// record, but the journal has a line for each caller that took
 		// the result.
-		in.journalize(req, rec, record.Change{To: record.Delivered})
+		in.journalize(req, rec, &record.Change{To: record.Delivered})
 	}
 }
 

@@ -307,7 +307,7 @@ func (in *Interceptor) operatorDecided(req *Request, rec *record.Record) {
 	c := record.Change{To: last.State, By: last.By, Via: last.Via, Note: last.Note}
 	in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
 	in.traceRecord(req, rec)
-	in.journalize(req, rec, c)
+	in.journalize(req, rec, &c)
 	in.logDecision(req, rec, c)
 	if c.To == record.Authorized {
 		in.grants.put(req, rec, c)

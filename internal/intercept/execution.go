@@ -376,7 +376,7 @@ func (e *execution) claim() bool {
 			return false
 		}
 		e.in.obs.Transition(e.observed(), record.Dispatched)
-		e.in.journalize(e.req, cur, again)
+		e.in.journalize(e.req, cur, &again)
 		e.step = sending
 		return true
 	}
@@ -415,7 +415,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 	}
 	e.in.obs.Transition(e.observed(), record.Dispatched)
 	e.in.traceRecord(e.req, claimed)
-	e.in.journalize(e.req, claimed, *claim)
+	e.in.journalize(e.req, claimed, claim)
 	if e.in.storeWaits {
 		// Only a store outside this process can lose a record while it
 		// runs (lostSent).

@@ -261,7 +261,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		}
 		in.decided(req, call.Name, "new")
 		if rec.State == record.Accepted && pol.NeedsApproval() && !in.shadow {
-			in.journalize(req, rec, record.Change{To: record.Accepted})
+			in.journalize(req, rec, &record.Change{To: record.Accepted})
 			in.approve(ctx, req, rec)
 			return
 		}
@@ -272,7 +272,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 			in.executeDispatched(ctx, rec, req)
 			return
 		}
-		in.journalize(req, rec, record.Change{To: record.Accepted, Note: note})
+		in.journalize(req, rec, &record.Change{To: record.Accepted, Note: note})
 		in.execute(ctx, rec, req, "")
 	case rec.Fingerprint != fp && !in.sameBeforeTasksExtension(rec, req, args):
 		// Only a client key can match a record of another action: the

@@ -204,7 +204,7 @@ func (in *Interceptor) lostSent(req *Request, won *record.Record) *record.Record
 	if won.State == record.Dispatched {
 		in.journalizeAccepted(req, won, "")
 	} else {
-		in.journalize(req, won, record.Change{To: record.Accepted})
+		in.journalize(req, won, &record.Change{To: record.Accepted})
 	}
 	in.abandon(req, won.ID, record.Change{To: record.Failed, From: won.State, Note: runningNote})
 	return sent

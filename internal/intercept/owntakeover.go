@@ -235,7 +235,7 @@ func (in *Interceptor) recordKeptOnce(k *keptOutcome) bool {
 			// line goes in the journal as any transition's does.
 			in.log.Info("recorded an outcome the store had refused: the earlier write had reached it", "execution", id, "state", c.To)
 			in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
-			in.journalize(req, rec, c)
+			in.journalize(req, rec, &c)
 			k.rec = rec
 			return true
 		}

@@ -235,7 +235,7 @@ func (in *Interceptor) reservedAfterEnd(req *Request, id string, rec *record.Rec
 		if rec.State == record.Dispatched {
 			in.journalizeAccepted(req, rec, "")
 		} else {
-			in.journalize(req, rec, record.Change{To: record.Accepted})
+			in.journalize(req, rec, &record.Change{To: record.Accepted})
 		}
 		in.log.Info("the session ended while the store reserved the call; failing it, unsent", "execution", rec.ID, "tool", rec.Tool, "request", req.Correlation)
 		in.abandon(req, rec.ID, record.Change{To: record.Failed, From: rec.State, Note: endedNote})

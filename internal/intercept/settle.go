@@ -92,7 +92,7 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 	}
 	in.obs.Transition(Tool{Name: rec.Tool, Listed: req.Listed}, c.To)
 	in.traceRecord(req, rec)
-	in.journalize(req, rec, c)
+	in.journalize(req, rec, &c)
 	if in.debug {
 		in.log.Debug("transition", "execution", id, "state", c.To, "note", c.Note)
 	}
