@@ -262,6 +262,8 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 		// their line in the journal.
 		_, err := in.change(req.bg, req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
 		switch {
+		case err == nil:
+			// Recorded: the common case, with no error to unwrap.
 		case errors.Is(err, record.ErrConflict):
 			in.journalize(req, rec, &record.Change{To: record.Delivered})
 		case errors.Is(err, record.ErrNotFound) && !rec.ExpiresAt.IsZero() && !in.now().Before(rec.ExpiresAt):
@@ -269,7 +271,7 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 			in.log.Info("the execution's retention ran out before its delivery was recorded; the store dropped it",
 				"execution", rec.ID, "retention", rec.Retention)
 			in.journalize(req, rec, &record.Change{To: record.Delivered})
-		case err != nil:
+		default:
 			in.log.Error("recording a transition", "execution", rec.ID, "state", record.Delivered, "err", err)
 			// The caller took the answer all the same: its line says so.
 			in.journalize(req, rec, &record.Change{To: record.Delivered})

@@ -144,7 +144,7 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 		Arguments: args,
 		Extra:     extra(call),
 	})
-	if errors.Is(err, fingerprint.ErrNoSecret) {
+	if err != nil && errors.Is(err, fingerprint.ErrNoSecret) {
 		// The durable store that keeps the secret could not be reached
 		// yet: fail closed, as without a reservation.
 		in.log.Error("the fingerprint secret is not known yet; not executing", "tool", call.Name, "request", req.Correlation)

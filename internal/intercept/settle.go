@@ -108,6 +108,11 @@ func (e *execution) recordOutcome() {
 	// took the execution over, the store refuses this outcome.
 	c.Holder = in.owner
 	settled, err := in.change(req.bg, req, rec.ID, c)
+	if err == nil {
+		e.outcomeStored()
+		in.answer(ctx, req, settled, e.m)
+		return
+	}
 	if errors.Is(err, record.ErrConflict) {
 		own, oerr := in.settleOverOwn(req.bg, req, rec.ID, c)
 		switch {
@@ -136,17 +141,12 @@ func (e *execution) recordOutcome() {
 		in.outcomeOfLost(ctx, e, c)
 		return
 	}
-	if err != nil {
-		in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
-		// The outcome is known, and the execution must not stay in flight
-		// (its lease renewed by this process) while callers wait on it.
-		in.recordLater(req, rec, c)
-		req.got = journal.GotNoOutcome
-		in.replyError(req, notRecordedYet(rec))
-		return
-	}
-	e.outcomeStored()
-	in.answer(ctx, req, settled, e.m)
+	in.log.Error("recording a transition", "execution", rec.ID, "state", c.To, "err", err)
+	// The outcome is known, and the execution must not stay in flight
+	// (its lease renewed by this process) while callers wait on it.
+	in.recordLater(req, rec, c)
+	req.got = journal.GotNoOutcome
+	in.replyError(req, notRecordedYet(rec))
 }
 
 // outcomeChange returns the change that settles the execution from its
@@ -155,10 +155,15 @@ func (e *execution) recordOutcome() {
 func (e *execution) outcomeChange() record.Change {
 	in, rec, req, result, err := e.in, e.rec, e.req, e.result, e.err
 	c := outcome(result, err)
-	if f, _ := failure(err); c.To == record.Failed && retry.StatusMayHaveRun(f.HTTPStatus) {
-		// The status may have come after the tool ran (a gateway gave up
-		// waiting, the server failed mid-call): nobody saw the outcome.
-		c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+	if c.To == record.Failed {
+		// Looked into for a failure only: a completion pays no error
+		// unwrapping.
+		if f, _ := failure(err); retry.StatusMayHaveRun(f.HTTPStatus) {
+			// The status may have come after the tool ran (a gateway gave
+			// up waiting, the server failed mid-call): nobody saw the
+			// outcome.
+			c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+		}
 	}
 	if malformed(result, err) {
 		// A bug upstream, not a passing failure: said loudly.

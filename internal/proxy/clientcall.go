@@ -86,6 +86,12 @@ func (c *clientCall) finish() {
 func (c *clientCall) release() {
 	k := c.key()
 	c.s.mu.Lock()
+	if c.progress == progressEnded {
+		// Released before its answer was written (Reply): finish has
+		// nothing left to free.
+		c.s.mu.Unlock()
+		return
+	}
 	if c.s.calls[k] == c {
 		delete(c.s.calls, k)
 	}
