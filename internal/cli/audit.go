@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -88,6 +89,8 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		return &usageError{msg: err.Error()}
 	case len(paths) == 0:
 		return usagef("audit verify takes one FILE or more")
+	case slices.Contains(paths, ""):
+		return errEmptyFile("audit verify")
 	case *sinceFile != "" && *keyFile == "":
 		return usagef("--since needs --key: a saved checkpoint is evidence only if its signature verifies")
 	case *sinceFile != "" && len(paths) > 1:
@@ -248,6 +251,9 @@ func auditCheckpoint(args []string, stdout io.Writer) error {
 	path, err := parseAudit(fs, args, "FILE")
 	if err != nil {
 		return err
+	}
+	if path == "" {
+		return errEmptyFile("audit checkpoint")
 	}
 	rep, err := checkJournal(path, journal.CheckOptions{StopAtTorn: true})
 	if err != nil {

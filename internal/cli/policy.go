@@ -33,6 +33,9 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(args) != 2 {
 			return usagef("policy check takes one FILE")
 		}
+		if args[1] == "" {
+			return errEmptyFile("policy check")
+		}
 		f, err := policy.Load(ctx, args[1])
 		if err != nil {
 			return err

@@ -324,6 +324,11 @@ func checkAddr(flag, addr string) error {
 	if err != nil {
 		return usagef("%s: %q is not host:port: %v", flag, addr, err)
 	}
+	if port == "" {
+		// The listener would take it as port 0 and pick one, where
+		// `127.0.0.1:$PORT` with PORT not set meant a port of its own.
+		return usagef("%s: %q has no port, as an unset shell variable after the colon gives: give the port, or 0 to pick one", flag, addr)
+	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
 		return usagef("%s: %q: %v", flag, addr, err)
 	}

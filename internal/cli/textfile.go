@@ -41,3 +41,11 @@ func readText(path string) ([]byte, error) {
 	}
 	return bytes.TrimPrefix(b, utf8BOM), nil
 }
+
+// errEmptyFile is the usage error of cmd given an empty FILE, as
+// `policy check "$POLICY"` gives with POLICY not set: opened, it would
+// fail as "open : no such file or directory", which names neither the
+// argument nor the variable.
+func errEmptyFile(cmd string) error {
+	return usagef("%s: a FILE is empty, as an unset shell variable gives: give the file", cmd)
+}
