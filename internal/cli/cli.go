@@ -292,10 +292,15 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		// and fails as "no such file" naming the script, or exits at
 		// once through env, again at every restart.
 		if err := checkCommand(argv[0]); err != nil {
-			if len(argv) == len(args) {
+			switch {
+			case len(argv) == len(args):
 				// The first word, taken as a command: perhaps a
 				// mistyped command name.
 				err = suggestCommand(err, argv[0])
+			case args[len(args)-len(argv)-1] != "--":
+				// After flags: perhaps a command given its flags
+				// before its name.
+				err = commandAfterFlags(err, argv[0])
 			}
 			return fmt.Errorf("the upstream command cannot start: %w", err)
 		}

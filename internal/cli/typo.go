@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -35,6 +36,18 @@ func suggestCommand(err error, name string) error {
 		}
 	}
 	return err
+}
+
+// commandAfterFlags adds to err, the upstream command name's failing to
+// start, that name is a command whose flags go after it, if it is one
+// and no program: `mcp-idempotent --log-level debug serve ...` would
+// otherwise say only that "serve" is not found. The flags are not
+// shown: one may hold a credential (a store URL's password).
+func commandAfterFlags(err error, name string) error {
+	if !errors.Is(err, exec.ErrNotFound) || !slices.Contains(commands, name) {
+		return err
+	}
+	return fmt.Errorf("%w; %s is a command of mcp-idempotent: give its flags after it, as mcp-idempotent %s --flag ...", err, name, name)
 }
 
 // sameLetters reports whether a and b hold the same letters, perhaps in
