@@ -149,12 +149,26 @@ func checkEndpoints() error {
 		}
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			shown := v
-			if err == nil {
-				shown = u.Redacted() // a password in it is not for the log
-			}
-			return fmt.Errorf("%s=%s: an endpoint is an http:// or https:// URL, such as http://127.0.0.1:4318", variable, shown)
+			return fmt.Errorf("%s=%s: an endpoint is an http:// or https:// URL, such as http://127.0.0.1:4318", variable, hideUserinfo(v))
 		}
 	}
 	return nil
+}
+
+// hideUserinfo returns endpoint with what stands before its last @ (a
+// user and password), after any scheme, as "***": a password is not for
+// the log. Not url.Redacted: the endpoints refused are those that may
+// not parse, or parse as something else ("user:pass@host:4318" is the
+// scheme "user"), and show the password whole.
+func hideUserinfo(endpoint string) string {
+	scheme, rest, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		scheme, rest = "", endpoint
+	} else {
+		scheme += "://"
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "***" + rest[i:]
+	}
+	return scheme + rest
 }

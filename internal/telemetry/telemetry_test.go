@@ -137,6 +137,28 @@ func TestSetup(t *testing.T) {
 	}
 }
 
+// TestRefusedEndpointHidesPassword: an endpoint refused at start is
+// named in the error without the password it holds, whether it parses
+// as a URL or not.
+func TestRefusedEndpointHidesPassword(t *testing.T) {
+	for _, endpoint := range []string{
+		"ftp://user:s3cret@collector:4318",
+		"http://user:s3cret@coll ector:4318",
+		"http://user:s3cret@collector:43x18",
+		"user:s3cret@collector:4318",
+		"https://user:s3cret@",
+	} {
+		t.Setenv("OTEL_SDK_DISABLED", "")
+		t.Setenv("OTEL_TRACES_EXPORTER", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+		_, _, err := Setup(context.Background(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT=") || !strings.Contains(err.Error(), "***@") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Setup with the endpoint %q: %v; want it refused, the part before @ shown as ***", endpoint, err)
+		}
+	}
+}
+
 // TestErrorStatusHasNoMessage: a JSON-RPC error's message may quote the
 // call's arguments, so neither the call's span nor a send's carries it:
 // the status says the code alone.
