@@ -65,6 +65,12 @@ func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool,
 		if perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
 		}
+		if pu, perr := neturl.Parse(u); perr == nil && pu.Hostname() == "" {
+			// The driver would dial localhost: `redis://$HOST:6379`
+			// with HOST not set would keep the records in a Redis of
+			// this host, while the user believes them shared.
+			return nil, nil, usagef("--store: %s names no host, as redis://$HOST:6379 gives with HOST not set: give the host, as redis://127.0.0.1:6379/0 for this one", redact(url))
+		}
 		opts := redisstore.Options{Prefix: prefix, Logger: log}
 		if u, perr = cutReplicas(u, &opts); perr != nil {
 			return nil, nil, usagef("--store: %v", perr)
