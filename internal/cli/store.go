@@ -181,7 +181,14 @@ func cutParam(rawURL, name string) (string, string, error) {
 		return "", "", fmt.Errorf("%s= is empty; leave it out for the default", name)
 	}
 	u.RawQuery = dropParam(u.RawQuery, name)
-	return u.String(), v, nil
+	s := u.String()
+	if u.Host == "" && u.User == nil && u.Path == "" && u.Opaque == "" && strings.HasPrefix(rawURL[len(u.Scheme):], "://") {
+		// String drops the // of a URL with no host, user or path, as
+		// postgres://?host=/tmp, which pgx then refuses as no
+		// postgres:// URL; libpq reads it as its defaults and PGHOST.
+		s = u.Scheme + "://" + strings.TrimPrefix(s, u.Scheme+":")
+	}
+	return s, v, nil
 }
 
 // dropParam returns rawQuery without its name= pairs, the others as they

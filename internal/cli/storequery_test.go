@@ -51,3 +51,27 @@ func TestCutParamKeepsPlus(t *testing.T) {
 			got.Password, got.RuntimeParams["application_name"], want.Password, want.RuntimeParams["application_name"])
 	}
 }
+
+// TestCutParamKeepsEmptyAuthority: a PostgreSQL URL with no host, user
+// or path, its settings in the query as libpq allows, stays a
+// postgres:// URL once schema= is taken out: written back as
+// "postgres:?host=...", pgx refused it as no postgres:// URL.
+func TestCutParamKeepsEmptyAuthority(t *testing.T) {
+	for raw, want := range map[string]string{
+		"postgres://?host=db.example&dbname=app&schema=s": "postgres://?host=db.example&dbname=app",
+		"postgresql://?host=db.example":                   "postgresql://?host=db.example",
+		"postgres://":                                     "postgres://",
+		"postgres:///app?schema=s":                        "postgres:///app",
+	} {
+		u, _, err := cutParam(raw, "schema")
+		if err != nil || u != want {
+			t.Errorf("cutParam(%q) = %q, %v; want %q", raw, u, err, want)
+			continue
+		}
+		if cfg, err := pgconn.ParseConfig(u); err != nil {
+			t.Errorf("pgx reading %q: %v", u, err)
+		} else if raw != "postgres://" && raw != "postgres:///app?schema=s" && cfg.Host != "db.example" {
+			t.Errorf("pgx reading %q: host %q; want db.example", u, cfg.Host)
+		}
+	}
+}
