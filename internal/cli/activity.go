@@ -502,7 +502,11 @@ func parseDays(s string) (time.Duration, error) {
 		// Well formed, so time.ParseDuration refused it for overflowing.
 		return 0, tooLong
 	}
-	if err != nil || d <= 0 {
+	if err == nil && d <= 0 {
+		// A duration, but a window that selects nothing.
+		return 0, fmt.Errorf("%q is not a duration of more than 0, such as 90m, 24h or 7d", s)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration such as 90m, 24h or 7d", s)
 	}
 	return d, nil

@@ -198,6 +198,13 @@ func TestParseDaysOverflow(t *testing.T) {
 			t.Errorf("parseDays(%q): %v; want it said not a duration", s, err)
 		}
 	}
+	// Durations, but none of more than 0: said so, not called no
+	// duration at all.
+	for _, s := range []string{"0s", "-1h", "-90m"} {
+		if _, err := parseDays(s); err == nil || !strings.Contains(err.Error(), "is not a duration of more than 0") {
+			t.Errorf("parseDays(%q): %v; want it said not more than 0", s, err)
+		}
+	}
 	if d, err := parseDays("106751d"); err != nil || d <= 0 {
 		t.Errorf("parseDays(\"106751d\") = %v, %v; want the longest whole days a duration holds", d, err)
 	}
