@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -57,7 +56,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 		if what := damaged(rec); what != "" {
 			in.log.Error("cannot answer from the record the store holds; not running it again",
 				"execution", rec.ID, "tool", rec.Tool, "state", rec.State, "damage", what)
-			req.got = journal.GotNoOutcome
+			req.got = gotNoOutcome
 			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 				"mcp-idempotent: execution %s of %s cannot be answered from the record store: %s; it was not run again", rec.ID, rec.Tool, what))
 			return
@@ -65,10 +64,10 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 	}
 	switch rec.State {
 	case record.Completed, record.Delivered:
-		req.got = journal.GotAnswer
+		req.got = gotAnswer
 		in.replyResult(ctx, req, rec, m)
 	case record.Failed:
-		req.got = journal.GotError
+		req.got = gotError
 		switch {
 		case rec.Error != nil:
 			in.reply(ctx, req, Answer{Error: rec.Error}, nil)
@@ -77,7 +76,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			// the caller needs it, and the next call runs anew. It is a
 			// question to the caller's user, not an error.
 			if inputRequired(rec.Result) {
-				req.got = journal.GotInputRequired
+				req.got = gotInputRequired
 			}
 			in.reply(ctx, req, Answer{Result: rec.Result}, nil)
 		default:
@@ -92,7 +91,7 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 				rec.ID, rec.Tool, lastNote(rec), again))
 		}
 	case record.Refused:
-		req.got = journal.GotRefused
+		req.got = gotRefused
 		in.reply(ctx, req, Answer{Result: refusedResult(rec, m == replayed)}, nil)
 	case record.Unknown:
 		if m == live && rec.Result != nil {
@@ -102,11 +101,11 @@ func (in *Interceptor) answer(ctx context.Context, req *Request, rec *record.Rec
 			return
 		}
 		in.logUnknownAnswered(ctx, req, rec)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		in.log.Error("answer asked for an unsettled execution", "execution", rec.ID, "state", rec.State)
-		req.got = journal.GotNoOutcome
+		req.got = gotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError, "mcp-idempotent: execution %s is %s", rec.ID, rec.State))
 	}
 }

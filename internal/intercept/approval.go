@@ -62,7 +62,7 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 		// The grant ended with its session since the reservation: asked.
 	}
 	inRound := pol.Approver != policy.ApproverOperator && req.Call.Elicits // not bounded by it
-	if d := clientDeadline(req); !d.IsZero() && !inRound && !in.now().Before(d) {
+	if d := in.clientDeadline(req); !d.IsZero() && !inRound && !in.now().Before(d) {
 		// The client's deadline passed before anyone could be asked (a
 		// slow reservation): no decision, so not a refusal, which the
 		// same call would meet for the record's retention.
@@ -88,7 +88,7 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 // own waits between attempts, and a person's decision is not one.
 func (in *Interceptor) approvalDeadline(req *Request, now time.Time) time.Time {
 	d := now.Add(req.Policy.ApprovalTimeout)
-	if c := clientDeadline(req); !c.IsZero() && c.Before(d) {
+	if c := in.clientDeadline(req); !c.IsZero() && c.Before(d) {
 		d = c
 	}
 	return d
@@ -382,7 +382,7 @@ func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Rec
 func (in *Interceptor) afterDecision(ctx context.Context, req *Request, rec *record.Record) {
 	switch {
 	case rec.State == record.Authorized && rec.Owner == in.owner:
-		restartDeadline(req, in.now())
+		in.restartDeadline(req, in.now())
 		in.execute(ctx, rec, req, "")
 	case rec.State.Settled():
 		in.answer(ctx, req, rec, live)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -69,7 +68,7 @@ func (in *Interceptor) askInRound(ctx context.Context, req *Request, rec *record
 // a call sent again after that is a duplicate of one whose user is being
 // asked, and waits for that answer rather than ask again.
 func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string, result json.RawMessage) {
-	req.got = journal.GotQuestion
+	req.got = gotQuestion
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
 		// The caller left: it never sees the question, and a caller that
 		// joined has its line, as one that left while it waited has.
@@ -369,10 +368,10 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		in.decide(ctx, req, rec, c)
 	case rec.State.Settled():
 		// Decided before (the same continuation sent again): its outcome.
-		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
+		req.joined, req.joinedHow = rec.ID, joinedReplay
 		in.answer(ctx, req, rec, replayed)
 	default:
-		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
+		req.joined, req.joinedHow = rec.ID, joinedWaited
 		in.goAttach(ctx, rec, req)
 	}
 }
@@ -406,7 +405,7 @@ func otherScope(tool, id, scope, asked string) *jsonrpc.Error {
 // the first (a lost answer, or another process asked), and the first
 // answer that comes back decides.
 func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *record.Record) {
-	req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
+	req.joined, req.joinedHow = rec.ID, joinedWaited
 	result, err := in.inputRequired(req, rec)
 	if err != nil {
 		in.goAttach(ctx, rec, req)

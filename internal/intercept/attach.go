@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -18,7 +17,7 @@ func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id st
 	cur, err := in.store.Get(req.bg, id)
 	switch {
 	case err != nil:
-		req.got = journal.GotNoOutcome
+		req.got = gotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: execution %s ran, and its record could not be read: %v; calling again attaches to it", id, err))
 	case cur.State.Settled():
@@ -45,7 +44,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 	// The caller's own deadline shortens its wait, as it shortens the
 	// first caller's wait for an approval; the execution goes on.
 	window := req.Policy.AttachWindow
-	if c := clientDeadline(req); !c.IsZero() {
+	if c := in.clientDeadline(req); !c.IsZero() {
 		window = max(min(window, c.Sub(in.now())), 0)
 	}
 	wctx, cancel := context.WithTimeout(ctx, window)
@@ -78,18 +77,18 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		}
 		in.decided(req, rec.Tool, "in_progress")
 		in.log.Info("the session ended; told the caller the execution is still in progress", "execution", rec.ID, "request", req.Correlation)
-		req.got = journal.GotInProgress
+		req.got = gotInProgress
 		in.reply(ctx, req, Answer{Result: inProgressResult(cur, in.now().Sub(cur.At(record.Accepted)).Round(time.Millisecond), holdsDelivery(req))}, nil)
 	case ctx.Err() != nil:
 		// The session has said so at info, for starters and attached callers alike.
 		in.log.Debug("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
-		req.got = journal.GotInProgress
+		req.got = gotInProgress
 		in.journalizeAttach(req, errCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):
 		in.windowPassed(ctx, req, rec, window)
 	case err != nil:
 		in.log.Error("waiting for the execution", "execution", rec.ID, "err", err)
-		req.got = journal.GotNoOutcome
+		req.got = gotNoOutcome
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: lost track of execution %s of %s: %v", rec.ID, rec.Tool, err))
 	default:
@@ -131,7 +130,7 @@ func (in *Interceptor) windowPassed(ctx context.Context, req *Request, rec *reco
 		return
 	}
 	in.decided(req, rec.Tool, "in_progress")
-	req.got = journal.GotInProgress
+	req.got = gotInProgress
 	in.log.Info("attach window passed; told the caller it is still in progress",
 		"execution", rec.ID, "window", window, "request", req.Correlation)
 	in.reply(ctx, req, Answer{Result: inProgressResult(cur, window, holdsDelivery(req))}, nil)
@@ -159,7 +158,7 @@ func (in *Interceptor) toldNotRecorded(req *Request, cur *record.Record) bool {
 		return false
 	}
 	in.log.Info("the wait ended; told the caller what the store has not recorded yet", "execution", cur.ID, "request", req.Correlation)
-	req.got = journal.GotNoOutcome
+	req.got = gotNoOutcome
 	in.replyError(req, e)
 	return true
 }

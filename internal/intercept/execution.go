@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -97,7 +96,7 @@ func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Req
 		e.m = resumed
 		// Its first send may have run, unless the status tool said it
 		// did not (on_unknown recover).
-		e.ranBefore = req.joinedHow != journal.JoinedRecover
+		e.ranBefore = req.joinedHow != joinedRecover
 	}
 	e.run()
 }
@@ -258,7 +257,7 @@ func (e *execution) takeRoom() bool {
 	}
 	// As in retry.Backoff.Next, a wait that ends at the deadline
 	// leaves the call no time, and is not begun either.
-	if d := e.req.deadline; !d.IsZero() && !now.Add(wait).Before(d) {
+	if d := e.in.deadlineOf(e.req); !d.IsZero() && !now.Add(wait).Before(d) {
 		return e.refuse(refusal{Wait: wait})
 	}
 	e.step = admitting
@@ -271,7 +270,7 @@ func (e *execution) takeRoom() bool {
 // concurrency cap, up to the call's deadline, and runs the loop on.
 func (e *execution) waitSlot() {
 	var expired <-chan time.Time
-	if d := e.req.deadline; !d.IsZero() {
+	if d := e.in.deadlineOf(e.req); !d.IsZero() {
 		t := time.NewTimer(d.Sub(e.in.now()))
 		defer t.Stop()
 		expired = t.C
@@ -623,7 +622,7 @@ func (e *execution) notSent(why string) {
 	if rec.State == record.Unknown {
 		// A re-dispatch not sent: the first send may still have run.
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		e.in.reply(e.ctx, req, Answer{Result: result}, nil)
 		return
 	}
@@ -658,7 +657,7 @@ func (e *execution) notDispatched(err error) {
 		// back to unknown, never to failed, which would run it anew.
 		in.abandon(req, rec.ID, record.Change{To: record.Unknown, From: record.Dispatched, Note: "not sent again: " + why})
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		in.reply(e.ctx, req, Answer{Result: result}, nil)
 		return
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
@@ -21,7 +20,7 @@ import (
 func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
 	arrived := in.now()
-	req.deadline = deadline(arrived, pol.Retry, call.Deadline)
+	in.setDeadline(req, deadline(arrived, pol.Retry, call.Deadline))
 	req.bg = context.WithoutCancel(ctx)
 	id, carried, own, err := in.ownContinuation(req)
 	if own && errors.Is(err, errBadState) && !asksInRound(pol) {
@@ -279,7 +278,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		// IETF Idempotency-Key draft's 422. Never executed.
 		in.log.Info("client key reused for another action; refused", "execution", rec.ID, "tool", call.Name, "request", req.Correlation)
 		in.decided(req, call.Name, "key_refused")
-		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedKey, journal.GotKeyRefused
+		req.joined, req.joinedHow, req.got = rec.ID, joinedKey, gotKeyRefused
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"mcp-idempotent: idempotency key %q was already used for a different call (execution %s of %s); %s, so this call was not executed: use a new key for a new action",
 			call.Key, rec.ID, rec.Tool, in.keyDifference(rec, req, args)))
@@ -295,7 +294,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "replayed")
-		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
+		req.joined, req.joinedHow = rec.ID, joinedReplay
 		in.answer(ctx, req, rec, replayed)
 	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient && call.Elicits && !in.questions.out(rec.ID):
 		in.decided(req, call.Name, "attached")
@@ -309,7 +308,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "replayed")
-		req.joined, req.joinedHow = rec.ID, journal.JoinedReplay
+		req.joined, req.joinedHow = rec.ID, joinedReplay
 		in.goAttach(ctx, rec, req)
 	default:
 		if in.debug {
@@ -317,7 +316,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 				"attached", rec.Attached, "tool", call.Name, "fingerprint", fp[:12], "request", req.Correlation)
 		}
 		in.decided(req, call.Name, "attached")
-		req.joined, req.joinedHow = rec.ID, journal.JoinedWaited
+		req.joined, req.joinedHow = rec.ID, joinedWaited
 		in.goAttach(ctx, rec, req)
 	}
 }
@@ -404,17 +403,35 @@ func ruleDeadline(rule *policy.RetryRule) time.Duration {
 	return policy.DefaultDeadline
 }
 
+// deadlineOf returns req's deadline, or the zero Time if it has none.
+func (in *Interceptor) deadlineOf(req *Request) time.Time {
+	if req.deadline == 0 {
+		return time.Time{}
+	}
+	return in.epoch.Add(req.deadline)
+}
+
+// setDeadline sets req's deadline to d. One that falls on the epoch
+// itself is kept a nanosecond later, 0 being none.
+func (in *Interceptor) setDeadline(req *Request, d time.Time) {
+	req.deadline = d.Sub(in.epoch)
+	if req.deadline == 0 {
+		req.deadline = 1
+	}
+}
+
 // clientDeadline returns the deadline req's client set (Call.Deadline
 // from the call's arrival), which req.deadline may have shortened to the
 // retry rule's, or the zero Time if it set none. It is worked out from
 // req.deadline rather than kept, which would take the call to the next
 // allocation size.
-func clientDeadline(req *Request) time.Time {
+func (in *Interceptor) clientDeadline(req *Request) time.Time {
 	client := req.Call.Deadline
-	if client <= 0 || req.deadline.IsZero() {
+	d := in.deadlineOf(req)
+	if client <= 0 || d.IsZero() {
 		return time.Time{}
 	}
-	arrived := req.deadline.Add(-min(ruleDeadline(req.Policy.Retry), client))
+	arrived := d.Add(-min(ruleDeadline(req.Policy.Retry), client))
 	return arrived.Add(client)
 }
 
@@ -423,12 +440,12 @@ func clientDeadline(req *Request) time.Time {
 // not the proxy's to take from the call's attempts. The client's own
 // deadline still counts from the call's arrival. clientDeadline does not
 // hold for req after it.
-func restartDeadline(req *Request, now time.Time) {
+func (in *Interceptor) restartDeadline(req *Request, now time.Time) {
 	d := now.Add(ruleDeadline(req.Policy.Retry))
-	if c := clientDeadline(req); !c.IsZero() && c.Before(d) {
+	if c := in.clientDeadline(req); !c.IsZero() && c.Before(d) {
 		d = c
 	}
-	req.deadline = d
+	in.setDeadline(req, d)
 }
 
 // matchScope returns the actor and the scope that go into the

@@ -180,26 +180,32 @@ type Request struct {
 
 	// deadline is when the proxy stops beginning waits for this call
 	// (RetryRule.Deadline, shortened by the client's Call.Deadline); set
-	// by Handle on the call's arrival.
-	deadline time.Time
+	// by Handle on the call's arrival. It is kept as a time since the
+	// Interceptor's epoch, 0 for none (deadlineOf, setDeadline): a
+	// Duration rather than a Time keeps a proxy's call, which holds the
+	// Request, within its allocation size class.
+	deadline time.Duration
 	// bg is the caller's context without its cancellation, for the work
 	// that outlives the caller (recording the outcome); set by Handle.
 	bg context.Context
 	// Listed says that the upstream listed the tool (Tool.Listed). It
-	// sits beside unrecorded and stage, in room they leave.
+	// sits beside unrecorded, joinedHow, got and stage, in room they leave.
 	Listed bool
 	// unrecorded marks a call sent by Unrecorded: no execution id goes
 	// upstream with it.
 	unrecorded bool
+	// joinedHow is how the call joined the execution joined names
+	// (journal.Attach.How); got is what its caller is answered
+	// (journal.Attach.Got), set just before the answer is written.
+	joinedHow joinHow
+	got       gotWhat
 	// stage says, while a store that waits reserves the call, whether
 	// the call's goroutine or its session's end answers it (reserving.go).
 	// Beside unrecorded, it takes no room of its own.
 	stage atomic.Int32
 	// joined is the execution the call joined rather than started, if it
-	// did (set by Handle): its id, and how (journal.Attach.How);
-	// got is what its caller is answered (journal.Attach.Got), set just
-	// before the answer is written.
-	joined, joinedHow, got string
+	// did (set by Handle), with joinedHow.
+	joined string
 	// exec is the execution the call runs, if it runs one (a call starts
 	// one at most): kept here so that it shares the request's
 	// allocation, which the caller may share with its own.

@@ -125,7 +125,7 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Shadow:      in.shadow,
 	}
 	if req.joined != "" && c.To == record.Delivered {
-		e.Attach = &journal.Attach{How: req.joinedHow, Got: req.got, Taken: true}
+		e.Attach = &journal.Attach{How: req.joinedHow.String(), Got: req.got.String(), Taken: true}
 	}
 	rule := req.Policy.Journal
 	if c.To == record.Accepted {
@@ -153,7 +153,7 @@ func (in *Interceptor) journalizeAttach(req *Request, err error) {
 	if in.journal == nil || req.joined == "" {
 		return
 	}
-	a := &journal.Attach{How: req.joinedHow, Got: req.got, Taken: err == nil}
+	a := &journal.Attach{How: req.joinedHow.String(), Got: req.got.String(), Taken: err == nil}
 	if err != nil {
 		a.Error = err.Error()
 	}

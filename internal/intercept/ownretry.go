@@ -3,7 +3,6 @@ package intercept
 import (
 	"context"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
@@ -49,6 +48,6 @@ func (in *Interceptor) attachOwn(ctx context.Context, req *Request, own *record.
 	in.log.Warn("the store refused the reservation of a call this process runs or ran; attached to its execution",
 		"execution", own.ID, "tool", own.Tool, "request", req.Correlation, "err", err)
 	in.decided(req, own.Tool, "attached")
-	req.joined, req.joinedHow = own.ID, journal.JoinedWaited
+	req.joined, req.joinedHow = own.ID, joinedWaited
 	in.goAttach(ctx, own, req)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
@@ -24,7 +23,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		// the record settles as the proxy's would, and is not
 		// re-dispatched again by every later call.
 		in.decided(req, rec.Tool, onUnknown(rec, req.Policy))
-		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
+		req.joined, req.joinedHow, req.got = rec.ID, joinedReplay, gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 		return
 	}
@@ -32,14 +31,14 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	case "redispatched":
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.decided(req, rec.Tool, "redispatched")
-		req.joined, req.joinedHow = rec.ID, journal.JoinedRedispatch
+		req.joined, req.joinedHow = rec.ID, joinedRedispatch
 		in.execute(ctx, rec, req, "re-dispatch: on_unknown retry")
 	case "recovered":
 		// Asked whatever the attempts: a status that says done settles
 		// even an execution already sent again (recover re-sends at most
 		// once).
 		in.decided(req, rec.Tool, "recovered")
-		req.joined, req.joinedHow = rec.ID, journal.JoinedRecover
+		req.joined, req.joinedHow = rec.ID, joinedRecover
 		in.work.Add(1)
 		go func() {
 			defer in.work.Done()
@@ -48,7 +47,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 	default:
 		in.logUnknownAnswered(ctx, req, rec)
 		in.decided(req, rec.Tool, "unknown")
-		req.joined, req.joinedHow, req.got = rec.ID, journal.JoinedReplay, journal.GotUnknown
+		req.joined, req.joinedHow, req.got = rec.ID, joinedReplay, gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }
@@ -89,7 +88,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 	switch {
 	case err != nil:
 		in.log.Warn("status check gave no answer; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool, "err", err)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	case statusDone(status, rule):
 		in.log.Info("status check says done; completing the execution with its answer", "execution", rec.ID, "status_tool", rule.Tool)
@@ -106,13 +105,13 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.execute(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
 	case statusNotDone(status, rule):
 		in.log.Info("status check says not done, but the execution was sent again once already; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	default:
 		// Neither: the action may be under way (a job still running) or
 		// the result does not say. Sending it again could do it twice.
 		in.log.Info("status check says neither done nor not done; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
-		req.got = journal.GotUnknown
+		req.got = gotUnknown
 		in.reply(ctx, req, Answer{Result: unknownResult(rec)}, nil)
 	}
 }
@@ -136,8 +135,8 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 	// ends first: a status tool that never answers leaves the outcome
 	// unknown, not the caller waiting longer than on the execution itself.
 	wait := req.Policy.AttachWindow
-	if !req.deadline.IsZero() {
-		wait = min(wait, req.deadline.Sub(in.now()))
+	if d := in.deadlineOf(req); !d.IsZero() {
+		wait = min(wait, d.Sub(in.now()))
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

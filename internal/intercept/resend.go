@@ -101,8 +101,8 @@ func (in *Interceptor) again(req *Request, n int, result json.RawMessage, err er
 	// (DESIGN section 7): the caller gets the last real answer at once,
 	// not a timeout later. A wait ending exactly at the deadline would
 	// leave the attempt no time, so it is refused too.
-	if !req.deadline.IsZero() && !now.Add(wait).Before(req.deadline) {
-		left := req.deadline.Sub(now).Round(time.Millisecond)
+	if d := in.deadlineOf(req); !d.IsZero() && !now.Add(wait).Before(d) {
+		left := d.Sub(now).Round(time.Millisecond)
 		if left <= 0 {
 			return resend{stop: fmt.Sprintf("not retried: the call's deadline has passed, so attempt %d (%s) was not begun", n+1, why)}
 		}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
@@ -145,7 +144,7 @@ func (e *execution) recordOutcome() {
 	// The outcome is known, and the execution must not stay in flight
 	// (its lease renewed by this process) while callers wait on it.
 	in.recordLater(req, rec, c)
-	req.got = journal.GotNoOutcome
+	req.got = gotNoOutcome
 	in.replyError(req, notRecordedYet(rec))
 }
 

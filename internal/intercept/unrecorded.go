@@ -27,7 +27,7 @@ import (
 // as it came, under its own id, by the session.
 func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 	req.unrecorded = true
-	req.deadline = deadline(in.now(), req.Policy.Retry, req.Call.Deadline)
+	in.setDeadline(req, deadline(in.now(), req.Policy.Retry, req.Call.Deadline))
 	req.bg = context.WithoutCancel(ctx)
 	e := in.newExecution(ctx, req, nil)
 	if in.storeWaits {
