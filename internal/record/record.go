@@ -17,19 +17,12 @@ package record
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
-	mrand "math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/oklog/ulid/v2"
 )
 
 // A State is where an execution is in its life.
@@ -284,63 +277,6 @@ func (r *Record) Clone() *Record {
 	return &c
 }
 
-// NewID returns a fresh execution id: "exe_" and a ULID, so ids sort by
-// creation time.
-func NewID(t time.Time) string {
-	ms := ulid.Timestamp(t)
-	if t.Before(time.UnixMilli(0)) || ms > ulid.MaxTime() {
-		ms = 0 // a clock that far off is a test's; the id stays unique
-	}
-	var id ulid.ULID
-	_ = id.SetTime(ms) // fails only past MaxTime
-	hi, lo := ids.next(ms)
-	binary.BigEndian.PutUint16(id[6:], hi)
-	binary.BigEndian.PutUint64(id[8:], lo)
-	var b [len(idPrefix) + ulid.EncodedSize]byte
-	copy(b[:], idPrefix)
-	_ = id.MarshalTextTo(b[len(idPrefix):]) // fails only for a short buffer
-	return string(b[:])
-}
-
-// ids makes the 80 random bits of execution ids as ulid.Monotonic does:
-// random for a new millisecond, and within one the last plus a random
-// step below 2^32, so ids made in one millisecond sort as they were made.
-// It does ulid.New's work with ulid.DefaultEntropy without the
-// allocation and the reads through interfaces that cost each new
-// execution about 500 instructions; its randomness is math/rand/v2's,
-// seeded by the runtime.
-var ids monotonic
-
-type monotonic struct {
-	mu   sync.Mutex // guards the rest
-	ms   uint64     // the millisecond of the last id; valid once used
-	used bool
-	hi   uint16 // the last id's random bits: 16 high,
-	lo   uint64 // and 64 low
-}
-
-// next returns the random bits of the next id made in millisecond ms.
-func (m *monotonic) next(ms uint64) (hi uint16, lo uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.used && m.ms == ms {
-		lo, carry := bits.Add64(m.lo, 1+mrand.Uint64N(math.MaxUint32), 0)
-		if hi := m.hi + uint16(carry); hi >= m.hi {
-			m.hi, m.lo = hi, lo
-			return m.hi, m.lo
-		}
-		// The 80 bits overflowed, which a millisecond's 2^48 ids at
-		// the least would take: a fresh random start, as ulid.New
-		// falls back to.
-	}
-	m.ms, m.used = ms, true
-	m.hi, m.lo = uint16(mrand.Uint32()), mrand.Uint64()
-	return m.hi, m.lo
-}
-
-// idPrefix starts every execution id.
-const idPrefix = "exe_"
-
 // A Change moves a record to a new state.
 type Change struct {
 	To State
@@ -592,20 +528,4 @@ type Decider interface {
 	// event for the change, as Wait is by a settlement, and settles an
 	// orphan it finds, as Wait does.
 	WaitDecided(ctx context.Context, id string) (*Record, error)
-}
-
-// IDFloor returns the smallest execution id a record accepted at t can
-// have: ids are ULIDs, which sort by their time, so records accepted at or
-// after t are those whose id is at least IDFloor(t).
-func IDFloor(t time.Time) string {
-	ms := ulid.Timestamp(t)
-	if t.Before(time.UnixMilli(0)) {
-		ms = 0
-	}
-	var id ulid.ULID
-	_ = id.SetTime(ms) // out of range only past the year 10889
-	var b [len(idPrefix) + ulid.EncodedSize]byte
-	copy(b[:], idPrefix)
-	_ = id.MarshalTextTo(b[len(idPrefix):]) // fails only for a short buffer
-	return string(b[:])
 }
