@@ -160,6 +160,35 @@ func TestInputRequiredSpelledWithEscapes(t *testing.T) {
 	}
 }
 
+// TestOutcomeReadsEverySpelling: outcome looks into a result for an
+// input_required or an upstream's outcome only if it holds an underscore
+// or a backslash; every spelling a JSON reader takes for them has one,
+// and names that differ in case are not them.
+func TestOutcomeReadsEverySpelling(t *testing.T) {
+	for _, tt := range []struct {
+		result string
+		want   record.State
+	}{
+		{`{"content":[{"type":"text","text":"charged"}],"isError":false}`, record.Completed},
+		{`{"content":[],"id":"ch_1"}`, record.Completed},
+		{`{"resultType":"input_required","requestState":"s"}`, record.Failed},
+		{`{"resultType":"input\u005frequired","requestState":"s"}`, record.Failed},
+		{`{"result\u0054ype":"input_required"}`, record.Failed},
+		{`{"ResultType":"input_required"}`, record.Completed},
+		{`{"_meta":{"mcp-idempotent/outcome":"unknown"}}`, record.Unknown},
+		{`{"\u005fmeta":{"mcp-idempotent/outcome":"unknown"}}`, record.Unknown},
+		{`{"_meta":{"mcp-idempotent\/outcome":"unknown"}}`, record.Unknown},
+		{`{"_meta":{"mcp-idempotent/outcome":"unknow\u006e"}}`, record.Unknown},
+		{`{"_Meta":{"mcp-idempotent/outcome":"unknown"}}`, record.Completed},
+		{`{"_meta":{"mcp-idempotent/outcome":"already_done"}}`, record.Completed},
+		{`{"text":"a\nb"}`, record.Completed},
+	} {
+		if c := outcome(json.RawMessage(tt.result), nil); c.To != tt.want {
+			t.Errorf("outcome(%s) settles as %s; want %s", tt.result, c.To, tt.want)
+		}
+	}
+}
+
 // TestKeyedMultiRoundRequest: under a client key, a multi-round request's
 // continuation runs (the round that asked for input is no other action);
 // a retry of it is its replay; other answers are another continuation;

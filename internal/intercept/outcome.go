@@ -16,11 +16,18 @@ import (
 func outcome(result json.RawMessage, err error) record.Change {
 	if err == nil && len(result) > 0 && result[0] == '{' {
 		// The common case, decided before the error cases below, whose
-		// targets cost an allocation each.
-		if inputRequired(result) {
+		// targets cost an allocation each. Both questions below are put
+		// to a result only if it may hold their words: a "_meta" and an
+		// "input_required" are spelled with an underscore, or with an
+		// escape (\u) for one of their letters.
+		escaped := bytes.IndexByte(result, '\\') >= 0
+		if !escaped && bytes.IndexByte(result, '_') < 0 {
+			return record.Change{To: record.Completed, Result: result}
+		}
+		if mayAsk(result, escaped) && asksInput(result) {
 			return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
 		}
-		if o := upstreamOutcome(result); o == "unknown" || o == "in_progress" {
+		if o := upstreamOutcome(result, escaped); o == "unknown" || o == "in_progress" {
 			// The upstream is another mcp-idempotent that does not know
 			// the outcome yet: neither does this one. Its answer is kept,
 			// for the caller it came for.
@@ -62,9 +69,10 @@ func malformed(result json.RawMessage, err error) bool {
 
 // upstreamOutcome returns the outcome an mcp-idempotent upstream put in a
 // result's _meta (mcp.MetaOutcome: "unknown", "in_progress", "already_done"),
-// or "" for a result that has none, which is most.
-func upstreamOutcome(result json.RawMessage) string {
-	if !bytes.Contains(result, []byte(mcp.MetaOutcome)) && !bytes.Contains(result, []byte(`\`)) {
+// or "" for a result that has none, which is most. escaped says whether
+// result holds a backslash, which may spell the member's name otherwise.
+func upstreamOutcome(result json.RawMessage, escaped bool) string {
+	if !escaped && !bytes.Contains(result, []byte(mcp.MetaOutcome)) {
 		return ""
 	}
 	o, _ := jsonrpc.StringValue(jsonrpc.Member(jsonrpc.Member(result, "_meta"), mcp.MetaOutcome))
@@ -76,12 +84,19 @@ func upstreamOutcome(result json.RawMessage) string {
 // completing. The member's name is matched exactly: a completion must not
 // be taken for a question, and run again, because of a "ResultType".
 func inputRequired(result json.RawMessage) bool {
-	if bytes.IndexByte(result, '\\') < 0 && !bytes.Contains(result, []byte("input_required")) {
-		// The common case. Only an escape (\u) may spell the words
-		// otherwise; any backslash sends the result to the exact test,
-		// as a byte is looked for faster than two.
-		return false
-	}
+	return mayAsk(result, bytes.IndexByte(result, '\\') >= 0) && asksInput(result)
+}
+
+// mayAsk reports whether result may be one inputRequired holds true:
+// whether it holds the words, or, as escaped says, a backslash. Only an
+// escape (\u) may spell them otherwise; any backslash sends the result
+// to the exact test (asksInput), as a byte is looked for faster than two.
+func mayAsk(result json.RawMessage, escaped bool) bool {
+	return escaped || bytes.Contains(result, []byte("input_required"))
+}
+
+// asksInput is inputRequired's exact test.
+func asksInput(result json.RawMessage) bool {
 	resultType, _ := jsonrpc.StringValue(jsonrpc.Member(result, "resultType"))
 	return resultType == "input_required"
 }
