@@ -167,7 +167,9 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	if len(params) == 0 || params[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params must be an object with a \"name\"")
 	}
-	*tc = ToolCall{Params: params, MetaAsSent: r.meta}
+	// Cleared in place: a literal would be built apart and copied over.
+	*tc = ToolCall{}
+	tc.Params, tc.MetaAsSent = params, r.meta
 	nameRaw, args, task, inputResponses, requestState := r.name, r.args, r.task, r.inputResponses, r.requestState
 	if r.repeated != nil {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", jsonrpc.Ambiguous(r.repeated, paramNames))
