@@ -84,6 +84,9 @@ func FuzzCanonical(f *testing.F) {
 		if s, err := fuzzHasher.Sum(a); err != nil || s != hex.EncodeToString(mac.Sum(nil)) {
 			t.Fatalf("Sum = %s, %v; want the HMAC of Canonical %s", s, err, hex.EncodeToString(mac.Sum(nil)))
 		}
+		if s, err := fuzzHasher.SumValid(a); err != nil || s != hex.EncodeToString(mac.Sum(nil)) {
+			t.Fatalf("SumValid = %s, %v; want the HMAC of Canonical %s", s, err, hex.EncodeToString(mac.Sum(nil)))
+		}
 	})
 }
 

@@ -121,11 +121,13 @@ func NewRandom() *Hasher {
 // same bytes jcs.Transform gives for the whole record (FuzzCanonical checks
 // it).
 func Canonical(a Action) ([]byte, error) {
-	return appendCanonical(nil, &a)
+	return appendCanonical(nil, &a, false)
 }
 
 // appendCanonical appends the RFC 8785 form of a's action record to out.
-func appendCanonical(out []byte, a *Action) ([]byte, error) {
+// argsValid says that a.Arguments and a.Extra's values are known to be
+// valid JSON (SumValid).
+func appendCanonical(out []byte, a *Action, argsValid bool) ([]byte, error) {
 	args := trimJSONSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
@@ -138,7 +140,7 @@ func appendCanonical(out []byte, a *Action) ([]byte, error) {
 		out = appendJCSChars(out, a.Actor)
 		out = append(out, `","arguments":`...)
 		var err error
-		if out, err = appendCanonicalValue(out, args); err != nil {
+		if out, err = appendCanonicalValue(out, args, argsValid); err != nil {
 			return nil, &MemberError{Member: "arguments", Err: err}
 		}
 		out = append(out, `,"scope":"`...)
@@ -149,7 +151,7 @@ func appendCanonical(out []byte, a *Action) ([]byte, error) {
 		out = appendJCSChars(out, a.Upstream)
 		return append(out, '"', '}'), nil
 	}
-	args, err := canonicalValue(args)
+	args, err := appendCanonicalValue(nil, args, argsValid)
 	if err != nil {
 		return nil, &MemberError{Member: "arguments", Err: err}
 	}
@@ -174,7 +176,7 @@ func appendCanonical(out []byte, a *Action) ([]byte, error) {
 		}
 		// Numbers in Extra get the same guard as the arguments:
 		// inputResponses may carry amounts.
-		cv, err := canonicalValue(v)
+		cv, err := appendCanonicalValue(nil, v, argsValid)
 		if err != nil {
 			return nil, &MemberError{Member: k, Err: err}
 		}
@@ -226,17 +228,20 @@ func CheckValue(v json.RawMessage) error {
 // canonicalValue returns the RFC 8785 form of a JSON value from a caller,
 // with the exact-number guard applied first.
 func canonicalValue(v json.RawMessage) ([]byte, error) {
-	return appendCanonicalValue(nil, v)
+	return appendCanonicalValue(nil, v, false)
 }
 
-// appendCanonicalValue is canonicalValue appending to out.
-func appendCanonicalValue(out []byte, v json.RawMessage) ([]byte, error) {
-	if !bytes.Contains(v, []byte("decimal")) {
+// appendCanonicalValue is canonicalValue appending to out. valid says
+// that v is known to be valid JSON; if not, it is checked here.
+func appendCanonicalValue(out []byte, v json.RawMessage, valid bool) ([]byte, error) {
+	// encoding/json's Valid, not jsonrpc's: this package is a leaf. It
+	// is the slower of the two, paid only where no caller vouches.
+	if valid || json.Valid(v) {
 		// Most arguments are simple enough to be canonicalised in one
-		// pass here. For a value appendSimple takes, whose numbers are
-		// all short integers and whose strings have no escapes,
-		// needsExactPass is false but for a key that needs escaping, so
-		// exactNumbers would return it as it is.
+		// pass here. A value appendSimple takes, whose numbers are all
+		// short integers, whose strings have no escapes and whose names
+		// none that escapeKeys would change, exactNumbers would return
+		// as it is.
 		if canon, ok := appendSimple(out, v); ok {
 			return canon, nil
 		}
@@ -320,6 +325,20 @@ var ErrArguments = errors.New("arguments must be a JSON object")
 
 // Sum returns a's fingerprint as lowercase hex.
 func (h *Hasher) Sum(a Action) (string, error) {
+	return h.sum(&a, false)
+}
+
+// SumValid is Sum for an action whose Arguments and Extra values are
+// known to be valid JSON, as json.Valid reports: a tools/call's are, once
+// jsonrpc has read the frame they came in. It does not check their
+// grammar again. Given values that are not valid JSON it may return a
+// fingerprint that means nothing (it never reads out of bounds): a
+// caller that cannot vouch for them calls Sum.
+func (h *Hasher) SumValid(a Action) (string, error) {
+	return h.sum(&a, true)
+}
+
+func (h *Hasher) sum(a *Action, argsValid bool) (string, error) {
 	if !h.keyed.Load() {
 		return "", ErrNoSecret
 	}
@@ -327,7 +346,7 @@ func (h *Hasher) Sum(a Action) (string, error) {
 		return "", ErrArguments
 	}
 	st := h.states.Get().(*macState)
-	canon, err := appendCanonical(st.buf[:0], &a)
+	canon, err := appendCanonical(st.buf[:0], a, argsValid)
 	if err != nil {
 		h.states.Put(st)
 		return "", err
@@ -610,14 +629,23 @@ func exactEnough(num []byte) bool {
 
 // plainASCII reports whether s is printable ASCII without a quote or a
 // backslash: bytes RFC 8785 writes as they are. It reads eight bytes at
-// a time.
+// a time, the last eight of a string at once too, some of them a second
+// time.
 func plainASCII(s string) bool {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
+	if len(s) < 8 {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; ; i += 8 {
+		i = min(i, len(s)-8)
 		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 		quote, backslash := x^(ones*'"'), x^(ones*'\\')
@@ -625,13 +653,10 @@ func plainASCII(s string) bool {
 		if ((quote-ones)&^quote|(backslash-ones)&^backslash|(x-ones*0x20)&^x|x)&highs != 0 {
 			return false
 		}
-	}
-	for ; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
-			return false
+		if i == len(s)-8 {
+			return true
 		}
 	}
-	return true
 }
 
 func isASCII(s string) bool {

@@ -135,7 +135,9 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 		return action{}, false
 	}
 	actor, scope := matchScope(req)
-	fp, err := in.hasher.Sum(fingerprint.Action{
+	// The arguments are valid JSON: jsonrpc checked the frame they came
+	// in (Request.Call), and shapeArguments writes valid JSON.
+	fp, err := in.hasher.SumValid(fingerprint.Action{
 		Actor:     actor,
 		Scope:     scope,
 		Upstream:  req.UpstreamID,
@@ -226,7 +228,9 @@ func (in *Interceptor) clientKey(req *Request) (string, error) {
 	if call.InputResponses != nil || call.RequestState != nil {
 		kx["inputResponses"], kx["requestState"] = call.InputResponses, call.RequestState
 	}
-	kfp, err := in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID, Extra: kx})
+	// Valid JSON all: the key as json.Marshal wrote it, the answers as
+	// the client's frame held them.
+	kfp, err := in.hasher.SumValid(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID, Extra: kx})
 	if err != nil {
 		return "", err
 	}

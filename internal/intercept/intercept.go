@@ -152,6 +152,9 @@ func (e *MalformedAnswerError) Error() string {
 // Unrecorded once, and not copied after: it holds the state of the
 // execution it starts.
 type Request struct {
+	// Call is read from params that are valid JSON, as jsonrpc leaves a
+	// request's (mcp.ParseToolCall): its arguments are fingerprinted
+	// without their grammar being checked again.
 	Call   *mcp.ToolCall
 	Policy *policy.Policy // read-only; shared with other calls
 	// SchemaDefaults are the tool's inputSchema property defaults, which

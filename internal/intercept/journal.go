@@ -212,7 +212,9 @@ func (in *Interceptor) journalValue(mode policy.JournalMode, what string, v json
 		}
 		return in.journalValue(policy.DefaultJournalResult, what, v)
 	}
-	sum, err := in.hasher.Sum(fingerprint.Action{Scope: "journal:" + what, Extra: map[string]json.RawMessage{"value": v}})
+	// v is valid JSON: a call's arguments or an upstream's answer, read
+	// from frames jsonrpc checked, or a result the proxy wrote itself.
+	sum, err := in.hasher.SumValid(fingerprint.Action{Scope: "journal:" + what, Extra: map[string]json.RawMessage{"value": v}})
 	if err != nil {
 		return &journal.Value{Redacted: true}
 	}
