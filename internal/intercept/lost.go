@@ -114,7 +114,7 @@ func (in *Interceptor) outcomeOfLost(ctx context.Context, e *execution, c record
 		return
 	}
 	lost := sent.Clone()
-	lost.Apply(c, in.now())
+	lost.Apply(&c, in.now())
 	if err != nil {
 		in.log.Error("the store no longer holds this execution, and did not take it again: trying again later",
 			"execution", sent.ID, "tool", sent.Tool, "state", c.To, "err", err)

@@ -205,7 +205,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if i, ok := s.byKey.slotAt(key); ok {
 		e := s.at(i)
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			orphan = s.apply(i, e, record.OrphanChange(e.fl.rec), now)
+			c := record.OrphanChange(e.fl.rec)
+			orphan = s.apply(i, e, &c, now)
 		}
 		if cur := s.current(i, e); !s.replaceable(cur, r, now, opts) {
 			if cur.Fingerprint == r.Fingerprint {
@@ -235,7 +236,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	s.live[rec.ID] = i
 	if opts.Dispatch {
 		// No one has this version yet: it may change in place.
-		rec.Apply(record.Change{To: record.Dispatched}, now)
+		rec.Apply(&record.Change{To: record.Dispatched}, now)
 	}
 	return rec.WithOrphan(orphan), true, nil
 }
@@ -282,12 +283,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if !c.AllowedFrom(st) || (c.Holder != "" || c.Attempts != 0) && !c.AllowedFor(s.current(i, e)) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, st, c.To, record.ErrConflict)
 	}
-	return s.apply(i, e, c, now), nil
+	return s.apply(i, e, &c, now), nil
 }
 
 // apply moves the record of e, in slot i, by c, which CanTransition
 // allows, and returns the new version. s.mu must be held.
-func (s *Store) apply(i slot, e *entry, c record.Change, now time.Time) *record.Record {
+func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record.Record {
 	var r *record.Record
 	switch fl := e.fl; {
 	case fl == nil:
@@ -442,7 +443,8 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 		}
 		var orphan *record.Record // settled here
 		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			orphan = s.apply(i, e, record.OrphanChange(e.fl.rec), now)
+			c := record.OrphanChange(e.fl.rec)
+			orphan = s.apply(i, e, &c, now)
 		}
 		if e.fl == nil || e.fl.rec.State.Settled() {
 			r := s.current(i, e)

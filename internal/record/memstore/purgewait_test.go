@@ -43,7 +43,7 @@ func TestWaiterGetsARecordPurgedAsItWoke(t *testing.T) {
 			// cannot read the record in between.
 			s.mu.Lock()
 			i, e, _ := s.lookup(r.ID)
-			s.apply(i, e, record.Change{To: to, Result: []byte(`{"ok":true}`)}, clock.Now())
+			s.apply(i, e, &record.Change{To: to, Result: []byte(`{"ok":true}`)}, clock.Now())
 			clock.Advance(time.Second)
 			s.purge(clock.Now(), purgeBatch)
 			s.mu.Unlock()

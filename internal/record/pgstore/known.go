@@ -70,7 +70,7 @@ func (s *Store) changeKnown(k *record.Record, c record.Change, from []record.Sta
 		// one stays. The caller's buffers stay the caller's.
 		applied := c
 		applied.Result, applied.Error = ownJSON(c.Result), ownJSON(c.Error)
-		r.Apply(applied, st.now)
+		r.Apply(&applied, st.now)
 		r.LeaseUntil, r.ExpiresAt = timeOf(lease), timeOf(expires)
 		*rec = r
 		return nil

@@ -200,7 +200,7 @@ func (s *Store) reserveStmt(r *record.Record, opts record.ReserveOptions, replac
 			// both.
 			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
 			if opts.Dispatch {
-				fresh.Apply(record.Change{To: record.Dispatched}, now)
+				fresh.Apply(&record.Change{To: record.Dispatched}, now)
 			}
 			history, err := record.AppendHistoryJSON(nil, fresh.History)
 			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,

@@ -105,7 +105,7 @@ func reserved(r *record.Record, now string, dispatch bool) *record.Record {
 	rec.ExpiresAt = time.Time{}
 	rec.LeaseUntil, _ = decTime(encTime(r.LeaseUntil))
 	if dispatch {
-		rec.Apply(record.Change{To: record.Dispatched}, at)
+		rec.Apply(&record.Change{To: record.Dispatched}, at)
 	}
 	return rec
 }

@@ -66,7 +66,7 @@ func (s *Store) applied(k known, c record.Change, at time.Time, v []any) (*recor
 	rec.Orphan = nil
 	// The time as stored, to the nanosecond and clamped (encTime).
 	stored, _ := decTime(encTime(at))
-	rec.Apply(c, stored)
+	rec.Apply(&c, stored)
 	var err error
 	if rec.Attached, err = strconv.Atoi(attached); err != nil {
 		return nil, fmt.Errorf("record %s: attached: %w", rec.ID, err)

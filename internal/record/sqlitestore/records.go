@@ -227,7 +227,7 @@ func (s *Store) updateIn(ctx context.Context, tx *wtx, now time.Time, id string,
 // to the nanosecond, as stored.
 func apply(r *record.Record, c record.Change, now time.Time) {
 	c.LeaseUntil = c.LeaseUntil.Round(0).UTC()
-	r.Apply(c, now)
+	r.Apply(&c, now)
 }
 
 // Get implements record.Store.
