@@ -100,11 +100,17 @@ func (c *Change) AllowedFrom(from State) bool {
 	return c.Allowed(from) && (c.Holder == "" || from.InFlight())
 }
 
-// AllowedFor reports whether c may move r: AllowedFrom its state, and,
-// if c names a Holder, r owned by it, and if it names Attempts, r sent
-// that many times.
+// AllowedFor reports whether c may move r: AllowedFrom its state, and
+// Fenced for it.
 func (c *Change) AllowedFor(r *Record) bool {
-	return c.AllowedFrom(r.State) && (c.Holder == "" || r.Owner == c.Holder) && (c.Attempts == 0 || r.Attempts == c.Attempts)
+	return c.AllowedFrom(r.State) && c.Fenced(r)
+}
+
+// Fenced reports whether r passes c's fences, its state aside: if c
+// names a Holder, r owned by it, and if it names Attempts, r sent that
+// many times. A store that checked AllowedFrom already asks only this.
+func (c *Change) Fenced(r *Record) bool {
+	return (c.Holder == "" || r.Owner == c.Holder) && (c.Attempts == 0 || r.Attempts == c.Attempts)
 }
 
 // A Transition is one state change with its time. A decision (Authorized,

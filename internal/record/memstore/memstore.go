@@ -229,7 +229,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	// Each version appends past the end of the one before, which never
 	// sees it.
 	fl := &flight{rec: rec}
-	rec.History = append(fl.history[:0], record.Transition{State: record.Accepted, At: now})
+	fl.history[0] = record.Transition{State: record.Accepted, At: now}
+	rec.History = fl.history[:1]
 	*e = entry{fl: fl, index: -1}
 	s.byID.put(rec.ID, id, i)
 	s.byKey.put(rec.Key, key, i)
@@ -280,7 +281,9 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if st == record.Delivered && c.To == record.Delivered && c.From == "" {
 		return s.current(i, e), nil
 	}
-	if !c.AllowedFrom(st) || (c.Holder != "" || c.Attempts != 0) && !c.AllowedFor(s.current(i, e)) {
+	// The state is tested once, and the fences on the record only if
+	// it passed: a packed one is decoded for them only then.
+	if !c.AllowedFrom(st) || (c.Holder != "" || c.Attempts != 0) && !c.Fenced(s.current(i, e)) {
 		return nil, fmt.Errorf("updating %s from %s to %s: %w", id, st, c.To, record.ErrConflict)
 	}
 	return s.apply(i, e, &c, now), nil
@@ -304,17 +307,21 @@ func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record
 	}
 	wasInFlight := r.State.InFlight()
 	r.Apply(c, now)
-	if wasInFlight && r.State.Settled() && e.fl.settled != nil {
+	// A state test compares strings: each is asked once, of c.To,
+	// which is r's state now.
+	settled := c.To.Settled()
+	if wasInFlight && settled && e.fl.settled != nil {
 		// The waiters hold the flight: one woken after a short
 		// retention ran out and the record was purged reads it there.
 		e.fl.rec = r
 		close(e.fl.settled)
 		e.fl.settled = nil // waiters hold it; a later Wait finds the record settled
 	}
-	switch {
-	case isLive(r.State) && e.fl != nil:
+	// Live holds the records in flight or completed.
+	switch live := !settled || c.To == record.Completed; {
+	case live && e.fl != nil:
 		e.fl.rec = r
-	case isLive(r.State):
+	case live:
 		// Back under way (a re-dispatch of an unknown one): new waiters
 		// need a channel that is still open, which the next Wait makes.
 		s.unpackInto(i, e, r)
@@ -322,7 +329,7 @@ func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record
 		s.pack(i, e, r)
 	}
 	switch {
-	case c.To.Settled():
+	case settled:
 		switch expires := expirySecond(r.ExpiresAt.UnixNano()); {
 		case e.index < 0:
 			s.expires.push(s, i, expires)
@@ -335,9 +342,6 @@ func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record
 	}
 	return r
 }
-
-// isLive reports whether a record in state st belongs in Store.live.
-func isLive(st record.State) bool { return st.InFlight() || st == record.Completed }
 
 // pack keeps r, the record of e in slot i, packed from now on. s.mu must
 // be held.

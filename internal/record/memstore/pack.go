@@ -68,8 +68,8 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	if r.Fingerprint == r.Key {
 		flags |= fingerprintIsKey
 	}
-	start := len(b)
-	b = append(b, stateCode(r.State), 0) // the flags, once the key is read
+	start, state := len(b), stateCode(r.State)
+	b = append(b, state, 0) // the flags, once the key is read
 	b = binary.LittleEndian.AppendUint64(b, uint64(unixNano(r.ExpiresAt)))
 	b = append(b, zoneOf(r.ExpiresAt))
 	b = appendString(b, r.ID)
@@ -84,7 +84,7 @@ func pack(b []byte, r *record.Record, cid uint32) []byte {
 	if flags&fingerprintIsKey == 0 {
 		b = appendString(b, r.Fingerprint)
 	}
-	if stateCode(r.State) == otherState {
+	if state == otherState {
 		b = appendString(b, string(r.State))
 	}
 	b = binary.AppendUvarint(b, uint64(cid))
