@@ -78,21 +78,13 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	// The id's JSON text, which is also its key in pending.
 	var buf [64]byte
 	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
-	var l *link
-	if method == "initialize" {
-		l = s.current()
-	} else {
-		// While the upstream is being started again, only the replayed
-		// handshake goes first; everything else waits for it.
-		l = s.nextUsable()
-	}
-	if err := ctx.Err(); err != nil {
-		// Given up on while it waited for the upstream: never sent.
+	params, clientToken := ownToken(key, params, c)
+	l, err := s.lockSendLink(ctx, method)
+	if err != nil {
+		// Given up on before it could go: never sent.
 		done.Answered(nil, retry.NotSent(err))
 		return
 	}
-	params, clientToken := ownToken(key, params, c)
-	s.mu.Lock()
 	if closed(l.gone) || l != s.up {
 		why := errors.New("the upstream has closed")
 		if l.failed != nil {
@@ -109,7 +101,6 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	s.pending[key] = sent{key: key, method: method, done: done, token: clientToken != nil}
 	s.mu.Unlock()
 
-	var err error
 	switch {
 	case l.requests != nil:
 		err = l.requests.WriteRequestThen(key, method, params, s.notWrittenFunc)
@@ -136,6 +127,29 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	if !still {
 		stop() // answered already
 	}
+}
+
+// lockSendLink returns, with s.mu held, the upstream link a request for
+// method goes on, or ctx's error, without the lock, when ctx has ended.
+// While the upstream is being started again, only the replayed handshake
+// goes first; everything else waits for it (nextUsable). The returned
+// link may be gone or replaced: the caller looks, under the lock.
+func (s *Session) lockSendLink(ctx context.Context, method string) (*link, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	l := s.up
+	if method == "initialize" || closed(l.ready) {
+		return l, nil // the common case: one lock, and no wait
+	}
+	s.mu.Unlock()
+	l = s.nextUsable()
+	if err := ctx.Err(); err != nil {
+		return nil, err // ended while it waited
+	}
+	s.mu.Lock()
+	return l, nil
 }
 
 // notWritten answers the proxy's own request under key, which the
