@@ -187,7 +187,7 @@ func (s *Session) abandon(l *link, err error, why string, explain bool) {
 		s.forwardIdle = nil
 	}
 	pending := s.pending
-	s.pending = make(map[string]sent)
+	s.pending = make(map[int64]sent)
 	cancelled := s.cancelledShadows
 	s.cancelledShadows = nil
 	s.mu.Unlock()

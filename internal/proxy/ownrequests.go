@@ -75,9 +75,10 @@ func (s *Session) Send(ctx context.Context, method string, params json.RawMessag
 // request's progress token goes upstream as one of the proxy's
 // (progresstoken.go).
 func (s *Session) send(ctx context.Context, method string, params json.RawMessage, done intercept.Answered, c *clientCall) {
-	// The id's JSON text, which is also its key in pending.
+	// The id's JSON text; its number is the request's key in pending.
+	n := s.nextID.Add(1)
 	var buf [64]byte
-	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), s.nextID.Add(1), 10), '"'))
+	key := string(append(strconv.AppendInt(append(buf[:0], s.idPrefix...), n, 10), '"'))
 	params, clientToken := ownToken(key, params, c)
 	l, err := s.lockSendLink(ctx, method)
 	if err != nil {
@@ -98,7 +99,7 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	if clientToken != nil {
 		s.keepTokenLocked(key, clientToken, c)
 	}
-	s.pending[key] = sent{key: key, method: method, done: done, token: clientToken != nil}
+	s.pending[n] = sent{key: key, method: method, done: done, token: clientToken != nil}
 	s.mu.Unlock()
 
 	switch {
@@ -116,12 +117,12 @@ func (s *Session) send(ctx context.Context, method string, params json.RawMessag
 	if ctx.Done() == nil {
 		return // a context that never ends costs nothing here
 	}
-	stop := context.AfterFunc(ctx, func() { s.cancelSent(l, key, ctx.Err()) })
+	stop := context.AfterFunc(ctx, func() { s.cancelSent(l, n, ctx.Err()) })
 	s.mu.Lock()
-	p, still := s.pending[key]
+	p, still := s.pending[n]
 	if still {
 		p.stop = stop
-		s.pending[key] = p
+		s.pending[n] = p
 	}
 	s.mu.Unlock()
 	if !still {
@@ -157,8 +158,7 @@ func (s *Session) lockSendLink(ctx context.Context, method string) (*link, error
 // being the write's error.
 func (s *Session) notWritten(key string, err error) {
 	s.mu.Lock()
-	p, still := s.pending[key]
-	delete(s.pending, key)
+	p, still := s.takePendingLocked([]byte(key))
 	s.mu.Unlock()
 	if !still {
 		return // given up on, or answered with the upstream gone
@@ -173,29 +173,65 @@ func (s *Session) notWritten(key string, err error) {
 	s.acted()
 }
 
-// cancelSent gives up on the proxy's own request under key, sent on l,
+// cancelSent gives up on the proxy's own request numbered n, sent on l,
 // when its sender's context ends with err: the upstream is told with
 // notifications/cancelled, so it can stop the work (but for initialize,
 // which the MCP specification says is never cancelled), and then the
 // sender gets err, rather than waiting for an answer the upstream need
 // not send. An answer that comes anyway is dropped, as one to no request.
-func (s *Session) cancelSent(l *link, key string, err error) {
+func (s *Session) cancelSent(l *link, n int64, err error) {
 	s.mu.Lock()
-	p, ok := s.pending[key]
-	delete(s.pending, key)
+	p, ok := s.pending[n]
+	delete(s.pending, n)
 	if ok {
-		s.giveUpLocked(key)
+		s.giveUpLocked(p.key)
 	}
 	s.mu.Unlock()
 	if !ok {
 		return // answered meanwhile
 	}
 	if p.method != "initialize" && !closed(l.gone) {
-		if werr := l.conn.WriteFrame(cancellation(key, err)); werr != nil {
+		if werr := l.conn.WriteFrame(cancellation(p.key, err)); werr != nil {
 			s.log.Debug("writing to the upstream", "err", werr)
 		}
 	}
 	s.answered(p, nil, err)
+}
+
+// ownSeq returns the number of the proxy's own request whose id has the
+// key k (jsonrpc.IDKey): the one send wrote after s.idPrefix. ok is false
+// for any other id. Only the decimal text send writes, without a leading
+// zero, is read as a number, so that one id names one request, as when
+// pending was keyed by the id's text; 18 digits are more than the
+// requests a session sends.
+func (s *Session) ownSeq(k []byte) (n int64, ok bool) {
+	p := s.idPrefix
+	if len(k) < len(p)+2 || string(k[:len(p)]) != p || k[len(k)-1] != '"' {
+		return 0, false
+	}
+	digits := k[len(p) : len(k)-1]
+	if len(digits) > 18 || digits[0] == '0' {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// takePendingLocked takes out of pending the proxy's own request whose
+// id has the key k, if one waits. s.mu must be held.
+func (s *Session) takePendingLocked(k []byte) (sent, bool) {
+	n, ok := s.ownSeq(k)
+	if !ok {
+		return sent{}, false
+	}
+	p, ok := s.pending[n]
+	delete(s.pending, n)
+	return p, ok
 }
 
 // cancellation is the notifications/cancelled of the proxy's own request

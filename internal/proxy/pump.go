@@ -415,14 +415,15 @@ func (s *Session) fromUpstream(l *link, frame []byte) {
 func (s *Session) upstreamAnswer(l *link, msg *jsonrpc.Message, frame []byte) []byte {
 	kb := jsonrpc.IDKey(msg.ID)
 	s.mu.Lock()
-	// Looked up with the bytes, and deleted with the key pending
-	// holds: an answer to the proxy's own request costs no copy of
-	// its id.
-	if p, ok := s.pending[string(kb)]; ok {
-		delete(s.pending, p.key)
-		s.mu.Unlock()
-		s.answered(p, msg, nil)
-		return nil
+	// Found by the number in the id: an answer to the proxy's own
+	// request costs no copy of its id, and a client's no map look-up.
+	if n, ok := s.ownSeq(kb); ok {
+		if p, ok := s.pending[n]; ok {
+			delete(s.pending, n)
+			s.mu.Unlock()
+			s.answered(p, msg, nil)
+			return nil
+		}
 	}
 	key := string(kb)
 	if closed(l.gone) {
@@ -557,12 +558,12 @@ func (s *Session) sortUpstreamLocked(b *upstreamBatch, l *link, m *jsonrpc.Messa
 		}
 		return
 	}
-	key := string(jsonrpc.IDKey(m.ID))
-	if p, ok := s.pending[key]; ok {
-		delete(s.pending, key)
+	kb := jsonrpc.IDKey(m.ID)
+	if p, ok := s.takePendingLocked(kb); ok {
 		b.own, b.ownMsgs = append(b.own, p), append(b.ownMsgs, m)
 		return
 	}
+	key := string(kb)
 	if late {
 		s.log.Warn("dropped an answer that came after the session gave up on the upstream", "id", string(m.ID))
 		return
@@ -627,8 +628,7 @@ func (s *Session) tooLargeFromUpstream(l *link, err error) {
 // to it from the upstream that was dropped for err.
 func (s *Session) droppedAnswer(key string, err error) {
 	s.mu.Lock()
-	p, own := s.pending[key]
-	delete(s.pending, key)
+	p, own := s.takePendingLocked([]byte(key))
 	f, forwarded := s.forwarded[key]
 	f.traceError(internalError)
 	s.forgetLocked(key)
@@ -656,10 +656,10 @@ func (s *Session) droppedAnswer(key string, err error) {
 // the failure as the transport saw it; a client's is answered with the
 // JSON-RPC error that stands for it.
 func (s *Session) noAnswer(na *jsonrpc.NoAnswer) {
-	key := string(jsonrpc.IDKey(na.ID))
+	kb := jsonrpc.IDKey(na.ID)
+	key := string(kb)
 	s.mu.Lock()
-	p, own := s.pending[key]
-	delete(s.pending, key)
+	p, own := s.takePendingLocked(kb)
 	f, forwarded := s.forwarded[key]
 	f.traceError(na.Object().Object())
 	s.forgetLocked(key)
@@ -716,10 +716,10 @@ func (s *Session) unreadableAnswer(frame []byte, err error) bool {
 	}
 	answered := false
 	for _, id := range ids {
-		key := string(jsonrpc.IDKey(id))
+		kb := jsonrpc.IDKey(id)
+		key := string(kb)
 		s.mu.Lock()
-		p, own := s.pending[key]
-		delete(s.pending, key)
+		p, own := s.takePendingLocked(kb)
 		s.mu.Unlock()
 		if !own {
 			s.endUnreadSpan(key)

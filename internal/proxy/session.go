@@ -214,8 +214,9 @@ type Session struct {
 	// relayed and clientInputEnded, and the conn and frames of a link being started again
 	// (see link).
 	mu sync.Mutex
-	// pending holds the proxy's own requests upstream, by id.
-	pending map[string]sent
+	// pending holds the proxy's own requests upstream, by the number
+	// their id ends in (ownSeq).
+	pending map[int64]sent
 	// givenUp holds the ids of the proxy's own requests it cancelled,
 	// upstream (cancelSent) or to the client (cancelAsk), whose answer
 	// may still come and is then dropped quietly; at most maxGivenUp,
@@ -346,7 +347,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		log:             log,
 		debug:           log.Enabled(context.Background(), slog.LevelDebug),
 		tools:           newToolTable(opts.Resolve, log, opts.ToolWarnings),
-		pending:         make(map[string]sent),
+		pending:         make(map[int64]sent),
 		forwarded:       make(map[string]forwardedRequest),
 		calls:           make(map[string]*clientCall),
 		serverReqs:      make(map[string]serverRequest),
