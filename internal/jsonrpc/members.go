@@ -72,11 +72,10 @@ func walkObjectIn(obj []byte, i, depth int, fn, params func(name, value []byte) 
 				return -1
 			}
 		}
-		i = skipSpace(obj, end)
-		if i >= len(obj) || obj[i] != ':' {
+		if i = skipPast(obj, end, ':'); i < 0 {
 			return -1
 		}
-		if i = skipSpace(obj, i+1); i >= len(obj) {
+		if i = skipSpace(obj, i); i >= len(obj) {
 			return -1
 		}
 		var vend int

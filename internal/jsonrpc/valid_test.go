@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -119,6 +120,32 @@ func TestSkipPlain(t *testing.T) {
 				want := n
 				if b == '"' || b == '\\' || b < 0x20 {
 					want = at
+				}
+				if got := skipPlain(data, 0); got != want {
+					t.Fatalf("skipPlain(%q) = %d, want %d", data, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSkipPlainPairs puts every pair of byte values in one eight-byte
+// word, among plain bytes below and from 0x80 up, and checks that
+// skipPlain stops at the first special one: specialBytes' flags may only
+// go wrong above a byte that borrows, or at one from 0x80 up.
+func TestSkipPlainPairs(t *testing.T) {
+	special := func(b byte) bool { return b == '"' || b == '\\' || b < 0x20 }
+	for _, fill := range []byte{'a', 0x80, 0xff} {
+		for a := range 256 {
+			for b := range 256 {
+				data := bytes.Repeat([]byte{fill}, 8)
+				data[2], data[5] = byte(a), byte(b)
+				want := 8
+				switch {
+				case special(byte(a)):
+					want = 2
+				case special(byte(b)):
+					want = 5
 				}
 				if got := skipPlain(data, 0); got != want {
 					t.Fatalf("skipPlain(%q) = %d, want %d", data, got, want)
