@@ -19,7 +19,7 @@ func (a *activityArgs) decide(ctx context.Context, store record.Store, stdout io
 	if a.verb == "deny" {
 		to = record.Refused
 	}
-	return a.operatorChange(stdout, "decided", func() (*record.Record, error) {
+	return a.operatorChange(ctx, stdout, "decided", func() (*record.Record, error) {
 		return decideExecution(ctx, store, a.pos[0], to, osUser(), a.note)
 	})
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -46,13 +47,13 @@ Flags:
   --out FILE     (keygen) where the signer key goes
 `
 
-func runAudit(args []string, stdout, stderr io.Writer) error {
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("audit: say verify, checkpoint or keygen")
 	}
 	switch args[0] {
 	case "verify":
-		return auditVerify(args[1:], stdout, stderr)
+		return auditVerify(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
 		return auditCheckpoint(args[1:], stdout)
 	case "keygen":
@@ -78,7 +79,7 @@ func parseAudit(fs *flag.FlagSet, args []string, what string) (string, error) {
 // auditVerify checks journals, each on its own. It needs no lock: a
 // proxy may be appending, and then the last line may be read half
 // written and be reported torn; every line before it is still checked.
-func auditVerify(args []string, stdout, stderr io.Writer) error {
+func auditVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	keyFile := fs.String("key", "", "")
@@ -98,12 +99,12 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	var opts journal.CheckOptions
 	if *keyFile != "" {
-		if opts.Verifiers, err = readVerifiers(*keyFile); err != nil {
+		if opts.Verifiers, err = readVerifiers(ctx, *keyFile); err != nil {
 			return fmt.Errorf("--key: %w", err)
 		}
 	}
 	if *sinceFile != "" {
-		if opts.Since, err = readSince(*sinceFile, opts.Verifiers); err != nil {
+		if opts.Since, err = readSince(ctx, *sinceFile, opts.Verifiers); err != nil {
 			return err
 		}
 	}
@@ -126,8 +127,8 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 }
 
 // readSince reads the checkpoint saved in file for --since.
-func readSince(file string, verifiers note.Verifiers) (*journal.Checkpoint, error) {
-	b, err := readText(file)
+func readSince(ctx context.Context, file string, verifiers note.Verifiers) (*journal.Checkpoint, error) {
+	b, err := readText(ctx, file)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %w", err)
 	}
@@ -338,8 +339,8 @@ func writeNewFile(path string, data []byte) error {
 }
 
 // readVerifiers reads a file of verifier keys, one per line.
-func readVerifiers(path string) (note.Verifiers, error) {
-	b, err := readText(path)
+func readVerifiers(ctx context.Context, path string) (note.Verifiers, error) {
+	b, err := readText(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -372,8 +373,8 @@ func readVerifiers(path string) (note.Verifiers, error) {
 
 // readSigner reads a signer key file that audit keygen wrote. Its errors
 // never show the key.
-func readSigner(path string) (note.Signer, error) {
-	b, err := readText(path)
+func readSigner(ctx context.Context, path string) (note.Signer, error) {
+	b, err := readText(ctx, path)
 	if err != nil {
 		return nil, err
 	}

@@ -183,7 +183,7 @@ func entryAt(i int) journal.Entry {
 // signed with the key in keyFile every `every` lines and at the end.
 func writeSignedJournal(t *testing.T, path, keyFile string, from, to, every int) {
 	t.Helper()
-	s, err := readSigner(keyFile)
+	s, err := readSigner(t.Context(), keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestAuditKeygen(t *testing.T) {
 		t.Errorf("keygen said %q; want it to say how the key is used", stderr)
 	}
 	key, _ := os.ReadFile("proxy1.example.com.key")
-	if s, err := readSigner("proxy1.example.com.key"); err != nil || s.KeyHash() != v.KeyHash() {
+	if s, err := readSigner(t.Context(), "proxy1.example.com.key"); err != nil || s.KeyHash() != v.KeyHash() {
 		t.Fatalf("the signer key does not match the verifier key printed: %v", err)
 	}
 
@@ -411,7 +411,7 @@ func TestAuditCheckpointSince(t *testing.T) {
 	// The same journal, written again by one who holds the key, with line
 	// 2 changed: a journal that verifies on its own.
 	rewritten := filepath.Join(dir, "rewritten")
-	s, _ := readSigner(signer)
+	s, _ := readSigner(t.Context(), signer)
 	w, _ := journal.OpenWith(rewritten, journal.Options{Signer: s})
 	for i := range 5 {
 		e := entryAt(i)

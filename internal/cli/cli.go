@@ -185,7 +185,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "activity":
 		err = runOutput(stdout, func(stdout io.Writer) error { return runActivity(ctx, args[1:], stdout, stderr) })
 	case "audit":
-		err = runOutput(stdout, func(stdout io.Writer) error { return runAudit(args[1:], stdout, stderr) })
+		err = runOutput(stdout, func(stdout io.Writer) error { return runAudit(ctx, args[1:], stdout, stderr) })
 	case "version":
 		if len(args) > 1 {
 			err = usagef("version takes no arguments; got %q", args[1])
@@ -452,7 +452,7 @@ func (f *proxyFlags) wire(ctx context.Context, argv []string, stderr io.Writer) 
 	}
 	// Last of the files: a start refused for a flag or the store leaves
 	// no empty journal behind.
-	jw, err := w.openJournal()
+	jw, err := w.openJournal(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +640,7 @@ func (w *wiring) serveMetrics(ctx context.Context) (*metrics.Metrics, error) {
 }
 
 // openJournal opens the --journal file, if there is one; nil without one.
-func (w *wiring) openJournal() (*journal.Writer, error) {
+func (w *wiring) openJournal(ctx context.Context) (*journal.Writer, error) {
 	file := w.f.journal
 	if file == "" {
 		return nil, nil
@@ -649,7 +649,7 @@ func (w *wiring) openJournal() (*journal.Writer, error) {
 	if key := w.f.journalKey; key != "" {
 		// Read before the journal is opened: a key that cannot sign
 		// leaves no file behind.
-		s, err := readSigner(key)
+		s, err := readSigner(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("--journal-key: %w", err)
 		}

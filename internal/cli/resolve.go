@@ -18,7 +18,7 @@ import (
 // resolve settles an unknown execution as a says, prints it, and appends
 // the transition to a.journal, if given, as the operator's.
 func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout io.Writer) error {
-	return a.operatorChange(stdout, "resolved", func() (*record.Record, error) {
+	return a.operatorChange(ctx, stdout, "resolved", func() (*record.Record, error) {
 		return resolveExecution(ctx, store, a.pos[0], a.as, a.note)
 	})
 }
@@ -33,14 +33,14 @@ func (a *activityArgs) resolve(ctx context.Context, store record.Store, stdout i
 // change is never made that its journal cannot take. A line that cannot
 // be written after the store took the change (a full disk) is an error,
 // said after the record is printed, so it is not lost silently either.
-func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func() (*record.Record, error)) error {
+func (a *activityArgs) operatorChange(ctx context.Context, stdout io.Writer, done string, change func() (*record.Record, error)) error {
 	var jw *journal.Writer
 	made := false // the journal file is made for this change
 	if a.journal != "" {
 		_, statErr := os.Stat(a.journal)
 		made = errors.Is(statErr, fs.ErrNotExist)
 		var err error
-		if jw, err = openOperatorJournal(a.journal, a.journalKey, done); err != nil {
+		if jw, err = openOperatorJournal(ctx, a.journal, a.journalKey, done); err != nil {
 			return err
 		}
 		defer jw.Close()
@@ -91,10 +91,10 @@ func (a *activityArgs) operatorChange(stdout io.Writer, done string, change func
 // command, naming the operator as the writer of its lines, and signing
 // them with a checkpoint at its close if key names a signer key; done
 // says what the command does, for the error that it did nothing.
-func openOperatorJournal(file, key, done string) (*journal.Writer, error) {
+func openOperatorJournal(ctx context.Context, file, key, done string) (*journal.Writer, error) {
 	opts := journal.Options{Writer: journal.Process{Operator: osUser()}}
 	if key != "" {
-		s, err := readSigner(key)
+		s, err := readSigner(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("--journal-key: %w; nothing was %s", err, done)
 		}

@@ -94,7 +94,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var tokens map[string]string
 	if f.tokenFile != "" {
 		var err error
-		if tokens, err = readTokens(f.tokenFile); err != nil {
+		if tokens, err = readTokens(ctx, f.tokenFile); err != nil {
 			return fmt.Errorf("--auth-token-file: %w", err)
 		}
 	}
@@ -361,8 +361,8 @@ func checkOrigin(o string) error {
 
 // readTokens reads a token file: one "TOKEN ACTOR" per line; blank lines
 // and lines starting with # are skipped.
-func readTokens(path string) (map[string]string, error) {
-	b, err := readText(path)
+func readTokens(ctx context.Context, path string) (map[string]string, error) {
+	b, err := readText(ctx, path)
 	if err != nil {
 		return nil, err
 	}

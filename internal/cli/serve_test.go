@@ -87,7 +87,7 @@ func TestReadTokens(t *testing.T) {
 		return p
 	}
 	good := write("good", "# tokens\n\ntok-a alice\n  tok-b   bob  \ntok-c carol # laptop\n   # indented\n")
-	tokens, err := readTokens(good)
+	tokens, err := readTokens(t.Context(), good)
 	if err != nil || len(tokens) != 3 || tokens["tok-a"] != "alice" || tokens["tok-b"] != "bob" || tokens["tok-c"] != "carol" {
 		t.Fatalf("readTokens = %v, %v", tokens, err)
 	}
@@ -102,16 +102,16 @@ func TestReadTokens(t *testing.T) {
 		{"# nothing\n", "lists no token"},
 	} {
 		p := write("bad", tt.content)
-		if _, err := readTokens(p); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), p) {
-			t.Errorf("readTokens(%q) = %v; want an error naming the file and %q", tt.content, err, tt.want)
+		if _, err := readTokens(t.Context(), p); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("readTokens(t.Context(), %q) = %v; want an error naming the file and %q", tt.content, err, tt.want)
 		}
 	}
 	// A file of at most 1MiB is read whatever its lines' length.
 	long := strings.Repeat("t", 70_000)
-	if tokens, err := readTokens(write("long", long+" alice\n")); err != nil || tokens[long] != "alice" {
+	if tokens, err := readTokens(t.Context(), write("long", long+" alice\n")); err != nil || tokens[long] != "alice" {
 		t.Errorf("readTokens of a 70KB token = %d tokens, %v; want it read", len(tokens), err)
 	}
-	if _, err := readTokens(filepath.Join(dir, "missing")); err == nil {
+	if _, err := readTokens(t.Context(), filepath.Join(dir, "missing")); err == nil {
 		t.Error("readTokens of a missing file succeeded")
 	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +22,31 @@ const maxTextFile = 1 << 20
 // start with one. Left in, it would make the first word another, so that
 // a first "# comment" line became a token. A file in UTF-16 (Windows
 // PowerShell's > writes it) is refused, naming the mark.
-func readText(path string) ([]byte, error) {
+//
+// It returns when ctx ends even if the read does not, as policy.Load
+// does: a FIFO with no writer, or a terminal, blocks it for good, and a
+// signal must still stop the process. The read is then left to end with
+// the process.
+func readText(ctx context.Context, path string) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		b, err := readTextNow(path)
+		done <- read{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("reading %s: stopped: %w", path, context.Cause(ctx))
+	}
+}
+
+// readTextNow is readText, waiting as long as the read does.
+func readTextNow(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func TestTextFilesTakeAByteOrderMark(t *testing.T) {
 	journalLines, _ := os.ReadFile(path)
 	signerKey, _ := os.ReadFile(signer)
 	verifierKey, _ := os.ReadFile(verifier)
-	verifiers, err := readVerifiers(verifier)
+	verifiers, err := readVerifiers(t.Context(), verifier)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +33,13 @@ func TestTextFilesTakeAByteOrderMark(t *testing.T) {
 		flag, text string
 		read       func(path string) error
 	}{
-		{"--journal-key", string(signerKey), func(p string) error { _, err := readSigner(p); return err }},
-		{"--key", "# proxy1\n" + string(verifierKey), func(p string) error { _, err := readVerifiers(p); return err }},
-		{"--since, a note", checkpoint, func(p string) error { _, err := readSince(p, verifiers); return err }},
-		{"--since, a journal line", strings.SplitAfter(string(journalLines), "\n")[3], func(p string) error { _, err := readSince(p, verifiers); return err }},
+		{"--journal-key", string(signerKey), func(p string) error { _, err := readSigner(t.Context(), p); return err }},
+		{"--key", "# proxy1\n" + string(verifierKey), func(p string) error { _, err := readVerifiers(t.Context(), p); return err }},
+		{"--since, a note", checkpoint, func(p string) error { _, err := readSince(t.Context(), p, verifiers); return err }},
+		{"--since, a journal line", strings.SplitAfter(string(journalLines), "\n")[3], func(p string) error { _, err := readSince(t.Context(), p, verifiers); return err }},
 		{"--auth-token-file", "# tokens\ns3cret alice\n", func(p string) error {
 			// Read with the mark, the comment was the token "\ufeff#".
-			tokens, err := readTokens(p)
+			tokens, err := readTokens(t.Context(), p)
 			if err == nil && !maps.Equal(tokens, map[string]string{"s3cret": "alice"}) {
 				t.Errorf("%s with a byte order mark: tokens %q; want only s3cret for alice", p, tokens)
 			}
