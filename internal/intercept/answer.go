@@ -178,21 +178,19 @@ const maxKeptAnswer = 16 << 10
 func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *record.Record) {
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
 		// Cancelled first: the caller never sees this answer.
-		in.journalizeAttach(req, errCallerLeft)
+		in.journalizeAttach(req, ErrCallerLeft)
 		return
 	}
 	if dr, ok := req.Reply.(DeliveryReplier); ok && rec != nil && dr.DeliversLater() {
 		release := in.holdDelivery(req, dr, rec)
 		if err := dr.ReplyThen(a, func(err error) { in.deliveredLater(req, rec, err); release() }); err != nil {
 			release()
-			in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
-			in.journalizeAttach(req, err)
+			in.replyFailed(req, err)
 		}
 		return
 	}
 	if err := req.Reply.Reply(a); err != nil {
-		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
-		in.journalizeAttach(req, err)
+		in.replyFailed(req, err)
 		return
 	}
 	if rec != nil {
@@ -200,6 +198,16 @@ func (in *Interceptor) reply(ctx context.Context, req *Request, a Answer, rec *r
 		return
 	}
 	in.journalizeAttach(req, nil)
+}
+
+// replyFailed notes that req's answer was not written, for err.
+func (in *Interceptor) replyFailed(req *Request, err error) {
+	if errors.Is(err, ErrCallerLeft) {
+		in.log.Debug("the caller cancelled as its answer was written; not written", "request", req.Correlation)
+	} else {
+		in.log.Warn("writing the answer failed", "request", req.Correlation, "err", err)
+	}
+	in.journalizeAttach(req, err)
 }
 
 // holdDelivery holds back the calls that match rec, a completed
@@ -236,9 +244,10 @@ func (in *Interceptor) deliveredLater(req *Request, rec *record.Record, err erro
 	in.journalizeAttach(req, err)
 }
 
-// errCallerLeft is why an answer to a caller that cancelled its call was
-// not written.
-var errCallerLeft = errors.New("the caller cancelled its call first")
+// ErrCallerLeft is why an answer to a caller that cancelled its call was
+// not written. A Replier returns it when the caller cancelled after the
+// interceptor last looked: the answer is then not delivered.
+var ErrCallerLeft = errors.New("the caller cancelled its call first")
 
 // delivered records that the caller of req got rec's answer. Not the
 // caller's context: the answer is out, so delivery must be recorded even
@@ -287,9 +296,9 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 // joined an execution has its line, as for any other answer.
 func (in *Interceptor) replyError(req *Request, e *jsonrpc.Error) {
 	b, _ := json.Marshal(e) // an *Error with no Data always marshals
-	err := req.Reply.Reply(Answer{Error: b})
-	if err != nil {
-		in.log.Warn("writing an error failed", "request", req.Correlation, "err", err)
+	if err := req.Reply.Reply(Answer{Error: b}); err != nil {
+		in.replyFailed(req, err)
+		return
 	}
-	in.journalizeAttach(req, err)
+	in.journalizeAttach(req, nil)
 }

@@ -72,7 +72,7 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 	if err := ctx.Err(); err != nil && !errors.Is(err, ErrSessionEnded) {
 		// The caller left: it never sees the question, and a caller that
 		// joined has its line, as one that left while it waited has.
-		in.journalizeAttach(req, errCallerLeft)
+		in.journalizeAttach(req, ErrCallerLeft)
 		return
 	}
 	a := Answer{Result: result}
@@ -100,8 +100,7 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 			if early {
 				in.questions.untaken(id)
 			}
-			in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
-			in.journalizeAttach(req, err)
+			in.replyFailed(req, err)
 		}
 		return
 	}
@@ -112,9 +111,10 @@ func (in *Interceptor) putQuestion(ctx context.Context, req *Request, id string,
 	err := req.Reply.Reply(a)
 	if err != nil {
 		in.questions.untaken(id)
-		in.log.Warn("writing the approval's question failed", "execution", id, "request", req.Correlation, "err", err)
+		in.replyFailed(req, err)
+		return
 	}
-	in.journalizeAttach(req, err) // a caller asked again has its line
+	in.journalizeAttach(req, nil) // a caller asked again has its line
 }
 
 // questions are the executions of this process whose approval is asked

@@ -83,7 +83,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		// The session has said so at info, for starters and attached callers alike.
 		in.log.Debug("caller cancelled; detached, the execution goes on", "execution", rec.ID, "request", req.Correlation)
 		req.got = gotInProgress
-		in.journalizeAttach(req, errCallerLeft)
+		in.journalizeAttach(req, ErrCallerLeft)
 	case errors.Is(err, context.DeadlineExceeded):
 		in.windowPassed(ctx, req, rec, window)
 	case err != nil:

@@ -75,7 +75,8 @@ type Answer struct {
 // A Replier writes the answer to one caller's request.
 type Replier interface {
 	// Reply writes a on the caller's transport. A nil error means the
-	// transport took it. Reply is called at most once per request.
+	// transport took it; ErrCallerLeft, that the caller cancelled first
+	// and nothing was written. Reply is called at most once per request.
 	Reply(a Answer) error
 }
 

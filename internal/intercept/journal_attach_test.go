@@ -272,8 +272,8 @@ func TestJournalRecordsACallerThatLeft(t *testing.T) {
 		synctest.Wait()
 		id := h.onlyRecord(t).ID
 		want := []string{
-			id + " attached waited/in_progress not taken: " + errCallerLeft.Error(),
-			id + " attached recover/unknown not taken: " + errCallerLeft.Error(),
+			id + " attached waited/in_progress not taken: " + ErrCallerLeft.Error(),
+			id + " attached recover/unknown not taken: " + ErrCallerLeft.Error(),
 		}
 		if got := callerLines(j); !slices.Equal(got, want) {
 			t.Errorf("callers' lines %q; want %q", got, want)
@@ -371,7 +371,7 @@ func TestJournalRecordsAQuestionCallerThatLeft(t *testing.T) {
 	h.in.Handle(ctx, req2) // joins the execution, and its caller cancels
 	h.settle(t)
 	rec := h.onlyRecord(t)
-	want := rec.ID + " attached waited/question not taken: " + errCallerLeft.Error()
+	want := rec.ID + " attached waited/question not taken: " + ErrCallerLeft.Error()
 	if got := callerLines(j); len(got) != 1 || got[0] != want {
 		t.Errorf("callers' lines %q; want [%q]", got, want)
 	}

@@ -86,14 +86,16 @@ func (c *clientCall) finish() {
 // release frees the call's id, before its answer is written: a client that
 // has its answer may send another request under the same id at once. Its
 // progress token is freed with it: the client may use it again as soon.
-func (c *clientCall) release() {
+// It reports whether this release freed them; false once the call was
+// answered or detached.
+func (c *clientCall) release() bool {
 	k := c.key()
 	c.s.mu.Lock()
 	if c.progress == progressEnded {
-		// Released before its answer was written (Reply): finish has
-		// nothing left to free.
+		// Released before its answer was written (Reply), or detached:
+		// there is nothing left to free.
 		c.s.mu.Unlock()
-		return
+		return false
 	}
 	if c.s.calls[k] == c {
 		delete(c.s.calls, k)
@@ -103,11 +105,23 @@ func (c *clientCall) release() {
 	}
 	c.progress = progressEnded
 	c.s.mu.Unlock()
+	return true
+}
+
+// replyable releases the call for its answer, and reports whether the
+// answer may be written: not if its caller detached first. The
+// interceptor looked before it replied, but a cancellation read since
+// (cancelled) must win: the caller takes no answer after it, so one
+// written would be counted delivered and never reach it.
+func (c *clientCall) replyable() bool {
+	return c.release() || !c.detached.Load()
 }
 
 // Reply implements intercept.Replier.
 func (c *clientCall) Reply(a intercept.Answer) error {
-	c.release()
+	if !c.replyable() {
+		return intercept.ErrCallerLeft
+	}
 	defer c.finish()
 	c.traceAnswer(a)
 	if a.Error != nil {
@@ -163,7 +177,9 @@ func (c *clientCall) ReplyThen(a intercept.Answer, written func(error)) error {
 		written(nil)
 		return nil
 	}
-	c.release()
+	if !c.replyable() {
+		return intercept.ErrCallerLeft
+	}
 	defer c.finish()
 	c.traceAnswer(a)
 	if b := c.s.clientResponses; b != nil && a.Error == nil {
