@@ -47,3 +47,32 @@ func TestAnswerAfterTheCancelIsNotWritten(t *testing.T) {
 		t.Fatalf("the client got %s after it cancelled; want no answer to the cancelled call", got)
 	}
 }
+
+// TestPassThroughAfterTheCancelIsNotSent: a call whose tool passes
+// through, routed on the queue's goroutine, may meet its cancellation
+// between the check that it is still wanted and the send. Sent anyway,
+// it would run upstream for a client that gave up on it, and hold its id,
+// which the client may use again at once.
+func TestPassThroughAfterTheCancelIsNotSent(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"tools/list"`) {
+		t.Fatalf("the upstream got %s; want the proxy's tools/list", got)
+	}
+	r.s.mu.Lock()
+	c := r.s.calls["7"]
+	r.s.mu.Unlock()
+	if c == nil {
+		t.Fatal("the call waiting for its tool is not in the session's calls")
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"method":"notifications/cancelled"`) {
+		t.Fatalf("the upstream got %s; want the cancellation of the proxy's tools/list", got)
+	}
+	// Routed as the cancellation came: as the queue's goroutine would.
+	r.s.passThrough(c, &c.call)
+	r.client.send(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":7,"method":"ping"}` {
+		t.Fatalf("the upstream got %s; want the ping under the freed id, and not the cancelled call", got)
+	}
+}

@@ -281,6 +281,12 @@ func (s *Session) resumeToolCall(c *clientCall, info toolInfo) {
 // passThrough sends c's call upstream as it came, unrecorded.
 func (s *Session) passThrough(c *clientCall, call *mcp.ToolCall) {
 	c.mu.Lock()
+	if c.detached.Load() {
+		// Cancelled since it was routed (cancelled holds c.mu): the
+		// client is owed nothing, and its id is free again.
+		c.mu.Unlock()
+		return
+	}
 	c.passThrough = true
 	s.forward(&jsonrpc.Message{Raw: s.upstreamFrame(c), ID: c.id(), Method: "tools/call", Params: call.Params}, nil, c.callSpan())
 	c.mu.Unlock()
