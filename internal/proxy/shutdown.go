@@ -41,6 +41,7 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 			s.log.Warn("told to stop; calls still under way are answered now", s.stillWaiting()...)
 		}
 	case <-upstreamDone:
+		defer s.boundClientWrites(ctx)()
 		s.upstreamGone(s.current())
 		s.endCalls()
 		return
@@ -64,6 +65,7 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 	}
 	select {
 	case <-upstreamDone:
+		defer s.boundClientWrites(ctx)()
 		s.upstreamGone(s.current())
 		s.endCalls()
 		return
@@ -73,10 +75,69 @@ func (s *Session) shutdown(ctx context.Context, upstreamDone <-chan error) {
 		// Told to stop: no more relaying either.
 	}
 	// Whoever still waits is answered before the upstream is stopped: no
-	// request is left without an answer.
+	// request is left without an answer. A client that reads none of
+	// them would hold this up for ever.
+	defer s.boundClientWrites(ctx)()
 	s.abandon(s.current(), errSessionEnded, "the session ended before the upstream answered %s", false)
 	s.endCalls()
 }
+
+// boundClientWrites bounds how long the session's end waits on a client
+// that reads none of its answers but keeps its pipe open: once a write to
+// it has not moved for stuckWrites, or for stopWrites after the session
+// is told to stop (whoever sent the signal kills the proxy soon after,
+// and the upstream must be stopped first), the answers still owed are
+// given up and its write side is closed, which fails the write blocked
+// on it. They count as not delivered. Only a client that tells what it
+// writes (a stdio one) is bounded so. The function returned ends the
+// bound, once the session's end has written all it owes.
+func (s *Session) boundClientWrites(ctx context.Context) (end func()) {
+	w, ok := s.client.(writeWatcher)
+	if !ok {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		period := stuckWrites
+		tick := time.NewTimer(period)
+		defer tick.Stop()
+		stop := ctx.Done()
+		var last uint64
+		for {
+			select {
+			case <-done:
+				return
+			case <-stop:
+				stop, period = nil, stopWrites
+				tick.Reset(period)
+				continue
+			case <-tick.C:
+			}
+			n := w.WriteUnderWay()
+			if n != 0 && n == last {
+				break
+			}
+			last = n
+			tick.Reset(period)
+		}
+		s.log.Warn("the client reads none of the answers still owed; giving them up", "waited", period)
+		if err := s.client.Close(); err != nil {
+			s.log.Debug("closing the output to the client", "err", err)
+		}
+	}()
+	return func() { close(done) }
+}
+
+// A writeWatcher is a client Conn that tells of the write to it under
+// way (stdio.Conn.WriteUnderWay).
+type writeWatcher interface{ WriteUnderWay() uint64 }
+
+// stuckWrites and stopWrites are boundClientWrites' waits: a client that
+// reads takes a write long before either.
+const (
+	stuckWrites = drainWait
+	stopWrites  = 250 * time.Millisecond
+)
 
 // stillWaiting returns, after attrs, what shutdown waits for: the
 // client's tools/calls, the proxy's own requests (executions whose

@@ -69,7 +69,7 @@ func (c *Conn) Flush() error {
 	var n int
 	var err error
 	if len(c.pending) > 0 {
-		n, err = c.w.Write(c.pending)
+		n, err = c.write(c.pending)
 		c.failed(err)
 	}
 	if cap(c.pending) > maxKeptBuffer {

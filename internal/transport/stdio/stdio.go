@@ -100,6 +100,9 @@ type Conn struct {
 
 	// writeFailed is closed by the first write that fails, whose error
 	// writeErr then holds: the peer closed the pipe it reads, say.
+	// begun and ended count the writes to w (WriteUnderWay).
+	begun, ended atomic.Uint64
+
 	writeFailed chan struct{}
 	writeErr    atomic.Pointer[error]
 	failOnce    sync.Once
@@ -353,7 +356,7 @@ func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
 	// One write per frame, from a buffer kept between frames: a write of
 	// the frame and another of the newline would cost the peer a second
 	// wake-up, and a fresh buffer per frame costs an allocation.
-	_, err := c.w.Write(b)
+	_, err := c.write(b)
 	c.failed(err)
 	if cap(b) > maxKeptBuffer {
 		c.wbuf = nil // a rare large frame does not pin its buffer
@@ -361,6 +364,27 @@ func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
 		c.wbuf = b
 	}
 	return err
+}
+
+// write writes b to the peer, counting the write for WriteUnderWay.
+// c.wmu must be held.
+func (c *Conn) write(b []byte) (int, error) {
+	c.begun.Add(1)
+	n, err := c.w.Write(b)
+	c.ended.Add(1)
+	return n, err
+}
+
+// WriteUnderWay returns the number of the write to the peer under way,
+// counting from 1, or 0 when none is. The same number some time apart
+// means one write lasted all that time: the peer took nothing of it.
+func (c *Conn) WriteUnderWay() uint64 {
+	// ended first: a write begun since is one that began after it.
+	ended := c.ended.Load()
+	if begun := c.begun.Load(); begun != ended {
+		return begun
+	}
+	return 0
 }
 
 // failed notes err, if it is a write's error, for WriteFailed.
