@@ -239,6 +239,22 @@ func TooDeep(err error) bool {
 	return errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth")
 }
 
+// bom is the UTF-8 byte order mark, which JSON sent over a network must
+// not start with (RFC 8259, section 8.1).
+const bom = "\xef\xbb\xbf"
+
+// invalidJSON returns the error for frame, which is not valid JSON,
+// saying what is wrong with it after what: where it went wrong, or that
+// it starts with a byte order mark, which an editor or a Windows tool
+// may add and which is invisible where the message is looked at.
+func invalidJSON(frame []byte, what string) error {
+	if bytes.HasPrefix(bytes.TrimLeft(frame, " \t\r\n"), []byte(bom)) {
+		return fmt.Errorf("%s: it starts with a UTF-8 byte order mark (EF BB BF), which JSON-RPC messages must not", what)
+	}
+	var v json.RawMessage
+	return fmt.Errorf("%s: %w", what, json.Unmarshal(frame, &v))
+}
+
 // DecodeInto is Decode into m, for a caller that keeps the Message where
 // it likes (on its stack). On an error m is left part filled.
 func DecodeInto(m *Message, frame []byte) error {
@@ -260,14 +276,14 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 	switch frame[start] {
 	case '[':
 		if !Valid(frame) {
-			return errors.New("invalid JSON in batch")
+			return invalidJSON(frame, "invalid JSON in batch")
 		}
 		*m = Message{Raw: frame, Batch: true}
 		return nil
 	case '{':
 	default:
 		if !Valid(frame) {
-			return errors.New("invalid JSON")
+			return invalidJSON(frame, "invalid JSON")
 		}
 		return ErrNotObject
 	}
@@ -304,8 +320,7 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 		return true
 	}, params)
 	if end < 0 || skipSpace(frame, end) != len(frame) {
-		var v json.RawMessage
-		return fmt.Errorf("invalid JSON: %w", json.Unmarshal(frame, &v))
+		return invalidJSON(frame, "invalid JSON")
 	}
 	if repeated != nil {
 		return Ambiguous(repeated, envelope)
