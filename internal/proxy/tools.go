@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
@@ -80,7 +81,7 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 			ann = &mcp.Annotations{}
 		}
 		pol := t.resolve(tool.Name, ann)
-		infos[tool.Name] = toolInfo{policy: &pol, defaults: mcp.SchemaDefaults(tool.InputSchema), listed: true}
+		infos[tool.Name] = toolInfo{policy: &pol, defaults: fingerprintable(mcp.SchemaDefaults(tool.InputSchema)), listed: true}
 	}
 	var warn []string
 	t.mu.Lock()
@@ -251,4 +252,21 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 		}
 	}
 	return out
+}
+
+// fingerprintable returns defaults without those the fingerprint refuses
+// (one name twice, a lone surrogate, a number past its bounds): filled
+// in, such a default would have every call that omits its member refused
+// for arguments the caller never sent. A call that spells the value
+// itself is still refused.
+func fingerprintable(defaults map[string]json.RawMessage) map[string]json.RawMessage {
+	for name, v := range defaults {
+		if fingerprint.CheckValue(v) != nil {
+			delete(defaults, name)
+		}
+	}
+	if len(defaults) == 0 {
+		return nil
+	}
+	return defaults
 }
