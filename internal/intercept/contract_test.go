@@ -166,6 +166,34 @@ func TestNoReadingOtherwise(t *testing.T) {
 	}
 }
 
+// TestSchemaCaseTwins: a schema that declares two members differing only
+// in case, each with a default, is one a server reads apart (Go's
+// encoding/json prefers the exact name). Its defaults are filled in, and
+// neither a call that leaves both out nor one that gives both is refused
+// as holding a twin of a member the policy fills in.
+func TestSchemaCaseTwins(t *testing.T) {
+	h := newHarness(charged)
+	h.defaults = map[string]json.RawMessage{"mode": json.RawMessage(`"a"`), "Mode": json.RawMessage(`"b"`)}
+	for _, args := range []string{`{}`, `{"mode":"a"}`, `{"Mode":"b"}`, `{"mode":"a","Mode":"b"}`} {
+		a := h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
+		if a.Error != nil {
+			t.Fatalf("arguments %s got error %s; want a result", args, a.Error)
+		}
+	}
+	if n := h.up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times; want 1: every call spells the defaults", n)
+	}
+	h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"Mode":"a"}}`).only(t)
+	if n := h.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream ran %d times; want 2: Mode a is another action", n)
+	}
+	// A twin the schema does not declare is still refused.
+	a := h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":{"MODE":"a"}}`).only(t)
+	if e := jsonrpc.DecodeError(a.Error); a.Error == nil || e.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("MODE got result %s, error %s; want -32602", a.Result, a.Error)
+	}
+}
+
 func TestScopes(t *testing.T) {
 	for _, tt := range []struct {
 		scope policy.Scope

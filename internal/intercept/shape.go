@@ -31,7 +31,7 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 	}
 	if useDefaults {
 		for name, v := range defaults {
-			if err := noCaseTwin(obj, name); err != nil {
+			if err := noCaseTwin(obj, name, defaults); err != nil {
 				return nil, err
 			}
 			if _, ok := obj[name]; !ok {
@@ -51,7 +51,7 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 // leaves empty. A path through a value that is not an object, or to a
 // member that is absent, drops nothing.
 func dropPath(obj map[string]json.RawMessage, path []string) error {
-	if err := noCaseTwin(obj, path[0]); err != nil {
+	if err := noCaseTwin(obj, path[0], nil); err != nil {
 		return err
 	}
 	if len(path) == 1 {
@@ -87,9 +87,15 @@ func dropPath(obj map[string]json.RawMessage, path []string) error {
 // which the policy names, only in case. The policy would drop or fill in
 // name and leave the twin, while a server that matches names without
 // regard to case (Go's encoding/json) reads the twin as name: two calls
-// whose twins differ would be taken for one (DESIGN section 10).
-func noCaseTwin(obj map[string]json.RawMessage, name string) error {
+// whose twins differ would be taken for one (DESIGN section 10). A twin
+// in declared is not one: the schema names both, so a server reads them
+// apart (encoding/json prefers the exact name), and the defaults fill in
+// both; counting it would refuse every call that leaves them out.
+func noCaseTwin(obj map[string]json.RawMessage, name string, declared map[string]json.RawMessage) error {
 	for k := range obj {
+		if _, ok := declared[k]; ok {
+			continue
+		}
 		if k != name && strings.EqualFold(k, name) {
 			return fmt.Errorf("arguments member %q differs from %q, which the tool's policy names, only in case; a server that matches names without regard to case reads it as %q", k, name, name)
 		}
