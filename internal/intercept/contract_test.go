@@ -71,6 +71,7 @@ func TestIgnoredArgumentsAndSchemaDefaults(t *testing.T) {
 		`{"amount":100,"region":"us-east-1"}`,
 		`{"amount":100,"note":"retry #2"}`,
 		`{"amount":100,"trace":{"id":"t-9"}}`,
+		`{"amount":100,"trace":{}}`,
 	} {
 		h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
 	}
