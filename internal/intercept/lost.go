@@ -181,9 +181,45 @@ func (s *sentCalls) of(key, fp string) *record.Record {
 	return nil
 }
 
+// otherAction returns a copy of the execution matched on key, a client
+// key, that this process runs for an action other than fp's, if any.
+func (s *sentCalls) otherAction(key, fp string) *record.Record {
+	if s.n.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.m[key]; r != nil && r.Fingerprint != fp {
+		return r.Clone()
+	}
+	return nil
+}
+
 // runningNote is the note of a reservation failed because this process
 // runs an execution of the same call, which the store had lost.
 const runningNote = "failed before it was sent: this process runs an execution of the same call, which the store had lost"
+
+// lostKey returns the execution this process sent, and still runs,
+// under the client key of req's call for another action, if the store
+// lost it (a Redis restarted without persistence). The call matches it,
+// and is refused for reusing the key (resolve), as it would be had the
+// store kept it. It is matched before the call reserves anything: won
+// and failed, as lostSent fails one, its reservation would stand under
+// the key for another action, and keep the running one from being
+// written again (restore), so that its own retries were refused.
+func (in *Interceptor) lostKey(req *Request, fresh *record.Record) *record.Record {
+	sent := in.sent.otherAction(fresh.Key, fresh.Fingerprint)
+	if sent == nil || in.mayHaveExpired(sent) {
+		// Expired, it is not written again (restore): the key is free.
+		return nil
+	}
+	if _, err := in.store.Get(req.bg, sent.ID); !errors.Is(err, record.ErrNotFound) {
+		return nil // held, or unknown: the store's record decides
+	}
+	in.log.Error("the store had lost an execution this process runs under the call's client key: the key still names it",
+		"execution", sent.ID, "tool", sent.Tool)
+	return sent
+}
 
 // lostSent returns, for req's call, which won the reservation won, the
 // execution of the same call this process sent and still runs, if the

@@ -327,3 +327,44 @@ func wantOneCharge(t *testing.T, h *harness, first, other *answers, who string) 
 		t.Fatal(err)
 	}
 }
+
+// TestKeyReusedAsTheStoreLostTheExecutionItRuns: a client key this
+// process runs an execution under, reused for other arguments once the
+// store lost that execution's record, is refused as ever: the process
+// still knows the key names another action. It reserves nothing, so the
+// first execution is written again under the key, and a retry of it
+// gets its answer.
+func TestKeyReusedAsTheStoreLostTheExecutionItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		store := newAmnesiac()
+		h.in = New(Options{Store: store, Hasher: fingerprint.NewRandom(), StoreWaits: true})
+		first := h.call(t.Context(), t, keyed("order-1", `{"amount":100}`))
+		synctest.Wait()
+		store.lose()
+		other := h.call(t.Context(), t, keyed("order-1", `{"amount":999}`))
+		synctest.Wait()
+		close(release)
+		ans := other.only(t)
+		if e := jsonrpc.DecodeError(ans.Error); ans.Error == nil || e.Code != jsonrpc.CodeInvalidParams || !strings.Contains(e.Message, "arguments differ") {
+			t.Fatalf("key order-1 reused for other arguments got %s %s; want -32602, not run", ans.Result, ans.Error)
+		}
+		if v := view(t, first.only(t)); v.IsError || v.Content[0].Text != "charge #1" {
+			t.Fatalf("the first caller got %+v; want the charge", v)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+		if err := h.in.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// The first execution, written again, answers its key's retry.
+		again := view(t, h.call(t.Context(), t, keyed("order-1", `{"amount":100}`)).only(t))
+		if !again.Meta.Replayed || again.Content[0].Text != "charge #1" {
+			t.Fatalf("a retry of the first call got %+v; want its charge replayed", again)
+		}
+		if n := h.up.calls.Load(); n != 1 {
+			t.Fatalf("upstream reached %d times; want 1", n)
+		}
+	})
+}

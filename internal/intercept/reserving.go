@@ -190,6 +190,11 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		// again, having lost it), and this call finds it.
 		k.wake()
 	}
+	if req.Call.Key != "" {
+		if sent := in.lostKey(req, fresh); sent != nil {
+			return sent, false, nil
+		}
+	}
 	if slices.Contains(opts.Replace, record.Delivered) {
 		// A caller that got the answer of an execution of this call may
 		// ask again before the store has recorded that it got it: once
