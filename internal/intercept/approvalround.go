@@ -360,6 +360,15 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 			"tools/call %s: the call continues the approval of execution %s of %s, but it is another call: send the arguments that were asked about", plain.Name, id, rec.Tool))
 		return
 	}
+	if !in.sameKey(req, rec) {
+		// The fingerprint leaves the key out: decided under another key,
+		// the execution would stay the first key's, and a call under
+		// this one would start another, asked about anew.
+		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
+			"tools/call %s: the call continues the approval of execution %s, which was asked about for a call under another client key (_meta %q), so it cannot be decided here and nothing was sent: send the continuation with that key",
+			plain.Name, id, mcp.MetaKey))
+		return
+	}
 	switch {
 	case rec.State == record.Accepted && rec.Awaiting == record.ApproverClient:
 		c := in.clientDecision(req, answer, nil, 0)
@@ -374,6 +383,17 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		req.joined, req.joinedHow = rec.ID, joinedWaited
 		in.goAttach(ctx, rec, req)
 	}
+}
+
+// sameKey reports whether req's call, under a client key, is matched on
+// rec's: one whose key names another execution is not rec's call. A call
+// without a key has rec's fingerprint, and scope, already.
+func (in *Interceptor) sameKey(req *Request, rec *record.Record) bool {
+	if req.Call.Key == "" {
+		return true
+	}
+	key, err := in.clientKey(req)
+	return err == nil && key == rec.Key
 }
 
 // otherScope is the error of a continuation of the approval of execution

@@ -373,3 +373,23 @@ func TestApprovalGrantNotKeptPastTheSession(t *testing.T) {
 		t.Error("the session's grant is kept after its end")
 	}
 }
+
+// TestApprovalInRoundKeyChanged: a continuation under another client key
+// than the call asked about is refused, as one that drops the key is: the
+// key it names is not the execution's, and a call under it would start
+// another execution, asked about anew.
+func TestApprovalInRoundKeyChanged(t *testing.T) {
+	h := approving(policy.ApprovalEach, policy.ApproverClient)
+	args := `{"card":"4242","amount":100}`
+	keyed := func(key, call string) string {
+		return strings.Replace(call, `"_meta":{`, `"_meta":{"mcp-idempotent/key":"`+key+`",`, 1)
+	}
+	round := asRound(t, h.call(t.Context(), t, keyed("k1", roundCall(args, nil, ""))).only(t))
+	ans := h.call(t.Context(), t, keyed("k2", roundCall(args, round, "accept"))).only(t)
+	if e := string(ans.Error); !strings.Contains(e, "-32602") || !strings.Contains(e, "mcp-idempotent/key") || h.up.calls.Load() != 0 {
+		t.Fatalf("a continuation under another client key got %s %s, %d runs; want -32602 naming the key, nothing run", ans.Result, ans.Error, h.up.calls.Load())
+	}
+	if v := view(t, h.call(t.Context(), t, keyed("k1", roundCall(args, round, "accept"))).only(t)); v.IsError || h.up.calls.Load() != 1 {
+		t.Fatalf("the continuation with its key got %q, %d runs; want one run", v.Content[0].Text, h.up.calls.Load())
+	}
+}
