@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -17,6 +18,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/memstore"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -663,5 +665,40 @@ func TestLargeCallsLeaveTheCaller(t *testing.T) {
 	close(store.release)
 	if v := view(t, a.only(t)); v.Content[0].Text != "charge #1" {
 		t.Fatalf("the large call got %+v; want it run", v)
+	}
+}
+
+// TestKeyFreeOnceItsExecutionExpired: a client key is kept as long as its
+// execution. Reused for other arguments within the retention, it is
+// refused; once the execution expired, the call runs as a new one,
+// whatever the first became.
+func TestKeyFreeOnceItsExecutionExpired(t *testing.T) {
+	for _, first := range []string{"completed", "unknown"} {
+		t.Run(first, func(t *testing.T) {
+			var mu sync.Mutex
+			now := time.Now()
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			respond := charged
+			if first == "unknown" {
+				respond = dies(charged)
+			}
+			h := newHarness(respond)
+			h.in = New(Options{Store: memstore.New(memstore.Options{Now: clock}), Hasher: fingerprint.NewRandom(), Now: clock})
+			h.pol.Retention = time.Hour
+			h.callAs(t, "alice", "s", keyed("order-1", `{"amount":100}`)).only(t)
+			h.in.Wait(t.Context())
+			if a := h.callAs(t, "alice", "s", keyed("order-1", `{"amount":999}`)).only(t); a.Error == nil {
+				t.Fatalf("key reused within the retention got %s; want -32602", a.Result)
+			}
+			mu.Lock()
+			now = now.Add(h.pol.Retention + time.Second)
+			mu.Unlock()
+			if a := h.callAs(t, "alice", "s", keyed("order-1", `{"amount":999}`)).only(t); a.Error != nil || view(t, a).Meta.Replayed {
+				t.Fatalf("key reused once its execution expired got %s %s; want a new execution", a.Result, a.Error)
+			}
+			if n := h.up.calls.Load(); n != 2 {
+				t.Fatalf("the upstream saw %d calls; want 2", n)
+			}
+		})
 	}
 }
