@@ -98,11 +98,11 @@ type Conn struct {
 	pending         []byte
 	told, spareTold []heldFrame
 
-	// writeFailed is closed by the first write that fails, whose error
-	// writeErr then holds: the peer closed the pipe it reads, say.
 	// begun and ended count the writes to w (WriteUnderWay).
 	begun, ended atomic.Uint64
 
+	// writeFailed is closed by the first write that fails, whose error
+	// writeErr then holds: the peer closed the pipe it reads, say.
 	writeFailed chan struct{}
 	writeErr    atomic.Pointer[error]
 	failOnce    sync.Once
