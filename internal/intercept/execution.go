@@ -541,7 +541,8 @@ func (e *execution) Answered(result json.RawMessage, err error) {
 func (e *execution) decide() bool {
 	in, a := e.in, e.acct()
 	a.release()
-	if in.timed && e.rec != nil {
+	if in.timed && e.rec != nil && !notSent(e.err) {
+		// A send that never left had no answer to time.
 		in.obs.Upstream(e.observed(), in.now().Sub(in.epoch)-e.sent)
 	}
 	if e.req.Policy.Retry == nil {

@@ -249,7 +249,9 @@ type Observer interface {
 	Attempt(tool Tool, n int, why string, wait time.Duration)
 	// Transition: an execution moved to state.
 	Transition(tool Tool, state record.State)
-	// Upstream: the upstream answered one send after d.
+	// Upstream: the upstream answered one send after d, or d passed
+	// before the proxy learned no answer would come. A send that never
+	// left is not told.
 	Upstream(tool Tool, d time.Duration)
 }
 

@@ -216,3 +216,10 @@ func transient(result json.RawMessage, rule *policy.RetryRule) (policy.ResultMat
 	}
 	return firstMatch(result, rule.Transient)
 }
+
+// notSent reports whether err says an attempt never left: the upstream
+// cannot have run it, nor answered it.
+func notSent(err error) bool {
+	_, ok := errors.AsType[*retry.NotSentError](err)
+	return ok
+}

@@ -98,7 +98,7 @@ func New() *Metrics {
 		}, []string{"tool"}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcp_idempotent_upstream_seconds",
-			Help:    "Time from sending a tools/call upstream to its answer, per send.",
+			Help:    "Time from sending a tools/call upstream to its answer, per send; a send that never left is not timed.",
 			Buckets: upstreamBuckets,
 		}, []string{"tool"}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
