@@ -73,6 +73,7 @@ func (t *toolTable) learn(page mcp.ListPage) {
 // effect on a tool it merges. It reports whether it merged the page.
 func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	infos := make(map[string]toolInfo, len(page.Tools))
+	dropped := make(map[string][]string)
 	for _, tool := range page.Tools {
 		// A listed tool without annotations is distinct from one not
 		// listed at all.
@@ -81,9 +82,11 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 			ann = &mcp.Annotations{}
 		}
 		pol := t.resolve(tool.Name, ann)
-		infos[tool.Name] = toolInfo{policy: &pol, defaults: fingerprintable(mcp.SchemaDefaults(tool.InputSchema)), listed: true}
+		defaults, left := fingerprintable(mcp.SchemaDefaults(tool.InputSchema))
+		dropped[tool.Name] = left
+		infos[tool.Name] = toolInfo{policy: &pol, defaults: defaults, listed: true}
 	}
-	var warn []string
+	var warn, warnDropped []string
 	t.mu.Lock()
 	if gen != t.gen {
 		t.mu.Unlock()
@@ -94,8 +97,17 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 		if t.warned.note(name, info.policy) {
 			warn = append(warn, name)
 		}
+		if t.warned.noteDropped(name, dropped[name]) {
+			warnDropped = append(warnDropped, name)
+		}
 	}
 	t.mu.Unlock()
+	slices.Sort(warnDropped)
+	for _, name := range warnDropped {
+		t.log.Warn("the tool's inputSchema gives defaults the fingerprint cannot read (a name twice, a lone surrogate, a number past its bounds): "+
+			"they are not filled in, and a call that leaves such a member out is fingerprinted without it",
+			"tool", name, "members", strings.Join(dropped[name], ", "))
+	}
 	slices.Sort(warn)
 	for _, name := range warn {
 		p := infos[name].policy
@@ -255,18 +267,20 @@ func protocolMeta(meta json.RawMessage) map[string]json.RawMessage {
 }
 
 // fingerprintable returns defaults without those the fingerprint refuses
-// (one name twice, a lone surrogate, a number past its bounds): filled
-// in, such a default would have every call that omits its member refused
-// for arguments the caller never sent. A call that spells the value
-// itself is still refused.
-func fingerprintable(defaults map[string]json.RawMessage) map[string]json.RawMessage {
+// (one name twice, a lone surrogate, a number past its bounds), and the
+// sorted names of those: filled in, such a default would have every call
+// that omits its member refused for arguments the caller never sent. A
+// call that spells the value itself is still refused.
+func fingerprintable(defaults map[string]json.RawMessage) (_ map[string]json.RawMessage, dropped []string) {
 	for name, v := range defaults {
 		if fingerprint.CheckValue(v) != nil {
 			delete(defaults, name)
+			dropped = append(dropped, name)
 		}
 	}
+	slices.Sort(dropped)
 	if len(defaults) == 0 {
-		return nil
+		return nil, dropped
 	}
-	return defaults
+	return defaults, dropped
 }
