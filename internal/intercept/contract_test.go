@@ -260,6 +260,27 @@ func TestForwardKeyOffDropsAClientsExecutionID(t *testing.T) {
 	}
 }
 
+// TestClientsEscapedExecutionID: the proxy's member spelled with escapes
+// is the same member to every reader, and is dropped (forward_key off)
+// or replaced by the proxy's (on), never sent beside it.
+func TestClientsEscapedExecutionID(t *testing.T) {
+	var sent []string
+	h := newHarness(func(_ context.Context, n int, p json.RawMessage) (json.RawMessage, error) {
+		sent = append(sent, string(p))
+		return charged(context.Background(), n, p)
+	})
+	const meta = `"_meta":{"mcp-idempotent\/execution-id":"exe_a","\u006dcp-idempotent/execution-id":"exe_b","p":1}`
+	h.pol.ForwardKey = false
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":1},`+meta+`}`).only(t)
+	h.pol.ForwardKey = true
+	h.call(t.Context(), t, `{"name":"charge_card","arguments":{"n":2},`+meta+`}`).only(t)
+	want0 := `{"name":"charge_card","arguments":{"n":1},"_meta":{"p":1}}`
+	want1 := `{"name":"charge_card","arguments":{"n":2},"_meta":{"p":1,"mcp-idempotent/execution-id":"exe_`
+	if len(sent) != 2 || sent[0] != want0 || !strings.HasPrefix(sent[1], want1) || strings.Count(sent[1], "execution-id") != 1 {
+		t.Fatalf("upstream got\n%s\nwant\n%s\n%s...", strings.Join(sent, "\n"), want0, want1)
+	}
+}
+
 // dies answers the first dispatch as an upstream that died after the side
 // effect, and then behaves as respond.
 func dies(respond func(context.Context, int, json.RawMessage) (json.RawMessage, error)) func(context.Context, int, json.RawMessage) (json.RawMessage, error) {

@@ -25,7 +25,8 @@ const (
 	// returns. In shadow mode, which asks nobody, it passes through.
 	RouteUnapproved
 	// RouteUnreadable: the call's client key or deadline cannot be read,
-	// or a member of its params is not as MCP allows: refused, with the
+	// its _meta holds the proxy's execution id in another case, or a
+	// member of its params is not as MCP allows: refused, with the
 	// error RouteCall (or the call's parse) returns. In shadow mode,
 	// which keeps no record of it, it passes through unrecorded.
 	RouteUnreadable
@@ -65,6 +66,9 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 		return RouteUnreadable, call.DeadlineErr
 	case unrecorded:
 		return RouteUnrecorded, nil
+	case call.ExecutionIDErr != nil:
+		// Only a recorded call carries an execution id of the proxy's.
+		return RouteUnreadable, call.ExecutionIDErr
 	}
 	return RouteRecorded, nil
 }

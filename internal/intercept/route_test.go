@@ -29,6 +29,10 @@ func TestRouteCall(t *testing.T) {
 		badKey      = `{"name":"t","_meta":{"mcp-idempotent/key":5}}`
 		badBoth     = `{"name":"t","_meta":{"mcp-idempotent/key":5,"mcp-idempotent/deadline_ms":-1}}`
 		badDeadline = `{"name":"t","_meta":{"mcp-idempotent/deadline_ms":-1}}`
+		// The proxy's own member in another case: an upstream reading
+		// names without regard to case takes it for the execution id.
+		idVariant = `{"name":"t","_meta":{"MCP-Idempotent/Execution-Id":"exe_chosen"}}`
+		idExact   = `{"name":"t","_meta":{"mcp-idempotent/execution-id":"exe_chosen","mcp-idempotent\/execution-id":"x"}}`
 	)
 	for _, tt := range []struct {
 		name    string
@@ -53,6 +57,14 @@ func TestRouteCall(t *testing.T) {
 		{"side effect, bad key", badKey, sideEffect, RouteUnreadable, "mcp-idempotent/key"},
 		{"side effect, bad key and deadline", badBoth, sideEffect, RouteUnreadable, "mcp-idempotent/key"},
 		{"side effect, bad deadline", badDeadline, sideEffect, RouteUnreadable, "deadline_ms"},
+		{"side effect, execution id in another case", idVariant, sideEffect, RouteUnreadable, "MCP-Idempotent/Execution-Id"},
+		// The exact name, however escaped, is the proxy's to replace or
+		// drop (forward_key).
+		{"side effect, execution id", idExact, sideEffect, RouteRecorded, ""},
+		// A call passed on as it came carries no execution id of the
+		// proxy's: the member goes as the client wrote it.
+		{"read only, execution id in another case", idVariant, readOnly, RoutePassThrough, ""},
+		{"key scope, no key, execution id in another case", idVariant, keyScopedRetried, RouteUnrecorded, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var call mcp.ToolCall

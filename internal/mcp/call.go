@@ -65,6 +65,14 @@ type ToolCall struct {
 	// are never matched by key, and a call passed upstream as it came
 	// has no deadline of the proxy's to keep, so neither refuses it.
 	KeyErr, DeadlineErr *jsonrpc.Error
+	// ExecutionIDErr refuses a call whose _meta holds a member that
+	// differs only in case from MetaExecutionID: the proxy's own member,
+	// which an upstream that matches names without regard to case (Go's
+	// encoding/json) would take for the execution id the proxy vouches
+	// for, or the proxy's for the client's. Left to the caller, as
+	// KeyErr: a call the proxy passes on as it came carries no id of its
+	// own, and the member goes as the client wrote it.
+	ExecutionIDErr *jsonrpc.Error
 }
 
 // MetaErr returns KeyErr, else DeadlineErr: what refuses a call that is
@@ -219,6 +227,9 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 			tc.KeyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
+		if m.idVariant != nil {
+			tc.ExecutionIDErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, jsonrpc.Ambiguous(m.idVariant, []string{MetaExecutionID}))
+		}
 		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
 			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
@@ -313,6 +324,9 @@ const (
 // when absent.
 type callMeta struct {
 	key, keyCommon, deadline, version, caps []byte
+	// idVariant is the first member named as MetaExecutionID but in
+	// another case (ToolCall.ExecutionIDErr), or nil.
+	idVariant []byte
 }
 
 // readMeta reads the members of meta, an object, that the proxy acts on,
@@ -332,6 +346,10 @@ func readMeta(meta json.RawMessage) (callMeta, error) {
 			m.version = value
 		case metaClientCapabilities:
 			m.caps = value
+		case -1:
+			if m.idVariant == nil && string(name) != MetaExecutionID && bytes.EqualFold(name, []byte(MetaExecutionID)) {
+				m.idVariant = name
+			}
 		}
 		return true
 	})

@@ -152,7 +152,8 @@ func TestReadOnlyWithARetryRule(t *testing.T) {
 // TestReadOnlyCallsReadNoKey: a key or a deadline in _meta that cannot be
 // read refuses a call the proxy records or sends itself, but not a
 // read-only tool's call passed upstream as it came, which uses neither,
-// as it would run without the proxy.
+// as it would run without the proxy. So does the proxy's execution id in
+// another case, in a call the proxy records.
 func TestReadOnlyCallsReadNoKey(t *testing.T) {
 	in := intercept.New(intercept.Options{Store: memstore.New(memstore.Options{}), Hasher: fingerprint.NewRandom()})
 	resolve := func(tool string, ann *mcp.Annotations) policy.Policy {
@@ -175,7 +176,10 @@ func TestReadOnlyCallsReadNoKey(t *testing.T) {
 		`{"name":"charge_card","inputSchema":{"type":"object"}}]}}`)
 	r.client.next(t, "client")
 
-	for i, meta := range []string{`{"idempotencyKey":12345}`, `{"mcp-idempotent/key":""}`, `{"mcp-idempotent/deadline_ms":"soon"}`} {
+	// The proxy's execution id in another case is the client's business
+	// where the proxy vouches for none.
+	const idVariant = `{"MCP-Idempotent/Execution-Id":"exe_chosen"}`
+	for i, meta := range []string{`{"idempotencyKey":12345}`, `{"mcp-idempotent/key":""}`, `{"mcp-idempotent/deadline_ms":"soon"}`, idVariant} {
 		call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":%s}}`, 10+i, meta)
 		r.client.send(t, call)
 		if got := r.upstream.next(t, "upstream"); got != call {
@@ -187,6 +191,7 @@ func TestReadOnlyCallsReadNoKey(t *testing.T) {
 		{"charge_card", `{"mcp-idempotent/deadline_ms":"soon"}`},
 		{"stamp", `{"mcp-idempotent/key":""}`},
 		{"quote", `{"mcp-idempotent/deadline_ms":0}`},
+		{"charge_card", idVariant},
 	} {
 		r.client.send(t, `{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"`+tc.tool+`","arguments":{},"_meta":`+tc.meta+`}}`)
 		if got := r.client.next(t, "client"); !strings.Contains(got, `"id":20,`) || !strings.Contains(got, `"code":-32602`) {
