@@ -23,7 +23,8 @@ func Replace(frame, value, with []byte) []byte {
 }
 
 // WithMeta returns a copy of result with members (JSON members without
-// braces) added to its _meta object, creating it if absent. The stored
+// braces) added to its _meta object, creating it if absent, or to each
+// of them where it gives _meta twice or in another case. The stored
 // result is never modified, and the rest of it is kept byte for byte. A
 // result that is not an object comes back unchanged.
 func WithMeta(result json.RawMessage, members []byte) json.RawMessage {
@@ -36,10 +37,14 @@ func WithMeta(result json.RawMessage, members []byte) json.RawMessage {
 func AppendWithMeta(dst []byte, result json.RawMessage, members []byte) json.RawMessage {
 	var meta []byte
 	empty := true
+	metas := 0 // members named _meta in any case
 	if EachMember(result, func(name, value []byte) bool {
 		empty = false
-		if string(name) == "_meta" {
-			meta = value // the last one wins, as in JSON.parse
+		if len(name) == len("_meta") && bytes.EqualFold(name, []byte("_meta")) {
+			metas++
+			if string(name) == "_meta" {
+				meta = value // the last one wins, as in JSON.parse
+			}
 		}
 		return true
 	}) != nil {
@@ -48,7 +53,37 @@ func AppendWithMeta(dst []byte, result json.RawMessage, members []byte) json.Raw
 	if dst == nil {
 		dst = make([]byte, 0, len(result)+len(members)+16)
 	}
+	if metas > 1 || metas == 1 && meta == nil {
+		return appendEveryMeta(dst, result, members, meta == nil)
+	}
 	return AppendInsertMeta(dst, result, meta, empty, members)
+}
+
+// appendEveryMeta is AppendWithMeta for a result that gives _meta twice,
+// or in another case ("_META"). Readers differ on which they take: the
+// last (JSON.parse), the first, or, as Go's encoding/json does, every
+// one whose name matches without regard to case, merged in order. So
+// members go into each: added to one alone, they could be read from none,
+// or read as the other's older values ("replayed": false). add says
+// that none is named _meta exactly: one is added last, for the readers
+// that read that name alone.
+func appendEveryMeta(dst []byte, result json.RawMessage, members []byte, add bool) json.RawMessage {
+	from := 0 // what of result is copied to dst
+	EachMember(result, func(name, value []byte) bool {
+		if len(name) == len("_meta") && bytes.EqualFold(name, []byte("_meta")) {
+			start := cap(result) - cap(value) // value is a slice of result
+			dst = appendMetaValue(append(dst, result[from:start]...), value, members)
+			from = start + len(value)
+		}
+		return true
+	})
+	if add {
+		end := bytes.LastIndexByte(result, '}')
+		dst = append(append(dst, result[from:end]...), `,"_meta":{`...)
+		dst = append(append(dst, members...), '}')
+		from = end
+	}
+	return append(dst, result[from:]...)
 }
 
 // InsertMeta is WithMeta for an object whose _meta member the caller has
@@ -76,10 +111,16 @@ func AppendInsertMeta(out []byte, obj, meta json.RawMessage, empty bool, members
 	// meta is a slice of obj, so its capacity locates it.
 	start := cap(obj) - cap(meta)
 	end := start + len(meta)
-	out = append(out, obj[:start]...)
+	out = appendMetaValue(append(out, obj[:start]...), meta, members)
+	return append(out, obj[end:]...)
+}
+
+// appendMetaValue appends meta, the value of a _meta member, with
+// members added, as InsertMeta describes.
+func appendMetaValue(out, meta, members []byte) []byte {
 	switch {
 	case meta[0] != '{':
-		out = append(append(append(out, '{'), members...), '}')
+		return append(append(append(out, '{'), members...), '}')
 	case !holdsAName(meta, members) && bytes.IndexByte(meta, '\\') < 0:
 		// The common case: none of members' names in it (nor an escape,
 		// which could spell one). Insert before its closing brace,
@@ -88,11 +129,9 @@ func AppendInsertMeta(out []byte, obj, meta json.RawMessage, empty bool, members
 		if len(bytes.TrimSpace(meta[1:len(meta)-1])) > 0 {
 			out = append(out, ',')
 		}
-		out = append(append(out, members...), '}')
-	default:
-		out = appendWithout(out, meta, members)
+		return append(append(out, members...), '}')
 	}
-	return append(out, obj[end:]...)
+	return appendWithout(out, meta, members)
 }
 
 // holdsAName reports whether meta holds the name of one of members (a

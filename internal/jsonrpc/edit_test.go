@@ -54,6 +54,33 @@ func TestWithMetaReplacesItsOwn(t *testing.T) {
 	}
 }
 
+// TestWithMetaEveryMeta: a result giving _meta twice, or in another
+// case, gets the members in each, so that no reader, whichever it takes
+// (the first, the last, or, as Go's encoding/json, all merged in order),
+// reads the upstream's own in their place; and a result without one
+// named exactly gets one added, for the readers of that name alone.
+func TestWithMetaEveryMeta(t *testing.T) {
+	const add = `"mcp-idempotent/replayed":true`
+	for _, tt := range []struct{ in, want string }{
+		{`{"_meta":{"mcp-idempotent/replayed":false},"content":[],"_meta":{"a":1}}`,
+			`{"_meta":{` + add + `},"content":[],"_meta":{"a":1,` + add + `}}`},
+		{`{"_meta":{},"_META":{"mcp-idempotent/replayed":false}}`,
+			`{"_meta":{` + add + `},"_META":{` + add + `}}`},
+		{`{"content":[],"_Meta":{"mcp-idempotent/replayed":false}}`,
+			`{"content":[],"_Meta":{` + add + `},"_meta":{` + add + `}}`},
+		{`{"_META":null,"_meta":"odd"}`, `{"_META":{` + add + `},"_meta":{` + add + `}}`},
+		{`{"\u005fmeta":{"b":2},"_meta":{}}`, `{"\u005fmeta":{"b":2,` + add + `},"_meta":{` + add + `}}`},
+	} {
+		got := string(WithMeta(json.RawMessage(tt.in), []byte(add)))
+		if got != tt.want {
+			t.Errorf("WithMeta(%s) =\n %s\nwant\n %s", tt.in, got, tt.want)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Errorf("WithMeta(%s) = %s, not valid JSON", tt.in, got)
+		}
+	}
+}
+
 // TestWithMetaNeverTwice: whatever the names of the members added, a
 // _meta that holds one already gives it up, so the result never holds a
 // name twice.
