@@ -42,6 +42,9 @@ type clientCall struct {
 	// so that a cancellation of it finds it forwarded (see cancelled).
 	mu          sync.Mutex
 	passThrough bool // the request went upstream as it came
+	// unlisted is set when releasePassedLocked took the call's entry out
+	// of s.calls, whose key another call may hold since. s.mu guards it.
+	unlisted bool
 
 	// spanForwarded is set once the request passing the call upstream as
 	// it came took its span, to end with its answer (callSpan).
@@ -97,7 +100,10 @@ func (c *clientCall) release() bool {
 		c.s.mu.Unlock()
 		return false
 	}
-	if c.s.calls[k] == c {
+	if !c.unlisted {
+		// Its entry is its own until released: no other call takes the
+		// key meanwhile (inUseLocked), and none but this and
+		// releasePassedLocked, which marks it, takes it out.
 		delete(c.s.calls, k)
 	}
 	if c.progress > 0 {

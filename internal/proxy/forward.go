@@ -264,9 +264,14 @@ func (s *Session) forgetLocked(key string) {
 // passed upstream keeps its entry there until the goroutine that sent it
 // finishes it, which may come later than the answer the client acts on,
 // or than its own cancellation. While f held key, no other call could
-// take it, so the entry is f's. s.mu must be held.
+// take it, so the entry is f's: marked, it leaves the key to the next
+// call when it is released. s.mu must be held.
 func (s *Session) releasePassedLocked(key string, f forwardedRequest) {
-	if f.method == "tools/call" && f.batch == 0 {
+	if f.method != "tools/call" || f.batch != 0 {
+		return
+	}
+	if c := s.calls[key]; c != nil {
+		c.unlisted = true
 		delete(s.calls, key)
 	}
 }
