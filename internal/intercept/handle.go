@@ -20,7 +20,7 @@ import (
 func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
 	arrived := in.now()
-	in.setDeadline(req, deadline(arrived, pol.Retry, call.Deadline))
+	in.startDeadline(req, arrived)
 	req.bg = context.WithoutCancel(ctx)
 	id, carried, own, err := in.ownContinuation(req)
 	if own && errors.Is(err, errBadState) && !asksInRound(pol) {
@@ -386,17 +386,18 @@ func (in *Interceptor) sameBeforeTasksExtension(rec *record.Record, req *Request
 	return err == nil && fp == rec.Fingerprint
 }
 
-// deadline returns when a call arriving at now stops beginning waits: the
-// retry rule's deadline (policy.DefaultDeadline when it sets none), or
-// the client's, if that is sooner. Without a retry rule the proxy makes
-// no waits of its own, and the client's deadline, checked by
-// mcp.ParseToolCall, has nothing to bound.
-func deadline(now time.Time, rule *policy.RetryRule, client time.Duration) time.Time {
-	d := ruleDeadline(rule)
-	if client > 0 {
+// startDeadline sets when req, a call arriving at now, stops beginning
+// waits: the retry rule's deadline (policy.DefaultDeadline when it sets
+// none), or the client's, if that is sooner. Without a retry rule the
+// proxy makes no waits of its own, and the client's deadline, checked by
+// mcp.ParseToolCall, has nothing to bound. It is counted from the epoch
+// as setDeadline counts it, without a Time for it in between.
+func (in *Interceptor) startDeadline(req *Request, now time.Time) {
+	d := ruleDeadline(req.Policy.Retry)
+	if client := req.Call.Deadline; client > 0 {
 		d = min(d, client)
 	}
-	return now.Add(d)
+	in.setDeadlineAfter(req, now.Sub(in.epoch)+d)
 }
 
 // ruleDeadline is the deadline rule gives a call from its arrival.
@@ -418,10 +419,15 @@ func (in *Interceptor) deadlineOf(req *Request) time.Time {
 // setDeadline sets req's deadline to d. One that falls on the epoch
 // itself is kept a nanosecond later, 0 being none.
 func (in *Interceptor) setDeadline(req *Request, d time.Time) {
-	req.deadline = d.Sub(in.epoch)
-	if req.deadline == 0 {
-		req.deadline = 1
+	in.setDeadlineAfter(req, d.Sub(in.epoch))
+}
+
+// setDeadlineAfter sets req's deadline to d after the epoch.
+func (in *Interceptor) setDeadlineAfter(req *Request, d time.Duration) {
+	if d == 0 {
+		d = 1
 	}
+	req.deadline = d
 }
 
 // clientDeadline returns the deadline req's client set (Call.Deadline

@@ -27,7 +27,7 @@ import (
 // as it came, under its own id, by the session.
 func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 	req.unrecorded = true
-	in.setDeadline(req, deadline(in.now(), req.Policy.Retry, req.Call.Deadline))
+	in.startDeadline(req, in.now())
 	req.bg = context.WithoutCancel(ctx)
 	e := in.newExecution(ctx, req, nil)
 	if in.storeWaits {
