@@ -261,7 +261,7 @@ func newProxyFlags(stderr io.Writer) *proxyFlags {
 	f.fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
 	f.fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	f.fs.StringVar(&f.maxMessage, "max-message-size", "16MiB", "largest JSON-RPC message accepted, in bytes (suffixes KiB, MiB, GiB)")
-	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint (default: the OS user)")
+	f.fs.StringVar(&f.actor, "actor", "", "who the calls are made for; part of every fingerprint but a scope: global tool's (default: the OS user)")
 	f.fs.StringVar(&f.policy, "policy", "", "the policy `FILE` (YAML): each tool's replay contract; see `mcp-idempotent policy check`")
 	f.fs.StringVar(&f.scope, "scope", "", "the default intent scope: session (default), actor or key; a scope in the policy file wins")
 	f.fs.StringVar(&f.upstream, "upstream", "", "a Streamable HTTP MCP server's `URL` to proxy, instead of a command after --")

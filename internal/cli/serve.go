@@ -54,7 +54,7 @@ func newServeFlags(stderr io.Writer) *serveFlags {
 	fs.StringVar(&f.path, "path", "/mcp", "the URL path of the MCP endpoint")
 	fs.Var(&f.origins, "allow-origin", "an Origin to accept besides the loopback ones, as https://app.example.com, or * for any (repeatable); a browser page from any other origin gets 403")
 	fs.Var(&f.hosts, "allow-host", "a Host name to accept besides loopback names, the --listen host and the --allow-origin hosts (repeatable); any other Host gets 403 (DNS rebinding)")
-	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint, so two tokens never share an execution")
+	fs.StringVar(&f.tokenFile, "auth-token-file", "", "require a bearer token: `FILE` has one 'TOKEN ACTOR' per line (# starts a comment); the actor enters every fingerprint but a scope: global tool's, so two tokens share no other execution")
 	fs.IntVar(&f.maxSessions, "max-sessions", 100, "the most client sessions open at once (each has its own upstream); one more gets 503, and the session idle longest, if a minute or more, is ended to make room")
 	fs.IntVar(&f.maxBodyReads, "max-body-reads", streamhttp.DefaultMaxBodyReads, "the most request bodies read at once, each at most --max-message-size; more get 503 unread (requests being answered and open streams do not count)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", streamhttp.DefaultIdleTimeout, "end a session (and stop its upstream) after this long with no request or stream open, answers owed or not; with the session scope, a retry after that runs again")
