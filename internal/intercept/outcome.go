@@ -47,7 +47,7 @@ func outcome(result json.RawMessage, err error) record.Change {
 		// store and the journal keep, leaves out the answer's bytes, as
 		// it leaves out an upstream error's message: what a tool answers
 		// is kept only where the policy allows.
-		return record.Change{To: record.Unknown, Note: fmt.Sprintf("malformed answer from the upstream: %s (%d bytes)", malformed.What, malformed.Size)}
+		return record.Change{To: record.Unknown, Note: malformed.Summary()}
 	case retry.IsNotSent(err):
 		return record.Change{To: record.Failed, Note: err.Error()}
 	}

@@ -65,6 +65,12 @@ func (e *MalformedError) Error() string {
 	return fmt.Sprintf("malformed answer from the upstream: %s (%d bytes, starting %q)", e.What, e.Size, e.Head)
 }
 
+// Summary is e without its first bytes, which may quote the tool's
+// result: what a record, the journal or a trace may keep of it.
+func (e *MalformedError) Summary() string {
+	return fmt.Sprintf("malformed answer from the upstream: %s (%d bytes)", e.What, e.Size)
+}
+
 // Malformed returns a MalformedError for raw, keeping its first 64 bytes.
 func Malformed(what string, raw []byte) error {
 	head := raw

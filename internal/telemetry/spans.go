@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 // The attributes of the proxy's spans: OpenTelemetry's MCP semantic
@@ -113,12 +114,18 @@ func StartElicitation(ctx context.Context, t trace.Tracer, tool string) (context
 //
 // A JSON-RPC error is described by its code alone: the upstream's
 // message may quote the call's arguments (a card number), which a
-// trace backend must not get.
+// trace backend must not get; a malformed answer without its first
+// bytes, which may be the tool's result.
 func EndSend(span trace.Span, err error) {
-	var rpc *jsonrpc.Error
+	var (
+		rpc       *jsonrpc.Error
+		malformed *retry.MalformedError
+	)
 	switch {
 	case errors.As(err, &rpc):
 		span.SetStatus(codes.Error, rpcStatus(rpc.Code))
+	case errors.As(err, &malformed):
+		span.SetStatus(codes.Error, malformed.Summary())
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
 	}

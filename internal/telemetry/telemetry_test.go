@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
 const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -161,7 +162,8 @@ func TestRefusedEndpointHidesPassword(t *testing.T) {
 
 // TestErrorStatusHasNoMessage: a JSON-RPC error's message may quote the
 // call's arguments, so neither the call's span nor a send's carries it:
-// the status says the code alone.
+// the status says the code alone. Nor does a malformed answer's status
+// carry its first bytes, which may be the tool's result.
 func TestErrorStatusHasNoMessage(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
@@ -173,8 +175,12 @@ func TestErrorStatusHasNoMessage(t *testing.T) {
 	EndSend(send, fmt.Errorf("sending: %w", &jsonrpc.Error{Code: -32602, Message: "invalid card " + secret}))
 	_, lost := tracer.Start(context.Background(), "lost")
 	EndSend(lost, errors.New("the upstream exited before answering"))
+	_, malformed := tracer.Start(context.Background(), "malformed")
+	answer := []byte(`{"jsonrpc":"2.0","id":2,"result":{"card":"` + secret + `"},"error":{"code":1}}`)
+	EndSend(malformed, retry.Malformed("a response to tools/call with both a result and an error", answer))
 	spans := rec.Ended()
-	for i, want := range []string{"JSON-RPC error -32602", "JSON-RPC error -32602", "the upstream exited before answering"} {
+	for i, want := range []string{"JSON-RPC error -32602", "JSON-RPC error -32602", "the upstream exited before answering",
+		fmt.Sprintf("malformed answer from the upstream: a response to tools/call with both a result and an error (%d bytes)", len(answer))} {
 		if st := spans[i].Status(); st.Code != codes.Error || st.Description != want {
 			t.Errorf("span %s: status %v %q; want Error %q", spans[i].Name(), st.Code, st.Description, want)
 		}
