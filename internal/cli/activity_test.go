@@ -379,3 +379,34 @@ func TestListSaysWhenLimitLeftSomeOut(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveRefusesAnExpiredExecution: an unknown execution whose
+// retention ran out is no longer matched, and only waits for its purge.
+// Resolving it would settle it anew, with a new retention, and bring
+// it back to be replayed: in one store and not another, as their
+// purges fell. It is refused, and left as it was.
+func TestResolveRefusesAnExpiredExecution(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "records.db")
+	then := time.Now().Add(-time.Hour)
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{Now: func() time.Time { return then }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &record.Record{ID: record.NewID(then), Key: "k", Fingerprint: "f", Actor: "alice", Tool: "charge_card", Retention: time.Minute}
+	if _, _, err := s.Reserve(t.Context(), r, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []record.State{record.Dispatched, record.Unknown} {
+		if _, err := s.Update(t.Context(), r.ID, record.Change{To: to}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = run(t, "activity", "resolve", r.ID, "--store", "sqlite:"+path, "--as", "completed")
+	if err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("resolve of an expired execution = %v; want it refused as expired", err)
+	}
+	if got, err := s.Get(t.Context(), r.ID); err == nil && got.State != record.Unknown {
+		t.Fatalf("the expired execution is %s after a refused resolve; want it left unknown", got.State)
+	}
+}

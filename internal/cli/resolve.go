@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
@@ -131,6 +132,11 @@ func resolveExecution(ctx context.Context, store record.Store, id, as, note stri
 	}
 	if cur.State != record.Unknown {
 		return nil, fmt.Errorf("execution %s is %s; only an unknown execution is resolved by hand", id, cur.State)
+	}
+	if expired(cur, time.Now()) {
+		// Settling it would give it a new retention: an execution no
+		// call matches would replay again, or not, as purges fell.
+		return nil, fmt.Errorf("execution %s expired at %s: no call matches it, and an identical call runs as a new execution; nothing was resolved", id, cur.ExpiresAt.Format(time.RFC3339))
 	}
 	why := "resolved by " + osUser()
 	if note != "" {
