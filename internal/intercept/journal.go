@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
@@ -143,6 +144,44 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 	}
 	if err := in.journal.Record(e); err != nil {
 		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "state", c.To, "err", err)
+	}
+}
+
+// journalizeFenced journals the outcome c of rec's send that the store
+// refused: the record no longer says what came back, so this line does.
+func (in *Interceptor) journalizeFenced(req *Request, rec *record.Record, c *record.Change) {
+	if in.journal == nil {
+		return
+	}
+	note := fmt.Sprintf("the store refused this outcome (%s): the lease of this process lapsed, and another settled or took over the execution", c.To)
+	if c.Note != "" {
+		note += "; " + c.Note
+	}
+	e := journal.Entry{
+		Time:        in.now(),
+		Writer:      journal.Process{Owner: in.owner},
+		Execution:   rec.ID,
+		Tool:        rec.Tool,
+		Attempt:     rec.Attempts,
+		Upstream:    rec.Upstream,
+		Actor:       rec.Actor,
+		Scope:       rec.Scope,
+		Fingerprint: rec.Fingerprint,
+		Request:     req.Correlation,
+		Session:     req.Session,
+		RequestID:   req.ID,
+		Event:       journal.Fenced,
+		Note:        note,
+		Shadow:      in.shadow,
+	}
+	if c.Result != nil {
+		e.Result = in.journalValue(req.Policy.Journal.Result, "result", c.Result)
+	}
+	if c.Error != nil {
+		e.Error = in.journalValue(req.Policy.Journal.Result, "error", c.Error)
+	}
+	if err := in.journal.Record(e); err != nil {
+		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "event", e.Event, "err", err)
 	}
 }
 

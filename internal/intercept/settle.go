@@ -126,6 +126,7 @@ func (e *execution) recordOutcome() {
 			// caller gets what the record says, as any caller now would.
 			in.log.Warn("the store holds another outcome for this execution, and refused this one; answering from the store's",
 				"execution", rec.ID, "refused", c.To, "err", err)
+			in.journalizeFenced(req, rec, &c)
 			in.answerFromRecord(ctx, req, rec.ID)
 			return
 		}
