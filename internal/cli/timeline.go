@@ -165,6 +165,18 @@ type answerPart struct {
 	Settles []record.Transition `json:"settles"`
 	Result  string              `json:"result,omitempty"` // a summary
 	Error   json.RawMessage     `json:"error,omitempty"`  // the JSON-RPC error, as stored
+	// Fenced are the answers the journals given hold that the store
+	// refused: they came to a process after its lease lapsed and
+	// another settled or took over the execution.
+	Fenced []fencedAnswer `json:"fenced,omitempty"`
+}
+
+// A fencedAnswer is an outcome a journal line keeps that the store
+// refused (journal.Fenced).
+type fencedAnswer struct {
+	At     time.Time       `json:"at"`
+	Writer journal.Process `json:"writer"`
+	Note   string          `json:"note"`
 }
 
 // callersPart: which callers got the result and which did not.
@@ -264,6 +276,11 @@ func (a *activityArgs) show(ctx context.Context, store record.Store, stdout, std
 		tl.Authorized.Note = noDecisionJournaled
 	}
 	tl.Answer = answerOf(r)
+	for _, e := range lines {
+		if e.Execution == r.ID && e.Event == journal.Fenced {
+			tl.Answer.Fenced = append(tl.Answer.Fenced, fencedAnswer{At: e.Time, Writer: e.Writer, Note: e.Note})
+		}
+	}
 	tl.Callers = callersOf(r, lines, len(a.journals) > 0)
 	if tl.Later, err = laterOf(ctx, store, r); err != nil {
 		return err

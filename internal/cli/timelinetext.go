@@ -175,7 +175,13 @@ func printAnswer(w io.Writer, p *answerPart, fromJournal bool) {
 	for _, h := range p.Settles {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %s %s %s", h.State, stamp(h.At), h.Note), " "))
 	}
+	for _, f := range p.Fenced {
+		fmt.Fprintf(w, "  fenced %s by %s pid %d %s: %s\n", stamp(f.At), f.Writer.Host, f.Writer.PID, f.Writer.Owner, f.Note)
+	}
 	switch {
+	case p.State == record.Unknown && len(p.Fenced) > 0:
+		// The record could not take the answer; the journal kept it.
+		fmt.Fprintln(w, "  the record says unknown; a journal keeps the answer a process got after its lease lapsed (above)")
 	case p.State == "" && fromJournal:
 		// Its lines in the journals given only say callers joined it.
 		fmt.Fprintln(w, "  no line of the journals given tells a state of it: they tell only callers that joined it")
