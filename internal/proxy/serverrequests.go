@@ -42,12 +42,12 @@ const maxRefusing = 64
 
 // askRefusalLocked returns why a request of the upstream's under id is
 // not to be passed on to the client, or "": the client's input has
-// ended, so no answer can come; or the client has maxServerRequests of
+// ended, or it stopped reading, so no answer can come; or the client has maxServerRequests of
 // them open (one under the id of an open one replaces it). s.mu must be
 // held.
 func (s *Session) askRefusalLocked(id json.RawMessage) (why string) {
-	if s.clientInputEnded {
-		return inputEnded
+	if s.asksRefused != "" {
+		return s.asksRefused
 	}
 	if _, open := s.serverIDs[string(jsonrpc.IDKey(id))]; len(s.serverReqs) >= maxServerRequests && !open {
 		return fmt.Sprintf("the client has not answered %d requests of the server's; this one was not passed on to it", maxServerRequests)
@@ -70,9 +70,12 @@ func (s *Session) refuseUnasked(l *link, u unaskedRequest) {
 	}()
 }
 
-// inputEnded says why a request of the upstream's gets no answer from the
-// client once its input has ended.
-const inputEnded = "the client closed its input; no answer to this request can come"
+// Why a request of the upstream's gets no answer from the client once
+// its input has ended, or once it stopped reading the proxy's output.
+const (
+	inputEnded     = "the client closed its input; no answer to this request can come"
+	stoppedReading = "the client stopped reading the proxy's output; no answer to this request can come"
+)
 
 // An unaskedRequest is a request of the upstream's not passed on to the
 // client, and why.
@@ -268,10 +271,10 @@ func (s *Session) voidServerRequests(gone *link, reason string) {
 	}
 }
 
-// endServerRequests answers, with an error, each request the upstream
-// link l sent the client and it has not answered, now that the client's
-// input has ended, and makes the session answer so those that come
-// later. No answer can come from the client: a tools/call whose server
+// endServerRequests answers, with an error saying why, each request the
+// upstream link l sent the client and it has not answered, now that the
+// client's input has ended or it stopped reading, and makes the session
+// answer so those that come later. No answer can come from the client: a tools/call whose server
 // waits on one (sampling, elicitation) would hold on to the end of the
 // shutdown grace and be taken for an outcome unknown, where the error
 // lets the server answer the call, and its outcome be recorded.
@@ -281,9 +284,9 @@ func (s *Session) voidServerRequests(gone *link, reason string) {
 // hold more than its input's pipe takes, and the session's end would wait
 // for it for ever, before the shutdown that closes that input and so ends
 // such a write.
-func (s *Session) endServerRequests(l *link) {
+func (s *Session) endServerRequests(l *link, why string) {
 	s.mu.Lock()
-	s.clientInputEnded = true
+	s.asksRefused = why
 	var ids []json.RawMessage
 	for key, r := range s.serverReqs {
 		if r.l == l {
@@ -297,7 +300,7 @@ func (s *Session) endServerRequests(l *link) {
 	}
 	go func() {
 		for _, id := range ids {
-			s.refuseServerRequest(l, id, inputEnded)
+			s.refuseServerRequest(l, id, why)
 		}
 	}()
 }

@@ -211,7 +211,7 @@ type Session struct {
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
 	// protocol, elicitForm, asks, asksEnded, serverReqs, serverIDs, voided,
-	// relayed and clientInputEnded, and the conn and frames of a link being started again
+	// relayed and asksRefused, and the conn and frames of a link being started again
 	// (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by the number
@@ -298,9 +298,10 @@ type Session struct {
 	serverIDs  map[string]string
 	voided     map[string]struct{}
 	relayed    int64
-	// clientInputEnded is set once the client's input has ended: no
-	// answer to a request of the upstream's can come (endServerRequests).
-	clientInputEnded bool
+	// asksRefused says why no answer to a request of the upstream's can
+	// come, once the client's input has ended or it stopped reading
+	// (endServerRequests); "" before.
+	asksRefused string
 }
 
 // New returns a Session between client and upstream.
@@ -423,7 +424,7 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			// Before shutdown waits for the calls: one may wait on a
 			// question to the client, which will never be answered now.
 			s.endAsks()
-			s.endServerRequests(s.current())
+			s.endServerRequests(s.current(), inputEnded)
 			s.shutdown(ctx, upstreamDone)
 			return nil
 		case <-s.clientDeaf:
@@ -433,6 +434,8 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			s.log.Error("the client stopped reading the proxy's output; ending the session as at the end of its input: calls under way are recorded, later ones are not run", "err", werr)
 			clientLeft = true
 			s.endAsks()
+			// A client that reads nothing cannot see a question to answer.
+			s.endServerRequests(s.current(), stoppedReading)
 			s.shutdown(ctx, upstreamDone)
 			return fmt.Errorf("%w (%v)", ErrClientStoppedReading, werr)
 		case <-ctx.Done():
