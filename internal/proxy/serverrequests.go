@@ -86,7 +86,28 @@ type unaskedRequest struct {
 
 // maxVoided bounds Session.voided: it serves the log only, since an
 // answer to no open request is dropped once the upstream has restarted.
+// It bounds Session.serverAnswered too: a second answer older than that many
+// passes on, as one to a request the proxy never saw.
 const maxVoided = 1024
+
+// noteAnsweredLocked notes that the client answered the request it knows
+// under key. s.mu must be held.
+func (s *Session) noteAnsweredLocked(key string) {
+	if len(s.serverAnswered) >= maxVoided {
+		clear(s.serverAnswered)
+	}
+	s.serverAnswered[key] = struct{}{}
+}
+
+// againLocked reports whether the client answered the request under key
+// already. s.mu must be held.
+func (s *Session) againLocked(key string) bool {
+	_, again := s.serverAnswered[key]
+	return again
+}
+
+// answeredAgain says why a second answer to one request is dropped.
+const answeredAgain = "dropped a second answer from the client to a request of the upstream's: the first was passed on"
 
 // openServerRequestLocked notes m, a request the upstream link l sends
 // the client, and returns m's frame as the client is to get it: as it
@@ -131,16 +152,24 @@ func (s *Session) closeServerRequestLocked(key string) (serverRequest, bool) {
 // place, which may have asked something else under the same id. An
 // answer to no open request passes on as it came while the first
 // upstream runs, as it would without the proxy; after a restart it is
-// dropped, since no request of the running upstream's has its id.
+// dropped, since no request of the running upstream's has its id. A
+// second answer to one request is dropped: answers to HTTP go on POSTs
+// of their own, and it could reach the server first.
 func (s *Session) answerServer(m *jsonrpc.Message) {
 	key := string(jsonrpc.IDKey(m.ID))
 	s.mu.Lock()
 	r, open := s.closeServerRequestLocked(key)
 	_, void := s.voided[key]
 	delete(s.voided, key)
+	again := !open && s.againLocked(key)
+	if open {
+		s.noteAnsweredLocked(key)
+	}
 	l := s.up
 	s.mu.Unlock()
 	switch {
+	case again:
+		s.log.Warn(answeredAgain, "id", string(m.ID))
 	case open && r.renamed():
 		s.writeLink(r.l, jsonrpc.Replace(m.Raw, m.ID, r.id))
 	case open:
@@ -186,9 +215,14 @@ func (s *Session) serverAnswersLocked(l *link, msgs []*jsonrpc.Message, frame []
 			switch {
 			case open && r.l == l:
 				s.closeServerRequestLocked(key)
+				s.noteAnsweredLocked(key)
 				if r.renamed() {
 					raw, changed = jsonrpc.Replace(m.Raw, m.ID, r.id), true
 				}
+			case !open && s.againLocked(key):
+				s.log.Warn(answeredAgain, "id", string(m.ID))
+				changed = true
+				continue
 			case open || l.gen > 1 || idHasPrefix(m.ID, s.serverPrefix):
 				// open: sent by an upstream that has exited, and not yet
 				// voided (voidServerRequests).

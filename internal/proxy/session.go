@@ -211,7 +211,7 @@ type Session struct {
 	// mu guards pending, givenUp, sending, idle, forwarded, awaited,
 	// forwardIdle, batches, calls, callsEnded, up, handshake, initialized,
 	// protocol, elicitForm, asks, asksEnded, serverReqs, serverIDs, voided,
-	// relayed and asksRefused, and the conn and frames of a link being started again
+	// serverAnswered, relayed and asksRefused, and the conn and frames of a link being started again
 	// (see link).
 	mu sync.Mutex
 	// pending holds the proxy's own requests upstream, by the number
@@ -297,7 +297,10 @@ type Session struct {
 	serverReqs map[string]serverRequest
 	serverIDs  map[string]string
 	voided     map[string]struct{}
-	relayed    int64
+	// serverAnswered holds the client's keys of the upstream's requests
+	// it has answered, so that a second answer is dropped (answerServer).
+	serverAnswered map[string]struct{}
+	relayed        int64
 	// asksRefused says why no answer to a request of the upstream's can
 	// come, once the client's input has ended or it stopped reading
 	// (endServerRequests); "" before.
@@ -354,6 +357,7 @@ func New(client, upstream Conn, opts Options) *Session {
 		serverReqs:      make(map[string]serverRequest),
 		serverIDs:       make(map[string]string),
 		voided:          make(map[string]struct{}),
+		serverAnswered:  make(map[string]struct{}),
 	}
 	if wf, ok := client.(writeFailer); ok {
 		s.clientDeaf, s.deaf = wf.WriteFailed(), wf
