@@ -338,6 +338,11 @@ func (s *Server) statelessLane(w http.ResponseWriter, r *http.Request, actor str
 	case len(msgs) != 1 || isBatch(body):
 		writeRefusal(w, refuse(http.StatusBadRequest, "a %s request is one message, not a batch", statelessSince), jsonrpc.CodeInvalidRequest)
 		return nil, false
+	case msgs[0].IsResponse():
+		// Else refused for its missing Mcp-Method, under its id, which
+		// its client would read as the answer to a request of its own.
+		writeRefusal(w, refuse(http.StatusBadRequest, "an answer without an Mcp-Session-Id answers nothing: no request of the server's reaches a %s client without a session", statelessSince), jsonrpc.CodeInvalidRequest)
+		return nil, false
 	}
 	if herr := checkStatelessHeaders(r, msgs[0]); herr != nil {
 		writeRefusal(w, herr, codeHeaderMismatch)
