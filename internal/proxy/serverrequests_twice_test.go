@@ -33,3 +33,17 @@ func TestSecondAnswerToAServerRequestIsDropped(t *testing.T) {
 		t.Fatalf("the upstream got %s; want %s", got, stray)
 	}
 }
+
+// TestSecondAnswerInABatchIsDropped: so too in a batch of the client's,
+// where the first answer stays and the second is taken out.
+func TestSecondAnswerInABatchIsDropped(t *testing.T) {
+	r := newRig(t, 0)
+	const ask = `{"jsonrpc":"2.0","id":1,"method":"roots/list"}`
+	r.upstream.send(t, ask)
+	r.client.next(t, "client")
+	r.client.send(t, `[{"jsonrpc":"2.0","id":1,"result":{"roots":[]}},{"jsonrpc":"2.0","id":1,"result":{"roots":[{"uri":"file:///x"}]}},{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]`)
+	const want = `[{"jsonrpc":"2.0","id":1,"result":{"roots":[]}},{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]`
+	if got := r.upstream.next(t, "upstream"); got != want {
+		t.Fatalf("the upstream got %s; want %s", got, want)
+	}
+}
