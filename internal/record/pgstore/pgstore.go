@@ -167,6 +167,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		// The URL's own limit, and a second for the server to say so.
 		timeout = d + time.Second
 	}
+	if err := readCommitted(cfg.ConnConfig.RuntimeParams); err != nil {
+		return nil, fmt.Errorf("opening postgres store %s: %w", redact(rawURL), err)
+	}
 	schema := opts.Schema
 	if schema == "" {
 		schema = DefaultSchema
@@ -209,6 +212,24 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		s.log.Warn("writing the counts of attached callers; kept for the next try", "store", s.name, "err", err)
 	})
 	return s, nil
+}
+
+// isolationParam is the setting the store's statements need at its
+// default, READ COMMITTED: they compare and set, and a row another
+// transaction changed meanwhile is read again as it now is. Under
+// REPEATABLE READ or SERIALIZABLE they fail with SQLSTATE 40001 instead,
+// and setup would read the schema's version from before its lock.
+const isolationParam = "default_transaction_isolation"
+
+// readCommitted sets the store's connections to READ COMMITTED: a start
+// parameter overrides a default the role, the database or the URL's
+// options= give. A URL that names another level itself is refused.
+func readCommitted(params map[string]string) error {
+	if v, ok := params[isolationParam]; ok && !strings.EqualFold(strings.Join(strings.Fields(v), " "), "read committed") {
+		return fmt.Errorf("%s=%s: the store needs read committed; leave the parameter out", isolationParam, v)
+	}
+	params[isolationParam] = "read committed"
+	return nil
 }
 
 // redact returns the URL's scheme, host and path: no user, password or
