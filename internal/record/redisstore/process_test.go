@@ -369,6 +369,34 @@ func TestUserThatMayNotPublishIsRefused(t *testing.T) {
 	}
 }
 
+// TestACLRefusalNamesWhatIsMissing: a user kept from the publish command,
+// not its channel, or from the store's keys, is refused naming that, not
+// a channel or a command it has already.
+func TestACLRefusalNamesWhatIsMissing(t *testing.T) {
+	srv := startServer(t)
+	ctx := t.Context()
+	cases := []struct {
+		user  string
+		rules []any
+		want  string
+	}{
+		{"nopublish", []any{"~*", "&*", "+@all", "-publish"}, "publish command"},
+		{"otherkeys", []any{"~other:*", "&*", "+@all"}, "~mcpi:*"},
+		{"noscriptkeys", []any{"%W~*", "%R~mcpi:secret", "&*", "+@all"}, "~mcpi:*"},
+	}
+	for _, c := range cases {
+		args := append([]any{"acl", "setuser", c.user, "on", ">pw"}, c.rules...)
+		if err := srv.client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		url := "redis://" + c.user + ":pw@127.0.0.1:" + srv.port + "/0"
+		_, err := open(t, url, "mcpi:", nil).Secret(ctx)
+		if !errors.Is(err, record.ErrStoreRefused) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "&mcpi:settled") {
+			t.Errorf("Secret for user %s: %v; want a refusal naming %s", c.user, err, c.want)
+		}
+	}
+}
+
 // TestEvictionWarnedAtOpen: a server that evicts keys when full may
 // evict a record, and its call then runs again: the store says so when
 // it opens. One that does not evict, or has no maxmemory, says nothing.

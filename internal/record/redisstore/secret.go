@@ -57,7 +57,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 			// It answered: not a store that cannot be reached.
 			return nil, record.WritesRefused(s.fail("storing the secret", err))
 		}
-		return nil, s.refusal(s.fail("storing the secret", err))
+		return nil, s.needs("setnx", s.refusal(s.fail("storing the secret", err)))
 	}
 	if err := s.probesRefused(probes); err != nil {
 		return nil, err
@@ -155,13 +155,35 @@ func (s *Store) probesRefused(probes []redis.Cmder) error {
 		if err == nil {
 			continue
 		}
-		need := "the channel: ACL SETUSER ... &" + s.channel
-		if c.Name() != "publish" {
-			need = "the " + c.Name() + " command, to run the store's scripts"
-		}
 		if err = s.refusal(s.fail(c.Name(), err)); errors.Is(err, record.ErrStoreRefused) {
-			return fmt.Errorf("%w (the store's user needs %s)", err, need)
+			return s.needs(c.Name(), err)
 		}
 	}
 	return nil
+}
+
+// needs adds to err, a refusal of the command cmd, what the store's user
+// lacks, if the server said NOPERM: the command itself, the store's keys
+// or its channel. Redis 7.0 says "one of the keys" or "one of the
+// channels"; later versions name the key or channel.
+func (s *Store) needs(cmd string, err error) error {
+	msg := err.Error()
+	i := strings.Index(msg, "NOPERM")
+	if i < 0 || !errors.Is(err, record.ErrStoreRefused) {
+		return err
+	}
+	var need string
+	switch msg = msg[i:]; {
+	case strings.Contains(msg, " channel"):
+		need = "the channel: ACL SETUSER ... &" + s.channel
+	case strings.Contains(msg, " key"):
+		need = "the keys: ACL SETUSER ... ~" + s.prefix + "*"
+	case cmd == "publish":
+		need = "the publish command, to wake the waiters of other processes"
+	case cmd == "setnx":
+		need = "the setnx and get commands, to keep the fingerprint secret"
+	default:
+		need = "the " + cmd + " command, to run the store's scripts"
+	}
+	return fmt.Errorf("%w (the store's user needs %s)", err, need)
 }
