@@ -369,6 +369,26 @@ func TestUserThatMayNotPublishIsRefused(t *testing.T) {
 	}
 }
 
+// TestEvictionUncheckedWarned: a user the ACL keeps from INFO cannot
+// tell whether the server evicts keys; the store says so when it opens,
+// rather than nothing, as it says nothing of one that does not evict.
+func TestEvictionUncheckedWarned(t *testing.T) {
+	srv := startServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	if err := srv.client(t).Do(t.Context(), "acl", "setuser", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	openWith(t, "redis://noinfo:pw@127.0.0.1:"+srv.port+"/0", redisstore.Options{Logger: log})
+	mu.Lock()
+	got := buf.String()
+	mu.Unlock()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "maxmemory-policy") {
+		t.Errorf("opening a store whose user may not run INFO logged %q; want a warning that eviction is unchecked", got)
+	}
+}
+
 // TestACLRefusalNamesWhatIsMissing: a user kept from the publish command,
 // not its channel, or from the store's keys, is refused naming that, not
 // a channel or a command it has already.

@@ -163,6 +163,14 @@ func (s *Store) checkServer(ctx context.Context, n int) {
 func (s *Store) checkEviction(ctx context.Context, c redis.Cmdable) {
 	info, err := c.Info(ctx, "memory").Result()
 	if err != nil {
+		// A server that answered, an ACL keeping INFO from the store's
+		// user, leaves the eviction unchecked: say so, as a policy that
+		// evicts would be said.
+		if errors.As(err, new(redis.Error)) {
+			s.log.Warn("cannot read INFO memory to check that the store's server evicts no keys: a record it evicts lets its call run again; make sure its maxmemory-policy is noeviction",
+				"store", s.name, "err", err)
+			return
+		}
 		s.log.Debug("reading INFO memory", "store", s.name, "err", err)
 		return
 	}
