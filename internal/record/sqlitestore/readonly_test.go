@@ -257,3 +257,32 @@ func TestOpenNamesUnwritableDirectory(t *testing.T) {
 		t.Errorf("error %q does not say directory %s is not writable", err, dir)
 	}
 }
+
+// TestOpenNamesUnwritableDirectoryOfStore: so is a store's file, already
+// in WAL mode, whose -wal and -shm went at its last close: SQLite needs
+// to make them to read the file at all.
+func TestOpenNamesUnwritableDirectoryOfStore(t *testing.T) {
+	if asNobody(t) {
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "records.db")
+	s, err := sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !lockDir(t, dir) {
+		t.Skip("root writes in any directory")
+	}
+	s, err = sqlitestore.Open(t.Context(), path, sqlitestore.Options{})
+	if err == nil {
+		s.Close()
+		t.Fatal("opened a database in a directory it may not write")
+	}
+	if !strings.Contains(err.Error(), "directory "+dir+" is not writable") {
+		t.Errorf("error %q does not say directory %s is not writable", err, dir)
+	}
+}

@@ -315,12 +315,23 @@ func openHandles(dsn string) (w, r, l, v *sql.DB, err error) {
 	return w, r, l, v, nil
 }
 
+// unwritableDir returns err of op, naming the directory when SQLite
+// could not make the -wal and -shm files in it: SQLite says only
+// "attempt to write a readonly database".
+func (s *Store) unwritableDir(op string, err error) error {
+	if se := (*sqlite.Error)(nil); errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+		return fmt.Errorf("%s: directory %s is not writable, and SQLite makes the database's -wal and -shm files there: %w", op, filepath.Dir(s.path), err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
 // setup switches the file to WAL mode and creates or checks the schema.
 func (s *Store) setup(ctx context.Context) error {
 	// Before the switch to WAL, which would stay: a file of another
 	// application's is left as it is.
 	if tables, err := foreignTables(ctx, s.w); err != nil {
-		return fmt.Errorf("reading the schema: %w", err)
+		// A file already in WAL mode needs its -wal and -shm to be read.
+		return s.unwritableDir("reading the schema", err)
 	} else if len(tables) > 0 {
 		return fmt.Errorf("%s holds tables the store did not make (%s); give the store a file of its own", s.path, strings.Join(tables, ", "))
 	}
@@ -338,8 +349,7 @@ func (s *Store) setup(ctx context.Context) error {
 			break
 		}
 		if se := (*sqlite.Error)(nil); errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
-			// SQLite says only "attempt to write a readonly database".
-			return fmt.Errorf("switching to WAL mode: directory %s is not writable, and SQLite makes the database's -wal and -shm files there: %w", filepath.Dir(s.path), err)
+			return s.unwritableDir("switching to WAL mode", err)
 		}
 		if !isBusy(err) || time.Now().After(deadline) {
 			return fmt.Errorf("switching to WAL mode: %w", err)
