@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,7 +78,7 @@ func (s *Store) listen(ctx context.Context) {
 	// The channel is recorded even when this fails, and subscribed to on
 	// every connection the PubSub makes.
 	_ = s.ps.Subscribe(ctx, s.channel)
-	first := true
+	first, warned := true, false
 	retry := retryMin
 	for {
 		m, err := s.ps.ReceiveTimeout(ctx, pingEvery)
@@ -91,6 +92,13 @@ func (s *Store) listen(ctx context.Context) {
 			}
 		}
 		if err != nil {
+			if !warned && errors.As(err, new(redis.Error)) && strings.HasPrefix(err.Error(), "NOPERM") {
+				// Calls still settle; their waiters in other processes
+				// find out by their poll alone.
+				warned = true
+				s.log.Warn("the store's user may not subscribe to its channel: waiters on other processes' calls learn of their outcome up to a second late",
+					"store", s.name, "channel", s.channel, "err", err)
+			}
 			s.log.Debug("redis store subscription", "store", s.name, "err", err)
 			s.relocate(ctx)
 			s.wakeAll()

@@ -23,6 +23,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/servicetest"
 )
 
 // evalHook signals each script that a client ran.
@@ -387,6 +388,28 @@ func TestEvictionUncheckedWarned(t *testing.T) {
 	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "maxmemory-policy") {
 		t.Errorf("opening a store whose user may not run INFO logged %q; want a warning that eviction is unchecked", got)
 	}
+}
+
+// TestSubscribeRefusedWarned: a user the ACL keeps from SUBSCRIBE still
+// records its calls, but its waiters learn of other processes' outcomes
+// by their poll alone: the store says so, once.
+func TestSubscribeRefusedWarned(t *testing.T) {
+	srv := startServer(t)
+	if err := srv.client(t).Do(t.Context(), "acl", "setuser", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	openWith(t, "redis://nosub:pw@127.0.0.1:"+srv.port+"/0", redisstore.Options{Logger: log})
+	servicetest.Eventually(t, "a warning that the user may not subscribe", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if got := buf.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "may not subscribe") {
+			return fmt.Errorf("logged %q", got)
+		}
+		return nil
+	})
 }
 
 // TestACLRefusalNamesWhatIsMissing: a user kept from the publish command,
