@@ -103,3 +103,12 @@ func TestIsolationParamRefused(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A statement_timeout given in options= is refused: the store's default,
+// a start parameter, would override it unseen.
+func TestOptionsStatementTimeoutRefused(t *testing.T) {
+	_, err := Open(context.Background(), "postgres://u@127.0.0.1:1/db?options=-c%20statement_timeout%3D60s", Options{})
+	if err == nil || !strings.Contains(err.Error(), "statement_timeout=") {
+		t.Errorf("Open with options=-c statement_timeout=60s: %v; want it refused, naming statement_timeout=", err)
+	}
+}

@@ -160,6 +160,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	if strings.Contains(strings.ToLower(cfg.ConnConfig.RuntimeParams["options"]), "statement_timeout") {
+		// The store's own statement_timeout, a start parameter, would
+		// override it unseen.
+		return nil, fmt.Errorf("opening postgres store %s: options= sets statement_timeout; give statement_timeout= as a URL parameter of its own", redact(rawURL))
+	}
 	timeout := opts.Timeout
 	if v, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = defaultStatementTimeout
