@@ -408,9 +408,10 @@ func notJournal(n int, err error) error {
 
 // Record appends e as one line. The line is written with one write call,
 // so a reader never sees half of it unless the write itself failed. An
-// error means the line is not in the journal; after a write that was cut
-// short, every later Record fails too, so the chain is never continued from
-// a torn line. A checkpoint due after the line goes in the same write.
+// error means the line is not in the journal. A write cut short is cut
+// off the file again; where that fails, every later Record fails too, so
+// the chain is never continued from a torn line. A checkpoint due after
+// the line goes in the same write.
 func (w *Writer) Record(e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
@@ -509,8 +510,26 @@ func (w *Writer) write(lines []byte, next string, added int) error {
 		// Nothing reached the file: the chain still ends at the last line.
 		return fmt.Errorf("writing journal %s: %w", w.path, err)
 	}
-	w.err = fmt.Errorf("writing journal %s: line %d was cut short (%v); no more lines are written, so the chain is not forked: cut the torn line off the file and restart", w.path, w.lines+1, err)
+	// A full disk mostly cuts a write short rather than refuse it whole:
+	// the page it ends in had room. Cut what was written off again, so
+	// that the journal takes lines once there is room, not never.
+	cerr := cutWritten(w.f, n)
+	if cerr == nil {
+		return fmt.Errorf("writing journal %s: %w (the part of the line written was cut off again: the chain still ends at line %d)", w.path, err, w.lines)
+	}
+	w.err = fmt.Errorf("writing journal %s: line %d was cut short (%v); no more lines are written, so the chain is not forked: cut the torn line off the file and restart", w.path, w.lines+1, errors.Join(err, cerr))
 	return w.err
+}
+
+// cutWritten cuts off the end of f the n bytes that a write cut short
+// appended. The file's offset is the end of what that write wrote, even
+// under O_APPEND, and the journal's lock keeps other writers out.
+func cutWritten(f *os.File, n int) error {
+	end, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	return f.Truncate(end - int64(n))
 }
 
 // checkpoint returns the checkpoint line, newline included, that signs
