@@ -365,7 +365,8 @@ func tail(f *os.File) (prev string, lines, unsigned int, err error) {
 	case err != nil:
 		return "", 0, 0, &LineError{Line: lines, Reason: err.Error() + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
 	case got != before:
-		return "", 0, 0, &LineError{Line: lines, Reason: notChained(lines) + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`"}
+		// Nothing in the file mends this: a new journal is the way on.
+		return "", 0, 0, &LineError{Line: lines, Reason: notChained(lines) + "; the chain cannot be continued from it: check the file with `mcp-idempotent audit verify`, then start a new journal (move the file away, or name another)"}
 	}
 	return prev, lines, unsigned, nil
 }

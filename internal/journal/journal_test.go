@@ -133,11 +133,11 @@ func TestOpenRefusesABadTail(t *testing.T) {
 		{"last line does not chain", func(ls []string) string {
 			at := len(`{"prev":"`)
 			return tamper(ls, 2, at, flipHex(ls[1][at]))
-		}, []string{"line 2", "not the SHA-256 of the line before it", "audit verify"}},
+		}, []string{"line 2", "not the SHA-256 of the line before it", "audit verify", "start a new journal"}},
 		// The first line has no line before it: cut from the start, its
 		// prev is not the genesis value, and that is what is wrong.
 		{"only line cut from a journal", func(ls []string) string { return ls[1] },
-			[]string{"line 1", "genesis value", "lines before it were removed", "audit verify"}},
+			[]string{"line 1", "genesis value", "lines before it were removed", "audit verify", "start a new journal"}},
 		{"last line is not JSON", func(ls []string) string { return ls[0] + "not json\n" },
 			[]string{"line 2", "not valid JSON"}},
 		// A file that is not a journal, given as one by mistake, is not
