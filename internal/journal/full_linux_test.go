@@ -60,3 +60,27 @@ func TestRecordAfterShortWrite(t *testing.T) {
 		t.Errorf("Verify = %d, %v; want 2 lines, no error", n, err)
 	}
 }
+
+// TestCutWrittenLeavesACutFile: a file cut (copytruncate) between a
+// write cut short and its mending is not truncated past its end, which
+// would fill it with zeros.
+func TestCutWrittenLeavesACutFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("{\"a\":1}\n{\"b\"")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cutWritten(f, 5); err == nil {
+		t.Error("cutWritten on a file cut meanwhile succeeded; want an error")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Errorf("after cutWritten, the file cut to 0 bytes is %d bytes (%v); want 0", fi.Size(), err)
+	}
+}

@@ -530,6 +530,15 @@ func cutWritten(f *os.File, n int) error {
 	if err != nil {
 		return err
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != end {
+		// Cut meanwhile (copytruncate): a truncate to a size past
+		// its end would fill the file with zeros.
+		return fmt.Errorf("the file is %d bytes, not the %d the write left", fi.Size(), end)
+	}
 	return f.Truncate(end - int64(n))
 }
 
