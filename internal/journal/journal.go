@@ -192,9 +192,11 @@ type Writer struct {
 	f    *os.File
 	prev string // hex SHA-256 of the last line, or Genesis
 	// looked is when write last looked whether the file was removed;
-	// gone, that it was, for good.
+	// gone, that it was, for good; unseen counts the lines written
+	// since that look.
 	looked time.Time
 	gone   bool
+	unseen int
 	lines  int // lines in the file
 	// unsigned counts the lines after the newest checkpoint.
 	unsigned int
@@ -485,7 +487,7 @@ func (p *Process) fill(self Process) {
 // lookRemovedEvery is how often write looks whether the journal file was
 // removed: a look is a system call and an allocation, which on every line
 // more than doubled a write's cost. Lines written in between are lost all
-// the same, and said so once the look finds it.
+// the same, and counted in the error of the look that finds it.
 const lookRemovedEvery = time.Second
 
 // write writes lines, the last of which hashes to next, in one write
@@ -493,19 +495,25 @@ const lookRemovedEvery = time.Second
 func (w *Writer) write(lines []byte, next string, added int) error {
 	if w.links && !w.gone {
 		if now := time.Now(); now.Sub(w.looked) >= lookRemovedEvery {
-			w.looked, w.gone = now, removed(w.f)
+			if w.gone = removed(w.f); w.gone && w.unseen > 0 {
+				// Written without an error, maybe to no file anyone
+				// reads: the one error that can say so.
+				return fmt.Errorf("%w; the %d lines written since %s, when it was last seen, may be in no other file", w.goneErr(), w.unseen, w.looked.UTC().Format(time.RFC3339Nano))
+			}
+			w.looked, w.unseen = now, 0
 		}
 	}
 	if w.gone {
 		// Written or not, the line would be lost without a word: say so,
 		// so that each transition is logged and counted.
-		return fmt.Errorf("writing journal %s: the file was removed while this process had it open, so no line reaches it: restart the process to start a new journal there", w.path)
+		return w.goneErr()
 	}
 	n, err := w.f.Write(lines)
 	switch {
 	case err == nil:
 		w.prev = next
 		w.lines += added
+		w.unseen += added
 		return nil
 	case n == 0:
 		// Nothing reached the file: the chain still ends at the last line.
@@ -540,6 +548,11 @@ func cutWritten(f *os.File, n int) error {
 		return fmt.Errorf("the file is %d bytes, not the %d the write left", fi.Size(), end)
 	}
 	return f.Truncate(end - int64(n))
+}
+
+// goneErr is write's error once the file was found removed.
+func (w *Writer) goneErr() error {
+	return fmt.Errorf("writing journal %s: the file was removed while this process had it open, so no line reaches it: restart the process to start a new journal there", w.path)
 }
 
 // checkpoint returns the checkpoint line, newline included, that signs

@@ -293,6 +293,47 @@ func TestRecordAfterRemove(t *testing.T) {
 	}
 }
 
+// TestRecordAfterRemoveSaysWhatWasLost: lines written between the
+// file's removal and the look that finds it took no error; the error
+// of that look says how many, so that they are not lost unsaid.
+func TestRecordAfterRemoveSaysWhatWasLost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Record(entry(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if !removed(w.f) {
+		t.Skip("this system does not tell a removed file")
+	}
+	w.mu.Lock()
+	seen := w.looked
+	w.looked = time.Now().Add(time.Hour) // no look until told
+	w.mu.Unlock()
+	for i := 1; i <= 2; i++ {
+		if err := w.Record(entry(i)); err != nil {
+			t.Fatalf("Record %d before the look = %v", i, err)
+		}
+	}
+	w.mu.Lock()
+	w.looked = seen.Add(-lookRemovedEvery) // as if it were long ago
+	w.mu.Unlock()
+	err = w.Record(entry(3))
+	if err == nil || !strings.Contains(err.Error(), "removed") || !strings.Contains(err.Error(), "the 3 lines written since") {
+		// The first line too: written after the look that saw the file.
+		t.Errorf("Record at the look = %v; want it to say the file was removed, and that 3 lines may be lost", err)
+	}
+	if err := w.Record(entry(4)); err == nil || strings.Contains(err.Error(), "lines written since") {
+		t.Errorf("Record after the look = %v; want the removal said, and the lost lines not counted again", err)
+	}
+}
+
 // TestRecordKeepsLinesUTF8: a value in clear that is not UTF-8 is
 // mended as a string's would be, so that every line is JSON a strict
 // reader takes.
