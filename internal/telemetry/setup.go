@@ -45,16 +45,16 @@ const Name = "github.com/mcp-idempotent/mcp-idempotent"
 // theirs (OTEL_TRACES_SAMPLER, OTEL_BSP_*), and the resource
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
 //
-// Export failures are logged to log at warn, never to the client.
+// Export failures are logged to log at warn, never to the client, at
+// most one line a minute (exportLog).
 func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer, func(context.Context) error, error) {
 	// Set first: building the exporter and the provider reports a
 	// variable it cannot read (OTEL_EXPORTER_OTLP_TIMEOUT=abc,
 	// OTEL_TRACES_SAMPLER=bogus), which otherwise goes to stderr in the
 	// standard library's format, a line no --log-format json reader takes.
 	otel.SetLogger(logr.FromSlogHandler(sdkHandler{log.Handler()}))
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("tracing", "err", err)
-	}))
+	errs := &exportLog{log: log}
+	otel.SetErrorHandler(errs)
 	exp, err := exporter(ctx)
 	if exp == nil || err != nil {
 		return nil, func(context.Context) error { return nil }, err
@@ -69,7 +69,12 @@ func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer,
 	}
 	warnUnreadNumbers(log)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), tp.Shutdown, nil
+	stop := func(ctx context.Context) error {
+		err := tp.Shutdown(ctx)
+		errs.flush()
+		return err
+	}
+	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), stop, nil
 }
 
 // sdkNumbers are the whole-number variables the SDK's batching and span

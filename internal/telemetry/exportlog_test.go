@@ -1,0 +1,76 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A collector that refuses every export gets one log line, not one per
+// batch of spans; the stop counts the rest.
+func TestExportFailuresLoggedOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now = func() time.Time { return at } // no minute passes
+	defer func() { now = time.Now }()
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	tracer, shutdown, err := Setup(context.Background(), "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four batches or more: the batcher sends at most 512 spans in one.
+	for range 2000 {
+		_, span := tracer.Start(context.Background(), "s")
+		span.End()
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d lines; want the first failure and, at the stop, a count of the rest:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0]["err"].(string), "500") {
+		t.Errorf("first line %v; want the failure", lines[0])
+	}
+	if n, _ := lines[1]["unlogged_errors"].(float64); n < 3 {
+		t.Errorf("last line %v; want unlogged_errors of 3 or more", lines[1])
+	}
+}
+
+// Once the minute has passed, the next failure is logged with the count
+// of those left out before it.
+func TestExportLogCountsWhatItLeftOut(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now = func() time.Time { return at }
+	defer func() { now = time.Now }()
+	var buf strings.Builder
+	l := &exportLog{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	for range 5 {
+		l.Handle(context.DeadlineExceeded)
+	}
+	at = at.Add(exportLogEvery)
+	l.Handle(context.Canceled)
+	l.flush() // nothing left out since
+	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(got) != 2 || strings.Contains(got[0], "unlogged") || !strings.Contains(got[1], `"unlogged_errors":4`) || !strings.Contains(got[1], "canceled") {
+		t.Errorf("log:\n%s\nwant the first error, then the one a minute later counting 4 left out", buf.String())
+	}
+}
