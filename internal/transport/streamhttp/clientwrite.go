@@ -267,15 +267,23 @@ func idempotencyKey(params json.RawMessage) (string, bool) {
 // setTraceHeaders copies the W3C trace context in params._meta to the
 // headers of its POST, so that a server traced at the HTTP layer sees the
 // same parent as one that reads _meta. A value that is not printable
-// ASCII, which no valid one is, is left out.
+// ASCII, which no valid one is, is left out, and so is one longer than
+// maxTraceHeader: in _meta it is the client's to send, but as a header
+// it would have the server refuse the call (431), which went untraced.
 func setTraceHeaders(h http.Header, params json.RawMessage) {
 	meta := member(params, "_meta")
 	for _, name := range []string{headerTraceparent, headerTracestate} {
-		if v, ok := jsonrpc.StringValue(member(meta, name)); ok && v != "" && printable(v) {
+		if v, ok := jsonrpc.StringValue(member(meta, name)); ok && v != "" && len(v) <= maxTraceHeader && printable(v) {
 			h.Set(name, v)
 		}
 	}
 }
+
+// maxTraceHeader bounds a trace context header the proxy adds: W3C
+// Trace Context has a traceparent of 55 bytes, and asks that a tracestate
+// of 512 be carried on; a longer one may be dropped. Node's server
+// refuses a request whose headers pass 16 KiB, Go's 1 MiB.
+const maxTraceHeader = 512
 
 // printable reports whether s is printable ASCII, as a header value may be.
 func printable(s string) bool {

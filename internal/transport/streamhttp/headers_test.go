@@ -241,20 +241,25 @@ func TestTraceHeaders(t *testing.T) {
 
 // TestTraceHeadersGoUpstream: a request whose _meta carries trace
 // context is POSTed with it in the headers too; one whose _meta holds a
-// value no header may carry is POSTed without it.
+// value no header may carry, or one so long the server would refuse the
+// POST for it, is POSTed without it.
 func TestTraceHeadersGoUpstream(t *testing.T) {
+	const p = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	long := strings.Repeat("x", 1<<20)
 	for _, tt := range []struct {
-		params string
-		want   string
+		params        string
+		parent, state string
 	}{
-		{`{"name":"x","_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-		{`{"name":"x","_meta":{"traceparent":"a\nb"}}`, ""},
-		{`{"name":"x","traceparent":"not in _meta"}`, ""},
+		{`{"name":"x","_meta":{"traceparent":"` + p + `","tracestate":"a=1"}}`, p, "a=1"},
+		{`{"name":"x","_meta":{"traceparent":"a\nb"}}`, "", ""},
+		{`{"name":"x","traceparent":"not in _meta"}`, "", ""},
+		{`{"name":"x","_meta":{"traceparent":"` + long + `"}}`, "", ""},
+		{`{"name":"x","_meta":{"traceparent":"` + p + `","tracestate":"k=` + long + `"}}`, p, ""},
 	} {
 		h := http.Header{}
 		setTraceHeaders(h, json.RawMessage(tt.params))
-		if got := h.Get("traceparent"); got != tt.want {
-			t.Errorf("%s: traceparent header %q; want %q", tt.params, got, tt.want)
+		if got, state := h.Get("traceparent"), h.Get("tracestate"); got != tt.parent || state != tt.state {
+			t.Errorf("%.120s: headers traceparent %.60q, tracestate %.60q; want %q, %q", tt.params, got, state, tt.parent, tt.state)
 		}
 	}
 }
