@@ -3,7 +3,10 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -72,5 +75,38 @@ func TestExportLogCountsWhatItLeftOut(t *testing.T) {
 	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(got) != 2 || strings.Contains(got[0], "unlogged") || !strings.Contains(got[1], `"unlogged_errors":4`) || !strings.Contains(got[1], "canceled") {
 		t.Errorf("log:\n%s\nwant the first error, then the one a minute later counting 4 left out", buf.String())
+	}
+}
+
+// A stop whose time runs out before a collector that never answers
+// took the last spans says they are lost, not only that time ran out.
+func TestStopSaysSpansAreLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			go io.Copy(io.Discard, c) // reads, never answers
+		}
+	}()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	tracer, shutdown, err := Setup(context.Background(), "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tracer.Start(context.Background(), "s")
+	span.End()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	err = shutdown(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "lost") {
+		t.Errorf("stop = %v; want an error that says the spans are lost", err)
 	}
 }

@@ -72,6 +72,11 @@ func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer,
 	stop := func(ctx context.Context) error {
 		err := tp.Shutdown(ctx)
 		errs.flush()
+		if err != nil && ctx.Err() != nil {
+			// Alone, "context deadline exceeded" says nothing of what
+			// was lost, or why the stop took that long.
+			return fmt.Errorf("the collector did not take the last spans in time, and they are lost: %w", err)
+		}
 		return err
 	}
 	return tp.Tracer(Name, trace.WithInstrumentationVersion(version)), stop, nil
