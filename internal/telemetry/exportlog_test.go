@@ -110,3 +110,33 @@ func TestStopSaysSpansAreLost(t *testing.T) {
 		t.Errorf("stop = %v; want an error that says the spans are lost", err)
 	}
 }
+
+// A batching value under 1 is logged and the default used: the SDK
+// would panic on a negative size, and spin on a delay of 0.
+func TestBatchValuesUnderOne(t *testing.T) {
+	for _, tt := range []struct{ name, value string }{
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "-5"},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "0"},
+		{"OTEL_BSP_SCHEDULE_DELAY", "0"},
+		{"OTEL_BSP_SCHEDULE_DELAY", "-1"},
+	} {
+		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+			t.Setenv(tt.name, tt.value)
+			var buf strings.Builder
+			tracer, shutdown, err := Setup(context.Background(), "test", slog.New(slog.NewJSONHandler(&buf, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := tracer.Start(context.Background(), "s")
+			span.End()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = shutdown(ctx)
+			if want := tt.name + "=" + tt.value + " is under 1"; !strings.Contains(buf.String(), want) {
+				t.Errorf("the log lacks %q:\n%s", want, buf.String())
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
@@ -68,7 +69,7 @@ func Setup(ctx context.Context, version string, log *slog.Logger) (trace.Tracer,
 		return nil, nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	warnUnreadNumbers(log)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, batchOptions(log)...), sdktrace.WithResource(res))
 	stop := func(ctx context.Context) error {
 		err := tp.Shutdown(ctx)
 		errs.flush()
@@ -103,6 +104,43 @@ func warnUnreadNumbers(log *slog.Logger) {
 			log.Warn("tracing", "err", fmt.Sprintf("%s=%s is not a whole number (of milliseconds, for a delay or timeout); the default is used", name, v))
 		}
 	}
+}
+
+// batchOptions returns the batching options that put the SDK's defaults
+// in place of an OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_QUEUE_SIZE or
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE under 1, and logs each such value. The
+// SDK takes them as they are: a delay of 0 or less keeps a core busy
+// exporting nothing, a negative size panics as the proxy starts.
+func batchOptions(log *slog.Logger) []sdktrace.BatchSpanProcessorOption {
+	under1 := func(name string) bool {
+		n, err := strconv.Atoi(os.Getenv(name))
+		if err == nil && n < 1 {
+			log.Warn("tracing", "err", fmt.Sprintf("%s=%d is under 1; the default is used", name, n))
+			return true
+		}
+		return false
+	}
+	var opts []sdktrace.BatchSpanProcessorOption
+	if under1("OTEL_BSP_SCHEDULE_DELAY") {
+		opts = append(opts, sdktrace.WithBatchTimeout(sdktrace.DefaultScheduleDelay*time.Millisecond))
+	}
+	// The SDK has cut the batch to the queue, so either may be wrong.
+	badQueue, badBatch := under1("OTEL_BSP_MAX_QUEUE_SIZE"), under1("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+	if badQueue {
+		opts = append(opts, sdktrace.WithMaxQueueSize(sdktrace.DefaultMaxQueueSize))
+	}
+	if badQueue || badBatch {
+		batch, err := strconv.Atoi(os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"))
+		if err != nil || batch < 1 {
+			batch = sdktrace.DefaultMaxExportBatchSize
+		}
+		queue, err := strconv.Atoi(os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE"))
+		if err != nil || queue < 1 {
+			queue = sdktrace.DefaultMaxQueueSize
+		}
+		opts = append(opts, sdktrace.WithMaxExportBatchSize(min(batch, queue)))
+	}
+	return opts
 }
 
 // exporter returns the OTLP exporter the environment asks for, or nil
