@@ -21,6 +21,9 @@ type Resolver func(tool string, ann *mcp.Annotations) policy.Policy
 // toolInfo is what the proxy knows of one tool.
 type toolInfo struct {
 	policy *policy.Policy // read-only: shared by every call of the tool
+	// ann is the annotations the policy was resolved from: what every
+	// listing of the tool since the last change agrees on (strictest).
+	ann *mcp.Annotations
 	// defaults holds the inputSchema's top-level property defaults.
 	defaults map[string]json.RawMessage
 	// listed says that a tools/list named the tool: metrics count the
@@ -35,6 +38,10 @@ type toolTable struct {
 	resolve Resolver
 	log     *slog.Logger
 
+	// learning is held by learnAt from its first read of tools to its
+	// last write: pages merged at once would each miss the other's
+	// annotations.
+	learning sync.Mutex
 	mu       sync.Mutex // guards tools, fetched, inFlight and gen
 	tools    map[string]toolInfo
 	fetched  bool          // a full listing was read since the last change
@@ -72,6 +79,20 @@ func (t *toolTable) learn(page mcp.ListPage) {
 // unless the upstream announced a change since, and warns of keys without
 // effect on a tool it merges. It reports whether it merged the page.
 func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
+	t.learning.Lock()
+	defer t.learning.Unlock()
+	t.mu.Lock()
+	if gen != t.gen {
+		t.mu.Unlock()
+		return false
+	}
+	known := make(map[string]*mcp.Annotations, len(page.Tools))
+	for _, tool := range page.Tools {
+		if info, ok := t.tools[tool.Name]; ok {
+			known[tool.Name] = info.ann
+		}
+	}
+	t.mu.Unlock()
 	infos := make(map[string]toolInfo, len(page.Tools))
 	dropped := make(map[string][]string)
 	for _, tool := range page.Tools {
@@ -81,10 +102,15 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 		if ann == nil {
 			ann = &mcp.Annotations{}
 		}
+		// A tool listed twice since the last change (on one page, on two
+		// pages, or in two listings) is taken at its strictest: a hint
+		// one listing withholds must not let its calls pass unrecorded.
+		ann = strictest(known[tool.Name], ann)
+		known[tool.Name] = ann
 		pol := t.resolve(tool.Name, ann)
 		defaults, left := fingerprintable(mcp.SchemaDefaults(tool.InputSchema))
 		dropped[tool.Name] = left
-		infos[tool.Name] = toolInfo{policy: &pol, defaults: defaults, listed: true}
+		infos[tool.Name] = toolInfo{policy: &pol, ann: ann, defaults: defaults, listed: true}
 	}
 	var warn, warnDropped []string
 	t.mu.Lock()
@@ -117,6 +143,24 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	}
 	return true
 }
+
+// strictest returns the annotations b, with the read-only and idempotent
+// hints only where a, an earlier listing's (nil for none), gives them too.
+func strictest(a, b *mcp.Annotations) *mcp.Annotations {
+	if a == nil {
+		return b
+	}
+	readOnly := isTrue(a.ReadOnlyHint) && isTrue(b.ReadOnlyHint)
+	idempotent := isTrue(a.IdempotentHint) && isTrue(b.IdempotentHint)
+	if readOnly == isTrue(b.ReadOnlyHint) && idempotent == isTrue(b.IdempotentHint) {
+		return b
+	}
+	m := *b
+	m.ReadOnlyHint, m.IdempotentHint = &readOnly, &idempotent
+	return &m
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
 
 // invalidate forgets the listing after notifications/tools/list_changed.
 func (t *toolTable) invalidate() {
