@@ -36,6 +36,9 @@ type forwardedRequest struct {
 	// if untraced: it lasts until the request is forgotten (forgetLocked),
 	// and takes the status of the answer (traceError).
 	span trace.Span
+	// toolsGen is the tool table's generation when a tools/list was
+	// sent: an answer to one sent before a change is not learned from.
+	toolsGen uint64
 }
 
 // forward passes a client's request upstream, remembering it until it is
@@ -84,6 +87,9 @@ func (s *Session) forward(msg *jsonrpc.Message, sc *shadowCall, span trace.Span)
 		return
 	}
 	f := forwardedRequest{id: msg.ID, method: msg.Method, shadow: sc, link: l, span: span}
+	if msg.Method == "tools/list" {
+		f.toolsGen = s.tools.generation()
+	}
 	if msg.Method == "initialize" && msg.Params != nil {
 		f.handshake = msg.Params
 		s.elicitForm = elicitForm

@@ -468,7 +468,7 @@ func (s *Session) upstreamAnswer(l *link, msg *jsonrpc.Message, frame []byte) []
 	}
 	if f.method == "tools/list" && msg.Result != nil {
 		if page, err := mcp.ParseListResult(msg.Result); err == nil {
-			s.tools.learn(page)
+			s.tools.learnAt(page, f.toolsGen)
 		}
 	}
 	return frame

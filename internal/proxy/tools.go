@@ -69,10 +69,15 @@ func newToolTable(resolve Resolver, log *slog.Logger, warned *ToolWarnings) *too
 
 // learn merges one page of a tools/list result read now.
 func (t *toolTable) learn(page mcp.ListPage) {
+	t.learnAt(page, t.generation())
+}
+
+// generation returns the count of changes the upstream announced: a
+// listing asked for now is learned from under it (learnAt).
+func (t *toolTable) generation() uint64 {
 	t.mu.Lock()
-	gen := t.gen
-	t.mu.Unlock()
-	t.learnAt(page, gen)
+	defer t.mu.Unlock()
+	return t.gen
 }
 
 // learnAt merges one page of a listing that began in generation gen,

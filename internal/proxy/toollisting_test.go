@@ -69,3 +69,30 @@ func TestToolListedTwiceIsTakenAtItsStrictest(t *testing.T) {
 		}
 	})
 }
+
+// TestClientsListingAnsweredAfterAChange: an answer to the client's
+// tools/list sent before the upstream announced a change may describe
+// the tools as they were (over HTTP, the announcement and the answer
+// come on different streams), so the proxy does not learn from it: it
+// lists the tools itself, and a tool that lost its readOnlyHint is
+// recorded.
+func TestClientsListingAnsweredAfterAChange(t *testing.T) {
+	r := newRig(t, 0)
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+	r.client.next(t, "client")
+	stale := `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"charge","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`
+	r.upstream.send(t, stale)
+	if got := r.client.next(t, "client"); got != stale {
+		t.Fatalf("client got %s; want the listing as it came", got)
+	}
+	r.client.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge","arguments":{}}}`)
+	if got := r.upstream.next(t, "upstream"); got != `{"jsonrpc":"2.0","id":"mcp-idempotent:1","method":"tools/list"}` {
+		t.Fatalf("upstream got %s; want the proxy's own tools/list", got)
+	}
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"mcp-idempotent:1","result":{"tools":[{"name":"charge","inputSchema":{"type":"object"}}]}}`)
+	if got := r.upstream.next(t, "upstream"); !strings.Contains(got, `"mcp-idempotent/execution-id"`) {
+		t.Fatalf("upstream got %s; want the call recorded", got)
+	}
+}
