@@ -287,10 +287,31 @@ func listUpstreamTools(ctx context.Context, argv []string, stderr io.Writer) ([]
 		}
 		tools = append(tools, page.Tools...)
 		if cursor = page.NextCursor; cursor == "" {
-			return tools, nil
+			return onceEach(tools), nil
 		}
 	}
 	return nil, errors.New("tools/list: more than 100 pages")
+}
+
+// onceEach returns tools with each name once, where it first came, its
+// annotations those every listing of it agrees on (mcp.Strictest), as
+// the proxy takes them: a second row would show a contract not enforced.
+func onceEach(tools []mcp.Tool) []mcp.Tool {
+	at := make(map[string]int, len(tools))
+	out := tools[:0:0]
+	for _, t := range tools {
+		if t.Annotations == nil {
+			t.Annotations = &mcp.Annotations{}
+		}
+		i, seen := at[t.Name]
+		if !seen {
+			at[t.Name] = len(out)
+			out = append(out, t)
+			continue
+		}
+		out[i].Annotations = mcp.Strictest(out[i].Annotations, t.Annotations)
+	}
+	return out
 }
 
 // showCapabilities is what policy show says its client can do: all a

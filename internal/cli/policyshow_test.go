@@ -231,3 +231,28 @@ func TestPolicyCheckNotesKeysWithoutEffect(t *testing.T) {
 		t.Errorf("policy check does not note get's keys alone; want %s in:\n%s", want, stdout)
 	}
 }
+
+// TestPolicyShowTakesATwiceListedToolAtItsStrictest: a tool the server
+// lists twice, with readOnlyHint once, is shown once, as the proxy takes
+// it: a side effect whose contract nobody wrote, not a read-only row
+// beside it.
+func TestPolicyShowTakesATwiceListedToolAtItsStrictest(t *testing.T) {
+	server := []string{"/bin/sh", "-c", `while IFS= read -r l; do
+id=$(printf '%s' "$l" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+case "$l" in
+*'"method":"initialize"'*)
+  printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
+*'"method":"tools/list"'*)
+  printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"charge","inputSchema":{"type":"object"}},{"name":"charge","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}\n' "$id";;
+esac; done`}
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--"}, server...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	if rows := strings.Count(stdout, "\ncharge "); rows != 1 {
+		t.Errorf("policy show has %d rows for charge; want 1:\n%s", rows, stdout)
+	}
+	if strings.Contains(stdout, "read_only") || !strings.Contains(stdout, "1 tool with effects") {
+		t.Errorf("policy show does not show charge as a side effect nobody wrote a contract for:\n%s", stdout)
+	}
+}

@@ -109,6 +109,26 @@ func parseAnnotations(value []byte) *Annotations {
 	return a
 }
 
+// Strictest returns the annotations b, with the read-only and idempotent
+// hints only where a, another listing's of the same tool (nil for none),
+// gives them too: a tool listed twice with different hints is taken at
+// the class that records its calls.
+func Strictest(a, b *Annotations) *Annotations {
+	if a == nil {
+		return b
+	}
+	readOnly := isTrue(a.ReadOnlyHint) && isTrue(b.ReadOnlyHint)
+	idempotent := isTrue(a.IdempotentHint) && isTrue(b.IdempotentHint)
+	if readOnly == isTrue(b.ReadOnlyHint) && idempotent == isTrue(b.IdempotentHint) {
+		return b
+	}
+	m := *b
+	m.ReadOnlyHint, m.IdempotentHint = &readOnly, &idempotent
+	return &m
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
 // object returns the valid JSON value raw without its leading white
 // space, if it is an object.
 func object(raw []byte) ([]byte, bool) {

@@ -22,7 +22,7 @@ type Resolver func(tool string, ann *mcp.Annotations) policy.Policy
 type toolInfo struct {
 	policy *policy.Policy // read-only: shared by every call of the tool
 	// ann is the annotations the policy was resolved from: what every
-	// listing of the tool since the last change agrees on (strictest).
+	// listing of the tool since the last change agrees on (mcp.Strictest).
 	ann *mcp.Annotations
 	// defaults holds the inputSchema's top-level property defaults.
 	defaults map[string]json.RawMessage
@@ -110,7 +110,7 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 		// A tool listed twice since the last change (on one page, on two
 		// pages, or in two listings) is taken at its strictest: a hint
 		// one listing withholds must not let its calls pass unrecorded.
-		ann = strictest(known[tool.Name], ann)
+		ann = mcp.Strictest(known[tool.Name], ann)
 		known[tool.Name] = ann
 		pol := t.resolve(tool.Name, ann)
 		defaults, left := fingerprintable(mcp.SchemaDefaults(tool.InputSchema))
@@ -148,24 +148,6 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	}
 	return true
 }
-
-// strictest returns the annotations b, with the read-only and idempotent
-// hints only where a, an earlier listing's (nil for none), gives them too.
-func strictest(a, b *mcp.Annotations) *mcp.Annotations {
-	if a == nil {
-		return b
-	}
-	readOnly := isTrue(a.ReadOnlyHint) && isTrue(b.ReadOnlyHint)
-	idempotent := isTrue(a.IdempotentHint) && isTrue(b.IdempotentHint)
-	if readOnly == isTrue(b.ReadOnlyHint) && idempotent == isTrue(b.IdempotentHint) {
-		return b
-	}
-	m := *b
-	m.ReadOnlyHint, m.IdempotentHint = &readOnly, &idempotent
-	return &m
-}
-
-func isTrue(b *bool) bool { return b != nil && *b }
 
 // invalidate forgets the listing after notifications/tools/list_changed.
 func (t *toolTable) invalidate() {
