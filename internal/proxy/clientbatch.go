@@ -228,7 +228,11 @@ func (s *Session) sendBatch(msgs []*jsonrpc.Message, frame []byte, calls []batch
 	for _, m := range msgs {
 		if m.IsRequest() {
 			key := string(jsonrpc.IDKey(m.ID))
-			s.rememberLocked(key, forwardedRequest{id: m.ID, method: m.Method, batch: batch, span: spans[key]})
+			f := forwardedRequest{id: m.ID, method: m.Method, batch: batch, span: spans[key]}
+			if m.Method == "tools/list" {
+				f.toolsGen = s.tools.generation()
+			}
+			s.rememberLocked(key, f)
 		}
 	}
 	s.mu.Unlock()

@@ -96,3 +96,22 @@ func TestClientsListingAnsweredAfterAChange(t *testing.T) {
 		t.Fatalf("upstream got %s; want the call recorded", got)
 	}
 }
+
+// TestBatchedListingAnsweredAlone: the client's tools/list sent in a
+// batch, after a change the upstream announced, and answered on its own
+// is learned from as one sent alone: the read-only tool it lists passes
+// through with no listing of the proxy's.
+func TestBatchedListingAnsweredAlone(t *testing.T) {
+	r := newRig(t, 0)
+	r.upstream.send(t, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+	r.client.next(t, "client")
+	r.client.send(t, `[{"jsonrpc":"2.0","id":"l","method":"tools/list"}]`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"quote","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}}`)
+	r.client.next(t, "client")
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quote","arguments":{}}}`
+	r.client.send(t, call)
+	if got := r.upstream.next(t, "upstream"); got != call {
+		t.Fatalf("upstream got %s; want the read-only call passed through as it came", got)
+	}
+}
