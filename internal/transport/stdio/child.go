@@ -24,7 +24,7 @@ type Child struct {
 	out    *os.File      // the read end of the child's stdout
 	done   chan struct{} // closed when the process has exited
 	err    error         // the exit error; written before done is closed
-	stderr stderrTail
+	stderr *stderrTail
 
 	closeOnce sync.Once
 	closedAt  time.Time // when its stdin was first closed; set in closeOnce
@@ -83,7 +83,7 @@ func Start(argv []string, stderr io.Writer, maxFrame int) (*Child, error) {
 	c := &Child{Conn: NewConn(stdout{Raw(out), out}, in, maxFrame), cmd: cmd, out: out, done: make(chan struct{})}
 	c.Conn.FollowLateIDs()
 	c.Conn.ReportCutFrames()
-	c.stderr.done = make(chan struct{})
+	c.stderr = newStderrTail()
 	go c.stderr.copyStderr(errOut, stderr)
 	go func() {
 		c.err = cmd.Wait()

@@ -21,34 +21,94 @@ const TailSize = 512
 // last TailSize bytes: a server that exits at start says why there, and
 // the client, who may never see the proxy's stderr, needs those words.
 type stderrTail struct {
-	mu   sync.Mutex    // protects last and cut
+	mu   sync.Mutex    // protects the fields below but read and done
 	last []byte        // the last TailSize bytes read at most
 	cut  bool          // whether bytes before last were dropped
-	done chan struct{} // closed once the child's stderr has ended
+	read chan struct{} // closed once the child's stderr has ended
+	done chan struct{} // closed once, besides, what was kept of it is passed on
+
+	// What waits to be written to the proxy's stderr (passOn), and how
+	// many bytes after it did not fit and were dropped. more is told when
+	// either grows, and when the child's stderr ends (ended).
+	queue   []byte
+	dropped int
+	ended   bool
+	more    sync.Cond
+}
+
+// stderrQueue bounds what waits to be written to the proxy's stderr: as
+// much as a pipe holds.
+const stderrQueue = 64 << 10
+
+func newStderrTail() *stderrTail {
+	t := &stderrTail{read: make(chan struct{}), done: make(chan struct{})}
+	t.more.L = &t.mu
+	return t
 }
 
 // copyStderr reads r (the read end of the child's stderr) to its end,
-// writing what it reads to w, and then closes r. A write to w that fails
-// is not retried, and reading goes on: the child must never block on a
-// stderr nobody reads.
+// keeping its tail, and then closes r; passOn writes what it reads to w.
+// The child must never block on a stderr nobody reads: a client that
+// holds the proxy's stderr open without reading it makes a write to w
+// wait, and a child whose stderr pipe filled meanwhile would wait on
+// its next line, and answer no call, for as long. So reading never
+// waits for w: what does not fit in the queue is dropped, and said so.
 func (t *stderrTail) copyStderr(r *os.File, w io.Writer) {
-	defer close(t.done)
+	go t.passOn(w)
+	defer close(t.read)
 	defer r.Close()
 	buf := make([]byte, 4096)
 	for {
 		n, err := r.Read(buf)
+		t.mu.Lock()
 		if n > 0 {
-			_, _ = w.Write(buf[:n])
-			t.mu.Lock()
 			t.last = append(t.last, buf[:n]...)
 			if len(t.last) > TailSize {
 				t.cut = true
 				t.last = append(t.last[:0], t.last[len(t.last)-TailSize:]...)
 			}
-			t.mu.Unlock()
+			// Once a byte is dropped, so is all until the queue is
+			// taken: the line saying so then comes where they were.
+			if t.dropped == 0 && len(t.queue)+n <= stderrQueue {
+				t.queue = append(t.queue, buf[:n]...)
+			} else {
+				t.dropped += n
+			}
 		}
+		t.ended = err != nil
+		t.mu.Unlock()
+		t.more.Signal()
 		if err != nil {
 			return
+		}
+	}
+}
+
+// passOn writes what copyStderr queues to w, until the child's stderr has
+// ended and all of it is written. A write that fails is not retried.
+func (t *stderrTail) passOn(w io.Writer) {
+	defer close(t.done)
+	var out []byte
+	for {
+		t.mu.Lock()
+		for len(t.queue) == 0 && t.dropped == 0 && !t.ended {
+			t.more.Wait()
+		}
+		if len(t.queue) == 0 && t.dropped == 0 {
+			t.mu.Unlock()
+			return
+		}
+		out, t.queue = t.queue, out[:0]
+		dropped := t.dropped
+		t.dropped = 0
+		t.mu.Unlock()
+		_, _ = w.Write(out)
+		if dropped > 0 {
+			note := fmt.Sprintf("mcp-idempotent: %d bytes of the upstream's stderr were dropped: the proxy's stderr took no writes meanwhile\n", dropped)
+			if len(out) > 0 && out[len(out)-1] != '\n' {
+				note = "\n" + note
+			}
+			_, _ = io.WriteString(w, note)
 		}
 	}
 }
@@ -98,7 +158,7 @@ func (c *Child) ExitCause(ctx context.Context) string {
 	// it started may hold the pipe open, so the end is not waited for
 	// past ctx.
 	select {
-	case <-c.stderr.done:
+	case <-c.stderr.read:
 	case <-ctx.Done():
 	}
 	cause := exitWords(c.err)
