@@ -50,10 +50,15 @@ type Message struct {
 
 // CheckRequest returns why m, a request or notification a client sent, is
 // not one that MCP allows, or "" if it is: its "jsonrpc" member must be
-// "2.0", and a request's id valid (ValidID).
+// "2.0", a request's id valid (ValidID), and a tools/call a request.
 func CheckRequest(m *Message) string {
 	if why := checkVersion(m); why != "" {
 		return why
+	}
+	if m.ID == nil && m.Method == "tools/call" {
+		// Passed on, the tool would run unrecorded, and its caller would
+		// never learn the outcome: no answer goes to a notification.
+		return "tools/call is a request and needs an id; without one it was not sent"
 	}
 	if m.ID != nil && !ValidID(m.ID) {
 		if m.ID[0] == '"' {

@@ -673,6 +673,7 @@ func TestCheckRequest(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1e2,"method":"ping"}`, ""},
 		{`{"jsonrpc":"2\u002e0","id":1,"method":"ping"}`, ""},
 		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, ""},
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}`, "tools/call is a request and needs an id"},
 		{`{"id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},
 		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},
 		{`{"jsonrpc":2.0,"id":1,"method":"ping"}`, `"jsonrpc" must be "2.0"`},

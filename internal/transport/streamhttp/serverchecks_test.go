@@ -46,6 +46,8 @@ func TestServerBadInput(t *testing.T) {
 		{"jsonrpc 1.0", "POST", `{"jsonrpc":"1.0","id":6,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"null id", "POST", `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, session(sid), 400, -32600},
 		{"fractional id", "POST", `{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}`, session(sid), 400, -32600},
+		{"tools/call without an id", "POST", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"charge"}}`, session(sid), 400, -32600},
+		{"batch with a tools/call without an id", "POST", `[{"jsonrpc":"2.0","id":8,"method":"a"},{"jsonrpc":"2.0","method":"tools/call","params":{"name":"charge"}}]`, batchSession(bsid), 400, -32600},
 		{"batch reusing an id", "POST", `[{"jsonrpc":"2.0","id":5,"method":"a"},{"jsonrpc":"2.0","id":5,"method":"b"}]`, batchSession(bsid), 400, -32600},
 		{"no session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"unknown session", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, session("nope"), 404, -32600},
