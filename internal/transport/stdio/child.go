@@ -159,15 +159,15 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan stru
 	c.Close()
 	defer c.out.Close()
 	hurried := false
-	for _, sig := range []os.Signal{nil, syscall.SIGTERM, syscall.SIGKILL} {
-		if sig != nil {
-			_ = c.cmd.Process.Signal(sig)
+	for _, sig := range []syscall.Signal{0, syscall.SIGTERM, syscall.SIGKILL} {
+		if sig != 0 {
+			c.signal(sig)
 		}
 		wait := grace
 		if hurried {
 			wait = min(grace, HurriedGrace)
 		}
-		if sig == nil {
+		if sig == 0 {
 			wait -= time.Since(c.closedAt)
 		}
 		t := time.NewTimer(wait)
@@ -179,7 +179,7 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan stru
 				return nil
 			case <-ctx.Done():
 				t.Stop()
-				_ = c.cmd.Process.Kill()
+				c.signal(syscall.SIGKILL)
 				<-c.done
 				return ctx.Err()
 			case <-hurry:
@@ -194,6 +194,17 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration, hurry <-chan stru
 	}
 	<-c.done
 	return nil
+}
+
+// signal sends sig to the child and what it started (signalTree), while
+// the child has not been seen to exit: past that, its process id may
+// name another process.
+func (c *Child) signal(sig syscall.Signal) {
+	select {
+	case <-c.done:
+	default:
+		signalTree(c.cmd.Process, sig)
+	}
 }
 
 // stderrDrain bounds how long Done waits, once the child has exited, for

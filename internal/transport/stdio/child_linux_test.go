@@ -3,9 +3,11 @@ package stdio
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -95,5 +97,46 @@ func TestChildExitWithStdoutHeld(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Errorf("the process the child started has gone (%v): the test holds nothing", err)
+	}
+}
+
+// TestChildStopReachesWhatItStarted: an upstream run through a wrapper
+// (sh -c, a launcher) that does not exit on its stdin's end is stopped
+// with what it started: the server the wrapper ran is not left running,
+// orphaned, once the wrapper is signalled. The grandchild holds a FIFO
+// open for writing, so its end is the FIFO's end of file.
+func TestChildStopReachesWhatItStarted(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "held")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := startChild(t, "sh", "-c", `sleep 3600 > "$0" & echo $!; wait`, fifo)
+	line, err := c.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(line))
+	if err != nil {
+		t.Fatalf("the pid of the process the child started: %q: %v", line, err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	// Opened once the grandchild opened its end: the read below ends
+	// when it exits.
+	held, err := os.OpenFile(fifo, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx, 0, nil); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	// A bound on a wait for an end that comes at once, not a measure.
+	if err := held.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := held.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the process the upstream started (pid %d) still runs after Stop: read %d, %v; want io.EOF", pid, n, err)
 	}
 }
