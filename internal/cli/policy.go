@@ -98,12 +98,14 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	unwritten, notes := showTools(stdout, tools, resolve, listed)
 	if unwritten > 0 {
-		verb := "run"
+		// Not "annotation defaults only": the file's defaults apply to
+		// them too, but no rule says what a lost answer means for them.
+		verb, whose := "have", "their"
 		if unwritten == 1 {
-			verb = "runs"
+			verb, whose = "has", "its"
 		}
-		fmt.Fprintf(stdout, "\n%d tool%s with effects %s on annotation defaults only: nobody wrote down what happens\n"+
-			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb)
+		fmt.Fprintf(stdout, "\n%d tool%s with effects %s no rule of %s own: nobody wrote down what happens\n"+
+			"when a caller loses the answer after dispatch. Give each a rule in the policy file.\n", unwritten, plural(unwritten), verb, whose)
 	}
 	for _, note := range notes {
 		io.WriteString(stdout, note)
@@ -113,8 +115,8 @@ func runPolicyShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // showTools prints policy show's table: a row for each of tools, its
-// policy as resolve gives it. It returns how many tools with effects run
-// on annotation defaults alone, and the notes to print after the table:
+// policy as resolve gives it. It returns how many tools with effects no
+// rule of the file covers, and the notes to print after the table:
 // on status tools the upstream does not list (listed), and on keys
 // without effect.
 func showTools(w io.Writer, tools []mcp.Tool, resolve proxy.Resolver, listed map[string]bool) (unwritten int, notes []string) {

@@ -32,7 +32,7 @@ esac; done`}
 // TestPolicyShowListsWhatACapableClientSees: policy show lists the tools a
 // server offers only to a client that can answer its requests. A client
 // that declares nothing would not see them, and the footer would leave
-// out side effects that run on annotation defaults.
+// out side effects that no rule covers.
 func TestPolicyShowListsWhatACapableClientSees(t *testing.T) {
 	stdout, stderr, err := run(t, append([]string{"policy", "show", "--"}, capableServer...)...)
 	if err != nil {
@@ -45,6 +45,23 @@ func TestPolicyShowListsWhatACapableClientSees(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "5 tools with effects") {
 		t.Errorf("policy show's footer does not count the 5 side effects:\n%s", stdout)
+	}
+}
+
+// TestPolicyShowFooterWithFileDefaults: a file's defaults apply to a tool
+// no rule names, so the footer must not say such a tool runs on its
+// annotations alone; it says no rule of its own covers it.
+func TestPolicyShowFooterWithFileDefaults(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(file, []byte("defaults:\n  retention: 1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append([]string{"policy", "show", "--policy", file, "--"}, capableServer...)...)
+	if err != nil {
+		t.Fatalf("policy show: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stdout, "annotation defaults only") || !strings.Contains(stdout, "5 tools with effects have no rule of their own") {
+		t.Errorf("policy show's footer, with the file's defaults applied:\n%s\nwant it to say the 5 tools have no rule of their own", stdout)
 	}
 }
 
