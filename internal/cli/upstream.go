@@ -212,18 +212,23 @@ func upstreamIdentity(u *neturl.URL, hdr http.Header, h *fingerprint.Hasher) (st
 }
 
 // normalURL returns u's scheme, host and path, spelt as RFC 3986
-// (6.2.2, 6.2.3) says the same resource may be: the host in lower case,
-// an IP address in its shortest form, the port without leading zeros and
-// none where it is the scheme's own, "/" for an empty path, and percent-encoding as normalPath writes
-// it. (url.Parse has put the scheme in lower case.) Proxies that share a
-// store then share executions however each was given the URL.
+// (6.2.2, 6.2.3) says the same resource may be: the host's ASCII letters
+// in lower case, an IP address in its shortest form, the port without
+// leading zeros and none where it is the scheme's own, "/" for an empty
+// path, and percent-encoding as normalPath writes it. (url.Parse has put
+// the scheme in lower case.) Proxies that share a store then share
+// executions however each was given the URL.
 func normalURL(u *neturl.URL) string {
-	host, port := strings.ToLower(u.Hostname()), u.Port()
+	host, port := u.Hostname(), u.Port()
 	if ip, err := netip.ParseAddr(host); err == nil {
+		// The zone is left as given: it names an interface, and
+		// interface names may differ only in case.
 		host = ip.String()
 		if ip.Is6() {
 			host = "[" + host + "]"
 		}
+	} else {
+		host = lowerASCII(host)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
 		port = strconv.FormatUint(n, 10) // ":080" is port 80, as dialled
@@ -232,6 +237,19 @@ func normalURL(u *neturl.URL) string {
 		host += ":" + port
 	}
 	return u.Scheme + "://" + host + normalPath(u.EscapedPath())
+}
+
+// lowerASCII returns s with its ASCII letters in lower case. Other
+// letters stay: net/http dials a host by its IDNA form, which does not
+// follow strings.ToLower ("İ" is "i" with a dot above there, "ẞ" is
+// "ss"), and two hosts it dials apart must not be one upstream.
+func lowerASCII(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
 }
 
 // normalPath returns an escaped URL path with each percent-encoded

@@ -67,6 +67,8 @@ func TestUpstreamIdentityNormalised(t *testing.T) {
 		{"http://[::1]:8080/mcp", "http://[0:0::1]:8080/mcp"},
 		{"http://127.0.0.1:8080/mcp", "http://127.0.0.1:8080/mcp#part"},
 		{"http://example.com/a%2Fb%C3%A9", "http://example.com/a%2fb%c3%a9", "http://example.com/a%2F%62%C3%A9"},
+		{"http://bücher.example/mcp", "http://BüCHER.example/mcp", "http://B%C3%BCcher.example/mcp"},
+		{"http://[fe80::1%25eth0]:8080/mcp", "http://[FE80::1%25eth0]:8080/mcp"},
 	} {
 		want := identity(same[0])
 		for _, raw := range same[1:] {
@@ -80,6 +82,11 @@ func TestUpstreamIdentityNormalised(t *testing.T) {
 		"https://example.com:80/mcp", "http://example.com/MCP", "http://example.com/mcp/",
 		"http://example.com/a%2Fb", "http://example.com/a/b",
 		"http://example.org/mcp", "http://example.com/mcp?k=1", "http://u@example.com/mcp",
+		// net/http dials these hosts apart: IDNA maps İ to i with a dot
+		// above, and ẞ to ss, where ToLower gives i and ß. A zone is an
+		// interface name, which Linux spells in either case.
+		"http://i.example/mcp", "http://İ.example/mcp", "http://ß.example/mcp", "http://ẞ.example/mcp",
+		"http://[fe80::1%25eth0]:8080/mcp", "http://[fe80::1%25ETH0]:8080/mcp",
 	}
 	seen := map[string]string{}
 	for _, raw := range distinct {
