@@ -93,6 +93,27 @@ func (s *Store) indexWon(ctx context.Context, id, tag string) error {
 	return nil
 }
 
+// madeError is the error of a reservation made whose index could not be
+// written. It hides a failed connection to the index's master, which
+// would say the call never reached the store: the proxy then takes the
+// reservation for never made, and leaves it in flight, its lease renewed
+// and every retry of the call waiting on it, where it must fail it.
+type madeError struct{ err error }
+
+func (e madeError) Error() string { return e.err.Error() }
+
+// Unwrap keeps the errors callers check for that hold of a made
+// reservation too: replicas that did not confirm it, the context's end.
+func (e madeError) Unwrap() []error {
+	var keep []error
+	for _, target := range []error{ErrNotReplicated, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(e.err, target) {
+			keep = append(keep, target)
+		}
+	}
+	return keep
+}
+
 // checkMasters warns, as checkServer does, of each master of a Cluster
 // that evicts keys, or has fewer than n replicas online.
 func (s *Store) checkMasters(ctx context.Context, n int) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -389,5 +390,44 @@ func TestClusterURLRefusals(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want an error naming %q", q, err, want)
 		}
+	}
+}
+
+// TestClusterReservedWithoutIndex: a reservation the script made, whose
+// index could not be written (the index's master is down, as in a
+// failover), fails with an error that does not say the call never
+// reached the store, as a refused connection would: the proxy then fails
+// the reservation once the store answers, where it would otherwise leave
+// it in flight, its lease renewed, every retry of the call waiting on it.
+func TestClusterReservedWithoutIndex(t *testing.T) {
+	c := servicetest.StartRedisCluster(t, 2, 0)
+	s := openWith(t, c.URL(), redisstore.Options{Prefix: clusterPrefix()})
+	ctx := t.Context()
+	on := func(key string) string {
+		m, err := redisstore.Client(s).(*redis.ClusterClient).MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	var r *record.Record
+	for i := 0; r == nil; i++ {
+		try := newRecord("index elsewhere " + strconv.Itoa(i))
+		_, rec, index := redisstore.Keys(s, try.Key, try.ID)
+		if on(rec) == c.Masters[0].Addr() && on(index) == c.Masters[1].Addr() {
+			r = try
+		}
+	}
+	c.Masters[1].Stop()
+	_, won, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true, Lease: time.Minute})
+	if err == nil {
+		t.Fatalf("Reserve with the index's master down = %v, nil; want an error", won)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, record.ErrNotSent) {
+		t.Errorf("Reserve = %v; want an error that does not say it never reached the store: the reservation was made", err)
+	}
+	holder, _, _ := redisstore.Keys(s, r.Key, r.ID)
+	if id, err := c.Masters[0].Client().Get(ctx, holder).Result(); err != nil || id != r.ID {
+		t.Fatalf("the key's holder = %q, %v; want the reservation made, %s", id, err, r.ID)
 	}
 }

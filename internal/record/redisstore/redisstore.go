@@ -307,7 +307,7 @@ func (s *Store) won(ctx context.Context, reading record.Reading, rec *record.Rec
 	s.track(rec, loc{tag, rec.Retention})
 	if s.cluster != nil {
 		if err := s.indexWon(ctx, rec.ID, tag); err != nil {
-			return nil, false, s.fail("reserving "+rec.ID, err)
+			return nil, false, s.fail("reserving "+rec.ID, madeError{err})
 		}
 	}
 	if oid != "" && len(v) > 3 {
