@@ -440,7 +440,7 @@ func (in *Interceptor) askAgainInRound(ctx context.Context, req *Request, rec *r
 // actionOf returns the intent fingerprint of req's call, as handle
 // computes it.
 func (in *Interceptor) actionOf(req *Request) (string, error) {
-	args, err := shapeArguments(req.Call.Arguments, req.Policy, req.SchemaDefaults)
+	args, err := shapeArguments(req.Call.Arguments, req.Policy, req.Schema)
 	if err != nil {
 		return "", err
 	}

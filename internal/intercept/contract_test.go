@@ -31,7 +31,7 @@ func (h *harness) callAs(t *testing.T, actor, scope, params string) *answers {
 	}
 	a := newAnswers()
 	h.in.Handle(t.Context(), &Request{
-		Call: tc, Policy: &h.pol, SchemaDefaults: h.defaults, Actor: actor, Scope: scope,
+		Call: tc, Policy: &h.pol, Schema: &Schema{Defaults: h.defaults, Twins: h.twins}, Actor: actor, Scope: scope,
 		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a,
 	})
 	return a
@@ -177,6 +177,7 @@ func TestNoReadingOtherwise(t *testing.T) {
 func TestSchemaCaseTwins(t *testing.T) {
 	h := newHarness(charged)
 	h.defaults = map[string]json.RawMessage{"mode": json.RawMessage(`"a"`), "Mode": json.RawMessage(`"b"`)}
+	h.twins = mcp.SchemaCaseTwins(json.RawMessage(`{"properties":{"mode":{"default":"a"},"Mode":{"default":"b"}}}`), nil)
 	for _, args := range []string{`{}`, `{"mode":"a"}`, `{"Mode":"b"}`, `{"mode":"a","Mode":"b"}`} {
 		a := h.callAs(t, "alice", "s", `{"name":"charge_card","arguments":`+args+`}`).only(t)
 		if a.Error != nil {

@@ -129,7 +129,7 @@ type action struct {
 // itself and reports false.
 func (in *Interceptor) identify(req *Request) (action, bool) {
 	call := req.Call
-	args, err := shapeArguments(call.Arguments, req.Policy, req.SchemaDefaults)
+	args, err := shapeArguments(call.Arguments, req.Policy, req.Schema)
 	if err != nil {
 		in.refuseUnreadable(req, err)
 		return action{}, false

@@ -70,6 +70,7 @@ type harness struct {
 	up       *upstream
 	pol      policy.Policy
 	defaults map[string]json.RawMessage // the tool's schema defaults
+	twins    *mcp.CaseTwins             // the tool's schema case twins
 }
 
 func newHarness(respond func(context.Context, int, json.RawMessage) (json.RawMessage, error)) *harness {

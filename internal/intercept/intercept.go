@@ -149,6 +149,16 @@ func (e *MalformedAnswerError) Error() string {
 	return "malformed answer from the client: " + e.What
 }
 
+// Schema is what a tool's inputSchema tells the fingerprint.
+type Schema struct {
+	// Defaults are the top-level property defaults, which
+	// Policy.Defaults materialises before fingerprinting.
+	Defaults map[string]json.RawMessage
+	// Twins are the properties declared beside one differing only in
+	// case, which a server reads apart (shapeArguments).
+	Twins *mcp.CaseTwins
+}
+
 // A Request is one caller's tools/call. It is handed to Handle or
 // Unrecorded once, and not copied after: it holds the state of the
 // execution it starts.
@@ -158,9 +168,10 @@ type Request struct {
 	// without their grammar being checked again.
 	Call   *mcp.ToolCall
 	Policy *policy.Policy // read-only; shared with other calls
-	// SchemaDefaults are the tool's inputSchema property defaults, which
-	// Policy.Defaults materialises before fingerprinting.
-	SchemaDefaults map[string]json.RawMessage
+	// Schema is what the tool's inputSchema tells the fingerprint; nil
+	// when it tells nothing. One pointer for all of it keeps a Request,
+	// made for every call, small.
+	Schema *Schema
 	// Actor, Scope and UpstreamID go into the fingerprint.
 	Actor      string
 	Scope      string

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
@@ -14,8 +15,14 @@ import (
 // for members the call leaves out (policy Defaults), and the members the
 // policy ignores are dropped. The call sent upstream is never changed.
 // Arguments come back as they were when neither option applies, which is
-// the common case and costs nothing.
-func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[string]json.RawMessage) (json.RawMessage, error) {
+// the common case and costs nothing. schema's twins are declared
+// properties, which a server reads apart (noCaseTwin).
+func shapeArguments(args json.RawMessage, pol *policy.Policy, schema *Schema) (json.RawMessage, error) {
+	var defaults map[string]json.RawMessage
+	var twins *mcp.CaseTwins
+	if schema != nil {
+		defaults, twins = schema.Defaults, schema.Twins
+	}
 	useDefaults := pol.Defaults && len(defaults) > 0
 	if !useDefaults && len(pol.Ignore) == 0 {
 		return args, nil
@@ -31,7 +38,7 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 	}
 	if useDefaults {
 		for name, v := range defaults {
-			if err := noCaseTwin(obj, name, defaults); err != nil {
+			if err := noCaseTwin(obj, name, twins); err != nil {
 				return nil, err
 			}
 			if _, ok := obj[name]; !ok {
@@ -40,7 +47,7 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 		}
 	}
 	for _, path := range pol.Ignore {
-		if err := dropPath(obj, strings.Split(path, ".")); err != nil {
+		if err := dropPath(obj, strings.Split(path, "."), twins); err != nil {
 			return nil, err
 		}
 	}
@@ -49,9 +56,10 @@ func shapeArguments(args json.RawMessage, pol *policy.Policy, defaults map[strin
 
 // dropPath deletes the member at path from obj, and an object the removal
 // leaves empty. A path through a value that is not an object, or to a
-// member that is absent, drops nothing.
-func dropPath(obj map[string]json.RawMessage, path []string) error {
-	if err := noCaseTwin(obj, path[0], nil); err != nil {
+// member that is absent, drops nothing. twins are those declared at obj's
+// level.
+func dropPath(obj map[string]json.RawMessage, path []string, twins *mcp.CaseTwins) error {
+	if err := noCaseTwin(obj, path[0], twins); err != nil {
 		return err
 	}
 	if len(path) == 1 {
@@ -66,7 +74,7 @@ func dropPath(obj map[string]json.RawMessage, path []string) error {
 	if err := json.Unmarshal(raw, &inner); err != nil {
 		return fmt.Errorf("reading arguments: %w", err)
 	}
-	if err := dropPath(inner, path[1:]); err != nil {
+	if err := dropPath(inner, path[1:], twins.Under(path[0])); err != nil {
 		return err
 	}
 	if len(inner) == 0 {
@@ -88,15 +96,12 @@ func dropPath(obj map[string]json.RawMessage, path []string) error {
 // name and leave the twin, while a server that matches names without
 // regard to case (Go's encoding/json) reads the twin as name: two calls
 // whose twins differ would be taken for one (DESIGN section 10). A twin
-// in declared is not one: the schema names both, so a server reads them
-// apart (encoding/json prefers the exact name), and the defaults fill in
-// both; counting it would refuse every call that leaves them out.
-func noCaseTwin(obj map[string]json.RawMessage, name string, declared map[string]json.RawMessage) error {
+// is no fault when the schema declares both it and name: a server reads
+// them apart (encoding/json prefers the exact name), and the fingerprint
+// keeps the twin as the member it is.
+func noCaseTwin(obj map[string]json.RawMessage, name string, twins *mcp.CaseTwins) error {
 	for k := range obj {
-		if _, ok := declared[k]; ok {
-			continue
-		}
-		if k != name && strings.EqualFold(k, name) {
+		if k != name && strings.EqualFold(k, name) && !twins.Declared(k, name) {
 			return fmt.Errorf("arguments member %q differs from %q, which the tool's policy names, only in case; a server that matches names without regard to case reads it as %q", k, name, name)
 		}
 	}

@@ -340,7 +340,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	// session's end may look at the request at any moment (endCalls),
 	// and the request must not be written whole meanwhile.
 	r := &c.req
-	r.Call, r.Policy, r.SchemaDefaults = call, pol, info.defaults
+	r.Call, r.Policy, r.Schema = call, pol, info.schema
 	r.Actor, r.Scope, r.Session = s.opts.Actor, s.opts.Scope, s.opts.Scope
 	r.UpstreamID, r.UpstreamName = s.opts.UpstreamID, s.opts.UpstreamName
 	r.Upstream, r.Reply, r.Listed = c, c, info.listed

@@ -31,7 +31,10 @@ func TestSchemaDefaultsTheFingerprintRefuses(t *testing.T) {
 		if !ok {
 			t.Fatalf("tool t not learned from %s", c.schema)
 		}
-		got := info.defaults
+		var got map[string]json.RawMessage
+		if info.schema != nil {
+			got = info.schema.Defaults
+		}
 		if !maps.EqualFunc(got, c.want, func(x, y json.RawMessage) bool { return string(x) == string(y) }) {
 			t.Errorf("defaults of %s: %q, want %q", c.schema, got, c.want)
 		}

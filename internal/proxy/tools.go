@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/fingerprint"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/mcp"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
@@ -24,8 +25,11 @@ type toolInfo struct {
 	// ann is the annotations the policy was resolved from: what every
 	// listing of the tool since the last change agrees on (mcp.Strictest).
 	ann *mcp.Annotations
-	// defaults holds the inputSchema's top-level property defaults.
-	defaults map[string]json.RawMessage
+	// schema holds the inputSchema's top-level property defaults, and
+	// its properties declared beside one differing only in case where
+	// the policy's defaults and ignore paths reach; nil when it has
+	// neither.
+	schema *intercept.Schema
 	// listed says that a tools/list named the tool: metrics count the
 	// calls of any other name under one label (metrics.UnlistedTool).
 	listed bool
@@ -115,7 +119,15 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 		pol := t.resolve(tool.Name, ann)
 		defaults, left := fingerprintable(mcp.SchemaDefaults(tool.InputSchema))
 		dropped[tool.Name] = left
-		infos[tool.Name] = toolInfo{policy: &pol, ann: ann, defaults: defaults, listed: true}
+		var twins *mcp.CaseTwins
+		if pol.Defaults || len(pol.Ignore) > 0 {
+			twins = mcp.SchemaCaseTwins(tool.InputSchema, pol.Ignore)
+		}
+		var schema *intercept.Schema
+		if defaults != nil || twins != nil {
+			schema = &intercept.Schema{Defaults: defaults, Twins: twins}
+		}
+		infos[tool.Name] = toolInfo{policy: &pol, ann: ann, schema: schema, listed: true}
 	}
 	var warn, warnDropped []string
 	t.mu.Lock()
