@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // Synchronous returns the writer connection's PRAGMA synchronous: 1 is
@@ -41,7 +43,17 @@ func SetBusyTimeout(d time.Duration) (restore func()) {
 
 // RenewPlan returns SQLite's query plan for Renew's statement.
 func (s *Store) RenewPlan(ctx context.Context) (string, error) {
-	rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+renewText, 0, "proxy-1")
+	return s.plan(ctx, renewText, 0, "proxy-1")
+}
+
+// ListPlan returns SQLite's query plan for List's query of f.
+func (s *Store) ListPlan(ctx context.Context, f record.Filter) (string, error) {
+	q, args := listQuery(f)
+	return s.plan(ctx, q, args...)
+}
+
+func (s *Store) plan(ctx context.Context, q string, args ...any) (string, error) {
+	rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)
 	if err != nil {
 		return "", err
 	}

@@ -271,6 +271,16 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 
 // List implements record.Lister: newest first, from the read pool.
 func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, error) {
+	q, args := listQuery(f)
+	recs, err := s.list(ctx, q, args)
+	if err != nil {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	return recs, nil
+}
+
+// listQuery is List's query for f, and its arguments.
+func listQuery(f record.Filter) (string, []any) {
 	q := "SELECT " + columns + " FROM records WHERE 1=1"
 	var args []any
 	if f.Tool != "" {
@@ -299,13 +309,7 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	if limit <= 0 {
 		limit = 100
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limit)
-	recs, err := s.list(ctx, q, args)
-	if err != nil {
-		return nil, fmt.Errorf("listing executions: %w", err)
-	}
-	return recs, nil
+	return q + " ORDER BY id DESC LIMIT ?", append(args, limit)
 }
 
 // list reads the records query q selects, with their attaches not yet

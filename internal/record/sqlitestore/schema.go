@@ -43,6 +43,14 @@ var (
 // those, not the whole table.
 const awaitingIndex = "CREATE INDEX records_awaiting ON records (id) WHERE awaiting != ''"
 
+// fingerprintIndex finds a fingerprint's executions, newest first, for
+// List(Fingerprint): activity show asks for them on every record, and
+// without it each read the whole table (0.8 s at a million records). Its
+// columns never change after the insert, so only a reservation pays for
+// it. It is made by migrate, in new files and old ones alike, and is
+// no schema version: older builds work beside it.
+const fingerprintIndex = "CREATE INDEX IF NOT EXISTS records_fingerprint ON records (fingerprint, id)"
+
 // schema is the current schema, for a new file.
 var schema = `
 CREATE TABLE records (
@@ -152,6 +160,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := syncOwnerIndex(ctx, tx); err != nil {
 		return fmt.Errorf("rebuilding records_owner: %w", err)
 	}
+	if _, err := tx.ExecContext(ctx, fingerprintIndex); err != nil {
+		return fmt.Errorf("making records_fingerprint: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, allowancesTable); err != nil {
 		return err
 	}
@@ -173,8 +184,8 @@ func (s *Store) current(ctx context.Context) bool {
 		return false
 	}
 	var n int
-	err := s.v.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'allowances'").Scan(&n)
-	return err == nil && n == 1
+	err := s.v.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'allowances' OR type = 'index' AND name = 'records_fingerprint'").Scan(&n)
+	return err == nil && n == 2
 }
 
 // syncOwnerIndex rebuilds records_owner if its predicate is not

@@ -133,3 +133,32 @@ func shape(t *testing.T, db *sql.DB) []string {
 	query("SELECT sql FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
 	return out
 }
+
+// TestListFingerprintUsesIndex: activity show lists the executions of a
+// record's fingerprint, and activity list --fingerprint too. Both read
+// records_fingerprint, not the whole table, in a new file and in one an
+// older build made without the index.
+func TestListFingerprintUsesIndex(t *testing.T) {
+	ctx := t.Context()
+	filters := []record.Filter{
+		{Fingerprint: "f1", Limit: 101},
+		{Tool: "charge_card", Fingerprint: "f1", Since: time.Now().Add(-48 * time.Hour), Limit: 1000},
+	}
+	check := func(s *sqlitestore.Store, which string) {
+		t.Helper()
+		for _, f := range filters {
+			if plan, err := s.ListPlan(ctx, f); err != nil || !strings.Contains(plan, "records_fingerprint") {
+				t.Errorf("%s: List(%+v)'s plan: %q, %v; want it to use records_fingerprint", which, f, plan, err)
+			}
+		}
+	}
+	path := dbPath(t)
+	s := open(t, path, sqlitestore.Options{})
+	check(s, "a new file")
+	s.Close()
+
+	if _, err := rawDB(t, path).ExecContext(ctx, "DROP INDEX records_fingerprint"); err != nil {
+		t.Fatal(err)
+	}
+	check(open(t, path, sqlitestore.Options{}), "a file without the index")
+}
