@@ -20,6 +20,29 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 	if err := s.ensure(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}
+	q, args := s.listQuery(f)
+	reading, err := s.attaches.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) {
+		return scanRecord(row)
+	})
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	if recs, err = reading.ShowAll(ctx, recs, s.storedAttached); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return recs, nil
+}
+
+// listQuery is List's query for f, and its arguments.
+func (s *Store) listQuery(f record.Filter) (string, []any) {
 	q := s.sql(`SELECT ` + columns + ` FROM {schema}.records WHERE true`)
 	var args []any
 	arg := func(v any) string {
@@ -47,22 +70,5 @@ func (s *Store) List(ctx context.Context, f record.Filter) ([]*record.Record, er
 		limit = 100
 	}
 	q += " ORDER BY id DESC LIMIT " + arg(limit)
-	reading, err := s.attaches.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, s.fail(op, err)
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*record.Record, error) {
-		return scanRecord(row)
-	})
-	if err != nil {
-		return nil, s.fail(op, err)
-	}
-	if recs, err = reading.ShowAll(ctx, recs, s.storedAttached); err != nil {
-		return nil, s.fail(op, err)
-	}
-	return recs, nil
+	return q, args
 }

@@ -196,9 +196,9 @@ func (s *Store) setup(ctx context.Context) error {
 	// Most opens find the schema made: check without taking the lock or
 	// needing the right to create anything. (One whose trigger is the
 	// older one takes the lock, to replace it: replaceTrigger.)
-	v, notifies, err := s.version(ctx, s.pool)
+	v, notifies, indexed, err := s.version(ctx, s.pool)
 	switch {
-	case err == nil && v == schemaVersion && notifies:
+	case err == nil && v == schemaVersion && notifies && indexed:
 		return nil
 	case err == nil && v > schemaVersion:
 		return versionError(v)
@@ -219,23 +219,21 @@ func (s *Store) setup(ctx context.Context) error {
 		return err
 	}
 	if v == schemaVersion {
-		// Only the trigger to replace: no right to create a schema is
-		// needed, nor asked for.
-		_, notifies, err := s.version(ctx, tx)
+		// Only the trigger to replace or the index to make: no right
+		// to create a schema is needed, nor asked for.
+		_, notifies, indexed, err := s.version(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if !notifies {
-			if err := s.replaceTrigger(ctx, tx); err != nil {
-				return err
-			}
+		if err := s.complete(ctx, tx, notifies, indexed); err != nil {
+			return err
 		}
 		return tx.Commit(ctx)
 	}
 	if _, err := tx.Exec(ctx, s.sql("CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.schema_version (version integer NOT NULL)")); err != nil {
 		return err
 	}
-	v, notifies, err = s.version(ctx, tx)
+	v, notifies, indexed, err = s.version(ctx, tx)
 	if err != nil {
 		return err
 	}
@@ -249,12 +247,72 @@ func (s *Store) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.complete(ctx, tx, notifies, indexed); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// complete adds to a schema at schemaVersion what is no version of its
+// own: notifyDDL's trigger, unless notifies, and fingerprintDDL's index,
+// unless indexed.
+func (s *Store) complete(ctx context.Context, tx pgx.Tx, notifies, indexed bool) error {
 	if !notifies {
 		if err := s.replaceTrigger(ctx, tx); err != nil {
 			return err
 		}
 	}
-	return tx.Commit(ctx)
+	if !indexed {
+		return s.addIndex(ctx, tx)
+	}
+	return nil
+}
+
+// fingerprintDDL makes the index that finds a fingerprint's executions,
+// newest first, for List(Fingerprint): activity show asks for them on
+// every record, and without it each read the whole table (a quarter of
+// a second, and every page, at a million records). Its columns never
+// change after the insert, so updates stay heap-only. Builds before it
+// work beside it: it is no version.
+const fingerprintDDL = `CREATE INDEX IF NOT EXISTS records_fingerprint ON {schema}.records (fingerprint, id)`
+
+// indexBuildMax bounds the records of a table addIndex indexes: the
+// build holds every write to the table back, about 1.5 s per million
+// records, and a larger one is left to an operator's CREATE INDEX
+// CONCURRENTLY, which holds none.
+const indexBuildMax = 1_000_000
+
+// addIndex runs fingerprintDDL in a savepoint of tx, if it can: List
+// works without the index, only slower, so a failure here fails no call.
+// As replaceTrigger, it waits at most triggerLockWait for the table, and
+// says in a warning what it could not do.
+func (s *Store) addIndex(ctx context.Context, tx pgx.Tx) error {
+	var rows float64
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(reltuples), 0) FROM pg_class WHERE oid = to_regclass($1)", s.quoted+".records").Scan(&rows); err != nil {
+		return err
+	}
+	const warning = "making no index by fingerprint, which activity show reads; make it with "
+	concurrently := s.sql(strings.Replace(fingerprintDDL, "INDEX IF", "INDEX CONCURRENTLY IF", 1))
+	if rows > indexBuildMax {
+		s.log.Warn(warning+concurrently, "store", s.name, "records", int64(rows))
+		return nil
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", triggerLockWait.Milliseconds()))
+	if err == nil {
+		_, err = sp.Exec(ctx, s.sql(fingerprintDDL))
+	}
+	if err == nil {
+		return sp.Commit(ctx)
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	s.log.Warn(warning+concurrently, "store", s.name, "err", err)
+	return nil
 }
 
 // replaceTrigger runs notifyDDL in a savepoint of tx, if it can: the
@@ -291,12 +349,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// version returns the schema's version, 0 when it has none yet, and
-// whether its trigger is notifyDDL's.
-func (s *Store) version(ctx context.Context, q querier) (v int, notifies bool, err error) {
-	err = q.QueryRow(ctx, s.sql("SELECT coalesce(max(version), 0), to_regprocedure($1) IS NOT NULL FROM {schema}.schema_version"),
-		s.quoted+"."+notifyFunc+"()").Scan(&v, &notifies)
-	return v, notifies, err
+// version returns the schema's version, 0 when it has none yet,
+// whether its trigger is notifyDDL's, and whether it has fingerprintDDL's
+// index.
+func (s *Store) version(ctx context.Context, q querier) (v int, notifies, indexed bool, err error) {
+	err = q.QueryRow(ctx, s.sql("SELECT coalesce(max(version), 0), to_regprocedure($1) IS NOT NULL, to_regclass($2) IS NOT NULL FROM {schema}.schema_version"),
+		s.quoted+"."+notifyFunc+"()", s.quoted+".records_fingerprint").Scan(&v, &notifies, &indexed)
+	return v, notifies, indexed, err
 }
 
 func versionError(v int) error { return newerSchemaError(v) }
@@ -367,7 +426,7 @@ var ErrNoSchema = errors.New("no proxy has used this schema: it has no schema_ve
 func (s *Store) Made(ctx context.Context) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	_, _, err := s.version(ctx, s.pool)
+	_, _, _, err := s.version(ctx, s.pool)
 	switch {
 	case undefined(err):
 		return fmt.Errorf("schema %s: %w", s.schema, ErrNoSchema)

@@ -37,8 +37,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if ok, _, err := s.TakeAllowance(ctx, "bank", retry.Allowance{Rate: 1, Burst: 1}, time.Now()); !ok || err != nil {
 		t.Fatalf("TakeAllowance on a migrated schema = %v, %v", ok, err)
 	}
-	if v, notifies, err := s.version(ctx, s.pool); v != schemaVersion || !notifies || err != nil {
-		t.Fatalf("version %d (trigger replaced: %v), %v; want %d, replaced", v, notifies, err, schemaVersion)
+	if v, notifies, indexed, err := s.version(ctx, s.pool); v != schemaVersion || !notifies || !indexed || err != nil {
+		t.Fatalf("version %d (trigger replaced: %v, indexed: %v), %v; want %d, replaced, indexed", v, notifies, indexed, err, schemaVersion)
 	}
 	if _, err := s.Get(ctx, r.ID); err != nil {
 		t.Fatalf("a record of version 1: %v", err)
@@ -285,7 +285,7 @@ func layOutOlderVersion3(t *testing.T, s *Store) {
 // triggerReplaced reports whether s's schema has notifyDDL's trigger.
 func triggerReplaced(t *testing.T, s *Store) bool {
 	t.Helper()
-	_, notifies, err := s.version(t.Context(), s.pool)
+	_, notifies, _, err := s.version(t.Context(), s.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,4 +359,58 @@ func TestSchemaOfAnotherApplication(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, s.sql("SELECT name FROM {schema}.records WHERE id = 1")).Scan(&name); err != nil || name != "theirs" {
 		t.Errorf("their row: %q, %v; want it as it was", name, err)
 	}
+}
+
+// TestListFingerprintUsesIndex: activity show lists the executions of a
+// record's fingerprint, and activity list --fingerprint too. Both read
+// records_fingerprint, not the whole table, in a new schema and in one
+// an older build made without the index. Sequential scans are off, so
+// the plan shows the index whatever the table's size.
+func TestListFingerprintUsesIndex(t *testing.T) {
+	ctx := t.Context()
+	u, schema := serverURL(t), newSchema(t)
+	check := func(s *Store, which string) {
+		t.Helper()
+		if err := s.ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []record.Filter{
+			{Fingerprint: "f1", Limit: 101},
+			{Tool: "charge_card", Fingerprint: "f1", Since: time.Now().Add(-48 * time.Hour), Limit: 1000},
+		} {
+			if plan := listPlan(t, s, f); !strings.Contains(plan, "records_fingerprint") {
+				t.Errorf("%s: List(%+v)'s plan:\n%s\nwant it to use records_fingerprint", which, f, plan)
+			}
+		}
+	}
+	s := open(t, u, schema, nil)
+	check(s, "a new schema")
+	if _, err := s.pool.Exec(ctx, s.sql("DROP INDEX {schema}.records_fingerprint")); err != nil {
+		t.Fatal(err)
+	}
+	check(open(t, u, schema, nil), "a schema without the index")
+}
+
+// listPlan returns PostgreSQL's plan for List's query of f, with
+// sequential scans off.
+func listPlan(t *testing.T, s *Store, f record.Filter) string {
+	t.Helper()
+	tx, err := s.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read only
+	if _, err := tx.Exec(t.Context(), "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	q, args := s.listQuery(f)
+	rows, err := tx.Query(t.Context(), "EXPLAIN "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
