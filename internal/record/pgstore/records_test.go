@@ -211,3 +211,51 @@ func TestReplaysWriteNothing(t *testing.T) {
 		t.Errorf("five replays rewrote the record (xmin %s, then %s); want it only read", before, after)
 	}
 }
+
+// TestPurgeSettlesOrphansTogether: the orphans a purge finds are settled
+// in the batches of updates, a few transactions for all, not one each:
+// the reservation whose purge found them waits for them. The pool's
+// acquisitions count the transactions.
+func TestPurgeSettlesOrphansTogether(t *testing.T) {
+	const n = 64
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	told := 0
+	s, err := Open(context.Background(), serverURL(t), Options{Now: clock.Now, Schema: newSchema(t), Orphaned: func(*record.Record) {
+		mu.Lock()
+		told++
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	var ids []string
+	for i := range n {
+		r := newRecord(fmt.Sprint("orphan", i), clock.Now())
+		r.Owner, r.LeaseUntil = "gone", clock.Now().Add(time.Second)
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	clock.Advance(2 * time.Second)
+	before := s.pool.Stat().AcquireCount()
+	if _, err := s.Purge(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.pool.Stat().AcquireCount() - before; got > n/4 {
+		t.Errorf("settling %d orphans took %d connections; want a few batches", n, got)
+	}
+	for _, id := range ids {
+		if r, err := s.Get(ctx, id); err != nil || r.State != record.Unknown {
+			t.Fatalf("orphan %s after the purge: %+v, %v; want it unknown", id, r, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if told != n {
+		t.Errorf("Orphaned was told of %d orphans; want %d", told, n)
+	}
+}
