@@ -86,9 +86,7 @@ passes:
 	for pass := 0; ; pass++ {
 		switch {
 		case err == nil && won:
-			if err := s.showOrphan(ctx, reading, rec, orphan); err != nil {
-				return nil, false, s.wrap(op, err)
-			}
+			rec.Orphan = s.settledOrphan(ctx, reading, orphan)
 			return s.remember(rec), true, nil
 		case err == nil:
 			break passes // the holder, shown below
@@ -176,6 +174,22 @@ func (s *Store) showOrphan(ctx context.Context, reading record.Reading, rec, orp
 	}
 	rec.Orphan = orphan
 	return nil
+}
+
+// settledOrphan returns orphan, the record a won reservation settled, if
+// any, with its attaches not yet written counted in. A failure is logged
+// and the orphan kept as read: the reservation is committed, and failing
+// it would leave it in flight, unknown to its caller.
+func (s *Store) settledOrphan(ctx context.Context, reading record.Reading, orphan *record.Record) *record.Record {
+	if orphan == nil {
+		return nil
+	}
+	shown, err := reading.Show(ctx, orphan.Clone(), s.storedAttached)
+	if err != nil {
+		s.log.Warn("counting the attaches of the orphan a reservation settled", "execution", orphan.ID, "store", s.name, "err", err)
+		return orphan
+	}
+	return shown
 }
 
 // purgeNow deletes a batch of expired records, and settles orphans when a
