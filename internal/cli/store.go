@@ -57,7 +57,7 @@ func openStore(ctx context.Context, url string, log *slog.Logger, readOnly bool,
 		if _, _, perr := sqlitestore.ParseURL(url, sqlitestore.Options{}); perr != nil {
 			return nil, nil, usagef("--store: %s: %v", redact(url), perr)
 		}
-		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{Orphaned: orphaned, ReadOnly: readOnly})
+		s, err = sqlitestore.OpenURL(ctx, url, sqlitestore.Options{Orphaned: orphaned, Logger: log, ReadOnly: readOnly})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
 		// prefix= is ours, not the driver's: several deployments can share
 		// one Redis database under different key prefixes.

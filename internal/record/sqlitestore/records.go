@@ -39,9 +39,16 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if res.orphan != nil {
 		s.notify(res.orphan.ID, res.orphan.State)
 		// Its attaches not yet written show, as the record's do.
-		orphan, err := reading.Show(ctx, res.orphan, s.storedAttached)
-		if err != nil {
+		orphan, err := reading.Show(ctx, res.orphan.Clone(), s.storedAttached)
+		switch {
+		case err == nil:
+		case !res.won:
 			return nil, false, fmt.Errorf("reserving %s: %w", r.ID, err)
+		default:
+			// The reservation is committed: failing it would leave it
+			// in flight, unknown to its caller. The orphan shows as read.
+			s.log.Warn("counting the attaches of the orphan a reservation settled", "execution", res.orphan.ID, "store", s.path, "err", err)
+			orphan = res.orphan
 		}
 		rec.Orphan = orphan // rec is this call's own
 	}

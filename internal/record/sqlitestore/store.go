@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -38,6 +39,9 @@ type Options struct {
 	// purged (record.Store), once that is committed: no call met it, so
 	// no caller learns of it otherwise. It must not block for long.
 	Orphaned func(*record.Record)
+	// Logger receives what the store cannot return to a caller; nil
+	// discards it.
+	Logger *slog.Logger
 	// ReadOnly opens an existing file to read it only (readonly.go), for
 	// commands that only look: it works in a directory the process may
 	// not write, and every write fails.
@@ -81,8 +85,9 @@ type Store struct {
 	now func() time.Time
 	// orphaned is Options.Orphaned.
 	orphaned func(*record.Record)
-	w        *sql.DB // one connection; every write, each a BEGIN IMMEDIATE transaction
-	r        *sql.DB // a pool for reads, which WAL lets run beside the writer
+	log      *slog.Logger // Options.Logger
+	w        *sql.DB      // one connection; every write, each a BEGIN IMMEDIATE transaction
+	r        *sql.DB      // a pool for reads, which WAL lets run beside the writer
 	// l is one connection for Renew alone. Behind w it would wait its
 	// turn with every write of the process, for longer than a lease
 	// under load, and the leases of live executions would lapse.
@@ -235,7 +240,11 @@ func newStore(dsn, abs string, file os.FileInfo, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{now: now, orphaned: opts.Orphaned, log: log, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)

@@ -1,0 +1,80 @@
+package sqlitestore
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
+)
+
+// A reservation that won and settled an orphan is made even when the
+// orphan's count cannot be read again afterwards: failing it would leave
+// the committed record in flight, and its caller would not fail it.
+func TestWonReservationSurvivesTheOrphansCount(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	var (
+		s     *Store
+		armed atomic.Bool
+		other *record.Record // attached to meanwhile
+	)
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "records.db"), Options{Now: func() time.Time {
+		if armed.Load() {
+			overlapWrite(t, s, other)
+		}
+		return clock.Now()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	reserve := func(key, owner string) *record.Record {
+		t.Helper()
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Fingerprint: key, Actor: "alice", Scope: "session:1",
+			Upstream: "stdio:server", Tool: "charge_card", Retention: time.Hour, Owner: owner, LeaseUntil: clock.Now().Add(time.Second)}
+		got, won, err := s.Reserve(ctx, r, record.ReserveOptions{})
+		if err != nil || !won {
+			t.Fatalf("Reserve %s: won=%v err=%v; want the reservation, which is committed", key, won, err)
+		}
+		return got
+	}
+	other = reserve("other", "proxy-1")
+	orphan := reserve("k", "proxy-1")
+	clock.Advance(2 * time.Second) // proxy-1 died
+	// The orphan goes with the insert that replaces it, so its count,
+	// read again, is not found.
+	if _, err := s.w.ExecContext(ctx, `CREATE TRIGGER drop_orphan AFTER INSERT ON records
+		WHEN NEW.id <> '`+orphan.ID+`' BEGIN DELETE FROM records WHERE id = '`+orphan.ID+`'; END`); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	got := reserve("k", "proxy-2")
+	armed.Store(false)
+	if got.Orphan == nil || got.Orphan.ID != orphan.ID || got.Orphan.State != record.Failed {
+		t.Errorf("the reservation reports the orphan %+v; want %s failed, as read", got.Orphan, orphan.ID)
+	}
+	if stored, err := s.Get(ctx, got.ID); err != nil || stored.State != record.Accepted {
+		t.Errorf("the reserved record: %+v, %v; want it accepted", stored, err)
+	}
+}
+
+// overlapWrite makes a write of the attach counts begin and end now, as
+// one a reservation's write overlaps: a Reading taken before shows its
+// counts only after reading them again from the file. The write fails at
+// once, and its count is kept for the next.
+func overlapWrite(t *testing.T, s *Store, rec *record.Record) {
+	reading, err := s.attaches.Begin(t.Context())
+	if err == nil {
+		_, err = reading.Add(t.Context(), rec.Clone(), s.storedAttached)
+	}
+	if err != nil {
+		t.Error(err)
+	}
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.attaches.Flush(done)
+}
