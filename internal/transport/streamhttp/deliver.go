@@ -248,7 +248,7 @@ func (s *Server) registerLocked(r *http.Request, ss *ServerSession, body []byte,
 // ids are forgotten. It reports whether the proxy has the frame.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession, frame []byte, ids []string) bool {
 	select {
-	case ss.in <- frame:
+	case ss.in <- inFrame{frame: frame}:
 		return true
 	case <-ss.done:
 		ss.forget(ids)
@@ -263,7 +263,7 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, ss *ServerSession,
 	// one answer (attachLocked): the frame still goes to the proxy, for
 	// it.
 	select {
-	case ss.in <- frame:
+	case ss.in <- inFrame{frame: frame}:
 		return true
 	case <-ss.done:
 		ss.forget(ids)

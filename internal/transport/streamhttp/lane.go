@@ -47,22 +47,30 @@ func (ss *ServerSession) ClientID(key string) json.RawMessage {
 }
 
 // cancel tells the proxy the client of a stateless lane gave up on ids.
+// Their answers are owed no more, but the proxy may not have read the
+// requests yet: it still names them by their clients' ids (leaving)
+// until it reads their cancellations.
 func (ss *ServerSession) cancel(ids []string) {
 	ss.mu.Lock()
 	var gone []string
 	for _, id := range ids {
-		if ss.pending[id] != nil {
+		if p := ss.pending[id]; p != nil {
 			gone = append(gone, id)
+			delete(ss.pending, id)
+			ss.dropTokenLocked(p)
+			for _, st := range p.streams {
+				ss.oweOneLessLocked(st)
+			}
+			ss.leaving[id] = p
 		}
 	}
 	ss.mu.Unlock()
-	ss.forget(gone)
 	for _, id := range gone {
 		n := jsonrpc.NewRequest(nil, "notifications/cancelled", json.RawMessage(`{"requestId":`+id+`,"reason":"the client closed the request"}`))
 		select {
-		case ss.in <- n:
+		case ss.in <- inFrame{frame: n, forget: []string{id}}:
 		case <-ss.done:
-			return
+			return // endPending lets go of them
 		}
 	}
 }
@@ -86,7 +94,7 @@ func (ss *ServerSession) answerServerRequest(m *jsonrpc.Message) {
 	}
 	go func() {
 		select {
-		case ss.in <- reply:
+		case ss.in <- inFrame{frame: reply}:
 		case <-ss.done:
 		}
 	}()

@@ -27,7 +27,7 @@ type ServerSession struct {
 	stateless bool   // a 2026-07-28 lane: no session, the client's ids rewritten
 	srv       *Server
 
-	in        chan []byte   // client frames for ReadFrame
+	in        chan inFrame  // client frames for ReadFrame
 	done      chan struct{} // closed by close
 	closeOnce sync.Once
 	why       string // why it was closed (EndDeleted...); set before done is closed
@@ -82,9 +82,21 @@ type ServerSession struct {
 	// client's own id for each one given.
 	nextID  int64
 	origIDs map[string]json.RawMessage
+	// leaving holds the lane's requests whose clients gave up on them,
+	// by key, until the proxy reads their cancellation (inFrame.forget).
+	// The proxy may not have read a request yet, and names it then by
+	// its client's id and trace headers (ClientID, TraceHeaders).
+	leaving map[string]*pendingRequest
 	// unread holds the answers whose writing WriteAnswer is to report,
 	// until it is.
 	unread map[*unreadAnswer]struct{}
+}
+
+// An inFrame is a frame for ReadFrame, and the keys of the lane requests
+// (ServerSession.leaving) it cancels, to let go of once it is read.
+type inFrame struct {
+	frame  []byte
+	forget []string
 }
 
 // A pendingRequest is a client request not yet answered. Its session's
@@ -111,10 +123,14 @@ type pendingRequest struct {
 func (ss *ServerSession) TraceHeaders(key string) (traceparent, tracestate string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if p := ss.pending[key]; p != nil {
-		return p.traceparent, p.tracestate
+	p := ss.pending[key]
+	if p == nil {
+		p = ss.leaving[key]
 	}
-	return "", ""
+	if p == nil {
+		return "", ""
+	}
+	return p.traceparent, p.tracestate
 }
 
 // answerLocked appends the answer to every stream of p. written, if not
@@ -141,12 +157,13 @@ func newServerSession(srv *Server, id, actor, remote string, stateless bool) *Se
 		remote:     remote,
 		stateless:  stateless,
 		srv:        srv,
-		in:         make(chan []byte, 64),
+		in:         make(chan inFrame, 64),
 		done:       make(chan struct{}),
 		streams:    make(map[int64]*stream),
 		pending:    make(map[string]*pendingRequest),
 		progress:   make(map[string]*stream),
 		origIDs:    make(map[string]json.RawMessage),
+		leaving:    make(map[string]*pendingRequest),
 		origTokens: make(map[string]json.RawMessage),
 		lastActive: srv.now(),
 	}
@@ -171,7 +188,15 @@ func (ss *ServerSession) Stateless() bool { return ss.stateless }
 func (ss *ServerSession) ReadFrame() ([]byte, error) {
 	select {
 	case f := <-ss.in:
-		return f, nil
+		if f.forget != nil {
+			ss.mu.Lock()
+			for _, key := range f.forget {
+				delete(ss.leaving, key)
+				delete(ss.origIDs, key)
+			}
+			ss.mu.Unlock()
+		}
+		return f.frame, nil
 	case <-ss.done:
 		return nil, io.EOF
 	}
@@ -400,6 +425,7 @@ func (ss *ServerSession) endPending() {
 	clear(ss.pending)
 	clear(ss.progress)
 	clear(ss.origIDs)
+	clear(ss.leaving)
 	clear(ss.origTokens)
 }
 
@@ -410,7 +436,8 @@ func (ss *ServerSession) unreadRequests() map[string]bool {
 	keys := make(map[string]bool)
 	for {
 		select {
-		case frame := <-ss.in:
+		case f := <-ss.in:
+			frame := f.frame
 			var msgs []*jsonrpc.Message
 			if isBatch(frame) {
 				msgs, _ = jsonrpc.DecodeBatch(frame)
