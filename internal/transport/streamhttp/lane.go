@@ -21,10 +21,15 @@ func (s *Server) renameLocked(ss *ServerSession, body []byte, id json.RawMessage
 	newID := json.RawMessage(strconv.Quote("h" + n))
 	ss.origIDs[string(newID)] = bytes.Clone(id) // the client's body need not live as long
 	body = jsonrpc.Replace(body, id, newID)
-	if token != "" && !s.opts.JSONResponse {
+	// Renamed with --json-response too, where no progress reaches the
+	// client: the upstream must still see one token per request under
+	// way, and clients' tokens clash as their ids do.
+	if token != "" {
 		if rm, err := jsonrpc.Decode(body); err == nil {
 			newToken := strconv.Quote("p" + n)
-			ss.origTokens[newToken] = json.RawMessage(token)
+			if !s.opts.JSONResponse { // else nothing routes progress (registerLocked)
+				ss.origTokens[newToken] = json.RawMessage(token)
+			}
 			body = jsonrpc.Replace(body, requestTokenValue(rm.Params), json.RawMessage(newToken))
 			token = newToken
 		}

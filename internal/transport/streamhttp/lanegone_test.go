@@ -101,3 +101,44 @@ func TestLaneClientIDOutlivesItsClient(t *testing.T) {
 		t.Errorf("the lane keeps %d client ids and %d requests given up on", len(ss.origIDs), len(ss.leaving))
 	}
 }
+
+// TestLaneRenamesTokensInJSONMode: with JSON responses, where no
+// progress reaches a client, the lane still renames the progress tokens
+// of the requests it passes on: two clients that pick the same token at
+// once would else give the upstream one token for two requests under
+// way, which MCP forbids. The lane keeps nothing of them once answered.
+func TestLaneRenamesTokensInJSONMode(t *testing.T) {
+	srv, p, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+	hdr := map[string]string{headerProtocolVersion: "2026-07-28", headerMcpMethod: "slow"}
+	body := `{"jsonrpc":"2.0","id":1,"method":"slow","params":{"_meta":{"progressToken":"tok","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	answers := make(chan string, 2)
+	for range 2 {
+		go func() {
+			resp := do(t, t.Context(), "POST", hs.URL, body, hdr)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- string(b)
+		}()
+	}
+	waitFor(t, func() bool { return p.seen(`"slow"`) == 2 })
+	if n := p.seen(`"progressToken":"tok"`); n != 0 {
+		t.Errorf("the upstream got %d requests under the clients' own token: %v", n, p.frames)
+	}
+	if p.seen(`"progressToken":"p1"`) != 1 || p.seen(`"progressToken":"p2"`) != 1 {
+		t.Errorf("the upstream got %v; want the tokens p1 and p2", p.frames)
+	}
+	close(p.gate)
+	for range 2 {
+		if got := <-answers; !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":1,"result":`) {
+			t.Errorf("a client got %s; want its answer under id 1", got)
+		}
+	}
+	srv.mu.Lock()
+	ss := srv.lanes["alice"]
+	srv.mu.Unlock()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.origTokens) != 0 || len(ss.progress) != 0 {
+		t.Errorf("the lane keeps %d tokens and %d progress routes once its requests are answered", len(ss.origTokens), len(ss.progress))
+	}
+}
