@@ -40,10 +40,9 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 		ss.mu.Lock()
 		done, notify := st.done, st.notify
 		var out [][]byte
-		var written []func()
-		var taken []*unreadAnswer
+		var b batch
 		if done {
-			out, written, taken = ss.answersLocked(st)
+			out = ss.answersLocked(st, &b)
 		}
 		appended, opened := st.next, ss.opened
 		ss.mu.Unlock()
@@ -52,8 +51,8 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 				// Only with an InitializeResult (awaitOpened).
 				ss.nameTo(w)
 			}
-			ok := s.writeJSON(w, r, out, written, appended, st.isBatch)
-			ss.sent(taken, ok)
+			ok := s.writeJSON(w, r, out, b.written, appended, st.isBatch)
+			ss.sent(&b, ok)
 			return true
 		}
 		select {
@@ -68,26 +67,28 @@ func (s *Server) answerJSON(w http.ResponseWriter, r *http.Request, ss *ServerSe
 	}
 }
 
-// answersLocked returns the answers st holds, and the written callbacks
-// of those that have one. They are no longer pinned: the caller writes
-// them, or its client has gone.
-func (ss *ServerSession) answersLocked(st *stream) (out [][]byte, written []func(), taken []*unreadAnswer) {
+// answersLocked returns the answers st holds, and fills b with the
+// written callbacks of those that have one and what they are taken as.
+// They are no longer pinned: the caller writes them, or its client has
+// gone, and then tells sent.
+func (ss *ServerSession) answersLocked(st *stream, b *batch) (out [][]byte) {
 	for i := range st.events {
 		ev := &st.events[i]
 		if ev.pinned {
 			ss.unpinLocked(st, i)
+			b.writingLocked(ss, ev)
 		}
 		out = append(out, ev.data)
 		if ev.written != nil {
-			written = append(written, ev.written)
+			b.written = append(b.written, ev.written)
 		}
 		if ev.answer != nil {
 			ev.answer.sending++
-			taken = append(taken, ev.answer)
+			b.taken = append(b.taken, ev.answer)
 		}
 	}
 	ss.evictLocked() // after the loop: eviction changes st.events
-	return out, written, taken
+	return out
 }
 
 // writeJSON writes the answers out of a stream that is done as one JSON
@@ -190,7 +191,7 @@ func (s *Server) pumpAs(w http.ResponseWriter, r *http.Request, ss *ServerSessio
 		ss.mu.Unlock()
 		wrote := len(b.buf) > 0
 		ok := b.send(w, r)
-		ss.sent(b.taken, ok)
+		ss.sent(&b, ok)
 		if !ok {
 			return false
 		}
@@ -258,6 +259,18 @@ type batch struct {
 	buf     []byte   // the events, as SSE
 	written []func() // the written callbacks of the answers among them
 	taken   []*unreadAnswer
+	// writing and writingBytes count the answers taken while pinned,
+	// which the session counts as its writing until sent.
+	writing, writingBytes int
+}
+
+// writingLocked counts ev, an answer taken while pinned, as being
+// written, in b and in ss, until sent.
+func (b *batch) writingLocked(ss *ServerSession, ev *sseEvent) {
+	b.writing++
+	b.writingBytes += len(ev.data)
+	ss.writing++
+	ss.writingBytes += len(ev.data)
 }
 
 // takeLocked fills b with the events of st from sequence number from on,
@@ -286,6 +299,7 @@ func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch)
 		}
 		if ev.pinned {
 			ss.unpinLocked(st, i)
+			b.writingLocked(ss, ev)
 		}
 		from = ev.seq + 1
 	}

@@ -77,7 +77,8 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, ss *ServerSessi
 // admitLocked refuses msgs, before anything in them is sent, when the
 // session could not hold all the answers it would then owe: those of its
 // requests under way, those pinned until their streams are written
-// (appendAnswerLocked), and one for each request of msgs. Unbounded,
+// (appendAnswerLocked) or being written to a client that may not read
+// them, and one for each request of msgs. Unbounded,
 // pinned answers would fill memory; evicted, they would be lost. Pinned
 // answers past EventBufferBytes refuse every request until they are
 // written. A stateless lane is not bounded so: each of its requests has
@@ -87,13 +88,14 @@ func (s *Server) admitLocked(ss *ServerSession, msgs []*jsonrpc.Message) *httpEr
 	if ss.stateless || n == 0 {
 		return nil
 	}
-	owed := len(ss.pending) + ss.pinned
+	owed := len(ss.pending) + ss.pinned + ss.writing
+	unread := ss.pinnedBytes + ss.writingBytes
 	var e *httpError
 	switch {
 	case owed+n > s.opts.EventBuffer:
 		e = refuse(http.StatusServiceUnavailable, "the session owes %d answers not yet read, and a session owes at most %d at once: these %d requests were not sent; read the answers under way, then send them again", owed, s.opts.EventBuffer, n)
-	case ss.pinnedBytes > s.opts.EventBufferBytes:
-		e = refuse(http.StatusServiceUnavailable, "the answers the session holds not yet read come to %d bytes, more than %d: these requests were not sent; read the answers under way, then send them again", ss.pinnedBytes, s.opts.EventBufferBytes)
+	case unread > s.opts.EventBufferBytes:
+		e = refuse(http.StatusServiceUnavailable, "the answers the session holds not yet read come to %d bytes, more than %d: these requests were not sent; read the answers under way, then send them again", unread, s.opts.EventBufferBytes)
 	default:
 		return nil
 	}

@@ -216,3 +216,54 @@ func TestServerRefusesWhileUnreadAnswersPassTheBytes(t *testing.T) {
 		t.Fatalf("the request once the answers were written: %s %v; want it answered", resp.Status, msgs)
 	}
 }
+
+// TestServerCountsAnswersBeingWritten: an answer a writer took, whose
+// client does not read it, still counts among those the session holds
+// unread, by count and by bytes: else a client that reads none of its
+// streams could have the session hold any number of them, each as large
+// as a message may be. Once it is written, a request is taken again.
+func TestServerCountsAnswersBeingWritten(t *testing.T) {
+	for name, opts := range map[string]ServerOptions{
+		"events": {EventBuffer: 1},
+		"bytes":  {EventBufferBytes: 10},
+		"json":   {EventBufferBytes: 10, JSONResponse: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts.KeepAlive = -1 // the first write must be the answer's
+			srv, p, hs := newTestServer(t, opts)
+			sid := openSessionWith(t, hs.URL, batchInitBody)
+			// The client may read the initialize answer before its
+			// writer has finished, and it counts until then.
+			ss := <-p.started
+			waitFor(t, func() bool {
+				ss.mu.Lock()
+				defer ss.mu.Unlock()
+				return ss.writing == 0
+			})
+			w := newHeldWriter()
+			served := serveHeld(srv, w, `{"jsonrpc":"2.0","id":"a1","method":"batched"}`, batchSession(sid))
+			<-w.writing
+			ping := `{"jsonrpc":"2.0","id":"x","method":"batched"}`
+			resp := do(t, t.Context(), "POST", hs.URL, ping, batchSession(sid))
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 503 || !strings.Contains(string(b), "not yet read") {
+				t.Fatalf("a request while an answer is being written to a client that does not read it: %s %s; want 503", resp.Status, b)
+			}
+			if n := p.seen(`"x"`); n != 0 {
+				t.Fatalf("the proxy read %d frames of the refused request", n)
+			}
+			close(w.release)
+			<-served
+			if got := w.body.String(); !strings.Contains(got, `"id":"a1","result"`) {
+				t.Fatalf("the slow response carried %q; want the answer", got)
+			}
+			resp = do(t, t.Context(), "POST", hs.URL, ping, batchSession(sid))
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"x","result"`) {
+				t.Fatalf("the request once the answer was written: %s %s; want it answered", resp.Status, b)
+			}
+		})
+	}
+}

@@ -33,7 +33,8 @@ type ServerSession struct {
 	why       string // why it was closed (EndDeleted...); set before done is closed
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
-	// progress, held, heldBytes, pinned, pinnedBytes, active, lastActive,
+	// progress, held, heldBytes, pinned, pinnedBytes, writing,
+	// writingBytes, active, lastActive,
 	// nextID, origIDs, origTokens, opening, opened, named and version, and
 	// every field of the streams and pendingRequests they hold but a
 	// stream's num, isJSON, isBatch and opens, set when the stream is made.
@@ -74,6 +75,11 @@ type ServerSession struct {
 	heldBytes   int
 	pinned      int
 	pinnedBytes int
+	// writing and writingBytes count the answers that writers took while
+	// pinned and have not finished writing: a client that does not read
+	// holds them in memory as surely as pinned ones (admitLocked).
+	writing      int
+	writingBytes int
 	// active counts HTTP requests under way; lastActive is when the last
 	// one ended. The idle reaper reads both.
 	active     int

@@ -77,15 +77,19 @@ func (ss *ServerSession) dropLostLocked(u *unreadAnswer) {
 	ss.srv.losses.run(func() { f(ErrNeverRead) })
 }
 
-// sent notes that a writer finished writing the answers it took, ok if
-// it wrote them (their wrote was called), else they may now be lost.
-func (ss *ServerSession) sent(taken []*unreadAnswer, ok bool) {
-	if len(taken) == 0 {
+// sent notes that a writer finished writing the answers it took in b, ok
+// if it wrote them (their wrote was called), else they may now be lost.
+// Either way the session no longer counts them as being written.
+func (ss *ServerSession) sent(b *batch, ok bool) {
+	if len(b.taken) == 0 && b.writing == 0 {
 		return
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for _, u := range taken {
+	ss.writing -= b.writing
+	ss.writingBytes -= b.writingBytes
+	b.writing, b.writingBytes = 0, 0
+	for _, u := range b.taken {
 		u.sending--
 		if !ok {
 			ss.dropLostLocked(u)
