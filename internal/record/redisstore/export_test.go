@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 )
 
 // Client returns the store's client, for tests that add a hook.
@@ -49,3 +51,19 @@ func (s *Store) FlushAttaches(ctx context.Context) error { return s.attaches.Flu
 // OnlineReplicas counts the online replicas in the text of INFO
 // replication.
 var OnlineReplicas = onlineReplicas
+
+// OverlapWrite makes a write of the attach counts begin and end now, as
+// one a reservation's script overlaps: a Reading taken before shows its
+// counts only after reading them again from the server. The write fails
+// at once, and its count of one attach to rec is kept for the next. rec
+// must be one s knows where to find.
+func OverlapWrite(ctx context.Context, s *Store, rec *record.Record) error {
+	reading, err := s.attaches.Begin(ctx)
+	if err == nil {
+		_, err = reading.Add(ctx, rec.Clone(), s.storedAttached)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	s.attaches.Flush(done)
+	return err
+}

@@ -348,17 +348,21 @@ func replaceList(states []record.State) string {
 
 // settledOrphan decodes oid, the orphan that a won reservation's script
 // settled, from reply, with its attaches not yet written counted in. A
-// failure is logged: the reservation is made, only the report of the
-// takeover is lost, and the orphan's record holds it.
+// failure is logged: the reservation is made. An orphan whose count
+// cannot be read again is kept as read, for its report is the takeover's
+// only one.
 func (s *Store) settledOrphan(ctx context.Context, reading record.Reading, reply any, tag, oid string) *record.Record {
 	orphan, err := s.decodeReply(reply, tag)
-	if err == nil {
-		orphan, err = reading.Show(ctx, orphan, s.storedAttached)
-	}
 	if err != nil {
 		s.log.Warn("decoding the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
+		return nil
 	}
-	return orphan
+	shown, err := reading.Show(ctx, orphan.Clone(), s.storedAttached)
+	if err != nil {
+		s.log.Warn("counting the attaches of the orphan a reservation settled", "execution", oid, "store", s.name, "err", err)
+		return orphan
+	}
+	return shown
 }
 
 // decodeReply decodes a record's fields from a script's reply and
