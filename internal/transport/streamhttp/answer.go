@@ -184,6 +184,7 @@ func (s *Server) pumpAs(w http.ResponseWriter, r *http.Request, ss *ServerSessio
 			return false
 		}
 		from = s.takeLocked(ss, st, from, &b)
+		more := b.more
 		done := st.done && from >= st.next
 		owed := st.want > 0
 		notify := st.notify
@@ -205,6 +206,9 @@ func (s *Server) pumpAs(w http.ResponseWriter, r *http.Request, ss *ServerSessio
 		}
 		if done {
 			return true
+		}
+		if more {
+			continue // the take stopped at maxTake: the rest is held already
 		}
 		if ending {
 			return false
@@ -262,7 +266,19 @@ type batch struct {
 	// writing and writingBytes count the answers taken while pinned,
 	// which the session counts as its writing until sent.
 	writing, writingBytes int
+	// copied counts the bytes of buf copied from events within the
+	// session's bounds, which the session counts as its taken until
+	// sent; more is set when the take stopped at maxTake.
+	copied int
+	more   bool
 }
+
+// maxTake bounds what one take copies, as does half EventBufferBytes
+// if smaller, but for a single event that is larger. The copy counts
+// against the session's bounds (a writer whose client does not read
+// keeps it as long as the connection stays open): half leaves the
+// newest event room, which eviction always keeps.
+const maxTake = 64 << 10
 
 // writingLocked counts ev, an answer taken while pinned, as being
 // written, in b and in ss, until sent.
@@ -278,18 +294,30 @@ func (b *batch) writingLocked(ss *ServerSession, ev *sseEvent) {
 // answers it takes are no longer pinned: this writer writes them, or its
 // client has gone.
 func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch) int64 {
-	b.buf, b.written, b.taken = b.buf[:0], b.written[:0], b.taken[:0]
+	if cap(b.buf) > 2*maxTake {
+		b.buf = nil // let go of what one large event grew it to
+	}
+	b.buf, b.written, b.taken, b.more = b.buf[:0], b.written[:0], b.taken[:0], false
+	limit := min(maxTake, s.opts.EventBufferBytes/2)
 	lost := false
 	for i := range st.events {
 		ev := &st.events[i]
 		if ev.seq < from {
 			continue
 		}
+		n := len(b.buf)
+		b.buf = appendEvent(b.buf, eventID(st.num, ev.seq), ev.data)
+		if n > 0 && len(b.buf) > limit {
+			b.buf, b.more = b.buf[:n], true
+			break
+		}
 		// The session's bound evicted events before this writer took
 		// them: lost to this stream, which goes on (and ends) without
 		// them rather than wait for them for ever.
 		lost = lost || ev.seq > from
-		b.buf = appendEvent(b.buf, eventID(st.num, ev.seq), ev.data)
+		if !ev.pinned {
+			b.copied += len(b.buf) - n
+		}
 		if ev.written != nil {
 			b.written = append(b.written, ev.written)
 		}
@@ -303,13 +331,14 @@ func (s *Server) takeLocked(ss *ServerSession, st *stream, from int64, b *batch)
 		}
 		from = ev.seq + 1
 	}
-	if from < st.gone {
+	if from < st.gone && !b.more {
 		lost, from = true, st.gone
 	}
 	if lost {
 		s.log.Warn("events were dropped from a session's buffer before its client read them; a request whose answer was among them must be sent again",
 			"session", ss.id, "held_at_most", s.opts.EventBuffer)
 	}
+	ss.taken += b.copied
 	// After the loop: eviction changes st.events.
 	ss.evictLocked()
 	return from

@@ -34,7 +34,7 @@ type ServerSession struct {
 
 	// mu guards streams, nextStream, writers, get, pending, ended,
 	// progress, held, heldBytes, pinned, pinnedBytes, writing,
-	// writingBytes, active, lastActive,
+	// writingBytes, taken, active, lastActive,
 	// nextID, origIDs, origTokens, opening, opened, named and version, and
 	// every field of the streams and pendingRequests they hold but a
 	// stream's num, isJSON, isBatch and opens, set when the stream is made.
@@ -80,6 +80,11 @@ type ServerSession struct {
 	// holds them in memory as surely as pinned ones (admitLocked).
 	writing      int
 	writingBytes int
+	// taken counts the bytes writers copied from held events and have
+	// not finished writing. It counts against EventBufferBytes with
+	// heldBytes: a client that does not read its stream leaves the copy
+	// in memory however long the events stay held.
+	taken int
 	// active counts HTTP requests under way; lastActive is when the last
 	// one ended. The idle reaper reads both.
 	active     int

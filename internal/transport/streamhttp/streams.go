@@ -203,10 +203,11 @@ func (ss *ServerSession) unattendLocked(st *stream) {
 
 // evictLocked evicts the oldest events the session holds beyond its
 // bounds. A pinned answer is not among them: a later event of its stream
-// may go before it.
+// may go before it. The bytes writers took and have not written count
+// too (takeLocked).
 func (ss *ServerSession) evictLocked() {
 	opts := &ss.srv.opts
-	for len(ss.held) > 1 && (len(ss.held) > opts.EventBuffer || ss.heldBytes > opts.EventBufferBytes) {
+	for len(ss.held) > 1 && (len(ss.held) > opts.EventBuffer || ss.heldBytes+ss.taken > opts.EventBufferBytes) {
 		old := ss.held[0]
 		ss.held[0] = heldEvent{}
 		ss.held = ss.held[1:]

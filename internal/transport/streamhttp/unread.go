@@ -81,11 +81,13 @@ func (ss *ServerSession) dropLostLocked(u *unreadAnswer) {
 // if it wrote them (their wrote was called), else they may now be lost.
 // Either way the session no longer counts them as being written.
 func (ss *ServerSession) sent(b *batch, ok bool) {
-	if len(b.taken) == 0 && b.writing == 0 {
+	if len(b.taken) == 0 && b.writing == 0 && b.copied == 0 {
 		return
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.taken -= b.copied
+	b.copied = 0
 	ss.writing -= b.writing
 	ss.writingBytes -= b.writingBytes
 	b.writing, b.writingBytes = 0, 0
