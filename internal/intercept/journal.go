@@ -106,12 +106,33 @@ func (in *Interceptor) journalize(req *Request, rec *record.Record, c *record.Ch
 
 // writeJournal is journalize with a journal.
 func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.Change) {
-	e := journal.Entry{
+	e := in.line(req, rec)
+	e.State = string(c.To)
+	e.Note, e.By, e.Via = c.Note, c.By, c.Via
+	if req.joined != "" && c.To == record.Delivered {
+		e.Attach = &journal.Attach{How: req.joinedHow.String(), Got: req.got.String(), Taken: true}
+	}
+	if c.To == record.Accepted {
+		args := req.Call.Arguments
+		if args == nil {
+			args = json.RawMessage("{}")
+		}
+		e.Arguments = in.journalValue(req.Policy.Journal.Arguments, "arguments", args)
+	}
+	in.putOutcome(&e, req, c)
+	if err := in.journal.Record(e); err != nil {
+		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "state", c.To, "err", err)
+	}
+}
+
+// line returns the journal line of a move of rec that req's call made,
+// with what every such line says: the execution, the call, the writer.
+func (in *Interceptor) line(req *Request, rec *record.Record) journal.Entry {
+	return journal.Entry{
 		Time:        in.now(),
 		Writer:      journal.Process{Owner: in.owner}, // the journal adds host and pid
 		Execution:   rec.ID,
 		Tool:        rec.Tool,
-		State:       string(c.To),
 		Attempt:     rec.Attempts,
 		Upstream:    rec.Upstream,
 		Actor:       rec.Actor,
@@ -120,30 +141,18 @@ func (in *Interceptor) writeJournal(req *Request, rec *record.Record, c *record.
 		Request:     req.Correlation,
 		Session:     req.Session,
 		RequestID:   req.ID,
-		Note:        c.Note,
-		By:          c.By,
-		Via:         c.Via,
 		Shadow:      in.shadow,
 	}
-	if req.joined != "" && c.To == record.Delivered {
-		e.Attach = &journal.Attach{How: req.joinedHow.String(), Got: req.got.String(), Taken: true}
-	}
-	rule := req.Policy.Journal
-	if c.To == record.Accepted {
-		args := req.Call.Arguments
-		if args == nil {
-			args = json.RawMessage("{}")
-		}
-		e.Arguments = in.journalValue(rule.Arguments, "arguments", args)
-	}
+}
+
+// putOutcome puts c's result or error in e, as req's policy allows.
+func (in *Interceptor) putOutcome(e *journal.Entry, req *Request, c *record.Change) {
+	rule := req.Policy.Journal.Result
 	if c.Result != nil {
-		e.Result = in.journalValue(rule.Result, "result", c.Result)
+		e.Result = in.journalValue(rule, "result", c.Result)
 	}
 	if c.Error != nil {
-		e.Error = in.journalValue(rule.Result, "error", c.Error)
-	}
-	if err := in.journal.Record(e); err != nil {
-		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "state", c.To, "err", err)
+		e.Error = in.journalValue(rule, "error", c.Error)
 	}
 }
 
@@ -157,29 +166,9 @@ func (in *Interceptor) journalizeFenced(req *Request, rec *record.Record, c *rec
 	if c.Note != "" {
 		note += "; " + c.Note
 	}
-	e := journal.Entry{
-		Time:        in.now(),
-		Writer:      journal.Process{Owner: in.owner},
-		Execution:   rec.ID,
-		Tool:        rec.Tool,
-		Attempt:     rec.Attempts,
-		Upstream:    rec.Upstream,
-		Actor:       rec.Actor,
-		Scope:       rec.Scope,
-		Fingerprint: rec.Fingerprint,
-		Request:     req.Correlation,
-		Session:     req.Session,
-		RequestID:   req.ID,
-		Event:       journal.Fenced,
-		Note:        note,
-		Shadow:      in.shadow,
-	}
-	if c.Result != nil {
-		e.Result = in.journalValue(req.Policy.Journal.Result, "result", c.Result)
-	}
-	if c.Error != nil {
-		e.Error = in.journalValue(req.Policy.Journal.Result, "error", c.Error)
-	}
+	e := in.line(req, rec)
+	e.Event, e.Note = journal.Fenced, note
+	in.putOutcome(&e, req, c)
 	if err := in.journal.Record(e); err != nil {
 		in.log.Error("writing the activity journal; the call goes on", "execution", rec.ID, "event", e.Event, "err", err)
 	}
