@@ -165,6 +165,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		// override it unseen.
 		return nil, fmt.Errorf("opening postgres store %s: options= sets statement_timeout; give statement_timeout= as a URL parameter of its own", redact(rawURL))
 	}
+	cfg.ShouldPing = shouldPing
 	timeout := opts.Timeout
 	if v, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = defaultStatementTimeout
