@@ -297,22 +297,11 @@ func (s *Store) addIndex(ctx context.Context, tx pgx.Tx) error {
 		s.log.Warn(warning+concurrently, "store", s.name, "records", int64(rows))
 		return nil
 	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
+	failed, err := s.tryDDL(ctx, tx, s.sql(fingerprintDDL))
+	if failed != nil {
+		s.log.Warn(warning+concurrently, "store", s.name, "err", failed)
 	}
-	_, err = sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", triggerLockWait.Milliseconds()))
-	if err == nil {
-		_, err = sp.Exec(ctx, s.sql(fingerprintDDL))
-	}
-	if err == nil {
-		return sp.Commit(ctx)
-	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	s.log.Warn(warning+concurrently, "store", s.name, "err", err)
-	return nil
+	return err
 }
 
 // replaceTrigger runs notifyDDL in a savepoint of tx, if it can: the
@@ -324,22 +313,32 @@ func (s *Store) addIndex(ctx context.Context, tx pgx.Tx) error {
 // triggerLockWait. A warning says so, and the next Store to open the
 // schema tries again.
 func (s *Store) replaceTrigger(ctx context.Context, tx pgx.Tx) error {
+	failed, err := s.tryDDL(ctx, tx, s.sql(notifyDDL))
+	if failed != nil {
+		s.log.Warn("keeping the schema's older notify trigger, which costs each update more", "store", s.name, "err", failed)
+	}
+	return err
+}
+
+// tryDDL runs ddl in a savepoint of tx, waiting at most triggerLockWait
+// for the locks it takes. failed is ddl's error, the savepoint rolled
+// back and tx fit to go on; err is one that leaves tx unusable.
+func (s *Store) tryDDL(ctx context.Context, tx pgx.Tx, ddl string) (failed, err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", triggerLockWait.Milliseconds()))
-	if err == nil {
-		_, err = sp.Exec(ctx, s.sql(notifyDDL))
+	_, failed = sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", triggerLockWait.Milliseconds()))
+	if failed == nil {
+		_, failed = sp.Exec(ctx, ddl)
 	}
-	if err == nil {
-		return sp.Commit(ctx)
+	if failed == nil {
+		return nil, sp.Commit(ctx)
 	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
-		return errors.Join(err, rerr)
+	if err := sp.Rollback(ctx); err != nil {
+		return nil, errors.Join(failed, err)
 	}
-	s.log.Warn("keeping the schema's older notify trigger, which costs each update more", "store", s.name, "err", err)
-	return nil
+	return failed, nil
 }
 
 // triggerLockWait bounds replaceTrigger's wait for the table.
