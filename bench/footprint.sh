@@ -37,8 +37,11 @@ misses() {
 	local mode=$1 n=$2 out=$dir/cg.$1.$2
 	# Asynchronous preemption sends signals that cachegrind need not see.
 	# Valgrind reports a processor with RDTSCP but cannot run the
-	# instruction, which the runtime then uses (SIGILL on some hosts).
-	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=cachegrind --cache-sim=yes \
+	# instruction, which the runtime then uses (SIGILL on some hosts). The
+	# binary's linker turns off the sampling of allocations for a memory
+	# profile, as nothing in it reads one; a test binary's keeps it on
+	# (internal/deptest's TestNoMemoryProfile).
+	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off,memprofilerate=0 valgrind --tool=cachegrind --cache-sim=yes \
 		--I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64 \
 		--cachegrind-out-file="$out" "$dir/proxy.test" -test.run '^$' \
 		-test.bench "^BenchmarkPathCold/$mode\$" -test.benchtime "${n}x" >"$out.log" 2>&1 ||

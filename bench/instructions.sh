@@ -37,9 +37,10 @@ trap 'rm -rf "$dir"' EXIT
 # the whole process ran, and those of them in SHA-256's block function.
 count() {
 	local mode=$1 n=$2 out=$dir/cg.$1.$2
-	# As in footprint.sh: no asynchronous preemption signals, and no RDTSCP,
-	# which valgrind reports but cannot run.
-	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=cachegrind --cache-sim=no \
+	# As in footprint.sh: no asynchronous preemption signals, no RDTSCP,
+	# which valgrind reports but cannot run, and no sampling of allocations
+	# for a memory profile, which the binary does not do either.
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off,memprofilerate=0 valgrind --tool=cachegrind --cache-sim=no \
 		--cachegrind-out-file="$out" "$dir/proxy.test" -test.run '^$' \
 		-test.bench "^BenchmarkPath\$/^$mode\$" -test.benchtime "${n}x" >"$out.log" 2>&1 ||
 		{ cat "$out.log" >&2; exit 1; }
