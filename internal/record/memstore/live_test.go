@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 	if len(s.live) != 10 {
 		t.Fatalf("live holds %d records; want the 10 completed", len(s.live))
 	}
+	checkFlights(t, s, "with 10 completed")
 	if err := s.Renew(ctx, "me", clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +63,88 @@ func TestLiveHoldsOnlyRecordsUnderWay(t *testing.T) {
 	if len(s.live) != 0 {
 		t.Errorf("after %v undelivered, live still holds %d completed records", staleCompletion, len(s.live))
 	}
+	checkFlights(t, s, "after the completed were packed")
 	update(completed[0], record.Delivered) // found in byID
 	clock.Advance(2 * time.Hour)
 	fresh := reserve("fresh") // runs the purge
 	if _, ok := s.live[fresh]; len(s.live) != 1 || !ok {
 		t.Errorf("after the retention live holds %d records; want only the fresh one", len(s.live))
+	}
+	checkFlights(t, s, "after the purge")
+	if len(s.flights) > 11 {
+		t.Errorf("%d flights made for at most 11 live records at once", len(s.flights))
+	}
+}
+
+// TestPurgeLandsFlight checks that a completed record purged while still
+// live, its caller gone and no Renew run, gives its flight back.
+func TestPurgeLandsFlight(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := New(Options{Now: clock.Now})
+	ctx := t.Context()
+	for i := range 3 {
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: fmt.Sprint("k", i), Retention: time.Hour}
+		if _, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Update(ctx, r.ID, record.Change{To: record.Completed, Result: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFlights(t, s, "with 3 completed")
+	clock.Advance(2 * time.Hour)
+	s.PurgeExpired()
+	if s.Len() != 0 {
+		t.Fatalf("%d records left after the retention", s.Len())
+	}
+	checkFlights(t, s, "after the purge")
+}
+
+// checkFlights checks that the live records, and only they, have a
+// flight, each its own.
+func checkFlights(t *testing.T, s *Store, when string) {
+	t.Helper()
+	inUse := 0
+	for _, fl := range s.flights {
+		if fl != nil {
+			inUse++
+		}
+	}
+	if inUse != len(s.live) || inUse+len(s.landed) != len(s.flights) {
+		t.Errorf("%s: %d flights in use and %d free of %d, for %d live records", when, inUse, len(s.landed), len(s.flights), len(s.live))
+	}
+	seen := make(map[flightRef]bool)
+	for id, i := range s.live {
+		e := s.at(i)
+		if fl := s.flight(e); fl == nil || fl.rec.ID != id || seen[e.fl] {
+			t.Errorf("%s: live record %s has flight %d, not its own", when, id, e.fl)
+		}
+		seen[e.fl] = true
+	}
+}
+
+// TestEntryHoldsNoPointer checks that the entries, one per record kept,
+// are memory the collector does not scan: with a million records kept,
+// scanning them took longer than the rest of a cycle.
+func TestEntryHoldsNoPointer(t *testing.T) {
+	var hasPointer func(reflect.Type) bool
+	hasPointer = func(t reflect.Type) bool {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.String, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+			return true
+		case reflect.Array:
+			return hasPointer(t.Elem())
+		case reflect.Struct:
+			for f := range t.Fields() {
+				if hasPointer(f.Type) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if typ := reflect.TypeFor[entry](); hasPointer(typ) {
+		t.Errorf("%v holds a pointer", typ)
 	}
 }
 
@@ -113,6 +192,10 @@ func TestCommonsAreCounted(t *testing.T) {
 	check("after the purge")
 	if n := len(s.commons.ids); n != 0 {
 		t.Errorf("%d commons left after every record went", n)
+	}
+	checkFlights(t, s, "after every record went")
+	if len(s.flights) != 1 {
+		t.Errorf("%d flights made for one live record at a time", len(s.flights))
 	}
 }
 

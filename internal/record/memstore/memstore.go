@@ -30,8 +30,9 @@ type Options struct {
 //
 // Entries are found by slot numbers, not pointers, and the indexes and
 // the expiry heap hold slots and no pointers; packed records are kept in
-// segments (segments.go), named by number too: the collector has no
-// pointer to follow per retained record.
+// segments (segments.go), named by number too, and an entry names its
+// flight by number: the collector has no pointer to follow, nor a word to
+// look at, per retained record.
 type Store struct {
 	now func() time.Time
 
@@ -45,6 +46,8 @@ type Store struct {
 	live    map[string]slot
 	chunks  []*[chunkLen]entry // the entries, by slot
 	free    []slot             // slots of purged entries, to use again
+	flights []*flight          // the live records' flights, by flightRef-1
+	landed  []flightRef        // flightRefs no entry names, to use again
 	expires expiryHeap         // settled records by expiry
 	segs    segments           // the packed records
 	scratch []byte             // where pack writes before the copy kept
@@ -71,10 +74,11 @@ type slot uint32
 // at a time, so none is ever copied and a pointer to one stays good.
 const chunkLen = 4096
 
-// entry is one execution. A live one has its record in fl; any other is
-// packed.
+// entry is one execution. A live one has its record in its flight, fl;
+// any other is packed. An entry holds no pointer, so a chunk of them is
+// memory the collector never scans.
 type entry struct {
-	fl *flight
+	fl flightRef
 	// ref names the record encoded, while it is not live.
 	ref packedRef
 	// attached is a packed record's Attached count, kept outside it so
@@ -84,6 +88,9 @@ type entry struct {
 	attached int32
 	index    int32 // position in the expiry heap, -1 when not in it
 }
+
+// A flightRef names a flight in Store.flights, plus one: 0 names none.
+type flightRef uint32
 
 // flight is what a live record needs besides its place: its versions,
 // the channel its waiters share, and room for what its versions share.
@@ -131,6 +138,36 @@ const purgeBatch = 64
 // at returns the entry in slot i.
 func (s *Store) at(i slot) *entry { return &s.chunks[i/chunkLen][i%chunkLen] }
 
+// flight returns e's flight, or nil when its record is packed.
+func (s *Store) flight(e *entry) *flight {
+	if e.fl == 0 {
+		return nil
+	}
+	return s.flights[e.fl-1]
+}
+
+// fly gives e the flight fl.
+func (s *Store) fly(e *entry, fl *flight) {
+	if n := len(s.landed); n > 0 {
+		e.fl = s.landed[n-1]
+		s.landed = s.landed[:n-1]
+		s.flights[e.fl-1] = fl
+		return
+	}
+	s.flights = append(s.flights, fl)
+	e.fl = flightRef(len(s.flights))
+}
+
+// land drops e's flight, if it has one: its waiters may hold it still.
+func (s *Store) land(e *entry) {
+	if e.fl == 0 {
+		return
+	}
+	s.flights[e.fl-1] = nil
+	s.landed = append(s.landed, e.fl)
+	e.fl = 0
+}
+
 // newEntry returns an unused slot and its entry, cleared.
 func (s *Store) newEntry() (slot, *entry) {
 	if n := len(s.free); n > 0 {
@@ -162,8 +199,8 @@ func (s *Store) lookup(id string) (slot, *entry, bool) {
 // current returns the record of e, in slot i: the live version, or the
 // packed one decoded. s.mu must be held.
 func (s *Store) current(i slot, e *entry) *record.Record {
-	if e.fl != nil {
-		return e.fl.rec
+	if fl := s.flight(e); fl != nil {
+		return fl.rec
 	}
 	v := &s.views[i%viewSlots]
 	if v.rec == nil || v.slot != i {
@@ -182,8 +219,8 @@ func (s *Store) forget(i slot) {
 
 // state returns the state of e's record, decoding nothing.
 func (s *Store) state(e *entry) record.State {
-	if e.fl != nil {
-		return e.fl.rec.State
+	if fl := s.flight(e); fl != nil {
+		return fl.rec.State
 	}
 	return packedState(s.segs.bytes(e.ref))
 }
@@ -204,8 +241,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	key := s.byKey.find(r.Key)
 	if i, ok := s.byKey.slotAt(key); ok {
 		e := s.at(i)
-		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			c := record.OrphanChange(e.fl.rec)
+		if fl := s.flight(e); fl != nil && fl.rec.Orphaned(now) {
+			c := record.OrphanChange(fl.rec)
 			orphan = s.apply(i, e, &c, now)
 		}
 		if cur := s.current(i, e); !s.replaceable(cur, r, now, opts) {
@@ -231,7 +268,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	fl := &flight{rec: rec}
 	fl.history[0] = record.Transition{State: record.Accepted, At: now}
 	rec.History = fl.history[:1]
-	*e = entry{fl: fl, index: -1}
+	*e = entry{index: -1}
+	s.fly(e, fl)
 	s.byID.put(rec.ID, id, i)
 	s.byKey.put(rec.Key, key, i)
 	s.live[rec.ID] = i
@@ -247,8 +285,8 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 func (s *Store) attach(i slot, e *entry, cur *record.Record) *record.Record {
 	attached := *cur
 	attached.Attached++
-	if e.fl != nil {
-		e.fl.rec = &attached
+	if fl := s.flight(e); fl != nil {
+		fl.rec = &attached
 	} else {
 		if e.attached < math.MaxInt32 {
 			e.attached++
@@ -293,7 +331,8 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 // allows, and returns the new version. s.mu must be held.
 func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record.Record {
 	var r *record.Record
-	switch fl := e.fl; {
+	fl := s.flight(e)
+	switch {
 	case fl == nil:
 		next := *s.current(i, e)
 		r = &next
@@ -310,17 +349,17 @@ func (s *Store) apply(i slot, e *entry, c *record.Change, now time.Time) *record
 	// A state test compares strings: each is asked once, of c.To,
 	// which is r's state now.
 	settled := c.To.Settled()
-	if wasInFlight && settled && e.fl.settled != nil {
+	if wasInFlight && settled && fl.settled != nil {
 		// The waiters hold the flight: one woken after a short
 		// retention ran out and the record was purged reads it there.
-		e.fl.rec = r
-		close(e.fl.settled)
-		e.fl.settled = nil // waiters hold it; a later Wait finds the record settled
+		fl.rec = r
+		close(fl.settled)
+		fl.settled = nil // waiters hold it; a later Wait finds the record settled
 	}
 	// Live holds the records in flight or completed.
 	switch live := !settled || c.To == record.Completed; {
-	case live && e.fl != nil:
-		e.fl.rec = r
+	case live && fl != nil:
+		fl.rec = r
 	case live:
 		// Back under way (a re-dispatch of an unknown one): new waiters
 		// need a channel that is still open, which the next Wait makes.
@@ -354,7 +393,7 @@ func (s *Store) pack(i slot, e *entry, r *record.Record) {
 		s.scratch = nil // one large result does not stay held
 	}
 	e.attached = int32(min(r.Attached, math.MaxInt32))
-	e.fl = nil
+	s.land(e)
 	s.forget(i)
 	delete(s.live, r.ID)
 }
@@ -378,7 +417,7 @@ func (s *Store) drop(e *entry) {
 
 // unpackInto makes e, in slot i, live again with r. s.mu must be held.
 func (s *Store) unpackInto(i slot, e *entry, r *record.Record) {
-	e.fl = &flight{rec: r}
+	s.fly(e, &flight{rec: r})
 	s.drop(e)
 	s.forget(i)
 	s.live[r.ID] = i
@@ -395,11 +434,12 @@ func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error 
 	defer s.mu.Unlock()
 	for _, i := range s.live {
 		e := s.at(i)
-		switch r := e.fl.rec; {
+		fl := s.flight(e)
+		switch r := fl.rec; {
 		case r.State.InFlight() && r.Owner == owner:
 			renewed := *r
 			renewed.LeaseUntil = until
-			e.fl.rec = &renewed
+			fl.rec = &renewed
 		case r.State == record.Completed && now.Sub(r.At(record.Completed)) > staleCompletion:
 			// Its caller left without the answer: no delivery is
 			// coming soon, and live stays small.
@@ -446,21 +486,22 @@ func (s *Store) Wait(ctx context.Context, id string) (*record.Record, error) {
 			return nil, fmt.Errorf("waiting for %s: %w", id, record.ErrNotFound)
 		}
 		var orphan *record.Record // settled here
-		if e.fl != nil && e.fl.rec.Orphaned(now) {
-			c := record.OrphanChange(e.fl.rec)
+		if fl := s.flight(e); fl != nil && fl.rec.Orphaned(now) {
+			c := record.OrphanChange(fl.rec)
 			orphan = s.apply(i, e, &c, now)
 		}
-		if e.fl == nil || e.fl.rec.State.Settled() {
+		fl := s.flight(e)
+		if fl == nil || fl.rec.State.Settled() {
 			r := s.current(i, e)
 			s.mu.Unlock()
 			return r.WithOrphan(orphan), nil
 		}
-		if e.fl.settled == nil {
-			e.fl.settled = make(chan struct{})
+		if fl.settled == nil {
+			fl.settled = make(chan struct{})
 		}
-		held = e.fl
-		settled := e.fl.settled
-		lease := e.fl.rec.LeaseUntil
+		held = fl
+		settled := fl.settled
+		lease := fl.rec.LeaseUntil
 		s.mu.Unlock()
 		if err := waitFor(ctx, settled, lease, now); err != nil {
 			return nil, err
@@ -563,8 +604,8 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 
 // expiresAt returns when e's record expires, in Unix nanoseconds.
 func (s *Store) expiresAt(e *entry) int64 {
-	if e.fl != nil {
-		return e.fl.rec.ExpiresAt.UnixNano()
+	if fl := s.flight(e); fl != nil {
+		return fl.rec.ExpiresAt.UnixNano()
 	}
 	return packedExpires(s.segs.bytes(e.ref))
 }
@@ -572,8 +613,8 @@ func (s *Store) expiresAt(e *entry) int64 {
 // isID reports whether id is the id of the record in slot i.
 func (s *Store) isID(i slot, id string) bool {
 	e := s.at(i)
-	if e.fl != nil {
-		return e.fl.rec.ID == id
+	if fl := s.flight(e); fl != nil {
+		return fl.rec.ID == id
 	}
 	return packedID(s.segs.bytes(e.ref)) == id
 }
@@ -581,8 +622,8 @@ func (s *Store) isID(i slot, id string) bool {
 // isKey reports whether key is the key of the record in slot i.
 func (s *Store) isKey(i slot, key string) bool {
 	switch e, v := s.at(i), &s.views[i%viewSlots]; {
-	case e.fl != nil:
-		return e.fl.rec.Key == key
+	case e.fl != 0:
+		return s.flights[e.fl-1].rec.Key == key
 	case v.rec != nil && v.slot == i:
 		return v.rec.Key == key // spelled out already: a replay's
 	default:
@@ -593,10 +634,11 @@ func (s *Store) isKey(i slot, key string) bool {
 // unindex drops e, in slot i, from the indexes and live. s.mu must be
 // held.
 func (s *Store) unindex(i slot, e *entry) {
-	if e.fl != nil {
-		s.byID.remove(s.byID.tag(e.fl.rec.ID), i)
-		s.byKey.remove(s.byKey.tag(e.fl.rec.Key), i)
-		delete(s.live, e.fl.rec.ID) // completed, and never delivered
+	if fl := s.flight(e); fl != nil {
+		s.byID.remove(s.byID.tag(fl.rec.ID), i)
+		s.byKey.remove(s.byKey.tag(fl.rec.Key), i)
+		delete(s.live, fl.rec.ID) // completed, and never delivered
+		s.land(e)
 		return
 	}
 	p := s.segs.bytes(e.ref)

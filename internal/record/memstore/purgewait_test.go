@@ -36,7 +36,7 @@ func TestWaiterGetsARecordPurgedAsItWoke(t *testing.T) {
 			for waiting := false; !waiting; runtime.Gosched() {
 				s.mu.Lock()
 				_, e, _ := s.lookup(r.ID)
-				waiting = e.fl.settled != nil
+				waiting = s.flight(e).settled != nil
 				s.mu.Unlock()
 			}
 			// Settled and purged under one hold of the lock: the waiter
