@@ -52,6 +52,7 @@ type Action struct {
 type Hasher struct {
 	key   []byte      // written once, before keyed is set
 	keyed atomic.Bool // key is set: a Pending Hasher has none yet
+	pads  *macPads    // key's pads, written with key; nil: crypto/hmac
 	// states holds *macState: HMACs under key, reset before use, and
 	// buffers for the canonical form, in one pool: one Get a sum.
 	states sync.Pool
@@ -59,7 +60,7 @@ type Hasher struct {
 
 func withKey(key []byte) *Hasher {
 	h := Pending()
-	h.key = key
+	h.key, h.pads = key, newPads(key)
 	h.keyed.Store(true)
 	return h
 }
@@ -70,7 +71,16 @@ func withKey(key []byte) *Hasher {
 // fingerprint (read-only calls) is served meanwhile.
 func Pending() *Hasher {
 	h := &Hasher{}
-	h.states.New = func() any { return &macState{mac: hmac.New(sha256.New, h.key)} }
+	h.states.New = func() any {
+		st := &macState{}
+		if h.pads != nil {
+			st.mac = newMAC(h.pads)
+		}
+		if st.mac == nil {
+			st.ref = hmac.New(sha256.New, h.key)
+		}
+		return st
+	}
 	return h
 }
 
@@ -88,6 +98,7 @@ func (h *Hasher) SetSecret(secret []byte) error {
 		return errors.New("the fingerprint secret is set already")
 	}
 	h.key = append([]byte(nil), secret...)
+	h.pads = newPads(h.key)
 	h.keyed.Store(true)
 	return nil
 }
@@ -351,12 +362,16 @@ func (h *Hasher) sum(a *Action, argsValid bool) (string, error) {
 		h.states.Put(st)
 		return "", err
 	}
+	if st.mac != nil {
+		st.sum, canon = st.mac.sum(canon)
+	} else {
+		st.ref.Reset()
+		st.ref.Write(canon)
+		st.ref.Sum(st.sum[:0])
+	}
 	if cap(canon) <= maxKeptBuffer {
 		st.buf = canon
 	}
-	st.mac.Reset()
-	st.mac.Write(canon)
-	st.mac.Sum(st.sum[:0])
 	var digits [2 * sha256.Size]byte
 	for i := 0; i < len(st.sum); i += 4 {
 		// Four bytes' digits in one store.
@@ -383,7 +398,8 @@ var hexPairs = func() (t [256]uint16) {
 // canonical form it reads, kept together so that a sum costs no
 // allocation.
 type macState struct {
-	mac hash.Hash
+	mac *mac      // nil where newPads found crypto/sha256 unlike it expects
+	ref hash.Hash // crypto/hmac, where mac is nil
 	sum [sha256.Size]byte
 	buf []byte
 }
