@@ -108,3 +108,29 @@ func TestSumIsHexOfHMAC(t *testing.T) {
 		}
 	}
 }
+
+// isObject reports whether raw, after any white space, begins an object.
+func isObject(raw json.RawMessage) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
+
+// TestHexDigits checks hexDigits against encoding/hex with every byte
+// value at every place of a sum.
+func TestHexDigits(t *testing.T) {
+	for start := range 256 {
+		var sum [sha256.Size]byte
+		for i := range sum {
+			sum[i] = byte(start + i*8)
+		}
+		if got, want := hexDigits(&sum), hex.EncodeToString(sum[:]); string(got[:]) != want {
+			t.Fatalf("hexDigits(%x) = %s", sum, got)
+		}
+	}
+}
