@@ -132,13 +132,14 @@ func NewRandom() *Hasher {
 // same bytes jcs.Transform gives for the whole record (FuzzCanonical checks
 // it).
 func Canonical(a Action) ([]byte, error) {
-	return appendCanonical(nil, &a, false)
+	return appendCanonical(nil, &a, false, nil)
 }
 
 // appendCanonical appends the RFC 8785 form of a's action record to out.
 // argsValid says that a.Arguments and a.Extra's values are known to be
-// valid JSON (SumValid).
-func appendCanonical(out []byte, a *Action, argsValid bool) ([]byte, error) {
+// valid JSON (SumValid). text, if not nil, keeps the record's text
+// around the arguments from one call to the next.
+func appendCanonical(out []byte, a *Action, argsValid bool, text *recordText) ([]byte, error) {
 	args := trimJSONSpace(a.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
@@ -147,20 +148,12 @@ func appendCanonical(out []byte, a *Action, argsValid bool) ([]byte, error) {
 		// The common case: the record's own members only, whose names
 		// are already in RFC 8785 order, written straight out, each
 		// string's quotes with the text around it.
-		out = append(out, `{"actor":"`...)
-		out = appendJCSChars(out, a.Actor)
-		out = append(out, `","arguments":`...)
+		out = text.appendHead(out, a.Actor)
 		var err error
 		if out, err = appendCanonicalValue(out, args, argsValid); err != nil {
 			return nil, &MemberError{Member: "arguments", Err: err}
 		}
-		out = append(out, `,"scope":"`...)
-		out = appendJCSChars(out, a.Scope)
-		out = append(out, `","tool":"`...)
-		out = appendJCSChars(out, a.Tool)
-		out = append(out, `","upstream":"`...)
-		out = appendJCSChars(out, a.Upstream)
-		return append(out, '"', '}'), nil
+		return text.appendTail(out, a), nil
 	}
 	args, err := appendCanonicalValue(nil, args, argsValid)
 	if err != nil {
@@ -357,7 +350,7 @@ func (h *Hasher) sum(a *Action, argsValid bool) (string, error) {
 		return "", ErrArguments
 	}
 	st := h.states.Get().(*macState)
-	canon, err := appendCanonical(st.buf[:0], a, argsValid)
+	canon, err := appendCanonical(st.buf[:0], a, argsValid, &st.text)
 	if err != nil {
 		h.states.Put(st)
 		return "", err
@@ -404,10 +397,11 @@ var hexPairs = func() (t [256]uint16) {
 // canonical form it reads, kept together so that a sum costs no
 // allocation.
 type macState struct {
-	mac *mac      // nil where newPads found crypto/sha256 unlike it expects
-	ref hash.Hash // crypto/hmac, where mac is nil
-	sum [sha256.Size]byte
-	buf []byte
+	mac  *mac      // nil where newPads found crypto/sha256 unlike it expects
+	ref  hash.Hash // crypto/hmac, where mac is nil
+	sum  [sha256.Size]byte
+	buf  []byte
+	text recordText
 }
 
 // maxKeptBuffer bounds the canonical-form buffers a Hasher keeps for
