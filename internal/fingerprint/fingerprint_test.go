@@ -382,6 +382,37 @@ func ExampleHasher_Sum() {
 	// true
 }
 
+// TestConcurrentDistinct runs sums of different actions at once, so
+// that states pass between the spare and the pool while in use: a state
+// two sums shared would mix their records.
+func TestConcurrentDistinct(t *testing.T) {
+	h, ref := newHasher(t), newHasher(t)
+	const workers, each = 8, 200
+	want := make([][]string, workers)
+	for w := range want {
+		for i := range each {
+			want[w] = append(want[w], sum(t, ref, withArgs(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))))
+		}
+	}
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				if got, err := h.Sum(withArgs(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))); err != nil || got != want[w][i] {
+					errs <- fmt.Errorf("worker %d, sum %d: %.16s, %v; want %.16s", w, i, got, err, want[w][i])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func FuzzSum(f *testing.F) {
 	for _, s := range []string{
 		`{}`,
