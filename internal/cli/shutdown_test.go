@@ -43,8 +43,8 @@ func charge(t *testing.T, in *intercept.Interceptor, upstream intercept.Upstream
 		t.Fatal(perr)
 	}
 	pol := policy.FromAnnotations(nil)
-	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: upstream, Reply: discard{}})
+	in.Handle(t.Context(), &intercept.Request{Call: call, Policy: &pol, Origin: &intercept.Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
+		Upstream: upstream, Reply: discard{}})
 }
 
 // exitsOnceUp checks that waitForOutcomes does not return until up is

@@ -156,8 +156,8 @@ func TestDeliveredWhenWritten(t *testing.T) {
 	call := func() (*laterAnswers, func(error)) {
 		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 		a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
-		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
-			UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Origin: &Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
+			Upstream: h.up, Reply: a, Correlation: "test"})
 		a.only(t)
 		return a, <-a.written
 	}
@@ -357,8 +357,8 @@ func TestUndeliveredAfterItsDelivery(t *testing.T) {
 	h.pol.Replay = policy.ReplayUndelivered
 	tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 	a := &laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}
-	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Origin: &Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
+		Upstream: h.up, Reply: a, Correlation: "test"})
 	a.only(t)
 	written := <-a.written
 	go written(nil) // the caller read it; the store records that slowly
@@ -403,8 +403,8 @@ func TestUndeliveredBeforeWrittenIsTold(t *testing.T) {
 	h.pol.Replay = policy.ReplayUndelivered
 	tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 	a := orderedAnswers{&laterAnswers{answers: newAnswers(), written: make(chan func(error), 1)}}
-	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1",
-		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a, Correlation: "test"})
+	h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Origin: &Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
+		Upstream: h.up, Reply: a, Correlation: "test"})
 	a.only(t) // the caller read it; written is not told yet
 	written := <-a.written
 	again := make(chan *answers, 1)

@@ -32,8 +32,8 @@ func TestUpstreamProxysApprovalRound(t *testing.T) {
 			return nil, perr
 		}
 		a := newAnswers()
-		inner.in.Handle(ctx, &Request{Call: tc, Policy: &inner.pol, Actor: "alice", Scope: "session:1",
-			UpstreamID: "stdio:bank", Upstream: inner.up, Reply: a, Correlation: "inner"})
+		inner.in.Handle(ctx, &Request{Call: tc, Policy: &inner.pol, Origin: &Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
+			Upstream: inner.up, Reply: a, Correlation: "inner"})
 		select {
 		case ans := <-a.got:
 			if ans.Error != nil {

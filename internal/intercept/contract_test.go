@@ -31,8 +31,8 @@ func (h *harness) callAs(t *testing.T, actor, scope, params string) *answers {
 	}
 	a := newAnswers()
 	h.in.Handle(t.Context(), &Request{
-		Call: tc, Policy: &h.pol, Schema: &Schema{Defaults: h.defaults, Twins: h.twins}, Actor: actor, Scope: scope,
-		UpstreamID: "stdio:bank", Upstream: h.up, Reply: a,
+		Call: tc, Policy: &h.pol, Schema: &Schema{Defaults: h.defaults, Twins: h.twins}, Origin: &Origin{Actor: actor, Scope: scope, UpstreamID: "stdio:bank"},
+		Upstream: h.up, Reply: a,
 	})
 	return a
 }

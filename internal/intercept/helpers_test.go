@@ -111,7 +111,7 @@ func (h *harness) request(t *testing.T, params string) (*Request, *answers) {
 	}
 	a := newAnswers()
 	return &Request{
-		Call: tc, Policy: &h.pol, Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank",
+		Call: tc, Policy: &h.pol, Origin: &Origin{Actor: "alice", Scope: "session:1", UpstreamID: "stdio:bank"},
 		Upstream: h.up, Reply: a, Correlation: "test",
 	}, a
 }

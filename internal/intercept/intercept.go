@@ -159,6 +159,24 @@ type Schema struct {
 	Twins *mcp.CaseTwins
 }
 
+// An Origin is what the calls of one session share: who asks, in which
+// scope, of which upstream.
+type Origin struct {
+	// Actor, Scope and UpstreamID go into the fingerprint.
+	Actor      string
+	Scope      string
+	UpstreamID string
+	// UpstreamName is what records, logs and answers show of the
+	// upstream: the identity less what may hold a credential (a
+	// command's arguments, an HTTP upstream's headers), which shows only
+	// as a keyed hash of UpstreamID beside it. Empty shows UpstreamID,
+	// for an identity that holds no secret.
+	UpstreamName string
+	// Session names the caller's session in the journal, with the
+	// request's ID: the session's scope (session:...).
+	Session string
+}
+
 // A Request is one caller's tools/call. It is handed to Handle or
 // Unrecorded once, and not copied after: it holds the state of the
 // execution it starts.
@@ -172,26 +190,19 @@ type Request struct {
 	// when it tells nothing. One pointer for all of it keeps a Request,
 	// made for every call, small.
 	Schema *Schema
-	// Actor, Scope and UpstreamID go into the fingerprint.
-	Actor      string
-	Scope      string
-	UpstreamID string
-	// UpstreamName is what records, logs and answers show of the
-	// upstream: the identity less what may hold a credential (a
-	// command's arguments, an HTTP upstream's headers), which shows only
-	// as a keyed hash of UpstreamID beside it. Empty shows UpstreamID,
-	// for an identity that holds no secret.
-	UpstreamName string
-	Upstream     Upstream
-	Reply        Replier
+	// Origin is who asks, in which scope, of which upstream: read-only,
+	// and shared by every call of a session, which keeps a Request,
+	// made for every call, small. It must be set.
+	*Origin
+	Upstream Upstream
+	Reply    Replier
 	// Correlation names the caller's request in logs: its session and
 	// JSON-RPC id. It is evidence, never part of matching.
 	Correlation string
-	// Session and ID name the caller's request apart in the journal: the
-	// session's scope (session:...) and the JSON-RPC id as its client
-	// sent it, not as a transport that renamed it passed it on.
-	Session string
-	ID      json.RawMessage
+	// ID names the caller's request apart in the journal, with
+	// Origin.Session: the JSON-RPC id as its client sent it, not as a
+	// transport that renamed it passed it on.
+	ID json.RawMessage
 
 	// deadline is when the proxy stops beginning waits for this call
 	// (RetryRule.Deadline, shortened by the client's Call.Deadline); set

@@ -93,7 +93,7 @@ func TestActorsNeverShare(t *testing.T) {
 	for _, actor := range []string{"alice", "bob"} {
 		tc, _ := mcp.ParseToolCall(json.RawMessage(chargeCall))
 		a := newAnswers()
-		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Actor: actor, Scope: "s", Upstream: h.up, Reply: a})
+		h.in.Handle(t.Context(), &Request{Call: tc, Policy: &h.pol, Origin: &Origin{Actor: actor, Scope: "s"}, Upstream: h.up, Reply: a})
 		a.only(t)
 	}
 	if n := h.up.calls.Load(); n != 2 {

@@ -341,8 +341,7 @@ func (s *Session) handleToolCall(c *clientCall, call *mcp.ToolCall, info toolInf
 	// and the request must not be written whole meanwhile.
 	r := &c.req
 	r.Call, r.Policy, r.Schema = call, pol, info.schema
-	r.Actor, r.Scope, r.Session = s.opts.Actor, s.opts.Scope, s.opts.Scope
-	r.UpstreamID, r.UpstreamName = s.opts.UpstreamID, s.opts.UpstreamName
+	r.Origin = &s.origin
 	r.Upstream, r.Reply, r.Listed = c, c, info.listed
 	if route == intercept.RouteUnrecorded {
 		s.opts.Interceptor.PassedThrough(&c.ctx, intercept.Tool{Name: call.Name, Listed: info.listed}, pol.Class)

@@ -167,7 +167,10 @@ type Session struct {
 	// under ids of its own (renamingConn): asked once, not on every call.
 	clientRenaming renamingConn
 
-	opts       Options
+	opts Options
+	// origin is opts' Actor, Scope and upstream, as every call's
+	// intercept.Request points at them.
+	origin     intercept.Origin
 	log        *slog.Logger
 	debug      bool // log takes debug records; read once
 	tools      *toolTable
@@ -348,16 +351,18 @@ func New(client, upstream Conn, opts Options) *Session {
 		clientRenaming:  clientRenaming,
 		up:              up,
 		opts:            opts,
-		log:             log,
-		debug:           log.Enabled(context.Background(), slog.LevelDebug),
-		tools:           newToolTable(opts.Resolve, log, opts.ToolWarnings),
-		pending:         make(map[int64]sent),
-		forwarded:       make(map[string]forwardedRequest),
-		calls:           make(map[string]*clientCall),
-		serverReqs:      make(map[string]serverRequest),
-		serverIDs:       make(map[string]string),
-		voided:          make(map[string]struct{}),
-		serverAnswered:  make(map[string]struct{}),
+		origin: intercept.Origin{Actor: opts.Actor, Scope: opts.Scope, Session: opts.Scope,
+			UpstreamID: opts.UpstreamID, UpstreamName: opts.UpstreamName},
+		log:            log,
+		debug:          log.Enabled(context.Background(), slog.LevelDebug),
+		tools:          newToolTable(opts.Resolve, log, opts.ToolWarnings),
+		pending:        make(map[int64]sent),
+		forwarded:      make(map[string]forwardedRequest),
+		calls:          make(map[string]*clientCall),
+		serverReqs:     make(map[string]serverRequest),
+		serverIDs:      make(map[string]string),
+		voided:         make(map[string]struct{}),
+		serverAnswered: make(map[string]struct{}),
 	}
 	if wf, ok := client.(writeFailer); ok {
 		s.clientDeaf, s.deaf = wf.WriteFailed(), wf

@@ -59,19 +59,15 @@ func (s *Session) shadowToolCall(c *clientCall, info toolInfo) {
 	sc.ctx, sc.leave = context.WithCancel(s.shadowTrace(c))
 	sc.pol.Retry = shadowRetry(sc.pol.Retry)
 	sc.req = intercept.Request{
-		Call:         &sc.call,
-		Policy:       &sc.pol,
-		Schema:       info.schema,
-		Actor:        s.opts.Actor,
-		Scope:        s.opts.Scope,
-		UpstreamID:   s.opts.UpstreamID,
-		UpstreamName: s.opts.UpstreamName,
-		Upstream:     sc,
-		Reply:        sc,
-		Correlation:  c.req.Correlation,
-		Session:      s.opts.Scope,
-		ID:           c.req.ID,
-		Listed:       info.listed,
+		Call:        &sc.call,
+		Policy:      &sc.pol,
+		Schema:      info.schema,
+		Origin:      &s.origin,
+		Upstream:    sc,
+		Reply:       sc,
+		Correlation: c.req.Correlation,
+		ID:          c.req.ID,
+		Listed:      info.listed,
 	}
 	// Judged first: with a store in memory Handle reserves at once, so
 	// that the call is on record before its answer can come.
