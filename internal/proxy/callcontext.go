@@ -27,16 +27,19 @@ type callContext struct {
 	context.Context // the session's
 	err             atomic.Pointer[error]
 
-	mu         sync.Mutex    // guards done, doneClosed, stop, afters, and the setting of err
-	done       chan struct{} // made by Done
-	doneClosed bool
-	stop       func() bool // stops ending the call when the session's context ends
-	afters     *afterFuncs // made by the first AfterFunc: most calls have none
+	mu sync.Mutex // guards waits and what it holds, and the setting of err
+	// waits is made by Done: most calls are never waited on, and keep
+	// the room it takes out of the clientCall.
+	waits *callWaits
 }
 
-// afterFuncs are the functions registered with a callContext's AfterFunc,
-// by registration.
-type afterFuncs struct {
+// callWaits is what a callContext keeps once something waits on it.
+type callWaits struct {
+	done   chan struct{}
+	closed bool        // done is closed
+	stop   func() bool // stops ending the call when the session's context ends
+	// funcs are the functions registered with AfterFunc, by registration,
+	// until they are started.
 	funcs map[int]func()
 	next  int
 }
@@ -50,22 +53,22 @@ func (c *callContext) AfterFunc(f func()) (stop func() bool) {
 	c.Done() // the session's end must end the call, and so run f
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.doneClosed {
+	w := c.waits
+	if w.closed {
 		go f()
 		return func() bool { return false }
 	}
-	if c.afters == nil {
-		c.afters = &afterFuncs{funcs: make(map[int]func())}
+	if w.funcs == nil {
+		w.funcs = make(map[int]func())
 	}
-	a := c.afters
-	id := a.next
-	a.next++
-	a.funcs[id] = f
+	id := w.next
+	w.next++
+	w.funcs[id] = f
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		_, ok := a.funcs[id]
-		delete(a.funcs, id)
+		_, ok := w.funcs[id]
+		delete(w.funcs, id)
 		return ok
 	}
 }
@@ -87,19 +90,19 @@ func (c *callContext) Err() error {
 func (c *callContext) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
+	if c.waits == nil {
+		c.waits = &callWaits{done: make(chan struct{})}
 		if c.err.Load() != nil {
 			c.endLocked(nil)
 		} else {
-			c.stop = context.AfterFunc(c.Context, func() {
+			c.waits.stop = context.AfterFunc(c.Context, func() {
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				c.endLocked(sessionEnded(c.Context.Err()))
 			})
 		}
 	}
-	return c.done
+	return c.waits.done
 }
 
 // end ends the call's context.
@@ -109,9 +112,9 @@ func (c *callContext) end() { c.endWith(context.Canceled) }
 func (c *callContext) endWith(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stop != nil {
-		c.stop()
-		c.stop = nil
+	if w := c.waits; w != nil && w.stop != nil {
+		w.stop()
+		w.stop = nil
 	}
 	c.endLocked(err)
 }
@@ -122,15 +125,13 @@ func (c *callContext) endLocked(err error) {
 	if c.err.Load() == nil {
 		c.err.Store(errorPointer(err))
 	}
-	if c.done != nil && !c.doneClosed {
-		close(c.done)
-		c.doneClosed = true
-		if c.afters != nil {
-			for _, f := range c.afters.funcs {
-				go f()
-			}
-			c.afters = nil
+	if w := c.waits; w != nil && !w.closed {
+		close(w.done)
+		w.closed = true
+		for _, f := range w.funcs {
+			go f()
 		}
+		w.funcs = nil // started: a stop keeps none of them from running
 	}
 }
 

@@ -73,19 +73,22 @@ func TestCallContext(t *testing.T) {
 		c := &callContext{Context: t.Context()}
 		ran := make(chan string, 3)
 		stopped := c.AfterFunc(func() { ran <- "stopped" })
-		c.AfterFunc(func() { ran <- "kept" })
+		kept := c.AfterFunc(func() { ran <- "kept" })
 		if !stopped() {
 			t.Fatal("stop before the end = false; want true")
 		}
 		if stopped() {
 			t.Fatal("a second stop = true; want false")
 		}
-		if n := len(c.afters.funcs); n != 1 {
+		if n := len(c.waits.funcs); n != 1 {
 			t.Fatalf("%d functions registered after a stop; want the one kept", n)
 		}
 		c.end()
 		if got := <-ran; got != "kept" {
 			t.Fatalf("ran %q; want the function that was kept", got)
+		}
+		if kept() {
+			t.Fatal("stop of a function the end started = true; want false")
 		}
 		late := c.AfterFunc(func() { ran <- "late" })
 		if got := <-ran; got != "late" {
