@@ -255,15 +255,15 @@ func (in *Interceptor) stateMAC(req *Request, id string, carried json.RawMessage
 // multi-round request, and the call that the approval lets go upstream
 // must carry them still.
 func roundMembers(call *mcp.ToolCall) json.RawMessage {
-	if call.InputResponses == nil && call.RequestState == nil {
+	if call.InputResponses() == nil && call.RequestState() == nil {
 		return nil
 	}
 	m := map[string]json.RawMessage{}
-	if call.InputResponses != nil {
-		m["inputResponses"] = call.InputResponses
+	if call.InputResponses() != nil {
+		m["inputResponses"] = call.InputResponses()
 	}
-	if call.RequestState != nil {
-		m["requestState"] = call.RequestState
+	if call.RequestState() != nil {
+		m["requestState"] = call.RequestState()
 	}
 	b, _ := json.Marshal(m) // raw JSON values the parser took: they marshal
 	return b
@@ -275,7 +275,7 @@ func roundMembers(call *mcp.ToolCall) json.RawMessage {
 // A state that claims to be the proxy's but does not check (another
 // caller's, another call's, altered) is an error.
 func (in *Interceptor) ownContinuation(req *Request) (id string, carried json.RawMessage, ok bool, err error) {
-	raw := req.Call.RequestState
+	raw := req.Call.RequestState()
 	if raw == nil {
 		return "", nil, false, nil
 	}
@@ -310,7 +310,7 @@ var errBadState = errors.New("its requestState claims to be mcp-idempotent's app
 // upstream is the call it continues, without the proxy's round.
 func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id string, carried json.RawMessage) {
 	call := req.Call
-	answer, aerr := jsonrpc.MemberOnce(call.InputResponses, approvalInput)
+	answer, aerr := jsonrpc.MemberOnce(call.InputResponses(), approvalInput)
 	where := "inputResponses"
 	if aerr == nil && answer != nil {
 		_, _, aerr = readApproval(answer)
@@ -329,7 +329,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the answer to the approval of execution %s could not be read, so it was not taken and nothing was sent: %s must be an elicitation result, such as {\"action\":\"accept\"}", call.Name, id, where))
 		return
-	case answer == nil && call.InputResponses != nil && !isJSONObject(call.InputResponses):
+	case answer == nil && call.InputResponses() != nil && !isJSONObject(call.InputResponses()):
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams,
 			"tools/call %s: the call continues the approval of execution %s, and its inputResponses is no object: send {%q: {\"action\":\"accept\"}}, say; nothing was sent", call.Name, id, approvalInput))
 		return

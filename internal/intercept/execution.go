@@ -430,7 +430,7 @@ func (e *execution) claimed(claimed *record.Record, claim *record.Change) {
 // the answer (Answered).
 func (e *execution) send() bool {
 	req := e.req
-	params, meta := req.Call.Params, req.Call.MetaAsSent
+	params, meta := req.Call.Params, req.Call.MetaAsSent()
 	if e.rec != nil && !req.Policy.ForwardKey {
 		// The member is the proxy's. A client's string in it would reach
 		// the upstream as an execution id, and over HTTP as the

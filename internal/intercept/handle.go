@@ -225,8 +225,8 @@ func (in *Interceptor) clientKey(req *Request) (string, error) {
 	// answers are two executions (as without a key), and the round
 	// that asked for input is not taken for another action.
 	kx := map[string]json.RawMessage{"key": kb}
-	if call.InputResponses != nil || call.RequestState != nil {
-		kx["inputResponses"], kx["requestState"] = call.InputResponses, call.RequestState
+	if call.InputResponses() != nil || call.RequestState() != nil {
+		kx["inputResponses"], kx["requestState"] = call.InputResponses(), call.RequestState()
 	}
 	// Valid JSON all: the key as json.Marshal wrote it, the answers as
 	// the client's frame held them.
@@ -496,20 +496,28 @@ func reserveOptions(p *policy.Policy) record.ReserveOptions {
 // long to keep it) or may be answered with one (the 2026 tasks extension),
 // and a continuation's answers.
 func extra(c *mcp.ToolCall) map[string]json.RawMessage {
-	continuation := c.InputResponses != nil || c.RequestState != nil
-	if c.Task == nil && !c.TasksExtension && !continuation {
+	if !c.TasksExtension && !c.HasRare() {
+		return nil // most calls: inlined, so they make no call here
+	}
+	return extraOf(c)
+}
+
+// extraOf is extra, for a call that may have any of those members.
+func extraOf(c *mcp.ToolCall) map[string]json.RawMessage {
+	continuation := c.InputResponses() != nil || c.RequestState() != nil
+	if c.Task() == nil && !c.TasksExtension && !continuation {
 		return nil
 	}
 	m := make(map[string]json.RawMessage, 3)
 	switch {
-	case c.Task != nil:
+	case c.Task() != nil:
 		m["task"] = json.RawMessage("true")
 	case c.TasksExtension:
 		m["tasksExtension"] = json.RawMessage("true")
 	}
 	if continuation {
-		m["inputResponses"] = c.InputResponses
-		m["requestState"] = c.RequestState
+		m["inputResponses"] = c.InputResponses()
+		m["requestState"] = c.RequestState()
 	}
 	return m
 }

@@ -34,7 +34,7 @@ func (in *Interceptor) keyDifference(rec *record.Record, req *Request, args json
 	c := *req.Call
 	was := noTask
 	switch {
-	case c.Task != nil:
+	case c.Task() != nil:
 		was = taskParam
 	case c.TasksExtension:
 		was = taskExtension
@@ -44,10 +44,12 @@ func (in *Interceptor) keyDifference(rec *record.Record, req *Request, args json
 		if m == was {
 			continue
 		}
-		c.Task, c.TasksExtension = nil, m == taskExtension
+		var task json.RawMessage
 		if m == taskParam {
-			c.Task = json.RawMessage("{}")
+			task = json.RawMessage("{}")
 		}
+		c.SetTask(task) // c's own: req.Call keeps its task
+		c.TasksExtension = m == taskExtension
 		fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
 			Tool: c.Name, Arguments: args, Extra: extra(&c)})
 		if err == nil && fp == rec.Fingerprint {

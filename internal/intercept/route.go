@@ -46,8 +46,8 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 	// A client key that cannot be read refuses the call, but a read-only
 	// tool's, whose calls are never matched by key: taken for a call
 	// without one, it would go unrecorded to a tool matched by key only.
-	if call.KeyErr != nil && pol.Class != policy.ReadOnly {
-		return RouteUnreadable, call.KeyErr
+	if call.KeyErr() != nil && pol.Class != policy.ReadOnly {
+		return RouteUnreadable, call.KeyErr()
 	}
 	unrecorded := pol.Class == policy.ReadOnly || pol.Scope == policy.ScopeKey && call.Key == ""
 	switch {
@@ -60,15 +60,15 @@ func RouteCall(call *mcp.ToolCall, pol *policy.Policy) (Route, *jsonrpc.Error) {
 		// Passed upstream as it came, a call keeps no deadline of the
 		// proxy's: one that cannot be read does not refuse it.
 		return RoutePassThrough, nil
-	case call.DeadlineErr != nil:
+	case call.DeadlineErr() != nil:
 		// Anything else the proxy sends itself, within the client's
 		// deadline.
-		return RouteUnreadable, call.DeadlineErr
+		return RouteUnreadable, call.DeadlineErr()
 	case unrecorded:
 		return RouteUnrecorded, nil
-	case call.ExecutionIDErr != nil:
+	case call.ExecutionIDErr() != nil:
 		// Only a recorded call carries an execution id of the proxy's.
-		return RouteUnreadable, call.ExecutionIDErr
+		return RouteUnreadable, call.ExecutionIDErr()
 	}
 	return RouteRecorded, nil
 }

@@ -25,14 +25,8 @@ type ToolCall struct {
 	// Meta is the _meta member, or nil (absent or null), an object. It is
 	// not part of the fingerprint: only what TasksExtension says of it is.
 	Meta json.RawMessage
-	// MetaAsSent is the _meta member's value as it came, null included,
-	// so that the proxy's own member replaces a null rather than
-	// shadowing it.
-	MetaAsSent json.RawMessage
 	// Key is the client's idempotency key from _meta, or "".
 	Key string
-	// Task is the task-augmentation member (MCP 2025-11-25 tasks), or nil.
-	Task json.RawMessage
 	// TasksExtension reports whether the call's per-request client
 	// capabilities (MCP 2026-07-28, in _meta) declare the tasks extension,
 	// so that the server may answer it with a task handle rather than its
@@ -52,36 +46,127 @@ type ToolCall struct {
 	// object) in params otherwise read, Name among them: the call can
 	// still go upstream as it came, unrecorded.
 	Malformed bool
-	// InputResponses and RequestState continue a multi-round request
-	// (MCP 2026-07-28); nil when absent.
-	InputResponses json.RawMessage
-	RequestState   json.RawMessage
 	// Deadline is the client's deadline from _meta (MetaDeadline), as a
 	// time from the call's arrival, or 0 when it sets none.
 	Deadline time.Duration
-	// KeyErr and DeadlineErr say why the client's key or deadline in
-	// _meta cannot be read (invalid params), or are nil. Parse leaves
-	// them to its caller, which knows the tool: a read-only tool's calls
-	// are never matched by key, and a call passed upstream as it came
-	// has no deadline of the proxy's to keep, so neither refuses it.
-	KeyErr, DeadlineErr *jsonrpc.Error
-	// ExecutionIDErr refuses a call whose _meta holds a member that
-	// differs only in case from MetaExecutionID: the proxy's own member,
-	// which an upstream that matches names without regard to case (Go's
-	// encoding/json) would take for the execution id the proxy vouches
-	// for, or the proxy's for the client's. Left to the caller, as
-	// KeyErr: a call the proxy passes on as it came carries no id of its
-	// own, and the member goes as the client wrote it.
-	ExecutionIDErr *jsonrpc.Error
+	// rare holds what few calls have (callRare), nil for the others: a
+	// ToolCall is part of the one allocation of every call a proxy
+	// handles, which this keeps within a smaller size class.
+	rare *callRare
+}
+
+// callRare is the part of a ToolCall that most calls leave empty. It is
+// not changed once parsed: copies of a ToolCall share it (SetTask).
+type callRare struct {
+	task, inputResponses, requestState json.RawMessage
+	// metaAsSent is the _meta member's value when it is null.
+	metaAsSent                          json.RawMessage
+	keyErr, deadlineErr, executionIDErr *jsonrpc.Error
+}
+
+// more returns tc's rare part, made if it has none; to be called only
+// while tc is parsed.
+func (tc *ToolCall) more() *callRare {
+	if tc.rare == nil {
+		tc.rare = new(callRare)
+	}
+	return tc.rare
+}
+
+// HasRare reports whether the call may have any of the members few
+// calls have: a task, a continuation, a null _meta, or a _meta key,
+// deadline or execution id that cannot be read. Where it has not, their
+// methods return nil, which a caller may skip asking on its hot path.
+func (tc *ToolCall) HasRare() bool { return tc.rare != nil }
+
+// MetaAsSent returns the _meta member's value as it came, null included,
+// so that the proxy's own member replaces a null rather than shadowing
+// it; nil when absent.
+func (tc *ToolCall) MetaAsSent() json.RawMessage {
+	if tc.Meta == nil && tc.rare != nil {
+		return tc.rare.metaAsSent
+	}
+	return tc.Meta
+}
+
+// Task returns the task-augmentation member (MCP 2025-11-25 tasks), or
+// nil.
+func (tc *ToolCall) Task() json.RawMessage {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.task
+}
+
+// SetTask sets the task-augmentation member Task returns, in tc alone:
+// another copy of the call keeps its own.
+func (tc *ToolCall) SetTask(task json.RawMessage) {
+	var r callRare
+	if tc.rare != nil {
+		r = *tc.rare
+	}
+	r.task = task
+	tc.rare = &r
+}
+
+// InputResponses and RequestState return the members that continue a
+// multi-round request (MCP 2026-07-28); nil when absent.
+func (tc *ToolCall) InputResponses() json.RawMessage {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.inputResponses
+}
+
+// RequestState: see InputResponses.
+func (tc *ToolCall) RequestState() json.RawMessage {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.requestState
+}
+
+// KeyErr and DeadlineErr say why the client's key or deadline in _meta
+// cannot be read (invalid params), or are nil. Parse leaves them to its
+// caller, which knows the tool: a read-only tool's calls are never
+// matched by key, and a call passed upstream as it came has no deadline
+// of the proxy's to keep, so neither refuses it.
+func (tc *ToolCall) KeyErr() *jsonrpc.Error {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.keyErr
+}
+
+// DeadlineErr: see KeyErr.
+func (tc *ToolCall) DeadlineErr() *jsonrpc.Error {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.deadlineErr
+}
+
+// ExecutionIDErr refuses a call whose _meta holds a member that differs
+// only in case from MetaExecutionID: the proxy's own member, which an
+// upstream that matches names without regard to case (Go's
+// encoding/json) would take for the execution id the proxy vouches for,
+// or the proxy's for the client's. Left to the caller, as KeyErr: a call
+// the proxy passes on as it came carries no id of its own, and the
+// member goes as the client wrote it.
+func (tc *ToolCall) ExecutionIDErr() *jsonrpc.Error {
+	if tc.rare == nil {
+		return nil
+	}
+	return tc.rare.executionIDErr
 }
 
 // MetaErr returns KeyErr, else DeadlineErr: what refuses a call that is
 // recorded.
 func (tc *ToolCall) MetaErr() *jsonrpc.Error {
-	if tc.KeyErr != nil {
-		return tc.KeyErr
+	if err := tc.KeyErr(); err != nil {
+		return err
 	}
-	return tc.DeadlineErr
+	return tc.DeadlineErr()
 }
 
 // ParseToolCall decodes and validates tools/call params, which must be
@@ -177,13 +262,20 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	}
 	// Cleared in place: a literal would be built apart and copied over.
 	*tc = ToolCall{}
-	tc.Params, tc.MetaAsSent = params, r.meta
-	nameRaw, args, task, inputResponses, requestState := r.name, r.args, r.task, r.inputResponses, r.requestState
+	tc.Params = params
+	nameRaw, args := r.name, r.args
 	if r.repeated != nil {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call: params: %v", jsonrpc.Ambiguous(r.repeated, paramNames))
 	}
-	tc.Arguments, tc.Meta, tc.Task = nullToNil(args), nullToNil(tc.MetaAsSent), nullToNil(task)
-	tc.InputResponses, tc.RequestState = nullToNil(inputResponses), nullToNil(requestState)
+	tc.Arguments, tc.Meta = nullToNil(args), nullToNil(r.meta)
+	task, inputResponses, requestState := nullToNil(r.task), nullToNil(r.inputResponses), nullToNil(r.requestState)
+	if task != nil || inputResponses != nil || requestState != nil || tc.Meta == nil && r.meta != nil {
+		rare := tc.more()
+		rare.task, rare.inputResponses, rare.requestState = task, inputResponses, requestState
+		if tc.Meta == nil {
+			rare.metaAsSent = r.meta // null
+		}
+	}
 	// A plain name, the common case, is its own bytes: no second look
 	// for escapes, nor one for UTF-8.
 	name, plain := plainName(nameRaw)
@@ -205,11 +297,11 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	if args := tc.Arguments; args != nil && args[0] != '{' {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: arguments must be an object, got %s", name, kind(args))
 	}
-	if tc.Task != nil && tc.Task[0] != '{' {
+	if task != nil && task[0] != '{' {
 		// MCP's task is an object (TaskMetadata). The fingerprint keeps
 		// only whether a call asks for a task, so two other values would
 		// be one action here and two to the server.
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params.task must be an object, got %s", name, kind(tc.Task))
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params.task must be an object, got %s", name, kind(task))
 	}
 	if tc.Meta != nil && tc.Meta[0] != '{' {
 		// MCP's _meta is an object; the proxy's own member could not be
@@ -224,14 +316,14 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		}
 		key, err := clientKey(m)
 		if err != nil {
-			tc.KeyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.more().keyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
 		if m.idVariant != nil {
-			tc.ExecutionIDErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, jsonrpc.Ambiguous(m.idVariant, []string{MetaExecutionID}))
+			tc.more().executionIDErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, jsonrpc.Ambiguous(m.idVariant, []string{MetaExecutionID}))
 		}
 		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
-			tc.DeadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.more().deadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		if tc.Elicits, err = declaresElicitation(tc.Meta); err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)

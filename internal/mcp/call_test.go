@@ -133,7 +133,7 @@ func TestInsertMetaAsWithMeta(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseToolCall(%s): %v", params, err)
 		}
-		got := jsonrpc.InsertMeta(tc.Params, tc.MetaAsSent, false, member)
+		got := jsonrpc.InsertMeta(tc.Params, tc.MetaAsSent(), false, member)
 		if want := jsonrpc.WithMeta(json.RawMessage(params), member); string(got) != string(want) {
 			t.Errorf("params %s:\n got %s\nwant %s", params, got, want)
 		}
@@ -156,7 +156,7 @@ func TestWithoutProgressToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		params, meta := jsonrpc.WithoutMetaMember(tc.Params, tc.MetaAsSent, MetaProgressToken)
+		params, meta := jsonrpc.WithoutMetaMember(tc.Params, tc.MetaAsSent(), MetaProgressToken)
 		if got := string(jsonrpc.InsertMeta(params, meta, false, member)); got != tt.want {
 			t.Errorf("params %s:\n got %s\nwant %s", tt.params, got, tt.want)
 		}
@@ -304,5 +304,46 @@ func TestCapabilitiesNotObjects(t *testing.T) {
 				t.Errorf("_meta %s: error %v (Malformed=%v); want -32602, malformed", meta, err, tc.Malformed)
 			}
 		}
+	}
+}
+
+// TestToolCallRare: the members few calls have are read into the call's
+// rare part, which a call without them goes without, and a copy of a
+// call given another task leaves the original's alone.
+func TestToolCallRare(t *testing.T) {
+	plain, err := ParseToolCall(json.RawMessage(`{"name":"x","arguments":{},"_meta":{"progressToken":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.rare != nil || plain.HasRare() {
+		t.Errorf("a call without a task, continuation, null _meta or _meta error has a rare part: %+v", plain.rare)
+	}
+	params := `{"name":"x","task":{"ttl":1},"inputResponses":{"a":1},"requestState":"s","_meta":null}`
+	tc, err := ParseToolCall(json.RawMessage(params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct{ name, got, want string }{
+		{"task", string(tc.Task()), `{"ttl":1}`},
+		{"inputResponses", string(tc.InputResponses()), `{"a":1}`},
+		{"requestState", string(tc.RequestState()), `"s"`},
+		{"_meta as sent", string(tc.MetaAsSent()), `null`},
+	} {
+		if m.got != m.want {
+			t.Errorf("%s = %s; want %s", m.name, m.got, m.want)
+		}
+	}
+	if tc.Meta != nil {
+		t.Errorf("Meta = %s for a null _meta; want nil", tc.Meta)
+	}
+	c := *tc
+	c.SetTask(nil)
+	if c.Task() != nil || string(tc.Task()) != `{"ttl":1}` || string(c.RequestState()) != `"s"` {
+		t.Errorf("after SetTask(nil) on a copy: copy's task %s, requestState %s; original's task %s", c.Task(), c.RequestState(), tc.Task())
+	}
+	var bad ToolCall
+	bad.Parse(json.RawMessage(`{"name":"x","_meta":{"mcp-idempotent/key":7,"mcp-idempotent/deadline_ms":"soon","MCP-idempotent/execution-id":"e"}}`))
+	if bad.KeyErr() == nil || bad.DeadlineErr() == nil || bad.ExecutionIDErr() == nil || bad.MetaErr() != bad.KeyErr() {
+		t.Errorf("errors of a bad _meta: key %v, deadline %v, execution id %v, MetaErr %v", bad.KeyErr(), bad.DeadlineErr(), bad.ExecutionIDErr(), bad.MetaErr())
 	}
 }

@@ -144,7 +144,7 @@ func taskHandle(result json.RawMessage) bool {
 // mayBeTask reports whether c's call may be answered with a task: it
 // asks for one, or declares the tasks extension.
 func (c *clientCall) mayBeTask() bool {
-	return c.call.Task != nil || c.call.TasksExtension
+	return c.call.Task() != nil || c.call.TasksExtension
 }
 
 // markDetached notes that c's caller cancelled it and was detached: the

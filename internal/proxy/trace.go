@@ -129,7 +129,7 @@ func (s *Session) upstreamFrame(c *clientCall) []byte {
 	if members == nil {
 		return c.raw
 	}
-	params, meta := carrier.WithoutStaleState(c.call.Params, c.call.MetaAsSent)
+	params, meta := carrier.WithoutStaleState(c.call.Params, c.call.MetaAsSent())
 	params = jsonrpc.InsertMeta(params, meta, false, members)
 	return jsonrpc.Replace(c.raw, c.call.Params, params)
 }
