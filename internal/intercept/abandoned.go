@@ -115,7 +115,7 @@ func (l *abandoned) ids() []string {
 // refuses, it returns nil, and the execution is settled later
 // (settleAbandoned).
 func (in *Interceptor) abandon(req *Request, id string, c record.Change) *record.Record {
-	rec, err := in.change(req.bg, req, id, c)
+	rec, err := in.change(req.bg(), req, id, c)
 	switch {
 	case err == nil:
 		return rec
@@ -140,7 +140,7 @@ func (in *Interceptor) abandonUndecided(req *Request, id, note string) {
 	for _, from := range []record.State{record.Accepted, record.Authorized} {
 		c := a.c
 		c.From = from
-		_, err := in.change(req.bg, req, id, c)
+		_, err := in.change(req.bg(), req, id, c)
 		switch {
 		case err == nil, errors.Is(err, record.ErrNotFound):
 			return

@@ -268,7 +268,7 @@ func (in *Interceptor) delivered(req *Request, rec *record.Record) {
 		// once (its first caller and a replay), one records the delivery
 		// and the other finds it done, so it is counted once; both have
 		// their line in the journal.
-		_, err := in.change(req.bg, req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
+		_, err := in.change(req.bg(), req, rec.ID, record.Change{To: record.Delivered, From: record.Completed})
 		switch {
 		case err == nil:
 			// Recorded: the common case, with no error to unwrap.

@@ -74,7 +74,7 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 	case policy.ApproverOperator:
 		// Kept before the wait begins, so that a session ending now
 		// ends it too.
-		wctx, cancel := context.WithCancel(req.bg)
+		wctx, cancel := context.WithCancel(req.bg())
 		w := in.waits.add(req.Session, cancel)
 		go in.awaitOperator(ctx, wctx, w, req, rec)
 	default:
@@ -350,12 +350,12 @@ func (in *Interceptor) tellProgress(ctx context.Context, asker Asker, message st
 // and acts on what the record comes to.
 func (in *Interceptor) decide(ctx context.Context, req *Request, rec *record.Record, c record.Change) {
 	defer in.questions.forget(rec.ID)
-	cur, err := in.change(req.bg, req, rec.ID, c)
+	cur, err := in.change(req.bg(), req, rec.ID, c)
 	switch {
 	case errors.Is(err, record.ErrConflict):
 		// Decided elsewhere meanwhile (an operator as the timeout
 		// came), or settled as an orphan: what the record holds stands.
-		if cur, err = in.store.Get(req.bg, rec.ID); err == nil {
+		if cur, err = in.store.Get(req.bg(), rec.ID); err == nil {
 			if operatorDecision(cur) {
 				// Acted on here, so told here as awaitOperator tells it.
 				in.operatorDecided(req, cur)
@@ -383,7 +383,7 @@ func (in *Interceptor) afterDecision(ctx context.Context, req *Request, rec *rec
 	switch {
 	case rec.State == record.Authorized && rec.Owner == in.owner:
 		in.restartDeadline(req, in.now())
-		in.execute(ctx, rec, req, "")
+		in.execute(rec, req, "")
 	case rec.State.Settled():
 		in.answer(ctx, req, rec, live)
 	default:

@@ -56,7 +56,7 @@ func (in *Interceptor) askInRound(ctx context.Context, req *Request, rec *record
 		defer in.questions.forget(rec.ID)
 		c := record.Change{To: record.Refused, From: record.Accepted, Via: record.ViaTimeout,
 			Note: fmt.Sprintf("no decision from the client's user within %s", timeout)}
-		if _, err := in.change(req.bg, req, rec.ID, c); err != nil && !errors.Is(err, record.ErrConflict) {
+		if _, err := in.change(req.bg(), req, rec.ID, c); err != nil && !errors.Is(err, record.ErrConflict) {
 			in.log.Error("refusing an approval that timed out", "execution", rec.ID, "err", err)
 		}
 	}))
@@ -344,7 +344,7 @@ func (in *Interceptor) continueApproval(ctx context.Context, req *Request, id st
 		return
 	}
 	req.Call = plain
-	rec, err := in.store.Get(req.bg, id)
+	rec, err := in.store.Get(req.bg(), id)
 	if err != nil {
 		in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,
 			"mcp-idempotent: the approval of execution %s could not be read: %v; nothing was sent", id, err))

@@ -14,7 +14,7 @@ import (
 // execution id: its stored outcome once settled, after waiting for it
 // while it is in flight.
 func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id string) {
-	cur, err := in.store.Get(req.bg, id)
+	cur, err := in.store.Get(req.bg(), id)
 	switch {
 	case err != nil:
 		req.got = gotNoOutcome
@@ -61,7 +61,7 @@ func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Requ
 		// execution went on elsewhere. It is told so, if its transport
 		// still takes an answer; or, if the execution settled meanwhile
 		// (the session's end may be what settled it), told how.
-		cur, gerr := in.store.Get(req.bg, rec.ID)
+		cur, gerr := in.store.Get(req.bg(), rec.ID)
 		if gerr != nil {
 			cur = rec
 		}

@@ -35,7 +35,6 @@ import (
 // end, the last step of every execution, releases.
 type execution struct {
 	in  *Interceptor
-	ctx context.Context // the caller's: its end stops the waits (stop)
 	req *Request
 	// rec is the record as the call found it; nil for an unrecorded call
 	// (Unrecorded), which nothing records.
@@ -86,8 +85,8 @@ const (
 // execution under the same id (note says why), as an execution of its
 // own: it runs on from here detached from the caller that started it, so
 // a dispatched side effect is never dropped because its caller left.
-func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Request, note string) {
-	e := in.newExecution(ctx, req, rec)
+func (in *Interceptor) execute(rec *record.Record, req *Request, note string) {
+	e := in.newExecution(req, rec)
 	e.why = note
 	if in.storeWaits && (rec.State == record.Accepted || rec.State == record.Authorized) {
 		in.unsent.add(rec) // until its dispatch, or its end (ownExecution)
@@ -103,21 +102,24 @@ func (in *Interceptor) execute(ctx context.Context, rec *record.Record, req *Req
 
 // executeDispatched runs rec, which the store reserved and recorded as
 // dispatched in one step, from its send.
-func (in *Interceptor) executeDispatched(ctx context.Context, rec *record.Record, req *Request) {
+func (in *Interceptor) executeDispatched(rec *record.Record, req *Request) {
 	// The store dispatches at once only when there is no account.
-	e := in.newExecution(ctx, req, rec)
+	e := in.newExecution(req, rec)
 	e.claimed(rec, &record.Change{To: record.Dispatched})
 	if e.send() {
 		e.run() // the answer came during the send
 	}
 }
 
+// ctx returns the caller's context: its end stops the waits (stop).
+func (e *execution) ctx() context.Context { return e.req.caller.Context }
+
 // newExecution returns the execution of req, taking its count of
 // in.work. rec is nil for an unrecorded call.
-func (in *Interceptor) newExecution(ctx context.Context, req *Request, rec *record.Record) *execution {
+func (in *Interceptor) newExecution(req *Request, rec *record.Record) *execution {
 	in.work.Add(1)
 	e := &req.exec
-	e.in, e.ctx, e.req, e.rec = in, ctx, req, rec
+	e.in, e.req, e.rec = in, req, rec
 	if in.shadow && rec != nil {
 		in.shadowRuns.Store(rec.ID, req)
 	}
@@ -190,7 +192,7 @@ func (e *execution) end(answer func()) {
 	case answer != nil:
 		answer()
 	case e.rec == nil:
-		e.in.answerUnrecorded(e.ctx, e.req, e.result, e.err)
+		e.in.answerUnrecorded(e.ctx(), e.req, e.result, e.err)
 	default:
 		e.recordOutcome()
 	}
@@ -204,7 +206,7 @@ func (e *execution) finish() { e.end(nil) }
 // may attach to it), so only its session's end stops it, since nothing
 // will be sent after that. An unrecorded call is its caller's alone.
 func (e *execution) stop() error {
-	err := e.ctx.Err()
+	err := e.ctx().Err()
 	if e.rec == nil || errors.Is(err, ErrSessionEnded) {
 		return err
 	}
@@ -247,7 +249,7 @@ func (e *execution) admit() bool {
 func (e *execution) takeRoom() bool {
 	a := e.acct()
 	now := e.in.now()
-	ok, wait, err := a.take(e.ctx, now)
+	ok, wait, err := a.take(e.ctx(), now)
 	if ok && err == nil {
 		return true
 	}
@@ -275,7 +277,7 @@ func (e *execution) waitSlot() {
 		defer t.Stop()
 		expired = t.C
 	}
-	done := e.ctx.Done()
+	done := e.ctx().Done()
 	for {
 		select {
 		case e.acct().slots <- struct{}{}:
@@ -302,7 +304,7 @@ func (e *execution) pause(d time.Duration, gone func(error)) {
 	go func() {
 		t := time.NewTimer(d)
 		defer t.Stop()
-		done := e.ctx.Done()
+		done := e.ctx().Done()
 		for {
 			select {
 			case <-t.C:
@@ -348,7 +350,7 @@ func (e *execution) refuse(r refusal) bool {
 func (e *execution) claim() bool {
 	switch {
 	case e.rec == nil:
-		if err := e.ctx.Err(); err != nil {
+		if err := e.ctx().Err(); err != nil {
 			// It ended as a slot came free.
 			e.acct().release()
 			if e.n > 0 {
@@ -367,7 +369,7 @@ func (e *execution) claim() bool {
 		// find it taken over and sent by another.
 		again := record.Change{To: record.Dispatched, From: record.Dispatched, Holder: e.in.owner,
 			Note: fmt.Sprintf("attempt %d: %s", e.attempt(), e.why)}
-		cur, err := e.in.store.Update(e.req.bg, e.rec.ID, again)
+		cur, err := e.in.store.Update(e.req.bg(), e.rec.ID, again)
 		if err != nil {
 			e.acct().release()
 			e.in.log.Error("recording another attempt; not sending", "execution", e.rec.ID, "err", err)
@@ -394,7 +396,7 @@ func (e *execution) claim() bool {
 		// one question), one sends it; the other attaches.
 		claim.From = record.Authorized
 	}
-	claimed, err := e.in.store.Update(e.req.bg, e.rec.ID, claim)
+	claimed, err := e.in.store.Update(e.req.bg(), e.rec.ID, claim)
 	if err != nil {
 		e.acct().release()
 		e.end(func() { e.notDispatched(err) })
@@ -443,11 +445,11 @@ func (e *execution) send() bool {
 		// which a second attempt's would not.
 		params, meta = jsonrpc.WithoutMetaMember(params, meta, mcp.MetaProgressToken)
 	}
-	ctx, done := req.bg, Answered(e)
+	ctx, done := req.bg(), Answered(e)
 	if e.rec == nil {
 		// A caller that leaves takes its call back from the upstream:
 		// nothing is recorded, and no one else waits on it.
-		ctx = e.ctx
+		ctx = e.ctx()
 	}
 	var buf [96]byte
 	members := buf[:0]
@@ -558,7 +560,7 @@ func (e *execution) decide() bool {
 		}
 		r = resend{stop: fmt.Sprintf("the retry budget of account %s is exhausted, so this result was not retried", a.name)}
 	}
-	if !r.ok || e.rec == nil && e.ctx.Err() != nil {
+	if !r.ok || e.rec == nil && e.ctx().Err() != nil {
 		if r.stop != "" {
 			e.stopped = r.stop
 			e.result, e.err = withNote(e.result, e.err, r.stop)
@@ -595,7 +597,7 @@ func (e *execution) decide() bool {
 // of an unrecorded call has left (or its session ended) as the backoff
 // ended: the call is then not worth another send, nor the account's room.
 func (e *execution) resume() bool {
-	if err := e.ctx.Err(); e.rec == nil && err != nil {
+	if err := e.ctx().Err(); e.rec == nil && err != nil {
 		e.notAgain(goneWords(err))
 		return false
 	}
@@ -624,7 +626,7 @@ func (e *execution) notSent(why string) {
 		// A re-dispatch not sent: the first send may still have run.
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
 		req.got = gotUnknown
-		e.in.reply(e.ctx, req, Answer{Result: result}, nil)
+		e.in.reply(e.ctx(), req, Answer{Result: result}, nil)
 		return
 	}
 	e.in.abandon(req, rec.ID, record.Change{To: record.Failed, Note: why})
@@ -647,7 +649,7 @@ func (e *execution) notDispatched(err error) {
 		// settled it meanwhile (this one's lease lapsed while it
 		// waited for its account, and the record was taken over as
 		// never sent): the caller gets what the record comes to.
-		in.goAttach(e.ctx, rec, req)
+		in.goAttach(e.ctx(), rec, req)
 		return
 	}
 	in.log.Error("recording dispatch; not sending", "execution", rec.ID, "err", err)
@@ -659,11 +661,11 @@ func (e *execution) notDispatched(err error) {
 		in.abandon(req, rec.ID, record.Change{To: record.Unknown, From: record.Dispatched, Note: "not sent again: " + why})
 		result, _ := withNote(unknownResult(rec), nil, "not sent again: "+why)
 		req.got = gotUnknown
-		in.reply(e.ctx, req, Answer{Result: result}, nil)
+		in.reply(e.ctx(), req, Answer{Result: result}, nil)
 		return
 	}
 	if settled := in.abandon(req, rec.ID, record.Change{To: record.Failed, Note: why}); settled != nil {
-		in.answer(e.ctx, req, settled, live)
+		in.answer(e.ctx(), req, settled, live)
 		return
 	}
 	in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInternalError,

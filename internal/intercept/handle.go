@@ -21,7 +21,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	call, pol := req.Call, req.Policy
 	arrived := in.now()
 	in.startDeadline(req, arrived)
-	req.bg = context.WithoutCancel(ctx)
+	req.caller.Context = ctx
 	id, carried, own, err := in.ownContinuation(req)
 	if own && errors.Is(err, errBadState) && !asksInRound(pol) {
 		own = false // an upstream proxy's question (asksInRound)
@@ -272,11 +272,11 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 		if rec.State == record.Dispatched {
 			// Reserved and dispatched in one step (opts.Dispatch).
 			in.journalizeAccepted(req, rec, note)
-			in.executeDispatched(ctx, rec, req)
+			in.executeDispatched(rec, req)
 			return
 		}
 		in.journalize(req, rec, &record.Change{To: record.Accepted, Note: note})
-		in.execute(ctx, rec, req, "")
+		in.execute(rec, req, "")
 	case rec.Fingerprint != fp && !in.sameBeforeTasksExtension(rec, req, args):
 		// Only a client key can match a record of another action: the
 		// IETF Idempotency-Key draft's 422. Never executed.
@@ -336,7 +336,7 @@ func (in *Interceptor) goReserveRecorded(ctx context.Context, req *Request, rec,
 	in.work.Add(1)
 	go func() {
 		defer in.work.Done()
-		wctx, cancel := context.WithTimeout(req.bg, req.Policy.AttachWindow)
+		wctx, cancel := context.WithTimeout(req.bg(), req.Policy.AttachWindow)
 		settled, err := in.wait(wctx, rec.ID)
 		cancel()
 		won := false

@@ -211,9 +211,10 @@ type Request struct {
 	// Duration rather than a Time keeps a proxy's call, which holds the
 	// Request, within its allocation size class.
 	deadline time.Duration
-	// bg is the caller's context without its cancellation, for the work
-	// that outlives the caller (recording the outcome); set by Handle.
-	bg context.Context
+	// caller is the caller's context, set by Handle: its end stops the
+	// waits of the execution the call runs (execution.ctx); bg is it
+	// without its cancellation.
+	caller detached
 	// Listed says that the upstream listed the tool (Tool.Listed). It
 	// sits beside unrecorded, joinedHow, got and stage, in room they leave.
 	Listed bool
@@ -240,6 +241,22 @@ type Request struct {
 	// call came, which the client gets as it came (ShadowAnswerCame).
 	answerCame atomic.Bool
 }
+
+// bg returns the caller's context without its cancellation, for the
+// work that outlives the caller (recording the outcome). It points into
+// r: context.WithoutCancel would cost every call an allocation.
+func (r *Request) bg() context.Context { return &r.caller }
+
+// detached is a context without its parent's cancellation, as
+// context.WithoutCancel's, but one a Request holds. Its Value is the
+// parent's: the context package finds no cancellation through it, as
+// it looks for one only in a context that is done (context.Cause) or
+// has a Done channel (context.WithCancel).
+type detached struct{ context.Context }
+
+func (*detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detached) Done() <-chan struct{}       { return nil }
+func (*detached) Err() error                  { return nil }
 
 // ShadowAnswerCame tells, in shadow mode, that the upstream's answer to
 // r's call came and goes on to the client, before the interceptor has

@@ -43,7 +43,7 @@ func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Chang
 		Owner:       in.owner,
 		LeaseUntil:  in.now().Add(in.lease),
 	}
-	rec, won, err := in.store.Reserve(req.bg, again, record.ReserveOptions{Lease: in.lease})
+	rec, won, err := in.store.Reserve(req.bg(), again, record.ReserveOptions{Lease: in.lease})
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (in *Interceptor) restore(req *Request, sent *record.Record, c record.Chang
 		}
 	}
 	if !rec.State.Settled() {
-		if rec, err = in.change(req.bg, req, sent.ID, c); err != nil {
+		if rec, err = in.change(req.bg(), req, sent.ID, c); err != nil {
 			return nil, err
 		}
 	}
@@ -95,11 +95,11 @@ func (in *Interceptor) redispatch(req *Request, sent, rec *record.Record) (*reco
 		}
 		a := record.Change{To: record.Authorized, Holder: in.owner, Note: d.Note, By: d.By, Via: d.Via}
 		var err error
-		if rec, err = in.store.Update(req.bg, sent.ID, a); err != nil {
+		if rec, err = in.store.Update(req.bg(), sent.ID, a); err != nil {
 			return nil, err
 		}
 	}
-	return in.store.Update(req.bg, sent.ID, record.Change{To: record.Dispatched, Holder: in.owner, Note: restoredNote})
+	return in.store.Update(req.bg(), sent.ID, record.Change{To: record.Dispatched, Holder: in.owner, Note: restoredNote})
 }
 
 // outcomeOfLost answers e's caller with c, e's outcome, which the store
@@ -213,7 +213,7 @@ func (in *Interceptor) lostKey(req *Request, fresh *record.Record) *record.Recor
 		// Expired, it is not written again (restore): the key is free.
 		return nil
 	}
-	if _, err := in.store.Get(req.bg, sent.ID); !errors.Is(err, record.ErrNotFound) {
+	if _, err := in.store.Get(req.bg(), sent.ID); !errors.Is(err, record.ErrNotFound) {
 		return nil // held, or unknown: the store's record decides
 	}
 	in.log.Error("the store had lost an execution this process runs under the call's client key: the key still names it",
@@ -232,7 +232,7 @@ func (in *Interceptor) lostSent(req *Request, won *record.Record) *record.Record
 	if sent == nil {
 		return nil
 	}
-	if _, err := in.store.Get(req.bg, sent.ID); !errors.Is(err, record.ErrNotFound) {
+	if _, err := in.store.Get(req.bg(), sent.ID); !errors.Is(err, record.ErrNotFound) {
 		return nil // held, or unknown: won is what the store made of it
 	}
 	in.log.Error("the store had lost an execution of this call that this process runs: the call waits for it rather than running the action again",

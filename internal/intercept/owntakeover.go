@@ -159,7 +159,7 @@ func (in *Interceptor) takenOver(req *Request, rec *record.Record) *record.Recor
 		if k == nil {
 			return rec // still running: its outcome is recorded over it (settleOverOwn)
 		}
-		if settled := in.recordKept(req.bg, o.ID, k); settled != nil {
+		if settled := in.recordKept(req.bg(), o.ID, k); settled != nil {
 			return settled
 		}
 		return rec
@@ -222,14 +222,14 @@ func (in *Interceptor) tryKept(k *keptOutcome) bool {
 // recordKeptOnce is tryKept's one try. k.mu must be held.
 func (in *Interceptor) recordKeptOnce(k *keptOutcome) bool {
 	req, id, c := k.req, k.sent.ID, k.c
-	rec, err := in.change(req.bg, req, id, c)
+	rec, err := in.change(req.bg(), req, id, c)
 	switch {
 	case err == nil:
 		in.log.Info("recorded an outcome the store had refused", "execution", id, "state", c.To)
 		k.rec = rec
 		return true
 	case errors.Is(err, record.ErrConflict):
-		if rec := in.landed(req.bg, id, c); rec != nil {
+		if rec := in.landed(req.bg(), id, c); rec != nil {
 			// The failed write had reached the store, its answer
 			// lost (a timeout): the outcome is recorded, and its
 			// line goes in the journal as any transition's does.
@@ -239,7 +239,7 @@ func (in *Interceptor) recordKeptOnce(k *keptOutcome) bool {
 			k.rec = rec
 			return true
 		}
-		rec, oerr := in.settleOverOwn(req.bg, req, id, c)
+		rec, oerr := in.settleOverOwn(req.bg(), req, id, c)
 		switch {
 		case rec != nil:
 			k.rec = rec

@@ -32,7 +32,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		in.log.Info("outcome unknown; re-dispatching under the same execution id", "execution", rec.ID, "request", req.Correlation)
 		in.decided(req, rec.Tool, "redispatched")
 		req.joined, req.joinedHow = rec.ID, joinedRedispatch
-		in.execute(ctx, rec, req, "re-dispatch: on_unknown retry")
+		in.execute(rec, req, "re-dispatch: on_unknown retry")
 	case "recovered":
 		// Asked whatever the attempts: a status that says done settles
 		// even an execution already sent again (recover re-sends at most
@@ -84,7 +84,7 @@ func redispatched(rec *record.Record) bool {
 func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Request) {
 	rule := req.Policy.Recover
 	status, err := in.status(rec, req)
-	bg := req.bg
+	bg := req.bg()
 	switch {
 	case err != nil:
 		in.log.Warn("status check gave no answer; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool, "err", err)
@@ -102,7 +102,7 @@ func (in *Interceptor) recover(ctx context.Context, rec *record.Record, req *Req
 		in.answer(ctx, req, settled, resumed)
 	case statusNotDone(status, rule) && !redispatched(rec):
 		in.log.Info("status check says not done; re-dispatching under the same execution id", "execution", rec.ID, "status_tool", rule.Tool)
-		in.execute(ctx, rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
+		in.execute(rec, req, "re-dispatch: "+rule.Tool+" says the action is not done")
 	case statusNotDone(status, rule):
 		in.log.Info("status check says not done, but the execution was sent again once already; the outcome stays unknown", "execution", rec.ID, "status_tool", rule.Tool)
 		req.got = gotUnknown
@@ -130,7 +130,7 @@ func (in *Interceptor) status(rec *record.Record, req *Request) (json.RawMessage
 		err    error
 	}
 	ch := make(chan outcome, 1)
-	req.Upstream.Send(req.bg, "tools/call", params, AnsweredFunc(func(result json.RawMessage, err error) { ch <- outcome{result, err} }))
+	req.Upstream.Send(req.bg(), "tools/call", params, AnsweredFunc(func(result json.RawMessage, err error) { ch <- outcome{result, err} }))
 	// Bounded by the call's deadline and by the attach window, whichever
 	// ends first: a status tool that never answers leaves the outcome
 	// unknown, not the caller waiting longer than on the execution itself.

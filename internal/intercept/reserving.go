@@ -201,7 +201,7 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		// recorded, this call replaces it rather than replaying it.
 		in.delivering.wait(fresh.Key)
 	}
-	rec, won, err := in.store.Reserve(req.bg, fresh, opts)
+	rec, won, err := in.store.Reserve(req.bg(), fresh, opts)
 	if err != nil {
 		return nil, false, err
 	}
@@ -212,12 +212,12 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		}
 		return rec, true, nil
 	}
-	if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg, rec, a) {
+	if a, ok := in.abandoned.take(rec.ID); ok && in.retake(req.bg(), rec, a) {
 		// The call found an execution of this process's that was never
 		// sent nor settled (the store's answer to its reservation was
 		// lost, or it refused the dispatch): settled now, it is reserved
 		// again, and this call runs or attaches to what it came to.
-		if rec, won, err = in.store.Reserve(req.bg, fresh, opts); err != nil {
+		if rec, won, err = in.store.Reserve(req.bg(), fresh, opts); err != nil {
 			return nil, false, err
 		}
 		rec = in.takenOver(req, rec)

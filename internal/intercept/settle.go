@@ -101,19 +101,19 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 // recordOutcome settles a recorded execution from its last answer and
 // answers its caller.
 func (e *execution) recordOutcome() {
-	in, ctx, rec, req := e.in, e.ctx, e.rec, e.req
+	in, ctx, rec, req := e.in, e.ctx(), e.rec, e.req
 	c := e.outcomeChange()
 	// Fenced to this process (DESIGN 8): if its lease lapsed and another
 	// took the execution over, the store refuses this outcome.
 	c.Holder = in.owner
-	settled, err := in.change(req.bg, req, rec.ID, c)
+	settled, err := in.change(req.bg(), req, rec.ID, c)
 	if err == nil {
 		e.outcomeStored()
 		in.answer(ctx, req, settled, e.m)
 		return
 	}
 	if errors.Is(err, record.ErrConflict) {
-		own, oerr := in.settleOverOwn(req.bg, req, rec.ID, c)
+		own, oerr := in.settleOverOwn(req.bg(), req, rec.ID, c)
 		switch {
 		case own != nil:
 			// A call of this process's own had taken it for gone.

@@ -23,7 +23,7 @@ import (
 func (in *Interceptor) decided(req *Request, tool string, decision string) {
 	in.obs.Decision(Tool{Name: tool, Listed: req.Listed}, req.Policy.Class, decision)
 	if in.tracer != nil {
-		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Decision.String(decision))
+		trace.SpanFromContext(req.bg()).SetAttributes(telemetry.Decision.String(decision))
 	}
 }
 
@@ -32,7 +32,7 @@ func (in *Interceptor) decided(req *Request, tool string, decision string) {
 // record sends nothing itself, and its span says what the execution took.
 func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
 	if in.tracer != nil {
-		trace.SpanFromContext(req.bg).SetAttributes(telemetry.Execution.String(rec.ID),
+		trace.SpanFromContext(req.bg()).SetAttributes(telemetry.Execution.String(rec.ID),
 			telemetry.State.String(string(rec.State)), telemetry.Attempts.Int(rec.Attempts))
 	}
 }
@@ -42,9 +42,9 @@ func (in *Interceptor) traceRecord(req *Request, rec *record.Record) {
 // that ends the span with the decision the answer made.
 func (in *Interceptor) traceAsk(req *Request) (context.Context, func(record.Change)) {
 	if in.tracer == nil {
-		return req.bg, func(record.Change) {}
+		return req.bg(), func(record.Change) {}
 	}
-	ctx, span := telemetry.StartElicitation(req.bg, in.tracer, req.Call.Name)
+	ctx, span := telemetry.StartElicitation(req.bg(), in.tracer, req.Call.Name)
 	return ctx, func(c record.Change) {
 		span.SetAttributes(telemetry.Approval.String(approvalOutcome(c)))
 		span.End()
@@ -68,7 +68,7 @@ func approvalOutcome(c record.Change) string {
 func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration, attrs ...attribute.KeyValue) {
 	if in.tracer != nil {
 		attrs = append(attrs, attribute.Int64("mcp_idempotent.wait_ms", wait.Milliseconds()))
-		trace.SpanFromContext(req.bg).AddEvent(name, trace.WithAttributes(attrs...))
+		trace.SpanFromContext(req.bg()).AddEvent(name, trace.WithAttributes(attrs...))
 	}
 }
 
@@ -78,7 +78,7 @@ func (in *Interceptor) traceEvent(req *Request, name string, wait time.Duration,
 // the span.
 func (e *execution) traceSend(ctx context.Context, done Answered) (context.Context, telemetry.Carrier, Answered) {
 	ctx, span := telemetry.StartSend(ctx, e.in.tracer, e.tool(), e.n+1)
-	trace.SpanFromContext(e.req.bg).SetAttributes(telemetry.Attempts.Int(e.n + 1))
+	trace.SpanFromContext(e.req.bg()).SetAttributes(telemetry.Attempts.Int(e.n + 1))
 	return ctx, telemetry.Inject(ctx), AnsweredFunc(func(result json.RawMessage, err error) {
 		telemetry.EndSend(span, err)
 		done.Answered(result, err)

@@ -28,8 +28,8 @@ import (
 func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 	req.unrecorded = true
 	in.startDeadline(req, in.now())
-	req.bg = context.WithoutCancel(ctx)
-	e := in.newExecution(ctx, req, nil)
+	req.caller.Context = ctx
+	e := in.newExecution(req, nil)
 	if in.storeWaits {
 		// An account's allowance may be in the shared store: its answer
 		// is not waited for on the session's goroutine.
