@@ -51,13 +51,10 @@ type execution struct {
 	// loop on, whichever it is. Reset before each send.
 	turns atomic.Int32
 	n     int // attempts sent
-	// why is why the next attempt is sent: for the first, why it is
-	// dispatched ("" for a new execution); for a later one, resend.why.
-	why string
-	// stopped is why the last answer was not sent again though the rule
-	// would have (a deadline, the retry budget, the account, the
-	// session's end); "" if the rule itself ended the attempts.
-	stopped string
+	// notes says why attempts are sent or not, once it has something to
+	// say (attemptNotes): a new execution's first attempt has not, and
+	// the Request, a proxy's call with it, keeps to a smaller size class.
+	notes *attemptNotes
 	// result and err are the last attempt's answer.
 	result json.RawMessage
 	err    error
@@ -68,6 +65,40 @@ type execution struct {
 	// Observer is told of only if the send goes: one field, not two,
 	// for the same reason.
 	sent time.Duration
+}
+
+// attemptNotes is what an execution says of its attempts.
+type attemptNotes struct {
+	// why is why the next attempt is sent: for the first, why it is
+	// dispatched ("" for a new execution); for a later one, resend.why.
+	why string
+	// stopped is why the last answer was not sent again though the rule
+	// would have (a deadline, the retry budget, the account, the
+	// session's end); "" if the rule itself ended the attempts.
+	stopped string
+}
+
+// why and stopped return what e.notes says, "" when it is nil.
+func (e *execution) why() string {
+	if e.notes == nil {
+		return ""
+	}
+	return e.notes.why
+}
+
+func (e *execution) stopped() string {
+	if e.notes == nil {
+		return ""
+	}
+	return e.notes.stopped
+}
+
+// note returns e.notes, made if it is nil.
+func (e *execution) note() *attemptNotes {
+	if e.notes == nil {
+		e.notes = new(attemptNotes)
+	}
+	return e.notes
 }
 
 // A step is where an execution's loop is.
@@ -87,7 +118,9 @@ const (
 // a dispatched side effect is never dropped because its caller left.
 func (in *Interceptor) execute(rec *record.Record, req *Request, note string) {
 	e := in.newExecution(req, rec)
-	e.why = note
+	if note != "" || e.notes != nil {
+		e.note().why = note
+	}
 	if in.storeWaits && (rec.State == record.Accepted || rec.State == record.Authorized) {
 		in.unsent.add(rec) // until its dispatch, or its end (ownExecution)
 	}
@@ -368,7 +401,7 @@ func (e *execution) claim() bool {
 		// it (DESIGN 8): one whose lease lapsed during the backoff may
 		// find it taken over and sent by another.
 		again := record.Change{To: record.Dispatched, From: record.Dispatched, Holder: e.in.owner,
-			Note: fmt.Sprintf("attempt %d: %s", e.attempt(), e.why)}
+			Note: fmt.Sprintf("attempt %d: %s", e.attempt(), e.why())}
 		cur, err := e.in.store.Update(e.req.bg(), e.rec.ID, again)
 		if err != nil {
 			e.acct().release()
@@ -382,7 +415,7 @@ func (e *execution) claim() bool {
 		return true
 	}
 	// Persist before send: once bytes may have left, the record says so.
-	claim := record.Change{To: record.Dispatched, Note: e.why}
+	claim := record.Change{To: record.Dispatched, Note: e.why()}
 	switch e.rec.State {
 	case record.Unknown:
 		// A claim: of two callers re-dispatching it, one wins, and one
@@ -477,7 +510,7 @@ func (e *execution) send() bool {
 		// Counted as it goes, not when decided: a session that ends
 		// during the backoff, or an account with no room after it,
 		// stops a retry that would otherwise count as made.
-		e.in.obs.Attempt(e.observed(), e.n+1, e.why, e.sent)
+		e.in.obs.Attempt(e.observed(), e.n+1, e.why(), e.sent)
 	}
 	if e.in.timed && e.rec != nil {
 		e.sent = e.in.now().Sub(e.in.epoch)
@@ -562,7 +595,7 @@ func (e *execution) decide() bool {
 	}
 	if !r.ok || e.rec == nil && e.ctx().Err() != nil {
 		if r.stop != "" {
-			e.stopped = r.stop
+			e.note().stopped = r.stop
 			e.result, e.err = withNote(e.result, e.err, r.stop)
 		}
 		e.finish()
@@ -574,7 +607,7 @@ func (e *execution) decide() bool {
 		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "after", r.wait, "why", r.why)
 	}
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
-	e.why = r.why
+	e.note().why = r.why
 	e.sent = r.wait // for the Observer, when the attempt goes (send)
 	if e.rec != nil && mayHaveRun(e.result, e.err, e.req.Policy.Retry) {
 		e.ranBefore = true
@@ -613,8 +646,8 @@ func (e *execution) notAgain(why string) {
 	} else {
 		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "why", why)
 	}
-	e.stopped = "not retried: " + why
-	e.result, e.err = withNote(e.result, e.err, e.stopped)
+	e.note().stopped = "not retried: " + why
+	e.result, e.err = withNote(e.result, e.err, e.stopped())
 	e.finish()
 }
 

@@ -187,9 +187,9 @@ func (e *execution) outcomeChange() record.Change {
 			// happen, so it is not replayed (Stripe does not cache a 429
 			// either); the caller sees this last result.
 			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
-			if e.stopped != "" {
+			if e.stopped() != "" {
 				// Attempts were left: the record says what ended them.
-				c.Note = "still transient: " + e.stopped
+				c.Note = "still transient: " + e.stopped()
 			}
 			// A read-only or idempotent tool may run again whatever
 			// its earlier attempts did: the upstream answered, so this
@@ -203,11 +203,11 @@ func (e *execution) outcomeChange() record.Change {
 		// the action again, under a new execution id.
 		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
 	}
-	if c.To == record.Unknown && e.stopped != "" && !strings.HasSuffix(c.Note, e.stopped) {
+	if c.To == record.Unknown && e.stopped() != "" && !strings.HasSuffix(c.Note, e.stopped()) {
 		// The rule would have sent it again: the caller, told only the
 		// note of an unknown outcome, learns what stopped that (the
 		// retry budget, the deadline), as the last answer would say.
-		c.Note += "; " + e.stopped
+		c.Note += "; " + e.stopped()
 	}
 	return c
 }

@@ -20,8 +20,8 @@ type clientCall struct {
 	ctx  callContext // ended when the caller is answered or detaches; never stops an execution
 	once sync.Once   // guards finish
 	// detached is set once its caller cancelled it (progresstoken.go).
-	// It sits here, in room once leaves, to keep the call within 768
-	// bytes, an allocation size class below the next (896).
+	// It sits here, in room once leaves, to keep the call within 512
+	// bytes, an allocation size class below the next (576).
 	detached atomic.Bool
 
 	// raw, call and req are the request as it came, the call as parsed
