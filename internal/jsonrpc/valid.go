@@ -220,12 +220,14 @@ func specialBytes(x uint64) uint64 {
 		highs = 0x8080808080808080
 	)
 	// Below 0x80, a byte's high bit is set after a subtraction only if
-	// it was zero (x^'"', x^'\\') or below 0x20 (x), and only such a
-	// byte borrows from the next. One &^x for all three drops the bytes
-	// from 0x80 up (which never borrow), four instructions less a word.
-	quote := x ^ (ones * '"')
+	// it was below what was subtracted, and only such a byte borrows
+	// from the next. Flipping bit 1 turns '"' (0x22) into 0x20 and keeps
+	// the bytes below 0x20 below it, so one test, below 0x21, finds
+	// both; a backslash is the byte x^'\\' makes zero. One &^x for both
+	// drops the bytes from 0x80 up (which never borrow).
+	quoteOrControl := x ^ (ones * 2)
 	backslash := x ^ (ones * '\\')
-	return ((quote - ones) | (backslash - ones) | (x - ones*0x20)) &^ x & highs
+	return ((quoteOrControl - ones*0x21) | (backslash - ones)) &^ x & highs
 }
 
 func isHex(c byte) bool {
