@@ -61,16 +61,12 @@ func walkObjectIn(obj []byte, i, depth int, fn, params func(name, value []byte) 
 		if i >= len(obj) || obj[i] != '"' {
 			return -1
 		}
-		end, escaped := scanEscapedString(obj, i)
-		if end < 0 {
+		var name []byte
+		end := quickString(obj, i)
+		if end > 0 {
+			name = obj[i+1 : end-1]
+		} else if name, end = memberName(obj, i); end < 0 {
 			return -1
-		}
-		name := obj[i+1 : end-1]
-		if escaped {
-			var ok bool
-			if name, ok = unescapeName(obj[i:end]); !ok {
-				return -1
-			}
 		}
 		if i = skipPast(obj, end, ':'); i < 0 {
 			return -1
@@ -156,6 +152,24 @@ func skimObject(obj []byte, i int, fn func(name, value []byte) bool) int {
 			return -1
 		}
 	}
+}
+
+// memberName returns the name of the member at obj[i], a quote,
+// unescaped, and the index past its closing quote; or -1 if it is not a
+// valid string.
+func memberName(obj []byte, i int) ([]byte, int) {
+	end, escaped := scanEscapedString(obj, i)
+	if end < 0 {
+		return nil, -1
+	}
+	name := obj[i+1 : end-1]
+	if escaped {
+		var ok bool
+		if name, ok = unescapeName(obj[i:end]); !ok {
+			return nil, -1
+		}
+	}
+	return name, end
 }
 
 // unescapeName returns the name a member's raw name, quotes included,

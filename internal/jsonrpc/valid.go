@@ -29,7 +29,22 @@ func validValue(data []byte, i, depth int) int {
 	// The open containers, '{' or '[', innermost last.
 	var buf [64]byte
 	stack := buf[:0]
+	named := false // whether a member's name and colon come before the value at i
 	for {
+		if named {
+			// Most names are short and have their colon at once
+			// (quickString); any other is scanned.
+			end := 0
+			if i < len(data) && data[i] == '"' {
+				end = quickString(data, i)
+			}
+			if end > 0 && end < len(data) && data[end] == ':' {
+				i = end + 1
+			} else if i = scanName(data, i); i < 0 {
+				return -1
+			}
+			i = skipSpace(data, i)
+		}
 		// A value starts at i, after white space.
 		if i >= len(data) {
 			return -1
@@ -46,33 +61,21 @@ func validValue(data []byte, i, depth int) int {
 				i++
 				break // an empty container is a whole value
 			}
-			if c == '{' {
-				if i = scanName(data, i); i < 0 {
-					return -1
-				}
-			}
-			i = skipSpace(data, i)
-			continue // the first element or member value
+			named = c == '{'
+			continue // the first element or member
 		case '"':
-			if i = scanString(data, i); i < 0 {
-				return -1
-			}
+			i = scanString(data, i)
 		case 't':
-			if i = scanLiteral(data, i, "true"); i < 0 {
-				return -1
-			}
+			i = scanLiteral(data, i, "true")
 		case 'f':
-			if i = scanLiteral(data, i, "false"); i < 0 {
-				return -1
-			}
+			i = scanLiteral(data, i, "false")
 		case 'n':
-			if i = scanLiteral(data, i, "null"); i < 0 {
-				return -1
-			}
+			i = scanLiteral(data, i, "null")
 		default:
-			if i = scanNumber(data, i); i < 0 {
-				return -1
-			}
+			i = scanNumber(data, i)
+		}
+		if i < 0 {
+			return -1
 		}
 		// After a value: the containers it closes, then either the end of
 		// this value or a comma and the next element or member.
@@ -86,13 +89,8 @@ func validValue(data []byte, i, depth int) int {
 			}
 			top := stack[len(stack)-1]
 			if data[i] == ',' {
-				i++
-				if top == '{' {
-					if i = scanName(data, skipSpace(data, i)); i < 0 {
-						return -1
-					}
-				}
-				i = skipSpace(data, i)
+				i = skipSpace(data, i+1)
+				named = top == '{'
 				break
 			}
 			if data[i] != top+2 {
@@ -282,4 +280,20 @@ func scanLiteral(data []byte, i int, lit string) int {
 		return -1
 	}
 	return i + len(lit)
+}
+
+// quickString returns the index past the string at data[i], a quote, if
+// its closing quote is among the eight bytes after, with no other special
+// byte (specialBytes) before it; else 0, and the string is for
+// scanString. Most member names are that short: inlined, the test of
+// their one word costs less than the call to scan them.
+func quickString(data []byte, i int) int {
+	if j := i + 1; j+8 <= len(data) {
+		if m := specialBytes(binary.LittleEndian.Uint64(data[j : j+8])); m != 0 {
+			if j += bits.TrailingZeros64(m) / 8; data[j] == '"' {
+				return j + 1
+			}
+		}
+	}
+	return 0
 }

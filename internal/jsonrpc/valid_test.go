@@ -21,6 +21,12 @@ var validCases = []string{
 	`"abcdefgh"`, `"abcdefghi"`, `"abcdefg\"h"`, `"abcdefgh\u00e9ijklmnop"`, "\"abcdefghij\x1fk\"", "\"abcdefghijklmno\xffp\"",
 	`{"abcdefghijklmnop":"qrstuvwxyz0123456789","x":["abcdefgh","ijklmnop"]}`, `"abcdefgh\`, `"abcdefghijklmnopqrs`,
 	"\x00", `"a"b`, `[1,[2,[3]],{"x":[]}]`, `{"":""}`, `{"\"":1}`,
+	// Member names where quickString reads them: ending in its word, after
+	// it, with an escape or a control character in it, a colon not at
+	// once, and at the end of the input.
+	`{"abcdefg":1}`, `{"abcdefgh":1}`, `{"abcdefg" :1}`, `[{"abcdefg":1,"abcdefg\u0041":2}]`, `{"a":{"abcdefg":{"b":1}}}`,
+	"{\"abc\x01\":1}", "{\"abcdefg\x7f\":1}", `{"abc\"d":1}`, `{"ab\\":1}`, `{"abcdefg"}`, `{"abcdefg":`, `{"abcdefg"`,
+	`{"ab`, `[{"a":1},{"b":2,}]`, `{"a":1,"b"}`, `{"a":1,"b":}`, `{"a":1,"abcdefg":[]}`,
 }
 
 func TestValid(t *testing.T) {
@@ -165,6 +171,33 @@ func BenchmarkDecode(b *testing.B) {
 	for b.Loop() {
 		if DecodeInto(&m, request) != nil || DecodeInto(&m, answer) != nil {
 			b.Fatal("refused")
+		}
+	}
+}
+
+// TestQuickString puts every byte value at every place of the word
+// quickString reads, and after it, and checks that it only ever ends a
+// string where scanString does, and that it does end a short plain one.
+func TestQuickString(t *testing.T) {
+	special := func(b byte) bool { return b == '"' || b == '\\' || b < 0x20 }
+	for n := 1; n <= 10; n++ { // bytes after the opening quote
+		for at := 0; at < n; at++ {
+			for b := range 256 {
+				data := []byte(`"` + strings.Repeat("a", n))
+				data[1+at] = byte(b)
+				for _, tail := range []string{"", `"`, `":1}`, `"       `} {
+					d := append(bytes.Clone(data), tail...)
+					got, want := quickString(d, 0), scanString(d, 0)
+					if got != 0 && got != want {
+						t.Fatalf("quickString(%q) = %d; scanString says %d", d, got, want)
+					}
+					if plainTo := strings.IndexFunc(string(d[1:]), func(r rune) bool {
+						return r < 0x80 && special(byte(r))
+					}); got == 0 && plainTo >= 0 && plainTo < 8 && d[1+plainTo] == '"' && len(d) >= 9 {
+						t.Fatalf("quickString(%q) = 0, for a string that ends in its first word", d)
+					}
+				}
+			}
 		}
 	}
 }
