@@ -296,34 +296,7 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 	// matched exactly (see EachMember): a frame must route here as the
 	// upstream will read it.
 	*m = Message{Raw: frame}
-	var (
-		methodRaw []byte
-		repeated  []byte // the first member met twice, or in another case
-	)
-	end := walkObject(frame, start, func(name, value []byte) bool {
-		// A value is never empty, so a member already set was met.
-		var seen bool
-		switch string(name) {
-		case "jsonrpc":
-			seen, m.Version = m.Version != nil, value
-		case "id":
-			seen, m.ID = m.ID != nil, value
-		case "method":
-			seen, methodRaw = methodRaw != nil, value
-		case "params":
-			seen, m.Params = m.Params != nil, value
-		case "result":
-			seen, m.Result = m.Result != nil, value
-		case "error":
-			seen, m.Error = m.Error != nil, value
-		default:
-			seen = FoldsTo(name, envelope)
-		}
-		if seen && repeated == nil {
-			repeated = name
-		}
-		return true
-	}, params)
+	methodRaw, repeated, end := walkMessage(m, frame, start, params)
 	if end < 0 || skipSpace(frame, end) != len(frame) {
 		return invalidJSON(frame, "invalid JSON")
 	}

@@ -698,7 +698,7 @@ func TestCheckRequest(t *testing.T) {
 // FuzzDecodeParams checks DecodeParamsInto against DecodeInto and
 // EachMember: the same message or the same error, and, for a message
 // whose params are an object, exactly the members EachMember finds in
-// them, in order.
+// them, in order. An object is checked against decodeByMembers too.
 func FuzzDecodeParams(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":5000,"card":"4242"},"_meta":{"mcp-idempotent/key":"k1"}}}`,
@@ -714,9 +714,18 @@ func FuzzDecodeParams(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range envelopeCases {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		var want, got Message
 		wantErr := DecodeInto(&want, frame)
+		if i := skipSpace(frame, 0); i < len(frame) && frame[i] == '{' {
+			members, err := decodeByMembers(frame)
+			if fmt.Sprint(wantErr) != fmt.Sprint(err) || err == nil && !reflect.DeepEqual(want, members) {
+				t.Fatalf("DecodeInto(%q) = %+v, %v; decodeByMembers says %+v, %v", frame, want, wantErr, members, err)
+			}
+		}
 		type member struct{ name, value string }
 		var members []member
 		gotErr := DecodeParamsInto(&got, frame, func(name, value []byte) bool {

@@ -37,19 +37,14 @@ func EachMember(obj []byte, fn func(name []byte, value []byte) bool) error {
 // as they are passed (the object being at the top level, for the nesting
 // limit), so that a caller needs no other pass over them. If fn stops the
 // walk, the index returned is 0.
-//
-// With params not nil, a member named "params" whose value is an object
-// is validated by a walk of its own, which hands each of its members to
-// params, which must return true: a message's params are then read as
-// they are validated (DecodeParamsInto).
-func walkObject(obj []byte, i int, fn, params func(name, value []byte) bool) int {
-	return walkObjectIn(obj, i, 0, fn, params)
+func walkObject(obj []byte, i int, fn func(name, value []byte) bool) int {
+	return walkObjectIn(obj, i, 0, fn)
 }
 
 // walkObjectIn is walkObject for an object inside depth containers. It
 // is apart from skimObject, which does not validate, so that the walk
 // every frame takes keeps its variables in registers.
-func walkObjectIn(obj []byte, i, depth int, fn, params func(name, value []byte) bool) int {
+func walkObjectIn(obj []byte, i, depth int, fn func(name, value []byte) bool) int {
 	if i >= len(obj) || obj[i] != '{' {
 		return -1
 	}
@@ -78,12 +73,10 @@ func walkObjectIn(obj []byte, i, depth int, fn, params func(name, value []byte) 
 		switch c := obj[i]; {
 		case c == '"':
 			// What validValue would do for a string, without its set-up:
-			// most members of a message's envelope are strings.
+			// most members' values are strings or numbers.
 			vend = scanString(obj, i)
 		case c == '-' || '0' <= c && c <= '9':
-			vend = scanNumber(obj, i) // as for a string: ids are numbers
-		case c == '{' && params != nil && string(name) == "params":
-			vend = walkObjectIn(obj, i, depth+1, params, nil)
+			vend = scanNumber(obj, i)
 		default:
 			vend = validValue(obj, i, depth+1)
 		}
@@ -309,7 +302,7 @@ func HeadRequest(head []byte) (id json.RawMessage, method string) {
 			}
 		}
 		return true
-	}, nil)
+	})
 	return id, method
 }
 
@@ -349,7 +342,7 @@ func HeadIDs(head []byte) (ids []json.RawMessage, isResponse bool) {
 			}
 		}
 		return true
-	}, nil)
+	})
 	if len(ids) == 0 {
 		return nil, false
 	}
@@ -399,7 +392,7 @@ func HeadMessage(head []byte) (ids []json.RawMessage, kind HeadKind) {
 		}
 		next = end
 		return true
-	}, nil)
+	})
 	if n := cutMemberName(head, start, next); n != nil {
 		name(n)
 	}
