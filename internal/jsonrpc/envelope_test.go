@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -102,6 +103,38 @@ func TestDecodeMatchesMembers(t *testing.T) {
 			if gotErr == nil && !reflect.DeepEqual(got, want) {
 				t.Fatalf("DecodeInto(%q) = %+v; want %+v", frame, got, want)
 			}
+		}
+	}
+}
+
+// TestKnownMethods checks that every method of MCP decodes to itself
+// without a copy, and that another spelling of one, or a near miss,
+// decodes as it reads.
+func TestKnownMethods(t *testing.T) {
+	n := 0
+	for _, quoted := range knownMethods {
+		for _, q := range quoted {
+			n++
+			frame := []byte(`{"jsonrpc":"2.0","id":1,"method":` + q + `}`)
+			var m Message
+			if err := DecodeInto(&m, frame); err != nil || m.Method != q[1:len(q)-1] {
+				t.Errorf("DecodeInto(%s) = %q, %v", frame, m.Method, err)
+			}
+			if allocs := testing.AllocsPerRun(10, func() { DecodeInto(&m, frame) }); allocs != 0 {
+				t.Errorf("DecodeInto(%s) allocates %v times, want none", frame, allocs)
+			}
+		}
+	}
+	if n != 30 {
+		t.Errorf("knownMethods holds %d methods, want 30", n)
+	}
+	for raw, want := range map[string]string{
+		`"tools\/call"`: "tools/call", `"tools/cal\u006c"`: "tools/call", `"tools/calk"`: "tools/calk",
+		`"tools/call "`: "tools/call ", `"` + strings.Repeat("x", 60) + `"`: strings.Repeat("x", 60),
+	} {
+		m, err := Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":` + raw + `}`))
+		if err != nil || m.Method != want {
+			t.Errorf("Decode of method %s = %+v, %v; want %q", raw, m, err, want)
 		}
 	}
 }

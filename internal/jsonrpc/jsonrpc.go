@@ -304,7 +304,7 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 		return Ambiguous(repeated, envelope)
 	}
 	if methodRaw != nil && string(methodRaw) != "null" {
-		if method, ok := knownMethods[string(unquoted(methodRaw))]; ok {
+		if method := knownMethod(methodRaw); method != "" {
 			m.Method = method
 			return nil
 		}
@@ -317,13 +317,15 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 	return nil
 }
 
-// knownMethods holds the methods of MCP, so that Decode can return the
-// name without a copy of it per frame. Only a name spelled without escapes
-// is looked up; any other goes through StringValue.
-var knownMethods = func() map[string]string {
-	m := make(map[string]string)
+// knownMethods holds the methods of MCP, quoted, so that Decode can
+// return the name without a copy of it per frame: a method's raw value
+// is compared with the few of its length, where a map hashed it first,
+// and with tools/call, the one this proxy exists for, first. Only a name
+// spelled without escapes matches one; any other goes through
+// StringValue.
+var knownMethods = func() (byLen [42][]string) {
 	for _, name := range []string{
-		"initialize", "ping", "tools/call", "tools/list", "resources/list", "resources/read",
+		"tools/call", "initialize", "ping", "tools/list", "resources/list", "resources/read",
 		"resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
 		"prompts/get", "completion/complete", "logging/setLevel", "sampling/createMessage",
 		"elicitation/create", "roots/list", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
@@ -332,18 +334,24 @@ var knownMethods = func() map[string]string {
 		"notifications/resources/updated", "notifications/prompts/list_changed",
 		"notifications/roots/list_changed", "notifications/tasks/status",
 	} {
-		m[name] = name
+		quoted := `"` + name + `"`
+		byLen[len(quoted)] = append(byLen[len(quoted)], quoted)
 	}
-	return m
+	return byLen
 }()
 
-// unquoted returns the inside of a raw JSON string without escapes, or
-// nil for anything else.
-func unquoted(raw []byte) []byte {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' || bytes.IndexByte(raw, '\\') >= 0 {
-		return nil
+// knownMethod returns the method of MCP that raw, a method's raw value,
+// names, or "" if it names none or is spelled with escapes.
+func knownMethod(raw []byte) string {
+	if len(raw) >= len(knownMethods) {
+		return ""
 	}
-	return raw[1 : len(raw)-1]
+	for _, quoted := range knownMethods[len(raw)] {
+		if string(raw) == quoted {
+			return quoted[1 : len(quoted)-1]
+		}
+	}
+	return ""
 }
 
 // DecodeBatch decodes the elements of a batch frame.
