@@ -38,3 +38,28 @@ func TestDetached(t *testing.T) {
 		t.Errorf("a context made from bg, cancelled: Cause = %v; want its own Canceled", context.Cause(child))
 	}
 }
+
+// endsByItself is a context that has ended on its own, without the
+// context package's cancellation.
+type endsByItself struct{ context.Context }
+
+var errOwnEnd = errors.New("its own end")
+
+func (endsByItself) Err() error { return errOwnEnd }
+
+// TestDetachedHidesCause checks that a context made on top of bg that
+// ends by itself has its own cause, as on context.WithoutCancel's, and not
+// the caller's.
+func TestDetachedHidesCause(t *testing.T) {
+	parent, cancel := context.WithCancelCause(t.Context())
+	req := &Request{caller: detached{parent}}
+	cancel(errors.New("the caller left"))
+	for name, ctx := range map[string]context.Context{"bg": req.bg(), "WithoutCancel": context.WithoutCancel(parent)} {
+		if err := context.Cause(endsByItself{ctx}); err != errOwnEnd {
+			t.Errorf("on %s: Cause = %v; want %v", name, err, errOwnEnd)
+		}
+	}
+	if cancelKey == nil {
+		t.Error("context.Cause asked an ended context for no key")
+	}
+}

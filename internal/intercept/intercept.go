@@ -249,14 +249,42 @@ func (r *Request) bg() context.Context { return &r.caller }
 
 // detached is a context without its parent's cancellation, as
 // context.WithoutCancel's, but one a Request holds. Its Value is the
-// parent's: the context package finds no cancellation through it, as
-// it looks for one only in a context that is done (context.Cause) or
-// has a Done channel (context.WithCancel).
+// parent's, less the key under which the context package finds a
+// context's cancellation: a context made on top of it that ends by
+// itself has its own cause, not the caller's.
 type detached struct{ context.Context }
 
 func (*detached) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*detached) Done() <-chan struct{}       { return nil }
 func (*detached) Err() error                  { return nil }
+
+func (d *detached) Value(key any) any {
+	if key == cancelKey {
+		return nil
+	}
+	return d.Context.Value(key)
+}
+
+// cancelKey is the key context.Cause asks an ended context's Value for,
+// to find its cancellation; the context package does not export it, so
+// a context that has ended and tells whatever it is asked finds it out.
+// Were Cause to ask for none, cancelKey would be nil, which no key is.
+var cancelKey = func() (key any) {
+	context.Cause(keyProbe{&key})
+	return key
+}()
+
+type keyProbe struct{ key *any }
+
+func (keyProbe) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (keyProbe) Done() <-chan struct{}       { return nil }
+func (keyProbe) Err() error                  { return context.Canceled }
+func (p keyProbe) Value(key any) any {
+	if *p.key == nil {
+		*p.key = key
+	}
+	return nil
+}
 
 // ShadowAnswerCame tells, in shadow mode, that the upstream's answer to
 // r's call came and goes on to the client, before the interceptor has
