@@ -355,7 +355,10 @@ func (h *Hasher) sum(a *Action, argsValid bool) (string, error) {
 		return "", ErrArguments
 	}
 	var st *macState
-	if h.spare.Load() != nil { // a read only, where sums at once find none
+	// Load before Swap: a read leaves the word's cache line shared, where
+	// sums running at once would take it from each other only to find
+	// the spare gone.
+	if h.spare.Load() != nil {
 		st = h.spare.Swap(nil)
 	}
 	if st == nil {

@@ -93,8 +93,8 @@ func (e *execution) stopped() string {
 	return e.notes.stopped
 }
 
-// note returns e.notes, made if it is nil.
-func (e *execution) note() *attemptNotes {
+// notesPart returns e.notes, made if it is nil.
+func (e *execution) notesPart() *attemptNotes {
 	if e.notes == nil {
 		e.notes = new(attemptNotes)
 	}
@@ -118,8 +118,9 @@ const (
 // a dispatched side effect is never dropped because its caller left.
 func (in *Interceptor) execute(rec *record.Record, req *Request, note string) {
 	e := in.newExecution(req, rec)
+	// why becomes note, empty or not; notes are made only to hold one.
 	if note != "" || e.notes != nil {
-		e.note().why = note
+		e.notesPart().why = note
 	}
 	if in.storeWaits && (rec.State == record.Accepted || rec.State == record.Authorized) {
 		in.unsent.add(rec) // until its dispatch, or its end (ownExecution)
@@ -595,7 +596,7 @@ func (e *execution) decide() bool {
 	}
 	if !r.ok || e.rec == nil && e.ctx().Err() != nil {
 		if r.stop != "" {
-			e.note().stopped = r.stop
+			e.notesPart().stopped = r.stop
 			e.result, e.err = withNote(e.result, e.err, r.stop)
 		}
 		e.finish()
@@ -607,7 +608,7 @@ func (e *execution) decide() bool {
 		in.log.Info("sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "after", r.wait, "why", r.why)
 	}
 	in.traceEvent(e.req, "backoff", r.wait, attribute.String("mcp_idempotent.why", r.why))
-	e.note().why = r.why
+	e.notesPart().why = r.why
 	e.sent = r.wait // for the Observer, when the attempt goes (send)
 	if e.rec != nil && mayHaveRun(e.result, e.err, e.req.Policy.Retry) {
 		e.ranBefore = true
@@ -646,7 +647,7 @@ func (e *execution) notAgain(why string) {
 	} else {
 		e.in.log.Info("not sending again", "execution", e.rec.ID, "tool", e.tool(), "attempt", e.attempt(), "why", why)
 	}
-	e.note().stopped = "not retried: " + why
+	e.notesPart().stopped = "not retried: " + why
 	e.result, e.err = withNote(e.result, e.err, e.stopped())
 	e.finish()
 }

@@ -64,9 +64,9 @@ type callRare struct {
 	keyErr, deadlineErr, executionIDErr *jsonrpc.Error
 }
 
-// more returns tc's rare part, made if it has none; to be called only
-// while tc is parsed.
-func (tc *ToolCall) more() *callRare {
+// rarePart returns tc's rare part, made if it has none; to be called
+// only while tc is parsed.
+func (tc *ToolCall) rarePart() *callRare {
 	if tc.rare == nil {
 		tc.rare = new(callRare)
 	}
@@ -270,7 +270,7 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 	tc.Arguments, tc.Meta = nullToNil(args), nullToNil(r.meta)
 	task, inputResponses, requestState := nullToNil(r.task), nullToNil(r.inputResponses), nullToNil(r.requestState)
 	if task != nil || inputResponses != nil || requestState != nil || tc.Meta == nil && r.meta != nil {
-		rare := tc.more()
+		rare := tc.rarePart()
 		rare.task, rare.inputResponses, rare.requestState = task, inputResponses, requestState
 		if tc.Meta == nil {
 			rare.metaAsSent = r.meta // null
@@ -316,14 +316,14 @@ func (tc *ToolCall) ParseRead(params json.RawMessage, r *ParamsReader) *jsonrpc.
 		}
 		key, err := clientKey(m)
 		if err != nil {
-			tc.more().keyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.rarePart().keyErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		tc.Key = key
 		if m.idVariant != nil {
-			tc.more().executionIDErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, jsonrpc.Ambiguous(m.idVariant, []string{MetaExecutionID}))
+			tc.rarePart().executionIDErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, jsonrpc.Ambiguous(m.idVariant, []string{MetaExecutionID}))
 		}
 		if tc.Deadline, err = clientDeadline(m.deadline); err != nil {
-			tc.more().deadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
+			tc.rarePart().deadlineErr = jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", name, err)
 		}
 		if tc.Elicits, err = declaresElicitation(tc.Meta); err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: params._meta: %v", name, err)
