@@ -8,6 +8,19 @@ import (
 	"testing"
 )
 
+// TestEnvelopeOrder checks that the member constants index envelope by
+// the names they stand for: walkMessage places each member by them.
+func TestEnvelopeOrder(t *testing.T) {
+	for i, name := range map[int]string{
+		memberVersion: "jsonrpc", memberID: "id", memberMethod: "method",
+		memberParams: "params", memberResult: "result", memberError: "error",
+	} {
+		if envelope[i] != name {
+			t.Errorf("envelope[%d] = %q; want %q", i, envelope[i], name)
+		}
+	}
+}
+
 // decodeByMembers decodes frame, an object, as DecodeInto did before a
 // message had a walk of its own: json.Valid for the grammar, EachMember
 // for the members, and the same reading of each. The walk's shortcuts

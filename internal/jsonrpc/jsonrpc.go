@@ -322,7 +322,8 @@ func DecodeParamsInto(m *Message, frame []byte, params func(name, value []byte) 
 // is compared with the few of its length, where a map hashed it first,
 // and with tools/call, the one this proxy exists for, first. Only a name
 // spelled without escapes matches one; any other goes through
-// StringValue.
+// StringValue. The array's length is one more than the longest quoted
+// name's: a longer name added to the list fails every start, and test.
 var knownMethods = func() (byLen [42][]string) {
 	for _, name := range []string{
 		"tools/call", "initialize", "ping", "tools/list", "resources/list", "resources/read",

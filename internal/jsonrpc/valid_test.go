@@ -136,12 +136,13 @@ func TestSkipPlain(t *testing.T) {
 }
 
 // TestSkipPlainPairs puts every pair of byte values in one eight-byte
-// word, among plain bytes below and from 0x80 up, and checks that
-// skipPlain stops at the first special one: specialBytes' flags may only
-// go wrong above a byte that borrows, or at one from 0x80 up.
+// word, among plain bytes below and from 0x80 up, and beside the special
+// ones, and checks that skipPlain stops at the first special one:
+// specialBytes' flags may only go wrong above a byte that borrows, or at
+// one from 0x80 up.
 func TestSkipPlainPairs(t *testing.T) {
 	special := func(b byte) bool { return b == '"' || b == '\\' || b < 0x20 }
-	for _, fill := range []byte{'a', 0x80, 0xff} {
+	for _, fill := range []byte{'a', 0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xa1, 0xa2, 0xdc, 0xff} {
 		for a := range 256 {
 			for b := range 256 {
 				data := bytes.Repeat([]byte{fill}, 8)
