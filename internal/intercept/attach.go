@@ -31,7 +31,7 @@ func (in *Interceptor) answerFromRecord(ctx context.Context, req *Request, id st
 // caller's journal line, written after the answer, is in before Wait
 // returns and the journal is closed.
 func (in *Interceptor) goAttach(ctx context.Context, rec *record.Record, req *Request) {
-	in.work.Add(1)
+	in.work.Start()
 	go func() {
 		defer in.work.Done()
 		in.attach(ctx, rec, req)

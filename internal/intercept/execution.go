@@ -151,7 +151,7 @@ func (e *execution) ctx() context.Context { return e.req.caller.Context }
 // newExecution returns the execution of req, taking its count of
 // in.work. rec is nil for an unrecorded call.
 func (in *Interceptor) newExecution(req *Request, rec *record.Record) *execution {
-	in.work.Add(1)
+	in.work.Start()
 	e := &req.exec
 	e.in, e.req, e.rec = in, req, rec
 	if in.shadow && rec != nil {

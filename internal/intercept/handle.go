@@ -333,7 +333,7 @@ func (in *Interceptor) resolve(ctx context.Context, req *Request, rec *record.Re
 // policy replaces it (a failure, an idempotent tool's result). If it is
 // not recorded within the tool's attach window, the call attaches to it.
 func (in *Interceptor) goReserveRecorded(ctx context.Context, req *Request, rec, fresh *record.Record, opts record.ReserveOptions, a action) {
-	in.work.Add(1)
+	in.work.Start()
 	go func() {
 		defer in.work.Done()
 		wctx, cancel := context.WithTimeout(req.bg(), req.Policy.AttachWindow)

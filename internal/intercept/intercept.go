@@ -24,6 +24,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/workcount"
 )
 
 // An Upstream is the server a session's calls go to.
@@ -428,7 +429,7 @@ type Interceptor struct {
 
 	// work counts dispatches and status checks under way; they outlive
 	// the callers that started them.
-	work sync.WaitGroup
+	work workcount.Count
 	// late counts the calls EndReserving answered whose goroutines are
 	// not yet done with the store (WaitLate).
 	late lateCalls
@@ -645,7 +646,7 @@ const inlineParams = 64 << 10
 // inlineParams), the calling goroutine only starts the one that does the
 // work: the caller's session goes on reading its other messages.
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
-	in.work.Add(1)
+	in.work.Start()
 	if in.storeWaits || len(req.Call.Params) > inlineParams {
 		go func() {
 			defer in.work.Done()

@@ -39,7 +39,7 @@ func (in *Interceptor) unknown(ctx context.Context, rec *record.Record, req *Req
 		// once).
 		in.decided(req, rec.Tool, "recovered")
 		req.joined, req.joinedHow = rec.ID, joinedRecover
-		in.work.Add(1)
+		in.work.Start()
 		go func() {
 			defer in.work.Done()
 			in.recover(ctx, rec, req)

@@ -22,7 +22,7 @@ import (
 // retry its caller makes at once finds it (reserve).
 func (in *Interceptor) recordLater(req *Request, sent *record.Record, c record.Change) {
 	k := in.own.keep(req, sent, c)
-	in.work.Add(1)
+	in.work.Start()
 	go in.retryKept(k)
 }
 

@@ -243,7 +243,7 @@ func (s *Session) startToolCall(ctx context.Context, in *jsonrpc.Message, params
 		s.refuseInUse(in.ID)
 		return
 	}
-	s.inflight.Add(1)
+	s.inflight.Start()
 	s.calls[c.key()] = c
 	s.mu.Unlock()
 

@@ -39,7 +39,7 @@ func (s *Session) startQueue(c *clientCall) {
 	// Shutdown waits for what the queue still holds as for calls: a
 	// request read before the client left is sent. c is counted, so the
 	// count is not zero here, as an Add concurrent with Wait needs.
-	s.inflight.Add(1)
+	s.inflight.Start()
 	go s.runQueue(queued{call: c})
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/intercept"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/journal"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/workcount"
 )
 
 // A Conn carries JSON-RPC frames. ReadFrame is called from one goroutine,
@@ -202,7 +203,7 @@ type Session struct {
 	handling sync.Mutex
 	// inflight counts the client's tools/call requests not yet answered
 	// or detached, and the queue while it runs (order.go).
-	inflight sync.WaitGroup
+	inflight workcount.Count
 
 	// queueing is set while a queue of the client's messages runs
 	// (order.go); qmu guards queue, the messages waiting in it, and the

@@ -192,8 +192,9 @@ func (s *Session) endCalls() {
 // endCallIntake makes the session refuse the client's tools/calls from
 // now on (startToolCall), before Run waits for those under way (inflight)
 // and returns, while the client's pump, blocked in a read, may go on: a
-// call taken during that wait would race it, since a WaitGroup's Add from
-// zero must happen before its Wait, and would run after the session.
+// call taken during that wait would race it, since a count's Start from
+// zero must happen before the Wait that is to see it, and would run after
+// the session.
 func (s *Session) endCallIntake() {
 	s.mu.Lock()
 	s.callsEnded = true
