@@ -82,7 +82,7 @@ func (in *Interceptor) settle(ctx context.Context, req *Request, id string, c re
 // journal line is written, the "delivered" lines of the callers the
 // store wakes with it wait (journalGates).
 func (in *Interceptor) change(ctx context.Context, req *Request, id string, c record.Change) (*record.Record, error) {
-	if c.To != record.Delivered && in.journal != nil {
+	if in.journal != nil && c.To != record.Delivered {
 		defer in.settling.hold(id)()
 	}
 	rec, err := in.store.Update(ctx, id, c)
