@@ -183,7 +183,8 @@ func TestOutcomeReadsEverySpelling(t *testing.T) {
 		{`{"_meta":{"mcp-idempotent/outcome":"already_done"}}`, record.Completed},
 		{`{"text":"a\nb"}`, record.Completed},
 	} {
-		if c := outcome(json.RawMessage(tt.result), nil); c.To != tt.want {
+		var c record.Change
+		if outcome(&c, json.RawMessage(tt.result), nil); c.To != tt.want {
 			t.Errorf("outcome(%s) settles as %s; want %s", tt.result, c.To, tt.want)
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
-// outcome maps an upstream's answer to the change that settles the record.
-func outcome(result json.RawMessage, err error) record.Change {
+// outcome sets c to the change that settles the record from an
+// upstream's answer. c is the caller's, not returned: a Change is 200
+// bytes, copied on every return, and a new execution settles one.
+func outcome(c *record.Change, result json.RawMessage, err error) {
 	if err == nil && len(result) > 0 && result[0] == '{' {
 		// The common case, decided before the error cases below, whose
 		// targets cost an allocation each. Both questions below are put
@@ -22,18 +24,22 @@ func outcome(result json.RawMessage, err error) record.Change {
 		// escape (\u) for one of their letters.
 		escaped := bytes.IndexByte(result, '\\') >= 0
 		if !escaped && bytes.IndexByte(result, '_') < 0 {
-			return record.Change{To: record.Completed, Result: result}
+			*c = record.Change{To: record.Completed, Result: result}
+			return
 		}
 		if mayAsk(result, escaped) && asksInput(result) {
-			return record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
+			*c = record.Change{To: record.Failed, Result: result, Note: "input_required: not a completion"}
+			return
 		}
 		if o := upstreamOutcome(result, escaped); o == "unknown" || o == "in_progress" {
 			// The upstream is another mcp-idempotent that does not know
 			// the outcome yet: neither does this one. Its answer is kept,
 			// for the caller it came for.
-			return record.Change{To: record.Unknown, Result: result, Note: "the upstream, another mcp-idempotent, answered " + o}
+			*c = record.Change{To: record.Unknown, Result: result, Note: "the upstream, another mcp-idempotent, answered " + o}
+			return
 		}
-		return record.Change{To: record.Completed, Result: result}
+		*c = record.Change{To: record.Completed, Result: result}
+		return
 	}
 	var malformed *retry.MalformedError
 	if err == nil {
@@ -47,15 +53,18 @@ func outcome(result json.RawMessage, err error) record.Change {
 		// store and the journal keep, leaves out the answer's bytes, as
 		// it leaves out an upstream error's message: what a tool answers
 		// is kept only where the policy allows.
-		return record.Change{To: record.Unknown, Note: malformed.Summary()}
+		*c = record.Change{To: record.Unknown, Note: malformed.Summary()}
+		return
 	case retry.IsNotSent(err):
-		return record.Change{To: record.Failed, Note: err.Error()}
+		*c = record.Change{To: record.Failed, Note: err.Error()}
+		return
 	}
 	if rpcErr, ok := rpcError(err); ok {
 		b := rpcErr.Object() // the upstream's error, as it came
-		return record.Change{To: record.Failed, Error: b, Note: fmt.Sprintf("upstream error %d", rpcErr.Code)}
+		*c = record.Change{To: record.Failed, Error: b, Note: fmt.Sprintf("upstream error %d", rpcErr.Code)}
+		return
 	}
-	return record.Change{To: record.Unknown, Note: err.Error()}
+	*c = record.Change{To: record.Unknown, Note: err.Error()}
 }
 
 // malformed reports whether an attempt's answer is one outcome reads as

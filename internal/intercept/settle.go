@@ -102,7 +102,8 @@ func (in *Interceptor) change(ctx context.Context, req *Request, id string, c re
 // answers its caller.
 func (e *execution) recordOutcome() {
 	in, ctx, rec, req := e.in, e.ctx(), e.rec, e.req
-	c := e.outcomeChange()
+	var c record.Change
+	e.outcomeChange(&c)
 	// Fenced to this process (DESIGN 8): if its lease lapsed and another
 	// took the execution over, the store refuses this outcome.
 	c.Holder = in.owner
@@ -149,12 +150,13 @@ func (e *execution) recordOutcome() {
 	in.replyError(req, notRecordedYet(rec))
 }
 
-// outcomeChange returns the change that settles the execution from its
+// outcomeChange sets c to the change that settles the execution from its
 // last answer: what the answer says, read with the tool's policy and
-// with what the attempts before it may have done.
-func (e *execution) outcomeChange() record.Change {
+// with what the attempts before it may have done. c is the caller's, not
+// returned: a Change is 200 bytes, copied on every return.
+func (e *execution) outcomeChange(c *record.Change) {
 	in, rec, req, result, err := e.in, e.rec, e.req, e.result, e.err
-	c := outcome(result, err)
+	outcome(c, result, err)
 	if c.To == record.Failed {
 		// Looked into for a failure only: a completion pays no error
 		// unwrapping.
@@ -162,7 +164,7 @@ func (e *execution) outcomeChange() record.Change {
 			// The status may have come after the tool ran (a gateway gave
 			// up waiting, the server failed mid-call): nobody saw the
 			// outcome.
-			c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
+			*c = record.Change{To: record.Unknown, Note: fmt.Sprintf("no answer from the upstream: HTTP %d", f.HTTPStatus)}
 		}
 	}
 	if malformed(result, err) {
@@ -186,7 +188,7 @@ func (e *execution) outcomeChange() record.Change {
 			// Still transient after the last attempt: the effect did not
 			// happen, so it is not replayed (Stripe does not cache a 429
 			// either); the caller sees this last result.
-			c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
+			*c = record.Change{To: record.Failed, Result: result, Note: "still transient after the last attempt"}
 			if e.stopped() != "" {
 				// Attempts were left: the record says what ended them.
 				c.Note = "still transient: " + e.stopped()
@@ -201,7 +203,7 @@ func (e *execution) outcomeChange() record.Change {
 		// This attempt did not run, or was refused, but one before it
 		// may have run: failed would let the next identical call run
 		// the action again, under a new execution id.
-		c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
+		*c = record.Change{To: record.Unknown, Note: "an earlier attempt may have run; the last: " + c.Note}
 	}
 	if c.To == record.Unknown && e.stopped() != "" && !strings.HasSuffix(c.Note, e.stopped()) {
 		// The rule would have sent it again: the caller, told only the
@@ -209,7 +211,6 @@ func (e *execution) outcomeChange() record.Change {
 		// retry budget, the deadline), as the last answer would say.
 		c.Note += "; " + e.stopped()
 	}
-	return c
 }
 
 // outcomeStored notes that the store holds the execution's outcome: from

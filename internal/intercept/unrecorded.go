@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/mcp-idempotent/mcp-idempotent/internal/jsonrpc"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/retry"
 )
 
@@ -60,7 +61,9 @@ func (in *Interceptor) answerUnrecorded(ctx context.Context, req *Request, resul
 	if malformed(result, err) {
 		// A bug upstream, said loudly as for a recorded call
 		// (outcomeChange); the caller still gets the answer as it came.
-		in.log.Error("the upstream sent a malformed answer", "tool", tool, "request", req.Correlation, "err", outcome(result, err).Note)
+		var c record.Change
+		outcome(&c, result, err)
+		in.log.Error("the upstream sent a malformed answer", "tool", tool, "request", req.Correlation, "err", c.Note)
 	}
 	switch rpcErr, isRPC := rpcError(err); {
 	case err == nil:
