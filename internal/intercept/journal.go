@@ -38,9 +38,14 @@ type Journal interface {
 // already recorded as dispatched too: as the record stood when accepted,
 // with note.
 func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record, note string) {
-	if in.journal == nil {
-		return
+	// Small enough to be inlined, as journalize.
+	if in.journal != nil {
+		in.writeAccepted(req, rec, note)
 	}
+}
+
+// writeAccepted is journalizeAccepted with a journal.
+func (in *Interceptor) writeAccepted(req *Request, rec *record.Record, note string) {
 	accepted := *rec
 	accepted.State, accepted.Attempts, accepted.History = record.Accepted, 0, rec.History[:1]
 	in.journalize(req, &accepted, &record.Change{To: record.Accepted, Note: note})
@@ -52,8 +57,15 @@ func (in *Interceptor) journalizeAccepted(req *Request, rec *record.Record, note
 // tells only the caller that settled it, so the takeover is journaled
 // once, by the process that made it.
 func (in *Interceptor) journalizeTakeover(req *Request, rec *record.Record) {
-	o := rec.Orphan
-	if o == nil || len(o.History) == 0 {
+	// Small enough to be inlined: most calls settle no orphan.
+	if rec.Orphan != nil {
+		in.writeTakeover(req, rec.Orphan)
+	}
+}
+
+// writeTakeover is journalizeTakeover for o, the orphan the call settled.
+func (in *Interceptor) writeTakeover(req *Request, o *record.Record) {
+	if len(o.History) == 0 {
 		return
 	}
 	in.log.Info("settled an execution whose owner went away", "execution", o.ID, "state", o.State,

@@ -368,3 +368,20 @@ func TestKeyReusedAsTheStoreLostTheExecutionItRuns(t *testing.T) {
 		}
 	})
 }
+
+// TestSentCallsDrop checks drop, which skips its lock when nothing is
+// held: it forgets the execution it names once added, and only that one.
+func TestSentCallsDrop(t *testing.T) {
+	var s sentCalls
+	s.drop("k", "exe_a") // none held: nothing to do
+	a := &record.Record{ID: "exe_a", Key: "k", Fingerprint: "fp"}
+	s.add(a)
+	s.drop("k", "exe_b") // another execution of the key: a stays
+	if got := s.other(&record.Record{ID: "exe_c", Key: "k", Fingerprint: "fp"}); got != a {
+		t.Fatalf("after dropping another execution, other = %v; want exe_a", got)
+	}
+	s.drop("k", "exe_a")
+	if got := s.other(&record.Record{ID: "exe_c", Key: "k", Fingerprint: "fp"}); got != nil || s.n.Load() != 0 {
+		t.Fatalf("after dropping exe_a, other = %v and %d held; want none", got, s.n.Load())
+	}
+}

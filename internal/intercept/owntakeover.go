@@ -88,9 +88,15 @@ func (o *ownTakeovers) forget(id string, k *keptOutcome) {
 // with fingerprint fp, if any: a call identical to one whose outcome
 // the store has not taken yet.
 func (o *ownTakeovers) keptForCall(key, fp string) *keptOutcome {
+	// Small enough to be inlined: most often nothing is kept.
 	if o.keptN.Load() == 0 {
 		return nil
 	}
+	return o.findKept(key, fp)
+}
+
+// findKept is keptForCall with outcomes kept.
+func (o *ownTakeovers) findKept(key, fp string) *keptOutcome {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, k := range o.kept {

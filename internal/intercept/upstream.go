@@ -12,9 +12,15 @@ import (
 // showing what may be a secret (DESIGN section 3). The hash is keyed by
 // the fingerprint secret, so it is no guessable digest of a token.
 func (in *Interceptor) upstreamShown(req *Request) string {
+	// Small enough to be inlined: an unnamed upstream is shown as it is.
 	if req.UpstreamName == "" {
 		return req.UpstreamID
 	}
+	return in.namedUpstream(req)
+}
+
+// namedUpstream is upstreamShown for an upstream with a name.
+func (in *Interceptor) namedUpstream(req *Request) string {
 	if s, ok := in.shown.Load(req.UpstreamID); ok {
 		return s.(string)
 	}
