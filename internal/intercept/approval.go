@@ -75,7 +75,7 @@ func (in *Interceptor) approve(ctx context.Context, req *Request, rec *record.Re
 		// Kept before the wait begins, so that a session ending now
 		// ends it too.
 		wctx, cancel := context.WithCancel(req.bg())
-		w := in.waits.add(req.Session, cancel)
+		w := in.waits.add(req.Origin.Session, cancel)
 		go in.awaitOperator(ctx, wctx, w, req, rec)
 	default:
 		in.askClient(ctx, req, rec)
@@ -145,7 +145,7 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 // before one is no decision at all: nothing was sent, and a call again
 // asks again.
 func (in *Interceptor) clientDecision(req *Request, result json.RawMessage, err error, allowed time.Duration) record.Change {
-	by := req.Actor
+	by := req.Origin.Actor
 	if by == "" {
 		by = "the client's user"
 	}
@@ -243,7 +243,7 @@ func readApproval(result json.RawMessage) (action, note string, err error) {
 // or deny rec (activity approve, deny) from any process that reaches the
 // store, until the approval's deadline, which refuses it.
 func (in *Interceptor) awaitOperator(ctx, wctx context.Context, w *operatorWait, req *Request, rec *record.Record) {
-	defer in.waits.done(req.Session, w)
+	defer in.waits.done(req.Origin.Session, w)
 	d, ok := in.store.(record.Decider)
 	if !ok {
 		in.decide(ctx, req, rec, record.Change{To: record.Refused, From: record.Accepted, By: "mcp-idempotent", Via: record.ViaProxy,
@@ -435,7 +435,7 @@ func (g *grants) get(req *Request, pol *policy.Policy) (grant, bool) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr, ok := g.m[grantKey{req.Session, req.Call.Name}]
+	gr, ok := g.m[grantKey{req.Origin.Session, req.Call.Name}]
 	return gr, ok
 }
 
@@ -450,7 +450,7 @@ func (g *grants) put(req *Request, rec *record.Record, c record.Change) {
 	if g.m == nil {
 		g.m = make(map[grantKey]grant)
 	}
-	g.m[grantKey{req.Session, req.Call.Name}] = grant{by: c.By, via: c.Via, execution: rec.ID, at: rec.At(record.Authorized)}
+	g.m[grantKey{req.Origin.Session, req.Call.Name}] = grant{by: c.By, via: c.Via, execution: rec.ID, at: rec.At(record.Authorized)}
 }
 
 // EndSession drops the approvals that covered session (Request.Session)

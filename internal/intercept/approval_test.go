@@ -74,7 +74,7 @@ func (h *harness) askingCall(t *testing.T, a *asker, session, params string) {
 	t.Helper()
 	req, ans := h.request(t, params)
 	a.answers = ans
-	req.Reply, req.Session = a, session
+	req.Reply, req.Origin.Session = a, session
 	h.in.Handle(t.Context(), req)
 }
 
@@ -575,7 +575,7 @@ func TestApprovalInRoundChecksTheState(t *testing.T) {
 	}
 	other := h.request
 	req, a := other(t, roundCall(args, round, "accept"))
-	req.Actor = "mallory"
+	req.Origin.Actor = "mallory"
 	h.in.Handle(t.Context(), req)
 	if ans := a.only(t); !strings.Contains(string(ans.Error), "was not minted for this caller") {
 		t.Errorf("another actor's continuation got %s %s; want it refused", ans.Result, ans.Error)
@@ -595,7 +595,7 @@ func TestApprovalInRoundFromAnotherScope(t *testing.T) {
 	args := `{"card":"4242","amount":100}`
 	round := asRound(t, h.call(t.Context(), t, roundCall(args, nil, "")).only(t))
 	req, a := h.request(t, roundCall(args, round, "accept"))
-	req.Scope = "session:2"
+	req.Origin.Scope = "session:2"
 	h.in.Handle(t.Context(), req)
 	ans := a.only(t)
 	if !strings.Contains(string(ans.Error), "-32602") || !strings.Contains(string(ans.Error), "asked about in another session scope") ||
@@ -603,7 +603,7 @@ func TestApprovalInRoundFromAnotherScope(t *testing.T) {
 		t.Fatalf("a continuation from another scope got %s %s; want -32602 saying so, not naming the scope", ans.Result, ans.Error)
 	}
 	req, a = h.request(t, roundCall(args, nil, ""))
-	req.Scope = "session:2"
+	req.Origin.Scope = "session:2"
 	h.in.Handle(t.Context(), req)
 	asRound(t, a.only(t))
 	if h.up.calls.Load() != 0 {

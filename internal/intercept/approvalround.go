@@ -246,7 +246,7 @@ func (in *Interceptor) stateMAC(req *Request, id string, carried json.RawMessage
 	if carried != nil {
 		extra["carried"] = carried
 	}
-	return in.hasher.Sum(fingerprint.Action{Actor: req.Actor, Upstream: req.UpstreamID, Scope: "approval-state",
+	return in.hasher.Sum(fingerprint.Action{Actor: req.Origin.Actor, Upstream: req.Origin.UpstreamID, Scope: "approval-state",
 		Tool: req.Call.Name, Arguments: args, Extra: extra})
 }
 
@@ -445,7 +445,7 @@ func (in *Interceptor) actionOf(req *Request) (string, error) {
 		return "", err
 	}
 	actor, scope := matchScope(req)
-	return in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID, Tool: req.Call.Name,
+	return in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.Origin.UpstreamID, Tool: req.Call.Name,
 		Arguments: args, Extra: extra(req.Call)})
 }
 

@@ -162,7 +162,7 @@ func TestApprovalOperatorWaitOfADetachedCallerEndsWithTheSession(t *testing.T) {
 	h, _ := operatorHarness(t)
 	ctx := newEndable(t.Context())
 	req, _ := h.request(t, chargeCall)
-	req.Session = "session:1"
+	req.Origin.Session = "session:1"
 	h.in.Handle(ctx, req)
 	rec := h.awaiting(t)
 	ctx.end(context.Canceled)
@@ -196,7 +196,7 @@ func TestApprovalDetachedWhileReservedEndsWithTheSession(t *testing.T) {
 		h.in = New(Options{Store: s, Hasher: h.in.hasher, StoreWaits: true})
 		ctx := newEndable(t.Context())
 		req, _ := h.request(t, chargeCall)
-		req.Session = "session:1"
+		req.Origin.Session = "session:1"
 		h.in.Handle(ctx, req)
 		synctest.Wait()
 		ctx.end(context.Canceled)
@@ -363,7 +363,7 @@ func TestApprovalGrantNotKeptPastTheSession(t *testing.T) {
 	h.store = s.Store
 	ctx := newEndable(t.Context())
 	req, _ := h.request(t, chargeCall)
-	req.Session = "session:1"
+	req.Origin.Session = "session:1"
 	h.in.Handle(ctx, req)
 	h.awaiting(t)
 	ctx.end(ErrSessionEnded)

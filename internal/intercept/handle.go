@@ -42,7 +42,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 		ID:          record.NewID(arrived),
 		Key:         a.key,
 		Fingerprint: a.fp,
-		Actor:       req.Actor,
+		Actor:       req.Origin.Actor,
 		Scope:       a.scope,
 		Upstream:    in.upstreamShown(req),
 		Tool:        call.Name,
@@ -140,7 +140,7 @@ func (in *Interceptor) identify(req *Request) (action, bool) {
 	fp, err := in.hasher.SumValid(fingerprint.Action{
 		Actor:     actor,
 		Scope:     scope,
-		Upstream:  req.UpstreamID,
+		Upstream:  req.Origin.UpstreamID,
 		Tool:      call.Name,
 		Arguments: args,
 		Extra:     extra(call),
@@ -230,7 +230,7 @@ func (in *Interceptor) clientKey(req *Request) (string, error) {
 	}
 	// Valid JSON all: the key as json.Marshal wrote it, the answers as
 	// the client's frame held them.
-	kfp, err := in.hasher.SumValid(fingerprint.Action{Actor: req.Actor, Scope: "client-key", Upstream: req.UpstreamID, Extra: kx})
+	kfp, err := in.hasher.SumValid(fingerprint.Action{Actor: req.Origin.Actor, Scope: "client-key", Upstream: req.Origin.UpstreamID, Extra: kx})
 	if err != nil {
 		return "", err
 	}
@@ -381,7 +381,7 @@ func (in *Interceptor) sameBeforeTasksExtension(rec *record.Record, req *Request
 	actor, scope := matchScope(req)
 	c := *call
 	c.TasksExtension = false
-	fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
+	fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.Origin.UpstreamID,
 		Tool: call.Name, Arguments: args, Extra: extra(&c)})
 	return err == nil && fp == rec.Fingerprint
 }
@@ -462,7 +462,7 @@ func (in *Interceptor) restartDeadline(req *Request, now time.Time) {
 // fingerprint: a client key is matched within its actor across sessions,
 // and a global tool across actors.
 func matchScope(req *Request) (actor, scope string) {
-	actor = req.Actor
+	actor = req.Origin.Actor
 	switch {
 	case req.Call.Key != "":
 		scope = string(policy.ScopeKey)
@@ -471,7 +471,7 @@ func matchScope(req *Request) (actor, scope string) {
 	case req.Policy.Scope == policy.ScopeGlobal:
 		scope = string(policy.ScopeGlobal)
 	default:
-		scope = req.Scope
+		scope = req.Origin.Scope
 	}
 	if req.Policy.Scope == policy.ScopeGlobal {
 		actor = ""

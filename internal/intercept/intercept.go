@@ -193,8 +193,10 @@ type Request struct {
 	Schema *Schema
 	// Origin is who asks, in which scope, of which upstream: read-only,
 	// and shared by every call of a session, which keeps a Request,
-	// made for every call, small. It must be set.
-	*Origin
+	// made for every call, small. It must be set. Named, not embedded:
+	// a write through it, which changes every call of the session,
+	// shows as one.
+	Origin   *Origin
 	Upstream Upstream
 	Reply    Replier
 	// Correlation names the caller's request in logs: its session and

@@ -122,7 +122,7 @@ func TestJournalNamesEachCallersRequest(t *testing.T) {
 	callers := []struct{ session, id string }{{"session:a", "1"}, {"session:b", `"x"`}, {"session:c", "7"}}
 	for _, c := range callers {
 		req, a := h.request(t, chargeCall)
-		req.Session, req.ID = c.session, json.RawMessage(c.id)
+		req.Origin.Session, req.ID = c.session, json.RawMessage(c.id)
 		h.in.Handle(t.Context(), req)
 		a.only(t)
 		h.settle(t)
@@ -421,7 +421,7 @@ func TestUpstreamArgumentsNotShown(t *testing.T) {
 	ids := []string{"stdio:server --api-key " + secret + " (in /srv)", "stdio:server --api-key other (in /srv)"}
 	for _, id := range ids {
 		req, a := h.request(t, chargeCall)
-		req.UpstreamID, req.UpstreamName = id, "stdio:server (in /srv)"
+		req.Origin.UpstreamID, req.Origin.UpstreamName = id, "stdio:server (in /srv)"
 		h.in.Handle(t.Context(), req)
 		if v := view(t, a.only(t)); !strings.HasPrefix(v.Content[0].Text, "Outcome unknown:") || strings.Contains(v.Content[0].Text, secret) {
 			t.Errorf("the caller got %q; want outcome unknown, naming no argument", v.Content[0].Text)

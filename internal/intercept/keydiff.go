@@ -50,7 +50,7 @@ func (in *Interceptor) keyDifference(rec *record.Record, req *Request, args json
 		}
 		c.SetTask(task) // c's own: req.Call keeps its task
 		c.TasksExtension = m == taskExtension
-		fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.UpstreamID,
+		fp, err := in.hasher.Sum(fingerprint.Action{Actor: actor, Scope: scope, Upstream: req.Origin.UpstreamID,
 			Tool: c.Name, Arguments: args, Extra: extra(&c)})
 		if err == nil && fp == rec.Fingerprint {
 			return "the arguments are the same, but the first call " + taskModeText[m] + " and this one " + taskModeText[was]

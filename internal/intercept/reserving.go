@@ -65,7 +65,7 @@ type askingCalls struct {
 }
 
 func asks(req *Request) bool {
-	return req.Session != "" && req.Policy.NeedsApproval()
+	return req.Origin.Session != "" && req.Policy.NeedsApproval()
 }
 
 func (a *askingCalls) add(req *Request) {
@@ -77,10 +77,10 @@ func (a *askingCalls) add(req *Request) {
 	if a.m == nil {
 		a.m = make(map[string]map[*Request]struct{})
 	}
-	if a.m[req.Session] == nil {
-		a.m[req.Session] = make(map[*Request]struct{})
+	if a.m[req.Origin.Session] == nil {
+		a.m[req.Origin.Session] = make(map[*Request]struct{})
 	}
-	a.m[req.Session][req] = struct{}{}
+	a.m[req.Origin.Session][req] = struct{}{}
 }
 
 func (a *askingCalls) drop(req *Request) {
@@ -89,9 +89,9 @@ func (a *askingCalls) drop(req *Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.m[req.Session], req)
-	if len(a.m[req.Session]) == 0 {
-		delete(a.m, req.Session)
+	delete(a.m[req.Origin.Session], req)
+	if len(a.m[req.Origin.Session]) == 0 {
+		delete(a.m, req.Origin.Session)
 	}
 }
 

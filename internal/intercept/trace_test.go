@@ -26,7 +26,7 @@ func traced(h *harness, asking *asker) (*tracetest.SpanRecorder, func(t *testing
 		req, a := h.request(t, chargeCall)
 		if asking != nil {
 			asking.answers = a
-			req.Reply, req.Session = asking, "session:1"
+			req.Reply, req.Origin.Session = asking, "session:1"
 		}
 		h.in.Handle(ctx, req)
 		a.only(t)

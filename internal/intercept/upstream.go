@@ -13,25 +13,25 @@ import (
 // the fingerprint secret, so it is no guessable digest of a token.
 func (in *Interceptor) upstreamShown(req *Request) string {
 	// Small enough to be inlined: an unnamed upstream is shown as it is.
-	if req.UpstreamName == "" {
-		return req.UpstreamID
+	if req.Origin.UpstreamName == "" {
+		return req.Origin.UpstreamID
 	}
 	return in.namedUpstream(req)
 }
 
 // namedUpstream is upstreamShown for an upstream with a name.
 func (in *Interceptor) namedUpstream(req *Request) string {
-	if s, ok := in.shown.Load(req.UpstreamID); ok {
+	if s, ok := in.shown.Load(req.Origin.UpstreamID); ok {
 		return s.(string)
 	}
-	id, _ := json.Marshal(req.UpstreamID)
+	id, _ := json.Marshal(req.Origin.UpstreamID)
 	ref, err := in.hasher.Sum(fingerprint.Action{Tool: "upstream identity", Extra: map[string]json.RawMessage{"identity": id}})
 	if err != nil {
 		// Not cached: the secret, known to the fingerprint just taken,
 		// is never lost, but an error must not name the upstream.
-		return req.UpstreamName
+		return req.Origin.UpstreamName
 	}
-	shown := req.UpstreamName + " ref:" + ref[:16]
-	in.shown.Store(req.UpstreamID, shown)
+	shown := req.Origin.UpstreamName + " ref:" + ref[:16]
+	in.shown.Store(req.Origin.UpstreamID, shown)
 	return shown
 }
