@@ -41,7 +41,7 @@ func newScript(name string, withLib bool, body string) *script {
 }
 
 // lib is the Lua library of every script.
-var lib = newLibrary(reserveScript, updateScript, checkScript, renewScript, allowanceScript, attachScript)
+var lib = newLibrary(reserveScript, updateScript, settleScript, checkScript, renewScript, allowanceScript, attachScript)
 
 type library struct {
 	name, code string

@@ -410,15 +410,18 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
 	at := s.now()
 	k, hist := s.knownFor(id, c)
-	args := []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
+	sc, args := settleScript, s.settleArgs(k, hist, &c, at, id)
+	if args == nil {
+		sc, args = updateScript, []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
+	}
 	fill := func(p redis.Pipeliner, full bool) {
-		s.eval(ctx, p, updateScript, full, keys, args...)
+		s.eval(ctx, p, sc, full, keys, args...)
 	}
 	if cached {
 		// The index goes with the update, in the same round trip.
 		ttl := indexTTL(c.To, l.retention)
 		fill = func(p redis.Pipeliner, full bool) {
-			s.eval(ctx, p, updateScript, full, keys, args...)
+			s.eval(ctx, p, sc, full, keys, args...)
 			p.Set(ctx, s.indexKey(id), l.tag, ttl)
 		}
 	}
@@ -439,6 +442,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.fail(op, err)
 	}
 	status, _ := v[0].(string)
+	if status == "moved" {
+		// The record is no longer as this Store knew it: the update
+		// script makes the change, or says why not.
+		s.known.Drop(id)
+		return s.Update(ctx, id, c)
+	}
 	if status == "notfound" {
 		s.tags.Drop(id)
 		s.known.Drop(id)
