@@ -67,3 +67,10 @@ func OverlapWrite(ctx context.Context, s *Store, rec *record.Record) error {
 	s.attaches.Flush(done)
 	return err
 }
+
+// FlightTTL is flightTTL, and FlightMS the script that runs the scripts'
+// flight_ms on its arguments, to check that they agree.
+var FlightTTL, FlightMS = flightTTL, luaLib + "return flight_ms(ARGV[1], ARGV[2], ARGV[3])"
+
+// EncTime and EncDuration store a time and a duration as the scripts do.
+var EncTime, EncDuration = encTime, encDuration

@@ -246,7 +246,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	tag := tagOf(r.Key)
 	f, hist := newFields(r, now, opts.Dispatch)
 	args := append([]any{now, s.channel, s.recordPrefix(tag), r.ID, replaceList(opts.Replace), r.Fingerprint,
-		encTime(r.LeaseUntil), encDuration(r.Retention)}, f...)
+		flightTTL(now, encTime(r.LeaseUntil), r.Retention), tag}, f...)
 	// The script writes the id's index when it wins, so that another
 	// process finds the record by its id from the start (one that
 	// attached to it waits on it by id, while this one may wait for its
@@ -497,24 +497,6 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 func decided(rec *record.Record) bool {
 	n := len(rec.History)
 	return n >= 2 && rec.History[n-2].State == record.Accepted && rec.State != record.Accepted && rec.State != record.Dispatched
-}
-
-// recordTTL is the Redis TTL of a record settled with retention r.
-func recordTTL(r time.Duration) time.Duration {
-	return min(max(r, 0), maxTTL).Truncate(time.Millisecond) + ttlGrace
-}
-
-// indexFlightTTL is the TTL of the index of a record in flight. Renew
-// extends it, so it lapses only for a record whose owner is gone and that
-// no one settled: one no process can find but by its key.
-const indexFlightTTL = 24 * time.Hour
-
-// indexTTL is the TTL of the index of a record in state st.
-func indexTTL(st record.State, retention time.Duration) time.Duration {
-	if st.InFlight() {
-		return indexFlightTTL
-	}
-	return recordTTL(retention)
 }
 
 // fixIndex sets the TTL of the index of rec as its state requires, when the

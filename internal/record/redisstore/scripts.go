@@ -29,9 +29,9 @@ var (
 	//	ARGV[1] now, [2] the channel, [3] the tag's record key prefix,
 	//	[4] the new id, [5] the replaceable states as ",a,b,",
 	//	[6] the new record's fingerprint (only a record of the same
-	//	action is replaced before it expires), [7] and [8] its lease
-	//	and retention, as in its fields,
-	//	[9...] the new record's fields and values
+	//	action is replaced before it expires), [7] its TTL in
+	//	milliseconds as flight_ms gives it, or "" for none (flightTTL),
+	//	[8] the tag, [9...] the new record's fields and values
 	//
 	// It returns {won, orphan id, orphan TTL ms, holder fields}: won is 1,
 	// 0 (the holder is returned; the caller counts the attach if it is of
@@ -67,15 +67,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 9))
 -- The record is new and has no TTL: one is set only if it has a lease.
-local ttl = flight_ms(now, ARGV[7], ARGV[8])
-if ttl then
+local ttl = ARGV[7]
+if ttl ~= '' then
   redis.call('SET', KEYS[1], ARGV[4], 'PX', ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
 else
   redis.call('SET', KEYS[1], ARGV[4])
 end
 if KEYS[3] then
-  redis.call('SET', KEYS[3], string.match(ARGV[3], '{([^}]*)}'), 'PX', `+strconv.FormatInt(indexFlightTTL.Milliseconds(), 10)+`)
+  redis.call('SET', KEYS[3], ARGV[8], 'PX', `+strconv.FormatInt(indexFlightTTL.Milliseconds(), 10)+`)
 end
 if oid ~= '' then
   return {1, oid, ottl, redis.call('HGETALL', ARGV[3] .. oid)}
@@ -213,7 +213,8 @@ end
 -- lease ends, when it would expire had it been settled as an orphan then.
 -- A record whose owner died and that no one asks for again is thus
 -- dropped too. A record without a lease cannot become an orphan, and has
--- no TTL: it returns nil.
+-- no TTL: it returns nil. A reservation's is worked out by the client
+-- (flightTTL).
 local function flight_ms(now, lease, retention)
   if lease == '' then return nil end
   local ttl = math.min(math.floor(tonumber(retention) / 1e6), MAX_TTL_MS) + GRACE_MS
