@@ -414,10 +414,20 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if args == nil {
 		sc, args = updateScript, []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
 	}
+	// The index goes with the update, in the same round trip: the
+	// settle script writes it when it settles, where the index is in
+	// its slot (indexed); else it is sent beside the script if the tag
+	// came from the cache (withIndex), and else fixed once the record
+	// is read.
+	withIndex, indexed := cached, false
+	if sc == settleScript && s.cluster == nil {
+		keys, args = append(keys, s.indexKey(id)), append(args, l.tag)
+		withIndex, indexed = false, true
+	}
 	fill := func(p redis.Pipeliner, full bool) {
 		s.eval(ctx, p, sc, full, keys, args...)
 	}
-	if cached {
+	if withIndex {
 		// The index goes with the update, in the same round trip.
 		ttl := indexTTL(c.To, l.retention)
 		fill = func(p redis.Pipeliner, full bool) {
@@ -429,7 +439,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	if cached {
+	if withIndex {
 		if err := cmds[1].Err(); err != nil && cmds[0].Err() == nil {
 			s.log.Warn("writing an index", "execution", id, "store", s.name, "err", err)
 		}
@@ -453,7 +463,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		s.known.Drop(id)
 		s.untrack(id)
 		s.keepSecret(ctx, true) // the store may have lost its data
-		if cached {
+		if withIndex {
 			// The index just written points nowhere.
 			_ = s.rdb.Del(ctx, s.indexKey(id)).Err()
 		}
@@ -472,12 +482,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.fail(op, err)
 	}
 	if status == "conflict" {
-		if cached {
+		if withIndex {
 			s.fixIndex(ctx, rec) // the pipeline set it for the change refused
 		}
 		return nil, fmt.Errorf("%s from %s to %s: %w", op, rec.State, c.To, record.ErrConflict)
 	}
-	if !cached {
+	if !withIndex && !indexed {
 		s.fixIndex(ctx, rec)
 	}
 	if rec.State.Settled() || decided(rec) {

@@ -18,12 +18,13 @@ import (
 // settleScript settles a record the Store knows, in its common life:
 // dispatched to completed, or completed to delivered.
 //
-//	KEYS[1] the record, KEYS[2] its holder key
+//	KEYS[1] the record, KEYS[2] its holder key, KEYS[3] its index, left
+//	out in a Cluster, where it is in another slot and Update writes it
 //	ARGV[1] the id, [2] the channel, [3] the length of the history as
 //	the Store knows it, [4] the new state, [5] its transition as the
 //	history keeps it (JSON), [6] expires_at, [7] the TTL in
 //	milliseconds, [8] "1" to publish the settle, [9] "=" and the result,
-//	or ""
+//	or "", [10] the tag, with KEYS[3]
 //
 // It returns {"moved"} and writes nothing if the history is not the
 // length given: a transition came between, or the record is gone, and
@@ -44,6 +45,7 @@ else
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[10], 'PX', ARGV[7]) end
 if ARGV[8] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[1]) end
 return {'applied', #hist, h[2] or '0', '', ARGV[6]}
 `)
