@@ -42,6 +42,12 @@
 // nanoseconds; the server's clock is never read. Go-redis is set never to
 // resend a command (MaxRetries -1): a script that timed out may have run.
 //
+// An update of a record the Store knows (known.go) that settles it in a
+// new execution's common life, dispatched to completed or completed to
+// delivered, runs the settle script: the client works out the change,
+// and the script only checks that the record is still as the Store knows
+// it and writes, or answers that it moved on (settle.go).
+//
 // The scripts of Reserve and Update are sent in batches: what callers
 // queued while the senders were busy goes in one pipeline, up to 64
 // calls, and a call alone goes at once (batch.go). A pipeline is not a
@@ -55,8 +61,9 @@
 // or read (a bounded cache, plus the records its owners keep in flight), so
 // these calls make one round trip. A process that has only the id reads the
 // index key Pi:<id> first. The reservation script writes that index, and
-// Update writes it in the same pipeline as its script, so a record is
-// findable by id alone from its reservation on.
+// Update writes it in the same pipeline as its script (the settle script
+// writes it itself, outside a Cluster), so a record is findable by id
+// alone from its reservation on.
 //
 // # Expiry
 //
