@@ -402,44 +402,23 @@ func (s *Store) orphanSettled(ctx context.Context, id string, ttl int64) {
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
+	return s.update(ctx, id, c, true)
+}
+
+// update is Update; by the settle script where it can make c, if
+// trySettle.
+func (s *Store) update(ctx context.Context, id string, c record.Change, trySettle bool) (*record.Record, error) {
 	op := "updating " + id
 	reading, l, cached, err := s.find(ctx, op, id)
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
-	at := s.now()
-	k, hist := s.knownFor(id, c)
-	sc, args := settleScript, s.settleArgs(k, hist, &c, at, id)
-	if args == nil {
-		sc, args = updateScript, []any{encTime(at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner, encTime(c.LeaseFrom(at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
-	}
-	// The index goes with the update, in the same round trip: the
-	// settle script writes it when it settles, where the index is in
-	// its slot (indexed); else it is sent beside the script if the tag
-	// came from the cache (withIndex), and else fixed once the record
-	// is read.
-	withIndex, indexed := cached, false
-	if sc == settleScript && s.cluster == nil {
-		keys, args = append(keys, s.indexKey(id)), append(args, l.tag)
-		withIndex, indexed = false, true
-	}
-	fill := func(p redis.Pipeliner, full bool) {
-		s.eval(ctx, p, sc, full, keys, args...)
-	}
-	if withIndex {
-		// The index goes with the update, in the same round trip.
-		ttl := indexTTL(c.To, l.retention)
-		fill = func(p redis.Pipeliner, full bool) {
-			s.eval(ctx, p, sc, full, keys, args...)
-			p.Set(ctx, s.indexKey(id), l.tag, ttl)
-		}
-	}
-	cmds, replicas, err := s.send(ctx, fill)
+	u := s.newUpdateCall(ctx, id, l, cached, &c, trySettle)
+	cmds, replicas, err := s.send(ctx, u.fill)
 	if err != nil {
 		return nil, s.wrap(op, err)
 	}
-	if withIndex {
+	if u.indexInPipeline {
 		if err := cmds[1].Err(); err != nil && cmds[0].Err() == nil {
 			s.log.Warn("writing an index", "execution", id, "store", s.name, "err", err)
 		}
@@ -456,14 +435,14 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		// The record is no longer as this Store knew it: the update
 		// script makes the change, or says why not.
 		s.known.Drop(id)
-		return s.Update(ctx, id, c)
+		return s.update(ctx, id, c, false)
 	}
 	if status == "notfound" {
 		s.tags.Drop(id)
 		s.known.Drop(id)
 		s.untrack(id)
 		s.keepSecret(ctx, true) // the store may have lost its data
-		if withIndex {
+		if u.indexInPipeline {
 			// The index just written points nowhere.
 			_ = s.rdb.Del(ctx, s.indexKey(id)).Err()
 		}
@@ -474,7 +453,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	}
 	var rec *record.Record
 	if status == "applied" {
-		rec, err = s.applied(k, c, at, v)
+		rec, err = s.applied(u.known, c, u.at, v)
 	} else {
 		rec, err = s.updatedReply(v, l.tag, status == "ok")
 	}
@@ -482,12 +461,12 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 		return nil, s.fail(op, err)
 	}
 	if status == "conflict" {
-		if withIndex {
+		if u.indexInPipeline {
 			s.fixIndex(ctx, rec) // the pipeline set it for the change refused
 		}
 		return nil, fmt.Errorf("%s from %s to %s: %w", op, rec.State, c.To, record.ErrConflict)
 	}
-	if !withIndex && !indexed {
+	if !u.indexInPipeline && !u.indexInScript {
 		s.fixIndex(ctx, rec)
 	}
 	if rec.State.Settled() || decided(rec) {

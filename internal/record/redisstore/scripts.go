@@ -185,6 +185,13 @@ local function before(a, b)
   return ah < bh or (ah == bh and al < bl)
 end
 
+-- ms returns the duration d, in nanoseconds, in whole milliseconds. A
+-- double holds nanoseconds exactly only up to 2^53, about 104 days.
+local function ms(d)
+  local h, l = split(d)
+  return h * 1000 + math.floor(l / 1e6)
+end
+
 -- add returns time t plus the duration d.
 local function add(t, d)
   local th, tl = split(t)
@@ -217,7 +224,7 @@ end
 -- (flightTTL).
 local function flight_ms(now, lease, retention)
   if lease == '' then return nil end
-  local ttl = math.min(math.floor(tonumber(retention) / 1e6), MAX_TTL_MS) + GRACE_MS
+  local ttl = math.min(ms(retention), MAX_TTL_MS) + GRACE_MS
   if before(now, lease) then
     local lh, ll = split(lease)
     local nh, nl = split(now)
@@ -277,7 +284,7 @@ local function apply(rk, hk, id, cur, to, now, note, result, err, owner, lease, 
   -- decision, and no one waits for that one: it is not published.
   local decided = from == ACCEPTED and (awaited or to ~= DISPATCHED)
   if not INFLIGHT[to] then
-    local ttl = math.min(math.floor(tonumber(cur.retention) / 1e6), MAX_TTL_MS) + GRACE_MS
+    local ttl = math.min(ms(cur.retention), MAX_TTL_MS) + GRACE_MS
     local exp = add(now, cur.retention)
     push(f, 'expires_at', exp)
     push(f, 'lease_until', '')

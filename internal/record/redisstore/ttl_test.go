@@ -33,6 +33,7 @@ func TestFlightTTLAsTheScriptsGiveIt(t *testing.T) {
 		{"a retention of a part of a millisecond", now.Add(time.Second), 1500 * time.Microsecond},
 		{"no retention", now.Add(time.Second), 0},
 		{"a negative retention", now.Add(time.Second), -time.Hour},
+		{"a retention past 2^53 ns with a part of a millisecond", now.Add(time.Second), 17_279_999_999_999_999},
 		{"a retention of 200 years", now.Add(time.Second), 200 * year},
 		{"a lease 200 years ahead", now.Add(200 * year), time.Hour},
 		{"both 99 years", now.Add(99 * year), 99 * year},
