@@ -45,8 +45,9 @@
 // An update of a record the Store knows (known.go) that settles it in a
 // new execution's common life, dispatched to completed or completed to
 // delivered, runs the settle script: the client works out the change,
-// and the script only checks that the record is still as the Store knows
-// it and writes, or answers that it moved on (settle.go).
+// and the script only checks that the record is in the state, with a
+// history of the length, that the Store knows, and writes; or answers
+// that it moved on (settle.go).
 //
 // The scripts of Reserve and Update are sent in batches: what callers
 // queued while the senders were busy goes in one pipeline, up to 64
