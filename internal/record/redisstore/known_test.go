@@ -14,16 +14,36 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 )
 
-// replies is a client hook that counts the replies of the scripts by
-// their first member ("applied", "ok", ...).
-type replies struct {
-	mu sync.Mutex
-	n  map[string]int
+// A tally is a client hook that counts the commands it sees by what key
+// names them, those it names.
+type tally struct {
+	key func(redis.Cmder) (string, bool)
+	mu  sync.Mutex
+	n   map[string]int
 }
 
-func (h *replies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func newTally(key func(redis.Cmder) (string, bool)) *tally {
+	return &tally{key: key, n: make(map[string]int)}
+}
 
-func (h *replies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// replies counts the replies of the scripts by their first member
+// ("applied", "ok", ...).
+func replies(cmd redis.Cmder) (string, bool) {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return "", false
+	}
+	v, ok := c.Val().([]any)
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	s, ok := v[0].(string)
+	return s, ok
+}
+
+func (h *tally) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tally) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		h.count(cmd)
@@ -31,7 +51,7 @@ func (h *replies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *replies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *tally) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
@@ -41,24 +61,18 @@ func (h *replies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-func (h *replies) count(cmd redis.Cmder) {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return
-	}
-	if v, ok := c.Val().([]any); ok && len(v) > 0 {
-		if s, ok := v[0].(string); ok {
-			h.mu.Lock()
-			h.n[s]++
-			h.mu.Unlock()
-		}
+func (h *tally) count(cmd redis.Cmder) {
+	if k, ok := h.key(cmd); ok {
+		h.mu.Lock()
+		h.n[k]++
+		h.mu.Unlock()
 	}
 }
 
-func (h *replies) get(kind string) int {
+func (h *tally) get(k string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.n[kind]
+	return h.n[k]
 }
 
 // An update of a record the store knows is answered with what changed,
@@ -70,7 +84,7 @@ func TestUpdatesAnswerWhatChanged(t *testing.T) {
 	prefix := newPrefix(t, url)
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 999_999_999, time.UTC))
 	s, other := open(t, url, prefix, clock.Now), open(t, url, prefix, clock.Now)
-	h := &replies{n: make(map[string]int)}
+	h := newTally(replies)
 	redisstore.Client(s).AddHook(h)
 	ctx := t.Context()
 	r := newRecord("k")

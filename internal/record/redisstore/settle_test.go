@@ -1,13 +1,11 @@
 package redisstore_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"maps"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +16,15 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 )
 
-// fcalls is a client hook that counts the functions called (FCALL), by
-// the end of their name: "settle", "update", ...
-type fcalls struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (h *fcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *fcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
+// fcalls counts the functions called (FCALL) by the end of their name:
+// "settle", "update", ...
+func fcalls(cmd redis.Cmder) (string, bool) {
+	args := cmd.Args()
+	if cmd.Name() != "fcall" || len(args) < 2 {
+		return "", false
 	}
-}
-
-func (h *fcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *fcalls) count(cmd redis.Cmder) {
-	if args := cmd.Args(); cmd.Name() == "fcall" && len(args) > 1 {
-		fn, _ := args[1].(string)
-		h.mu.Lock()
-		h.n[fn[strings.LastIndexByte(fn, '_')+1:]]++
-		h.mu.Unlock()
-	}
-}
-
-func (h *fcalls) get(fn string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n[fn]
+	fn, _ := args[1].(string)
+	return fn[strings.LastIndexByte(fn, '_')+1:], true
 }
 
 // A new execution's completed and delivered, which the store makes with
@@ -69,7 +38,7 @@ func TestSettleWritesWhatUpdateWrites(t *testing.T) {
 	// whose TTL runs to its expiry.
 	clock := recordtest.NewClock(time.Now().Truncate(time.Second).Add(999_999_999))
 	s := open(t, url, prefix, clock.Now)
-	h := &fcalls{n: make(map[string]int)}
+	h := newTally(fcalls)
 	redisstore.Client(s).AddHook(h)
 	raw := rawClient(t, url)
 	ctx := t.Context()
@@ -148,7 +117,7 @@ func TestSettleOfARecordMovedElsewhere(t *testing.T) {
 	url := serverURL(t)
 	prefix := newPrefix(t, url)
 	s, other := open(t, url, prefix, nil), open(t, url, prefix, nil)
-	h := &fcalls{n: make(map[string]int)}
+	h := newTally(fcalls)
 	redisstore.Client(s).AddHook(h)
 	raw := rawClient(t, url)
 	ctx := t.Context()
