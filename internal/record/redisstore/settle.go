@@ -108,9 +108,11 @@ func (s *Store) newUpdateCall(ctx context.Context, id string, l loc, cached bool
 	k, hist := s.knownFor(id, *c)
 	u.known = k
 	keys := []string{s.recordKey(l.tag, id), s.holderKey(l.tag)}
-	sc := settleScript
-	args, ok := s.settleArgs(k, hist, c, u.at)
-	if !ok || !trySettle {
+	sc, args, ok := settleScript, []any(nil), false
+	if trySettle {
+		args, ok = s.settleArgs(k, hist, c, u.at)
+	}
+	if !ok {
 		sc, args = updateScript, []any{encTime(u.at), s.channel, id, string(c.To), c.Note, encBytes(c.Result), encBytes(c.Error), c.Owner,
 			encTime(c.LeaseFrom(u.at)), string(c.From), c.By, c.Via, hist, c.Holder, encAttempts(c.Attempts)}
 	}

@@ -30,7 +30,7 @@ func indexTTL(st record.State, retention time.Duration) time.Duration {
 // as the scripts store them: its retention and the grace after its lease
 // ends. A record without a lease has none: "". Worked out here rather
 // than in the reservation script, where it cost the server about a
-// tenth of the script.
+// sixth of the script.
 func flightTTL(now, lease string, retention time.Duration) string {
 	if lease == "" {
 		return ""
