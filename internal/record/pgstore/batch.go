@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ type stmt struct {
 	scan  func(pgx.Row) error // reads the row
 	now   time.Time           // the time of its write, set by prepare
 	argv  []any               // args(now), set by prepare
+	known *knownRow           // for an update of a known record, its values, set by prepare
 	err   error               // scan's, or the batch's
 }
 
@@ -166,7 +168,7 @@ func (s *Store) tryBatch(ctx context.Context, l *link, pending, alone []*batch.C
 		return nil, alone
 	}
 	bctx, cancel := s.bounded(ctx)
-	rows, err := runBatch(bctx, l.conn, pending)
+	rows, err := s.runBatch(bctx, l.conn, pending)
 	cancel()
 	var pgErr *pgconn.PgError
 	switch {
@@ -237,7 +239,36 @@ func (l *link) release() {
 // returns their rows, read but not yet decoded, and the batch's error.
 // Decoding waits for the commit: pgx fails every later row of a batch
 // after one it could not decode, whose statements commit all the same.
-func runBatch(ctx context.Context, conn *pgxpool.Conn, calls []*batch.Call[*stmt]) ([]rawRow, error) {
+// Updates of known records go in one statement (knownset.go), unless
+// the server refuses it.
+func (s *Store) runBatch(ctx context.Context, conn *pgxpool.Conn, calls []*batch.Call[*stmt]) ([]rawRow, error) {
+	if knownSet(calls) {
+		rows, err := s.runKnownSet(ctx, conn, calls)
+		if ctx.Err() != nil || conn.Conn().IsClosed() || !resendable(err) {
+			return rows, err
+		}
+		// It rolled back whole. A statement each tells which one the
+		// server refuses.
+	}
+	return runStatements(ctx, conn, calls)
+}
+
+// resendable reports whether err, which rolled back a batch sent as one
+// statement, is one that the server would name a single statement of
+// the batch for, had each been sent alone: a row held past
+// batchLockTimeout, a deadlock, a serialization failure, or a value the
+// server refuses (classes 22 and 23). Any other error (a timeout, the
+// end of the session) fails each of its calls alone (tryBatch).
+func resendable(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) != "ERROR" {
+		return false // FATAL: the session is over, and the transaction with it
+	}
+	return retryAlone(err) || strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23")
+}
+
+// runStatements is runBatch, with a statement for each call.
+func runStatements(ctx context.Context, conn *pgxpool.Conn, calls []*batch.Call[*stmt]) ([]rawRow, error) {
 	var b pgx.Batch
 	b.Queue("SELECT set_config('lock_timeout', $1, true)", batchLockTimeout)
 	for _, c := range calls {
@@ -301,26 +332,33 @@ func readRow(br pgx.BatchResults, types *pgtype.Map) rawRow {
 	defer rows.Close()
 	r := rawRow{types: types}
 	if rows.Next() {
-		r.fields = slices.Clone(rows.FieldDescriptions())
-		// The values are copied into one buffer: a row is about twenty
-		// of them, and an allocation each was a twentieth of the
-		// client's CPU at 32 executions in flight.
-		raw, n := rows.RawValues(), 0
-		for _, v := range raw {
-			n += len(v)
-		}
-		buf := make([]byte, 0, n)
-		r.values = make([][]byte, len(raw))
-		for i, v := range raw {
-			if v != nil { // a NULL stays nil
-				buf = append(buf, v...)
-				r.values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
-			}
-		}
+		r = ownRow(types, rows.FieldDescriptions(), rows.RawValues())
 	}
 	rows.Close()
 	if r.err = rows.Err(); r.err == nil && r.values == nil {
 		r.err = pgx.ErrNoRows
+	}
+	return r
+}
+
+// ownRow returns the row of fields and raw, copied: pgx's are its own
+// only until the next row.
+func ownRow(types *pgtype.Map, fields []pgconn.FieldDescription, raw [][]byte) rawRow {
+	r := rawRow{types: types, fields: slices.Clone(fields)}
+	// The values are copied into one buffer: a row is about twenty of
+	// them, and an allocation each was a twentieth of the client's CPU
+	// at 32 executions in flight.
+	n := 0
+	for _, v := range raw {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	r.values = make([][]byte, len(raw))
+	for i, v := range raw {
+		if v != nil { // a NULL stays nil
+			buf = append(buf, v...)
+			r.values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
+		}
 	}
 	return r
 }

@@ -57,8 +57,9 @@ func (s *Store) changeKnown(k *record.Record, c record.Change, from []record.Sta
 	rec := new(*record.Record)
 	st := &stmt{sql: s.q.updateKnown, order: k.ID}
 	st.args = func(now time.Time) ([]any, error) {
-		args, err := changeArgs(k.ID, c, now)
-		return append(args, states, len(k.History)), err
+		row, err := changeArgs(k.ID, c, now)
+		st.known = &knownRow{changeRow: row, from: states, length: len(k.History)}
+		return append(row.args(), states, len(k.History)), err
 	}
 	st.scan = func(row pgx.Row) error {
 		var lease, expires pgtype.Timestamptz

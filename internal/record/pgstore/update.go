@@ -41,9 +41,12 @@ const heldBy = `($holder::text = '' OR owner = $holder::text) AND ($attempts::in
 // history still has $known transitions, and returns only what may have
 // changed since (known.go).
 var updateKnownSQL = params(`UPDATE {schema}.records SET`+updateSet+`
-WHERE id = $id AND state = ANY($from::text[]) AND `+heldBy+` AND jsonb_array_length(history) = $known::integer
+WHERE `+knownWhere+`
 RETURNING attached, lease_until, expires_at`,
 	"id", "to", "entry", "dispatch", "result", "error", "owner", "settles", "lease_until", "now", "holder", "attempts", "from", "known")
+
+// knownWhere is updateKnownSQL's condition.
+const knownWhere = `id = $id AND state = ANY($from::text[]) AND ` + heldBy + ` AND jsonb_array_length(history) = $known::integer`
 
 // Update implements record.Store.
 func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record.Record, error) {
@@ -139,8 +142,8 @@ func (s *Store) change(id string, c record.Change, from []record.State, orphanOn
 	return &stmt{
 		sql: s.q.update,
 		args: func(now time.Time) ([]any, error) {
-			args, err := changeArgs(id, c, now)
-			return append(args, states, orphanOnly), err
+			row, err := changeArgs(id, c, now)
+			return append(row.args(), states, orphanOnly), err
 		},
 		order: id,
 		scan: func(row pgx.Row) (err error) {
@@ -150,9 +153,29 @@ func (s *Store) change(id string, c record.Change, from []record.State, orphanOn
 	}, rec
 }
 
-// changeArgs returns the arguments that updateSQL and updateKnownSQL
-// share, for c applied to the record id at now.
-func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
+// A changeRow is a change's values as updateSQL and updateKnownSQL take
+// them, in the order of their parameters (args).
+type changeRow struct {
+	id, to      string
+	entry       []byte // the transition, a one-element JSON array
+	dispatch    int    // 1 for a dispatch, counted as an attempt
+	result, err any    // rawJSON's
+	owner       string
+	settles     bool
+	lease       any // timestamp's
+	now         time.Time
+	holder      string
+	attempts    int
+}
+
+// args returns r as the statements' arguments.
+func (r *changeRow) args() []any {
+	return []any{r.id, r.to, r.entry, r.dispatch, r.result, r.err, r.owner, r.settles, r.lease, r.now, r.holder, r.attempts}
+}
+
+// changeArgs returns the values that updateSQL and updateKnownSQL share,
+// for c applied to the record id at now.
+func changeArgs(id string, c record.Change, now time.Time) (changeRow, error) {
 	dispatch := 0
 	if c.To == record.Dispatched {
 		dispatch = 1
@@ -161,8 +184,8 @@ func changeArgs(id string, c record.Change, now time.Time) ([]any, error) {
 	// output, or a decider's name, might hold.
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 	entry, err := record.AppendHistoryJSON(nil, []record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
-	return []any{id, string(c.To), entry, dispatch, rawJSON(c.Result), rawJSON(c.Error), c.Owner, c.To.Settled(),
-		timestamp(c.LeaseFrom(now)), now, c.Holder, c.Attempts}, err
+	return changeRow{id: id, to: string(c.To), entry: entry, dispatch: dispatch, result: rawJSON(c.Result), err: rawJSON(c.Error),
+		owner: c.Owner, settles: c.To.Settled(), lease: timestamp(c.LeaseFrom(now)), now: now, holder: c.Holder, attempts: c.Attempts}, err
 }
 
 // stateTexts returns states as text, for a text[] parameter.
