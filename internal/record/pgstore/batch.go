@@ -72,13 +72,14 @@ type stmt struct {
 	// args returns the statement's arguments for a write made at now,
 	// the time the statement got its connection: a lease starts when it
 	// is written, not before its wait in the queue.
-	args  func(now time.Time) ([]any, error)
-	order string              // the row it writes: a batch runs its statements in this order
-	scan  func(pgx.Row) error // reads the row
-	now   time.Time           // the time of its write, set by prepare
-	argv  []any               // args(now), set by prepare
-	known *knownRow           // for an update of a known record, its values, set by prepare
-	err   error               // scan's, or the batch's
+	args    func(now time.Time) ([]any, error)
+	order   string              // the row it writes: a batch runs its statements in this order
+	scan    func(pgx.Row) error // reads the row
+	now     time.Time           // the time of its write, set by prepare
+	argv    []any               // args(now), set by prepare
+	known   *knownRow           // for an update of a known record, its values, set by prepare
+	reserve *reserveRow         // for a reservation's first pass, its values, set by prepare
+	err     error               // scan's, or the batch's
 }
 
 // prepare makes st's arguments for a write made at now.
@@ -239,11 +240,11 @@ func (l *link) release() {
 // returns their rows, read but not yet decoded, and the batch's error.
 // Decoding waits for the commit: pgx fails every later row of a batch
 // after one it could not decode, whose statements commit all the same.
-// Updates of known records go in one statement (knownset.go), unless
-// the server refuses it.
+// A batch of one kind may go as one statement (set.go), unless the
+// server refuses it.
 func (s *Store) runBatch(ctx context.Context, conn *pgxpool.Conn, calls []*batch.Call[*stmt]) ([]rawRow, error) {
-	if knownSet(calls) {
-		rows, err := s.runKnownSet(ctx, conn, calls)
+	if sql, args, ok := s.setOf(calls); ok {
+		rows, err := runSet(ctx, conn, sql, args, len(calls))
 		if ctx.Err() != nil || conn.Conn().IsClosed() || !resendable(err) {
 			return rows, err
 		}

@@ -23,6 +23,14 @@ import (
 // for it. The returned function lets them go and waits for them.
 func holdSenders(t *testing.T, s *Store) func() {
 	t.Helper()
+	return holdSendersWith(t, s, "held", senders)
+}
+
+// holdSendersWith is holdSenders, with a held key of its own, once n
+// statements on the schema wait for a lock: the senders of other Stores
+// held on it too.
+func holdSendersWith(t *testing.T, s *Store, key string, n int) func() {
+	t.Helper()
 	ctx := t.Context()
 	if err := s.ensure(ctx); err != nil {
 		t.Fatal(err)
@@ -32,21 +40,21 @@ func holdSenders(t *testing.T, s *Store) func() {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a no-op once released
-	held := newRecord("held", time.Now())
+	held := newRecord(key, time.Now())
 	if _, err := tx.Exec(ctx, s.sql(`INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool,
 		state, history, attempts, attached, retention, owner)
-		VALUES ($1, 'held', true, '', '', '', '', '', 'accepted', '[]', 0, 0, '1 hour', '')`), held.ID); err != nil {
+		VALUES ($1, $2, true, '', '', '', '', '', 'accepted', '[]', 0, 0, '1 hour', '')`), held.ID, key); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Go(func() {
-			if _, _, err := s.Reserve(context.Background(), newRecord("held", time.Now()), record.ReserveOptions{}); err != nil {
+			if _, _, err := s.Reserve(context.Background(), newRecord(key, time.Now()), record.ReserveOptions{}); err != nil {
 				t.Errorf("a held reservation: %v", err)
 			}
 		})
 	}
-	lockWaits(t, s, senders)
+	lockWaits(t, s, n)
 	var once sync.Once
 	release := func() {
 		once.Do(func() {

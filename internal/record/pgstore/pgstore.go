@@ -202,7 +202,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.q = queries{
 		reserve: s.sql(reserveSQL), holder: s.sql(holderSQL), release: s.sql(releaseSQL),
-		update: s.sql(updateSQL), updateKnown: s.sql(updateKnownSQL), updateKnownSet: s.sql(updateKnownSetSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
+		update: s.sql(updateSQL), updateKnown: s.sql(updateKnownSQL), updateKnownSet: s.sql(updateKnownSetSQL), reserveSet: s.sql(reserveSetSQL), get: s.sql(getSQL), watch: s.sql(watchSQL), renew: s.sql(renewSQL), purge: s.sql(purgeSQL), orphans: s.sql(orphansSQL),
 		secretInsert: s.sql(secretInsertSQL), secretSelect: s.sql(secretSelectSQL), flushAttaches: s.sql(flushAttachesSQL), attachedOf: s.sql(attachedOfSQL),
 	}
 	if s.log == nil {
@@ -370,7 +370,7 @@ const (
 
 // queries are the statements above for one schema.
 type queries struct {
-	reserve, holder, release, update, updateKnown, updateKnownSet, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches, attachedOf string
+	reserve, reserveSet, holder, release, update, updateKnown, updateKnownSet, get, watch, renew, purge, orphans, secretInsert, secretSelect, flushAttaches, attachedOf string
 }
 
 // params replaces the named parameters $name in q by $1, $2... in the

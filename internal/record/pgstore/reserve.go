@@ -24,10 +24,8 @@ import (
 // again.
 var reserveSQL = params(`
 WITH ins AS (
-	INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
-		attempts, attached, result, error, retention, owner, lease_until, awaiting)
-	VALUES ($id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, $state, $history,
-		$attempts, $attached, $result, $error, $retention, $owner, $lease_until, $awaiting)
+	`+reserveInto+`
+	VALUES (`+reserveValues+`)
 	ON CONFLICT (key) WHERE holds_key DO NOTHING
 	RETURNING `+columns+`
 ), att AS (
@@ -40,6 +38,15 @@ UNION ALL
 SELECT false, `+columns+` FROM att`,
 	"id", "key", "fingerprint", "actor", "scope", "upstream", "tool", "history", "attempts", "attached",
 	"result", "error", "retention", "owner", "lease_until", "now", "replace", "awaiting", "state")
+
+// reserveInto and reserveValues are what reserveSQL inserts, and
+// reserveSetSQL for each row of its arrays.
+const (
+	reserveInto = `INSERT INTO {schema}.records (id, key, holds_key, fingerprint, actor, scope, upstream, tool, state, history,
+		attempts, attached, result, error, retention, owner, lease_until, awaiting)`
+	reserveValues = `$id, $key, true, $fingerprint, $actor, $scope, $upstream, $tool, $state, $history::jsonb,
+		$attempts, $attached, $result::json, $error::json, $retention, $owner, $lease_until, $awaiting`
+)
 
 // holderSQL reads the record holding a key.
 const holderSQL = `SELECT ` + columns + ` FROM {schema}.records WHERE key = $1 AND holds_key`
@@ -206,27 +213,29 @@ func (s *Store) purgeNow(ctx context.Context) {
 // which scans into *rec the record it returns and into *won whether it is
 // r's own.
 func (s *Store) reserveStmt(r *record.Record, opts record.ReserveOptions, replace []string, rec **record.Record, won *bool) *stmt {
-	return &stmt{
-		sql: s.q.reserve,
-		args: func(now time.Time) ([]any, error) {
-			// The record as inserted: accepted, or, asked to,
-			// dispatched too in the same statement, one WAL sync for
-			// both.
-			fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
-			if opts.Dispatch {
-				fresh.Apply(&record.Change{To: record.Dispatched}, now)
-			}
-			history, err := record.AppendHistoryJSON(nil, fresh.History)
-			return []any{r.ID, r.Key, r.Fingerprint, r.Actor, r.Scope, r.Upstream, r.Tool, history, fresh.Attempts, r.Attached,
-				rawJSON(r.Result), rawJSON(r.Error), r.Retention, r.Owner, timestamp(opts.LeaseFrom(r, now)), now, replace, fresh.Awaiting,
-				string(fresh.State)}, err
-		},
+	st := &stmt{
+		sql:   s.q.reserve,
 		order: r.Key,
 		scan: func(row pgx.Row) (err error) {
 			*rec, err = scanRecord(row, won)
 			return err
 		},
 	}
+	st.args = func(now time.Time) ([]any, error) {
+		// The record as inserted: accepted, or, asked to, dispatched
+		// too in the same statement, one WAL sync for both.
+		fresh := &record.Record{State: record.Accepted, History: []record.Transition{{State: record.Accepted, At: now}}, Attempts: r.Attempts, Awaiting: r.Awaiting}
+		if opts.Dispatch {
+			fresh.Apply(&record.Change{To: record.Dispatched}, now)
+		}
+		history, err := record.AppendHistoryJSON(nil, fresh.History)
+		st.reserve = &reserveRow{id: r.ID, key: r.Key, fingerprint: r.Fingerprint, actor: r.Actor, scope: r.Scope,
+			upstream: r.Upstream, tool: r.Tool, history: history, attempts: fresh.Attempts, attached: r.Attached,
+			result: rawJSON(r.Result), errJSON: rawJSON(r.Error), retention: r.Retention, owner: r.Owner,
+			lease: timestamp(opts.LeaseFrom(r, now)), now: now, replace: replace, awaiting: fresh.Awaiting, state: string(fresh.State)}
+		return st.reserve.args(), err
+	}
+	return st
 }
 
 // clearHolder deals with the holder of r's key, which Reserve could

@@ -156,21 +156,21 @@ func (s *Store) change(id string, c record.Change, from []record.State, orphanOn
 // A changeRow is a change's values as updateSQL and updateKnownSQL take
 // them, in the order of their parameters (args).
 type changeRow struct {
-	id, to      string
-	entry       []byte // the transition, a one-element JSON array
-	dispatch    int    // 1 for a dispatch, counted as an attempt
-	result, err any    // rawJSON's
-	owner       string
-	settles     bool
-	lease       any // timestamp's
-	now         time.Time
-	holder      string
-	attempts    int
+	id, to          string
+	entry           []byte // the transition, a one-element JSON array
+	dispatch        int    // 1 for a dispatch, counted as an attempt
+	result, errJSON any    // rawJSON's
+	owner           string
+	settles         bool
+	lease           any // timestamp's
+	now             time.Time
+	holder          string
+	attempts        int
 }
 
 // args returns r as the statements' arguments.
 func (r *changeRow) args() []any {
-	return []any{r.id, r.to, r.entry, r.dispatch, r.result, r.err, r.owner, r.settles, r.lease, r.now, r.holder, r.attempts}
+	return []any{r.id, r.to, r.entry, r.dispatch, r.result, r.errJSON, r.owner, r.settles, r.lease, r.now, r.holder, r.attempts}
 }
 
 // changeArgs returns the values that updateSQL and updateKnownSQL share,
@@ -184,7 +184,7 @@ func changeArgs(id string, c record.Change, now time.Time) (changeRow, error) {
 	// output, or a decider's name, might hold.
 	noNUL := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 	entry, err := record.AppendHistoryJSON(nil, []record.Transition{{State: c.To, At: now, Note: noNUL(c.Note), By: noNUL(c.By), Via: noNUL(c.Via)}})
-	return changeRow{id: id, to: string(c.To), entry: entry, dispatch: dispatch, result: rawJSON(c.Result), err: rawJSON(c.Error),
+	return changeRow{id: id, to: string(c.To), entry: entry, dispatch: dispatch, result: rawJSON(c.Result), errJSON: rawJSON(c.Error),
 		owner: c.Owner, settles: c.To.Settled(), lease: timestamp(c.LeaseFrom(now)), now: now, holder: c.Holder, attempts: c.Attempts}, err
 }
 
