@@ -29,8 +29,8 @@
 // Every step is one statement, so it is atomic on its own and needs no
 // transaction held across round trips. The first statements of
 // concurrent calls are sent together and commit in one transaction
-// (batch.go), all or none; the updates of records the Store wrote last
-// go as one statement (knownset.go). A reservation is an INSERT ... ON
+// (batch.go), all or none; a batch of reservations, or of updates of
+// records the Store wrote last, goes as one statement (set.go). A reservation is an INSERT ... ON
 // CONFLICT (key) WHERE holds_key DO NOTHING, and in the same statement a
 // read of the holder, attached to when it may be matched: the unique
 // index lets exactly one of any number of concurrent callers insert. An
