@@ -570,7 +570,7 @@ func (e *execution) Answered(result json.RawMessage, err error) {
 		return
 	}
 	if e.in.storeWaits {
-		go e.run()
+		e.in.workers.Go(e.run)
 		return
 	}
 	e.run()

@@ -25,6 +25,7 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/telemetry"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/workcount"
+	"github.com/mcp-idempotent/mcp-idempotent/internal/workers"
 )
 
 // An Upstream is the server a session's calls go to.
@@ -384,6 +385,12 @@ type Options struct {
 	// answers at once, and the work stays on the goroutines that bring
 	// it, which spares the hand-offs.
 	StoreWaits bool
+	// Workers, if set, runs the goroutines StoreWaits asks for, and
+	// those of calls with large params (Handle), on goroutines kept
+	// from one call to the next: a store's client runs deep, and a new
+	// goroutine grows its stack anew at each call. Nil starts a
+	// goroutine for each.
+	Workers *workers.Pool
 }
 
 // An Interceptor executes tool calls at most once per action. It is safe
@@ -421,7 +428,8 @@ type Interceptor struct {
 	asking     askingCalls   // calls that ask for approval, being reserved, by session
 	questions  questions     // approvals asked in a round whose question was taken
 	storeWaits bool
-	shadow     bool // Options.Shadow
+	workers    *workers.Pool // Options.Workers
+	shadow     bool          // Options.Shadow
 	// shadowRuns holds, in shadow mode, the requests of the executions
 	// under way in this process, by execution id (shadowReplay).
 	shadowRuns sync.Map
@@ -459,6 +467,7 @@ func New(opts Options) *Interceptor {
 	in.epoch = in.now()
 	in.journal = opts.Journal
 	in.storeWaits = opts.StoreWaits
+	in.workers = opts.Workers
 	in.tracer = opts.Tracer
 	in.obs = opts.Observer
 	in.timed = in.obs != nil
@@ -650,10 +659,10 @@ const inlineParams = 64 << 10
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	in.work.Start()
 	if in.storeWaits || len(req.Call.Params) > inlineParams {
-		go func() {
+		in.workers.Go(func() {
 			defer in.work.Done()
 			in.handle(ctx, req)
-		}()
+		})
 		return
 	}
 	// Counted inline too: an answer's journal line is written after the

@@ -34,7 +34,7 @@ func (in *Interceptor) Unrecorded(ctx context.Context, req *Request) {
 	if in.storeWaits {
 		// An account's allowance may be in the shared store: its answer
 		// is not waited for on the session's goroutine.
-		go e.run()
+		in.workers.Go(e.run)
 		return
 	}
 	e.run()
