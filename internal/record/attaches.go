@@ -81,6 +81,17 @@ func (a *AttachCounts) Begin(ctx context.Context) (Reading, error) {
 	}
 }
 
+// TryBegin is Begin for a caller that must not wait: ok is false while
+// a write of the counts is under way.
+func (a *AttachCounts) TryBegin() (r Reading, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.writes%2 != 0 {
+		return Reading{}, false
+	}
+	return Reading{a, a.writes}, true
+}
+
 // StoredCount reads the attached count of the record id as its store
 // holds it.
 type StoredCount func(ctx context.Context, id string) (int, error)
@@ -105,6 +116,13 @@ func (r Reading) Add(ctx context.Context, rec *Record, stored StoredCount) (*Rec
 // client key reused for another action is refused, not attached to.
 func (r Reading) Match(ctx context.Context, rec *Record, fingerprint string, stored StoredCount) (*Record, error) {
 	return r.show(ctx, rec, stored, rec.Fingerprint == fingerprint)
+}
+
+// TryMatch is Match for a caller that must not wait: if a write of the
+// counts began since r began, it counts nothing and reports false, where
+// Match would read rec's stored count again.
+func (r Reading) TryMatch(rec *Record, fingerprint string) bool {
+	return r.a.showSince(r.writes, rec, rec.Fingerprint == fingerprint)
 }
 
 // ShowAll shows each of recs, read since r began, as Show does, and

@@ -134,3 +134,41 @@ func TestSlowFailingWritesLetReadsIn(t *testing.T) {
 		}
 	})
 }
+
+// TestTryMatchNeverWaits: a caller that must not wait is told no, and
+// nothing is counted, while a write of the counts is under way or once
+// one began after its Reading; otherwise it counts as Match does.
+func TestTryMatchNeverWaits(t *testing.T) {
+	var a AttachCounts
+	r, ok := a.TryBegin()
+	if !ok {
+		t.Fatal("TryBegin with no write under way: not ok")
+	}
+	rec := &Record{ID: "exe_1", Fingerprint: "fp"}
+	if !r.TryMatch(rec, "fp") || rec.Attached != 1 {
+		t.Fatalf("TryMatch of the action: ok false or Attached %d; want it counted, 1", rec.Attached)
+	}
+	other := &Record{ID: "exe_1", Fingerprint: "fp"}
+	if !r.TryMatch(other, "another") || other.Attached != 1 {
+		t.Fatalf("TryMatch of another action: Attached %d; want 1, shown and not counted", other.Attached)
+	}
+
+	stale, _ := a.TryBegin()
+	ids, _ := a.begin() // a write of the counts begins
+	if len(ids) != 1 {
+		t.Fatalf("begin took %v; want the one count", ids)
+	}
+	if _, ok := a.TryBegin(); ok {
+		t.Error("TryBegin while a write is under way: ok")
+	}
+	if stale.TryMatch(&Record{ID: "exe_1", Fingerprint: "fp"}, "fp") {
+		t.Error("TryMatch after a write began: ok")
+	}
+	a.end()
+	if _, ok := a.TryBegin(); !ok {
+		t.Error("TryBegin after the write ended: not ok")
+	}
+	if got := a.pending["exe_1"]; got != 1 {
+		t.Errorf("pending count %d; want 1: the refused TryMatch counted nothing", got)
+	}
+}

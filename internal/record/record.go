@@ -353,6 +353,10 @@ type ReserveOptions struct {
 	// held. A reservation that waited its turn under load does not land
 	// with its lease already run out, to be taken for a dead process's.
 	Lease time.Duration
+	// Unheld says that a read the caller made just before found no record
+	// holding the key (Replayer): a store may go straight to the write
+	// that claims it, which finds any holder that came since.
+	Unheld bool
 }
 
 // LeaseFrom returns when a record reserved with o and written at now
@@ -518,6 +522,23 @@ func (f Filter) Matches(r *Record) bool {
 		(f.Fingerprint == "" || r.Fingerprint == f.Fingerprint) &&
 		(f.State == "" || r.State == f.State) &&
 		(!f.Awaiting || awaits)
+}
+
+// A Replayer answers a replay from a read that waits for no lock, no
+// server, no connection and no write of attach counts. A store whose
+// reads are of a local file (SQLite) implements it, so that its caller
+// can answer a replay on the goroutine that read the call, where a write
+// would go to a goroutine of its own. It answers no record whose replay
+// writes: the caller writes nothing for the ones it answers.
+type Replayer interface {
+	// Replay returns, with ok true, the record Reserve(ctx, r, opts)
+	// would return unwon if it holds r.Key Delivered, with r's
+	// Fingerprint, counted as attached to as Reserve counts it: replaying
+	// it writes nothing, where a Completed record's replay records its
+	// delivery. Otherwise ok is false and nothing is counted; unheld is
+	// true if the read found no record holding the key
+	// (ReserveOptions.Unheld).
+	Replay(ctx context.Context, r *Record, opts ReserveOptions) (rec *Record, unheld, ok bool)
 }
 
 // A Lister lists execution records, newest first. Stores that outlive the

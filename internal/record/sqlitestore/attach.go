@@ -38,6 +38,41 @@ func (s *Store) matchRead(ctx context.Context, r *record.Record, opts record.Res
 	return rec, err == nil
 }
 
+// Replay implements record.Replayer with matchRead's read, for a holder
+// that is delivered. In WAL mode a read takes no lock a writer holds; it
+// runs on a connection of its own (Store.p), taken without waiting, that
+// fails at once where SQLite would wait for a lock (a recovery). What is
+// left is the read itself: pages from the disk, and SQLite's own brief
+// retries of a WAL header a writer is changing.
+func (s *Store) Replay(ctx context.Context, r *record.Record, opts record.ReserveOptions) (rec *record.Record, unheld, ok bool) {
+	if s.lost.Load() != nil {
+		return nil, false, false // Reserve says why
+	}
+	select {
+	case s.replays <- struct{}{}:
+		defer func() { <-s.replays }()
+	default:
+		return nil, false, false
+	}
+	reading, ok := s.attaches.TryBegin()
+	if !ok {
+		return nil, false, false
+	}
+	cur, err := scanRecord(s.st.replayHolder.QueryRowContext(ctx, r.Key))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, true, false
+	case err != nil:
+		return nil, false, false // Reserve meets it, or reads again
+	}
+	now := s.clock()
+	if cur.State != record.Delivered || cur.Fingerprint != r.Fingerprint ||
+		cur.Orphaned(now) || replaceable(cur, r, now, opts) || !reading.TryMatch(cur, r.Fingerprint) {
+		return nil, false, false
+	}
+	return cur, false, true
+}
+
 // storedAttached reads the attached count of the record id as stored
 // (a record.StoredCount).
 func (s *Store) storedAttached(ctx context.Context, id string) (n int, err error) {

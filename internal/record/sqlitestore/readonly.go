@@ -42,7 +42,7 @@ func openReadOnly(ctx context.Context, path string, opts Options) (*Store, error
 	if !file.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", abs)
 	}
-	dsn := fileURI(abs) + fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)&_pragma=query_only(1)", busyTimeout.Milliseconds())
+	dsn := fileURI(abs) + "?mode=ro&_pragma=query_only(1)"
 	s, err := openReader(ctx, dsn, abs, file, opts)
 	if err == nil || errors.Is(err, ErrNoSchema) || !needsShm(err) {
 		return s, err

@@ -19,8 +19,10 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	if lost := s.lost.Load(); lost != nil {
 		return nil, false, fmt.Errorf("reserving %s: %w", r.ID, *lost)
 	}
-	if rec, ok := s.matchRead(ctx, r, opts); ok {
-		return rec, false, nil
+	if !opts.Unheld {
+		if rec, ok := s.matchRead(ctx, r, opts); ok {
+			return rec, false, nil
+		}
 	}
 	reading, err := s.attaches.Begin(ctx)
 	if err != nil {

@@ -226,10 +226,11 @@ type statements struct {
 	holder, attachedOf, addAttached *sql.Stmt
 	get                             *sql.Stmt // on the readers
 	renew                           *sql.Stmt // on the renewer
+	replayHolder                    *sql.Stmt // holder, on Replay's readers
 }
 
 func (st *statements) all() []*sql.Stmt {
-	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.attachedOf, st.addAttached,
+	return []*sql.Stmt{st.byKey, st.byID, st.attach, st.release, st.insert, st.write, st.writeKnown, st.purge, st.orphans, st.renew, st.get, st.holder, st.attachedOf, st.addAttached, st.replayHolder,
 		st.savepoint, st.rollbackTo, st.releaseSavepoint}
 }
 
@@ -260,6 +261,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.l, &s.st.renew, renewText},
 		{s.r, &s.st.get, "SELECT " + columns + " FROM records WHERE id = ?"},
 		{s.r, &s.st.holder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
+		{s.p, &s.st.replayHolder, "SELECT " + columns + " FROM records WHERE key = ? AND holder = 1"},
 		{s.r, &s.st.attachedOf, "SELECT attached FROM records WHERE id = ?"},
 		{s.w, &s.st.addAttached, "UPDATE records SET attached = attached + ? WHERE id = ?"},
 	} {

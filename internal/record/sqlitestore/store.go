@@ -94,8 +94,14 @@ type Store struct {
 	l *sql.DB
 	// v is one read connection for PRAGMA data_version, which counts
 	// other connections' commits only when read on one connection.
-	v  *sql.DB
-	st statements
+	v *sql.DB
+	// p holds Replay's connections, which never wait for a lock
+	// (busy_timeout 0), and replays a token for each, taken without
+	// waiting: a Replay that gets none, or meets a lock, answers
+	// nothing, and its call goes the way of any other.
+	p       *sql.DB
+	replays chan struct{}
+	st      statements
 
 	writes    *batch.Queue[*write]  // Reserve's and Update's writes (batch.go)
 	turn      turn                  // the process's turn at the write lock: a batch's, or Renew's
@@ -213,7 +219,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	dsn := fileURI(abs) + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busyTimeout.Milliseconds(), synchronous)
+	dsn := fileURI(abs) + "?_pragma=synchronous(" + synchronous + ")"
 	s, err := newStore(dsn, abs, file, opts)
 	if err != nil {
 		return nil, err
@@ -232,7 +238,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 // newStore opens the handles of a Store on the database of dsn, at the
 // absolute path abs, which was file when opened.
 func newStore(dsn, abs string, file os.FileInfo, opts Options) (*Store, error) {
-	w, r, l, v, err := openHandles(dsn)
+	w, r, l, v, p, err := openHandles(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +250,7 @@ func newStore(dsn, abs string, file os.FileInfo, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{now: now, orphaned: opts.Orphaned, log: log, w: w, r: r, l: l, v: v, known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
+	s := &Store{now: now, orphaned: opts.Orphaned, log: log, w: w, r: r, l: l, v: v, p: p, replays: make(chan struct{}, replayConns), known: idcache.New[known](record.KnownRecords), closed: make(chan struct{}), turn: make(turn, 1), waiters: make(map[waitKey]*waiter), kick: make(chan struct{}, 1), path: abs, file: file}
 	// A write that fails keeps its counts for the next, and Close
 	// reports the last failure.
 	s.attaches.Start(attachFlush, s.writeAttaches, nil)
@@ -294,34 +300,40 @@ func createFile(path string) (string, os.FileInfo, error) {
 	return abs, file, err
 }
 
-// openHandles opens four handles on the database of dsn, each with
-// connections of its own: the writer, the readers, the renewer and the
-// data_version reader.
-func openHandles(dsn string) (w, r, l, v *sql.DB, err error) {
+// replayConns is how many Replays may read at once.
+const replayConns = 2
+
+// openHandles opens five handles on the database of dsn, each with
+// connections of its own: the writer, the readers, the renewer, the
+// data_version reader and Replay's readers, which alone wait for no
+// lock.
+func openHandles(dsn string) (w, r, l, v, p *sql.DB, err error) {
+	wait := fmt.Sprintf("&_pragma=busy_timeout(%d)", busyTimeout.Milliseconds())
 	var opened []*sql.DB
 	for _, h := range []struct {
 		db    **sql.DB
 		dsn   string
 		conns int
 	}{
-		{&w, dsn + "&_txlock=immediate", 1},
-		{&r, dsn + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
-		{&l, dsn, 1},
-		{&v, dsn + "&_pragma=query_only(1)", 1},
+		{&w, dsn + wait + "&_txlock=immediate", 1},
+		{&r, dsn + wait + "&_pragma=query_only(1)", max(4, runtime.GOMAXPROCS(0))},
+		{&l, dsn + wait, 1},
+		{&v, dsn + wait + "&_pragma=query_only(1)", 1},
+		{&p, dsn + "&_pragma=busy_timeout(0)&_pragma=query_only(1)", replayConns},
 	} {
 		db, err := sql.Open("sqlite", h.dsn)
 		if err != nil {
 			for _, o := range opened {
 				o.Close()
 			}
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, nil, nil, err
 		}
 		db.SetMaxOpenConns(h.conns)
 		db.SetMaxIdleConns(h.conns)
 		*h.db = db
 		opened = append(opened, db)
 	}
-	return w, r, l, v, nil
+	return w, r, l, v, p, nil
 }
 
 // unwritableDir returns err of op, naming the directory when SQLite
@@ -397,7 +409,7 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close(), s.v.Close())...)
+	return errors.Join(append(errs, s.w.Close(), s.r.Close(), s.l.Close(), s.v.Close(), s.p.Close())...)
 }
 
 // clock returns the current time, in UTC and without a monotonic reading,
