@@ -477,6 +477,9 @@ func (w *wiring) interceptOptions(store record.Store, durable bool, policyFile *
 		// account.
 		iopts.Allowances = shared
 	}
+	if r, ok := store.(record.Replayer); ok {
+		iopts.Replayer = r
+	}
 	if jw != nil {
 		iopts.Journal = jw
 	}
@@ -485,6 +488,9 @@ func (w *wiring) interceptOptions(store record.Store, durable bool, policyFile *
 		// store's Secret and Close.
 		iopts.Store = obs.TimeStore(store)
 		iopts.Observer = obs
+		if iopts.Replayer != nil {
+			iopts.Replayer = obs.TimeReplayer(iopts.Replayer)
+		}
 		if jw != nil {
 			iopts.Journal = obs.CountJournal(jw)
 		}
@@ -492,6 +498,9 @@ func (w *wiring) interceptOptions(store record.Store, durable bool, policyFile *
 	if w.tracer != nil {
 		iopts.Store = telemetry.TraceStore(iopts.Store, w.tracer)
 		iopts.Tracer = w.tracer
+		if iopts.Replayer != nil {
+			iopts.Replayer = telemetry.TraceReplayer(iopts.Replayer, w.tracer)
+		}
 	}
 	return iopts
 }

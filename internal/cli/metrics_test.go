@@ -43,13 +43,7 @@ func TestMetricsBadAddress(t *testing.T) {
 func TestMetricsServed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A free port: the test must know the address to scrape it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
@@ -85,7 +79,7 @@ func TestMetricsServed(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 	// Run returns only after the metrics server has shut down.
-	ln, err = net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Errorf("the metrics address is still taken after Run returned: %v", err)
 	} else {

@@ -18,26 +18,21 @@ import (
 // is fingerprinted and reserved, and then run, attached or answered from
 // the record (resolve).
 func (in *Interceptor) handle(ctx context.Context, req *Request) {
+	in.handleFrom(ctx, req, nil)
+}
+
+// handleFrom is handle for a call that replayHere began, and learned pre
+// of; nil if none did.
+func (in *Interceptor) handleFrom(ctx context.Context, req *Request, pre *prelude) {
 	call, pol := req.Call, req.Policy
-	arrived := in.now()
-	in.startDeadline(req, arrived)
-	req.caller.Context = ctx
-	id, carried, own, err := in.ownContinuation(req)
-	if own && errors.Is(err, errBadState) && !asksInRound(pol) {
-		own = false // an upstream proxy's question (asksInRound)
-	}
-	if own {
-		if err != nil {
-			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", call.Name, err))
+	if pre == nil {
+		p, ok := in.begin(ctx, req)
+		if !ok {
 			return
 		}
-		in.continueApproval(ctx, req, id, carried)
-		return
+		pre = &p
 	}
-	a, ok := in.identify(req)
-	if !ok {
-		return
-	}
+	arrived, a := pre.arrived, pre.a
 	fresh := &record.Record{
 		ID:          record.NewID(arrived),
 		Key:         a.key,
@@ -58,6 +53,7 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	// Without an account to wait for, a won reservation is sent at once:
 	// a store that can records its dispatch in the same step.
 	opts.Dispatch = in.accountOf(req) == nil
+	opts.Unheld = pre.unheld
 	in.prepareApproval(req, fresh, &opts)
 	// Marked before the context is read: see reserving.go.
 	in.startReserving(req)
@@ -91,6 +87,38 @@ func (in *Interceptor) handle(ctx context.Context, req *Request) {
 	in.resolve(ctx, req, rec, won, a.fp, a.args)
 }
 
+// A prelude is what the start of a call's handling learned: when it
+// arrived, its action, and, from a store's read, whether its key was
+// unheld (replayHere).
+type prelude struct {
+	arrived time.Time
+	a       action
+	unheld  bool
+}
+
+// begin starts the handling of req: its deadline, its caller's context,
+// and its action. An approval's continuation is seen through here, and
+// a call whose action cannot be read is answered: ok is then false.
+func (in *Interceptor) begin(ctx context.Context, req *Request) (pre prelude, ok bool) {
+	arrived := in.now()
+	in.startDeadline(req, arrived)
+	req.caller.Context = ctx
+	id, carried, own, err := in.ownContinuation(req)
+	if own && errors.Is(err, errBadState) && !asksInRound(req.Policy) {
+		own = false // an upstream proxy's question (asksInRound)
+	}
+	if own {
+		if err != nil {
+			in.replyError(req, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call %s: %v", req.Call.Name, err))
+			return prelude{}, false
+		}
+		in.continueApproval(ctx, req, id, carried)
+		return prelude{}, false
+	}
+	a, ok := in.identify(req)
+	return prelude{arrived: arrived, a: a}, ok
+}
+
 // reserveAction reserves fresh, the execution of req's action a. A
 // client key whose record has the fingerprint the call had before the
 // tasks extension counted (sameBeforeTasksExtension) is reserved again
@@ -105,6 +133,7 @@ func (in *Interceptor) reserveAction(req *Request, fresh *record.Record, opts re
 		return rec, won, err
 	}
 	fresh.Fingerprint = rec.Fingerprint
+	opts.Unheld = false // held, by rec
 	return in.reserve(req, fresh, opts)
 }
 

@@ -391,6 +391,11 @@ type Options struct {
 	// goroutine grows its stack anew at each call. Nil starts a
 	// goroutine for each.
 	Workers *workers.Pool
+	// Replayer, if set, is the store's record.Replayer, taken from the
+	// store itself rather than through Store's wrappers: with
+	// StoreWaits, Handle answers a replay it finds with it on the
+	// calling goroutine, and hands on only the calls that need more.
+	Replayer record.Replayer
 }
 
 // An Interceptor executes tool calls at most once per action. It is safe
@@ -428,8 +433,9 @@ type Interceptor struct {
 	asking     askingCalls   // calls that ask for approval, being reserved, by session
 	questions  questions     // approvals asked in a round whose question was taken
 	storeWaits bool
-	workers    *workers.Pool // Options.Workers
-	shadow     bool          // Options.Shadow
+	replayer   record.Replayer // Options.Replayer
+	workers    *workers.Pool   // Options.Workers
+	shadow     bool            // Options.Shadow
 	// shadowRuns holds, in shadow mode, the requests of the executions
 	// under way in this process, by execution id (shadowReplay).
 	shadowRuns sync.Map
@@ -467,6 +473,7 @@ func New(opts Options) *Interceptor {
 	in.epoch = in.now()
 	in.journal = opts.Journal
 	in.storeWaits = opts.StoreWaits
+	in.replayer = opts.Replayer
 	in.workers = opts.Workers
 	in.tracer = opts.Tracer
 	in.obs = opts.Observer
@@ -655,13 +662,20 @@ const inlineParams = 64 << 10
 // With a store that waits on I/O (Options.StoreWaits), or params large
 // enough that reading and fingerprinting them takes time (past
 // inlineParams), the calling goroutine only starts the one that does the
-// work: the caller's session goes on reading its other messages.
+// work: the caller's session goes on reading its other messages. It
+// answers a replay itself first where the store can find it without
+// waiting (replayHere).
 func (in *Interceptor) Handle(ctx context.Context, req *Request) {
 	in.work.Start()
 	if in.storeWaits || len(req.Call.Params) > inlineParams {
+		pre, done := in.replayHere(ctx, req)
+		if done {
+			in.work.Done()
+			return
+		}
 		in.workers.Go(func() {
 			defer in.work.Done()
-			in.handle(ctx, req)
+			in.handleFrom(ctx, req, pre)
 		})
 		return
 	}

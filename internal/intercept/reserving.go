@@ -217,6 +217,7 @@ func (in *Interceptor) reserve(req *Request, fresh *record.Record, opts record.R
 		// sent nor settled (the store's answer to its reservation was
 		// lost, or it refused the dispatch): settled now, it is reserved
 		// again, and this call runs or attaches to what it came to.
+		opts.Unheld = false // held, by rec
 		if rec, won, err = in.store.Reserve(req.bg(), fresh, opts); err != nil {
 			return nil, false, err
 		}

@@ -103,7 +103,7 @@ func New() *Metrics {
 		}, []string{"tool"}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcp_idempotent_store_seconds",
-			Help:    "Latency of execution-store operations (op is reserve, update, get or renew; wait blocks by design and is not timed).",
+			Help:    "Latency of execution-store operations (op is reserve, update, get, renew or replay, the read before a reservation that answers a replay; wait blocks by design and is not timed).",
 			Buckets: storeBuckets,
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -437,3 +437,24 @@ func TestTimeStoreKeepsPurger(t *testing.T) {
 		}
 	}
 }
+
+// replayerFunc is a record.Replayer.
+type replayerFunc func() bool
+
+func (f replayerFunc) Replay(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, bool) {
+	return nil, false, f()
+}
+
+// TestTimeReplayer: each read for a replay is timed as the op replay,
+// answered or not.
+func TestTimeReplayer(t *testing.T) {
+	m := metrics.New()
+	answered := true
+	r := m.TimeReplayer(replayerFunc(func() bool { answered = !answered; return answered }))
+	for range 3 {
+		r.Replay(t.Context(), &record.Record{Key: "k"}, record.ReserveOptions{})
+	}
+	if got := scrape(t, m); !strings.Contains(got, `mcp_idempotent_store_seconds_count{op="replay"} 3`+"\n") {
+		t.Errorf("the exposition lacks three replays:\n%s", got)
+	}
+}

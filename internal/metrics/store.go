@@ -93,6 +93,25 @@ func (t *timedStore) Renew(ctx context.Context, owner string, until time.Time) e
 	return err
 }
 
+// TimeReplayer returns r with Replay timed as the op replay. A replay it
+// answers takes the place of a reservation's read; one it does not is
+// timed again as the reservation that follows.
+func (m *Metrics) TimeReplayer(r record.Replayer) record.Replayer {
+	return timedReplayer{r, m}
+}
+
+type timedReplayer struct {
+	r record.Replayer
+	m *Metrics
+}
+
+func (t timedReplayer) Replay(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, bool) {
+	start := time.Now()
+	rec, unheld, ok := t.r.Replay(ctx, r, opts)
+	t.m.store.WithLabelValues("replay").Observe(time.Since(start).Seconds())
+	return rec, unheld, ok
+}
+
 // Purge passes a purge through, untimed, to a store that drops expired
 // records when asked (intercept.Purger), and does nothing for one that
 // does not. The interceptor asks through this wrapper at each lease

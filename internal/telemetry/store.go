@@ -133,6 +133,30 @@ func (s *tracedStore) Wait(ctx context.Context, id string) (*record.Record, erro
 	return rec, err
 }
 
+// TraceReplayer returns r with Replay traced as TraceStore traces
+// Reserve: a span "store replay" under the call's, if it has one.
+func TraceReplayer(r record.Replayer, t trace.Tracer) record.Replayer {
+	return tracedReplayer{r, &tracedStore{t: t}}
+}
+
+type tracedReplayer struct {
+	r record.Replayer
+	s *tracedStore // for start alone
+}
+
+func (t tracedReplayer) Replay(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, bool) {
+	ctx, span := t.s.start(ctx, "replay")
+	rec, unheld, ok := t.r.Replay(ctx, r, opts)
+	if span != nil {
+		span.SetAttributes(replayedKey.Bool(ok))
+	}
+	end(span, rec, nil)
+	return rec, unheld, ok
+}
+
+// replayedKey says whether a store's read answered a replay.
+const replayedKey = attribute.Key("mcp_idempotent.replayed")
+
 // wonKey says whether a reservation won: the call starts a new execution.
 const wonKey = attribute.Key("mcp_idempotent.won")
 

@@ -93,3 +93,38 @@ func TestTraceStoreKeepsPurger(t *testing.T) {
 		t.Fatalf("Purge through the wrapper: %v, the store asked %d times; want once", err, purged)
 	}
 }
+
+// fixedReplayer answers every Replay with rec, ok if rec is not nil.
+type fixedReplayer struct{ rec *record.Record }
+
+func (f fixedReplayer) Replay(context.Context, *record.Record, record.ReserveOptions) (*record.Record, bool, bool) {
+	return f.rec, f.rec == nil, f.rec != nil
+}
+
+// TestReplaySpan: a store's read for a replay is a span under the call's,
+// which says whether it answered the call and, if so, with what record;
+// without a call's span, none.
+func TestReplaySpan(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("test")
+	ctx, call := tracer.Start(context.Background(), "call")
+	found := &record.Record{ID: "exe_1", State: record.Delivered}
+	for _, r := range []record.Replayer{TraceReplayer(fixedReplayer{found}, tracer), TraceReplayer(fixedReplayer{}, tracer)} {
+		r.Replay(ctx, &record.Record{Key: "k"}, record.ReserveOptions{})
+		r.Replay(context.Background(), &record.Record{Key: "k"}, record.ReserveOptions{})
+	}
+	call.End()
+	ended := spans.Ended()
+	if len(ended) != 3 {
+		t.Fatalf("%d spans ended; want 3: two replays under the call, and the call", len(ended))
+	}
+	for i, want := range []bool{true, false} {
+		s := ended[i]
+		if s.Name() != "store replay" || s.Parent().SpanID() != call.SpanContext().SpanID() || !slices.Contains(s.Attributes(), replayedKey.Bool(want)) {
+			t.Errorf("span %d: %q under %v, attributes %v; want store replay under the call, replayed=%v", i, s.Name(), s.Parent().SpanID(), s.Attributes(), want)
+		}
+	}
+	if !slices.Contains(ended[0].Attributes(), Execution.String("exe_1")) {
+		t.Errorf("the replay's span: attributes %v; want its execution", ended[0].Attributes())
+	}
+}
