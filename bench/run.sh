@@ -23,6 +23,13 @@ if ! go build -o "$bin/mcp-idempotent" ./cmd/mcp-idempotent; then
 	echo "run.sh: the proxy does not build; only direct and relay will be measured" >&2
 fi
 
+# What a page fault costs here, which the proxy's process takes more of
+# than the relay's: on a virtual machine that has just booted, several
+# times what it costs once the machine has run a while (bench/firsttouch).
+if go build -o "$bin/firsttouch" ./bench/firsttouch; then
+	echo "page faults here: $("$bin/firsttouch" | paste -sd ';' | sed 's/;/; /g')"
+fi
+
 # One process per round, each round running every chain once, so that the
 # chains are measured side by side: a load spike on this machine lands on one
 # round of all chains rather than on every run of one chain.
