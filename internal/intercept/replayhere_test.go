@@ -21,6 +21,7 @@ type replayingStore struct {
 	held     chan struct{} // while not nil, reservations wait for it to close
 	ids      map[string]string
 	reserved []record.ReserveOptions
+	replays  int // calls of Replay
 }
 
 func (s *replayingStore) hold() chan struct{} {
@@ -49,6 +50,7 @@ func (s *replayingStore) Reserve(ctx context.Context, r *record.Record, opts rec
 
 func (s *replayingStore) Replay(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, bool) {
 	s.mu.Lock()
+	s.replays++
 	id, ok := s.ids[r.Key]
 	s.mu.Unlock()
 	if !ok {
@@ -59,6 +61,30 @@ func (s *replayingStore) Replay(ctx context.Context, r *record.Record, opts reco
 		return nil, false, false
 	}
 	return rec, false, true
+}
+
+func (s *replayingStore) replayed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replays
+}
+
+// only returns the one record the store reserved, and its key.
+func (s *replayingStore) only(t *testing.T) (key string, rec *record.Record) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ids) != 1 {
+		t.Fatalf("%d keys reserved; want 1", len(s.ids))
+	}
+	for k, id := range s.ids {
+		r, err := s.Store.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, rec = k, r
+	}
+	return key, rec
 }
 
 func (s *replayingStore) reservations() []record.ReserveOptions {
@@ -123,5 +149,56 @@ func TestReplayAnsweredWhereItArrives(t *testing.T) {
 	third.only(t)
 	if n := len(st.reservations()); n != 3 {
 		t.Errorf("%d reservations; want 3", n)
+	}
+}
+
+// TestReplayLeftToTheWorker: a replay is not answered from a read while
+// this process holds an outcome of the call's that the store has not
+// taken (ownTakeovers), or runs an execution under the call's client key
+// for another action (sentCalls): the read is not even made, and the
+// worker, which checks both, answers. (Here the worker replays too: the
+// rule is conservative.)
+func TestReplayLeftToTheWorker(t *testing.T) {
+	const keyed = `{"name":"charge_card","arguments":{"card":"4242","amount":100},"_meta":{"idempotencyKey":"order-1"}}`
+	for _, tc := range []struct {
+		name, params string
+		// hold makes the process hold what keeps the read from being
+		// made, and returns what lets it go.
+		hold func(t *testing.T, h *harness, key string, rec *record.Record) (letGo func())
+	}{
+		{"outcome kept", chargeCall, func(t *testing.T, h *harness, key string, rec *record.Record) func() {
+			req, _ := h.request(t, chargeCall)
+			k := h.in.own.keep(req, rec, record.Change{To: record.Completed, Result: rec.Result})
+			return func() { h.in.own.forget(rec.ID, k) }
+		}},
+		{"client key sent for another action", keyed, func(_ *testing.T, h *harness, key string, rec *record.Record) func() {
+			h.in.sent.add(&record.Record{ID: "exe_other", Key: key, Fingerprint: "another action"})
+			return func() { h.in.sent.drop(key, "exe_other") }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(charged)
+			st := &replayingStore{Store: h.store, ids: make(map[string]string)}
+			h.in = New(Options{Store: st, Hasher: fingerprint.NewRandom(), StoreWaits: true, Replayer: st, Workers: workers.New(0)})
+			first := view(t, h.call(t.Context(), t, tc.params).only(t)).Content[0].Text
+			if err := h.in.Wait(t.Context()); err != nil { // delivered
+				t.Fatal(err)
+			}
+			reads := st.replayed()
+			if h.call(t.Context(), t, tc.params).count() != 1 || st.replayed() != reads+1 {
+				t.Fatal("a replay was not answered from a read")
+			}
+
+			key, rec := st.only(t)
+			letGo := tc.hold(t, h, key, rec)
+			defer letGo()
+			reads = st.replayed()
+			if v := view(t, h.call(t.Context(), t, tc.params).only(t)); !v.Meta.Replayed || v.Content[0].Text != first {
+				t.Errorf("the worker answered %+v; want %q, replayed", v, first)
+			}
+			if n := st.replayed() - reads; n != 0 {
+				t.Errorf("%d reads; want none: the worker decides this call", n)
+			}
+		})
 	}
 }
