@@ -214,7 +214,7 @@ func TestLargestLimit(t *testing.T) {
 func TestWriteFrame(t *testing.T) {
 	var out bytes.Buffer
 	c := NewConn(strings.NewReader(""), &out, 0)
-	for _, f := range []string{`{"a":1}`, "{\n\"b\":\n2}\n", `{"c":"x\ny"}`, " \t{\"d\": 4} \t\r\n ", "{\r\n\"e\":\r5}\r\n"} {
+	for _, f := range []string{`{"a":1}`, "{\n\"b\":\n2}\n", `{"c":"x\ny"}`, " \t{\"d\": 4} \t\r\n ", "{\r\n\"e\":\r5}\r\n", "{\"f\":\r6}"} {
 		if err := c.WriteFrame([]byte(f)); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestWriteFrame(t *testing.T) {
 	// dropping them keeps one line per frame, for a reader that ends lines
 	// at either. White space around a frame goes too: the go-sdk's reader
 	// takes any but a newline after a message for trailing data, and stops.
-	want := "{\"a\":1}\n{\"b\":2}\n{\"c\":\"x\\ny\"}\n{\"d\": 4}\n{\"e\":5}\n"
+	want := "{\"a\":1}\n{\"b\":2}\n{\"c\":\"x\\ny\"}\n{\"d\": 4}\n{\"e\":5}\n{\"f\":6}\n"
 	if got := out.String(); got != want {
 		t.Errorf("wrote %q, want %q", got, want)
 	}
