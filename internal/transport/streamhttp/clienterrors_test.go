@@ -370,3 +370,31 @@ func TestCallNotSentAgainOnABrokenConnection(t *testing.T) {
 		t.Errorf("ReadFrame = %s, %v; want the account of a call sent and not answered", f, err)
 	}
 }
+
+// TestAnswerWithLineBreaks: an answer whose JSON holds raw line breaks
+// between its tokens (pretty-printed, with either ending, or with a bare
+// carriage return) is handed on as one line: a frame holds none.
+func TestAnswerWithLineBreaks(t *testing.T) {
+	_, rec, ts := newServer(t, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	c := dial(t, ts.URL)
+	handshake(t, c)
+	breaks := map[string]string{`"lf"`: "\n", `"crlf"`: "\r\n", `"cr"`: "\r"}
+	rec.mu.Lock()
+	rec.fail = func(w http.ResponseWriter, body string) bool {
+		for id, br := range breaks {
+			if strings.Contains(body, `"id":`+id) {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0",%s"id":%s,%s"result":{"tools":[]}}`, br, id, br)
+				return true
+			}
+		}
+		return false
+	}
+	rec.mu.Unlock()
+	for id := range breaks {
+		write(t, c, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/list"}`)
+		if m, _ := readResponse(t, c, id); string(m.Result) != `{"tools":[]}` {
+			t.Errorf("answer %s: result %s", id, m.Result)
+		}
+	}
+}
