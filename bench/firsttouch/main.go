@@ -11,7 +11,7 @@
 // guest's own fault. A new process's heap faults in pages as it grows, so
 // on a machine that has just booted the proxy's page faults weigh on
 // bench/run.sh more than they do once the machine has run a while
-// (docs/benchmarks.md, "What a page fault costs").
+// (docs/benchmarks.md, "A fresh process, and one that has run a while").
 //
 // Usage:
 //
