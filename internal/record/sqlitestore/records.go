@@ -77,7 +77,7 @@ type reservation struct {
 // held).
 func (s *Store) reserveIn(ctx context.Context, tx *wtx, now time.Time, r *record.Record, opts record.ReserveOptions) (res reservation, err error) {
 	if s.reserves.Add(1)%purgeEvery == 0 {
-		if _, res.purged, err = s.purge(ctx, tx, now, purgeBatch); err != nil {
+		if _, res.purged, err = s.purge(ctx, tx, now, purgeBatch, s.orphanScanDue(now)); err != nil {
 			return reservation{}, fmt.Errorf("purging expired records: %w", err)
 		}
 	}
@@ -361,7 +361,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("purging expired records: %w", err)
 	}
 	defer tx.Rollback()
-	n, orphans, err := s.purge(ctx, tx, s.clock(), limit)
+	n, orphans, err := s.purge(ctx, tx, s.clock(), limit, true)
 	if err == nil {
 		err = tx.Commit()
 	}
@@ -372,19 +372,31 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-// purge settles orphans and drops expired records in tx; it returns how
-// many it dropped, and the orphans it settled.
-func (s *Store) purge(ctx context.Context, tx *wtx, now time.Time, limit int) (int, []*record.Record, error) {
-	orphans, err := s.settleOrphans(ctx, tx, now, limit)
-	if err != nil {
-		return 0, nil, err
+// purge drops up to limit expired records in tx, after settling up to
+// limit orphans if orphans is set; it returns how many it dropped, and
+// the orphans it settled.
+func (s *Store) purge(ctx context.Context, tx *wtx, now time.Time, limit int, orphans bool) (int, []*record.Record, error) {
+	var settled []*record.Record
+	if orphans {
+		var err error
+		if settled, err = s.settleOrphans(ctx, tx, now, limit); err != nil {
+			return 0, nil, err
+		}
 	}
 	res, err := tx.stmt(ctx, s.st.purge).ExecContext(ctx, nanos(now), limit)
 	if err != nil {
 		return 0, nil, err
 	}
 	n, err := res.RowsAffected()
-	return int(n), orphans, err
+	return int(n), settled, err
+}
+
+// orphanScanDue reports whether a purge of Reserve's, at now, is to look
+// for orphans: whether orphanScanEvery has passed since one last did, or
+// the clock went back.
+func (s *Store) orphanScanDue(now time.Time) bool {
+	t, last := now.UnixNano(), s.scanned.Load()
+	return (t-last >= int64(orphanScanEvery) || t < last) && s.scanned.CompareAndSwap(last, t)
 }
 
 // settledOrphans wakes the waiters of orphans a purge settled, now
@@ -403,6 +415,7 @@ func (s *Store) settledOrphans(orphans []*record.Record) {
 // an orphan nobody calls again would otherwise stay in flight for ever,
 // out of reach of the purge that retention promises.
 func (s *Store) settleOrphans(ctx context.Context, tx *wtx, now time.Time, limit int) ([]*record.Record, error) {
+	s.scans.Add(1)
 	rows, err := tx.stmt(ctx, s.st.orphans).QueryContext(ctx, nanos(now), limit)
 	if err != nil {
 		return nil, err

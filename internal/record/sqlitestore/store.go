@@ -59,6 +59,11 @@ const (
 	// retention and no reservation pays for a large backlog.
 	purgeEvery = 16
 	purgeBatch = 64
+	// It looks for orphans at most every orphanScanEvery: a lease lapses
+	// once in tens of seconds, and the scan reads every record in
+	// flight. Run with every purge, it took 3.5% of the writer's time at
+	// 32 new executions in flight.
+	orphanScanEvery = time.Second
 
 	// The Store's poller reads the states of the records its Waits wait
 	// on, to see changes made by other processes, which cannot wake them:
@@ -106,6 +111,8 @@ type Store struct {
 	writes    *batch.Queue[*write]  // Reserve's and Update's writes (batch.go)
 	turn      turn                  // the process's turn at the write lock: a batch's, or Renew's
 	reserves  atomic.Uint64         // counts Reserve calls, to pace purges
+	scanned   atomic.Int64          // when a purge of Reserve's last looked for orphans, unix ns
+	scans     atomic.Uint64         // the looks for orphans: what the pacing spares, for tests
 	attaches  record.AttachCounts   // counted by matchRead, not yet written
 	known     *idcache.Cache[known] // the records this Store last wrote (known.go)
 	closed    chan struct{}         // closed by Close, to end waits
