@@ -20,12 +20,13 @@ import (
 // it would have one alone. A write that finds none waiting goes at once,
 // in a transaction of its own (batch.Queue).
 //
-// A reservation runs in a savepoint of its own (runSaved), which undoes
-// its changes if it fails. An update changes one row in one statement,
-// which SQLite undoes by itself if it fails, and goes without one
-// (runOne): the two statements that open and release a savepoint cost
-// it more than its change did (a new execution's two updates, 5% of its
-// time 32 at a time).
+// A write that makes more than one change opens a savepoint before its
+// first (wtx.save), which undoes them all if it fails. A write that
+// makes one, in one statement, opens none: SQLite undoes a statement
+// that fails by itself, and the two statements that open and release a
+// savepoint, with the copies of the pages it guards, cost more than the
+// change did. A reservation opens one only when it does more than
+// insert its record: a purge, or a key that has a holder already.
 //
 // A batch takes the process's turn at the write lock (Store.turn), and
 // so does Renew: a sender with writes always waiting would otherwise
@@ -61,7 +62,12 @@ func (t turn) takeCtx(ctx context.Context) error {
 // executions at a time.
 type wtx struct {
 	*sql.Tx
+	st    *statements
 	bound []boundStmt
+	// saving says that the write running goes beside others, so that a
+	// savepoint is to undo its changes if it fails; saved, that it
+	// opened one (save).
+	saving, saved bool
 }
 
 // A boundStmt is a statement of the Store's and its binding to a wtx.
@@ -73,7 +79,7 @@ func (s *Store) begin(ctx context.Context) (*wtx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wtx{Tx: tx}, nil
+	return &wtx{Tx: tx, st: &s.st}, nil
 }
 
 // stmt returns st bound to tx. A batch uses a handful of statements:
@@ -89,6 +95,21 @@ func (tx *wtx) stmt(ctx context.Context, st *sql.Stmt) *sql.Stmt {
 	return to
 }
 
+// save opens a savepoint for the write running, if it goes beside other
+// writes and has none yet. A write calls it before a change that may not
+// be its only one, so that if it fails, its changes are undone and the
+// other writes' are not.
+func (tx *wtx) save(ctx context.Context) error {
+	if !tx.saving || tx.saved {
+		return nil
+	}
+	if _, err := tx.stmt(ctx, tx.st.savepoint).ExecContext(ctx); err != nil {
+		return err
+	}
+	tx.saved = true
+	return nil
+}
+
 // maxWrites bounds the writes of one transaction: the write lock is held
 // while it runs, and other processes wait for it.
 const maxWrites = 64
@@ -96,32 +117,22 @@ const maxWrites = 64
 // A write is one call's work in a batch's transaction.
 type write struct {
 	// run does the work in tx, at now (the batch's, taken with the write
-	// lock held).
+	// lock held). Before a change that may not be its only one, it opens
+	// a savepoint (wtx.save); a change made with none is made by one
+	// statement, and an error after it is an errChanged.
 	run func(ctx context.Context, tx *wtx, now time.Time) error
-	// oneStatement says that run changes nothing but by one statement,
-	// and so needs no savepoint.
-	oneStatement bool
-	err          error // run's, or the batch's
+	err error // run's, or the batch's
 }
 
 // errStoreClosed is the error of a write made after Close.
 var errStoreClosed = fmt.Errorf("the store is closed: %w", batch.ErrClosed)
 
-// write runs run in a transaction, batched with other callers' writes,
-// and returns its error or the batch's; its effects are committed once it
-// returns nil. A caller whose ctx ends while its write waits in the queue
-// gets ctx.Err(), and the write is not run.
+// write runs run (write.run) in a transaction, batched with other
+// callers' writes, and returns its error or the batch's; its effects are
+// committed once it returns nil. A caller whose ctx ends while its write
+// waits in the queue gets ctx.Err(), and the write is not run.
 func (s *Store) write(ctx context.Context, run func(ctx context.Context, tx *wtx, now time.Time) error) error {
-	return s.send(ctx, &write{run: run})
-}
-
-// writeOne is write for a run that changes nothing but by one statement.
-func (s *Store) writeOne(ctx context.Context, run func(ctx context.Context, tx *wtx, now time.Time) error) error {
-	return s.send(ctx, &write{run: run, oneStatement: true})
-}
-
-// send queues w for the writer and returns its error or the batch's.
-func (s *Store) send(ctx context.Context, w *write) error {
+	w := &write{run: run}
 	if err := s.writes.Do(ctx, w); err != nil {
 		if errors.Is(err, batch.ErrClosed) {
 			return errStoreClosed
@@ -168,37 +179,20 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 		return tx.Commit()
 	}
 	for _, c := range calls {
-		run := s.runSaved
-		if c.Job.oneStatement {
-			run = runOne
-		}
-		if err := run(ctx, tx, now, c.Job); err != nil {
+		if err := runBeside(ctx, tx, now, c.Job); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
 }
 
-// runSaved runs w in tx in a savepoint of its own, which undoes its
-// changes if it fails. It returns an error that ends the batch.
-func (s *Store) runSaved(ctx context.Context, tx *wtx, now time.Time, w *write) error {
-	if _, err := tx.stmt(ctx, s.st.savepoint).ExecContext(ctx); err != nil {
-		return err
-	}
-	if w.err = w.run(ctx, tx, now); w.err != nil {
-		if _, err := tx.stmt(ctx, s.st.rollbackTo).ExecContext(ctx); err != nil {
-			return err
-		}
-	}
-	_, err := tx.stmt(ctx, s.st.releaseSavepoint).ExecContext(ctx)
-	return err
-}
-
-// runOne runs w, which changes nothing but by one statement, in tx
-// without a savepoint. It returns an error that ends the batch:
-//   - after an error that came once the change was made (errChanged:
-//     the count of rows an update of a known record changed, unread),
-//     since only ending the batch undoes the change;
+// runBeside runs w in tx, beside other writes. A savepoint w opened is
+// rolled back if w failed, and released. It returns an error that ends
+// the batch:
+//   - an error from a savepoint's statement;
+//   - after an error that came once a change made with no savepoint was
+//     made (errChanged: the count of rows an update of a known record
+//     changed, unread), since only ending the batch undoes the change;
 //   - after an error from SQLite, which undid its statement (the schema
 //     has no trigger and no OR FAIL, whose statements keep what they
 //     changed), if the transaction is no longer open. After some
@@ -208,8 +202,20 @@ func (s *Store) runSaved(ctx context.Context, tx *wtx, now time.Time, w *write) 
 //
 // Any other error came before the change (a conflict, a record that
 // cannot be read), and the batch goes on.
-func runOne(ctx context.Context, tx *wtx, now time.Time, w *write) error {
-	switch w.err = w.run(ctx, tx, now); {
+func runBeside(ctx context.Context, tx *wtx, now time.Time, w *write) error {
+	tx.saving = true
+	w.err = w.run(ctx, tx, now)
+	saved := tx.saved
+	tx.saving, tx.saved = false, false
+	switch {
+	case saved:
+		if w.err != nil {
+			if _, err := tx.stmt(ctx, tx.st.rollbackTo).ExecContext(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.stmt(ctx, tx.st.releaseSavepoint).ExecContext(ctx)
+		return err
 	case w.err == nil:
 		return nil
 	case errors.As(w.err, new(errChanged)):

@@ -179,7 +179,7 @@ func waitBlocked(t *testing.T, fn, state string) {
 	t.Fatalf("no goroutine in %s was blocked in %s within 10 s", fn, state)
 }
 
-// Updates go without a savepoint (runOne). Each of the tests below puts
+// Updates go without a savepoint (runBeside). Each of the tests below puts
 // updates of dispatched records in one batch, in order, makes one of them
 // fail, and checks that each update is told it failed exactly when its
 // change is not there.
@@ -258,7 +258,7 @@ func TestChangeThenFailureIsNotCommitted(t *testing.T) {
 	ids := reserveDispatched(t, s, "changed, then failed", "next")
 	errs := inOneBatch(s,
 		func() error {
-			return s.writeOne(context.Background(), func(ctx context.Context, tx *wtx, _ time.Time) error {
+			return s.write(context.Background(), func(ctx context.Context, tx *wtx, _ time.Time) error {
 				if _, err := tx.ExecContext(ctx, "UPDATE records SET state = ? WHERE id = ?", record.Completed, ids[0]); err != nil {
 					return err
 				}
@@ -273,16 +273,20 @@ func TestChangeThenFailureIsNotCommitted(t *testing.T) {
 	checkToldFailed(t, s, ids, errs)
 }
 
-// TestFailedWriteInASavepointIsUndone: a write that runs in a savepoint
-// (runSaved: a reservation) and fails after making changes has them
-// undone, and the writes beside it in the batch are committed; twice in
-// one batch, as the savepoint's statements are used again.
+// TestFailedWriteInASavepointIsUndone: a write that opened a savepoint
+// (wtx.save: a reservation that makes more than one change) and fails
+// after making changes has them undone, and the writes beside it in the
+// batch are committed; twice in one batch, as the savepoint's statements
+// are used again.
 func TestFailedWriteInASavepointIsUndone(t *testing.T) {
 	s := openStore(t)
 	ids := reserveDispatched(t, s, "failed 1", "kept 1", "failed 2", "kept 2")
 	write := func(id string, fail bool) func() error {
 		return func() error {
 			return s.write(context.Background(), func(ctx context.Context, tx *wtx, _ time.Time) error {
+				if err := tx.save(ctx); err != nil {
+					return err
+				}
 				if _, err := tx.ExecContext(ctx, "UPDATE records SET state = ? WHERE id = ?", record.Completed, id); err != nil {
 					return err
 				}

@@ -8,8 +8,8 @@
 // process or another process on the host. Within a process, writes go
 // through one connection; the reservations and transitions that wait for it
 // go together in one transaction (batch.go), which commits them at once:
-// each reservation in a savepoint, each transition in the one statement
-// that makes it. Reads use a pool of their own and never wait for a
+// each in the one statement that makes it, or in a savepoint of its own
+// when it makes more than one change. Reads use a pool of their own and never wait for a
 // writer.
 //
 // With the default synchronous=NORMAL a committed change survives the crash

@@ -75,7 +75,7 @@ func (s *Store) updateKnown(ctx context.Context, tx *wtx, now time.Time, k known
 		nanos(r.ExpiresAt), r.Owner, r.Awaiting, setsLease, nanos(r.LeaseUntil),
 		r.ID, k.history, k.rec.Attached, nanos(k.rec.LeaseUntil))
 	if err != nil {
-		return nil, "", err // SQLite's, whose statement it undid (runOne)
+		return nil, "", err // SQLite's, whose statement it undid (runBeside)
 	}
 	switch n, err := res.RowsAffected(); {
 	case err != nil:

@@ -77,6 +77,9 @@ type reservation struct {
 // held).
 func (s *Store) reserveIn(ctx context.Context, tx *wtx, now time.Time, r *record.Record, opts record.ReserveOptions) (res reservation, err error) {
 	if s.reserves.Add(1)%purgeEvery == 0 {
+		if err := tx.save(ctx); err != nil {
+			return reservation{}, err
+		}
 		if _, res.purged, err = s.purge(ctx, tx, now, purgeBatch, s.orphanScanDue(now)); err != nil {
 			return reservation{}, fmt.Errorf("purging expired records: %w", err)
 		}
@@ -92,6 +95,11 @@ func (s *Store) reserveIn(ctx context.Context, tx *wtx, now time.Time, r *record
 		return res, nil
 	case !isConstraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE):
 		return reservation{}, insertError(err)
+	}
+	// SQLite undid the insert. What follows may change more than one
+	// record.
+	if err := tx.save(ctx); err != nil {
+		return reservation{}, err
 	}
 
 	cur, err := scanRecord(tx.stmt(ctx, s.st.byKey).QueryRowContext(ctx, r.Key))
@@ -189,7 +197,7 @@ func (s *Store) Update(ctx context.Context, id string, c record.Change) (*record
 	var history string
 	// One statement changes the record: the known one if it applies,
 	// else updateIn's (which reads the record first).
-	err = s.writeOne(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
+	err = s.write(ctx, func(ctx context.Context, tx *wtx, now time.Time) (err error) {
 		if known {
 			if r, history, err = s.updateKnown(ctx, tx, now, k, c); r != nil || err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +118,54 @@ func TestReservePacesTheOrphanScan(t *testing.T) {
 	}
 	if got, err := s.Get(ctx, orphan.ID); err != nil || got.State != record.Unknown {
 		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
+	}
+}
+
+// A reservation beside other writes that replaces its key's holder opens
+// a savepoint before its first change: when its insert then fails, the
+// orphan it settled (failed: never sent) and released is as it was, and
+// the write beside it is committed.
+func TestReservationFailsWhole(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "records.db"), Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	orphan := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Tool: "charge_card",
+		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
+	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kept := reserveDispatched(t, s, "kept")
+	clock.Advance(2 * time.Second) // past the orphan's lease
+	// The insert that would replace the orphan fails once the orphan is
+	// settled; the first, refused for the holder, goes by.
+	trigger := fmt.Sprintf(`CREATE TRIGGER refuse BEFORE INSERT ON records
+		WHEN NEW.key = 'k' AND (SELECT state FROM records WHERE id = '%s') = '%s'
+		BEGIN SELECT RAISE(ABORT, 'refused'); END`, orphan.ID, record.Failed)
+	if _, err := s.w.ExecContext(ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+	replace := func() error {
+		r := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Tool: "charge_card", Retention: time.Hour}
+		_, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true})
+		return err
+	}
+	errs := inOneBatch(s, replace, complete(s, kept[0]))
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "refused") {
+		t.Fatalf("the reservation whose insert failed returned %v; want the trigger's error", errs[0])
+	}
+	checkToldFailed(t, s, kept, errs[1:])
+	var (
+		state  record.State
+		holder int
+	)
+	if err := s.r.QueryRowContext(ctx, "SELECT state, holder FROM records WHERE id = ?", orphan.ID).Scan(&state, &holder); err != nil {
+		t.Fatal(err)
+	}
+	if state != record.Accepted || holder != 1 {
+		t.Errorf("the orphan after the failed reservation: %s, holder %d; want it accepted and still the holder", state, holder)
 	}
 }

@@ -214,8 +214,9 @@ func syncOwnerIndex(ctx context.Context, tx *sql.Tx) error {
 type statements struct {
 	byKey, byID, attach, release, insert, write, purge *sql.Stmt
 	writeKnown                                         *sql.Stmt // known.go
-	// savepoint, rollbackTo and releaseSavepoint are runSaved's: parsed
-	// for each write, they were prepared and finalized each time.
+	// savepoint, rollbackTo and releaseSavepoint are a write's in a
+	// batch (wtx.save, runBeside): parsed for each write, they were
+	// prepared and finalized each time.
 	savepoint, rollbackTo, releaseSavepoint *sql.Stmt
 	// orphans reads the records in flight whose lease lapsed: parsing
 	// it on every purge was four fifths of the purge's time.
