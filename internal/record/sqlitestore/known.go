@@ -33,10 +33,13 @@ type known struct {
 // writeKnownText writes a change to a record whose history, attached
 // count and, unless the change sets it, lease are the ones given. The
 // result and the error are written only as the change gives them: the
-// store's copy is never written back.
-const writeKnownText = `UPDATE records SET state = ?1, history = ?2, attempts = ?3, result = coalesce(?4, result), error = coalesce(?5, error),
-	expires_at = ?6, owner = ?7, awaiting = ?8, lease_until = CASE WHEN ?9 THEN ?10 ELSE lease_until END
-	WHERE id = ?11 AND history = ?12 AND attached = ?13 AND (?9 OR lease_until IS ?14)`
+// store's copy is never written back. Its parameters are anonymous, the
+// one that says whether the change sets the lease given twice:
+// modernc.org/sqlite reads a numbered one's name back from SQLite, and
+// parses it, at every call.
+const writeKnownText = `UPDATE records SET state = ?, history = ?, attempts = ?, result = coalesce(?, result), error = coalesce(?, error),
+	expires_at = ?, owner = ?, awaiting = ?, lease_until = CASE WHEN ? THEN ? ELSE lease_until END
+	WHERE id = ? AND history = ? AND attached = ? AND (? OR lease_until IS ?)`
 
 // remember keeps r, whose history column is history, for the next
 // update, once c made it and it is committed. A record no update moves
@@ -73,7 +76,7 @@ func (s *Store) updateKnown(ctx context.Context, tx *wtx, now time.Time, k known
 	res, err := tx.stmt(ctx, s.st.writeKnown).ExecContext(ctx,
 		r.State, history, r.Attempts, jsonText(c.Result), jsonText(c.Error),
 		nanos(r.ExpiresAt), r.Owner, r.Awaiting, setsLease, nanos(r.LeaseUntil),
-		r.ID, k.history, k.rec.Attached, nanos(k.rec.LeaseUntil))
+		r.ID, k.history, k.rec.Attached, setsLease, nanos(k.rec.LeaseUntil))
 	if err != nil {
 		return nil, "", err // SQLite's, whose statement it undid (runBeside)
 	}
