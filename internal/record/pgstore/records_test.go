@@ -111,37 +111,12 @@ func TestReservePurges(t *testing.T) {
 	}
 }
 
-// Reserve's purge looks for orphans at most every orphanScanEvery, and
-// settles those it finds then.
+// Reserve's purge looks for orphans at most every orphanScanEvery.
 func TestReservePacesTheOrphanScan(t *testing.T) {
-	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
-	s := newStore(t, clock.Now)
-	ctx := context.Background()
-	orphan := newRecord("orphan", clock.Now())
-	orphan.Owner, orphan.LeaseUntil = "gone", clock.Now().Add(time.Second)
-	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{Dispatch: true}); err != nil {
-		t.Fatal(err)
-	}
-	reserve := func(n int) {
-		t.Helper()
-		for range n {
-			if _, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", s.reserves.Load()), clock.Now()), record.ReserveOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	reserve(4 * purgeEvery)
-	if n := s.scans.Load(); n != 1 {
-		t.Fatalf("%d reservations in one instant looked for orphans %d times; want once", 4*purgeEvery+1, n)
-	}
-	clock.Advance(max(orphanScanEvery, 2*time.Second)) // and past the orphan's lease
-	reserve(purgeEvery)
-	if n := s.scans.Load(); n != 2 {
-		t.Fatalf("looked for orphans %d times; want twice, once %v passed", n, max(orphanScanEvery, 2*time.Second))
-	}
-	if got, err := s.Get(ctx, orphan.ID); err != nil || got.State != record.Unknown {
-		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
-	}
+	recordtest.RunPacedOrphanScan(t, func(t *testing.T, now func() time.Time) recordtest.PacedStore {
+		s := newStore(t, now)
+		return recordtest.PacedStore{Store: s, PurgeEvery: purgeEvery, ScanEvery: orphanScanEvery, Looks: s.scans.Load}
+	})
 }
 
 // Of concurrent reservations over a replaceable holder, exactly one wins.

@@ -2,6 +2,7 @@ package recordtest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -52,5 +53,45 @@ func RunPurgeTellsOfOrphans(t *testing.T, newStore NewToldStore) {
 		if o == nil || o.State != want || !strings.Contains(o.History[len(o.History)-1].Note, "proxy-1 went away") {
 			t.Errorf("told of orphan %s as %+v; want it %s, naming the owner that went away", id, o, want)
 		}
+	}
+}
+
+// A PacedStore is a store whose reservations purge every purgeEvery-th
+// time, looking for orphans at most every scanEvery; looks counts those
+// looks.
+type PacedStore struct {
+	record.Store
+	PurgeEvery int
+	ScanEvery  time.Duration
+	Looks      func() uint64
+}
+
+// RunPacedOrphanScan checks that the purges of reservations made in one
+// instant look for orphans once, and that one made once ScanEvery has
+// passed looks again and settles the orphan it finds.
+func RunPacedOrphanScan(t *testing.T, newStore func(t *testing.T, now func() time.Time) PacedStore) {
+	clock := NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock.Now)
+	orphan, _ := mustReserve(t, s, leased("orphan", "gone", clock.Now().Add(time.Second)), record.ReserveOptions{Dispatch: true})
+	n := 0
+	reserve := func(count int) {
+		t.Helper()
+		for range count {
+			n++
+			mustReserve(t, s, leased(fmt.Sprint("k", n), "here", clock.Now().Add(time.Minute)), record.ReserveOptions{})
+		}
+	}
+	reserve(4 * s.PurgeEvery)
+	if looks := s.Looks(); looks != 1 {
+		t.Fatalf("%d reservations in one instant looked for orphans %d times; want once", 4*s.PurgeEvery+1, looks)
+	}
+	wait := max(s.ScanEvery, 2*time.Second) // and past the orphan's lease
+	clock.Advance(wait)
+	reserve(s.PurgeEvery)
+	if looks := s.Looks(); looks != 2 {
+		t.Fatalf("looked for orphans %d times; want twice, once %v passed", looks, wait)
+	}
+	if got, err := s.Get(context.Background(), orphan.ID); err != nil || got.State != record.Unknown {
+		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
 	}
 }

@@ -81,44 +81,23 @@ func overlapWrite(t *testing.T, s *Store, rec *record.Record) {
 	s.attaches.Flush(done)
 }
 
-// Reserve's purge looks for orphans at most every orphanScanEvery, and
-// settles those it finds then.
+// Reserve's purge looks for orphans at most every orphanScanEvery.
 func TestReservePacesTheOrphanScan(t *testing.T) {
-	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "records.db"), Options{Now: clock.Now})
+	recordtest.RunPacedOrphanScan(t, func(t *testing.T, now func() time.Time) recordtest.PacedStore {
+		s := openAt(t, now)
+		return recordtest.PacedStore{Store: s, PurgeEvery: purgeEvery, ScanEvery: orphanScanEvery, Looks: s.scans.Load}
+	})
+}
+
+// openAt opens a Store on a new file that reads the time from now.
+func openAt(t *testing.T, now func() time.Time) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "records.db"), Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ctx := t.Context()
-	newRecord := func(key, owner string) *record.Record {
-		return &record.Record{ID: record.NewID(clock.Now()), Key: key, Fingerprint: key, Tool: "charge_card",
-			Retention: time.Hour, Owner: owner, LeaseUntil: clock.Now().Add(time.Second)}
-	}
-	orphan := newRecord("orphan", "gone")
-	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{Dispatch: true}); err != nil {
-		t.Fatal(err)
-	}
-	reserve := func(n int) {
-		t.Helper()
-		for range n {
-			if _, _, err := s.Reserve(ctx, newRecord(fmt.Sprint("k", s.reserves.Load()), "here"), record.ReserveOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	reserve(4 * purgeEvery)
-	if n := s.scans.Load(); n != 1 {
-		t.Fatalf("%d reservations in one instant looked for orphans %d times; want once", 4*purgeEvery+1, n)
-	}
-	clock.Advance(max(orphanScanEvery, 2*time.Second)) // and past the orphan's lease
-	reserve(purgeEvery)
-	if n := s.scans.Load(); n != 2 {
-		t.Fatalf("looked for orphans %d times; want twice, once %v passed", n, max(orphanScanEvery, 2*time.Second))
-	}
-	if got, err := s.Get(ctx, orphan.ID); err != nil || got.State != record.Unknown {
-		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
-	}
+	return s
 }
 
 // A reservation beside other writes that replaces its key's holder opens
@@ -127,11 +106,7 @@ func TestReservePacesTheOrphanScan(t *testing.T) {
 // the write beside it is committed.
 func TestReservationFailsWhole(t *testing.T) {
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "records.db"), Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openAt(t, clock.Now)
 	ctx := t.Context()
 	orphan := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Tool: "charge_card",
 		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
