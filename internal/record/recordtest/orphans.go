@@ -67,8 +67,9 @@ type PacedStore struct {
 }
 
 // RunPacedOrphanScan checks that the purges of reservations made in one
-// instant look for orphans once, and that one made once ScanEvery has
-// passed looks again and settles the orphan it finds.
+// instant look for orphans once, that one made once ScanEvery has passed
+// looks again and settles the orphan it finds, and that one made after
+// the clock went back looks again.
 func RunPacedOrphanScan(t *testing.T, newStore func(t *testing.T, now func() time.Time) PacedStore) {
 	clock := NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
 	s := newStore(t, clock.Now)
@@ -93,5 +94,10 @@ func RunPacedOrphanScan(t *testing.T, newStore func(t *testing.T, now func() tim
 	}
 	if got, err := s.Get(context.Background(), orphan.ID); err != nil || got.State != record.Unknown {
 		t.Fatalf("the orphan after the second look: %+v, %v; want it unknown", got, err)
+	}
+	clock.Advance(-time.Minute) // a clock set back
+	reserve(s.PurgeEvery)
+	if looks := s.Looks(); looks != 3 {
+		t.Fatalf("looked for orphans %d times; want a third look once the clock went back", looks)
 	}
 }

@@ -189,7 +189,7 @@ func (s *Store) writeBatch(ctx context.Context, calls []*batch.Call[*write]) err
 // runBeside runs w in tx, beside other writes. A savepoint w opened is
 // rolled back if w failed, and released. It returns an error that ends
 // the batch:
-//   - an error from a savepoint's statement;
+//   - an error from ROLLBACK TO or RELEASE of its savepoint;
 //   - after an error that came once a change made with no savepoint was
 //     made (errChanged: the count of rows an update of a known record
 //     changed, unread), since only ending the batch undoes the change;

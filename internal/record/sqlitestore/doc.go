@@ -9,8 +9,8 @@
 // through one connection; the reservations and transitions that wait for it
 // go together in one transaction (batch.go), which commits them at once:
 // each in the one statement that makes it, or in a savepoint of its own
-// when it makes more than one change. Reads use a pool of their own and never wait for a
-// writer.
+// when it makes more than one change. Reads use a pool of their own and
+// never wait for a writer.
 //
 // With the default synchronous=NORMAL a committed change survives the crash
 // of any process (kill -9 included); Options.Sync "full" makes it survive a

@@ -401,7 +401,8 @@ func (s *Store) purge(ctx context.Context, tx *wtx, now time.Time, limit int, or
 
 // orphanScanDue reports whether a purge of Reserve's, at now, is to look
 // for orphans: whether orphanScanEvery has passed since one last did, or
-// the clock went back.
+// the clock went back. A look whose write then failed counts too: the
+// next comes a second later at most.
 func (s *Store) orphanScanDue(now time.Time) bool {
 	t, last := now.UnixNano(), s.scanned.Load()
 	return (t-last >= int64(orphanScanEvery) || t < last) && s.scanned.CompareAndSwap(last, t)

@@ -144,3 +144,42 @@ func TestReservationFailsWhole(t *testing.T) {
 		t.Errorf("the orphan after the failed reservation: %s, holder %d; want it accepted and still the holder", state, holder)
 	}
 }
+
+// A reservation beside other writes that purges opens a savepoint first:
+// when its insert then fails, the orphan its purge settled is as it was
+// (its waiters would not be woken, nor Options.Orphaned told), and the
+// write beside it is committed.
+func TestPurgingReservationFailsWhole(t *testing.T) {
+	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := openAt(t, clock.Now)
+	ctx := t.Context()
+	orphan := &record.Record{ID: record.NewID(clock.Now()), Key: "orphan", Fingerprint: "orphan", Tool: "charge_card",
+		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
+	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{Dispatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	kept := reserveDispatched(t, s, "kept")
+	clock.Advance(2 * time.Second)   // past the orphan's lease
+	s.reserves.Store(purgeEvery - 1) // the next reservation purges
+	// An id used already: the insert fails once the purge is done.
+	reuse := func() error {
+		r := &record.Record{ID: kept[0], Key: "new", Fingerprint: "new", Tool: "charge_card", Retention: time.Hour}
+		_, _, err := s.Reserve(ctx, r, record.ReserveOptions{Dispatch: true})
+		return err
+	}
+	errs := inOneBatch(s, reuse, complete(s, kept[0]))
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "already used") {
+		t.Fatalf("the reservation of an id used already returned %v; want it refused", errs[0])
+	}
+	if s.scans.Load() != 1 {
+		t.Fatalf("the reservation looked for orphans %d times; want once", s.scans.Load())
+	}
+	checkToldFailed(t, s, kept, errs[1:])
+	var state record.State
+	if err := s.r.QueryRowContext(ctx, "SELECT state FROM records WHERE id = ?", orphan.ID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != record.Dispatched {
+		t.Errorf("the orphan after the failed reservation: %s; want it dispatched, as it was", state)
+	}
+}
