@@ -100,6 +100,18 @@ func openAt(t *testing.T, now func() time.Time) *Store {
 	return s
 }
 
+// reserveLeased reserves key for an owner "gone" whose lease lapses in a
+// second: an orphan once the clock has moved on.
+func reserveLeased(t *testing.T, s *Store, clock *recordtest.Clock, key string, opts record.ReserveOptions) *record.Record {
+	t.Helper()
+	r := &record.Record{ID: record.NewID(clock.Now()), Key: key, Fingerprint: key, Tool: "charge_card",
+		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
+	if _, _, err := s.Reserve(t.Context(), r, opts); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // A reservation beside other writes that replaces its key's holder opens
 // a savepoint before its first change: when its insert then fails, the
 // orphan it settled (failed: never sent) and released is as it was, and
@@ -108,11 +120,7 @@ func TestReservationFailsWhole(t *testing.T) {
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
 	s := openAt(t, clock.Now)
 	ctx := t.Context()
-	orphan := &record.Record{ID: record.NewID(clock.Now()), Key: "k", Fingerprint: "k", Tool: "charge_card",
-		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
-	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	orphan := reserveLeased(t, s, clock, "k", record.ReserveOptions{})
 	kept := reserveDispatched(t, s, "kept")
 	clock.Advance(2 * time.Second) // past the orphan's lease
 	// The insert that would replace the orphan fails once the orphan is
@@ -153,11 +161,7 @@ func TestPurgingReservationFailsWhole(t *testing.T) {
 	clock := recordtest.NewClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
 	s := openAt(t, clock.Now)
 	ctx := t.Context()
-	orphan := &record.Record{ID: record.NewID(clock.Now()), Key: "orphan", Fingerprint: "orphan", Tool: "charge_card",
-		Retention: time.Hour, Owner: "gone", LeaseUntil: clock.Now().Add(time.Second)}
-	if _, _, err := s.Reserve(ctx, orphan, record.ReserveOptions{Dispatch: true}); err != nil {
-		t.Fatal(err)
-	}
+	orphan := reserveLeased(t, s, clock, "orphan", record.ReserveOptions{Dispatch: true})
 	kept := reserveDispatched(t, s, "kept")
 	clock.Advance(2 * time.Second)   // past the orphan's lease
 	s.reserves.Store(purgeEvery - 1) // the next reservation purges
