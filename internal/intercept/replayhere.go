@@ -31,10 +31,9 @@ import (
 
 // replayHere answers req, on the calling goroutine, if the store can
 // replay it from a read that waits for no lock and no connection, and
-// reports done. When
-// it does not, pre, if not nil, is what it learned, for the worker to go
-// on from (handleFrom); done is also true when it answered req because
-// its action could not be read.
+// reports done. When it does not, pre, if not nil, is what it learned,
+// for the worker to go on from (handleFrom); done is also true when it
+// answered req because its action could not be read.
 func (in *Interceptor) replayHere(ctx context.Context, req *Request) (pre *prelude, done bool) {
 	if in.replayer == nil || !in.storeWaits || in.shadow || len(req.Call.Params) > inlineParams ||
 		req.Call.RequestState() != nil || req.Policy.NeedsApproval() {

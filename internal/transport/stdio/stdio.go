@@ -328,9 +328,7 @@ func (c *Conn) frameBuffer() []byte {
 // buffer for the next frame; or, while the Conn holds its writes, keeps it
 // with them, and h to be told when it is written. c.wmu must be held.
 func (c *Conn) endFrame(b []byte, start int, h heldFrame) error {
-	// Two IndexBytes, not ContainsAny: they compare many bytes at a time
-	// where it takes one, 7 ns against 110 for a frame of 240 bytes.
-	if frame := b[start:]; bytes.IndexByte(frame, '\n') >= 0 || bytes.IndexByte(frame, '\r') >= 0 {
+	if jsonrpc.HasLineBreak(b[start:]) {
 		// A newline inside a frame would split it in two for the reader,
 		// and so would a carriage return for one that reads lines with
 		// universal newlines, as the Python SDK's stdio server does (a

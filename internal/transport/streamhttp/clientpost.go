@@ -365,10 +365,8 @@ func (c *Client) answer(ids []json.RawMessage, na jsonrpc.NoAnswer) {
 // answer. It reports false once the Client is closed.
 func (c *Client) deliver(frame []byte, pending map[string]json.RawMessage) bool {
 	frame = bytes.TrimSpace(frame)
-	if bytes.IndexByte(frame, '\n') >= 0 || bytes.IndexByte(frame, '\r') >= 0 {
+	if jsonrpc.HasLineBreak(frame) {
 		// Frames are newline-free: the stdio side writes one per line.
-		// (IndexByte compares many bytes at a time, ContainsAny one: a
-		// result of a megabyte is checked in tens of microseconds.)
 		var b bytes.Buffer
 		if err := json.Compact(&b, frame); err != nil {
 			c.log.Warn("dropping a message from the upstream that is not JSON", "err", err)
