@@ -52,3 +52,21 @@ func BenchmarkReplay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplayMiss is the read a new execution pays before its
+// reservation: Replay of a key no record holds.
+func BenchmarkReplayMiss(b *testing.B) {
+	s := open(b, dbPath(b), sqlitestore.Options{})
+	ctx := context.Background()
+	for i := range 1000 {
+		if _, err := recordtest.Execute(ctx, s, ""); err != nil {
+			b.Fatal(err, i)
+		}
+	}
+	r := newRecord("never-reserved")
+	for b.Loop() {
+		if _, unheld, ok := s.Replay(ctx, r, record.ReserveOptions{}); !unheld || ok {
+			b.Fatalf("Replay = unheld %v, ok %v; want unheld", unheld, ok)
+		}
+	}
+}
