@@ -53,6 +53,36 @@ func BenchmarkReplay(b *testing.B) {
 	}
 }
 
+// BenchmarkSteps runs, one at a time with every commit synced
+// (sync=full), the steps of a new execution before its answer (answer),
+// all of them (execution), and a replay. It reports no syncs itself:
+// bench/writes.sh counts the process's fsync calls around runs of two
+// lengths.
+func BenchmarkSteps(b *testing.B) {
+	ctx := context.Background()
+	steps := []struct {
+		name string
+		do   func(*sqlitestore.Store) error
+	}{
+		{"answer", func(s *sqlitestore.Store) error { _, err := recordtest.Answer(ctx, s, ""); return err }},
+		{"execution", func(s *sqlitestore.Store) error { _, err := recordtest.Execute(ctx, s, ""); return err }},
+		{"replay", func(s *sqlitestore.Store) error { return recordtest.Replay(ctx, s, "replayed") }},
+	}
+	for _, st := range steps {
+		b.Run(st.name, func(b *testing.B) {
+			s := open(b, dbPath(b), sqlitestore.Options{Sync: "full"})
+			if _, err := recordtest.Execute(ctx, s, "replayed"); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := st.do(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkReplayMiss is the read a new execution pays before its
 // reservation: Replay of a key no record holds.
 func BenchmarkReplayMiss(b *testing.B) {
