@@ -39,16 +39,19 @@ for store in "${stores[@]}"; do
 	(cd "$here" && go test -c -o "$dir/$store.test" "$pkg")
 done
 
-# bench runs the store's BenchmarkSteps/STEP for COUNT executions.
+# bench runs STORE's BenchmarkSteps/STEP for N executions, its output in
+# $dir/STORE.STEP.
 bench() {
-	local store=$1 step=$2 count=$3
+	local store=$1 step=$2 out=$dir/$1.$2
 	MCPI_REQUIRE_SERVICES=1 "$dir/$store.test" -test.run '^$' -test.bench "^BenchmarkSteps\$/^$step\$" \
-		-test.benchtime "${count}x"
+		-test.benchtime "${n}x" >"$out" 2>&1 ||
+		{ cat "$out" >&2; echo "writes.sh: the $store store's BenchmarkSteps/$step failed" >&2; exit 1; }
 }
 
-# metric prints the value of UNIT in a benchmark's output.
+# metric prints the value of UNIT in the output of STORE's STEP.
 metric() {
-	awk -v u="$1" '/^BenchmarkSteps/ { for (i = 3; i < NF; i++) if ($(i + 1) == u) print $i }'
+	local store=$1 step=$2 unit=$3
+	awk -v u="$unit" '/^BenchmarkSteps/ { for (i = 3; i < NF; i++) if ($(i + 1) == u) print $i }' "$dir/$store.$step"
 }
 
 # fsyncs prints the fsync and fdatasync calls of a run of the SQLite
@@ -93,23 +96,22 @@ for store in "${stores[@]}"; do
 		row sqlite "fsyncs a replay" "${per[replay]}" "0: reads only" 0.1
 		;;
 	postgres)
-		answer=$(bench postgres answer "$n" | metric wal-syncs/op)
-		execution=$(bench postgres execution "$n" | metric wal-syncs/op)
-		bench postgres replay "$n" >"$dir/replay"
+		for step in answer execution replay; do bench postgres "$step"; done
+		answer=$(metric postgres answer wal-syncs/op)
+		execution=$(metric postgres execution wal-syncs/op)
 		row postgres "WAL syncs before the answer" "$answer" 2 2.5
 		row postgres "WAL syncs for delivered, after it" "$(awk -v e="$execution" -v a="$answer" 'BEGIN { print e - a }')" "off the path"
-		row postgres "WAL syncs a replay" "$(metric wal-syncs/op <"$dir/replay")" "0: reads only" 0.1
-		row postgres "WAL bytes a replay" "$(metric wal-B/op <"$dir/replay")" "-"
+		row postgres "WAL syncs a replay" "$(metric postgres replay wal-syncs/op)" "0: reads only" 0.1
+		row postgres "WAL bytes a replay" "$(metric postgres replay wal-B/op)" "-"
 		;;
 	redis)
-		bench redis answer "$n" >"$dir/answer"
-		bench redis execution "$n" >"$dir/execution"
-		bench redis replay "$n" >"$dir/replay"
-		answer=$(metric round-trips/op <"$dir/answer")
+		for step in answer execution replay; do bench redis "$step"; done
+		answer=$(metric redis answer round-trips/op)
+		execution=$(metric redis execution round-trips/op)
 		row redis "round trips before the answer" "$answer" 2 2.5
-		row redis "round trips for delivered, after it" "$(awk -v e="$(metric round-trips/op <"$dir/execution")" -v a="$answer" 'BEGIN { print e - a }')" "off the path"
-		row redis "round trips a replay" "$(metric round-trips/op <"$dir/replay")" "1: a read"
-		row redis "keys left a replay" "$(metric keys/op <"$dir/replay")" 0 0.001
+		row redis "round trips for delivered, after it" "$(awk -v e="$execution" -v a="$answer" 'BEGIN { print e - a }')" "off the path"
+		row redis "round trips a replay" "$(metric redis replay round-trips/op)" "1: a read"
+		row redis "keys left a replay" "$(metric redis replay keys/op)" 0 0.001
 		;;
 	esac
 done
