@@ -9,26 +9,19 @@ import (
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 )
 
-// BenchmarkSteps runs, one at a time, the steps of a new execution before
-// its answer (answer), all of them (execution), and a replay, and reports
-// the WAL syncs the server made for each (wal-syncs/op) and the WAL it
-// wrote (wal-B/op), from pg_stat_wal. A server process adds its counts
-// there when it ends, so each sub-benchmark's store is closed, and its
-// processes gone, before the counts are read; a store of its own made
-// the record replayed. Run it on a quiet server: every process's WAL is
-// counted (bench/writes.sh).
+// BenchmarkSteps runs recordtest.ExecutionSteps one at a time and
+// reports the WAL syncs the server made for each (wal-syncs/op) and the
+// WAL it wrote (wal-B/op), from pg_stat_wal. A server process adds its
+// counts there when it ends, so each sub-benchmark's store is closed,
+// and its processes gone, before the counts are read; a store of its own
+// made the record replayed. What its Close writes (the attach counts of
+// the replays) is counted once a run: bench/writes.sh subtracts it with
+// runs of two lengths. Every process's WAL counts: run it on a quiet
+// server.
 func BenchmarkSteps(b *testing.B) {
 	ctx := context.Background()
-	steps := []struct {
-		name string
-		do   func(*Store) error
-	}{
-		{"answer", func(s *Store) error { _, err := recordtest.Answer(ctx, s, ""); return err }},
-		{"execution", func(s *Store) error { _, err := recordtest.Execute(ctx, s, ""); return err }},
-		{"replay", func(s *Store) error { return recordtest.Replay(ctx, s, "replayed") }},
-	}
-	for _, st := range steps {
-		b.Run(st.name, func(b *testing.B) {
+	for _, st := range recordtest.ExecutionSteps {
+		b.Run(st.Name, func(b *testing.B) {
 			schema := newSchema(b)
 			app := "mcpi-steps-" + schema
 			rawURL := withApplication(b, serverURL(b), app)
@@ -39,17 +32,15 @@ func BenchmarkSteps(b *testing.B) {
 			first.Close()
 			before := walStats(b, app)
 			s := open(b, rawURL, schema, nil)
-			n := 0
 			for b.Loop() {
-				if err := st.do(s); err != nil {
+				if err := st.Do(ctx, s); err != nil {
 					b.Fatal(err)
 				}
-				n++
 			}
 			s.Close()
 			after := walStats(b, app)
-			b.ReportMetric(float64(after.syncs-before.syncs)/float64(n), "wal-syncs/op")
-			b.ReportMetric(float64(after.bytes-before.bytes)/float64(n), "wal-B/op")
+			b.ReportMetric(float64(after.syncs-before.syncs)/float64(b.N), "wal-syncs/op")
+			b.ReportMetric(float64(after.bytes-before.bytes)/float64(b.N), "wal-B/op")
 		})
 	}
 }
@@ -68,13 +59,22 @@ func walStats(b *testing.B, app string) walCounts {
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var method string
-	if err := conn.QueryRow(ctx, "SHOW wal_sync_method").Scan(&method); err != nil {
+	// pg_stat_wal counts a sync only where one is made, by fsync or
+	// fdatasync; a commit waits for it only with synchronous_commit on.
+	// Before 15 a process's counts reached it later than its end, and
+	// from 18 they are in pg_stat_io.
+	var version int
+	var fsync, method, commit string
+	err = conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('fsync'),
+		current_setting('wal_sync_method'), current_setting('synchronous_commit')`).Scan(&version, &fsync, &method, &commit)
+	switch {
+	case err != nil:
 		b.Fatal(err)
-	}
-	if method == "open_sync" || method == "open_datasync" {
-		// pg_stat_wal counts no sync then: each write syncs itself.
-		b.Fatalf("wal_sync_method is %s, whose syncs pg_stat_wal does not count", method)
+	case version < 150000 || version >= 180000:
+		b.Fatalf("the server is PostgreSQL %d: the WAL syncs are counted from pg_stat_wal on 15 to 17 only", version/10000)
+	case fsync != "on" || commit == "off" || method == "open_sync" || method == "open_datasync":
+		b.Fatalf("fsync %s, synchronous_commit %s, wal_sync_method %s: pg_stat_wal would not count the syncs a commit waits for; want fsync on, synchronous_commit not off, and fsync or fdatasync",
+			fsync, commit, method)
 	}
 	for {
 		var left int
@@ -92,7 +92,7 @@ func walStats(b *testing.B, app string) walCounts {
 	}
 	var c walCounts
 	if err := conn.QueryRow(ctx, "SELECT wal_sync, wal_bytes::bigint FROM pg_stat_wal").Scan(&c.syncs, &c.bytes); err != nil {
-		b.Fatalf("reading pg_stat_wal (PostgreSQL 14 or later): %v", err)
+		b.Fatal(err)
 	}
 	return c
 }

@@ -738,6 +738,19 @@ func Replay(ctx context.Context, s record.Store, key string) error {
 	return nil
 }
 
+// ExecutionSteps are what each store's BenchmarkSteps runs, one call at
+// a time, for bench/writes.sh: the steps of a new execution before its
+// answer (Answer), all of them (Execute), and a replay of the execution
+// under the key "replayed", which the benchmark runs first.
+var ExecutionSteps = []struct {
+	Name string
+	Do   func(context.Context, record.Store) error
+}{
+	{"answer", func(ctx context.Context, s record.Store) error { _, err := Answer(ctx, s, ""); return err }},
+	{"execution", func(ctx context.Context, s record.Store) error { _, err := Execute(ctx, s, ""); return err }},
+	{"replay", func(ctx context.Context, s record.Store) error { return Replay(ctx, s, "replayed") }},
+}
+
 // executionRecord is the record Execute reserves under key.
 func executionRecord(key string) *record.Record {
 	r := &record.Record{ID: record.NewID(time.Now()), Tool: "charge_card", Retention: time.Hour,

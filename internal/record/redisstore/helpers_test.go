@@ -70,26 +70,28 @@ func deleteKeys(tb testing.TB, url, prefix string) {
 	}
 	c := redis.NewClient(opt)
 	defer c.Close()
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	flush := func() {
-		if len(batch) > 0 {
-			if err := c.Unlink(ctx, batch...).Err(); err != nil {
-				tb.Errorf("deleting the test's keys: %v", err)
-			}
-			batch = batch[:0]
-		}
-	}
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			flush()
-		}
-	}
-	flush()
-	if err := iter.Err(); err != nil {
+	keys, err := keysUnder(c, prefix)
+	if err != nil {
 		tb.Errorf("listing the test's keys: %v", err)
 	}
+	for batch := range slices.Chunk(keys, 1000) {
+		if err := c.Unlink(context.Background(), batch...).Err(); err != nil {
+			tb.Errorf("deleting the test's keys: %v", err)
+		}
+	}
+}
+
+// keysUnder lists the keys under prefix, which has no glob characters,
+// sorted.
+func keysUnder(c redis.UniversalClient, prefix string) ([]string, error) {
+	ctx := context.Background()
+	var keys []string
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	slices.Sort(keys)
+	return keys, iter.Err()
 }
 
 // open returns a store under prefix, closed when the test ends.

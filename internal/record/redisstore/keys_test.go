@@ -28,23 +28,12 @@ func TestReplaysLeaveNoKeys(t *testing.T) {
 	if _, won, err := s.Reserve(ctx, first, record.ReserveOptions{}); err != nil || !won {
 		t.Fatalf("first reservation: won=%v err=%v", won, err)
 	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
 	keys := func() []string {
 		t.Helper()
-		var all []string
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			all = append(all, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
+		all, err := keysUnder(redisstore.Client(s), prefix)
+		if err != nil {
 			t.Fatal(err)
 		}
-		slices.Sort(all)
 		return all
 	}
 	before := keys()

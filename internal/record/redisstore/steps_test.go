@@ -4,29 +4,18 @@ import (
 	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/recordtest"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/record/redisstore"
 )
 
-// BenchmarkSteps runs, one at a time, the steps of a new execution before
-// its answer (answer), all of them (execution), and a replay, and reports
-// the round trips each made to the server (round-trips/op) and the keys
-// it left under the store's prefix (keys/op): a replay leaves none
-// (bench/writes.sh).
+// BenchmarkSteps runs recordtest.ExecutionSteps one at a time and
+// reports the round trips each made to the server (round-trips/op) and
+// the keys it left under the store's prefix (keys/op): a replay leaves
+// none (bench/writes.sh).
 func BenchmarkSteps(b *testing.B) {
 	ctx := context.Background()
-	steps := []struct {
-		name string
-		do   func(*redisstore.Store) error
-	}{
-		{"answer", func(s *redisstore.Store) error { _, err := recordtest.Answer(ctx, s, ""); return err }},
-		{"execution", func(s *redisstore.Store) error { _, err := recordtest.Execute(ctx, s, ""); return err }},
-		{"replay", func(s *redisstore.Store) error { return recordtest.Replay(ctx, s, "replayed") }},
-	}
-	for _, st := range steps {
-		b.Run(st.name, func(b *testing.B) {
+	for _, st := range recordtest.ExecutionSteps {
+		b.Run(st.Name, func(b *testing.B) {
 			url := serverURL(b)
 			prefix := newPrefix(b, url)
 			s := open(b, url, prefix, nil)
@@ -36,30 +25,25 @@ func BenchmarkSteps(b *testing.B) {
 			var c counter
 			client := redisstore.Client(s)
 			client.AddHook(&c)
-			keys := countKeys(b, client, prefix)
-			trips, n := c.n.Load(), 0
+			keys := countKeys(b, s, prefix)
+			trips := c.n.Load()
 			for b.Loop() {
-				if err := st.do(s); err != nil {
+				if err := st.Do(ctx, s); err != nil {
 					b.Fatal(err)
 				}
-				n++
 			}
-			b.ReportMetric(float64(c.n.Load()-trips)/float64(n), "round-trips/op")
-			b.ReportMetric(float64(countKeys(b, client, prefix)-keys)/float64(n), "keys/op")
+			b.ReportMetric(float64(c.n.Load()-trips)/float64(b.N), "round-trips/op")
+			b.ReportMetric(float64(countKeys(b, s, prefix)-keys)/float64(b.N), "keys/op")
 		})
 	}
 }
 
-// countKeys counts the keys under prefix, which has no glob characters.
-func countKeys(b *testing.B, client redis.UniversalClient, prefix string) int {
+// countKeys counts the keys under prefix.
+func countKeys(b *testing.B, s *redisstore.Store, prefix string) int {
 	b.Helper()
-	n := 0
-	iter := client.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		n++
-	}
-	if err := iter.Err(); err != nil {
+	keys, err := keysUnder(redisstore.Client(s), prefix)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return n
+	return len(keys)
 }

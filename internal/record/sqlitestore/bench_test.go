@@ -53,29 +53,19 @@ func BenchmarkReplay(b *testing.B) {
 	}
 }
 
-// BenchmarkSteps runs, one at a time with every commit synced
-// (sync=full), the steps of a new execution before its answer (answer),
-// all of them (execution), and a replay. It reports no syncs itself:
-// bench/writes.sh counts the process's fsync calls around runs of two
-// lengths.
+// BenchmarkSteps runs recordtest.ExecutionSteps one at a time, every
+// commit synced (sync=full). It reports no syncs itself: bench/writes.sh
+// counts the process's fsync calls around runs of two lengths.
 func BenchmarkSteps(b *testing.B) {
 	ctx := context.Background()
-	steps := []struct {
-		name string
-		do   func(*sqlitestore.Store) error
-	}{
-		{"answer", func(s *sqlitestore.Store) error { _, err := recordtest.Answer(ctx, s, ""); return err }},
-		{"execution", func(s *sqlitestore.Store) error { _, err := recordtest.Execute(ctx, s, ""); return err }},
-		{"replay", func(s *sqlitestore.Store) error { return recordtest.Replay(ctx, s, "replayed") }},
-	}
-	for _, st := range steps {
-		b.Run(st.name, func(b *testing.B) {
+	for _, st := range recordtest.ExecutionSteps {
+		b.Run(st.Name, func(b *testing.B) {
 			s := open(b, dbPath(b), sqlitestore.Options{Sync: "full"})
 			if _, err := recordtest.Execute(ctx, s, "replayed"); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if err := st.do(s); err != nil {
+				if err := st.Do(ctx, s); err != nil {
 					b.Fatal(err)
 				}
 			}
