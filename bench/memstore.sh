@@ -78,10 +78,14 @@ echo "(medians of $count rounds; base $base, new the checkout)"
 # record's live heap, and the resident set at a million records.
 newMedian() {
 	awk -v u="$1" '$1 == "new" && $2 == "BenchmarkRetainedProcess" && $3 == u { print $4 }' "$dir/figures" |
-		sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+		sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 heap=$(newMedian heap-B/record)
 rss=$(newMedian peak-RSS-kB)
+if [[ -z $heap || -z $rss ]]; then
+	echo "memstore.sh: bench/retained gave no live heap or resident set to judge" >&2
+	exit 1
+fi
 awk -v h="$heap" -v r="$rss" -v n="$n" 'BEGIN {
 	printf "goal: live heap a record (results of 200 B) %.0f B, at most 700 (500 plus the result): %s\n", h, h <= 700 ? "met" : "NOT met"
 	if (n == 1000000) printf "goal: resident at 1,000,000 records %.2f GB, at most 0.7: %s\n", r * 1024 / 1e9, r * 1024 / 1e9 <= 0.7 ? "met" : "NOT met"
