@@ -1,17 +1,24 @@
-# storelib.sh: what stores.sh and storecpu.sh share. Sourced, not run.
-# The caller sets script (its name, for errors), here and base (the two
-# trees), stores (the stores asked for) and dir (a scratch directory).
+# storelib.sh: what the scripts of the durable stores share. Sourced, not
+# run. The caller sets script (its name, for errors), here and base (the
+# two trees; writes.sh has only here), stores (the stores asked for) and
+# dir (a scratch directory).
+
+# storePackage prints the package of STORE's tests; it fails, naming the
+# stores there are, for any other.
+storePackage() {
+	case $1 in
+	sqlite | redis) echo "./internal/record/${1}store" ;;
+	postgres) echo ./internal/record/pgstore ;;
+	*) echo "$script: unknown store $1 (sqlite, redis, postgres)" >&2; return 2 ;;
+	esac
+}
 
 # buildStores builds each store's test binary of both trees into dir, as
 # STORE.base and STORE.this.
 buildStores() {
 	local store pkg
 	for store in "${stores[@]}"; do
-		case $store in
-		sqlite | redis) pkg=./internal/record/${store}store ;;
-		postgres) pkg=./internal/record/pgstore ;;
-		*) echo "$script: unknown store $store (sqlite, redis, postgres)" >&2; exit 2 ;;
-		esac
+		pkg=$(storePackage "$store") || exit 2
 		(cd "$base" && go test -c -o "$dir/$store.base" "$pkg")
 		(cd "$here" && go test -c -o "$dir/$store.this" "$pkg")
 	done

@@ -33,12 +33,10 @@ fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
+script=writes.sh
+. "$here/bench/storelib.sh"
 for store in "${stores[@]}"; do
-	case $store in
-	sqlite | redis) pkg=./internal/record/${store}store ;;
-	postgres) pkg=./internal/record/pgstore ;;
-	*) echo "writes.sh: unknown store $store (sqlite, redis, postgres)" >&2; exit 2 ;;
-	esac
+	pkg=$(storePackage "$store") || exit 2
 	(cd "$here" && go test -c -o "$dir/$store.test" "$pkg")
 done
 
