@@ -1,6 +1,7 @@
 package recordtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,7 +22,9 @@ type Workload struct {
 	Actor, Scope, Upstream, Owner string
 	// ResultSize is the length of each result, in bytes; 0 means 200.
 	ResultSize int
-	n          int
+	// Retention is each record's; 0 means a day, the default.
+	Retention time.Duration
+	n         int
 }
 
 // NewWorkload returns a Workload with the names a proxy session gives.
@@ -49,7 +52,7 @@ func (w *Workload) Execute(ctx context.Context, s record.Store) (*record.Record,
 		Scope:       w.Scope,
 		Upstream:    w.Upstream,
 		Tool:        string([]byte("create_issue")), // parsed from each call
-		Retention:   24 * time.Hour,
+		Retention:   cmp.Or(w.Retention, 24*time.Hour),
 		Owner:       w.Owner,
 	}
 	opts := record.ReserveOptions{Dispatch: true, Lease: 30 * time.Second}
