@@ -54,6 +54,15 @@ func (h *expiryHeap) remove(s *Store, pos int) {
 	}
 }
 
+// shrink gives back the room of a heap that a purge left less than a
+// quarter full, keeping twice what it holds, as index.shrink does for
+// the indexes. Items keep their positions.
+func (h *expiryHeap) shrink() {
+	if c := cap(h.items); c > minShrunk && len(h.items)*4 < c {
+		h.items = append(make([]heapItem, 0, 2*len(h.items)), h.items...)
+	}
+}
+
 // fix restores the order after the key at pos changed.
 func (h *expiryHeap) fix(s *Store, pos int) {
 	if !h.down(s, pos) {

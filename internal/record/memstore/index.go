@@ -124,10 +124,33 @@ func (x *index) remove(tag uint64, i slot) {
 }
 
 // grow doubles the table, at most three quarters full.
-func (x *index) grow() {
+func (x *index) grow() { x.resize(max(16, 2*len(x.buckets))) }
+
+// shrink halves the table until it is at least an eighth full, once a
+// purge has let most of its strings go: a store that held many records
+// once would otherwise keep their room for good. Between growing at
+// three quarters and shrinking under an eighth, a table that holds about
+// as many strings as before does neither.
+func (x *index) shrink() {
+	size := len(x.buckets)
+	for size > minShrunk && x.n*8 < size {
+		size /= 2
+	}
+	if size < len(x.buckets) {
+		x.resize(size)
+	}
+}
+
+// minShrunk is the size under which a table is not shrunk: 8 KiB.
+const minShrunk = 1024
+
+// resize moves the buckets to a table of size, a power of two that
+// holds them at most three quarters full. A bucket's tag places it: no
+// string is read.
+func (x *index) resize(size int) {
 	old := x.buckets
-	x.buckets = make([]uint64, max(16, 2*len(old)))
-	mask := uint64(len(x.buckets) - 1)
+	x.buckets = make([]uint64, size)
+	mask := uint64(size - 1)
 	for _, b := range old {
 		if b == 0 {
 			continue

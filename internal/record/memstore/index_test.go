@@ -61,3 +61,37 @@ func TestIndexRemovesOnlyItsSlot(t *testing.T) {
 		t.Fatalf("get(k) = %d, %v with %d held; want 2", i, ok, x.n)
 	}
 }
+
+// TestIndexShrinks checks that a table most of whose strings went is
+// made smaller, and still finds every string it holds; and that one that
+// holds as many as it was grown for is not.
+func TestIndexShrinks(t *testing.T) {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("exe_", i)
+	}
+	x := newIndex(func(i slot, key string) bool { return keys[i] == key })
+	for i, k := range keys {
+		x.set(k, slot(i))
+	}
+	grown := len(x.buckets)
+	x.shrink()
+	if len(x.buckets) != grown {
+		t.Fatalf("a table of %d holding %d shrank to %d", grown, x.n, len(x.buckets))
+	}
+	const kept = 1000
+	for i, k := range keys[kept:] {
+		x.remove(x.tag(k), slot(kept+i))
+	}
+	x.shrink()
+	if x.n*8 < len(x.buckets) || x.n*4 > len(x.buckets)*3 || len(x.buckets)*32 > grown {
+		t.Fatalf("%d strings left of %d: the table went from %d buckets to %d; want it between an eighth and three quarters full",
+			x.n, len(keys), grown, len(x.buckets))
+	}
+	for i, k := range keys {
+		got, ok := x.get(k)
+		if want := i < kept; ok != want || ok && got != slot(i) {
+			t.Fatalf("after the shrink, get(%s) = %d, %v; want %d, %v", k, got, ok, i, want)
+		}
+	}
+}

@@ -580,9 +580,11 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 	// machine slept or its clock was set, and an entry due by one and
 	// not by the other would be popped and pushed back for ever.
 	wall := now.UnixNano()
+	more, dropped := true, 0
 	for range max {
 		if len(s.expires.items) == 0 || wall < int64(s.expires.items[0].expires)*int64(time.Second) {
-			return false
+			more = false
+			break
 		}
 		top := s.expires.items[0]
 		s.expires.remove(s, 0)
@@ -598,8 +600,16 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 		*e = entry{}
 		s.forget(top.slot)
 		s.free = append(s.free, top.slot)
+		dropped++
 	}
-	return true
+	if dropped > 0 {
+		// The room a burst of records grew the tables to goes with
+		// them. The entries' chunks stay: slots name them.
+		s.byID.shrink()
+		s.byKey.shrink()
+		s.expires.shrink()
+	}
+	return more
 }
 
 // expiresAt returns when e's record expires, in Unix nanoseconds.
