@@ -7,12 +7,24 @@
 # Environment: COUNT (default 5), BENCHTIME (default 2000x),
 #              MCP_IDEMPOTENT_BENCH_PROXY_FLAGS (flags put before the proxy's --),
 #              MCP_IDEMPOTENT_BENCH_WINDOW=N (also log each chain's p50 of
-#              every N calls in turn: a new process's first calls apart).
+#              every N calls in turn: a new process's first calls apart),
+#              PIN=CPUS (run every process on those processors, taskset's
+#              list, with GOMAXPROCS as given or the processors online;
+#              see bench/README.md).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 count=${COUNT:-5}
 benchtime=${BENCHTIME:-2000x}
+
+pin=()
+if [[ -n ${PIN:-} ]]; then
+	command -v taskset >/dev/null || { echo "run.sh: PIN needs taskset (util-linux)" >&2; exit 2; }
+	taskset -c "$PIN" true || { echo "run.sh: PIN=$PIN: taskset cannot run on those processors" >&2; exit 2; }
+	# Go sizes its processors by the CPUs a process may use: on one, a
+	# read blocked in the kernel holds the only one.
+	pin=(taskset -c "$PIN" env GOMAXPROCS="${GOMAXPROCS:-$(getconf _NPROCESSORS_ONLN)}")
+fi
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
@@ -38,7 +50,7 @@ out=$bin/bench.txt
 : >"$out"
 for ((round = 1; round <= count; round++)); do
 	echo "== round $round/$count (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-	(cd bench && MCP_IDEMPOTENT_BENCH_BIN=$bin "$bin/bench.test" -test.run '^$' \
+	(cd bench && MCP_IDEMPOTENT_BENCH_BIN=$bin ${pin[@]+"${pin[@]}"} "$bin/bench.test" -test.run '^$' \
 		-test.bench '^BenchmarkCall$' -test.benchtime "$benchtime" -test.count 1 \
 		-test.timeout 30m "$@") | tee -a "$out"
 done
@@ -46,7 +58,7 @@ done
 echo
 echo "median over $count rounds (-benchtime $benchtime each); $(nproc) CPUs; cpu = CPU time of the whole chain per call;"
 echo "faults = minor page faults of the chain's first process per timed call"
-awk '
+awk -v pin="${PIN:-}" '
 function median(list,    a, n, i, j, t) {
 	n = split(list, a, " ")
 	for (i = 2; i <= n; i++) {          # insertion sort, any awk
@@ -92,7 +104,9 @@ END {
 		for (i = 1; i <= np; i++) line = line " " ratio(pr[i], rr[i])
 		printf "p50 proxy/relay by round:%s\n", line
 	}
-	if (p50["proxy"] != "" && p50["relay"] != "") {
+	if (pin != "") {
+		printf "\npinned to processors %s: the goal is judged unpinned\n", pin
+	} else if (p50["proxy"] != "" && p50["relay"] != "") {
 		r = p50["proxy"] / p50["relay"]
 		printf "\ngoal p50 proxy/relay <= 1.10: %s (%.2f)\n", r <= 1.10 ? "met" : "NOT met", r
 	}
