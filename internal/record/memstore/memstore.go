@@ -44,14 +44,13 @@ type Store struct {
 	// most likely for, looked up before byID, and those Renew looks
 	// through.
 	live    map[string]slot
-	chunks  []*[chunkLen]entry // the entries, by slot
-	free    []slot             // slots of purged entries, to use again
-	flights []*flight          // the live records' flights, by flightRef-1
-	landed  []flightRef        // flightRefs no entry names, to use again
-	expires expiryHeap         // settled records by expiry
-	segs    segments           // the packed records
-	scratch []byte             // where pack writes before the copy kept
-	commons commons            // what packed records share
+	ents    entries     // the entries, by slot
+	flights []*flight   // the live records' flights, by flightRef-1
+	landed  []flightRef // flightRefs no entry names, to use again
+	expires expiryHeap  // settled records by expiry
+	segs    segments    // the packed records
+	scratch []byte      // where pack writes before the copy kept
+	commons commons     // what packed records share
 	// views holds the packed records read last, decoded, by slot: the
 	// replays of one record come in bursts, and each decoded copy costs
 	// an allocation. A view, like a live version, is never changed.
@@ -67,7 +66,7 @@ type view struct {
 // viewSlots is the number of views kept.
 const viewSlots = 256
 
-// A slot numbers an entry: chunks[slot/chunkLen][slot%chunkLen].
+// A slot numbers an entry: ents.chunks[slot/chunkLen][slot%chunkLen].
 type slot uint32
 
 // chunkLen is the number of entries in a chunk: the entries grow a chunk
@@ -136,7 +135,7 @@ const commonLife = 4
 const purgeBatch = 64
 
 // at returns the entry in slot i.
-func (s *Store) at(i slot) *entry { return &s.chunks[i/chunkLen][i%chunkLen] }
+func (s *Store) at(i slot) *entry { return s.ents.at(i) }
 
 // flight returns e's flight, or nil when its record is packed.
 func (s *Store) flight(e *entry) *flight {
@@ -166,21 +165,6 @@ func (s *Store) land(e *entry) {
 	s.flights[e.fl-1] = nil
 	s.landed = append(s.landed, e.fl)
 	e.fl = 0
-}
-
-// newEntry returns an unused slot and its entry, cleared.
-func (s *Store) newEntry() (slot, *entry) {
-	if n := len(s.free); n > 0 {
-		i := s.free[n-1]
-		s.free = s.free[:n-1]
-		return i, s.at(i)
-	}
-	n := len(s.chunks)
-	s.chunks = append(s.chunks, new([chunkLen]entry))
-	for i := chunkLen - 1; i > 0; i-- {
-		s.free = append(s.free, slot(n*chunkLen+i))
-	}
-	return slot(n * chunkLen), s.at(slot(n * chunkLen))
 }
 
 // lookup returns the slot and entry of the record id. s.mu must be held.
@@ -260,7 +244,7 @@ func (s *Store) Reserve(ctx context.Context, r *record.Record, opts record.Reser
 	rec.State = record.Accepted
 	rec.LeaseUntil = opts.LeaseFrom(r, now)
 	rec.ExpiresAt = time.Time{}
-	i, e := s.newEntry()
+	i, e := s.ents.alloc()
 	// Room for the common life (accepted, dispatched, completed,
 	// delivered) up front: one allocation instead of three as it grows.
 	// Each version appends past the end of the one before, which never
@@ -599,15 +583,16 @@ func (s *Store) purge(now time.Time, max int) (more bool) {
 		s.drop(e)
 		*e = entry{}
 		s.forget(top.slot)
-		s.free = append(s.free, top.slot)
+		s.ents.release(top.slot)
 		dropped++
 	}
 	if dropped > 0 {
 		// The room a burst of records grew the tables to goes with
-		// them. The entries' chunks stay: slots name them.
+		// them, and the chunks of entries they emptied.
 		s.byID.shrink()
 		s.byKey.shrink()
 		s.expires.shrink()
+		s.ents.giveBack(false)
 	}
 	return more
 }
@@ -660,12 +645,19 @@ func (s *Store) unindex(i slot, e *entry) {
 // PurgeExpired drops every record whose retention has run out, a batch
 // under the lock at a time, so that calls go on between batches. Renew
 // calls it: a proxy renews its leases every few seconds, busy or idle, so
-// a store that no call reaches is purged too.
+// a store that no call reaches is purged too, and gives back, a renewal
+// later, the chunks of entries its last purges emptied.
 func (s *Store) PurgeExpired() {
+	s.mu.Lock()
+	s.ents.idle()
+	s.mu.Unlock()
 	for more := true; more; {
 		now := s.now()
 		s.mu.Lock()
 		more = s.purge(now, purgeIdleBatch)
+		if !more {
+			s.ents.renewed()
+		}
 		s.mu.Unlock()
 	}
 }

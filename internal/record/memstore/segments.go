@@ -113,6 +113,9 @@ func (g *segments) release(ref packedRef) (compact uint32, ok bool) {
 func (s *Store) compact(k uint32) {
 	g := &s.segs
 	for _, i := range g.all[k].slots {
+		if !s.ents.held(i) {
+			continue // purged since, and its chunk given back
+		}
 		e := s.at(i)
 		if e.ref.n == 0 || e.ref.seg != k {
 			continue // moved, unpacked or purged since; or written twice
