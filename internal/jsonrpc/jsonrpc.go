@@ -515,6 +515,16 @@ func orNull(id json.RawMessage) json.RawMessage {
 // DecodeError decodes a raw error member. A member that is not an error
 // object yields a generic error that keeps the raw text.
 func DecodeError(raw json.RawMessage) *Error {
+	if e, ok := ErrorObject(raw); ok {
+		return e
+	}
+	return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
+}
+
+// ErrorObject decodes a raw error member, and reports whether it is an
+// error object: its code, if any, a number of integer value, and a code
+// or a message that is not empty.
+func ErrorObject(raw json.RawMessage) (*Error, bool) {
 	var e struct {
 		Code    json.RawMessage `json:"code"`
 		Message *string         `json:"message"`
@@ -534,10 +544,10 @@ func DecodeError(raw json.RawMessage) *Error {
 				// that it does not keep the rest of its frame.
 				out.Raw = bytes.Clone(raw)
 			}
-			return out
+			return out, true
 		}
 	}
-	return &Error{Code: CodeInternalError, Message: "malformed error: " + truncate(string(raw), 200)}
+	return nil, false
 }
 
 // errorCode reads an error's code: absent or null is 0; a number of

@@ -408,6 +408,12 @@ func TestDecodeError(t *testing.T) {
 		if got := string(e.Object()); got != want {
 			t.Errorf("DecodeError(%.40s).Object() = %s, want %s", tt.raw, got, want)
 		}
+		// ErrorObject tells the stand-in apart: the proxy takes the
+		// upstream's answer with one for a malformed answer.
+		standIn := strings.HasPrefix(tt.message, "malformed error: ")
+		if _, ok := ErrorObject(json.RawMessage(tt.raw)); ok == standIn {
+			t.Errorf("ErrorObject(%.40s) reports %t; want %t", tt.raw, ok, !standIn)
+		}
 	}
 }
 

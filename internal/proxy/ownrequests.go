@@ -317,7 +317,13 @@ func outcomeOf(method string, msg *jsonrpc.Message) (json.RawMessage, error) {
 	case hasError:
 		// The upstream's own answer, whatever its data says: only the
 		// transport, outside the frames, says what it saw (noAnswer).
-		return nil, jsonrpc.DecodeError(msg.Error)
+		// An error member that is no error object says no more of how
+		// the call went than a missing result does.
+		e, ok := jsonrpc.ErrorObject(msg.Error)
+		if !ok {
+			return nil, retry.Malformed("a response to "+method+" with an error that is not an error object", msg.Raw)
+		}
+		return nil, e
 	case msg.Result == nil:
 		return nil, retry.Malformed("a response to "+method+" with neither result nor error", msg.Raw)
 	}

@@ -126,14 +126,19 @@ func TestAnswerGivingTwoIDs(t *testing.T) {
 
 // TestAnswersBeyondTheRules: an answer with "error": null beside its
 // result (JSON-RPC 1.0 style) is the result; one with both a result and
-// an error is malformed, and its call's outcome unknown. Neither runs
-// again when called again.
+// an error, or with an error that is no error object, is malformed, and
+// its call's outcome unknown: it says no more of how the call went than
+// an answer without a result. None runs again when called again.
 func TestAnswersBeyondTheRules(t *testing.T) {
 	for _, tt := range []struct {
 		name, answer, want string
 	}{
 		{"error null", `"result":{"content":[{"type":"text","text":"charged"}]},"error":null`, "charged"},
 		{"both", `"result":{"content":[{"type":"text","text":"charged"}]},"error":{"code":-32000,"message":"no"}`, "Outcome unknown:"},
+		{"error a string", `"error":"boom"`, "Outcome unknown:"},
+		{"error code not an integer", `"error":{"code":1.5,"message":"no"}`, "Outcome unknown:"},
+		{"error code a string", `"error":{"code":"-32000","message":"no"}`, "Outcome unknown:"},
+		{"error empty", `"error":{}`, "Outcome unknown:"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, 0)
