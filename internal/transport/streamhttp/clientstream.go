@@ -16,11 +16,12 @@ import (
 const maxResumes = 5
 
 // relayStream delivers the message events of resp, the SSE stream
-// answering a POST, until every request in pending is answered. A stream that ends first is
-// resumed with GET and Last-Event-ID (spec 2025-11-25, "Resumability and
-// Redelivery"): losing the connection must not lose the answer. Only a
-// resumable stream is: 2026-07-28 has no GET and no resumption (spec
-// 2026-07-28, basic/transports/streamable-http, "Receiving Messages").
+// answering a POST, until every request in pending is answered. A stream
+// that ends first is resumed with GET and Last-Event-ID (spec 2025-11-25,
+// "Resumability and Redelivery"): losing the connection must not lose
+// the answer. Only a resumable stream is: 2026-07-28 has no GET and no
+// resumption (spec 2026-07-28, basic/transports/streamable-http,
+// "Receiving Messages").
 // It reports whether a message over the size limit was dropped, and
 // whether a resumption met a 404 for the session: the caller then answers
 // pending, and ends the session (expire).
@@ -229,9 +230,10 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("HTTP %d, Content-Type %q", e.status, e.contentType)
 }
 
-// relaySSE delivers the message events of r until it ends, returning how
-// many events it read and how many of them were messages. pending may be
-// nil. A message over the size limit is dropped (dropTooLarge), and noted
+// relaySSE delivers the message events of r until it ends, or, if
+// pending holds requests, until the last of them is answered; it returns
+// how many events it read and how many of them were messages. pending
+// may be nil. A message over the size limit is dropped (dropTooLarge), and noted
 // in st. The error is nil at a clean end of stream.
 func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *dropState) (events, messages int, err error) {
 	for ; ; events++ {
@@ -257,13 +259,19 @@ func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *
 			continue
 		}
 		messages++
+		waiting := len(pending)
+		var more bool
 		if ev.TooLarge {
-			if !c.dropTooLarge(ev.Data, ev.Late, pending, st) {
-				return events, messages, nil
-			}
-			continue
+			more = c.dropTooLarge(ev.Data, ev.Late, pending, st)
+		} else {
+			more = c.deliver(ev.Data, pending)
 		}
-		if !c.deliver(ev.Data, pending) {
+		if !more || waiting > 0 && len(pending) == 0 {
+			// Closed; or the POST's last request is answered, after
+			// which its server should close the stream (spec
+			// 2025-11-25). One that keeps it open must not keep the
+			// POST under way: a session with a POST under way never
+			// ends when the server forgets it (expireIdle).
 			return events, messages, nil
 		}
 	}
@@ -276,7 +284,7 @@ const maxListenWait = 30 * time.Second
 // listen keeps the GET stream open for server-to-client messages until
 // Close, reconnecting, with Last-Event-ID once it has one, when the server
 // ends it or it cannot be opened for a while (a network error, 409, 429 or
-// a 5xx).
+// a 5xx), and without when the server refuses to resume it.
 func (c *Client) listen() {
 	defer c.wg.Done()
 	lastID := ""
@@ -296,6 +304,13 @@ func (c *Client) listen() {
 			c.log.Warn("the upstream forgot the session (HTTP 404) when its GET stream was opened again")
 			c.expireIdle()
 			return
+		case errors.As(err, &se) && !transient(se.status) && lastID != "":
+			// The server cannot resume after lastID (it no longer holds
+			// those events, say): the stream is opened afresh, without
+			// what it missed, rather than lost for the session's life.
+			c.log.Warn("the upstream refused to resume its GET stream; opening it afresh", "err", err)
+			lastID = ""
+			continue
 		case errors.As(err, &se) && !transient(se.status):
 			c.log.Warn("opening the upstream's GET stream", "err", err)
 			return

@@ -24,6 +24,7 @@ type forgetfulUpstream struct {
 	gets     []func(*http.Request) *http.Response
 	getsSeen int                                // the GETs without Last-Event-ID so far
 	call     func(*http.Request) *http.Response // answers the tools/call POST
+	resume   func(*http.Request) *http.Response // answers a GET with Last-Event-ID; nil: forgotten
 	lost     *atomic.Int32                      // counts the GETs a nil in gets refused
 }
 
@@ -46,6 +47,8 @@ func (u *forgetfulUpstream) RoundTrip(req *http.Request) (*http.Response, error)
 			return nil, errors.New("connection refused")
 		}
 		return next(req), nil
+	case req.Method == http.MethodGet && u.resume != nil:
+		return u.resume(req), nil
 	case req.Method == http.MethodGet:
 		return forgotten(req), nil
 	case strings.Contains(string(body), `"initialize"`):
@@ -158,6 +161,77 @@ func TestGETStreamOpenedAgain(t *testing.T) {
 			t.Errorf("%d refused connections; want 1", lost.Load())
 		}
 	})
+}
+
+// TestGETStreamResumptionRefused: the standing GET stream ends after an
+// event with an id, and the server can no longer resume after it (400:
+// it dropped those events). The stream is opened afresh, and the
+// server's later messages still come.
+func TestGETStreamResumptionRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &forgetfulUpstream{
+			gets: []func(*http.Request) *http.Response{
+				func(req *http.Request) *http.Response {
+					return answer(req, http.StatusOK, "text/event-stream", "id: 7\ndata: \n\n")
+				},
+				func(req *http.Request) *http.Response {
+					resp := answer(req, http.StatusOK, "text/event-stream", "")
+					resp.Body = streamThenWait(req, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+					return resp
+				},
+			},
+			resume: func(req *http.Request) *http.Response {
+				return answer(req, http.StatusBadRequest, "text/plain", "failed to replay events")
+			},
+		}
+		c := dialScripted(t, u)
+		if m := read(t, c); m.Method != "notifications/tools/list_changed" {
+			t.Fatalf("got %s; want the server's notification, on the stream opened afresh", m.Raw)
+		}
+	})
+}
+
+// TestAnsweredStreamLeftOpen: a server answers a call on an event stream
+// and keeps the stream open (it only SHOULD close it), then restarts and
+// answers the next call 404. The answered call's POST is not under way
+// any more, so the session ends, and the proxy starts a new one, rather
+// than every later call failing on the forgotten one.
+func TestAnsweredStreamLeftOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		u := &forgetfulUpstream{
+			gets: []func(*http.Request) *http.Response{quietStream},
+			call: func(req *http.Request) *http.Response {
+				if calls.Add(1) > 1 {
+					return forgotten(req)
+				}
+				resp := answer(req, http.StatusOK, "text/event-stream", "")
+				resp.Body = streamThenWait(req, `{"jsonrpc":"2.0","id":2,"result":{"content":[]}}`)
+				return resp
+			},
+		}
+		c := dialScripted(t, u)
+		write(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}`)
+		if m := read(t, c); string(m.ID) != "2" || m.Result == nil {
+			t.Fatalf("got %s; want the call's answer", m.Raw)
+		}
+		write(t, c, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`)
+		if na := readNoAnswer(t, c); string(na.ID) != "3" || na.Status != http.StatusNotFound {
+			t.Fatalf("got %+v; want the 404 under id 3", *na)
+		}
+		if _, err := c.ReadFrame(); !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("ReadFrame = %v; want ErrSessionExpired", err)
+		}
+	})
+}
+
+// streamThenWait is the body of an event stream that sends message, then
+// stays open until the Client goes.
+func streamThenWait(req *http.Request, message string) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(strings.NewReader("id: 1\nevent: message\ndata: "+message+"\n\n"), ctxBody{req.Context()}), io.NopCloser(nil)}
 }
 
 // TestGETStreamNotRouted: a server that never served GET and answers it
