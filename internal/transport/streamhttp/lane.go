@@ -80,21 +80,20 @@ func (ss *ServerSession) cancel(ids []string) {
 	}
 }
 
-// answerServerRequest answers m, a request of the server's on a stateless
-// lane, in the client's place: no client of the lane can post an answer,
-// having no session, and the server would wait on it for ever. In the
-// 2026-07-28 protocol a server asks within a call's answer; a server that
-// pings anyway (the go-sdk's does) is answered, as the proxy is the peer it
-// pings, and anything else gets an error at once.
-func (ss *ServerSession) answerServerRequest(m *jsonrpc.Message) {
+// answerServerRequest answers m, a request of the server's that no
+// client can answer, in the client's place: else the server would wait
+// on it for ever. A ping is answered, as the proxy is the peer it pings;
+// anything else gets an error at once, whose message says why no client
+// could take it (refusal, with %q for the method).
+func (ss *ServerSession) answerServerRequest(m *jsonrpc.Message, refusal string) {
 	var reply []byte
 	if m.Method == "ping" {
 		reply = jsonrpc.NewResponse(m.ID, json.RawMessage(`{}`))
 	} else {
-		ss.srv.log.Debug("a request of the server's on a stateless lane was refused", "lane", ss.id, "method", m.Method)
+		ss.srv.log.Debug("a request of the server's no client can answer was refused", "session", ss.id, "method", m.Method)
 		reply = jsonrpc.NewErrorResponse(m.ID, &jsonrpc.Error{
 			Code:    jsonrpc.CodeMethodNotFound,
-			Message: fmt.Sprintf("mcp-idempotent: a client of the 2026-07-28 protocol takes no requests of the server's, such as %q: ask within the call's answer (inputRequests)", m.Method),
+			Message: fmt.Sprintf(refusal, m.Method),
 		})
 	}
 	go func() {

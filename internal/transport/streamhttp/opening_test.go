@@ -90,6 +90,48 @@ func TestServerSessionIDBeforeAServerRequest(t *testing.T) {
 	}
 }
 
+// TestServerJSONRequestBeforeInitialize: with JSONResponse, a request
+// the upstream sends before it answers initialize can reach no client:
+// the answer to initialize is one JSON body, and without the session id
+// it gives no client can open the GET stream. The proxy answers a ping
+// itself, and refuses anything else at once, so that an upstream waiting
+// on it still answers initialize.
+func TestServerJSONRequestBeforeInitialize(t *testing.T) {
+	for _, tt := range []struct{ ask, reply string }{
+		{`"ping"`, `{"jsonrpc":"2.0","id":"s1","result":{}}`},
+		{`"roots/list"`, `{"jsonrpc":"2.0","id":"s1","error":{"code":-32601,"message":"mcp-idempotent: the client cannot take a request of the server's, such as \"roots/list\", before`},
+	} {
+		t.Run(tt.ask, func(t *testing.T) {
+			_, p, hs := newTestServer(t, ServerOptions{JSONResponse: true})
+			body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","ask":` + tt.ask + `}}`
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", hs.URL, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			type result struct {
+				resp *http.Response
+				err  error
+			}
+			got := make(chan result, 1)
+			go func() {
+				resp, err := http.DefaultClient.Do(req)
+				got <- result{resp, err}
+			}()
+			waitFor(t, func() bool { return p.seen(tt.reply) > 0 })
+			close(p.gate) // the upstream has its answer: it answers initialize
+			r := <-got
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			resp := r.resp
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || resp.Header.Get(headerSessionID) == "" || !strings.Contains(string(b), `"id":1,"result"`) {
+				t.Fatalf("initialize: %s, session %q, %s; want the InitializeResult in a session", resp.Status, resp.Header.Get(headerSessionID), b)
+			}
+		})
+	}
+}
+
 // TestServerInitializeLeftEndsTheSession: a client that goes before the
 // answer to its initialize never learns the session id, so no client can
 // name the session. It ends at once, its upstream stopped and its place

@@ -224,8 +224,9 @@ func (p *fakeProxy) answer(wg *sync.WaitGroup, s *ServerSession, m *jsonrpc.Mess
 
 // beforeInitialized sends what the initialize m's params ask for before
 // its answer: "logs" notifications/message (data 0, 1...), then with
-// "ask" a ping of the server's, answered once the gate opens; with "hold"
-// it answers only once the gate opens. It answers
+// "ask" a request of the server's, id "s1" (a ping, or the method "ask"
+// names), answered once the gate opens; with "hold" it answers only once
+// the gate opens. It answers
 // with an error itself, and reports false, for an initialize without
 // params (as the go-sdk's server refuses it) or with "fail".
 func (p *fakeProxy) beforeInitialized(s *ServerSession, m *jsonrpc.Message) bool {
@@ -240,8 +241,12 @@ func (p *fakeProxy) beforeInitialized(s *ServerSession, m *jsonrpc.Message) bool
 			return false
 		}
 	}
-	if jsonrpc.Member(m.Params, "ask") != nil {
-		s.WriteFrame([]byte(`{"jsonrpc":"2.0","id":"s1","method":"ping"}`))
+	if ask := jsonrpc.Member(m.Params, "ask"); ask != nil {
+		method, ok := jsonrpc.StringValue(ask)
+		if !ok {
+			method = "ping"
+		}
+		s.WriteFrame([]byte(`{"jsonrpc":"2.0","id":"s1","method":"` + method + `"}`))
 		select {
 		case <-p.gate:
 		case <-s.done:

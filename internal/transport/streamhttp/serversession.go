@@ -366,7 +366,10 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 		return true
 	}
 	if ss.stateless && m.IsRequest() {
-		ss.answerServerRequest(m)
+		// No client of the lane can post an answer, having no session.
+		// In the 2026-07-28 protocol a server asks within a call's
+		// answer; the go-sdk's pings anyway.
+		ss.answerServerRequest(m, "mcp-idempotent: a client of the 2026-07-28 protocol takes no requests of the server's, such as %q: ask within the call's answer (inputRequests)")
 		return true
 	}
 	if m.Method == "notifications/progress" {
@@ -406,6 +409,15 @@ func (ss *ServerSession) route(m *jsonrpc.Message, written func(error), related 
 	st := ss.relatedStreamLocked(related)
 	if st == nil {
 		st = ss.serverStreamLocked()
+	}
+	if st == ss.get && m.IsRequest() && ss.srv.opts.JSONResponse && !ss.opened {
+		// Only the GET stream could carry it, and no client can open
+		// that before the answer to initialize names the session; that
+		// answer, one JSON body, carries nothing else. An upstream that
+		// waits for it before it answers initialize (a ping) would wait
+		// for ever.
+		ss.answerServerRequest(m, "mcp-idempotent: the client cannot take a request of the server's, such as %q, before the answer to initialize: its answers are JSON bodies (serve --json-response), and it has no session to open a GET stream in")
+		return true
 	}
 	ss.appendLocked(st, frame)
 	return true
