@@ -16,10 +16,8 @@ func firstMatch(result json.RawMessage, matches []policy.ResultMatch) (policy.Re
 	if len(matches) == 0 {
 		return policy.ResultMatch{}, false
 	}
-	text := ""
-	if texts := mcp.Texts(result); len(texts) > 0 {
-		text = strings.Join(texts, "\n") + "\n"
-	}
+	// No newline after the last: "$" matches only at the very end.
+	text := strings.Join(mcp.Texts(result), "\n")
 	for _, m := range matches {
 		if m.Text != nil && m.Text.MatchString(text) {
 			return m, true

@@ -2,7 +2,10 @@ package intercept
 
 import (
 	"encoding/json"
+	"regexp"
 	"testing"
+
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 )
 
 func TestStructuredIn(t *testing.T) {
@@ -44,6 +47,34 @@ func TestStructuredIn(t *testing.T) {
 		result := json.RawMessage(`{"content":[],"structuredContent":` + tt.content + `}`)
 		if got := structuredIn(result, tt.path, tt.values); got != tt.want {
 			t.Errorf("structuredIn(%s, %s, %q) = %v, want %v", tt.content, tt.path, tt.values, got, tt.want)
+		}
+	}
+}
+
+// TestFirstMatchText: result_text is matched against the result's texts
+// joined by newlines, as a regexp reads any text: "$" at the very end,
+// and before a newline only under (?m).
+func TestFirstMatchText(t *testing.T) {
+	const one = `{"content":[{"type":"text","text":"rate limited"}],"isError":true}`
+	const two = `{"content":[{"type":"text","text":"rate limited"},{"type":"text","text":"try later"}],"isError":true}`
+	tests := []struct {
+		result, pattern string
+		want            bool
+	}{
+		{one, `^rate limited$`, true},
+		{one, `\brate limited\b`, true},
+		{one, `^limited`, false},
+		{two, `^rate limited$`, false},
+		{two, `(?m)^rate limited$`, true},
+		{two, `limited\ntry`, true},
+		{two, `^try later$`, false},
+		{two, `(?m)^try later$`, true},
+		{`{"content":[]}`, `^$`, true},
+	}
+	for _, tt := range tests {
+		m := []policy.ResultMatch{{Text: regexp.MustCompile(tt.pattern)}}
+		if _, got := firstMatch(json.RawMessage(tt.result), m); got != tt.want {
+			t.Errorf("%q on %s: matched %t, want %t", tt.pattern, tt.result, got, tt.want)
 		}
 	}
 }
