@@ -41,13 +41,22 @@ func (in *Interceptor) goAttach(ctx context.Context, rec *record.Record, req *Re
 // attach waits, on its own goroutine, for an execution under way that
 // req's caller joined, then answers the caller.
 func (in *Interceptor) attach(ctx context.Context, rec *record.Record, req *Request) {
-	// The caller's own deadline shortens its wait, as it shortens the
-	// first caller's wait for an approval; the execution goes on.
-	window := req.Policy.AttachWindow
-	if c := in.clientDeadline(req); !c.IsZero() {
-		window = max(min(window, c.Sub(in.now())), 0)
+	// The window counts from the caller's arrival, not from here: the
+	// store may have taken a while to answer its reservation. For an
+	// approved call (restartDeadline) it counts from the decision. The
+	// caller's own deadline shortens it, as it shortens the first
+	// caller's wait for an approval; the execution goes on.
+	now := in.now()
+	start := now
+	if arrived := in.arrivalOf(req); !arrived.IsZero() {
+		start = arrived
 	}
-	wctx, cancel := context.WithTimeout(ctx, window)
+	end := start.Add(req.Policy.AttachWindow)
+	if c := in.clientDeadline(req); !c.IsZero() && c.Before(end) {
+		end = c
+	}
+	window := max(end.Sub(start), 0)
+	wctx, cancel := context.WithTimeout(ctx, max(end.Sub(now), 0))
 	stopProgress := in.tellAttached(wctx, req, rec)
 	settled, err := in.wait(wctx, rec.ID)
 	stopProgress()

@@ -145,6 +145,36 @@ func TestAttachWindowAnswersStillInProgress(t *testing.T) {
 	})
 }
 
+// TestAttachWindowFromArrival: an attached caller's window counts from
+// its arrival (docs/concepts.md), not from when the store answered its
+// reservation, which may take a while.
+func TestAttachWindowFromArrival(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, release := newHeldHarness()
+		defer close(release)
+		h.in = New(Options{Store: slowReserve{h.store}, Hasher: fingerprint.NewRandom()})
+		h.pol.AttachWindow = 5 * time.Second
+		h.call(t.Context(), t, chargeCall) // dispatched; the upstream holds it
+		synctest.Wait()
+		arrived := time.Now()
+		v := view(t, h.call(t.Context(), t, chargeCall).only(t))
+		if waited := time.Since(arrived); !strings.HasPrefix(v.Content[0].Text, "Still in progress") || waited != 5*time.Second {
+			t.Fatalf("the attached caller was answered %q %v after it arrived; want \"Still in progress\" at the 5s attach window's end", v.Content[0].Text, waited)
+		}
+		if !strings.Contains(v.Content[0].Text, "after 5s") {
+			t.Errorf("the answer says %q; want the wait it had, 5s", v.Content[0].Text)
+		}
+	})
+}
+
+// A slowReserve store takes 3 s to answer each reservation.
+type slowReserve struct{ record.Store }
+
+func (s slowReserve) Reserve(ctx context.Context, r *record.Record, opts record.ReserveOptions) (*record.Record, bool, error) {
+	time.Sleep(3 * time.Second)
+	return s.Store.Reserve(ctx, r, opts)
+}
+
 // TestDeliveredWhenWritten: over a transport that learns of the delivery
 // later, the execution is completed when the answer is handed over, and
 // delivered only once the transport says the caller got it; so with

@@ -466,12 +466,26 @@ func (in *Interceptor) setDeadlineAfter(req *Request, d time.Duration) {
 // allocation size.
 func (in *Interceptor) clientDeadline(req *Request) time.Time {
 	client := req.Call.Deadline
-	d := in.deadlineOf(req)
-	if client <= 0 || d.IsZero() {
+	arrived := in.arrivalOf(req)
+	if client <= 0 || arrived.IsZero() {
 		return time.Time{}
 	}
-	arrived := d.Add(-min(ruleDeadline(req.Policy.Retry), client))
 	return arrived.Add(client)
+}
+
+// arrivalOf returns when req arrived, worked out from its deadline as
+// startDeadline set it, or the zero Time if it has none. It does not
+// hold for req after restartDeadline.
+func (in *Interceptor) arrivalOf(req *Request) time.Time {
+	d := in.deadlineOf(req)
+	if d.IsZero() {
+		return d
+	}
+	after := ruleDeadline(req.Policy.Retry)
+	if client := req.Call.Deadline; client > 0 {
+		after = min(after, client)
+	}
+	return d.Add(-after)
 }
 
 // restartDeadline counts the retry rule's deadline of req, an approved
