@@ -468,6 +468,13 @@ tools:
 			},
 		},
 		{
+			name: "replay for an idempotent tool",
+			in:   "defaults:\n  replay: undelivered\ntools:\n  a:\n    class: idempotent\n    replay: always\n  b: {class: idempotent}\n  c: {class: side_effect, replay: always}\n",
+			want: []string{
+				`p.yaml:6:13: tools.a.replay: an idempotent tool's later identical call runs again whatever replay says, so it has no effect`,
+			},
+		},
+		{
 			name: "a glob that is its own status tool",
 			in: `tools:
   "pay*":

@@ -92,6 +92,7 @@ func (v *validator) rule(s *ruleSpec, r *rule, inDefaults bool) {
 	}
 	v.recoverBlock(s, r)
 	v.readOnlyKeys(s, r)
+	v.idempotentKeys(s, r)
 	if !inDefaults {
 		v.approvalKeys(s)
 	}
@@ -137,6 +138,16 @@ func (v *validator) readOnlyKeys(s *ruleSpec, r *rule) {
 		if k.at.at != nil {
 			v.errorf(k.at, s.field+"."+k.name, "a read_only tool passes through unrecorded, so %s has no effect: drop the class, or the key", k.name)
 		}
+	}
+}
+
+// idempotentKeys refuses the replay of a rule that sets class
+// idempotent: such a tool's later identical call runs again whatever
+// replay says, only calls made while one runs sharing it. Set by
+// mistake, replay: always would read as a promise of replays kept.
+func (v *validator) idempotentKeys(s *ruleSpec, r *rule) {
+	if r.class == Idempotent && s.replay.at != nil {
+		v.errorf(s.replay.place, s.field+".replay", "an idempotent tool's later identical call runs again whatever replay says, so it has no effect: drop the key, or set class: side_effect to replay its calls")
 	}
 }
 
