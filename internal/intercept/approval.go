@@ -128,6 +128,9 @@ func (in *Interceptor) askClient(ctx context.Context, req *Request, rec *record.
 	deadline := in.approvalDeadline(req, asked)
 	sctx, endSpan := in.traceAsk(req)
 	actx, cancel := context.WithDeadline(sctx, deadline)
+	// One prompt per execution: a call of the 2026-07-28 protocol sent
+	// again meanwhile waits for this answer (decide forgets it).
+	in.questions.asked(rec.ID)
 	asker.Ask(actx, params, func(result json.RawMessage, err error) {
 		cancel()
 		in.traceEvent(req, "approval wait", in.now().Sub(asked), telemetry.Approver.String(record.ApproverClient))

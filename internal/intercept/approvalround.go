@@ -171,6 +171,15 @@ func (q *questions) expire(id string, d time.Duration) {
 	}
 }
 
+// asked notes that the question of execution id went to its caller
+// another way, as an elicitation/create of the proxy's: a call sent
+// again waits for that answer rather than ask in a round.
+func (q *questions) asked(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.at(id).taken = true
+}
+
 // untaken notes that the question of execution id did not reach its
 // caller after all.
 func (q *questions) untaken(id string) {

@@ -393,3 +393,37 @@ func TestApprovalInRoundKeyChanged(t *testing.T) {
 		t.Fatalf("the continuation with its key got %q, %d runs; want one run", v.Content[0].Text, h.up.calls.Load())
 	}
 }
+
+// TestOnePromptAcrossProtocols: an execution whose user is being asked
+// through elicitation/create (a 2025 client) is not asked about again
+// when the same call comes from a client of the 2026-07-28 protocol: it
+// waits for the answer to the question already out (one prompt per
+// execution).
+func TestOnePromptAcrossProtocols(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := approving(policy.ApprovalEach, policy.ApproverClient)
+		h.pol.Scope = policy.ScopeActor
+		release := make(chan struct{})
+		a := newAsker(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+			<-release // the user has not decided yet
+			return json.Marshal(map[string]any{"action": "accept"})
+		})
+		args := `{"card":"4242","amount":100}`
+		h.askingCall(t, a, "session:1", `{"name":"charge_card","arguments":`+args+`}`)
+		synctest.Wait()
+		second := h.call(t.Context(), t, roundCall(args, nil, ""))
+		synctest.Wait()
+		if second.count() > 0 {
+			close(release)
+			t.Fatalf("the same call from a 2026-07-28 client was answered %s while the user was asked; want it to wait for that answer", (<-second.got).Result)
+		}
+		close(release)
+		if v := view(t, second.only(t)); v.Content[0].Text != "charge #1" {
+			t.Fatalf("the second caller got %+v; want the execution's answer", v)
+		}
+		if n := a.questions(); n != 1 {
+			t.Errorf("the user was asked %d times; want once", n)
+		}
+		h.in.Wait(t.Context())
+	})
+}
