@@ -93,7 +93,9 @@ func (a *activityArgs) operatorChange(ctx context.Context, stdout io.Writer, don
 // them with a checkpoint at its close if key names a signer key; done
 // says what the command does, for the error that it did nothing.
 func openOperatorJournal(ctx context.Context, file, key, done string) (*journal.Writer, error) {
-	opts := journal.Options{Writer: journal.Process{Operator: osUser()}}
+	// Lazy: a command refused after a long wait for the store leaves no
+	// checkpoint either (Abandon).
+	opts := journal.Options{Writer: journal.Process{Operator: osUser()}, Lazy: true}
 	if key != "" {
 		s, err := readSigner(ctx, key)
 		if err != nil {

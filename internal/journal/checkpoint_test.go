@@ -201,6 +201,59 @@ func TestAbandonSignsNothing(t *testing.T) {
 	}
 }
 
+// TestLazySignsOnlyAtRecordOrClose: a Lazy writer, opened on lines no
+// checkpoint covers, starts no timer for them: a command that waits
+// longer than CheckpointEvery and is refused leaves the journal as it
+// found it. Its Close signs them, and its first Record starts the timer.
+// Without Lazy the timer signs them, as a restarted proxy needs; the
+// writer's lock guards that timer (run with -race).
+func TestLazySignsOnlyAtRecordOrClose(t *testing.T) {
+	s, _ := newKey(t, "ops.example")
+	synctest.Test(t, func(t *testing.T) {
+		open := func(lazy bool) (*Writer, string) {
+			path := write(t, 3)
+			w, err := OpenWith(path, Options{Signer: s, CheckpointEvery: time.Minute, Lazy: lazy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w, path
+		}
+		count := func(path string) int { return len(lines(t, path)) }
+
+		// A command that waited an hour for its store, then was refused.
+		w, path := open(true)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		w.Abandon()
+		if n := count(path); n != 3 {
+			t.Errorf("Lazy, after an hour and Abandon: %d lines; want the 3 it had", n)
+		}
+		// Closed: the lines it found are signed.
+		w, path = open(true)
+		w.Close()
+		if _, sizes := checkpointsAt(t, lines(t, path)); fmt.Sprint(sizes) != "[3]" {
+			t.Errorf("Lazy, closed: checkpoints of sizes %v; want one of the 3 lines", sizes)
+		}
+		// Its first Record starts the timer, which signs them all.
+		w, path = open(true)
+		w.Record(entry(3))
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, sizes := checkpointsAt(t, lines(t, path)); fmt.Sprint(sizes) != "[4]" {
+			t.Errorf("Lazy, a minute after a Record: checkpoints of sizes %v; want one of the 4 lines", sizes)
+		}
+		w.Abandon()
+		// Not Lazy: the timer signs what it found.
+		w, path = open(false)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		w.Abandon()
+		if n := count(path); n != 4 {
+			t.Errorf("not Lazy, a minute after opening: %d lines; want 4, the timer's checkpoint after the 3", n)
+		}
+	})
+}
+
 // TestCheckpointFormat: a checkpoint is a signed note that the public
 // sumdb/note package opens, with a C2SP tlog-checkpoint body: origin (the
 // key's name), line count, base64 SHA-256 of the last line it covers.

@@ -174,6 +174,12 @@ type Options struct {
 	// Writer names this process in every line it writes; an empty Host
 	// or PID means this host's name and this process's id.
 	Writer Process
+	// Lazy, with a Signer, leaves the lines the journal had when opened
+	// that no checkpoint covers to the first Record or to Close: no
+	// timer signs them meanwhile. For a command that writes one line and
+	// ends, whose Abandon then leaves the journal as it found it however
+	// long the command took.
+	Lazy bool
 }
 
 // A Writer appends entries to a journal file. It is safe for concurrent
@@ -257,8 +263,10 @@ func OpenWith(path string, opts Options) (*Writer, error) {
 	if w.most <= 0 {
 		w.most = DefaultCheckpointLines
 	}
-	if w.signer != nil && w.unsigned > 0 {
+	if w.signer != nil && w.unsigned > 0 && !opts.Lazy {
+		w.mu.Lock()
 		w.arm()
+		w.mu.Unlock()
 	}
 	return w, nil
 }
