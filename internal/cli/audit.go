@@ -186,7 +186,7 @@ func verifyOne(path string, opts journal.CheckOptions, sinceFile string, stdout,
 	}
 	reportCheckpoints(stdout, stderr, path, rep, opts.Verifiers != nil)
 	if s := opts.Since; s != nil {
-		fmt.Fprintf(stdout, "%s: line %d is the line the checkpoint saved in %s signs: the journal extends it\n", path, s.Size, sinceFile)
+		fmt.Fprintf(stdout, "%s: line %d is the line the checkpoint saved in %s signs: the journal extends it\n", path, s.Size, escapeControls(sinceFile))
 	}
 	return nil
 }
@@ -284,10 +284,8 @@ func auditKeygen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The rules of a note key name: the name is also every checkpoint's
-	// origin line.
-	if name == "" || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsSpace) || strings.Contains(name, "+") {
-		return usagef("audit keygen: NAME %q: a key name is not empty and has no space and no +, as proxy1.example.com", name)
+	if !keyNameOK(name) {
+		return usagef("audit keygen: NAME %q: a key name is not empty and has no space, no control character and no +, as proxy1.example.com", name)
 	}
 	if *out == "" {
 		if strings.ContainsAny(name, `/\`) {
@@ -389,7 +387,23 @@ func readSigner(ctx context.Context, path string) (note.Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: a malformed signer key", path)
 	}
+	// note.NewSigner takes a name that note.Open refuses in a note's
+	// text, which is every checkpoint's origin line: one with a
+	// character below U+0020.
+	if strings.ContainsFunc(s.Name(), func(r rune) bool { return r < ' ' }) {
+		return nil, fmt.Errorf("%s: the key's name %q has a control character, so no checkpoint it signs could be verified: make a key with audit keygen", path, s.Name())
+	}
 	return s, nil
+}
+
+// keyNameOK reports whether name is one keygen makes a key of: not
+// empty, UTF-8, and no space, control character or +. The name is also
+// every checkpoint's origin line, and a note whose text holds a
+// character below U+0020 fails to open; keygen refuses the other
+// control characters too, which no terminal shows as they are.
+func keyNameOK(name string) bool {
+	bad := func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '+' }
+	return name != "" && utf8.ValidString(name) && !strings.ContainsFunc(name, bad)
 }
 
 // readableByOthers reports whether the file at path may be read by others

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -247,6 +248,9 @@ func TestAuditKeygen(t *testing.T) {
 		{[]string{"other", "--out", "proxy1.example.com.key"}, 1, "proxy1.example.com.key exists"},
 		{[]string{"a b"}, 2, `NAME "a b"`},
 		{[]string{"a+b"}, 2, `NAME "a+b"`},
+		// note.Open refuses a note whose origin has a control character:
+		// its checkpoints could never be verified.
+		{[]string{"proxy1\x01example"}, 2, `NAME "proxy1\x01example"`},
 		{[]string{""}, 2, `NAME ""`},
 		{[]string{"example.com/journal"}, 2, "give --out FILE"},
 		{[]string{}, 2, "audit keygen takes one NAME"},
@@ -435,10 +439,20 @@ func TestAuditCheckpointSince(t *testing.T) {
 		want string
 	}{
 		{"extended", path, 0, "line 5 is the line the checkpoint saved in " + saved + " signs: the journal extends it"},
+		{"saved under a name with control characters", path, 0, `saved in ` + dir + `/saved\x1b[2J\nFAKE signs`},
 		{"rewritten with the key", rewritten, 1, rewritten + ":5: does not verify: its SHA-256"},
 		{"cut below the saved checkpoint", cut, 1, cut + ":4: does not verify: missing: the saved checkpoint counts 5 lines, and the journal holds 3"},
 	}
+	// The same note under a name that would clear a terminal, or fake a
+	// line of the output, printed raw.
+	if err := os.WriteFile(filepath.Join(dir, "saved\x1b[2J\nFAKE"), []byte(stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
+		saved := saved
+		if strings.HasPrefix(tt.name, "saved under") {
+			saved = filepath.Join(dir, "saved\x1b[2J\nFAKE")
+		}
 		stdout, _, err := run(t, "audit", "verify", "--key", verifier, "--since", saved, tt.file)
 		got := stdout
 		if err != nil {
@@ -650,6 +664,14 @@ func TestJournalKeyFlag(t *testing.T) {
 
 	garbage := filepath.Join(dir, "garbage")
 	os.WriteFile(garbage, []byte("PRIVATE+KEY+nonsense\n"), 0o600)
+	// A key made by hand, its name with a control character: every
+	// checkpoint it signed would fail to verify.
+	control := filepath.Join(dir, "control")
+	skey, _, err := note.GenerateKey(rand.Reader, "proxy1\x01example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(control, []byte(skey+"\n"), 0o600)
 	for _, tt := range []struct {
 		key  string
 		want string
@@ -657,13 +679,14 @@ func TestJournalKeyFlag(t *testing.T) {
 		{filepath.Join(dir, "none"), "no such file"},
 		{verifier, verifier + ": a verifier key"},
 		{garbage, garbage + ": a malformed signer key"},
+		{control, control + `: the key's name "proxy1\x01example" has a control character`},
 	} {
 		journal := filepath.Join(t.TempDir(), "j")
 		_, _, err := run(t, "--journal", journal, "--journal-key", tt.key, "--", "/bin/cat")
 		if err == nil || ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "--journal-key: ") || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("--journal-key %s = %v (exit %d); want exit 1 naming the flag, saying %q", tt.key, err, ExitCode(err), tt.want)
 		}
-		if strings.Contains(err.Error(), "PRIVATE") {
+		if err != nil && strings.Contains(err.Error(), "PRIVATE") {
 			t.Errorf("--journal-key %s = %v: the key is never shown", tt.key, err)
 		}
 		if _, err := os.Stat(journal); err == nil {
@@ -729,6 +752,33 @@ func TestResolveJournalsWhenOutputFails(t *testing.T) {
 		}
 		if stdout, _, err := run(t, "audit", "verify", file); err != nil || !strings.Contains(stdout, "4 lines verify") {
 			t.Errorf("%s: the journal after a resolution printed to a closed pipe: %v, %q; want its line written", format, err, stdout)
+		}
+	}
+}
+
+// TestSignerNameAsNoteOpens: a signer key is refused for its name
+// exactly when a note it signs, a checkpoint, fails to open.
+func TestSignerNameAsNoteOpens(t *testing.T) {
+	for _, name := range []string{"proxy1.example", "proxy1\x7fexample", "proxy1\u0080example", "proxy1\x01example", "proxy1\x1fexample"} {
+		skey, vkey, err := note.GenerateKey(rand.Reader, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := note.NewSigner(skey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := note.NewVerifier(vkey)
+		msg, err := note.Sign(&note.Note{Text: name + "\n1\nAAAA\n"}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = note.Open(msg, note.VerifierList(v))
+		opens := err == nil
+		path := filepath.Join(t.TempDir(), "k")
+		os.WriteFile(path, []byte(skey+"\n"), 0o600)
+		if _, err := readSigner(t.Context(), path); (err == nil) != opens {
+			t.Errorf("readSigner of a key named %q = %v; a note it signs opens: %t", name, err, opens)
 		}
 	}
 }
