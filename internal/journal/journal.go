@@ -417,6 +417,43 @@ func notJournal(n int, err error) error {
 	return &LineError{Line: n, Reason: why + "; is the file a journal? Check it with `mcp-idempotent audit verify`"}
 }
 
+// maxClearDepth is the deepest a value in clear may nest: a line holds
+// it two levels down, and Go's JSON decoder, Verify's, reads no line
+// nested more than 10,000 deep. An answer may hold one deeper than the
+// line allows, being one level shallower.
+const maxClearDepth = 10000 - 2
+
+// readable returns v, or, if it shows a value in clear that nests deeper
+// than maxClearDepth, v redacted: written as it is, the line would be
+// one that Verify, and every reader with Go's limit, refuses, and the
+// journal could never be continued from it.
+func readable(v *Value) *Value {
+	if v == nil || v.Clear == nil || depth(v.Clear) <= maxClearDepth {
+		return v
+	}
+	return &Value{Redacted: true}
+}
+
+// depth returns how deep the JSON value raw nests its arrays and objects.
+func depth(raw []byte) int {
+	d, most, inString := 0, 0, false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case inString && c == '\\':
+			i++ // the escaped byte
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			d++
+			most = max(most, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return most
+}
+
 // Record appends e as one line. The line is written with one write call,
 // so a reader never sees half of it unless the write itself failed. An
 // error means the line is not in the journal. A write cut short is cut
@@ -429,6 +466,7 @@ func (w *Writer) Record(e Entry) error {
 	}
 	e.Time = e.Time.UTC()
 	e.Writer.fill(w.self)
+	e.Arguments, e.Result, e.Error = readable(e.Arguments), readable(e.Result), readable(e.Error)
 	// Encoded outside the lock; only the prev member waits for it.
 	body, err := json.Marshal(e)
 	if err != nil {

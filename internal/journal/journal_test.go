@@ -363,6 +363,41 @@ func TestRecordKeepsLinesUTF8(t *testing.T) {
 	}
 }
 
+// TestRecordKeepsLinesReadable: a value in clear nested deeper than a
+// line can hold it and still be read (an answer holds it a level higher)
+// is redacted, so that the line, and the journal after it, verifies.
+// Brackets inside strings do not count.
+func TestRecordKeepsLinesReadable(t *testing.T) {
+	nested := func(d int) json.RawMessage {
+		return json.RawMessage(strings.Repeat("[", d) + `"[[[{{{"` + strings.Repeat("]", d))
+	}
+	path := filepath.Join(t.TempDir(), "j")
+	w, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range []int{maxClearDepth, maxClearDepth + 1} {
+		e := entry(i)
+		e.Result = &Value{Clear: nested(d)}
+		if err := w.Record(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	ls := lines(t, path)
+	if !strings.Contains(ls[0], `"clear":[[[`) || !strings.Contains(ls[1], `"result":{"redacted":true}`) {
+		t.Errorf("lines hold %.80q and %.80q; want the first value in clear, the second redacted", ls[0], ls[1])
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := Verify(f); n != 2 || err != nil {
+		t.Errorf("Verify = %d, %v; want 2, nil", n, err)
+	}
+}
+
 // TestConcurrentRecord: many goroutines of one process append to one
 // journal; every line is whole and the chain holds (run with -race).
 func TestConcurrentRecord(t *testing.T) {
