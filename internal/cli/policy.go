@@ -158,9 +158,15 @@ func showTools(w io.Writer, tools []mcp.Tool, resolve proxy.Resolver, listed map
 	return unwritten, notes
 }
 
-// noEffectNote says that keys of the rule naming a read_only tool have no
-// effect, as the proxy's log does when the tool is listed.
+// noEffectNote says that keys of the rule naming a read_only tool, or
+// the replay of one naming an idempotent tool, have no effect, as the
+// proxy's log does when the tool is listed.
 func noEffectNote(tool string, p *policy.Policy) string {
+	if p.NoEffect.Class == policy.Idempotent {
+		return fmt.Sprintf("note: %s: the rule %q sets replay, which has no effect: the tool is idempotent, from the %s, so only calls made while one runs share it, "+
+			"and a later identical call runs again: set class: side_effect in the rule to replay its calls\n",
+			p.NoEffect.File, tool, printable(p.Source))
+	}
 	needs, effect := "need", "they have"
 	if len(p.NoEffect.Keys) == 1 {
 		needs, effect = "needs", "it has"

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-idempotent/mcp-idempotent/internal/policy"
 	"github.com/mcp-idempotent/mcp-idempotent/internal/transport/stdio"
 )
 
@@ -229,6 +230,19 @@ func TestPolicyShowNotesKeysWithoutEffect(t *testing.T) {
 	}
 	if strings.Contains(stdout, "forward_key") {
 		t.Errorf("policy show notes a glob's keys:\n%s", stdout)
+	}
+}
+
+// TestNoEffectNoteOfAnIdempotentTool: the replay of a rule naming a tool
+// idempotent from its annotations is noted as the keys of a read_only
+// tool's are, with why it has no effect and the way out.
+func TestNoEffectNoteOfAnIdempotentTool(t *testing.T) {
+	p := policy.Policy{Source: "annotation idempotentHint",
+		NoEffect: &policy.NoEffect{File: "p.yaml", Keys: []string{"replay"}, Class: policy.Idempotent}}
+	want := `note: p.yaml: the rule "set_thermostat" sets replay, which has no effect: the tool is idempotent, from the annotation idempotentHint, ` +
+		"so only calls made while one runs share it, and a later identical call runs again: set class: side_effect in the rule to replay its calls\n"
+	if got := noEffectNote("set_thermostat", &p); got != want {
+		t.Errorf("noEffectNote =\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -173,17 +173,21 @@ type Policy struct {
 	// Explicit reports whether the policy file names the tool exactly.
 	Explicit bool
 	// NoEffect, if not nil, says that the rule naming the tool exactly
-	// sets keys that need a record, which the tool, read_only, never
-	// has: whoever wrote them believes its calls are recorded.
+	// sets keys its class ignores: keys that need a record, which a
+	// read_only tool never has, or the replay of an idempotent tool.
+	// Whoever wrote them believes they count.
 	NoEffect *NoEffect
 }
 
 // NoEffect names the keys of a policy file's rule that have no effect on
-// the read_only tool it names. A glob, or the defaults, set such keys for
-// every tool they cover, read_only or not: they are not named here.
+// the tool it names, being of Class: read_only, or idempotent, from the
+// server's annotations (a rule that sets class idempotent and replay is
+// refused). A glob, or the defaults, set such keys for every tool they
+// cover: they are not named here.
 type NoEffect struct {
-	File string // the policy file's path
-	Keys []string
+	File  string // the policy file's path
+	Keys  []string
+	Class Class
 }
 
 // A RetryRule says when a call is sent again, and how soon.

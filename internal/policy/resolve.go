@@ -79,10 +79,14 @@ func (f *File) ResolveScoped(tool string, ann *mcp.Annotations, scope Scope) Pol
 		// server's hint.
 		p.Class, p.Source = SideEffect, "policy file ("+r.name+"): approval needs a record"
 	}
-	if explicit && p.Class == ReadOnly {
+	switch {
+	case explicit && p.Class == ReadOnly:
 		if keys := r.recordedKeys(); keys != nil {
-			p.NoEffect = &NoEffect{File: f.path, Keys: keys}
+			p.NoEffect = &NoEffect{File: f.path, Keys: keys, Class: ReadOnly}
 		}
+	case explicit && p.Class == Idempotent && r.replay != "":
+		// A later identical call runs again, whatever replay says.
+		p.NoEffect = &NoEffect{File: f.path, Keys: []string{"replay"}, Class: Idempotent}
 	}
 	if !onUnknownSet && p.Class != annotated {
 		p.OnUnknown = classOnUnknown(p.Class)

@@ -211,7 +211,7 @@ tools:
 				p.Scope = ScopeGlobal
 				p.Defaults = false
 				p.Written, p.Explicit = true, true
-				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"scope", "fingerprint.defaults"}}
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"scope", "fingerprint.defaults"}, Class: ReadOnly}
 			},
 		},
 		{
@@ -221,7 +221,7 @@ tools:
 			want: func(p *Policy) {
 				p.Retry = &RetryRule{MaxAttempts: 2, Base: defaultRetryBase, Cap: defaultRetryCap, Deadline: DefaultDeadline}
 				p.Written, p.Explicit = true, true
-				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"on_unknown"}}
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"on_unknown"}, Class: ReadOnly}
 			},
 		},
 		{
@@ -231,7 +231,25 @@ tools:
 				p.Class, p.Source = ReadOnly, "policy file (get)"
 				p.Journal.Arguments = JournalClear
 				p.Written, p.Explicit = true, true
-				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"journal.arguments"}}
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"journal.arguments"}, Class: ReadOnly}
+			},
+		},
+		{
+			// Idempotent from its annotations: a later call runs again.
+			name: "exact rule with replay on an idempotent tool",
+			file: "tools:\n  set_thermostat: {replay: always, retention: 1h}\n", tool: "set_thermostat", ann: idempotent,
+			want: func(p *Policy) {
+				p.Retention = time.Hour
+				p.Written, p.Explicit = true, true
+				p.NoEffect = &NoEffect{File: "p.yaml", Keys: []string{"replay"}, Class: Idempotent}
+			},
+		},
+		{
+			name: "glob rule with replay on an idempotent tool",
+			file: "tools:\n  'set_*': {replay: undelivered}\n", tool: "set_thermostat", ann: idempotent,
+			want: func(p *Policy) {
+				p.Replay = ReplayUndelivered
+				p.Written = true
 			},
 		},
 		{

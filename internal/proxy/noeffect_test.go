@@ -52,6 +52,33 @@ func TestNoEffectWarnedOncePerTool(t *testing.T) {
 	}
 }
 
+// TestNoEffectOfReplayOnAnIdempotentTool: a rule naming a tool the
+// server annotates idempotent that sets replay has no effect either: a
+// later identical call runs again. The log says so, with the way out.
+func TestNoEffectOfReplayOnAnIdempotentTool(t *testing.T) {
+	file, err := policy.Parse("p.yaml", []byte("tools:\n  set_thermostat: {replay: always}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	r := newRigOptions(t, 0, Options{
+		Interceptor:  newInterceptor(memstore.New(memstore.Options{})),
+		Resolve:      func(tool string, ann *mcp.Annotations) policy.Policy { return file.Resolve(tool, ann) },
+		Logger:       slog.New(slog.NewTextHandler(&log, nil)),
+		ToolWarnings: NewToolWarnings(),
+	})
+	r.client.send(t, `{"jsonrpc":"2.0","id":"l1","method":"tools/list"}`)
+	r.upstream.next(t, "upstream")
+	r.upstream.send(t, `{"jsonrpc":"2.0","id":"l1","result":{"tools":[{"name":"set_thermostat","inputSchema":{"type":"object"},"annotations":{"idempotentHint":true}}]}}`)
+	r.client.next(t, "client")
+	for _, want := range []string{"level=WARN", "an idempotent tool sets replay, which has no effect", "tool=set_thermostat", "keys=replay",
+		`class_from="annotation idempotentHint"`, "set class: side_effect in the rule"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log does not say %s:\n%s", want, log.String())
+		}
+	}
+}
+
 // listTwice has the client of r list the tools, the upstream announce a
 // change, and the client list them again: each listing holds charge_card
 // and get_price, both annotated read-only.

@@ -154,9 +154,13 @@ func (t *toolTable) learnAt(page mcp.ListPage, gen uint64) bool {
 	slices.Sort(warn)
 	for _, name := range warn {
 		p := infos[name].policy
-		t.log.Warn("the policy file's rule for a read_only tool sets keys that need a record, so they have no effect: "+
-			"its calls pass through unrecorded, and identical calls all run; set class: side_effect or idempotent in the rule to record them",
-			"tool", name, "policy", p.NoEffect.File, "rule", name, "keys", strings.Join(p.NoEffect.Keys, ", "), "class_from", p.Source)
+		msg := "the policy file's rule for a read_only tool sets keys that need a record, so they have no effect: " +
+			"its calls pass through unrecorded, and identical calls all run; set class: side_effect or idempotent in the rule to record them"
+		if p.NoEffect.Class == policy.Idempotent {
+			msg = "the policy file's rule for an idempotent tool sets replay, which has no effect: " +
+				"only calls made while one runs share it, and a later identical call runs again; set class: side_effect in the rule to replay its calls"
+		}
+		t.log.Warn(msg, "tool", name, "policy", p.NoEffect.File, "rule", name, "keys", strings.Join(p.NoEffect.Keys, ", "), "class_from", p.Source)
 	}
 	return true
 }
