@@ -233,8 +233,8 @@ func (e *statusError) Error() string {
 // relaySSE delivers the message events of r until it ends, or, if
 // pending holds requests, until the last of them is answered; it returns
 // how many events it read and how many of them were messages. pending
-// may be nil. A message over the size limit is dropped (dropTooLarge), and noted
-// in st. The error is nil at a clean end of stream.
+// may be nil. A message over the size limit is dropped (dropTooLarge),
+// and noted in st. The error is nil at a clean end of stream.
 func (c *Client) relaySSE(r *sseReader, pending map[string]json.RawMessage, st *dropState) (events, messages int, err error) {
 	for ; ; events++ {
 		ev, err := r.next()
